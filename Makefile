@@ -1,0 +1,112 @@
+# framechain: `make` builds ./framechain; `make test` runs the test suite.
+# Without nvcc the build is CPU-only; with nvcc (or NVCC=/path/to/nvcc) the CUDA backend is compiled
+# too. NO_CUDA=1 forces a CPU-only build. CUDA_ARCH overrides the GPU architectures.
+
+CC      ?= gcc
+COMMA   := ,
+PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+BUILD   ?= build
+OPT     ?= -O3
+CFLAGS  ?= $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation -std=gnu11 -fopenmp
+LDLIBS  := -lm
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+BIN     ?= framechain
+ifeq ($(SAN),1)
+  BIN := $(BUILD)/framechain
+  CFLAGS += $(SAN_FLAGS)
+  LDFLAGS += $(SAN_FLAGS)
+  NO_CUDA := 1
+endif
+
+# ---- required: OpenBLAS through CBLAS (found by compiling against it, not by asking dpkg) ----
+# The OpenMP build of OpenBLAS (libopenblas-openmp-dev) shares our OpenMP thread pool; the pthread
+# build works too, but its threads spin against ours. Prefer the former where it is installed.
+BLAS_PC     := $(firstword $(wildcard /usr/lib/*/openblas-openmp/pkgconfig/openblas.pc) openblas)
+BLAS_CFLAGS := $(shell pkg-config --cflags $(BLAS_PC) 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs $(BLAS_PC) 2>/dev/null || echo -lopenblas)
+BLAS_LIBS   += $(patsubst -L%,-Wl$(COMMA)-rpath$(COMMA)%,$(filter -L%,$(BLAS_LIBS)))
+BLAS_KIND   := $(if $(findstring openmp,$(BLAS_PC)),OpenMP,$(if $(findstring pthread,$(BLAS_LIBS)),pthreads,system))
+HASH := \#
+HAVE_BLAS := $(shell printf '$(HASH)include <cblas.h>\nint main(void){openblas_set_num_threads(1);return 0;}\n' | \
+               $(CC) -x c - -o /dev/null $(BLAS_CFLAGS) $(BLAS_LIBS) >/dev/null 2>&1 && echo yes)
+ifneq ($(HAVE_BLAS),yes)
+  ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+    $(error OpenBLAS (CBLAS) not found: install it with 'apt-get install libopenblas-dev pkg-config')
+  endif
+endif
+CFLAGS += $(BLAS_CFLAGS)
+LDLIBS += $(BLAS_LIBS)
+
+# ---- optional parts: reported now, used by the issues that need them ----
+HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
+HAVE_ZLIB   := $(shell pkg-config --exists zlib 2>/dev/null && echo yes || echo no)
+
+# ---- CUDA ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifeq ($(NO_CUDA),1)
+  NVCC :=
+endif
+CUDA_ARCH ?= 86 89 90
+ifneq ($(NVCC),)
+  CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  HAVE_CUDNN  := $(shell test -f $(CUDA_HOME)/include/cudnn.h -o -f /usr/include/cudnn.h && echo yes || echo no)
+  NVCC_FLAGS  := -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 -Xcompiler -fopenmp,-Wall,-Wno-format-truncation $(BLAS_CFLAGS)
+  CUDA_OBJ    := $(BUILD)/backend_cuda.o
+  CFLAGS      += -DFC_CUDA
+  LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt
+  CUDA_STATUS := yes ($(NVCC), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
+else
+  CUDA_STATUS := no (CPU-only build)
+endif
+
+SRC  := common.c philox.c config.c backend.c backend_cpu.c model.c flow.c safetensors.c
+OBJ  := $(SRC:%.c=$(BUILD)/%.o)
+# The gradient tests compile the same sources in double precision.
+OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
+
+.PHONY: all test test-cuda sanitize test-sanitize clean info
+all: info $(BIN)
+
+info:
+	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | CUDA $(CUDA_STATUS) | FFmpeg $(HAVE_FFMPEG) | zlib $(HAVE_ZLIB)"
+
+$(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/f64/%.o: src/%.c src/*.h | $(BUILD)/f64
+	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -c $< -o $@
+
+$(BUILD)/backend_cuda.o: cuda/backend_cuda.cu src/*.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD) $(BUILD)/f64:
+	@mkdir -p $@
+
+$(BIN): $(BUILD)/main.o $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/main.o: src/main.c src/*.h | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# ---- tests ----
+$(BUILD)/test_units: tests/test_units.c $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/dump_reference: tests/dump_reference.c $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/test_grad: tests/test_grad.c tests/check.h $(OBJ64)
+	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad
+
+test: info $(TEST_BINS)
+	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
+
+# The sanitizer build: address and undefined behaviour, CPU only, the whole suite.
+sanitize test-sanitize:
+	$(MAKE) --no-print-directory BUILD=build-san SAN=1 OPT=-O1 test
+
+clean:
+	rm -rf build build-san framechain

@@ -1,0 +1,57 @@
+// backend.c: choosing a backend by name and listing what this build has.
+#include <stddef.h>
+#include <string.h>
+
+#include "backend.h"
+
+#ifndef FC_CUDA
+const Backend *backend_cuda(const char **why) {
+    if (why) *why = "this build has no CUDA backend (nvcc was not found when it was built)";
+    return NULL;
+}
+#endif
+
+#define OP(field) {#field, offsetof(Backend, field)}
+static const struct {
+    const char *name;
+    size_t offset;
+} OPS[] = {
+    OP(describe),      OP(alloc),          OP(free),           OP(upload),         OP(download),
+    OP(copy),          OP(zero),           OP(sync),           OP(randn),          OP(linear_fwd),
+    OP(linear_bwd),    OP(ln_mod_fwd),     OP(ln_mod_bwd),     OP(gated_add_fwd),  OP(gated_add_bwd),
+    OP(qk_norm_fwd),   OP(qk_norm_bwd),    OP(attn_fwd),       OP(attn_bwd),       OP(gelu_fwd),
+    OP(gelu_bwd),      OP(silu_fwd),       OP(silu_bwd),       OP(patchify_fwd),   OP(patchify_bwd),
+    OP(unpatchify_fwd), OP(unpatchify_bwd), OP(sinusoid_fwd),  OP(sinusoid_bwd),   OP(add_pos_time_fwd),
+    OP(add_pos_time_bwd), OP(mse_masked_fwd), OP(mse_masked_bwd), OP(flow_mix),
+};
+
+const char *backend_missing_op(const Backend *be) {
+    for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
+        if (!*(void *const *)((const char *)be + OPS[i].offset)) return OPS[i].name;
+    return NULL;
+}
+
+const Backend *backend_select(const char *name) {
+    if (!strcmp(name, "cpu")) return backend_cpu();
+    const char *why = NULL;
+    if (!strcmp(name, "cuda")) {
+        const Backend *be = backend_cuda(&why);
+        if (!be) fc_die("--device cuda: %s", why);
+        return be;
+    }
+    if (!strcmp(name, "auto")) {
+        const Backend *be = backend_cuda(&why);
+        return be ? be : backend_cpu();
+    }
+    fc_die("--device %s: unknown device (cpu, cuda or auto)", name);
+}
+
+void backend_print_versions(FILE *out) {
+    fprintf(out, "backends:\n  %s\n", backend_cpu()->describe());
+    const char *why = NULL;
+    const Backend *cuda = backend_cuda(&why);
+    if (cuda)
+        fprintf(out, "  %s\n", cuda->describe());
+    else
+        fprintf(out, "  cuda: not available: %s\n", why);
+}

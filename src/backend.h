@@ -1,0 +1,121 @@
+// backend.h: the op table. The network (model.c) is written once against it; each backend
+// (backend_cpu.c, the reference; cuda/backend_cuda.cu) fills it in.
+//
+// Conventions every backend keeps:
+// - Pointers are backend memory (host for the CPU, device for CUDA), fp32 `real` at the interface.
+// - Row-major. Tokens are ordered (b, f, i, j); a "slot" is one frame of one window (b, f), and the
+//   N tokens of a slot are contiguous rows. Per-slot vectors (shift, scale, gate) are rows of a
+//   modulation matrix with a row stride `ms` (they are chunks of the adaLN output).
+// - Backward ops ACCUMULATE into every gradient they produce (dx += ..., dw += ...); the caller
+//   zeroes. A NULL gradient pointer means "not needed" and is skipped.
+// - Results do not depend on the number of threads: no reduction is split by thread.
+#ifndef FRAMECHAIN_BACKEND_H
+#define FRAMECHAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+// Where the sequences of an attention lie among the token rows: sequence (o, i), for
+// o < n_outer and i < n_inner, has its token k at row o*outer_stride + i*inner_stride + k*tok_stride.
+//   spatial  (the N tokens of one slot):     n_outer = B*F, n_inner = 1, len = N, tok_stride = 1, outer_stride = N
+//   temporal (one patch across the F slots): n_outer = B, n_inner = N, len = F, tok_stride = N,
+//                                            outer_stride = F*N, inner_stride = 1
+typedef struct {
+    int n_outer, n_inner, len;
+    long tok_stride, outer_stride, inner_stride;
+} AttnLayout;
+
+typedef struct Backend {
+    const char *name;
+    const char *(*describe)(void);  // one line for --version: precision, threads, libraries
+
+    // ---- memory ----
+    void *(*alloc)(size_t bytes);  // zero-filled; dies with a clear message when out of memory
+    void (*free)(void *ptr);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*zero)(void *ptr, size_t bytes);
+    void (*sync)(void);
+
+    // ---- randomness (Philox, see philox.h): out[i] = element offset+i of (seed, step, stream) ----
+    void (*randn)(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
+                  uint64_t offset);
+
+    // ---- linear: y (M, N) = x (M, K) @ w^T (w: (N, K)) + b (N); b may be NULL ----
+    void (*linear_fwd)(real *y, const real *x, const real *w, const real *b, int M, int K, int N);
+    void (*linear_bwd)(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M,
+                       int K, int N);
+
+    // ---- LayerNorm (no affine, eps 1e-6) with adaLN modulation ----
+    // y = LN(x) * (1 + scale[s]) + shift[s] for the N rows of slot s; x, y (S*N, D); mean, rstd (S*N).
+    void (*ln_mod_fwd)(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+                       long ms, int S, int N, int D);
+    void (*ln_mod_bwd)(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
+                       const real *rstd, const real *scale, long ms, int S, int N, int D);
+
+    // ---- gated residual: out = x + gate[s] * h; out may alias x ----
+    void (*gated_add_fwd)(real *out, const real *x, const real *h, const real *gate, long ms, int S, int N,
+                          int D);
+    void (*gated_add_bwd)(real *dx, real *dh, real *dgate, const real *dout, const real *h, const real *gate,
+                          long ms, int S, int N, int D);
+
+    // ---- q/k RMS norm: qkv (T, 3D) -> out (T, 3D) with each head of q and k RMS-normalised and
+    //      scaled by qw / kw (dh); v copied. rstd (T, 2*H). ----
+    void (*qk_norm_fwd)(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+                        int H);
+    void (*qk_norm_bwd)(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
+                        const real *qw, const real *kw, int T, int D, int H);
+
+    // ---- softmax attention over the sequences of `lay`; qkv (T, 3D), out (T, D), lse (T, H) holds
+    //      each query's log-sum-exp so that backward recomputes the probabilities (never stored) ----
+    void (*attn_fwd)(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
+    void (*attn_bwd)(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                     AttnLayout lay, int D, int H);
+
+    // ---- elementwise activations: y = f(x); dx += dy * f'(x) ----
+    void (*gelu_fwd)(real *y, const real *x, size_t n);
+    void (*gelu_bwd)(real *dx, const real *dy, const real *x, size_t n);
+    void (*silu_fwd)(real *y, const real *x, size_t n);
+    void (*silu_bwd)(real *dx, const real *dy, const real *x, size_t n);
+
+    // ---- patchify: frames (S, C, H, W) <-> patches (S, (H/P)*(W/P), P*P*C), vector order (py, px, c).
+    //      patchify_bwd: dframes += unpatchify(dpatches); unpatchify_bwd: dpatches += patchify(dframes) ----
+    void (*patchify_fwd)(real *patches, const real *frames, int S, int C, int H, int W, int P);
+    void (*patchify_bwd)(real *dframes, const real *dpatches, int S, int C, int H, int W, int P);
+    void (*unpatchify_fwd)(real *frames, const real *patches, int S, int C, int H, int W, int P);
+    void (*unpatchify_bwd)(real *dpatches, const real *dframes, int S, int C, int H, int W, int P);
+
+    // ---- sinusoid embedding: out (M, d) = [cos(x*scale*w_k), sin(x*scale*w_k)], w_k = 10000^(-k/(d/2));
+    //      bwd: dx (M) += d out / d x ----
+    void (*sinusoid_fwd)(real *out, const real *x, real scale, int M, int d);
+    void (*sinusoid_bwd)(real *dx, const real *dout, const real *x, real scale, int M, int d);
+
+    // ---- token embedding add: out (S*N, D) = x + pos[n] (N, D, fixed) + temb[s] (S, D) ----
+    void (*add_pos_time_fwd)(real *out, const real *x, const real *pos, const real *temb, int S, int N, int D);
+    void (*add_pos_time_bwd)(real *dx, real *dtemb, const real *dout, int S, int N, int D);
+
+    // ---- masked MSE: loss[0] = sum_s mask[s] * sum_e (pred - target)^2 / (sum(mask) * E);
+    //      pred, target (S, E), mask (S); bwd: dpred += dloss * d loss / d pred ----
+    void (*mse_masked_fwd)(real *loss, const real *pred, const real *target, const real *mask, int S, long E);
+    void (*mse_masked_bwd)(real *dpred, const real *pred, const real *target, const real *mask, real dloss,
+                           int S, long E);
+
+    // ---- rectified flow: per slot s with level t[s], xt = (1 - t) x0 + t e, v = e - x0; (S, E) ----
+    void (*flow_mix)(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E);
+} Backend;
+
+// The CPU reference backend (always built).
+const Backend *backend_cpu(void);
+// The CUDA backend, or NULL when this build has none; *why says why it is unavailable.
+const Backend *backend_cuda(const char **why);
+// Backend by name ("cpu", "cuda", "auto"); dies with one clear line when it cannot be had.
+const Backend *backend_select(const char *name);
+// The first op of the table that is NULL, or NULL when the table is complete.
+const char *backend_missing_op(const Backend *be);
+// Which backends this build has, for --version.
+void backend_print_versions(FILE *out);
+
+#endif

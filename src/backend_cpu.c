@@ -1,0 +1,559 @@
+// backend_cpu.c: the reference backend. fp32, OpenMP across independent outputs, GEMMs through
+// CBLAS (OpenBLAS). Every other backend is tested against this file. Reductions are never split
+// across threads, so the results are the same bytes for any thread count.
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backend.h"
+#include "philox.h"
+
+#ifdef FC_DOUBLE
+#define GEMM cblas_dgemm
+#else
+#define GEMM cblas_sgemm
+#endif
+
+#define LN_EPS 1e-6
+#define RMS_EPS 1e-6
+
+// ----------------------------------------------------------------------------
+// memory
+
+static void *cpu_alloc(size_t bytes) { return fc_calloc(1, bytes); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_sync(void) {}
+
+static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
+                      uint64_t offset) {
+    philox_fill_normal(out, n, mean, std, seed, step, stream, offset);
+}
+
+// ----------------------------------------------------------------------------
+// linear. OpenBLAS runs single-threaded (common.c); the GEMMs are cut into blocks of a fixed
+// size that OpenMP spreads over the threads. The blocks do not depend on the thread count, so
+// neither do the bytes of the result (OpenBLAS's own threading would change them).
+
+#define GEMM_BLOCK 64
+
+static void cpu_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+    int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
+        if (b)
+            for (int m = m0; m < m0 + rows; m++) memcpy(y + (size_t)m * N, b, sizeof(real) * N);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0, x + (size_t)m0 * K, K, w, K, b ? 1.0 : 0.0,
+             y + (size_t)m0 * N, N);
+    }
+}
+
+static void cpu_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M,
+                           int K, int N) {
+    if (dx) {  // dx (M, K) += dy (M, N) @ w (N, K), by blocks of rows
+        int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0, dy + (size_t)m0 * N, N, w, K, 1.0,
+                 dx + (size_t)m0 * K, K);
+        }
+    }
+    if (dw) {  // dw (N, K) += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
+        int by_rows = N >= K, len = by_rows ? N : K, nblocks = (len + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int o = blk * GEMM_BLOCK, cnt = len - o < GEMM_BLOCK ? len - o : GEMM_BLOCK;
+            if (by_rows)
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, K, M, 1.0, dy + o, N, x, K, 1.0, dw + (size_t)o * K,
+                     K);
+            else
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, N, cnt, M, 1.0, dy, N, x + o, K, 1.0, dw + o, K);
+        }
+    }
+    if (db) {
+        // Columns in blocks of 64 per task; each column is summed over the rows in order.
+        int nblocks = (N + 63) / 64;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int n0 = blk * 64, n1 = n0 + 64 < N ? n0 + 64 : N;
+            double acc[64] = {0};
+            for (int m = 0; m < M; m++) {
+                const real *row = dy + (size_t)m * N;
+                for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
+            }
+            for (int n = n0; n < n1; n++) db[n] += (real)acc[n - n0];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm with adaLN modulation
+
+static void cpu_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+                           long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *xr = x + r * D;
+        const real *sh = shift + (r / N) * ms, *sc = scale + (r / N) * ms;
+        double sum = 0, sq = 0;
+        for (int d = 0; d < D; d++) sum += xr[d];
+        double mu = sum / D;
+        for (int d = 0; d < D; d++) sq += (xr[d] - mu) * (xr[d] - mu);
+        double rs = 1.0 / sqrt(sq / D + LN_EPS);
+        mean[r] = (real)mu;
+        rstd[r] = (real)rs;
+        real *yr = y + r * D;
+        for (int d = 0; d < D; d++) yr[d] = (real)((xr[d] - mu) * rs) * (1 + sc[d]) + sh[d];
+    }
+}
+
+static void cpu_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
+                           const real *rstd, const real *scale, long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const real *xr = x + r * D, *dyr = dy + r * D, *sc = scale + (r / N) * ms;
+            double mu = mean[r], rs = rstd[r];
+            double g_mean = 0, gx_mean = 0;
+            for (int d = 0; d < D; d++) {
+                double g = dyr[d] * (1.0 + sc[d]);
+                g_mean += g;
+                gx_mean += g * (xr[d] - mu) * rs;
+            }
+            g_mean /= D, gx_mean /= D;
+            real *dxr = dx + r * D;
+            for (int d = 0; d < D; d++) {
+                double g = dyr[d] * (1.0 + sc[d]);
+                double xhat = (xr[d] - mu) * rs;
+                dxr[d] += (real)(rs * (g - g_mean - xhat * gx_mean));
+            }
+        }
+    }
+    if (dshift || dscale) {
+#pragma omp parallel for schedule(static)
+        for (int s = 0; s < S; s++) {
+            for (int d = 0; d < D; d++) {
+                double ash = 0, asc = 0;
+                for (int n = 0; n < N; n++) {
+                    long r = (long)s * N + n;
+                    double g = dy[r * D + d];
+                    ash += g;
+                    asc += g * (x[r * D + d] - mean[r]) * rstd[r];
+                }
+                if (dshift) dshift[s * ms + d] += (real)ash;
+                if (dscale) dscale[s * ms + d] += (real)asc;
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// gated residual add
+
+static void cpu_gated_add_fwd(real *out, const real *x, const real *h, const real *gate, long ms, int S, int N,
+                              int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *g = gate + (r / N) * ms;
+        for (int d = 0; d < D; d++) out[r * D + d] = x[r * D + d] + g[d] * h[r * D + d];
+    }
+}
+
+static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout, const real *h, const real *gate,
+                              long ms, int S, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        const real *g = gate + s * ms;
+        for (int n = 0; n < N; n++) {
+            long r = ((long)s * N + n) * D;
+            for (int d = 0; d < D; d++) {
+                if (dx) dx[r + d] += dout[r + d];
+                if (dh) dh[r + d] += g[d] * dout[r + d];
+            }
+        }
+        if (dgate) {
+            for (int d = 0; d < D; d++) {
+                double acc = 0;
+                for (int n = 0; n < N; n++) {
+                    long r = ((long)s * N + n) * D;
+                    acc += (double)dout[r + d] * h[r + d];
+                }
+                dgate[s * ms + d] += (real)acc;
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// RMS norm of the q and k heads
+
+static void cpu_qk_norm_fwd(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+                            int H) {
+    int dh = D / H;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const real *row = qkv + (size_t)t * 3 * D;
+        real *orow = out + (size_t)t * 3 * D;
+        for (int part = 0; part < 2; part++) {
+            const real *w = part ? kw : qw;
+            for (int h = 0; h < H; h++) {
+                const real *v = row + part * D + h * dh;
+                double sq = 0;
+                for (int i = 0; i < dh; i++) sq += (double)v[i] * v[i];
+                double r = 1.0 / sqrt(sq / dh + RMS_EPS);
+                rstd[(size_t)t * 2 * H + part * H + h] = (real)r;
+                for (int i = 0; i < dh; i++) orow[part * D + h * dh + i] = (real)(v[i] * r) * w[i];
+            }
+        }
+        memcpy(orow + 2 * D, row + 2 * D, sizeof(real) * D);
+    }
+}
+
+static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
+                            const real *qw, const real *kw, int T, int D, int H) {
+    int dh = D / H;
+    if (dqkv) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
+            real *dxrow = dqkv + (size_t)t * 3 * D;
+            for (int part = 0; part < 2; part++) {
+                const real *w = part ? kw : qw;
+                for (int h = 0; h < H; h++) {
+                    const real *x = row + part * D + h * dh, *dy = drow + part * D + h * dh;
+                    double r = rstd[(size_t)t * 2 * H + part * H + h];
+                    double dot = 0;
+                    for (int i = 0; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
+                    double coef = r * r * r * dot / dh;
+                    real *dx = dxrow + part * D + h * dh;
+                    for (int i = 0; i < dh; i++) dx[i] += (real)(r * w[i] * dy[i] - x[i] * coef);
+                }
+            }
+            for (int i = 0; i < D; i++) dxrow[2 * D + i] += drow[2 * D + i];
+        }
+    }
+    // The weight gradients sum over every token and head: one pass, in order.
+    for (int part = 0; part < 2; part++) {
+        real *dw = part ? dkw : dqw;
+        if (!dw) continue;
+        for (int i = 0; i < dh; i++) {
+            double acc = 0;
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++)
+                    acc += (double)dout[(size_t)t * 3 * D + part * D + h * dh + i] *
+                           qkv[(size_t)t * 3 * D + part * D + h * dh + i] * rstd[(size_t)t * 2 * H + part * H + h];
+            dw[i] += (real)acc;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// softmax attention. One task per (sequence, head); the probabilities are recomputed in the
+// backward pass from the saved log-sum-exp, as a flash-attention kernel would.
+
+static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
+    return o * lay->outer_stride + i * lay->inner_stride + k * lay->tok_stride;
+}
+
+static void cpu_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = D / H, len = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    double scale = 1.0 / sqrt((double)dh);
+#pragma omp parallel
+    {
+        double *p = fc_malloc(sizeof(double) * len);
+        double *acc = fc_malloc(sizeof(double) * dh);
+#pragma omp for schedule(static)
+        for (long task = 0; task < tasks; task++) {
+            int h = (int)(task % H), seq = (int)(task / H);
+            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            for (int j = 0; j < len; j++) {
+                long rj = attn_row(&lay, o, i, j);
+                const real *q = qkv + rj * 3 * D + h * dh;
+                double mx = -INFINITY;
+                for (int k = 0; k < len; k++) {
+                    const real *kk = qkv + attn_row(&lay, o, i, k) * 3 * D + D + h * dh;
+                    double s = 0;
+                    for (int c = 0; c < dh; c++) s += (double)q[c] * kk[c];
+                    p[k] = s * scale;
+                    if (p[k] > mx) mx = p[k];
+                }
+                double l = 0;
+                for (int k = 0; k < len; k++) l += (p[k] = exp(p[k] - mx));
+                for (int c = 0; c < dh; c++) acc[c] = 0;
+                for (int k = 0; k < len; k++) {
+                    const real *v = qkv + attn_row(&lay, o, i, k) * 3 * D + 2 * D + h * dh;
+                    for (int c = 0; c < dh; c++) acc[c] += p[k] * v[c];
+                }
+                for (int c = 0; c < dh; c++) out[rj * D + h * dh + c] = (real)(acc[c] / l);
+                lse[rj * H + h] = (real)(mx + log(l));
+            }
+        }
+        free(p);
+        free(acc);
+    }
+}
+
+static void cpu_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                         AttnLayout lay, int D, int H) {
+    int dh = D / H, len = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    double scale = 1.0 / sqrt((double)dh);
+#pragma omp parallel for schedule(static)
+    for (long task = 0; task < tasks; task++) {
+        int h = (int)(task % H), seq = (int)(task / H);
+        int o = seq / lay.n_inner, i = seq % lay.n_inner;
+        for (int j = 0; j < len; j++) {
+            long rj = attn_row(&lay, o, i, j);
+            const real *q = qkv + rj * 3 * D + h * dh;
+            const real *dO = dout + rj * D + h * dh, *O = out + rj * D + h * dh;
+            real *dq = dqkv + rj * 3 * D + h * dh;
+            double Di = 0;
+            for (int c = 0; c < dh; c++) Di += (double)dO[c] * O[c];
+            for (int k = 0; k < len; k++) {
+                long rk = attn_row(&lay, o, i, k);
+                const real *kk = qkv + rk * 3 * D + D + h * dh, *v = qkv + rk * 3 * D + 2 * D + h * dh;
+                real *dk = dqkv + rk * 3 * D + D + h * dh, *dv = dqkv + rk * 3 * D + 2 * D + h * dh;
+                double s = 0, dp = 0;
+                for (int c = 0; c < dh; c++) s += (double)q[c] * kk[c], dp += (double)dO[c] * v[c];
+                double p = exp(s * scale - lse[rj * H + h]);
+                double ds = p * (dp - Di) * scale;
+                for (int c = 0; c < dh; c++) {
+                    dv[c] += (real)(p * dO[c]);
+                    dq[c] += (real)(ds * kk[c]);
+                    dk[c] += (real)(ds * q[c]);
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// elementwise activations
+
+#define GELU_C 0.7978845608028654  // sqrt(2/pi)
+
+static void cpu_gelu_fwd(real *y, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = (real)(0.5 * v * (1.0 + tanh(GELU_C * (v + 0.044715 * v * v * v))));
+    }
+}
+
+static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        double th = tanh(GELU_C * (v + 0.044715 * v * v * v));
+        double d = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * GELU_C * (1.0 + 3.0 * 0.044715 * v * v);
+        dx[i] += (real)(dy[i] * d);
+    }
+}
+
+static void cpu_silu_fwd(real *y, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = (real)(x[i] / (1.0 + exp(-(double)x[i])));
+}
+
+static void cpu_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double s = 1.0 / (1.0 + exp(-(double)x[i]));
+        dx[i] += (real)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// patchify / unpatchify: one pass that maps (slot, patch, py, px, c) to its pixel; `to_patches`
+// picks the direction and `accumulate` whether the destination is added to.
+
+static void patch_map(real *dst, const real *src, int S, int C, int H, int W, int P, int to_patches,
+                      int accumulate) {
+    int nh = H / P, nw = W / P, ppc = P * P * C;
+    long patches = (long)S * nh * nw;
+#pragma omp parallel for schedule(static)
+    for (long sp = 0; sp < patches; sp++) {
+        long s = sp / (nh * nw);
+        int pi = (int)(sp % (nh * nw)), i = pi / nw, j = pi % nw;
+        for (int py = 0; py < P; py++)
+            for (int px = 0; px < P; px++)
+                for (int c = 0; c < C; c++) {
+                    long pix = ((s * C + c) * H + (long)i * P + py) * W + (long)j * P + px;
+                    long pat = sp * ppc + (py * P + px) * C + c;
+                    long d = to_patches ? pat : pix, from = to_patches ? pix : pat;
+                    dst[d] = accumulate ? dst[d] + src[from] : src[from];
+                }
+    }
+}
+
+static void cpu_patchify_fwd(real *patches, const real *frames, int S, int C, int H, int W, int P) {
+    patch_map(patches, frames, S, C, H, W, P, 1, 0);
+}
+static void cpu_patchify_bwd(real *dframes, const real *dpatches, int S, int C, int H, int W, int P) {
+    patch_map(dframes, dpatches, S, C, H, W, P, 0, 1);
+}
+static void cpu_unpatchify_fwd(real *frames, const real *patches, int S, int C, int H, int W, int P) {
+    patch_map(frames, patches, S, C, H, W, P, 0, 0);
+}
+static void cpu_unpatchify_bwd(real *dpatches, const real *dframes, int S, int C, int H, int W, int P) {
+    patch_map(dpatches, dframes, S, C, H, W, P, 1, 1);
+}
+
+// ----------------------------------------------------------------------------
+// sinusoid embedding
+
+static double sinusoid_freq(int k, int half) { return exp(-log(10000.0) * k / half); }
+
+static void cpu_sinusoid_fwd(real *out, const real *x, real scale, int M, int d) {
+    int half = d / 2;
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < half; k++) {
+            double a = (double)x[m] * scale * sinusoid_freq(k, half);
+            out[(size_t)m * d + k] = (real)cos(a);
+            out[(size_t)m * d + half + k] = (real)sin(a);
+        }
+}
+
+static void cpu_sinusoid_bwd(real *dx, const real *dout, const real *x, real scale, int M, int d) {
+    int half = d / 2;
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++) {
+        double acc = 0;
+        for (int k = 0; k < half; k++) {
+            double w = scale * sinusoid_freq(k, half), a = (double)x[m] * w;
+            acc += -dout[(size_t)m * d + k] * sin(a) * w + dout[(size_t)m * d + half + k] * cos(a) * w;
+        }
+        dx[m] += (real)acc;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// token embedding add
+
+static void cpu_add_pos_time_fwd(real *out, const real *x, const real *pos, const real *temb, int S, int N, int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *p = pos + (r % N) * D, *te = temb + (r / N) * D;
+        for (int d = 0; d < D; d++) out[r * D + d] = x[r * D + d] + p[d] + te[d];
+    }
+}
+
+static void cpu_add_pos_time_bwd(real *dx, real *dtemb, const real *dout, int S, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        for (int n = 0; n < N; n++) {
+            long r = ((long)s * N + n) * D;
+            if (dx)
+                for (int d = 0; d < D; d++) dx[r + d] += dout[r + d];
+        }
+        if (dtemb)
+            for (int d = 0; d < D; d++) {
+                double acc = 0;
+                for (int n = 0; n < N; n++) acc += dout[((long)s * N + n) * D + d];
+                dtemb[(long)s * D + d] += (real)acc;
+            }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// masked MSE and the rectified-flow mix
+
+static double mask_sum(const real *mask, int S) {
+    double m = 0;
+    for (int s = 0; s < S; s++) m += mask[s];
+    return m;
+}
+
+static void cpu_mse_masked_fwd(real *loss, const real *pred, const real *target, const real *mask, int S, long E) {
+    double total = 0, msum = mask_sum(mask, S);
+    for (int s = 0; s < S; s++) {
+        if (mask[s] == 0) continue;
+        double acc = 0;
+        const real *p = pred + s * E, *t = target + s * E;
+        for (long e = 0; e < E; e++) acc += ((double)p[e] - t[e]) * ((double)p[e] - t[e]);
+        total += mask[s] * acc;
+    }
+    loss[0] = msum > 0 ? (real)(total / (msum * E)) : 0;
+}
+
+static void cpu_mse_masked_bwd(real *dpred, const real *pred, const real *target, const real *mask, real dloss,
+                               int S, long E) {
+    double msum = mask_sum(mask, S);
+    if (msum <= 0) return;
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        if (mask[s] == 0) continue;
+        double c = 2.0 * dloss * mask[s] / (msum * E);
+        for (long e = 0; e < E; e++) dpred[s * E + e] += (real)(c * ((double)pred[s * E + e] - target[s * E + e]));
+    }
+}
+
+static void cpu_flow_mix(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++)
+        for (long i = 0; i < E; i++) {
+            long k = s * E + i;
+            xt[k] = (1 - t[s]) * x0[k] + t[s] * e[k];
+            v[k] = e[k] - x0[k];
+        }
+}
+
+// ----------------------------------------------------------------------------
+// the table
+
+static const char *cpu_describe(void) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "cpu (%s, OpenMP, %d thread%s, %s)", sizeof(real) == 8 ? "fp64" : "fp32",
+             fc_threads(), fc_threads() == 1 ? "" : "s", openblas_get_config());
+    return buf;
+}
+
+static const Backend cpu_backend = {
+    .name = "cpu",
+    .describe = cpu_describe,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .randn = cpu_randn,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .ln_mod_fwd = cpu_ln_mod_fwd,
+    .ln_mod_bwd = cpu_ln_mod_bwd,
+    .gated_add_fwd = cpu_gated_add_fwd,
+    .gated_add_bwd = cpu_gated_add_bwd,
+    .qk_norm_fwd = cpu_qk_norm_fwd,
+    .qk_norm_bwd = cpu_qk_norm_bwd,
+    .attn_fwd = cpu_attn_fwd,
+    .attn_bwd = cpu_attn_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .silu_fwd = cpu_silu_fwd,
+    .silu_bwd = cpu_silu_bwd,
+    .patchify_fwd = cpu_patchify_fwd,
+    .patchify_bwd = cpu_patchify_bwd,
+    .unpatchify_fwd = cpu_unpatchify_fwd,
+    .unpatchify_bwd = cpu_unpatchify_bwd,
+    .sinusoid_fwd = cpu_sinusoid_fwd,
+    .sinusoid_bwd = cpu_sinusoid_bwd,
+    .add_pos_time_fwd = cpu_add_pos_time_fwd,
+    .add_pos_time_bwd = cpu_add_pos_time_bwd,
+    .mse_masked_fwd = cpu_mse_masked_fwd,
+    .mse_masked_bwd = cpu_mse_masked_bwd,
+    .flow_mix = cpu_flow_mix,
+};
+
+const Backend *backend_cpu(void) { return &cpu_backend; }

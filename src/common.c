@@ -1,0 +1,69 @@
+// common.c: error reporting, checked allocation, thread count.
+#include "common.h"
+
+#include <stdarg.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h>
+
+void fc_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("framechain: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void fc_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("framechain: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void *fc_malloc_check(size_t bytes, const char *file, int line) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fc_die("out of host memory: %zu bytes at %s:%d (hint: lower batch_size or the frame size)", bytes,
+               file, line);
+    return p;
+}
+
+void *fc_calloc_check(size_t count, size_t size, const char *file, int line) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        fc_die("out of host memory: %zu x %zu bytes at %s:%d (hint: lower batch_size or the frame size)",
+               count, size, file, line);
+    return p;
+}
+
+static int g_threads = 1;
+
+void fc_set_threads(int n) {
+    if (n < 1) n = 1;
+    g_threads = n;
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+    // OpenBLAS stays single-threaded: backend_cpu.c splits the GEMMs itself, in blocks that do not
+    // depend on the thread count, so results are the same bytes for any thread count.
+    openblas_set_num_threads(1);
+}
+
+int fc_threads(void) { return g_threads; }
+
+int fc_default_threads(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    return 1;
+#endif
+}

@@ -1,0 +1,38 @@
+// common.h: the scalar type, error reporting and checked allocation shared by every file.
+#ifndef FRAMECHAIN_COMMON_H
+#define FRAMECHAIN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// The network is written against `real`. The program is built with float; the
+// gradient tests compile the same sources with -DFC_DOUBLE so that finite
+// differences are taken in double precision on exactly the code that ships.
+#ifdef FC_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
+
+#define FC_VERSION "0.1.0"
+
+// Print one line "framechain: <message>" to stderr and exit with status 1.
+void fc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Print one line "framechain: warning: <message>" to stderr.
+void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// malloc/calloc that report the file and line, the size and a hint when memory runs out.
+void *fc_malloc_check(size_t bytes, const char *file, int line);
+void *fc_calloc_check(size_t count, size_t size, const char *file, int line);
+#define fc_malloc(bytes) fc_malloc_check((bytes), __FILE__, __LINE__)
+#define fc_calloc(count, size) fc_calloc_check((count), (size), __FILE__, __LINE__)
+
+// Number of CPU threads the program uses (OpenMP and OpenBLAS alike).
+void fc_set_threads(int n);
+int fc_threads(void);
+// Threads to use when none are asked for: OMP_NUM_THREADS, else every core.
+int fc_default_threads(void);
+
+#endif

@@ -1,0 +1,50 @@
+// config.h: run configuration. A config file holds `key = value` lines (# starts a comment);
+// `--set key=value` overrides a key. Unknown keys and bad values end the program with one
+// line naming the file, the line and the key.
+#ifndef FRAMECHAIN_CONFIG_H
+#define FRAMECHAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define MAX_SLOTS 32
+
+enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
+
+typedef struct {
+    // ---- network (docs/network.md) ----
+    int frame_size;  // S: frames are S x S
+    int channels;    // C
+    int patch;       // P
+    int width;       // D
+    int depth;       // L
+    int heads;       // NH
+    int mlp_ratio;   // R
+    int freq_dim;    // Fd
+    // ---- frame plan: the window's slots ----
+    int slots;                      // F
+    int slot_kind[MAX_SLOTS];       // enum SlotKind
+    float slot_offset[MAX_SLOTS];   // time offset of each slot, in frames
+    // ---- training ----
+    int batch_size;      // B
+    long long seed;
+    double t_logit_mean;  // target t = sigmoid(mean + std * z)
+    double t_logit_std;
+} Config;
+
+// Defaults (the tiny test network with the starter plan).
+void config_defaults(Config *c);
+// Read `path` into c (over what is there). Dies with "path:line: ..." on any error.
+void config_load(Config *c, const char *path);
+// Apply one "key=value" override; `origin` names it in errors (e.g. "--set").
+void config_set(Config *c, const char *keyvalue, const char *origin);
+// Check the keys against each other; dies naming the key on a bad combination.
+void config_validate(const Config *c, const char *origin);
+// Write the config as `key = value` lines (the same syntax config_load reads).
+void config_write(const Config *c, FILE *out);
+// Value of one key as text (for checkpoint metadata); returns 0 when the key is unknown.
+int config_get(const Config *c, const char *key, char *buf, size_t len);
+// Every key name, NULL-terminated.
+const char *const *config_keys(void);
+
+#endif

@@ -1,0 +1,31 @@
+// flow.c: the rectified-flow objective (docs/network.md, "Objective").
+#include <math.h>
+
+#include "flow.h"
+#include "philox.h"
+
+void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask) {
+    for (int b = 0; b < B; b++) {
+        double z = philox_normal(seed, step, RNG_TIME, (uint64_t)b);
+        double tb = 1.0 / (1.0 + exp(-(c->t_logit_mean + c->t_logit_std * z)));
+        for (int f = 0; f < c->slots; f++) {
+            int target = c->slot_kind[f] == SLOT_TARGET;
+            t[b * c->slots + f] = target ? (real)tb : 0;
+            offset[b * c->slots + f] = c->slot_offset[f];
+            mask[b * c->slots + f] = (real)target;
+        }
+    }
+}
+
+void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step) {
+    const Backend *be = m->be;
+    size_t bytes = sizeof(real) * m->S;
+    real *host = fc_malloc(3 * bytes);
+    flow_slot_levels(&m->cfg, m->B, seed, step, host, host + m->S, host + 2 * m->S);
+    be->upload(m->in.t, host, bytes);
+    be->upload(m->in.offset, host + m->S, bytes);
+    be->upload(m->in.mask, host + 2 * m->S, bytes);
+    free(host);
+    be->randn(m->in.noise, (size_t)m->S * m->E, 0, 1, seed, step, RNG_NOISE, 0);
+    be->flow_mix(m->in.xt, m->in.v, x0, m->in.noise, m->in.t, m->S, m->E);
+}

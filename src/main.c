@@ -1,0 +1,303 @@
+// main.c: the command line. framechain [--threads N] [--device D] <command> [options]
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "config.h"
+#include "model.h"
+
+// ----------------------------------------------------------------------------
+// help texts
+
+static const char *USAGE =
+    "framechain " FC_VERSION ": train video diffusion models on one GPU and chain them into long videos\n"
+    "\n"
+    "usage: framechain [--threads N] [--device cpu|cuda|auto] <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  prepare   turn videos or folders of frames into training clips (shards)\n"
+    "  train     train one model (starter, extrapolate or interpolate) from a config; resumes by itself\n"
+    "  generate  chain the three models into a long video from one first frame\n"
+    "  inspect   show a config's network (parameters, memory) or a checkpoint's contents\n"
+    "\n"
+    "global options:\n"
+    "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
+    "  --device D    cpu, cuda or auto (default auto: cuda where a GPU is found)\n"
+    "  --version     version and the backends this build has\n"
+    "  -h, --help    this text; 'framechain <command> --help' for a command\n";
+
+static const char *HELP_PREPARE =
+    "usage: framechain prepare --input PATH [--input PATH ...] --out DIR --size N --clip-frames N [--fps F]\n"
+    "\n"
+    "Decode every input (a video file in any format FFmpeg reads, a folder of videos, or a folder of\n"
+    "PNG/JPEG frames taken as one clip), scale and centre-crop the frames to N x N RGB, optionally\n"
+    "resample to F frames per second, cut them into clips of --clip-frames frames and write them as\n"
+    "shards with an index and a CRC per clip. Unreadable inputs are reported and skipped.\n"
+    "\n"
+    "status: not in this version yet.\n";
+
+static const char *HELP_TRAIN =
+    "usage: framechain train --config FILE --data DIR --run DIR [--steps N] [--set key=value ...]\n"
+    "\n"
+    "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
+    "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
+    "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
+    "\n"
+    "config keys:\n";
+
+static const char *HELP_GENERATE =
+    "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
+    "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
+    "\n"
+    "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
+    "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
+    "PATH ending in .mp4 or .gif writes a video, anything else a folder of numbered PNGs.\n"
+    "\n"
+    "status: not in this version yet.\n";
+
+static const char *HELP_INSPECT =
+    "usage: framechain inspect --config FILE [--set key=value ...] [--params]\n"
+    "       framechain inspect CHECKPOINT.safetensors\n"
+    "\n"
+    "With --config: the network the config describes, its parameter count and the memory one\n"
+    "training step takes on the CPU backend; --params lists every tensor (name, shape).\n"
+    "With a checkpoint: its step, config, tensors and whether each CRC checks (not in this version yet).\n";
+
+// ----------------------------------------------------------------------------
+// option parsing: every command declares its options; anything else is an error.
+
+typedef struct {
+    const char *name;  // "--config"
+    int takes_value;
+    int repeatable;
+    const char *value;       // last value seen
+    const char *values[64];  // every value, for repeatable options
+    int count;
+} Opt;
+
+static const char *g_cmd = "framechain";
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#include <stdarg.h>
+static void usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", g_cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see %s --help)\n", g_cmd);
+    va_end(ap);
+    exit(2);
+}
+
+// Parse argv[i..] into opts; positional arguments go to *positional (at most one allowed when
+// positional != NULL). Returns 1 when --help was asked for.
+static int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional) {
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        if (a[0] != '-' || a[1] == 0) {
+            if (!positional) usage_error("unexpected argument '%s'", a);
+            if (*positional) usage_error("unexpected second argument '%s'", a);
+            *positional = a;
+            continue;
+        }
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) len = sizeof name - 1;
+        memcpy(name, a, len);
+        name[len] = 0;
+        Opt *o = NULL;
+        for (Opt *p = opts; p && p->name; p++)
+            if (!strcmp(p->name, name)) o = p;
+        if (!o) usage_error("unknown option '%s'", name);
+        const char *value = NULL;
+        if (o->takes_value) {
+            if (eq) value = eq + 1;
+            else if (i + 1 < argc) value = argv[++i];
+            else usage_error("option %s needs a value", name);
+        } else if (eq) {
+            usage_error("option %s takes no value", name);
+        }
+        if (o->count && !o->repeatable) usage_error("option %s given twice", name);
+        if (o->count >= 64) usage_error("option %s given more than 64 times", name);
+        o->values[o->count++] = value;
+        o->value = value ? value : "1";
+    }
+    return 0;
+}
+
+static Opt *opt(Opt *opts, const char *name) {
+    for (Opt *p = opts; p->name; p++)
+        if (!strcmp(p->name, name)) return p;
+    fc_die("internal: option %s is not declared", name);
+}
+
+static const char *required(Opt *opts, const char *name) {
+    Opt *o = opt(opts, name);
+    if (!o->count) usage_error("missing %s", name);
+    return o->value;
+}
+
+static long parse_positive(const char *flag, const char *text, long max) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno || v < 1 || v > max)
+        usage_error("%s %s: expected a whole number from 1 to %ld", flag, text, max);
+    return v;
+}
+
+static double parse_number(const char *flag, const char *text, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !(v >= lo && v <= hi))
+        usage_error("%s %s: expected a number from %g to %g", flag, text, lo, hi);
+    return v;
+}
+
+static void print_config_keys(void) {
+    Config c;
+    config_defaults(&c);
+    config_write(&c, stdout);
+}
+
+// Load --config and apply every --set, in order; dies with one clear line on any problem.
+static Config load_config(Opt *opts) {
+    Config c;
+    config_defaults(&c);
+    const char *path = required(opts, "--config");
+    config_load(&c, path);
+    Opt *set = opt(opts, "--set");
+    for (int i = 0; i < set->count; i++) config_set(&c, set->values[i], "--set");
+    config_validate(&c, path);
+    return c;
+}
+
+static int not_yet(const char *what) {
+    fprintf(stderr, "%s: %s is not in this version yet\n", g_cmd, what);
+    return 2;
+}
+
+// ----------------------------------------------------------------------------
+// commands
+
+static int cmd_prepare(int argc, char **argv) {
+    Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},
+                  {"--overlap", 1}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_PREPARE, stdout), 0;
+    required(opts, "--input");
+    required(opts, "--out");
+    parse_positive("--size", required(opts, "--size"), 4096);
+    parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
+    if (opt(opts, "--fps")->count) parse_number("--fps", opt(opts, "--fps")->value, 0.01, 1000);
+    return not_yet("prepare");
+}
+
+static int cmd_train(int argc, char **argv) {
+    Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) {
+        fputs(HELP_TRAIN, stdout);
+        print_config_keys();
+        return 0;
+    }
+    Config c = load_config(opts);
+    (void)c;
+    required(opts, "--data");
+    required(opts, "--run");
+    if (opt(opts, "--steps")->count) parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
+    return not_yet("the training loop");
+}
+
+static int cmd_generate(int argc, char **argv) {
+    Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
+                  {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_GENERATE, stdout), 0;
+    const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
+    long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
+    if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
+    if (opt(opts, "--steps")->count) parse_positive("--steps", opt(opts, "--steps")->value, 100000);
+    if (opt(opts, "--noise-aug")->count) parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 1);
+    return not_yet("generate");
+}
+
+static void print_human_bytes(const char *what, double bytes) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    printf("%-28s %8.2f %s\n", what, bytes, unit[u]);
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {NULL}};
+    const char *file = NULL;
+    if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
+    if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
+    if (file) return not_yet("reading checkpoints");
+    if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
+    Config c = load_config(opts);
+    Model *m = build_model(&c, backend_cpu(), c.batch_size);
+    config_write(&c, stdout);
+    printf("\n");
+    if (opt(opts, "--params")->count) {
+        for (int i = 0; i < m->n_tensors; i++) {
+            const ParamInfo *pi = &m->info[i];
+            if (pi->ndim == 2)
+                printf("%-40s (%d, %d)\n", pi->name, pi->shape[0], pi->shape[1]);
+            else
+                printf("%-40s (%d)\n", pi->name, pi->shape[0]);
+        }
+        printf("\n");
+    }
+    printf("%-28s %zu in %d tensors\n", "parameters", m->n_params, m->n_tensors);
+    printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", m->B, m->F, m->N, m->T);
+    print_human_bytes("memory per step (cpu, fp32)", (double)model_memory_bytes(m));
+    free_model(m);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    int threads = 0;
+    const char *device = "auto";
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(USAGE, stdout), 0;
+        if (!strcmp(a, "--version")) {
+            fc_set_threads(threads ? threads : fc_default_threads());
+            printf("framechain %s\n", FC_VERSION);
+            backend_print_versions(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--threads") || !strcmp(a, "--device")) {
+            if (i + 1 >= argc) usage_error("option %s needs a value", a);
+            if (a[2] == 't') threads = (int)parse_positive("--threads", argv[++i], 1024);
+            else device = argv[++i];
+            continue;
+        }
+        usage_error("unknown option '%s'", a);
+    }
+    if (i >= argc) usage_error("no command given: prepare, train, generate or inspect");
+    fc_set_threads(threads ? threads : fc_default_threads());
+    const char *cmd = argv[i];
+    static char cmdname[64];
+    snprintf(cmdname, sizeof cmdname, "framechain %s", cmd);
+    g_cmd = cmdname;
+    // A --device that cannot be had ends here, before any work.
+    const Backend *be = backend_select(device);
+    (void)be;
+    // The subcommand sees its own name as argv[1].
+    argc -= i - 1, argv += i - 1;
+    if (!strcmp(cmd, "prepare")) return cmd_prepare(argc, argv);
+    if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    g_cmd = "framechain";
+    usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The test suite: runs every suite, shows its PASS/FAIL lines, and ends with "N passed, N failed".
+# Environment: BUILD (build folder), FRAMECHAIN (the binary), PYTHON (with torch, for the reference).
+set -u
+BUILD=${BUILD:-build}
+FC=${FRAMECHAIN:-./framechain}
+PYTHON=${PYTHON:-python3}
+TINY=configs/tiny/starter.conf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+: > "$tmp/all"
+
+report() {  # report PASS|FAIL name message
+    echo "$1 $2: $3" | tee -a "$tmp/all"
+}
+
+# run_suite NAME CMD...: the command prints PASS/FAIL lines; a crash without one is a failure.
+run_suite() {
+    local name=$1
+    shift
+    echo "== $name"
+    "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    grep -E '^(PASS|FAIL) ' "$tmp/out" >> "$tmp/all"
+    cat "$tmp/out"
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
+        report FAIL "$name" "exited with status $rc without reporting a failure"
+    fi
+}
+
+run_suite units "$BUILD/test_units"
+run_suite gradients "$BUILD/test_grad" "$TINY"
+
+echo "== pytorch reference"
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    report FAIL pytorch_reference "$PYTHON cannot import torch (install python3-torch)"
+elif ! "$BUILD/dump_reference" --config "$TINY" --out "$tmp/ref.safetensors" --threads 2 > "$tmp/out" 2>&1; then
+    report FAIL pytorch_reference "dump_reference failed: $(tail -1 "$tmp/out")"
+else
+    "$PYTHON" tools/reference.py --check "$tmp/ref.safetensors" --tol 1e-4 > "$tmp/out" 2>&1
+    rc=$?
+    cat "$tmp/out"
+    summary=$(grep 'tensors compared' "$tmp/out" | tail -1)
+    if [ $rc -eq 0 ]; then report PASS pytorch_reference "${summary:-ok}"; else report FAIL pytorch_reference "${summary:-status $rc}"; fi
+fi
+
+echo "== determinism"
+dump() {  # dump THREADS SEED OUT
+    "$BUILD/dump_reference" --config "$TINY" --threads "$1" --seed "$2" --out "$3" > /dev/null 2>&1
+}
+if dump 1 7 "$tmp/a1" && dump 1 7 "$tmp/b1" && dump 2 7 "$tmp/a2" && dump 2 7 "$tmp/b2" && dump 2 8 "$tmp/c2"; then
+    for pair in "a1 b1 same_seed_1_thread" "a2 b2 same_seed_2_threads" "a1 a2 1_thread_equals_2_threads"; do
+        set -- $pair
+        if cmp -s "$tmp/$1" "$tmp/$2"; then
+            report PASS "determinism_$3" "$(stat -c %s "$tmp/$1") bytes identical (weights, inputs, output, every gradient)"
+        else
+            report FAIL "determinism_$3" "$(cmp "$tmp/$1" "$tmp/$2" | head -1)"
+        fi
+    done
+    if cmp -s "$tmp/a2" "$tmp/c2"; then
+        report FAIL determinism_seed_matters "seeds 7 and 8 gave the same bytes"
+    else
+        report PASS determinism_seed_matters "seeds 7 and 8 differ"
+    fi
+else
+    report FAIL determinism "dump_reference failed"
+fi
+
+run_suite cli tests/test_cli.sh "$FC"
+
+passed=$(grep -c '^PASS ' "$tmp/all")
+failed=$(grep -c '^FAIL ' "$tmp/all")
+echo
+grep '^FAIL ' "$tmp/all" | sed 's/^/  /'
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

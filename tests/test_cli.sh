@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The command line: help, version, and one clear line with a non-zero exit for every bad input.
+set -u
+FC=${1:-./framechain}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME STATUS PATTERN CMD...: exit status STATUS, and PATTERN in the output
+# (for failures: exactly one line on stderr, naming what is wrong).
+expect() {
+    local name=$1 want=$2 pattern=$3
+    shift 3
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$?
+    local lines
+    lines=$(wc -l < "$tmp/stderr")
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL cli_$name: exit status $rc, expected $want ($(head -1 "$tmp/stderr"))"
+    elif ! cat "$tmp/stdout" "$tmp/stderr" | grep -q -- "$pattern"; then
+        echo "FAIL cli_$name: output lacks '$pattern'"
+    elif [ "$want" -ne 0 ] && [ "$lines" -ne 1 ]; then
+        echo "FAIL cli_$name: $lines lines on stderr, expected one"
+    else
+        echo "PASS cli_$name: status $rc, $(head -c 100 "$tmp/stderr" | head -1)"
+    fi
+}
+
+printf 'frame_size = 32\nwidht = 64\n' > "$tmp/typo.conf"
+printf 'frame_size = 30\npatch = 4\n' > "$tmp/odd.conf"
+printf 'width = sixty\n' > "$tmp/nan.conf"
+printf 'plan = anchor:0 context:1\n' > "$tmp/notarget.conf"
+
+expect help 0 "usage: framechain" "$FC" --help
+expect version 0 "cpu (fp32" "$FC" --version
+expect no_command 2 "no command given" "$FC"
+expect unknown_command 2 "unknown command 'trian'" "$FC" trian
+expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
+expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
+expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
+for cmd in prepare train generate inspect; do
+    expect "${cmd}_help" 0 "usage: framechain $cmd" "$FC" "$cmd" --help
+done
+expect train_help_lists_keys 0 "t_logit_std" "$FC" train --help
+expect train_unknown_flag 2 "unknown option '--lr'" "$FC" train --lr 3
+expect train_missing_value 2 "option --config needs a value" "$FC" train --config
+expect train_missing_config 2 "missing --config" "$FC" train --data d --run r
+expect config_unreadable 1 "nope.conf: cannot open config" "$FC" train --config "$tmp/nope.conf" --data d --run r
+expect config_unknown_key 1 "typo.conf:2: unknown key 'widht'" "$FC" train --config "$tmp/typo.conf" --data d --run r
+expect config_not_a_number 1 "nan.conf:1: width = sixty: not an integer" "$FC" inspect --config "$tmp/nan.conf"
+expect config_bad_combination 1 "frame_size 30 is not a multiple of patch 4" "$FC" inspect --config "$tmp/odd.conf"
+expect config_plan_without_target 1 "the plan has no target slot" "$FC" inspect --config "$tmp/notarget.conf"
+expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/tiny/starter.conf --set depht=3
+expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
+expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
+expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --config configs/tiny/starter.conf --data d --run r --steps -4
+expect generate_too_few_frames 2 "at least 7 frames" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
+expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --config configs/tiny/starter.conf --params
+expect not_yet_is_an_error 2 "not in this version yet" "$FC" prepare --input a --out b --size 64 --clip-frames 16
+exit 0
