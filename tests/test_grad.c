@@ -37,10 +37,21 @@ typedef struct {
 } OpCheck;
 
 static const Backend *be;
+
+// The op checks' buffers, freed together at the end (so the sanitizer build sees no leak).
+static void *g_allocs[512];
+static int g_nallocs;
+static void *talloc(size_t count, size_t size) {
+    if (g_nallocs == 512) fc_die("test_grad: too many buffers");
+    return g_allocs[g_nallocs++] = fc_calloc(count, size);
+}
+static void tfree_all(void) {
+    while (g_nallocs) free(g_allocs[--g_nallocs]);
+}
 static uint32_t g_stream_offset = 0;
 
 static real *randbuf(size_t n, double lo, double hi) {
-    real *p = fc_calloc(n, sizeof(real));
+    real *p = talloc(n, sizeof(real));
     philox_fill_uniform(p, n, lo, hi, 77, 0, RNG_TEST, g_stream_offset);
     g_stream_offset += (uint32_t)n + 1;
     return p;
@@ -147,11 +158,11 @@ static void apt_b(void *p) { Ctx *c = p; be->add_pos_time_bwd(c->dx, c->dtemb, c
 static void mse_f(void *p) { Ctx *c = p; be->mse_masked_fwd(c->y, c->x, c->target, c->mask, c->S, c->M); }
 static void mse_b(void *p) { Ctx *c = p; be->mse_masked_bwd(c->dx, c->x, c->target, c->mask, c->dy[0], c->S, c->M); }
 
-#define ARG(nm, xp, dxp, cnt) ((Arg){nm, (xp), (dxp) = fc_calloc((cnt), sizeof(real)), (cnt)})
+#define ARG(nm, xp, dxp, cnt) ((Arg){nm, (xp), (dxp) = talloc((cnt), sizeof(real)), (cnt)})
 
 static OpCheck op(const char *name, void (*f)(void *), void (*b)(void *), Ctx *c, size_t ny) {
-    c->y = fc_calloc(ny, sizeof(real));
-    c->dy = fc_calloc(ny, sizeof(real));
+    c->y = talloc(ny, sizeof(real));
+    c->dy = talloc(ny, sizeof(real));
     return (OpCheck){.name = name, .fwd = f, .bwd = b, .ctx = c, .y = c->y, .dy = c->dy, .ny = ny, .h = 1e-6};
 }
 
@@ -168,7 +179,7 @@ static void test_ops(void) {
     {  // modulation rows with a stride of 3D, as the adaLN chunks have
         Ctx c = {.S = 3, .N = 4, .D = 8, .ms = 24};
         c.x = randbuf(96, -2, 2), c.mod = randbuf(72, -0.5, 0.5);
-        c.mean = fc_calloc(12, sizeof(real)), c.rstd = fc_calloc(12, sizeof(real));
+        c.mean = talloc(12, sizeof(real)), c.rstd = talloc(12, sizeof(real));
         OpCheck k = op("ln_mod", ln_f, ln_b, &c, 96);
         k.args[0] = ARG("x", c.x, c.dx, 96), k.args[1] = ARG("shift_scale", c.mod, c.dmod, 72), k.nargs = 2;
         gradcheck(&k, tol);
@@ -181,7 +192,7 @@ static void test_ops(void) {
     {
         Ctx c = {.T = 5, .D = 8, .H = 2};
         c.qkv = randbuf(120, -2, 2), c.qw = randbuf(4, 0.5, 1.5), c.kw = randbuf(4, 0.5, 1.5);
-        c.stats = fc_calloc(20, sizeof(real));
+        c.stats = talloc(20, sizeof(real));
         OpCheck k = op("qk_norm", qkn_f, qkn_b, &c, 120);
         k.args[0] = ARG("qkv", c.qkv, c.dqkv, 120), k.args[1] = ARG("qw", c.qw, c.dqw, 4);
         k.args[2] = ARG("kw", c.kw, c.dkw, 4), k.nargs = 3;
@@ -195,7 +206,7 @@ static void test_ops(void) {
         else
             c.lay = (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = F * N,
                                  .inner_stride = 1};
-        c.qkv = randbuf((size_t)T * 3 * D, -1.5, 1.5), c.lse = fc_calloc(T * 2, sizeof(real));
+        c.qkv = randbuf((size_t)T * 3 * D, -1.5, 1.5), c.lse = talloc(T * 2, sizeof(real));
         OpCheck k = op(temporal ? "attention_temporal" : "attention_spatial", attn_f, attn_b, &c, (size_t)T * D);
         k.args[0] = ARG("qkv", c.qkv, c.dqkv, (size_t)T * 3 * D), k.nargs = 1;
         gradcheck(&k, tol);
@@ -238,7 +249,7 @@ static void test_ops(void) {
     }
     {
         Ctx c = {.S = 4, .M = 6};
-        c.x = randbuf(24, -1, 1), c.target = randbuf(24, -1, 1), c.mask = fc_calloc(4, sizeof(real));
+        c.x = randbuf(24, -1, 1), c.target = randbuf(24, -1, 1), c.mask = talloc(4, sizeof(real));
         c.mask[1] = c.mask[3] = 1;  // slots 0 and 2 are conditioning: no loss, no gradient
         OpCheck k = op("mse_masked", mse_f, mse_b, &c, 1);
         k.args[0] = ARG("pred", c.x, c.dx, 24), k.nargs = 1;
@@ -317,5 +328,6 @@ int main(int argc, char **argv) {
     be = backend_cpu();
     test_ops();
     test_network(argc > 1 ? argv[1] : "configs/tiny/starter.conf");
+    tfree_all();
     return g_failed ? 1 : 0;
 }

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install what framechain needs from Debian/Ubuntu packages, skipping what is already there.
+#   tools/install-deps.sh          to build and run framechain
+#   tools/install-deps.sh --test   also what the test suite needs (PyTorch for the reference model)
+set -eu
+pkgs="build-essential pkg-config libopenblas-openmp-dev zlib1g-dev"
+if [ "${1:-}" = "--test" ]; then
+    pkgs="$pkgs python3 python3-numpy python3-torch"
+fi
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+    echo "install-deps: everything is installed"
+    exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing$missing"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
