@@ -65,7 +65,7 @@ OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all test test-cuda sanitize test-sanitize clean info
+.PHONY: all test sanitize test-sanitize clean info
 all: info $(BIN)
 
 info:

@@ -32,6 +32,12 @@ run_suite units "$BUILD/test_units"
 run_suite gradients "$BUILD/test_grad" "$TINY"
 
 echo "== pytorch reference"
+if "$PYTHON" tools/reference.py --selftest > "$tmp/out" 2>&1; then
+    report PASS reference_selftest "$(grep -c ' ok' "$tmp/out") checks of the PyTorch model against finite differences and its own layout"
+else
+    cat "$tmp/out"
+    report FAIL reference_selftest "tools/reference.py --selftest failed"
+fi
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     report FAIL pytorch_reference "$PYTHON cannot import torch (install python3-torch)"
 elif ! "$BUILD/dump_reference" --config "$TINY" --out "$tmp/ref.safetensors" --threads 2 > "$tmp/out" 2>&1; then

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "config.h"
+#include "flow.h"
 #include "model.h"
 #include "philox.h"
 
@@ -108,11 +109,58 @@ static void test_param_layout(void) {
     free_model(m);
 }
 
+static void test_flow(void) {
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "plan=anchor:0 context:4 target:8 target:12", "test");
+    config_set(&c, "t_logit_mean=0.5", "test");
+    config_set(&c, "t_logit_std=1.5", "test");
+    c.frame_size = 8, c.patch = 4, c.width = 16, c.freq_dim = 8;
+    Model *m = build_model(&c, backend_cpu(), 3);
+    size_t nx = (size_t)m->S * m->E;
+    real *x0 = fc_malloc(sizeof(real) * nx);
+    philox_fill_uniform(x0, nx, -1, 1, 3, 0, RNG_TEST, 0);
+    flow_prepare_batch(m, x0, 3, 42);
+    double worst = 0;
+    int levels_ok = 1;
+    for (int s = 0; s < m->S; s++) {
+        int f = s % m->F, target = c.slot_kind[f] == SLOT_TARGET;
+        real t = m->in.t[s];
+        levels_ok &= target ? (t > 0 && t < 1 && t == m->in.t[(s / m->F) * m->F + 2]) : t == 0;
+        levels_ok &= m->in.mask[s] == (real)target && m->in.offset[s] == c.slot_offset[f];
+        for (long e = 0; e < m->E; e++) {
+            size_t k = (size_t)s * m->E + e;
+            double noise = philox_normal(3, 42, RNG_NOISE, k);
+            worst = fmax(worst, fabs(m->in.xt[k] - ((1 - t) * x0[k] + t * noise)));
+            worst = fmax(worst, fabs(m->in.v[k] - (noise - x0[k])));
+            if (!target && m->in.xt[k] != x0[k]) levels_ok = 0;  // t = 0 slots are the clean frames, exactly
+        }
+    }
+    check(levels_ok, "flow_slot_levels", "targets share one t in (0, 1) per window, anchor and context are clean");
+    check(worst < 1e-6, "flow_xt_and_target", "x_t = (1-t) x0 + t e and v = e - x0 within %.1e", worst);
+    // the target level is logit-normal: logit(t) has the configured mean and std
+    enum { W = 20000 };
+    real *t = fc_malloc(sizeof(real) * W * c.slots), *off = fc_malloc(sizeof(real) * W * c.slots);
+    real *mask = fc_malloc(sizeof(real) * W * c.slots);
+    flow_slot_levels(&c, W, 5, 0, t, off, mask);
+    double sum = 0, sq = 0;
+    for (int b = 0; b < W; b++) {
+        double z = log(t[b * c.slots + 2] / (1 - t[b * c.slots + 2]));
+        sum += z, sq += z * z;
+    }
+    double mean = sum / W, sd = sqrt(sq / W - mean * mean);
+    check(fabs(mean - 0.5) < 0.05 && fabs(sd - 1.5) < 0.05, "flow_t_logit_normal", "logit(t): mean %.3f std %.3f", mean,
+          sd);
+    free(t), free(off), free(mask), free(x0);
+    free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_philox_kat();
     test_philox_distributions();
     test_config_roundtrip();
     test_param_layout();
+    test_flow();
     return g_failed ? 1 : 0;
 }
