@@ -60,12 +60,12 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c backend.c backend_cpu.c model.c flow.c safetensors.c
+SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c safetensors.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all test sanitize test-sanitize clean info
+.PHONY: all test fuzz sanitize test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -99,7 +99,14 @@ $(BUILD)/dump_reference: tests/dump_reference.c $(OBJ) $(CUDA_OBJ)
 $(BUILD)/test_grad: tests/test_grad.c tests/check.h $(OBJ64)
 	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad
+$(BUILD)/test_optim: tests/test_optim.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+$(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
+             $(BUILD)/test_safetensors
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
@@ -108,5 +115,23 @@ test: info $(TEST_BINS)
 sanitize test-sanitize:
 	$(MAKE) --no-print-directory BUILD=build-san SAN=1 OPT=-O1 test
 
+# ---- fuzzing (clang's libFuzzer with address and undefined-behaviour sanitizers) ----
+# make fuzz FUZZ_SECONDS=300 runs each target for that long from the corpus in tests/fuzz/.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
+FUZZ_SRC     := src/common.c src/config.c src/safetensors.c
+build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC) src/*.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lm
+
+fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config
+	@for t in safetensors config; do \
+	    mkdir -p build-fuzz/corpus-$$t; \
+	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$t tests/fuzz/$$t \
+	        2>&1 | grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|ERROR|SUMMARY|Done" ; \
+	done
+
 clean:
-	rm -rf build build-san framechain
+	rm -rf build build-san build-fuzz framechain

@@ -27,6 +27,16 @@ typedef struct {
     long tok_stride, outer_stride, inner_stride;
 } AttnLayout;
 
+// Hyper-parameters of one AdamW step (decoupled weight decay, bias-corrected moments).
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;          // t >= 1, the number of this update, for the bias correction
+    float grad_scale;  // every gradient is multiplied by this first (gradient-norm clipping)
+} AdamHyper;
+
+// 8-bit AdamW quantises the moments in blocks of this many elements, one fp32 absmax per block.
+#define ADAM8_BLOCK 256
+
 typedef struct Backend {
     const char *name;
     const char *(*describe)(void);  // one line for --version: precision, threads, libraries
@@ -105,6 +115,19 @@ typedef struct Backend {
 
     // ---- rectified flow: per slot s with level t[s], xt = (1 - t) x0 + t e, v = e - x0; (S, E) ----
     void (*flow_mix)(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E);
+
+    // ---- optimizer (src/cpu_optim.c on the CPU). An element whose gradient is NaN or Inf keeps its
+    //      parameter and moments unchanged. ----
+    // fp32 AdamW: param, grad, m, v (n).
+    void (*adamw_fp32)(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h);
+    // 8-bit AdamW: m8 and v8 (n) are indices into the 256-entry code maps code_m (signed) and code_v
+    // (unsigned), scaled per block of ADAM8_BLOCK by absmax_m and absmax_v (ceil(n / ADAM8_BLOCK)).
+    void (*adamw_8bit)(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
+                       const float *code_m, const float *code_v, size_t n, AdamHyper h);
+    // Sum of squares of the finite elements of x (n), returned to the host; *nonfinite counts the others.
+    double (*sum_squares)(const real *x, size_t n, size_t *nonfinite);
+    // ema = decay * ema + (1 - decay) * param (n)
+    void (*ema_update)(real *ema, const real *param, float decay, size_t n);
 } Backend;
 
 // The CPU reference backend (always built).

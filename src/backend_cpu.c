@@ -7,6 +7,7 @@
 #include <cblas.h>
 
 #include "backend.h"
+#include "cpu_optim.h"
 #include "philox.h"
 
 #ifdef FC_DOUBLE
@@ -554,6 +555,10 @@ static const Backend cpu_backend = {
     .mse_masked_fwd = cpu_mse_masked_fwd,
     .mse_masked_bwd = cpu_mse_masked_bwd,
     .flow_mix = cpu_flow_mix,
+    .adamw_fp32 = cpu_adamw_fp32,
+    .adamw_8bit = cpu_adamw_8bit,
+    .sum_squares = cpu_sum_squares,
+    .ema_update = cpu_ema_update,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

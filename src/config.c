@@ -8,7 +8,7 @@
 #include "common.h"
 #include "config.h"
 
-typedef enum { KEY_INT, KEY_LL, KEY_DOUBLE, KEY_PLAN } KeyType;
+typedef enum { KEY_INT, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM } KeyType;
 
 typedef struct {
     const char *name;
@@ -16,7 +16,11 @@ typedef struct {
     size_t offset;
     double min, max;
     const char *help;
+    const char *const *choices;  // KEY_ENUM: the names of the values 0, 1, ..., NULL-terminated
 } KeyDef;
+
+static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
+static const char *const DATASETS[] = {"shapes", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -33,6 +37,20 @@ static const KeyDef KEYS[] = {
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
+    {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
+    {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
+    {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
+    {"lr_min_ratio", KEY_DOUBLE, OFF(lr_min_ratio), 0, 1, "the cosine decay ends at lr * lr_min_ratio"},
+    {"weight_decay", KEY_DOUBLE, OFF(weight_decay), 0, 10, "decoupled weight decay of the 2-D weights"},
+    {"beta1", KEY_DOUBLE, OFF(beta1), 0, 0.99999, "AdamW first-moment decay"},
+    {"beta2", KEY_DOUBLE, OFF(beta2), 0, 0.99999999, "AdamW second-moment decay"},
+    {"adam_eps", KEY_DOUBLE, OFF(adam_eps), 1e-30, 1, "AdamW epsilon"},
+    {"grad_clip", KEY_DOUBLE, OFF(grad_clip), 0, 1e9, "clip the gradient norm to this (0: off)"},
+    {"ema_decay", KEY_DOUBLE, OFF(ema_decay), 0, 1, "decay of the weights' EMA, used for generation"},
+    {"optimizer", KEY_ENUM, OFF(optimizer), 0, 0, "adamw8bit (8-bit moments) or adamw (fp32 moments)", OPTIMIZERS},
+    {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
+    {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
+    {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (the built-in moving-shapes generator)", DATASETS},
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -45,6 +63,9 @@ void config_defaults(Config *c) {
     c->slots = 7;
     for (int i = 0; i < 7; i++) c->slot_kind[i] = i ? SLOT_TARGET : SLOT_ANCHOR, c->slot_offset[i] = (float)i;
     c->batch_size = 2, c->seed = 1, c->t_logit_mean = 0.0, c->t_logit_std = 1.0;
+    c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
+    c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
+    c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
 }
 
 static const KeyDef *find_key(const char *name) {
@@ -96,6 +117,18 @@ static const char *set_key(Config *c, const KeyDef *k, const char *value) {
     char *end;
     errno = 0;
     if (k->type == KEY_PLAN) return parse_plan(c, value);
+    if (k->type == KEY_ENUM) {
+        size_t used = 0;
+        for (int i = 0; k->choices[i]; i++) {
+            if (!strcmp(k->choices[i], value)) {
+                *(int *)((char *)c + k->offset) = i;
+                return NULL;
+            }
+            used += (size_t)snprintf(err + used, sizeof err - used, "%s%s", i ? ", " : "expected one of: ", k->choices[i]);
+            if (used >= sizeof err) break;
+        }
+        return err;
+    }
     if (k->type == KEY_DOUBLE) {
         double v = strtod(value, &end);
         if (end == value || *end || errno || !isfinite(v)) return "not a number";
@@ -173,6 +206,7 @@ void config_validate(const Config *c, const char *origin) {
         fc_die("%s: width %d is not a multiple of heads %d", origin, c->width, c->heads);
     if (c->width % 4) fc_die("%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
     if (c->freq_dim % 2) fc_die("%s: freq_dim %d is not even", origin, c->freq_dim);
+    if (c->warmup_steps > c->steps) fc_die("%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
 }
 
 static void plan_text(const Config *c, char *buf, size_t len) {
@@ -192,6 +226,7 @@ int config_get(const Config *c, const char *key, char *buf, size_t len) {
     case KEY_LL: snprintf(buf, len, "%lld", *(const long long *)p); break;
     case KEY_DOUBLE: snprintf(buf, len, "%.17g", *(const double *)p); break;
     case KEY_PLAN: plan_text(c, buf, len); break;
+    case KEY_ENUM: snprintf(buf, len, "%s", k->choices[*(const int *)p]); break;
     }
     return 1;
 }

@@ -30,7 +30,25 @@ typedef struct {
     long long seed;
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;
+    // ---- optimisation ----
+    int steps;              // total optimizer steps of the run
+    double lr;              // peak learning rate
+    int warmup_steps;       // linear warmup from 0 to lr
+    double lr_min_ratio;    // cosine decay ends at lr * lr_min_ratio
+    double weight_decay;    // decoupled, on the 2-D weights only
+    double beta1, beta2, adam_eps;
+    double grad_clip;       // clip the global gradient norm to this (0: off)
+    double ema_decay;       // EMA of the weights, for generation
+    int optimizer;          // enum Optimizer
+    // ---- checkpoints ----
+    int checkpoint_every;   // steps between checkpoints
+    int keep_checkpoints;   // how many of the newest checkpoints stay on disk
+    // ---- data ----
+    int dataset;            // enum Dataset
 } Config;
+
+enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
+enum Dataset { DATA_SHAPES = 0 };
 
 // Defaults (the tiny test network with the starter plan).
 void config_defaults(Config *c);

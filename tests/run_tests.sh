@@ -30,6 +30,8 @@ run_suite() {
 
 run_suite units "$BUILD/test_units"
 run_suite gradients "$BUILD/test_grad" "$TINY"
+run_suite optimizer "$BUILD/test_optim"
+run_suite safetensors "$BUILD/test_safetensors"
 
 echo "== pytorch reference"
 if "$PYTHON" tools/reference.py --selftest > "$tmp/out" 2>&1; then

@@ -1,0 +1,2 @@
+// quant8.c: placeholder while the codes are written.
+#include "quant8.h"
