@@ -37,9 +37,15 @@ endif
 CFLAGS += $(BLAS_CFLAGS)
 LDLIBS += $(BLAS_LIBS)
 
-# ---- optional parts: reported now, used by the issues that need them ----
+# ---- zlib (required: checkpoint CRCs) and the optional parts ----
 HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
 HAVE_ZLIB   := $(shell pkg-config --exists zlib 2>/dev/null && echo yes || echo no)
+ifneq ($(HAVE_ZLIB),yes)
+  ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+    $(error zlib not found: install it with 'apt-get install zlib1g-dev pkg-config')
+  endif
+endif
+LDLIBS += -lz
 
 # ---- CUDA ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -60,7 +66,8 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c safetensors.c
+SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
+        optim.c safetensors.c checkpoint.c train.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
@@ -69,7 +76,7 @@ OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 all: info $(BIN)
 
 info:
-	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | CUDA $(CUDA_STATUS) | FFmpeg $(HAVE_FFMPEG) | zlib $(HAVE_ZLIB)"
+	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | CUDA $(CUDA_STATUS) | FFmpeg $(HAVE_FFMPEG) (not used yet)"
 
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@

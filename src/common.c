@@ -48,12 +48,13 @@ static int g_threads = 1;
 void fc_set_threads(int n) {
     if (n < 1) n = 1;
     g_threads = n;
+    // OpenBLAS stays single-threaded: backend_cpu.c splits the GEMMs itself, in blocks that do not
+    // depend on the thread count, so results are the same bytes for any thread count. This comes
+    // first: the OpenMP build of OpenBLAS sets OpenMP's thread count too.
+    openblas_set_num_threads(1);
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-    // OpenBLAS stays single-threaded: backend_cpu.c splits the GEMMs itself, in blocks that do not
-    // depend on the thread count, so results are the same bytes for any thread count.
-    openblas_set_num_threads(1);
 }
 
 int fc_threads(void) { return g_threads; }
@@ -66,4 +67,11 @@ int fc_default_threads(void) {
 #else
     return 1;
 #endif
+}
+
+long fc_test_hook(const char *name) {
+    char var[128];
+    snprintf(var, sizeof var, "FRAMECHAIN_TEST_%s", name);
+    const char *v = getenv(var);
+    return v && *v ? atol(v) : -1;
 }

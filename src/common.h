@@ -14,6 +14,11 @@
 typedef double real;
 #else
 typedef float real;
+// Fault-injection hooks for the tests: the value of the environment variable FRAMECHAIN_TEST_<name>
+// as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
+// bad on purpose.
+long fc_test_hook(const char *name);
+
 #endif
 
 #define FC_VERSION "0.1.0"
@@ -34,5 +39,10 @@ void fc_set_threads(int n);
 int fc_threads(void);
 // Threads to use when none are asked for: OMP_NUM_THREADS, else every core.
 int fc_default_threads(void);
+
+// Fault-injection hooks for the tests: the value of the environment variable FRAMECHAIN_TEST_<name>
+// as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
+// bad on purpose.
+long fc_test_hook(const char *name);
 
 #endif

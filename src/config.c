@@ -1,7 +1,10 @@
-// config.c: the config file reader, --set overrides and validation.
+// config.c: the config file reader, --set overrides and validation. The core returns errors
+// instead of ending the program, so that checkpoints can be checked and the reader fuzzed;
+// config_load, config_set and config_validate wrap it for the command line.
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -68,88 +71,95 @@ void config_defaults(Config *c) {
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
 }
 
-static const KeyDef *find_key(const char *name) {
+static const KeyDef *find_key_n(const char *name, size_t len) {
     for (int i = 0; i < NKEYS; i++)
-        if (!strcmp(KEYS[i].name, name)) return &KEYS[i];
+        if (strlen(KEYS[i].name) == len && !memcmp(KEYS[i].name, name, len)) return &KEYS[i];
     return NULL;
 }
 
-// Parse "anchor:0 target:1 ..." into the plan fields; returns an error message or NULL.
-static const char *parse_plan(Config *c, const char *text) {
-    static char err[160];
+static const KeyDef *find_key(const char *name) { return find_key_n(name, strlen(name)); }
+
+// Write one line into err (when there is one) and return -1.
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// The largest |slot offset|: beyond it a float cannot hold the offset (and no window spans more).
+#define MAX_SLOT_OFFSET 1e6
+
+// Parse "anchor:0 target:1 ..." into the plan fields; returns 0, or -1 with the reason in `why`.
+static int parse_plan(Config *c, const char *text, char *why, size_t whylen) {
     int n = 0;
     const char *p = text;
     while (*p) {
         while (isspace((unsigned char)*p) || *p == ',') p++;
         if (!*p) break;
         const char *colon = strchr(p, ':');
-        if (!colon) return "expected kind:offset entries, e.g. 'anchor:0 target:1'";
+        if (!colon) return fail(why, whylen, "expected kind:offset entries, e.g. 'anchor:0 target:1'");
         int kind = -1;
         for (int k = 0; k < 3; k++)
             if ((size_t)(colon - p) == strlen(KIND_NAMES[k]) && !strncmp(p, KIND_NAMES[k], colon - p)) kind = k;
         if (kind < 0) {
-            snprintf(err, sizeof err, "unknown slot kind '%.*s' (anchor, context or target)", (int)(colon - p), p);
-            return err;
+            int len = colon - p > 64 ? 64 : (int)(colon - p);  // keep the message one short line
+            return fail(why, whylen, "unknown slot kind '%.*s' (anchor, context or target)", len, p);
         }
         char *end;
         errno = 0;
         double off = strtod(colon + 1, &end);
-        if (end == colon + 1 || errno || !isfinite(off)) return "slot offset is not a number";
-        if (n == MAX_SLOTS) {
-            snprintf(err, sizeof err, "more than %d slots", MAX_SLOTS);
-            return err;
-        }
+        if (end == colon + 1 || errno || !isfinite(off)) return fail(why, whylen, "slot offset is not a number");
+        if (fabs(off) > MAX_SLOT_OFFSET)
+            return fail(why, whylen, "slot offset %g is out of range [%g, %g]", off, -MAX_SLOT_OFFSET, MAX_SLOT_OFFSET);
+        if (n == MAX_SLOTS) return fail(why, whylen, "more than %d slots", MAX_SLOTS);
         c->slot_kind[n] = kind, c->slot_offset[n] = (float)off, n++;
         p = end;
-        if (*p && !isspace((unsigned char)*p) && *p != ',') return "expected a space between slots";
+        if (*p && !isspace((unsigned char)*p) && *p != ',') return fail(why, whylen, "expected a space between slots");
     }
-    if (n == 0) return "the plan has no slots";
+    if (n == 0) return fail(why, whylen, "the plan has no slots");
     int targets = 0;
     for (int i = 0; i < n; i++) targets += c->slot_kind[i] == SLOT_TARGET;
-    if (!targets) return "the plan has no target slot";
+    if (!targets) return fail(why, whylen, "the plan has no target slot");
     c->slots = n;
-    return NULL;
+    return 0;
 }
 
-// Set one key from text; returns an error message or NULL.
-static const char *set_key(Config *c, const KeyDef *k, const char *value) {
-    static char err[200];
+// Set one key from text; returns 0, or -1 with the reason in `why`.
+static int set_key(Config *c, const KeyDef *k, const char *value, char *why, size_t whylen) {
     char *end;
     errno = 0;
-    if (k->type == KEY_PLAN) return parse_plan(c, value);
+    if (k->type == KEY_PLAN) return parse_plan(c, value, why, whylen);
     if (k->type == KEY_ENUM) {
-        size_t used = 0;
-        for (int i = 0; k->choices[i]; i++) {
+        for (int i = 0; k->choices[i]; i++)
             if (!strcmp(k->choices[i], value)) {
                 *(int *)((char *)c + k->offset) = i;
-                return NULL;
+                return 0;
             }
-            used += (size_t)snprintf(err + used, sizeof err - used, "%s%s", i ? ", " : "expected one of: ", k->choices[i]);
-            if (used >= sizeof err) break;
-        }
-        return err;
+        size_t used = 0;
+        for (int i = 0; k->choices[i] && used < whylen; i++)
+            used += (size_t)snprintf(why + used, whylen - used, "%s%s", i ? ", " : "expected one of: ", k->choices[i]);
+        return -1;
     }
     if (k->type == KEY_DOUBLE) {
         double v = strtod(value, &end);
-        if (end == value || *end || errno || !isfinite(v)) return "not a number";
-        if (v < k->min || v > k->max) {
-            snprintf(err, sizeof err, "%g is out of range [%g, %g]", v, k->min, k->max);
-            return err;
-        }
+        // an underflow gives 0 or a subnormal, which is the value meant (and what config_write gives back)
+        if (errno == ERANGE && fabs(v) < 1) errno = 0;
+        if (end == value || *end || errno || !isfinite(v)) return fail(why, whylen, "not a number");
+        if (v < k->min || v > k->max) return fail(why, whylen, "%g is out of range [%g, %g]", v, k->min, k->max);
         *(double *)((char *)c + k->offset) = v;
-        return NULL;
+        return 0;
     }
     long long v = strtoll(value, &end, 10);
-    if (end == value || *end || errno) return "not an integer";
-    if (v < k->min || v > k->max) {
-        snprintf(err, sizeof err, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
-        return err;
-    }
+    if (end == value || *end || errno) return fail(why, whylen, "not an integer");
+    if (v < k->min || v > k->max) return fail(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
     if (k->type == KEY_INT)
         *(int *)((char *)c + k->offset) = (int)v;
     else
         *(long long *)((char *)c + k->offset) = v;
-    return NULL;
+    return 0;
 }
 
 static char *trim(char *s) {
@@ -159,62 +169,145 @@ static char *trim(char *s) {
     return s;
 }
 
-void config_load(Config *c, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) fc_die("%s: cannot open config: %s", path, strerror(errno));
-    char line[4096];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
+    Config t = *c;  // c changes only when the whole text is good
+    char line[CONFIG_MAX_LINE + 1], why[256];
+    size_t pos = 0;
+    long lineno = 0;
+    while (pos < len) {
         lineno++;
-        if (!strchr(line, '\n') && !feof(f)) fc_die("%s:%d: line longer than %zu characters", path, lineno, sizeof line);
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - start) : len - pos;
+        pos += n + (nl != NULL);
+        if (n > CONFIG_MAX_LINE)
+            return fail(err, errlen, "%s:%ld: line longer than %d characters", origin, lineno, CONFIG_MAX_LINE);
+        if (memchr(start, 0, n)) return fail(err, errlen, "%s:%ld: NUL byte in the line", origin, lineno);
+        memcpy(line, start, n);
+        line[n] = 0;
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         char *s = trim(line);
         if (!*s) continue;
         char *eq = strchr(s, '=');
-        if (!eq) fc_die("%s:%d: expected 'key = value', got '%s'", path, lineno, s);
+        if (!eq) return fail(err, errlen, "%s:%ld: expected 'key = value', got '%s'", origin, lineno, s);
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
         const KeyDef *k = find_key(key);
-        if (!k) fc_die("%s:%d: unknown key '%s' (framechain train --help lists the keys)", path, lineno, key);
-        if (!*value) fc_die("%s:%d: %s has no value", path, lineno, key);
-        const char *err = set_key(c, k, value);
-        if (err) fc_die("%s:%d: %s = %s: %s", path, lineno, key, value, err);
+        if (!k)
+            return fail(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin, lineno,
+                        key);
+        if (!*value) return fail(err, errlen, "%s:%ld: %s has no value", origin, lineno, key);
+        if (set_key(&t, k, value, why, sizeof why))
+            return fail(err, errlen, "%s:%ld: %s = %s: %s", origin, lineno, key, value, why);
+    }
+    *c = t;
+    return 0;
+}
+
+int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen) {
+    const char *eq = strchr(keyvalue, '=');
+    if (!eq) return fail(err, errlen, "%s %s: expected key=value", origin, keyvalue);
+    const char *key = keyvalue, *kend = eq;
+    while (key < kend && isspace((unsigned char)*key)) key++;
+    while (kend > key && isspace((unsigned char)kend[-1])) kend--;
+    const KeyDef *k = find_key_n(key, (size_t)(kend - key));
+    if (!k) return fail(err, errlen, "%s %s: unknown key '%.*s'", origin, keyvalue, (int)(kend - key), key);
+    char *value = malloc(strlen(eq + 1) + 1), why[256];  // trimmed, as in a file
+    if (!value) return fail(err, errlen, "%s %s: out of host memory", origin, keyvalue);
+    strcpy(value, eq + 1);
+    Config t = *c;
+    int rc = set_key(&t, k, trim(value), why, sizeof why);
+    free(value);
+    if (rc) return fail(err, errlen, "%s %s: %s", origin, keyvalue, why);
+    *c = t;
+    return 0;
+}
+
+int config_validate_checked(const Config *c, const char *origin, char *err, size_t errlen) {
+    if (c->frame_size % c->patch)
+        return fail(err, errlen, "%s: frame_size %d is not a multiple of patch %d", origin, c->frame_size, c->patch);
+    if (c->width % c->heads)
+        return fail(err, errlen, "%s: width %d is not a multiple of heads %d", origin, c->width, c->heads);
+    if (c->width % 4)
+        return fail(err, errlen, "%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
+    if (c->freq_dim % 2) return fail(err, errlen, "%s: freq_dim %d is not even", origin, c->freq_dim);
+    if (c->warmup_steps > c->steps)
+        return fail(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
+    return 0;
+}
+
+void config_load(Config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fc_die("%s: cannot open config: %s", path, strerror(errno));
+    size_t len = 0, cap = 4096;
+    char *text = fc_malloc(cap);
+    for (;;) {
+        len += fread(text + len, 1, cap - len, f);
+        if (len < cap) break;
+        text = realloc(text, cap *= 2);
+        if (!text) fc_die("%s: out of host memory reading the config", path);
     }
     if (ferror(f)) fc_die("%s: read error", path);
     fclose(f);
+    char err[CONFIG_MAX_LINE + 512];
+    if (config_parse_text(c, text, len, path, err, sizeof err)) fc_die("%s", err);
+    free(text);
 }
 
 void config_set(Config *c, const char *keyvalue, const char *origin) {
-    const char *eq = strchr(keyvalue, '=');
-    if (!eq) fc_die("%s %s: expected key=value", origin, keyvalue);
-    char key[128];
-    size_t klen = (size_t)(eq - keyvalue);
-    if (klen >= sizeof key) klen = sizeof key - 1;
-    memcpy(key, keyvalue, klen);
-    key[klen] = 0;
-    const KeyDef *k = find_key(trim(key));
-    if (!k) fc_die("%s %s: unknown key '%s'", origin, keyvalue, key);
-    const char *err = set_key(c, k, eq + 1);
-    if (err) fc_die("%s %s: %s", origin, keyvalue, err);
+    char err[CONFIG_MAX_LINE + 512];
+    if (config_set_checked(c, keyvalue, origin, err, sizeof err)) fc_die("%s", err);
 }
 
 void config_validate(const Config *c, const char *origin) {
-    if (c->frame_size % c->patch)
-        fc_die("%s: frame_size %d is not a multiple of patch %d", origin, c->frame_size, c->patch);
-    if (c->width % c->heads)
-        fc_die("%s: width %d is not a multiple of heads %d", origin, c->width, c->heads);
-    if (c->width % 4) fc_die("%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
-    if (c->freq_dim % 2) fc_die("%s: freq_dim %d is not even", origin, c->freq_dim);
-    if (c->warmup_steps > c->steps) fc_die("%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
+    char err[512];
+    if (config_validate_checked(c, origin, err, sizeof err)) fc_die("%s", err);
+}
+
+int config_equal(const Config *a, const Config *b) {
+    // every field is a key, so the key table says what to compare
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDef *k = &KEYS[i];
+        const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
+        switch (k->type) {
+        case KEY_INT:
+        case KEY_ENUM:
+            if (*(const int *)x != *(const int *)y) return 0;
+            break;
+        case KEY_LL:
+            if (*(const long long *)x != *(const long long *)y) return 0;
+            break;
+        case KEY_DOUBLE:
+            if (*(const double *)x != *(const double *)y) return 0;
+            break;
+        case KEY_PLAN:
+            if (a->slots != b->slots) return 0;
+            for (int s = 0; s < a->slots; s++)
+                if (a->slot_kind[s] != b->slot_kind[s] || a->slot_offset[s] != b->slot_offset[s]) return 0;
+            break;
+        }
+    }
+    return 1;
+}
+
+// The shortest %g text (6 to 9 digits) that reads back as the same float, so that config_write
+// round-trips exactly and 0.1 still reads "0.1".
+static void float_text(float v, char *buf, size_t len) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, (double)v);
+        if ((float)strtod(buf, NULL) == v) return;
+    }
 }
 
 static void plan_text(const Config *c, char *buf, size_t len) {
     size_t used = 0;
     buf[0] = 0;
-    for (int i = 0; i < c->slots && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s:%g", i ? " " : "", KIND_NAMES[c->slot_kind[i]],
-                                 (double)c->slot_offset[i]);
+    for (int i = 0; i < c->slots && used < len; i++) {
+        char off[32];
+        float_text(c->slot_offset[i], off, sizeof off);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s:%s", i ? " " : "", KIND_NAMES[c->slot_kind[i]], off);
+    }
 }
 
 int config_get(const Config *c, const char *key, char *buf, size_t len) {
@@ -224,7 +317,14 @@ int config_get(const Config *c, const char *key, char *buf, size_t len) {
     switch (k->type) {
     case KEY_INT: snprintf(buf, len, "%d", *(const int *)p); break;
     case KEY_LL: snprintf(buf, len, "%lld", *(const long long *)p); break;
-    case KEY_DOUBLE: snprintf(buf, len, "%.17g", *(const double *)p); break;
+    case KEY_DOUBLE: {  // the shortest text that reads back as the same double
+        double v = *(const double *)p;
+        for (int digits = 6; digits <= 17; digits++) {
+            snprintf(buf, len, "%.*g", digits, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+        break;
+    }
     case KEY_PLAN: plan_text(c, buf, len); break;
     case KEY_ENUM: snprintf(buf, len, "%s", k->choices[*(const int *)p]); break;
     }

@@ -1,6 +1,7 @@
 // config.h: run configuration. A config file holds `key = value` lines (# starts a comment);
 // `--set key=value` overrides a key. Unknown keys and bad values end the program with one
-// line naming the file, the line and the key.
+// line naming the file, the line and the key. The *_checked functions and config_parse_text do the
+// same work without ending the program: they return -1 with that line in `err`.
 #ifndef FRAMECHAIN_CONFIG_H
 #define FRAMECHAIN_CONFIG_H
 
@@ -8,6 +9,7 @@
 #include <stdio.h>
 
 #define MAX_SLOTS 32
+#define CONFIG_MAX_LINE 4096  // the longest line of a config file, in characters
 
 enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
 
@@ -54,6 +56,12 @@ enum Dataset { DATA_SHAPES = 0 };
 void config_defaults(Config *c);
 // Read `path` into c (over what is there). Dies with "path:line: ..." on any error.
 void config_load(Config *c, const char *path);
+// Parse `len` bytes of config text (no final newline needed) into c, over what is there. Returns 0,
+// or -1 with "origin:line: ..." in err; c is then unchanged. A NUL byte in a line is an error.
+int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
+// config_set and config_validate, returning 0, or -1 with their message in err (c is then unchanged).
+int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen);
+int config_validate_checked(const Config *c, const char *origin, char *err, size_t errlen);
 // Apply one "key=value" override; `origin` names it in errors (e.g. "--set").
 void config_set(Config *c, const char *keyvalue, const char *origin);
 // Check the keys against each other; dies naming the key on a bad combination.
@@ -64,5 +72,7 @@ void config_write(const Config *c, FILE *out);
 int config_get(const Config *c, const char *key, char *buf, size_t len);
 // Every key name, NULL-terminated.
 const char *const *config_keys(void);
+// 1 when a and b have the same value for every key (the plan: its first `slots` slots), else 0.
+int config_equal(const Config *a, const Config *b);
 
 #endif

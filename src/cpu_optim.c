@@ -1,8 +1,121 @@
-// cpu_optim.c: placeholder while the optimizer ops are written.
+// cpu_optim.c: the CPU backend's optimizer ops: AdamW with fp32 moments and with 8-bit block-wise
+// quantised moments (bitsandbytes-style dynamic codes, quant8.h), the sum of squares behind the
+// gradient norm, and the EMA of the weights. Contracts in backend.h.
+//
+// Every loop runs over independent elements or blocks, and every reduction is split into fixed
+// chunks combined in order, so the results are the same bytes for any number of threads.
 #include "cpu_optim.h"
 
-void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) { fc_die("adamw_fp32: not written yet"); }
+#include <math.h>
+
+#include "quant8.h"
+
+// One AdamW step's constants, in double.
+typedef struct {
+    double b1, b2, eps, scale;
+    double decay;      // 1 - lr * weight_decay (decoupled weight decay, applied before the step)
+    double step_size;  // lr / (1 - b1^t)
+    double bc2;        // 1 - b2^t
+} AdamConst;
+
+static AdamConst adam_const(AdamHyper h) {
+    if (h.step < 1) fc_die("adamw: step %d, must be >= 1 (the bias correction needs it)", h.step);
+    AdamConst c;
+    c.b1 = h.beta1, c.b2 = h.beta2, c.eps = h.eps, c.scale = h.grad_scale;
+    c.decay = 1.0 - (double)h.lr * h.weight_decay;
+    c.step_size = h.lr / (1.0 - pow(c.b1, h.step));
+    c.bc2 = 1.0 - pow(c.b2, h.step);
+    return c;
+}
+
+// The step for one element whose gradient g (already scaled) is finite; updates *m, *v and returns
+// the new parameter. torch.optim.AdamW: p = p (1 - lr wd) - lr / bc1 * m / (sqrt(v / bc2) + eps).
+static inline double adam_elem(const AdamConst *c, double p, double g, double *m, double *v) {
+    *m = c->b1 * *m + (1.0 - c->b1) * g;
+    *v = c->b2 * *v + (1.0 - c->b2) * g * g;
+    return p * c->decay - c->step_size * *m / (sqrt(*v / c->bc2) + c->eps);
+}
+
+void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
+    AdamConst c = adam_const(h);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double g = grad[i];
+        if (!isfinite(g)) continue;  // a NaN/Inf gradient leaves p, m and v as they are
+        double mi = m[i], vi = v[i];
+        param[i] = (real)adam_elem(&c, param[i], g * c.scale, &mi, &vi);
+        m[i] = (float)mi;
+        v[i] = (float)vi;
+    }
+}
+
 void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
-                    const float *code_m, const float *code_v, size_t n, AdamHyper h) { fc_die("adamw_8bit: not written yet"); }
-double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) { fc_die("sum_squares: not written yet"); }
-void cpu_ema_update(real *ema, const real *param, float decay, size_t n) { fc_die("ema_update: not written yet"); }
+                    const float *code_m, const float *code_v, size_t n, AdamHyper h) {
+    AdamConst c = adam_const(h);
+    size_t nblocks = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t i0 = b * ADAM8_BLOCK, len = n - i0 < ADAM8_BLOCK ? n - i0 : ADAM8_BLOCK;
+        // The block's moments in double between the dequantisation and the requantisation. They are
+        // dequantised to floats, the values fp32 AdamW would hold; a zero absmax (the zero-filled state)
+        // dequantises every code to 0.
+        double mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
+        float am = absmax_m[b], av = absmax_v[b];
+        double max_m = 0.0, max_v = 0.0;
+        for (size_t j = 0; j < len; j++) {
+            size_t i = i0 + j;
+            float mq = code_m[m8[i]] * am, vq = code_v[v8[i]] * av;
+            double mi = mq, vi = vq;
+            double g = grad[i];
+            // a non-finite gradient: p unchanged, the moments keep their dequantised values
+            if (isfinite(g)) param[i] = (real)adam_elem(&c, param[i], g * c.scale, &mi, &vi);
+            mb[j] = mi, vb[j] = vi;
+            if (fabs(mi) > max_m) max_m = fabs(mi);
+            if (vi > max_v) max_v = vi;
+        }
+        float new_am = (float)max_m, new_av = (float)max_v;
+        absmax_m[b] = new_am, absmax_v[b] = new_av;
+        for (size_t j = 0; j < len; j++) {
+            m8[i0 + j] = new_am > 0.0f ? quant8_encode(code_m, (float)(mb[j] / new_am)) : 0;
+            v8[i0 + j] = new_av > 0.0f ? quant8_encode(code_v, (float)(vb[j] / new_av)) : 0;
+        }
+    }
+}
+
+// Chunks of the sum of squares, and how many chunks one parallel pass sums (their partial sums live
+// on the stack, then are added in chunk order).
+enum { SS_CHUNK = 4096, SS_GROUP = 256 };
+
+double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
+    size_t nchunks = (n + SS_CHUNK - 1) / SS_CHUNK, bad = 0;
+    double total = 0.0;
+    for (size_t g0 = 0; g0 < nchunks; g0 += SS_GROUP) {
+        int count = nchunks - g0 < SS_GROUP ? (int)(nchunks - g0) : SS_GROUP;
+        double part[SS_GROUP];
+        size_t part_bad[SS_GROUP];
+#pragma omp parallel for schedule(static)
+        for (int k = 0; k < count; k++) {
+            size_t i0 = (g0 + k) * SS_CHUNK, i1 = i0 + SS_CHUNK < n ? i0 + SS_CHUNK : n, nb = 0;
+            // four accumulators in a fixed pattern: no serial add chain, still a fixed order
+            double s[4] = {0, 0, 0, 0};
+            for (size_t i = i0; i < i1; i++) {
+                double xi = x[i];
+                if (isfinite(xi))
+                    s[i & 3] += xi * xi;
+                else
+                    nb++;
+            }
+            part[k] = (s[0] + s[1]) + (s[2] + s[3]);
+            part_bad[k] = nb;
+        }
+        for (int k = 0; k < count; k++) total += part[k], bad += part_bad[k];
+    }
+    if (nonfinite) *nonfinite = bad;
+    return total;
+}
+
+void cpu_ema_update(real *ema, const real *param, float decay, size_t n) {
+    double d = decay, w = 1.0 - d;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) ema[i] = (real)(d * ema[i] + w * param[i]);
+}

@@ -7,6 +7,9 @@
 #include "common.h"
 #include "config.h"
 #include "model.h"
+#include "safetensors.h"
+#include <zlib.h>
+#include "train.h"
 
 // ----------------------------------------------------------------------------
 // help texts
@@ -39,11 +42,13 @@ static const char *HELP_PREPARE =
     "status: not in this version yet.\n";
 
 static const char *HELP_TRAIN =
-    "usage: framechain train --config FILE --data DIR --run DIR [--steps N] [--set key=value ...]\n"
+    "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
     "\n"
     "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
     "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
     "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
+    "Without --data it trains on the built-in moving-shapes set (prepared shards come with 'prepare').\n"
+    "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
     "\n"
     "config keys:\n";
 
@@ -63,7 +68,8 @@ static const char *HELP_INSPECT =
     "\n"
     "With --config: the network the config describes, its parameter count and the memory one\n"
     "training step takes on the CPU backend; --params lists every tensor (name, shape).\n"
-    "With a checkpoint: its step, config, tensors and whether each CRC checks (not in this version yet).\n";
+    "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
+    "the exit status is 1 when any CRC fails.\n";
 
 // ----------------------------------------------------------------------------
 // option parsing: every command declares its options; anything else is an error.
@@ -78,6 +84,7 @@ typedef struct {
 } Opt;
 
 static const char *g_cmd = "framechain";
+static const Backend *g_backend;  // chosen by --device
 
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #include <stdarg.h>
@@ -205,11 +212,15 @@ static int cmd_train(int argc, char **argv) {
         return 0;
     }
     Config c = load_config(opts);
-    (void)c;
-    required(opts, "--data");
-    required(opts, "--run");
-    if (opt(opts, "--steps")->count) parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
-    return not_yet("the training loop");
+    const char *run = required(opts, "--run");
+    if (opt(opts, "--data")->count)
+        usage_error("--data: reading prepared shards comes with 'prepare'; leave --data out to train on the built-in "
+                    "moving-shapes set");
+    if (opt(opts, "--steps")->count) {
+        c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
+        if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
+    }
+    return train_run(&c, run, g_backend);
 }
 
 static int cmd_generate(int argc, char **argv) {
@@ -232,12 +243,57 @@ static void print_human_bytes(const char *what, double bytes) {
     printf("%-28s %8.2f %s\n", what, bytes, unit[u]);
 }
 
+// A checkpoint (or any safetensors file): its trainer state, its config, every tensor and its CRC.
+static int inspect_file(const char *path) {
+    StFile f;
+    char err[1024];
+    if (st_read(path, &f, err, sizeof err)) fc_die("%s", err);
+    const char *keys[] = {"format", "format_version", "step", "seed", "data_cursor", "smooth_loss"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = st_meta(&f, keys[i]);
+        if (!v) continue;
+        if (!strcmp(keys[i], "smooth_loss"))
+            printf("%-15s %.6f\n", keys[i], strtod(v, NULL));
+        else
+            printf("%-15s %s\n", keys[i], v);
+    }
+    const char *config = st_meta(&f, "config");
+    if (config) printf("config:\n%s", config);
+    int bad = 0, unchecked = 0;
+    size_t bytes = 0;
+    printf("tensors:\n");
+    for (int i = 0; i < f.n; i++) {
+        const StEntry *e = &f.entries[i];
+        char key[256], shape[128] = "(";
+        snprintf(key, sizeof key, "crc32.%s", e->name);
+        const char *want = st_meta(&f, key);
+        const char *status = "no CRC";
+        if (want) {
+            unsigned long got = crc32(0L, st_data(&f, e), (uInt)(e->end - e->begin));
+            status = strtoul(want, NULL, 16) == got ? "CRC ok" : "CRC BAD";
+            bad += status[4] == 'B';
+        } else {
+            unchecked++;
+        }
+        size_t used = 1;
+        for (int d = 0; d < e->ndim && used < sizeof shape; d++)
+            used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%ld", d ? ", " : "", e->shape[d]);
+        if (used < sizeof shape - 1) strcat(shape, ")");
+        printf("  %-48s %-4s %-16s %s\n", e->name, e->dtype, shape, status);
+        bytes += e->end - e->begin;
+    }
+    printf("%d tensors, %zu bytes of data: %s\n", f.n, bytes,
+           bad ? "SOME CRCs FAIL" : unchecked ? "no CRC for some tensors" : "every CRC checks");
+    st_free(&f);
+    return bad ? 1 : 0;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {NULL}};
     const char *file = NULL;
     if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
     if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
-    if (file) return not_yet("reading checkpoints");
+    if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);
     Model *m = build_model(&c, backend_cpu(), c.batch_size);
@@ -290,8 +346,7 @@ int main(int argc, char **argv) {
     snprintf(cmdname, sizeof cmdname, "framechain %s", cmd);
     g_cmd = cmdname;
     // A --device that cannot be had ends here, before any work.
-    const Backend *be = backend_select(device);
-    (void)be;
+    g_backend = backend_select(device);
     // The subcommand sees its own name as argv[1].
     argc -= i - 1, argv += i - 1;
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc, argv);

@@ -1,2 +1,57 @@
-// quant8.c: placeholder while the codes are written.
+// quant8.c: the dynamic ("dynamic tree") 8-bit code maps of the optimizer state and the encoder that
+// rounds a value to the nearest entry.
+//
+// How the values are formed (the structure of bitsandbytes' create_dynamic_map, 7 exponent bits):
+// a code's bits read, after the sign bit of the signed map, as z leading zeros (the decimal exponent),
+// an indicator 1, and f fraction bits. Its value is  sign * 10^-z * q,  where q is one of the 2^f
+// midpoints of [0.1, 1] cut into 2^f equal parts: q_k = 0.1 + 0.9 * (k + 0.5) / 2^f. The decades
+// z = 0..6 carry f = B - z fraction bits, B = 6 for the signed map (sign bit spent) and 7 for the
+// unsigned one, so large values are resolved finely and tiny ones only by their decade:
+//   signed:   2 * (64 + 32 + ... + 1) = 254 values in +-[5.5e-7, 0.99297], then 0 and 1.0;
+//   unsigned:     128 + 64 + ... + 2  = 254 values in   [3.25e-7, 0.99648], then 0 and 1.0.
+// The all-zero pattern is 0; the one pattern left over (the signed map's "-0", the unsigned map's
+// decade 10^-7 with no fraction bits) is given to 1.0, so that a block's absmax is stored exactly.
+// The signed map is symmetric except for that 1.0: its most negative value is -0.99297, not -1.
 #include "quant8.h"
+
+#include <stdlib.h>
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void dynamic_code(float code[256], int is_signed) {
+    int n = 0;
+    int bits = is_signed ? 6 : 7;  // fraction bits of the top decade
+    double scale = 1.0;            // 10^-z
+    for (int z = 0; z <= 6; z++, scale /= 10.0) {
+        int f = bits - z, count = 1 << f;
+        for (int k = 0; k < count; k++) {
+            double q = 0.1 + 0.9 * (k + 0.5) / count;
+            code[n++] = (float)(scale * q);
+            if (is_signed) code[n++] = (float)(-scale * q);
+        }
+    }
+    code[n++] = 0.0f;
+    code[n++] = 1.0f;
+    // n == 256 by construction (2 * 127 or 254, plus two)
+    qsort(code, (size_t)n, sizeof(float), cmp_float);
+}
+
+void quant8_signed_code(float code[256]) { dynamic_code(code, 1); }
+
+void quant8_unsigned_code(float code[256]) { dynamic_code(code, 0); }
+
+uint8_t quant8_encode(const float code[256], float x) {
+    // Largest i with code[i] <= x (0 when x is below the range, or NaN): a binary search whose steps
+    // sum to 255, so it never reads past the table. Branch-free (the comparisons become arithmetic):
+    // the inputs are random, and mispredicted branches cost several times the search itself.
+    unsigned i = 0;
+    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(code[i + step] <= x);
+    // Round to the nearer of code[lo] and code[lo + 1]; ties go to lo. In double, 2x and the sum of
+    // two neighbouring entries of our maps (within a factor 2^29 of each other, or one of them 0) are
+    // exact, so this compares with the true midpoint. i == 255 (x >= the top value) stays 255.
+    unsigned lo = i < 255 ? i : 254;
+    return (uint8_t)(lo + (unsigned)(2.0 * (double)x > (double)code[lo] + (double)code[lo + 1]));
+}

@@ -11,7 +11,8 @@
 void quant8_signed_code(float code[256]);
 void quant8_unsigned_code(float code[256]);
 
-// Index of the code value nearest to x (round to nearest; x already divided by the absmax).
+// Index of the code value nearest to x (x already divided by the absmax): round to nearest, ties to
+// the lower index; x beyond either end of the code gives that end's index, NaN gives 0.
 uint8_t quant8_encode(const float code[256], float x);
 
 #endif

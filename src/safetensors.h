@@ -1,14 +1,21 @@
-// safetensors.h: writing safetensors files (https://huggingface.co/docs/safetensors), crash-safe.
+// safetensors.h: reading and writing safetensors files (https://huggingface.co/docs/safetensors).
+// The writer is crash-safe (temporary file, fsync, rename); the reader is strict: it accepts only
+// files whose header is well-formed and whose tensors tile the data section exactly, and says in
+// one line what is wrong with any other.
 #ifndef FRAMECHAIN_SAFETENSORS_H
 #define FRAMECHAIN_SAFETENSORS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#define ST_MAX_HEADER ((size_t)100 << 20)  // the largest JSON header accepted, in bytes
+#define ST_MAX_DIMS 8
 
 typedef struct {
     const char *name;
     const char *dtype;  // "F64", "F32", "I32", "U8", ...
     int ndim;
-    long shape[8];
+    long shape[ST_MAX_DIMS];
     const void *data;   // host memory, numel * dtype size bytes, little-endian
 } StTensor;
 
@@ -18,11 +25,51 @@ typedef struct {
 
 // Write the tensors and metadata to `path`: into a temporary file in the same folder, fsync,
 // rename over `path`, fsync the folder. Wider dtypes come first so every tensor stays aligned.
+// Names, keys and values must be valid UTF-8; tensor names and metadata keys must be unique and
+// no tensor may be called "__metadata__".
 // Returns 0, or -1 with a one-line reason in err (the previous file at `path` is then untouched).
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen);
 
 // Size in bytes of one element of `dtype`, 0 when unknown.
 size_t st_dtype_size(const char *dtype);
+
+// One tensor of a file that was read.
+typedef struct {
+    char *name;
+    char dtype[8];
+    int ndim;
+    long shape[ST_MAX_DIMS];
+    size_t begin, end;  // byte offsets within the data section
+} StEntry;
+
+// A file that was read: its bytes, its tensors in data order (by begin) and its metadata in header order.
+typedef struct {
+    uint8_t *bytes;     // the whole file
+    size_t size;
+    size_t data_start;  // 8 + header length: where the data section starts in `bytes`
+    int n;
+    StEntry *entries;
+    int nmeta;
+    char **meta_keys, **meta_values;
+    // private: the entries' indices sorted by name (for st_find), and the decoded strings
+    int *by_name;
+    char *strings;
+} StFile;
+
+// Parse a copy of `bytes` into f. Returns 0, or -1 with a one-line reason in err (f is then empty;
+// st_free on it is harmless).
+int st_parse(StFile *f, const uint8_t *bytes, size_t len, char *err, size_t errlen);
+// Read the whole file at `path` and parse it; errors start with the path.
+int st_read(const char *path, StFile *f, char *err, size_t errlen);
+// The tensor called `name`, or NULL.
+const StEntry *st_find(const StFile *f, const char *name);
+// The first byte of a tensor's data. It is aligned to the dtype's size when the file is laid out
+// the way st_write lays it out (header padded to 8, widest dtypes first); otherwise use memcpy.
+const void *st_data(const StFile *f, const StEntry *e);
+// The metadata value of `key`, or NULL.
+const char *st_meta(const StFile *f, const char *key);
+// Release everything st_parse or st_read allocated; f is empty afterwards.
+void st_free(StFile *f);
 
 #endif

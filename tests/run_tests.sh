@@ -75,6 +75,7 @@ else
 fi
 
 run_suite cli tests/test_cli.sh "$FC"
+run_suite training env PYTHON="$PYTHON" tests/test_train.sh "$FC"
 
 passed=$(grep -c '^PASS ' "$tmp/all")
 failed=$(grep -c '^FAIL ' "$tmp/all")

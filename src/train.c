@@ -1,0 +1,247 @@
+// train.c: the training loop. Every random draw is a function of (seed, step), the optimizer state
+// is in every checkpoint, and so a resumed run repeats the uninterrupted one bit for bit.
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "checkpoint.h"
+#include "flow.h"
+#include "model.h"
+#include "optim.h"
+#include "shapes.h"
+#include "train.h"
+
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    signal(sig, SIG_DFL);  // a second Ctrl-C ends at once; the checkpoint files are safe either way
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void format_duration(char *buf, size_t len, double s) {
+    if (!(s >= 0) || s > 1e8) snprintf(buf, len, "?");
+    else if (s < 60) snprintf(buf, len, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void print_bytes(const char *what, double bytes) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 3) bytes /= 1024, u++;
+    printf("  %-14s %8.2f %s\n", what, bytes, unit[u]);
+}
+
+// ----------------------------------------------------------------------------
+// the run folder
+
+// mkdir -p
+static void make_dirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) fc_die("%s: cannot create folder: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) fc_die("%s: cannot create folder: %s", buf, strerror(errno));
+}
+
+// One trainer per run folder: a second one would race the first's checkpoints.
+static int lock_run(const char *run) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.lock", run);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) fc_die("%s: another framechain train is using this run folder", run);
+    return fd;
+}
+
+// Temporary files left by a writer that was killed: never a checkpoint, always safe to remove.
+static void remove_stale_temps(const char *run) {
+    DIR *d = opendir(run);
+    if (!d) return;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "ckpt-", 5) || !strstr(e->d_name, ".safetensors.tmp-")) continue;
+        snprintf(path, sizeof path, "%s/%s", run, e->d_name);
+        if (!unlink(path)) printf("removed %s, a checkpoint write that was cut off\n", path);
+    }
+    closedir(d);
+}
+
+// Keep the metrics of steps 1..last only (a killed run may have logged steps past its checkpoint),
+// so that the file of a resumed run reads like that of an uninterrupted one.
+static FILE *open_metrics(const char *run, int last) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r");
+    if (in) {
+        FILE *out = fopen(tmp, "w");
+        if (!out) fc_die("%s: cannot write: %s", tmp, strerror(errno));
+        char line[4096];
+        while (fgets(line, sizeof line, in)) {
+            int step;
+            if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= last && strchr(line, '\n')) fputs(line, out);
+        }
+        fclose(in);
+        if (fflush(out) || fsync(fileno(out)) || fclose(out) || rename(tmp, path))
+            fc_die("%s: cannot rewrite: %s", path, strerror(errno));
+    }
+    FILE *f = fopen(path, "a");
+    if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    return f;
+}
+
+// ----------------------------------------------------------------------------
+
+// Load the newest checkpoint that checks out; returns its step, or 0 when the folder has none.
+static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *st) {
+    int *steps, n = checkpoint_list(run, &steps), resumed = 0;
+    char path[4096], err[1024];
+    for (int i = 0; i < n && !resumed; i++) {
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        CkptStatus s = checkpoint_load(path, m, ema, o, c, st, err, sizeof err);
+        if (s == CKPT_REFUSED) fc_die("%s", err);
+        if (s == CKPT_CORRUPT) {
+            fc_warn("skipping %s", err);
+            continue;
+        }
+        if (st->step != steps[i]) {
+            fc_warn("skipping %s: its metadata says step %d", path, st->step);
+            continue;
+        }
+        printf("resuming %s from step %d (%s)\n", run, st->step, path);
+        resumed = 1;
+    }
+    free(steps);
+    if (n && !resumed)
+        fc_die("%s: none of its %d checkpoints is usable (see above); move them away to start the run again", run, n);
+    return resumed;
+}
+
+static void save_or_die(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
+                        const TrainState *st) {
+    char err[1024];
+    double t0 = now_s();
+    if (checkpoint_save(run, m, ema, o, c, st, err, sizeof err))
+        fc_die("checkpoint at step %d failed: %s (the earlier checkpoints are untouched)", st->step, err);
+    if (!isatty(STDOUT_FILENO))
+        printf("checkpoint %s/ckpt-%08d.safetensors (%.2f s)\n", run, st->step, now_s() - t0);
+}
+
+int train_run(const Config *c, const char *run, const Backend *be) {
+    make_dirs(run);
+    int lock = lock_run(run);
+    remove_stale_temps(run);
+
+    Model *m = build_model(c, be, c->batch_size);
+    Optimizer *o = build_optimizer(m, c);
+    real *ema = be->alloc(sizeof(real) * m->n_params);       // (n_params) EMA of the weights
+    real *x0 = be->alloc(sizeof(real) * (size_t)m->S * m->E);  // (B, F, C, H, W) clean windows of the step
+    real *host_x0 = fc_malloc(sizeof(real) * (size_t)m->S * m->E);
+    model_init(m, (uint64_t)c->seed, 0);
+    be->copy(ema, m->params_mem, sizeof(real) * m->n_params);
+
+    TrainState st = {0, 0};
+    resume(run, m, ema, o, c, &st);
+    printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, m->n_params, m->B, m->F,
+           be->describe());
+    printf("memory plan (%s):\n", be->name);
+    print_bytes("weights", sizeof(real) * m->n_params);
+    print_bytes("gradients", sizeof(real) * m->n_params);
+    print_bytes("optimizer", (double)o->bytes);
+    print_bytes("EMA", sizeof(real) * m->n_params);
+    print_bytes("activations", sizeof(real) * (double)(m->acts_count + m->dscratch_count + m->inputs_count));
+    if (st.step >= c->steps) {
+        printf("%s is at step %d of %d: nothing to do\n", run, st.step, c->steps);
+        close(lock);
+        return 0;
+    }
+    FILE *metrics = open_metrics(run, st.step);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+
+    int tty = isatty(STDOUT_FILENO), first = st.step + 1;
+    double t_start = now_s(), t_last_line = 0;
+    // ---- the hot loop: one optimizer update per iteration ----
+    for (int step = first; step <= c->steps; step++) {
+        double t0 = now_s();
+        shapes_batch(host_x0, c, m->B, (uint64_t)c->seed, (uint32_t)step);
+        if (fc_test_hook("NAN_AT_STEP") == step) host_x0[0] = NAN;  // a corrupt sample, for the tests
+        be->upload(x0, host_x0, sizeof(real) * (size_t)m->S * m->E);
+        double t_data = now_s() - t0;
+        flow_prepare_batch(m, x0, (uint64_t)c->seed, (uint32_t)step);
+        model_forward(m);
+        double loss = model_loss(m);
+        if (!isfinite(loss)) {
+            int *steps, n = checkpoint_list(run, &steps);
+            char last[64] = "none";
+            if (n) snprintf(last, sizeof last, "ckpt-%08d.safetensors (step %d)", steps[0], steps[0]);
+            free(steps);
+            fc_die("the loss is %s at step %d: stopping (lower lr?); the last good checkpoint, %s, is kept",
+                   isnan(loss) ? "NaN" : "infinite", step, last);
+        }
+        model_zero_grad(m);
+        model_backward(m);
+        double lr = lr_schedule(c, step);
+        OptStepInfo info = optimizer_step(o, m, c, step, lr);
+        be->ema_update(ema, m->params_mem, (float)c->ema_decay, m->n_params);
+        st.step = step;
+        st.smooth_loss = step == 1 ? loss : 0.98 * st.smooth_loss + 0.02 * loss;
+        double t_step = now_s() - t0;
+
+        fprintf(metrics,
+                "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
+                "\"data_wait_ms\":%.3f,\"step_ms\":%.3f}\n",
+                step, loss, st.smooth_loss, lr, info.grad_norm, info.nonfinite, 1e3 * t_data, 1e3 * t_step);
+        fflush(metrics);
+
+        int last = step == c->steps, stop = g_stop_signal != 0;
+        double now = now_s(), rate = (step - first + 1) / (now - t_start);
+        if (tty || last || now - t_last_line > 10) {
+            char eta[32];
+            format_duration(eta, sizeof eta, (c->steps - step) / rate);
+            printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", tty ? "\r" : "", step, c->steps,
+                   loss, st.smooth_loss, rate, eta, tty ? "   " : "\n");
+            fflush(stdout);
+            t_last_line = now;
+        }
+        if (step % c->checkpoint_every == 0 || last || stop) {
+            if (tty) printf("\n");
+            save_or_die(run, m, ema, o, c, &st);
+        }
+        if (stop) {
+            printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
+                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
+            fclose(metrics);
+            close(lock);
+            return 128 + g_stop_signal;
+        }
+    }
+    printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
+    fclose(metrics);
+    free(host_x0);
+    be->free(x0);
+    be->free(ema);
+    free_optimizer(o);
+    free_model(m);
+    close(lock);
+    return 0;
+}

@@ -1,0 +1,14 @@
+// train.h: the training loop of `framechain train`.
+#ifndef FRAMECHAIN_TRAIN_H
+#define FRAMECHAIN_TRAIN_H
+
+#include "backend.h"
+#include "config.h"
+
+// Train (or resume) the run in folder `run` with config c on backend be. Returns the exit status:
+// 0 when the run reached c->steps, 128 + signal when SIGINT or SIGTERM stopped it after a checkpoint.
+// Dies with one line on anything that must not go on (a NaN loss, a failed checkpoint write, a
+// checkpoint that does not continue this run).
+int train_run(const Config *c, const char *run, const Backend *be);
+
+#endif

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Training that survives crashes: an uninterrupted run against one killed with kill -9 again and
+# again (also while checkpoints are being written), SIGTERM, corrupt and truncated checkpoints, a
+# failing disk, a NaN loss, checkpoints that do not continue the run, and 8-bit against fp32 AdamW.
+set -u
+FC=${1:-./framechain}
+PYTHON=${PYTHON:-$(test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)}
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+TINY=configs/tiny/starter.conf
+STEPS=60
+SETS=(--set steps=$STEPS --set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
+# Run framechain itself (not a shell function around it) in the background: the signals must reach it.
+train() {  # train RUN [extra args...]
+    local run=$1
+    shift
+    exec "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
+}
+bg_train() {  # bg_train LOG RUN [extra args...]: start in the background, $! is framechain's pid
+    local log=$1
+    shift
+    (train "$@") > "$log" 2>&1 &
+}
+pass() { echo "PASS $1: $2"; }
+fail() { echo "FAIL $1: $2"; }
+expect() {  # expect NAME CONDITION-STATUS MESSAGE
+    if [ "$2" -eq 0 ]; then pass "$1" "$3"; else fail "$1" "$3"; fi
+}
+losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1/metrics.jsonl"; }
+final() { echo "$1/ckpt-$(printf %08d $STEPS).safetensors"; }
+
+# ---- the uninterrupted run: the reference every other run must reproduce ----
+(train "$tmp/ref") > "$tmp/ref.log" 2>&1
+rc=$?
+lines=$(wc -l < "$tmp/ref/metrics.jsonl")
+expect train_runs_to_the_end $(( rc != 0 || lines != STEPS )) "status $rc, $lines metrics lines, $(tail -1 "$tmp/ref.log")"
+n_ckpt=$(ls "$tmp/ref"/ckpt-*.safetensors | wc -l)
+expect keeps_newest_checkpoints $(( n_ckpt != 3 )) "$n_ckpt checkpoints kept (keep_checkpoints = 3)"
+first=$(losses "$tmp/ref" | head -10 | awk '{s+=$2} END {print s/NR}')
+last=$(losses "$tmp/ref" | tail -10 | awk '{s+=$2} END {print s/NR}')
+expect loss_goes_down $(awk -v a="$first" -v b="$last" 'BEGIN {print !(b < 0.9 * a)}') "mean loss of steps 1-10 $first, of steps 51-60 $last"
+
+"$FC" inspect "$(final "$tmp/ref")" > "$tmp/inspect.log" 2>&1
+rc=$?
+bad=$(grep -c "CRC BAD" "$tmp/inspect.log")
+ok=$(grep -c "CRC ok" "$tmp/inspect.log")
+expect inspect_checkpoint $(( rc != 0 || bad != 0 || ok < 100 )) "status $rc, $ok tensors with a good CRC, $bad bad, $(grep -m1 '^step' "$tmp/inspect.log")"
+"$PYTHON" tools/safetensors_io.py "$(final "$tmp/ref")" > "$tmp/py.log" 2>&1
+rc=$?
+expect python_reads_checkpoint $(( rc != 0 || $(grep -c '^optim\.' "$tmp/py.log") == 0 )) \
+    "status $rc, $(grep -c . "$tmp/py.log") lines from tools/safetensors_io.py, $(grep -c '^optim\.' "$tmp/py.log") optim.* tensors"
+
+# ---- kill -9 at random moments, rerunning until the run finishes ----
+kills=0 during_write=0 attempts=0
+export FRAMECHAIN_TEST_WRITE_DELAY_MS=40  # widen the window in which a checkpoint is half-written
+while :; do
+    attempts=$((attempts + 1))
+    bg_train "$tmp/kill.log" "$tmp/kill"
+    pid=$!
+    if [ $kills -lt 20 ]; then
+        sleep "$(awk -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 0.35 * r / 32767}')"
+        if kill -9 $pid 2>/dev/null; then
+            wait $pid 2>/dev/null
+            kills=$((kills + 1))
+            ls "$tmp/kill"/*.tmp-* > /dev/null 2>&1 && during_write=$((during_write + 1))
+            continue
+        fi
+    fi
+    wait $pid
+    rc=$?
+    [ $rc -eq 0 ] && break
+    [ $attempts -gt 200 ] && break
+done
+unset FRAMECHAIN_TEST_WRITE_DELAY_MS
+expect kill9_runs_finish $(( rc != 0 || kills < 20 )) "$kills kills with kill -9 ($during_write while a checkpoint was being written), $attempts starts"
+expect kill9_some_during_checkpoint_write $(( during_write < 2 )) "$during_write kills landed while a checkpoint was half-written"
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/kill")"
+expect kill9_final_checkpoint_identical $? "the final checkpoint (weights, EMA, optimizer state) equals the uninterrupted run's, byte for byte"
+cmp -s <(losses "$tmp/ref") <(losses "$tmp/kill")
+expect kill9_same_losses $? "the per-step losses of all $STEPS steps equal the uninterrupted run's"
+left=$(ls "$tmp/kill" | grep -c '\.tmp-')
+expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the run folder"
+
+# ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
+bg_train "$tmp/term.log" "$tmp/term"
+pid=$!
+sleep 0.5
+kill -TERM $pid
+wait $pid
+rc=$?
+stopped=$(grep -o 'stopped by SIGTERM at step [0-9]*' "$tmp/term.log")
+step=${stopped##* }
+have=$( [ -n "$step" ] && [ -f "$tmp/term/ckpt-$(printf %08d "$step").safetensors" ] && echo 1 || echo 0)
+expect sigterm_writes_checkpoint $(( rc != 143 || have != 1 )) "status $rc, '$stopped', checkpoint of that step: $have"
+(train "$tmp/term") > "$tmp/term2.log" 2>&1
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/term")"
+expect sigterm_resume_identical $? "$(grep -m1 resuming "$tmp/term2.log"), final checkpoint equal to the uninterrupted run's"
+
+# ---- a flipped byte, then a truncation, in the newest checkpoint ----
+for damage in flip truncate; do
+    cp -r "$tmp/ref" "$tmp/$damage"
+    f=$(final "$tmp/$damage")
+    size=$(stat -c %s "$f")
+    if [ $damage = flip ]; then
+        printf '\x5a' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+    else
+        truncate -s $((size / 2)) "$f"
+    fi
+    (train "$tmp/$damage") > "$tmp/$damage.log" 2>&1
+    rc=$?
+    cmp -s "$(final "$tmp/ref")" "$f"
+    same=$?
+    grep -q "skipping" "$tmp/$damage.log" && grep -q "resuming .* from step $((STEPS - 4))" "$tmp/$damage.log"
+    expect "corrupt_checkpoint_${damage}_detected" $(( rc != 0 || same != 0 || $? != 0 )) \
+        "$(grep -m1 -o 'skipping.*' "$tmp/$damage.log" | cut -c1-110); rebuilt from step $((STEPS - 4)) identically"
+done
+
+# ---- a disk that fails half-way through a checkpoint ----
+cp -r "$tmp/ref" "$tmp/full"
+rm "$(final "$tmp/full")"
+prev="$tmp/full/ckpt-$(printf %08d $((STEPS - 4))).safetensors"
+cp "$prev" "$tmp/prev.copy"
+(FRAMECHAIN_TEST_FAIL_WRITE_AFTER=100000 train "$tmp/full") > "$tmp/full.log" 2>&1
+rc=$?
+msg=$(grep -m1 "checkpoint at step" "$tmp/full.log")
+cmp -s "$prev" "$tmp/prev.copy"
+intact=$?
+left=$(ls "$tmp/full" | grep -c '\.tmp-')
+expect failed_write_keeps_previous $(( rc == 0 || intact != 0 || left != 0 || $(echo "$msg" | grep -c 'No space left') != 1 )) \
+    "status $rc, '$msg', previous checkpoint intact: $((1 - intact)), temporary files left: $left"
+
+# ---- a NaN loss stops the run; the last good checkpoint stays ----
+# (a NaN pixel in the data of step 23, through the fault-injection hook)
+(FRAMECHAIN_TEST_NAN_AT_STEP=23 train "$tmp/nan") > "$tmp/nan.log" 2>&1
+rc=$?
+msg=$(grep -m1 -o "the loss is .*" "$tmp/nan.log")
+ls "$tmp/nan" > "$tmp/nan.ls"
+"$FC" inspect "$tmp/nan/ckpt-00000020.safetensors" > /dev/null 2>&1
+good=$?
+expect nan_loss_stops $(( rc == 0 || ${#msg} == 0 || good != 0 )) "status $rc, '$msg', ckpt-00000020 checks: $((1 - good))"
+
+# ---- checkpoints that do not continue this run are refused ----
+cp -r "$tmp/ref" "$tmp/other"
+before=$(ls -l --time-style=+%s.%N "$tmp/other" | md5sum)
+(train "$tmp/other" --set width=96 --set steps=80) > "$tmp/other.log" 2>&1
+rc=$?
+after=$(ls -l --time-style=+%s.%N "$tmp/other" | md5sum)
+expect refuses_other_config $(( rc == 0 || $(grep -c "written with width = 64, but this run has width = 96" "$tmp/other.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/other.log" | cut -c1-120)"
+expect refusal_changes_nothing $([ "$before" = "$after" ]; echo $?) "the run folder is unchanged"
+cp -r "$tmp/ref" "$tmp/noopt"
+"$PYTHON" - "$(final "$tmp/noopt")" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+tensors, meta = read_safetensors(sys.argv[1])
+write_safetensors(sys.argv[1], {k: v for k, v in tensors.items() if not k.startswith("optim.")}, meta)
+PY
+(train "$tmp/noopt" --set steps=80) > "$tmp/noopt.log" 2>&1
+rc=$?
+expect refuses_checkpoint_without_optimizer_state $(( rc == 0 || $(grep -c "has no optimizer state" "$tmp/noopt.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/noopt.log" | cut -c1-120)"
+
+# ---- one trainer per run folder ----
+bg_train /dev/null "$tmp/lock" --set steps=100000
+pid=$!
+sleep 0.3
+(train "$tmp/lock") > "$tmp/lock.log" 2>&1
+rc=$?
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+expect one_trainer_per_run $(( rc == 0 || $(grep -c "another framechain train is using" "$tmp/lock.log") != 1 )) "status $rc"
+
+# ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
+for opt in adamw adamw8bit; do
+    "$FC" --threads 2 train --config "$TINY" --run "$tmp/$opt" --set optimizer=$opt --set steps=200 --set warmup_steps=10 \
+        --set lr=1e-3 --set checkpoint_every=50 --set keep_checkpoints=10 > "$tmp/$opt.log" 2>&1
+done
+"$PYTHON" tools/compare_runs.py "$tmp/adamw" "$tmp/adamw8bit" --window 20 --params-step 50 > "$tmp/cmp.log" 2>&1
+rc=$?
+cat "$tmp/cmp.log" | sed 's/^/  /'
+expect adamw8bit_tracks_fp32 $rc "$(grep -E '^(curve|params):' "$tmp/cmp.log" | tr '\n' ' ')"
+exit 0
