@@ -136,8 +136,11 @@ fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config
 	@for t in safetensors config; do \
 	    mkdir -p build-fuzz/corpus-$$t; \
 	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
-	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$t tests/fuzz/$$t \
-	        2>&1 | grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|ERROR|SUMMARY|Done" ; \
+	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build-fuzz/ \
+	        build-fuzz/corpus-$$t tests/fuzz/$$t > build-fuzz/fuzz_$$t.log 2>&1; \
+	    status=$$?; \
+	    grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|ERROR|SUMMARY" build-fuzz/fuzz_$$t.log; \
+	    if [ $$status -ne 0 ]; then echo "fuzz_$$t failed: build-fuzz/fuzz_$$t.log"; exit 1; fi; \
 	done
 
 clean:

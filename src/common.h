@@ -14,11 +14,6 @@
 typedef double real;
 #else
 typedef float real;
-// Fault-injection hooks for the tests: the value of the environment variable FRAMECHAIN_TEST_<name>
-// as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
-// bad on purpose.
-long fc_test_hook(const char *name);
-
 #endif
 
 #define FC_VERSION "0.1.0"

@@ -195,8 +195,8 @@ int config_parse_text(Config *c, const char *text, size_t len, const char *origi
         char *key = trim(s), *value = trim(eq + 1);
         const KeyDef *k = find_key(key);
         if (!k)
-            return fail(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin, lineno,
-                        key);
+            return fail(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin,
+                        lineno, key);
         if (!*value) return fail(err, errlen, "%s:%ld: %s has no value", origin, lineno, key);
         if (set_key(&t, k, value, why, sizeof why))
             return fail(err, errlen, "%s:%ld: %s = %s: %s", origin, lineno, key, value, why);

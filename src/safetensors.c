@@ -125,15 +125,31 @@ static int fail(char *err, size_t errlen, const char *path, const char *what) {
     return -1;
 }
 
-static int write_all(int fd, const void *data, size_t n) {
+// The temporary file being written. The tests inject faults through it: FRAMECHAIN_TEST_FAIL_WRITE_AFTER
+// makes the disk full after that many bytes of the file (as a real disk would: a short write, then ENOSPC).
+typedef struct {
+    int fd;
+    size_t written;
+    long fail_after;  // -1: never
+} Out;
+
+static int write_all(Out *o, const void *data, size_t n) {
     const char *p = data;
     while (n) {
-        ssize_t w = write(fd, p, n);
+        size_t chunk = n;
+        if (o->fail_after >= 0) {
+            if (o->written >= (size_t)o->fail_after) {
+                errno = ENOSPC;
+                return -1;
+            }
+            if (chunk > (size_t)o->fail_after - o->written) chunk = (size_t)o->fail_after - o->written;
+        }
+        ssize_t w = write(o->fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
-        p += w, n -= (size_t)w;
+        p += w, n -= (size_t)w, o->written += (size_t)w;
     }
     return 0;
 }
@@ -241,9 +257,11 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
         rc = fail(err, errlen, tmp, "cannot create");
         goto out;
     }
+    Out o = {fd, 0, fc_test_hook("FAIL_WRITE_AFTER")};
+    long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if (write_all(fd, len8, 8) || write_all(fd, h.s, h.len)) {
+    if (write_all(&o, len8, 8) || write_all(&o, h.s, h.len)) {
         rc = fail(err, errlen, tmp, "write failed");
         goto close_out;
     }
@@ -251,7 +269,8 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
         const StTensor *t = &tensors[order[i]];
         size_t bytes = 0;
         tensor_bytes(t, &bytes);
-        if (write_all(fd, t->data, bytes)) {
+        if (i == n / 2 && delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
+        if (write_all(&o, t->data, bytes)) {
             rc = fail(err, errlen, tmp, "write failed");
             goto close_out;
         }

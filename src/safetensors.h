@@ -28,6 +28,8 @@ typedef struct {
 // Names, keys and values must be valid UTF-8; tensor names and metadata keys must be unique and
 // no tensor may be called "__metadata__".
 // Returns 0, or -1 with a one-line reason in err (the previous file at `path` is then untouched).
+// Test hooks (common.h): FRAMECHAIN_TEST_FAIL_WRITE_AFTER=N fails the write with ENOSPC after N bytes;
+// FRAMECHAIN_TEST_WRITE_DELAY_MS=M pauses M ms half-way through the tensors.
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen);
 

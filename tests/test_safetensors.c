@@ -264,7 +264,8 @@ static void test_malformed(void) {
            "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12");
     reject("extra_field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
            "tensor 'a': unknown field 'x'");
-    reject("missing_field", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8, "tensor 'a': missing field 'shape'");
+    reject("missing_field", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8,
+           "tensor 'a': missing field 'shape'");
     reject("empty_entry", "{\"a\":{}}", 0, "tensor 'a': missing field 'dtype'");
     reject("negative_dimension", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
            "tensor 'a': shape: -2 is negative");
@@ -303,7 +304,8 @@ static void test_malformed(void) {
     reject("data_without_tensors", "{}", 4, "4 bytes in the data section after the last tensor");
 
     // metadata
-    reject("metadata_number", "{\"__metadata__\":{\"k\":1}," A_OK "}", 8, "__metadata__ 'k': the value must be a string");
+    reject("metadata_number", "{\"__metadata__\":{\"k\":1}," A_OK "}", 8,
+           "__metadata__ 'k': the value must be a string");
     reject("metadata_object", "{\"__metadata__\":{\"k\":{}}}", 0, "the value must be a string, got an object");
     reject("metadata_not_object", "{\"__metadata__\":\"x\"}", 0, "__metadata__ must be an object of strings");
     reject("metadata_null", "{\"__metadata__\":{\"k\":null}}", 0, "got null");
@@ -361,6 +363,18 @@ static void test_write_failures(void) {
     free(after);
     free(big);
 
+    // the tests' full-disk hook: ENOSPC after 100 bytes, the old file kept
+    setenv("FRAMECHAIN_TEST_FAIL_WRITE_AFTER", "100", 1);
+    StTensor t2 = {"y", "F32", 1, {4}, x};
+    StTensor two[2] = {t, t2};
+    rc = st_write(path, two, 2, NULL, 0, err, sizeof err);
+    unsetenv("FRAMECHAIN_TEST_FAIL_WRITE_AFTER");
+    after = read_file(path, &len1);
+    same = before && after && len0 == len1 && !memcmp(before, after, len0);
+    check(rc == -1 && strstr(err, "No space left") && same && temp_files(g_dir) == 0, "st_write_full_disk_hook",
+          "%s; the old file unchanged, no temporary file left", err);
+    free(after);
+
     // arguments the reader would refuse are refused before the disk is touched
     StTensor dup[2] = {t, t};
     StTensor meta_named = {"__metadata__", "F32", 1, {4}, x};
@@ -403,8 +417,9 @@ static void test_config_text(void) {
     Config c, d;
     char err[512];
     config_defaults(&c);
-    const char *good = "# a comment\r\nframe_size = 64\r\npatch=8   # trailing comment\n\n  plan = anchor:0 context:0.1, "
-                       "target:2\nseed = 7\noptimizer = adamw\nlr = 1e-3";  // no final newline
+    // CRLF, comments, a blank line, no final newline
+    const char *good = "# a comment\r\nframe_size = 64\r\npatch=8   # trailing comment\n\n"
+                       "  plan = anchor:0 context:0.1, target:2\nseed = 7\noptimizer = adamw\nlr = 1e-3";
     int rc = config_parse_text(&c, good, strlen(good), "good.conf", err, sizeof err);
     int ok = rc == 0 && c.frame_size == 64 && c.patch == 8 && c.slots == 3 && c.slot_kind[1] == SLOT_CONTEXT &&
              c.slot_offset[1] == 0.1f && c.seed == 7 && c.optimizer == OPT_ADAMW && c.lr == 1e-3;
@@ -476,8 +491,8 @@ static void test_config_text(void) {
     check(rc == 0 && c.depth == 5, "config_set_checked_applies", "%s", rc ? err : "depth = 5");
     c.frame_size = 30;
     rc = config_validate_checked(&c, "odd.conf", err, sizeof err);
-    check(rc == -1 && strstr(err, "odd.conf: frame_size 30 is not a multiple of patch 4"), "config_validate_checked_bad",
-          "%s", err);
+    check(rc == -1 && strstr(err, "odd.conf: frame_size 30 is not a multiple of patch 4"),
+          "config_validate_checked_bad", "%s", err);
 }
 
 int main(void) {

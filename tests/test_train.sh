@@ -58,7 +58,16 @@ while :; do
     bg_train "$tmp/kill.log" "$tmp/kill"
     pid=$!
     if [ $kills -lt 20 ]; then
-        sleep "$(awk -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 0.35 * r / 32767}')"
+        if [ $((kills % 3)) -eq 2 ]; then
+            # every third kill aims at a checkpoint being written: wait for its temporary file
+            for _ in $(seq 300); do
+                ls "$tmp/kill"/*.tmp-* > /dev/null 2>&1 && break
+                kill -0 $pid 2>/dev/null || break
+                sleep 0.01
+            done
+        else
+            sleep "$(awk -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 0.35 * r / 32767}')"
+        fi
         if kill -9 $pid 2>/dev/null; then
             wait $pid 2>/dev/null
             kills=$((kills + 1))
