@@ -147,6 +147,9 @@ static void save_or_die(const char *run, const Model *m, const real *ema, const 
 }
 
 int train_run(const Config *c, const char *run, const Backend *be) {
+    // From here on a stop signal lets the current step finish and be checkpointed.
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     make_dirs(run);
     int lock = lock_run(run);
     remove_stale_temps(run);
@@ -169,14 +172,13 @@ int train_run(const Config *c, const char *run, const Backend *be) {
     print_bytes("optimizer", (double)o->bytes);
     print_bytes("EMA", sizeof(real) * m->n_params);
     print_bytes("activations", sizeof(real) * (double)(m->acts_count + m->dscratch_count + m->inputs_count));
+    int status = 0;
+    FILE *metrics = NULL;
     if (st.step >= c->steps) {
         printf("%s is at step %d of %d: nothing to do\n", run, st.step, c->steps);
-        close(lock);
-        return 0;
+        goto done;
     }
-    FILE *metrics = open_metrics(run, st.step);
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    metrics = open_metrics(run, st.step);
 
     int tty = isatty(STDOUT_FILENO), first = st.step + 1;
     double t_start = now_s(), t_last_line = 0;
@@ -230,18 +232,18 @@ int train_run(const Config *c, const char *run, const Backend *be) {
         if (stop) {
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
-            fclose(metrics);
-            close(lock);
-            return 128 + g_stop_signal;
+            status = 128 + g_stop_signal;
+            goto done;
         }
     }
     printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
-    fclose(metrics);
+done:
+    if (metrics) fclose(metrics);
     free(host_x0);
     be->free(x0);
     be->free(ema);
     free_optimizer(o);
     free_model(m);
     close(lock);
-    return 0;
+    return status;
 }
