@@ -37,15 +37,24 @@ endif
 CFLAGS += $(BLAS_CFLAGS)
 LDLIBS += $(BLAS_LIBS)
 
-# ---- zlib (required: checkpoint CRCs) and the optional parts ----
-HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
+# ---- zlib (checkpoint CRCs, shard compression), FFmpeg (video in and out), stb_image (PNG/JPEG) ----
 HAVE_ZLIB   := $(shell pkg-config --exists zlib 2>/dev/null && echo yes || echo no)
-ifneq ($(HAVE_ZLIB),yes)
-  ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
+STB_DIR     := $(firstword $(dir $(wildcard /usr/include/stb/stb_image.h /usr/local/include/stb/stb_image.h)))
+ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+  ifneq ($(HAVE_ZLIB),yes)
     $(error zlib not found: install it with 'apt-get install zlib1g-dev pkg-config')
   endif
+  ifneq ($(HAVE_FFMPEG),yes)
+    $(error FFmpeg libraries not found: install 'apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev')
+  endif
+  ifeq ($(STB_DIR),)
+    $(error stb_image not found: install it with 'apt-get install libstb-dev')
+  endif
 endif
-LDLIBS += -lz
+FFMPEG_LIBS := libavformat libavcodec libswscale libavutil
+CFLAGS += $(shell pkg-config --cflags $(FFMPEG_LIBS) 2>/dev/null) -I$(STB_DIR)
+LDLIBS += -lz $(shell pkg-config --libs $(FFMPEG_LIBS) 2>/dev/null) -lpthread
 
 # ---- CUDA ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -67,16 +76,16 @@ else
 endif
 
 SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
-        optim.c safetensors.c checkpoint.c train.c
+        optim.c safetensors.c checkpoint.c train.c video.c shards.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all test fuzz sanitize test-sanitize clean info
+.PHONY: all test fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
-	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | CUDA $(CUDA_STATUS) | FFmpeg $(HAVE_FFMPEG) (not used yet)"
+	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(shell pkg-config --modversion libavformat 2>/dev/null) | CUDA $(CUDA_STATUS)"
 
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -109,6 +118,12 @@ $(BUILD)/test_grad: tests/test_grad.c tests/check.h $(OBJ64)
 $(BUILD)/test_optim: tests/test_optim.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
+$(BUILD)/test_video: tests/test_video.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+$(BUILD)/test_shards: tests/test_shards.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
 $(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
@@ -117,6 +132,10 @@ TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_gr
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
+
+# Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
+bench-prepare: $(BIN)
+	FC=./$(BIN) tools/bench_prepare.sh
 
 # The sanitizer build: address and undefined behaviour, CPU only, the whole suite.
 sanitize test-sanitize:
@@ -127,13 +146,13 @@ sanitize test-sanitize:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
-FUZZ_SRC     := src/common.c src/config.c src/safetensors.c
+FUZZ_SRC     := src/common.c src/config.c src/safetensors.c src/shards.c src/philox.c
 build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC) src/*.h
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lm
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lpthread -lm
 
-fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config
-	@for t in safetensors config; do \
+fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config build-fuzz/fuzz_shard
+	@for t in safetensors config shard; do \
 	    mkdir -p build-fuzz/corpus-$$t; \
 	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
 	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build-fuzz/ \

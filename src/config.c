@@ -23,7 +23,7 @@ typedef struct {
 } KeyDef;
 
 static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
-static const char *const DATASETS[] = {"shapes", NULL};
+static const char *const DATASETS[] = {"shapes", "shards", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -53,7 +53,7 @@ static const KeyDef KEYS[] = {
     {"optimizer", KEY_ENUM, OFF(optimizer), 0, 0, "adamw8bit (8-bit moments) or adamw (fp32 moments)", OPTIMIZERS},
     {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
     {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
-    {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (the built-in moving-shapes generator)", DATASETS},
+    {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATASETS},
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 

@@ -50,7 +50,7 @@ typedef struct {
 } Config;
 
 enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
-enum Dataset { DATA_SHAPES = 0 };
+enum Dataset { DATA_SHAPES = 0, DATA_SHARDS = 1 };
 
 // Defaults (the tiny test network with the starter plan).
 void config_defaults(Config *c);

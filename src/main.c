@@ -7,6 +7,7 @@
 #include "common.h"
 #include "config.h"
 #include "model.h"
+#include "prepare.h"
 #include "safetensors.h"
 #include <zlib.h>
 #include "train.h"
@@ -32,14 +33,16 @@ static const char *USAGE =
     "  -h, --help    this text; 'framechain <command> --help' for a command\n";
 
 static const char *HELP_PREPARE =
-    "usage: framechain prepare --input PATH [--input PATH ...] --out DIR --size N --clip-frames N [--fps F]\n"
+    "usage: framechain prepare --input PATH [--input PATH ...] --out DIR --size N --clip-frames N\n"
+    "                          [--fps F] [--overlap K] [--shard-mb M]\n"
     "\n"
     "Decode every input (a video file in any format FFmpeg reads, a folder of videos, or a folder of\n"
-    "PNG/JPEG frames taken as one clip), scale and centre-crop the frames to N x N RGB, optionally\n"
-    "resample to F frames per second, cut them into clips of --clip-frames frames and write them as\n"
-    "shards with an index and a CRC per clip. Unreadable inputs are reported and skipped.\n"
-    "\n"
-    "status: not in this version yet.\n";
+    "PNG/JPEG frames taken as one clip), scale (area filter) and centre-crop the frames to N x N RGB,\n"
+    "optionally resample to F frames per second, cut them into clips of --clip-frames frames (K frames\n"
+    "shared by consecutive clips with --overlap) and write them to DIR as shards of at most M MiB\n"
+    "(default 256) with a CRC per clip, zlib-compressed where that pays, plus manifest.tsv (each clip's\n"
+    "source and first frame) and dataset.json, written last. An unreadable, damaged or too short input\n"
+    "is reported in one line and skipped; the exit status is 1 only when no clip came out.\n";
 
 static const char *HELP_TRAIN =
     "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
@@ -47,7 +50,7 @@ static const char *HELP_TRAIN =
     "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
     "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
     "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
-    "Without --data it trains on the built-in moving-shapes set (prepared shards come with 'prepare').\n"
+    "--data DIR is a dataset made by 'framechain prepare'; without it, the built-in moving-shapes set.\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
     "\n"
     "config keys:\n";
@@ -148,14 +151,16 @@ static const char *required(Opt *opts, const char *name) {
     return o->value;
 }
 
-static long parse_positive(const char *flag, const char *text, long max) {
+static long parse_whole(const char *flag, const char *text, long lo, long hi) {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end || errno || v < 1 || v > max)
-        usage_error("%s %s: expected a whole number from 1 to %ld", flag, text, max);
+    if (end == text || *end || errno || v < lo || v > hi)
+        usage_error("%s %s: expected a whole number from %ld to %ld", flag, text, lo, hi);
     return v;
 }
+
+static long parse_positive(const char *flag, const char *text, long max) { return parse_whole(flag, text, 1, max); }
 
 static double parse_number(const char *flag, const char *text, double lo, double hi) {
     char *end;
@@ -194,14 +199,21 @@ static int not_yet(const char *what) {
 
 static int cmd_prepare(int argc, char **argv) {
     Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},
-                  {"--overlap", 1}, {NULL}};
+                  {"--overlap", 1}, {"--shard-mb", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_PREPARE, stdout), 0;
+    PrepareOptions o = {0};
     required(opts, "--input");
-    required(opts, "--out");
-    parse_positive("--size", required(opts, "--size"), 4096);
-    parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
-    if (opt(opts, "--fps")->count) parse_number("--fps", opt(opts, "--fps")->value, 0.01, 1000);
-    return not_yet("prepare");
+    o.inputs = opt(opts, "--input")->values, o.n_inputs = opt(opts, "--input")->count;
+    o.out = required(opts, "--out");
+    o.size = (int)parse_positive("--size", required(opts, "--size"), 4096);
+    o.clip_frames = (int)parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
+    if (opt(opts, "--fps")->count) o.fps = parse_number("--fps", opt(opts, "--fps")->value, 0.01, 1000);
+    if (opt(opts, "--overlap")->count)
+        o.overlap = (int)parse_whole("--overlap", opt(opts, "--overlap")->value, 0, o.clip_frames - 1);
+    o.max_shard_bytes = (size_t)256 << 20;
+    if (opt(opts, "--shard-mb")->count)
+        o.max_shard_bytes = (size_t)parse_positive("--shard-mb", opt(opts, "--shard-mb")->value, 1 << 20) << 20;
+    return prepare_run(&o);
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -213,14 +225,13 @@ static int cmd_train(int argc, char **argv) {
     }
     Config c = load_config(opts);
     const char *run = required(opts, "--run");
-    if (opt(opts, "--data")->count)
-        usage_error("--data: reading prepared shards comes with 'prepare'; leave --data out to train on the built-in "
-                    "moving-shapes set");
+    const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
+    c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
     if (opt(opts, "--steps")->count) {
         c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
         if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
     }
-    return train_run(&c, run, g_backend);
+    return train_run(&c, run, data, g_backend);
 }
 
 static int cmd_generate(int argc, char **argv) {

@@ -205,6 +205,62 @@ static int check_write_args(const char *path, const StTensor *tensors, int n, co
     return 0;
 }
 
+// Pieces of a file to write, in order.
+typedef struct {
+    const void *p;
+    size_t n;
+} Chunk;
+
+// Write the chunks into a temporary file next to `path`, fsync it, rename it over `path` and fsync
+// the folder. FRAMECHAIN_TEST_WRITE_DELAY_MS pauses before chunk `delay_at` (-1: never).
+static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *err, size_t errlen) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%.200s...: path too long", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail(err, errlen, tmp, "cannot create");
+    Out o = {fd, 0, fc_test_hook("FAIL_WRITE_AFTER")};
+    long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write
+    for (int i = 0; i < nchunks; i++) {
+        if (i == delay_at && delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
+        if (write_all(&o, chunks[i].p, chunks[i].n)) {
+            fail(err, errlen, tmp, "write failed");
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+    }
+    if (fsync(fd)) {
+        fail(err, errlen, tmp, "fsync failed");
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    if (close(fd)) {
+        fail(err, errlen, tmp, "close failed");
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path)) {
+        fail(err, errlen, path, "rename failed");
+        unlink(tmp);
+        return -1;
+    }
+    // make the rename itself durable
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || fsync(dfd)) {
+        fail(err, errlen, path, "fsync of the folder failed");
+        if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}
+
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen) {
     if (n < 0 || nmeta < 0) {
@@ -212,11 +268,6 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
         return -1;
     }
     if (check_write_args(path, tensors, n, meta, nmeta, err, errlen)) return -1;
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%.200s...: path too long", path);
-        return -1;
-    }
     // storage order: by element size, widest first, stable within a size
     int *order = fc_malloc(sizeof(int) * (n ? n : 1));
     int k = 0;
@@ -251,66 +302,29 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
     buf_put(&h, "}");
     while (h.len % 8) buf_put(&h, " ");
 
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int rc = -1;
-    if (fd < 0) {
-        rc = fail(err, errlen, tmp, "cannot create");
-        goto out;
-    }
-    Out o = {fd, 0, fc_test_hook("FAIL_WRITE_AFTER")};
-    long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if (write_all(&o, len8, 8) || write_all(&o, h.s, h.len)) {
-        rc = fail(err, errlen, tmp, "write failed");
-        goto close_out;
-    }
+    Chunk *chunks = fc_malloc(sizeof(Chunk) * (size_t)(n + 2));
+    chunks[0] = (Chunk){len8, 8};
+    chunks[1] = (Chunk){h.s, h.len};
     for (int i = 0; i < n; i++) {
-        const StTensor *t = &tensors[order[i]];
         size_t bytes = 0;
-        tensor_bytes(t, &bytes);
-        if (i == n / 2 && delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
-        if (write_all(&o, t->data, bytes)) {
-            rc = fail(err, errlen, tmp, "write failed");
-            goto close_out;
-        }
+        tensor_bytes(&tensors[order[i]], &bytes);
+        chunks[2 + i] = (Chunk){tensors[order[i]].data, bytes};
     }
-    if (fsync(fd)) {
-        rc = fail(err, errlen, tmp, "fsync failed");
-        goto close_out;
-    }
-    if (close(fd)) {
-        fd = -1;
-        rc = fail(err, errlen, tmp, "close failed");
-        goto unlink_out;
-    }
-    fd = -1;
-    if (rename(tmp, path)) {
-        rc = fail(err, errlen, path, "rename failed");
-        goto unlink_out;
-    }
-    {  // make the rename itself durable
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-        if (dfd < 0 || fsync(dfd)) {
-            rc = fail(err, errlen, path, "fsync of the folder failed");
-            if (dfd >= 0) close(dfd);
-            goto out;
-        }
-        close(dfd);
-    }
-    rc = 0;
-    goto out;
-close_out:
-    close(fd);
-unlink_out:
-    unlink(tmp);
-out:
+    int rc = write_atomic(path, chunks, n + 2, n ? 2 + n / 2 : -1, err, errlen);
+    free(chunks);
     free(h.s);
     free(order);
     return rc;
 }
+
+int st_write_bytes(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    Chunk c = {data, len};
+    return write_atomic(path, &c, 1, -1, err, errlen);
+}
+
+int st_valid_utf8(const char *s) { return s && valid_utf8(s); }
 
 // ---------------------------------------------------------------------------------------------
 // reader
@@ -783,13 +797,20 @@ static int check_layout(Parser *p, StFile *f) {
     return 0;
 }
 
-// Parse `bytes` (len of them, malloc'ed) into f, which takes them over whatever happens.
-static int parse_owned(StFile *f, uint8_t *bytes, size_t len, char *err, size_t errlen) {
+// Parse `bytes` (`have` of them, malloc'ed) into f, which takes them over whatever happens. They are
+// the first `have` bytes of a file of `file_size` bytes: the whole file, or (have < file_size) at
+// least its header, which is then checked against the file's size without its data.
+static int parse_prefix(StFile *f, uint8_t *bytes, size_t have, size_t file_size, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
-    f->bytes = bytes, f->size = len;
+    f->bytes = bytes, f->size = file_size;
+    size_t len = file_size;
     Parser p = {.err = err, .errlen = errlen};
     if (len < 8) {
         perr(&p, "the file has %zu bytes, fewer than the 8 of the header length", len);
+        goto fail;
+    }
+    if (have < 8 || have > len) {
+        perr(&p, "internal error: %zu bytes of a file of %zu given", have, len);
         goto fail;
     }
     uint64_t n = 0;
@@ -806,6 +827,10 @@ static int parse_owned(StFile *f, uint8_t *bytes, size_t len, char *err, size_t 
         perr(&p, "header length %llu goes beyond the end of the file (%zu bytes)", (unsigned long long)n, len);
         goto fail;
     }
+    if (n > have - 8) {
+        perr(&p, "only %zu of the header's %llu bytes were read", have - 8, (unsigned long long)n);
+        goto fail;
+    }
     f->data_start = 8 + (size_t)n;
     p.s = bytes + 8, p.n = (size_t)n, p.cap = (size_t)n;
     p.arena = f->strings = malloc((size_t)n);
@@ -818,6 +843,10 @@ static int parse_owned(StFile *f, uint8_t *bytes, size_t len, char *err, size_t 
 fail:
     st_free(f);
     return -1;
+}
+
+static int parse_owned(StFile *f, uint8_t *bytes, size_t len, char *err, size_t errlen) {
+    return parse_prefix(f, bytes, len, len, err, errlen);
 }
 
 int st_parse(StFile *f, const uint8_t *bytes, size_t len, char *err, size_t errlen) {
@@ -865,6 +894,87 @@ int st_read(const char *path, StFile *f, char *err, size_t errlen) {
     }
     char why[512];
     if (parse_owned(f, bytes, size, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        return -1;
+    }
+    return 0;
+}
+
+int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t file_size, char *err,
+                    size_t errlen) {
+    memset(f, 0, sizeof *f);
+    if (file_size > SIZE_MAX || head_len > file_size) {
+        if (err && errlen)
+            snprintf(err, errlen, "internal error: %zu bytes of a file of %llu given", head_len,
+                     (unsigned long long)file_size);
+        return -1;
+    }
+    uint8_t *copy = malloc(head_len ? head_len : 1);
+    if (!copy) {
+        if (err && errlen) snprintf(err, errlen, "out of memory for a header of %zu bytes", head_len);
+        return -1;
+    }
+    if (head_len) memcpy(copy, head, head_len);
+    return parse_prefix(f, copy, head_len, (size_t)file_size, err, errlen);
+}
+
+// pread exactly n bytes at offset; 0, or -1 (errno set; EIO for a file that ends early).
+static int pread_all(int fd, void *buf, size_t n, off_t offset) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, offset);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += r, n -= (size_t)r, offset += r;
+    }
+    return 0;
+}
+
+int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size, want = size < 8 ? size : 8;
+    uint8_t len8[8] = {0};
+    if (pread_all(fd, len8, want, 0)) {
+        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
+    // a header length outside the rules is refused by the parser from these 8 bytes alone
+    if (size >= 8 && n >= 2 && n <= ST_MAX_HEADER && n <= size - 8) want = 8 + (size_t)n;
+    uint8_t *head = malloc(want ? want : 1);
+    if (!head) {
+        snprintf(err, errlen, "%s: out of memory for a header of %zu bytes", path, want);
+        close(fd);
+        return -1;
+    }
+    if (pread_all(fd, head, want, 0)) {
+        snprintf(err, errlen, "%s: read error (or the file changed while it was read): %s", path, strerror(errno));
+        free(head);
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    char why[512];
+    if (parse_prefix(f, head, want, size, why, sizeof why)) {
         snprintf(err, errlen, "%s: %s", path, why);
         return -1;
     }

@@ -33,6 +33,15 @@ typedef struct {
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen);
 
+// Write `len` bytes to `path` the way st_write writes a file (temporary file in the same folder, fsync,
+// rename, fsync of the folder; the same test hooks). For the small text files that go beside
+// safetensors files (a dataset's dataset.json and manifest.tsv). Returns 0, or -1 with a one-line reason.
+int st_write_bytes(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+// 1 when s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates), the rule names, keys and
+// values must follow; else 0.
+int st_valid_utf8(const char *s);
+
 // Size in bytes of one element of `dtype`, 0 when unknown.
 size_t st_dtype_size(const char *dtype);
 
@@ -64,6 +73,15 @@ typedef struct {
 int st_parse(StFile *f, const uint8_t *bytes, size_t len, char *err, size_t errlen);
 // Read the whole file at `path` and parse it; errors start with the path.
 int st_read(const char *path, StFile *f, char *err, size_t errlen);
+// Parse only a file's header: `head` holds the first head_len bytes (at least 8 + the header length)
+// of a file of file_size bytes. Every rule of st_parse is applied (the tensors tile a data section of
+// file_size - 8 - header length bytes exactly) without the data. f->bytes then holds just the first
+// f->data_start bytes and f->size is file_size: st_data must not be used on it.
+int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t file_size, char *err,
+                    size_t errlen);
+// Read only the 8 + header length bytes of the file at `path` (at most 8 + ST_MAX_HEADER) and
+// st_parse_header them against the file's size; errors start with the path.
+int st_read_header(const char *path, StFile *f, char *err, size_t errlen);
 // The tensor called `name`, or NULL.
 const StEntry *st_find(const StFile *f, const char *name);
 // The first byte of a tensor's data. It is aligned to the dtype's size when the file is laid out

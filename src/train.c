@@ -13,9 +13,11 @@
 
 #include "checkpoint.h"
 #include "flow.h"
+#include "loader.h"
 #include "model.h"
 #include "optim.h"
 #include "shapes.h"
+#include "shards.h"
 #include "train.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
@@ -146,10 +148,19 @@ static void save_or_die(const char *run, const Model *m, const real *ema, const 
         printf("checkpoint %s/ckpt-%08d.safetensors (%.2f s)\n", run, st->step, now_s() - t0);
 }
 
-int train_run(const Config *c, const char *run, const Backend *be) {
+int train_run(const Config *c, const char *run, const char *data, const Backend *be) {
     // From here on a stop signal lets the current step finish and be checkpointed.
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
+    // The data first: a --data that cannot serve this config ends here, before any work.
+    char err[1024];
+    Dataset *dataset = NULL;
+    if (data) {
+        if (!(dataset = dataset_open(data, err, sizeof err))) fc_die("%s", err);
+        if (dataset_frame_size(dataset) != c->frame_size || c->channels != 3)
+            fc_die("%s: frames are %dx%d RGB, but the config has frame_size = %d and channels = %d", data,
+                   dataset_frame_size(dataset), dataset_frame_size(dataset), c->frame_size, c->channels);
+    }
     make_dirs(run);
     int lock = lock_run(run);
     remove_stale_temps(run);
@@ -174,9 +185,15 @@ int train_run(const Config *c, const char *run, const Backend *be) {
     print_bytes("activations", sizeof(real) * (double)(m->acts_count + m->dscratch_count + m->inputs_count));
     int status = 0;
     FILE *metrics = NULL;
+    Loader *loader = NULL;
     if (st.step >= c->steps) {
         printf("%s is at step %d of %d: nothing to do\n", run, st.step, c->steps);
         goto done;
+    }
+    if (data) {
+        loader = loader_start(dataset, c, m->B, (uint64_t)c->seed, st.step + 1, 2, 4, err, sizeof err);
+        if (!loader) fc_die("%s", err);
+        printf("data: %s, %d clips of %d frames\n", data, dataset_clips(dataset), dataset_clip_frames(dataset));
     }
     metrics = open_metrics(run, st.step);
 
@@ -184,11 +201,17 @@ int train_run(const Config *c, const char *run, const Backend *be) {
     double t_start = now_s(), t_last_line = 0;
     // ---- the hot loop: one optimizer update per iteration ----
     for (int step = first; step <= c->steps; step++) {
-        double t0 = now_s();
-        shapes_batch(host_x0, c, m->B, (uint64_t)c->seed, (uint32_t)step);
+        double t0 = now_s(), t_data;
+        if (loader) {
+            const real *batch = loader_get(loader, step, &t_data, err, sizeof err);
+            if (!batch) fc_die("step %d: %s", step, err);
+            memcpy(host_x0, batch, sizeof(real) * (size_t)m->S * m->E);
+        } else {
+            shapes_batch(host_x0, c, m->B, (uint64_t)c->seed, (uint32_t)step);
+            t_data = now_s() - t0;
+        }
         if (fc_test_hook("NAN_AT_STEP") == step) host_x0[0] = NAN;  // a corrupt sample, for the tests
         be->upload(x0, host_x0, sizeof(real) * (size_t)m->S * m->E);
-        double t_data = now_s() - t0;
         flow_prepare_batch(m, x0, (uint64_t)c->seed, (uint32_t)step);
         model_forward(m);
         double loss = model_loss(m);
@@ -238,6 +261,8 @@ int train_run(const Config *c, const char *run, const Backend *be) {
     }
     printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
 done:
+    if (loader) loader_stop(loader);
+    if (dataset) dataset_close(dataset);
     if (metrics) fclose(metrics);
     free(host_x0);
     be->free(x0);

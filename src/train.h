@@ -5,10 +5,11 @@
 #include "backend.h"
 #include "config.h"
 
-// Train (or resume) the run in folder `run` with config c on backend be. Returns the exit status:
+// Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in
+// folder `data` (NULL: the built-in moving shapes). Returns the exit status:
 // 0 when the run reached c->steps, 128 + signal when SIGINT or SIGTERM stopped it after a checkpoint.
 // Dies with one line on anything that must not go on (a NaN loss, a failed checkpoint write, a
 // checkpoint that does not continue this run).
-int train_run(const Config *c, const char *run, const Backend *be);
+int train_run(const Config *c, const char *run, const char *data, const Backend *be);
 
 #endif

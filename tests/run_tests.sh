@@ -76,6 +76,7 @@ fi
 
 run_suite cli tests/test_cli.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/test_train.sh "$FC"
+run_suite prepare tests/test_prepare.sh "$FC"
 
 passed=$(grep -c '^PASS ' "$tmp/all")
 failed=$(grep -c '^FAIL ' "$tmp/all")

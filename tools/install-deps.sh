@@ -3,9 +3,11 @@
 #   tools/install-deps.sh          to build and run framechain
 #   tools/install-deps.sh --test   also what the test suite needs (PyTorch for the reference model)
 set -eu
-pkgs="build-essential pkg-config libopenblas-openmp-dev zlib1g-dev"
+pkgs="build-essential pkg-config libopenblas-openmp-dev zlib1g-dev libstb-dev"
+pkgs="$pkgs libavformat-dev libavcodec-dev libswscale-dev libavutil-dev"
 if [ "${1:-}" = "--test" ]; then
-    pkgs="$pkgs python3 python3-numpy python3-torch"
+    # PyTorch for the reference model; opencv-doc for its sample videos (real footage); ffmpeg for the benchmark
+    pkgs="$pkgs python3 python3-numpy python3-torch opencv-doc ffmpeg"
 fi
 missing=""
 for p in $pkgs; do

@@ -1,0 +1,79 @@
+// video.h: the program's only contact with FFmpeg and stb_image. Reading videos and still images as
+// square RGB frames, writing videos and PNGs.
+//
+// Every function reports failure through its return value and one line in err (naming the file and
+// what is wrong); none of them exits or prints, so a caller can skip a bad input and go on. FFmpeg's
+// own logging is silenced the first time any of them runs.
+//
+// The square frame: the source is cropped to the centred square of its shorter side (in display
+// geometry: a non-square sample aspect ratio is honoured) and that square is resampled to size x size
+// with swscale, SWS_AREA when shrinking and SWS_BICUBIC when enlarging. This gives the same result as
+// "scale so that the shorter side becomes size, then crop the centre", without scaling the part that
+// is thrown away. A rotation of 90/180/270 degrees stored in the stream (phone videos) is applied.
+// Output rows are top to bottom, pixels R, G, B, no padding.
+#ifndef FRAMECHAIN_VIDEO_H
+#define FRAMECHAIN_VIDEO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// The largest frame side video_next_frame and image_load_square accept for `size`.
+#define VIDEO_MAX_SIZE 8192
+
+typedef struct VideoReader VideoReader;
+
+// Open any video FFmpeg's libraries read (local files only: the path is never taken as a URL).
+// NULL on failure with one line in err, e.g. "PATH: not a video (no video stream)",
+// "PATH: cannot open: No such file or directory", "PATH: unsupported codec XYZ".
+VideoReader *video_open(const char *path, char *err, size_t errlen);
+// The stream's stored frame size (before any rotation or sample aspect ratio).
+int video_width(const VideoReader *v);
+int video_height(const VideoReader *v);
+// The stream's average frame rate, else its r_frame_rate, else 25; always > 0.
+double video_fps(const VideoReader *v);
+// The container's frame count, else duration x fps; -1 when neither is known.
+long video_frame_count_estimate(const VideoReader *v);
+// The rotation applied to the frames, clockwise degrees: 0, 90, 180 or 270.
+int video_rotation(const VideoReader *v);
+
+// Decode the next frame as size x size RGB24 (rgb: size*size*3 bytes). *time_s (may be NULL) is its
+// presentation time in seconds from the stream start; times strictly increase (a missing, repeated or
+// backwards timestamp becomes the previous time + 1/fps). Returns 1 with a frame, 0 at the end of the
+// stream, -1 on an error (one line in err). Damage the decoder detects is an error (FFmpeg's
+// AV_EF_EXPLODE): frames before it were good, nothing after it is returned. After 0 or -1 every later
+// call returns the same. `size` may change between calls.
+int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen);
+// Frames returned so far.
+long video_frames_read(const VideoReader *v);
+void video_close(VideoReader *v);
+
+// Decoder threads for readers opened after this call (1 by default; 0 lets FFmpeg choose). Not
+// thread-safe: call it before opening readers from several threads.
+void video_set_decoder_threads(int n);
+
+// A PNG or JPEG (stb_image: 8- and 16-bit PNG, gray, gray+alpha, RGB, RGBA, palette; baseline and
+// progressive JPEG), as size x size RGB24 cropped and resampled as above with the same swscale path.
+// Gray is replicated to R, G, B; alpha is dropped (the stored colour is kept, as for video). EXIF
+// orientation is not applied. Returns 0, or -1 with one line in err.
+int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen);
+// Whether a path's extension is .png, .jpg or .jpeg (any case).
+int is_image_path(const char *path);
+// Write w x h RGB24 as a PNG. 0, or -1 (errno tells why where the C library set it).
+int image_write_png(const char *path, int w, int h, const uint8_t *rgb);
+
+typedef struct VideoWriter VideoWriter;
+// Encode width x height RGB24 frames at `fps` into `path`; the container comes from the extension:
+// .mp4/.m4v/.mov (moov at the front), .mkv, .avi: H.264 (libx264, CRF 18, 4:2:0, or 4:4:4 when a side
+// is odd) where the build has that encoder, else MPEG-4 part 2 (qscale 2); .gif: FFmpeg's gif encoder
+// with a median-cut palette per frame. NULL with one line in err on failure.
+VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen);
+// The encoder's name ("libx264", "mpeg4", "gif").
+const char *video_writer_codec(const VideoWriter *w);
+// Add one frame (width*height*3 bytes). 0, or -1 with one line in err; after an error every later
+// call fails too.
+int video_writer_add(VideoWriter *w, const uint8_t *rgb, char *err, size_t errlen);
+// Flush the encoder, write the trailer, close the file and free w (always, even on failure).
+// 0, or -1 with one line in err. The file is left in place either way.
+int video_writer_close(VideoWriter *w, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# prepare's speed beside the ffmpeg command line, in one run: both decode the same sample videos
+# (Debian's opencv-doc), scale them with the area filter so the shorter side is SIZE, centre-crop to
+# SIZE x SIZE and produce RGB24 frames (ffmpeg writes them to /dev/null; prepare also cuts clips,
+# compresses and writes shards). Several repetitions, the median. Not a test: it asserts nothing.
+#   tools/bench_prepare.sh [SIZE ...]      (default: 64 256)
+set -eu
+FC=${FC:-./framechain}
+REPS=${REPS:-3}
+DATA=/usr/share/doc/opencv-doc/examples/data
+VIDEOS=("$DATA/vtest.avi" "$DATA/Megamind.avi")
+frames=$((795 + 270))
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+seconds() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}'; }
+
+echo "prepare vs ffmpeg: ${VIDEOS[*]##*/} ($frames frames), median of $REPS, $(nproc) cores, $(date -u +%F)"
+printf "%-6s %-14s %-14s %s\n" size "framechain f/s" "ffmpeg f/s" ratio
+for size in ${@:-64 256}; do
+    fc_times=() ff_times=()
+    for r in $(seq "$REPS"); do
+        rm -rf "$tmp/out"
+        fc_times+=("$(seconds "$FC" prepare --input "${VIDEOS[0]}" --input "${VIDEOS[1]}" --out "$tmp/out" --size "$size" --clip-frames 8)")
+        ff_times+=("$(seconds bash -c "for v in ${VIDEOS[*]}; do ffmpeg -v error -threads 1 -i \$v -vf \"scale=w=$size:h=$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size\" -pix_fmt rgb24 -f rawvideo -y /dev/null; done")")
+    done
+    fc=$(printf "%s\n" "${fc_times[@]}" | median)
+    ff=$(printf "%s\n" "${ff_times[@]}" | median)
+    awk -v s="$size" -v n="$frames" -v a="$fc" -v b="$ff" 'BEGIN {printf "%-6s %-14.0f %-14.0f %.2f\n", s, n / a, n / b, b / a}'
+done
