@@ -192,12 +192,13 @@ Loader *loader_start(const Dataset *d, const Config *c, int batch, uint64_t seed
         return NULL;
     }
     if (c->channels != 3) {
-        snprintf(err, errlen, "the dataset's frames are RGB (3 channels), but the config has channels = %d", c->channels);
+        snprintf(err, errlen, "%s: the dataset's frames are RGB (3 channels), but the config has channels = %d",
+                 dataset_dir(d), c->channels);
         return NULL;
     }
     if (c->frame_size != N) {
-        snprintf(err, errlen, "the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
-                 c->frame_size, N, c->frame_size);
+        snprintf(err, errlen, "%s: the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
+                 dataset_dir(d), c->frame_size, N, c->frame_size);
         return NULL;
     }
     if (c->slots < 1 || c->slots > MAX_SLOTS) {
@@ -218,9 +219,15 @@ Loader *loader_start(const Dataset *d, const Config *c, int batch, uint64_t seed
     }
     if (hi - lo + 1 > CF) {
         snprintf(err, errlen,
-                 "the plan spans %d frames (offsets %d to %d), more than the dataset's clips have (clip_frames %d): "
-                 "prepare it with --clip-frames %d or more",
-                 hi - lo + 1, lo, hi, CF, hi - lo + 1);
+                 "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have (clip_frames "
+                 "%d): prepare it with --clip-frames %d or more",
+                 dataset_dir(d), hi - lo + 1, lo, hi, CF, hi - lo + 1);
+        return NULL;
+    }
+    double bytes = (double)sizeof(real) * c->slots * 3 * N * N * batch * (prefetch + 1);
+    if (bytes > 64.0 * (1 << 30)) {
+        snprintf(err, errlen, "loader: %d batches of %d windows would take %.0f GiB", prefetch + 1, batch,
+                 bytes / (1 << 30));
         return NULL;
     }
     Loader *l = fc_calloc(1, sizeof *l);

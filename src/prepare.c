@@ -177,6 +177,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         char **list = list_folder(src->path, &n);
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
+        c->fps = *src_fps;
         for (int i = 0; list && i < n; i++) {
             if (!is_image_path(list[i])) continue;
             char err[512];
@@ -197,6 +198,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         return -1;
     }
     *src_fps = video_fps(v);
+    c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
     double t;
     int r;
     while ((r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
@@ -237,7 +239,6 @@ int prepare_run(const PrepareOptions *o) {
         double src_fps = 0, ts = now_s();
         char why[700];
         long frames = decode_source(src, &c, frame, &src_fps, why, sizeof why);
-        c.fps = o->fps > 0 ? o->fps : src_fps;
         printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
         if (frames < 0) {
             printf("skipped: %s\n", why);

@@ -77,9 +77,8 @@ static int parse_fps(const char *s, double *out) {
     size_t n = strlen(s);
     if (n == 0 || n > 40 || strspn(s, "0123456789.eE+-") != n || !(s[0] >= '0' && s[0] <= '9')) return -1;
     char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*end || errno || !isfinite(v) || v < 0 || v > 1e6) return -1;
+    double v = strtod(s, &end);  // an underflow (ERANGE) reads as a tiny or zero rate: fine
+    if (*end || !isfinite(v) || v < 0 || v > 1e6) return -1;
     *out = v;
     return 0;
 }
@@ -648,7 +647,8 @@ int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, lo
                      size_t errlen) {
     if (w->failed) return errf(err, errlen, "%s: the dataset writer stopped at an earlier error", w->dir);
     if (!clip || !source) return errf(err, errlen, "%s: shard_writer_add without a clip or a source", w->dir);
-    if (first_frame < 0) return errf(err, errlen, "%s: first frame %ld of %s is negative", w->dir, first_frame, source);
+    if (first_frame < 0 || (uint64_t)first_frame > (uint64_t)1 << 62)
+        return errf(err, errlen, "%s: first frame %ld of %s is out of range", w->dir, first_frame, source);
     if (!isfinite(fps) || fps < 0 || fps > 1e6)
         return errf(err, errlen, "%s: fps %g of %s is not in [0, 1e6]", w->dir, fps, source);
     if (w->total >= INT_MAX) return errf(err, errlen, "%s: a dataset holds at most %d clips", w->dir, INT_MAX);
@@ -1120,6 +1120,7 @@ int dataset_frame_size(const Dataset *d) { return d->N; }
 int dataset_clip_frames(const Dataset *d) { return d->F; }
 int dataset_shards(const Dataset *d) { return d->nshards; }
 size_t dataset_clip_bytes(const Dataset *d) { return d->raw; }
+const char *dataset_dir(const Dataset *d) { return d->dir; }
 
 int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out) {
     if (clip < 0 || clip >= d->nclips) return -1;

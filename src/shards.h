@@ -66,6 +66,7 @@ int dataset_frame_size(const Dataset *d);
 int dataset_clip_frames(const Dataset *d);
 int dataset_shards(const Dataset *d);
 size_t dataset_clip_bytes(const Dataset *d);  // F * N * N * 3
+const char *dataset_dir(const Dataset *d);    // the folder it was opened from
 // Read clip `clip` (0 .. dataset_clips - 1; the shards' clips in order) into out (F*N*N*3 bytes):
 // pread its stored bytes, inflate them when they are zlib (exactly F*N*N*3 bytes must come out),
 // check the CRC. Returns 0, or -1 with one line naming the shard, the clip and the problem.

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,8 +46,9 @@
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
-// Images larger than this many pixels are refused before decoding (about 1.2 GB as RGB).
-#define IMAGE_MAX_PIXELS (400L * 1000 * 1000)
+// Images larger than this many pixels are refused before decoding (300 MB as RGB): a damaged header
+// must not make us allocate gigabytes.
+#define IMAGE_MAX_PIXELS (100L * 1000 * 1000)
 // A decoder that swallows this many packets in a row without giving a picture is stuck.
 #define MAX_PACKETS_WITHOUT_PICTURE 1000
 // av_read_frame answering EAGAIN this many times in a row is treated as a read error.
@@ -368,6 +370,8 @@ VideoReader *video_open(const char *path, char *err, size_t errlen) {
     }
     AVStream *st = v->fmt->streams[idx];
     v->stream = idx;
+    for (unsigned i = 0; i < v->fmt->nb_streams; i++)  // the demuxer may skip what we do not read
+        if ((int)i != idx) v->fmt->streams[i]->discard = AVDISCARD_ALL;
     v->tb = st->time_base;
     const AVCodec *codec = avcodec_find_decoder(st->codecpar->codec_id);
     if (!codec) {
@@ -393,7 +397,7 @@ VideoReader *video_open(const char *path, char *err, size_t errlen) {
         ret = avcodec_open2(v->dec, codec, NULL);
     }
     if (ret < 0) {
-        set_err(err, errlen, "%s: unsupported codec %s (%s)", path, avcodec_get_name(st->codecpar->codec_id),
+        set_err(err, errlen, "%s: cannot open the %s decoder: %s", path, avcodec_get_name(st->codecpar->codec_id),
                 averr(ret, eb, sizeof eb));
         reader_free(v);
         return NULL;
@@ -408,14 +412,15 @@ VideoReader *video_open(const char *path, char *err, size_t errlen) {
     AVRational r = st->avg_frame_rate;
     if (r.num <= 0 || r.den <= 0) r = st->r_frame_rate;
     v->fps = (r.num > 0 && r.den > 0) ? av_q2d(r) : 0;
-    if (!(v->fps > 0 && v->fps < 10000)) v->fps = 25;
-    v->count_estimate = -1;
+    if (!(v->fps > 0 && v->fps <= 1000)) v->fps = 25;
+    double est = -1;
     if (st->nb_frames > 0)
-        v->count_estimate = (long)st->nb_frames;
+        est = (double)st->nb_frames;
     else if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
-        v->count_estimate = lrint(st->duration * av_q2d(st->time_base) * v->fps);
+        est = st->duration * av_q2d(st->time_base) * v->fps;
     else if (v->fmt->duration != AV_NOPTS_VALUE && v->fmt->duration > 0)
-        v->count_estimate = lrint(v->fmt->duration / (double)AV_TIME_BASE * v->fps);
+        est = v->fmt->duration / (double)AV_TIME_BASE * v->fps;
+    v->count_estimate = (est >= 0 && est < 1e12) ? (long)llround(est) : -1;
     v->rotation = stream_rotation(st);
     if (st->start_time != AV_NOPTS_VALUE) {
         v->start_pts = st->start_time;
@@ -456,8 +461,8 @@ static double frame_time(VideoReader *v, const AVFrame *f) {
             v->start_pts = ts;
             v->have_start = 1;
         }
-        t = (double)(ts - v->start_pts) * av_q2d(v->tb);
-        if (t < 0) t = 0;
+        t = ((double)ts - (double)v->start_pts) * av_q2d(v->tb);  // in double: damaged files have wild values
+        if (!(t >= 0)) t = 0;
     } else {
         t = v->frames ? v->last_time + 1.0 / v->fps : 0;
     }
@@ -552,6 +557,85 @@ int is_image_path(const char *path) {
     return !strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg");
 }
 
+// stb_image 2.27 (Debian 12's libstb-dev) does not check that a JPEG Huffman table holds at most 256
+// codes and writes past its tables when one claims more (fixed upstream in 2.28). Every DHT segment
+// stb could reach is checked here first: the segments before the first scan in order, then every
+// FF C4 after it (entropy-coded data of a sound file never holds one). 1 when all are sane.
+static int jpeg_huffman_tables_sane(const uint8_t *b, size_t n) {
+    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 1;  // not a JPEG: stb's other loaders decide
+    size_t i = 2;
+    int in_scans = 0;
+    while (i + 1 < n) {
+        if (b[i] != 0xFF || b[i + 1] == 0xFF) {  // data, junk or fill bytes
+            i++;
+            continue;
+        }
+        uint8_t m = b[i + 1];
+        if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {  // stuffing, TEM, RSTn, SOI: no length
+            i += 2;
+            continue;
+        }
+        size_t len = i + 3 < n ? (size_t)b[i + 2] << 8 | b[i + 3] : 0;
+        if (m == 0xC4) {
+            // Tables while the segment lasts, as stb reads them (bytes past the end of the file read as 0).
+            size_t p = i + 4, end = i + 2 + len;
+            while (p < end && p < n) {
+                unsigned total = 0;
+                for (size_t k = 1; k <= 16; k++) total += p + k < n ? b[p + k] : 0;
+                if (total > 256) return 0;
+                p += 17 + total;
+            }
+        }
+        if (m == 0xDA) in_scans = 1;
+        // Before the first scan a segment is skipped by its length, as stb does; from there on every
+        // byte is looked at.
+        i += in_scans ? 2 : 2 + len;
+    }
+    return 1;
+}
+
+// The whole file in memory (so the check above and stb see the same bytes). NULL with why.
+static uint8_t *read_file_bytes(const char *path, size_t max, size_t *n, const char **why) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 16;
+            if (cap >= max) {
+                *why = "file too large for an image";
+                break;
+            }
+            if (ncap > max) ncap = max;
+            uint8_t *nb = realloc(buf, ncap);
+            if (!nb) {
+                *why = "out of memory";
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                *why = strerror(errno);
+                break;
+            }
+            fclose(f);
+            *n = len;
+            return buf;
+        }
+    }
+    fclose(f);
+    free(buf);
+    return NULL;
+}
+
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
     quiet_ffmpeg();
     if (!path || !*path) {
@@ -563,21 +647,32 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
         return -1;
     }
     const char *why = path_problem(path);
-    if (why) {
+    size_t nbytes = 0;
+    uint8_t *bytes = why ? NULL : read_file_bytes(path, (size_t)1 << 30, &nbytes, &why);
+    if (!bytes) {
         set_err(err, errlen, "%s: cannot open: %s", path, why);
         return -1;
     }
+    if (!jpeg_huffman_tables_sane(bytes, nbytes)) {
+        set_err(err, errlen, "%s: cannot decode the image: corrupt JPEG (a Huffman table with over 256 codes)", path);
+        free(bytes);
+        return -1;
+    }
     int w = 0, h = 0, n = 0;
-    if (!stbi_info(path, &w, &h, &n)) {
-        set_err(err, errlen, "%s: not a PNG or JPEG image (%s)", path, stbi_failure_reason());
+    if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, &w, &h, &n)) {
+        set_err(err, errlen, "%s: not a PNG or JPEG image (%s)", path,
+                nbytes > INT_MAX ? "too large" : stbi_failure_reason());
+        free(bytes);
         return -1;
     }
     if (w < 1 || h < 1 || (long)w * h > IMAGE_MAX_PIXELS) {
         set_err(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
                 (long)IMAGE_MAX_PIXELS);
+        free(bytes);
         return -1;
     }
-    uint8_t *px = stbi_load(path, &w, &h, &n, 3);
+    uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, 3);
+    free(bytes);
     if (!px) {
         set_err(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());
         return -1;

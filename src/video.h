@@ -22,14 +22,16 @@
 
 typedef struct VideoReader VideoReader;
 
-// Open any video FFmpeg's libraries read (local files only: the path is never taken as a URL).
-// NULL on failure with one line in err, e.g. "PATH: not a video (no video stream)",
-// "PATH: cannot open: No such file or directory", "PATH: unsupported codec XYZ".
+// Open any video FFmpeg's libraries read (local files only: the path is never taken as a URL). The
+// stream is FFmpeg's best video stream that is not a cover picture. A PNG or JPEG also opens, as one
+// frame: test is_image_path first where stills are handled apart. NULL on failure with one line in
+// err, e.g. "PATH: not a video (no video stream)", "PATH: cannot open: No such file or directory",
+// "PATH: cannot open: unknown format or damaged file", "PATH: unsupported codec XYZ (...)".
 VideoReader *video_open(const char *path, char *err, size_t errlen);
 // The stream's stored frame size (before any rotation or sample aspect ratio).
 int video_width(const VideoReader *v);
 int video_height(const VideoReader *v);
-// The stream's average frame rate, else its r_frame_rate, else 25; always > 0.
+// The stream's average frame rate, else its r_frame_rate, else 25 (when neither is in (0, 1000]).
 double video_fps(const VideoReader *v);
 // The container's frame count, else duration x fps; -1 when neither is known.
 long video_frame_count_estimate(const VideoReader *v);
@@ -37,11 +39,13 @@ long video_frame_count_estimate(const VideoReader *v);
 int video_rotation(const VideoReader *v);
 
 // Decode the next frame as size x size RGB24 (rgb: size*size*3 bytes). *time_s (may be NULL) is its
-// presentation time in seconds from the stream start; times strictly increase (a missing, repeated or
-// backwards timestamp becomes the previous time + 1/fps). Returns 1 with a frame, 0 at the end of the
-// stream, -1 on an error (one line in err). Damage the decoder detects is an error (FFmpeg's
-// AV_EF_EXPLODE): frames before it were good, nothing after it is returned. After 0 or -1 every later
-// call returns the same. `size` may change between calls.
+// presentation time in seconds from the stream's start time (else from its first frame); times
+// strictly increase (a missing, repeated or backwards timestamp becomes the previous time + 1/fps).
+// Returns 1 with a frame, 0 at the end of the stream, -1 on an error (one line in err, naming the
+// file, the frames read and the time). Damage the decoder detects is an error (FFmpeg's
+// AV_EF_EXPLODE), not a concealed picture: the frames returned before it are good, none after it
+// comes. A file cut short ends early (0) or fails (-1), depending on the container. After 0 or -1
+// every later call returns the same. `size` may change between calls.
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen);
 // Frames returned so far.
 long video_frames_read(const VideoReader *v);
@@ -54,7 +58,9 @@ void video_set_decoder_threads(int n);
 // A PNG or JPEG (stb_image: 8- and 16-bit PNG, gray, gray+alpha, RGB, RGBA, palette; baseline and
 // progressive JPEG), as size x size RGB24 cropped and resampled as above with the same swscale path.
 // Gray is replicated to R, G, B; alpha is dropped (the stored colour is kept, as for video). EXIF
-// orientation is not applied. Returns 0, or -1 with one line in err.
+// orientation is not applied. Up to 100 megapixels. A JPEG Huffman table with over 256 codes is
+// refused before stb_image sees it (stb_image 2.27 writes out of bounds on one). Returns 0, or -1 with
+// one line in err.
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen);
 // Whether a path's extension is .png, .jpg or .jpeg (any case).
 int is_image_path(const char *path);

@@ -32,6 +32,8 @@ run_suite units "$BUILD/test_units"
 run_suite gradients "$BUILD/test_grad" "$TINY"
 run_suite optimizer "$BUILD/test_optim"
 run_suite safetensors "$BUILD/test_safetensors"
+run_suite video "$BUILD/test_video"
+run_suite shards "$BUILD/test_shards"
 
 echo "== pytorch reference"
 if "$PYTHON" tools/reference.py --selftest > "$tmp/out" 2>&1; then

@@ -23,8 +23,11 @@ rc=$?
 n=$(clips "$tmp/real")
 m=$(grep -c . "$tmp/real/manifest.tsv")
 expect prepare_real_footage $(( rc != 0 || n != 65 )) "status $rc, $n clips (49 from vtest.avi, 16 from Megamind.avi), manifest $m lines; $(tail -1 "$tmp/real.log" | cut -c1-150)"
-grep -q "vtest.avi.*0" "$tmp/real/manifest.tsv" && grep -q "Megamind.avi" "$tmp/real/manifest.tsv"
-expect manifest_names_sources $? "manifest.tsv names each clip's source and first frame"
+fps_v=$(awk -F'\t' '$3 ~ /vtest.avi$/ {print $6}' "$tmp/real/manifest.tsv" | sort -u | tr '\n' ' ')
+fps_m=$(awk -F'\t' '$3 ~ /Megamind.avi$/ {print $6}' "$tmp/real/manifest.tsv" | sort -u | tr '\n' ' ')
+last_v=$(awk -F'\t' '$3 ~ /vtest.avi$/ {print $4}' "$tmp/real/manifest.tsv" | sort -n | tail -1)
+expect manifest_names_sources $(( $(echo "$fps_v" | grep -c '^10 $') != 1 || $(echo "$fps_m" | grep -c '^23.97') != 1 || last_v != 768 )) \
+    "manifest.tsv: vtest.avi clips at fps $fps_v(last first frame $last_v), Megamind.avi at fps $fps_m"
 
 "$FC" prepare --input "$DATA/vtest.avi" --out "$tmp/fps" --size 32 --clip-frames 16 --fps 5 --overlap 8 > "$tmp/fps.log" 2>&1
 rc=$?
