@@ -32,6 +32,15 @@ static void cuda_download(void *dst, const void *src, size_t n) { cudaCheck(cuda
 static void cuda_copy(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice)); }
 static void cuda_zero(void *p, size_t n) { cudaCheck(cudaMemset(p, 0, n)); }
 static void cuda_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
+static void *cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess)
+        fc_die("cannot allocate %zu bytes of page-locked host memory: %s", bytes, cudaGetErrorString(err));
+    memset(p, 0, bytes);
+    return p;
+}
+static void cuda_host_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 
 static char g_description[256];
 
@@ -62,6 +71,8 @@ extern "C" const Backend *backend_cuda(const char **why) {
     cuda_backend.copy = cuda_copy;
     cuda_backend.zero = cuda_zero;
     cuda_backend.sync = cuda_sync;
+    cuda_backend.host_alloc = cuda_host_alloc;
+    cuda_backend.host_free = cuda_host_free;
     const char *missing = backend_missing_op(&cuda_backend);
     if (missing) {
         snprintf(reason, sizeof reason, "%s found, but this build's CUDA backend has no kernel for '%s' yet", prop.name,

@@ -49,6 +49,10 @@ typedef struct Backend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *ptr, size_t bytes);
     void (*sync)(void);
+    // Host memory for transfers (the loader's batches, checkpoint staging): page-locked where the
+    // backend has its own memory, so that copies can run asynchronously; zero-filled.
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *ptr);
 
     // ---- randomness (Philox, see philox.h): out[i] = element offset+i of (seed, step, stream) ----
     void (*randn)(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,

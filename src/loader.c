@@ -34,6 +34,7 @@ typedef struct {
 } Batch;
 
 struct Loader {
+    const Backend *be;  // allocates the batch buffers (NULL: plain host memory)
     const Dataset *d;
     int B, F, N, nclips, starts, first;
     int off[MAX_SLOTS];
@@ -172,7 +173,8 @@ static void *worker_main(void *arg) {
 static void free_loader(Loader *l) {
     for (int i = 0; i < l->nbat; i++) {
         Batch *b = &l->bat[i];
-        free(b->buf), free(b->clip), free(b->t0), free(b->flip), free(b->order), free(b->group), free(b->keys);
+        if (l->be && b->buf) l->be->host_free(b->buf); else free(b->buf);
+        free(b->clip), free(b->t0), free(b->flip), free(b->order), free(b->group), free(b->keys);
     }
     free(l->bat);
     free(l->th);
@@ -182,7 +184,7 @@ static void free_loader(Loader *l) {
     free(l);
 }
 
-Loader *loader_start(const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
                      int prefetch, char *err, size_t errlen) {
     int N = dataset_frame_size(d), CF = dataset_clip_frames(d);
     if (batch < 1 || threads < 1 || threads > LOADER_MAX_THREADS || prefetch < 1 || prefetch > LOADER_MAX_PREFETCH ||
@@ -231,7 +233,7 @@ Loader *loader_start(const Dataset *d, const Config *c, int batch, uint64_t seed
         return NULL;
     }
     Loader *l = fc_calloc(1, sizeof *l);
-    l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
+    l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
     l->starts = CF - (hi - lo), l->first = -lo, l->seed = seed;
     memcpy(l->off, off, sizeof off);
     l->raw = dataset_clip_bytes(d);
@@ -241,7 +243,8 @@ Loader *loader_start(const Dataset *d, const Config *c, int batch, uint64_t seed
     l->bat = fc_calloc((size_t)l->nbat, sizeof(Batch));
     for (int i = 0; i < l->nbat; i++) {
         Batch *b = &l->bat[i];
-        b->buf = fc_malloc(sizeof(real) * l->window * (size_t)batch);
+        b->buf = l->be ? l->be->host_alloc(sizeof(real) * l->window * (size_t)batch)
+                       : fc_malloc(sizeof(real) * l->window * (size_t)batch);
         b->clip = fc_malloc(sizeof(int) * (size_t)batch);
         b->t0 = fc_malloc(sizeof(int) * (size_t)batch);
         b->flip = fc_malloc((size_t)batch);

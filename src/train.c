@@ -191,7 +191,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         goto done;
     }
     if (data) {
-        loader = loader_start(dataset, c, m->B, (uint64_t)c->seed, st.step + 1, 2, 4, err, sizeof err);
+        loader = loader_start(be, dataset, c, m->B, (uint64_t)c->seed, st.step + 1, 2, 4, err, sizeof err);
         if (!loader) fc_die("%s", err);
         printf("data: %s, %d clips of %d frames\n", data, dataset_clips(dataset), dataset_clip_frames(dataset));
     }

@@ -698,7 +698,7 @@ static Config plan_config(int N, const char *plan) {
 static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed, int first, int last, int threads,
                         int prefetch) {
     char err[1024];
-    Loader *l = loader_start(d, c, B, seed, first, threads, prefetch, err, sizeof err);
+    Loader *l = loader_start(NULL, d, c, B, seed, first, threads, prefetch, err, sizeof err);
     if (!l) {
         printf("  loader_start: %s\n", err);
         return NULL;
@@ -824,20 +824,20 @@ static void test_loader(void) {
     // refusals at loader_start
     {
         Config e = plan_config(N, "anchor:-20 context:0 target:12");
-        Loader *l = loader_start(d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        Loader *l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "spans 33 frames") && strstr(err, "clip_frames 32"), "loader_plan_too_long",
               "%s", err);
         loader_stop(l);
         e = plan_config(N, "anchor:0 target:1.5");
-        l = loader_start(d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "whole number"), "loader_fractional_offset", "%s", err);
         loader_stop(l);
         e = plan_config(16, "anchor:0 target:1");
-        l = loader_start(d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "frame_size 16"), "loader_frame_size_mismatch", "%s", err);
         loader_stop(l);
         // steps come one after another
-        l = loader_start(d, &c, 2, 1, 5, 2, 2, err, sizeof err);
+        l = loader_start(NULL, d, &c, 2, 1, 5, 2, 2, err, sizeof err);
         double wait = -1;
         const real *x5 = l ? loader_get(l, 5, &wait, err, sizeof err) : NULL;
         const real *x7 = l ? loader_get(l, 7, NULL, err, sizeof err) : NULL;
@@ -860,7 +860,7 @@ static void test_loader(void) {
             snprintf(path, sizeof path, "%s/%s", bad, loc.shard);
             flip_byte(path, (long)(loc.offset + 5));
         }
-        Loader *l = bd ? loader_start(bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
+        Loader *l = bd ? loader_start(NULL, bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
         const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
         check(l && !x && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, "shard-00000.safetensors"),
               "loader_bad_shard", "%s", err);
@@ -886,7 +886,7 @@ static void bench(const char *what, const char *kinds) {
     dataset_clip_location(d, 0, &loc);
     double rate[2] = {0, 0}, waited[2] = {0, 0};
     for (int th = 1; th <= 2; th++) {
-        Loader *l = loader_start(d, &c, B, 7, 1, th, 4, err, sizeof err);
+        Loader *l = loader_start(NULL, d, &c, B, 7, 1, th, 4, err, sizeof err);
         double start = now_s(), wait_total = 0;
         int steps = 0;
         while (now_s() - start < 0.4) {
