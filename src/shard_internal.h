@@ -1,0 +1,96 @@
+// shard_internal.h: private to shard_read.c, shard_write.c and dataset_read.c (not an API: see
+// shards.h). What they share: one-line errors, the per-clip metadata fields, and a shard's checked
+// header and clip decoding (both defined in shard_read.c).
+#ifndef FRAMECHAIN_SHARD_INTERNAL_H
+#define FRAMECHAIN_SHARD_INTERNAL_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+
+static inline int errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline int errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// A string from a file for an error message: at most ~60 bytes, control characters shown as '?',
+// so that the message stays one line.
+static inline const char *shown(const char *s, char *buf, size_t len) {
+    size_t n = strlen(s), k = n < len - 4 ? n : len - 4;
+    while (k < n && k > 0 && ((uint8_t)s[k] & 0xC0) == 0x80) k--;  // cut between characters
+    for (size_t i = 0; i < k; i++) buf[i] = ((uint8_t)s[i] < 0x20 || s[i] == 0x7F) ? '?' : s[i];
+    strcpy(buf + k, k < n ? "..." : "");
+    return buf;
+}
+#define SHOWN(s) shown((s), (char[64]){0}, 64)
+
+static inline int pread_all(int fd, void *buf, size_t n, uint64_t offset) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)offset);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += r, n -= (size_t)r, offset += (uint64_t)r;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// a shard's header
+
+typedef struct {
+    uint64_t offset;  // of the stored bytes within the file
+    uint64_t stored;  // stored bytes
+    uint32_t crc;     // of the raw bytes
+    uint8_t zlib;
+} ClipRec;
+
+typedef struct {
+    int N, F, clips;
+    size_t raw;  // F * N * N * 3
+    ClipRec *clip;
+} ShardInfo;
+
+// The fields "clip.<k>.<field>" of a shard's __metadata__, in the order of the HAVE_ bits.
+enum { HAVE_ENCODING = 1, HAVE_CRC = 2, HAVE_SOURCE = 4, HAVE_FIRST = 8, HAVE_FPS = 16, HAVE_ALL = 31 };
+static const char *const CLIP_FIELDS[] = {"encoding", "crc32", "source", "first_frame", "fps"};
+
+// Check a shard's metadata and tensors (its layout was checked by the safetensors reader) and fill
+// si. `name` (the path) starts every error.
+int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen);
+
+// ---------------------------------------------------------------------------------------------
+// decoding a clip
+
+// Where a clip's stored bytes are: in memory, or in a file from `offset`.
+typedef struct {
+    const uint8_t *mem;
+    int fd;
+    uint64_t offset;
+} Src;
+
+// Decode `stored` bytes of src (a zlib stream, or the raw frames) that must give exactly raw bytes;
+// into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes. 0, or -1 with why.
+int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t raw, uint32_t *crc, char *why,
+                size_t whylen);
+
+#endif
