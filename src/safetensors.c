@@ -62,16 +62,14 @@ static int valid_utf8(const char *s) {
     return 1;
 }
 
-// A name for an error message: at most ~60 bytes, control characters shown as '?', so that the
-// message stays one line whatever the file holds.
-static const char *shown(const char *s, char *buf, size_t len) {
+const char *st_shown(const char *s, char *buf, size_t len) {
     size_t n = strlen(s), k = n < len - 4 ? n : len - 4;
     while (k < n && k > 0 && ((uint8_t)s[k] & 0xC0) == 0x80) k--;  // cut between characters
     for (size_t i = 0; i < k; i++) buf[i] = ((uint8_t)s[i] < 0x20 || s[i] == 0x7F) ? '?' : s[i];
     strcpy(buf + k, k < n ? "..." : "");
     return buf;
 }
-#define SHOWN(s) shown((s), (char[64]){0}, 64)
+#define SHOWN(s) ST_SHOWN(s)
 
 // ---------------------------------------------------------------------------------------------
 // writer

@@ -42,6 +42,11 @@ int st_write_bytes(const char *path, const void *data, size_t len, char *err, si
 // values must follow; else 0.
 int st_valid_utf8(const char *s);
 
+// A string from a file made fit for a one-line error message: at most ~60 bytes, control characters
+// shown as '?', cut between UTF-8 characters. ST_SHOWN uses a buffer of its own.
+const char *st_shown(const char *s, char *buf, size_t len);
+#define ST_SHOWN(s) st_shown((s), (char[64]){0}, 64)
+
 // Size in bytes of one element of `dtype`, 0 when unknown.
 size_t st_dtype_size(const char *dtype);
 

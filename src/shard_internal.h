@@ -26,16 +26,7 @@ static inline int errf(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
-// A string from a file for an error message: at most ~60 bytes, control characters shown as '?',
-// so that the message stays one line.
-static inline const char *shown(const char *s, char *buf, size_t len) {
-    size_t n = strlen(s), k = n < len - 4 ? n : len - 4;
-    while (k < n && k > 0 && ((uint8_t)s[k] & 0xC0) == 0x80) k--;  // cut between characters
-    for (size_t i = 0; i < k; i++) buf[i] = ((uint8_t)s[i] < 0x20 || s[i] == 0x7F) ? '?' : s[i];
-    strcpy(buf + k, k < n ? "..." : "");
-    return buf;
-}
-#define SHOWN(s) shown((s), (char[64]){0}, 64)
+#define SHOWN(s) ST_SHOWN(s)  // safetensors.h
 
 static inline int pread_all(int fd, void *buf, size_t n, uint64_t offset) {
     uint8_t *p = buf;
