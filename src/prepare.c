@@ -109,6 +109,10 @@ typedef struct {
     size_t frame_bytes;
     uint8_t *clip;        // (clip_frames, size, size, 3) the clip being filled
     int filled;           // frames in `clip`
+    // finished clips waiting to be compressed together (one per thread and then some)
+    uint8_t **batch;      // (batch_cap) clips
+    long *batch_first;    // (batch_cap) their first frames
+    int batch_n, batch_cap;
     long next_index;      // index (in the resampled sequence) of the next frame that goes into a clip
     long clips;           // clips written from this source
     // resampling: the previous decoded frame and the next output time
@@ -119,13 +123,23 @@ typedef struct {
     int failed;           // a shard write failed: the whole job stops
 } Cutter;
 
+// Compress and write the waiting clips (in parallel inside the shard writer).
+static void cutter_flush(Cutter *c) {
+    if (c->batch_n && !c->failed &&
+        shard_writer_add_clips(c->w, c->batch_n, (const uint8_t *const *)c->batch, c->source, c->batch_first, c->fps,
+                               c->err, sizeof c->err))
+        c->failed = 1;
+    c->batch_n = 0;
+}
+
 static void cutter_emit(Cutter *c, const uint8_t *frame) {
     memcpy(c->clip + (size_t)c->filled * c->frame_bytes, frame, c->frame_bytes);
     c->filled++;
     c->next_index++;
     if (c->filled < c->o->clip_frames) return;
-    long first = c->next_index - c->o->clip_frames;
-    if (!c->failed && shard_writer_add(c->w, c->clip, c->source, first, c->fps, c->err, sizeof c->err)) c->failed = 1;
+    memcpy(c->batch[c->batch_n], c->clip, c->frame_bytes * c->o->clip_frames);
+    c->batch_first[c->batch_n++] = c->next_index - c->o->clip_frames;
+    if (c->batch_n == c->batch_cap) cutter_flush(c);
     c->clips++;
     int keep = c->o->overlap;  // the last `overlap` frames start the next clip
     memmove(c->clip, c->clip + (size_t)(c->o->clip_frames - keep) * c->frame_bytes, (size_t)keep * c->frame_bytes);
@@ -228,6 +242,10 @@ int prepare_run(const PrepareOptions *o) {
     size_t frame_bytes = (size_t)o->size * o->size * 3;
     Cutter c = {.o = o, .w = w, .frame_bytes = frame_bytes};
     c.clip = fc_malloc(frame_bytes * o->clip_frames);
+    c.batch_cap = 2 * fc_threads();
+    c.batch = fc_malloc(sizeof(uint8_t *) * c.batch_cap);
+    c.batch_first = fc_malloc(sizeof(long) * c.batch_cap);
+    for (int i = 0; i < c.batch_cap; i++) c.batch[i] = fc_malloc(frame_bytes * o->clip_frames);
     c.prev = fc_malloc(frame_bytes);
     uint8_t *frame = fc_malloc(frame_bytes);
     long total_clips = 0, total_frames = 0;
@@ -239,6 +257,7 @@ int prepare_run(const PrepareOptions *o) {
         double src_fps = 0, ts = now_s();
         char why[700];
         long frames = decode_source(src, &c, frame, &src_fps, why, sizeof why);
+        cutter_flush(&c);  // a batch holds the clips of one source
         printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
         if (frames < 0) {
             printf("skipped: %s\n", why);
@@ -258,7 +277,8 @@ int prepare_run(const PrepareOptions *o) {
         }
         fflush(stdout);
     }
-    free(c.clip), free(c.prev), free(frame);
+    for (int i = 0; i < c.batch_cap; i++) free(c.batch[i]);
+    free(c.batch), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
     for (int i = 0; i < ss.n; i++) free(ss.s[i].path);
     free(ss.s);
     if (c.failed) {

@@ -64,8 +64,6 @@ struct ShardWriter {
     size_t mlen, mcap;
     long total;
     int failed;
-    uint8_t *zbuf;
-    size_t zcap;
 };
 
 static void manifest_put(ShardWriter *w, const char *s, size_t n) {
@@ -237,7 +235,29 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     return 0;
 }
 
-int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
+// Compress (where that saves 10% or more) and checksum one clip into p. Touches nothing shared, so
+// several clips can be encoded at once.
+static void encode_clip(const ShardWriter *w, const uint8_t *clip, Pending *p) {
+    size_t bound = compressBound((uLong)w->raw);
+    uint8_t *zbuf = fc_malloc(bound);
+    uLongf zlen = (uLongf)bound;
+    int zr = compress2(zbuf, &zlen, clip, (uLong)w->raw, ZLIB_LEVEL);
+    if (zr == Z_MEM_ERROR) fc_die("out of host memory compressing a clip");
+    memset(p, 0, sizeof *p);
+    p->zlib = zr == Z_OK && (size_t)zlen * 10 <= w->raw * 9;  // at least 10% smaller
+    p->stored = p->zlib ? (size_t)zlen : w->raw;
+    if (p->zlib) {
+        p->data = realloc(zbuf, p->stored);
+        if (!p->data) fc_die("out of host memory");
+    } else {
+        free(zbuf);
+        p->data = fc_malloc(p->stored);
+        memcpy(p->data, clip, p->stored);
+    }
+    p->crc = (uint32_t)crc32_z(0, clip, w->raw);
+}
+
+static int check_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
                      size_t errlen) {
     if (w->failed) return errf(err, errlen, "%s: the dataset writer stopped at an earlier error", w->dir);
     if (!clip || !source) return errf(err, errlen, "%s: shard_writer_add without a clip or a source", w->dir);
@@ -246,22 +266,12 @@ int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, lo
     if (!isfinite(fps) || fps < 0 || fps > 1e6)
         return errf(err, errlen, "%s: fps %g of %s is not in [0, 1e6]", w->dir, fps, source);
     if (w->total >= INT_MAX) return errf(err, errlen, "%s: a dataset holds at most %d clips", w->dir, INT_MAX);
-    size_t bound = compressBound((uLong)w->raw);
-    if (w->zcap < bound) {
-        free(w->zbuf);
-        w->zbuf = fc_malloc(bound);
-        w->zcap = bound;
-    }
-    uLongf zlen = (uLongf)bound;
-    int zr = compress2(w->zbuf, &zlen, clip, (uLong)w->raw, ZLIB_LEVEL);
-    if (zr == Z_MEM_ERROR) fc_die("out of host memory compressing a clip");
-    int zlib = zr == Z_OK && (size_t)zlen * 10 <= w->raw * 9;  // at least 10% smaller
-    Pending p = {0};
-    p.zlib = zlib;
-    p.stored = zlib ? (size_t)zlen : w->raw;
-    p.data = fc_malloc(p.stored);
-    memcpy(p.data, zlib ? w->zbuf : clip, p.stored);
-    p.crc = (uint32_t)crc32_z(0, clip, w->raw);
+    return 0;
+}
+
+// Append an encoded clip to the shard being filled (flushing that shard first when it is full).
+static int append_clip(ShardWriter *w, Pending p, const char *source, long first_frame, double fps, char *err,
+                       size_t errlen) {
     p.source = utf8_fixed(source);
     p.first = first_frame, p.fps = fps;
     size_t meta = 6 * strlen(p.source) + 256;  // JSON escapes make at most 6 bytes of one
@@ -303,12 +313,37 @@ int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, lo
     return 0;
 }
 
+int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
+                     size_t errlen) {
+    if (check_add(w, clip, source, first_frame, fps, err, errlen)) return -1;
+    Pending p;
+    encode_clip(w, clip, &p);
+    return append_clip(w, p, source, first_frame, fps, err, errlen);
+}
+
+int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, const char *source,
+                           const long *first_frames, double fps, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (check_add(w, clips[i], source, first_frames[i], fps, err, errlen)) return -1;
+    Pending *p = fc_calloc((size_t)(n ? n : 1), sizeof(Pending));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) encode_clip(w, clips[i], &p[i]);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (rc == 0)
+            rc = append_clip(w, p[i], source, first_frames[i], fps, err, errlen);
+        else
+            free(p[i].data);
+    }
+    free(p);
+    return rc;
+}
+
 static void writer_free(ShardWriter *w) {
     free_pending(w);
     free(w->cur);
     free(w->done);
     free(w->manifest);
-    free(w->zbuf);
     free(w->dir);
     free(w);
 }

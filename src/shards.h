@@ -49,6 +49,9 @@ ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames,
 // unknown). Writes a shard when the current one is full. After a failure every later call fails.
 int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
                      size_t errlen);
+// The same for n clips of one source, compressed in parallel (OpenMP), added in order.
+int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, const char *source,
+                           const long *first_frames, double fps, char *err, size_t errlen);
 // Write the last shard, manifest.tsv, then dataset.json; frees w (whatever happens). Fails when no
 // clip was added (no dataset.json is written then).
 int shard_writer_finish(ShardWriter *w, char *err, size_t errlen);
