@@ -76,8 +76,8 @@ else
 endif
 
 SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
-        optim.c safetensors.c checkpoint.c train.c video_read.c video_write.c image.c \
-        shard_write.c shard_read.c dataset_read.c loader.c prepare.c
+        optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c train.c \
+        video_read.c video_write.c image.c shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
@@ -147,8 +147,8 @@ sanitize test-sanitize:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
-FUZZ_SRC     := src/common.c src/config.c src/safetensors.c src/shard_write.c src/shard_read.c src/dataset_read.c \
-                src/philox.c
+FUZZ_SRC     := src/common.c src/config.c src/safetensors_json.c src/safetensors_read.c src/safetensors_write.c \
+                src/shard_write.c src/shard_read.c src/dataset_read.c src/philox.c
 build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC) src/*.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lpthread -lm
