@@ -2,7 +2,9 @@
 #include "common.h"
 
 #include <stdarg.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -74,4 +76,21 @@ long fc_test_hook(const char *name) {
     snprintf(var, sizeof var, "FRAMECHAIN_TEST_%s", name);
     const char *v = getenv(var);
     return v && *v ? atol(v) : -1;
+}
+
+int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)offset);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += r, n -= (size_t)r, offset += (uint64_t)r;
+    }
+    return 0;
 }

@@ -35,6 +35,10 @@ int fc_threads(void);
 // Threads to use when none are asked for: OMP_NUM_THREADS, else every core.
 int fc_default_threads(void);
 
+// pread exactly n bytes at offset, retrying on EINTR: 0, or -1 with errno set (EIO when the file
+// ends early).
+int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);
+
 // Fault-injection hooks for the tests: the value of the environment variable FRAMECHAIN_TEST_<name>
 // as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
 // bad on purpose.

@@ -303,7 +303,7 @@ Dataset *dataset_open(const char *dir, char *err, size_t errlen) {
     }
     size_t size = (size_t)st.st_size;
     char *text = malloc(size + 1);
-    if (!text || pread_all(fd, text, size, 0)) {
+    if (!text || fc_pread_all(fd, text, size, 0)) {
         errf(err, errlen, "%s: %s", path, text ? "read error" : "out of memory");
         free(text);
         close(fd);

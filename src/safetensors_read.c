@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "safetensors_internal.h"
 
 static const struct {
@@ -384,23 +385,6 @@ int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t fi
     return parse_prefix(f, copy, head_len, (size_t)file_size, err, errlen);
 }
 
-// pread exactly n bytes at offset; 0, or -1 (errno set; EIO for a file that ends early).
-static int pread_all(int fd, void *buf, size_t n, off_t offset) {
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, offset);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += r, n -= (size_t)r, offset += r;
-    }
-    return 0;
-}
 
 int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -417,7 +401,7 @@ int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
     }
     size_t size = (size_t)st.st_size, want = size < 8 ? size : 8;
     uint8_t len8[8] = {0};
-    if (pread_all(fd, len8, want, 0)) {
+    if (fc_pread_all(fd, len8, want, 0)) {
         snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -432,7 +416,7 @@ int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
         close(fd);
         return -1;
     }
-    if (pread_all(fd, head, want, 0)) {
+    if (fc_pread_all(fd, head, want, 0)) {
         snprintf(err, errlen, "%s: read error (or the file changed while it was read): %s", path, strerror(errno));
         free(head);
         close(fd);

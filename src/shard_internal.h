@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "safetensors.h"
 
 static inline int errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -28,22 +29,6 @@ static inline int errf(char *err, size_t errlen, const char *fmt, ...) {
 
 #define SHOWN(s) ST_SHOWN(s)  // safetensors.h
 
-static inline int pread_all(int fd, void *buf, size_t n, uint64_t offset) {
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)offset);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += r, n -= (size_t)r, offset += (uint64_t)r;
-    }
-    return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // a shard's header

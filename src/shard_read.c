@@ -223,7 +223,7 @@ int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t 
         if (stored != raw) return errf(why, whylen, "%llu bytes stored for %zu", (unsigned long long)stored, raw);
         if (out) {
             if (src->mem) memcpy(out, src->mem, raw);
-            else if (pread_all(src->fd, out, raw, src->offset))
+            else if (fc_pread_all(src->fd, out, raw, src->offset))
                 return errf(why, whylen, "read error: %s", strerror(errno));
             *crc = (uint32_t)crc32_z(0, out, raw);
             return 0;
@@ -236,7 +236,7 @@ int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t 
         if (!buf) return errf(why, whylen, "out of memory");
         for (size_t done = 0; done < raw;) {
             size_t n = raw - done < IO_CHUNK ? raw - done : IO_CHUNK;
-            if (pread_all(src->fd, buf, n, src->offset + done)) {
+            if (fc_pread_all(src->fd, buf, n, src->offset + done)) {
                 free(buf);
                 return errf(why, whylen, "read error: %s", strerror(errno));
             }
@@ -268,7 +268,7 @@ int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t 
                 zs.next_in = (Bytef *)(src->mem + fed);
             } else {
                 if (n > IO_CHUNK) n = IO_CHUNK;
-                if (pread_all(src->fd, inbuf, (size_t)n, src->offset + fed)) {
+                if (fc_pread_all(src->fd, inbuf, (size_t)n, src->offset + fed)) {
                     errf(why, whylen, "read error: %s", strerror(errno));
                     goto done;
                 }
