@@ -4,7 +4,9 @@
 #define FRAMECHAIN_TEST_CHECK_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int g_failed;
 
@@ -18,6 +20,22 @@ static void check(int ok, const char *name, const char *fmt, ...) {
     fflush(stdout);
     va_end(ap);
     if (!ok) g_failed++;
+}
+
+// The whole file at `path` (malloc'ed, with a NUL after the last byte), its length in *len; NULL
+// when it cannot be opened or memory runs out.
+static inline uint8_t *test_read_file(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n + 1 : 1);
+    *len = b && n > 0 ? fread(b, 1, (size_t)n, f) : 0;
+    if (b) b[*len] = 0;
+    fclose(f);
+    return b;
 }
 
 #endif

@@ -15,18 +15,6 @@
 
 static char g_dir[256];
 
-static uint8_t *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = fc_malloc((size_t)n + 1);
-    *len = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    return b;
-}
-
 // Files in `dir` whose name contains ".tmp-" (what a failed write must not leave behind).
 static int temp_files(const char *dir) {
     DIR *d = opendir(dir);
@@ -108,7 +96,7 @@ static void test_roundtrip(void) {
 
     // the raw bytes parse to the same thing, and the file is exactly header + data
     size_t len;
-    uint8_t *raw = read_file(path, &len);
+    uint8_t *raw = test_read_file(path, &len);
     StFile g;
     rc = st_parse(&g, raw, len, err, sizeof err);
     int eq = rc == 0 && g.n == f.n && g.size == f.size && !memcmp(g.bytes, f.bytes, f.size);
@@ -342,7 +330,7 @@ static void test_write_failures(void) {
     snprintf(path, sizeof path, "%s/keep.safetensors", g_dir);
     rc = st_write(path, &t, 1, NULL, 0, err, sizeof err);
     size_t len0, len1;
-    uint8_t *before = read_file(path, &len0);
+    uint8_t *before = test_read_file(path, &len0);
     size_t big_n = 1 << 18;
     float *big = fc_calloc(big_n, sizeof(float));
     StTensor tb = {"big", "F32", 1, {(long)big_n}, big};
@@ -356,7 +344,7 @@ static void test_write_failures(void) {
     rc = st_write(path, &tb, 1, NULL, 0, err, sizeof err);
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, SIG_DFL);
-    uint8_t *after = read_file(path, &len1);
+    uint8_t *after = test_read_file(path, &len1);
     int same = before && after && len0 == len1 && !memcmp(before, after, len0);
     check(rc == -1 && !strchr(err, '\n') && same && temp_files(g_dir) == 0, "st_write_failure_keeps_old_file",
           "%s; the old %zu bytes unchanged, no temporary file left", err, len0);
@@ -369,7 +357,7 @@ static void test_write_failures(void) {
     StTensor two[2] = {t, t2};
     rc = st_write(path, two, 2, NULL, 0, err, sizeof err);
     unsetenv("FRAMECHAIN_TEST_FAIL_WRITE_AFTER");
-    after = read_file(path, &len1);
+    after = test_read_file(path, &len1);
     same = before && after && len0 == len1 && !memcmp(before, after, len0);
     check(rc == -1 && strstr(err, "No space left") && same && temp_files(g_dir) == 0, "st_write_full_disk_hook",
           "%s; the old file unchanged, no temporary file left", err);
@@ -402,7 +390,7 @@ static void test_write_failures(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char label[96];
         rc = st_write(path, cases[i].t, cases[i].n, cases[i].m, cases[i].nm, err, sizeof err);
-        after = read_file(path, &len1);
+        after = test_read_file(path, &len1);
         same = after && len0 == len1 && !memcmp(before, after, len0);
         snprintf(label, sizeof label, "st_write_refuses_%s", cases[i].name);
         check(rc == -1 && strstr(err, cases[i].want) && same, label, "%s", err);

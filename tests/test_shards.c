@@ -45,19 +45,6 @@ static void folder(char *buf, size_t len, const char *name) {
     rm_rf(buf);
 }
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = fc_malloc((size_t)n + 1);
-    *len = fread(b, 1, (size_t)n, f);
-    b[*len] = 0;
-    fclose(f);
-    return b;
-}
-
 static int exists(const char *dir, const char *name) {
     char p[512];
     struct stat st;
@@ -227,7 +214,7 @@ static void test_roundtrip(void) {
         if (data > 2 * raw + 100 && f.n > 1) within = 0;
         st_free(&f);
         size_t len;
-        uint8_t *bytes = slurp(path, &len);
+        uint8_t *bytes = test_read_file(path, &len);
         if (!shard_check_bytes(bytes, len, err, sizeof err)) valid++;
         else if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", err);
         free(bytes);
@@ -271,7 +258,7 @@ static void test_roundtrip(void) {
         char path[600];
         size_t len;
         snprintf(path, sizeof path, "%s/manifest.tsv", dir);
-        char *text = (char *)slurp(path, &len);
+        char *text = (char *)test_read_file(path, &len);
         int lines = 0, good = 0;
         char *save = NULL;
         for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save), lines++) {
@@ -300,7 +287,7 @@ static void test_roundtrip(void) {
         char path[600], want[256];
         size_t len;
         snprintf(path, sizeof path, "%s/dataset.json", dir);
-        char *text = (char *)slurp(path, &len);
+        char *text = (char *)test_read_file(path, &len);
         int found = 0;
         for (int s = 0; s < ns; s++) {
             char spath[600], name[64];
@@ -341,7 +328,7 @@ static void test_roundtrip(void) {
         size_t len;
         char path[600];
         snprintf(path, sizeof path, "%s/manifest.tsv", dir2);
-        char *text = ok ? (char *)slurp(path, &len) : NULL;
+        char *text = ok ? (char *)test_read_file(path, &len) : NULL;
         snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir2);
         StFile f;
         int st = ok && !st_read(path, &f, err, sizeof err);
@@ -550,7 +537,7 @@ static void test_corruption(void) {
     for (int i = 0; d && i < dataset_clips(d); i++) others += i != raw_clip && !dataset_read_clip(d, i, buf, err, sizeof err);
     check(d && others == dataset_clips(d) - 1, "shards_flipped_byte_other_clips_fine", "%d other clips read", others);
     size_t len;
-    uint8_t *bytes = slurp(path, &len);
+    uint8_t *bytes = test_read_file(path, &len);
     rc = shard_check_bytes(bytes, len, err, sizeof err);
     check(rc == -1 && strstr(err, "CRC32"), "shard_check_bytes_flipped_byte", "%s", err);
     free(bytes);
@@ -600,7 +587,7 @@ static void test_corruption(void) {
     char json_path[600];
     snprintf(json_path, sizeof json_path, "%s/dataset.json", good);
     size_t jlen;
-    char *json = (char *)slurp(json_path, &jlen);
+    char *json = (char *)test_read_file(json_path, &jlen);
     struct {
         const char *name, *from, *to, *expect;
         int cut;

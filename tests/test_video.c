@@ -81,18 +81,6 @@ static int write_bytes(const char *path, const void *data, size_t n) {
     return (fclose(f) == 0 && w == n) ? 0 : -1;
 }
 
-static uint8_t *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
-
 // ---- reading a whole video ----
 
 typedef struct {
@@ -293,7 +281,7 @@ static void check_broken(const char *name, const char *path, int full_frames) {
 
 static void test_broken(const char *clip_name) {
     size_t n = 0;
-    uint8_t *b = read_bytes(tmp_path(clip_name), &n);
+    uint8_t *b = test_read_file(tmp_path(clip_name), &n);
     if (!b || n < 8192) {
         check(0, "video_broken_inputs", "the test clip %s is missing or too small (%zu bytes)", clip_name, n);
         free(b);
@@ -447,10 +435,10 @@ static void test_images(void) {
 
     // Broken and wrong inputs: a clean -1 with the file named, or (truncated JPEG) a picture.
     size_t n = 0;
-    uint8_t *png = read_bytes(tmp_path("odd_101x67.png"), &n);
+    uint8_t *png = test_read_file(tmp_path("odd_101x67.png"), &n);
     uint8_t *jpg = NULL;
     size_t nj = 0;
-    jpg = read_bytes(tmp_path("rgb.jpg"), &nj);
+    jpg = test_read_file(tmp_path("rgb.jpg"), &nj);
     if (png) write_bytes(tmp_path("truncated.png"), png, n / 2);
     if (jpg) write_bytes(tmp_path("truncated.jpg"), jpg, nj / 2);
     write_bytes(tmp_path("text.png"), "this is not an image\n", 21);
@@ -586,7 +574,7 @@ static int ffmpeg_make(const char *args, const char *out) {
 // Copy an mp4 and write a rotation by `turn` degrees clockwise into its (only) track header matrix.
 static int patch_rotation(const char *in, const char *out, int turn) {
     size_t n = 0;
-    uint8_t *b = read_bytes(in, &n);
+    uint8_t *b = test_read_file(in, &n);
     int rc = -1;
     for (size_t i = 4; b && i + 84 <= n; i++) {
         if (memcmp(b + i, "tkhd", 4) || b[i + 4] != 0) continue;  // version 0 only
