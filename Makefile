@@ -67,22 +67,22 @@ ifneq ($(NVCC),)
   HAVE_CUDNN  := $(shell test -f $(CUDA_HOME)/include/cudnn.h -o -f /usr/include/cudnn.h && echo yes || echo no)
   NVCC_FLAGS  := -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                  -Xcompiler -fopenmp,-Wall,-Wno-format-truncation $(BLAS_CFLAGS)
-  CUDA_OBJ    := $(BUILD)/backend_cuda.o
+  CUDA_OBJ    := $(patsubst cuda/%.cu,$(BUILD)/cuda_%.o,$(wildcard cuda/*.cu))
   CFLAGS      += -DFC_CUDA
-  LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt
+  LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
   CUDA_STATUS := yes ($(NVCC), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
 else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
+SRC  := common.c philox.c config.c chain.c generate.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
         optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c train.c \
         video_read.c video_write.c image.c shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all test fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all test test-cuda fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -94,7 +94,7 @@ $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 $(BUILD)/f64/%.o: src/%.c src/*.h | $(BUILD)/f64
 	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -c $< -o $@
 
-$(BUILD)/backend_cuda.o: cuda/backend_cuda.cu src/*.h | $(BUILD)
+$(BUILD)/cuda_%.o: cuda/%.cu cuda/*.cuh src/*.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 $(BUILD) $(BUILD)/f64:
@@ -128,11 +128,23 @@ $(BUILD)/test_shards: tests/test_shards.c tests/check.h $(OBJ) $(CUDA_OBJ)
 $(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
+$(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+$(BUILD)/test_cuda: tests/test_cuda.c tests/check.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
 TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
-             $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards
+             $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_cuda \
+             $(BUILD)/test_chain
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
+
+# The CUDA backend against the CPU backend, op by op and on whole training steps; says loudly
+# that it skipped when there is no GPU. make test runs it too.
+test-cuda: info $(BIN) $(BUILD)/test_cuda
+	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda
 
 # Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
 bench-prepare: $(BIN)

@@ -1,32 +1,69 @@
-// backend_cuda.cu: the CUDA backend. This file holds the device discovery and memory half of the
-// op table; the compute kernels (cuBLASLt GEMMs, fused attention, the rest) each get a file of
-// their own in cuda/ and are checked op by op against backend_cpu.c. Until the table is complete
-// (backend_missing_op) the backend reports itself unavailable rather than run a partial table.
-#include <cuda_runtime.h>
+// backend_cuda.cu: the CUDA backend's core: device discovery, memory, the cuBLAS handle, scratch
+// buffers, and the assembly of the op table from the kernel files (one file per kernel family:
+// linear.cu, elementwise.cu, norm.cu, attention.cu, optim.cu). Every op is checked against
+// backend_cpu.c by tests/test_cuda.c. Until the table is complete (backend_missing_op) the
+// backend reports itself unavailable rather than run a partial table.
 #include <stdio.h>
 #include <string.h>
 
-extern "C" {
-#include "../src/backend.h"
-}
+#include "cuda_common.cuh"
 
-#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
-static void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
-    if (err != cudaSuccess)
-        fc_die("CUDA error at %s:%d: %s: %s (hint: check nvidia-smi and the driver version)", file, line, what,
-               cudaGetErrorString(err));
+// ----------------------------------------------------------------------------
+// memory: every device allocation is counted, so that the peak is known (cuda_memory_peak)
+
+static size_t g_in_use, g_peak;
+
+// Sizes of the live allocations, by pointer (open addressing; the model holds a few hundred).
+#define ALLOC_SLOTS 8192
+static struct { void *p; size_t n; } g_allocs[ALLOC_SLOTS];
+
+static size_t alloc_slot(void *p) {
+    size_t h = ((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 51) % ALLOC_SLOTS;
+}
+static void alloc_remember(void *p, size_t n) {
+    for (size_t i = alloc_slot(p), k = 0; k < ALLOC_SLOTS; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (!g_allocs[i].p) {
+            g_allocs[i].p = p, g_allocs[i].n = n;
+            g_in_use += n;
+            if (g_in_use > g_peak) g_peak = g_in_use;
+            return;
+        }
+    fc_die("CUDA backend: more than %d live device allocations", ALLOC_SLOTS);
+}
+static void alloc_forget(void *p) {
+    for (size_t i = alloc_slot(p), k = 0; k < ALLOC_SLOTS && g_allocs[i].p; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (g_allocs[i].p == p) {
+            g_in_use -= g_allocs[i].n;
+            // Re-insert the rest of the probe run so that lookups stay correct.
+            g_allocs[i].p = NULL;
+            for (size_t j = (i + 1) % ALLOC_SLOTS; g_allocs[j].p; j = (j + 1) % ALLOC_SLOTS) {
+                void *q = g_allocs[j].p;
+                size_t n = g_allocs[j].n;
+                g_allocs[j].p = NULL;
+                g_in_use -= n;
+                alloc_remember(q, n);
+            }
+            return;
+        }
 }
 
 static void *cuda_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
     if (err != cudaSuccess)
-        fc_die("out of GPU memory: %zu bytes: %s (hint: lower batch_size or the frame size)", bytes,
-               cudaGetErrorString(err));
+        fc_die("out of GPU memory allocating %.1f MiB (%.1f MiB in use): %s (hint: lower batch_size or the frame "
+               "size)",
+               bytes / 1048576.0, g_in_use / 1048576.0, cudaGetErrorString(err));
     cudaCheck(cudaMemset(p, 0, bytes));
+    alloc_remember(p, bytes);
     return p;
 }
-static void cuda_free(void *p) { cudaCheck(cudaFree(p)); }
+static void cuda_free(void *p) {
+    if (!p) return;
+    alloc_forget(p);
+    cudaCheck(cudaFree(p));
+}
 static void cuda_upload(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice)); }
 static void cuda_download(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost)); }
 static void cuda_copy(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice)); }
@@ -42,6 +79,39 @@ static void *cuda_host_alloc(size_t bytes) {
 }
 static void cuda_host_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 
+extern "C" size_t cuda_memory_peak(void) { return g_peak; }
+extern "C" size_t cuda_memory_in_use(void) { return g_in_use; }
+
+// ----------------------------------------------------------------------------
+// shared resources of the kernel files
+
+static void *g_scratch[SCRATCH_COUNT];
+static size_t g_scratch_bytes[SCRATCH_COUNT];
+
+void *fc_cuda_scratch(int which, size_t bytes) {
+    if (bytes > g_scratch_bytes[which]) {
+        cudaCheck(cudaDeviceSynchronize());
+        cuda_free(g_scratch[which]);
+        g_scratch[which] = cuda_alloc(bytes);
+        g_scratch_bytes[which] = bytes;
+    }
+    return g_scratch[which];
+}
+
+cublasHandle_t fc_cublas(void) {
+    static cublasHandle_t handle;
+    if (!handle) {
+        cublasCheck(cublasCreate(&handle));
+        // fp32 math without TF32, and no atomics: the same bytes on every run on one GPU.
+        cublasCheck(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
+        cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+    }
+    return handle;
+}
+
+// ----------------------------------------------------------------------------
+// the op table
+
 static char g_description[256];
 
 static const char *cuda_describe(void) { return g_description; }
@@ -50,6 +120,8 @@ static Backend cuda_backend;
 
 extern "C" const Backend *backend_cuda(const char **why) {
     static char reason[256];
+    static int ready;
+    if (ready) return &cuda_backend;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
@@ -60,8 +132,18 @@ extern "C" const Backend *backend_cuda(const char **why) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    snprintf(g_description, sizeof g_description, "cuda (%s, sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
-             prop.totalGlobalMem / 1073741824.0);
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    if (driver < runtime) {
+        snprintf(reason, sizeof reason,
+                 "the NVIDIA driver supports CUDA %d.%d but this build needs %d.%d (hint: update the driver)",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        if (why) *why = reason;
+        return NULL;
+    }
+    snprintf(g_description, sizeof g_description, "cuda (%s, sm_%d%d, %.1f GiB, fp32, CUDA %d.%d)", prop.name,
+             prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0, runtime / 1000, runtime % 1000 / 10);
     cuda_backend.name = "cuda";
     cuda_backend.describe = cuda_describe;
     cuda_backend.alloc = cuda_alloc;
@@ -73,6 +155,11 @@ extern "C" const Backend *backend_cuda(const char **why) {
     cuda_backend.sync = cuda_sync;
     cuda_backend.host_alloc = cuda_host_alloc;
     cuda_backend.host_free = cuda_host_free;
+    cuda_register_linear(&cuda_backend);
+    cuda_register_elementwise(&cuda_backend);
+    cuda_register_norm(&cuda_backend);
+    cuda_register_attention(&cuda_backend);
+    cuda_register_optim(&cuda_backend);
     const char *missing = backend_missing_op(&cuda_backend);
     if (missing) {
         snprintf(reason, sizeof reason, "%s found, but this build's CUDA backend has no kernel for '%s' yet", prop.name,
@@ -80,5 +167,6 @@ extern "C" const Backend *backend_cuda(const char **why) {
         if (why) *why = reason;
         return NULL;
     }
+    ready = 1;
     return &cuda_backend;
 }

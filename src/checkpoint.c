@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -184,6 +185,22 @@ static int may_differ(const char *key) {
     return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints");
 }
 
+// The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.
+static int check_crcs(const StFile *f, const char *path, char *err, size_t errlen) {
+    for (int i = 0; i < f->n; i++) {
+        const StEntry *e = &f->entries[i];
+        char key[200];
+        snprintf(key, sizeof key, "crc32.%s", e->name);
+        const char *want = st_meta(f, key);
+        unsigned long got = crc32(0L, st_data(f, e), (uInt)(e->end - e->begin));
+        if (!want || strtoul(want, NULL, 16) != got) {
+            snprintf(err, errlen, "%s: tensor %s fails its CRC32 check", path, e->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 #define FAIL(status, ...) \
     do {                                             \
         snprintf(err, errlen, __VA_ARGS__);          \
@@ -209,14 +226,9 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
         FAIL(CKPT_REFUSED, "%s: checkpoint format version %s; this framechain reads version %d", path,
              version ? version : "(none)", CKPT_VERSION);
     // every tensor's CRC, before anything else is believed
-    for (int i = 0; i < f.n; i++) {
-        const StEntry *e = &f.entries[i];
-        char key[200];
-        snprintf(key, sizeof key, "crc32.%s", e->name);
-        const char *want = st_meta(&f, key);
-        unsigned long got = crc32(0L, st_data(&f, e), (uInt)(e->end - e->begin));
-        if (!want || strtoul(want, NULL, 16) != got)
-            FAIL(CKPT_CORRUPT, "%s: tensor %s fails its CRC32 check", path, e->name);
+    if (check_crcs(&f, path, err, errlen)) {
+        result = CKPT_CORRUPT;
+        goto out;
     }
     if (!step || !smooth || !config) FAIL(CKPT_CORRUPT, "%s: the trainer state is missing from the metadata", path);
 
@@ -276,4 +288,71 @@ out:
     free(tab.t);
     st_free(&f);
     return result;
+}
+
+// ----------------------------------------------------------------------------
+// load the EMA weights for generation
+
+// One checkpoint's config and EMA weights: a model with batch B on `be`, or NULL with err.
+static Model *load_ema(const char *path, const Backend *be, int B, char *err, size_t errlen) {
+    StFile f;
+    if (st_read(path, &f, err, errlen)) return NULL;
+    Model *m = NULL;
+    const char *format = st_meta(&f, "format"), *config = st_meta(&f, "config");
+    char why[1024];
+    if (!format || strcmp(format, CKPT_FORMAT) || !config) {
+        snprintf(err, errlen, "%s: not a framechain checkpoint", path);
+        goto out;
+    }
+    if (check_crcs(&f, path, err, errlen)) goto out;
+    Config c;
+    config_defaults(&c);
+    if (config_parse_text(&c, config, strlen(config), path, why, sizeof why) ||
+        config_validate_checked(&c, path, why, sizeof why)) {
+        snprintf(err, errlen, "%s: its config does not parse: %s", path, why);
+        goto out;
+    }
+    m = build_model(&c, be, B);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *p = &m->info[i];
+        char name[128];
+        snprintf(name, sizeof name, "ema.%s", p->name);
+        const StEntry *e = st_find(&f, name);
+        if (!e || strcmp(e->dtype, "F32") || e->end - e->begin != p->numel * sizeof(float)) {
+            snprintf(err, errlen, "%s: tensor %s is %s", path, name, e ? "of the wrong type or size" : "missing");
+            free_model(m);
+            m = NULL;
+            goto out;
+        }
+        const float *src = (const float *)st_data(&f, e);
+        real *host = fc_malloc(sizeof(real) * p->numel);
+        for (size_t k = 0; k < p->numel; k++) host[k] = (real)src[k];
+        be->upload(m->params_mem + p->offset, host, sizeof(real) * p->numel);
+        free(host);
+    }
+out:
+    st_free(&f);
+    return m;
+}
+
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+                                      size_t errlen) {
+    struct stat sb;
+    if (stat(run, &sb) || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s: no such run folder", run);
+        return NULL;
+    }
+    int *steps, n = checkpoint_list(run, &steps);
+    Model *m = NULL;
+    for (int i = 0; i < n && !m; i++) {
+        char path[4096];
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        m = load_ema(path, be, B, err, errlen);
+        if (!m) fc_warn("skipping %s", err);
+        else *step = steps[i];
+    }
+    if (!m && n) snprintf(err, errlen, "%s: none of its %d checkpoints can be used (see above)", run, n);
+    if (!n) snprintf(err, errlen, "%s: holds no checkpoint (ckpt-*.safetensors); train it first", run);
+    free(steps);
+    return m;
 }

@@ -34,6 +34,12 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,
                            char *err, size_t errlen);
 
+// For generation: the newest usable checkpoint of RUN (CRCs checked; a bad one is skipped with a
+// warning), as a model of batch B on `be` holding the checkpoint's config and its EMA weights.
+// NULL with one line in err (no such folder, no checkpoint, none usable); *step is its step.
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+                                      size_t errlen);
+
 // The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed).
 int checkpoint_list(const char *run, int **steps);
 

@@ -23,6 +23,7 @@ typedef struct {
 } KeyDef;
 
 static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
+static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NULL};
 static const char *const DATASETS[] = {"shapes", "shards", NULL};
 
 #define OFF(field) offsetof(Config, field)
@@ -35,11 +36,14 @@ static const KeyDef KEYS[] = {
     {"heads", KEY_INT, OFF(heads), 1, 256, "attention heads"},
     {"mlp_ratio", KEY_INT, OFF(mlp_ratio), 1, 16, "MLP hidden width / D"},
     {"freq_dim", KEY_INT, OFF(freq_dim), 2, 4096, "sinusoid size for the t and offset embeddings"},
+    {"role", KEY_ENUM, OFF(role), 0, 0, "starter, extrapolate or interpolate: the model's part in the chain", ROLES},
     {"plan", KEY_PLAN, OFF(slots), 0, 0, "slots of the window: kind:offset ..., kind = anchor|context|target"},
     {"batch_size", KEY_INT, OFF(batch_size), 1, 65536, "windows per step"},
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
+    {"noise_aug_max", KEY_DOUBLE, OFF(noise_aug_max), 0, 0.95,
+     "context slots are noised to a t drawn uniformly in [0, this] (SNR ((1-t)/t)^2)"},
     {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
     {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
     {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
@@ -58,6 +62,8 @@ static const KeyDef KEYS[] = {
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
 static const char *KIND_NAMES[] = {"anchor", "context", "target"};
+
+const char *config_role_name(int role) { return role >= 0 && role <= ROLE_INTERPOLATE ? ROLES[role] : "?"; }
 
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
@@ -232,6 +238,18 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (c->width % 4)
         return fail(err, errlen, "%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
     if (c->freq_dim % 2) return fail(err, errlen, "%s: freq_dim %d is not even", origin, c->freq_dim);
+    int anchors = 0, targets = 0;
+    for (int i = 0; i < c->slots; i++) {
+        anchors += c->slot_kind[i] == SLOT_ANCHOR;
+        targets += c->slot_kind[i] == SLOT_TARGET;
+        for (int j = 0; j < i; j++)
+            if (c->slot_offset[j] == c->slot_offset[i] && c->slot_kind[i] != SLOT_ANCHOR &&
+                c->slot_kind[j] != SLOT_ANCHOR)
+                return fail(err, errlen, "%s: plan: two slots at offset %g", origin, c->slot_offset[i]);
+    }
+    if (anchors != 1)
+        return fail(err, errlen, "%s: plan: %d anchor slots, expected exactly one (the first frame)", origin, anchors);
+    if (!targets) return fail(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
     if (c->warmup_steps > c->steps)
         return fail(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
     return 0;

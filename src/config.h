@@ -23,7 +23,8 @@ typedef struct {
     int heads;       // NH
     int mlp_ratio;   // R
     int freq_dim;    // Fd
-    // ---- frame plan: the window's slots ----
+    // ---- role and frame plan: the window's slots ----
+    int role;                       // enum Role: which part of the chain this model plays
     int slots;                      // F
     int slot_kind[MAX_SLOTS];       // enum SlotKind
     float slot_offset[MAX_SLOTS];   // time offset of each slot, in frames
@@ -32,6 +33,7 @@ typedef struct {
     long long seed;
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;
+    double noise_aug_max;  // context slots are noised to a level t drawn uniformly in [0, noise_aug_max]
     // ---- optimisation ----
     int steps;              // total optimizer steps of the run
     double lr;              // peak learning rate
@@ -49,8 +51,12 @@ typedef struct {
     int dataset;            // enum Dataset
 } Config;
 
+enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };
 enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
 enum Dataset { DATA_SHAPES = 0, DATA_SHARDS = 1 };
+
+// "starter", "extrapolate", "interpolate".
+const char *config_role_name(int role);
 
 // Defaults (the tiny test network with the starter plan).
 void config_defaults(Config *c);

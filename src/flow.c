@@ -10,7 +10,12 @@ void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real
         double tb = 1.0 / (1.0 + exp(-(c->t_logit_mean + c->t_logit_std * z)));
         for (int f = 0; f < c->slots; f++) {
             int target = c->slot_kind[f] == SLOT_TARGET;
-            t[b * c->slots + f] = target ? (real)tb : 0;
+            // Noise augmentation: a context slot (never the anchor) is noised to its own level, so that
+            // the model learns not to trust generated conditioning frames blindly.
+            double aug = c->slot_kind[f] == SLOT_CONTEXT
+                             ? c->noise_aug_max * philox_uniform(seed, step, RNG_AUG, (uint64_t)b * MAX_SLOTS + f)
+                             : 0.0;
+            t[b * c->slots + f] = target ? (real)tb : (real)aug;
             offset[b * c->slots + f] = c->slot_offset[f];
             mask[b * c->slots + f] = (real)target;
         }

@@ -7,7 +7,8 @@
 
 // Per-slot noise level, time offset and loss mask for the windows of one step, on the host:
 // target slots share one t per window, drawn logit-normal from (seed, step, RNG_TIME, window);
-// anchor and context slots get t = 0. t, offset, mask: (B * F).
+// the anchor gets t = 0, a context slot a level drawn uniformly in [0, noise_aug_max] from
+// (seed, step, RNG_AUG, window * MAX_SLOTS + slot) (noise augmentation). t, offset, mask: (B * F).
 void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask);
 
 // From the clean windows x0 (backend memory, (B, F, C, H, W)) fill m->in for one training step:

@@ -131,6 +131,10 @@ static uint8_t *read_file_bytes(const char *path, size_t max, size_t *n, const c
 }
 
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
+    return image_load_square_min(path, size, 0, rgb, err, errlen);
+}
+
+int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
     quiet_ffmpeg();
     if (!path || !*path) {
         set_err(err, errlen, "image: empty path");
@@ -162,6 +166,12 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
     if (w < 1 || h < 1 || (long)w * h > IMAGE_MAX_PIXELS) {
         set_err(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
                 (long)IMAGE_MAX_PIXELS);
+        free(bytes);
+        return -1;
+    }
+    if (w < min_side || h < min_side) {
+        set_err(err, errlen, "%s: the image is %dx%d, smaller than the %dx%d frames it must fill (it would be "
+                "upscaled); give one at least %d pixels on its shorter side", path, w, h, min_side, min_side, min_side);
         free(bytes);
         return -1;
     }

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "common.h"
 #include "config.h"
+#include "generate.h"
 #include "model.h"
 #include "prepare.h"
 #include "safetensors.h"
@@ -61,9 +62,21 @@ static const char *HELP_GENERATE =
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
-    "PATH ending in .mp4 or .gif writes a video, anything else a folder of numbered PNGs.\n"
     "\n"
-    "status: not in this version yet.\n";
+    "  --first-frame IMG  a PNG or JPEG (centre-cropped and resized to the models' frame size; at least\n"
+    "                     that size on its shorter side), or a video, whose first frame is used\n"
+    "  --out PATH         .mp4/.mkv/.avi (H.264 where the build has it, else MPEG-4), .gif, or any other\n"
+    "                     name: a new folder of numbered PNGs; written under a temporary name first\n"
+    "  --frames N         exactly N frames (at least 7)\n"
+    "  --steps S          Euler steps per window (default 20)\n"
+    "  --noise-aug L      the noise level t of every conditioning frame but the first (default 0.1;\n"
+    "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
+    "  --seed K           seed of the sampling noise (default 1)\n"
+    "  --fps F            frame rate of the video written (default 12)\n"
+    "  --quiet            no progress line\n"
+    "\n"
+    "Each run folder gives the EMA weights of its newest usable checkpoint; the runs must have been\n"
+    "trained with role = starter, extrapolate and interpolate, on frames of one size.\n";
 
 static const char *HELP_INSPECT =
     "usage: framechain inspect --config FILE [--set key=value ...] [--params]\n"
@@ -189,11 +202,6 @@ static Config load_config(Opt *opts) {
     return c;
 }
 
-static int not_yet(const char *what) {
-    fprintf(stderr, "%s: %s is not in this version yet\n", g_cmd, what);
-    return 2;
-}
-
 // ----------------------------------------------------------------------------
 // commands
 
@@ -236,15 +244,24 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_generate(int argc, char **argv) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
-                  {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {NULL}};
+                  {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
+                  {"--quiet", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_GENERATE, stdout), 0;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
-    if (opt(opts, "--steps")->count) parse_positive("--steps", opt(opts, "--steps")->value, 100000);
-    if (opt(opts, "--noise-aug")->count) parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 1);
-    return not_yet("generate");
+    SampleOptions so = {.steps = GENERATE_DEFAULT_STEPS, .seed = 1, .noise_aug = GENERATE_DEFAULT_NOISE_AUG};
+    if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
+    if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
+    if (opt(opts, "--noise-aug")->count)
+        so.noise_aug = parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 0.95);
+    double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
+    so.quiet = opt(opts, "--quiet")->count > 0;
+    const char *runs[3] = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
+                           opt(opts, "--interpolate")->value};
+    return generate_cli(runs, opt(opts, "--first-frame")->value, (int)frames, opt(opts, "--out")->value, fps, &so,
+                        g_backend);
 }
 
 static void print_human_bytes(const char *what, double bytes) {

@@ -82,13 +82,18 @@ static void layout_params(Model *m, ParamPtrs *pp, real *base, int record) {
 // activation layout: a list of (field, count) carved out of one allocation, llm.c style.
 
 typedef struct {
-    real **field[256];
-    size_t count[256];
-    int n;
+    real ***field;
+    size_t *count;
+    int n, cap;
 } Carve;
 
 static void carve_add(Carve *cv, real **field, size_t count) {
-    if (cv->n == 256) fc_die("internal: too many activation tensors");
+    if (cv->n == cv->cap) {
+        cv->cap = cv->cap ? 2 * cv->cap : 256;
+        cv->field = realloc(cv->field, sizeof(*cv->field) * cv->cap);
+        cv->count = realloc(cv->count, sizeof(*cv->count) * cv->cap);
+        if (!cv->field || !cv->count) fc_die("out of host memory laying out the activations");
+    }
     cv->field[cv->n] = field, cv->count[cv->n] = count, cv->n++;
 }
 
@@ -99,6 +104,7 @@ static real *carve_alloc(const Backend *be, Carve *cv, size_t *total) {
     size_t off = 0;
     for (int i = 0; i < cv->n; i++) *cv->field[i] = mem + off, off += cv->count[i];
     *total = sum;
+    free(cv->field), free(cv->count);
     return mem;
 }
 

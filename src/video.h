@@ -62,6 +62,9 @@ void video_set_decoder_threads(int n);
 // refused before stb_image sees it (stb_image 2.27 writes out of bounds on one). Returns 0, or -1 with
 // one line in err.
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen);
+// The same, but an image smaller than min_side on either side is refused (one line in err) instead
+// of being upscaled.
+int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen);
 // Whether a path's extension is .png, .jpg or .jpeg (any case).
 int is_image_path(const char *path);
 // Write w x h RGB24 as a PNG. 0, or -1 (errno tells why where the C library set it).

@@ -2,6 +2,9 @@
 # The test suite: runs every suite, shows its PASS/FAIL lines, and ends with "N passed, N failed".
 # Environment: BUILD (build folder), FRAMECHAIN (the binary), PYTHON (with torch, for the reference).
 set -u
+ONLY=""  # --only SUITE runs one suite
+if [ "${1:-}" = "--only" ]; then ONLY=${2:?--only needs a suite name}; fi
+want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 BUILD=${BUILD:-build}
 FC=${FRAMECHAIN:-./framechain}
 PYTHON=${PYTHON:-python3}
@@ -18,10 +21,11 @@ report() {  # report PASS|FAIL name message
 run_suite() {
     local name=$1
     shift
+    want "$name" || return 0
     echo "== $name"
     "$@" > "$tmp/out" 2>&1
     local rc=$?
-    grep -E '^(PASS|FAIL) ' "$tmp/out" >> "$tmp/all"
+    grep -E '^(PASS|FAIL|SKIP) ' "$tmp/out" >> "$tmp/all"
     cat "$tmp/out"
     if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
         report FAIL "$name" "exited with status $rc without reporting a failure"
@@ -34,7 +38,9 @@ run_suite optimizer "$BUILD/test_optim"
 run_suite safetensors "$BUILD/test_safetensors"
 run_suite video "$BUILD/test_video"
 run_suite shards "$BUILD/test_shards"
+run_suite chain "$BUILD/test_chain"
 
+if want reference; then
 echo "== pytorch reference"
 if "$PYTHON" tools/reference.py --selftest > "$tmp/out" 2>&1; then
     report PASS reference_selftest "$(grep -c ' ok' "$tmp/out") checks of the PyTorch model against finite differences and its own layout"
@@ -53,7 +59,9 @@ else
     summary=$(grep 'tensors compared' "$tmp/out" | tail -1)
     if [ $rc -eq 0 ]; then report PASS pytorch_reference "${summary:-ok}"; else report FAIL pytorch_reference "${summary:-status $rc}"; fi
 fi
+fi
 
+if want determinism; then
 echo "== determinism"
 dump() {  # dump THREADS SEED OUT
     "$BUILD/dump_reference" --config "$TINY" --threads "$1" --seed "$2" --out "$3" > /dev/null 2>&1
@@ -75,14 +83,19 @@ if dump 1 7 "$tmp/a1" && dump 1 7 "$tmp/b1" && dump 2 7 "$tmp/a2" && dump 2 7 "$
 else
     report FAIL determinism "dump_reference failed"
 fi
+fi
 
 run_suite cli tests/test_cli.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/test_train.sh "$FC"
 run_suite prepare tests/test_prepare.sh "$FC"
+run_suite generate tests/test_generate.sh "$FC"
+# The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
+run_suite cuda "$BUILD/test_cuda"
 
 passed=$(grep -c '^PASS ' "$tmp/all")
 failed=$(grep -c '^FAIL ' "$tmp/all")
 echo
 grep '^FAIL ' "$tmp/all" | sed 's/^/  /'
+grep '^SKIP ' "$tmp/all" | sed 's/^SKIP /  SKIPPED /'
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

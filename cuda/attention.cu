@@ -1,0 +1,466 @@
+// attention.cu: softmax attention (attn_fwd, attn_bwd) in the flash-attention style: the (len, len)
+// score matrix of a sequence is never stored in global memory; tiles of keys/values (forward, dQ)
+// or of queries/output gradients (dK/dV) are staged in shared memory and streamed over.
+//
+// Reference: cpu_attn_fwd / cpu_attn_bwd in src/backend_cpu.c. qkv (T, 3D) holds per row q at
+// columns [0, D), k at [D, 2D), v at [2D, 3D); head h owns columns h*dh .. h*dh+dh-1 of each part.
+// scale = 1/sqrt(dh); s_ij = scale * q_i . k_j.
+//
+// Forward, per (sequence, head, tile of queries): the online softmax. Each query keeps a running
+// max m, a running sum l and an accumulator acc (dh) in registers; keys are scored KC at a time,
+// then m_new = max(m, those scores), l and acc are rescaled by exp(m - m_new) once, and the KC
+// probabilities exp(s - m_new) are added in. At the end out = acc / l and lse = m + log(l): the
+// natural-log log-sum-exp of the SCALED scores, exactly what the CPU saves.
+//
+// Backward (flash-attention-2, deterministic: no atomics; every gradient element is owned by one
+// thread, which sums its terms in a fixed order and adds the total into dqkv once):
+//   1. Dvec[seq, h, i] = sum_c dout_ic * out_ic               (scratch, n_seq * H * len floats)
+//   2. dQ kernel, per tile of queries, streaming over key/value tiles in order:
+//        p_ij = exp(s_ij - lse_i), dp_ij = dout_i . v_j, ds_ij = p_ij (dp_ij - Dvec_i) scale,
+//        dq_i += sum_j ds_ij k_j
+//   3. dK/dV kernel, per tile of keys, streaming over query tiles (q, dout, lse, Dvec) in order:
+//        dv_j += sum_i p_ij dout_i,  dk_j += sum_i ds_ij q_i
+//   Both recompute p from q, k and the saved lse. dqkv ACCUMULATES (+=) into its q, k, v columns.
+//
+// Thread mapping (all kernels): a group of TPR consecutive lanes serves one "owned" row (a query
+// in forward and dQ, a key in dK/dV). Lane t of the group owns the columns
+//     4*(j*TPR + t) + e,   j < CPT/4, e < 4          (CPT = dh / TPR columns per thread)
+// so that the TPR lanes of a group read consecutive float4s of a shared-memory row (no bank
+// conflicts; every group of the warp reads the same row: a broadcast). A dot product is summed
+// over the lane's own columns, then across the group with an xor butterfly (__shfl_xor_sync),
+// which leaves the same bits in every lane of the group (IEEE addition commutes).
+//   forward: CPT = min(dh, 32)  -> TPR 1, 1, 2, 4 for dh 16, 32, 64, 128; registers q, acc
+//   backward: CPT = min(dh, 16) -> TPR 1, 2, 4, 8;  registers q, dout, dq (dQ) or k, v, dk, dv (dK/dV)
+// A block owns up to 64 rows (32 for dh 128 in the backward pass). Short sequences (temporal
+// attention, len = F, e.g. 7) get smaller blocks: rows rounded up to a whole warp.
+//
+// Shared memory (static, per block): two (TILE, dh) fp32 tiles, TILE = 64 keys/queries for
+// dh <= 64 and 32 for dh 128: at most 32 KiB (plus 512 B of lse/Dvec in dK/dV).
+//
+// Limits: dh in {16, 32, 64, 128} (others die with a message); any len >= 1 and any AttnLayout
+// strides; grids are 1-D (blocks ordered tile-fastest so that the blocks of one (sequence, head)
+// run together and share its K/V in L2). Precision fp32 with expf/logf; Dvec is summed in double.
+// The element type of q/k/v loads is a template parameter (`Elem`, only float is instantiated)
+// so that a bf16 qkv can be added later by a load_elem overload.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+static_assert(sizeof(real) == sizeof(float), "the CUDA backend is fp32 at the interface");
+
+// ----------------------------------------------------------------------------
+// configuration
+
+// Forward kernel: columns per thread, threads per row, rows per block, keys per shared tile, keys
+// per online-softmax step.
+template <int DH>
+struct FwdCfg {
+    static constexpr int CPT = DH < 32 ? DH : 32;
+    static constexpr int TPR = DH / CPT;
+    static constexpr int ROWS = 64;
+    static constexpr int TILE = DH <= 64 ? 64 : 32;
+    static constexpr int KC = 16;
+    static_assert(TILE % KC == 0, "the key tile is a whole number of softmax steps");
+    static_assert(CPT % 4 == 0 && 32 % TPR == 0, "float4 columns, groups inside a warp");
+};
+
+// Backward kernels (dQ and dK/dV share it): rows owned per block, rows per streamed shared tile.
+template <int DH>
+struct BwdCfg {
+    static constexpr int CPT = DH < 16 ? DH : 16;
+    static constexpr int TPR = DH / CPT;
+    static constexpr int ROWS = DH <= 64 ? 64 : 32;
+    static constexpr int TILE = DH <= 64 ? 64 : 32;
+    static_assert(CPT % 4 == 0 && 32 % TPR == 0, "float4 columns, groups inside a warp");
+};
+
+// ----------------------------------------------------------------------------
+// device helpers
+
+// One element of q/k/v as fp32 (a bf16 overload would go here).
+__device__ __forceinline__ float load_elem(const float *p) { return *p; }
+
+// Row index of token k of sequence seq: seq = o * n_inner + i (the CPU's task order).
+__device__ __forceinline__ long seq_base(const AttnLayout &lay, int seq) {
+    return (long)(seq / lay.n_inner) * lay.outer_stride + (long)(seq % lay.n_inner) * lay.inner_stride;
+}
+
+// Sum over the TPR lanes of a group (aligned inside the warp); every lane gets the same bits.
+// The whole warp must be converged here.
+template <int TPR>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+    for (int off = 1; off < TPR; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
+// Lane t's share of the dot product of its registers a (CPT) with the shared-memory row srow (DH).
+template <int CPT, int TPR>
+__device__ __forceinline__ float dot_own(const float *a, const float *srow, int t) {
+    const float4 *r4 = reinterpret_cast<const float4 *>(srow);
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < CPT / 4; j++) {
+        float4 b = r4[j * TPR + t];
+        s = fmaf(a[4 * j + 0], b.x, s);
+        s = fmaf(a[4 * j + 1], b.y, s);
+        s = fmaf(a[4 * j + 2], b.z, s);
+        s = fmaf(a[4 * j + 3], b.w, s);
+    }
+    return s;
+}
+
+// acc (lane t's CPT columns) += w * srow (its columns).
+template <int CPT, int TPR>
+__device__ __forceinline__ void axpy_own(float *acc, float w, const float *srow, int t) {
+    const float4 *r4 = reinterpret_cast<const float4 *>(srow);
+#pragma unroll
+    for (int j = 0; j < CPT / 4; j++) {
+        float4 b = r4[j * TPR + t];
+        acc[4 * j + 0] = fmaf(w, b.x, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(w, b.y, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(w, b.z, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(w, b.w, acc[4 * j + 3]);
+    }
+}
+
+// Global column (within the head) of lane t's register 4*j + e.
+template <int TPR>
+__device__ __forceinline__ int own_col(int j, int e, int t) {
+    return 4 * (j * TPR + t) + e;
+}
+
+// Lane t's CPT columns of a global row (src points at the head's first column); zeros if !valid.
+template <int CPT, int TPR, typename Elem>
+__device__ __forceinline__ void load_own(float *dst, const Elem *src, bool valid, int t) {
+#pragma unroll
+    for (int j = 0; j < CPT / 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dst[4 * j + e] = valid ? load_elem(src + own_col<TPR>(j, e, t)) : 0.f;
+}
+
+// dst (global, the head's first column) += lane t's CPT columns.
+template <int CPT, int TPR>
+__device__ __forceinline__ void add_own(float *dst, const float *src, int t) {
+#pragma unroll
+    for (int j = 0; j < CPT / 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] += src[4 * j + e];
+}
+
+// Stage rows r0 .. r0+n-1 of a sequence's K and V (head offset hoff) into Ks, Vs (TILE, DH); the
+// rows n .. TILE-1 are zero-filled. Coalesced: consecutive threads read consecutive columns.
+template <int DH, int TILE, typename Elem>
+__device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const Elem *__restrict__ qkv,
+                                         long base, long tok, int r0, int n, int D, int hoff) {
+    for (int idx = threadIdx.x; idx < TILE * DH; idx += blockDim.x) {
+        int r = idx / DH, c = idx % DH;
+        float kv = 0.f, vv = 0.f;
+        if (r < n) {
+            const Elem *p = qkv + (base + (long)(r0 + r) * tok) * 3 * D + hoff + c;
+            kv = load_elem(p + D);
+            vv = load_elem(p + 2 * D);
+        }
+        Ks[r][c] = kv;
+        Vs[r][c] = vv;
+    }
+}
+
+// Rows per block for a sequence of length len: the configured maximum, or len rounded up to whole
+// warps when the sequence is shorter (temporal attention).
+static int rows_per_block(int len, int max_rows, int tpr) {
+    if (len >= max_rows) return max_rows;
+    int step = 32 / tpr;
+    int rows = (len + step - 1) / step * step;
+    return rows < max_rows ? rows : max_rows;
+}
+
+// ----------------------------------------------------------------------------
+// forward
+//
+// Launch bounds: the block size only. ptxas then keeps the forward kernels at 128 registers with a
+// few bytes of spill (dh 32..128); forcing no spill (157 registers) measured as fast or slower on an
+// H100 (fewer resident warps), so the default stays.
+//
+// Block b = (seq * H + h) * ntiles + tile owns the queries tile*rows .. +rows-1 of (seq, h);
+// thread = (group g = query within the tile, lane t within the group).
+// out (T, D), lse (T, H), qkv (T, 3D).
+
+template <int DH, typename Elem>
+__global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
+    attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const Elem *__restrict__ qkv, AttnLayout lay,
+                    int D, int H, int ntiles, float scale) {
+    using C = FwdCfg<DH>;
+    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE, KC = C::KC;
+    __shared__ __align__(16) float Ks[TILE][DH];
+    __shared__ __align__(16) float Vs[TILE][DH];
+
+    const int rows = blockDim.x / TPR;
+    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
+    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
+    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const long base = seq_base(lay, seq), tok = lay.tok_stride;
+
+    // This thread's query (an idle row past the end computes on zeros and writes nothing).
+    const int qi = tile * rows + g;
+    const bool valid = qi < len;
+    const long qrow = base + (long)(valid ? qi : 0) * tok;
+    float q[CPT], acc[CPT];
+    load_own<CPT, TPR>(q, qkv + qrow * 3 * D + hoff, valid, t);
+#pragma unroll
+    for (int c = 0; c < CPT; c++) acc[c] = 0.f;
+    float m = -INFINITY, l = 0.f;
+
+    for (int k0 = 0; k0 < len; k0 += TILE) {
+        const int nk = min(TILE, len - k0);  // the same in every thread: loops below stay uniform
+        __syncthreads();                     // the previous tile is no longer read
+        stage_kv<DH, TILE>(Ks, Vs, qkv, base, tok, k0, nk, D, hoff);
+        __syncthreads();
+
+        for (int kc = 0; kc < nk; kc += KC) {  // KC keys per step; kc < nk: at least one is real
+            float s[KC];
+            float smax = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < KC; u++) {
+                float d = group_sum<TPR>(dot_own<CPT, TPR>(q, Ks[kc + u], t));
+                s[u] = kc + u < nk ? d * scale : -INFINITY;  // rows past nk are zeros: masked
+                smax = fmaxf(smax, s[u]);
+            }
+            const float m_new = fmaxf(m, smax);  // finite
+            const float corr = expf(m - m_new);  // exp(-inf) = 0 on the first step
+            l *= corr;
+#pragma unroll
+            for (int c = 0; c < CPT; c++) acc[c] *= corr;
+#pragma unroll
+            for (int u = 0; u < KC; u++) {
+                const float p = expf(s[u] - m_new);  // 0 for the masked keys
+                l += p;
+                axpy_own<CPT, TPR>(acc, p, Vs[kc + u], t);
+            }
+            m = m_new;
+        }
+    }
+
+    if (valid) {
+        const float inv = 1.f / l;  // l >= 1: the maximum contributes exp(0)
+        float o[CPT];
+#pragma unroll
+        for (int c = 0; c < CPT; c++) o[c] = acc[c] * inv;
+        float *dst = out + qrow * D + hoff;
+#pragma unroll
+        for (int j = 0; j < CPT / 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] = o[4 * j + e];
+        if (t == 0) lse[qrow * H + h] = m + logf(l);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backward 1: Dvec (n_seq, H, len) = rowwise dout . out per head, one thread per (seq, h, token),
+// summed in double (it is subtracted from dp, where cancellation would magnify its error).
+
+__global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restrict__ dout,
+                                 const float *__restrict__ out, AttnLayout lay, int D, int H, int dh, long total) {
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    const int len = lay.len;
+    const int i = (int)(idx % len);
+    const long sh = idx / len;
+    const int h = (int)(sh % H), seq = (int)(sh / H);
+    const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
+    double s = 0;
+    for (int c = 0; c < dh; c++) s += (double)dout[off + c] * out[off + c];
+    dvec[idx] = (float)s;
+}
+
+// ----------------------------------------------------------------------------
+// backward 2: dQ. Block b = (seq * H + h) * ntiles + tile owns the queries tile*rows .. +rows-1;
+// thread = (group g = query, lane t). Registers: q, dout, dq (CPT each); shared: K, V tiles.
+
+template <int DH, typename Elem>
+__global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
+    attn_bwd_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const Elem *__restrict__ qkv,
+                       const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D, int H,
+                       int ntiles, float scale) {
+    using C = BwdCfg<DH>;
+    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE;
+    __shared__ __align__(16) float Ks[TILE][DH];
+    __shared__ __align__(16) float Vs[TILE][DH];
+
+    const int rows = blockDim.x / TPR;
+    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
+    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
+    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const long base = seq_base(lay, seq), tok = lay.tok_stride;
+
+    // This thread's query; an idle one has q = dout = 0, lse = Dvec = 0: finite, never written.
+    const int qi = tile * rows + g;
+    const bool valid = qi < len;
+    const long qrow = base + (long)(valid ? qi : 0) * tok;
+    float q[CPT], dO[CPT], dq[CPT];
+    load_own<CPT, TPR>(q, qkv + qrow * 3 * D + hoff, valid, t);
+    load_own<CPT, TPR>(dO, dout + qrow * D + hoff, valid, t);
+#pragma unroll
+    for (int c = 0; c < CPT; c++) dq[c] = 0.f;
+    const float Li = valid ? lse[qrow * H + h] : 0.f;
+    const float Di = valid ? dvec[(long)sh * len + qi] : 0.f;
+
+    for (int k0 = 0; k0 < len; k0 += TILE) {
+        const int nk = min(TILE, len - k0);
+        __syncthreads();
+        stage_kv<DH, TILE>(Ks, Vs, qkv, base, tok, k0, nk, D, hoff);
+        __syncthreads();
+        for (int j = 0; j < nk; j++) {  // keys in order
+            const float s = group_sum<TPR>(dot_own<CPT, TPR>(q, Ks[j], t));
+            const float dp = group_sum<TPR>(dot_own<CPT, TPR>(dO, Vs[j], t));
+            const float p = expf(s * scale - Li);
+            const float ds = p * (dp - Di) * scale;
+            axpy_own<CPT, TPR>(dq, ds, Ks[j], t);
+        }
+    }
+    if (valid) add_own<CPT, TPR>(dqkv + qrow * 3 * D + hoff, dq, t);
+}
+
+// ----------------------------------------------------------------------------
+// backward 3: dK and dV. Block b = (seq * H + h) * ntiles + tile owns the keys tile*rows .. +rows-1;
+// thread = (group g = key, lane t). Registers: k, v, dk, dv (CPT each); shared: tiles of q and dout
+// (TILE, DH) with their lse and Dvec (TILE), streamed over all queries of the sequence in order.
+
+template <int DH, typename Elem>
+__global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
+    attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const Elem *__restrict__ qkv,
+                         const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D,
+                         int H, int ntiles, float scale) {
+    using C = BwdCfg<DH>;
+    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE;
+    __shared__ __align__(16) float Qs[TILE][DH];
+    __shared__ __align__(16) float dOs[TILE][DH];
+    __shared__ float Ls[TILE], Ds[TILE];
+
+    const int rows = blockDim.x / TPR;
+    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
+    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
+    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const long base = seq_base(lay, seq), tok = lay.tok_stride;
+
+    // This thread's key (an idle one computes on zeros and writes nothing).
+    const int kj = tile * rows + g;
+    const bool valid = kj < len;
+    const long krow = base + (long)(valid ? kj : 0) * tok;
+    float k[CPT], v[CPT], dk[CPT], dv[CPT];
+    load_own<CPT, TPR>(k, qkv + krow * 3 * D + D + hoff, valid, t);
+    load_own<CPT, TPR>(v, qkv + krow * 3 * D + 2 * D + hoff, valid, t);
+#pragma unroll
+    for (int c = 0; c < CPT; c++) dk[c] = dv[c] = 0.f;
+
+    for (int q0 = 0; q0 < len; q0 += TILE) {
+        const int nq = min(TILE, len - q0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < TILE * DH; idx += blockDim.x) {
+            int r = idx / DH, c = idx % DH;
+            float qv = 0.f, gv = 0.f;
+            if (r < nq) {
+                long row = base + (long)(q0 + r) * tok;
+                qv = load_elem(qkv + row * 3 * D + hoff + c);
+                gv = dout[row * D + hoff + c];
+            }
+            Qs[r][c] = qv;
+            dOs[r][c] = gv;
+        }
+        for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
+            Ls[r] = r < nq ? lse[(base + (long)(q0 + r) * tok) * H + h] : 0.f;
+            Ds[r] = r < nq ? dvec[(long)sh * len + q0 + r] : 0.f;
+        }
+        __syncthreads();
+        for (int i = 0; i < nq; i++) {  // queries in order
+            const float s = group_sum<TPR>(dot_own<CPT, TPR>(k, Qs[i], t));
+            const float dp = group_sum<TPR>(dot_own<CPT, TPR>(v, dOs[i], t));
+            const float p = expf(s * scale - Ls[i]);
+            const float ds = p * (dp - Ds[i]) * scale;
+            axpy_own<CPT, TPR>(dv, p, dOs[i], t);
+            axpy_own<CPT, TPR>(dk, ds, Qs[i], t);
+        }
+    }
+    if (valid) {
+        add_own<CPT, TPR>(dqkv + krow * 3 * D + D + hoff, dk, t);
+        add_own<CPT, TPR>(dqkv + krow * 3 * D + 2 * D + hoff, dv, t);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// host side: shape checks, launch configuration, dispatch on the head dimension
+
+// Blocks of a 1-D grid of n_seq * H * ntiles; dies if it does not fit.
+static unsigned attn_grid(long n_seq, int H, int ntiles) {
+    long blocks = n_seq * H * ntiles;
+    if (blocks > 0x7fffffffL) fc_die("attention: %ld blocks is more than one CUDA grid holds", blocks);
+    return (unsigned)blocks;
+}
+
+static int attn_head_dim(int D, int H, const char *op) {
+    if (H <= 0 || D % H != 0) fc_die("%s: D = %d is not a multiple of H = %d", op, D, H);
+    int dh = D / H;
+    if (dh != 16 && dh != 32 && dh != 64 && dh != 128)
+        fc_die("%s: head dim %d (D = %d, H = %d) is not supported by the CUDA backend (16, 32, 64 or 128)", op, dh,
+               D, H);
+    return dh;
+}
+
+template <int DH>
+static void attn_fwd_launch(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
+    using C = FwdCfg<DH>;
+    int rows = rows_per_block(lay.len, C::ROWS, C::TPR);
+    int ntiles = (lay.len + rows - 1) / rows;
+    float scale = (float)(1.0 / sqrt((double)DH));
+    attn_fwd_kernel<DH, float><<<attn_grid(n_seq, H, ntiles), rows * C::TPR>>>(out, lse, qkv, lay, D, H, ntiles, scale);
+    kernelCheck();
+}
+
+template <int DH>
+static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
+                            AttnLayout lay, int D, int H, long n_seq) {
+    using C = BwdCfg<DH>;
+    int rows = rows_per_block(lay.len, C::ROWS, C::TPR);
+    int ntiles = (lay.len + rows - 1) / rows;
+    unsigned grid = attn_grid(n_seq, H, ntiles);
+    float scale = (float)(1.0 / sqrt((double)DH));
+    attn_bwd_dq_kernel<DH, float><<<grid, rows * C::TPR>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, scale);
+    kernelCheck();
+    attn_bwd_dkdv_kernel<DH, float><<<grid, rows * C::TPR>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, scale);
+    kernelCheck();
+}
+
+static void cuda_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = attn_head_dim(D, H, "attn_fwd");
+    long n_seq = (long)lay.n_outer * lay.n_inner;
+    if (n_seq <= 0 || lay.len <= 0) return;
+    switch (dh) {
+    case 16: attn_fwd_launch<16>(out, lse, qkv, lay, D, H, n_seq); break;
+    case 32: attn_fwd_launch<32>(out, lse, qkv, lay, D, H, n_seq); break;
+    case 64: attn_fwd_launch<64>(out, lse, qkv, lay, D, H, n_seq); break;
+    default: attn_fwd_launch<128>(out, lse, qkv, lay, D, H, n_seq); break;
+    }
+}
+
+static void cuda_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                          AttnLayout lay, int D, int H) {
+    int dh = attn_head_dim(D, H, "attn_bwd");
+    long n_seq = (long)lay.n_outer * lay.n_inner;
+    if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
+    // Dvec (n_seq, H, len) in this family's scratch.
+    long total = n_seq * H * lay.len;
+    float *dvec = (float *)fc_cuda_scratch(SCRATCH_ATTN, sizeof(float) * (size_t)total);
+    attn_dvec_kernel<<<fc_cdiv((size_t)total, 256), 256>>>(dvec, dout, out, lay, D, H, dh, total);
+    kernelCheck();
+    switch (dh) {
+    case 16: attn_bwd_launch<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 32: attn_bwd_launch<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 64: attn_bwd_launch<64>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    default: attn_bwd_launch<128>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    }
+}
+
+void cuda_register_attention(Backend *be) {
+    be->attn_fwd = cuda_attn_fwd;
+    be->attn_bwd = cuda_attn_bwd;
+}

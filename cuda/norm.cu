@@ -1,0 +1,283 @@
+// norm.cu: the normalisation ops of the CUDA backend: LayerNorm with adaLN modulation
+// (ln_mod_fwd/bwd) and the per-head RMS norm of q and k (qk_norm_fwd/bwd). Same math as
+// src/backend_cpu.c: statistics and gradients in double, LN eps 1e-6 (no affine), RMS eps 1e-6.
+//
+// Forward ops and the per-row part of the backward ops give one warp to each row (or head vector);
+// its lanes stride over the columns and a butterfly shuffle sums their double partial sums.
+// The column gradients (dshift, dscale per slot; dqw, dkw over every token and head) are summed
+// in a fixed order without atomics: pass 1 gives each thread one column of a fixed range of rows
+// (LN_ROWS_PER_PART rows, QK_TOKENS_PER_PART tokens) and sums them in the CPU's order; pass 2
+// gives each thread one column and adds the partial sums of pass 1 in order. The chunking depends
+// only on the shapes, so results are the same bytes on every run, and when a slot (or the token
+// count) fits in one chunk they are the CPU's own sums.
+//
+// Where the CPU rounds a product before adding it, the __*_rn intrinsics stop nvcc from fusing
+// the two into an FMA, so that elementwise results follow the CPU's roundings.
+#include "cuda_common.cuh"
+
+#define LN_EPS 1e-6
+#define RMS_EPS 1e-6
+
+enum {
+    WARP = 32,
+    ROW_WARPS = 8,            // rows (warps) per block of the warp-per-row kernels
+    QK_THREADS = 128,         // threads per block (one token) of the qk_norm row kernels
+    COL_THREADS = 256,        // threads per block of the column-sum kernels
+    LN_ROWS_PER_PART = 32,    // rows of one slot summed by one thread in pass 1 of ln_mod_bwd
+    QK_TOKENS_PER_PART = 32,  // tokens summed by one thread in pass 1 of qk_norm_bwd
+};
+
+// Products and sums in `real` that are rounded on their own (never fused into an FMA).
+#ifdef FC_DOUBLE
+static __device__ __forceinline__ real r_mul(real a, real b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ real r_add(real a, real b) { return __dadd_rn(a, b); }
+#else
+static __device__ __forceinline__ real r_mul(real a, real b) { return __fmul_rn(a, b); }
+static __device__ __forceinline__ real r_add(real a, real b) { return __fadd_rn(a, b); }
+#endif
+
+// Sum over the 32 lanes of a warp (every lane must call it); every lane gets the same bits.
+static __device__ __forceinline__ double warp_sum(double v) {
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm with adaLN modulation
+
+// One warp per row r of x, y (S*N, D); ROW_WARPS rows per block. Lanes stride over the D columns.
+// shift, scale: row s = r / N of a matrix with row stride ms.
+static __global__ void ln_mod_fwd_kernel(real *y, real *mean, real *rstd, const real *x, const real *shift,
+                                         const real *scale, long ms, long rows, int N, int D) {
+    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (r >= rows) return;  // the whole warp leaves together
+    const real *xr = x + r * D;
+    const real *sh = shift + (r / N) * ms, *sc = scale + (r / N) * ms;
+    double sum = 0;
+    for (int d = lane; d < D; d += WARP) sum += xr[d];
+    double mu = warp_sum(sum) / D;
+    double sq = 0;
+    for (int d = lane; d < D; d += WARP) {
+        double c = xr[d] - mu;
+        sq += c * c;
+    }
+    double rs = 1.0 / sqrt(warp_sum(sq) / D + LN_EPS);
+    if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
+    real *yr = y + r * D;
+    for (int d = lane; d < D; d += WARP) {
+        real xhat = (real)((xr[d] - mu) * rs);
+        yr[d] = r_add(r_mul(xhat, (real)1 + sc[d]), sh[d]);
+    }
+}
+
+// dx (S*N, D) += d y / d x: one warp per row, as the forward.
+static __global__ void ln_mod_bwd_dx_kernel(real *dx, const real *dy, const real *x, const real *mean,
+                                            const real *rstd, const real *scale, long ms, long rows, int N, int D) {
+    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (r >= rows) return;
+    const real *xr = x + r * D, *dyr = dy + r * D, *sc = scale + (r / N) * ms;
+    double mu = mean[r], rs = rstd[r];
+    double g_mean = 0, gx_mean = 0;
+    for (int d = lane; d < D; d += WARP) {
+        double g = dyr[d] * (1.0 + sc[d]);
+        g_mean += g;
+        gx_mean += g * (xr[d] - mu) * rs;
+    }
+    g_mean = warp_sum(g_mean) / D;
+    gx_mean = warp_sum(gx_mean) / D;
+    real *dxr = dx + r * D;
+    for (int d = lane; d < D; d += WARP) {
+        double g = dyr[d] * (1.0 + sc[d]);
+        double xhat = (xr[d] - mu) * rs;
+        dxr[d] += (real)__dmul_rn(rs, __dsub_rn(__dsub_rn(g, g_mean), __dmul_rn(xhat, gx_mean)));
+    }
+}
+
+// Pass 1 of dshift/dscale. One thread per (slot s, part p, column d), d fastest (coalesced):
+// sums rows n in [p*LN_ROWS_PER_PART, min(N, (p+1)*LN_ROWS_PER_PART)) of slot s in order.
+// psh, psc: (S, nparts, D) partial sums.
+static __global__ void ln_mod_bwd_cols_kernel(double *psh, double *psc, const real *dy, const real *x,
+                                              const real *mean, const real *rstd, int S, int N, int D, int nparts) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)S * nparts * D) return;
+    int d = (int)(idx % D);
+    long sp = idx / D;
+    int p = (int)(sp % nparts), s = (int)(sp / nparts);
+    int n0 = p * LN_ROWS_PER_PART, n1 = min(N, n0 + LN_ROWS_PER_PART);
+    double ash = 0, asc = 0;
+    for (int n = n0; n < n1; n++) {
+        long r = (long)s * N + n;
+        double g = dy[r * D + d];
+        ash = __dadd_rn(ash, g);
+        // as the CPU: x - mean in real, then in double times g and rstd
+        real xc = x[r * D + d] - mean[r];
+        asc = __dadd_rn(asc, __dmul_rn(__dmul_rn(g, (double)xc), (double)rstd[r]));
+    }
+    psh[idx] = ash;
+    psc[idx] = asc;
+}
+
+// Pass 2: one thread per (slot s, column d); adds the nparts partial sums in order.
+static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, const double *psh,
+                                                  const double *psc, long ms, int S, int D, int nparts) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)S * D) return;
+    int d = (int)(idx % D), s = (int)(idx / D);
+    double ash = 0, asc = 0;
+    for (int p = 0; p < nparts; p++) {
+        long k = ((long)s * nparts + p) * D + d;
+        ash += psh[k];
+        asc += psc[k];
+    }
+    if (dshift) dshift[s * ms + d] += (real)ash;
+    if (dscale) dscale[s * ms + d] += (real)asc;
+}
+
+static void cuda_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+                            long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+    if (rows <= 0 || D <= 0) return;
+    ln_mod_fwd_kernel<<<fc_cdiv(rows, ROW_WARPS), ROW_WARPS * WARP>>>(y, mean, rstd, x, shift, scale, ms, rows, N, D);
+    kernelCheck();
+}
+
+static void cuda_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
+                            const real *rstd, const real *scale, long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+    if (rows <= 0 || D <= 0) return;
+    if (dx) {
+        ln_mod_bwd_dx_kernel<<<fc_cdiv(rows, ROW_WARPS), ROW_WARPS * WARP>>>(dx, dy, x, mean, rstd, scale, ms, rows,
+                                                                             N, D);
+        kernelCheck();
+    }
+    if (dshift || dscale) {
+        int nparts = (int)fc_cdiv(N, LN_ROWS_PER_PART);
+        size_t count = (size_t)S * nparts * D;
+        double *psh = (double *)fc_cuda_scratch(SCRATCH_NORM, 2 * count * sizeof(double)), *psc = psh + count;
+        ln_mod_bwd_cols_kernel<<<fc_cdiv(count, COL_THREADS), COL_THREADS>>>(psh, psc, dy, x, mean, rstd, S, N, D,
+                                                                             nparts);
+        kernelCheck();
+        ln_mod_bwd_cols_sum_kernel<<<fc_cdiv((size_t)S * D, COL_THREADS), COL_THREADS>>>(dshift, dscale, psh, psc,
+                                                                                         ms, S, D, nparts);
+        kernelCheck();
+    }
+}
+
+// ----------------------------------------------------------------------------
+// RMS norm of the q and k heads. qkv, out, dout, dqkv: (T, 3D) rows [q | k | v]; rstd (T, 2H) with
+// column part*H + h (part 0 = q, 1 = k); qw, kw, dqw, dkw: (dh), dh = D / H.
+
+// One block of QK_THREADS per token t. Warp w normalises the head vectors hh = w, w + 4, ... of the
+// 2H (hh = part*H + h), its lanes striding over the dh entries; then the block copies v.
+static __global__ void qk_norm_fwd_kernel(real *out, real *rstd, const real *qkv, const real *qw, const real *kw,
+                                          int D, int H) {
+    int t = blockIdx.x, dh = D / H;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const real *row = qkv + (size_t)t * 3 * D;
+    real *orow = out + (size_t)t * 3 * D;
+    for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
+        int part = hh / H, h = hh % H;
+        const real *w = part ? kw : qw;
+        const real *v = row + part * D + h * dh;
+        real *o = orow + part * D + h * dh;
+        double sq = 0;
+        for (int i = lane; i < dh; i += WARP) sq += (double)v[i] * v[i];
+        double r = 1.0 / sqrt(warp_sum(sq) / dh + RMS_EPS);
+        if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
+        for (int i = lane; i < dh; i += WARP) o[i] = r_mul((real)(v[i] * r), w[i]);
+    }
+    for (int i = threadIdx.x; i < D; i += QK_THREADS) orow[2 * D + i] = row[2 * D + i];
+}
+
+// dqkv += d out / d qkv: one block per token, the warps over its 2H head vectors as the forward;
+// the v part passes dout through.
+static __global__ void qk_norm_bwd_dx_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
+                                             const real *qw, const real *kw, int D, int H) {
+    int t = blockIdx.x, dh = D / H;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
+    real *dxrow = dqkv + (size_t)t * 3 * D;
+    for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
+        int part = hh / H, h = hh % H;
+        const real *w = part ? kw : qw;
+        const real *x = row + part * D + h * dh, *dy = drow + part * D + h * dh;
+        real *dx = dxrow + part * D + h * dh;
+        double r = rstd[(size_t)t * 2 * H + hh];
+        double dot = 0;
+        for (int i = lane; i < dh; i += WARP) dot += (double)dy[i] * w[i] * x[i];
+        dot = warp_sum(dot);
+        double coef = r * r * r * dot / dh;
+        for (int i = lane; i < dh; i += WARP)
+            dx[i] += (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)w[i]), (double)dy[i]),
+                                     __dmul_rn((double)x[i], coef));
+    }
+    for (int i = threadIdx.x; i < D; i += QK_THREADS) dxrow[2 * D + i] += drow[2 * D + i];
+}
+
+// Pass 1 of dqw/dkw. One thread per (chunk c, part, entry i), i fastest: sums the tokens
+// t in [c*QK_TOKENS_PER_PART, ...) and, within a token, the heads h in order (the CPU's order).
+// part_sums: (nchunks, 2, dh).
+static __global__ void qk_norm_bwd_w_kernel(double *part_sums, const real *dout, const real *qkv, const real *rstd,
+                                            int T, int D, int H, int nchunks) {
+    int dh = D / H;
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)nchunks * 2 * dh) return;
+    int i = (int)(idx % dh), part = (int)(idx / dh % 2), c = (int)(idx / dh / 2);
+    int t0 = c * QK_TOKENS_PER_PART, t1 = min(T, t0 + QK_TOKENS_PER_PART);
+    double acc = 0;
+    for (int t = t0; t < t1; t++) {
+        size_t col = (size_t)t * 3 * D + part * D + i;
+        const real *rs = rstd + (size_t)t * 2 * H + part * H;
+        for (int h = 0; h < H; h++)
+            acc = __dadd_rn(acc, __dmul_rn(__dmul_rn((double)dout[col + h * dh], (double)qkv[col + h * dh]),
+                                           (double)rs[h]));
+    }
+    part_sums[idx] = acc;
+}
+
+// Pass 2: one thread per (part, entry i); adds the nchunks partial sums in order.
+static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const double *part_sums, int dh, int nchunks) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= 2 * dh) return;
+    int part = idx / dh, i = idx % dh;
+    real *dw = part ? dkw : dqw;
+    if (!dw) return;
+    double acc = 0;
+    for (int c = 0; c < nchunks; c++) acc += part_sums[((long)c * 2 + part) * dh + i];
+    dw[i] += (real)acc;
+}
+
+static void cuda_qk_norm_fwd(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+                             int H) {
+    if (T <= 0 || D <= 0) return;
+    qk_norm_fwd_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
+    kernelCheck();
+}
+
+static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
+                             const real *qw, const real *kw, int T, int D, int H) {
+    if (T <= 0 || D <= 0) return;
+    if (dqkv) {
+        qk_norm_bwd_dx_kernel<<<T, QK_THREADS>>>(dqkv, dout, qkv, rstd, qw, kw, D, H);
+        kernelCheck();
+    }
+    if (dqw || dkw) {
+        int dh = D / H, nchunks = (int)fc_cdiv(T, QK_TOKENS_PER_PART);
+        size_t count = (size_t)nchunks * 2 * dh;
+        double *part_sums = (double *)fc_cuda_scratch(SCRATCH_NORM, count * sizeof(double));
+        qk_norm_bwd_w_kernel<<<fc_cdiv(count, COL_THREADS), COL_THREADS>>>(part_sums, dout, qkv, rstd, T, D, H,
+                                                                           nchunks);
+        kernelCheck();
+        qk_norm_bwd_w_sum_kernel<<<fc_cdiv(2 * dh, COL_THREADS), COL_THREADS>>>(dqw, dkw, part_sums, dh, nchunks);
+        kernelCheck();
+    }
+}
+
+void cuda_register_norm(Backend *be) {
+    be->ln_mod_fwd = cuda_ln_mod_fwd;
+    be->ln_mod_bwd = cuda_ln_mod_bwd;
+    be->qk_norm_fwd = cuda_qk_norm_fwd;
+    be->qk_norm_bwd = cuda_qk_norm_bwd;
+}

@@ -1,0 +1,243 @@
+// optim.cu: the optimizer ops of the CUDA backend, ports of src/cpu_optim.c: AdamW with fp32
+// moments (adamw_fp32), AdamW with 8-bit block-wise quantised moments (adamw_8bit, one fused
+// kernel: dequantise, update, block absmax, requantise with the encoder of src/quant8.c), the sum
+// of squares behind the gradient norm (sum_squares) and the EMA of the weights (ema_update).
+//
+// The per-element math is the CPU's, operation for operation, in the same precision: the step's
+// constants are computed on the host exactly as adam_const does, and the device arithmetic uses
+// the __*_rn intrinsics so that nvcc cannot fuse a product and a sum into an FMA (the CPU build
+// rounds each one). Double division and square root are IEEE-rounded on both. So parameters,
+// moments and 8-bit codes are the CPU's bytes given the same inputs.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+enum {
+    ELEM_THREADS = 256,  // threads per block of the one-thread-per-element kernels
+    SS_CHUNK = 4096,     // elements of one partial sum of sum_squares (one block)
+    SS_THREADS = 256,    // threads per block of the chunk kernel: SS_CHUNK / SS_THREADS elements each
+    SS_COMBINE = 1024,   // threads of the single block that adds the chunks' partial sums
+};
+static_assert(ADAM8_BLOCK == 256, "adamw_8bit_kernel gives one thread to each element of a block and of a code map");
+static_assert(SS_CHUNK % SS_THREADS == 0, "sum_squares chunks split evenly among the threads");
+
+// ----------------------------------------------------------------------------
+// AdamW
+
+// One AdamW step's constants, in double: adam_const of src/cpu_optim.c, plus 1 - beta1 and
+// 1 - beta2, which the CPU computes per element (the same values).
+struct AdamConst {
+    double b1, b2, one_m_b1, one_m_b2, eps, scale;
+    double decay;      // 1 - lr * weight_decay (decoupled weight decay, applied before the step)
+    double step_size;  // lr / (1 - b1^t)
+    double bc2;        // 1 - b2^t
+};
+
+static AdamConst adam_const(AdamHyper h) {
+    if (h.step < 1) fc_die("adamw: step %d, must be >= 1 (the bias correction needs it)", h.step);
+    AdamConst c;
+    c.b1 = h.beta1, c.b2 = h.beta2, c.eps = h.eps, c.scale = h.grad_scale;
+    c.one_m_b1 = 1.0 - c.b1, c.one_m_b2 = 1.0 - c.b2;
+    c.decay = 1.0 - (double)h.lr * h.weight_decay;
+    c.step_size = h.lr / (1.0 - pow(c.b1, h.step));
+    c.bc2 = 1.0 - pow(c.b2, h.step);
+    return c;
+}
+
+// adam_elem of src/cpu_optim.c: the step for one element whose (scaled) gradient g is finite;
+// updates m, v and returns the new parameter.
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p = p decay - step_size m / (sqrt(v / bc2) + eps)
+static __device__ __forceinline__ double adam_elem(const AdamConst &c, double p, double g, double &m, double &v) {
+    m = __dadd_rn(__dmul_rn(c.b1, m), __dmul_rn(c.one_m_b1, g));
+    v = __dadd_rn(__dmul_rn(c.b2, v), __dmul_rn(__dmul_rn(c.one_m_b2, g), g));
+    double denom = __dadd_rn(__dsqrt_rn(__ddiv_rn(v, c.bc2)), c.eps);
+    return __dsub_rn(__dmul_rn(p, c.decay), __ddiv_rn(__dmul_rn(c.step_size, m), denom));
+}
+
+// One thread per element i of param, grad, m, v (n).
+static __global__ void adamw_fp32_kernel(real *param, const real *grad, float *m, float *v, size_t n, AdamConst c) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double g = grad[i];
+    if (!isfinite(g)) return;  // a NaN/Inf gradient leaves p, m and v as they are
+    double mi = m[i], vi = v[i];
+    param[i] = (real)adam_elem(c, (double)param[i], __dmul_rn(g, c.scale), mi, vi);
+    m[i] = (float)mi;
+    v[i] = (float)vi;
+}
+
+static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
+    AdamConst c = adam_const(h);
+    if (n == 0) return;
+    adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, grad, m, v, n, c);
+    kernelCheck();
+}
+
+// quant8_encode of src/quant8.c: index of the entry of code (256 ascending values) nearest to x,
+// ties to the lower index; beyond either end that end, NaN 0. The same branch-free binary search
+// (largest i with code[i] <= x) and the same rounding test in double.
+static __device__ __forceinline__ uint8_t quant8_encode(const float *code, float x) {
+    unsigned i = 0;
+    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(code[i + step] <= x);
+    unsigned lo = i < 255 ? i : 254;
+    return (uint8_t)(lo + (unsigned)(__dmul_rn(2.0, (double)x) > __dadd_rn((double)code[lo], (double)code[lo + 1])));
+}
+
+// Maximum over the threads of a block of ADAM8_BLOCK threads; every thread gets it. Exact (max
+// does not depend on the order). `shared` holds one value per warp.
+static __device__ __forceinline__ double block_max(double x, double *shared) {
+    for (int o = 16; o > 0; o >>= 1) {
+        double y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = y > x ? y : x;
+    }
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
+    __syncthreads();
+    x = shared[0];
+    for (int w = 1; w < ADAM8_BLOCK / 32; w++) x = shared[w] > x ? shared[w] : x;
+    return x;
+}
+
+// One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
+// i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad: (n);
+// absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to shared memory.
+// As cpu_adamw_8bit: dequantise to float, update in double (a non-finite gradient leaves p and the
+// dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
+static __global__ void __launch_bounds__(ADAM8_BLOCK)
+    adamw_8bit_kernel(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
+                      const float *code_m, const float *code_v, size_t n, AdamConst c) {
+    __shared__ float cm[256], cv[256];
+    __shared__ double max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
+    int j = threadIdx.x;
+    size_t b = blockIdx.x, i = b * ADAM8_BLOCK + j;
+    bool live = i < n;
+    cm[j] = code_m[j], cv[j] = code_v[j];
+    // Every thread reads the old absmax before thread 0 overwrites it (after the barriers below).
+    float am = absmax_m[b], av = absmax_v[b];
+    __syncthreads();
+
+    double mi = 0.0, vi = 0.0;
+    if (live) {
+        // a zero absmax (the zero-filled state) dequantises every code to 0
+        float mq = __fmul_rn(cm[m8[i]], am), vq = __fmul_rn(cv[v8[i]], av);
+        mi = mq, vi = vq;
+        double g = grad[i];
+        if (isfinite(g)) param[i] = (real)adam_elem(c, (double)param[i], __dmul_rn(g, c.scale), mi, vi);
+    }
+    // The CPU's running max starts at 0 and takes a value only when it is greater (never a NaN).
+    double abs_m = fabs(mi);
+    double max_m = block_max(abs_m > 0.0 ? abs_m : 0.0, max_m_w);
+    double max_v = block_max(vi > 0.0 ? vi : 0.0, max_v_w);
+    float new_am = (float)max_m, new_av = (float)max_v;
+    if (j == 0) absmax_m[b] = new_am, absmax_v[b] = new_av;
+    if (live) {
+        m8[i] = new_am > 0.0f ? quant8_encode(cm, (float)__ddiv_rn(mi, (double)new_am)) : 0;
+        v8[i] = new_av > 0.0f ? quant8_encode(cv, (float)__ddiv_rn(vi, (double)new_av)) : 0;
+    }
+}
+
+static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m,
+                            float *absmax_v, const float *code_m, const float *code_v, size_t n, AdamHyper h) {
+    AdamConst c = adam_const(h);
+    if (n == 0) return;
+    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, grad, m8, v8, absmax_m, absmax_v, code_m,
+                                                                code_v, n, c);
+    kernelCheck();
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares: fixed chunks of SS_CHUNK elements, each summed by one block in a fixed order
+// (each thread its elements in order, then a fixed tree over the threads); then one block adds
+// the chunks' sums (each thread a fixed strided set in order, then a fixed tree). The same bytes
+// on every run and every GPU.
+
+// Fixed tree sum over the blockDim.x (a power of two) threads of a block; the result in sum[0], bad[0].
+static __device__ void block_tree_sum(double *sum, unsigned long long *bad) {
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) sum[threadIdx.x] += sum[threadIdx.x + s], bad[threadIdx.x] += bad[threadIdx.x + s];
+    }
+    __syncthreads();
+}
+
+// One block of SS_THREADS per chunk k: thread t sums elements k*SS_CHUNK + t + q*SS_THREADS for
+// q = 0, 1, ... in order (coalesced). part, part_bad: (nchunks).
+static __global__ void sum_squares_chunk_kernel(double *part, unsigned long long *part_bad, const real *x, size_t n) {
+    __shared__ double sum[SS_THREADS];
+    __shared__ unsigned long long bad[SS_THREADS];
+    size_t i0 = (size_t)blockIdx.x * SS_CHUNK;
+    double s = 0.0;
+    unsigned long long nb = 0;
+    for (int q = 0; q < SS_CHUNK / SS_THREADS; q++) {
+        size_t i = i0 + (size_t)q * SS_THREADS + threadIdx.x;
+        if (i >= n) break;
+        double xi = x[i];
+        if (isfinite(xi))
+            s = __dadd_rn(s, __dmul_rn(xi, xi));
+        else
+            nb++;
+    }
+    sum[threadIdx.x] = s, bad[threadIdx.x] = nb;
+    block_tree_sum(sum, bad);
+    if (threadIdx.x == 0) part[blockIdx.x] = sum[0], part_bad[blockIdx.x] = bad[0];
+}
+
+// One block of SS_COMBINE threads: thread t adds chunks t, t + SS_COMBINE, ... in order, then a tree.
+static __global__ void sum_squares_combine_kernel(double *total, unsigned long long *total_bad, const double *part,
+                                                  const unsigned long long *part_bad, size_t nchunks) {
+    __shared__ double sum[SS_COMBINE];
+    __shared__ unsigned long long bad[SS_COMBINE];
+    double s = 0.0;
+    unsigned long long nb = 0;
+    for (size_t k = threadIdx.x; k < nchunks; k += SS_COMBINE) s += part[k], nb += part_bad[k];
+    sum[threadIdx.x] = s, bad[threadIdx.x] = nb;
+    block_tree_sum(sum, bad);
+    if (threadIdx.x == 0) *total = sum[0], *total_bad = bad[0];
+}
+
+static double cuda_sum_squares(const real *x, size_t n, size_t *nonfinite) {
+    if (n == 0) {
+        if (nonfinite) *nonfinite = 0;
+        return 0.0;
+    }
+    size_t nchunks = fc_cdiv(n, SS_CHUNK);
+    // scratch: [total, total_bad, part (nchunks), part_bad (nchunks)], all 8-byte values
+    double *total = (double *)fc_cuda_scratch(SCRATCH_OPTIM, (2 + 2 * nchunks) * 8);
+    unsigned long long *total_bad = (unsigned long long *)(total + 1);
+    double *part = total + 2;
+    unsigned long long *part_bad = (unsigned long long *)(part + nchunks);
+    sum_squares_chunk_kernel<<<(unsigned)nchunks, SS_THREADS>>>(part, part_bad, x, n);
+    kernelCheck();
+    sum_squares_combine_kernel<<<1, SS_COMBINE>>>(total, total_bad, part, part_bad, nchunks);
+    kernelCheck();
+    struct {
+        double total;
+        unsigned long long bad;
+    } result;
+    static_assert(sizeof result == 16, "total and total_bad lie side by side in the scratch");
+    cudaCheck(cudaMemcpy(&result, total, sizeof result, cudaMemcpyDeviceToHost));
+    if (nonfinite) *nonfinite = (size_t)result.bad;
+    return result.total;
+}
+
+// ----------------------------------------------------------------------------
+// EMA of the weights: one thread per element, ema = decay * ema + (1 - decay) * param in double.
+
+static __global__ void ema_update_kernel(real *ema, const real *param, double d, double w, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    ema[i] = (real)__dadd_rn(__dmul_rn(d, (double)ema[i]), __dmul_rn(w, (double)param[i]));
+}
+
+static void cuda_ema_update(real *ema, const real *param, float decay, size_t n) {
+    if (n == 0) return;
+    double d = decay, w = 1.0 - d;
+    ema_update_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(ema, param, d, w, n);
+    kernelCheck();
+}
+
+void cuda_register_optim(Backend *be) {
+    be->adamw_fp32 = cuda_adamw_fp32;
+    be->adamw_8bit = cuda_adamw_8bit;
+    be->sum_squares = cuda_sum_squares;
+    be->ema_update = cuda_ema_update;
+}

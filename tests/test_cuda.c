@@ -1,0 +1,812 @@
+// test_cuda.c: the CUDA backend against the CPU reference (src/backend_cpu.c), on the contract of
+// src/backend.h.
+//  1. Every op, forward and backward, on random Philox inputs (RNG_TEST), at awkward sizes and at the
+//     networks' shapes: the same inputs go to both backends, the outputs are compared by
+//     max|cuda - cpu| / max|cpu| (tolerance 1e-5). Every buffer, outputs included, starts random and
+//     ends in a random guard, so an element an op should write but does not, or one it writes past
+//     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
+//     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
+//  2. Determinism: attention, linear backward, the 8-bit AdamW step and the sum of squares, twice on
+//     CUDA from the same inputs: the same bytes.
+//  3. One training step of configs/tiny/starter.conf on both backends (random init, so that every
+//     gradient is non-trivial): the flow inputs, prediction, loss, every parameter gradient (1e-4),
+//     then one optimizer step (optim.h) from the same gradients: parameters, states, norm, EMA.
+//  4. INFO lines: ms per forward+backward of the tiny and small configs on CUDA (no assertion).
+// Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0.
+//
+// usage (from the repository root): test_cuda [--quick] [--seed N] [--cpu-as-cuda]
+//   --quick leaves out the cases of the small config's size; --cpu-as-cuda puts the CPU backend in
+//   CUDA's place, to try this harness on a machine without a GPU (every error is then 0).
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+#include "flow.h"
+#include "model.h"
+#include "optim.h"
+#include "philox.h"
+#include "quant8.h"
+
+_Static_assert(sizeof(real) == sizeof(float), "test_cuda compares fp32 builds (the optimizer state is float)");
+
+#define TOL 1e-5        // every op, fp32
+#define TOL_NET 1e-4    // the whole network
+#define GUARD 67        // random elements after every buffer that no op may touch
+#define TINY "configs/tiny/starter.conf"
+#define SMALL "configs/small/starter.conf"
+
+static const Backend *g_cpu, *g_gpu;
+static uint64_t g_seed = 1;
+static uint32_t g_draw;  // the Philox step of the next random buffer
+static int g_quick;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// ============================================================================
+// buffers on both backends, and their comparison
+
+typedef struct {
+    size_t n, es;          // elements the op sees, bytes per element; GUARD more follow
+    void *init, *hc, *hg;  // host: the starting values; the last CPU and CUDA contents downloaded
+    void *c, *g;           // the CPU backend's buffer, the CUDA backend's
+} Buf;
+
+#define R(b) ((real *)(b).init)
+static size_t bbytes(const Buf *b) { return (b->n + GUARD) * b->es; }
+
+static void breset(Buf *b) {  // both sides back to init
+    g_cpu->upload(b->c, b->init, bbytes(b));
+    g_gpu->upload(b->g, b->init, bbytes(b));
+}
+
+static Buf balloc(size_t n, size_t es) {
+    Buf b = {n, es, NULL, NULL, NULL, NULL, NULL};
+    size_t bytes = bbytes(&b);
+    b.init = fc_malloc(bytes), b.hc = fc_malloc(bytes), b.hg = fc_malloc(bytes);
+    b.c = g_cpu->alloc(bytes), b.g = g_gpu->alloc(bytes);
+    return b;
+}
+
+// n random values, normal (mean a, std b) or uniform in [a, b), then the guard; the same on both sides.
+static Buf brand(size_t n, double a, double b, int uniform) {
+    Buf r = balloc(n, sizeof(real));
+    if (uniform) philox_fill_uniform(r.init, n + GUARD, (real)a, (real)b, g_seed, g_draw++, RNG_TEST, 0);
+    else philox_fill_normal(r.init, n + GUARD, (real)a, (real)b, g_seed, g_draw++, RNG_TEST, 0);
+    breset(&r);
+    return r;
+}
+static Buf bnormal(size_t n, double mean, double std) { return brand(n, mean, std, 0); }
+static Buf buniform(size_t n, double lo, double hi) { return brand(n, lo, hi, 1); }
+
+static Buf bcodes(size_t n) {  // 8-bit codes: n zero bytes (the fresh state), a random guard
+    Buf b = balloc(n, 1);
+    uint8_t *u = b.init;
+    for (size_t i = 0; i < n + GUARD; i++) u[i] = i < n ? 0 : (uint8_t)philox_u32(g_seed, g_draw, RNG_TEST, i);
+    g_draw++;
+    breset(&b);
+    return b;
+}
+
+static Buf bdup(const Buf *src) {
+    Buf b = balloc(src->n, src->es);
+    memcpy(b.init, src->init, bbytes(&b));
+    breset(&b);
+    return b;
+}
+
+static void bget(Buf *b) {
+    g_cpu->download(b->hc, b->c, bbytes(b));
+    g_gpu->download(b->hg, b->g, bbytes(b));
+}
+
+// The CUDA side takes the CPU's contents (the saved forward results a backward reads; a resync).
+static void bshare(Buf *b) {
+    g_cpu->download(b->hc, b->c, bbytes(b));
+    g_gpu->upload(b->g, b->hc, bbytes(b));
+}
+
+static void bfree(Buf *b) {
+    g_cpu->free(b->c), g_gpu->free(b->g);
+    free(b->init), free(b->hc), free(b->hg);
+}
+#define FREE(...)                                                                        \
+    for (Buf *all_[] = {__VA_ARGS__}, **b_ = all_; b_ < all_ + sizeof all_ / sizeof *all_; b_++) bfree(*b_)
+
+// max_i |got_i - ref_i| / max(max_i |ref_i|, 1e-6). The same Inf, or NaN on both sides, counts as
+// equal; a non-finite value on one side only gives Inf.
+static double rel_err(const real *got, const real *ref, size_t n) {
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) && isnan(got[i])) continue;
+        if (!isfinite(got[i]) || !isfinite(ref[i])) {
+            if (got[i] == ref[i]) continue;
+            return INFINITY;
+        }
+        diff = fmax(diff, fabs((double)got[i] - ref[i]));
+        mag = fmax(mag, fabs((double)ref[i]));
+    }
+    return diff / fmax(mag, 1e-6);
+}
+
+// After bget: whether either side changed the guard.
+static int guard_changed(const Buf *b) {
+    size_t off = b->n * b->es, gb = GUARD * b->es;
+    return memcmp((char *)b->hg + off, (char *)b->init + off, gb) || memcmp((char *)b->hc + off, (char *)b->init + off, gb);
+}
+
+// Downloads both sides; the error of the n elements, Inf with *guard = 1 when a guard changed.
+static double berr(Buf *b, int *guard) {
+    bget(b);
+    if (guard_changed(b)) return *guard = 1, INFINITY;
+    return rel_err(b->hg, b->hc, b->n);
+}
+
+// 8-bit codes that differ between a and b (n); the largest index difference so far in *maxd.
+static size_t codes_differ(const uint8_t *a, const uint8_t *b, size_t n, int *maxd) {
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)a[i] - (int)b[i]);
+        if (d) diff++, *maxd = d > *maxd ? d : *maxd;
+    }
+    return diff;
+}
+
+// One check line `name`: the case (g_what), then, for each (label, Buf *) pair up to a NULL label, the
+// error of that output, CUDA against CPU. A NULL Buf is a gradient passed as NULL ("dx=NULL").
+static char g_what[256];
+#define WHAT(...) snprintf(g_what, sizeof g_what, __VA_ARGS__)
+
+static void compare(const char *name, ...) {
+    char msg[2048];
+    int len = snprintf(msg, sizeof msg, "%s rel err", g_what), guard = 0;
+    double worst = 0;
+    va_list ap;
+    va_start(ap, name);
+    for (const char *label; (label = va_arg(ap, const char *)) && len < 1800;) {
+        Buf *b = va_arg(ap, Buf *);
+        double e = b ? berr(b, &guard) : 0;
+        if (!b) len += snprintf(msg + len, sizeof msg - len, " %s=NULL", label);
+        else if (*label) len += snprintf(msg + len, sizeof msg - len, " %s %.1e", label, e);
+        else len += snprintf(msg + len, sizeof msg - len, " %.1e", e);
+        if (!(e <= worst)) worst = e;
+    }
+    va_end(ap);
+    check(worst <= TOL && !guard, name, "%s (tol %.0e)%s", msg, TOL, guard ? "; WROTE OUTSIDE ITS OUTPUT (guard)" : "");
+}
+
+// Runs `call` on each backend: in it `be` is the backend and P(b) (PU(b): bytes) the buffer of its side.
+#define BOTH(call)                                                 \
+    for (int side_ = 0; side_ < 2; side_++) {                      \
+        const Backend *be = side_ ? g_gpu : g_cpu;                 \
+        (void)be;                                                  \
+        call;                                                      \
+    }
+#define P(b) ((real *)(side_ ? (b).g : (b).c))
+#define PU(b) ((uint8_t *)(side_ ? (b).g : (b).c))
+
+// A host copy of n elements of backend memory.
+static real *fetch(const Backend *be, const real *p, size_t n) {
+    real *h = fc_malloc(sizeof(real) * (n ? n : 1));
+    be->download(h, p, sizeof(real) * n);
+    return h;
+}
+
+// ============================================================================
+// 1. the ops
+
+enum { NULL_DX = 1, NULL_DW = 2 };  // gradients passed as NULL
+#define OPT(flag, b) (nulls & (flag) ? NULL : (b))
+
+static void t_linear(int M, int K, int N, int bias, int nulls) {
+    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N, 0, 1);
+    Buf y = bnormal((size_t)M * N, 0, 1), dy = bnormal((size_t)M * N, 0, 1), dx = bnormal((size_t)M * K, 0, 1);
+    Buf dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
+    WHAT("M=%d K=%d N=%d%s", M, K, N, bias ? " bias" : "");
+    BOTH(be->linear_fwd(P(y), P(x), P(w), bias ? P(b) : NULL, M, K, N));
+    compare("cuda_linear_fwd", "", &y, NULL);
+    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), P(dw), bias ? P(db) : NULL, P(dy), P(x), P(w), M, K, N));
+    compare("cuda_linear_bwd", "dx", OPT(NULL_DX, &dx), "dw", &dw, "db", bias ? &db : NULL, NULL);
+    FREE(&x, &w, &b, &y, &dy, &dx, &dw, &db);
+}
+
+// The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
+// off + D, off + 2D (ms = 9D: off = 3D, the temporal attention's; ms = 2D, the final layer: off = 0).
+static void t_ln_mod(int S, int N, int D, int msmul, int nulls) {
+    long ms = (long)msmul * D, off = msmul == 9 ? 3L * D : 0;
+    size_t T = (size_t)S * N;
+    Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(T * D, 0.3, 1.5), y = bnormal(T * D, 0, 1);
+    Buf mean = bnormal(T, 0, 1), rstd = bnormal(T, 0, 1), dy = bnormal(T * D, 0, 1), dx = bnormal(T * D, 0, 1);
+    Buf dmod = bnormal(S * ms, 0, 1);
+    WHAT("S=%d N=%d D=%d ms=%ld", S, N, D, ms);
+    BOTH(be->ln_mod_fwd(P(y), P(mean), P(rstd), P(x), P(mod) + off, P(mod) + off + D, ms, S, N, D));
+    compare("cuda_ln_mod_fwd", "y", &y, "mean", &mean, "rstd", &rstd, NULL);
+    bshare(&mean), bshare(&rstd);
+    BOTH(be->ln_mod_bwd(OPT(NULL_DX, P(dx)), P(dmod) + off, P(dmod) + off + D, P(dy), P(x), P(mean), P(rstd),
+                        P(mod) + off + D, ms, S, N, D));
+    compare("cuda_ln_mod_bwd", "dx", OPT(NULL_DX, &dx), "dshift,dscale", &dmod, NULL);
+    FREE(&mod, &x, &y, &mean, &rstd, &dy, &dx, &dmod);
+}
+
+static void t_gated_add(int S, int N, int D) {
+    long ms = 9L * D, off = 2L * D;  // the spatial attention's gate
+    size_t n = (size_t)S * N * D;
+    Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(n, 0, 1), h = bnormal(n, 0, 1), out = bnormal(n, 0, 1);
+    Buf alias = bdup(&x), dout = bnormal(n, 0, 1), dx = bnormal(n, 0, 1), dh = bnormal(n, 0, 1);
+    Buf dmod = bnormal(S * ms, 0, 1);
+    WHAT("S=%d N=%d D=%d ms=%ld", S, N, D, ms);
+    BOTH(be->gated_add_fwd(P(out), P(x), P(h), P(mod) + off, ms, S, N, D));
+    BOTH(be->gated_add_fwd(P(alias), P(alias), P(h), P(mod) + off, ms, S, N, D));
+    compare("cuda_gated_add_fwd", "out", &out, "out aliasing x", &alias, NULL);
+    for (int nulls = 0; nulls <= NULL_DX; nulls += NULL_DX) {  // the model passes dx = NULL
+        breset(&dx), breset(&dh), breset(&dmod);
+        BOTH(be->gated_add_bwd(OPT(NULL_DX, P(dx)), P(dh), P(dmod) + off, P(dout), P(h), P(mod) + off, ms, S, N, D));
+        compare("cuda_gated_add_bwd", "dx", OPT(NULL_DX, &dx), "dh", &dh, "dgate", &dmod, NULL);
+    }
+    FREE(&mod, &x, &h, &out, &alias, &dout, &dx, &dh, &dmod);
+}
+
+static void t_qk_norm(int T, int D, int H, int nulls) {
+    int dh = D / H;
+    size_t n = (size_t)T * 3 * D;
+    Buf qkv = bnormal(n, 0.2, 1.3), qw = buniform(dh, 0.5, 1.5), kw = buniform(dh, 0.5, 1.5), out = bnormal(n, 0, 1);
+    Buf rstd = bnormal((size_t)T * 2 * H, 0, 1), dout = bnormal(n, 0, 1), dqkv = bnormal(n, 0, 1);
+    Buf dqw = bnormal(dh, 0, 1), dkw = bnormal(dh, 0, 1);
+    WHAT("T=%d D=%d H=%d dh=%d", T, D, H, dh);
+    BOTH(be->qk_norm_fwd(P(out), P(rstd), P(qkv), P(qw), P(kw), T, D, H));
+    compare("cuda_qk_norm_fwd", "out", &out, "rstd", &rstd, NULL);
+    bshare(&rstd);
+    BOTH(be->qk_norm_bwd(OPT(NULL_DX, P(dqkv)), OPT(NULL_DW, P(dqw)), OPT(NULL_DW, P(dkw)), P(dout), P(qkv), P(rstd),
+                         P(qw), P(kw), T, D, H));
+    compare("cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw", OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw), NULL);
+    FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
+}
+
+static AttnLayout layout(int B, int F, int N, int temporal) {
+    if (temporal)
+        return (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = (long)F * N,
+                            .inner_stride = 1};
+    return (AttnLayout){.n_outer = B * F, .n_inner = 1, .len = N, .tok_stride = 1, .outer_stride = N,
+                        .inner_stride = 0};
+}
+
+// Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
+static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std) {
+    int D = H * dh;
+    size_t T = (size_t)B * F * N;
+    AttnLayout lay = layout(B, F, N, temporal);
+    Buf qkv = bnormal(T * 3 * D, 0, std), out = bnormal(T * D, 0, 1), lse = bnormal(T * H, 0, 1);
+    Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
+    WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g", temporal ? "temporal" : "spatial", B, F, N, H, dh,
+         lay.len, std);
+    BOTH(be->attn_fwd(P(out), P(lse), P(qkv), lay, D, H));
+    compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
+    bshare(&out), bshare(&lse);
+    BOTH(be->attn_bwd(P(dqkv), P(dout), P(out), P(qkv), P(lse), lay, D, H));
+    compare("cuda_attn_bwd", "dqkv", &dqkv, NULL);
+    FREE(&qkv, &out, &lse, &dout, &dqkv);
+}
+
+static void t_activations(size_t n) {
+    Buf x = bnormal(n, 0, 3), y = bnormal(n, 0, 1), dy = bnormal(n, 0, 1), dx = bnormal(n, 0, 1);
+    WHAT("n=%zu", n);
+    BOTH(be->gelu_fwd(P(y), P(x), n));
+    compare("cuda_gelu_fwd", "", &y, NULL);
+    BOTH(be->gelu_bwd(P(dx), P(dy), P(x), n));
+    compare("cuda_gelu_bwd", "", &dx, NULL);
+    breset(&y), breset(&dx);
+    BOTH(be->silu_fwd(P(y), P(x), n));
+    compare("cuda_silu_fwd", "", &y, NULL);
+    BOTH(be->silu_bwd(P(dx), P(dy), P(x), n));
+    compare("cuda_silu_bwd", "", &dx, NULL);
+    FREE(&x, &y, &dy, &dx);
+}
+
+static void t_patchify(int S, int C, int H, int W, int Pt) {
+    size_t n = (size_t)S * C * H * W;  // frames and patches hold as many values
+    Buf frames = bnormal(n, 0, 1), patches = bnormal(n, 0, 1), of = bnormal(n, 0, 1), op = bnormal(n, 0, 1);
+    WHAT("S=%d C=%d H=%d W=%d P=%d", S, C, H, W, Pt);
+    BOTH(be->patchify_fwd(P(op), P(frames), S, C, H, W, Pt));
+    compare("cuda_patchify_fwd", "", &op, NULL);
+    BOTH(be->unpatchify_fwd(P(of), P(patches), S, C, H, W, Pt));
+    compare("cuda_unpatchify_fwd", "", &of, NULL);
+    breset(&of), breset(&op);
+    BOTH(be->patchify_bwd(P(of), P(patches), S, C, H, W, Pt));
+    compare("cuda_patchify_bwd", "", &of, NULL);
+    BOTH(be->unpatchify_bwd(P(op), P(frames), S, C, H, W, Pt));
+    compare("cuda_unpatchify_bwd", "", &op, NULL);
+    FREE(&frames, &patches, &of, &op);
+}
+
+// With scale 1000 the angle reaches 1000 rad: the CPU forms it in double (in float it would be off
+// by about 3e-5, beyond the tolerance).
+static void t_sinusoid(int M, int d, double scale, double lo, double hi) {
+    Buf x = buniform(M, lo, hi), out = bnormal((size_t)M * d, 0, 1), dout = bnormal((size_t)M * d, 0, 1);
+    Buf dx = bnormal(M, 0, 1);
+    WHAT("M=%d d=%d scale=%g x in [%g, %g]", M, d, scale, lo, hi);
+    BOTH(be->sinusoid_fwd(P(out), P(x), (real)scale, M, d));
+    compare("cuda_sinusoid_fwd", "", &out, NULL);
+    BOTH(be->sinusoid_bwd(P(dx), P(dout), P(x), (real)scale, M, d));
+    compare("cuda_sinusoid_bwd", "", &dx, NULL);
+    FREE(&x, &out, &dout, &dx);
+}
+
+static void t_add_pos_time(int S, int N, int D, int nulls) {
+    size_t n = (size_t)S * N * D;
+    Buf x = bnormal(n, 0, 1), pos = bnormal((size_t)N * D, 0, 1), temb = bnormal((size_t)S * D, 0, 1);
+    Buf out = bnormal(n, 0, 1), dout = bnormal(n, 0, 1), dx = bnormal(n, 0, 1), dtemb = bnormal((size_t)S * D, 0, 1);
+    WHAT("S=%d N=%d D=%d", S, N, D);
+    BOTH(be->add_pos_time_fwd(P(out), P(x), P(pos), P(temb), S, N, D));
+    compare("cuda_add_pos_time_fwd", "", &out, NULL);
+    BOTH(be->add_pos_time_bwd(OPT(NULL_DX, P(dx)), P(dtemb), P(dout), S, N, D));
+    compare("cuda_add_pos_time_bwd", "dx", OPT(NULL_DX, &dx), "dtemb", &dtemb, NULL);
+    FREE(&x, &pos, &temb, &out, &dout, &dx, &dtemb);
+}
+
+// mask: one character per slot, '1' or '0', repeated over the S slots.
+static void t_mse(int S, long E, const char *mask_pattern, double dloss) {
+    Buf pred = bnormal((size_t)S * E, 0, 1), target = bnormal((size_t)S * E, 0, 1), mask = bnormal(S, 0, 1);
+    Buf loss = bnormal(1, 0, 1), dpred = bnormal((size_t)S * E, 0, 1);
+    for (int s = 0; s < S; s++) R(mask)[s] = mask_pattern[s % strlen(mask_pattern)] == '1';
+    breset(&mask);
+    WHAT("S=%d E=%ld mask %s dloss %g", S, E, mask_pattern, dloss);
+    BOTH(be->mse_masked_fwd(P(loss), P(pred), P(target), P(mask), S, E));
+    compare("cuda_mse_masked_fwd", "", &loss, NULL);
+    BOTH(be->mse_masked_bwd(P(dpred), P(pred), P(target), P(mask), (real)dloss, S, E));
+    compare("cuda_mse_masked_bwd", "", &dpred, NULL);
+    FREE(&pred, &target, &mask, &loss, &dpred);
+}
+
+static void t_flow_mix(int S, long E) {
+    size_t n = (size_t)S * E;
+    Buf x0 = bnormal(n, 0, 1), e = bnormal(n, 0, 1), t = buniform(S, 0, 1), xt = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
+    R(t)[0] = 0, R(t)[S - 1] = 1;  // a clean slot, a slot of pure noise
+    breset(&t);
+    WHAT("S=%d E=%ld", S, E);
+    BOTH(be->flow_mix(P(xt), P(v), P(x0), P(e), P(t), S, E));
+    compare("cuda_flow_mix", "xt", &xt, "v", &v, NULL);
+    FREE(&x0, &e, &t, &xt, &v);
+}
+
+static void t_randn(size_t n, uint64_t seed, uint32_t step, uint32_t stream, uint64_t offset) {
+    Buf o = bnormal(n, 0, 1);
+    WHAT("n=%zu seed=%llu step=%u stream=%u offset=%llu mean 0.5 std 2", n, (unsigned long long)seed, step, stream,
+         (unsigned long long)offset);
+    BOTH(be->randn(P(o), n, 0.5f, 2.0f, seed, step, stream, offset));
+    compare("cuda_randn", "", &o, NULL);
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += ((real *)o.hc)[i] == ((real *)o.hg)[i];
+    printf("INFO cuda_randn: %zu of %zu values bit-identical to the CPU's\n", same, n);
+    bfree(&o);
+}
+
+// x ~ N(0, 1) with the given elements made NaN, +Inf, -Inf in turn.
+static void t_sum_squares(size_t n, const size_t *bad, int nbad) {
+    Buf x = bnormal(n, 0, 1);
+    for (int k = 0; k < nbad; k++) R(x)[bad[k]] = k % 3 == 0 ? NAN : k % 3 == 1 ? INFINITY : -INFINITY;
+    breset(&x);
+    double s[2];
+    size_t nf[2];
+    BOTH(s[side_] = be->sum_squares(P(x), n, &nf[side_]));
+    double rel = fabs(s[1] - s[0]) / fmax(fabs(s[0]), 1e-300);
+    check(nf[0] == nf[1] && rel <= 1e-12, "cuda_sum_squares",
+          "n=%zu with %d non-finite: count cuda %zu cpu %zu, sum cuda %.17g cpu %.17g, rel err %.1e (tol 1e-12)", n,
+          nbad, nf[1], nf[0], s[1], s[0], rel);
+    bfree(&x);
+}
+
+static void t_ema(size_t n, float decay) {
+    Buf ema = bnormal(n, 0, 1), p = bnormal(n, 0, 1);
+    WHAT("n=%zu decay %g, 3 updates", n, decay);
+    for (int k = 0; k < 3; k++) BOTH(be->ema_update(P(ema), P(p), decay, n));
+    compare("cuda_ema_update", "", &ema, NULL);
+    FREE(&ema, &p);
+}
+
+// Gradients of step t: N(0, 0.01^2), 1% of them times a heavy-tailed factor, others shrunk over 6
+// decades (eps matters), and a few NaN and Inf elements.
+static void make_grads(Buf *g, int t) {
+    size_t n = g->n;
+    for (size_t i = 0; i < n; i++) {
+        double z = philox_normal(g_seed, t, RNG_TEST + 1, i), u = philox_uniform(g_seed, t, RNG_TEST + 2, i);
+        R(*g)[i] = (real)(0.01 * z * (u < 0.01 ? 1 / sqrt(u / 0.01) : u > 0.9 ? pow(10, -60 * (u - 0.9)) : 1));
+    }
+    R(*g)[(17 * t) % n] = NAN, R(*g)[(n / 2 + t) % n] = INFINITY, R(*g)[(n - 1 - t) % n] = -INFINITY;
+    breset(g);
+}
+
+static AdamHyper hyper(int t) {
+    return (AdamHyper){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .step = t,
+                       .grad_scale = 0.7f};
+}
+
+// fp32 AdamW from the zero state; each step is compared, then the CUDA side takes the CPU's state.
+static void t_adamw_fp32(size_t n, int steps) {
+    Buf p = bnormal(n, 0, 0.1), g = bnormal(n, 0, 1), m = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
+    memset(m.init, 0, n * sizeof(float)), memset(v.init, 0, n * sizeof(float));
+    breset(&m), breset(&v);
+    for (int t = 1; t <= steps; t++) {
+        make_grads(&g, t);
+        WHAT("n=%zu step %d of %d, NaN/Inf gradients", n, t, steps);
+        BOTH(be->adamw_fp32(P(p), P(g), P(m), P(v), n, hyper(t)));
+        compare("cuda_adamw_fp32", "param", &p, "m", &m, "v", &v, NULL);
+        bshare(&p), bshare(&m), bshare(&v);
+    }
+    FREE(&p, &g, &m, &v);
+}
+
+// The 8-bit state of one tensor on both sides.
+typedef struct {
+    Buf p, g, m8, v8, am, av, cm, cv;
+    size_t n, nb;
+} Adam8;
+
+static Adam8 adam8_new(size_t n) {
+    Adam8 a = {.n = n, .nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK};
+    a.p = bnormal(n, 0, 0.1), a.g = bnormal(n, 0, 1), a.m8 = bcodes(n), a.v8 = bcodes(n);
+    a.am = bnormal(a.nb, 0, 1), a.av = bnormal(a.nb, 0, 1), a.cm = bnormal(256, 0, 1), a.cv = bnormal(256, 0, 1);
+    memset(a.am.init, 0, a.nb * sizeof(float)), memset(a.av.init, 0, a.nb * sizeof(float));
+    quant8_signed_code(a.cm.init), quant8_unsigned_code(a.cv.init);
+    breset(&a.am), breset(&a.av), breset(&a.cm), breset(&a.cv);
+    return a;
+}
+
+static void adam8_free(Adam8 *a) { FREE(&a->p, &a->g, &a->m8, &a->v8, &a->am, &a->av, &a->cm, &a->cv); }
+
+#define ADAM8_CALL(be, a, t)                                                                                       \
+    be->adamw_8bit(P((a).p), P((a).g), PU((a).m8), PU((a).v8), P((a).am), P((a).av), P((a).cm), P((a).cv), (a).n, \
+                   hyper(t))
+
+// Several steps; each from the same state on both sides (the CUDA side takes the CPU's after the
+// comparison), so that every step is compared on its own.
+static void t_adamw_8bit(size_t n, int steps) {
+    Adam8 a = adam8_new(n);
+    size_t dm = 0, dv = 0;
+    int maxd = 0, guard = 0;
+    double ep = 0, eam = 0, eav = 0;
+    for (int t = 1; t <= steps; t++) {
+        make_grads(&a.g, t);
+        if (t == 1 && a.nb > 4) {  // a block of zero gradients: its absmax stays 0
+            memset(R(a.g) + 3 * ADAM8_BLOCK, 0, ADAM8_BLOCK * sizeof(real));
+            breset(&a.g);
+        }
+        BOTH(ADAM8_CALL(be, a, t));
+        ep = fmax(ep, berr(&a.p, &guard)), eam = fmax(eam, berr(&a.am, &guard)), eav = fmax(eav, berr(&a.av, &guard));
+        bget(&a.m8), bget(&a.v8);
+        guard |= guard_changed(&a.m8) || guard_changed(&a.v8);
+        dm += codes_differ(a.m8.hc, a.m8.hg, n, &maxd), dv += codes_differ(a.v8.hc, a.v8.hg, n, &maxd);
+        bshare(&a.p), bshare(&a.m8), bshare(&a.v8), bshare(&a.am), bshare(&a.av);
+    }
+    double frac = (double)(dm + dv) / (2.0 * n * steps);
+    check(!guard && frac <= 1e-3 && maxd <= 1 && ep <= TOL && eam <= TOL && eav <= TOL, "cuda_adamw_8bit",
+          "n=%zu (tail block of %zu), %d steps: codes differing m8 %zu v8 %zu of %zu per step (%.2e, max %d index; "
+          "tol 1e-3, 1), absmax rel err m %.1e v %.1e, param rel err %.1e (tol %.0e)%s", n, n % ADAM8_BLOCK, steps,
+          dm, dv, n, frac, maxd, eam, eav, ep, TOL, guard ? "; WROTE OUTSIDE ITS OUTPUT (guard changed)" : "");
+    adam8_free(&a);
+}
+
+static void section_ops(void) {
+    printf("---- 1. every op, CUDA against CPU ----\n");
+    int big = !g_quick;  // the small config's shapes
+    t_linear(300, 96, 200, 1, 0), t_linear(300, 96, 200, 0, NULL_DX), t_linear(77, 33, 5, 1, 0);
+    t_linear(1, 17, 3, 1, 0), t_linear(5, 1000, 7, 1, 0);
+    t_linear(896, 64, 192, 1, 0), t_linear(896, 256, 64, 1, 0);         // tiny: qkv, fc2
+    t_linear(14, 64, 576, 1, 0), t_linear(896, 48, 64, 1, NULL_DX);     // tiny: adaLN, patch embedding
+    if (big) t_linear(7168, 256, 768, 1, 0), t_linear(7168, 1024, 256, 1, 0), t_linear(28, 256, 2304, 1, 0);
+
+    t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
+    t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0);  // tiny: a block, the final layer
+    if (big) t_ln_mod(28, 256, 256, 9, 0);
+    t_gated_add(5, 37, 96), t_gated_add(14, 64, 64);
+    if (big) t_gated_add(28, 256, 256);
+    t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(77, 256, 2, 0);  // dh 16, 16 (tiny), 128
+    t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
+    if (big) t_qk_norm(7168, 256, 4, 0);
+
+    for (int tf = 0; tf < 2; tf++) {  // spatial, temporal: len is N, then F
+        t_attn(2, 7, 64, 4, 16, tf, 1);                       // tiny: len 64 / 7
+        t_attn(3, tf ? 7 : 5, tf ? 5 : 7, 3, 32, tf, 1);      // len 7
+        t_attn(1, tf ? 100 : 3, tf ? 3 : 100, 2, 32, tf, 1);  // len 100
+        t_attn(1, tf ? 256 : 2, tf ? 2 : 256, 2, 64, tf, 1);  // len 256
+        t_attn(2, 1, 1, 2, 64, tf, 1);                        // len 1
+        t_attn(1, tf ? 64 : 2, tf ? 2 : 64, 2, 16, tf, 3);    // peaked softmax
+        t_attn(1, tf ? 7 : 2, tf ? 3 : 77, 1, 128, tf, 1);    // dh 128
+        if (big) t_attn(4, 7, 256, 4, 64, tf, 1);             // small
+    }
+
+    t_activations(100003), t_activations(1), t_activations(896 * 256);  // the last: tiny's MLP
+    t_patchify(14, 3, 32, 32, 4), t_patchify(3, 5, 12, 20, 4), t_patchify(2, 3, 21, 14, 7), t_patchify(1, 1, 3, 3, 1);
+    if (big) t_patchify(28, 3, 64, 64, 4);
+    t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(14, 64, 1, 0, 6);  // tiny: the noise level, the slot offsets
+    t_sinusoid(37, 30, 1000, 0, 1), t_sinusoid(3, 2, 1, -5, 5);
+    if (big) t_sinusoid(28, 256, 1000, 0, 1);
+    t_add_pos_time(14, 64, 64, 0), t_add_pos_time(5, 37, 96, NULL_DX), t_add_pos_time(3, 1, 8, 0);
+    if (big) t_add_pos_time(28, 256, 256, 0);
+    t_mse(14, 3072, "0111111", 1), t_mse(5, 1001, "10110", 0.37);  // tiny with the starter plan; awkward
+    t_mse(4, 17, "0", 1);                                           // no target slot: loss 0, no gradient
+    t_flow_mix(14, 3072), t_flow_mix(3, 1001);
+
+    t_randn(100003, 7, 3, RNG_NOISE, 12345), t_randn(7, g_seed, 0, RNG_TEST, 0);
+    t_randn(1001, 99, 12, RNG_AUG, (1ull << 33) + 1);
+    size_t bad1[] = {17, 4096, 3000000}, bad2[] = {2};
+    t_sum_squares(3000001, bad1, 3), t_sum_squares(5, bad2, 1), t_sum_squares(0, NULL, 0);
+    t_sum_squares(4096 * 37 + 5, NULL, 0);
+    t_ema(100003, 0.999f);
+    t_adamw_fp32(100003, 4), t_adamw_fp32(1000, 2);
+    t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3);
+}
+
+// ============================================================================
+// 2. determinism: the same bytes for the same inputs
+
+// Downloads the CUDA side: into hc on the first run, into hg on the second; 1 when they match.
+static int det_capture(Buf *b, int rep) {
+    g_gpu->download(rep ? b->hg : b->hc, b->g, bbytes(b));
+    return !rep || !memcmp(b->hc, b->hg, bbytes(b));
+}
+#define SAME(same) ((same) ? "identical" : "DIFFER")
+
+static void section_determinism(void) {
+    printf("---- 2. determinism: CUDA twice from the same inputs ----\n");
+    {  // attention, forward and backward, both layouts at the small config's size
+        int B = g_quick ? 2 : 4, F = 7, N = g_quick ? 64 : 256, H = 4, dh = g_quick ? 16 : 64, D = H * dh;
+        size_t T = (size_t)B * F * N;
+        Buf qkv = bnormal(T * 3 * D, 0, 1), out = bnormal(T * D, 0, 1), lse = bnormal(T * H, 0, 1);
+        Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
+        for (int tf = 0; tf < 2; tf++) {
+            AttnLayout lay = layout(B, F, N, tf);
+            int same = 1;
+            for (int rep = 0; rep < 2; rep++) {
+                breset(&out), breset(&lse), breset(&dqkv);
+                g_gpu->attn_fwd(out.g, lse.g, qkv.g, lay, D, H);
+                g_gpu->attn_bwd(dqkv.g, dout.g, out.g, qkv.g, lse.g, lay, D, H);
+                same &= det_capture(&out, rep) & det_capture(&lse, rep) & det_capture(&dqkv, rep);
+            }
+            check(same, "cuda_determinism_attn", "%s B=%d F=%d N=%d H=%d dh=%d: out, lse, dqkv %s",
+                  tf ? "temporal" : "spatial", B, F, N, H, dh, SAME(same));
+        }
+        FREE(&qkv, &out, &lse, &dout, &dqkv);
+    }
+    {  // linear backward, a long reduction over M for dw and db
+        int M = g_quick ? 896 : 7168, K = 256, N = 768;
+        Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.1), dy = bnormal((size_t)M * N, 0, 1);
+        Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
+        int same = 1;
+        for (int rep = 0; rep < 2; rep++) {
+            breset(&dx), breset(&dw), breset(&db);
+            g_gpu->linear_bwd(dx.g, dw.g, db.g, dy.g, x.g, w.g, M, K, N);
+            same &= det_capture(&dx, rep) & det_capture(&dw, rep) & det_capture(&db, rep);
+        }
+        check(same, "cuda_determinism_linear_bwd", "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));
+        FREE(&x, &w, &dy, &dx, &dw, &db);
+    }
+    {  // 8-bit AdamW: two steps from the zero state
+        Adam8 a = adam8_new((1u << 20) + 77);
+        int same = 1;
+        for (int rep = 0; rep < 2; rep++) {
+            breset(&a.p), breset(&a.m8), breset(&a.v8), breset(&a.am), breset(&a.av);
+            for (int t = 1; t <= 2; t++) {
+                make_grads(&a.g, t);
+                int side_ = 1;
+                ADAM8_CALL(g_gpu, a, t);
+            }
+            same &= det_capture(&a.p, rep) & det_capture(&a.m8, rep) & det_capture(&a.v8, rep) &
+                    det_capture(&a.am, rep) & det_capture(&a.av, rep);
+        }
+        check(same, "cuda_determinism_adamw_8bit", "n=%zu, 2 steps: param, codes, absmax %s", a.n, SAME(same));
+        adam8_free(&a);
+    }
+    {  // the gradient norm's sum of squares
+        Buf x = bnormal(5000011, 0, 1);
+        size_t nf[2];
+        double s[2];
+        for (int rep = 0; rep < 2; rep++) s[rep] = g_gpu->sum_squares(x.g, x.n, &nf[rep]);
+        check(!memcmp(&s[0], &s[1], sizeof(double)) && nf[0] == nf[1], "cuda_determinism_sum_squares",
+              "n=%zu: %.17g and %.17g", x.n, s[0], s[1]);
+        bfree(&x);
+    }
+}
+
+// ============================================================================
+// 3. one training step of the tiny config on both backends
+
+// The worst tensor of two copies of a parameter-shaped array (host): its index, and *err; *zeros
+// counts the tensors that are all zero in ref.
+static int worst_tensor(const Model *m, const real *got, const real *ref, double *err, int *zeros) {
+    int worst = 0;
+    *err = 0, *zeros = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const real *r = ref + m->info[i].offset;
+        double e = rel_err(got + m->info[i].offset, r, m->info[i].numel), mx = 0;
+        for (size_t j = 0; j < m->info[i].numel; j++) mx = fmax(mx, fabs(r[j]));
+        if (!(e <= *err)) *err = e, worst = i;
+        *zeros += mx == 0;
+    }
+    return worst;
+}
+
+// The error of n elements of backend memory: pc on the CPU, pg on CUDA.
+static double dev_err(const real *pc, const real *pg, size_t n) {
+    real *hc = fetch(g_cpu, pc, n), *hg = fetch(g_gpu, pg, n);
+    double e = rel_err(hg, hc, n);
+    free(hc), free(hg);
+    return e;
+}
+
+// The config file at path (relative to the repository root); 0 when it is not there, which is a
+// failure when `required`, otherwise only said.
+static int load_config(Config *c, const char *path, int required) {
+    if (access(path, R_OK)) {
+        if (required) check(0, "cuda_config", "%s not found (run from the repository root)", path);
+        else printf("INFO %s not found (run from the repository root)\n", path);
+        return 0;
+    }
+    config_defaults(c);
+    config_load(c, path);
+    return 1;
+}
+
+static void section_train_step(void) {
+    printf("---- 3. one training step of %s on both backends ----\n", TINY);
+    Config c;
+    if (!load_config(&c, TINY, 1)) return;
+    Model *m[2];
+    real *x0[2], *ema[2], loss[2];
+    Optimizer *o[2];
+    size_t nx = (size_t)c.batch_size * c.slots * c.channels * c.frame_size * c.frame_size;
+    real *hx0 = fc_malloc(sizeof(real) * nx);
+    philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);  // clean frames in [-1, 1]
+    for (int k = 0; k < 2; k++) {
+        const Backend *be = k ? g_gpu : g_cpu;
+        m[k] = build_model(&c, be, c.batch_size);
+        m[k]->want_input_grad = 1;  // patchify_bwd too
+        model_init(m[k], g_seed, 1);
+        x0[k] = be->alloc(sizeof(real) * nx);
+        be->upload(x0[k], hx0, sizeof(real) * nx);
+        flow_prepare_batch(m[k], x0[k], g_seed, 1);
+        model_forward(m[k]);
+        loss[k] = model_loss(m[k]);
+        model_zero_grad(m[k]);
+        model_backward(m[k]);
+    }
+    Model *mc = m[0], *mg = m[1];
+    size_t S = mc->S, E = mc->E, np = mc->n_params;
+    double e_noise = dev_err(mc->in.noise, mg->in.noise, S * E), e_xt = dev_err(mc->in.xt, mg->in.xt, S * E);
+    double e_v = dev_err(mc->in.v, mg->in.v, S * E);
+    check(e_noise <= TOL && e_xt <= TOL && e_v <= TOL, "cuda_train_inputs",
+          "flow_prepare_batch (seed %llu, step 1): rel err noise %.1e xt %.1e v %.1e (tol %.0e)",
+          (unsigned long long)g_seed, e_noise, e_xt, e_v, TOL);
+    double e_loss = fabs((double)loss[1] - loss[0]) / fmax(fabs(loss[0]), 1e-30);
+    double e_pred = dev_err(mc->a.pred, mg->a.pred, S * E);
+    check(e_loss <= TOL && e_pred <= TOL_NET, "cuda_train_forward",
+          "loss cuda %.9g cpu %.9g rel err %.1e (tol %.0e), pred rel err %.1e (tol %.0e)", loss[1], loss[0], e_loss,
+          TOL, e_pred, TOL_NET);
+
+    real *gc = fetch(g_cpu, mc->grads_mem, np), *gg = fetch(g_gpu, mg->grads_mem, np);
+    double e_grad, e_dxt = dev_err(mc->d.dxt, mg->d.dxt, S * E);
+    int zero_tensors, wi = worst_tensor(mc, gg, gc, &e_grad, &zero_tensors);
+    check(e_grad <= TOL_NET && e_dxt <= TOL_NET && zero_tensors == 0, "cuda_train_gradients",
+          "%d tensors, %zu parameters: worst %s rel err %.1e, input gradient dxt %.1e (tol %.0e); %d all-zero "
+          "gradient tensors (expect 0)", mc->n_tensors, np, mc->info[wi].name, e_grad, e_dxt, TOL_NET, zero_tensors);
+
+    // One optimizer step from the same gradients: a gradient element at the noise level may
+    // legitimately differ in sign, which Adam's first step turns into a +-lr difference. So the CUDA
+    // side takes the CPU's gradients; the step itself (8-bit and fp32 tensors, norm, clipping) is compared.
+    g_gpu->upload(mg->grads_mem, gc, sizeof(real) * np);
+    OptStepInfo info[2];
+    for (int k = 0; k < 2; k++) {
+        const Backend *be = m[k]->be;
+        o[k] = build_optimizer(m[k], &c);
+        ema[k] = be->alloc(sizeof(real) * np);
+        be->copy(ema[k], m[k]->params_mem, sizeof(real) * np);
+        info[k] = optimizer_step(o[k], m[k], &c, 1, c.lr);
+        be->ema_update(ema[k], m[k]->params_mem, (float)c.ema_decay, np);
+    }
+    real *pc = fetch(g_cpu, mc->params_mem, np), *pg = fetch(g_gpu, mg->params_mem, np);
+    double e_param, e_ema = dev_err(ema[0], ema[1], np), e_mom = 0, e_absmax = 0;
+    int zp, pi = worst_tensor(mc, pg, pc, &e_param, &zp), maxd = 0;
+    size_t n8 = 0, codes_diff = 0;
+    for (int i = 0; i < o[0]->n; i++) {  // the states: fp32 moments; 8-bit codes and absmax
+        OptTensor *tc = &o[0]->t[i], *tg = &o[1]->t[i];
+        if (!tc->is8bit) {
+            e_mom = fmax(e_mom, fmax(dev_err(tc->m32, tg->m32, tc->numel), dev_err(tc->v32, tg->v32, tc->numel)));
+            continue;
+        }
+        e_absmax = fmax(e_absmax, fmax(dev_err(tc->absmax_m, tg->absmax_m, tc->blocks),
+                                       dev_err(tc->absmax_v, tg->absmax_v, tc->blocks)));
+        uint8_t *qc = fc_malloc(2 * tc->numel), *qg = fc_malloc(2 * tc->numel);
+        g_cpu->download(qc, tc->m8, tc->numel), g_cpu->download(qc + tc->numel, tc->v8, tc->numel);
+        g_gpu->download(qg, tg->m8, tc->numel), g_gpu->download(qg + tc->numel, tg->v8, tc->numel);
+        codes_diff += codes_differ(qc, qg, 2 * tc->numel, &maxd);
+        n8 += 2 * tc->numel;
+        free(qc), free(qg);
+    }
+    double gn_err = fabs(info[1].grad_norm - info[0].grad_norm) / fmax(info[0].grad_norm, 1e-300);
+    check(e_param <= TOL_NET && e_ema <= TOL_NET && e_mom <= TOL_NET && e_absmax <= TOL_NET && gn_err <= 1e-12 &&
+              info[1].nonfinite == info[0].nonfinite && codes_diff <= n8 / 1000 && maxd <= 1,
+          "cuda_train_optimizer",
+          "1 step at lr %g: worst parameter %s rel err %.1e, EMA %.1e, fp32 moments %.1e, absmax %.1e (tol %.0e); "
+          "8-bit codes differing %zu of %zu (max %d index; tol 0.1%%, 1); grad norm cuda %.12g cpu %.12g (rel %.1e, "
+          "tol 1e-12), non-finite %zu / %zu", c.lr, mc->info[pi].name, e_param, e_ema, e_mom, e_absmax, TOL_NET,
+          codes_diff, n8, maxd, info[1].grad_norm, info[0].grad_norm, gn_err, info[1].nonfinite, info[0].nonfinite);
+    for (int k = 0; k < 2; k++) {
+        m[k]->be->free(x0[k]), m[k]->be->free(ema[k]);
+        free_optimizer(o[k]);
+        free_model(m[k]);
+    }
+    free(hx0), free(gc), free(gg), free(pc), free(pg);
+}
+
+// ============================================================================
+// 4. timings (informative)
+
+static void time_config(const char *path, const char *label) {
+    Config c;
+    if (!load_config(&c, path, 0)) return;
+    const Backend *be = g_gpu;
+    Model *m = build_model(&c, be, c.batch_size);
+    Optimizer *o = build_optimizer(m, &c);
+    model_init(m, g_seed, 1);
+    size_t nx = (size_t)m->S * m->E;
+    real *hx0 = fc_malloc(sizeof(real) * nx), *x0 = be->alloc(sizeof(real) * nx);
+    philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);
+    be->upload(x0, hx0, sizeof(real) * nx);
+    flow_prepare_batch(m, x0, g_seed, 1);
+    int reps = g_quick ? 3 : 10;
+    double t_fb = 0, t_opt = 0;
+    for (int it = -2; it < reps; it++) {  // two warmup steps
+        be->sync();
+        double t0 = now();
+        model_forward(m);
+        model_loss(m);
+        model_zero_grad(m);
+        model_backward(m);
+        be->sync();
+        double t1 = now();
+        optimizer_step(o, m, &c, it + 3, 1e-6);
+        be->sync();
+        if (it >= 0) t_fb += t1 - t0, t_opt += now() - t1;
+    }
+    printf("INFO cuda_time %s: %.2f ms per forward+backward, %.2f ms per optimizer step (B=%d, %d tokens, D=%d, "
+           "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
+           m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
+    be->free(x0), free(hx0);
+    free_optimizer(o);
+    free_model(m);
+}
+
+int main(int argc, char **argv) {
+    int self = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--cpu-as-cuda")) self = 1;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
+        else fc_die("usage: test_cuda [--quick] [--seed N] [--cpu-as-cuda] (unknown option %s)", argv[i]);
+    }
+    fc_set_threads(fc_default_threads());
+    const char *why = NULL;
+    g_cpu = backend_cpu();
+    g_gpu = self ? backend_cpu() : backend_cuda(&why);
+    if (!g_gpu) {
+        printf("SKIP cuda: %s\n", why ? why : "the CUDA backend is unavailable");
+        return 0;
+    }
+    printf("test_cuda: %s against %s, seed %llu%s%s\n", g_gpu->describe(), g_cpu->describe(),
+           (unsigned long long)g_seed, g_quick ? ", quick" : "", self ? ", CPU IN CUDA'S PLACE (--cpu-as-cuda)" : "");
+    double t0 = now();
+    section_ops();
+    section_determinism();
+    section_train_step();
+    printf("---- 4. timings ----\n");
+    time_config(TINY, "tiny");
+    if (self) printf("INFO cuda_time small: left out with --cpu-as-cuda\n");
+    else time_config(SMALL, "small");
+    printf("test_cuda: %d failed, %.1f s\n", g_failed, now() - t0);
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# framechain generate: the three tiny roles trained for a few steps, then chains of 181 frames (mp4,
+# gif) and 1000 frames (a PNG folder), the frame count checked by decoding what was written; bad
+# input gives one clear line, a non-zero exit, and no output file.
+set -u
+FC=${1:-./framechain}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+VIDEO=/usr/share/doc/opencv-doc/examples/data/vtest.avi
+
+pass() { echo "PASS $1: $2"; }
+fail() { echo "FAIL $1: $2"; }
+
+for role in starter extrapolate interpolate; do
+    if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 12 \
+        --set warmup_steps=2 --set checkpoint_every=12 > "$tmp/$role.log" 2>&1; then
+        fail generate_train_$role "$(tail -1 "$tmp/$role.log")"
+        exit 1
+    fi
+done
+RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+
+# count_frames FILE: frames decoded by ffprobe
+count_frames() { ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$1" 2> /dev/null; }
+
+if ! command -v ffmpeg > /dev/null || [ ! -f "$VIDEO" ]; then
+    fail generate_inputs "ffmpeg or $VIDEO missing (apt-get install ffmpeg opencv-doc)"
+    exit 1
+fi
+ffmpeg -v error -i "$VIDEO" -frames:v 1 "$tmp/first.png"
+ffmpeg -v error -f lavfi -i color=c=red:s=16x16 -frames:v 1 "$tmp/small.png"
+ffmpeg -v error -i "$VIDEO" -frames:v 1 -q:v 3 "$tmp/first.jpg"
+head -c 3000 /dev/urandom > "$tmp/garbage.png"
+
+# 181 frames from a PNG into .mp4, and from the video itself into .gif
+for out in "181.mp4 $tmp/first.png" "181.gif $VIDEO"; do
+    set -- $out
+    if "$FC" generate "${RUNS[@]}" --first-frame "$2" --frames 181 --steps 2 --out "$tmp/$1" --quiet > "$tmp/gen.log" 2>&1; then
+        n=$(count_frames "$tmp/$1")
+        if [ "$n" = 181 ]; then pass "generate_$1" "181 frames decoded from the file"; else fail "generate_$1" "decoded $n frames"; fi
+    else
+        fail "generate_$1" "$(tail -1 "$tmp/gen.log")"
+    fi
+done
+if ls -a "$tmp" | grep -q partial; then fail generate_no_partial_files "$(ls -a "$tmp" | grep partial)"; else pass generate_no_partial_files "no temporary file left"; fi
+
+# 1000 frames into a folder of PNGs from a JPEG; the first PNG is the input frame, the others are made
+if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.jpg" --frames 1000 --steps 1 --out "$tmp/frames" > "$tmp/gen.log" 2>&1; then
+    n=$(ls "$tmp/frames" | grep -c '^frame-[0-9]*\.png$')
+    last=$(ls "$tmp/frames" | tail -1)
+    w=$(ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$tmp/frames/$last")
+    if [ "$n" = 1000 ] && [ "$last" = frame-000999.png ] && [ "$w" = "32,32" ]; then
+        pass generate_1000_png "1000 PNGs of 32x32, frame-000000 to frame-000999; $(grep -o 'wrote.*' "$tmp/gen.log")"
+    else
+        fail generate_1000_png "$n PNGs, last $last, size $w"
+    fi
+    if grep -q 'ETA' "$tmp/gen.log"; then pass generate_progress "the progress line shows frames done / total and ETA"; else fail generate_progress "no progress line"; fi
+else
+    fail generate_1000_png "$(tail -1 "$tmp/gen.log")"
+fi
+
+# the same seed gives the same video; another seed another
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --out "$tmp/a" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --out "$tmp/b" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --seed 2 --out "$tmp/c" --quiet > /dev/null 2>&1
+if diff -r "$tmp/a" "$tmp/b" > /dev/null && ! diff -r "$tmp/a" "$tmp/c" > /dev/null; then
+    pass generate_deterministic "same seed: identical PNGs; seed 2: different"
+else
+    fail generate_deterministic "same seed differs, or another seed gives the same frames"
+fi
+
+# expect NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN, no output
+expect() {
+    local name=$1 pattern=$2
+    shift 2
+    "$FC" generate "$@" --frames 30 --steps 1 --quiet > "$tmp/out" 2> "$tmp/err"
+    local rc=$?
+    if [ $rc -eq 0 ]; then fail "generate_refuses_$name" "exit status 0"
+    elif ! grep -q -- "$pattern" "$tmp/err"; then fail "generate_refuses_$name" "stderr lacks '$pattern': $(cat "$tmp/err")"
+    elif [ "$(grep -vc '^framechain: warning' "$tmp/err")" -ne 1 ]; then fail "generate_refuses_$name" "$(wc -l < "$tmp/err") lines on stderr"
+    elif ls -a "$tmp" | grep -q 'bad\|partial'; then fail "generate_refuses_$name" "an output file was left"
+    else pass "generate_refuses_$name" "status $rc: $(grep -v '^framechain: warning' "$tmp/err")"
+    fi
+}
+expect missing_run "no such run folder" --starter "$tmp/nope" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect wrong_role "trained a starter model" --starter "$tmp/starter" --extrapolate "$tmp/starter" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
+expect unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
+expect missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
+mkdir "$tmp/empty_run"
+expect empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+rmdir "$tmp/empty_run"
+# a corrupt newest checkpoint is skipped with a warning; with no other, the run is refused
+ck=$(ls "$tmp/interpolate"/ckpt-*.safetensors | tail -1)
+cp "$ck" "$tmp/saved.ckpt"
+printf 'X' | dd of="$ck" bs=1 seek=20000 conv=notrunc 2> /dev/null
+expect corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+cp "$tmp/saved.ckpt" "$ck"
+rm -f "$tmp/saved.ckpt"
+# a folder that exists already is not overwritten
+expect existing_folder "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/frames"
+[ "$(ls "$tmp/frames" | wc -l)" = 1000 ] || fail generate_existing_folder_kept "the existing folder changed"
