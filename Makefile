@@ -38,23 +38,33 @@ CFLAGS += $(BLAS_CFLAGS)
 LDLIBS += $(BLAS_LIBS)
 
 # ---- zlib (checkpoint CRCs, shard compression), FFmpeg (video in and out), stb_image (PNG/JPEG) ----
-HAVE_ZLIB   := $(shell pkg-config --exists zlib 2>/dev/null && echo yes || echo no)
+HAVE_ZLIB   := $(shell printf '$(HASH)include <zlib.h>\nint main(void){return (int)crc32(0,0,0);}\n' | \
+               $(CC) -x c - -o /dev/null -lz >/dev/null 2>&1 && echo yes || echo no)
 HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
 STB_DIR     := $(firstword $(dir $(wildcard /usr/include/stb/stb_image.h /usr/local/include/stb/stb_image.h)))
 ifeq ($(filter help clean,$(MAKECMDGOALS)),)
   ifneq ($(HAVE_ZLIB),yes)
     $(error zlib not found: install it with 'apt-get install zlib1g-dev pkg-config')
   endif
-  ifneq ($(HAVE_FFMPEG),yes)
-    $(error FFmpeg libraries not found: install 'apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev')
-  endif
-  ifeq ($(STB_DIR),)
-    $(error stb_image not found: install it with 'apt-get install libstb-dev')
-  endif
+endif
+# Without the FFmpeg libraries or stb (NO_FFMPEG=1 forces it) the build has no video or image I/O:
+# src/video_none.c says so at run time. Training on the built-in shapes still works (GPU servers).
+ifeq ($(HAVE_FFMPEG)$(if $(STB_DIR),yes,no),yesyes)
+  NO_FFMPEG ?= 0
+else
+  NO_FFMPEG := 1
 endif
 FFMPEG_LIBS := libavformat libavcodec libswscale libavutil
-CFLAGS += $(shell pkg-config --cflags $(FFMPEG_LIBS) 2>/dev/null) -I$(STB_DIR)
-LDLIBS += -lz $(shell pkg-config --libs $(FFMPEG_LIBS) 2>/dev/null) -lpthread
+ifeq ($(NO_FFMPEG),1)
+  VIDEO_SRC := video_none.c
+  FFMPEG_STATUS := no (video and image I/O disabled: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libstb-dev)
+  LDLIBS += -lz -lpthread
+else
+  VIDEO_SRC := video_read.c video_write.c image.c
+  FFMPEG_STATUS := $(shell pkg-config --modversion libavformat 2>/dev/null)
+  CFLAGS += $(shell pkg-config --cflags $(FFMPEG_LIBS) 2>/dev/null) -I$(STB_DIR)
+  LDLIBS += -lz $(shell pkg-config --libs $(FFMPEG_LIBS) 2>/dev/null) -lpthread
+endif
 
 # ---- CUDA ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -75,18 +85,18 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c chain.c generate.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
+SRC  := common.c philox.c config.c chain.c generate.c memplan.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
         optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c train.c \
-        video_read.c video_write.c image.c shard_write.c shard_read.c dataset_read.c loader.c prepare.c
+        $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all test test-cuda fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo test test-cuda fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
-	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(shell pkg-config --modversion libavformat 2>/dev/null) | CUDA $(CUDA_STATUS)"
+	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | CUDA $(CUDA_STATUS)"
 
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -145,6 +155,10 @@ test: info $(TEST_BINS)
 # that it skipped when there is no GPU. make test runs it too.
 test-cuda: info $(BIN) $(BUILD)/test_cuda
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda
+
+# The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
+demo: info $(BIN)
+	FC=./$(BIN) tools/demo.sh
 
 # Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
 bench-prepare: $(BIN)

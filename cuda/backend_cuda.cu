@@ -155,6 +155,7 @@ extern "C" const Backend *backend_cuda(const char **why) {
     cuda_backend.sync = cuda_sync;
     cuda_backend.host_alloc = cuda_host_alloc;
     cuda_backend.host_free = cuda_host_free;
+    cuda_backend.memory_peak = cuda_memory_peak;
     cuda_register_linear(&cuda_backend);
     cuda_register_elementwise(&cuda_backend);
     cuda_register_norm(&cuda_backend);

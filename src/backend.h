@@ -53,6 +53,8 @@ typedef struct Backend {
     // backend has its own memory, so that copies can run asynchronously; zero-filled.
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *ptr);
+    // The most backend memory held at once so far, in bytes (the CPU: the process's peak RSS).
+    size_t (*memory_peak)(void);
 
     // ---- randomness (Philox, see philox.h): out[i] = element offset+i of (seed, step, stream) ----
     void (*randn)(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,

@@ -3,6 +3,7 @@
 // across threads, so the results are the same bytes for any thread count.
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <cblas.h>
 
@@ -27,6 +28,11 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_sync(void) {}
+// The CPU backend's memory is the process's: its peak resident set.
+static size_t cpu_memory_peak(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (size_t)ru.ru_maxrss * 1024;
+}
 
 static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
                       uint64_t offset) {
@@ -531,6 +537,7 @@ static const Backend cpu_backend = {
     .sync = cpu_sync,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
+    .memory_peak = cpu_memory_peak,
     .randn = cpu_randn,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,

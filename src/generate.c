@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "generate.h"
 #include "philox.h"
+#include "shapes.h"
 #include "video.h"
 
 static double now_s(void) {
@@ -37,6 +38,16 @@ void frame_to_rgb(uint8_t *rgb, const real *src, int S) {
 }
 
 int load_first_frame(const char *path, int S, real *out, char *err, size_t errlen) {
+    if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
+        char *end;
+        unsigned long clip = strtoul(path + 7, &end, 10);
+        if (*end || end == path + 7) {
+            snprintf(err, errlen, "%s: expected shapes:NUMBER", path);
+            return -1;
+        }
+        shapes_frame(out, 3, S, 1, 0, (uint32_t)clip, 0);
+        return 0;
+    }
     uint8_t *rgb = fc_malloc((size_t)S * S * 3);
     int rc = -1;
     if (is_image_path(path)) {

@@ -47,12 +47,15 @@ static const char *HELP_PREPARE =
 
 static const char *HELP_TRAIN =
     "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
+    "                        [--vram-budget GIB]\n"
     "\n"
     "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
     "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
     "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
     "--data DIR is a dataset made by 'framechain prepare'; without it, the built-in moving-shapes set.\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
+    "The memory plan is printed before the first step; on a GPU a plan above --vram-budget (default\n"
+    "24 GiB) is refused, and the measured peak is printed at the end.\n"
     "\n"
     "config keys:\n";
 
@@ -64,7 +67,8 @@ static const char *HELP_GENERATE =
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
     "\n"
     "  --first-frame IMG  a PNG or JPEG (centre-cropped and resized to the models' frame size; at least\n"
-    "                     that size on its shorter side), or a video, whose first frame is used\n"
+    "                     that size on its shorter side), or a video, whose first frame is used;\n"
+    "                     shapes:K is the first frame of the built-in moving-shapes clip K\n"
     "  --out PATH         .mp4/.mkv/.avi (H.264 where the build has it, else MPEG-4), .gif, or any other\n"
     "                     name: a new folder of numbered PNGs; written under a temporary name first\n"
     "  --frames N         exactly N frames (at least 7)\n"
@@ -225,7 +229,8 @@ static int cmd_prepare(int argc, char **argv) {
 }
 
 static int cmd_train(int argc, char **argv) {
-    Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {NULL}};
+    Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
+                  {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
@@ -239,7 +244,10 @@ static int cmd_train(int argc, char **argv) {
         c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
         if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
     }
-    return train_run(&c, run, data, g_backend);
+    double budget = opt(opts, "--vram-budget")->count
+                        ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
+                        : 24.0;
+    return train_run(&c, run, data, g_backend, budget * 1073741824.0);
 }
 
 static int cmd_generate(int argc, char **argv) {

@@ -197,7 +197,8 @@ static void fill_positions(real *pos, int n, int D) {
 // ----------------------------------------------------------------------------
 // build / free
 
-Model *build_model(const Config *cfg, const Backend *be, int B) {
+// The sizes of a model with batch B, from its config alone.
+static Model *model_shape(const Config *cfg, const Backend *be, int B) {
     config_validate(cfg, "config");
     Model *m = fc_calloc(1, sizeof(Model));
     m->cfg = *cfg;
@@ -208,7 +209,44 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     m->PPC = cfg->patch * cfg->patch * cfg->channels;
     m->E = cfg->channels * cfg->frame_size * cfg->frame_size;
     if ((double)m->T * m->RD > 2e9) fc_die("config: batch_size x window x tokens x width is too large for one step");
+    return m;
+}
 
+static size_t carve_total(Carve *cv) {
+    size_t sum = 0;
+    for (int i = 0; i < cv->n; i++) sum += cv->count[i];
+    free(cv->field), free(cv->count);
+    return sum;
+}
+
+static void carve_inputs(Model *m, Carve *ci) {
+    carve_add(ci, &m->pos, (size_t)m->N * m->D);
+    carve_add(ci, &m->in.xt, (size_t)m->S * m->E);
+    carve_add(ci, &m->in.t, m->S);
+    carve_add(ci, &m->in.offset, m->S);
+    carve_add(ci, &m->in.v, (size_t)m->S * m->E);
+    carve_add(ci, &m->in.mask, m->S);
+    carve_add(ci, &m->in.noise, (size_t)m->S * m->E);
+}
+
+ModelCounts model_counts(const Config *cfg, int B) {
+    Model *m = model_shape(cfg, NULL, B);
+    m->p.blocks = fc_calloc(cfg->depth, sizeof(BlockParams));
+    m->a.blocks = fc_calloc(cfg->depth, sizeof(BlockActs));
+    layout_params(m, &m->p, NULL, 1);
+    ModelCounts k = {m->n_params, 0, 0, 0, m->n_tensors, m->info};
+    Carve cv = {0}, cg = {0}, ci = {0};
+    carve_activations(m, &cv);
+    carve_grad_scratch(m, &cg);
+    carve_inputs(m, &ci);
+    k.acts = carve_total(&cv), k.dscratch = carve_total(&cg), k.inputs = carve_total(&ci);
+    free(m->p.blocks), free(m->a.blocks), free(m);
+    return k;
+}
+
+Model *build_model(const Config *cfg, const Backend *be, int B) {
+    Model *m = model_shape(cfg, be, B);
+    int n = cfg->frame_size / cfg->patch;
     m->p.blocks = fc_calloc(cfg->depth, sizeof(BlockParams));
     m->g.blocks = fc_calloc(cfg->depth, sizeof(BlockParams));
     layout_params(m, &m->p, NULL, 1);  // record names, shapes, the total
@@ -225,13 +263,7 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     carve_grad_scratch(m, &cg);
     m->dscratch_mem = carve_alloc(be, &cg, &m->dscratch_count);
     Carve ci = {0};
-    carve_add(&ci, &m->pos, (size_t)m->N * m->D);
-    carve_add(&ci, &m->in.xt, (size_t)m->S * m->E);
-    carve_add(&ci, &m->in.t, m->S);
-    carve_add(&ci, &m->in.offset, m->S);
-    carve_add(&ci, &m->in.v, (size_t)m->S * m->E);
-    carve_add(&ci, &m->in.mask, m->S);
-    carve_add(&ci, &m->in.noise, (size_t)m->S * m->E);
+    carve_inputs(m, &ci);
     m->inputs_mem = carve_alloc(be, &ci, &m->inputs_count);
 
     real *pos = fc_malloc(sizeof(real) * m->N * m->D);

@@ -157,6 +157,14 @@ typedef struct {
     int want_input_grad;
 } Model;
 
+// What a model of batch B holds, in elements, without allocating it (the memory plan).
+typedef struct {
+    size_t params, acts, dscratch, inputs;
+    int n_tensors;
+    ParamInfo *info;  // (n_tensors), malloc'ed: the caller frees it
+} ModelCounts;
+ModelCounts model_counts(const Config *cfg, int B);
+
 // Allocate the parameters, gradients, activations for batch B, and the fixed positions.
 Model *build_model(const Config *cfg, const Backend *be, int B);
 void free_model(Model *m);

@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "flow.h"
 #include "loader.h"
+#include "memplan.h"
 #include "model.h"
 #include "optim.h"
 #include "shapes.h"
@@ -40,12 +41,6 @@ static void format_duration(char *buf, size_t len, double s) {
     else snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }
 
-static void print_bytes(const char *what, double bytes) {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 3) bytes /= 1024, u++;
-    printf("  %-14s %8.2f %s\n", what, bytes, unit[u]);
-}
 
 // ----------------------------------------------------------------------------
 // the run folder
@@ -148,7 +143,7 @@ static void save_or_die(const char *run, const Model *m, const real *ema, const 
         printf("checkpoint %s/ckpt-%08d.safetensors (%.2f s)\n", run, st->step, now_s() - t0);
 }
 
-int train_run(const Config *c, const char *run, const char *data, const Backend *be) {
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget) {
     // From here on a stop signal lets the current step finish and be checkpointed.
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
@@ -165,6 +160,14 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     int lock = lock_run(run);
     remove_stale_temps(run);
 
+    // The plan before any allocation: a config that cannot fit is refused with the plan shown.
+    int on_gpu = strcmp(be->name, "cpu") != 0;
+    MemPlan plan = memory_plan(c, c->batch_size, on_gpu);
+    memory_plan_print(stdout, &plan, be->name, on_gpu ? vram_budget : 0);
+    fflush(stdout);
+    if (on_gpu && plan.total > vram_budget)
+        fc_die("%s: the memory plan (%.2f GiB) exceeds --vram-budget %.2f GiB: lower batch_size, frame_size, width "
+               "or depth (or raise the budget)", run, plan.total / 1073741824.0, vram_budget / 1073741824.0);
     Model *m = build_model(c, be, c->batch_size);
     Optimizer *o = build_optimizer(m, c);
     real *ema = be->alloc(sizeof(real) * m->n_params);       // (n_params) EMA of the weights
@@ -177,12 +180,6 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     resume(run, m, ema, o, c, &st);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, m->n_params, m->B, m->F,
            be->describe());
-    printf("memory plan (%s):\n", be->name);
-    print_bytes("weights", sizeof(real) * m->n_params);
-    print_bytes("gradients", sizeof(real) * m->n_params);
-    print_bytes("optimizer", (double)o->bytes);
-    print_bytes("EMA", sizeof(real) * m->n_params);
-    print_bytes("activations", sizeof(real) * (double)(m->acts_count + m->dscratch_count + m->inputs_count));
     int status = 0;
     FILE *metrics = NULL;
     Loader *loader = NULL;
@@ -260,6 +257,9 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         }
     }
     printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
+    if (be->memory_peak)
+        printf("peak %s memory: %.2f GiB measured (plan %.2f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
+               plan.total / 1073741824.0);
 done:
     if (loader) loader_stop(loader);
     if (dataset) dataset_close(dataset);

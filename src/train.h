@@ -10,6 +10,7 @@
 // 0 when the run reached c->steps, 128 + signal when SIGINT or SIGTERM stopped it after a checkpoint.
 // Dies with one line on anything that must not go on (a NaN loss, a failed checkpoint write, a
 // checkpoint that does not continue this run).
-int train_run(const Config *c, const char *run, const char *data, const Backend *be);
+// vram_budget: bytes a GPU run's memory plan may reach (--vram-budget); not checked on the CPU.
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget);
 
 #endif

@@ -1,7 +1,7 @@
 // test_cuda.c: the CUDA backend against the CPU reference (src/backend_cpu.c), on the contract of
 // src/backend.h.
 //  1. Every op, forward and backward, on random Philox inputs (RNG_TEST), at awkward sizes and at the
-//     networks' shapes: the same inputs go to both backends, the outputs are compared by
+//     shapes of the networks: the same inputs go to both backends, the outputs are compared by
 //     max|cuda - cpu| / max|cpu| (tolerance 1e-5). Every buffer, outputs included, starts random and
 //     ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
@@ -15,8 +15,9 @@
 // Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0.
 //
 // usage (from the repository root): test_cuda [--quick] [--seed N] [--cpu-as-cuda]
-//   --quick leaves out the cases of the small config's size; --cpu-as-cuda puts the CPU backend in
-//   CUDA's place, to try this harness on a machine without a GPU (every error is then 0).
+//   --quick leaves out the long reductions and the 24 GB preset's shapes (the CPU reference is the slow
+//   side); --cpu-as-cuda puts the CPU backend in CUDA's place, to try this harness on a machine
+//   without a GPU (every error is then 0; use --quick with it). On an H100 the whole run takes 15 s.
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -85,19 +86,10 @@ static Buf brand(size_t n, double a, double b, int uniform) {
 static Buf bnormal(size_t n, double mean, double std) { return brand(n, mean, std, 0); }
 static Buf buniform(size_t n, double lo, double hi) { return brand(n, lo, hi, 1); }
 
-static Buf bcodes(size_t n) {  // 8-bit codes: n zero bytes (the fresh state), a random guard
+static Buf bcodes(size_t n) {  // 8-bit codes: n zero bytes (the fresh state), then a random guard
     Buf b = balloc(n, 1);
-    uint8_t *u = b.init;
-    for (size_t i = 0; i < n + GUARD; i++) u[i] = i < n ? 0 : (uint8_t)philox_u32(g_seed, g_draw, RNG_TEST, i);
-    g_draw++;
-    breset(&b);
-    return b;
-}
-
-static Buf bdup(const Buf *src) {
-    Buf b = balloc(src->n, src->es);
-    memcpy(b.init, src->init, bbytes(&b));
-    breset(&b);
+    for (size_t i = 0; i < n + GUARD; i++) ((uint8_t *)b.init)[i] = i < n ? 0 : philox_u32(g_seed, g_draw, RNG_TEST, i);
+    g_draw++, breset(&b);
     return b;
 }
 
@@ -116,8 +108,7 @@ static void bfree(Buf *b) {
     g_cpu->free(b->c), g_gpu->free(b->g);
     free(b->init), free(b->hc), free(b->hg);
 }
-#define FREE(...)                                                                        \
-    for (Buf *all_[] = {__VA_ARGS__}, **b_ = all_; b_ < all_ + sizeof all_ / sizeof *all_; b_++) bfree(*b_)
+#define FREE(...) for (Buf *l_[] = {__VA_ARGS__}, **p_ = l_; p_ < l_ + sizeof l_ / sizeof *l_; p_++) bfree(*p_)
 
 // max_i |got_i - ref_i| / max(max_i |ref_i|, 1e-6). The same Inf, or NaN on both sides, counts as
 // equal; a non-finite value on one side only gives Inf.
@@ -137,8 +128,8 @@ static double rel_err(const real *got, const real *ref, size_t n) {
 
 // After bget: whether either side changed the guard.
 static int guard_changed(const Buf *b) {
-    size_t off = b->n * b->es, gb = GUARD * b->es;
-    return memcmp((char *)b->hg + off, (char *)b->init + off, gb) || memcmp((char *)b->hc + off, (char *)b->init + off, gb);
+    char *init = (char *)b->init + b->n * b->es, *hc = (char *)b->hc + b->n * b->es, *hg = (char *)b->hg + b->n * b->es;
+    return memcmp(hg, init, GUARD * b->es) || memcmp(hc, init, GUARD * b->es);
 }
 
 // Downloads both sides; the error of the n elements, Inf with *guard = 1 when a guard changed.
@@ -182,12 +173,8 @@ static void compare(const char *name, ...) {
 }
 
 // Runs `call` on each backend: in it `be` is the backend and P(b) (PU(b): bytes) the buffer of its side.
-#define BOTH(call)                                                 \
-    for (int side_ = 0; side_ < 2; side_++) {                      \
-        const Backend *be = side_ ? g_gpu : g_cpu;                 \
-        (void)be;                                                  \
-        call;                                                      \
-    }
+#define BOTH(call) \
+    for (int side_ = 0; side_ < 2; side_++) { const Backend *be = side_ ? g_gpu : g_cpu; (void)be; call; }
 #define P(b) ((real *)(side_ ? (b).g : (b).c))
 #define PU(b) ((uint8_t *)(side_ ? (b).g : (b).c))
 
@@ -238,8 +225,9 @@ static void t_gated_add(int S, int N, int D) {
     long ms = 9L * D, off = 2L * D;  // the spatial attention's gate
     size_t n = (size_t)S * N * D;
     Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(n, 0, 1), h = bnormal(n, 0, 1), out = bnormal(n, 0, 1);
-    Buf alias = bdup(&x), dout = bnormal(n, 0, 1), dx = bnormal(n, 0, 1), dh = bnormal(n, 0, 1);
+    Buf alias = bnormal(n, 0, 1), dout = bnormal(n, 0, 1), dx = bnormal(n, 0, 1), dh = bnormal(n, 0, 1);
     Buf dmod = bnormal(S * ms, 0, 1);
+    memcpy(alias.init, x.init, bbytes(&x)), breset(&alias);  // out aliasing x
     WHAT("S=%d N=%d D=%d ms=%ld", S, N, D, ms);
     BOTH(be->gated_add_fwd(P(out), P(x), P(h), P(mod) + off, ms, S, N, D));
     BOTH(be->gated_add_fwd(P(alias), P(alias), P(h), P(mod) + off, ms, S, N, D));
@@ -264,7 +252,8 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
     bshare(&rstd);
     BOTH(be->qk_norm_bwd(OPT(NULL_DX, P(dqkv)), OPT(NULL_DW, P(dqw)), OPT(NULL_DW, P(dkw)), P(dout), P(qkv), P(rstd),
                          P(qw), P(kw), T, D, H));
-    compare("cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw", OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw), NULL);
+    compare("cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw", OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw),
+            NULL);
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
 
@@ -296,15 +285,13 @@ static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std)
 static void t_activations(size_t n) {
     Buf x = bnormal(n, 0, 3), y = bnormal(n, 0, 1), dy = bnormal(n, 0, 1), dx = bnormal(n, 0, 1);
     WHAT("n=%zu", n);
-    BOTH(be->gelu_fwd(P(y), P(x), n));
-    compare("cuda_gelu_fwd", "", &y, NULL);
-    BOTH(be->gelu_bwd(P(dx), P(dy), P(x), n));
-    compare("cuda_gelu_bwd", "", &dx, NULL);
-    breset(&y), breset(&dx);
-    BOTH(be->silu_fwd(P(y), P(x), n));
-    compare("cuda_silu_fwd", "", &y, NULL);
-    BOTH(be->silu_bwd(P(dx), P(dy), P(x), n));
-    compare("cuda_silu_bwd", "", &dx, NULL);
+    for (int silu = 0; silu < 2; silu++) {
+        breset(&y), breset(&dx);
+        BOTH((silu ? be->silu_fwd : be->gelu_fwd)(P(y), P(x), n));
+        compare(silu ? "cuda_silu_fwd" : "cuda_gelu_fwd", "", &y, NULL);
+        BOTH((silu ? be->silu_bwd : be->gelu_bwd)(P(dx), P(dy), P(x), n));
+        compare(silu ? "cuda_silu_bwd" : "cuda_gelu_bwd", "", &dx, NULL);
+    }
     FREE(&x, &y, &dy, &dx);
 }
 
@@ -472,10 +459,8 @@ static void t_adamw_8bit(size_t n, int steps) {
     double ep = 0, eam = 0, eav = 0;
     for (int t = 1; t <= steps; t++) {
         make_grads(&a.g, t);
-        if (t == 1 && a.nb > 4) {  // a block of zero gradients: its absmax stays 0
-            memset(R(a.g) + 3 * ADAM8_BLOCK, 0, ADAM8_BLOCK * sizeof(real));
-            breset(&a.g);
-        }
+        if (t == 1 && a.nb > 4)  // a block of zero gradients: its absmax stays 0
+            memset(R(a.g) + 3 * ADAM8_BLOCK, 0, ADAM8_BLOCK * sizeof(real)), breset(&a.g);
         BOTH(ADAM8_CALL(be, a, t));
         ep = fmax(ep, berr(&a.p, &guard)), eam = fmax(eam, berr(&a.am, &guard)), eav = fmax(eav, berr(&a.av, &guard));
         bget(&a.m8), bget(&a.v8);
@@ -493,43 +478,50 @@ static void t_adamw_8bit(size_t n, int steps) {
 
 static void section_ops(void) {
     printf("---- 1. every op, CUDA against CPU ----\n");
-    int big = !g_quick;  // the small config's shapes
+    // Awkward sizes, then the shapes of the tiny and small configs; without --quick also long reductions
+    // and the 24 GB preset's (configs/starter.conf: frames of 1024 tokens, width 1536, 12 heads of 128).
+    int big = !g_quick;
     t_linear(300, 96, 200, 1, 0), t_linear(300, 96, 200, 0, NULL_DX), t_linear(77, 33, 5, 1, 0);
     t_linear(1, 17, 3, 1, 0), t_linear(5, 1000, 7, 1, 0);
-    t_linear(896, 64, 192, 1, 0), t_linear(896, 256, 64, 1, 0);         // tiny: qkv, fc2
-    t_linear(14, 64, 576, 1, 0), t_linear(896, 48, 64, 1, NULL_DX);     // tiny: adaLN, patch embedding
-    if (big) t_linear(7168, 256, 768, 1, 0), t_linear(7168, 1024, 256, 1, 0), t_linear(28, 256, 2304, 1, 0);
+    t_linear(896, 64, 192, 1, 0), t_linear(896, 256, 64, 1, 0);      // tiny: qkv, fc2
+    t_linear(14, 64, 576, 1, 0), t_linear(896, 48, 64, 1, NULL_DX);  // tiny: adaLN, patch embedding
+    t_linear(896, 128, 384, 1, 0), t_linear(896, 512, 128, 1, 0), t_linear(896, 192, 128, 1, NULL_DX);  // small
+    if (big) t_linear(7168, 256, 768, 1, 0), t_linear(7168, 1024, 256, 1, 0);
+    if (big) t_linear(1031, 1536, 4608, 1, 0), t_linear(1031, 6144, 1536, 1, 0), t_linear(7, 1536, 3072, 1, 0);
 
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
-    t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0);  // tiny: a block, the final layer
-    if (big) t_ln_mod(28, 256, 256, 9, 0);
-    t_gated_add(5, 37, 96), t_gated_add(14, 64, 64);
-    if (big) t_gated_add(28, 256, 256);
-    t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(77, 256, 2, 0);  // dh 16, 16 (tiny), 128
-    t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
-    if (big) t_qk_norm(7168, 256, 4, 0);
+    t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0), t_ln_mod(14, 64, 128, 9, 0);  // tiny (block, final), small
+    if (big) t_ln_mod(7, 1024, 1536, 9, 0);
+    t_gated_add(5, 37, 96), t_gated_add(14, 64, 64), t_gated_add(14, 64, 128);
+    if (big) t_gated_add(7, 1024, 1536);
+    t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(896, 128, 4, 0);  // dh 16; tiny; small (dh 32)
+    t_qk_norm(77, 256, 2, 0), t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
+    if (big) t_qk_norm(1031, 1536, 12, 0);
 
     for (int tf = 0; tf < 2; tf++) {  // spatial, temporal: len is N, then F
-        t_attn(2, 7, 64, 4, 16, tf, 1);                       // tiny: len 64 / 7
-        t_attn(3, tf ? 7 : 5, tf ? 5 : 7, 3, 32, tf, 1);      // len 7
-        t_attn(1, tf ? 100 : 3, tf ? 3 : 100, 2, 32, tf, 1);  // len 100
-        t_attn(1, tf ? 256 : 2, tf ? 2 : 256, 2, 64, tf, 1);  // len 256
-        t_attn(2, 1, 1, 2, 64, tf, 1);                        // len 1
-        t_attn(1, tf ? 64 : 2, tf ? 2 : 64, 2, 16, tf, 3);    // peaked softmax
-        t_attn(1, tf ? 7 : 2, tf ? 3 : 77, 1, 128, tf, 1);    // dh 128
-        if (big) t_attn(4, 7, 256, 4, 64, tf, 1);             // small
+        t_attn(2, 7, 64, 4, 16, tf, 1), t_attn(2, 7, 64, 4, 32, tf, 1);  // tiny, small: len 64 / 7
+        t_attn(3, tf ? 7 : 5, tf ? 5 : 7, 3, 32, tf, 1);                   // len 7
+        t_attn(1, tf ? 100 : 3, tf ? 3 : 100, 2, 32, tf, 1);               // len 100
+        t_attn(1, tf ? 256 : 2, tf ? 2 : 256, 2, 64, tf, 1);               // len 256
+        t_attn(2, 1, 1, 2, 64, tf, 1);                                     // len 1
+        t_attn(1, tf ? 64 : 2, tf ? 2 : 64, 2, 16, tf, 3);                 // peaked softmax
+        t_attn(1, tf ? 7 : 2, tf ? 3 : 77, 1, 128, tf, 1);                 // dh 128
+        if (big) t_attn(4, 7, 256, 4, 64, tf, 1), t_attn(1, tf ? 7 : 2, 1024, 2, 128, tf, 1);  // len 256; preset
     }
 
     t_activations(100003), t_activations(1), t_activations(896 * 256);  // the last: tiny's MLP
-    t_patchify(14, 3, 32, 32, 4), t_patchify(3, 5, 12, 20, 4), t_patchify(2, 3, 21, 14, 7), t_patchify(1, 1, 3, 3, 1);
-    if (big) t_patchify(28, 3, 64, 64, 4);
+    t_patchify(14, 3, 32, 32, 4), t_patchify(14, 3, 64, 64, 8);  // tiny, small
+    t_patchify(3, 5, 12, 20, 4), t_patchify(2, 3, 21, 14, 7), t_patchify(1, 1, 3, 3, 1);
+    if (big) t_patchify(7, 3, 256, 256, 8);
     t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(14, 64, 1, 0, 6);  // tiny: the noise level, the slot offsets
-    t_sinusoid(37, 30, 1000, 0, 1), t_sinusoid(3, 2, 1, -5, 5);
-    if (big) t_sinusoid(28, 256, 1000, 0, 1);
-    t_add_pos_time(14, 64, 64, 0), t_add_pos_time(5, 37, 96, NULL_DX), t_add_pos_time(3, 1, 8, 0);
-    if (big) t_add_pos_time(28, 256, 256, 0);
-    t_mse(14, 3072, "0111111", 1), t_mse(5, 1001, "10110", 0.37);  // tiny with the starter plan; awkward
-    t_mse(4, 17, "0", 1);                                           // no target slot: loss 0, no gradient
+    t_sinusoid(14, 128, 1000, 0, 1), t_sinusoid(37, 30, 1000, 0, 1), t_sinusoid(3, 2, 1, -5, 5);
+    if (big) t_sinusoid(7, 256, 1000, 0, 1);
+    t_add_pos_time(14, 64, 64, 0), t_add_pos_time(14, 64, 128, 0);  // tiny, small
+    t_add_pos_time(5, 37, 96, NULL_DX), t_add_pos_time(3, 1, 8, 0);
+    if (big) t_add_pos_time(7, 1024, 1536, 0);
+    t_mse(14, 3072, "0111111", 1), t_mse(14, 12288, "0111111", 1);  // tiny, small with the starter plan
+    t_mse(5, 1001, "10110", 0.37), t_mse(4, 17, "0", 1);             // no target slot: loss 0, no gradient
+    if (big) t_mse(7, 196608, "0111111", 1);
     t_flow_mix(14, 3072), t_flow_mix(3, 1001);
 
     t_randn(100003, 7, 3, RNG_NOISE, 12345), t_randn(7, g_seed, 0, RNG_TEST, 0);
@@ -554,8 +546,9 @@ static int det_capture(Buf *b, int rep) {
 
 static void section_determinism(void) {
     printf("---- 2. determinism: CUDA twice from the same inputs ----\n");
-    {  // attention, forward and backward, both layouts at the small config's size
-        int B = g_quick ? 2 : 4, F = 7, N = g_quick ? 64 : 256, H = 4, dh = g_quick ? 16 : 64, D = H * dh;
+    {  // attention, forward and backward, both layouts; without --quick at the 24 GB preset's size
+        int B = g_quick ? 2 : 1, F = 7, N = g_quick ? 64 : 1024, H = g_quick ? 4 : 12, dh = g_quick ? 16 : 128;
+        int D = H * dh;
         size_t T = (size_t)B * F * N;
         Buf qkv = bnormal(T * 3 * D, 0, 1), out = bnormal(T * D, 0, 1), lse = bnormal(T * H, 0, 1);
         Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
@@ -574,7 +567,7 @@ static void section_determinism(void) {
         FREE(&qkv, &out, &lse, &dout, &dqkv);
     }
     {  // linear backward, a long reduction over M for dw and db
-        int M = g_quick ? 896 : 7168, K = 256, N = 768;
+        int M = g_quick ? 896 : 7168, K = g_quick ? 256 : 1536, N = 3 * K;
         Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.1), dy = bnormal((size_t)M * N, 0, 1);
         Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
         int same = 1;
@@ -667,13 +660,10 @@ static void section_train_step(void) {
         m[k] = build_model(&c, be, c.batch_size);
         m[k]->want_input_grad = 1;  // patchify_bwd too
         model_init(m[k], g_seed, 1);
-        x0[k] = be->alloc(sizeof(real) * nx);
-        be->upload(x0[k], hx0, sizeof(real) * nx);
-        flow_prepare_batch(m[k], x0[k], g_seed, 1);
-        model_forward(m[k]);
-        loss[k] = model_loss(m[k]);
-        model_zero_grad(m[k]);
-        model_backward(m[k]);
+        be->upload(x0[k] = be->alloc(sizeof(real) * nx), hx0, sizeof(real) * nx);
+        flow_prepare_batch(m[k], x0[k], g_seed, 1);  // the same Philox draws on both sides
+        model_forward(m[k]), loss[k] = model_loss(m[k]);
+        model_zero_grad(m[k]), model_backward(m[k]);
     }
     Model *mc = m[0], *mg = m[1];
     size_t S = mc->S, E = mc->E, np = mc->n_params;
@@ -763,10 +753,8 @@ static void time_config(const char *path, const char *label) {
     for (int it = -2; it < reps; it++) {  // two warmup steps
         be->sync();
         double t0 = now();
-        model_forward(m);
-        model_loss(m);
-        model_zero_grad(m);
-        model_backward(m);
+        model_forward(m), model_loss(m);
+        model_zero_grad(m), model_backward(m);
         be->sync();
         double t1 = now();
         optimizer_step(o, m, &c, it + 3, 1e-6);
