@@ -85,7 +85,7 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c chain.c generate.c memplan.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
+SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
         optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c train.c \
         $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)

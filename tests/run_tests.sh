@@ -89,6 +89,7 @@ run_suite cli tests/test_cli.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/test_train.sh "$FC"
 run_suite prepare tests/test_prepare.sh "$FC"
 run_suite generate tests/test_generate.sh "$FC"
+run_suite eval tests/test_eval.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# framechain eval: the three tiny roles trained for a few steps, a small held-out dataset prepared from
+# Megamind.avi, then eval over 2 clips at two noise-augmentation levels with a drift run: the tables,
+# the TSV's rows and the ranges of its numbers, the copy baseline the same at every level, the same
+# numbers again for the same seed; a dataset of another frame size is refused in one line. (The models
+# are barely trained, so only the plumbing and the ranges are checked, not that the chain is good.)
+set -u
+FC=${1:-./framechain}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+VIDEO=/usr/share/doc/opencv-doc/examples/data/Megamind.avi
+
+pass() { echo "PASS $1: $2"; }
+fail() { echo "FAIL $1: $2"; }
+
+if [ ! -f "$VIDEO" ]; then
+    fail eval_inputs "$VIDEO missing (apt-get install opencv-doc)"
+    exit 1
+fi
+for role in starter extrapolate interpolate; do
+    if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 4 \
+        --set warmup_steps=1 --set checkpoint_every=4 > "$tmp/$role.log" 2>&1; then
+        fail eval_train_$role "$(tail -1 "$tmp/$role.log")"
+        exit 1
+    fi
+done
+RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+for size in 32 48; do
+    if ! "$FC" --threads 2 prepare --input "$VIDEO" --out "$tmp/held$size" --size $size --clip-frames 24 \
+        > "$tmp/prep.log" 2>&1; then
+        fail eval_prepare_$size "$(tail -1 "$tmp/prep.log")"
+        exit 1
+    fi
+done
+
+# 2 clips x 24 frames and a drift run of 40 frames, at noise-aug 0 and 0.1 (the default levels)
+ARGS=(--data "$tmp/held32" --clips 2 --frames 24 --steps 2)
+"$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 40 --tsv "$tmp/eval.tsv" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+if [ $rc -ne 0 ]; then
+    fail eval_runs "status $rc: $(tail -1 "$tmp/err")"
+    exit 1
+fi
+pass eval_runs "exit 0; $(grep -c '^eval: clip' "$tmp/err") clip runs and $(grep -c '^eval: drift' "$tmp/err") drift runs on stderr"
+
+# the tables: a header, the ranges 1-6, 7-12, 13-23 and all at both levels; drift rows at both levels
+if grep -q 'PSNR chain' "$tmp/out" && [ "$(grep -cE '^(0|0\.1) +(1-6|7-12|13-23|all) ' "$tmp/out")" = 8 ]; then
+    pass eval_quality_table "ranges 1-6, 7-12, 13-23 and all at both levels"
+else
+    fail eval_quality_table "$(cat "$tmp/out")"
+fi
+# Megamind.avi opens on one black frame: the drift run starts from clip 2, and says so
+rows=$(grep -cE '^(0|0\.1) +(0|5|10|15|20|25|30|35|39) ' "$tmp/out")
+na=$(grep -cE '^(0|0\.1) +(25|30|35|39) .* n/a' "$tmp/out")
+if grep -q 'real sharpness' "$tmp/out" && grep -q "from clip 2's first frame" "$tmp/out" && [ "$rows" = 18 ] && [ "$na" = 8 ]; then
+    pass eval_drift_table "from clip 2 (clip 1 opens on black); frames 0, 5, ..., 35, 39 at both levels; n/a past 23"
+else
+    fail eval_drift_table "$(cat "$tmp/out")"
+fi
+
+# the TSV: a header, 2 levels x 23 quality rows, 2 levels x 40 drift rows; no temporary file left
+rows=$(wc -l < "$tmp/eval.tsv")
+q=$(grep -c '^quality' "$tmp/eval.tsv")
+d=$(grep -c '^drift' "$tmp/eval.tsv")
+if [ "$rows" = 127 ] && [ "$q" = 46 ] && [ "$d" = 80 ] && [ ! -e "$tmp/eval.tsv.tmp" ]; then
+    pass eval_tsv_rows "1 header + 46 quality + 80 drift rows"
+else
+    fail eval_tsv_rows "$rows lines, $q quality, $d drift rows"
+fi
+
+# every PSNR finite and in 3..99 dB (the barely trained chain scores about 5.4 dB on these dark frames,
+# so the floor sits below 5), every SSIM in [-1, 1], every drift ratio finite and positive
+bad=$(awk -F'\t' '
+    $1 == "quality" { for (i = 4; i <= 5; i++) if ($i !~ /^[0-9.]+$/ || $i < 3 || $i > 99) print "PSNR " $i
+                      for (i = 6; i <= 7; i++) if ($i !~ /^-?[0-9.]+$/ || $i < -1 || $i > 1) print "SSIM " $i }
+    $1 == "drift"   { for (i = 8; i <= ($3 < 24 ? 13 : 10); i++) if ($i !~ /^[0-9.]+$/ || $i <= 0) print "ratio " $i
+                      if ($3 == 0 && ($8 != "1.000000" || $11 != "1.000000")) print "frame 0 " $8 " " $11 }' "$tmp/eval.tsv")
+if [ -z "$bad" ]; then
+    pass eval_ranges "PSNR in 3..99 dB, SSIM in [-1, 1], drift ratios positive, 1 at frame 0"
+else
+    fail eval_ranges "$(echo "$bad" | head -3 | tr '\n' ' ')"
+fi
+
+# the copy baseline does not depend on the level
+copy0=$(awk -F'\t' '$1 == "quality" && $2 == "0" { print $3, $5, $7 }' "$tmp/eval.tsv")
+copy1=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" { print $3, $5, $7 }' "$tmp/eval.tsv")
+if [ -n "$copy0" ] && [ "$copy0" = "$copy1" ]; then
+    pass eval_copy_baseline "the copy's PSNR and SSIM are identical at noise-aug 0 and 0.1"
+else
+    fail eval_copy_baseline "the copy's numbers differ across levels"
+fi
+# the real clip, where it exists, is the same under both levels' drift rows
+real0=$(awk -F'\t' '$1 == "drift" && $2 == "0" { print $11, $12, $13 }' "$tmp/eval.tsv")
+real1=$(awk -F'\t' '$1 == "drift" && $2 == "0.1" { print $11, $12, $13 }' "$tmp/eval.tsv")
+if [ "$real0" = "$real1" ] && [ "$(echo "$real0" | grep -c nan)" = 16 ]; then
+    pass eval_real_drift "the real clip's ratios at frames 0..23, nan at 24..39"
+else
+    fail eval_real_drift "$(echo "$real0" | grep -c nan) nan rows"
+fi
+
+# the same seed gives the same numbers (one level, no drift run, to keep it quick)
+"$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --tsv "$tmp/again.tsv" > /dev/null 2>&1
+if diff <(grep '^quality.0\.1' "$tmp/eval.tsv") <(grep '^quality' "$tmp/again.tsv") > /dev/null; then
+    pass eval_deterministic "the same seed: the same per-frame numbers"
+else
+    fail eval_deterministic "a second run with the same seed differs"
+fi
+
+# expect NAME STATUS PATTERN ARGS...: that exit status, one line on stderr with PATTERN, nothing on stdout
+expect() {
+    local name=$1 want=$2 pattern=$3
+    shift 3
+    "$FC" --threads 2 eval "$@" > "$tmp/out" 2> "$tmp/err"
+    local rc=$?
+    if [ $rc -ne "$want" ]; then fail "eval_refuses_$name" "exit status $rc, not $want: $(tail -1 "$tmp/err")"
+    elif ! grep -q -- "$pattern" "$tmp/err"; then fail "eval_refuses_$name" "stderr lacks '$pattern': $(cat "$tmp/err")"
+    elif [ "$(grep -vc '^framechain: warning' "$tmp/err")" -ne 1 ]; then fail "eval_refuses_$name" "$(wc -l < "$tmp/err") lines on stderr"
+    elif [ -s "$tmp/out" ] || [ -e "$tmp/bad.tsv" ] || [ -e "$tmp/bad.tsv.tmp" ]; then fail "eval_refuses_$name" "output was written"
+    else pass "eval_refuses_$name" "status $rc: $(grep -v '^framechain: warning' "$tmp/err")"
+    fi
+}
+expect wrong_size 1 "frames are 48x48, but the models make 32x32" "${RUNS[@]}" --data "$tmp/held48" --tsv "$tmp/bad.tsv"
+expect too_many_frames 1 "the clips of .* have only 24 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 30 --tsv "$tmp/bad.tsv"
+expect no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" --tsv "$tmp/bad.tsv"
+expect bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
+expect short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"
