@@ -224,7 +224,10 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         model_backward(m);
         double lr = lr_schedule(c, step);
         OptStepInfo info = optimizer_step(o, m, c, step, lr);
-        be->ema_update(ema, m->params_mem, (float)c->ema_decay, m->n_params);
+        // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
+        // not mostly the zero-initialised weights it started from.
+        double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
+        be->ema_update(ema, m->params_mem, (float)decay, m->n_params);
         st.step = step;
         st.smooth_loss = step == 1 ? loss : 0.98 * st.smooth_loss + 0.02 * loss;
         double t_step = now_s() - t0;
