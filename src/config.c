@@ -237,6 +237,11 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
         return fail(err, errlen, "%s: width %d is not a multiple of heads %d", origin, c->width, c->heads);
     if (c->width % 4)
         return fail(err, errlen, "%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
+    int ppc = c->patch * c->patch * c->channels;
+    if (c->width < ppc)
+        return fail(err, errlen, "%s: width %d is less than a patch's %d values (patch %d x %d x %d channels): the network "
+                    "could not carry a patch's noise, and its samples would stay noisy; raise width or lower patch",
+                    origin, c->width, ppc, c->patch, c->patch, c->channels);
     if (c->freq_dim % 2) return fail(err, errlen, "%s: freq_dim %d is not even", origin, c->freq_dim);
     int anchors = 0, targets = 0;
     for (int i = 0; i < c->slots; i++) {

@@ -171,22 +171,24 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
     real *x = fc_malloc(sizeof(real) * fmax * E), *pred = fc_malloc(sizeof(real) * fmax * E);
-    double t0 = now_s();
+    double t0 = now_s(), t_line = 0;
     int done = 1;  // frames of 0..N-1 made (frame 0 is given)
+    int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
     for (int k = 0; k < p->count; k++) {
         const ChainWindow *w = &p->w[k];
         sample_window(cm->m[w->role], w, k, frames, o, x, pred);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
-        if (!o->quiet) {
+        double el = now_s() - t0;
+        if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
             char eta[32];
-            double el = now_s() - t0;
             format_eta(eta, sizeof eta, el / (k + 1) * (p->count - k - 1));
-            fprintf(stderr, "\rgenerate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s   ", done, p->frames,
-                    k + 1, p->count, config_role_name(w->role), el / (k + 1), eta);
+            fprintf(stderr, "%sgenerate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s%s", tty ? "\r" : "", done,
+                    p->frames, k + 1, p->count, config_role_name(w->role), el / (k + 1), eta, tty ? "   " : "\n");
             fflush(stderr);
+            t_line = el;
         }
     }
-    if (!o->quiet) fprintf(stderr, "\n");
+    if (!o->quiet && tty) fprintf(stderr, "\n");
     free(x), free(pred);
 }
 

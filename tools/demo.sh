@@ -18,9 +18,9 @@ data_args=()
 first=shapes:3
 if [ -f "$DATA_DIR/vtest.avi" ] && [ -f "$DATA_DIR/Megamind.avi" ]; then
     if [ ! -f "$work/data/dataset.json" ]; then
-        say "preparing real footage: vtest.avi and Megamind.avi at 64x64, clips of 32 frames"
+        say "preparing real footage: vtest.avi and Megamind.avi at 32x32, clips of 32 frames"
         "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/Megamind.avi" --out "$work/data" \
-            --size 64 --clip-frames 32 --overlap 16
+            --size 32 --clip-frames 32 --overlap 16
     fi
     data_args=(--data "$work/data")
     first="$DATA_DIR/vtest.avi"

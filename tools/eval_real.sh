@@ -15,9 +15,9 @@ if [ ! -f "$work/train.json" ]; then
     ffmpeg -v error -y -i "$DATA_DIR/vtest.avi" -vf "select=lt(n\,600)" -vsync 0 -c:v ffv1 "$work/vtest_train.mkv"
     ffmpeg -v error -y -i "$DATA_DIR/vtest.avi" -vf "select=gte(n\,600)" -vsync 0 -c:v ffv1 "$work/vtest_heldout.mkv"
     rm -rf "$work/train" "$work/heldout"
-    "$FC" prepare --input "$work/vtest_train.mkv" --input "$DATA_DIR/Megamind.avi" --out "$work/train" --size 64 \
+    "$FC" prepare --input "$work/vtest_train.mkv" --input "$DATA_DIR/Megamind.avi" --out "$work/train" --size 32 \
         --clip-frames 32 --overlap 16
-    "$FC" prepare --input "$work/vtest_heldout.mkv" --out "$work/heldout" --size 64 --clip-frames 48
+    "$FC" prepare --input "$work/vtest_heldout.mkv" --out "$work/heldout" --size 32 --clip-frames 48
     touch "$work/train.json"
 fi
 for role in starter extrapolate interpolate; do
