@@ -406,7 +406,7 @@ static void test_config_text(void) {
     char err[512];
     config_defaults(&c);
     // CRLF, comments, a blank line, no final newline
-    const char *good = "# a comment\r\nframe_size = 64\r\npatch=8   # trailing comment\n\n"
+    const char *good = "# a comment\r\nframe_size = 64\r\npatch=8   # trailing comment\nwidth = 192\n\n"
                        "  plan = anchor:0 context:0.1, target:2\nseed = 7\noptimizer = adamw\nlr = 1e-3";
     int rc = config_parse_text(&c, good, strlen(good), "good.conf", err, sizeof err);
     int ok = rc == 0 && c.frame_size == 64 && c.patch == 8 && c.slots == 3 && c.slot_kind[1] == SLOT_CONTEXT &&

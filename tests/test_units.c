@@ -115,7 +115,7 @@ static void test_flow(void) {
     config_set(&c, "plan=anchor:0 context:4 target:8 target:12", "test");
     config_set(&c, "t_logit_mean=0.5", "test");
     config_set(&c, "t_logit_std=1.5", "test");
-    c.frame_size = 8, c.patch = 4, c.width = 16, c.freq_dim = 8;
+    c.frame_size = 8, c.patch = 4, c.width = 48, c.freq_dim = 8;
     Model *m = build_model(&c, backend_cpu(), 3);
     size_t nx = (size_t)m->S * m->E;
     real *x0 = fc_malloc(sizeof(real) * nx);
