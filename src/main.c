@@ -8,6 +8,7 @@
 #include "config.h"
 #include "eval.h"
 #include "generate.h"
+#include "memplan.h"
 #include "model.h"
 #include "prepare.h"
 #include "safetensors.h"
@@ -330,13 +331,6 @@ static int cmd_eval(int argc, char **argv) {
     return eval_cli(&eo, g_backend);
 }
 
-static void print_human_bytes(const char *what, double bytes) {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
-    printf("%-28s %8.2f %s\n", what, bytes, unit[u]);
-}
-
 // A checkpoint (or any safetensors file): its trainer state, its config, every tensor and its CRC.
 static int inspect_file(const char *path) {
     StFile f;
@@ -390,12 +384,12 @@ static int cmd_inspect(int argc, char **argv) {
     if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);
-    Model *m = build_model(&c, backend_cpu(), c.batch_size);
+    ModelCounts k = model_counts(&c, c.batch_size);  // the layout alone: nothing is allocated
     config_write(&c, stdout);
     printf("\n");
     if (opt(opts, "--params")->count) {
-        for (int i = 0; i < m->n_tensors; i++) {
-            const ParamInfo *pi = &m->info[i];
+        for (int i = 0; i < k.n_tensors; i++) {
+            const ParamInfo *pi = &k.info[i];
             if (pi->ndim == 2)
                 printf("%-40s (%d, %d)\n", pi->name, pi->shape[0], pi->shape[1]);
             else
@@ -403,10 +397,13 @@ static int cmd_inspect(int argc, char **argv) {
         }
         printf("\n");
     }
-    printf("%-28s %zu in %d tensors\n", "parameters", m->n_params, m->n_tensors);
-    printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", m->B, m->F, m->N, m->T);
-    print_human_bytes("memory per step (cpu, fp32)", (double)model_memory_bytes(m));
-    free_model(m);
+    int n = c.frame_size / c.patch;
+    printf("%-28s %zu in %d tensors\n", "parameters", k.params, k.n_tensors);
+    printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", c.batch_size, c.slots, n * n,
+           c.batch_size * c.slots * n * n);
+    MemPlan plan = memory_plan(&c, c.batch_size, 0);
+    memory_plan_print(stdout, &plan, "training, fp32", 0);
+    free(k.info);
     return 0;
 }
 

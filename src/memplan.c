@@ -49,7 +49,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     line(out, "EMA", p->ema);
     line(out, "activations", p->activations);
     line(out, "inputs", p->inputs);
-    line(out, "workspace", p->workspace);
+    if (p->workspace > 0) line(out, "workspace", p->workspace);
     line(out, "total", p->total);
     if (budget > 0) {
         line(out, "budget", budget);
