@@ -92,7 +92,7 @@ OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all demo test test-cuda fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo test test-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -143,6 +143,13 @@ $(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
 
 $(BUILD)/test_cuda: tests/test_cuda.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+# Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.
+$(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+bench-ops: info $(BUILD)/bench_ops
+	$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
 TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
              $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_cuda \

@@ -48,7 +48,7 @@ static void alloc_forget(void *p) {
         }
 }
 
-static void *cuda_alloc(size_t bytes) {
+void *fc_cuda_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
     if (err != cudaSuccess)
@@ -59,15 +59,25 @@ static void *cuda_alloc(size_t bytes) {
     alloc_remember(p, bytes);
     return p;
 }
-static void cuda_free(void *p) {
+void fc_cuda_free(void *p) {
     if (!p) return;
     alloc_forget(p);
     cudaCheck(cudaFree(p));
 }
-static void cuda_upload(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice)); }
+// The ops that write backend memory tell bf16.cu, so that a weights' mirror is rebuilt.
+static void cuda_upload(void *dst, const void *src, size_t n) {
+    cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+    fc_cuda_weights_touched(dst, n);
+}
 static void cuda_download(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost)); }
-static void cuda_copy(void *dst, const void *src, size_t n) { cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice)); }
-static void cuda_zero(void *p, size_t n) { cudaCheck(cudaMemset(p, 0, n)); }
+static void cuda_copy(void *dst, const void *src, size_t n) {
+    cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice));
+    fc_cuda_weights_touched(dst, n);
+}
+static void cuda_zero(void *p, size_t n) {
+    cudaCheck(cudaMemset(p, 0, n));
+    fc_cuda_weights_touched(p, n);
+}
 static void cuda_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
 static void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
@@ -91,8 +101,8 @@ static size_t g_scratch_bytes[SCRATCH_COUNT];
 void *fc_cuda_scratch(int which, size_t bytes) {
     if (bytes > g_scratch_bytes[which]) {
         cudaCheck(cudaDeviceSynchronize());
-        cuda_free(g_scratch[which]);
-        g_scratch[which] = cuda_alloc(bytes);
+        fc_cuda_free(g_scratch[which]);
+        g_scratch[which] = fc_cuda_alloc(bytes);
         g_scratch_bytes[which] = bytes;
     }
     return g_scratch[which];
@@ -109,19 +119,59 @@ cublasHandle_t fc_cublas(void) {
     return handle;
 }
 
+cublasHandle_t fc_cublas_bf16(void) {
+    static cublasHandle_t handle;
+    if (!handle) {
+        cublasCheck(cublasCreate(&handle));
+        // Tensor cores allowed (bf16 operands, fp32 accumulation); still no atomics.
+        cublasCheck(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+    }
+    return handle;
+}
+
 // ----------------------------------------------------------------------------
-// the op table
+// the op table: two backends on one GPU that differ only in their GEMMs. "cuda": bf16 operands
+// on the tensor cores (the default); "cuda-fp32": SGEMM without TF32, for comparisons with the CPU
+// to 1e-5 and for debugging.
 
-static char g_description[256];
+static char g_description[2][256];
 
-static const char *cuda_describe(void) { return g_description; }
+static const char *cuda_describe_bf16(void) { return g_description[1]; }
+static const char *cuda_describe_fp32(void) { return g_description[0]; }
+static void no_register_weights(const real *params, size_t n) { (void)params, (void)n; }
+static void no_unregister_weights(const real *params) { (void)params; }
 
-static Backend cuda_backend;
+static Backend cuda_backend[2];  // [0] cuda-fp32, [1] cuda (bf16)
 
-extern "C" const Backend *backend_cuda(const char **why) {
+static void fill_table(Backend *be, int bf16) {
+    be->name = bf16 ? "cuda" : "cuda-fp32";
+    be->precision = bf16 ? "bf16" : "fp32";
+    be->describe = bf16 ? cuda_describe_bf16 : cuda_describe_fp32;
+    be->alloc = fc_cuda_alloc;
+    be->free = fc_cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->copy = cuda_copy;
+    be->zero = cuda_zero;
+    be->sync = cuda_sync;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
+    be->memory_peak = cuda_memory_peak;
+    cuda_register_linear(be, bf16);
+    if (bf16) cuda_register_bf16(be);
+    else be->register_weights = no_register_weights, be->unregister_weights = no_unregister_weights;
+    cuda_register_elementwise(be);
+    cuda_register_norm(be);
+    cuda_register_attention(be);
+    cuda_register_optim(be);
+}
+
+// The CUDA backend computing in bf16 (bf16 != 0) or fp32, or NULL with *why.
+extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
     static char reason[256];
     static int ready;
-    if (ready) return &cuda_backend;
+    if (ready) return &cuda_backend[bf16 ? 1 : 0];
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
@@ -142,32 +192,28 @@ extern "C" const Backend *backend_cuda(const char **why) {
         if (why) *why = reason;
         return NULL;
     }
-    snprintf(g_description, sizeof g_description, "cuda (%s, sm_%d%d, %.1f GiB, fp32, CUDA %d.%d)", prop.name,
-             prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0, runtime / 1000, runtime % 1000 / 10);
-    cuda_backend.name = "cuda";
-    cuda_backend.describe = cuda_describe;
-    cuda_backend.alloc = cuda_alloc;
-    cuda_backend.free = cuda_free;
-    cuda_backend.upload = cuda_upload;
-    cuda_backend.download = cuda_download;
-    cuda_backend.copy = cuda_copy;
-    cuda_backend.zero = cuda_zero;
-    cuda_backend.sync = cuda_sync;
-    cuda_backend.host_alloc = cuda_host_alloc;
-    cuda_backend.host_free = cuda_host_free;
-    cuda_backend.memory_peak = cuda_memory_peak;
-    cuda_register_linear(&cuda_backend);
-    cuda_register_elementwise(&cuda_backend);
-    cuda_register_norm(&cuda_backend);
-    cuda_register_attention(&cuda_backend);
-    cuda_register_optim(&cuda_backend);
-    const char *missing = backend_missing_op(&cuda_backend);
-    if (missing) {
-        snprintf(reason, sizeof reason, "%s found, but this build's CUDA backend has no kernel for '%s' yet", prop.name,
-                 missing);
+    if (prop.major < 8) {
+        snprintf(reason, sizeof reason, "%s is sm_%d%d; framechain's CUDA backend needs sm_80 or newer (bf16)",
+                 prop.name, prop.major, prop.minor);
         if (why) *why = reason;
         return NULL;
     }
+    for (int k = 0; k < 2; k++) {
+        snprintf(g_description[k], sizeof g_description[k], "%s (%s, sm_%d%d, %.1f GiB, %s, CUDA %d.%d)",
+                 k ? "cuda" : "cuda-fp32", prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
+                 k ? "bf16 GEMMs on tensor cores, fp32 master weights" : "fp32, no TF32", runtime / 1000,
+                 runtime % 1000 / 10);
+        fill_table(&cuda_backend[k], k);
+        const char *missing = backend_missing_op(&cuda_backend[k]);
+        if (missing) {
+            snprintf(reason, sizeof reason, "%s found, but this build's CUDA backend has no kernel for '%s' yet",
+                     prop.name, missing);
+            if (why) *why = reason;
+            return NULL;
+        }
+    }
     ready = 1;
-    return &cuda_backend;
+    return &cuda_backend[bf16 ? 1 : 0];
 }
+
+extern "C" const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }

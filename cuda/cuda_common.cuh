@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -31,13 +32,31 @@ static inline unsigned fc_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 
 
 // Scratch memory owned by the backend, one buffer per user so that two op families never
 // share one; grows on demand (the device is synchronised first), never shrinks.
-enum { SCRATCH_LINEAR, SCRATCH_ELEMENTWISE, SCRATCH_NORM, SCRATCH_ATTN, SCRATCH_OPTIM, SCRATCH_COUNT };
+enum {
+    SCRATCH_LINEAR, SCRATCH_ELEMENTWISE, SCRATCH_NORM, SCRATCH_ATTN, SCRATCH_OPTIM,
+    SCRATCH_BF16_W, SCRATCH_BF16_A, SCRATCH_BF16_B,  // bf16 operands of one GEMM (bf16.cu)
+    SCRATCH_COUNT
+};
 void *fc_cuda_scratch(int which, size_t bytes);
 // The one cuBLAS handle (fp32 math, no TF32: results comparable with the CPU backend).
 cublasHandle_t fc_cublas(void);
+// The handle for bf16 GEMMs on tensor cores (fp32 accumulation; no atomics either).
+cublasHandle_t fc_cublas_bf16(void);
+// Device memory, counted towards the peak (backend_cuda.cu).
+void *fc_cuda_alloc(size_t bytes);
+void fc_cuda_free(void *ptr);
+
+// bf16 operands (bf16.cu). fc_bf16_weights: w (n) as bf16, from the mirror of a registered
+// parameter allocation when w lies in one; fc_bf16_operand: x (n) converted into scratch `which`
+// (SCRATCH_BF16_A or _B). fc_cuda_weights_touched: bytes at dst may have changed (the ops that
+// write backend memory call it, so a mirror is rebuilt before it is read again).
+const __nv_bfloat16 *fc_bf16_weights(const float *w, size_t n);
+const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which);
+void fc_cuda_weights_touched(const void *dst, size_t bytes);
 
 // Each kernel file fills in its ops.
-void cuda_register_linear(Backend *be);       // cuda/linear.cu
+void cuda_register_linear(Backend *be, int bf16);  // cuda/linear.cu: bf16 or fp32 GEMMs
+void cuda_register_bf16(Backend *be);         // cuda/bf16.cu: the weights' bf16 mirrors
 void cuda_register_elementwise(Backend *be);  // cuda/elementwise.cu
 void cuda_register_norm(Backend *be);         // cuda/norm.cu
 void cuda_register_attention(Backend *be);    // cuda/attention.cu

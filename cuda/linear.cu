@@ -1,6 +1,8 @@
 // linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three
-// accumulated gradients backward: dx and dw through cuBLAS SGEMM (fp32, no TF32, no atomics, so
-// the same bytes on every run on one GPU), db by a deterministic two-pass column sum in double.
+// accumulated gradients backward: dx and dw through cuBLAS, db by a deterministic two-pass column
+// sum in double. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
+// "cuda" reads bf16 operands (bf16.cu) on the tensor cores and accumulates into fp32 outputs.
+// Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
 //
 // cuBLAS is column-major. A row-major (R, C) matrix with leading dimension C is, to cuBLAS, the
 // column-major (C, R) matrix: its transpose. Every call below is written in those terms.
@@ -94,7 +96,36 @@ static cublasHandle_t linear_handle(void) {
     return h;
 }
 
-static void cuda_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+// One GEMM C (m, n) = op(A) op(B) + beta C, column-major, in cuBLAS's terms. fp32: SGEMM on A and B.
+// bf16: A16 and B16, the bf16 versions of A and B, on the tensor cores, accumulating in fp32 into C.
+typedef struct {
+    int bf16;
+} GemmKind;
+
+static void gemm(GemmKind kind, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
+                 const __nv_bfloat16 *A16, int lda, const float *B, const __nv_bfloat16 *B16, int ldb, float beta,
+                 float *C, int ldc) {
+    const float one = 1.0f;
+    if (!kind.bf16) {
+        cublasCheck(cublasSgemm(linear_handle(), ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+        return;
+    }
+    cublasHandle_t h = fc_cublas_bf16();
+    cublasCheck(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+    cublasCheck(cublasGemmEx(h, ta, tb, m, n, k, &one, A16, CUDA_R_16BF, lda, B16, CUDA_R_16BF, ldb, &beta, C,
+                             CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The bf16 version of a weight (from its mirror) and of an activation (into scratch `which`); NULL
+// for fp32 GEMMs.
+static const __nv_bfloat16 *weight16(GemmKind kind, const real *w, size_t n) {
+    return kind.bf16 ? fc_bf16_weights(w, n) : NULL;
+}
+static const __nv_bfloat16 *act16(GemmKind kind, const real *x, size_t n, int which) {
+    return kind.bf16 ? fc_bf16_operand(x, n, which) : NULL;
+}
+
+static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
     if (M <= 0 || N <= 0) return;
     if (b) {
         linear_bias_broadcast_kernel<<<lin_grid((size_t)M * N), LIN_THREADS>>>(y, b, (size_t)M, (size_t)N);
@@ -104,26 +135,44 @@ static void cuda_linear_fwd(real *y, const real *x, const real *w, const real *b
         if (!b) cudaCheck(cudaMemset(y, 0, sizeof(real) * (size_t)M * N));
         return;
     }
-    const float one = 1.0f, zero = 0.0f;
+    const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K), *x16 = act16(kind, x, (size_t)M * K, SCRATCH_BF16_A);
     // y^T (N, M) = w (N, K) @ x^T (K, M): w is column-major (K, N), so op T; x is column-major (K, M), op N.
-    cublasCheck(cublasSgemm(linear_handle(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, K, x, K, b ? &one : &zero,
-                            y, N));
+    gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
 }
 
-static void cuda_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M,
-                            int K, int N) {
+static void linear_bwd(GemmKind kind, real *dx, real *dw, real *db, const real *dy, const real *x, const real *w,
+                       int M, int K, int N) {
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
-    const float one = 1.0f;
-    if (dx && K > 0)
-        // dx^T (K, M) += w^T (K, N) @ dy^T (N, M): w is column-major (K, N) and dy column-major (N, M), both op N.
-        cublasCheck(cublasSgemm(linear_handle(), CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, &one, w, K, dy, N, &one, dx, K));
-    if (dw && K > 0)
-        // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy is column-major (N, M), op T.
-        cublasCheck(cublasSgemm(linear_handle(), CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, &one, x, K, dy, N, &one, dw, K));
+    if ((dx || dw) && K > 0) {
+        const __nv_bfloat16 *dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
+        if (dx)
+            // dx^T (K, M) += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both op N.
+            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, weight16(kind, w, (size_t)N * K), K, dy, dy16, N, 1.0f,
+                 dx, K);
+        if (dw)
+            // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
+            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy,
+                 dy16, N, 1.0f, dw, K);
+    }
     if (db) linear_bias_grad(db, dy, M, N);
 }
 
-void cuda_register_linear(Backend *be) {
-    be->linear_fwd = cuda_linear_fwd;
-    be->linear_bwd = cuda_linear_bwd;
+static void fp32_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+    linear_fwd(GemmKind{0}, y, x, w, b, M, K, N);
+}
+static void fp32_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M, int K,
+                            int N) {
+    linear_bwd(GemmKind{0}, dx, dw, db, dy, x, w, M, K, N);
+}
+static void bf16_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+    linear_fwd(GemmKind{1}, y, x, w, b, M, K, N);
+}
+static void bf16_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M, int K,
+                            int N) {
+    linear_bwd(GemmKind{1}, dx, dw, db, dy, x, w, M, K, N);
+}
+
+void cuda_register_linear(Backend *be, int bf16) {
+    be->linear_fwd = bf16 ? bf16_linear_fwd : fp32_linear_fwd;
+    be->linear_bwd = bf16 ? bf16_linear_bwd : fp32_linear_bwd;
 }

@@ -71,6 +71,7 @@ static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, s
     if (n == 0) return;
     adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, grad, m, v, n, c);
     kernelCheck();
+    fc_cuda_weights_touched(param, sizeof(real) * n);
 }
 
 // quant8_encode of src/quant8.c: index of the entry of code (256 ascending values) nearest to x,
@@ -142,6 +143,7 @@ static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t 
     adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, grad, m8, v8, absmax_m, absmax_v, code_m,
                                                                 code_v, n, c);
     kernelCheck();
+    fc_cuda_weights_touched(param, sizeof(real) * n);
 }
 
 // ----------------------------------------------------------------------------

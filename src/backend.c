@@ -5,10 +5,12 @@
 #include "backend.h"
 
 #ifndef FC_CUDA
-const Backend *backend_cuda(const char **why) {
+const Backend *backend_cuda_precision(int bf16, const char **why) {
+    (void)bf16;
     if (why) *why = "this build has no CUDA backend (nvcc was not found when it was built)";
     return NULL;
 }
+const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
 #endif
 
 #define OP(field) {#field, offsetof(Backend, field)}
@@ -17,7 +19,7 @@ static const struct {
     size_t offset;
 } OPS[] = {
     OP(describe),      OP(alloc),          OP(free),           OP(upload),         OP(download),
-    OP(copy),          OP(zero),           OP(sync),           OP(host_alloc),     OP(host_free),  OP(memory_peak),           OP(randn),          OP(linear_fwd),
+    OP(copy),          OP(zero),           OP(sync),           OP(host_alloc),     OP(host_free),  OP(memory_peak),  OP(register_weights), OP(unregister_weights),           OP(randn),          OP(linear_fwd),
     OP(linear_bwd),    OP(ln_mod_fwd),     OP(ln_mod_bwd),     OP(gated_add_fwd),  OP(gated_add_bwd),
     OP(qk_norm_fwd),   OP(qk_norm_bwd),    OP(attn_fwd),       OP(attn_bwd),       OP(gelu_fwd),
     OP(gelu_bwd),      OP(silu_fwd),       OP(silu_bwd),       OP(patchify_fwd),   OP(patchify_bwd),
@@ -35,24 +37,26 @@ const char *backend_missing_op(const Backend *be) {
 const Backend *backend_select(const char *name) {
     if (!strcmp(name, "cpu")) return backend_cpu();
     const char *why = NULL;
-    if (!strcmp(name, "cuda")) {
-        const Backend *be = backend_cuda(&why);
-        if (!be) fc_die("--device cuda: %s", why);
+    if (!strcmp(name, "cuda") || !strcmp(name, "cuda-fp32")) {
+        const Backend *be = backend_cuda_precision(!strcmp(name, "cuda"), &why);
+        if (!be) fc_die("--device %s: %s", name, why);
         return be;
     }
     if (!strcmp(name, "auto")) {
         const Backend *be = backend_cuda(&why);
         return be ? be : backend_cpu();
     }
-    fc_die("--device %s: unknown device (cpu, cuda or auto)", name);
+    fc_die("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", name);
 }
 
 void backend_print_versions(FILE *out) {
     fprintf(out, "backends:\n  %s\n", backend_cpu()->describe());
     const char *why = NULL;
     const Backend *cuda = backend_cuda(&why);
-    if (cuda)
+    if (cuda) {
         fprintf(out, "  %s\n", cuda->describe());
+        fprintf(out, "  %s\n", backend_cuda_precision(0, NULL)->describe());
+    }
     else
         fprintf(out, "  cuda: not available: %s\n", why);
 }

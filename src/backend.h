@@ -39,6 +39,7 @@ typedef struct {
 
 typedef struct Backend {
     const char *name;
+    const char *precision;          // of the GEMMs: "fp32", or "bf16" (operands rounded, fp32 accumulation)
     const char *(*describe)(void);  // one line for --version: precision, threads, libraries
 
     // ---- memory ----
@@ -55,6 +56,11 @@ typedef struct Backend {
     void (*host_free)(void *ptr);
     // The most backend memory held at once so far, in bytes (the CPU: the process's peak RSS).
     size_t (*memory_peak)(void);
+    // The model's parameters live at params (n). A backend whose GEMMs read bf16 keeps a bf16 copy
+    // of them at the same offsets and rebuilds it after they change (upload, copy, zero and the
+    // optimizer ops are seen; nothing else writes parameters). Others do nothing.
+    void (*register_weights)(const real *params, size_t n);
+    void (*unregister_weights)(const real *params);
 
     // ---- randomness (Philox, see philox.h): out[i] = element offset+i of (seed, step, stream) ----
     void (*randn)(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
@@ -138,9 +144,11 @@ typedef struct Backend {
 
 // The CPU reference backend (always built).
 const Backend *backend_cpu(void);
-// The CUDA backend, or NULL when this build has none; *why says why it is unavailable.
+// The CUDA backend (bf16 GEMMs), or NULL when this build has none; *why says why it is unavailable.
 const Backend *backend_cuda(const char **why);
-// Backend by name ("cpu", "cuda", "auto"); dies with one clear line when it cannot be had.
+// The CUDA backend with bf16 (bf16 != 0) or fp32 GEMMs ("cuda" / "cuda-fp32").
+const Backend *backend_cuda_precision(int bf16, const char **why);
+// Backend by name ("cpu", "cuda", "cuda-fp32", "auto"); dies with one clear line when it cannot be had.
 const Backend *backend_select(const char *name);
 // The first op of the table that is NULL, or NULL when the table is complete.
 const char *backend_missing_op(const Backend *be);

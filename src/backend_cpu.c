@@ -518,6 +518,10 @@ static void cpu_flow_mix(real *xt, real *v, const real *x0, const real *e, const
 // ----------------------------------------------------------------------------
 // the table
 
+// The CPU computes in fp32 throughout: no lower-precision copy of the weights.
+static void cpu_register_weights(const real *params, size_t n) { (void)params, (void)n; }
+static void cpu_unregister_weights(const real *params) { (void)params; }
+
 static const char *cpu_describe(void) {
     static char buf[256];
     snprintf(buf, sizeof buf, "cpu (%s, OpenMP, %d thread%s, %s)", sizeof(real) == 8 ? "fp64" : "fp32",
@@ -527,6 +531,7 @@ static const char *cpu_describe(void) {
 
 static const Backend cpu_backend = {
     .name = "cpu",
+    .precision = sizeof(real) == 8 ? "fp64" : "fp32",
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -538,6 +543,8 @@ static const Backend cpu_backend = {
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .memory_peak = cpu_memory_peak,
+    .register_weights = cpu_register_weights,
+    .unregister_weights = cpu_unregister_weights,
     .randn = cpu_randn,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,

@@ -21,7 +21,7 @@
 static const char *USAGE =
     "framechain " FC_VERSION ": train video diffusion models on one GPU and chain them into long videos\n"
     "\n"
-    "usage: framechain [--threads N] [--device cpu|cuda|auto] <command> [options]\n"
+    "usage: framechain [--threads N] [--device cpu|cuda|cuda-fp32|auto] <command> [options]\n"
     "\n"
     "commands:\n"
     "  prepare   turn videos or folders of frames into training clips (shards)\n"
@@ -32,7 +32,8 @@ static const char *USAGE =
     "\n"
     "global options:\n"
     "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
-    "  --device D    cpu, cuda or auto (default auto: cuda where a GPU is found)\n"
+    "  --device D    cpu, cuda (bf16 GEMMs, fp32 master weights), cuda-fp32 (fp32 throughout) or auto\n"
+    "                (default auto: cuda where a GPU is found)\n"
     "  --version     version and the backends this build has\n"
     "  -h, --help    this text; 'framechain <command> --help' for a command\n";
 
@@ -276,7 +277,7 @@ static int cmd_train(int argc, char **argv) {
     }
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
-                        : 24.0;
+                        : DEFAULT_VRAM_BUDGET_GIB;
     return train_run(&c, run, data, g_backend, budget * 1073741824.0);
 }
 
@@ -401,8 +402,10 @@ static int cmd_inspect(int argc, char **argv) {
     printf("%-28s %zu in %d tensors\n", "parameters", k.params, k.n_tensors);
     printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", c.batch_size, c.slots, n * n,
            c.batch_size * c.slots * n * n);
-    MemPlan plan = memory_plan(&c, c.batch_size, 0);
-    memory_plan_print(stdout, &plan, "training, fp32", 0);
+    // The plans that matter: the CPU's, and the GPU's in bf16 against the default budget.
+    MemPlan cpu = memory_plan(&c, c.batch_size, PLAN_CPU), gpu = memory_plan(&c, c.batch_size, PLAN_GPU_BF16);
+    memory_plan_print(stdout, &cpu, "training on the CPU", 0);
+    memory_plan_print(stdout, &gpu, "training on --device cuda, bf16", DEFAULT_VRAM_BUDGET_GIB * 1073741824.0);
     free(k.info);
     return 0;
 }

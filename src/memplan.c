@@ -3,11 +3,13 @@
 // and the allocation cannot drift apart.
 #include "memplan.h"
 
+#include <string.h>
+
 #include "backend.h"
 #include "model.h"
 #include "optim.h"
 
-MemPlan memory_plan(const Config *c, int B, int gpu) {
+MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     ModelCounts k = model_counts(c, B);
     MemPlan p = {0};
     double r = sizeof(real);
@@ -27,11 +29,35 @@ MemPlan memory_plan(const Config *c, int B, int gpu) {
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
     p.inputs = r * k.inputs + window;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
-    // floats per token row; 64 MiB covers them and cuBLAS's workspace.
-    p.workspace = gpu ? 64.0 * 1048576 : 0;
-    p.total = p.weights + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
+    // floats per token row; 64 MiB covers them and cuBLAS's workspace. bf16 GEMMs also convert
+    // their two activation operands into scratch: at most the widest (tokens, mlp width) matrix each.
+    p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
+    if (dev == PLAN_GPU_BF16) {
+        double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
+        p.weights_bf16 = 2.0 * k.params;
+        p.workspace += 2 * 2.0 * tokens * c->mlp_ratio * c->width;
+    }
+    p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
     free(k.info);
     return p;
+}
+
+double model_step_flops(const Config *c, int B) {
+    double n = c->frame_size / c->patch, N = n * n, F = c->slots, S = (double)B * F, T = S * N;
+    double D = c->width, RD = (double)c->mlp_ratio * D, PPC = (double)c->patch * c->patch * c->channels;
+    double Fd = c->freq_dim;
+    double embed = T * PPC * D + 2 * S * Fd * D + S * D * D;  // multiply-adds of patches, offsets, t
+    double block = S * D * 9 * D                                // adaLN
+                   + 2 * (T * D * 3 * D + T * D * D)            // qkv and proj, spatial and temporal
+                   + 2 * T * D * RD                             // MLP
+                   + 2 * (S * N * N * D + (double)B * N * F * F * D);  // scores and weighted sums
+    double final = S * D * 2 * D + T * D * PPC;
+    return 3 * 2 * (embed + c->depth * block + final);
+}
+
+PlanDevice plan_device(const char *backend_name, const char *precision) {
+    if (!strcmp(backend_name, "cpu")) return PLAN_CPU;
+    return !strcmp(precision, "bf16") ? PLAN_GPU_BF16 : PLAN_GPU_FP32;
 }
 
 static void line(FILE *out, const char *what, double bytes) {
@@ -44,6 +70,7 @@ static void line(FILE *out, const char *what, double bytes) {
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget) {
     fprintf(out, "memory plan (%s, %zu parameters):\n", device, p->params);
     line(out, "weights", p->weights);
+    if (p->weights_bf16 > 0) line(out, "weights bf16", p->weights_bf16);
     line(out, "gradients", p->gradients);
     line(out, "optimizer", p->optimizer);
     line(out, "EMA", p->ema);

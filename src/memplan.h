@@ -9,6 +9,7 @@
 
 typedef struct {
     double weights;      // fp32 master weights
+    double weights_bf16; // the bf16 copy the GEMMs read (GPU in bf16 only)
     double gradients;    // fp32
     double optimizer;    // 8-bit moments with their absmax (fp32 moments for small tensors)
     double ema;          // fp32 EMA of the weights
@@ -19,8 +20,18 @@ typedef struct {
     size_t params;
 } MemPlan;
 
-// gpu: add the GPU backend's workspace.
-MemPlan memory_plan(const Config *c, int B, int gpu);
+// The GPU memory a training run may plan for unless --vram-budget says otherwise: a 24 GB card.
+#define DEFAULT_VRAM_BUDGET_GIB 24.0
+
+typedef enum { PLAN_CPU, PLAN_GPU_FP32, PLAN_GPU_BF16 } PlanDevice;
+// The plan of training config c at batch B on `dev` (the GPU adds its workspace, bf16 its copies).
+MemPlan memory_plan(const Config *c, int B, PlanDevice dev);
+// The PlanDevice of a backend.
+PlanDevice plan_device(const char *backend_name, const char *precision);
+// The model FLOPs of one training step of config c at batch B: 3x the forward pass's multiply-adds
+// x 2 (the usual MFU convention: activation recompute and elementwise work are not counted).
+double model_step_flops(const Config *c, int B);
+
 // The plan as lines on `out`; budget_bytes > 0 adds the budget and the headroom.
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget_bytes);
 

@@ -254,6 +254,7 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     m->grads_mem = be->alloc(sizeof(real) * m->n_params);
     layout_params(m, &m->p, m->params_mem, 0);
     layout_params(m, &m->g, m->grads_mem, 0);
+    be->register_weights(m->params_mem, m->n_params);
 
     m->a.blocks = fc_calloc(cfg->depth, sizeof(BlockActs));
     Carve cv = {0};
@@ -275,6 +276,7 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
 
 void free_model(Model *m) {
     if (!m) return;
+    m->be->unregister_weights(m->params_mem);
     m->be->free(m->params_mem);
     m->be->free(m->grads_mem);
     m->be->free(m->acts_mem);

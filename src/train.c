@@ -162,7 +162,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
 
     // The plan before any allocation: a config that cannot fit is refused with the plan shown.
     int on_gpu = strcmp(be->name, "cpu") != 0;
-    MemPlan plan = memory_plan(c, c->batch_size, on_gpu);
+    MemPlan plan = memory_plan(c, c->batch_size, plan_device(be->name, be->precision));
     memory_plan_print(stdout, &plan, be->name, on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (on_gpu && plan.total > vram_budget)
@@ -195,7 +195,8 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     metrics = open_metrics(run, st.step);
 
     int tty = isatty(STDOUT_FILENO), first = st.step + 1;
-    double t_start = now_s(), t_last_line = 0;
+    double t_start = now_s(), t_last_line = 0, t_timed = 0;
+    int t_timed_steps = 0;
     // ---- the hot loop: one optimizer update per iteration ----
     for (int step = first; step <= c->steps; step++) {
         double t0 = now_s(), t_data;
@@ -231,6 +232,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         st.step = step;
         st.smooth_loss = step == 1 ? loss : 0.98 * st.smooth_loss + 0.02 * loss;
         double t_step = now_s() - t0;
+        if (step >= first + 2) t_timed += t_step, t_timed_steps++;
 
         fprintf(metrics,
                 "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
@@ -260,6 +262,11 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         }
     }
     printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
+    if (t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
+        double ms = 1e3 * t_timed / t_timed_steps, flops = model_step_flops(c, m->B);
+        printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
+               "%.4g TFLOP/s\n", ms, t_timed_steps, 1e3 / ms * m->B * m->F, flops / 1e12, flops / ms / 1e9);
+    }
     if (be->memory_peak)
         printf("peak %s memory: %.2f GiB measured (plan %.2f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
                plan.total / 1073741824.0);

@@ -2,15 +2,18 @@
 // src/backend.h.
 //  1. Every op, forward and backward, on random Philox inputs (RNG_TEST), at awkward sizes and at the
 //     shapes of the networks: the same inputs go to both backends, the outputs are compared by
-//     max|cuda - cpu| / max|cpu| (tolerance 1e-5). Every buffer, outputs included, starts random and
+//     max|cuda - cpu| / max|cpu| (tolerance 1e-5 for "cuda-fp32"). Then the ops that "cuda" computes
+//     differently (the GEMMs, on bf16 operands) again on "cuda" (tolerance 2e-2; check names end in
+//     _bf16), with the weights' bf16 mirror rebuilt after every way parameters change. Every buffer, outputs included, starts random and
 //     ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
 //     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
 //  2. Determinism: attention, linear backward, the 8-bit AdamW step and the sum of squares, twice on
 //     CUDA from the same inputs: the same bytes.
 //  3. One training step of configs/tiny/starter.conf on both backends (random init, so that every
-//     gradient is non-trivial): the flow inputs, prediction, loss, every parameter gradient (1e-4),
-//     then one optimizer step (optim.h) from the same gradients: parameters, states, norm, EMA.
+//     gradient is non-trivial): the flow inputs, prediction, loss, every parameter gradient (1e-4;
+//     bf16: 2e-2 for the loss and prediction, 5e-2 for the gradients after two blocks), then one
+//     optimizer step (optim.h) from the same gradients: parameters, states, norm, EMA. In fp32 and bf16.
 //  4. INFO lines: ms per forward+backward of the tiny and small configs on CUDA (no assertion).
 // Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0.
 //
@@ -35,6 +38,8 @@ _Static_assert(sizeof(real) == sizeof(float), "test_cuda compares fp32 builds (t
 
 #define TOL 1e-5        // every op, fp32
 #define TOL_NET 1e-4    // the whole network
+#define TOL_BF16 2e-2   // an op on bf16 operands
+#define TOL_NET_BF16 5e-2  // gradients of the whole network on bf16 operands
 #define GUARD 67        // random elements after every buffer that no op may touch
 #define TINY "configs/tiny/starter.conf"
 #define SMALL "configs/small/starter.conf"
@@ -43,6 +48,17 @@ static const Backend *g_cpu, *g_gpu;
 static uint64_t g_seed = 1;
 static uint32_t g_draw;  // the Philox step of the next random buffer
 static int g_quick;
+static double g_tol = TOL, g_tol_net = TOL_NET;  // of the mode under test
+static const char *g_mode = "";                  // appended to check names: "" or "_bf16"
+
+// A check name with the mode's suffix (a ring of buffers: several may be in use in one call).
+static const char *nm(const char *name) {
+    static char ring[4][96];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(ring[k], sizeof ring[k], "%s%s", name, g_mode);
+    return ring[k];
+}
 
 static double now(void) {
     struct timespec ts;
@@ -169,7 +185,8 @@ static void compare(const char *name, ...) {
         if (!(e <= worst)) worst = e;
     }
     va_end(ap);
-    check(worst <= TOL && !guard, name, "%s (tol %.0e)%s", msg, TOL, guard ? "; WROTE OUTSIDE ITS OUTPUT (guard)" : "");
+    check(worst <= g_tol && !guard, nm(name), "%s (tol %.0e)%s", msg, g_tol,
+          guard ? "; WROTE OUTSIDE ITS OUTPUT (guard)" : "");
 }
 
 // Runs `call` on each backend: in it `be` is the backend and P(b) (PU(b): bytes) the buffer of its side.
@@ -476,11 +493,8 @@ static void t_adamw_8bit(size_t n, int steps) {
     adam8_free(&a);
 }
 
-static void section_ops(void) {
-    printf("---- 1. every op, CUDA against CPU ----\n");
-    // Awkward sizes, then the shapes of the tiny and small configs; without --quick also long reductions
-    // and the 24 GB preset's (configs/starter.conf: frames of 1024 tokens, width 1536, 12 heads of 128).
-    int big = !g_quick;
+// Awkward sizes, then the shapes of the tiny and small configs; `big`: the 24 GB preset's.
+static void linear_cases(int big) {
     t_linear(300, 96, 200, 1, 0), t_linear(300, 96, 200, 0, NULL_DX), t_linear(77, 33, 5, 1, 0);
     t_linear(1, 17, 3, 1, 0), t_linear(5, 1000, 7, 1, 0);
     t_linear(896, 64, 192, 1, 0), t_linear(896, 256, 64, 1, 0);      // tiny: qkv, fc2
@@ -488,6 +502,52 @@ static void section_ops(void) {
     t_linear(896, 128, 384, 1, 0), t_linear(896, 512, 128, 1, 0), t_linear(896, 192, 128, 1, NULL_DX);  // small
     if (big) t_linear(7168, 256, 768, 1, 0), t_linear(7168, 1024, 256, 1, 0);
     if (big) t_linear(1031, 1536, 4608, 1, 0), t_linear(1031, 6144, 1536, 1, 0), t_linear(7, 1536, 3072, 1, 0);
+}
+
+// The bf16 mirror of registered weights follows every way the parameters change: a GEMM reading a
+// weight after an upload, an optimizer step, a copy or a zero must see the new values.
+static void t_weights_mirror(int M, int K, int N) {
+    size_t nw = (size_t)N * K, n = 3 * nw + 5;
+    Buf arena = bnormal(n, 0, 0.2), other = bnormal(n, 0, 0.5), x = bnormal((size_t)M * K, 0, 1);
+    Buf y = bnormal((size_t)M * N, 0, 1), g = bnormal(n, 0, 1), m = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
+    memset(m.init, 0, n * sizeof(float)), memset(v.init, 0, n * sizeof(float));
+    breset(&m), breset(&v);
+    BOTH(be->register_weights(P(arena), n));
+    size_t off = nw + 3;  // a weight inside the allocation, not at its start
+    const char *how[] = {"first use", "after upload", "after adamw_fp32 (lr 0.5)", "after copy", "after zero"};
+    for (int k = 0; k < 5; k++) {
+        if (k == 1) {
+            philox_fill_normal(arena.init, n + GUARD, 0, 0.3f, g_seed, g_draw++, RNG_TEST, 0);
+            breset(&arena);
+        }
+        if (k == 2) {
+            AdamHyper h = hyper(1);
+            h.lr = 0.5f;
+            BOTH(be->adamw_fp32(P(arena), P(g), P(m), P(v), n, h));
+        }
+        if (k == 3) BOTH(be->copy(P(arena) + off, P(other), sizeof(real) * nw / 2));
+        if (k == 4) BOTH(be->zero(P(arena) + off + nw / 3, sizeof(real) * nw / 3));
+        WHAT("M=%d K=%d N=%d, weight at offset %zu of a registered allocation of %zu, %s", M, K, N, off, n, how[k]);
+        BOTH(be->linear_fwd(P(y), P(x), P(arena) + off, NULL, M, K, N));
+        compare("cuda_weights_mirror", "y", &y, NULL);
+    }
+    BOTH(be->unregister_weights(P(arena)));
+    FREE(&arena, &other, &x, &y, &g, &m, &v);
+}
+
+// The ops that "cuda" computes differently from "cuda-fp32".
+static void section_ops_bf16(void) {
+    printf("---- 1b. the ops on bf16 operands (cuda), against the CPU ----\n");
+    linear_cases(!g_quick);
+    t_weights_mirror(300, 96, 200), t_weights_mirror(7, 64, 576);
+}
+
+static void section_ops(void) {
+    printf("---- 1. every op, CUDA against CPU ----\n");
+    // Awkward sizes and the shapes of the tiny and small configs; without --quick also long reductions
+    // and the 24 GB preset's (configs/starter.conf: frames of 1024 tokens, width 1536, 12 heads of 128).
+    int big = !g_quick;
+    linear_cases(big);
 
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
     t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0), t_ln_mod(14, 64, 128, 9, 0);  // tiny (block, final), small
@@ -544,9 +604,10 @@ static int det_capture(Buf *b, int rep) {
 }
 #define SAME(same) ((same) ? "identical" : "DIFFER")
 
-static void section_determinism(void) {
-    printf("---- 2. determinism: CUDA twice from the same inputs ----\n");
-    {  // attention, forward and backward, both layouts; without --quick at the 24 GB preset's size
+// bf16: only what differs from fp32 (the linear layer).
+static void section_determinism(int bf16) {
+    printf("---- 2%s. determinism: CUDA (%s) twice from the same inputs ----\n", bf16 ? "b" : "", g_gpu->name);
+    if (!bf16) {  // attention, forward and backward, both layouts; without --quick at the 24 GB preset's size
         int B = g_quick ? 2 : 1, F = 7, N = g_quick ? 64 : 1024, H = g_quick ? 4 : 12, dh = g_quick ? 16 : 128;
         int D = H * dh;
         size_t T = (size_t)B * F * N;
@@ -576,9 +637,10 @@ static void section_determinism(void) {
             g_gpu->linear_bwd(dx.g, dw.g, db.g, dy.g, x.g, w.g, M, K, N);
             same &= det_capture(&dx, rep) & det_capture(&dw, rep) & det_capture(&db, rep);
         }
-        check(same, "cuda_determinism_linear_bwd", "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));
+        check(same, nm("cuda_determinism_linear_bwd"), "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));
         FREE(&x, &w, &dy, &dx, &dw, &db);
     }
+    if (bf16) return;
     {  // 8-bit AdamW: two steps from the zero state
         Adam8 a = adam8_new((1u << 20) + 77);
         int same = 1;
@@ -646,7 +708,7 @@ static int load_config(Config *c, const char *path, int required) {
 }
 
 static void section_train_step(void) {
-    printf("---- 3. one training step of %s on both backends ----\n", TINY);
+    printf("---- 3%s. one training step of %s on %s and the CPU ----\n", *g_mode ? "b" : "", TINY, g_gpu->name);
     Config c;
     if (!load_config(&c, TINY, 1)) return;
     Model *m[2];
@@ -669,21 +731,31 @@ static void section_train_step(void) {
     size_t S = mc->S, E = mc->E, np = mc->n_params;
     double e_noise = dev_err(mc->in.noise, mg->in.noise, S * E), e_xt = dev_err(mc->in.xt, mg->in.xt, S * E);
     double e_v = dev_err(mc->in.v, mg->in.v, S * E);
-    check(e_noise <= TOL && e_xt <= TOL && e_v <= TOL, "cuda_train_inputs",
+    check(e_noise <= TOL && e_xt <= TOL && e_v <= TOL, nm("cuda_train_inputs"),
           "flow_prepare_batch (seed %llu, step 1): rel err noise %.1e xt %.1e v %.1e (tol %.0e)",
           (unsigned long long)g_seed, e_noise, e_xt, e_v, TOL);
     double e_loss = fabs((double)loss[1] - loss[0]) / fmax(fabs(loss[0]), 1e-30);
     double e_pred = dev_err(mc->a.pred, mg->a.pred, S * E);
-    check(e_loss <= TOL && e_pred <= TOL_NET, "cuda_train_forward",
+    check(e_loss <= g_tol && e_pred <= g_tol_net, nm("cuda_train_forward"),
           "loss cuda %.9g cpu %.9g rel err %.1e (tol %.0e), pred rel err %.1e (tol %.0e)", loss[1], loss[0], e_loss,
-          TOL, e_pred, TOL_NET);
+          g_tol, e_pred, g_tol_net);
 
     real *gc = fetch(g_cpu, mc->grads_mem, np), *gg = fetch(g_gpu, mg->grads_mem, np);
     double e_grad, e_dxt = dev_err(mc->d.dxt, mg->d.dxt, S * E);
     int zero_tensors, wi = worst_tensor(mc, gg, gc, &e_grad, &zero_tensors);
-    check(e_grad <= TOL_NET && e_dxt <= TOL_NET && zero_tensors == 0, "cuda_train_gradients",
+    check(e_grad <= g_tol_net && e_dxt <= g_tol_net && zero_tensors == 0, nm("cuda_train_gradients"),
           "%d tensors, %zu parameters: worst %s rel err %.1e, input gradient dxt %.1e (tol %.0e); %d all-zero "
-          "gradient tensors (expect 0)", mc->n_tensors, np, mc->info[wi].name, e_grad, e_dxt, TOL_NET, zero_tensors);
+          "gradient tensors (expect 0)", mc->n_tensors, np, mc->info[wi].name, e_grad, e_dxt, g_tol_net, zero_tensors);
+
+    // The same step again on CUDA: the same bytes (a resumed run repeats the uninterrupted one).
+    model_forward(mg);
+    real again = model_loss(mg);
+    model_zero_grad(mg), model_backward(mg);
+    real *gg2 = fetch(g_gpu, mg->grads_mem, np);
+    int same = !memcmp(&again, &loss[1], sizeof again) && !memcmp(gg, gg2, sizeof(real) * np);
+    check(same, nm("cuda_determinism_train_step"), "forward, loss and every gradient twice on %s: %s", g_gpu->name,
+          SAME(same));
+    free(gg2);
 
     // One optimizer step from the same gradients: a gradient element at the noise level may
     // legitimately differ in sign, which Adam's first step turns into a +-lr difference. So the CUDA
@@ -720,7 +792,7 @@ static void section_train_step(void) {
     double gn_err = fabs(info[1].grad_norm - info[0].grad_norm) / fmax(info[0].grad_norm, 1e-300);
     check(e_param <= TOL_NET && e_ema <= TOL_NET && e_mom <= TOL_NET && e_absmax <= TOL_NET && gn_err <= 1e-12 &&
               info[1].nonfinite == info[0].nonfinite && codes_diff <= n8 / 1000 && maxd <= 1,
-          "cuda_train_optimizer",
+          nm("cuda_train_optimizer"),
           "1 step at lr %g: worst parameter %s rel err %.1e, EMA %.1e, fp32 moments %.1e, absmax %.1e (tol %.0e); "
           "8-bit codes differing %zu of %zu (max %d index; tol 0.1%%, 1); grad norm cuda %.12g cpu %.12g (rel %.1e, "
           "tol 1e-12), non-finite %zu / %zu", c.lr, mc->info[pi].name, e_param, e_ema, e_mom, e_absmax, TOL_NET,
@@ -761,8 +833,8 @@ static void time_config(const char *path, const char *label) {
         be->sync();
         if (it >= 0) t_fb += t1 - t0, t_opt += now() - t1;
     }
-    printf("INFO cuda_time %s: %.2f ms per forward+backward, %.2f ms per optimizer step (B=%d, %d tokens, D=%d, "
-           "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
+    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step (B=%d, %d tokens, D=%d, "
+           "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", g_mode, label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
            m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
     be->free(x0), free(hx0);
     free_optimizer(o);
@@ -779,22 +851,31 @@ int main(int argc, char **argv) {
     }
     fc_set_threads(fc_default_threads());
     const char *why = NULL;
+    const Backend *fp32 = self ? backend_cpu() : backend_cuda_precision(0, &why);
+    const Backend *bf16 = self ? backend_cpu() : backend_cuda_precision(1, &why);
     g_cpu = backend_cpu();
-    g_gpu = self ? backend_cpu() : backend_cuda(&why);
-    if (!g_gpu) {
+    if (!fp32 || !bf16) {
         printf("SKIP cuda: %s\n", why ? why : "the CUDA backend is unavailable");
         return 0;
     }
-    printf("test_cuda: %s against %s, seed %llu%s%s\n", g_gpu->describe(), g_cpu->describe(),
+    printf("test_cuda: %s and %s against %s, seed %llu%s%s\n", fp32->describe(), bf16->describe(), g_cpu->describe(),
            (unsigned long long)g_seed, g_quick ? ", quick" : "", self ? ", CPU IN CUDA'S PLACE (--cpu-as-cuda)" : "");
     double t0 = now();
+    g_gpu = fp32;
     section_ops();
-    section_determinism();
+    section_determinism(0);
+    section_train_step();
+    g_gpu = bf16, g_tol = TOL_BF16, g_tol_net = TOL_NET_BF16, g_mode = "_bf16";
+    section_ops_bf16();
+    section_determinism(1);
     section_train_step();
     printf("---- 4. timings ----\n");
-    time_config(TINY, "tiny");
-    if (self) printf("INFO cuda_time small: left out with --cpu-as-cuda\n");
-    else time_config(SMALL, "small");
+    for (int k = 0; k < 2; k++) {
+        g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
+        time_config(TINY, "tiny");
+        if (self) printf("INFO cuda_time small: left out with --cpu-as-cuda\n");
+        else time_config(SMALL, "small");
+    }
     printf("test_cuda: %d failed, %.1f s\n", g_failed, now() - t0);
     return g_failed ? 1 : 0;
 }

@@ -2,6 +2,8 @@
 # On a machine with an NVIDIA GPU: build, run the CUDA backend's tests against the CPU backend, the
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
+#   SKIP_TRAIN_TEST=1 leaves out the kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset.
+# MFU is the model FLOPs per second (train's "speed:" line) over the card's dense bf16 peak (table below).
 # Works where only the CUDA toolkit, a C compiler, zlib and OpenBLAS are installed (no FFmpeg:
 # video I/O is left out, training on the built-in shapes is enough for all of this).
 set -u
@@ -29,22 +31,44 @@ grep 'framechain build' "$LOG/build.log"
 echo "== make test-cuda"
 make test-cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
-echo "== kill -9 resume on the GPU (tests/test_train.sh, device auto = cuda)"
-tests/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
-grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
-echo "== training speed and peak memory (cuda)"
-# speed NAME CONFIG STEPS [train options]: one timed run; the plan, the rate and the measured peak
+if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
+    echo "== kill -9 resume on the GPU (tests/test_train.sh, device auto = cuda)"
+    tests/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
+    grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
+fi
+# The card's dense bf16 tensor-core peak in TFLOP/s (fp32 accumulation), by name.
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in
+    *H100*PCIe*) peak=756 ;; *H100*|*H200*|*GH200*) peak=989 ;; *A100*) peak=312 ;;
+    *4090*) peak=165 ;; *3090*) peak=71 ;; *) peak=0 ;;
+esac
+echo "== training speed and peak memory ($gpu, bf16 peak ${peak} TFLOP/s)"
+# speed NAME DEVICE CONFIG STEPS [train options]: one timed run; the plan, the steady rate, MFU, the peak
 speed() {
-    local name=$1 cfg=$2 steps=$3
-    shift 3
+    local name=$1 dev=$2 cfg=$3 steps=$4
+    shift 4
     rm -rf "$LOG/run"
-    ./framechain --device cuda train --config "$cfg" --run "$LOG/run" --steps "$steps" --set warmup_steps=2 \
-        --set checkpoint_every=100000 "$@" > "$LOG/train-$name.log" 2>&1
-    echo "$name: $(grep -E 'total|budget|steps/s|peak|exceeds|error' "$LOG/train-$name.log" | tail -5 | tr '\n' ' ' | tr -s ' ')"
+    ./framechain --device "$dev" train --config "$cfg" --run "$LOG/run" --steps "$steps" --set warmup_steps=2 \
+        --set checkpoint_every=100000 "$@" > "$LOG/train-$name-$dev.log" 2>&1
+    local tf mfu
+    tf=$(sed -nE 's/^speed: .* ([0-9.]+) TFLOP\/s$/\1/p' "$LOG/train-$name-$dev.log")
+    mfu=$(awk -v t="${tf:-0}" -v p="$peak" 'BEGIN { if (p > 0) printf "%.1f%%", 100 * t / p; else print "?" }')
+    echo "$name $dev: $(grep -E '^  total|EXCEEDS|^speed|^peak|rror' "$LOG/train-$name-$dev.log" | tail -4 | tr '\n' ' ' | tr -s ' ') MFU $mfu"
 }
-speed tiny configs/tiny/starter.conf 300
-speed small configs/small/starter.conf 300
-speed small-batch16 configs/small/starter.conf 100 --set batch_size=16
-speed preset-24GiB-budget configs/starter.conf 5
-speed preset-75GiB-budget configs/starter.conf 8 --vram-budget 75
+for dev in cuda cuda-fp32; do
+    speed tiny $dev configs/tiny/starter.conf 300
+    speed small $dev configs/small/starter.conf 300
+    speed small-batch16 $dev configs/small/starter.conf 100 --set batch_size=16
+    speed preset $dev configs/starter.conf 10
+done
+speed preset-budget-75GiB cuda configs/starter.conf 10 --vram-budget 75 --set recompute=0
+if [ "${PROFILE:-0}" = 1 ] && command -v nsys > /dev/null; then
+    echo "== nsys: where a preset step's GPU time goes (bf16)"
+    rm -rf "$LOG/run"
+    nsys profile -o "$LOG/preset" --force-overwrite true ./framechain --device cuda train --config configs/starter.conf \
+        --run "$LOG/run" --steps 4 --vram-budget 75 > "$LOG/nsys.log" 2>&1
+    nsys stats --report cuda_gpu_kern_sum --format csv "$LOG/preset.nsys-rep" 2> /dev/null |
+        awk -F'","' 'NR > 1 { printf "%6s%%  %s\n", $1, substr($NF, 1, 90) }' | sed 's/"//g' | head -20
+    rm -f "$LOG/preset.nsys-rep" "$LOG/preset.sqlite"
+fi
 rm -rf "$LOG/run"

@@ -1,0 +1,97 @@
+// bf16.cu: bf16 operands for the tensor-core GEMMs of the "cuda" backend (the "cuda-fp32" backend
+// never calls these). Master weights, gradients and optimizer state stay fp32; what a GEMM reads
+// is rounded to bf16 (round to nearest even) and it accumulates in fp32:
+// - weights: the model registers its one parameter allocation (register_weights); a bf16 mirror of
+//   it, at the same offsets, is rebuilt in one pass the first time a GEMM reads a weight after the
+//   parameters changed (upload, copy, zero and the optimizer ops mark them changed), so a training
+//   step converts its weights once, not once per GEMM. A weight outside every registered
+//   allocation (the op tests) is converted on each call.
+// - activations: converted on each call into per-operand scratch (an activation is read by one
+//   or two GEMMs, so a cache would not pay).
+#include <cuda_bf16.h>
+
+#include "cuda_common.cuh"
+
+#define BF16_THREADS 256
+
+// dst[i] = bf16(src[i]), four elements per thread where the pointers allow (grid-stride).
+static __global__ void to_bf16_kernel(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+static void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    if (!n) return;
+    unsigned blocks = fc_cdiv(n, BF16_THREADS);
+    if (blocks > 8192) blocks = 8192;
+    to_bf16_kernel<<<blocks, BF16_THREADS>>>(dst, src, n);
+    kernelCheck();
+}
+
+// ----------------------------------------------------------------------------
+// the registered parameter allocations and their mirrors (generation holds three models at once)
+
+#define MAX_ARENAS 8
+static struct {
+    const float *base;      // (n) the fp32 parameters
+    size_t n;
+    __nv_bfloat16 *mirror;  // (n) bf16 copy, valid when !stale
+    int stale;
+} g_arena[MAX_ARENAS];
+
+static void cuda_register_weights(const real *params, size_t n) {
+    for (int i = 0; i < MAX_ARENAS; i++)
+        if (!g_arena[i].base) {
+            g_arena[i].base = params, g_arena[i].n = n, g_arena[i].stale = 1;
+            g_arena[i].mirror = (__nv_bfloat16 *)fc_cuda_alloc(sizeof(__nv_bfloat16) * (n ? n : 1));
+            return;
+        }
+    fc_die("CUDA backend: more than %d models registered at once", MAX_ARENAS);
+}
+
+static void cuda_unregister_weights(const real *params) {
+    for (int i = 0; i < MAX_ARENAS; i++)
+        if (g_arena[i].base == params) {
+            fc_cuda_free(g_arena[i].mirror);
+            g_arena[i].base = NULL, g_arena[i].mirror = NULL, g_arena[i].n = 0;
+        }
+}
+
+void fc_cuda_weights_touched(const void *dst, size_t bytes) {
+    const char *lo = (const char *)dst, *hi = lo + bytes;
+    for (int i = 0; i < MAX_ARENAS; i++) {
+        const char *b = (const char *)g_arena[i].base, *e = b + sizeof(float) * g_arena[i].n;
+        if (b && lo < e && b < hi) g_arena[i].stale = 1;
+    }
+}
+
+const __nv_bfloat16 *fc_bf16_weights(const float *w, size_t n) {
+    for (int i = 0; i < MAX_ARENAS; i++) {
+        const float *b = g_arena[i].base;
+        if (b && w >= b && w + n <= b + g_arena[i].n) {
+            if (g_arena[i].stale) to_bf16(g_arena[i].mirror, b, g_arena[i].n), g_arena[i].stale = 0;
+            return g_arena[i].mirror + (w - b);
+        }
+    }
+    __nv_bfloat16 *dst = (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_W, sizeof(__nv_bfloat16) * (n ? n : 1));
+    to_bf16(dst, w, n);
+    return dst;
+}
+
+const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which) {
+    __nv_bfloat16 *dst = (__nv_bfloat16 *)fc_cuda_scratch(which, sizeof(__nv_bfloat16) * (n ? n : 1));
+    to_bf16(dst, x, n);
+    return dst;
+}
+
+size_t fc_bf16_mirror_bytes(void) {
+    size_t sum = 0;
+    for (int i = 0; i < MAX_ARENAS; i++) sum += sizeof(__nv_bfloat16) * g_arena[i].n;
+    return sum;
+}
+
+void cuda_register_bf16(Backend *be) {
+    be->register_weights = cuda_register_weights;
+    be->unregister_weights = cuda_unregister_weights;
+}

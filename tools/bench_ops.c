@@ -1,0 +1,134 @@
+// bench_ops.c: where a training step's time goes, op by op, on one backend: each op of one block
+// of a config, timed alone at that config's shapes (median of several runs after a warm-up), then
+// scaled by how often a step runs it. A benchmark, not a test: it asserts nothing.
+//
+// usage (from the repository root): build/bench_ops [--device cpu|cuda|cuda-fp32] [--config PATH] [--reps N]
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "config.h"
+#include "memplan.h"
+#include "philox.h"
+
+static const Backend *g_be;
+static int g_reps = 7;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// A random buffer of n values in backend memory (normal, std 0.5: softmax and norms stay tame).
+static real *rnd(size_t n) {
+    real *h = fc_malloc(sizeof(real) * (n ? n : 1)), *d = g_be->alloc(sizeof(real) * (n ? n : 1));
+    philox_fill_normal(h, n, 0, (real)0.5, 1, (uint32_t)n, RNG_TEST, 0);
+    g_be->upload(d, h, sizeof(real) * n);
+    free(h);
+    return d;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const char *name;
+    double ms, per_step;  // median ms of one call; calls per training step
+} Row;
+static Row g_rows[64];
+static int g_nrows;
+
+// Time `call` (a statement) g_reps times after one warm-up: the median, as a row run `count` times a step.
+#define TIME(label, count, call)                                   \
+    do {                                                           \
+        double t_[64];                                             \
+        call;                                                      \
+        for (int r_ = 0; r_ < g_reps; r_++) {                      \
+            g_be->sync();                                          \
+            double t0_ = now();                                    \
+            call;                                                  \
+            g_be->sync();                                          \
+            t_[r_] = 1e3 * (now() - t0_);                          \
+        }                                                          \
+        qsort(t_, g_reps, sizeof(double), cmp_double);             \
+        g_rows[g_nrows++] = (Row){label, t_[g_reps / 2], (count)}; \
+    } while (0)
+
+static AttnLayout layout(int B, int F, int N, int temporal) {
+    if (temporal)
+        return (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = (long)F * N,
+                            .inner_stride = 1};
+    return (AttnLayout){.n_outer = B * F, .n_inner = 1, .len = N, .tok_stride = 1, .outer_stride = N,
+                        .inner_stride = 0};
+}
+
+int main(int argc, char **argv) {
+    const char *device = "auto", *path = "configs/starter.conf";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+        else fc_die("usage: bench_ops [--device cpu|cuda|cuda-fp32] [--config PATH] [--reps N] (not %s)", argv[i]);
+    }
+    if (g_reps < 1 || g_reps > 64) fc_die("--reps: 1 to 64");
+    fc_set_threads(fc_default_threads());
+    g_be = backend_select(device);
+    Config c;
+    config_defaults(&c);
+    config_load(&c, path);
+    config_validate(&c, path);
+    int B = c.batch_size, F = c.slots, n = c.frame_size / c.patch, N = n * n, S = B * F, T = S * N;
+    int D = c.width, H = c.heads, RD = c.mlp_ratio * D, L = c.depth;
+    long ms = 9L * D;
+    printf("bench_ops: %s, %s: %d tokens, width %d, %d heads, depth %d\n", path, g_be->describe(), T, D, H, L);
+
+    real *x = rnd((size_t)T * RD), *y = rnd((size_t)T * RD), *dy = rnd((size_t)T * RD), *dx = rnd((size_t)T * RD);
+    real *w = rnd((size_t)RD * D), *dw = rnd((size_t)RD * D), *b = rnd(RD), *db = rnd(RD);
+    real *qkv = rnd((size_t)T * 3 * D), *dqkv = rnd((size_t)T * 3 * D), *att = rnd((size_t)T * D);
+    real *datt = rnd((size_t)T * D), *lse = rnd((size_t)T * H), *mod = rnd((size_t)S * ms), *dmod = rnd((size_t)S * ms);
+    real *mean = rnd(T), *rstd = rnd(T), *qw = rnd(D / H), *kw = rnd(D / H), *qr = rnd((size_t)T * 2 * H);
+    g_be->register_weights(w, (size_t)RD * D);  // the model's weights live in a registered allocation
+
+    // ---- the ops of one block (two attention sub-layers, the MLP), each as often as a step runs it ----
+    TIME("linear fwd qkv", 2 * L, g_be->linear_fwd(y, x, w, b, T, D, 3 * D));
+    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, 3 * D));
+    TIME("linear fwd proj", 2 * L, g_be->linear_fwd(y, x, w, b, T, D, D));
+    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, D));
+    TIME("linear fwd fc1", L, g_be->linear_fwd(y, x, w, b, T, D, RD));
+    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, RD));
+    TIME("linear fwd fc2", L, g_be->linear_fwd(y, x, w, b, T, RD, D));
+    TIME("linear bwd fc2", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, RD, D));
+    AttnLayout sp = layout(B, F, N, 0), tm = layout(B, F, N, 1);
+    TIME("attention fwd spatial", L, g_be->attn_fwd(att, lse, qkv, sp, D, H));
+    TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, att, qkv, lse, sp, D, H));
+    TIME("attention fwd temporal", L, g_be->attn_fwd(att, lse, qkv, tm, D, H));
+    TIME("attention bwd temporal", L, g_be->attn_bwd(dqkv, datt, att, qkv, lse, tm, D, H));
+    TIME("ln_mod fwd", 3 * L, g_be->ln_mod_fwd(y, mean, rstd, x, mod, mod + D, ms, S, N, D));
+    TIME("ln_mod bwd", 3 * L, g_be->ln_mod_bwd(dx, dmod, dmod + D, dy, x, mean, rstd, mod + D, ms, S, N, D));
+    TIME("qk_norm fwd", 2 * L, g_be->qk_norm_fwd(y, qr, qkv, qw, kw, T, D, H));
+    TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, dy, qkv, qr, qw, kw, T, D, H));
+    TIME("gated_add fwd", 3 * L, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
+    TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
+    TIME("gelu fwd", L, g_be->gelu_fwd(y, x, (size_t)T * RD));
+    TIME("gelu bwd", L, g_be->gelu_bwd(dx, dy, x, (size_t)T * RD));
+    TIME("zero (T, 3D)", 5 * L, g_be->zero(dqkv, sizeof(real) * T * 3 * D));
+
+    double total = 0;
+    for (int i = 0; i < g_nrows; i++) total += g_rows[i].ms * g_rows[i].per_step;
+    double flops = model_step_flops(&c, B);
+    printf("%-24s %10s %8s %12s %7s\n", "op", "ms/call", "x/step", "ms/step", "share");
+    for (int i = 0; i < g_nrows; i++) {
+        Row *r = &g_rows[i];
+        printf("%-24s %10.3f %8.0f %12.2f %6.1f%%\n", r->name, r->ms, r->per_step, r->ms * r->per_step,
+               100 * r->ms * r->per_step / total);
+    }
+    printf("%-24s %10s %8s %12.2f  (%.3g TFLOP of model FLOPs: %.1f TFLOP/s if a step were only these ops)\n",
+           "sum", "", "", total, flops / 1e12, flops / total / 1e9);
+    printf("note: the optimizer, the EMA, embeddings and activation recompute are not in the sum\n");
+    g_be->unregister_weights(w);
+    return 0;
+}
