@@ -430,7 +430,7 @@ static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, co
     kernelCheck();
 }
 
-static void cuda_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+void fc_attn_fwd_fp32(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
     int dh = attn_head_dim(D, H, "attn_fwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0) return;
@@ -442,16 +442,22 @@ static void cuda_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay,
     }
 }
 
-static void cuda_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
-                          AttnLayout lay, int D, int H) {
+const float *fc_attn_dvec(const float *dout, const float *out, AttnLayout lay, int D, int H) {
+    long total = (long)lay.n_outer * lay.n_inner * H * lay.len;
+    float *dvec = (float *)fc_cuda_scratch(SCRATCH_ATTN, sizeof(float) * (size_t)(total ? total : 1));
+    if (total > 0) {
+        attn_dvec_kernel<<<fc_cdiv((size_t)total, 256), 256>>>(dvec, dout, out, lay, D, H, D / H, total);
+        kernelCheck();
+    }
+    return dvec;
+}
+
+void fc_attn_bwd_fp32(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                      AttnLayout lay, int D, int H) {
     int dh = attn_head_dim(D, H, "attn_bwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
-    // Dvec (n_seq, H, len) in this family's scratch.
-    long total = n_seq * H * lay.len;
-    float *dvec = (float *)fc_cuda_scratch(SCRATCH_ATTN, sizeof(float) * (size_t)total);
-    attn_dvec_kernel<<<fc_cdiv((size_t)total, 256), 256>>>(dvec, dout, out, lay, D, H, dh, total);
-    kernelCheck();
+    const float *dvec = fc_attn_dvec(dout, out, lay, D, H);
     switch (dh) {
     case 16: attn_bwd_launch<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
     case 32: attn_bwd_launch<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
@@ -461,6 +467,6 @@ static void cuda_attn_bwd(real *dqkv, const real *dout, const real *out, const r
 }
 
 void cuda_register_attention(Backend *be) {
-    be->attn_fwd = cuda_attn_fwd;
-    be->attn_bwd = cuda_attn_bwd;
+    be->attn_fwd = fc_attn_fwd_fp32;
+    be->attn_bwd = fc_attn_bwd_fp32;
 }

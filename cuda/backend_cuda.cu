@@ -164,6 +164,7 @@ static void fill_table(Backend *be, int bf16) {
     cuda_register_elementwise(be);
     cuda_register_norm(be);
     cuda_register_attention(be);
+    if (bf16) cuda_register_attention_tc(be);
     cuda_register_optim(be);
 }
 

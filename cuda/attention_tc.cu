@@ -1,0 +1,451 @@
+// attention_tc.cu: softmax attention on the tensor cores, for the "cuda" (bf16) op table. The same
+// flash-attention algorithm as attention.cu (read its header first: layouts, scale, lse, Dvec, the
+// split of the backward pass into a dQ kernel and a dK/dV kernel, no atomics), with every product
+// of two tiles an mma.sync.m16n8k16 on bf16 operands accumulating in fp32 registers:
+//   forward  S = Q K^T, O += P V                  (P rounded to bf16; the softmax itself in fp32)
+//   dQ       S = Q K^T, dP = dO V^T, dQ += dS K    (dS = P (dP - Dvec) scale, rounded to bf16)
+//   dK/dV    S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
+// q, k, v and dout are fp32 in memory and rounded to bf16 as a tile is staged in shared memory;
+// a tile that is the k-major "B" operand of a product is staged transposed as well, so that every
+// fragment is read with 32-bit loads.
+//
+// Fragments (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16x16) holds rows g and g+8,
+// columns 2t, 2t+1 and 2t+8, 2t+9; B (16x8) holds k rows 2t, 2t+1, 2t+8, 2t+9 of column g; the
+// accumulator C (16x8) holds rows g and g+8, columns 2t, 2t+1. So a thread owns two rows of every
+// score tile: the online softmax rescales its accumulator rows in registers, row maxima and sums
+// are completed across the 4 threads of a quad by shuffles, and the C fragments of two adjacent
+// score tiles are exactly the A fragment of the probabilities for the next product.
+//
+// A block is 4 warps owning 64 rows (16 per warp: queries in forward and dQ, keys in dK/dV) and
+// streams over tiles of the other side (64 keys forward, 32 rows backward). Each warp handles its
+// rows in a fixed order and every output element is written (or added into dqkv) once, by one
+// thread: the same bytes on every run. Sequences shorter than TC_MIN_LEN (temporal attention over
+// a window of ~7 frames) would be mostly padding: they go to attention.cu's fp32 kernels.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+#define TC_THREADS 128  // 4 warps
+#define TC_ROWS 64      // rows a block owns: 16 per warp
+#define TC_FWD_TILE 64  // keys per streamed tile, forward
+#define TC_BWD_TILE 32  // rows per streamed tile, backward
+#define TC_MIN_LEN 64
+
+// ----------------------------------------------------------------------------
+// fragments
+
+// d += a b, one m16n8k16 product: bf16 operands, fp32 accumulation.
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *(const uint32_t *)p; }
+
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+// The A fragment of the 16x16 block at m (row-major, ld elements per row).
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *m, int ld, int g, int t) {
+    a[0] = ld32(m + g * ld + 2 * t), a[1] = ld32(m + (g + 8) * ld + 2 * t);
+    a[2] = ld32(m + g * ld + 2 * t + 8), a[3] = ld32(m + (g + 8) * ld + 2 * t + 8);
+}
+
+// The B fragment (16 k x 8 n) whose column n is row n of m (row-major, ld): B = m^T.
+__device__ __forceinline__ void load_bt(uint32_t &b0, uint32_t &b1, const bf16 *m, int ld, int g, int t) {
+    b0 = ld32(m + g * ld + 2 * t), b1 = ld32(m + g * ld + 2 * t + 8);
+}
+
+// The A fragment of probabilities from the accumulators of score tiles 2kk and 2kk+1.
+__device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = pack(c0[0], c0[1]), a[1] = pack(c0[2], c0[3]), a[2] = pack(c1[0], c1[1]), a[3] = pack(c1[2], c1[3]);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ----------------------------------------------------------------------------
+// staging
+
+// Where the tokens of one sequence lie: token k of sequence seq is row base + k * tok of qkv, out,
+// dout (computed once per block: the divisions are not cheap on a GPU).
+struct SeqRows {
+    long base, tok;
+    __device__ SeqRows(const AttnLayout &lay, long seq)
+        : base(seq / lay.n_inner * lay.outer_stride + seq % lay.n_inner * lay.inner_stride), tok(lay.tok_stride) {}
+    __device__ long operator()(int k) const { return base + (long)k * tok; }
+};
+
+// Rows r0 .. r0+nrows-1 of a sequence, columns col .. col+DH-1 of fp32 rows of ld floats, rounded to
+// bf16 into rows[r][c] (leading dimension ldr) and/or cols[c][r] (transposed, ldc); rows at or past
+// len are zeros. All threads of the block take part, four columns each: float4 loads when VEC (the
+// host checked that every such row start is 16-byte aligned), else four scalar loads.
+template <int DH, bool VEC>
+__device__ __forceinline__ void stage(bf16 *rows, int ldr, bf16 *cols, int ldc, const float *__restrict__ src, long ld,
+                                      long col, const SeqRows &sr, int r0, int nrows, int len) {
+    constexpr int Q = DH / 4;  // float4s per row
+    for (int idx = threadIdx.x; idx < nrows * Q; idx += blockDim.x) {
+        int r = idx / Q, c = (idx % Q) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r0 + r < len) {
+            const float *p = src + sr(r0 + r) * ld + col + c;
+            if (VEC) v = *(const float4 *)p;
+            else v = make_float4(p[0], p[1], p[2], p[3]);
+        }
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        if (rows) *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
+        if (cols) {
+            cols[c * ldc + r] = lo.x, cols[(c + 1) * ldc + r] = lo.y;
+            cols[(c + 2) * ldc + r] = hi.x, cols[(c + 3) * ldc + r] = hi.y;
+        }
+    }
+}
+
+// Shared-memory row lengths (elements): bf16 rows padded by 8 so that rows start on different banks
+// and every 32-bit fragment load stays aligned.
+template <int DH>
+struct TcLd {
+    static constexpr int ROW = DH + 8;                    // (rows, DH) tiles
+    static constexpr int FWD_T = TC_FWD_TILE + 8;         // (DH, 64) transposed tiles
+    static constexpr int BWD_T = TC_BWD_TILE + 8;         // (DH, 32) transposed tiles
+    static constexpr int FWD_BYTES = 2 * (2 * TC_ROWS * ROW + DH * FWD_T);  // Q, K, V^T
+    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS * ROW + 2 * TC_BWD_TILE * ROW + DH * BWD_T) + 2 * TC_ROWS * 4;
+    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS * ROW + 2 * TC_BWD_TILE * ROW + 2 * DH * BWD_T) +
+                                      2 * TC_BWD_TILE * 4;
+};
+
+// ----------------------------------------------------------------------------
+// forward. Block b = (seq * H + h) * ntiles + tile owns queries tile*64 .. +63.
+
+template <int DH, bool VEC>
+__global__ void __launch_bounds__(TC_THREADS)
+    tc_attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, AttnLayout lay,
+                       int D, int H, int ntiles, float scale) {
+    using L = TcLd<DH>;
+    constexpr int NT = TC_FWD_TILE / 8;  // score tiles of 8 keys
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem;            // (64, DH)
+    bf16 *Ks = Qs + TC_ROWS * L::ROW;   // (64 keys, DH)
+    bf16 *Vt = Ks + TC_ROWS * L::ROW;   // (DH, 64 keys)
+    const int tile = blockIdx.x % ntiles;
+    const long sh = blockIdx.x / ntiles, seq = sh / H;
+    const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const long ld = 3L * D;
+    const SeqRows sr(lay, seq);
+
+    stage<DH, VEC>(Qs, L::ROW, NULL, 0, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
+    __syncthreads();
+    uint32_t qa[DH / 16][4];
+    for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
+    float o[DH / 8][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g+8: running max, this thread's sum
+
+    for (int k0 = 0; k0 < len; k0 += TC_FWD_TILE) {
+        __syncthreads();  // every warp is done with the last tile
+        stage<DH, VEC>(Ks, L::ROW, NULL, 0, qkv, ld, D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
+        stage<DH, VEC>(NULL, 0, Vt, L::FWD_T, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
+        __syncthreads();
+        float s[NT][4] = {};
+        for (int j = 0; j < NT; j++)
+            for (int kb = 0; kb < DH / 16; kb++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, Ks + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                mma16816(s[j], qa[kb], b0, b1);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int j = 0; j < NT; j++)
+            for (int e = 0; e < 4; e++) {
+                bool valid = k0 + j * 8 + 2 * t + (e & 1) < len;
+                s[j][e] = valid ? s[j][e] * scale : -INFINITY;
+                mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+            }
+        float alpha[2];
+        for (int r = 0; r < 2; r++) {
+            float mn = fmaxf(m[r], quad_max(mx[r]));  // finite: the tile has at least one key
+            alpha[r] = expf(m[r] - mn), m[r] = mn, l[r] *= alpha[r];
+        }
+        for (int j = 0; j < NT; j++)
+            for (int e = 0; e < 4; e++) {
+                s[j][e] = expf(s[j][e] - m[e / 2]);  // a masked key: exp(-inf) = 0
+                l[e / 2] += s[j][e];
+            }
+        for (int n = 0; n < DH / 8; n++)
+            o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4];
+            c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+            for (int n = 0; n < DH / 8; n++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, Vt + n * 8 * L::FWD_T + kk * 16, L::FWD_T, g, t);
+                mma16816(o[n], pa, b0, b1);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int q = q0 + warp * 16 + g + 8 * r;
+        float sum = quad_sum(l[r]);
+        if (q >= len) continue;
+        long row = sr(q);
+        float *dst = out + row * D + (long)h * DH + 2 * t;
+        for (int n = 0; n < DH / 8; n++) dst[n * 8] = o[n][2 * r] / sum, dst[n * 8 + 1] = o[n][2 * r + 1] / sum;
+        if (t == 0) lse[row * H + h] = m[r] + logf(sum);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backward: dQ. Block as in the forward pass; streams over tiles of 32 keys and values.
+
+template <int DH, bool VEC>
+__global__ void __launch_bounds__(TC_THREADS)
+    tc_attn_bwd_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
+                          const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D, int H,
+                          int ntiles, float scale) {
+    using L = TcLd<DH>;
+    constexpr int NT = TC_BWD_TILE / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;             // (64, DH) each
+    bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + TC_BWD_TILE * L::ROW;  // (32, DH) each
+    bf16 *Kt = Vs + TC_BWD_TILE * L::ROW;                                // (DH, 32)
+    float *Lse = (float *)(Kt + DH * L::BWD_T), *Dv = Lse + TC_ROWS;
+    const int tile = blockIdx.x % ntiles;
+    const long sh = blockIdx.x / ntiles, seq = sh / H;
+    const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const long ld = 3L * D;
+    const SeqRows sr(lay, seq);
+
+    stage<DH, VEC>(Qs, L::ROW, NULL, 0, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC>(DOs, L::ROW, NULL, 0, dout, D, (long)h * DH, sr, q0, TC_ROWS, len);
+    for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
+        bool in = q0 + r < len;
+        Lse[r] = in ? lse[sr(q0 + r) * H + h] : 0.f;
+        Dv[r] = in ? dvec[sh * len + q0 + r] : 0.f;
+    }
+    const int r0 = warp * 16;
+    float dq[DH / 8][4] = {};
+    for (int k0 = 0; k0 < len; k0 += TC_BWD_TILE) {
+        __syncthreads();
+        stage<DH, VEC>(Ks, L::ROW, Kt, L::BWD_T, qkv, ld, D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
+        stage<DH, VEC>(Vs, L::ROW, NULL, 0, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
+        __syncthreads();
+        float s[NT][4] = {}, dp[NT][4] = {};
+        for (int kb = 0; kb < DH / 16; kb++) {
+            uint32_t qa[4], da[4];
+            load_a(qa, Qs + r0 * L::ROW + kb * 16, L::ROW, g, t);
+            load_a(da, DOs + r0 * L::ROW + kb * 16, L::ROW, g, t);
+            for (int j = 0; j < NT; j++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, Ks + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                mma16816(s[j], qa, b0, b1);
+                load_bt(b0, b1, Vs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                mma16816(dp[j], da, b0, b1);
+            }
+        }
+        for (int j = 0; j < NT; j++)
+            for (int e = 0; e < 4; e++) {
+                int r = r0 + g + 8 * (e / 2);
+                float p = k0 + j * 8 + 2 * t + (e & 1) < len ? expf(s[j][e] * scale - Lse[r]) : 0.f;
+                s[j][e] = p * (dp[j][e] - Dv[r]) * scale;  // dS
+            }
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t a[4];
+            c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+            for (int n = 0; n < DH / 8; n++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, Kt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                mma16816(dq[n], a, b0, b1);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int q = q0 + r0 + g + 8 * r;
+        if (q >= len) continue;
+        float *dst = dqkv + sr(q) * ld + (long)h * DH + 2 * t;
+        for (int n = 0; n < DH / 8; n++) dst[n * 8] += dq[n][2 * r], dst[n * 8 + 1] += dq[n][2 * r + 1];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backward: dK and dV. Block b owns keys tile*64 .. +63 and streams over tiles of 32 queries (q,
+// dout, lse, Dvec).
+
+template <int DH, bool VEC>
+__global__ void __launch_bounds__(TC_THREADS)
+    tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
+                            const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D,
+                            int H, int ntiles, float scale) {
+    using L = TcLd<DH>;
+    constexpr int NT = TC_BWD_TILE / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                  // (64 keys, DH) each
+    bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + TC_BWD_TILE * L::ROW;     // (32 queries, DH) each
+    bf16 *Qt = DOs + TC_BWD_TILE * L::ROW, *DOt = Qt + DH * L::BWD_T;       // (DH, 32) each
+    float *Lse = (float *)(DOt + DH * L::BWD_T), *Dv = Lse + TC_BWD_TILE;
+    const int tile = blockIdx.x % ntiles;
+    const long sh = blockIdx.x / ntiles, seq = sh / H;
+    const int h = (int)(sh % H), len = lay.len, k0 = tile * TC_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const long ld = 3L * D;
+    const SeqRows sr(lay, seq);
+
+    stage<DH, VEC>(Ks, L::ROW, NULL, 0, qkv, ld, D + (long)h * DH, sr, k0, TC_ROWS, len);
+    stage<DH, VEC>(Vs, L::ROW, NULL, 0, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_ROWS, len);
+    const int r0 = warp * 16;
+    float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
+    for (int q0 = 0; q0 < len; q0 += TC_BWD_TILE) {
+        __syncthreads();
+        stage<DH, VEC>(Qs, L::ROW, Qt, L::BWD_T, qkv, ld, (long)h * DH, sr, q0, TC_BWD_TILE, len);
+        stage<DH, VEC>(DOs, L::ROW, DOt, L::BWD_T, dout, D, (long)h * DH, sr, q0, TC_BWD_TILE, len);
+        for (int c = threadIdx.x; c < TC_BWD_TILE; c += blockDim.x) {
+            bool in = q0 + c < len;
+            Lse[c] = in ? lse[sr(q0 + c) * H + h] : 0.f;
+            Dv[c] = in ? dvec[sh * len + q0 + c] : 0.f;
+        }
+        __syncthreads();
+        float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, 32 queries): S^T and dP^T
+        for (int kb = 0; kb < DH / 16; kb++) {
+            uint32_t ka[4], va[4];
+            load_a(ka, Ks + r0 * L::ROW + kb * 16, L::ROW, g, t);
+            load_a(va, Vs + r0 * L::ROW + kb * 16, L::ROW, g, t);
+            for (int j = 0; j < NT; j++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, Qs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                mma16816(st[j], ka, b0, b1);
+                load_bt(b0, b1, DOs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                mma16816(dpt[j], va, b0, b1);
+            }
+        }
+        for (int j = 0; j < NT; j++)
+            for (int e = 0; e < 4; e++) {
+                int c = j * 8 + 2 * t + (e & 1);
+                float p = q0 + c < len ? expf(st[j][e] * scale - Lse[c]) : 0.f;
+                st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dv[c]) * scale;  // P^T, dS^T
+            }
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4], sa[4];
+            c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+            c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+            for (int n = 0; n < DH / 8; n++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, DOt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                mma16816(dv[n], pa, b0, b1);
+                load_bt(b0, b1, Qt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                mma16816(dk[n], sa, b0, b1);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int k = k0 + r0 + g + 8 * r;
+        if (k >= len) continue;
+        float *dst = dqkv + sr(k) * ld + D + (long)h * DH + 2 * t;
+        for (int n = 0; n < DH / 8; n++) {
+            dst[n * 8] += dk[n][2 * r], dst[n * 8 + 1] += dk[n][2 * r + 1];
+            dst[D + n * 8] += dv[n][2 * r], dst[D + n * 8 + 1] += dv[n][2 * r + 1];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// host side
+
+static unsigned tc_grid(long n_seq, int H, int ntiles) {
+    long blocks = n_seq * H * ntiles;
+    if (blocks > 0x7fffffffL) fc_die("attention: %ld blocks is more than one CUDA grid holds", blocks);
+    return (unsigned)blocks;
+}
+
+// The kernels may need more than the default 48 KiB of shared memory: opt in once per kernel.
+template <typename K>
+static void tc_opt_in(K kernel, int bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int DH, bool VEC>
+static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
+    static int ready;
+    if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH, VEC>, TcLd<DH>::FWD_BYTES), ready = 1;
+    int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
+    float scale = (float)(1.0 / sqrt((double)DH));
+    tc_attn_fwd_kernel<DH, VEC><<<tc_grid(n_seq, H, ntiles), TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv, lay, D,
+                                                                                               H, ntiles, scale);
+    kernelCheck();
+}
+
+template <int DH, bool VEC>
+static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
+                   AttnLayout lay, int D, int H, long n_seq) {
+    static int ready;
+    if (!ready) {
+        tc_opt_in(tc_attn_bwd_dq_kernel<DH, VEC>, TcLd<DH>::DQ_BYTES);
+        tc_opt_in(tc_attn_bwd_dkdv_kernel<DH, VEC>, TcLd<DH>::DKDV_BYTES);
+        ready = 1;
+    }
+    int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
+    unsigned grid = tc_grid(n_seq, H, ntiles);
+    float scale = (float)(1.0 / sqrt((double)DH));
+    tc_attn_bwd_dq_kernel<DH, VEC><<<grid, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, dout, qkv, lse, dvec, lay, D, H,
+                                                                             ntiles, scale);
+    kernelCheck();
+    tc_attn_bwd_dkdv_kernel<DH, VEC><<<grid, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, dout, qkv, lse, dvec, lay, D,
+                                                                                 H, ntiles, scale);
+    kernelCheck();
+}
+
+// Vector loads need every staged row to start on 16 bytes: the arrays do, as D is a multiple of 16.
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// The head dimension when the tensor-core kernels take this call, else 0 (attention.cu's kernels).
+static int tc_head_dim(AttnLayout lay, int D, int H) {
+    if (H <= 0 || D % H != 0 || lay.len < TC_MIN_LEN) return 0;
+    int dh = D / H;
+    return dh == 16 || dh == 32 || dh == 64 || dh == 128 ? dh : 0;
+}
+
+static void tc_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = tc_head_dim(lay, D, H);
+    long n_seq = (long)lay.n_outer * lay.n_inner;
+    if (!dh) return fc_attn_fwd_fp32(out, lse, qkv, lay, D, H);
+    if (n_seq <= 0) return;
+    bool v = aligned16(qkv);
+    switch (dh) {
+    case 16: (v ? tc_fwd<16, true> : tc_fwd<16, false>)(out, lse, qkv, lay, D, H, n_seq); break;
+    case 32: (v ? tc_fwd<32, true> : tc_fwd<32, false>)(out, lse, qkv, lay, D, H, n_seq); break;
+    case 64: (v ? tc_fwd<64, true> : tc_fwd<64, false>)(out, lse, qkv, lay, D, H, n_seq); break;
+    default: (v ? tc_fwd<128, true> : tc_fwd<128, false>)(out, lse, qkv, lay, D, H, n_seq); break;
+    }
+}
+
+static void tc_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                        AttnLayout lay, int D, int H) {
+    int dh = tc_head_dim(lay, D, H);
+    long n_seq = (long)lay.n_outer * lay.n_inner;
+    if (!dh) return fc_attn_bwd_fp32(dqkv, dout, out, qkv, lse, lay, D, H);
+    if (n_seq <= 0 || !dqkv) return;
+    const float *dvec = fc_attn_dvec(dout, out, lay, D, H);
+    bool v = aligned16(qkv) && aligned16(dout);
+    switch (dh) {
+    case 16: (v ? tc_bwd<16, true> : tc_bwd<16, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 32: (v ? tc_bwd<32, true> : tc_bwd<32, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 64: (v ? tc_bwd<64, true> : tc_bwd<64, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    default: (v ? tc_bwd<128, true> : tc_bwd<128, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    }
+}
+
+void cuda_register_attention_tc(Backend *be) {
+    be->attn_fwd = tc_attn_fwd;
+    be->attn_bwd = tc_attn_bwd;
+}
