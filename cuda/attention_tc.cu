@@ -5,9 +5,9 @@
 //   forward  S = Q K^T, O += P V                  (P rounded to bf16; the softmax itself in fp32)
 //   dQ       S = Q K^T, dP = dO V^T, dQ += dS K    (dS = P (dP - Dvec) scale, rounded to bf16)
 //   dK/dV    S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
-// q, k, v and dout are fp32 in memory and rounded to bf16 as a tile is staged in shared memory;
-// a tile that is the k-major "B" operand of a product is staged transposed as well, so that every
-// fragment is read with 32-bit loads.
+// q, k, v and dout are fp32 in memory and rounded to bf16 as a tile is staged (row-major) in shared
+// memory; a tile that is the B operand of a product along its rows (V in P V, K in dS K, dO and Q
+// in dK/dV) is read transposed by ldmatrix.trans.
 //
 // Fragments (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16x16) holds rows g and g+8,
 // columns 2t, 2t+1 and 2t+8, 2t+9; B (16x8) holds k rows 2t, 2t+1, 2t+8, 2t+9 of column g; the
@@ -63,6 +63,13 @@ __device__ __forceinline__ void load_bt(uint32_t &b0, uint32_t &b1, const bf16 *
     b0 = ld32(m + g * ld + 2 * t), b1 = ld32(m + g * ld + 2 * t + 8);
 }
 
+// The B fragment (16 k x 8 n) of the block at m of a row-major (k, n) matrix (ld elements per row),
+// read transposed by ldmatrix: lanes 0-15 give the addresses of its 16 rows.
+__device__ __forceinline__ void load_b(uint32_t &b0, uint32_t &b1, const bf16 *m, int ld, int lane) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(m + (lane & 15) * ld);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+}
+
 // The A fragment of probabilities from the accumulators of score tiles 2kk and 2kk+1.
 __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
     a[0] = pack(c0[0], c0[1]), a[1] = pack(c0[2], c0[3]), a[2] = pack(c1[0], c1[1]), a[3] = pack(c1[2], c1[3]);
@@ -90,11 +97,10 @@ struct SeqRows {
 };
 
 // Rows r0 .. r0+nrows-1 of a sequence, columns col .. col+DH-1 of fp32 rows of ld floats, rounded to
-// bf16 into rows[r][c] (leading dimension ldr) and/or cols[c][r] (transposed, ldc); rows at or past
-// len are zeros. All threads of the block take part, four columns each: float4 loads when VEC (the
+// bf16 into rows[r][c] (leading dimension ldr); rows at or past len are zeros. All threads of the block take part, four columns each: float4 loads when VEC (the
 // host checked that every such row start is 16-byte aligned), else four scalar loads.
 template <int DH, bool VEC>
-__device__ __forceinline__ void stage(bf16 *rows, int ldr, bf16 *cols, int ldc, const float *__restrict__ src, long ld,
+__device__ __forceinline__ void stage(bf16 *rows, int ldr, const float *__restrict__ src, long ld,
                                       long col, const SeqRows &sr, int r0, int nrows, int len) {
     constexpr int Q = DH / 4;  // float4s per row
     for (int idx = threadIdx.x; idx < nrows * Q; idx += blockDim.x) {
@@ -106,11 +112,7 @@ __device__ __forceinline__ void stage(bf16 *rows, int ldr, bf16 *cols, int ldc, 
             else v = make_float4(p[0], p[1], p[2], p[3]);
         }
         __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        if (rows) *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
-        if (cols) {
-            cols[c * ldc + r] = lo.x, cols[(c + 1) * ldc + r] = lo.y;
-            cols[(c + 2) * ldc + r] = hi.x, cols[(c + 3) * ldc + r] = hi.y;
-        }
+        *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
     }
 }
 
@@ -118,13 +120,10 @@ __device__ __forceinline__ void stage(bf16 *rows, int ldr, bf16 *cols, int ldc, 
 // and every 32-bit fragment load stays aligned.
 template <int DH>
 struct TcLd {
-    static constexpr int ROW = DH + 8;                    // (rows, DH) tiles
-    static constexpr int FWD_T = TC_FWD_TILE + 8;         // (DH, 64) transposed tiles
-    static constexpr int BWD_T = TC_BWD_TILE + 8;         // (DH, 32) transposed tiles
-    static constexpr int FWD_BYTES = 2 * (2 * TC_ROWS * ROW + DH * FWD_T);  // Q, K, V^T
-    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS * ROW + 2 * TC_BWD_TILE * ROW + DH * BWD_T) + 2 * TC_ROWS * 4;
-    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS * ROW + 2 * TC_BWD_TILE * ROW + 2 * DH * BWD_T) +
-                                      2 * TC_BWD_TILE * 4;
+    static constexpr int ROW = DH + 8;  // (rows, DH) tiles: 16-byte rows for ldmatrix, staggered banks
+    static constexpr int FWD_BYTES = 2 * (TC_ROWS + 2 * TC_FWD_TILE) * ROW;                         // Q, K, V
+    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 2 * TC_BWD_TILE) * ROW + 2 * TC_ROWS * 4;     // Q, dO, K, V
+    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 2 * TC_BWD_TILE) * ROW + 2 * TC_BWD_TILE * 4;  // K, V, Q, dO
 };
 
 // ----------------------------------------------------------------------------
@@ -137,9 +136,9 @@ __global__ void __launch_bounds__(TC_THREADS)
     using L = TcLd<DH>;
     constexpr int NT = TC_FWD_TILE / 8;  // score tiles of 8 keys
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem;            // (64, DH)
-    bf16 *Ks = Qs + TC_ROWS * L::ROW;   // (64 keys, DH)
-    bf16 *Vt = Ks + TC_ROWS * L::ROW;   // (DH, 64 keys)
+    bf16 *Qs = (bf16 *)smem;              // (64, DH)
+    bf16 *Ks = Qs + TC_ROWS * L::ROW;     // (64 keys, DH)
+    bf16 *Vs = Ks + TC_FWD_TILE * L::ROW;  // (64 keys, DH)
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
@@ -147,7 +146,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Qs, L::ROW, NULL, 0, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
     __syncthreads();
     uint32_t qa[DH / 16][4];
     for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
@@ -156,8 +155,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 
     for (int k0 = 0; k0 < len; k0 += TC_FWD_TILE) {
         __syncthreads();  // every warp is done with the last tile
-        stage<DH, VEC>(Ks, L::ROW, NULL, 0, qkv, ld, D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
-        stage<DH, VEC>(NULL, 0, Vt, L::FWD_T, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
+        stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
+        stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
         __syncthreads();
         float s[NT][4] = {};
         for (int j = 0; j < NT; j++)
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Vt + n * 8 * L::FWD_T + kk * 16, L::FWD_T, g, t);
+                load_b(b0, b1, Vs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(o[n], pa, b0, b1);
             }
         }
@@ -219,8 +218,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;             // (64, DH) each
     bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + TC_BWD_TILE * L::ROW;  // (32, DH) each
-    bf16 *Kt = Vs + TC_BWD_TILE * L::ROW;                                // (DH, 32)
-    float *Lse = (float *)(Kt + DH * L::BWD_T), *Dv = Lse + TC_ROWS;
+    float *Lse = (float *)(Vs + TC_BWD_TILE * L::ROW), *Dv = Lse + TC_ROWS;
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
@@ -228,8 +226,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Qs, L::ROW, NULL, 0, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
-    stage<DH, VEC>(DOs, L::ROW, NULL, 0, dout, D, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, TC_ROWS, len);
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
         bool in = q0 + r < len;
         Lse[r] = in ? lse[sr(q0 + r) * H + h] : 0.f;
@@ -239,8 +237,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     float dq[DH / 8][4] = {};
     for (int k0 = 0; k0 < len; k0 += TC_BWD_TILE) {
         __syncthreads();
-        stage<DH, VEC>(Ks, L::ROW, Kt, L::BWD_T, qkv, ld, D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
-        stage<DH, VEC>(Vs, L::ROW, NULL, 0, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
+        stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
+        stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
         __syncthreads();
         float s[NT][4] = {}, dp[NT][4] = {};
         for (int kb = 0; kb < DH / 16; kb++) {
@@ -266,7 +264,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(a, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Kt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                load_b(b0, b1, Ks + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dq[n], a, b0, b1);
             }
         }
@@ -293,8 +291,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                  // (64 keys, DH) each
     bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + TC_BWD_TILE * L::ROW;     // (32 queries, DH) each
-    bf16 *Qt = DOs + TC_BWD_TILE * L::ROW, *DOt = Qt + DH * L::BWD_T;       // (DH, 32) each
-    float *Lse = (float *)(DOt + DH * L::BWD_T), *Dv = Lse + TC_BWD_TILE;
+    float *Lse = (float *)(DOs + TC_BWD_TILE * L::ROW), *Dv = Lse + TC_BWD_TILE;
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, k0 = tile * TC_ROWS;
@@ -302,14 +299,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Ks, L::ROW, NULL, 0, qkv, ld, D + (long)h * DH, sr, k0, TC_ROWS, len);
-    stage<DH, VEC>(Vs, L::ROW, NULL, 0, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_ROWS, len);
+    stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_ROWS, len);
+    stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_ROWS, len);
     const int r0 = warp * 16;
     float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
     for (int q0 = 0; q0 < len; q0 += TC_BWD_TILE) {
         __syncthreads();
-        stage<DH, VEC>(Qs, L::ROW, Qt, L::BWD_T, qkv, ld, (long)h * DH, sr, q0, TC_BWD_TILE, len);
-        stage<DH, VEC>(DOs, L::ROW, DOt, L::BWD_T, dout, D, (long)h * DH, sr, q0, TC_BWD_TILE, len);
+        stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_BWD_TILE, len);
+        stage<DH, VEC>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, TC_BWD_TILE, len);
         for (int c = threadIdx.x; c < TC_BWD_TILE; c += blockDim.x) {
             bool in = q0 + c < len;
             Lse[c] = in ? lse[sr(q0 + c) * H + h] : 0.f;
@@ -341,9 +338,9 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, DOt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                load_b(b0, b1, DOs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dv[n], pa, b0, b1);
-                load_bt(b0, b1, Qt + n * 8 * L::BWD_T + kk * 16, L::BWD_T, g, t);
+                load_b(b0, b1, Qs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dk[n], sa, b0, b1);
             }
         }

@@ -25,7 +25,7 @@ if [ -d build/gpulibs ]; then
         fi
     done
 fi
-make -j"$(nproc)" framechain build/test_cuda > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+make -j"$(nproc)" framechain build/test_cuda build/bench_ops > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
 grep 'framechain build' "$LOG/build.log"
 ./framechain --version
 echo "== make test-cuda"
@@ -59,9 +59,19 @@ for dev in cuda cuda-fp32; do
     speed tiny $dev configs/tiny/starter.conf 300
     speed small $dev configs/small/starter.conf 300
     speed small-batch16 $dev configs/small/starter.conf 100 --set batch_size=16
-    speed preset $dev configs/starter.conf 10
+    speed preset $dev configs/starter.conf 12
 done
-speed preset-budget-75GiB cuda configs/starter.conf 10 --vram-budget 75 --set recompute=0
+speed preset-no-recompute cuda configs/starter.conf 12 --vram-budget 75 --set recompute=0
+speed preset-batch2 cuda configs/starter.conf 12 --set batch_size=2
+echo "== checkpoints of the preset: training blocked, background write against synchronous"
+for mode in async sync; do
+    rm -rf "$LOG/run"
+    ./framechain --device cuda train --config configs/starter.conf --run "$LOG/run" --steps 6 --set warmup_steps=2 \
+        --set checkpoint_every=3 $([ $mode = sync ] && echo --sync-checkpoints) > "$LOG/ckpt-$mode.log" 2>&1
+    echo "$mode: $(grep -E '^checkpoint|^speed|rror' "$LOG/ckpt-$mode.log" | tr '\n' ' ' | tr -s ' ')"
+done
+echo "== where a step's time goes, op by op (make bench-ops)"
+make -j"$(nproc)" build/bench_ops > /dev/null 2>&1 && ./build/bench_ops --device cuda | tee "$LOG/bench-ops.txt" | tail -25
 if [ "${PROFILE:-0}" = 1 ] && command -v nsys > /dev/null; then
     echo "== nsys: where a preset step's GPU time goes (bf16)"
     rm -rf "$LOG/run"
