@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+"""The PyTorch peer of `framechain train`, for side-by-side benchmarks.
+
+The same network (tools/reference.py, written from docs/network.md), the same
+objective and batch: rectified flow with a logit-normal t on target slots,
+context slots noised to t ~ U[0, noise_aug_max], the anchor clean, masked MSE
+over the targets, gradient-norm clipping, an EMA of the weights; torch's AdamW
+(fp32 moments; fused on CUDA). The config is resolved by `framechain inspect
+--config`, so both programs read the same keys with the same defaults.
+
+Usage:
+    /usr/bin/python3 tools/torch_train.py --config configs/small/starter.conf
+        [--set key=value ...] [--device cpu|cuda] [--steps N] [--warmup N]
+        [--threads N] [--bf16] [--compile] [--sdpa] [--checkpointing] [--json]
+
+--bf16           autocast to bf16 (CUDA), fp32 master weights as in framechain
+--compile        torch.compile the model (torch 2.x)
+--sdpa           attention by F.scaled_dot_product_attention (flash/efficient kernels)
+--checkpointing  recompute each block in the backward pass (torch.utils.checkpoint)
+
+Prints the median step time over --steps timed steps after --warmup, frames/s,
+model TFLOP/s (the FLOP count of src/memplan.c: model_step_flops) and the peak
+memory; --json prints one JSON object instead. Random clean windows stand in
+for data (a fixed batch): the data pipeline is not what is measured.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+
+def resolve_config(framechain, path, sets):
+    """key -> value string of the whole config, as framechain resolves it."""
+    cmd = [framechain, "inspect", "--config", path]
+    for s in sets:
+        cmd += ["--set", s]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    cfg = {}
+    for line in out.splitlines():
+        if not line.strip():
+            break  # the config ends at the first blank line
+        key, _, rest = line.partition("=")
+        cfg[key.strip()] = rest.split("#")[0].strip()
+    return cfg
+
+
+def model_step_flops(c, B):
+    """3 x 2 x the forward multiply-adds (src/memplan.c: model_step_flops)."""
+    n = c["frame_size"] // c["patch"]
+    N, F_ = n * n, c["slots"]
+    S, D = B * F_, c["width"]
+    T, RD = S * N, c["mlp_ratio"] * D
+    PPC, Fd = c["patch"] ** 2 * c["channels"], c["freq_dim"]
+    embed = T * PPC * D + 2 * S * Fd * D + S * D * D
+    block = S * D * 9 * D + 2 * (T * D * 3 * D + T * D * D) + 2 * T * D * RD + 2 * (S * N * N * D + B * N * F_ * F_ * D)
+    final = S * D * 2 * D + T * D * PPC
+    return 6.0 * (embed + c["depth"] * block + final)
+
+
+def sdpa_forward(self, a):
+    """SelfAttention.forward with F.scaled_dot_product_attention (same math)."""
+    M, L, D = a.shape
+    NH, dh = self.heads, self.dh
+    qkv = self.qkv(a)
+    q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
+
+    def heads(z):
+        return z.reshape(M, L, NH, dh).transpose(1, 2)
+
+    q, k, v = self.q_norm(heads(q)), self.k_norm(heads(k)), heads(v)
+    o = F.scaled_dot_product_attention(q, k, v)
+    return self.proj(o.transpose(1, 2).reshape(M, L, D))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--framechain", default="./framechain")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--sdpa", action="store_true")
+    ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+
+    raw = resolve_config(a.framechain, a.config, a.set)
+    slots = raw["plan"].split()
+    cfg = {k: int(raw[k]) for k in ("frame_size", "channels", "patch", "width", "depth", "heads", "mlp_ratio",
+                                    "freq_dim", "batch_size")}
+    cfg["slots"] = len(slots)
+    B, Fs, C, S = cfg["batch_size"], cfg["slots"], cfg["channels"], cfg["frame_size"]
+    kinds = [s.split(":")[0] for s in slots]
+    offsets = torch.tensor([float(s.split(":")[1]) for s in slots], device=dev).expand(B, Fs)
+    is_target = torch.tensor([k == "target" for k in kinds], device=dev).expand(B, Fs)
+    is_context = torch.tensor([k == "context" for k in kinds], device=dev).expand(B, Fs)
+    mask = is_target.float()
+    t_mean, t_std = float(raw["t_logit_mean"]), float(raw["t_logit_std"])
+    aug_max, clip = float(raw["noise_aug_max"]), float(raw["grad_clip"])
+    ema_decay = float(raw["ema_decay"])
+
+    if a.sdpa:
+        if not hasattr(F, "scaled_dot_product_attention"):
+            sys.exit("--sdpa needs torch 2.x (this is %s)" % torch.__version__)
+        reference.SelfAttention.forward = sdpa_forward
+    torch.manual_seed(int(raw["seed"]))
+    model = reference.FramechainDiT(cfg).to(dev)
+    reference.init_random_(model, torch.Generator().manual_seed(1))
+    model = model.to(dev)
+    if a.checkpointing:
+        block_forward = reference.Block.forward
+
+        def checkpointed(self, x, sc):
+            return torch.utils.checkpoint.checkpoint(block_forward, self, x, sc, use_reentrant=False)
+
+
+        reference.Block.forward = checkpointed
+    params = [p for p in model.parameters()]
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(raw["weight_decay"])},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=float(raw["lr"]), betas=(float(raw["beta1"]), float(raw["beta2"])),
+                            eps=float(raw["adam_eps"]), **({"fused": True} if a.device == "cuda" else {}))
+    ema = [p.detach().clone() for p in params]
+    fwd = torch.compile(model) if a.compile else model
+
+    x0 = torch.rand(B, Fs, C, S, S, device=dev) * 2 - 1
+
+    def step():
+        t = torch.sigmoid(torch.randn(B, Fs, device=dev) * t_std + t_mean)
+        t = torch.where(is_target, t, torch.where(is_context, torch.rand(B, Fs, device=dev) * aug_max,
+                                                  torch.zeros_like(t)))
+        e = torch.randn_like(x0)
+        xt, v = reference.rectified_flow_target(x0, e, t)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
+            pred = fwd(xt, t, offsets)
+        loss = reference.masked_mse(pred.float(), v, mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        with torch.no_grad():
+            if hasattr(torch, "_foreach_lerp_"):
+                torch._foreach_lerp_(ema, params, 1.0 - ema_decay)
+            else:  # torch 1.x
+                for m_, p_ in zip(ema, params):
+                    m_.mul_(ema_decay).add_(p_, alpha=1.0 - ema_decay)
+        return loss
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(a.warmup):
+        step()
+    sync()
+    if a.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times, loss = [], None
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * statistics.median(times)
+    flops = model_step_flops(cfg, B)
+    if a.device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**30
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    res = {"tool": "pytorch", "torch": torch.__version__, "config": a.config, "device": a.device,
+           "threads": torch.get_num_threads(), "bf16": a.bf16, "compile": a.compile, "sdpa": a.sdpa,
+           "checkpointing": a.checkpointing, "params": sum(p.numel() for p in params), "batch": B,
+           "step_ms": ms, "frames_per_s": 1e3 / ms * B * Fs, "tflop_per_step": flops / 1e12,
+           "tflops": flops / ms / 1e9, "peak_gib": peak, "loss": float(loss)}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print("pytorch %s (%s, %d threads%s%s%s%s): %.2f ms per step (median of %d), %.1f frames/s, %.4g TFLOP/s, "
+              "peak %.2f GiB" % (torch.__version__, a.device, res["threads"], ", bf16" if a.bf16 else "",
+                                 ", compile" if a.compile else "", ", sdpa" if a.sdpa else "",
+                                 ", checkpointing" if a.checkpointing else "", ms, a.steps,
+                                 res["frames_per_s"], res["tflops"], peak))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
