@@ -94,6 +94,12 @@ expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the ru
 # ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
+# The handler is in place once the plan is printed; start-up alone (probing for a GPU) can take
+# longer than a fixed sleep on a machine with the CUDA runtime but no usable driver.
+for _ in $(seq 1000); do
+    grep -q "memory plan" "$tmp/term.log" 2>/dev/null && break
+    sleep 0.01
+done
 sleep 0.5
 kill -TERM $pid
 wait $pid
