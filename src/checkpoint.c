@@ -182,7 +182,9 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 
 // The keys that may differ between a checkpoint and the run that continues it.
 static int may_differ(const char *key) {
-    return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints");
+    // recompute changes the memory a step takes, not its arithmetic
+    return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") ||
+           !strcmp(key, "recompute");
 }
 
 // The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.

@@ -124,6 +124,9 @@ static void carve_activations(Model *m, Carve *cv) {
     for (int l = 0; l < m->cfg.depth; l++) {
         BlockActs *b = &a->blocks[l];
         carve_add(cv, &b->mod, S * 9 * D);
+        carve_add(cv, &b->res[2], T * D);
+        // With recompute only block 0 carves the rest; share_block_acts points the others at it.
+        if (l > 0 && m->cfg.recompute) continue;
         for (int k = 0; k < 2; k++) {
             AttnActs *at = &b->attn[k];
             carve_add(cv, &at->ln, T * D);
@@ -142,7 +145,7 @@ static void carve_activations(Model *m, Carve *cv) {
         carve_add(cv, &b->fc1, T * RD);
         carve_add(cv, &b->gelu, T * RD);
         carve_add(cv, &b->fc2, T * D);
-        for (int k = 0; k < 3; k++) carve_add(cv, &b->res[k], T * D);
+        for (int k = 0; k < 2; k++) carve_add(cv, &b->res[k], T * D);
     }
     carve_add(cv, &a->fmod, S * 2 * D);
     carve_add(cv, &a->fln, T * D);
@@ -151,6 +154,18 @@ static void carve_activations(Model *m, Carve *cv) {
     carve_add(cv, &a->fout, T * PPC);
     carve_add(cv, &a->pred, S * m->E);
     carve_add(cv, &a->loss, 1);
+}
+
+// Recompute: every block but 0 keeps its own modulation and output and works in block 0's buffers,
+// which hold one block's activations at a time (model_backward re-makes them block by block).
+static void share_block_acts(Model *m) {
+    if (!m->cfg.recompute) return;
+    BlockActs *b = m->a.blocks;
+    for (int l = 1; l < m->cfg.depth; l++) {
+        BlockActs keep = b[l];
+        b[l] = b[0];
+        b[l].mod = keep.mod, b[l].res[2] = keep.res[2];
+    }
 }
 
 static void carve_grad_scratch(Model *m, Carve *cv) {
@@ -260,6 +275,7 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     Carve cv = {0};
     carve_activations(m, &cv);
     m->acts_mem = carve_alloc(be, &cv, &m->acts_count);
+    share_block_acts(m);
     Carve cg = {0};
     carve_grad_scratch(m, &cg);
     m->dscratch_mem = carve_alloc(be, &cg, &m->dscratch_count);
@@ -357,13 +373,40 @@ static real *block_input(Model *m, int l, int k) {
     return l > 0 ? m->a.blocks[l - 1].res[2] : m->a.x0;
 }
 
+// Block l's forward, from block_input(m, l, 0). `again` re-runs it in backward (recompute): the
+// modulation and the output the block keeps are there already and are left alone.
+static void block_forward(Model *m, int l, int again) {
+    const Backend *be = m->be;
+    const BlockParams *bp = &m->p.blocks[l];
+    BlockActs *b = &m->a.blocks[l];
+    int S = m->S, N = m->N, T = m->T, D = m->D, H = m->H;
+    long ms = 9L * D;
+    if (!again) be->linear_fwd(b->mod, m->a.sc, bp->ada_w, bp->ada_b, S, D, 9 * D);
+    for (int k = 0; k < 2; k++) {  // spatial, then temporal attention
+        const AttnParams *ap = &bp->attn[k];
+        AttnActs *at = &b->attn[k];
+        const real *shift = b->mod + 3 * k * D, *scale = shift + D, *gate = shift + 2 * D;
+        be->ln_mod_fwd(at->ln, at->mean, at->rstd, block_input(m, l, k), shift, scale, ms, S, N, D);
+        be->linear_fwd(at->qkv, at->ln, ap->qkv_w, ap->qkv_b, T, D, 3 * D);
+        be->qk_norm_fwd(at->qkn, at->qrstd, at->qkv, ap->q_norm, ap->k_norm, T, D, H);
+        be->attn_fwd(at->att, at->lse, at->qkn, attn_layout(m, k), D, H);
+        be->linear_fwd(at->proj, at->att, ap->proj_w, ap->proj_b, T, D, D);
+        be->gated_add_fwd(b->res[k], block_input(m, l, k), at->proj, gate, ms, S, N, D);
+    }
+    const real *shift = b->mod + 6 * D, *scale = shift + D, *gate = shift + 2 * D;
+    be->ln_mod_fwd(b->mln, b->mmean, b->mrstd, block_input(m, l, 2), shift, scale, ms, S, N, D);
+    be->linear_fwd(b->fc1, b->mln, bp->fc1_w, bp->fc1_b, T, D, m->RD);
+    be->gelu_fwd(b->gelu, b->fc1, (size_t)T * m->RD);
+    be->linear_fwd(b->fc2, b->gelu, bp->fc2_w, bp->fc2_b, T, m->RD, D);
+    if (!again) be->gated_add_fwd(b->res[2], block_input(m, l, 2), b->fc2, gate, ms, S, N, D);
+}
+
 void model_forward(Model *m) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     Acts *a = &m->a;
     ParamPtrs *p = &m->p;
-    int S = m->S, N = m->N, T = m->T, D = m->D, H = m->H, Fd = c->freq_dim, sz = c->frame_size;
-    long ms = 9L * D;
+    int S = m->S, N = m->N, T = m->T, D = m->D, Fd = c->freq_dim, sz = c->frame_size;
 
     // patches, positions and time offsets -> the first residual state
     be->patchify_fwd(a->patches, m->in.xt, S, c->channels, sz, sz, c->patch);
@@ -379,28 +422,7 @@ void model_forward(Model *m) {
     be->linear_fwd(a->c, a->t1s, p->t2_w, p->t2_b, S, D, D);
     be->silu_fwd(a->sc, a->c, (size_t)S * D);
 
-    for (int l = 0; l < c->depth; l++) {
-        BlockParams *bp = &p->blocks[l];
-        BlockActs *b = &a->blocks[l];
-        be->linear_fwd(b->mod, a->sc, bp->ada_w, bp->ada_b, S, D, 9 * D);
-        for (int k = 0; k < 2; k++) {  // spatial, then temporal attention
-            AttnParams *ap = &bp->attn[k];
-            AttnActs *at = &b->attn[k];
-            const real *shift = b->mod + 3 * k * D, *scale = shift + D, *gate = shift + 2 * D;
-            be->ln_mod_fwd(at->ln, at->mean, at->rstd, block_input(m, l, k), shift, scale, ms, S, N, D);
-            be->linear_fwd(at->qkv, at->ln, ap->qkv_w, ap->qkv_b, T, D, 3 * D);
-            be->qk_norm_fwd(at->qkn, at->qrstd, at->qkv, ap->q_norm, ap->k_norm, T, D, H);
-            be->attn_fwd(at->att, at->lse, at->qkn, attn_layout(m, k), D, H);
-            be->linear_fwd(at->proj, at->att, ap->proj_w, ap->proj_b, T, D, D);
-            be->gated_add_fwd(b->res[k], block_input(m, l, k), at->proj, gate, ms, S, N, D);
-        }
-        const real *shift = b->mod + 6 * D, *scale = shift + D, *gate = shift + 2 * D;
-        be->ln_mod_fwd(b->mln, b->mmean, b->mrstd, block_input(m, l, 2), shift, scale, ms, S, N, D);
-        be->linear_fwd(b->fc1, b->mln, bp->fc1_w, bp->fc1_b, T, D, m->RD);
-        be->gelu_fwd(b->gelu, b->fc1, (size_t)T * m->RD);
-        be->linear_fwd(b->fc2, b->gelu, bp->fc2_w, bp->fc2_b, T, m->RD, D);
-        be->gated_add_fwd(b->res[2], block_input(m, l, 2), b->fc2, gate, ms, S, N, D);
-    }
+    for (int l = 0; l < c->depth; l++) block_forward(m, l, 0);
 
     // final modulated layer back to pixels
     real *x = block_input(m, c->depth, 0);
@@ -443,6 +465,8 @@ void model_backward(Model *m) {
     for (int l = c->depth - 1; l >= 0; l--) {
         BlockParams *bp = &p->blocks[l], *bg = &g->blocks[l];
         BlockActs *b = &a->blocks[l];
+        // recompute: the shared buffers still hold the last block's activations; re-make the others'
+        if (c->recompute && l < c->depth - 1) block_forward(m, l, 1);
         zero(m, d->dmod, (size_t)S * 9 * D);
 
         // MLP. d->dres holds d loss / d res[2]; the residual passes it through unchanged.

@@ -68,6 +68,8 @@ typedef struct {
     real *proj;  // (T, D)
 } AttnActs;
 
+// One block's activations. With cfg.recompute each block owns only mod and res[2]; every other
+// field of every block points at one shared set, which model_backward refills block by block.
 typedef struct {
     real *mod;       // (S, 9D)  adaLN output: shift/scale/gate x (spatial, temporal, mlp)
     AttnActs attn[2];
@@ -176,7 +178,8 @@ void model_zero_grad(Model *m);
 void model_forward(Model *m);
 // Masked MSE of m->a.pred against m->in.v; returns the loss.
 real model_loss(Model *m);
-// Accumulate d loss / d params into m->grads_mem (and m->d.dxt when want_input_grad).
+// Accumulate d loss / d params into m->grads_mem (and m->d.dxt when want_input_grad), from the
+// activations of the model_forward just before (with recompute, re-made block by block from them).
 void model_backward(Model *m);
 
 const ParamInfo *model_find_param(const Model *m, const char *name);

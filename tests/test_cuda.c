@@ -770,6 +770,27 @@ static void section_train_step(void) {
           SAME(same));
     free(gg2);
 
+    {  // recompute re-runs deterministic kernels: the same bytes as keeping every activation
+        Config cr = c;
+        cr.recompute = 1;
+        Model *mr = build_model(&cr, g_gpu, c.batch_size);
+        mr->want_input_grad = 1;
+        model_init(mr, g_seed, 1);
+        flow_prepare_batch(mr, x0[1], g_seed, 1);
+        model_forward(mr);
+        real lr = model_loss(mr);
+        model_zero_grad(mr), model_backward(mr);
+        real *gr = fetch(g_gpu, mr->grads_mem, np), *dr = fetch(g_gpu, mr->d.dxt, S * E);
+        real *dg = fetch(g_gpu, mg->d.dxt, S * E);
+        int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
+                   !memcmp(dr, dg, sizeof(real) * S * E);
+        check(same && mr->acts_count < mg->acts_count, "cuda_recompute_identical",
+              "recompute = 1: loss, %zu gradients and the input gradient %s; %zu activation values, %zu without", np,
+              SAME(same), mr->acts_count, mg->acts_count);
+        free(gr), free(dr), free(dg);
+        free_model(mr);
+    }
+
     // One optimizer step from the same gradients: a gradient element at the noise level may
     // legitimately differ in sign, which Adam's first step turns into a +-lr difference. So the CUDA
     // side takes the CPU's gradients; the step itself (8-bit and fp32 tensors, norm, clipping) is compared.

@@ -268,10 +268,13 @@ static void network_loss_and_grads(Model *m, double *loss) {
     *loss = model_loss(m);
 }
 
-static void test_network(const char *config_path) {
+// The tiny config; depth > 0 overrides its depth, recompute re-makes the blocks' activations in backward.
+static void test_network(const char *config_path, int depth, int recompute) {
     Config cfg;
     config_defaults(&cfg);
     config_load(&cfg, config_path);
+    if (depth) cfg.depth = depth;
+    cfg.recompute = recompute;
     // one context slot too, so that conditioning, anchor and target slots all appear
     config_set(&cfg, "plan=anchor:0 context:2 target:4 target:5 target:6", "test");
     Model *m = build_model(&cfg, be, 2);
@@ -317,8 +320,10 @@ static void test_network(const char *config_path) {
         }
         if (rel > worst_rel) worst_rel = rel, worst_name = name;
     }
-    check(bad == 0, "grad_network_tiny", "%d tensors (and the input) at 6 elements each, worst rel %.2e (%s), loss %.5f",
-          checked, worst_rel, worst_name, loss);
+    char test[64];
+    snprintf(test, sizeof test, "grad_network_tiny%s", recompute ? "_recompute" : "");
+    check(bad == 0, test, "%d blocks, %d tensors (and the input) at 6 elements each, worst rel %.2e (%s), loss %.5f",
+          cfg.depth, checked, worst_rel, worst_name, loss);
     be->free(x0);
     free_model(m);
 }
@@ -327,7 +332,9 @@ int main(int argc, char **argv) {
     fc_set_threads(fc_default_threads());
     be = backend_cpu();
     test_ops();
-    test_network(argc > 1 ? argv[1] : "configs/tiny/starter.conf");
+    const char *tiny = argc > 1 ? argv[1] : "configs/tiny/starter.conf";
+    test_network(tiny, 0, 0);
+    test_network(tiny, 3, 1);
     tfree_all();
     return g_failed ? 1 : 0;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training that survives crashes: an uninterrupted run against one killed with kill -9 again and
 # again (also while checkpoints are being written), SIGTERM, corrupt and truncated checkpoints, a
-# failing disk, a NaN loss, checkpoints that do not continue the run, and 8-bit against fp32 AdamW.
+# failing disk, a NaN loss, checkpoints that do not continue the run, recompute against keeping every
+# activation, and 8-bit against fp32 AdamW.
 set -u
 FC=${1:-./framechain}
 PYTHON=${PYTHON:-$(test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)}
@@ -93,6 +94,12 @@ expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the ru
 # ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
+# The handler is in place once the plan is printed; start-up alone (probing for a GPU) can take
+# longer than a fixed sleep on a machine with the CUDA runtime but no usable driver.
+for _ in $(seq 1000); do
+    grep -q "memory plan" "$tmp/term.log" 2>/dev/null && break
+    sleep 0.01
+done
 sleep 0.5
 kill -TERM $pid
 wait $pid
@@ -169,6 +176,34 @@ PY
 rc=$?
 expect refuses_checkpoint_without_optimizer_state $(( rc == 0 || $(grep -c "has no optimizer state" "$tmp/noopt.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/noopt.log" | cut -c1-120)"
+
+# ---- recompute changes the memory a step takes, not its arithmetic ----
+same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their configs differ)
+    "$PYTHON" - "$1" "$2" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors
+a, _ = read_safetensors(sys.argv[1])
+b, _ = read_safetensors(sys.argv[2])
+sys.exit(0 if a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a) else 1)
+PY
+}
+(train "$tmp/rc" --set recompute=1) > "$tmp/rc.log" 2>&1
+rc=$?
+cmp -s <(losses "$tmp/ref") <(losses "$tmp/rc")
+same_losses=$?
+same_tensors "$(final "$tmp/ref")" "$(final "$tmp/rc")"
+same=$?
+expect recompute_same_run $(( rc != 0 || same_losses != 0 || same != 0 )) \
+    "status $rc; recompute = 1 gives the per-step losses and the final weights, EMA and optimizer state of recompute = 0"
+cp -r "$tmp/ref" "$tmp/rcres"
+rm "$(final "$tmp/rcres")"
+(train "$tmp/rcres" --set recompute=1) > "$tmp/rcres.log" 2>&1
+rc=$?
+same_tensors "$(final "$tmp/ref")" "$(final "$tmp/rcres")"
+same=$?
+expect resume_across_recompute $(( rc != 0 || same != 0 || $(grep -c "resuming .* from step $((STEPS - 4))" "$tmp/rcres.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'resuming.*' "$tmp/rcres.log"), recompute = 1 on a recompute = 0 run: the same final tensors"
 
 # ---- one trainer per run folder ----
 bg_train /dev/null "$tmp/lock" --set steps=100000

@@ -1,5 +1,6 @@
 // test_units.c: Philox against the published known-answer vectors and its distributions, the
-// config reader and writer, and the parameter layout of the network.
+// config reader and writer, the parameter layout of the network, and recompute against keeping
+// every activation.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -155,6 +156,60 @@ static void test_flow(void) {
     free_model(m);
 }
 
+// Forward, loss and backward of the tiny config at `depth` blocks, with recompute `rc`, from the
+// random init and one batch; the model is returned for its outputs and gradients.
+static Model *tiny_step(int depth, int rc, real *loss) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.depth = depth, c.recompute = rc;
+    Model *m = build_model(&c, backend_cpu(), c.batch_size);
+    m->want_input_grad = 1;
+    model_init(m, 21, 1);
+    size_t nx = (size_t)m->S * m->E;
+    real *x0 = fc_malloc(sizeof(real) * nx);
+    philox_fill_uniform(x0, nx, -1, 1, 21, 0, RNG_TEST, 0);
+    flow_prepare_batch(m, x0, 21, 4);
+    free(x0);
+    model_forward(m);
+    *loss = model_loss(m);
+    model_zero_grad(m);
+    model_backward(m);
+    return m;
+}
+
+// Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
+// bytes as with every activation kept, in less memory, and the plan must count what is allocated.
+static void test_recompute_identical(int depth) {
+    real l0, l1;
+    Model *a = tiny_step(depth, 0, &l0), *b = tiny_step(depth, 1, &l1);
+    size_t np = a->n_params, npred = (size_t)a->S * a->E;
+    int same_loss = !memcmp(&l0, &l1, sizeof l0);
+    int same_pred = !memcmp(a->a.pred, b->a.pred, sizeof(real) * npred);
+    int same_grads = !memcmp(a->grads_mem, b->grads_mem, sizeof(real) * np);
+    int same_dxt = !memcmp(a->d.dxt, b->d.dxt, sizeof(real) * npred);
+    int bad_tensor = -1;
+    for (int i = 0; i < a->n_tensors && bad_tensor < 0; i++)
+        if (memcmp(a->grads_mem + a->info[i].offset, b->grads_mem + b->info[i].offset, sizeof(real) * a->info[i].numel))
+            bad_tensor = i;
+    double gmax = 0;
+    for (size_t i = 0; i < np; i++) gmax = fmax(gmax, fabs(a->grads_mem[i]));
+    char name[64];
+    snprintf(name, sizeof name, "recompute_bit_identical_depth%d", depth);
+    check(same_loss && same_pred && same_grads && same_dxt && gmax > 0, name,
+          "loss %.6f vs %.6f, pred %s, %zu gradients %s (first differing: %s), input gradient %s", l0, l1,
+          same_pred ? "same" : "DIFFERS", np, same_grads ? "same" : "DIFFER",
+          bad_tensor < 0 ? "none" : a->info[bad_tensor].name, same_dxt ? "same" : "DIFFERS");
+    ModelCounts ka = model_counts(&a->cfg, a->B), kb = model_counts(&b->cfg, b->B);
+    snprintf(name, sizeof name, "recompute_fewer_activations_depth%d", depth);
+    check(b->acts_count < a->acts_count && ka.acts == a->acts_count && kb.acts == b->acts_count &&
+              model_memory_bytes(b) < model_memory_bytes(a),
+          name, "%zu activation values with recompute, %zu without (plan %zu, %zu); %zu vs %zu bytes", b->acts_count,
+          a->acts_count, kb.acts, ka.acts, model_memory_bytes(b), model_memory_bytes(a));
+    free(ka.info), free(kb.info);
+    free_model(a), free_model(b);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_philox_kat();
@@ -162,5 +217,7 @@ int main(void) {
     test_config_roundtrip();
     test_param_layout();
     test_flow();
+    test_recompute_identical(2);
+    test_recompute_identical(3);
     return g_failed ? 1 : 0;
 }
