@@ -784,7 +784,7 @@ static void section_train_step(void) {
         real *dg = fetch(g_gpu, mg->d.dxt, S * E);
         int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
                    !memcmp(dr, dg, sizeof(real) * S * E);
-        check(same && mr->acts_count < mg->acts_count, "cuda_recompute_identical",
+        check(same && mr->acts_count < mg->acts_count, nm("cuda_recompute_identical"),
               "recompute = 1: loss, %zu gradients and the input gradient %s; %zu activation values, %zu without", np,
               SAME(same), mr->acts_count, mg->acts_count);
         free(gr), free(dr), free(dg);
