@@ -79,6 +79,29 @@ static void *cuda_host_alloc(size_t bytes) {
 }
 static void cuda_host_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 
+// Checkpoint downloads run on a side stream so that training goes on while they copy. Every kernel,
+// cuBLAS call and cudaMemcpy of the backend is issued on the legacy default stream (0); a
+// non-blocking stream does not synchronise with it, so each copy is ordered after the work issued
+// so far by an event. The other direction (nothing may write a tensor before its copy has landed)
+// is the caller's: it calls download_wait before it issues the optimizer step.
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_compute_done;
+
+static void cuda_download_async(void *dst, const void *src, size_t n) {
+    if (!g_copy_stream) {
+        cudaCheck(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&g_compute_done, cudaEventDisableTiming));
+    }
+    cudaCheck(cudaEventRecord(g_compute_done, 0));
+    cudaCheck(cudaStreamWaitEvent(g_copy_stream, g_compute_done, 0));
+    cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_copy_stream));
+}
+// Synchronising the stream itself (not a shared event) is safe from any host thread: the trainer
+// and the checkpoint writer may both wait.
+static void cuda_download_wait(void) {
+    if (g_copy_stream) cudaCheck(cudaStreamSynchronize(g_copy_stream));
+}
+
 extern "C" size_t cuda_memory_peak(void) { return g_peak; }
 extern "C" size_t cuda_memory_in_use(void) { return g_in_use; }
 
@@ -155,6 +178,8 @@ extern "C" const Backend *backend_cuda(const char **why) {
     cuda_backend.sync = cuda_sync;
     cuda_backend.host_alloc = cuda_host_alloc;
     cuda_backend.host_free = cuda_host_free;
+    cuda_backend.download_async = cuda_download_async;
+    cuda_backend.download_wait = cuda_download_wait;
     cuda_backend.memory_peak = cuda_memory_peak;
     cuda_register_linear(&cuda_backend);
     cuda_register_elementwise(&cuda_backend);
