@@ -115,6 +115,13 @@ expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the ru
 # ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
+# Half a second into training: the process alone can take that long to start (its libraries), and
+# a SIGTERM before the trainer's handler is installed just ends it.
+for _ in $(seq 1000); do
+    [ -f "$tmp/term/metrics.jsonl" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+done
 sleep 0.5
 kill -TERM $pid
 wait $pid
