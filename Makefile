@@ -86,7 +86,7 @@ else
 endif
 
 SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
-        optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c train.c \
+        optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c checkpoint_async.c train.c \
         $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.

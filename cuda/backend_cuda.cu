@@ -89,6 +89,29 @@ static void *cuda_host_alloc(size_t bytes) {
 }
 static void cuda_host_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 
+// Checkpoint downloads run on a side stream so that training goes on while they copy. Every kernel,
+// cuBLAS call and cudaMemcpy of the backend is issued on the legacy default stream (0); a
+// non-blocking stream does not synchronise with it, so each copy is ordered after the work issued
+// so far by an event. The other direction (nothing may write a tensor before its copy has landed)
+// is the caller's: it calls download_wait before it issues the optimizer step.
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_compute_done;
+
+static void cuda_download_async(void *dst, const void *src, size_t n) {
+    if (!g_copy_stream) {
+        cudaCheck(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&g_compute_done, cudaEventDisableTiming));
+    }
+    cudaCheck(cudaEventRecord(g_compute_done, 0));
+    cudaCheck(cudaStreamWaitEvent(g_copy_stream, g_compute_done, 0));
+    cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_copy_stream));
+}
+// Synchronising the stream itself (not a shared event) is safe from any host thread: the trainer
+// and the checkpoint writer may both wait.
+static void cuda_download_wait(void) {
+    if (g_copy_stream) cudaCheck(cudaStreamSynchronize(g_copy_stream));
+}
+
 extern "C" size_t cuda_memory_peak(void) { return g_peak; }
 extern "C" size_t cuda_memory_in_use(void) { return g_in_use; }
 
@@ -157,6 +180,8 @@ static void fill_table(Backend *be, int bf16) {
     be->sync = cuda_sync;
     be->host_alloc = cuda_host_alloc;
     be->host_free = cuda_host_free;
+    be->download_async = cuda_download_async;
+    be->download_wait = cuda_download_wait;
     be->memory_peak = cuda_memory_peak;
     cuda_register_linear(be, bf16);
     if (bf16) cuda_register_bf16(be);

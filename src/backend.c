@@ -19,7 +19,9 @@ static const struct {
     size_t offset;
 } OPS[] = {
     OP(describe),      OP(alloc),          OP(free),           OP(upload),         OP(download),
-    OP(copy),          OP(zero),           OP(sync),           OP(host_alloc),     OP(host_free),  OP(memory_peak),  OP(register_weights), OP(unregister_weights),           OP(randn),          OP(linear_fwd),
+    OP(copy),          OP(zero),           OP(sync),           OP(host_alloc),     OP(host_free),
+    OP(download_async), OP(download_wait), OP(memory_peak),    OP(register_weights), OP(unregister_weights),
+    OP(randn),          OP(linear_fwd),
     OP(linear_bwd),    OP(ln_mod_fwd),     OP(ln_mod_bwd),     OP(gated_add_fwd),  OP(gated_add_bwd),
     OP(qk_norm_fwd),   OP(qk_norm_bwd),    OP(attn_fwd),       OP(attn_bwd),       OP(gelu_fwd),
     OP(gelu_bwd),      OP(silu_fwd),       OP(silu_bwd),       OP(patchify_fwd),   OP(patchify_bwd),

@@ -54,6 +54,13 @@ typedef struct Backend {
     // backend has its own memory, so that copies can run asynchronously; zero-filled.
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *ptr);
+    // Asynchronous download (checkpoint staging): copies `bytes` of backend memory into host memory
+    // from host_alloc, after all the work issued so far and without blocking the host, on a side
+    // stream that training does not wait for. The source must not be changed until download_wait
+    // has returned: the caller waits before it issues anything that writes it.
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
+    // Blocks until every download_async issued so far has landed; callable from any thread.
+    void (*download_wait)(void);
     // The most backend memory held at once so far, in bytes (the CPU: the process's peak RSS).
     size_t (*memory_peak)(void);
     // The model's parameters live at params (n). A backend whose GEMMs read bf16 keeps a bf16 copy

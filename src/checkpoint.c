@@ -1,4 +1,5 @@
-// checkpoint.c: writing, checking and loading training checkpoints (see checkpoint.h).
+// checkpoint.c: writing, checking and loading training checkpoints (see checkpoint.h); the
+// background writer is checkpoint_async.c.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoint.h"
+#include "checkpoint_internal.h"
 #include "quant8.h"
 #include "safetensors.h"
 
@@ -52,21 +53,6 @@ int checkpoint_list(const char *run, int **steps) {
 // ----------------------------------------------------------------------------
 // the tensors of a checkpoint: one table used by both save and load
 
-typedef struct {
-    char name[160];
-    const char *dtype;
-    int ndim;
-    long shape[2];
-    size_t bytes;
-    void *host;      // staging bytes (save: filled from the backend; load: filled from the file)
-    void *device;    // where it lives in backend memory
-} CkptTensor;
-
-typedef struct {
-    CkptTensor *t;
-    int n, cap;
-} CkptTable;
-
 static void add(CkptTable *tab, const char *dtype, int ndim, long d0, long d1, size_t bytes, void *device,
                 const char *fmt, const char *name, const char *suffix) {
     if (tab->n == tab->cap) {
@@ -80,7 +66,7 @@ static void add(CkptTable *tab, const char *dtype, int ndim, long d0, long d1, s
     t->dtype = dtype, t->ndim = ndim, t->shape[0] = d0, t->shape[1] = d1, t->bytes = bytes, t->device = device;
 }
 
-static CkptTable build_table(const Model *m, const real *ema, const Optimizer *o, int32_t *block_size) {
+CkptTable ckpt_build_table(const Model *m, const real *ema, const Optimizer *o, int32_t *block_size) {
     CkptTable tab = {0};
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamInfo *pi = &m->info[i];
@@ -129,25 +115,25 @@ static void prune(const char *run, int keep) {
     if (fd >= 0) fsync(fd), close(fd);
 }
 
-int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
-                    const TrainState *s, char *err, size_t errlen) {
-    int32_t block_size = ADAM8_BLOCK;
-    CkptTable tab = build_table(m, ema, o, &block_size);
-    size_t total = 0;
-    for (int i = 0; i < tab.n; i++) total += tab.t[i].device ? tab.t[i].bytes : 0;
-    uint8_t *staging = fc_malloc(total);
+size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {
     size_t off = 0;
-    StTensor *st = fc_calloc(tab.n, sizeof(StTensor));
-    StMeta *meta = fc_calloc(tab.n + 16, sizeof(StMeta));
-    char (*crc)[2][180] = fc_calloc(tab.n, sizeof *crc);
+    for (int i = 0; i < tab->n; i++) {
+        CkptTensor *t = &tab->t[i];
+        if (!t->device) continue;
+        if (staging) t->host = staging + off;
+        off += t->bytes;
+    }
+    return off;
+}
+
+int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, const TrainState *s, char *err,
+                      size_t errlen) {
+    StTensor *st = fc_calloc(tab->n, sizeof(StTensor));
+    StMeta *meta = fc_calloc(tab->n + 16, sizeof(StMeta));
+    char (*crc)[2][180] = fc_calloc(tab->n, sizeof *crc);
     int nm = 0;
-    for (int i = 0; i < tab.n; i++) {
-        CkptTensor *t = &tab.t[i];
-        if (t->device) {
-            t->host = staging + off;
-            m->be->download(t->host, t->device, t->bytes);
-            off += t->bytes;
-        }
+    for (int i = 0; i < tab->n; i++) {
+        const CkptTensor *t = &tab->t[i];
         st[i] = (StTensor){t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1]}, t->host};
         snprintf(crc[i][0], sizeof crc[i][0], "crc32.%s", t->name);
         snprintf(crc[i][1], sizeof crc[i][1], "%08lx", crc32(0L, t->host, (uInt)t->bytes));
@@ -167,13 +153,26 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
     meta[nm++] = (StMeta){"data_cursor", step};  // the data a step sees is a function of (seed, step)
     meta[nm++] = (StMeta){"smooth_loss", smooth};
     meta[nm++] = (StMeta){"config", config_text};
-    for (int i = 0; i < tab.n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
+    for (int i = 0; i < tab->n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
 
     char path[4096];
     checkpoint_path(path, sizeof path, run, s->step);
-    int rc = st_write(path, st, tab.n, meta, nm, err, errlen);
+    int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
     if (rc == 0) prune(run, c->keep_checkpoints);
-    free(staging), free(st), free(meta), free(crc), free(tab.t);
+    free(st), free(meta), free(crc);
+    return rc;
+}
+
+int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
+                    const TrainState *s, char *err, size_t errlen) {
+    int32_t block_size = ADAM8_BLOCK;
+    CkptTable tab = ckpt_build_table(m, ema, o, &block_size);
+    uint8_t *staging = fc_malloc(ckpt_stage(&tab, NULL));
+    ckpt_stage(&tab, staging);
+    for (int i = 0; i < tab.n; i++)
+        if (tab.t[i].device) m->be->download(tab.t[i].host, tab.t[i].device, tab.t[i].bytes);
+    int rc = ckpt_write_staged(run, &tab, c, s, err, errlen);
+    free(staging), free(tab.t);
     return rc;
 }
 
@@ -247,7 +246,7 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
                  path, *k, b, *k, a);
     }
 
-    tab = build_table(m, ema, o, &block_size);
+    tab = ckpt_build_table(m, ema, o, &block_size);
     for (int i = 0; i < tab.n; i++) {
         CkptTensor *t = &tab.t[i];
         const StEntry *e = st_find(&f, t->name);

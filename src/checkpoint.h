@@ -5,6 +5,8 @@
 #ifndef FRAMECHAIN_CHECKPOINT_H
 #define FRAMECHAIN_CHECKPOINT_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "model.h"
 #include "optim.h"
@@ -29,6 +31,37 @@ typedef enum {
 // leaves every earlier checkpoint as it was.
 int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
                     const TrainState *s, char *err, size_t errlen);
+
+// ---- the checkpoint writer (checkpoint_async.c): checkpoints that do not stall training ----
+// One staging buffer of host_alloc memory (page-locked on a GPU) for the whole checkpoint, allocated
+// once, and one background thread. submit issues the copies of every tensor on the backend's side
+// stream and returns; the thread waits for them to land, computes the CRCs and writes the file
+// exactly as checkpoint_save does (the same bytes). The saved tensors must not change until the
+// copies have landed: the trainer calls ckpt_writer_wait_copy before anything that writes them (the
+// optimizer step, the EMA update). A failed write is reported by the next submit, wait_copy or
+// finish as "checkpoint at step N failed: ... (the earlier checkpoints are untouched)".
+// Only one thread may call these functions.
+typedef struct CkptWriter CkptWriter;
+
+// m, ema, o and c must outlive the writer. log: where a line per checkpoint goes when it is written
+// (NULL: nowhere), with the time the training loop was blocked and the time the write took.
+// synchronous: every submit also waits for its write (to compare with the asynchronous writer).
+CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, const Optimizer *o,
+                              const Config *c, FILE *log, int synchronous);
+// The bytes of the staging buffer.
+size_t ckpt_writer_staging_bytes(const CkptWriter *w);
+// Start the checkpoint of state s: waits for the previous write if it still runs, then issues the
+// copies. Adds the milliseconds the caller was blocked to *blocked_ms. 0, or -1 with one line in
+// err when a write failed (this one in synchronous mode, else an earlier one).
+int ckpt_writer_submit(CkptWriter *w, const TrainState *s, double *blocked_ms, char *err, size_t errlen);
+// Wait until the copies of the last submit have landed (at once when none is pending). Adds the
+// wait to *blocked_ms. 0, or -1 with one line in err when an earlier write failed.
+int ckpt_writer_wait_copy(CkptWriter *w, double *blocked_ms, char *err, size_t errlen);
+// Wait until everything submitted is written. Adds the wait to *blocked_ms (may be NULL). 0, or -1
+// with one line in err when a write failed.
+int ckpt_writer_finish(CkptWriter *w, double *blocked_ms, char *err, size_t errlen);
+// Finishes a pending write, ends the thread and frees the staging buffer; NULL is allowed.
+void free_ckpt_writer(CkptWriter *w);
 
 // Load one checkpoint into m, ema and o after checking every CRC and that it continues this run.
 CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,

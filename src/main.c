@@ -51,13 +51,16 @@ static const char *HELP_PREPARE =
 
 static const char *HELP_TRAIN =
     "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
-    "                        [--vram-budget GIB]\n"
+    "                        [--vram-budget GIB] [--sync-checkpoints]\n"
     "\n"
     "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
     "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
     "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
     "--data DIR is a dataset made by 'framechain prepare'; without it, the built-in moving-shapes set.\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
+    "A checkpoint is copied into page-locked host memory and written by a background thread while\n"
+    "training goes on; --sync-checkpoints waits for each write instead (the same files; the log's\n"
+    "'blocked' figure compares the two).\n"
     "The memory plan is printed before the first step; on a GPU a plan above --vram-budget (default\n"
     "24 GiB) is refused, and the measured peak is printed at the end.\n"
     "\n"
@@ -261,7 +264,7 @@ static int cmd_prepare(int argc, char **argv) {
 
 static int cmd_train(int argc, char **argv) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
-                  {NULL}};
+                  {"--sync-checkpoints", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
@@ -278,7 +281,7 @@ static int cmd_train(int argc, char **argv) {
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
                         : DEFAULT_VRAM_BUDGET_GIB;
-    return train_run(&c, run, data, g_backend, budget * 1073741824.0);
+    return train_run(&c, run, data, g_backend, budget * 1073741824.0, opt(opts, "--sync-checkpoints")->count > 0);
 }
 
 static int cmd_generate(int argc, char **argv) {

@@ -133,17 +133,15 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
     return resumed;
 }
 
-static void save_or_die(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
-                        const TrainState *st) {
+// Before the run ends, for whatever reason: the checkpoint being written is completed (a failed
+// write is the error to report: it came first).
+static void finish_or_die(CkptWriter *w) {
     char err[1024];
-    double t0 = now_s();
-    if (checkpoint_save(run, m, ema, o, c, st, err, sizeof err))
-        fc_die("checkpoint at step %d failed: %s (the earlier checkpoints are untouched)", st->step, err);
-    if (!isatty(STDOUT_FILENO))
-        printf("checkpoint %s/ckpt-%08d.safetensors (%.2f s)\n", run, st->step, now_s() - t0);
+    if (w && ckpt_writer_finish(w, NULL, err, sizeof err)) fc_die("%s", err);
 }
 
-int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget) {
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget,
+              int sync_checkpoints) {
     // From here on a stop signal lets the current step finish and be checkpointed.
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
@@ -183,6 +181,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     int status = 0;
     FILE *metrics = NULL;
     Loader *loader = NULL;
+    CkptWriter *writer = NULL;
     if (st.step >= c->steps) {
         printf("%s is at step %d of %d: nothing to do\n", run, st.step, c->steps);
         goto done;
@@ -193,8 +192,16 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         printf("data: %s, %d clips of %d frames\n", data, dataset_clips(dataset), dataset_clip_frames(dataset));
     }
     metrics = open_metrics(run, st.step);
-
     int tty = isatty(STDOUT_FILENO), first = st.step + 1;
+    // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
+    writer = ckpt_writer_start(run, m, ema, o, c, tty ? NULL : stdout, sync_checkpoints);
+    printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(writer) / 1073741824.0,
+           on_gpu ? "page-locked " : "", sync_checkpoints ? " (synchronous checkpoints)" : "");
+    fflush(stdout);
+
+    // The time the loop waited for checkpoints since the last metrics line: a submit comes after its
+    // step's line, so its time is on the next step's.
+    double ckpt_blocked_ms = 0;
     double t_start = now_s(), t_last_line = 0, t_timed = 0;
     int t_timed_steps = 0;
     // ---- the hot loop: one optimizer update per iteration ----
@@ -202,7 +209,10 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         double t0 = now_s(), t_data;
         if (loader) {
             const real *batch = loader_get(loader, step, &t_data, err, sizeof err);
-            if (!batch) fc_die("step %d: %s", step, err);
+            if (!batch) {
+                finish_or_die(writer);
+                fc_die("step %d: %s", step, err);
+            }
             memcpy(host_x0, batch, sizeof(real) * (size_t)m->S * m->E);
         } else {
             shapes_batch(host_x0, c, m->B, (uint64_t)c->seed, (uint32_t)step);
@@ -214,6 +224,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         model_forward(m);
         double loss = model_loss(m);
         if (!isfinite(loss)) {
+            finish_or_die(writer);  // so that the checkpoint named below is the newest on disk
             int *steps, n = checkpoint_list(run, &steps);
             char last[64] = "none";
             if (n) snprintf(last, sizeof last, "ckpt-%08d.safetensors (step %d)", steps[0], steps[0]);
@@ -223,6 +234,8 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         }
         model_zero_grad(m);
         model_backward(m);
+        // The optimizer step and the EMA update write what the last checkpoint may still be copying.
+        if (ckpt_writer_wait_copy(writer, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
         double lr = lr_schedule(c, step);
         OptStepInfo info = optimizer_step(o, m, c, step, lr);
         // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
@@ -236,9 +249,11 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
 
         fprintf(metrics,
                 "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
-                "\"data_wait_ms\":%.3f,\"step_ms\":%.3f}\n",
-                step, loss, st.smooth_loss, lr, info.grad_norm, info.nonfinite, 1e3 * t_data, 1e3 * t_step);
+                "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
+                step, loss, st.smooth_loss, lr, info.grad_norm, info.nonfinite, 1e3 * t_data, 1e3 * t_step,
+                ckpt_blocked_ms);
         fflush(metrics);
+        ckpt_blocked_ms = 0;
 
         int last = step == c->steps, stop = g_stop_signal != 0;
         double now = now_s(), rate = (step - first + 1) / (now - t_start);
@@ -252,15 +267,17 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         }
         if (step % c->checkpoint_every == 0 || last || stop) {
             if (tty) printf("\n");
-            save_or_die(run, m, ema, o, c, &st);
+            if (ckpt_writer_submit(writer, &st, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
         }
         if (stop) {
+            finish_or_die(writer);
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
             status = 128 + g_stop_signal;
             goto done;
         }
     }
+    finish_or_die(writer);
     printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
     if (t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
         double ms = 1e3 * t_timed / t_timed_steps, flops = model_step_flops(c, m->B);
@@ -271,6 +288,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         printf("peak %s memory: %.2f GiB measured (plan %.2f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
                plan.total / 1073741824.0);
 done:
+    free_ckpt_writer(writer);  // before the tensors it copies from
     if (loader) loader_stop(loader);
     if (dataset) dataset_close(dataset);
     if (metrics) fclose(metrics);

@@ -11,6 +11,9 @@
 // Dies with one line on anything that must not go on (a NaN loss, a failed checkpoint write, a
 // checkpoint that does not continue this run).
 // vram_budget: bytes a GPU run's memory plan may reach (--vram-budget); not checked on the CPU.
-int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget);
+// Checkpoints are written by a background thread (checkpoint.h) while training goes on;
+// sync_checkpoints: each one is finished before the next step (--sync-checkpoints, to compare).
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget,
+              int sync_checkpoints);
 
 #endif

@@ -417,6 +417,27 @@ static void t_ema(size_t n, float decay) {
     FREE(&ema, &p);
 }
 
+// The checkpoint writer's download: ordered after the kernel issued just before it (no sync in
+// between: the copy runs on a side stream), in two pieces in flight at once, the same bytes as a
+// plain download. Three rounds, each over the last one's values, so that a stale copy shows.
+static void t_download_async(size_t n) {
+    real *dev = g_gpu->alloc(sizeof(real) * n), *ref = fc_malloc(sizeof(real) * n);
+    real *pinned = g_gpu->host_alloc(sizeof(real) * n);
+    size_t half = n / 2, bad = 0;
+    for (uint32_t k = 0; k < 3; k++) {
+        g_gpu->randn(dev, n, 0, 1, g_seed, 1000 + k, RNG_TEST, 0);
+        g_gpu->download_async(pinned, dev, sizeof(real) * half);
+        g_gpu->download_async(pinned + half, dev + half, sizeof(real) * (n - half));
+        g_gpu->download_wait();
+        g_gpu->download(ref, dev, sizeof(real) * n);
+        for (size_t i = 0; i < n; i++) bad += memcmp(&pinned[i], &ref[i], sizeof(real)) != 0;
+    }
+    check(bad == 0, "cuda_download_async",
+          "n=%zu, 3 rounds of randn then two copies without a sync: %zu elements differ from a plain download", n,
+          bad);
+    g_gpu->host_free(pinned), g_gpu->free(dev), free(ref);
+}
+
 // Gradients of step t: N(0, 0.01^2), 1% of them times a heavy-tailed factor, others shrunk over 6
 // decades (eps matters), and a few NaN and Inf elements.
 static void make_grads(Buf *g, int t) {
@@ -603,6 +624,7 @@ static void section_ops(void) {
     t_sum_squares(3000001, bad1, 3), t_sum_squares(5, bad2, 1), t_sum_squares(0, NULL, 0);
     t_sum_squares(4096 * 37 + 5, NULL, 0);
     t_ema(100003, 0.999f);
+    t_download_async(g_quick ? (size_t)1 << 20 : (size_t)1 << 24);
     t_adamw_fp32(100003, 4), t_adamw_fp32(1000, 2);
     t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3);
 }

@@ -51,6 +51,28 @@ rc=$?
 expect python_reads_checkpoint $(( rc != 0 || $(grep -c '^optim\.' "$tmp/py.log") == 0 )) \
     "status $rc, $(grep -c . "$tmp/py.log") lines from tools/safetensors_io.py, $(grep -c '^optim\.' "$tmp/py.log") optim.* tensors"
 
+# ---- checkpoints written in the background: what the loop waited for, and the synchronous writer ----
+# Every checkpoint has its line with the time the loop was blocked; a submit's time is on the next
+# step's metrics line, so exactly the steps after a checkpoint (5, 9, ..., 57) have a blocked time.
+blocked_re='\(blocked [0-9.]+ ms: copy [0-9.]+ \+ wait [0-9.]+; written in [0-9.]+ s'
+n_ckpt_lines=$(grep -c "^checkpoint $tmp/ref/ckpt-[0-9]*\.safetensors" "$tmp/ref.log")
+n_blocked=$(grep -cE "^checkpoint $tmp/ref/ckpt-[0-9]{8}\.safetensors $blocked_re in the background\)$" "$tmp/ref.log")
+blocked_steps=$(sed -nE 's/.*"step":([0-9]+),.*"ckpt_blocked_ms":([0-9.]+)}$/\1 \2/p' "$tmp/ref/metrics.jsonl" |
+    awk '$2 > 0 {printf "%s ", $1}')
+want_steps=$(seq 5 4 $((STEPS - 3)) | tr '\n' ' ')
+expect checkpoint_blocked_time_logged $(( n_ckpt_lines != STEPS / 4 || n_blocked != n_ckpt_lines )) \
+    "$n_blocked of $n_ckpt_lines checkpoint lines (of $((STEPS / 4)) checkpoints) with a blocked time: $(grep -m1 "^checkpoint $tmp/ref/" "$tmp/ref.log" | grep -o '(blocked.*')"
+expect checkpoint_blocked_time_in_metrics $([ "$blocked_steps" = "$want_steps" ]; echo $?) \
+    "metrics lines with ckpt_blocked_ms > 0 at steps: ${blocked_steps:-none} (expected $want_steps)"
+
+(train "$tmp/sync" --sync-checkpoints) > "$tmp/sync.log" 2>&1
+rc=$?
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/sync")"
+same=$?
+n_sync=$(grep -cE "^checkpoint $tmp/sync/ckpt-[0-9]{8}\.safetensors $blocked_re synchronously\)$" "$tmp/sync.log")
+expect sync_checkpoints_identical $(( rc != 0 || same != 0 || n_sync != STEPS / 4 )) \
+    "status $rc, $n_sync of $((STEPS / 4)) checkpoints written synchronously, final checkpoint equal to the background writer's: $((1 - same))"
+
 # ---- kill -9 at random moments, rerunning until the run finishes ----
 kills=0 during_write=0 attempts=0
 export FRAMECHAIN_TEST_WRITE_DELAY_MS=40  # widen the window in which a checkpoint is half-written
@@ -94,10 +116,11 @@ expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the ru
 # ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
-# The handler is in place once the plan is printed; start-up alone (probing for a GPU) can take
-# longer than a fixed sleep on a machine with the CUDA runtime but no usable driver.
+# Half a second into training: the process alone can take that long to start (its libraries), and
+# a SIGTERM before the trainer's handler is installed just ends it.
 for _ in $(seq 1000); do
-    grep -q "memory plan" "$tmp/term.log" 2>/dev/null && break
+    [ -f "$tmp/term/metrics.jsonl" ] && break
+    kill -0 $pid 2>/dev/null || break
     sleep 0.01
 done
 sleep 0.5
@@ -111,6 +134,36 @@ expect sigterm_writes_checkpoint $(( rc != 143 || have != 1 )) "status $rc, '$st
 (train "$tmp/term") > "$tmp/term2.log" 2>&1
 cmp -s "$(final "$tmp/ref")" "$(final "$tmp/term")"
 expect sigterm_resume_identical $? "$(grep -m1 resuming "$tmp/term2.log"), final checkpoint equal to the uninterrupted run's"
+
+# ---- SIGTERM while a checkpoint is being written in the background (slow writes) ----
+# The loop goes on while the write runs; the stop waits for it, then writes the stop step's.
+export FRAMECHAIN_TEST_WRITE_DELAY_MS=1500
+bg_train "$tmp/bgterm.log" "$tmp/bgterm"
+pid=$!
+writing=""
+for _ in $(seq 1000); do
+    writing=$(ls "$tmp/bgterm" 2>/dev/null | grep -m1 '\.tmp-')
+    [ -n "$writing" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+unset FRAMECHAIN_TEST_WRITE_DELAY_MS
+stopped=$(grep -o 'stopped by SIGTERM at step [0-9]*' "$tmp/bgterm.log")
+step=${stopped##* }
+stop_ckpt="$tmp/bgterm/ckpt-$(printf %08d "${step:-0}").safetensors"
+"$FC" inspect "$stop_ckpt" > "$tmp/bgterm.inspect" 2>&1
+good=$(( $? == 0 && $(grep -c "CRC BAD" "$tmp/bgterm.inspect") == 0 ))
+was_written=$( [ -n "$writing" ] && [ -f "$tmp/bgterm/${writing%.tmp-*}" ] && echo 1 || echo 0)
+left=$(ls "$tmp/bgterm" | grep -c '\.tmp-')
+expect sigterm_during_background_write $(( rc != 143 || good != 1 || was_written != 1 || left != 0 )) \
+    "status $rc, '$stopped' while ${writing:-nothing} was being written: that one completed: $was_written, the stop step's checks: $good, temporary files left: $left"
+(train "$tmp/bgterm") > "$tmp/bgterm2.log" 2>&1
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/bgterm")"
+expect sigterm_during_background_write_resume_identical $? \
+    "$(grep -m1 resuming "$tmp/bgterm2.log"), final checkpoint equal to the uninterrupted run's"
 
 # ---- a flipped byte, then a truncation, in the newest checkpoint ----
 for damage in flip truncate; do
@@ -144,6 +197,15 @@ intact=$?
 left=$(ls "$tmp/full" | grep -c '\.tmp-')
 expect failed_write_keeps_previous $(( rc == 0 || intact != 0 || left != 0 || $(echo "$msg" | grep -c 'No space left') != 1 )) \
     "status $rc, '$msg', previous checkpoint intact: $((1 - intact)), temporary files left: $left"
+
+# A background write that fails stops the run at the next step, not at the end.
+(FRAMECHAIN_TEST_FAIL_WRITE_AFTER=100000 train "$tmp/full2") > "$tmp/full2.log" 2>&1
+rc=$?
+msg=$(grep -m1 "checkpoint at step" "$tmp/full2.log")
+lines=$(wc -l < "$tmp/full2/metrics.jsonl")
+n_files=$(ls "$tmp/full2" | grep -c '^ckpt-')
+expect failed_background_write_stops_run $(( rc == 0 || lines > 8 || n_files != 0 || $(echo "$msg" | grep -c 'checkpoint at step 4 failed: .*No space left.*(the earlier checkpoints are untouched)') != 1 )) \
+    "status $rc, '$msg', stopped after step $lines, checkpoint or temporary files left: $n_files"
 
 # ---- a NaN loss stops the run; the last good checkpoint stays ----
 # (a NaN pixel in the data of step 23, through the fault-injection hook)
