@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU: build, run the CUDA backend's tests against the CPU backend, the
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
-#   SKIP_TRAIN_TEST=1 leaves out the kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset.
+#   PART=tests stops after the tests, PART=speed skips them (both build); SKIP_TRAIN_TEST=1 leaves out the
+#   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset.
 # MFU is the model FLOPs per second (train's "speed:" line) over the card's dense bf16 peak (table below).
 # Works where only the CUDA toolkit, a C compiler, zlib and OpenBLAS are installed (no FFmpeg:
 # video I/O is left out, training on the built-in shapes is enough for all of this).
@@ -28,6 +29,8 @@ fi
 make -j"$(nproc)" framechain build/test_cuda build/bench_ops > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
 grep 'framechain build' "$LOG/build.log"
 ./framechain --version
+PART=${PART:-all}
+if [ "$PART" != speed ]; then
 echo "== make test-cuda"
 make test-cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
@@ -36,6 +39,8 @@ if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
     tests/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
     grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
 fi
+fi
+[ "$PART" = tests ] && exit 0
 # The card's dense bf16 tensor-core peak in TFLOP/s (fp32 accumulation), by name.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in
@@ -49,7 +54,7 @@ speed() {
     shift 4
     rm -rf "$LOG/run"
     ./framechain --device "$dev" train --config "$cfg" --run "$LOG/run" --steps "$steps" --set warmup_steps=2 \
-        --set checkpoint_every=100000 "$@" > "$LOG/train-$name-$dev.log" 2>&1
+        --set checkpoint_every=100000 --set keep_checkpoints=1 "$@" > "$LOG/train-$name-$dev.log" 2>&1
     local tf mfu
     tf=$(sed -nE 's/^speed: .* ([0-9.]+) TFLOP\/s$/\1/p' "$LOG/train-$name-$dev.log")
     mfu=$(awk -v t="${tf:-0}" -v p="$peak" 'BEGIN { if (p > 0) printf "%.1f%%", 100 * t / p; else print "?" }')
@@ -63,11 +68,13 @@ for dev in cuda cuda-fp32; do
 done
 speed preset-no-recompute cuda configs/starter.conf 12 --vram-budget 75 --set recompute=0
 speed preset-batch2 cuda configs/starter.conf 12 --set batch_size=2
+speed largest-depth22 cuda configs/starter.conf 8 --set depth=22
 echo "== checkpoints of the preset: training blocked, background write against synchronous"
 for mode in async sync; do
     rm -rf "$LOG/run"
     ./framechain --device cuda train --config configs/starter.conf --run "$LOG/run" --steps 6 --set warmup_steps=2 \
-        --set checkpoint_every=3 $([ $mode = sync ] && echo --sync-checkpoints) > "$LOG/ckpt-$mode.log" 2>&1
+        --set checkpoint_every=3 --set keep_checkpoints=1 $([ $mode = sync ] && echo --sync-checkpoints) \
+        > "$LOG/ckpt-$mode.log" 2>&1
     echo "$mode: $(grep -E '^checkpoint|^speed|rror' "$LOG/ckpt-$mode.log" | tr '\n' ' ' | tr -s ' ')"
 done
 echo "== where a step's time goes, op by op (make bench-ops)"
