@@ -4,7 +4,8 @@
 
 CC      ?= gcc
 COMMA   := ,
-PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+# The Python with numpy and torch for the reference checks: Debian's, else the one on PATH.
+PYTHON  ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import numpy' 2>/dev/null && echo $$p && break; done)
 BUILD   ?= build
 OPT     ?= -O3
 CFLAGS  ?= $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation -std=gnu11 -fopenmp

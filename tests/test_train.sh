@@ -5,7 +5,9 @@
 # activation, and 8-bit against fp32 AdamW.
 set -u
 FC=${1:-./framechain}
-PYTHON=${PYTHON:-$(test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)}
+# The Python with numpy (the checks that read checkpoints need it): Debian's, else the one on PATH.
+PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
+PYTHON=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 TINY=configs/tiny/starter.conf
@@ -114,7 +116,8 @@ left=$(ls "$tmp/kill" | grep -c '\.tmp-')
 expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the run folder"
 
 # ---- SIGTERM: a checkpoint, a clean exit, and the run goes on ----
-bg_train "$tmp/term.log" "$tmp/term"
+# Checkpoint writes of 200 ms keep the run going for 3 s even on a fast GPU (each waits for the last).
+FRAMECHAIN_TEST_WRITE_DELAY_MS=200 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
 # Half a second into training: the process alone can take that long to start (its libraries), and
 # a SIGTERM before the trainer's handler is installed just ends it.
