@@ -124,8 +124,8 @@ def main(argv=None):
             sys.exit("--sdpa needs torch 2.x (this is %s)" % torch.__version__)
         reference.SelfAttention.forward = sdpa_forward
     torch.manual_seed(int(raw["seed"]))
-    model = reference.FramechainDiT(cfg).to(dev)
-    reference.init_random_(model, torch.Generator().manual_seed(1))
+    model = reference.FramechainDiT(cfg)
+    reference.init_random_(model, torch.Generator().manual_seed(1))  # on the CPU, then moved
     model = model.to(dev)
     if a.checkpointing:
         block_forward = reference.Block.forward
