@@ -86,14 +86,14 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c backend_cpu.c cpu_optim.c quant8.c model.c flow.c shapes.c \
+SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c backend_cpu.c cpu_attention.c cpu_optim.c quant8.c model.c flow.c shapes.c \
         optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c checkpoint_async.c train.c \
         $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
 
-.PHONY: all demo test test-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo test test-cuda bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -151,6 +151,16 @@ $(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
 
 bench-ops: info $(BUILD)/bench_ops
 	$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
+
+$(BUILD)/bench_gemm: tools/bench_gemm.c | $(BUILD)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
+
+# framechain against PyTorch, side by side in one run (BENCHMARKS.md): on the CPU, and on a GPU.
+bench: info $(BIN) $(BUILD)/bench_gemm
+	@PYTHON=$(PYTHON) tools/bench.sh
+
+bench-cuda: info $(BIN)
+	@tools/bench_cuda.sh
 
 TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
              $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_cuda \

@@ -17,6 +17,8 @@ Usage:
 --compile        torch.compile the model (torch 2.x)
 --sdpa           attention by F.scaled_dot_product_attention (flash/efficient kernels)
 --checkpointing  recompute each block in the backward pass (torch.utils.checkpoint)
+--sample S       instead of training: the time to sample one window at batch 1 with S Euler
+                 steps (S forward passes, no gradients), the median of --steps windows
 
 Prints the median step time over --steps timed steps after --warmup, frames/s,
 model TFLOP/s (the FLOP count of src/memplan.c: model_step_flops) and the peak
@@ -85,6 +87,40 @@ def sdpa_forward(self, a):
     return self.proj(o.transpose(1, 2).reshape(M, L, D))
 
 
+def sample_windows(a, fwd, dev, offsets, is_target, cfg):
+    """Euler sampling of one window at batch 1: targets from noise, the others clean."""
+    Fs, C, S = cfg["slots"], cfg["channels"], cfg["frame_size"]
+    tgt = is_target.reshape(1, Fs, 1, 1, 1)
+
+    def window():
+        x = torch.where(tgt, torch.randn(1, Fs, C, S, S, device=dev), torch.rand(1, Fs, C, S, S, device=dev))
+        for k in range(a.sample):
+            level = 1.0 - k / a.sample
+            t = torch.where(is_target, torch.full((1, Fs), level, device=dev), torch.zeros(1, Fs, device=dev))
+            with torch.no_grad(), torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
+                v = fwd(x, t, offsets).float()
+            x = torch.where(tgt, x - v / a.sample, x)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(a.warmup):
+        window()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        window()
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * statistics.median(times)
+    res = {"tool": "pytorch", "torch": torch.__version__, "config": a.config, "device": a.device,
+           "threads": torch.get_num_threads(), "euler_steps": a.sample, "window_ms": ms}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print("pytorch %s (%s, %d threads): %.2f ms per window of %d Euler steps (median of %d)" %
+              (torch.__version__, a.device, res["threads"], ms, a.sample, a.steps))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
@@ -99,6 +135,7 @@ def main(argv=None):
     ap.add_argument("--sdpa", action="store_true")
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sample", type=int, default=0)
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -146,6 +183,9 @@ def main(argv=None):
     fwd = torch.compile(model) if a.compile else model
 
     x0 = torch.rand(B, Fs, C, S, S, device=dev) * 2 - 1
+
+    if a.sample > 0:
+        return sample_windows(a, fwd, dev, offsets[:1], is_target[:1], cfg)
 
     def step():
         t = torch.sigmoid(torch.randn(B, Fs, device=dev) * t_std + t_mean)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make bench-cuda: framechain against PyTorch 2.x on this machine's GPU, in one run, on the 24 GB
+# preset (configs/starter.conf: 0.95 B parameters, 256x256 frames, a window of 7, batch 1): step
+# time, frames/s, MFU (model FLOPs over the card's dense bf16 peak) and peak memory; PyTorch with
+# bf16 autocast and scaled_dot_product_attention, eager and torch.compile, with and without
+# activation checkpointing; then how long a checkpoint blocks training, in the background and
+# synchronously. A benchmark, not a test: nothing is asserted.
+#
+# usage: tools/bench_cuda.sh [OUT_DIR] [CONFIG]     (STEPS=N timed steps, default 12)
+set -u
+OUT=${1:-out/bench-cuda}
+CONF=${2:-configs/starter.conf}
+FC=${FC:-./framechain}
+STEPS=${STEPS:-12}
+PYTHON=${PYTHON:-$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
+mkdir -p "$OUT"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in  # dense bf16 tensor-core peak, TFLOP/s, fp32 accumulation
+    *H100*PCIe*) peak=756 ;; *H100*|*H200*|*GH200*) peak=989 ;; *A100*) peak=312 ;;
+    *4090*) peak=165 ;; *3090*) peak=71 ;; *) peak=0 ;;
+esac
+echo "machine: $gpu (bf16 peak $peak TFLOP/s); $(date -u +%F); $CONF"
+printf '%-44s %10s %10s %10s %8s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB"
+row() {  # row LABEL MS FRAMES_PER_S TFLOPS PEAK_GIB
+    awk -v w="$1" -v ms="$2" -v fps="$3" -v tf="$4" -v pg="$5" -v pk="$peak" 'BEGIN {
+        printf "%-44s %10.1f %10.1f %10.1f %7.1f%% %10.2f\n", w, ms, fps, tf, pk > 0 ? 100 * tf / pk : 0, pg }'
+}
+for rc in 1 0; do
+    rm -rf "$OUT/run"
+    "$FC" --device cuda train --config "$CONF" --run "$OUT/run" --steps $((STEPS + 2)) --set warmup_steps=2 \
+        --set checkpoint_every=100000 --set keep_checkpoints=1 --set recompute=$rc --vram-budget 1000 \
+        > "$OUT/fc-recompute$rc.log" 2>&1
+    l=$(grep '^speed' "$OUT/fc-recompute$rc.log")
+    row "framechain (bf16, recompute $rc)" "$(echo "$l" | sed -nE 's/^speed: ([0-9.]+) ms.*/\1/p')" \
+        "$(echo "$l" | sed -nE 's/.* ([0-9.]+) frames\/s.*/\1/p')" "$(echo "$l" | sed -nE 's/.* ([0-9.]+) TFLOP\/s$/\1/p')" \
+        "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$OUT/fc-recompute$rc.log")"
+done
+rm -rf "$OUT/run"
+for opts in "" "--checkpointing" "--compile" "--compile --checkpointing"; do
+    "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
+        --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err" || { tail -3 "$OUT/pt.err"; continue; }
+    j=$(cat "$OUT/pt.json")
+    get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
+    row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${opts:-eager}" "$(get step_ms)" \
+        "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)"
+done
+echo "checkpoints (training blocked per checkpoint):"
+for mode in async sync; do
+    rm -rf "$OUT/run"
+    "$FC" --device cuda train --config "$CONF" --run "$OUT/run" --steps 40 --set warmup_steps=2 \
+        --set checkpoint_every=20 --set keep_checkpoints=1 $([ $mode = sync ] && echo --sync-checkpoints) \
+        > "$OUT/ckpt-$mode.log" 2>&1
+    echo "  $mode: $(grep -m1 -E '^checkpoint .*ckpt-00000020' "$OUT/ckpt-$mode.log" | sed -E 's/^checkpoint [^ ]* //')"
+done
+rm -rf "$OUT/run"
