@@ -142,7 +142,7 @@ $(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_
 $(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-$(BUILD)/test_cuda: tests/test_cuda.c tests/check.h $(OBJ) $(CUDA_OBJ)
+$(BUILD)/test_cuda: tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.

@@ -3,9 +3,9 @@
 //  1. Every op, forward and backward, on random Philox inputs (RNG_TEST), at awkward sizes and at the
 //     shapes of the networks: the same inputs go to both backends, the outputs are compared by
 //     max|cuda - cpu| / max|cpu| (tolerance 1e-5 for "cuda-fp32"). Then the ops that "cuda" computes
-//     differently (the GEMMs, on bf16 operands) again on "cuda" (tolerance 2e-2; check names end in
-//     _bf16), with the weights' bf16 mirror rebuilt after every way parameters change. Every buffer, outputs included, starts random and
-//     ends in a random guard, so an element an op should write but does not, or one it writes past
+//     differently (GEMMs and attention on bf16 operands) again on "cuda" (tolerance 2e-2; check
+//     names end in _bf16), with the weights' bf16 mirror rebuilt after every way parameters change.
+//     Every buffer, outputs included, starts random and ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
 //     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
 //  2. Determinism: attention, linear backward, the 8-bit AdamW step and the sum of squares, twice on
@@ -15,192 +15,21 @@
 //     bf16: 2e-2 for the loss and prediction, 5e-2 for the gradients after two blocks), then one
 //     optimizer step (optim.h) from the same gradients: parameters, states, norm, EMA. In fp32 and bf16.
 //  4. INFO lines: ms per forward+backward of the tiny and small configs on CUDA (no assertion).
+// Sections 3 and 4 are in test_cuda_step.c; the buffers and comparisons in cuda_harness.h.
 // Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0.
 //
 // usage (from the repository root): test_cuda [--quick] [--seed N] [--cpu-as-cuda]
 //   --quick leaves out the long reductions and the 24 GB preset's shapes (the CPU reference is the slow
 //   side); --cpu-as-cuda puts the CPU backend in CUDA's place, to try this harness on a machine
 //   without a GPU (every error is then 0; use --quick with it). On an H100 the whole run takes 15 s.
-#include <math.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include "cuda_harness.h"
 
-#include "check.h"
-#include "config.h"
-#include "flow.h"
-#include "model.h"
-#include "optim.h"
-#include "philox.h"
-#include "quant8.h"
-
-_Static_assert(sizeof(real) == sizeof(float), "test_cuda compares fp32 builds (the optimizer state is float)");
-
-#define TOL 1e-5        // every op, fp32
-#define TOL_NET 1e-4    // the whole network
-#define TOL_BF16 2e-2   // an op on bf16 operands
-#define TOL_NET_BF16 5e-2  // gradients of the whole network on bf16 operands
-#define GUARD 67        // random elements after every buffer that no op may touch
-#define TINY "configs/tiny/starter.conf"
-#define SMALL "configs/small/starter.conf"
-
-static const Backend *g_cpu, *g_gpu;
-static uint64_t g_seed = 1;
-static uint32_t g_draw;  // the Philox step of the next random buffer
-static int g_quick;
-static double g_tol = TOL, g_tol_net = TOL_NET;  // of the mode under test
-static const char *g_mode = "";                  // appended to check names: "" or "_bf16"
-
-// A check name with the mode's suffix (a ring of buffers: several may be in use in one call).
-static const char *nm(const char *name) {
-    static char ring[4][96];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(ring[k], sizeof ring[k], "%s%s", name, g_mode);
-    return ring[k];
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// ============================================================================
-// buffers on both backends, and their comparison
-
-typedef struct {
-    size_t n, es;          // elements the op sees, bytes per element; GUARD more follow
-    void *init, *hc, *hg;  // host: the starting values; the last CPU and CUDA contents downloaded
-    void *c, *g;           // the CPU backend's buffer, the CUDA backend's
-} Buf;
-
-#define R(b) ((real *)(b).init)
-static size_t bbytes(const Buf *b) { return (b->n + GUARD) * b->es; }
-
-static void breset(Buf *b) {  // both sides back to init
-    g_cpu->upload(b->c, b->init, bbytes(b));
-    g_gpu->upload(b->g, b->init, bbytes(b));
-}
-
-static Buf balloc(size_t n, size_t es) {
-    Buf b = {n, es, NULL, NULL, NULL, NULL, NULL};
-    size_t bytes = bbytes(&b);
-    b.init = fc_malloc(bytes), b.hc = fc_malloc(bytes), b.hg = fc_malloc(bytes);
-    b.c = g_cpu->alloc(bytes), b.g = g_gpu->alloc(bytes);
-    return b;
-}
-
-// n random values, normal (mean a, std b) or uniform in [a, b), then the guard; the same on both sides.
-static Buf brand(size_t n, double a, double b, int uniform) {
-    Buf r = balloc(n, sizeof(real));
-    if (uniform) philox_fill_uniform(r.init, n + GUARD, (real)a, (real)b, g_seed, g_draw++, RNG_TEST, 0);
-    else philox_fill_normal(r.init, n + GUARD, (real)a, (real)b, g_seed, g_draw++, RNG_TEST, 0);
-    breset(&r);
-    return r;
-}
-static Buf bnormal(size_t n, double mean, double std) { return brand(n, mean, std, 0); }
-static Buf buniform(size_t n, double lo, double hi) { return brand(n, lo, hi, 1); }
-
-static Buf bcodes(size_t n) {  // 8-bit codes: n zero bytes (the fresh state), then a random guard
-    Buf b = balloc(n, 1);
-    for (size_t i = 0; i < n + GUARD; i++) ((uint8_t *)b.init)[i] = i < n ? 0 : philox_u32(g_seed, g_draw, RNG_TEST, i);
-    g_draw++, breset(&b);
-    return b;
-}
-
-static void bget(Buf *b) {
-    g_cpu->download(b->hc, b->c, bbytes(b));
-    g_gpu->download(b->hg, b->g, bbytes(b));
-}
-
-// The CUDA side takes the CPU's contents (the saved forward results a backward reads; a resync).
-static void bshare(Buf *b) {
-    g_cpu->download(b->hc, b->c, bbytes(b));
-    g_gpu->upload(b->g, b->hc, bbytes(b));
-}
-
-static void bfree(Buf *b) {
-    g_cpu->free(b->c), g_gpu->free(b->g);
-    free(b->init), free(b->hc), free(b->hg);
-}
-#define FREE(...) for (Buf *l_[] = {__VA_ARGS__}, **p_ = l_; p_ < l_ + sizeof l_ / sizeof *l_; p_++) bfree(*p_)
-
-// max_i |got_i - ref_i| / max(max_i |ref_i|, 1e-6). The same Inf, or NaN on both sides, counts as
-// equal; a non-finite value on one side only gives Inf.
-static double rel_err(const real *got, const real *ref, size_t n) {
-    double diff = 0, mag = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(ref[i]) && isnan(got[i])) continue;
-        if (!isfinite(got[i]) || !isfinite(ref[i])) {
-            if (got[i] == ref[i]) continue;
-            return INFINITY;
-        }
-        diff = fmax(diff, fabs((double)got[i] - ref[i]));
-        mag = fmax(mag, fabs((double)ref[i]));
-    }
-    return diff / fmax(mag, 1e-6);
-}
-
-// After bget: whether either side changed the guard.
-static int guard_changed(const Buf *b) {
-    char *init = (char *)b->init + b->n * b->es, *hc = (char *)b->hc + b->n * b->es, *hg = (char *)b->hg + b->n * b->es;
-    return memcmp(hg, init, GUARD * b->es) || memcmp(hc, init, GUARD * b->es);
-}
-
-// Downloads both sides; the error of the n elements, Inf with *guard = 1 when a guard changed.
-static double berr(Buf *b, int *guard) {
-    bget(b);
-    if (guard_changed(b)) return *guard = 1, INFINITY;
-    return rel_err(b->hg, b->hc, b->n);
-}
-
-// 8-bit codes that differ between a and b (n); the largest index difference so far in *maxd.
-static size_t codes_differ(const uint8_t *a, const uint8_t *b, size_t n, int *maxd) {
-    size_t diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        int d = abs((int)a[i] - (int)b[i]);
-        if (d) diff++, *maxd = d > *maxd ? d : *maxd;
-    }
-    return diff;
-}
-
-// One check line `name`: the case (g_what), then, for each (label, Buf *) pair up to a NULL label, the
-// error of that output, CUDA against CPU. A NULL Buf is a gradient passed as NULL ("dx=NULL").
-static char g_what[256];
-#define WHAT(...) snprintf(g_what, sizeof g_what, __VA_ARGS__)
-
-static void compare(const char *name, ...) {
-    char msg[2048];
-    int len = snprintf(msg, sizeof msg, "%s rel err", g_what), guard = 0;
-    double worst = 0;
-    va_list ap;
-    va_start(ap, name);
-    for (const char *label; (label = va_arg(ap, const char *)) && len < 1800;) {
-        Buf *b = va_arg(ap, Buf *);
-        double e = b ? berr(b, &guard) : 0;
-        if (!b) len += snprintf(msg + len, sizeof msg - len, " %s=NULL", label);
-        else if (*label) len += snprintf(msg + len, sizeof msg - len, " %s %.1e", label, e);
-        else len += snprintf(msg + len, sizeof msg - len, " %.1e", e);
-        if (!(e <= worst)) worst = e;
-    }
-    va_end(ap);
-    check(worst <= g_tol && !guard, nm(name), "%s (tol %.0e)%s", msg, g_tol,
-          guard ? "; WROTE OUTSIDE ITS OUTPUT (guard)" : "");
-}
-
-// Runs `call` on each backend: in it `be` is the backend and P(b) (PU(b): bytes) the buffer of its side.
-#define BOTH(call) \
-    for (int side_ = 0; side_ < 2; side_++) { const Backend *be = side_ ? g_gpu : g_cpu; (void)be; call; }
-#define P(b) ((real *)(side_ ? (b).g : (b).c))
-#define PU(b) ((uint8_t *)(side_ ? (b).g : (b).c))
-
-// A host copy of n elements of backend memory.
-static real *fetch(const Backend *be, const real *p, size_t n) {
-    real *h = fc_malloc(sizeof(real) * (n ? n : 1));
-    be->download(h, p, sizeof(real) * n);
-    return h;
-}
+const Backend *g_cpu, *g_gpu;
+uint64_t g_seed = 1;
+uint32_t g_draw;
+int g_quick;
+double g_tol = TOL, g_tol_net = TOL_NET;
+const char *g_mode = "";
 
 // ============================================================================
 // 1. the ops
@@ -637,7 +466,6 @@ static int det_capture(Buf *b, int rep) {
     g_gpu->download(rep ? b->hg : b->hc, b->g, bbytes(b));
     return !rep || !memcmp(b->hc, b->hg, bbytes(b));
 }
-#define SAME(same) ((same) ? "identical" : "DIFFER")
 
 // bf16: only what differs from fp32 (the linear layer, attention).
 static void section_determinism(int bf16) {
@@ -703,200 +531,6 @@ static void section_determinism(int bf16) {
     }
 }
 
-// ============================================================================
-// 3. one training step of the tiny config on both backends
-
-// The worst tensor of two copies of a parameter-shaped array (host): its index, and *err; *zeros
-// counts the tensors that are all zero in ref.
-static int worst_tensor(const Model *m, const real *got, const real *ref, double *err, int *zeros) {
-    int worst = 0;
-    *err = 0, *zeros = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const real *r = ref + m->info[i].offset;
-        double e = rel_err(got + m->info[i].offset, r, m->info[i].numel), mx = 0;
-        for (size_t j = 0; j < m->info[i].numel; j++) mx = fmax(mx, fabs(r[j]));
-        if (!(e <= *err)) *err = e, worst = i;
-        *zeros += mx == 0;
-    }
-    return worst;
-}
-
-// The error of n elements of backend memory: pc on the CPU, pg on CUDA.
-static double dev_err(const real *pc, const real *pg, size_t n) {
-    real *hc = fetch(g_cpu, pc, n), *hg = fetch(g_gpu, pg, n);
-    double e = rel_err(hg, hc, n);
-    free(hc), free(hg);
-    return e;
-}
-
-// The config file at path (relative to the repository root); 0 when it is not there, which is a
-// failure when `required`, otherwise only said.
-static int load_config(Config *c, const char *path, int required) {
-    if (access(path, R_OK)) {
-        if (required) check(0, "cuda_config", "%s not found (run from the repository root)", path);
-        else printf("INFO %s not found (run from the repository root)\n", path);
-        return 0;
-    }
-    config_defaults(c);
-    config_load(c, path);
-    return 1;
-}
-
-static void section_train_step(void) {
-    printf("---- 3%s. one training step of %s on %s and the CPU ----\n", *g_mode ? "b" : "", TINY, g_gpu->name);
-    Config c;
-    if (!load_config(&c, TINY, 1)) return;
-    Model *m[2];
-    real *x0[2], *ema[2], loss[2];
-    Optimizer *o[2];
-    size_t nx = (size_t)c.batch_size * c.slots * c.channels * c.frame_size * c.frame_size;
-    real *hx0 = fc_malloc(sizeof(real) * nx);
-    philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);  // clean frames in [-1, 1]
-    for (int k = 0; k < 2; k++) {
-        const Backend *be = k ? g_gpu : g_cpu;
-        m[k] = build_model(&c, be, c.batch_size);
-        m[k]->want_input_grad = 1;  // patchify_bwd too
-        model_init(m[k], g_seed, 1);
-        be->upload(x0[k] = be->alloc(sizeof(real) * nx), hx0, sizeof(real) * nx);
-        flow_prepare_batch(m[k], x0[k], g_seed, 1);  // the same Philox draws on both sides
-        model_forward(m[k]), loss[k] = model_loss(m[k]);
-        model_zero_grad(m[k]), model_backward(m[k]);
-    }
-    Model *mc = m[0], *mg = m[1];
-    size_t S = mc->S, E = mc->E, np = mc->n_params;
-    double e_noise = dev_err(mc->in.noise, mg->in.noise, S * E), e_xt = dev_err(mc->in.xt, mg->in.xt, S * E);
-    double e_v = dev_err(mc->in.v, mg->in.v, S * E);
-    check(e_noise <= TOL && e_xt <= TOL && e_v <= TOL, nm("cuda_train_inputs"),
-          "flow_prepare_batch (seed %llu, step 1): rel err noise %.1e xt %.1e v %.1e (tol %.0e)",
-          (unsigned long long)g_seed, e_noise, e_xt, e_v, TOL);
-    double e_loss = fabs((double)loss[1] - loss[0]) / fmax(fabs(loss[0]), 1e-30);
-    double e_pred = dev_err(mc->a.pred, mg->a.pred, S * E);
-    check(e_loss <= g_tol && e_pred <= g_tol_net, nm("cuda_train_forward"),
-          "loss cuda %.9g cpu %.9g rel err %.1e (tol %.0e), pred rel err %.1e (tol %.0e)", loss[1], loss[0], e_loss,
-          g_tol, e_pred, g_tol_net);
-
-    real *gc = fetch(g_cpu, mc->grads_mem, np), *gg = fetch(g_gpu, mg->grads_mem, np);
-    double e_grad, e_dxt = dev_err(mc->d.dxt, mg->d.dxt, S * E);
-    int zero_tensors, wi = worst_tensor(mc, gg, gc, &e_grad, &zero_tensors);
-    check(e_grad <= g_tol_net && e_dxt <= g_tol_net && zero_tensors == 0, nm("cuda_train_gradients"),
-          "%d tensors, %zu parameters: worst %s rel err %.1e, input gradient dxt %.1e (tol %.0e); %d all-zero "
-          "gradient tensors (expect 0)", mc->n_tensors, np, mc->info[wi].name, e_grad, e_dxt, g_tol_net, zero_tensors);
-
-    // The same step again on CUDA: the same bytes (a resumed run repeats the uninterrupted one).
-    model_forward(mg);
-    real again = model_loss(mg);
-    model_zero_grad(mg), model_backward(mg);
-    real *gg2 = fetch(g_gpu, mg->grads_mem, np);
-    int same = !memcmp(&again, &loss[1], sizeof again) && !memcmp(gg, gg2, sizeof(real) * np);
-    check(same, nm("cuda_determinism_train_step"), "forward, loss and every gradient twice on %s: %s", g_gpu->name,
-          SAME(same));
-    free(gg2);
-
-    {  // recompute re-runs deterministic kernels: the same bytes as keeping every activation
-        Config cr = c;
-        cr.recompute = 1;
-        Model *mr = build_model(&cr, g_gpu, c.batch_size);
-        mr->want_input_grad = 1;
-        model_init(mr, g_seed, 1);
-        flow_prepare_batch(mr, x0[1], g_seed, 1);
-        model_forward(mr);
-        real lr = model_loss(mr);
-        model_zero_grad(mr), model_backward(mr);
-        real *gr = fetch(g_gpu, mr->grads_mem, np), *dr = fetch(g_gpu, mr->d.dxt, S * E);
-        real *dg = fetch(g_gpu, mg->d.dxt, S * E);
-        int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
-                   !memcmp(dr, dg, sizeof(real) * S * E);
-        check(same && mr->acts_count < mg->acts_count, nm("cuda_recompute_identical"),
-              "recompute = 1: loss, %zu gradients and the input gradient %s; %zu activation values, %zu without", np,
-              SAME(same), mr->acts_count, mg->acts_count);
-        free(gr), free(dr), free(dg);
-        free_model(mr);
-    }
-
-    // One optimizer step from the same gradients: a gradient element at the noise level may
-    // legitimately differ in sign, which Adam's first step turns into a +-lr difference. So the CUDA
-    // side takes the CPU's gradients; the step itself (8-bit and fp32 tensors, norm, clipping) is compared.
-    g_gpu->upload(mg->grads_mem, gc, sizeof(real) * np);
-    OptStepInfo info[2];
-    for (int k = 0; k < 2; k++) {
-        const Backend *be = m[k]->be;
-        o[k] = build_optimizer(m[k], &c);
-        ema[k] = be->alloc(sizeof(real) * np);
-        be->copy(ema[k], m[k]->params_mem, sizeof(real) * np);
-        info[k] = optimizer_step(o[k], m[k], &c, 1, c.lr);
-        be->ema_update(ema[k], m[k]->params_mem, (float)c.ema_decay, np);
-    }
-    real *pc = fetch(g_cpu, mc->params_mem, np), *pg = fetch(g_gpu, mg->params_mem, np);
-    double e_param, e_ema = dev_err(ema[0], ema[1], np), e_mom = 0, e_absmax = 0;
-    int zp, pi = worst_tensor(mc, pg, pc, &e_param, &zp), maxd = 0;
-    size_t n8 = 0, codes_diff = 0;
-    for (int i = 0; i < o[0]->n; i++) {  // the states: fp32 moments; 8-bit codes and absmax
-        OptTensor *tc = &o[0]->t[i], *tg = &o[1]->t[i];
-        if (!tc->is8bit) {
-            e_mom = fmax(e_mom, fmax(dev_err(tc->m32, tg->m32, tc->numel), dev_err(tc->v32, tg->v32, tc->numel)));
-            continue;
-        }
-        e_absmax = fmax(e_absmax, fmax(dev_err(tc->absmax_m, tg->absmax_m, tc->blocks),
-                                       dev_err(tc->absmax_v, tg->absmax_v, tc->blocks)));
-        uint8_t *qc = fc_malloc(2 * tc->numel), *qg = fc_malloc(2 * tc->numel);
-        g_cpu->download(qc, tc->m8, tc->numel), g_cpu->download(qc + tc->numel, tc->v8, tc->numel);
-        g_gpu->download(qg, tg->m8, tc->numel), g_gpu->download(qg + tc->numel, tg->v8, tc->numel);
-        codes_diff += codes_differ(qc, qg, 2 * tc->numel, &maxd);
-        n8 += 2 * tc->numel;
-        free(qc), free(qg);
-    }
-    double gn_err = fabs(info[1].grad_norm - info[0].grad_norm) / fmax(info[0].grad_norm, 1e-300);
-    check(e_param <= TOL_NET && e_ema <= TOL_NET && e_mom <= TOL_NET && e_absmax <= TOL_NET && gn_err <= 1e-12 &&
-              info[1].nonfinite == info[0].nonfinite && codes_diff <= n8 / 1000 && maxd <= 1,
-          nm("cuda_train_optimizer"),
-          "1 step at lr %g: worst parameter %s rel err %.1e, EMA %.1e, fp32 moments %.1e, absmax %.1e (tol %.0e); "
-          "8-bit codes differing %zu of %zu (max %d index; tol 0.1%%, 1); grad norm cuda %.12g cpu %.12g (rel %.1e, "
-          "tol 1e-12), non-finite %zu / %zu", c.lr, mc->info[pi].name, e_param, e_ema, e_mom, e_absmax, TOL_NET,
-          codes_diff, n8, maxd, info[1].grad_norm, info[0].grad_norm, gn_err, info[1].nonfinite, info[0].nonfinite);
-    for (int k = 0; k < 2; k++) {
-        m[k]->be->free(x0[k]), m[k]->be->free(ema[k]);
-        free_optimizer(o[k]);
-        free_model(m[k]);
-    }
-    free(hx0), free(gc), free(gg), free(pc), free(pg);
-}
-
-// ============================================================================
-// 4. timings (informative)
-
-static void time_config(const char *path, const char *label) {
-    Config c;
-    if (!load_config(&c, path, 0)) return;
-    const Backend *be = g_gpu;
-    Model *m = build_model(&c, be, c.batch_size);
-    Optimizer *o = build_optimizer(m, &c);
-    model_init(m, g_seed, 1);
-    size_t nx = (size_t)m->S * m->E;
-    real *hx0 = fc_malloc(sizeof(real) * nx), *x0 = be->alloc(sizeof(real) * nx);
-    philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);
-    be->upload(x0, hx0, sizeof(real) * nx);
-    flow_prepare_batch(m, x0, g_seed, 1);
-    int reps = g_quick ? 3 : 10;
-    double t_fb = 0, t_opt = 0;
-    for (int it = -2; it < reps; it++) {  // two warmup steps
-        be->sync();
-        double t0 = now();
-        model_forward(m), model_loss(m);
-        model_zero_grad(m), model_backward(m);
-        be->sync();
-        double t1 = now();
-        optimizer_step(o, m, &c, it + 3, 1e-6);
-        be->sync();
-        if (it >= 0) t_fb += t1 - t0, t_opt += now() - t1;
-    }
-    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step (B=%d, %d tokens, D=%d, "
-           "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", g_mode, label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
-           m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
-    be->free(x0), free(hx0);
-    free_optimizer(o);
-    free_model(m);
-}
-
 int main(int argc, char **argv) {
     int self = 0;
     for (int i = 1; i < argc; i++) {
@@ -920,17 +554,17 @@ int main(int argc, char **argv) {
     g_gpu = fp32;
     section_ops();
     section_determinism(0);
-    section_train_step();
+    g_failed += cuda_test_train_step();
     g_gpu = bf16, g_tol = TOL_BF16, g_tol_net = TOL_NET_BF16, g_mode = "_bf16";
     section_ops_bf16();
     section_determinism(1);
-    section_train_step();
+    g_failed += cuda_test_train_step();
     printf("---- 4. timings ----\n");
     for (int k = 0; k < 2; k++) {
         g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
-        time_config(TINY, "tiny");
+        cuda_time_config(TINY, "tiny");
         if (self) printf("INFO cuda_time small: left out with --cpu-as-cuda\n");
-        else time_config(SMALL, "small");
+        else cuda_time_config(SMALL, "small");
     }
     printf("test_cuda: %d failed, %.1f s\n", g_failed, now() - t0);
     return g_failed ? 1 : 0;
