@@ -70,10 +70,16 @@ endif
 # ---- CUDA ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 ifeq ($(NO_CUDA),1)
-  NVCC :=
+  override NVCC :=
 endif
 CUDA_ARCH ?= 86 89 90
 ifneq ($(NVCC),)
+  # bf16 tensor cores and sm_89/sm_90 need CUDA 11.8: an older toolkit is refused with one line.
+  NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -nE 's/.*release ([0-9]+)\.([0-9]+).*/\1.\2/p')
+  NVCC_OK := $(shell echo "$(NVCC_RELEASE)" | awk -F. '{ print ($$1 > 11 || ($$1 == 11 && $$2 >= 8)) ? "yes" : "no" }')
+  ifneq ($(NVCC_OK),yes)
+    $(error $(NVCC) is CUDA $(or $(NVCC_RELEASE),of unknown version): the CUDA backend needs CUDA 11.8 or newer (bf16 tensor cores, sm_89 and sm_90); make NO_CUDA=1 builds for the CPU only)
+  endif
   CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   HAVE_CUDNN  := $(shell test -f $(CUDA_HOME)/include/cudnn.h -o -f /usr/include/cudnn.h && echo yes || echo no)
   NVCC_FLAGS  := -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -81,7 +87,7 @@ ifneq ($(NVCC),)
   CUDA_OBJ    := $(patsubst cuda/%.cu,$(BUILD)/cuda_%.o,$(wildcard cuda/*.cu))
   CFLAGS      += -DFC_CUDA
   LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
-  CUDA_STATUS := yes ($(NVCC), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
+  CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
 else
   CUDA_STATUS := no (CPU-only build)
 endif

@@ -56,4 +56,7 @@ expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --
 expect generate_too_few_frames 2 "at least 7 frames" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
 expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --config configs/tiny/starter.conf --params
 expect inspect_not_a_file 1 "nope.safetensors" "$FC" inspect "$tmp/nope.safetensors"
+# The build: a CUDA toolkit older than 11.8 is refused with one line that says what to do.
+printf '#!/bin/sh\necho "Cuda compilation tools, release 10.2, V10.2.89"\n' > "$tmp/nvcc" && chmod +x "$tmp/nvcc"
+expect build_refuses_old_cuda 2 "needs CUDA 11.8 or newer.*NO_CUDA=1" make --no-print-directory -s NVCC="$tmp/nvcc" info
 exit 0
