@@ -14,6 +14,11 @@ FC=${FC:-./framechain}
 STEPS=${STEPS:-12}
 PYTHON=${PYTHON:-$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
 mkdir -p "$OUT"
+if ! "$FC" --version | grep -q '^  cuda ('; then
+    echo "bench-cuda: no usable CUDA backend here: $("$FC" --version | grep '^  cuda' | head -1 | sed 's/^ *//')"
+    exit 1
+fi
+[ -n "$PYTHON" ] || echo "bench-cuda: no python3 with torch: the PyTorch rows are left out"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in  # dense bf16 tensor-core peak, TFLOP/s, fp32 accumulation
     *H100*PCIe*) peak=756 ;; *H100*|*H200*|*GH200*) peak=989 ;; *A100*) peak=312 ;;
@@ -37,6 +42,7 @@ for rc in 1 0; do
 done
 rm -rf "$OUT/run"
 for opts in "" "--checkpointing" "--compile" "--compile --checkpointing"; do
+    [ -n "$PYTHON" ] || break
     "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
         --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err" || { tail -3 "$OUT/pt.err"; continue; }
     j=$(cat "$OUT/pt.json")
