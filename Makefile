@@ -97,7 +97,7 @@ SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c
         $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
 OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
-OBJ64 := $(filter-out $(BUILD)/f64/backend.o,$(SRC:%.c=$(BUILD)/f64/%.o))
+OBJ64 := $(SRC:%.c=$(BUILD)/f64/%.o)
 
 .PHONY: all demo test test-cuda bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)

@@ -30,6 +30,14 @@ static const struct {
     OP(adamw_fp32),    OP(adamw_8bit),     OP(sum_squares),    OP(ema_update),
 };
 
+AttnLayout attn_layout_tokens(int B, int F, int N, int temporal) {
+    if (temporal)
+        return (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = (long)F * N,
+                            .inner_stride = 1};
+    return (AttnLayout){.n_outer = B * F, .n_inner = 1, .len = N, .tok_stride = 1, .outer_stride = N,
+                        .inner_stride = 0};
+}
+
 const char *backend_missing_op(const Backend *be) {
     for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
         if (!*(void *const *)((const char *)be + OPS[i].offset)) return OPS[i].name;

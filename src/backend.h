@@ -27,6 +27,9 @@ typedef struct {
     long tok_stride, outer_stride, inner_stride;
 } AttnLayout;
 
+// The layout of the spatial (temporal = 0) or temporal (1) attention over tokens (B, F, N).
+AttnLayout attn_layout_tokens(int B, int F, int N, int temporal);
+
 // Hyper-parameters of one AdamW step (decoupled weight decay, bias-corrected moments).
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;

@@ -50,6 +50,12 @@ typedef struct {
     double *dvec;             // (len)
 } AttnWork;
 
+// The head h's q, k and v of sequence (o, i) into w.q, w.k, w.v.
+static void gather_qkv(AttnWork *w, const real *qkv, const AttnLayout *lay, int o, int i, int h, int D, int dh) {
+    for (int part = 0; part < 3; part++)
+        gather(part == 0 ? w->q : part == 1 ? w->k : w->v, qkv, 3L * D, (long)part * D + (long)h * dh, lay, o, i, dh);
+}
+
 static AttnWork work_alloc(int len, int dh) {
     size_t m = (size_t)len * dh, ss = (size_t)len * len;
     real *mem = fc_malloc(sizeof(real) * (5 * m + 2 * ss));
@@ -70,9 +76,7 @@ void cpu_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, 
         for (long task = 0; task < tasks; task++) {
             int h = (int)(task % H), seq = (int)(task / H);
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
-            gather(w.q, qkv, 3L * D, (long)h * dh, &lay, o, i, dh);
-            gather(w.k, qkv, 3L * D, D + (long)h * dh, &lay, o, i, dh);
-            gather(w.v, qkv, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
+            gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, 0.0, w.s, L);
             for (int j = 0; j < L; j++) {  // the softmax of row j, kept unnormalised; lse_j
                 real *row = w.s + (size_t)j * L, mx = row[0];
@@ -104,9 +108,7 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv
         for (long task = 0; task < tasks; task++) {
             int h = (int)(task % H), seq = (int)(task / H);
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
-            gather(w.q, qkv, 3L * D, (long)h * dh, &lay, o, i, dh);
-            gather(w.k, qkv, 3L * D, D + (long)h * dh, &lay, o, i, dh);
-            gather(w.v, qkv, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
+            gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
             gather(w.a, dout, D, (long)h * dh, &lay, o, i, dh);
             gather(w.b, out, D, (long)h * dh, &lay, o, i, dh);
             for (int j = 0; j < L; j++) {

@@ -355,17 +355,7 @@ void model_zero_grad(Model *m) { m->be->zero(m->grads_mem, sizeof(real) * m->n_p
 // ----------------------------------------------------------------------------
 // forward
 
-static AttnLayout attn_layout(const Model *m, int temporal) {
-    AttnLayout lay;
-    if (!temporal) {
-        lay = (AttnLayout){.n_outer = m->S, .n_inner = 1, .len = m->N, .tok_stride = 1, .outer_stride = m->N,
-                           .inner_stride = 0};
-    } else {
-        lay = (AttnLayout){.n_outer = m->B, .n_inner = m->N, .len = m->F, .tok_stride = m->N,
-                           .outer_stride = (long)m->F * m->N, .inner_stride = 1};
-    }
-    return lay;
-}
+static AttnLayout attn_layout(const Model *m, int temporal) { return attn_layout_tokens(m->B, m->F, m->N, temporal); }
 
 // The residual state that enters sub-layer k (0 spatial, 1 temporal, 2 MLP) of block l.
 static real *block_input(Model *m, int l, int k) {

@@ -103,20 +103,12 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
 
-static AttnLayout layout(int B, int F, int N, int temporal) {
-    if (temporal)
-        return (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = (long)F * N,
-                            .inner_stride = 1};
-    return (AttnLayout){.n_outer = B * F, .n_inner = 1, .len = N, .tok_stride = 1, .outer_stride = N,
-                        .inner_stride = 0};
-}
-
 // Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
 // `shift`: qkv and dout start that many floats into their buffers (unaligned rows).
 static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double std, int shift) {
     int D = H * dh;
     size_t T = (size_t)B * F * N;
-    AttnLayout lay = layout(B, F, N, temporal);
+    AttnLayout lay = attn_layout_tokens(B, F, N, temporal);
     Buf qkv = bnormal(T * 3 * D + shift, 0, std), out = bnormal(T * D, 0, 1), lse = bnormal(T * H, 0, 1);
     Buf dout = bnormal(T * D + shift, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
     WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
@@ -477,7 +469,7 @@ static void section_determinism(int bf16) {
         Buf qkv = bnormal(T * 3 * D, 0, 1), out = bnormal(T * D, 0, 1), lse = bnormal(T * H, 0, 1);
         Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
         for (int tf = 0; tf < 2; tf++) {
-            AttnLayout lay = layout(B, F, N, tf);
+            AttnLayout lay = attn_layout_tokens(B, F, N, tf);
             int same = 1;
             for (int rep = 0; rep < 2; rep++) {
                 breset(&out), breset(&lse), breset(&dqkv);

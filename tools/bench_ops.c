@@ -58,14 +58,6 @@ static int g_nrows;
         g_rows[g_nrows++] = (Row){label, t_[g_reps / 2], (count)}; \
     } while (0)
 
-static AttnLayout layout(int B, int F, int N, int temporal) {
-    if (temporal)
-        return (AttnLayout){.n_outer = B, .n_inner = N, .len = F, .tok_stride = N, .outer_stride = (long)F * N,
-                            .inner_stride = 1};
-    return (AttnLayout){.n_outer = B * F, .n_inner = 1, .len = N, .tok_stride = 1, .outer_stride = N,
-                        .inner_stride = 0};
-}
-
 int main(int argc, char **argv) {
     const char *device = "auto", *path = "configs/starter.conf";
     for (int i = 1; i < argc; i++) {
@@ -102,7 +94,7 @@ int main(int argc, char **argv) {
     TIME("linear bwd fc1", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, RD));
     TIME("linear fwd fc2", L, g_be->linear_fwd(y, x, w, b, T, RD, D));
     TIME("linear bwd fc2", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, RD, D));
-    AttnLayout sp = layout(B, F, N, 0), tm = layout(B, F, N, 1);
+    AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
     TIME("attention fwd spatial", L, g_be->attn_fwd(att, lse, qkv, sp, D, H));
     TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, att, qkv, lse, sp, D, H));
     TIME("attention fwd temporal", L, g_be->attn_fwd(att, lse, qkv, tm, D, H));
