@@ -58,5 +58,7 @@ expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --
 expect inspect_not_a_file 1 "nope.safetensors" "$FC" inspect "$tmp/nope.safetensors"
 # The build: a CUDA toolkit older than 11.8 is refused with one line that says what to do.
 printf '#!/bin/sh\necho "Cuda compilation tools, release 10.2, V10.2.89"\n' > "$tmp/nvcc" && chmod +x "$tmp/nvcc"
-expect build_refuses_old_cuda 2 "needs CUDA 11.8 or newer.*NO_CUDA=1" make --no-print-directory -s NVCC="$tmp/nvcc" info
+# (a clean make: not the variables of a make that runs this test, such as the sanitizer build's NO_CUDA=1)
+expect build_refuses_old_cuda 2 "needs CUDA 11.8 or newer.*NO_CUDA=1" env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+    make --no-print-directory -s NO_CUDA= NVCC="$tmp/nvcc" info
 exit 0
