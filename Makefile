@@ -99,7 +99,7 @@ OBJ  := $(SRC:%.c=$(BUILD)/%.o)
 # The gradient tests compile the same sources in double precision.
 OBJ64 := $(SRC:%.c=$(BUILD)/f64/%.o)
 
-.PHONY: all demo test test-cuda bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -114,7 +114,7 @@ $(BUILD)/f64/%.o: src/%.c src/*.h | $(BUILD)/f64
 $(BUILD)/cuda_%.o: cuda/%.cu cuda/*.cuh src/*.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD) $(BUILD)/f64:
+$(BUILD) $(BUILD)/f64 $(BUILD)/emu:
 	@mkdir -p $@
 
 $(BIN): $(BUILD)/main.o $(OBJ) $(CUDA_OBJ)
@@ -151,6 +151,31 @@ $(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
 $(BUILD)/test_cuda: tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
+# The CUDA backend's own code on the CPU (tests/cuda_emu): test_cuda's checks without a GPU. Each
+# launch `k<<<grid, block, smem>>>(args)` becomes `fc_emu_launch(k, "k", grid, block, smem)(args)`
+# and `extern __shared__` memory a pointer; the line numbers stay those of cuda/*.cu.
+ifneq ($(NVCC),)
+EMU_CXXFLAGS := -O2 -g -std=c++17 -ffp-contract=off -fno-strict-aliasing -DFC_EMU -Icuda -I$(CUDA_HOME)/include \
+                $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas -Wno-format-truncation
+EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)/emu/lib_cuda_emu.o \
+           $(BUILD)/emu/lib_cuda_emu_runtime.o
+TEST_EMU := $(BUILD)/test_cuda_emu
+
+$(BUILD)/emu/%.cpp: cuda/%.cu | $(BUILD)/emu
+	@{ echo '#line 1 "$<"'; sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/fc_emu_launch(\1, "\1", \3)(/' \
+	    -e 's/extern __shared__ __align__\(16\) unsigned char ([A-Za-z_]+)\[\];/unsigned char *\1 = fc_emu_dynamic_smem();/' \
+	    $<; } > $@
+
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp cuda/*.cuh src/*.h tests/cuda_emu/cuda_emu.h
+	$(CXX) $(EMU_CXXFLAGS) -include tests/cuda_emu/cuda_emu.h -c $< -o $@
+
+$(BUILD)/emu/lib_%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h | $(BUILD)/emu
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(TEST_EMU): tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(EMU_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS))
+endif
+
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.
 $(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
@@ -170,7 +195,7 @@ bench-cuda: info $(BIN)
 
 TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
              $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_cuda \
-             $(BUILD)/test_chain
+             $(BUILD)/test_chain $(TEST_EMU)
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
@@ -179,6 +204,10 @@ test: info $(TEST_BINS)
 # that it skipped when there is no GPU. make test runs it too.
 test-cuda: info $(BIN) $(BUILD)/test_cuda
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda
+
+# The same checks on the CUDA emulation (tests/cuda_emu), on any machine with the CUDA toolkit.
+test-cuda-emu: info $(TEST_EMU)
+	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda_emulated
 
 # The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
 demo: info $(BIN)

@@ -38,11 +38,15 @@ typedef __nv_bfloat16 bf16;
 
 // d += a b, one m16n8k16 product: bf16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#ifdef FC_EMU  // tests/cuda_emu: the same product on the CPU
+    fc_emu_mma16816_bf16(d, a, b0, b1);
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *(const uint32_t *)p; }
@@ -66,8 +70,14 @@ __device__ __forceinline__ void load_bt(uint32_t &b0, uint32_t &b1, const bf16 *
 // The B fragment (16 k x 8 n) of the block at m of a row-major (k, n) matrix (ld elements per row),
 // read transposed by ldmatrix: lanes 0-15 give the addresses of its 16 rows.
 __device__ __forceinline__ void load_b(uint32_t &b0, uint32_t &b1, const bf16 *m, int ld, int lane) {
+#ifdef FC_EMU
+    uint32_t r[2];
+    fc_emu_ldmatrix(r, 2, m + (lane & 15) * ld, true);
+    b0 = r[0], b1 = r[1];
+#else
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(m + (lane & 15) * ld);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+#endif
 }
 
 // The A fragment of probabilities from the accumulators of score tiles 2kk and 2kk+1.

@@ -16,11 +16,12 @@
 //     optimizer step (optim.h) from the same gradients: parameters, states, norm, EMA. In fp32 and bf16.
 //  4. INFO lines: ms per forward+backward of the tiny and small configs on CUDA (no assertion).
 // Sections 3 and 4 are in test_cuda_step.c; the buffers and comparisons in cuda_harness.h.
-// Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0.
+// Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0. Built against
+// tests/cuda_emu (build/test_cuda_emu) the same checks run the CUDA backend's code on the CPU.
 //
-// usage (from the repository root): test_cuda [--quick] [--seed N] [--cpu-as-cuda]
+// usage (from the repository root): test_cuda [--quick] [--no-timings] [--seed N] [--cpu-as-cuda]
 //   --quick leaves out the long reductions and the 24 GB preset's shapes (the CPU reference is the slow
-//   side); --cpu-as-cuda puts the CPU backend in CUDA's place, to try this harness on a machine
+//   side); --no-timings leaves out section 4; --cpu-as-cuda puts the CPU backend in CUDA's place, to try this harness on a machine
 //   without a GPU (every error is then 0; use --quick with it). On an H100 the whole run takes 15 s.
 #include "cuda_harness.h"
 
@@ -524,12 +525,13 @@ static void section_determinism(int bf16) {
 }
 
 int main(int argc, char **argv) {
-    int self = 0;
+    int self = 0, timings = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--no-timings")) timings = 0;
         else if (!strcmp(argv[i], "--cpu-as-cuda")) self = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
-        else fc_die("usage: test_cuda [--quick] [--seed N] [--cpu-as-cuda] (unknown option %s)", argv[i]);
+        else fc_die("usage: test_cuda [--quick] [--no-timings] [--seed N] [--cpu-as-cuda] (unknown option %s)", argv[i]);
     }
     fc_set_threads(fc_default_threads());
     const char *why = NULL;
@@ -551,8 +553,8 @@ int main(int argc, char **argv) {
     section_ops_bf16();
     section_determinism(1);
     g_failed += cuda_test_train_step();
-    printf("---- 4. timings ----\n");
-    for (int k = 0; k < 2; k++) {
+    if (timings) printf("---- 4. timings ----\n");
+    for (int k = 0; timings && k < 2; k++) {
         g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
         cuda_time_config(TINY, "tiny");
         if (self) printf("INFO cuda_time small: left out with --cpu-as-cuda\n");
