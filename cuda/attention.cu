@@ -34,8 +34,9 @@
 // A block owns up to 64 rows (32 for dh 128 in the backward pass). Short sequences (temporal
 // attention, len = F, e.g. 7) get smaller blocks: rows rounded up to a whole warp.
 //
-// Shared memory (static, per block): two (TILE, dh) fp32 tiles, TILE = 64 keys/queries for
-// dh <= 64 and 32 for dh 128: at most 32 KiB (plus 512 B of lse/Dvec in dK/dV).
+// Shared memory (dynamic, per block): two (trows, dh) fp32 tiles, trows = TILE = 64 keys/queries
+// for dh <= 64 and 32 for dh 128, or the sequence rounded up to 16 rows when it is shorter: at most
+// 32 KiB (plus 512 B of lse/Dvec in dK/dV).
 //
 // Limits: dh in {16, 32, 64, 128} (others die with a message); any len >= 1 and any AttnLayout
 // strides; grids are 1-D (blocks ordered tile-fastest so that the blocks of one (sequence, head)
@@ -148,21 +149,32 @@ __device__ __forceinline__ void add_own(float *dst, const float *src, int t) {
         for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] += src[4 * j + e];
 }
 
-// Stage rows r0 .. r0+n-1 of a sequence's K and V (head offset hoff) into Ks, Vs (TILE, DH); the
-// rows n .. TILE-1 are zero-filled. Coalesced: consecutive threads read consecutive columns.
-template <int DH, int TILE, typename Elem>
+// Stage rows r0 .. r0+n-1 of a sequence's K and V (head offset hoff) into Ks, Vs (nz rows, DH): rows
+// n .. nz-1 are zero-filled (nz: the rows the caller reads). Coalesced: consecutive threads read
+// consecutive columns; each thread issues STAGE_LOADS elements of K and of V before it stores any,
+// so that a tile waits for global memory a few times, not once per element.
+#define STAGE_LOADS 8
+template <int DH, typename Elem>
 __device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const Elem *__restrict__ qkv,
-                                         long base, long tok, int r0, int n, int D, int hoff) {
-    for (int idx = threadIdx.x; idx < TILE * DH; idx += blockDim.x) {
-        int r = idx / DH, c = idx % DH;
-        float kv = 0.f, vv = 0.f;
-        if (r < n) {
-            const Elem *p = qkv + (base + (long)(r0 + r) * tok) * 3 * D + hoff + c;
-            kv = load_elem(p + D);
-            vv = load_elem(p + 2 * D);
+                                         long base, long tok, int r0, int n, int nz, int D, int hoff) {
+    const int total = nz * DH, step = blockDim.x;
+    for (int i0 = threadIdx.x; i0 < total; i0 += STAGE_LOADS * step) {
+        float kv[STAGE_LOADS], vv[STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++) {
+            int idx = i0 + u * step, r = idx / DH, c = idx % DH;
+            kv[u] = vv[u] = 0.f;
+            if (idx < total && r < n) {
+                const Elem *p = qkv + (base + (long)(r0 + r) * tok) * 3 * D + hoff + c;
+                kv[u] = load_elem(p + D);
+                vv[u] = load_elem(p + 2 * D);
+            }
         }
-        Ks[r][c] = kv;
-        Vs[r][c] = vv;
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++) {
+            int idx = i0 + u * step;
+            if (idx < total) Ks[idx / DH][idx % DH] = kv[u], Vs[idx / DH][idx % DH] = vv[u];
+        }
     }
 }
 
@@ -173,6 +185,14 @@ static int rows_per_block(int len, int max_rows, int tpr) {
     int step = 32 / tpr;
     int rows = (len + step - 1) / step * step;
     return rows < max_rows ? rows : max_rows;
+}
+
+// Rows of a streamed tile: the configured size, or len rounded up to 16 (the forward pass's softmax
+// step) when the whole sequence is shorter, so that short sequences (temporal attention over ~7
+// frames) stage and reserve only what they use and more blocks fit on a multiprocessor.
+static int tile_rows(int len, int tile) {
+    int rows = (len + 15) / 16 * 16;
+    return rows < tile ? rows : tile;
 }
 
 // ----------------------------------------------------------------------------
@@ -189,11 +209,12 @@ static int rows_per_block(int len, int max_rows, int tpr) {
 template <int DH, typename Elem>
 __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
     attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const Elem *__restrict__ qkv, AttnLayout lay,
-                    int D, int H, int ntiles, float scale) {
+                    int D, int H, int ntiles, int trows, float scale) {
     using C = FwdCfg<DH>;
-    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE, KC = C::KC;
-    __shared__ __align__(16) float Ks[TILE][DH];
-    __shared__ __align__(16) float Vs[TILE][DH];
+    constexpr int CPT = C::CPT, TPR = C::TPR, KC = C::KC;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float(*Ks)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
+    float(*Vs)[DH] = Ks + trows;                               // (trows, DH)
 
     const int rows = blockDim.x / TPR;
     const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
@@ -211,10 +232,11 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
     for (int c = 0; c < CPT; c++) acc[c] = 0.f;
     float m = -INFINITY, l = 0.f;
 
-    for (int k0 = 0; k0 < len; k0 += TILE) {
-        const int nk = min(TILE, len - k0);  // the same in every thread: loops below stay uniform
-        __syncthreads();                     // the previous tile is no longer read
-        stage_kv<DH, TILE>(Ks, Vs, qkv, base, tok, k0, nk, D, hoff);
+    for (int k0 = 0; k0 < len; k0 += trows) {
+        const int nk = min(trows, len - k0);  // the same in every thread: loops below stay uniform
+        __syncthreads();                      // the previous tile is no longer read
+        // the softmax steps read whole groups of KC keys: zeros up to the next multiple of KC
+        stage_kv<DH>(Ks, Vs, qkv, base, tok, k0, nk, min(trows, (nk + KC - 1) / KC * KC), D, hoff);
         __syncthreads();
 
         for (int kc = 0; kc < nk; kc += KC) {  // KC keys per step; kc < nk: at least one is real
@@ -281,11 +303,12 @@ template <int DH, typename Elem>
 __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
     attn_bwd_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const Elem *__restrict__ qkv,
                        const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D, int H,
-                       int ntiles, float scale) {
+                       int ntiles, int trows, float scale) {
     using C = BwdCfg<DH>;
-    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE;
-    __shared__ __align__(16) float Ks[TILE][DH];
-    __shared__ __align__(16) float Vs[TILE][DH];
+    constexpr int CPT = C::CPT, TPR = C::TPR;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float(*Ks)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
+    float(*Vs)[DH] = Ks + trows;                               // (trows, DH)
 
     const int rows = blockDim.x / TPR;
     const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
@@ -305,10 +328,10 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
     const float Li = valid ? lse[qrow * H + h] : 0.f;
     const float Di = valid ? dvec[(long)sh * len + qi] : 0.f;
 
-    for (int k0 = 0; k0 < len; k0 += TILE) {
-        const int nk = min(TILE, len - k0);
+    for (int k0 = 0; k0 < len; k0 += trows) {
+        const int nk = min(trows, len - k0);
         __syncthreads();
-        stage_kv<DH, TILE>(Ks, Vs, qkv, base, tok, k0, nk, D, hoff);
+        stage_kv<DH>(Ks, Vs, qkv, base, tok, k0, nk, nk, D, hoff);
         __syncthreads();
         for (int j = 0; j < nk; j++) {  // keys in order
             const float s = group_sum<TPR>(dot_own<CPT, TPR>(q, Ks[j], t));
@@ -330,12 +353,13 @@ template <int DH, typename Elem>
 __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
     attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const Elem *__restrict__ qkv,
                          const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D,
-                         int H, int ntiles, float scale) {
+                         int H, int ntiles, int trows, float scale) {
     using C = BwdCfg<DH>;
-    constexpr int CPT = C::CPT, TPR = C::TPR, TILE = C::TILE;
-    __shared__ __align__(16) float Qs[TILE][DH];
-    __shared__ __align__(16) float dOs[TILE][DH];
-    __shared__ float Ls[TILE], Ds[TILE];
+    constexpr int CPT = C::CPT, TPR = C::TPR;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float(*Qs)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
+    float(*dOs)[DH] = Qs + trows;                              // (trows, DH)
+    float *Ls = (float *)(dOs + trows), *Ds = Ls + trows;      // (trows) each
 
     const int rows = blockDim.x / TPR;
     const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
@@ -353,23 +377,31 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
 #pragma unroll
     for (int c = 0; c < CPT; c++) dk[c] = dv[c] = 0.f;
 
-    for (int q0 = 0; q0 < len; q0 += TILE) {
-        const int nq = min(TILE, len - q0);
+    for (int q0 = 0; q0 < len; q0 += trows) {
+        const int nq = min(trows, len - q0);
         __syncthreads();
-        for (int idx = threadIdx.x; idx < TILE * DH; idx += blockDim.x) {
-            int r = idx / DH, c = idx % DH;
-            float qv = 0.f, gv = 0.f;
-            if (r < nq) {
-                long row = base + (long)(q0 + r) * tok;
-                qv = load_elem(qkv + row * 3 * D + hoff + c);
-                gv = dout[row * D + hoff + c];
+        // the nq rows read below, STAGE_LOADS elements of each matrix in flight per thread
+        for (int i0 = threadIdx.x; i0 < nq * DH; i0 += STAGE_LOADS * blockDim.x) {
+            float qv[STAGE_LOADS], gv[STAGE_LOADS];
+#pragma unroll
+            for (int u = 0; u < STAGE_LOADS; u++) {
+                int idx = i0 + u * blockDim.x, r = idx / DH, c = idx % DH;
+                qv[u] = gv[u] = 0.f;
+                if (idx < nq * DH) {
+                    long row = base + (long)(q0 + r) * tok;
+                    qv[u] = load_elem(qkv + row * 3 * D + hoff + c);
+                    gv[u] = dout[row * D + hoff + c];
+                }
             }
-            Qs[r][c] = qv;
-            dOs[r][c] = gv;
+#pragma unroll
+            for (int u = 0; u < STAGE_LOADS; u++) {
+                int idx = i0 + u * blockDim.x;
+                if (idx < nq * DH) Qs[idx / DH][idx % DH] = qv[u], dOs[idx / DH][idx % DH] = gv[u];
+            }
         }
-        for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
-            Ls[r] = r < nq ? lse[(base + (long)(q0 + r) * tok) * H + h] : 0.f;
-            Ds[r] = r < nq ? dvec[(long)sh * len + q0 + r] : 0.f;
+        for (int r = threadIdx.x; r < nq; r += blockDim.x) {
+            Ls[r] = lse[(base + (long)(q0 + r) * tok) * H + h];
+            Ds[r] = dvec[(long)sh * len + q0 + r];
         }
         __syncthreads();
         for (int i = 0; i < nq; i++) {  // queries in order
@@ -409,10 +441,11 @@ static int attn_head_dim(int D, int H, const char *op) {
 template <int DH>
 static void attn_fwd_launch(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
     using C = FwdCfg<DH>;
-    int rows = rows_per_block(lay.len, C::ROWS, C::TPR);
+    int rows = rows_per_block(lay.len, C::ROWS, C::TPR), trows = tile_rows(lay.len, C::TILE);
     int ntiles = (lay.len + rows - 1) / rows;
     float scale = (float)(1.0 / sqrt((double)DH));
-    attn_fwd_kernel<DH, float><<<attn_grid(n_seq, H, ntiles), rows * C::TPR>>>(out, lse, qkv, lay, D, H, ntiles, scale);
+    size_t smem = 2 * sizeof(float) * trows * DH;
+    attn_fwd_kernel<DH, float><<<attn_grid(n_seq, H, ntiles), rows * C::TPR, smem>>>(out, lse, qkv, lay, D, H, ntiles, trows, scale);
     kernelCheck();
 }
 
@@ -420,13 +453,15 @@ template <int DH>
 static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
                             AttnLayout lay, int D, int H, long n_seq) {
     using C = BwdCfg<DH>;
-    int rows = rows_per_block(lay.len, C::ROWS, C::TPR);
+    int rows = rows_per_block(lay.len, C::ROWS, C::TPR), trows = tile_rows(lay.len, C::TILE);
     int ntiles = (lay.len + rows - 1) / rows;
     unsigned grid = attn_grid(n_seq, H, ntiles);
     float scale = (float)(1.0 / sqrt((double)DH));
-    attn_bwd_dq_kernel<DH, float><<<grid, rows * C::TPR>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, scale);
+    size_t smem = 2 * sizeof(float) * trows * DH;
+    attn_bwd_dq_kernel<DH, float><<<grid, rows * C::TPR, smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, trows, scale);
     kernelCheck();
-    attn_bwd_dkdv_kernel<DH, float><<<grid, rows * C::TPR>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, scale);
+    smem += 2 * sizeof(float) * trows;  // lse and Dvec of the query tile
+    attn_bwd_dkdv_kernel<DH, float><<<grid, rows * C::TPR, smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, trows, scale);
     kernelCheck();
 }
 

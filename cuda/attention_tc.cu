@@ -106,23 +106,39 @@ struct SeqRows {
     __device__ long operator()(int k) const { return base + (long)k * tok; }
 };
 
-// Rows r0 .. r0+nrows-1 of a sequence, columns col .. col+DH-1 of fp32 rows of ld floats, rounded to
-// bf16 into rows[r][c] (leading dimension ldr); rows at or past len are zeros. All threads of the block take part, four columns each: float4 loads when VEC (the
-// host checked that every such row start is 16-byte aligned), else four scalar loads.
-template <int DH, bool VEC>
-__device__ __forceinline__ void stage(bf16 *rows, int ldr, const float *__restrict__ src, long ld,
-                                      long col, const SeqRows &sr, int r0, int nrows, int len) {
-    constexpr int Q = DH / 4;  // float4s per row
-    for (int idx = threadIdx.x; idx < nrows * Q; idx += blockDim.x) {
-        int r = idx / Q, c = (idx % Q) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r0 + r < len) {
-            const float *p = src + sr(r0 + r) * ld + col + c;
-            if (VEC) v = *(const float4 *)p;
-            else v = make_float4(p[0], p[1], p[2], p[3]);
+// Rows r0 .. r0+NROWS-1 of a sequence, columns col .. col+DH-1 of fp32 rows of ld floats, rounded to
+// bf16 into rows[r][c] (leading dimension ldr); rows at or past len are zeros. The TC_THREADS threads
+// of the block take four columns each, STAGE_BATCH float4 loads at a time: the loads of a batch are
+// all issued before the first is used, so a tile waits for global memory a few times, not once per
+// row. float4 loads when VEC (the host checked that every such row start is 16-byte aligned), else
+// four scalar loads.
+#define STAGE_BATCH 4
+template <int DH, bool VEC, int NROWS>
+__device__ __forceinline__ void stage(bf16 *rows, int ldr, const float *__restrict__ src, long ld, long col,
+                                      const SeqRows &sr, int r0, int len) {
+    constexpr int Q = DH / 4;                              // float4s per row
+    constexpr int PER_THREAD = NROWS * Q / TC_THREADS;     // float4s per thread
+    constexpr int BATCH = PER_THREAD < STAGE_BATCH ? PER_THREAD : STAGE_BATCH;
+    static_assert(NROWS * Q % TC_THREADS == 0 && PER_THREAD % BATCH == 0, "a tile splits evenly among the threads");
+#pragma unroll 1  // a batch at a time: its registers are few next to the accumulators'
+    for (int b = 0; b < PER_THREAD; b += BATCH) {
+        float4 v[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            int idx = threadIdx.x + (b + i) * TC_THREADS, r = idx / Q, c = (idx % Q) * 4;
+            v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r0 + r < len) {
+                const float *p = src + sr(r0 + r) * ld + col + c;
+                if (VEC) v[i] = *(const float4 *)p;
+                else v[i] = make_float4(p[0], p[1], p[2], p[3]);
+            }
         }
-        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            int idx = threadIdx.x + (b + i) * TC_THREADS, r = idx / Q, c = (idx % Q) * 4;
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y), hi = __floats2bfloat162_rn(v[i].z, v[i].w);
+            *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
+        }
     }
 }
 
@@ -156,7 +172,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC, TC_ROWS>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
     __syncthreads();
     uint32_t qa[DH / 16][4];
     for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
@@ -165,8 +181,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 
     for (int k0 = 0; k0 < len; k0 += TC_FWD_TILE) {
         __syncthreads();  // every warp is done with the last tile
-        stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
-        stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_FWD_TILE, len);
+        stage<DH, VEC, TC_FWD_TILE>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
+        stage<DH, VEC, TC_FWD_TILE>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
         __syncthreads();
         float s[NT][4] = {};
         for (int j = 0; j < NT; j++)
@@ -236,8 +252,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_ROWS, len);
-    stage<DH, VEC>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, TC_ROWS, len);
+    stage<DH, VEC, TC_ROWS>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
+    stage<DH, VEC, TC_ROWS>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, len);
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
         bool in = q0 + r < len;
         Lse[r] = in ? lse[sr(q0 + r) * H + h] : 0.f;
@@ -247,8 +263,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     float dq[DH / 8][4] = {};
     for (int k0 = 0; k0 < len; k0 += TC_BWD_TILE) {
         __syncthreads();
-        stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
-        stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_BWD_TILE, len);
+        stage<DH, VEC, TC_BWD_TILE>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
+        stage<DH, VEC, TC_BWD_TILE>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
         __syncthreads();
         float s[NT][4] = {}, dp[NT][4] = {};
         for (int kb = 0; kb < DH / 16; kb++) {
@@ -309,14 +325,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
 
-    stage<DH, VEC>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, TC_ROWS, len);
-    stage<DH, VEC>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, TC_ROWS, len);
+    stage<DH, VEC, TC_ROWS>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
+    stage<DH, VEC, TC_ROWS>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
     const int r0 = warp * 16;
     float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
     for (int q0 = 0; q0 < len; q0 += TC_BWD_TILE) {
         __syncthreads();
-        stage<DH, VEC>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, TC_BWD_TILE, len);
-        stage<DH, VEC>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, TC_BWD_TILE, len);
+        stage<DH, VEC, TC_BWD_TILE>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
+        stage<DH, VEC, TC_BWD_TILE>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, len);
         for (int c = threadIdx.x; c < TC_BWD_TILE; c += blockDim.x) {
             bool in = q0 + c < len;
             Lse[c] = in ? lse[sr(q0 + c) * H + h] : 0.f;
