@@ -42,6 +42,17 @@ static __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// Component e (0..3) of a float4, and its setter; with e known after unrolling they are registers.
+static __device__ __forceinline__ float at4(const float4 &v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
+static __device__ __forceinline__ void set4(float4 &v, int e, float x) {
+    if (e == 0) v.x = x;
+    else if (e == 1) v.y = x;
+    else if (e == 2) v.z = x;
+    else v.w = x;
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 // ----------------------------------------------------------------------------
 // LayerNorm with adaLN modulation
 
@@ -135,11 +146,131 @@ static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, co
     if (dscale) dscale[s * ms + d] += (real)asc;
 }
 
+// The vector path of the two row kernels: a warp holds its row in registers as float4s (float4 j
+// of the row in lane j % 32, register j / 32; NV registers), so x and dy are read from memory once,
+// four floats per load. Same formulas as the kernels above; the per-lane partial sums are grouped
+// differently, so the statistics may differ from them in the last bits.
+template <int NV>
+static __global__ void ln_mod_fwd_vec_kernel(real *y, real *mean, real *rstd, const real *x, const real *shift,
+                                             const real *scale, long ms, long rows, int N, int D) {
+    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP, D4 = D / 4;
+    if (r >= rows) return;  // the whole warp leaves together
+    const float4 *xr = (const float4 *)(x + r * D);
+    float4 v[NV] = {};
+    double sum = 0;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        if (lane + WARP * k < D4) {
+            v[k] = xr[lane + WARP * k];
+            sum += (double)v[k].x + v[k].y + v[k].z + v[k].w;
+        }
+    double mu = warp_sum(sum) / D;
+    double sq = 0;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        if (lane + WARP * k < D4)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                double c = at4(v[k], e) - mu;
+                sq += c * c;
+            }
+    double rs = 1.0 / sqrt(warp_sum(sq) / D + LN_EPS);
+    if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
+    const float4 *sh = (const float4 *)(shift + (r / N) * ms), *sc = (const float4 *)(scale + (r / N) * ms);
+    float4 *yr = (float4 *)(y + r * D);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = lane + WARP * k;
+        if (j >= D4) continue;
+        float4 a = sc[j], b = sh[j], o;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            real xhat = (real)((at4(v[k], e) - mu) * rs);
+            set4(o, e, r_add(r_mul(xhat, (real)1 + at4(a, e)), at4(b, e)));
+        }
+        yr[j] = o;
+    }
+}
+
+template <int NV>
+static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const real *x, const real *mean,
+                                                const real *rstd, const real *scale, long ms, long rows, int N,
+                                                int D) {
+    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP, D4 = D / 4;
+    if (r >= rows) return;
+    const float4 *xr = (const float4 *)(x + r * D), *dyr = (const float4 *)(dy + r * D);
+    const float4 *sc = (const float4 *)(scale + (r / N) * ms);
+    double mu = mean[r], rs = rstd[r];
+    float4 xv[NV] = {}, gv[NV] = {};
+    double g_mean = 0, gx_mean = 0;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = lane + WARP * k;
+        if (j >= D4) continue;
+        xv[k] = xr[j], gv[k] = dyr[j];
+        float4 a = sc[j];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            double g = at4(gv[k], e) * (1.0 + at4(a, e));
+            g_mean += g;
+            gx_mean += g * (at4(xv[k], e) - mu) * rs;
+        }
+    }
+    g_mean = warp_sum(g_mean) / D;
+    gx_mean = warp_sum(gx_mean) / D;
+    float4 *dxr = (float4 *)(dx + r * D);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = lane + WARP * k;
+        if (j >= D4) continue;
+        float4 a = sc[j], o = dxr[j];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            double g = at4(gv[k], e) * (1.0 + at4(a, e));
+            double xhat = (at4(xv[k], e) - mu) * rs;
+            set4(o, e, at4(o, e) + (real)__dmul_rn(rs, __dsub_rn(__dsub_rn(g, g_mean), __dmul_rn(xhat, gx_mean))));
+        }
+        dxr[j] = o;
+    }
+}
+
+// Registers (float4s per lane) for the vector path of a row of D floats, or 0 when it does not
+// apply: D or the modulation stride not a multiple of 4, a pointer off 16 bytes, or a row longer
+// than 32 * max_nv float4s. max_nv: 16 forward (D <= 2048); 12 backward (D <= 1536), which holds
+// two rows and would spill at 16 (ptxas).
+static int ln_vec_regs(int max_nv, int D, long ms, const void *a, const void *b, const void *c, const void *d,
+                       const void *e) {
+    if (D % 4 || ms % 4 || !aligned16(a) || !aligned16(b) || !aligned16(c) || !aligned16(d) || !aligned16(e)) return 0;
+    static const int choices[] = {1, 2, 4, 8, 12, 16};
+    for (int nv : choices)
+        if (nv <= max_nv && D / 4 <= WARP * nv) return nv;
+    return 0;
+}
+
+// Launches kernel<NV> for the NV that ln_vec_regs chose; false when it chose none.
+#define LN_VEC_LAUNCH(nv, kernel, grid, ...)                                                   \
+    [&]() {                                                                                    \
+        switch (nv) {                                                                          \
+        case 1: kernel<1><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
+        case 2: kernel<2><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
+        case 4: kernel<4><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
+        case 8: kernel<8><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
+        case 12: kernel<12><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;             \
+        case 16: kernel<16><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;             \
+        default: return false;                                                                 \
+        }                                                                                      \
+    }()
+
 static void cuda_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
                             long ms, int S, int N, int D) {
     long rows = (long)S * N;
     if (rows <= 0 || D <= 0) return;
-    ln_mod_fwd_kernel<<<fc_cdiv(rows, ROW_WARPS), ROW_WARPS * WARP>>>(y, mean, rstd, x, shift, scale, ms, rows, N, D);
+    int nv = ln_vec_regs(16, D, ms, y, x, shift, scale, x);
+    unsigned grid = fc_cdiv(rows, ROW_WARPS);
+    if (!LN_VEC_LAUNCH(nv, ln_mod_fwd_vec_kernel, grid, y, mean, rstd, x, shift, scale, ms, rows, N, D))
+        ln_mod_fwd_kernel<<<grid, ROW_WARPS * WARP>>>(y, mean, rstd, x, shift, scale, ms, rows, N, D);
     kernelCheck();
 }
 
@@ -148,8 +279,10 @@ static void cuda_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy
     long rows = (long)S * N;
     if (rows <= 0 || D <= 0) return;
     if (dx) {
-        ln_mod_bwd_dx_kernel<<<fc_cdiv(rows, ROW_WARPS), ROW_WARPS * WARP>>>(dx, dy, x, mean, rstd, scale, ms, rows,
-                                                                             N, D);
+        int nv = ln_vec_regs(12, D, ms, dx, dy, x, scale, scale);
+        unsigned grid = fc_cdiv(rows, ROW_WARPS);
+        if (!LN_VEC_LAUNCH(nv, ln_mod_bwd_dx_vec_kernel, grid, dx, dy, x, mean, rstd, scale, ms, rows, N, D))
+            ln_mod_bwd_dx_kernel<<<grid, ROW_WARPS * WARP>>>(dx, dy, x, mean, rstd, scale, ms, rows, N, D);
         kernelCheck();
     }
     if (dshift || dscale) {

@@ -415,6 +415,7 @@ static void section_ops(void) {
     linear_cases(big);
 
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
+    t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0);  // the scalar kernels: D % 4 != 0; D > 2048
     t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0), t_ln_mod(14, 64, 128, 9, 0);  // tiny (block, final), small
     if (big) t_ln_mod(7, 1024, 1536, 9, 0);
     t_gated_add(5, 37, 96), t_gated_add(14, 64, 64), t_gated_add(14, 64, 128);
