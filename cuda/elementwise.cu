@@ -26,6 +26,26 @@ static unsigned ew_grid(size_t n) {
 #define GRID_STRIDE_LOOP(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+// Four consecutive elements (group i4 of a flat array) with one float4 access when VEC (the caller
+// checked that the pointers are 16-byte aligned), else four scalar ones: either way four loads in
+// flight per thread, not one.
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float *p, size_t i4) {
+    if (VEC) return ((const float4 *)p)[i4];
+    const float *q = p + 4 * i4;
+    return make_float4(q[0], q[1], q[2], q[3]);
+}
+template <bool VEC>
+__device__ __forceinline__ void store4(float *p, size_t i4, float4 v) {
+    if (VEC) {
+        ((float4 *)p)[i4] = v;
+        return;
+    }
+    float *q = p + 4 * i4;
+    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+}
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 // Per-slot kernels put the slot in gridDim.y (or z), which holds at most 65535.
 static void check_slots(int S, const char *op) {
     if (S > 65535) fc_die("CUDA %s: %d slots is more than this kernel's grid holds (65535)", op, S);
@@ -106,20 +126,35 @@ __device__ __forceinline__ float gelu_sigmoid_dev(float v) {
     return 1.0f / (1.0f + expf(-2.0f * u));
 }
 
-__global__ void gelu_fwd_kernel(float *y, const float *x, size_t n) {
-    GRID_STRIDE_LOOP(i, n) {
-        float v = x[i];
-        y[i] = v * gelu_sigmoid_dev(v);
-    }
-}
+__device__ __forceinline__ float gelu_dev(float v) { return v * gelu_sigmoid_dev(v); }
 
 // d/dv [v sig(2u)] = sig + 2 v sig (1 - sig) du/dv, du/dv = GELU_C (1 + 3 * 0.044715 v^2).
-__global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, size_t n) {
-    GRID_STRIDE_LOOP(i, n) {
-        float v = x[i], sg = gelu_sigmoid_dev(v);
-        float d = sg + 2.0f * v * sg * (1.0f - sg) * GELU_C * (1.0f + (float)(3 * 0.044715) * v * v);
-        dx[i] += dy[i] * d;
+__device__ __forceinline__ float gelu_grad_dev(float v) {
+    float sg = gelu_sigmoid_dev(v);
+    return sg + 2.0f * v * sg * (1.0f - sg) * GELU_C * (1.0f + (float)(3 * 0.044715) * v * v);
+}
+
+// Groups of four elements (grid-stride), then the last n % 4 one per thread.
+template <bool VEC>
+__global__ void gelu_fwd_kernel(float *y, const float *x, size_t n) {
+    size_t n4 = n / 4;
+    GRID_STRIDE_LOOP(i, n4) {
+        float4 v = load4<VEC>(x, i);
+        store4<VEC>(y, i, make_float4(gelu_dev(v.x), gelu_dev(v.y), gelu_dev(v.z), gelu_dev(v.w)));
     }
+    GRID_STRIDE_LOOP(i, n - 4 * n4) y[4 * n4 + i] = gelu_dev(x[4 * n4 + i]);
+}
+
+template <bool VEC>
+__global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, size_t n) {
+    size_t n4 = n / 4;
+    GRID_STRIDE_LOOP(i, n4) {
+        float4 v = load4<VEC>(x, i), g = load4<VEC>(dy, i), d = load4<VEC>(dx, i);
+        d.x += g.x * gelu_grad_dev(v.x), d.y += g.y * gelu_grad_dev(v.y);
+        d.z += g.z * gelu_grad_dev(v.z), d.w += g.w * gelu_grad_dev(v.w);
+        store4<VEC>(dx, i, d);
+    }
+    GRID_STRIDE_LOOP(i, n - 4 * n4) dx[4 * n4 + i] += dy[4 * n4 + i] * gelu_grad_dev(x[4 * n4 + i]);
 }
 
 __global__ void silu_fwd_kernel(float *y, const float *x, size_t n) {
@@ -135,12 +170,16 @@ __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size
 
 static void cuda_gelu_fwd(real *y, const real *x, size_t n) {
     if (n == 0) return;
-    gelu_fwd_kernel<<<ew_grid(n), EW_THREADS>>>(y, x, n);
+    unsigned grid = ew_grid((n + 3) / 4);
+    if (aligned16(y) && aligned16(x)) gelu_fwd_kernel<true><<<grid, EW_THREADS>>>(y, x, n);
+    else gelu_fwd_kernel<false><<<grid, EW_THREADS>>>(y, x, n);
     kernelCheck();
 }
 static void cuda_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     if (n == 0 || !dx) return;
-    gelu_bwd_kernel<<<ew_grid(n), EW_THREADS>>>(dx, dy, x, n);
+    unsigned grid = ew_grid((n + 3) / 4);
+    if (aligned16(dx) && aligned16(dy) && aligned16(x)) gelu_bwd_kernel<true><<<grid, EW_THREADS>>>(dx, dy, x, n);
+    else gelu_bwd_kernel<false><<<grid, EW_THREADS>>>(dx, dy, x, n);
     kernelCheck();
 }
 static void cuda_silu_fwd(real *y, const real *x, size_t n) {
@@ -230,18 +269,54 @@ static void slot_colsum(real *out, long ostride, const real *a, const real *b, i
 // ----------------------------------------------------------------------------
 // gated residual add: out = x + gate[s] * h, x, h, out (S*N, D), gate rows of stride ms
 
-// One thread per element (grid-stride); it reads x[i] before writing out[i], so out may alias x.
+// One thread per group of four elements (grid-stride); D % 4 == 0, so a group lies in one row. It
+// reads x before writing out, so out may alias x.
+template <bool VEC>
 __global__ void gated_add_fwd_kernel(float *out, const float *x, const float *h, const float *gate, long ms,
                                      size_t N, size_t D, size_t total) {
+    GRID_STRIDE_LOOP(i4, total / 4) {
+        size_t i = 4 * i4, row = i / D, d = i - row * D, s = row / N;
+        const float *g = gate + s * ms + d;
+        float4 a = load4<VEC>(x, i4), b = load4<VEC>(h, i4), o;
+        o.x = __fadd_rn(a.x, __fmul_rn(g[0], b.x)), o.y = __fadd_rn(a.y, __fmul_rn(g[1], b.y));
+        o.z = __fadd_rn(a.z, __fmul_rn(g[2], b.z)), o.w = __fadd_rn(a.w, __fmul_rn(g[3], b.w));
+        store4<VEC>(out, i4, o);
+    }
+}
+
+// dx += dout; dh += gate[s] * dout, by groups of four as the forward; either may be NULL.
+template <bool VEC>
+__global__ void gated_add_bwd_kernel(float *dx, float *dh, const float *dout, const float *gate, long ms, size_t N,
+                                     size_t D, size_t total) {
+    GRID_STRIDE_LOOP(i4, total / 4) {
+        float4 go = load4<VEC>(dout, i4);
+        if (dx) {
+            float4 a = load4<VEC>(dx, i4);
+            a.x = __fadd_rn(a.x, go.x), a.y = __fadd_rn(a.y, go.y), a.z = __fadd_rn(a.z, go.z), a.w = __fadd_rn(a.w, go.w);
+            store4<VEC>(dx, i4, a);
+        }
+        if (dh) {
+            size_t i = 4 * i4, row = i / D, d = i - row * D, s = row / N;
+            const float *g = gate + s * ms + d;
+            float4 a = load4<VEC>(dh, i4);
+            a.x = __fadd_rn(a.x, __fmul_rn(g[0], go.x)), a.y = __fadd_rn(a.y, __fmul_rn(g[1], go.y));
+            a.z = __fadd_rn(a.z, __fmul_rn(g[2], go.z)), a.w = __fadd_rn(a.w, __fmul_rn(g[3], go.w));
+            store4<VEC>(dh, i4, a);
+        }
+    }
+}
+
+// The same one element per thread, for D % 4 != 0.
+__global__ void gated_add_fwd_scalar_kernel(float *out, const float *x, const float *h, const float *gate, long ms,
+                                            size_t N, size_t D, size_t total) {
     GRID_STRIDE_LOOP(i, total) {
         size_t row = i / D, d = i - row * D, s = row / N;
         out[i] = __fadd_rn(x[i], __fmul_rn(gate[s * ms + d], h[i]));
     }
 }
 
-// dx += dout; dh += gate[s] * dout. One thread per element (grid-stride); either may be NULL.
-__global__ void gated_add_bwd_kernel(float *dx, float *dh, const float *dout, const float *gate, long ms, size_t N,
-                                     size_t D, size_t total) {
+__global__ void gated_add_bwd_scalar_kernel(float *dx, float *dh, const float *dout, const float *gate, long ms,
+                                            size_t N, size_t D, size_t total) {
     GRID_STRIDE_LOOP(i, total) {
         float go = dout[i];
         if (dx) dx[i] = __fadd_rn(dx[i], go);
@@ -256,7 +331,12 @@ static void cuda_gated_add_fwd(real *out, const real *x, const real *h, const re
                                int D) {
     size_t total = (size_t)S * N * D;
     if (total == 0) return;
-    gated_add_fwd_kernel<<<ew_grid(total), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+    if (D % 4)
+        gated_add_fwd_scalar_kernel<<<ew_grid(total), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+    else if (aligned16(out) && aligned16(x) && aligned16(h))
+        gated_add_fwd_kernel<true><<<ew_grid(total / 4), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+    else
+        gated_add_fwd_kernel<false><<<ew_grid(total / 4), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
     kernelCheck();
 }
 
@@ -264,7 +344,12 @@ static void cuda_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout
                                long ms, int S, int N, int D) {
     size_t total = (size_t)S * N * D;
     if (total > 0 && (dx || dh)) {
-        gated_add_bwd_kernel<<<ew_grid(total), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+        if (D % 4)
+            gated_add_bwd_scalar_kernel<<<ew_grid(total), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+        else if (aligned16(dx) && aligned16(dh) && aligned16(dout))  // NULL is aligned
+            gated_add_bwd_kernel<true><<<ew_grid(total / 4), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+        else
+            gated_add_bwd_kernel<false><<<ew_grid(total / 4), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
         kernelCheck();
     }
     // dgate[s] += sum over the slot's rows of dout * h

@@ -68,23 +68,26 @@ static void t_ln_mod(int S, int N, int D, int msmul, int nulls) {
     FREE(&mod, &x, &y, &mean, &rstd, &dy, &dx, &dmod);
 }
 
-static void t_gated_add(int S, int N, int D) {
+// shift: h starts that many floats into its buffer (not on 16 bytes: the kernels' scalar-access path).
+static void t_gated_add(int S, int N, int D, int shift) {
     long ms = 9L * D, off = 2L * D;  // the spatial attention's gate
     size_t n = (size_t)S * N * D;
-    Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(n, 0, 1), h = bnormal(n, 0, 1), out = bnormal(n, 0, 1);
+    Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(n, 0, 1), hb = bnormal(n + shift, 0, 1), out = bnormal(n, 0, 1);
     Buf alias = bnormal(n, 0, 1), dout = bnormal(n, 0, 1), dx = bnormal(n, 0, 1), dh = bnormal(n, 0, 1);
     Buf dmod = bnormal(S * ms, 0, 1);
     memcpy(alias.init, x.init, bbytes(&x)), breset(&alias);  // out aliasing x
-    WHAT("S=%d N=%d D=%d ms=%ld", S, N, D, ms);
-    BOTH(be->gated_add_fwd(P(out), P(x), P(h), P(mod) + off, ms, S, N, D));
-    BOTH(be->gated_add_fwd(P(alias), P(alias), P(h), P(mod) + off, ms, S, N, D));
+    WHAT("S=%d N=%d D=%d ms=%ld%s", S, N, D, ms, shift ? ", h unaligned" : "");
+#define h_ (P(hb) + shift)
+    BOTH(be->gated_add_fwd(P(out), P(x), h_, P(mod) + off, ms, S, N, D));
+    BOTH(be->gated_add_fwd(P(alias), P(alias), h_, P(mod) + off, ms, S, N, D));
     compare("cuda_gated_add_fwd", "out", &out, "out aliasing x", &alias, NULL);
     for (int nulls = 0; nulls <= NULL_DX; nulls += NULL_DX) {  // the model passes dx = NULL
         breset(&dx), breset(&dh), breset(&dmod);
-        BOTH(be->gated_add_bwd(OPT(NULL_DX, P(dx)), P(dh), P(dmod) + off, P(dout), P(h), P(mod) + off, ms, S, N, D));
+        BOTH(be->gated_add_bwd(OPT(NULL_DX, P(dx)), P(dh), P(dmod) + off, P(dout), h_, P(mod) + off, ms, S, N, D));
         compare("cuda_gated_add_bwd", "dx", OPT(NULL_DX, &dx), "dh", &dh, "dgate", &dmod, NULL);
     }
-    FREE(&mod, &x, &h, &out, &alias, &dout, &dx, &dh, &dmod);
+#undef h_
+    FREE(&mod, &x, &hb, &out, &alias, &dout, &dx, &dh, &dmod);
 }
 
 static void t_qk_norm(int T, int D, int H, int nulls) {
@@ -125,14 +128,15 @@ static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std)
     t_attn_at(B, F, N, H, dh, temporal, std, 0);
 }
 
-static void t_activations(size_t n) {
-    Buf x = bnormal(n, 0, 3), y = bnormal(n, 0, 1), dy = bnormal(n, 0, 1), dx = bnormal(n, 0, 1);
-    WHAT("n=%zu", n);
+// shift: x starts that many floats into its buffer (not on 16 bytes: the scalar-access path).
+static void t_activations(size_t n, int shift) {
+    Buf x = bnormal(n + shift, 0, 3), y = bnormal(n, 0, 1), dy = bnormal(n, 0, 1), dx = bnormal(n, 0, 1);
+    WHAT("n=%zu%s", n, shift ? ", x unaligned" : "");
     for (int silu = 0; silu < 2; silu++) {
         breset(&y), breset(&dx);
-        BOTH((silu ? be->silu_fwd : be->gelu_fwd)(P(y), P(x), n));
+        BOTH((silu ? be->silu_fwd : be->gelu_fwd)(P(y), P(x) + shift, n));
         compare(silu ? "cuda_silu_fwd" : "cuda_gelu_fwd", "", &y, NULL);
-        BOTH((silu ? be->silu_bwd : be->gelu_bwd)(P(dx), P(dy), P(x), n));
+        BOTH((silu ? be->silu_bwd : be->gelu_bwd)(P(dx), P(dy), P(x) + shift, n));
         compare(silu ? "cuda_silu_bwd" : "cuda_gelu_bwd", "", &dx, NULL);
     }
     FREE(&x, &y, &dy, &dx);
@@ -418,15 +422,17 @@ static void section_ops(void) {
     t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0);  // the scalar kernels: D % 4 != 0; D > 2048
     t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0), t_ln_mod(14, 64, 128, 9, 0);  // tiny (block, final), small
     if (big) t_ln_mod(7, 1024, 1536, 9, 0);
-    t_gated_add(5, 37, 96), t_gated_add(14, 64, 64), t_gated_add(14, 64, 128);
-    if (big) t_gated_add(7, 1024, 1536);
+    t_gated_add(5, 37, 96, 0), t_gated_add(14, 64, 64, 0), t_gated_add(14, 64, 128, 0);
+    t_gated_add(3, 5, 30, 0), t_gated_add(3, 5, 32, 1);  // D % 4 != 0; unaligned
+    if (big) t_gated_add(7, 1024, 1536, 0);
     t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(896, 128, 4, 0);  // dh 16; tiny; small (dh 32)
     t_qk_norm(77, 256, 2, 0), t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
     if (big) t_qk_norm(1031, 1536, 12, 0);
 
     attn_cases(big);
 
-    t_activations(100003), t_activations(1), t_activations(896 * 256);  // the last: tiny's MLP
+    t_activations(100003, 0), t_activations(1, 0), t_activations(896 * 256, 0);  // the last: tiny's MLP
+    t_activations(1001, 1);
     t_patchify(14, 3, 32, 32, 4), t_patchify(14, 3, 64, 64, 8);  // tiny, small
     t_patchify(3, 5, 12, 20, 4), t_patchify(2, 3, 21, 14, 7), t_patchify(1, 1, 3, 3, 1);
     if (big) t_patchify(7, 3, 256, 256, 8);
