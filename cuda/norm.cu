@@ -24,7 +24,7 @@ enum {
     QK_THREADS = 128,         // threads per block (one token) of the qk_norm row kernels
     COL_THREADS = 256,        // threads per block of the column-sum kernels
     LN_ROWS_PER_PART = 32,    // rows of one slot summed by one thread in pass 1 of ln_mod_bwd
-    QK_TOKENS_PER_PART = 32,  // tokens summed by one thread in pass 1 of qk_norm_bwd
+    QK_TOKENS_PER_PART = 8,   // tokens summed by one thread in pass 1 of qk_norm_bwd (more threads in flight)
 };
 
 // Products and sums in `real` that are rounded on their own (never fused into an FMA).
@@ -382,10 +382,84 @@ static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const doub
     dw[i] += (real)acc;
 }
 
+// The vector path of the two row kernels (dh % 4 == 0, dh <= 128, qkv-shaped rows on 16 bytes):
+// lane l < dh / 4 holds float4 l of a head vector, one load per array; the weights are read as
+// scalars (they lie wherever the parameter allocation puts them). Same formulas as above.
+static __global__ void qk_norm_fwd_vec_kernel(real *out, real *rstd, const real *qkv, const real *qw, const real *kw,
+                                              int D, int H) {
+    int t = blockIdx.x, dh = D / H, dh4 = dh / 4;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const real *row = qkv + (size_t)t * 3 * D;
+    real *orow = out + (size_t)t * 3 * D;
+    for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
+        int part = hh / H, h = hh % H;
+        const real *w = (part ? kw : qw) + 4 * lane;
+        float4 x = lane < dh4 ? ((const float4 *)(row + part * D + h * dh))[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        double sq = 0;
+#pragma unroll
+        for (int e = 0; e < 4; e++) sq += (double)at4(x, e) * at4(x, e);
+        double r = 1.0 / sqrt(warp_sum(sq) / dh + RMS_EPS);
+        if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
+        if (lane >= dh4) continue;
+        float4 o;
+#pragma unroll
+        for (int e = 0; e < 4; e++) set4(o, e, r_mul((real)(at4(x, e) * r), w[e]));
+        ((float4 *)(orow + part * D + h * dh))[lane] = o;
+    }
+    const float4 *src = (const float4 *)(row + 2 * D);
+    float4 *dst = (float4 *)(orow + 2 * D);
+    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
+}
+
+static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
+                                                 const real *qw, const real *kw, int D, int H) {
+    int t = blockIdx.x, dh = D / H, dh4 = dh / 4;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
+    real *dxrow = dqkv + (size_t)t * 3 * D;
+    for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
+        int part = hh / H, h = hh % H;
+        const real *w = (part ? kw : qw) + 4 * lane;
+        size_t off = (size_t)part * D + h * dh;
+        float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 x = lane < dh4 ? ((const float4 *)(row + off))[lane] : zero;
+        float4 dy = lane < dh4 ? ((const float4 *)(drow + off))[lane] : zero;
+        float wv[4] = {0.f, 0.f, 0.f, 0.f};
+        if (lane < dh4) wv[0] = w[0], wv[1] = w[1], wv[2] = w[2], wv[3] = w[3];
+        double r = rstd[(size_t)t * 2 * H + hh];
+        double dot = 0;
+#pragma unroll
+        for (int e = 0; e < 4; e++) dot += (double)at4(dy, e) * wv[e] * at4(x, e);
+        dot = warp_sum(dot);
+        double coef = r * r * r * dot / dh;
+        if (lane >= dh4) continue;
+        float4 *dx = (float4 *)(dxrow + off) + lane, d = *dx;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            set4(d, e, at4(d, e) + (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)wv[e]), (double)at4(dy, e)),
+                                                   __dmul_rn((double)at4(x, e), coef)));
+        *dx = d;
+    }
+    const float4 *src = (const float4 *)(drow + 2 * D);
+    float4 *dst = (float4 *)(dxrow + 2 * D);
+    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) {
+        float4 a = dst[i], b = src[i];
+        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+        dst[i] = a;
+    }
+}
+
+// Whether the vector path takes a (T, 3D) layout with heads of D / H.
+static bool qk_vec(int D, int H, const void *a, const void *b, const void *c) {
+    int dh = D / H;
+    return dh % 4 == 0 && dh <= 4 * WARP && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
 static void cuda_qk_norm_fwd(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                              int H) {
     if (T <= 0 || D <= 0) return;
-    qk_norm_fwd_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
+    if (qk_vec(D, H, out, qkv, qkv)) qk_norm_fwd_vec_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
+    else qk_norm_fwd_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
     kernelCheck();
 }
 
@@ -393,7 +467,8 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout,
                              const real *qw, const real *kw, int T, int D, int H) {
     if (T <= 0 || D <= 0) return;
     if (dqkv) {
-        qk_norm_bwd_dx_kernel<<<T, QK_THREADS>>>(dqkv, dout, qkv, rstd, qw, kw, D, H);
+        if (qk_vec(D, H, dqkv, dout, qkv)) qk_norm_bwd_dx_vec_kernel<<<T, QK_THREADS>>>(dqkv, dout, qkv, rstd, qw, kw, D, H);
+        else qk_norm_bwd_dx_kernel<<<T, QK_THREADS>>>(dqkv, dout, qkv, rstd, qw, kw, D, H);
         kernelCheck();
     }
     if (dqw || dkw) {

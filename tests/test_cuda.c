@@ -427,6 +427,7 @@ static void section_ops(void) {
     if (big) t_gated_add(7, 1024, 1536, 0);
     t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(896, 128, 4, 0);  // dh 16; tiny; small (dh 32)
     t_qk_norm(77, 256, 2, 0), t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
+    t_qk_norm(40, 60, 2, 0), t_qk_norm(20, 512, 2, 0);  // the scalar kernels: dh 30, dh 256
     if (big) t_qk_norm(1031, 1536, 12, 0);
 
     attn_cases(big);
