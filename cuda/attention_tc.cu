@@ -5,9 +5,11 @@
 //   forward  S = Q K^T, O += P V                  (P rounded to bf16; the softmax itself in fp32)
 //   dQ       S = Q K^T, dP = dO V^T, dQ += dS K    (dS = P (dP - Dvec) scale, rounded to bf16)
 //   dK/dV    S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
-// q, k, v and dout are fp32 in memory and rounded to bf16 as a tile is staged (row-major) in shared
-// memory; a tile that is the B operand of a product along its rows (V in P V, K in dS K, dO and Q
-// in dK/dV) is read transposed by ldmatrix.trans.
+// q, k, v and dout are fp32 in memory: one pass first rounds them to bf16, head by head
+// (fc_bf16_heads: each head's rows contiguous, in the GEMMs' scratch), so that the kernels copy
+// tiles into shared memory with cp.async in 16-byte pieces, whatever D and the alignment of qkv,
+// without passing through registers. A tile that is the B operand of a product along its rows (V
+// in P V, K in dS K, dO and Q in dK/dV) is read transposed by ldmatrix.trans.
 //
 // Fragments (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16x16) holds rows g and g+8,
 // columns 2t, 2t+1 and 2t+8, 2t+9; B (16x8) holds k rows 2t, 2t+1, 2t+8, 2t+9 of column g; the
@@ -17,7 +19,11 @@
 // score tiles are exactly the A fragment of the probabilities for the next product.
 //
 // A block is 4 warps owning 64 rows (16 per warp: queries in forward and dQ, keys in dK/dV) and
-// streams over tiles of the other side (64 keys forward, 32 rows backward). Each warp handles its
+// streams over tiles of 32 rows of the other side through two shared-memory buffers: the copy of
+// tile i+1 is in flight while tile i is computed (cp.async groups: issue i+1, commit, wait for all
+// but the newest group, __syncthreads, compute, __syncthreads before the buffer is refilled). The
+// CUDA emulation of make test (tests/cuda_emu) runs its warps as far apart as the barriers allow
+// and makes a copy's bytes NaN from issue to wait, so a missing wait or barrier fails there. Each warp handles its
 // rows in a fixed order and every output element is written (or added into dqkv) once, by one
 // thread: the same bytes on every run. Sequences shorter than TC_MIN_LEN (temporal attention over
 // a window of ~7 frames) would be mostly padding: they go to attention.cu's fp32 kernels.
@@ -29,8 +35,7 @@ typedef __nv_bfloat16 bf16;
 
 #define TC_THREADS 128  // 4 warps
 #define TC_ROWS 64      // rows a block owns: 16 per warp
-#define TC_FWD_TILE 64  // keys per streamed tile, forward
-#define TC_BWD_TILE 32  // rows per streamed tile, backward
+#define TC_TILE 32      // rows of a streamed tile (keys forward and in dQ, queries in dK/dV), two buffers
 #define TC_MIN_LEN 64
 
 // ----------------------------------------------------------------------------
@@ -95,10 +100,55 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// staging
+// staging: cp.async from the heads' bf16 copy (fc_bf16_heads) into shared memory
+
+// Shared-memory row lengths (elements): bf16 rows padded by 8 so that rows start on different banks
+// and every 32-bit fragment load stays aligned; a row is a whole number of 16-byte pieces.
+template <int DH>
+struct TcLd {
+    static constexpr int ROW = DH + 8;
+    static constexpr int FWD_BYTES = 2 * (TC_ROWS + 4 * TC_TILE) * ROW;                   // Q; K, V x 2
+    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 2 * TC_ROWS * 4;  // Q, dO; K, V x 2; lse, Dvec
+    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 4 * TC_TILE * 4;  // K, V; Q, dO x 2; lse, Dvec x 2
+};
+
+// 16 (or 4) bytes from global to shared memory without passing through registers; !valid writes
+// zeros (src-size 0, nothing is read). A group of copies is closed by commit; wait<N> returns when
+// all but the N newest groups of this thread have landed (then __syncthreads for the others').
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+#ifdef FC_EMU
+    fc_emu_cp_async(dst, src, 16, valid);
+#else
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+#ifdef FC_EMU
+    fc_emu_cp_async(dst, src, 4, valid);
+#else
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef FC_EMU
+    fc_emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef FC_EMU
+    fc_emu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 // Where the tokens of one sequence lie: token k of sequence seq is row base + k * tok of qkv, out,
-// dout (computed once per block: the divisions are not cheap on a GPU).
+// dout and of every head's copy (computed once per block: the divisions are not cheap on a GPU).
 struct SeqRows {
     long base, tok;
     __device__ SeqRows(const AttnLayout &lay, long seq)
@@ -106,89 +156,73 @@ struct SeqRows {
     __device__ long operator()(int k) const { return base + (long)k * tok; }
 };
 
-// Rows r0 .. r0+NROWS-1 of a sequence, columns col .. col+DH-1 of fp32 rows of ld floats, rounded to
-// bf16 into rows[r][c] (leading dimension ldr); rows at or past len are zeros. The TC_THREADS threads
-// of the block take four columns each, STAGE_BATCH float4 loads at a time: the loads of a batch are
-// all issued before the first is used, so a tile waits for global memory a few times, not once per
-// row. float4 loads when VEC (the host checked that every such row start is 16-byte aligned), else
-// four scalar loads.
-#define STAGE_BATCH 4
-template <int DH, bool VEC, int NROWS>
-__device__ __forceinline__ void stage(bf16 *rows, int ldr, const float *__restrict__ src, long ld, long col,
-                                      const SeqRows &sr, int r0, int len) {
-    constexpr int Q = DH / 4;                              // float4s per row
-    constexpr int PER_THREAD = NROWS * Q / TC_THREADS;     // float4s per thread
-    constexpr int BATCH = PER_THREAD < STAGE_BATCH ? PER_THREAD : STAGE_BATCH;
-    static_assert(NROWS * Q % TC_THREADS == 0 && PER_THREAD % BATCH == 0, "a tile splits evenly among the threads");
-#pragma unroll 1  // a batch at a time: its registers are few next to the accumulators'
-    for (int b = 0; b < PER_THREAD; b += BATCH) {
-        float4 v[BATCH];
+// Starts copying tokens r0 .. r0+NROWS-1 of a sequence from one head's (rows, DH) bf16 block into
+// dst (NROWS rows of TcLd::ROW); tokens at or past len are zeros. DH / 8 pieces of 16 bytes per
+// row, spread over the block's threads.
+template <int DH, int NROWS>
+__device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const SeqRows &sr, int r0,
+                                            int len) {
+    constexpr int PIECES = DH / 8, TOTAL = NROWS * PIECES;
 #pragma unroll
-        for (int i = 0; i < BATCH; i++) {
-            int idx = threadIdx.x + (b + i) * TC_THREADS, r = idx / Q, c = (idx % Q) * 4;
-            v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (r0 + r < len) {
-                const float *p = src + sr(r0 + r) * ld + col + c;
-                if (VEC) v[i] = *(const float4 *)p;
-                else v[i] = make_float4(p[0], p[1], p[2], p[3]);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < BATCH; i++) {
-            int idx = threadIdx.x + (b + i) * TC_THREADS, r = idx / Q, c = (idx % Q) * 4;
-            __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y), hi = __floats2bfloat162_rn(v[i].z, v[i].w);
-            *(__nv_bfloat162 *)(rows + r * ldr + c) = lo, *(__nv_bfloat162 *)(rows + r * ldr + c + 2) = hi;
-        }
+    for (int i = 0; i < (TOTAL + TC_THREADS - 1) / TC_THREADS; i++) {
+        int idx = threadIdx.x + i * TC_THREADS;
+        if (TOTAL % TC_THREADS != 0 && idx >= TOTAL) break;
+        int r = idx / PIECES, c = (idx % PIECES) * 8;
+        bool valid = r0 + r < len;
+        cp_async16(dst + r * TcLd<DH>::ROW + c, valid ? head + sr(r0 + r) * DH + c : head, valid);
     }
 }
 
-// Shared-memory row lengths (elements): bf16 rows padded by 8 so that rows start on different banks
-// and every 32-bit fragment load stays aligned.
-template <int DH>
-struct TcLd {
-    static constexpr int ROW = DH + 8;  // (rows, DH) tiles: 16-byte rows for ldmatrix, staggered banks
-    static constexpr int FWD_BYTES = 2 * (TC_ROWS + 2 * TC_FWD_TILE) * ROW;                         // Q, K, V
-    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 2 * TC_BWD_TILE) * ROW + 2 * TC_ROWS * 4;     // Q, dO, K, V
-    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 2 * TC_BWD_TILE) * ROW + 2 * TC_BWD_TILE * 4;  // K, V, Q, dO
-};
-
 // ----------------------------------------------------------------------------
-// forward. Block b = (seq * H + h) * ntiles + tile owns queries tile*64 .. +63.
+// forward. Block b = (seq * H + h) * ntiles + tile owns queries tile*64 .. +63 and streams over
+// tiles of TC_TILE keys, the next tile's copy in flight while this one is computed.
 
-template <int DH, bool VEC>
+template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, AttnLayout lay,
-                       int D, int H, int ntiles, float scale) {
+    tc_attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv16, long rows,
+                       AttnLayout lay, int D, int H, int ntiles, float scale) {
     using L = TcLd<DH>;
-    constexpr int NT = TC_FWD_TILE / 8;  // score tiles of 8 keys
+    constexpr int NT = TC_TILE / 8;  // score tiles of 8 keys
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem;              // (64, DH)
-    bf16 *Ks = Qs + TC_ROWS * L::ROW;     // (64 keys, DH)
-    bf16 *Vs = Ks + TC_FWD_TILE * L::ROW;  // (64 keys, DH)
+    bf16 *Qs = (bf16 *)smem;               // (64, ROW)
+    bf16 *Ks = Qs + TC_ROWS * L::ROW;      // 2 x (TC_TILE, ROW)
+    bf16 *Vs = Ks + 2 * TC_TILE * L::ROW;  // 2 x (TC_TILE, ROW)
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const long ld = 3L * D;
     const SeqRows sr(lay, seq);
+    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
+    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH;
 
-    stage<DH, VEC, TC_ROWS>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
+    stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
+    cp_async_commit();
+    stage_async<DH, TC_TILE>(Ks, k16, sr, 0, len);
+    stage_async<DH, TC_TILE>(Vs, v16, sr, 0, len);
+    cp_async_commit();
+    cp_async_wait<1>();  // Q
     __syncthreads();
     uint32_t qa[DH / 16][4];
     for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
     float o[DH / 8][4] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g+8: running max, this thread's sum
 
-    for (int k0 = 0; k0 < len; k0 += TC_FWD_TILE) {
-        __syncthreads();  // every warp is done with the last tile
-        stage<DH, VEC, TC_FWD_TILE>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
-        stage<DH, VEC, TC_FWD_TILE>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
-        __syncthreads();
+    const int ntk = (len + TC_TILE - 1) / TC_TILE;
+    for (int it = 0; it < ntk; it++) {
+        const int k0 = it * TC_TILE, cur = it & 1;
+        if (it + 1 < ntk) {  // the other buffer was last read before the previous __syncthreads
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, sr, k0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, sr, k0 + TC_TILE, len);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();  // this tile's copies (all but the newest group)
+        __syncthreads();     // ... and every other thread's
+        const bf16 *Kt = Ks + cur * TC_TILE * L::ROW, *Vt = Vs + cur * TC_TILE * L::ROW;
         float s[NT][4] = {};
         for (int j = 0; j < NT; j++)
             for (int kb = 0; kb < DH / 16; kb++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Ks + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                load_bt(b0, b1, Kt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
                 mma16816(s[j], qa[kb], b0, b1);
             }
         float mx[2] = {-INFINITY, -INFINITY};
@@ -215,10 +249,11 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_b(b0, b1, Vs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                load_b(b0, b1, Vt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(o[n], pa, b0, b1);
             }
         }
+        __syncthreads();  // every warp is done with this buffer before it is refilled
     }
     for (int r = 0; r < 2; r++) {
         int q = q0 + warp * 16 + g + 8 * r;
@@ -232,28 +267,34 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 // ----------------------------------------------------------------------------
-// backward: dQ. Block as in the forward pass; streams over tiles of 32 keys and values.
+// backward: dQ. Block as in the forward pass; streams over tiles of TC_TILE keys and values.
 
-template <int DH, bool VEC>
+template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_attn_bwd_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
-                          const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D, int H,
-                          int ntiles, float scale) {
+    tc_attn_bwd_dq_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ qkv16, const bf16 *__restrict__ dout16,
+                          long rows, const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay,
+                          int D, int H, int ntiles, float scale) {
     using L = TcLd<DH>;
-    constexpr int NT = TC_BWD_TILE / 8;
+    constexpr int NT = TC_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;             // (64, DH) each
-    bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + TC_BWD_TILE * L::ROW;  // (32, DH) each
-    float *Lse = (float *)(Vs + TC_BWD_TILE * L::ROW), *Dv = Lse + TC_ROWS;
+    bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;                   // (64, ROW) each
+    bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE, ROW) each
+    float *Lse = (float *)(Vs + 2 * TC_TILE * L::ROW), *Dv = Lse + TC_ROWS;  // (64) each
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
+    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
+    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH, *do16 = dout16 + (long)h * rows * DH;
 
-    stage<DH, VEC, TC_ROWS>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
-    stage<DH, VEC, TC_ROWS>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, len);
+    stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
+    stage_async<DH, TC_ROWS>(DOs, do16, sr, q0, len);
+    cp_async_commit();
+    stage_async<DH, TC_TILE>(Ks, k16, sr, 0, len);
+    stage_async<DH, TC_TILE>(Vs, v16, sr, 0, len);
+    cp_async_commit();
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
         bool in = q0 + r < len;
         Lse[r] = in ? lse[sr(q0 + r) * H + h] : 0.f;
@@ -261,11 +302,17 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
     const int r0 = warp * 16;
     float dq[DH / 8][4] = {};
-    for (int k0 = 0; k0 < len; k0 += TC_BWD_TILE) {
+    const int ntk = (len + TC_TILE - 1) / TC_TILE;
+    for (int it = 0; it < ntk; it++) {
+        const int k0 = it * TC_TILE, cur = it & 1;
+        if (it + 1 < ntk) {
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, sr, k0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, sr, k0 + TC_TILE, len);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
-        stage<DH, VEC, TC_BWD_TILE>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
-        stage<DH, VEC, TC_BWD_TILE>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
-        __syncthreads();
+        const bf16 *Kt = Ks + cur * TC_TILE * L::ROW, *Vt = Vs + cur * TC_TILE * L::ROW;
         float s[NT][4] = {}, dp[NT][4] = {};
         for (int kb = 0; kb < DH / 16; kb++) {
             uint32_t qa[4], da[4];
@@ -273,9 +320,9 @@ __global__ void __launch_bounds__(TC_THREADS)
             load_a(da, DOs + r0 * L::ROW + kb * 16, L::ROW, g, t);
             for (int j = 0; j < NT; j++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Ks + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                load_bt(b0, b1, Kt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
                 mma16816(s[j], qa, b0, b1);
-                load_bt(b0, b1, Vs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                load_bt(b0, b1, Vt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
                 mma16816(dp[j], da, b0, b1);
             }
         }
@@ -290,10 +337,11 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(a, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_b(b0, b1, Ks + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                load_b(b0, b1, Kt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dq[n], a, b0, b1);
             }
         }
+        __syncthreads();
     }
     for (int r = 0; r < 2; r++) {
         int q = q0 + r0 + g + 8 * r;
@@ -304,59 +352,80 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 // ----------------------------------------------------------------------------
-// backward: dK and dV. Block b owns keys tile*64 .. +63 and streams over tiles of 32 queries (q,
-// dout, lse, Dvec).
+// backward: dK and dV. Block b owns keys tile*64 .. +63 and streams over tiles of TC_TILE queries
+// (q, dout, lse, Dvec).
 
-template <int DH, bool VEC>
+// Starts copying the lse and Dvec of queries q0 .. q0+TC_TILE-1 (zeros past len): threads
+// 0 .. TC_TILE-1 one lse each, the next TC_TILE one Dvec each.
+__device__ __forceinline__ void stage_stats_async(float *Lse, float *Dv, const float *__restrict__ lse,
+                                                  const float *__restrict__ dvec, const SeqRows &sr, long sh, int h,
+                                                  int H, int q0, int len) {
+    int c = threadIdx.x % TC_TILE;
+    bool valid = q0 + c < len;
+    if (threadIdx.x < TC_TILE) cp_async4(Lse + c, valid ? lse + sr(q0 + c) * H + h : lse, valid);
+    else if (threadIdx.x < 2 * TC_TILE) cp_async4(Dv + c, valid ? dvec + sh * len + q0 + c : dvec, valid);
+}
+
+template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
-                            const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D,
-                            int H, int ntiles, float scale) {
+    tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ qkv16,
+                            const bf16 *__restrict__ dout16, long rows, const float *__restrict__ lse,
+                            const float *__restrict__ dvec, AttnLayout lay, int D, int H, int ntiles, float scale) {
     using L = TcLd<DH>;
-    constexpr int NT = TC_BWD_TILE / 8;
+    constexpr int NT = TC_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                  // (64 keys, DH) each
-    bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + TC_BWD_TILE * L::ROW;     // (32 queries, DH) each
-    float *Lse = (float *)(DOs + TC_BWD_TILE * L::ROW), *Dv = Lse + TC_BWD_TILE;
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                    // (64 keys, ROW) each
+    bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE queries, ROW) each
+    float *Lse = (float *)(DOs + 2 * TC_TILE * L::ROW), *Dv = Lse + 2 * TC_TILE;  // 2 x (TC_TILE) each
     const int tile = blockIdx.x % ntiles;
     const long sh = blockIdx.x / ntiles, seq = sh / H;
     const int h = (int)(sh % H), len = lay.len, k0 = tile * TC_ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const long ld = 3L * D;
     const SeqRows sr(lay, seq);
+    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
+    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH, *do16 = dout16 + (long)h * rows * DH;
 
-    stage<DH, VEC, TC_ROWS>(Ks, L::ROW, qkv, ld, D + (long)h * DH, sr, k0, len);
-    stage<DH, VEC, TC_ROWS>(Vs, L::ROW, qkv, ld, 2L * D + (long)h * DH, sr, k0, len);
+    stage_async<DH, TC_ROWS>(Ks, k16, sr, k0, len);
+    stage_async<DH, TC_ROWS>(Vs, v16, sr, k0, len);
+    cp_async_commit();
+    stage_async<DH, TC_TILE>(Qs, q16, sr, 0, len);
+    stage_async<DH, TC_TILE>(DOs, do16, sr, 0, len);
+    stage_stats_async(Lse, Dv, lse, dvec, sr, sh, h, H, 0, len);
+    cp_async_commit();
     const int r0 = warp * 16;
     float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
-    for (int q0 = 0; q0 < len; q0 += TC_BWD_TILE) {
-        __syncthreads();
-        stage<DH, VEC, TC_BWD_TILE>(Qs, L::ROW, qkv, ld, (long)h * DH, sr, q0, len);
-        stage<DH, VEC, TC_BWD_TILE>(DOs, L::ROW, dout, D, (long)h * DH, sr, q0, len);
-        for (int c = threadIdx.x; c < TC_BWD_TILE; c += blockDim.x) {
-            bool in = q0 + c < len;
-            Lse[c] = in ? lse[sr(q0 + c) * H + h] : 0.f;
-            Dv[c] = in ? dvec[sh * len + q0 + c] : 0.f;
+    const int ntq = (len + TC_TILE - 1) / TC_TILE;
+    for (int it = 0; it < ntq; it++) {
+        const int q0 = it * TC_TILE, cur = it & 1, nxt = cur ^ 1;
+        if (it + 1 < ntq) {
+            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, sr, q0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, sr, q0 + TC_TILE, len);
+            stage_stats_async(Lse + nxt * TC_TILE, Dv + nxt * TC_TILE, lse, dvec, sr, sh, h, H, q0 + TC_TILE, len);
         }
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
-        float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, 32 queries): S^T and dP^T
+        const bf16 *Qt = Qs + cur * TC_TILE * L::ROW, *DOt = DOs + cur * TC_TILE * L::ROW;
+        const float *Lt = Lse + cur * TC_TILE, *Dt = Dv + cur * TC_TILE;
+        float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, TC_TILE queries): S^T and dP^T
         for (int kb = 0; kb < DH / 16; kb++) {
             uint32_t ka[4], va[4];
             load_a(ka, Ks + r0 * L::ROW + kb * 16, L::ROW, g, t);
             load_a(va, Vs + r0 * L::ROW + kb * 16, L::ROW, g, t);
             for (int j = 0; j < NT; j++) {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Qs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                load_bt(b0, b1, Qt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
                 mma16816(st[j], ka, b0, b1);
-                load_bt(b0, b1, DOs + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
+                load_bt(b0, b1, DOt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
                 mma16816(dpt[j], va, b0, b1);
             }
         }
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int c = j * 8 + 2 * t + (e & 1);
-                float p = q0 + c < len ? expf(st[j][e] * scale - Lse[c]) : 0.f;
-                st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dv[c]) * scale;  // P^T, dS^T
+                float p = q0 + c < len ? expf(st[j][e] * scale - Lt[c]) : 0.f;
+                st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dt[c]) * scale;  // P^T, dS^T
             }
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t pa[4], sa[4];
@@ -364,12 +433,13 @@ __global__ void __launch_bounds__(TC_THREADS)
             c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
             for (int n = 0; n < DH / 8; n++) {
                 uint32_t b0, b1;
-                load_b(b0, b1, DOs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                load_b(b0, b1, DOt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dv[n], pa, b0, b1);
-                load_b(b0, b1, Qs + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                load_b(b0, b1, Qt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
                 mma16816(dk[n], sa, b0, b1);
             }
         }
+        __syncthreads();
     }
     for (int r = 0; r < 2; r++) {
         int k = k0 + r0 + g + 8 * r;
@@ -397,39 +467,39 @@ static void tc_opt_in(K kernel, int bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <int DH, bool VEC>
+// Every token of the layout is one row of qkv (and out, dout): n_seq * len rows.
+template <int DH>
 static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
     static int ready;
-    if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH, VEC>, TcLd<DH>::FWD_BYTES), ready = 1;
+    if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH>, TcLd<DH>::FWD_BYTES), ready = 1;
+    long rows = n_seq * lay.len;
+    const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
     int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
     float scale = (float)(1.0 / sqrt((double)DH));
-    tc_attn_fwd_kernel<DH, VEC><<<tc_grid(n_seq, H, ntiles), TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv, lay, D,
-                                                                                               H, ntiles, scale);
+    tc_attn_fwd_kernel<DH><<<tc_grid(n_seq, H, ntiles), TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv16, rows, lay, D, H, ntiles, scale);
     kernelCheck();
 }
 
-template <int DH, bool VEC>
+template <int DH>
 static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
                    AttnLayout lay, int D, int H, long n_seq) {
     static int ready;
     if (!ready) {
-        tc_opt_in(tc_attn_bwd_dq_kernel<DH, VEC>, TcLd<DH>::DQ_BYTES);
-        tc_opt_in(tc_attn_bwd_dkdv_kernel<DH, VEC>, TcLd<DH>::DKDV_BYTES);
+        tc_opt_in(tc_attn_bwd_dq_kernel<DH>, TcLd<DH>::DQ_BYTES);
+        tc_opt_in(tc_attn_bwd_dkdv_kernel<DH>, TcLd<DH>::DKDV_BYTES);
         ready = 1;
     }
+    long rows = n_seq * lay.len;
+    const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
+    const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
     int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
     unsigned grid = tc_grid(n_seq, H, ntiles);
     float scale = (float)(1.0 / sqrt((double)DH));
-    tc_attn_bwd_dq_kernel<DH, VEC><<<grid, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, dout, qkv, lse, dvec, lay, D, H,
-                                                                             ntiles, scale);
+    tc_attn_bwd_dq_kernel<DH><<<grid, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, ntiles, scale);
     kernelCheck();
-    tc_attn_bwd_dkdv_kernel<DH, VEC><<<grid, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, dout, qkv, lse, dvec, lay, D,
-                                                                                 H, ntiles, scale);
+    tc_attn_bwd_dkdv_kernel<DH><<<grid, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, ntiles, scale);
     kernelCheck();
 }
-
-// Vector loads need every staged row to start on 16 bytes: the arrays do, as D is a multiple of 16.
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // The head dimension when the tensor-core kernels take this call, else 0 (attention.cu's kernels).
 static int tc_head_dim(AttnLayout lay, int D, int H) {
@@ -443,12 +513,11 @@ static void tc_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, i
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (!dh) return fc_attn_fwd_fp32(out, lse, qkv, lay, D, H);
     if (n_seq <= 0) return;
-    bool v = aligned16(qkv);
     switch (dh) {
-    case 16: (v ? tc_fwd<16, true> : tc_fwd<16, false>)(out, lse, qkv, lay, D, H, n_seq); break;
-    case 32: (v ? tc_fwd<32, true> : tc_fwd<32, false>)(out, lse, qkv, lay, D, H, n_seq); break;
-    case 64: (v ? tc_fwd<64, true> : tc_fwd<64, false>)(out, lse, qkv, lay, D, H, n_seq); break;
-    default: (v ? tc_fwd<128, true> : tc_fwd<128, false>)(out, lse, qkv, lay, D, H, n_seq); break;
+    case 16: tc_fwd<16>(out, lse, qkv, lay, D, H, n_seq); break;
+    case 32: tc_fwd<32>(out, lse, qkv, lay, D, H, n_seq); break;
+    case 64: tc_fwd<64>(out, lse, qkv, lay, D, H, n_seq); break;
+    default: tc_fwd<128>(out, lse, qkv, lay, D, H, n_seq); break;
     }
 }
 
@@ -459,12 +528,11 @@ static void tc_attn_bwd(real *dqkv, const real *dout, const real *out, const rea
     if (!dh) return fc_attn_bwd_fp32(dqkv, dout, out, qkv, lse, lay, D, H);
     if (n_seq <= 0 || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H);
-    bool v = aligned16(qkv) && aligned16(dout);
     switch (dh) {
-    case 16: (v ? tc_bwd<16, true> : tc_bwd<16, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 32: (v ? tc_bwd<32, true> : tc_bwd<32, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 64: (v ? tc_bwd<64, true> : tc_bwd<64, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    default: (v ? tc_bwd<128, true> : tc_bwd<128, false>)(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 16: tc_bwd<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 32: tc_bwd<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    case 64: tc_bwd<64>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
+    default: tc_bwd<128>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
     }
 }
 

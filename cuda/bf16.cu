@@ -7,7 +7,8 @@
 //   step converts its weights once, not once per GEMM. A weight outside every registered
 //   allocation (the op tests) is converted on each call.
 // - activations: converted on each call into per-operand scratch (an activation is read by one
-//   or two GEMMs, so a cache would not pay).
+//   or two GEMMs, so a cache would not pay). Attention's inputs are converted head by head
+//   (fc_bf16_heads) into the same scratch, so that its kernels copy whole 16-byte pieces.
 #include <cuda_bf16.h>
 
 #include "cuda_common.cuh"
@@ -82,6 +83,43 @@ const __nv_bfloat16 *fc_bf16_weights(const float *w, size_t n) {
 const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which) {
     __nv_bfloat16 *dst = (__nv_bfloat16 *)fc_cuda_scratch(which, sizeof(__nv_bfloat16) * (n ? n : 1));
     to_bf16(dst, x, n);
+    return dst;
+}
+
+// dst (nheads, rows, dh) bf16 = columns p*dh .. p*dh+dh-1 of src (rows, ld) fp32 for head p: the
+// q, k, v heads of a (T, 3D) matrix (nheads 3H) or the heads of a (T, D) one (nheads H), each head's
+// rows contiguous so that attention copies them in 16-byte pieces whatever D is. One thread per 8
+// elements (one 16-byte store); float4 loads where the source allows. dh % 8 == 0.
+static __global__ void to_bf16_heads_kernel(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src,
+                                            long rows, long ld, int nheads, int dh) {
+    size_t n8 = (size_t)nheads * rows * dh / 8, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += stride) {
+        size_t e = i * 8, rest = e / dh;
+        int c = (int)(e % dh), p = (int)(rest / rows);
+        long r = (long)(rest % rows);
+        const float *s = src + r * ld + (long)p * dh + c;
+        float v[8];
+        if (((uintptr_t)s & 15) == 0) {
+            float4 a = ((const float4 *)s)[0], b = ((const float4 *)s)[1];
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+            for (int k = 0; k < 8; k++) v[k] = s[k];
+        }
+        __nv_bfloat162 h[4];
+        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        *(uint4 *)(dst + e) = *(const uint4 *)h;
+    }
+}
+
+const __nv_bfloat16 *fc_bf16_heads(const float *src, long rows, long ld, int nheads, int dh, int which) {
+    if (dh % 8) fc_die("fc_bf16_heads: head dim %d is not a multiple of 8", dh);
+    size_t n = (size_t)nheads * rows * dh;
+    __nv_bfloat16 *dst = (__nv_bfloat16 *)fc_cuda_scratch(which, sizeof(__nv_bfloat16) * (n ? n : 1));
+    if (!n) return dst;
+    unsigned blocks = fc_cdiv(n / 8, BF16_THREADS);
+    if (blocks > 8192) blocks = 8192;
+    to_bf16_heads_kernel<<<blocks, BF16_THREADS>>>(dst, src, rows, ld, nheads, dh);
+    kernelCheck();
     return dst;
 }
 

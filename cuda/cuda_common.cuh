@@ -52,6 +52,9 @@ void fc_cuda_free(void *ptr);
 // write backend memory call it, so a mirror is rebuilt before it is read again).
 const __nv_bfloat16 *fc_bf16_weights(const float *w, size_t n);
 const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which);
+// The heads of a (rows, ld) fp32 matrix, head p at columns p*dh .. p*dh+dh-1, as (nheads, rows, dh)
+// bf16 in scratch `which` (bf16.cu); dh a multiple of 8.
+const __nv_bfloat16 *fc_bf16_heads(const float *src, long rows, long ld, int nheads, int dh, int which);
 void fc_cuda_weights_touched(const void *dst, size_t bytes);
 
 // Each kernel file fills in its ops.

@@ -30,12 +30,13 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     p.inputs = r * k.inputs + window;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
     // floats per token row; 64 MiB covers them and cuBLAS's workspace. bf16 GEMMs also convert
-    // their two activation operands into scratch: at most the widest (tokens, mlp width) matrix each.
+    // their two activation operands into scratch, and attention its qkv and output gradient: at
+    // most the widest of (tokens, mlp width) and (tokens, 3 width) each.
     p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
     if (dev == PLAN_GPU_BF16) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
         p.weights_bf16 = 2.0 * k.params;
-        p.workspace += 2 * 2.0 * tokens * c->mlp_ratio * c->width;
+        p.workspace += 2 * 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
     }
     p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
     free(k.info);

@@ -69,6 +69,14 @@ struct Fiber {
     int num;
     bool trans;
     uint32_t r[4];
+    // cp.async copies not yet completed, each with its group (the count of commits before it)
+    struct Copy {
+        void *dst;
+        const void *src;
+        int bytes, group;
+        bool valid;
+    } pending[64];
+    int npending, commits;
 };
 
 static Fiber g_fiber[MAX_BLOCK_THREADS];
@@ -169,6 +177,36 @@ void fc_emu_ldmatrix(uint32_t *r, int num, const void *row_address, bool trans) 
     memcpy(r, g_cur->r, sizeof(uint32_t) * num);
 }
 
+void fc_emu_cp_async(void *smem, const void *gmem, int bytes, bool valid) {
+    Fiber *f = g_cur;
+    if (!f) fc_die("CUDA emulation: cp.async outside a kernel");
+    if (bytes != 4 && bytes != 8 && bytes != 16) fc_die("CUDA emulation: %s: cp.async of %d bytes", g_kernel_name, bytes);
+    if ((uintptr_t)smem % bytes || (valid && (uintptr_t)gmem % bytes))
+        fc_die("CUDA emulation: %s: cp.async of %d bytes between %p and %p: not aligned", g_kernel_name, bytes, smem,
+               gmem);
+    if (f->npending == (int)(sizeof f->pending / sizeof f->pending[0]))
+        fc_die("CUDA emulation: %s: more than %d cp.async copies in flight in one thread", g_kernel_name, f->npending);
+    f->pending[f->npending++] = Fiber::Copy{smem, gmem, bytes, f->commits, valid};
+    memset(smem, 0xff, bytes);  // undefined (NaN) from now until the wait: a reader still on it sees it
+}
+
+void fc_emu_cp_async_commit(void) { g_cur->commits++; }
+
+void fc_emu_cp_async_wait(int n) {
+    Fiber *f = g_cur;
+    int keep = 0;
+    for (int i = 0; i < f->npending; i++) {
+        Fiber::Copy c = f->pending[i];
+        if (c.group < f->commits - n) {
+            if (c.valid) memcpy(c.dst, c.src, c.bytes);
+            else memset(c.dst, 0, c.bytes);
+        } else {
+            f->pending[keep++] = c;
+        }
+    }
+    f->npending = keep;
+}
+
 static float bf16_lo(uint32_t v) {
     uint32_t bits = (v & 0xffffu) << 16;
     float x;
@@ -260,10 +298,32 @@ static const char *state_name(FiberState s) {
     return s == READY ? "ready" : s == WAIT_BLOCK ? "__syncthreads" : s == WAIT_WARP ? "a warp op" : "done";
 }
 
-static void run_block(int nthreads) {
+// Runs warp w's lanes as far as they go alone: resume the ready ones, and while all its live lanes
+// wait at a warp op, compute it and go on. Returns whether any lane moved.
+static bool run_warp_ahead(int w, int nthreads) {
+    Fiber *lanes = &g_fiber[w * 32];
+    int nlanes = std::min(32, nthreads - w * 32);
+    bool moved = false;
     for (;;) {
-        for (int i = 0; i < nthreads; i++)
-            if (g_fiber[i].state == READY) resume(&g_fiber[i]);
+        for (int l = 0; l < nlanes; l++)
+            if (lanes[l].state == READY) resume(&lanes[l]), moved = true;
+        int waiting = 0, live = 0;
+        for (int l = 0; l < nlanes; l++) live += lanes[l].state != DONE, waiting += lanes[l].state == WAIT_WARP;
+        if (waiting == 0 || waiting != live) return moved;
+        warp_execute(lanes, nlanes);
+        for (int l = 0; l < nlanes; l++)
+            if (lanes[l].state == WAIT_WARP) lanes[l].state = READY;
+    }
+}
+
+// One warp at a time runs until it reaches __syncthreads or the end (forward order in even blocks,
+// backward in odd ones): the warps of a block drift as far apart as the barriers allow, so a warp
+// that refills or reads shared memory another warp is still using, without a barrier between, shows.
+static void run_block(int nthreads, bool backward) {
+    int nwarps = (nthreads + 31) / 32;
+    for (;;) {
+        bool moved = false;
+        for (int k = 0; k < nwarps; k++) moved |= run_warp_ahead(backward ? nwarps - 1 - k : k, nthreads);
         int done = 0, at_block = 0;
         for (int i = 0; i < nthreads; i++) done += g_fiber[i].state == DONE, at_block += g_fiber[i].state == WAIT_BLOCK;
         if (done == nthreads) return;
@@ -272,20 +332,9 @@ static void run_block(int nthreads) {
                 if (g_fiber[i].state == WAIT_BLOCK) g_fiber[i].state = READY;
             continue;
         }
-        bool released = false;
-        for (int w = 0; w * 32 < nthreads; w++) {
-            Fiber *lanes = &g_fiber[w * 32];
-            int nlanes = std::min(32, nthreads - w * 32), waiting = 0, live = 0;
-            for (int l = 0; l < nlanes; l++) live += lanes[l].state != DONE, waiting += lanes[l].state == WAIT_WARP;
-            if (waiting == 0 || waiting != live) continue;
-            warp_execute(lanes, nlanes);
-            for (int l = 0; l < nlanes; l++)
-                if (lanes[l].state == WAIT_WARP) lanes[l].state = READY;
-            released = true;
-        }
-        if (!released) {
+        if (!moved) {
             char states[256] = "";
-            for (int w = 0, len = 0; w * 32 < nthreads && len < 200; w++)
+            for (int w = 0, len = 0; w < nwarps && len < 200; w++)
                 len += snprintf(states + len, sizeof states - len, " warp %d lane 0: %s;", w,
                                 state_name(g_fiber[w * 32].state));
             fc_die("CUDA emulation: %s deadlocks in block (%u,%u,%u):%s", g_kernel_name, g_fiber[0].coords.block.x,
@@ -337,11 +386,12 @@ void fc_emu_run_grid(const void *kernel, const char *name, dim3 grid, dim3 block
                 for (int i = 0; i < (int)nthreads; i++) {
                     Fiber *f = &g_fiber[i];
                     f->state = READY;
+                    f->npending = f->commits = 0;
                     f->coords.thread = make_uint3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
                     f->coords.block = make_uint3(bx, by, bz);
                     f->coords.block_dim = block, f->coords.grid_dim = grid;
                 }
-                run_block((int)nthreads);
+                run_block((int)nthreads, (bx + by + bz) & 1);
             }
     g_body = NULL;
 }

@@ -7,6 +7,7 @@
 // Semantics (tests/cuda_emu/cuda_emu.cpp): the blocks of a grid run one after another; the threads
 // of a block are fibers on one host thread, each running until it finishes or waits at
 // __syncthreads (the whole block) or at a warp-collective op (__shfl_xor_sync, mma.sync, ldmatrix).
+// cp.async copies are held back until the thread waits for their group.
 // A barrier is released when every live thread of its scope waits at it; threads waiting at
 // different barriers that can never all be released are reported as a deadlock. The warp ops are
 // computed by the scheduler from the lanes' operands as the PTX ISA defines them. The launch
@@ -74,6 +75,14 @@ void fc_emu_mma16816_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t
 // ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16 (num 1, 2 or 4): lanes 0 .. 8 num - 1 give the
 // addresses of the rows of the num 8x8 matrices; r[i] receives this lane's part of matrix i.
 void fc_emu_ldmatrix(uint32_t *r, int num, const void *row_address, bool trans);
+
+// cp.async (global to shared): the copy joins this thread's open group; commit closes the group;
+// wait(n) completes every committed group but the n newest. From the issue until then the bytes are
+// NaN, so a read that does not wait for its copy, or a warp still reading a buffer that another
+// refills, sees them. !valid: zeros (src-size 0).
+void fc_emu_cp_async(void *smem, const void *gmem, int bytes, bool valid);
+void fc_emu_cp_async_commit(void);
+void fc_emu_cp_async_wait(int n);
 
 // ---- arithmetic intrinsics: correctly rounded, never contracted (the build uses -ffp-contract=off) ----
 static inline float __fmul_rn(float a, float b) { return a * b; }
