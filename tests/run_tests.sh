@@ -96,7 +96,7 @@ run_suite cuda "$BUILD/test_cuda"
 if [ -x "$BUILD/test_cuda_emu" ]; then
     run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
 elif want cuda_emulated; then
-    echo "SKIP cuda_emulated: no CUDA toolkit, so no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
+    echo "SKIP cuda_emulated: this build has no CUDA (no toolkit, NO_CUDA=1 or the sanitizer build): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
 fi
 
 passed=$(grep -c '^PASS ' "$tmp/all")
