@@ -278,21 +278,27 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
 }
 
 // ----------------------------------------------------------------------------
-// backward 1: Dvec (n_seq, H, len) = rowwise dout . out per head, one thread per (seq, h, token),
-// summed in double (it is subtracted from dp, where cancellation would magnify its error).
+// backward 1: Dvec (n_seq, H, len) = rowwise dout . out per head, summed in double (it is subtracted
+// from dp, where cancellation would magnify its error). One warp per (seq, h, token): the lanes
+// stride over the head's dh columns (each step of the warp reads 128 contiguous bytes of both rows)
+// and a butterfly adds the lanes' partial sums.
+
+#define DVEC_WARPS 8  // warps per block
 
 __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restrict__ dout,
                                  const float *__restrict__ out, AttnLayout lay, int D, int H, int dh, long total) {
-    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= total) return;
+    const long idx = (long)blockIdx.x * DVEC_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (idx >= total) return;  // the whole warp leaves together
     const int len = lay.len;
     const int i = (int)(idx % len);
     const long sh = idx / len;
     const int h = (int)(sh % H), seq = (int)(sh / H);
     const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
     double s = 0;
-    for (int c = 0; c < dh; c++) s += (double)dout[off + c] * out[off + c];
-    dvec[idx] = (float)s;
+    for (int c = lane; c < dh; c += 32) s += (double)dout[off + c] * out[off + c];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) dvec[idx] = (float)s;
 }
 
 // ----------------------------------------------------------------------------
@@ -481,7 +487,7 @@ const float *fc_attn_dvec(const float *dout, const float *out, AttnLayout lay, i
     long total = (long)lay.n_outer * lay.n_inner * H * lay.len;
     float *dvec = (float *)fc_cuda_scratch(SCRATCH_ATTN, sizeof(float) * (size_t)(total ? total : 1));
     if (total > 0) {
-        attn_dvec_kernel<<<fc_cdiv((size_t)total, 256), 256>>>(dvec, dout, out, lay, D, H, D / H, total);
+        attn_dvec_kernel<<<fc_cdiv((size_t)total, DVEC_WARPS), DVEC_WARPS * 32>>>(dvec, dout, out, lay, D, H, D / H, total);
         kernelCheck();
     }
     return dvec;
