@@ -153,10 +153,15 @@ $(BUILD)/test_cuda: tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.
 
 # The CUDA backend's own code on the CPU (tests/cuda_emu): test_cuda's checks without a GPU. Each
 # launch `k<<<grid, block, smem>>>(args)` becomes `fc_emu_launch(k, "k", grid, block, smem)(args)`
-# and `extern __shared__` memory a pointer; the line numbers stay those of cuda/*.cu.
-ifneq ($(NVCC),)
-EMU_CXXFLAGS := -O2 -g -std=c++17 -ffp-contract=off -fno-strict-aliasing -DFC_EMU -Icuda -I$(CUDA_HOME)/include \
-                $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas -Wno-format-truncation
+# and `extern __shared__` memory a pointer; the line numbers stay those of cuda/*.cu. It needs only
+# the toolkit's headers, so the sanitizer build (SAN=1, no nvcc) has it too: there address and
+# undefined-behaviour checks cover the kernels (a misaligned float4 access, a read past a buffer).
+CUDA_INC ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cuda_runtime.h) \
+              /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h)))
+ifneq ($(CUDA_INC),)
+EMU_CXXFLAGS := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2) -g -std=c++17 -ffp-contract=off -fno-strict-aliasing \
+                -DFC_EMU -Icuda -I$(CUDA_INC) $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas \
+                -Wno-format-truncation
 EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)/emu/lib_cuda_emu.o \
            $(BUILD)/emu/lib_cuda_emu_runtime.o
 TEST_EMU := $(BUILD)/test_cuda_emu
@@ -173,7 +178,7 @@ $(BUILD)/emu/lib_%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h | $(BUILD)/
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
 $(TEST_EMU): tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(EMU_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS))
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
 endif
 
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.

@@ -4,14 +4,14 @@
 
 #include "backend.h"
 
-#ifndef FC_CUDA
-const Backend *backend_cuda_precision(int bf16, const char **why) {
+// Without the CUDA backend's objects (a CPU-only build) these answer; cuda/backend_cuda.cu (or its
+// CPU emulation, tests/cuda_emu) defines the real ones, which take precedence at link time.
+__attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
     (void)bf16;
     if (why) *why = "this build has no CUDA backend (nvcc was not found when it was built)";
     return NULL;
 }
-const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
-#endif
+__attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
 
 #define OP(field) {#field, offsetof(Backend, field)}
 static const struct {

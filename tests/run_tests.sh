@@ -92,11 +92,12 @@ run_suite generate tests/test_generate.sh "$FC"
 run_suite eval tests/test_eval.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
-# The CUDA backend's kernels on the CPU (tests/cuda_emu); built where the CUDA toolkit is.
+# The CUDA backend's kernels on the CPU (tests/cuda_emu); built wherever the CUDA toolkit's headers are,
+# with the sanitizers in the sanitizer build.
 if [ -x "$BUILD/test_cuda_emu" ]; then
     run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
 elif want cuda_emulated; then
-    echo "SKIP cuda_emulated: this build has no CUDA (no toolkit, NO_CUDA=1 or the sanitizer build): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
+    echo "SKIP cuda_emulated: the CUDA toolkit's headers were not found (CUDA_INC=): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
 fi
 
 passed=$(grep -c '^PASS ' "$tmp/all")
