@@ -173,6 +173,23 @@ __device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ 
     }
 }
 
+// A block's place, from blockIdx = (seq * H + h) * ntiles + tile: its (sequence, head), the first
+// of the 64 rows it owns (queries forward and in dQ, keys in dK/dV), the lane's fragment
+// coordinates, and the head's (rows, DH) bf16 blocks of q, k, v (and dO in the backward pass).
+template <int DH>
+struct TcBlock {
+    long sh;  // seq * H + h
+    int h, len, own0;
+    int warp, lane, g, t;
+    SeqRows sr;
+    const bf16 *q, *k, *v, *dout;
+    __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, const bf16 *qkv16, const bf16 *dout16, long rows)
+        : sh(blockIdx.x / ntiles), h((int)(sh % H)), len(lay.len), own0((int)(blockIdx.x % ntiles) * TC_ROWS),
+          warp(threadIdx.x / 32), lane(threadIdx.x % 32), g(lane / 4), t(lane % 4), sr(lay, sh / H),
+          q(qkv16 + (long)h * rows * DH), k(qkv16 + (long)(H + h) * rows * DH),
+          v(qkv16 + (long)(2 * H + h) * rows * DH), dout(dout16 ? dout16 + (long)h * rows * DH : nullptr) {}
+};
+
 // ----------------------------------------------------------------------------
 // forward. Block b = (seq * H + h) * ntiles + tile owns queries tile*64 .. +63 and streams over
 // tiles of TC_TILE keys, the next tile's copy in flight while this one is computed.
@@ -187,13 +204,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Qs = (bf16 *)smem;               // (64, ROW)
     bf16 *Ks = Qs + TC_ROWS * L::ROW;      // 2 x (TC_TILE, ROW)
     bf16 *Vs = Ks + 2 * TC_TILE * L::ROW;  // 2 x (TC_TILE, ROW)
-    const int tile = blockIdx.x % ntiles;
-    const long sh = blockIdx.x / ntiles, seq = sh / H;
-    const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const SeqRows sr(lay, seq);
-    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
-    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH;
+    const TcBlock<DH> b(lay, H, ntiles, qkv16, nullptr, rows);
+    const int h = b.h, len = b.len, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const SeqRows &sr = b.sr;
+    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v;
 
     stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
     cp_async_commit();
@@ -280,14 +294,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;                   // (64, ROW) each
     bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE, ROW) each
     float *Lse = (float *)(Vs + 2 * TC_TILE * L::ROW), *Dv = Lse + TC_ROWS;  // (64) each
-    const int tile = blockIdx.x % ntiles;
-    const long sh = blockIdx.x / ntiles, seq = sh / H;
-    const int h = (int)(sh % H), len = lay.len, q0 = tile * TC_ROWS;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const long ld = 3L * D;
-    const SeqRows sr(lay, seq);
-    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
-    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH, *do16 = dout16 + (long)h * rows * DH;
+    const TcBlock<DH> b(lay, H, ntiles, qkv16, dout16, rows);
+    const int h = b.h, len = b.len, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const long sh = b.sh, ld = 3L * D;
+    const SeqRows &sr = b.sr;
+    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
     stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
     stage_async<DH, TC_ROWS>(DOs, do16, sr, q0, len);
@@ -377,14 +388,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                    // (64 keys, ROW) each
     bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE queries, ROW) each
     float *Lse = (float *)(DOs + 2 * TC_TILE * L::ROW), *Dv = Lse + 2 * TC_TILE;  // 2 x (TC_TILE) each
-    const int tile = blockIdx.x % ntiles;
-    const long sh = blockIdx.x / ntiles, seq = sh / H;
-    const int h = (int)(sh % H), len = lay.len, k0 = tile * TC_ROWS;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const long ld = 3L * D;
-    const SeqRows sr(lay, seq);
-    const bf16 *q16 = qkv16 + (long)h * rows * DH, *k16 = qkv16 + (long)(H + h) * rows * DH;
-    const bf16 *v16 = qkv16 + (long)(2 * H + h) * rows * DH, *do16 = dout16 + (long)h * rows * DH;
+    const TcBlock<DH> b(lay, H, ntiles, qkv16, dout16, rows);
+    const int h = b.h, len = b.len, k0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const long sh = b.sh, ld = 3L * D;
+    const SeqRows &sr = b.sr;
+    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
     stage_async<DH, TC_ROWS>(Ks, k16, sr, k0, len);
     stage_async<DH, TC_ROWS>(Vs, v16, sr, k0, len);
