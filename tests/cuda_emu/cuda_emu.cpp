@@ -86,15 +86,20 @@ static const std::function<void()> *g_body;
 static unsigned char *g_smem;
 static const char *g_kernel_name;
 
+// Fiber f (running) hands control back to the scheduler; it goes on from here when resumed.
+static void to_scheduler(Fiber *f) {
+#if defined(__x86_64__)
+    fc_emu_switch(&f->ctx, g_scheduler);
+#else
+    swapcontext(&f->ctx, &g_scheduler);
+#endif
+}
+
 static void fiber_loop(void) {
     for (;;) {  // one kernel body per block this fiber serves; parked between them
         (*g_body)();
         g_cur->state = DONE;
-#if defined(__x86_64__)
-        fc_emu_switch(&g_cur->ctx, g_scheduler);
-#else
-        swapcontext(&g_cur->ctx, &g_scheduler);
-#endif
+        to_scheduler(g_cur);
     }
 }
 
@@ -136,11 +141,7 @@ static void wait_as(FiberState state) {
     Fiber *f = g_cur;
     if (!f) fc_die("CUDA emulation: a device function was called outside a kernel");
     f->state = state;
-#if defined(__x86_64__)
-    fc_emu_switch(&f->ctx, g_scheduler);
-#else
-    swapcontext(&f->ctx, &g_scheduler);
-#endif
+    to_scheduler(f);
 }
 
 const FcEmuCoords *fc_emu_coords(void) {
