@@ -13,7 +13,7 @@
 #define STACK_BYTES (256 << 10)
 #define MAX_BLOCK_THREADS 1024
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(FC_EMU_UCONTEXT)
 // fc_emu_switch(save, to): pushes the callee-saved registers and the SSE/x87 control words, stores
 // the stack pointer in *save, loads `to` and pops the same from there.
 extern "C" void fc_emu_switch(void **save, void *to);
@@ -88,7 +88,7 @@ static const char *g_kernel_name;
 
 // Fiber f (running) hands control back to the scheduler; it goes on from here when resumed.
 static void to_scheduler(Fiber *f) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(FC_EMU_UCONTEXT)
     fc_emu_switch(&f->ctx, g_scheduler);
 #else
     swapcontext(&f->ctx, &g_scheduler);
@@ -107,7 +107,7 @@ static void fiber_create(Fiber *f) {
     void *mem = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) fc_die("CUDA emulation: cannot map a fiber stack");
     f->stack = (char *)mem;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(FC_EMU_UCONTEXT)
     // The frame fc_emu_switch pops: control words, r15 .. rbp, the return address (fiber_loop), and
     // a zero return address for fiber_loop itself, so that it starts with the ABI's alignment.
     uint64_t *top = (uint64_t *)(f->stack + STACK_BYTES);
@@ -128,7 +128,7 @@ static void fiber_create(Fiber *f) {
 
 static void resume(Fiber *f) {
     g_cur = f;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(FC_EMU_UCONTEXT)
     fc_emu_switch(&g_scheduler, f->ctx);
 #else
     swapcontext(&g_scheduler, &f->ctx);
