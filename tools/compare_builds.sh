@@ -22,6 +22,7 @@ JOBS=${MAKE_JOBS:-$(nproc)}
 [ -f "$BASE/Makefile" ] && [ -d "$BASE/src" ] || { echo "compare_builds: $BASE is not a framechain checkout"; exit 2; }
 [ -f "$CFG" ] || { echo "compare_builds: $CFG: no such config"; exit 2; }
 mkdir -p "$LOG"
+. tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
 HERE=$PWD
 BASE=$(cd "$BASE" && pwd)
 LOG=$(cd "$LOG" && pwd)

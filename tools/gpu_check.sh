@@ -15,17 +15,7 @@ echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc
 echo "== build"
-# Headers or libraries the machine lacks can come along in build/gpulibs (include/, lib/).
-if [ -d build/gpulibs ]; then
-    [ -e build/gpulibs/lib/libopenblas.so ] || ln -sf libopenblas.so.0 build/gpulibs/lib/libopenblas.so
-    for h in cblas.h zlib.h; do
-        if ! echo "#include <$h>" | cc -E - > /dev/null 2>&1; then
-            echo "using build/gpulibs for $h"
-            export C_INCLUDE_PATH=$PWD/build/gpulibs/include LIBRARY_PATH=$PWD/build/gpulibs/lib
-            export LD_LIBRARY_PATH=$PWD/build/gpulibs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-        fi
-    done
-fi
+. tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
 make -j"$(nproc)" framechain build/test_cuda build/bench_ops > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
 grep 'framechain build' "$LOG/build.log"
 ./framechain --version
