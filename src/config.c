@@ -39,8 +39,9 @@ static const KeyDef KEYS[] = {
     {"role", KEY_ENUM, OFF(role), 0, 0, "starter, extrapolate or interpolate: the model's part in the chain", ROLES},
     {"plan", KEY_PLAN, OFF(slots), 0, 0, "slots of the window: kind:offset ..., kind = anchor|context|target"},
     {"batch_size", KEY_INT, OFF(batch_size), 1, 65536, "windows per step"},
-    {"recompute", KEY_INT, OFF(recompute), 0, 1,
-     "1: keep only each block's output and modulation and re-run the block in backward (less memory, same gradients)"},
+    {"recompute", KEY_INT, OFF(recompute), 0, 2,
+     "1: keep only each block's output and modulation and re-run the block in backward (less memory, same "
+     "gradients); 2: keep its attention outputs too, so that the re-run skips attention (faster, a little more memory)"},
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},

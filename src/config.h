@@ -30,7 +30,8 @@ typedef struct {
     float slot_offset[MAX_SLOTS];   // time offset of each slot, in frames
     // ---- training ----
     int batch_size;      // B
-    int recompute;       // 1: keep each block's output and modulation only, re-run its forward in backward
+    int recompute;       // 1: keep each block's output and modulation only, re-run its forward in backward;
+                         // 2: keep its attention outputs and log-sum-exps too, the re-run skips attention
     long long seed;
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;

@@ -126,7 +126,14 @@ static void carve_activations(Model *m, Carve *cv) {
         carve_add(cv, &b->mod, S * 9 * D);
         carve_add(cv, &b->res[2], T * D);
         // With recompute only block 0 carves the rest; share_block_acts points the others at it.
-        if (l > 0 && m->cfg.recompute) continue;
+        // recompute = 2: every block also keeps its attention outputs and log-sum-exps.
+        if (l > 0 && m->cfg.recompute) {
+            for (int k = 0; k < 2 && m->cfg.recompute == 2; k++) {
+                carve_add(cv, &b->attn[k].att, T * D);
+                carve_add(cv, &b->attn[k].lse, T * H);
+            }
+            continue;
+        }
         for (int k = 0; k < 2; k++) {
             AttnActs *at = &b->attn[k];
             carve_add(cv, &at->ln, T * D);
@@ -156,8 +163,9 @@ static void carve_activations(Model *m, Carve *cv) {
     carve_add(cv, &a->loss, 1);
 }
 
-// Recompute: every block but 0 keeps its own modulation and output and works in block 0's buffers,
-// which hold one block's activations at a time (model_backward re-makes them block by block).
+// Recompute: every block but 0 keeps its own modulation and output (and with recompute = 2 its
+// attention outputs and log-sum-exps) and works in block 0's buffers for the rest, which hold one
+// block's activations at a time (model_backward re-makes them block by block).
 static void share_block_acts(Model *m) {
     if (!m->cfg.recompute) return;
     BlockActs *b = m->a.blocks;
@@ -165,6 +173,8 @@ static void share_block_acts(Model *m) {
         BlockActs keep = b[l];
         b[l] = b[0];
         b[l].mod = keep.mod, b[l].res[2] = keep.res[2];
+        for (int k = 0; k < 2 && m->cfg.recompute == 2; k++)
+            b[l].attn[k].att = keep.attn[k].att, b[l].attn[k].lse = keep.attn[k].lse;
     }
 }
 
@@ -364,7 +374,8 @@ static real *block_input(Model *m, int l, int k) {
 }
 
 // Block l's forward, from block_input(m, l, 0). `again` re-runs it in backward (recompute): the
-// modulation and the output the block keeps are there already and are left alone.
+// modulation and the output the block keeps are there already and are left alone, and with
+// recompute = 2 so are its attention outputs (attention is deterministic: the same bytes).
 static void block_forward(Model *m, int l, int again) {
     const Backend *be = m->be;
     const BlockParams *bp = &m->p.blocks[l];
@@ -379,7 +390,7 @@ static void block_forward(Model *m, int l, int again) {
         be->ln_mod_fwd(at->ln, at->mean, at->rstd, block_input(m, l, k), shift, scale, ms, S, N, D);
         be->linear_fwd(at->qkv, at->ln, ap->qkv_w, ap->qkv_b, T, D, 3 * D);
         be->qk_norm_fwd(at->qkn, at->qrstd, at->qkv, ap->q_norm, ap->k_norm, T, D, H);
-        be->attn_fwd(at->att, at->lse, at->qkn, attn_layout(m, k), D, H);
+        if (!again || m->cfg.recompute != 2) be->attn_fwd(at->att, at->lse, at->qkn, attn_layout(m, k), D, H);
         be->linear_fwd(at->proj, at->att, ap->proj_w, ap->proj_b, T, D, D);
         be->gated_add_fwd(b->res[k], block_input(m, l, k), at->proj, gate, ms, S, N, D);
     }

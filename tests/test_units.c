@@ -180,9 +180,10 @@ static Model *tiny_step(int depth, int rc, real *loss) {
 
 // Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
 // bytes as with every activation kept, in less memory, and the plan must count what is allocated.
-static void test_recompute_identical(int depth) {
+// rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none.
+static void test_recompute_identical(int depth, int rc) {
     real l0, l1;
-    Model *a = tiny_step(depth, 0, &l0), *b = tiny_step(depth, 1, &l1);
+    Model *a = tiny_step(depth, 0, &l0), *b = tiny_step(depth, rc, &l1);
     size_t np = a->n_params, npred = (size_t)a->S * a->E;
     int same_loss = !memcmp(&l0, &l1, sizeof l0);
     int same_pred = !memcmp(a->a.pred, b->a.pred, sizeof(real) * npred);
@@ -195,13 +196,22 @@ static void test_recompute_identical(int depth) {
     double gmax = 0;
     for (size_t i = 0; i < np; i++) gmax = fmax(gmax, fabs(a->grads_mem[i]));
     char name[64];
-    snprintf(name, sizeof name, "recompute_bit_identical_depth%d", depth);
+    snprintf(name, sizeof name, "recompute%d_bit_identical_depth%d", rc, depth);
     check(same_loss && same_pred && same_grads && same_dxt && gmax > 0, name,
           "loss %.6f vs %.6f, pred %s, %zu gradients %s (first differing: %s), input gradient %s", l0, l1,
           same_pred ? "same" : "DIFFERS", np, same_grads ? "same" : "DIFFER",
           bad_tensor < 0 ? "none" : a->info[bad_tensor].name, same_dxt ? "same" : "DIFFERS");
     ModelCounts ka = model_counts(&a->cfg, a->B), kb = model_counts(&b->cfg, b->B);
-    snprintf(name, sizeof name, "recompute_fewer_activations_depth%d", depth);
+    snprintf(name, sizeof name, "recompute%d_fewer_activations_depth%d", rc, depth);
+    if (rc == 2) {  // and more than recompute = 1, by the kept attention outputs of blocks 1 ..
+        Config c1 = b->cfg;
+        c1.recompute = 1;
+        ModelCounts k1 = model_counts(&c1, b->B);
+        size_t extra = (size_t)(depth - 1) * 2 * ((size_t)b->T * b->D + (size_t)b->T * b->H);
+        check(kb.acts == k1.acts + extra, "recompute2_keeps_attention", "%zu activation values, recompute = 1: %zu, "
+              "+ %zu expected (2 attentions x (T x D + T x H) for each of %d blocks)", kb.acts, k1.acts, extra, depth - 1);
+        free(k1.info);
+    }
     check(b->acts_count < a->acts_count && ka.acts == a->acts_count && kb.acts == b->acts_count &&
               model_memory_bytes(b) < model_memory_bytes(a),
           name, "%zu activation values with recompute, %zu without (plan %zu, %zu); %zu vs %zu bytes", b->acts_count,
@@ -217,7 +227,8 @@ int main(void) {
     test_config_roundtrip();
     test_param_layout();
     test_flow();
-    test_recompute_identical(2);
-    test_recompute_identical(3);
+    test_recompute_identical(2, 1);
+    test_recompute_identical(3, 1);
+    test_recompute_identical(3, 2);
     return g_failed ? 1 : 0;
 }

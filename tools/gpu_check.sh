@@ -57,6 +57,7 @@ for dev in cuda cuda-fp32; do
     speed preset $dev configs/starter.conf 12
 done
 speed preset-no-recompute cuda configs/starter.conf 12 --vram-budget 75 --set recompute=0
+speed preset-recompute2 cuda configs/starter.conf 12 --set recompute=2
 speed preset-batch2 cuda configs/starter.conf 12 --set batch_size=2
 speed largest-depth22 cuda configs/starter.conf 8 --set depth=22
 echo "== checkpoints of the preset: training blocked, background write against synchronous"
