@@ -25,10 +25,10 @@ case "$gpu" in  # dense bf16 tensor-core peak, TFLOP/s, fp32 accumulation
     *4090*) peak=165 ;; *3090*) peak=71 ;; *) peak=0 ;;
 esac
 echo "machine: $gpu (bf16 peak $peak TFLOP/s); $(date -u +%F); $CONF"
-printf '%-52s %10s %10s %10s %8s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB"
+printf '%-58s %10s %10s %10s %8s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB"
 row() {  # row LABEL MS FRAMES_PER_S TFLOPS PEAK_GIB
     awk -v w="$1" -v ms="$2" -v fps="$3" -v tf="$4" -v pg="$5" -v pk="$peak" 'BEGIN {
-        printf "%-52s %10.1f %10.1f %10.1f %7.1f%% %10.2f\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg }'
+        printf "%-58s %10.1f %10.1f %10.1f %7.1f%% %10.2f\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg }'
 }
 for rc in 1 2 0; do
     rm -rf "$OUT/run"
