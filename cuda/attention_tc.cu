@@ -23,10 +23,14 @@
 // tile i+1 is in flight while tile i is computed (cp.async groups: issue i+1, commit, wait for all
 // but the newest group, __syncthreads, compute, __syncthreads before the buffer is refilled). The
 // CUDA emulation of make test (tests/cuda_emu) runs its warps as far apart as the barriers allow
-// and makes a copy's bytes NaN from issue to wait, so a missing wait or barrier fails there. Each warp handles its
-// rows in a fixed order and every output element is written (or added into dqkv) once, by one
-// thread: the same bytes on every run. Sequences shorter than TC_MIN_LEN (temporal attention over
-// a window of ~7 frames) would be mostly padding: they go to attention.cu's fp32 kernels.
+// and makes a copy's bytes NaN from issue to wait, so a missing wait or barrier fails there. Each
+// warp handles its rows in a fixed order and every output element is written (or added into dqkv)
+// once, by one thread: the same bytes on every run.
+//
+// Short sequences (the temporal attention over a window of ~7 frames) would leave a 64-row block
+// mostly padding: up to TC_PACK_MAX tokens, 64 / len whole sequences share a block's row space
+// (TokenMap), every row a query and a key, and a score is masked unless both rows belong to the same
+// sequence. The window's 7 tokens: 9 sequences a block, 63 of 64 rows in use.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -36,7 +40,7 @@ typedef __nv_bfloat16 bf16;
 #define TC_THREADS 128  // 4 warps
 #define TC_ROWS 64      // rows a block owns: 16 per warp
 #define TC_TILE 32      // rows of a streamed tile (keys forward and in dQ, queries in dK/dV), two buffers
-#define TC_MIN_LEN 64
+#define TC_PACK_MAX 32  // sequences this short are packed, 64 / len to a block (the temporal attention)
 
 // ----------------------------------------------------------------------------
 // fragments
@@ -147,45 +151,65 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Where the tokens of one sequence lie: token k of sequence seq is row base + k * tok of qkv, out,
-// dout and of every head's copy (computed once per block: the divisions are not cheap on a GPU).
-struct SeqRows {
-    long base, tok;
-    __device__ SeqRows(const AttnLayout &lay, long seq)
-        : base(seq / lay.n_inner * lay.outer_stride + seq % lay.n_inner * lay.inner_stride), tok(lay.tok_stride) {}
-    __device__ long operator()(int k) const { return base + (long)k * tok; }
+// Which token each row of a block's row space is. Unpacked (pack 1): row k is token k of the block's
+// sequence, len rows. Packed (sequences of at most 32 tokens, the temporal attention over a window):
+// pack = 64 / len whole sequences share one 64-row space, row r being token r % len of sequence
+// seq0 + r / len, and a query sees only the keys of its own sequence. nrows: the rows in use. A
+// token's row in qkv, out, dout and every head's copy: its sequence's base + token * tok_stride.
+struct TokenMap {
+    long seq0, base0;  // base0: the base of sequence seq0 (the unpacked case's only one)
+    int len, pack, nrows;
+    AttnLayout lay;
+    __device__ TokenMap(const AttnLayout &l, long s0, int pk, long n_seq)
+        : seq0(s0), base0(seq_base(l, s0)), len(l.len), pack(pk),
+          nrows(pk == 1 ? l.len : (int)((n_seq - s0 < pk ? n_seq - s0 : pk) * l.len)), lay(l) {}
+    static __device__ long seq_base(const AttnLayout &l, long seq) {
+        return seq / l.n_inner * l.outer_stride + seq % l.n_inner * l.inner_stride;
+    }
+    __device__ long row(int r) const {
+        if (pack == 1) return base0 + (long)r * lay.tok_stride;
+        return seq_base(lay, seq0 + r / len) + (long)(r % len) * lay.tok_stride;
+    }
+    __device__ bool valid(int r) const { return r < nrows; }
+    __device__ bool sees(int q, int k) const { return q < nrows && k < nrows && (pack == 1 || q / len == k / len); }
+    // Row r's entry of Dvec (n_seq, H, len).
+    __device__ long dvec_at(int r, int H, int h) const {
+        long seq = pack == 1 ? seq0 : seq0 + r / len;
+        return (seq * H + h) * len + (pack == 1 ? r : r % len);
+    }
 };
 
-// Starts copying tokens r0 .. r0+NROWS-1 of a sequence from one head's (rows, DH) bf16 block into
-// dst (NROWS rows of TcLd::ROW); tokens at or past len are zeros. DH / 8 pieces of 16 bytes per
-// row, spread over the block's threads.
+// Starts copying rows r0 .. r0+NROWS-1 of the row space from one head's (rows, DH) bf16 block into
+// dst (NROWS rows of TcLd::ROW); rows not in use are zeros. DH / 8 pieces of 16 bytes per row,
+// spread over the block's threads.
 template <int DH, int NROWS>
-__device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const SeqRows &sr, int r0,
-                                            int len) {
+__device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const TokenMap &map, int r0) {
     constexpr int PIECES = DH / 8, TOTAL = NROWS * PIECES;
 #pragma unroll
     for (int i = 0; i < (TOTAL + TC_THREADS - 1) / TC_THREADS; i++) {
         int idx = threadIdx.x + i * TC_THREADS;
         if (TOTAL % TC_THREADS != 0 && idx >= TOTAL) break;
         int r = idx / PIECES, c = (idx % PIECES) * 8;
-        bool valid = r0 + r < len;
-        cp_async16(dst + r * TcLd<DH>::ROW + c, valid ? head + sr(r0 + r) * DH + c : head, valid);
+        bool valid = map.valid(r0 + r);
+        cp_async16(dst + r * TcLd<DH>::ROW + c, valid ? head + map.row(r0 + r) * DH + c : head, valid);
     }
 }
 
-// A block's place, from blockIdx = (seq * H + h) * ntiles + tile: its (sequence, head), the first
-// of the 64 rows it owns (queries forward and in dQ, keys in dK/dV), the lane's fragment
-// coordinates, and the head's (rows, DH) bf16 blocks of q, k, v (and dO in the backward pass).
+// A block's place, from blockIdx = (group * H + h) * ntiles + tile (a group: one sequence, or pack
+// of them): its head and token map, the first of the 64 rows it owns (queries forward and in dQ,
+// keys in dK/dV), the lane's fragment coordinates, and the head's (rows, DH) bf16 blocks of q, k,
+// v (and dO in the backward pass).
 template <int DH>
 struct TcBlock {
-    long sh;  // seq * H + h
-    int h, len, own0;
+    int h, own0;
     int warp, lane, g, t;
-    SeqRows sr;
+    TokenMap map;
     const bf16 *q, *k, *v, *dout;
-    __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, const bf16 *qkv16, const bf16 *dout16, long rows)
-        : sh(blockIdx.x / ntiles), h((int)(sh % H)), len(lay.len), own0((int)(blockIdx.x % ntiles) * TC_ROWS),
-          warp(threadIdx.x / 32), lane(threadIdx.x % 32), g(lane / 4), t(lane % 4), sr(lay, sh / H),
+    __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, int pack, const bf16 *qkv16, const bf16 *dout16,
+                       long rows)
+        : h((int)(blockIdx.x / ntiles % H)), own0((int)(blockIdx.x % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
+          lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
+          map(lay, (long)(blockIdx.x / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
           q(qkv16 + (long)h * rows * DH), k(qkv16 + (long)(H + h) * rows * DH),
           v(qkv16 + (long)(2 * H + h) * rows * DH), dout(dout16 ? dout16 + (long)h * rows * DH : nullptr) {}
 };
@@ -197,22 +221,22 @@ struct TcBlock {
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv16, long rows,
-                       AttnLayout lay, int D, int H, int ntiles, float scale) {
+                       AttnLayout lay, int D, int H, int ntiles, int pack, float scale) {
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;  // score tiles of 8 keys
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem;               // (64, ROW)
     bf16 *Ks = Qs + TC_ROWS * L::ROW;      // 2 x (TC_TILE, ROW)
     bf16 *Vs = Ks + 2 * TC_TILE * L::ROW;  // 2 x (TC_TILE, ROW)
-    const TcBlock<DH> b(lay, H, ntiles, qkv16, nullptr, rows);
-    const int h = b.h, len = b.len, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const SeqRows &sr = b.sr;
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, nullptr, rows);
+    const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v;
 
-    stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
+    stage_async<DH, TC_ROWS>(Qs, q16, map, q0);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, sr, 0, len);
-    stage_async<DH, TC_TILE>(Vs, v16, sr, 0, len);
+    stage_async<DH, TC_TILE>(Ks, k16, map, 0);
+    stage_async<DH, TC_TILE>(Vs, v16, map, 0);
     cp_async_commit();
     cp_async_wait<1>();  // Q
     __syncthreads();
@@ -221,12 +245,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     float o[DH / 8][4] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g+8: running max, this thread's sum
 
-    const int ntk = (len + TC_TILE - 1) / TC_TILE;
+    const int ntk = (map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
         if (it + 1 < ntk) {  // the other buffer was last read before the previous __syncthreads
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, sr, k0 + TC_TILE, len);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, sr, k0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
         }
         cp_async_commit();
         cp_async_wait<1>();  // this tile's copies (all but the newest group)
@@ -242,18 +266,20 @@ __global__ void __launch_bounds__(TC_THREADS)
         float mx[2] = {-INFINITY, -INFINITY};
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
-                bool valid = k0 + j * 8 + 2 * t + (e & 1) < len;
-                s[j][e] = valid ? s[j][e] * scale : -INFINITY;
+                bool seen = map.sees(q0 + warp * 16 + g + 8 * (e / 2), k0 + j * 8 + 2 * t + (e & 1));
+                s[j][e] = seen ? s[j][e] * scale : -INFINITY;
                 mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
             }
         float alpha[2];
-        for (int r = 0; r < 2; r++) {
-            float mn = fmaxf(m[r], quad_max(mx[r]));  // finite: the tile has at least one key
-            alpha[r] = expf(m[r] - mn), m[r] = mn, l[r] *= alpha[r];
+        float base[2];  // what the scores are taken from: the running max, 0 while a row has seen no key
+        for (int r = 0; r < 2; r++) {  // a row may see no key of a tile (packed sequences, padding rows)
+            float mn = fmaxf(m[r], quad_max(mx[r]));
+            base[r] = mn == -INFINITY ? 0.f : mn;
+            alpha[r] = expf(m[r] - base[r]), m[r] = mn, l[r] *= alpha[r];  // exp(-inf) = 0: nothing to rescale
         }
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
-                s[j][e] = expf(s[j][e] - m[e / 2]);  // a masked key: exp(-inf) = 0
+                s[j][e] = expf(s[j][e] - base[e / 2]);  // a masked key: exp(-inf) = 0
                 l[e / 2] += s[j][e];
             }
         for (int n = 0; n < DH / 8; n++)
@@ -272,8 +298,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int r = 0; r < 2; r++) {
         int q = q0 + warp * 16 + g + 8 * r;
         float sum = quad_sum(l[r]);
-        if (q >= len) continue;
-        long row = sr(q);
+        if (!map.valid(q)) continue;  // a valid row sees at least itself: sum >= 1
+        long row = map.row(q);
         float *dst = out + row * D + (long)h * DH + 2 * t;
         for (int n = 0; n < DH / 8; n++) dst[n * 8] = o[n][2 * r] / sum, dst[n * 8 + 1] = o[n][2 * r + 1] / sum;
         if (t == 0) lse[row * H + h] = m[r] + logf(sum);
@@ -287,38 +313,38 @@ template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_attn_bwd_dq_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ qkv16, const bf16 *__restrict__ dout16,
                           long rows, const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay,
-                          int D, int H, int ntiles, float scale) {
+                          int D, int H, int ntiles, int pack, float scale) {
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;                   // (64, ROW) each
     bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE, ROW) each
     float *Lse = (float *)(Vs + 2 * TC_TILE * L::ROW), *Dv = Lse + TC_ROWS;  // (64) each
-    const TcBlock<DH> b(lay, H, ntiles, qkv16, dout16, rows);
-    const int h = b.h, len = b.len, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const long sh = b.sh, ld = 3L * D;
-    const SeqRows &sr = b.sr;
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows);
+    const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const long ld = 3L * D;
+    const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
-    stage_async<DH, TC_ROWS>(Qs, q16, sr, q0, len);
-    stage_async<DH, TC_ROWS>(DOs, do16, sr, q0, len);
+    stage_async<DH, TC_ROWS>(Qs, q16, map, q0);
+    stage_async<DH, TC_ROWS>(DOs, do16, map, q0);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, sr, 0, len);
-    stage_async<DH, TC_TILE>(Vs, v16, sr, 0, len);
+    stage_async<DH, TC_TILE>(Ks, k16, map, 0);
+    stage_async<DH, TC_TILE>(Vs, v16, map, 0);
     cp_async_commit();
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
-        bool in = q0 + r < len;
-        Lse[r] = in ? lse[sr(q0 + r) * H + h] : 0.f;
-        Dv[r] = in ? dvec[sh * len + q0 + r] : 0.f;
+        bool in = map.valid(q0 + r);
+        Lse[r] = in ? lse[map.row(q0 + r) * H + h] : 0.f;
+        Dv[r] = in ? dvec[map.dvec_at(q0 + r, H, h)] : 0.f;
     }
     const int r0 = warp * 16;
     float dq[DH / 8][4] = {};
-    const int ntk = (len + TC_TILE - 1) / TC_TILE;
+    const int ntk = (map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
         if (it + 1 < ntk) {
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, sr, k0 + TC_TILE, len);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, sr, k0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -340,7 +366,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int r = r0 + g + 8 * (e / 2);
-                float p = k0 + j * 8 + 2 * t + (e & 1) < len ? expf(s[j][e] * scale - Lse[r]) : 0.f;
+                float p = map.sees(q0 + r, k0 + j * 8 + 2 * t + (e & 1)) ? expf(s[j][e] * scale - Lse[r]) : 0.f;
                 s[j][e] = p * (dp[j][e] - Dv[r]) * scale;  // dS
             }
         for (int kk = 0; kk < NT / 2; kk++) {
@@ -356,8 +382,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
     for (int r = 0; r < 2; r++) {
         int q = q0 + r0 + g + 8 * r;
-        if (q >= len) continue;
-        float *dst = dqkv + sr(q) * ld + (long)h * DH + 2 * t;
+        if (!map.valid(q)) continue;
+        float *dst = dqkv + map.row(q) * ld + (long)h * DH + 2 * t;
         for (int n = 0; n < DH / 8; n++) dst[n * 8] += dq[n][2 * r], dst[n * 8 + 1] += dq[n][2 * r + 1];
     }
 }
@@ -366,50 +392,51 @@ __global__ void __launch_bounds__(TC_THREADS)
 // backward: dK and dV. Block b owns keys tile*64 .. +63 and streams over tiles of TC_TILE queries
 // (q, dout, lse, Dvec).
 
-// Starts copying the lse and Dvec of queries q0 .. q0+TC_TILE-1 (zeros past len): threads
-// 0 .. TC_TILE-1 one lse each, the next TC_TILE one Dvec each.
+// Starts copying the lse and Dvec of query rows q0 .. q0+TC_TILE-1 (zeros for rows not in use):
+// threads 0 .. TC_TILE-1 one lse each, the next TC_TILE one Dvec each.
 __device__ __forceinline__ void stage_stats_async(float *Lse, float *Dv, const float *__restrict__ lse,
-                                                  const float *__restrict__ dvec, const SeqRows &sr, long sh, int h,
-                                                  int H, int q0, int len) {
+                                                  const float *__restrict__ dvec, const TokenMap &map, int h, int H,
+                                                  int q0) {
     int c = threadIdx.x % TC_TILE;
-    bool valid = q0 + c < len;
-    if (threadIdx.x < TC_TILE) cp_async4(Lse + c, valid ? lse + sr(q0 + c) * H + h : lse, valid);
-    else if (threadIdx.x < 2 * TC_TILE) cp_async4(Dv + c, valid ? dvec + sh * len + q0 + c : dvec, valid);
+    bool valid = map.valid(q0 + c);
+    if (threadIdx.x < TC_TILE) cp_async4(Lse + c, valid ? lse + map.row(q0 + c) * H + h : lse, valid);
+    else if (threadIdx.x < 2 * TC_TILE) cp_async4(Dv + c, valid ? dvec + map.dvec_at(q0 + c, H, h) : dvec, valid);
 }
 
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ qkv16,
                             const bf16 *__restrict__ dout16, long rows, const float *__restrict__ lse,
-                            const float *__restrict__ dvec, AttnLayout lay, int D, int H, int ntiles, float scale) {
+                            const float *__restrict__ dvec, AttnLayout lay, int D, int H, int ntiles, int pack,
+                            float scale) {
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                    // (64 keys, ROW) each
     bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE queries, ROW) each
     float *Lse = (float *)(DOs + 2 * TC_TILE * L::ROW), *Dv = Lse + 2 * TC_TILE;  // 2 x (TC_TILE) each
-    const TcBlock<DH> b(lay, H, ntiles, qkv16, dout16, rows);
-    const int h = b.h, len = b.len, k0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const long sh = b.sh, ld = 3L * D;
-    const SeqRows &sr = b.sr;
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows);
+    const int h = b.h, k0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
+    const long ld = 3L * D;
+    const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
-    stage_async<DH, TC_ROWS>(Ks, k16, sr, k0, len);
-    stage_async<DH, TC_ROWS>(Vs, v16, sr, k0, len);
+    stage_async<DH, TC_ROWS>(Ks, k16, map, k0);
+    stage_async<DH, TC_ROWS>(Vs, v16, map, k0);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Qs, q16, sr, 0, len);
-    stage_async<DH, TC_TILE>(DOs, do16, sr, 0, len);
-    stage_stats_async(Lse, Dv, lse, dvec, sr, sh, h, H, 0, len);
+    stage_async<DH, TC_TILE>(Qs, q16, map, 0);
+    stage_async<DH, TC_TILE>(DOs, do16, map, 0);
+    stage_stats_async(Lse, Dv, lse, dvec, map, h, H, 0);
     cp_async_commit();
     const int r0 = warp * 16;
     float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
-    const int ntq = (len + TC_TILE - 1) / TC_TILE;
+    const int ntq = (map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntq; it++) {
         const int q0 = it * TC_TILE, cur = it & 1, nxt = cur ^ 1;
         if (it + 1 < ntq) {
-            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, sr, q0 + TC_TILE, len);
-            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, sr, q0 + TC_TILE, len);
-            stage_stats_async(Lse + nxt * TC_TILE, Dv + nxt * TC_TILE, lse, dvec, sr, sh, h, H, q0 + TC_TILE, len);
+            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, map, q0 + TC_TILE);
+            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, map, q0 + TC_TILE);
+            stage_stats_async(Lse + nxt * TC_TILE, Dv + nxt * TC_TILE, lse, dvec, map, h, H, q0 + TC_TILE);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -432,7 +459,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int c = j * 8 + 2 * t + (e & 1);
-                float p = q0 + c < len ? expf(st[j][e] * scale - Lt[c]) : 0.f;
+                float p = map.sees(q0 + c, k0 + r0 + g + 8 * (e / 2)) ? expf(st[j][e] * scale - Lt[c]) : 0.f;
                 st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dt[c]) * scale;  // P^T, dS^T
             }
         for (int kk = 0; kk < NT / 2; kk++) {
@@ -451,8 +478,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
     for (int r = 0; r < 2; r++) {
         int k = k0 + r0 + g + 8 * r;
-        if (k >= len) continue;
-        float *dst = dqkv + sr(k) * ld + D + (long)h * DH + 2 * t;
+        if (!map.valid(k)) continue;
+        float *dst = dqkv + map.row(k) * ld + D + (long)h * DH + 2 * t;
         for (int n = 0; n < DH / 8; n++) {
             dst[n * 8] += dk[n][2 * r], dst[n * 8 + 1] += dk[n][2 * r + 1];
             dst[D + n * 8] += dv[n][2 * r], dst[D + n * 8 + 1] += dv[n][2 * r + 1];
@@ -463,10 +490,20 @@ __global__ void __launch_bounds__(TC_THREADS)
 // ----------------------------------------------------------------------------
 // host side
 
-static unsigned tc_grid(long n_seq, int H, int ntiles) {
-    long blocks = n_seq * H * ntiles;
+// How a call is cut into blocks: sequences of at most TC_PACK_MAX tokens are packed, 64 / len to a
+// block's row space (one tile); longer ones get ceil(len / 64) blocks of 64 rows each.
+struct TcGrid {
+    int pack, ntiles;
+    unsigned blocks;
+};
+static TcGrid tc_grid(long n_seq, int len, int H) {
+    TcGrid g;
+    g.pack = len <= TC_PACK_MAX ? TC_ROWS / len : 1;
+    g.ntiles = g.pack > 1 ? 1 : (len + TC_ROWS - 1) / TC_ROWS;
+    long blocks = (n_seq + g.pack - 1) / g.pack * H * g.ntiles;
     if (blocks > 0x7fffffffL) fc_die("attention: %ld blocks is more than one CUDA grid holds", blocks);
-    return (unsigned)blocks;
+    g.blocks = (unsigned)blocks;
+    return g;
 }
 
 // The kernels may need more than the default 48 KiB of shared memory: opt in once per kernel.
@@ -482,9 +519,9 @@ static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int
     if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH>, TcLd<DH>::FWD_BYTES), ready = 1;
     long rows = n_seq * lay.len;
     const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
-    int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
+    TcGrid grid = tc_grid(n_seq, lay.len, H);
     float scale = (float)(1.0 / sqrt((double)DH));
-    tc_attn_fwd_kernel<DH><<<tc_grid(n_seq, H, ntiles), TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv16, rows, lay, D, H, ntiles, scale);
+    tc_attn_fwd_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv16, rows, lay, D, H, grid.ntiles, grid.pack, scale);
     kernelCheck();
 }
 
@@ -500,18 +537,18 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
     long rows = n_seq * lay.len;
     const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
     const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
-    int ntiles = (lay.len + TC_ROWS - 1) / TC_ROWS;
-    unsigned grid = tc_grid(n_seq, H, ntiles);
+    TcGrid grid = tc_grid(n_seq, lay.len, H);
     float scale = (float)(1.0 / sqrt((double)DH));
-    tc_attn_bwd_dq_kernel<DH><<<grid, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, ntiles, scale);
+    tc_attn_bwd_dq_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
     kernelCheck();
-    tc_attn_bwd_dkdv_kernel<DH><<<grid, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, ntiles, scale);
+    tc_attn_bwd_dkdv_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
     kernelCheck();
 }
 
-// The head dimension when the tensor-core kernels take this call, else 0 (attention.cu's kernels).
+// The head dimension when the tensor-core kernels take this call (any sequence length), else 0
+// (attention.cu's kernels).
 static int tc_head_dim(AttnLayout lay, int D, int H) {
-    if (H <= 0 || D % H != 0 || lay.len < TC_MIN_LEN) return 0;
+    if (H <= 0 || D % H != 0 || lay.len < 1) return 0;
     int dh = D / H;
     return dh == 16 || dh == 32 || dh == 64 || dh == 128 ? dh : 0;
 }

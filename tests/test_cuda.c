@@ -121,7 +121,13 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
     bshare(&out), bshare(&lse);
     BOTH(be->attn_bwd(P(dqkv), P(dout) + shift, P(out), P(qkv) + shift, P(lse), lay, D, H));
+    // The peaked softmax's backward on bf16 operands: the rounding of q and k moves every score by
+    // about |score| / 256 and dS compounds it with dO . V; over seeds 1 to 4 its error reached 2.2e-2
+    // (the others stay under 1e-2), so it gets 3e-2.
+    double tol = g_tol;
+    if (*g_mode && std > 1) g_tol = TOL_BF16_PEAKED;
     compare("cuda_attn_bwd", "dqkv", &dqkv, NULL);
+    g_tol = tol;
     FREE(&qkv, &out, &lse, &dout, &dqkv);
 }
 static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std) {
@@ -367,6 +373,7 @@ static void attn_cases(int big) {
         // |score| / 256 on every score, which the exponential turns into a relative error)
         t_attn(1, tf ? 64 : 2, tf ? 2 : 64, 2, 16, tf, *g_mode ? 1.5 : 3);
         t_attn(1, tf ? 7 : 2, tf ? 3 : 77, 1, 128, tf, 1);                 // dh 128
+        t_attn(1, tf ? 20 : 2, tf ? 5 : 45, 2, 32, tf, 1);                 // len 20: 3 packed; len 45
         if (big) t_attn(4, 7, 256, 4, 64, tf, 1), t_attn(1, tf ? 7 : 2, 1024, 2, 128, tf, 1);  // len 256; preset
     }
     t_attn_at(1, 2, 100, 2, 64, 0, 1, 1), t_attn_at(1, 2, 64, 1, 128, 0, 1, 2);  // rows not on 16 bytes
