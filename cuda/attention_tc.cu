@@ -111,7 +111,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int DH>
 struct TcLd {
     static constexpr int ROW = DH + 8;
-    static constexpr int FWD_BYTES = 2 * (TC_ROWS + 4 * TC_TILE) * ROW;                   // Q; K, V x 2
+    static constexpr int FWD_BYTES = 2 * 4 * TC_TILE * ROW;  // (K, V) x 2; Q first lands in the second pair
     static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 2 * TC_ROWS * 4;  // Q, dO; K, V x 2; lse, Dvec
     static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 4 * TC_TILE * 4;  // K, V; Q, dO x 2; lse, Dvec x 2
 };
@@ -225,9 +225,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;  // score tiles of 8 keys
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem;               // (64, ROW)
-    bf16 *Ks = Qs + TC_ROWS * L::ROW;      // 2 x (TC_TILE, ROW)
-    bf16 *Vs = Ks + 2 * TC_TILE * L::ROW;  // 2 x (TC_TILE, ROW)
+    // Two buffers of (K tile, V tile), 2 x TC_TILE rows each. The queries are read into registers
+    // once, so they are staged in buffer 1 (64 = 2 x TC_TILE rows) before its first refill: the
+    // block needs the shared memory of the K and V buffers only (35 KiB at dh 128: two blocks a
+    // multiprocessor on an sm_86 or sm_89 card, where Q beside them would allow one).
+    static_assert(TC_ROWS == 2 * TC_TILE, "the query rows fill one (K, V) buffer");
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_TILE * L::ROW;  // buffer i: Ks/Vs + i * 2 * TC_TILE rows
+    bf16 *Qs = Ks + 2 * TC_TILE * L::ROW;                  // (64, ROW): buffer 1, until tile 1 is staged
     const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, nullptr, rows);
     const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
     const TokenMap &map = b.map;
@@ -242,6 +246,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     uint32_t qa[DH / 16][4];
     for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
+    __syncthreads();  // every warp has its queries before buffer 1 is refilled
     float o[DH / 8][4] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g+8: running max, this thread's sum
 
@@ -249,13 +254,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
         if (it + 1 < ntk) {  // the other buffer was last read before the previous __syncthreads
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * 2 * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * 2 * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
         }
         cp_async_commit();
         cp_async_wait<1>();  // this tile's copies (all but the newest group)
         __syncthreads();     // ... and every other thread's
-        const bf16 *Kt = Ks + cur * TC_TILE * L::ROW, *Vt = Vs + cur * TC_TILE * L::ROW;
+        const bf16 *Kt = Ks + cur * 2 * TC_TILE * L::ROW, *Vt = Vs + cur * 2 * TC_TILE * L::ROW;
         float s[NT][4] = {};
         for (int j = 0; j < NT; j++)
             for (int kb = 0; kb < DH / 16; kb++) {
