@@ -65,7 +65,7 @@ void cuda_register_norm(Backend *be);         // cuda/norm.cu
 void cuda_register_attention(Backend *be);    // cuda/attention.cu: fp32 flash attention
 void cuda_register_attention_tc(Backend *be); // cuda/attention_tc.cu: bf16 on tensor cores (the "cuda" table)
 
-// attention.cu's fp32 kernels (attention_tc.cu falls back to them for short sequences) and the
+// attention.cu's fp32 kernels (attention_tc.cu hands them the head dimensions it has no kernel for) and the
 // backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch.
 void fc_attn_fwd_fp32(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
 void fc_attn_bwd_fp32(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
