@@ -164,7 +164,7 @@ EMU_CXXFLAGS := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2) -g -std=c++17 -ffp
                 -Wno-format-truncation
 EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)/emu/lib_cuda_emu.o \
            $(BUILD)/emu/lib_cuda_emu_runtime.o
-TEST_EMU := $(BUILD)/test_cuda_emu
+TEST_EMU := $(BUILD)/test_cuda_emu $(BUILD)/framechain_emu
 
 $(BUILD)/emu/%.cpp: cuda/%.cu | $(BUILD)/emu
 	@{ echo '#line 1 "$<"'; sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/fc_emu_launch(\1, "\1", \3)(/' \
@@ -177,8 +177,12 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp cuda/*.cuh src/*.h tests/cuda_emu/cuda_emu.
 $(BUILD)/emu/lib_%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h | $(BUILD)/emu
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(TEST_EMU): tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(EMU_OBJ)
+$(BUILD)/test_cuda_emu: tests/test_cuda.c tests/test_cuda_step.c tests/cuda_harness.h tests/check.h $(OBJ) $(EMU_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
+
+# The whole program on the emulated GPU (tests/test_cuda_emu_cli.sh).
+$(BUILD)/framechain_emu: $(BUILD)/main.o $(OBJ) $(EMU_OBJ)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
 endif
 
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.
@@ -212,7 +216,7 @@ test-cuda: info $(BIN) $(BUILD)/test_cuda
 
 # The same checks on the CUDA emulation (tests/cuda_emu), on any machine with the CUDA toolkit.
 test-cuda-emu: info $(TEST_EMU)
-	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda_emulated
+	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda_emulated,cuda_emulated_cli
 
 # The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
 demo: info $(BIN)

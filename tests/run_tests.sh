@@ -2,9 +2,9 @@
 # The test suite: runs every suite, shows its PASS/FAIL lines, and ends with "N passed, N failed".
 # Environment: BUILD (build folder), FRAMECHAIN (the binary), PYTHON (with torch, for the reference).
 set -u
-ONLY=""  # --only SUITE runs one suite
+ONLY=""  # --only SUITE[,SUITE...] runs those suites
 if [ "${1:-}" = "--only" ]; then ONLY=${2:?--only needs a suite name}; fi
-want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+want() { [ -z "$ONLY" ] || case ",$ONLY," in *",$1,"*) true ;; *) false ;; esac; }
 BUILD=${BUILD:-build}
 FC=${FRAMECHAIN:-./framechain}
 PYTHON=${PYTHON:-python3}
@@ -96,6 +96,7 @@ run_suite cuda "$BUILD/test_cuda"
 # with the sanitizers in the sanitizer build.
 if [ -x "$BUILD/test_cuda_emu" ]; then
     run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
+    run_suite cuda_emulated_cli tests/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
 elif want cuda_emulated; then
     echo "SKIP cuda_emulated: the CUDA toolkit's headers were not found (CUDA_INC=): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
 fi
