@@ -3,7 +3,9 @@
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
 #   PART=tests stops after the tests, PART=speed skips them (both build); SKIP_TRAIN_TEST=1 leaves out the
-#   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset.
+#   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset. With another checkout in
+#   build/base (git archive REV | tar -x -C build/base), PART=speed ends with tools/compare_builds.sh
+#   against it on the preset (MAKE_ARGS, e.g. CUDA_ARCH=90, is passed to both builds).
 # MFU is the model FLOPs per second (train's "speed:" line) over the card's dense bf16 peak (table below).
 # Works where only the CUDA toolkit, a C compiler, zlib and OpenBLAS are installed (no FFmpeg:
 # video I/O is left out, training on the built-in shapes is enough for all of this).
@@ -80,3 +82,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v nsys > /dev/null; then
     rm -f "$LOG/preset.nsys-rep" "$LOG/preset.sqlite"
 fi
 rm -rf "$LOG/run"
+if [ -f build/base/Makefile ]; then
+    echo "== this build against build/base, op by op and the preset's step (tools/compare_builds.sh)"
+    LOG="$LOG/compare" tools/compare_builds.sh build/base cuda configs/starter.conf
+fi
