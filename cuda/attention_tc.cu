@@ -311,6 +311,27 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
+// The two score products of the backward kernels for a warp's 16 rows: x += A B^T and y += C E^T,
+// A and C the warp's rows (shared memory, row-major), B and E tiles of TC_TILE rows. dQ: S = Q K^T
+// and dP = dO V^T; dK/dV: S^T = K Q^T and dP^T = V dO^T.
+template <int DH>
+__device__ __forceinline__ void score_pair(float x[TC_TILE / 8][4], float y[TC_TILE / 8][4], const bf16 *A,
+                                           const bf16 *C, const bf16 *B, const bf16 *E, int g, int t) {
+    constexpr int ROW = TcLd<DH>::ROW;
+    for (int kb = 0; kb < DH / 16; kb++) {
+        uint32_t a[4], c[4];
+        load_a(a, A + kb * 16, ROW, g, t);
+        load_a(c, C + kb * 16, ROW, g, t);
+        for (int j = 0; j < TC_TILE / 8; j++) {
+            uint32_t b0, b1;
+            load_bt(b0, b1, B + j * 8 * ROW + kb * 16, ROW, g, t);
+            mma16816(x[j], a, b0, b1);
+            load_bt(b0, b1, E + j * 8 * ROW + kb * 16, ROW, g, t);
+            mma16816(y[j], c, b0, b1);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // backward: dQ. Block as in the forward pass; streams over tiles of TC_TILE keys and values.
 
@@ -356,18 +377,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         const bf16 *Kt = Ks + cur * TC_TILE * L::ROW, *Vt = Vs + cur * TC_TILE * L::ROW;
         float s[NT][4] = {}, dp[NT][4] = {};
-        for (int kb = 0; kb < DH / 16; kb++) {
-            uint32_t qa[4], da[4];
-            load_a(qa, Qs + r0 * L::ROW + kb * 16, L::ROW, g, t);
-            load_a(da, DOs + r0 * L::ROW + kb * 16, L::ROW, g, t);
-            for (int j = 0; j < NT; j++) {
-                uint32_t b0, b1;
-                load_bt(b0, b1, Kt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
-                mma16816(s[j], qa, b0, b1);
-                load_bt(b0, b1, Vt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
-                mma16816(dp[j], da, b0, b1);
-            }
-        }
+        score_pair<DH>(s, dp, Qs + r0 * L::ROW, DOs + r0 * L::ROW, Kt, Vt, g, t);  // S = Q K^T, dP = dO V^T
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int r = r0 + g + 8 * (e / 2);
@@ -449,18 +459,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         const bf16 *Qt = Qs + cur * TC_TILE * L::ROW, *DOt = DOs + cur * TC_TILE * L::ROW;
         const float *Lt = Lse + cur * TC_TILE, *Dt = Dv + cur * TC_TILE;
         float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, TC_TILE queries): S^T and dP^T
-        for (int kb = 0; kb < DH / 16; kb++) {
-            uint32_t ka[4], va[4];
-            load_a(ka, Ks + r0 * L::ROW + kb * 16, L::ROW, g, t);
-            load_a(va, Vs + r0 * L::ROW + kb * 16, L::ROW, g, t);
-            for (int j = 0; j < NT; j++) {
-                uint32_t b0, b1;
-                load_bt(b0, b1, Qt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
-                mma16816(st[j], ka, b0, b1);
-                load_bt(b0, b1, DOt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
-                mma16816(dpt[j], va, b0, b1);
-            }
-        }
+        score_pair<DH>(st, dpt, Ks + r0 * L::ROW, Vs + r0 * L::ROW, Qt, DOt, g, t);
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int c = j * 8 + 2 * t + (e & 1);
