@@ -3,8 +3,13 @@
 // split of the backward pass into a dQ kernel and a dK/dV kernel, no atomics), with every product
 // of two tiles an mma.sync.m16n8k16 on bf16 operands accumulating in fp32 registers:
 //   forward  S = Q K^T, O += P V                  (P rounded to bf16; the softmax itself in fp32)
-//   dQ       S = Q K^T, dP = dO V^T, dQ += dS K    (dS = P (dP - Dvec) scale, rounded to bf16)
 //   dK/dV    S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
+//            (dS = P (dP - Dvec) scale, rounded to bf16)
+//   dQ       dQ += dS K. For sequences longer than TC_PACK_MAX (the spatial attention) the dK/dV
+//            kernel also stores dS (bf16, (len, len) per sequence and head, in chunks of at most
+//            ATTN_DS_CAP bytes) and one batched cuBLAS GEMM a chunk takes dQ from it. Packed short
+//            sequences recompute S = Q K^T and dP = dO V^T in a dQ kernel instead. Storing dS saves
+//            two of the backward's seven tile products and keeps dQ free of atomics.
 // q, k, v and dout are fp32 in memory: one pass first rounds them to bf16, head by head
 // (fc_bf16_heads: each head's rows contiguous, in the GEMMs' scratch), so that the kernels copy
 // tiles into shared memory with cp.async in 16-byte pieces, whatever D and the alignment of qkv,
@@ -40,7 +45,7 @@ typedef __nv_bfloat16 bf16;
 #define TC_THREADS 128  // 4 warps
 #define TC_ROWS 64      // rows a block owns: 16 per warp
 #define TC_TILE 32      // rows of a streamed tile (keys forward and in dQ, queries in dK/dV), two buffers
-#define TC_PACK_MAX 32  // sequences this short are packed, 64 / len to a block (the temporal attention)
+#define TC_PACK_MAX ATTN_PACK_MAX  // sequences this short are packed, 64 / len to a block (the temporal attention)
 
 // ----------------------------------------------------------------------------
 // fragments
@@ -195,8 +200,8 @@ __device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ 
     }
 }
 
-// A block's place, from blockIdx = (group * H + h) * ntiles + tile (a group: one sequence, or pack
-// of them): its head and token map, the first of the 64 rows it owns (queries forward and in dQ,
+// A block's place, from its index bid = (group * H + h) * ntiles + tile (a group: one sequence, or
+// pack of them): its head and token map, the first of the 64 rows it owns (queries forward and in dQ,
 // keys in dK/dV), the lane's fragment coordinates, and the head's (rows, DH) bf16 blocks of q, k,
 // v (and dO in the backward pass).
 template <int DH>
@@ -206,10 +211,10 @@ struct TcBlock {
     TokenMap map;
     const bf16 *q, *k, *v, *dout;
     __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, int pack, const bf16 *qkv16, const bf16 *dout16,
-                       long rows)
-        : h((int)(blockIdx.x / ntiles % H)), own0((int)(blockIdx.x % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
+                       long rows, unsigned bid)
+        : h((int)(bid / ntiles % H)), own0((int)(bid % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
           lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
-          map(lay, (long)(blockIdx.x / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
+          map(lay, (long)(bid / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
           q(qkv16 + (long)h * rows * DH), k(qkv16 + (long)(H + h) * rows * DH),
           v(qkv16 + (long)(2 * H + h) * rows * DH), dout(dout16 ? dout16 + (long)h * rows * DH : nullptr) {}
 };
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     static_assert(TC_ROWS == 2 * TC_TILE, "the query rows fill one (K, V) buffer");
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_TILE * L::ROW;  // buffer i: Ks/Vs + i * 2 * TC_TILE rows
     bf16 *Qs = Ks + 2 * TC_TILE * L::ROW;                  // (64, ROW): buffer 1, until tile 1 is staged
-    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, nullptr, rows);
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, nullptr, rows, blockIdx.x);
     const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
     const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v;
@@ -346,7 +351,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Qs = (bf16 *)smem, *DOs = Qs + TC_ROWS * L::ROW;                   // (64, ROW) each
     bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE, ROW) each
     float *Lse = (float *)(Vs + 2 * TC_TILE * L::ROW), *Dv = Lse + TC_ROWS;  // (64) each
-    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows);
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows, blockIdx.x);
     const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
     const long ld = 3L * D;
     const TokenMap &map = b.map;
@@ -420,17 +425,17 @@ __device__ __forceinline__ void stage_stats_async(float *Lse, float *Dv, const f
 
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, const bf16 *__restrict__ qkv16,
-                            const bf16 *__restrict__ dout16, long rows, const float *__restrict__ lse,
-                            const float *__restrict__ dvec, AttnLayout lay, int D, int H, int ntiles, int pack,
-                            float scale) {
+    tc_attn_bwd_dkdv_kernel(float *__restrict__ dqkv, bf16 *__restrict__ ds, int ldds, unsigned block0,
+                            const bf16 *__restrict__ qkv16, const bf16 *__restrict__ dout16, long rows,
+                            const float *__restrict__ lse, const float *__restrict__ dvec, AttnLayout lay, int D,
+                            int H, int ntiles, int pack, float scale) {
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * L::ROW;                    // (64 keys, ROW) each
     bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE queries, ROW) each
     float *Lse = (float *)(DOs + 2 * TC_TILE * L::ROW), *Dv = Lse + 2 * TC_TILE;  // 2 x (TC_TILE) each
-    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows);
+    const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows, block0 + blockIdx.x);
     const int h = b.h, k0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
     const long ld = 3L * D;
     const TokenMap &map = b.map;
@@ -466,6 +471,17 @@ __global__ void __launch_bounds__(TC_THREADS)
                 float p = map.sees(q0 + c, k0 + r0 + g + 8 * (e / 2)) ? expf(st[j][e] * scale - Lt[c]) : 0.f;
                 st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dt[c]) * scale;  // P^T, dS^T
             }
+        if (ds) {  // dS^T as the products below round it, for the dQ GEMM (tc_dq_gemm)
+            bf16 *slot = ds + (long)(blockIdx.x / ntiles) * lay.len * ldds;
+            for (int r = 0; r < 2; r++) {
+                int k = k0 + r0 + g + 8 * r;
+                if (!map.valid(k)) continue;
+                for (int j = 0; j < NT; j++) {
+                    int q = q0 + j * 8 + 2 * t;  // q + 1 may be the padding column: never read
+                    if (map.valid(q)) *(uint32_t *)(slot + (long)k * ldds + q) = ::pack(dpt[j][2 * r], dpt[j][2 * r + 1]);
+                }
+            }
+        }
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t pa[4], sa[4];
             c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
@@ -529,6 +545,47 @@ static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int
     kernelCheck();
 }
 
+// ----------------------------------------------------------------------------
+// dQ from the stored dS (sequences longer than TC_PACK_MAX): for each (sequence, head) pair of a
+// chunk, dQ^T (DH, len) += K^T (DH, len) dS^T (len, len), all of the chunk's pairs in one batched
+// cuBLAS GEMM (bf16 operands, fp32 accumulation into dqkv). Column-major: K^T is the head's bf16
+// copy with lda = tok_stride * DH; dS^T is slot p of ds read as op T of the (ldds, len) matrix the
+// dK/dV kernel wrote; dQ^T lies in dqkv with ldc = tok_stride * 3D. The pointer arrays are filled
+// on the device, so nothing waits for the host.
+
+static size_t g_ds_cap = ATTN_DS_CAP;  // the most bytes of dS held at once (backend_cuda_set_attn_ds_cap)
+
+extern "C" void backend_cuda_set_attn_ds_cap(size_t bytes) { g_ds_cap = bytes ? bytes : ATTN_DS_CAP; }
+
+// Thread p: the operands of pair pair0 + p of the chunk.
+__global__ void tc_dq_pointers_kernel(const void **A, const void **B, void **C, const bf16 *__restrict__ k16,
+                                      const bf16 *__restrict__ ds, float *__restrict__ dqkv, AttnLayout lay, int D,
+                                      int H, int DH, long rows, int ldds, long pair0, long npairs) {
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npairs) return;
+    long seq = (pair0 + p) / H, base = TokenMap::seq_base(lay, seq);
+    int h = (int)((pair0 + p) % H);
+    A[p] = k16 + ((long)h * rows + base) * DH;
+    B[p] = ds + p * lay.len * (long)ldds;
+    C[p] = dqkv + base * 3L * D + (long)h * DH;
+}
+
+static void tc_dq_gemm(float *dqkv, const bf16 *k16, const bf16 *ds, void **ptrs, AttnLayout lay, int D, int H,
+                       int DH, long rows, int ldds, long pair0, long npairs) {
+    const void **A = (const void **)ptrs, **B = A + npairs;
+    void **C = ptrs + 2 * npairs;
+    tc_dq_pointers_kernel<<<fc_cdiv(npairs, 128), 128>>>(A, B, C, k16, ds, dqkv, lay, D, H, DH, rows, ldds, pair0,
+                                                         npairs);
+    kernelCheck();
+    const float one = 1.0f;
+    cublasHandle_t hd = fc_cublas_bf16();
+    cublasCheck(cublasSetPointerMode(hd, CUBLAS_POINTER_MODE_HOST));
+    cublasCheck(cublasGemmBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_T, DH, lay.len, lay.len, &one, A, CUDA_R_16BF,
+                                    (int)(lay.tok_stride * DH), B, CUDA_R_16BF, ldds, &one, C, CUDA_R_32F,
+                                    (int)(lay.tok_stride * 3 * D), (int)npairs, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+}
+
 template <int DH>
 static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
                    AttnLayout lay, int D, int H, long n_seq) {
@@ -543,10 +600,26 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
     const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
     TcGrid grid = tc_grid(n_seq, lay.len, H);
     float scale = (float)(1.0 / sqrt((double)DH));
-    tc_attn_bwd_dq_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
-    kernelCheck();
-    tc_attn_bwd_dkdv_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
-    kernelCheck();
+    if (grid.pack > 1) {  // packed short sequences: the dQ kernel, then dK/dV
+        tc_attn_bwd_dq_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
+        kernelCheck();
+        tc_attn_bwd_dkdv_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, nullptr, 0, 0, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
+        kernelCheck();
+        return;
+    }
+    // dK/dV store dS, chunk by chunk of (sequence, head) pairs, and a batched GEMM takes dQ from it.
+    long pairs = n_seq * H, chunk = attn_ds_chunk_pairs(pairs, lay.len, g_ds_cap);
+    int ldds = attn_ds_ld(lay.len);
+    char *scratch = (char *)fc_cuda_scratch(SCRATCH_ATTN_DS, attn_ds_scratch_bytes(pairs, lay.len, g_ds_cap));
+    void **ptrs = (void **)scratch;
+    bf16 *ds = (bf16 *)(scratch + attn_ds_pointer_bytes(chunk));
+    const bf16 *k16 = qkv16 + (long)H * rows * DH;
+    for (long p0 = 0; p0 < pairs; p0 += chunk) {
+        long np = pairs - p0 < chunk ? pairs - p0 : chunk;
+        tc_attn_bwd_dkdv_kernel<DH><<<(unsigned)(np * grid.ntiles), TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, ds, ldds, (unsigned)(p0 * grid.ntiles), qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, 1, scale);
+        kernelCheck();
+        tc_dq_gemm(dqkv, k16, ds, ptrs, lay, D, H, DH, rows, ldds, p0, np);
+    }
 }
 
 // The head dimension when the tensor-core kernels take this call (any sequence length), else 0

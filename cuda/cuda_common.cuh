@@ -35,6 +35,7 @@ static inline unsigned fc_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 
 enum {
     SCRATCH_LINEAR, SCRATCH_ELEMENTWISE, SCRATCH_NORM, SCRATCH_ATTN, SCRATCH_OPTIM,
     SCRATCH_BF16_W, SCRATCH_BF16_A, SCRATCH_BF16_B,  // bf16 operands of one GEMM (bf16.cu)
+    SCRATCH_ATTN_DS,  // attention's stored dS and its dQ GEMM's pointers (attention_tc.cu)
     SCRATCH_COUNT
 };
 void *fc_cuda_scratch(int which, size_t bytes);

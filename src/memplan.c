@@ -9,6 +9,11 @@
 #include "model.h"
 #include "optim.h"
 
+// The dS scratch of an attention over sequences of len tokens, pairs (sequence, head) pairs.
+static size_t attn_ds_plan_bytes(long pairs, long len) {
+    return len > ATTN_PACK_MAX ? attn_ds_scratch_bytes(pairs, (int)len, ATTN_DS_CAP) : 0;
+}
+
 MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     ModelCounts k = model_counts(c, B);
     MemPlan p = {0};
@@ -37,6 +42,10 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
         p.weights_bf16 = 2.0 * k.params;
         p.workspace += 2 * 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
+        // the attention backward's stored dS (backend.h), for the longer of the two attentions
+        long N = (long)(c->frame_size / c->patch) * (c->frame_size / c->patch), F = c->slots;
+        size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N), temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
+        p.workspace += (double)(spatial > temporal ? spatial : temporal);
     }
     p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
     free(k.info);

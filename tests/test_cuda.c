@@ -416,6 +416,15 @@ static void section_ops_bf16(void) {
     linear_cases(!g_quick);
     t_weights_mirror(300, 96, 200), t_weights_mirror(7, 64, 576);
     attn_cases(!g_quick);  // sequences of 64 and more on the tensor cores, shorter ones in fp32
+    // The backward's stored dS in chunks of (sequence, head) pairs: 6 pairs one at a time, then 4 and 2.
+    for (long per = 1; per <= 4; per += 3) {
+        size_t cap = (size_t)per * (2L * 100 * attn_ds_ld(100) + 3 * sizeof(void *));
+        check(attn_ds_chunk_pairs(6, 100, cap) == per, nm("cuda_attn_ds_chunks"), "cap %zu bytes: %ld pairs a chunk",
+              cap, attn_ds_chunk_pairs(6, 100, cap));
+        backend_cuda_set_attn_ds_cap(cap);
+        t_attn(1, 3, 100, 2, 32, 0, 1), t_attn(1, 100, 3, 2, 32, 1, 1);
+        backend_cuda_set_attn_ds_cap(0);
+    }
 }
 
 static void section_ops(void) {

@@ -126,26 +126,54 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOper
     return sgemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 
-// A stored (rows, cols) column-major bf16 matrix with leading dimension ld, widened to fp32 (ld rows).
-static float *widen(const void *src, int ld, int cols) {
+// A (rows, cols) column-major bf16 matrix with leading dimension ld, widened to fp32 with the same
+// ld; only the rows in use are read (the rest of each column may lie beyond the allocation).
+static float *widen(const void *src, int rows, int ld, int cols) {
     const __nv_bfloat16 *s = (const __nv_bfloat16 *)src;
-    size_t n = (size_t)ld * std::max(cols, 0);
-    float *d = (float *)malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) d[i] = __bfloat162float(s[i]);
+    size_t n = (size_t)std::max(ld, 0) * std::max(cols, 0);
+    float *d = (float *)calloc(n ? n : 1, sizeof(float));
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows && r < ld; r++) d[(size_t)c * ld + r] = __bfloat162float(s[(size_t)c * ld + r]);
     return d;
+}
+
+// One GEMM of bf16 A and B into fp32 C (cublasGemmEx's one combination the backend uses).
+static cublasStatus_t gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                const void *alpha, const void *A, int lda, const void *B, int ldb, const void *beta,
+                                void *C, int ldc) {
+    float *a = widen(A, ta == CUBLAS_OP_N ? m : k, lda, ta == CUBLAS_OP_N ? k : m);
+    float *b = widen(B, tb == CUBLAS_OP_N ? k : n, ldb, tb == CUBLAS_OP_N ? n : k);
+    cublasStatus_t st = sgemm(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta,
+                              (float *)C, ldc);
+    free(a), free(b);
+    return st;
+}
+
+static bool bf16_types(cudaDataType Atype, cudaDataType Btype, cudaDataType Ctype, cublasComputeType_t compute) {
+    return Atype == CUDA_R_16BF && Btype == CUDA_R_16BF && Ctype == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED;  // the one combination the backend uses
-    float *a = widen(A, lda, ta == CUBLAS_OP_N ? k : m), *b = widen(B, ldb, tb == CUBLAS_OP_N ? n : k);
-    cublasStatus_t st = sgemm(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta,
-                              (float *)C, ldc);
-    free(a), free(b);
-    return st;
+    if (!bf16_types(Atype, Btype, Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_bf16(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The pointer arrays live in device memory (here: the host's), one GEMM per entry.
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void *alpha, const void *const A[], cudaDataType Atype, int lda,
+                                   const void *const B[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const C[], cudaDataType Ctype, int ldc, int batch,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    if (!bf16_types(Atype, Btype, Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = gemm_bf16(h, ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // extern "C"
