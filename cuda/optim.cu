@@ -3,14 +3,19 @@
 // kernel: dequantise, update, block absmax, requantise with the encoder of src/quant8.c), the sum
 // of squares behind the gradient norm (sum_squares) and the EMA of the weights (ema_update).
 //
-// The per-element math is the CPU's, operation for operation, in the same precision: the step's
-// constants are computed on the host exactly as adam_const does, and the device arithmetic uses
-// the __*_rn intrinsics so that nvcc cannot fuse a product and a sum into an FMA (the CPU build
-// rounds each one). Double division and square root are IEEE-rounded on both. So parameters,
-// moments and 8-bit codes are the CPU's bytes given the same inputs.
+// The per-element math is the CPU's, operation for operation, in the same precision (float for
+// AdamW and the EMA: double runs at 1/64 of the float rate on GeForce cards): the step's constants
+// come from the CPU's adam_const, and the device arithmetic uses the __*_rn intrinsics so that
+// nvcc cannot fuse a product and a sum into an FMA (the CPU build rounds each one). Division and
+// square root are IEEE-rounded on both. So parameters, moments and 8-bit codes are the CPU's bytes
+// given the same inputs.
 #include <math.h>
 
 #include "cuda_common.cuh"
+
+extern "C" {
+#include "../src/cpu_optim.h"  // AdamConst, adam_const
+}
 
 enum {
     ELEM_THREADS = 256,  // threads per block of the one-thread-per-element kernels
@@ -24,46 +29,26 @@ static_assert(SS_CHUNK % SS_THREADS == 0, "sum_squares chunks split evenly among
 // ----------------------------------------------------------------------------
 // AdamW
 
-// One AdamW step's constants, in double: adam_const of src/cpu_optim.c, plus 1 - beta1 and
-// 1 - beta2, which the CPU computes per element (the same values).
-struct AdamConst {
-    double b1, b2, one_m_b1, one_m_b2, eps, scale;
-    double decay;      // 1 - lr * weight_decay (decoupled weight decay, applied before the step)
-    double step_size;  // lr / (1 - b1^t)
-    double bc2;        // 1 - b2^t
-};
-
-static AdamConst adam_const(AdamHyper h) {
-    if (h.step < 1) fc_die("adamw: step %d, must be >= 1 (the bias correction needs it)", h.step);
-    AdamConst c;
-    c.b1 = h.beta1, c.b2 = h.beta2, c.eps = h.eps, c.scale = h.grad_scale;
-    c.one_m_b1 = 1.0 - c.b1, c.one_m_b2 = 1.0 - c.b2;
-    c.decay = 1.0 - (double)h.lr * h.weight_decay;
-    c.step_size = h.lr / (1.0 - pow(c.b1, h.step));
-    c.bc2 = 1.0 - pow(c.b2, h.step);
-    return c;
-}
-
-// adam_elem of src/cpu_optim.c: the step for one element whose (scaled) gradient g is finite;
+// The step for one element whose (scaled) gradient g is finite: adam_elem of src/cpu_optim.c;
 // updates m, v and returns the new parameter.
-//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p = p decay - step_size m / (sqrt(v / bc2) + eps)
-static __device__ __forceinline__ double adam_elem(const AdamConst &c, double p, double g, double &m, double &v) {
-    m = __dadd_rn(__dmul_rn(c.b1, m), __dmul_rn(c.one_m_b1, g));
-    v = __dadd_rn(__dmul_rn(c.b2, v), __dmul_rn(__dmul_rn(c.one_m_b2, g), g));
-    double denom = __dadd_rn(__dsqrt_rn(__ddiv_rn(v, c.bc2)), c.eps);
-    return __dsub_rn(__dmul_rn(p, c.decay), __ddiv_rn(__dmul_rn(c.step_size, m), denom));
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p = (p - p lr wd) - step_size m / (sqrt(v / bc2) + eps)
+static __device__ __forceinline__ float adam_elem(const AdamConst &c, float p, float g, float &m, float &v) {
+    m = __fadd_rn(__fmul_rn(c.b1, m), __fmul_rn(c.one_m_b1, g));
+    v = __fadd_rn(__fmul_rn(c.b2, v), __fmul_rn(__fmul_rn(c.one_m_b2, g), g));
+    float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(v, c.bc2)), c.eps);
+    return __fsub_rn(__fsub_rn(p, __fmul_rn(p, c.lr_wd)), __fdiv_rn(__fmul_rn(c.step_size, m), denom));
 }
 
 // One thread per element i of param, grad, m, v (n).
 static __global__ void adamw_fp32_kernel(real *param, const real *grad, float *m, float *v, size_t n, AdamConst c) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    double g = grad[i];
+    float g = grad[i];
     if (!isfinite(g)) return;  // a NaN/Inf gradient leaves p, m and v as they are
-    double mi = m[i], vi = v[i];
-    param[i] = (real)adam_elem(c, (double)param[i], __dmul_rn(g, c.scale), mi, vi);
-    m[i] = (float)mi;
-    v[i] = (float)vi;
+    float mi = m[i], vi = v[i];
+    param[i] = adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi);
+    m[i] = mi;
+    v[i] = vi;
 }
 
 static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
@@ -86,9 +71,9 @@ static __device__ __forceinline__ uint8_t quant8_encode(const float *code, float
 
 // Maximum over the threads of a block of ADAM8_BLOCK threads; every thread gets it. Exact (max
 // does not depend on the order). `shared` holds one value per warp.
-static __device__ __forceinline__ double block_max(double x, double *shared) {
+static __device__ __forceinline__ float block_max(float x, float *shared) {
     for (int o = 16; o > 0; o >>= 1) {
-        double y = __shfl_xor_sync(0xffffffffu, x, o);
+        float y = __shfl_xor_sync(0xffffffffu, x, o);
         x = y > x ? y : x;
     }
     if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
@@ -101,13 +86,13 @@ static __device__ __forceinline__ double block_max(double x, double *shared) {
 // One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
 // i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad: (n);
 // absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to shared memory.
-// As cpu_adamw_8bit: dequantise to float, update in double (a non-finite gradient leaves p and the
+// As cpu_adamw_8bit: dequantise to float, update in float (a non-finite gradient leaves p and the
 // dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
 static __global__ void __launch_bounds__(ADAM8_BLOCK)
     adamw_8bit_kernel(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                       const float *code_m, const float *code_v, size_t n, AdamConst c) {
     __shared__ float cm[256], cv[256];
-    __shared__ double max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
+    __shared__ float max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
     int j = threadIdx.x;
     size_t b = blockIdx.x, i = b * ADAM8_BLOCK + j;
     bool live = i < n;
@@ -116,23 +101,21 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
     float am = absmax_m[b], av = absmax_v[b];
     __syncthreads();
 
-    double mi = 0.0, vi = 0.0;
+    float mi = 0.0f, vi = 0.0f;
     if (live) {
         // a zero absmax (the zero-filled state) dequantises every code to 0
-        float mq = __fmul_rn(cm[m8[i]], am), vq = __fmul_rn(cv[v8[i]], av);
-        mi = mq, vi = vq;
-        double g = grad[i];
-        if (isfinite(g)) param[i] = (real)adam_elem(c, (double)param[i], __dmul_rn(g, c.scale), mi, vi);
+        mi = __fmul_rn(cm[m8[i]], am), vi = __fmul_rn(cv[v8[i]], av);
+        float g = grad[i];
+        if (isfinite(g)) param[i] = adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi);
     }
     // The CPU's running max starts at 0 and takes a value only when it is greater (never a NaN).
-    double abs_m = fabs(mi);
-    double max_m = block_max(abs_m > 0.0 ? abs_m : 0.0, max_m_w);
-    double max_v = block_max(vi > 0.0 ? vi : 0.0, max_v_w);
-    float new_am = (float)max_m, new_av = (float)max_v;
+    float abs_m = fabsf(mi);
+    float new_am = block_max(abs_m > 0.0f ? abs_m : 0.0f, max_m_w);
+    float new_av = block_max(vi > 0.0f ? vi : 0.0f, max_v_w);
     if (j == 0) absmax_m[b] = new_am, absmax_v[b] = new_av;
     if (live) {
-        m8[i] = new_am > 0.0f ? quant8_encode(cm, (float)__ddiv_rn(mi, (double)new_am)) : 0;
-        v8[i] = new_av > 0.0f ? quant8_encode(cv, (float)__ddiv_rn(vi, (double)new_av)) : 0;
+        m8[i] = new_am > 0.0f ? quant8_encode(cm, __fdiv_rn(mi, new_am)) : 0;
+        v8[i] = new_av > 0.0f ? quant8_encode(cv, __fdiv_rn(vi, new_av)) : 0;
     }
 }
 
@@ -222,17 +205,18 @@ static double cuda_sum_squares(const real *x, size_t n, size_t *nonfinite) {
 }
 
 // ----------------------------------------------------------------------------
-// EMA of the weights: one thread per element, ema = decay * ema + (1 - decay) * param in double.
+// EMA of the weights: one thread per element, ema = decay * ema + (1 - decay) * param in float
+// (cpu_ema_update).
 
-static __global__ void ema_update_kernel(real *ema, const real *param, double d, double w, size_t n) {
+static __global__ void ema_update_kernel(real *ema, const real *param, float d, float w, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    ema[i] = (real)__dadd_rn(__dmul_rn(d, (double)ema[i]), __dmul_rn(w, (double)param[i]));
+    ema[i] = __fadd_rn(__fmul_rn(d, ema[i]), __fmul_rn(w, param[i]));
 }
 
 static void cuda_ema_update(real *ema, const real *param, float decay, size_t n) {
     if (n == 0) return;
-    double d = decay, w = 1.0 - d;
+    float d = decay, w = (float)(1.0 - (double)decay);
     ema_update_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(ema, param, d, w, n);
     kernelCheck();
 }

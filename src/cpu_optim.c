@@ -2,6 +2,11 @@
 // quantised moments (bitsandbytes-style dynamic codes, quant8.h), the sum of squares behind the
 // gradient norm, and the EMA of the weights. Contracts in backend.h.
 //
+// AdamW and the EMA compute in float, as torch does: cuda/optim.cu repeats this math operation for
+// operation, and in double it would run at 1/64 of the float rate on the GeForce cards framechain
+// targets (a 0.95 B model's optimizer step: some 1e11 double operations, most of a second on an
+// RTX 3090). The sum of squares stays in double: two operations an element.
+//
 // Every loop runs over independent elements or blocks, and every reduction is split into fixed
 // chunks combined in order, so the results are the same bytes for any number of threads.
 #include "cpu_optim.h"
@@ -10,42 +15,36 @@
 
 #include "quant8.h"
 
-// One AdamW step's constants, in double.
-typedef struct {
-    double b1, b2, eps, scale;
-    double decay;      // 1 - lr * weight_decay (decoupled weight decay, applied before the step)
-    double step_size;  // lr / (1 - b1^t)
-    double bc2;        // 1 - b2^t
-} AdamConst;
-
-static AdamConst adam_const(AdamHyper h) {
+// The step's constants: computed in double, once, then rounded to float for the per-element math.
+AdamConst adam_const(AdamHyper h) {
     if (h.step < 1) fc_die("adamw: step %d, must be >= 1 (the bias correction needs it)", h.step);
+    double b1 = h.beta1, b2 = h.beta2;
     AdamConst c;
-    c.b1 = h.beta1, c.b2 = h.beta2, c.eps = h.eps, c.scale = h.grad_scale;
-    c.decay = 1.0 - (double)h.lr * h.weight_decay;
-    c.step_size = h.lr / (1.0 - pow(c.b1, h.step));
-    c.bc2 = 1.0 - pow(c.b2, h.step);
+    c.b1 = (float)b1, c.b2 = (float)b2, c.one_m_b1 = (float)(1.0 - b1), c.one_m_b2 = (float)(1.0 - b2);
+    c.eps = h.eps, c.scale = h.grad_scale;
+    c.lr_wd = (float)((double)h.lr * h.weight_decay);
+    c.step_size = (float)(h.lr / (1.0 - pow(b1, h.step)));
+    c.bc2 = (float)(1.0 - pow(b2, h.step));
     return c;
 }
 
 // The step for one element whose gradient g (already scaled) is finite; updates *m, *v and returns
-// the new parameter. torch.optim.AdamW: p = p (1 - lr wd) - lr / bc1 * m / (sqrt(v / bc2) + eps).
-static inline double adam_elem(const AdamConst *c, double p, double g, double *m, double *v) {
-    *m = c->b1 * *m + (1.0 - c->b1) * g;
-    *v = c->b2 * *v + (1.0 - c->b2) * g * g;
-    return p * c->decay - c->step_size * *m / (sqrt(*v / c->bc2) + c->eps);
+// the new parameter. torch.optim.AdamW: p = p (1 - lr wd) - lr / bc1 * m / (sqrt(v / bc2) + eps),
+// with p (1 - lr wd) as p - p (lr wd): 1 - 1e-6 rounded to float would be off by up to 3e-8, a 3%
+// error in the decay itself. cuda/optim.cu does the same operations in the same order.
+static inline float adam_elem(const AdamConst *c, float p, float g, float *m, float *v) {
+    *m = c->b1 * *m + c->one_m_b1 * g;
+    *v = c->b2 * *v + c->one_m_b2 * g * g;
+    return (p - p * c->lr_wd) - c->step_size * *m / (sqrtf(*v / c->bc2) + c->eps);
 }
 
 void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        double g = grad[i];
+        float g = grad[i];
         if (!isfinite(g)) continue;  // a NaN/Inf gradient leaves p, m and v as they are
-        double mi = m[i], vi = v[i];
-        param[i] = (real)adam_elem(&c, param[i], g * c.scale, &mi, &vi);
-        m[i] = (float)mi;
-        v[i] = (float)vi;
+        param[i] = adam_elem(&c, param[i], g * c.scale, &m[i], &v[i]);
     }
 }
 
@@ -56,28 +55,25 @@ void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, flo
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nblocks; b++) {
         size_t i0 = b * ADAM8_BLOCK, len = n - i0 < ADAM8_BLOCK ? n - i0 : ADAM8_BLOCK;
-        // The block's moments in double between the dequantisation and the requantisation. They are
-        // dequantised to floats, the values fp32 AdamW would hold; a zero absmax (the zero-filled state)
-        // dequantises every code to 0.
-        double mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
+        // The block's moments between the dequantisation and the requantisation: the floats fp32
+        // AdamW would hold. A zero absmax (the zero-filled state) dequantises every code to 0.
+        float mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
         float am = absmax_m[b], av = absmax_v[b];
-        double max_m = 0.0, max_v = 0.0;
+        float max_m = 0.0f, max_v = 0.0f;
         for (size_t j = 0; j < len; j++) {
             size_t i = i0 + j;
-            float mq = code_m[m8[i]] * am, vq = code_v[v8[i]] * av;
-            double mi = mq, vi = vq;
-            double g = grad[i];
+            float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
+            float g = grad[i];
             // a non-finite gradient: p unchanged, the moments keep their dequantised values
-            if (isfinite(g)) param[i] = (real)adam_elem(&c, param[i], g * c.scale, &mi, &vi);
+            if (isfinite(g)) param[i] = adam_elem(&c, param[i], g * c.scale, &mi, &vi);
             mb[j] = mi, vb[j] = vi;
-            if (fabs(mi) > max_m) max_m = fabs(mi);
+            if (fabsf(mi) > max_m) max_m = fabsf(mi);
             if (vi > max_v) max_v = vi;
         }
-        float new_am = (float)max_m, new_av = (float)max_v;
-        absmax_m[b] = new_am, absmax_v[b] = new_av;
+        absmax_m[b] = max_m, absmax_v[b] = max_v;
         for (size_t j = 0; j < len; j++) {
-            m8[i0 + j] = new_am > 0.0f ? quant8_encode(code_m, (float)(mb[j] / new_am)) : 0;
-            v8[i0 + j] = new_av > 0.0f ? quant8_encode(code_v, (float)(vb[j] / new_av)) : 0;
+            m8[i0 + j] = max_m > 0.0f ? quant8_encode(code_m, mb[j] / max_m) : 0;
+            v8[i0 + j] = max_v > 0.0f ? quant8_encode(code_v, vb[j] / max_v) : 0;
         }
     }
 }
@@ -115,7 +111,7 @@ double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
 }
 
 void cpu_ema_update(real *ema, const real *param, float decay, size_t n) {
-    double d = decay, w = 1.0 - d;
+    float d = decay, w = (float)(1.0 - (double)decay);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) ema[i] = (real)(d * ema[i] + w * param[i]);
+    for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + w * param[i];
 }

@@ -5,6 +5,15 @@
 
 #include "backend.h"
 
+// One AdamW step's constants, shared with cuda/optim.cu so that both use the same floats.
+typedef struct {
+    float b1, b2, one_m_b1, one_m_b2, eps, scale;
+    float lr_wd;      // lr * weight_decay (decoupled weight decay, applied before the step)
+    float step_size;  // lr / (1 - b1^t)
+    float bc2;        // 1 - b2^t
+} AdamConst;
+AdamConst adam_const(AdamHyper h);
+
 void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h);
 void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                     const float *code_m, const float *code_v, size_t n, AdamHyper h);

@@ -339,8 +339,7 @@ static void test_nonfinite_gradients(void) {
         // 8-bit: the moment keeps its dequantised value, which is requantised against the block's new
         // absmax like every other element (so its code is the nearest to old / new absmax)
         int b = i / ADAM8_BLOCK;
-        requant &= m8[i] == quant8_encode(g_code_s, (float)((double)dm[i] / am[b])) &&
-                   v8[i] == quant8_encode(g_code_u, (float)((double)dv[i] / av[b]));
+        requant &= m8[i] == quant8_encode(g_code_s, dm[i] / am[b]) && v8[i] == quant8_encode(g_code_u, dv[i] / av[b]);
     }
     for (int i = 0; i < N; i++) {
         if (i == bad[0] || i == bad[1] || i == bad[2]) continue;
