@@ -64,6 +64,35 @@ static void t_linear_at(int M, int K, int N, int bias, int nulls, int shift) {
 }
 static void t_linear(int M, int K, int N, int bias, int nulls) { t_linear_at(M, K, N, bias, nulls, 0); }
 
+// The nearest bf16 value (round to nearest even; finite inputs).
+static float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// x and w already bf16 values, so that rounding them to bf16 changes nothing: the forward then
+// matches the CPU to fp32 accuracy (1e-5) in bf16 too, and an element the bf16 conversion
+// (bf16.cu) gets wrong or leaves out shows. x starts `shift` floats into its buffer: 0 converts in
+// float4s (M K odd: a tail), 1 to 3 one element at a time.
+static void t_linear_exact(int M, int K, int N, int bias, int shift) {
+    Buf x = bnormal((size_t)M * K + shift, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N, 0, 1);
+    Buf y = bnormal((size_t)M * N, 0, 1);
+    for (size_t i = 0; i < x.n; i++) R(x)[i] = bf16_round(R(x)[i]);
+    for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_round(R(w)[i]);
+    breset(&x), breset(&w);
+    WHAT("M=%d K=%d N=%d%s, x and w bf16 values, x %d floats into its buffer", M, K, N, bias ? " bias" : "", shift);
+    BOTH(be->linear_fwd(P(y), P(x) + shift, P(w), bias ? P(b) : NULL, M, K, N));
+    g_linear_fwds++;
+    double tol = g_tol;
+    g_tol = TOL;
+    compare("cuda_linear_fwd_exact", "", &y, NULL);
+    g_tol = tol;
+    FREE(&x, &w, &b, &y);
+}
+
 // The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
 // off + D, off + 2D (ms = 9D: off = 3D, the temporal attention's; ms = 2D, the final layer: off = 0).
 static void t_ln_mod(int S, int N, int D, int msmul, int nulls) {
@@ -377,6 +406,8 @@ static void linear_cases(int big) {
     t_linear(77, 33, 5, 0, 0), t_linear(13, 7, 9, 1, NULL_DX), t_linear(1, 17, 3, 0, 0), t_linear(129, 15, 63, 1, 0);
     t_linear_at(77, 33, 5, 1, 0, 1), t_linear_at(300, 96, 200, 1, 0, 3), t_linear_at(13, 8, 24, 0, 0, 2);
     t_linear_at(7, 64, 576, 1, 0, 2);
+    for (int shift = 0; shift < 4; shift++) t_linear_exact(37, 51, 21, shift & 1, shift);  // M K = 1887: odd
+    t_linear_exact(64, 64, 48, 1, 0), t_linear_exact(3, 1, 5, 1, 0), t_linear_exact(2, 1, 3, 0, 1);  // n 3, 2
 }
 
 // The bf16 forward's fallback: on the emulation, cuBLASLt refuses through the hook as it does for a
