@@ -1,4 +1,4 @@
-// backend_cuda.cu: the CUDA backend's core: device discovery, memory, the cuBLAS handle, scratch
+// backend_cuda.cu: the CUDA backend's core: device discovery, memory, the cuBLAS handles, scratch
 // buffers, and the assembly of the op table from the kernel files (one file per kernel family:
 // linear.cu, elementwise.cu, norm.cu, attention.cu, optim.cu). Every op is checked against
 // backend_cpu.c by tests/test_cuda.c. Until the table is complete (backend_missing_op) the
@@ -150,6 +150,14 @@ cublasHandle_t fc_cublas_bf16(void) {
         cublasCheck(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
         cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
     }
+    return handle;
+}
+
+// cuBLASLt has no math or atomics mode: what a matmul may do is chosen per call, by its descriptors,
+// its preference and the algorithm (linear.cu).
+cublasLtHandle_t fc_cublaslt(void) {
+    static cublasLtHandle_t handle;
+    if (!handle) cublasCheck(cublasLtCreate(&handle));
     return handle;
 }
 

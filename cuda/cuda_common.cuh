@@ -1,8 +1,9 @@
 // cuda_common.cuh: what every kernel file of the CUDA backend shares: error checks that name the
-// file and line, the cuBLAS handle, per-family scratch buffers, and the registration functions
+// file and line, the cuBLAS and cuBLASLt handles, per-family scratch buffers, and the registration functions
 // through which each file fills in its part of the op table.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -43,6 +44,8 @@ void *fc_cuda_scratch(int which, size_t bytes);
 cublasHandle_t fc_cublas(void);
 // The handle for bf16 GEMMs on tensor cores (fp32 accumulation; no atomics either).
 cublasHandle_t fc_cublas_bf16(void);
+// The cuBLASLt handle: the bf16 linear forward with its bias in the GEMM's epilogue (linear.cu).
+cublasLtHandle_t fc_cublaslt(void);
 // Device memory, counted towards the peak (backend_cuda.cu).
 void *fc_cuda_alloc(size_t bytes);
 void fc_cuda_free(void *ptr);

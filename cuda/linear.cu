@@ -4,8 +4,19 @@
 // "cuda" reads bf16 operands (bf16.cu) on the tensor cores and accumulates into fp32 outputs.
 // Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
 //
+// The bf16 forward is one cublasLtMatmul: y = x @ w^T with the bias added in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS, beta = 0), so y is written once and never read. The fp32 forward, and a
+// bf16 shape cuBLASLt has no kernel for, first broadcast the bias into y with a kernel and then
+// run a GEMM with beta = 1 (M*N more fp32 writes and reads). cuBLASLt stays deterministic: the
+// algorithm for a shape is chosen once by the heuristic (a function of the shape, the operands'
+// alignments, the GPU and the fixed workspace size) and kept, cuBLASLt's split-K reductions are
+// ordered (in place behind counters, or in the workspace and then reduced in a separate step, never
+// by atomics), and everything runs on the one default stream with a workspace of its own.
+//
 // cuBLAS is column-major. A row-major (R, C) matrix with leading dimension C is, to cuBLAS, the
 // column-major (C, R) matrix: its transpose. Every call below is written in those terms.
+#include <string.h>
+
 #include "cuda_common.cuh"
 
 static_assert(sizeof(real) == sizeof(float), "the CUDA backend is built with real = float");
@@ -125,8 +136,142 @@ static const __nv_bfloat16 *act16(GemmKind kind, const real *x, size_t n, int wh
     return kind.bf16 ? fc_bf16_operand(x, n, which) : NULL;
 }
 
+// ----------------------------------------------------------------------------
+// the bf16 forward through cuBLASLt: y^T (N, M) = w (N, K) @ x^T (K, M) + b, the bias indexed by
+// the row of the column-major y^T (n of N) and broadcast along its columns (the M tokens)
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)  // counted (fc_cuda_alloc); src/memplan.c's workspace line
+#define LT_PLANS 64                            // the networks have a handful of shapes
+// cuBLASLt's alignment preferences cover A, B, C and D but not the bias, and fused-bias kernels may
+// read it in 16-byte pieces (an under-aligned bias has been seen to fault): a bias off 16 bytes is
+// first copied to SCRATCH_LINEAR (256-byte aligned).
+#define LT_BIAS_ALIGN 16
+
+// One forward configuration's plan, made once: the descriptors and the heuristic's best algorithm,
+// or lt = 0 when cuBLASLt has no kernel for it (the heuristic returned none, or cublasLtMatmul said
+// NOT_SUPPORTED): that configuration then always takes the cuBLAS path. The operands' alignments
+// are part of the key, as the heuristic picks kernels that rely on them.
+typedef struct {
+    int used, M, K, N, bias;
+    unsigned align_w, align_x, align_y, align_b;  // bytes, up to 256 (align_b 0 without a bias)
+    int lt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lw, lx, ly;
+    cublasLtMatmulAlgo_t algo;
+} LtPlan;
+
+static LtPlan g_lt_plans[LT_PLANS];
+static int g_lt_next;  // the slot the next new plan takes (round robin once all are in use)
+static void *g_lt_workspace;
+
+// The largest power of two up to 256 that divides the address.
+static unsigned lt_align(const void *p) {
+    unsigned a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+static void lt_plan_release(LtPlan *p) {
+    if (!p->used) return;
+    if (p->desc) cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+    if (p->lw) cublasCheck(cublasLtMatrixLayoutDestroy(p->lw));
+    if (p->lx) cublasCheck(cublasLtMatrixLayoutDestroy(p->lx));
+    if (p->ly) cublasCheck(cublasLtMatrixLayoutDestroy(p->ly));
+    memset(p, 0, sizeof *p);
+}
+
+// A new plan for `key`: the descriptors, then one heuristic query with the operands' alignments and
+// the bias pointer the matmul will see (the heuristic reads its alignment from the descriptor).
+static LtPlan *lt_plan_new(const LtPlan *key, const float *bias) {
+    LtPlan *p = &g_lt_plans[g_lt_next];
+    g_lt_next = (g_lt_next + 1) % LT_PLANS;
+    lt_plan_release(p);
+    *p = *key;
+    p->used = 1;
+    if (!g_lt_workspace) g_lt_workspace = fc_cuda_alloc(LT_WORKSPACE_BYTES);
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias) {
+        // The bias has D's type (fp32) with bf16 A and B; said explicitly rather than left to the default.
+        const int32_t bias_type = CUDA_R_32F;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof bias_type));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    // w: column-major (K, N), op T; x: column-major (K, M), op N; y (C and D): column-major (N, M).
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->N, p->K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->M, p->K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)p->N, (uint64_t)p->M, p->N));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = LT_WORKSPACE_BYTES;
+    const uint32_t aw = p->align_w, ax = p->align_x, ay = p->align_y;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay));
+    cublasLtMatmulHeuristicResult_t result;
+    memset(&result, 0, sizeof result);
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(fc_cublaslt(), p->desc, p->lw, p->lx, p->ly, p->ly, pref, 1,
+                                                       &result, &found);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED)
+        fc_cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    p->lt = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (p->lt) p->algo = result.algo;
+    return p;
+}
+
+// y (M, N) = x @ w^T + b through cublasLtMatmul; 0 (nothing written) where this configuration takes
+// the cuBLAS path instead.
+static int lt_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16 *w16, const real *b, int M, int K,
+                         int N) {
+    LtPlan key;
+    memset(&key, 0, sizeof key);
+    key.M = M, key.K = K, key.N = N, key.bias = b != NULL;
+    key.align_w = lt_align(w16), key.align_x = lt_align(x16), key.align_y = lt_align(y);
+    int stage = b && lt_align(b) < LT_BIAS_ALIGN;
+    key.align_b = b ? (stage ? 256 : lt_align(b)) : 0;  // scratch starts on 256 bytes
+    LtPlan *p = NULL;
+    for (int i = 0; i < LT_PLANS && !p; i++) {
+        LtPlan *q = &g_lt_plans[i];
+        if (q->used && q->M == M && q->K == K && q->N == N && q->bias == key.bias && q->align_w == key.align_w &&
+            q->align_x == key.align_x && q->align_y == key.align_y && q->align_b == key.align_b)
+            p = q;
+    }
+    if (p && !p->lt) return 0;
+    const float *bias = b;
+    if (stage) {
+        float *copy = (float *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(float) * (size_t)N);
+        cudaCheck(cudaMemcpyAsync(copy, b, sizeof(float) * (size_t)N, cudaMemcpyDeviceToDevice, 0));
+        bias = copy;
+    }
+    if (!p) p = lt_plan_new(&key, bias);
+    if (!p->lt) return 0;
+    if (bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, w16, p->lw, x16, p->lx, &zero, y, p->ly, y, p->ly,
+                                       &p->algo, g_lt_workspace, LT_WORKSPACE_BYTES, 0);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return p->lt = 0;  // remembered: this configuration takes cuBLAS
+    fc_cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
+    return 1;
+}
+
 static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
     if (M <= 0 || N <= 0) return;
+    const __nv_bfloat16 *w16 = NULL, *x16 = NULL;
+    if (K > 0) {
+        w16 = weight16(kind, w, (size_t)N * K), x16 = act16(kind, x, (size_t)M * K, SCRATCH_BF16_A);
+        if (kind.bf16 && lt_linear_fwd(y, x16, w16, b, M, K, N)) return;
+    }
     if (b) {
         linear_bias_broadcast_kernel<<<lin_grid((size_t)M * N), LIN_THREADS>>>(y, b, (size_t)M, (size_t)N);
         kernelCheck();
@@ -135,7 +280,6 @@ static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, con
         if (!b) cudaCheck(cudaMemset(y, 0, sizeof(real) * (size_t)M * N));
         return;
     }
-    const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K), *x16 = act16(kind, x, (size_t)M * K, SCRATCH_BF16_A);
     // y^T (N, M) = w (N, K) @ x^T (K, M): w is column-major (K, N), so op T; x is column-major (K, M), op N.
     gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
 }

@@ -34,9 +34,9 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
     p.inputs = r * k.inputs + window;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
-    // floats per token row; 64 MiB covers them and cuBLAS's workspace. bf16 GEMMs also convert
-    // their two activation operands into scratch, and attention its qkv and output gradient: at
-    // most the widest of (tokens, mlp width) and (tokens, 3 width) each.
+    // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. bf16
+    // GEMMs also convert their two activation operands into scratch, and attention its qkv and
+    // output gradient: at most the widest of (tokens, mlp width) and (tokens, 3 width) each.
     p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
     if (dev == PLAN_GPU_BF16) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);

@@ -8,8 +8,10 @@
 //     Every buffer, outputs included, starts random and ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
 //     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
-//  2. Determinism: attention, linear backward, the 8-bit AdamW step and the sum of squares, twice on
-//     CUDA from the same inputs: the same bytes.
+//     The bf16 linear forward runs through cuBLASLt with the bias in its epilogue; on the emulation a
+//     hook counts its products and makes it refuse, to check the fallback to cuBLAS.
+//  2. Determinism: attention, linear forward and backward, the 8-bit AdamW step and the sum of
+//     squares, twice on CUDA from the same inputs: the same bytes.
 //  3. One training step of configs/tiny/starter.conf on both backends (random init, so that every
 //     gradient is non-trivial): the flow inputs, prediction, loss, every parameter gradient (1e-4;
 //     bf16: 2e-2 for the loss and prediction, 5e-2 for the gradients after two blocks), then one
@@ -38,16 +40,57 @@ const char *g_mode = "";
 enum { NULL_DX = 1, NULL_DW = 2 };  // gradients passed as NULL
 #define OPT(flag, b) (nulls & (flag) ? NULL : (b))
 
-static void t_linear(int M, int K, int N, int bias, int nulls) {
-    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N, 0, 1);
-    Buf y = bnormal((size_t)M * N, 0, 1), dy = bnormal((size_t)M * N, 0, 1), dx = bnormal((size_t)M * K, 0, 1);
+// The bf16 forward goes through cuBLASLt (cuda/linear.cu). On the CUDA emulation this hook counts
+// its products and can make it refuse as it does for a configuration it has no kernel for
+// (tests/cuda_emu/cuda_emu_runtime.cpp); a GPU build has no such symbol.
+extern long fc_emu_cublaslt_hook(int mode) __attribute__((weak));
+static int lt_hooked(void) { return fc_emu_cublaslt_hook && !strcmp(g_gpu->name, "cuda"); }  // not --cpu-as-cuda
+static long lt_products(void) { return fc_emu_cublaslt_hook ? fc_emu_cublaslt_hook(-1) : 0; }
+static int g_linear_fwds;  // linear forwards run on the CUDA side (with K > 0)
+
+// `shift`: x, y and b start that many floats into their buffers (x off 16 bytes: the scalar bf16
+// conversion; y and b off 16 bytes: cuBLASLt on a 4-byte aligned D, and a bias it cannot read in place).
+static void t_linear_at(int M, int K, int N, int bias, int nulls, int shift) {
+    Buf x = bnormal((size_t)M * K + shift, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N + shift, 0, 1);
+    Buf y = bnormal((size_t)M * N + shift, 0, 1), dy = bnormal((size_t)M * N, 0, 1), dx = bnormal((size_t)M * K, 0, 1);
     Buf dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
-    WHAT("M=%d K=%d N=%d%s", M, K, N, bias ? " bias" : "");
-    BOTH(be->linear_fwd(P(y), P(x), P(w), bias ? P(b) : NULL, M, K, N));
+    WHAT("M=%d K=%d N=%d%s%s", M, K, N, bias ? " bias" : "", shift ? ", x y b unaligned" : "");
+    BOTH(be->linear_fwd(P(y) + shift, P(x) + shift, P(w), bias ? P(b) + shift : NULL, M, K, N));
+    g_linear_fwds += K > 0;
     compare("cuda_linear_fwd", "", &y, NULL);
-    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), P(dw), bias ? P(db) : NULL, P(dy), P(x), P(w), M, K, N));
+    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), P(dw), bias ? P(db) : NULL, P(dy), P(x) + shift, P(w), M, K, N));
     compare("cuda_linear_bwd", "dx", OPT(NULL_DX, &dx), "dw", &dw, "db", bias ? &db : NULL, NULL);
     FREE(&x, &w, &b, &y, &dy, &dx, &dw, &db);
+}
+static void t_linear(int M, int K, int N, int bias, int nulls) { t_linear_at(M, K, N, bias, nulls, 0); }
+
+// The nearest bf16 value (round to nearest even; finite inputs).
+static float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// x and w already bf16 values, so that rounding them to bf16 changes nothing: the forward then
+// matches the CPU to fp32 accuracy (1e-5) in bf16 too, and an element the bf16 conversion
+// (bf16.cu) gets wrong or leaves out shows. x starts `shift` floats into its buffer: 0 converts in
+// float4s (M K odd: a tail), 1 to 3 one element at a time.
+static void t_linear_exact(int M, int K, int N, int bias, int shift) {
+    Buf x = bnormal((size_t)M * K + shift, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N, 0, 1);
+    Buf y = bnormal((size_t)M * N, 0, 1);
+    for (size_t i = 0; i < x.n; i++) R(x)[i] = bf16_round(R(x)[i]);
+    for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_round(R(w)[i]);
+    breset(&x), breset(&w);
+    WHAT("M=%d K=%d N=%d%s, x and w bf16 values, x %d floats into its buffer", M, K, N, bias ? " bias" : "", shift);
+    BOTH(be->linear_fwd(P(y), P(x) + shift, P(w), bias ? P(b) : NULL, M, K, N));
+    g_linear_fwds++;
+    double tol = g_tol;
+    g_tol = TOL;
+    compare("cuda_linear_fwd_exact", "", &y, NULL);
+    g_tol = tol;
+    FREE(&x, &w, &b, &y);
 }
 
 // The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
@@ -359,6 +402,58 @@ static void linear_cases(int big) {
     t_linear(896, 128, 384, 1, 0), t_linear(896, 512, 128, 1, 0), t_linear(896, 192, 128, 1, NULL_DX);  // small
     if (big) t_linear(7168, 256, 768, 1, 0), t_linear(7168, 1024, 256, 1, 0);
     if (big) t_linear(1031, 1536, 4608, 1, 0), t_linear(1031, 6144, 1536, 1, 0), t_linear(7, 1536, 3072, 1, 0);
+    // M, N, K off multiples of 8, with and without bias; operands off 16 bytes
+    t_linear(77, 33, 5, 0, 0), t_linear(13, 7, 9, 1, NULL_DX), t_linear(1, 17, 3, 0, 0), t_linear(129, 15, 63, 1, 0);
+    t_linear_at(77, 33, 5, 1, 0, 1), t_linear_at(300, 96, 200, 1, 0, 3), t_linear_at(13, 8, 24, 0, 0, 2);
+    t_linear_at(7, 64, 576, 1, 0, 2);
+    for (int shift = 0; shift < 4; shift++) t_linear_exact(37, 51, 21, shift & 1, shift);  // M K = 1887: odd
+    t_linear_exact(64, 64, 48, 1, 0), t_linear_exact(3, 1, 5, 1, 0), t_linear_exact(2, 1, 3, 0, 1);  // n 3, 2
+}
+
+// The bf16 forward's fallback: on the emulation, cuBLASLt refuses through the hook as it does for a
+// configuration it has no kernel for, in the two places it can: cublasLtMatmul answers NOT_SUPPORTED
+// for a configuration it took before, or the heuristic finds no algorithm. Either way the forward
+// takes the cuBLAS path (bias kernel, GEMM with beta = 1), gives the same answer, and remembers it.
+static void t_linear_lt_fallback(void) {
+    if (!lt_hooked()) {
+        printf("INFO cuda_linear_lt_fallback_bf16: left out: the cuBLASLt refusal hook is the CUDA emulation's\n");
+        return;
+    }
+    int M = 45, K = 27, N = 19;
+    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), b = bnormal(N, 0, 1);
+    Buf y = bnormal((size_t)M * N, 0, 1);
+    WHAT("M=%d K=%d N=%d bias, cublasLtMatmul NOT_SUPPORTED after one product", M, K, N);
+    long n0 = fc_emu_cublaslt_hook(0);
+    g_gpu->linear_fwd(y.g, x.g, w.g, b.g, M, K, N);
+    long n1 = fc_emu_cublaslt_hook(2);
+    real *lt = fetch(g_gpu, y.g, y.n);
+    breset(&y);
+    BOTH(be->linear_fwd(P(y), P(x), P(w), P(b), M, K, N));  // refused: the cuBLAS path
+    compare("cuda_linear_lt_fallback", "y", &y, NULL);
+    long n2 = fc_emu_cublaslt_hook(0);
+    real *fb = fetch(g_gpu, y.g, y.n);
+    breset(&y);
+    g_gpu->linear_fwd(y.g, x.g, w.g, b.g, M, K, N);  // the hook lifted: still the cuBLAS path
+    long n3 = fc_emu_cublaslt_hook(-1);
+    real *again = fetch(g_gpu, y.g, y.n);
+    double d = rel_err(fb, lt, y.n);
+    int same = !memcmp(again, fb, sizeof(real) * y.n);
+    check(n1 == n0 + 1 && n2 == n1 && n3 == n2 && d <= TOL && same, nm("cuda_linear_lt_refused"),
+          "%s: cuBLASLt products %ld before the refusal, %ld with it, %ld after it was lifted (1, 0, 0: the "
+          "cuBLAS path remembered); cuBLAS path against cuBLASLt rel err %.1e (tol %.0e); once more %s",
+          g_what, n1 - n0, n2 - n1, n3 - n2, d, TOL, SAME(same));
+    free(lt), free(fb), free(again);
+    FREE(&x, &w, &b, &y);
+
+    long h0 = fc_emu_cublaslt_hook(1);  // no algorithm for two new configurations
+    t_linear(23, 29, 31, 1, 0), t_linear(23, 29, 31, 0, 0);
+    long h1 = fc_emu_cublaslt_hook(0);
+    t_linear(23, 29, 31, 1, 0), t_linear(23, 29, 31, 0, 0);
+    long h2 = fc_emu_cublaslt_hook(-1);
+    check(h1 == h0 && h2 == h0, nm("cuda_linear_lt_no_algorithm"),
+          "M=23 K=29 N=31 with and without bias, no algorithm from the heuristic: cuBLASLt products %ld, then %ld "
+          "with the hook lifted (0, 0: the cuBLAS path remembered)",
+          h1 - h0, h2 - h1);
 }
 
 // Spatial and temporal layouts at the tiny, small and awkward shapes; `big`: the preset's.
@@ -413,7 +508,13 @@ static void t_weights_mirror(int M, int K, int N) {
 // The ops that "cuda" computes differently from "cuda-fp32".
 static void section_ops_bf16(void) {
     printf("---- 1b. the ops on bf16 operands (cuda), against the CPU ----\n");
+    long lt0 = lt_products();
+    g_linear_fwds = 0;
     linear_cases(!g_quick);
+    if (lt_hooked())
+        check(lt_products() - lt0 == g_linear_fwds, "cuda_linear_lt_used_bf16",
+              "%ld of the %d forwards above through cublasLtMatmul", lt_products() - lt0, g_linear_fwds);
+    t_linear_lt_fallback();
     t_weights_mirror(300, 96, 200), t_weights_mirror(7, 64, 576);
     attn_cases(!g_quick);  // sequences of 64 and more on the tensor cores, shorter ones in fp32
     // The backward's stored dS in chunks of (sequence, head) pairs: 6 pairs one at a time, then 4 and 2.
@@ -523,6 +624,13 @@ static void section_determinism(int bf16) {
             same &= det_capture(&dx, rep) & det_capture(&dw, rep) & det_capture(&db, rep);
         }
         check(same, nm("cuda_determinism_linear_bwd"), "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));
+        same = 1;
+        for (int rep = 0; rep < 2; rep++) {  // the forward, into dy with db as its bias (bf16: cuBLASLt's epilogue)
+            breset(&dy);
+            g_gpu->linear_fwd(dy.g, x.g, w.g, db.g, M, K, N);
+            same &= det_capture(&dy, rep);
+        }
+        check(same, nm("cuda_determinism_linear_fwd"), "M=%d K=%d N=%d, bias: y %s", M, K, N, SAME(same));
         FREE(&x, &w, &dy, &dx, &dw, &db);
     }
     if (bf16) return;

@@ -177,3 +177,239 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 }
 
 }  // extern "C"
+
+// ----------------------------------------------------------------------------
+// cuBLASLt: the subset the linear forward uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
+// compute and scale, the default or the bias epilogue. Descriptors keep their state in the
+// library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
+// chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
+// is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
+// the program, as the kernel would fault on a GPU. Attributes and types the backend does not use
+// answer NOT_SUPPORTED.
+
+struct cublasLtContext {
+    int unused;
+};
+
+namespace {
+struct EmuLtDesc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    int32_t ta, tb;
+    uint32_t epilogue;
+    int32_t bias_type;  // -1: D's type
+    const void *bias;
+};
+struct EmuLtLayout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct EmuLtPref {
+    uint64_t workspace;
+    uint32_t align[4];  // A, B, C, D: bytes
+};
+struct EmuLtAlgo {
+    uint64_t magic;
+    int32_t ta, tb;
+    uint32_t epilogue;
+    uint64_t m, n, k;
+    uint32_t align[4];
+};
+const uint64_t EMU_LT_ALGO_MAGIC = 0x656d754c74416c67ull;
+const uintptr_t EMU_LT_BIAS_ALIGN = 16;  // fused-bias kernels read the bias vector in 16-byte pieces
+
+template <typename T, typename O>
+T *lt_state(O *opaque) {
+    static_assert(sizeof(T) <= sizeof(opaque->data), "the state fits the opaque storage");
+    return reinterpret_cast<T *>(opaque->data);
+}
+template <typename T>
+cublasStatus_t lt_get(T *dst, const void *buf, size_t size) {
+    if (!buf || size != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(dst, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The test hook's state (fc_emu_cublaslt_hook).
+int g_lt_refuse;
+long g_lt_products;
+
+// Types and shapes of D = alpha op(A) op(B) + beta C (+ bias): NOT_SUPPORTED for what the backend
+// does not use, INVALID_VALUE for a problem that does not fit together, as cuBLASLt answers.
+cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                          cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, uint64_t *m, uint64_t *n, uint64_t *k) {
+    if (!desc || !a || !b || !c || !d) return CUBLAS_STATUS_INVALID_VALUE;
+    const EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
+    const EmuLtLayout *A = lt_state<EmuLtLayout>(a), *B = lt_state<EmuLtLayout>(b), *C = lt_state<EmuLtLayout>(c),
+                      *D = lt_state<EmuLtLayout>(d);
+    if (s->compute != CUBLAS_COMPUTE_32F || s->scale != CUDA_R_32F || A->type != CUDA_R_16BF ||
+        B->type != CUDA_R_16BF || C->type != CUDA_R_32F || D->type != CUDA_R_32F ||
+        (s->epilogue != CUBLASLT_EPILOGUE_DEFAULT && s->epilogue != CUBLASLT_EPILOGUE_BIAS) ||
+        (s->epilogue == CUBLASLT_EPILOGUE_BIAS && s->bias_type != -1 && s->bias_type != CUDA_R_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *m = D->rows, *n = D->cols, *k = s->ta == CUBLAS_OP_N ? A->cols : A->rows;
+    uint64_t am = s->ta == CUBLAS_OP_N ? A->rows : A->cols;
+    uint64_t bk = s->tb == CUBLAS_OP_N ? B->rows : B->cols, bn = s->tb == CUBLAS_OP_N ? B->cols : B->rows;
+    for (const EmuLtLayout *l : {A, B, C, D})
+        if (l->ld < (int64_t)std::max<uint64_t>(1, l->rows)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (am != *m || bk != *k || bn != *n || C->rows != D->rows || C->cols != D->cols || C->ld != D->ld)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS && !s->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+void lt_check_align(const char *what, const void *p, uint32_t align) {
+    if ((uintptr_t)p % align)
+        fc_die("CUDA emulation: cublasLtMatmul: %s at %p is not on the %u bytes its algorithm was chosen for "
+               "(a GPU kernel would fault or misread)",
+               what, p, align);
+}
+}  // namespace
+
+extern "C" {
+
+// A test hook (tests/test_cuda.c links it weakly): from now on the heuristic finds no algorithm
+// (mode 1) or cublasLtMatmul answers NOT_SUPPORTED (mode 2), as cuBLASLt does for a configuration
+// it has no kernel for; mode 0: back to normal; a negative mode changes nothing. Returns the number
+// of products cublasLtMatmul has computed so far.
+long fc_emu_cublaslt_hook(int mode) {
+    if (mode >= 0) g_lt_refuse = mode;
+    return g_lt_products;
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+    *handle = new cublasLtContext{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    *desc = new cublasLtMatmulDescOpaque_t();
+    *lt_state<EmuLtDesc>(*desc) = EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, -1,
+                                            NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size) {
+    EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return lt_get(&s->ta, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return lt_get(&s->tb, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return lt_get(&s->epilogue, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return lt_get(&s->bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return lt_get(&s->bias_type, buf, size);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated: the backend does not set it
+    }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    *layout = new cublasLtMatrixLayoutOpaque_t();
+    *lt_state<EmuLtLayout>(*layout) = EmuLtLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+    *pref = new cublasLtMatmulPreferenceOpaque_t();
+    *lt_state<EmuLtPref>(*pref) = EmuLtPref{0, {256, 256, 256, 256}};  // cuBLASLt's defaults
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t size) {
+    EmuLtPref *s = lt_state<EmuLtPref>(pref);
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return lt_get(&s->workspace, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return lt_get(&s->align[0], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return lt_get(&s->align[1], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return lt_get(&s->align[2], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return lt_get(&s->align[3], buf, size);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int *returned) {
+    *returned = 0;
+    if (requested <= 0 || !pref) return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t m, n, k;
+    cublasStatus_t st = lt_problem(desc, a, b, c, d, &m, &n, &k);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (g_lt_refuse == 1) return CUBLAS_STATUS_NOT_SUPPORTED;  // the test hook: no kernel for this
+    const EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
+    const EmuLtPref *p = lt_state<EmuLtPref>(pref);
+    for (uint32_t al : p->align)
+        if (al == 0 || (al & (al - 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    EmuLtAlgo *algo = lt_state<EmuLtAlgo>(&results[0].algo);
+    *algo = EmuLtAlgo{EMU_LT_ALGO_MAGIC, s->ta, s->tb, s->epilogue, m, n, k,
+                      {p->align[0], p->align[1], p->align[2], p->align[3]}};
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
+    uint64_t m, n, k;
+    cublasStatus_t st = lt_problem(desc, a, b, c, d, &m, &n, &k);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (!algo) return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated: the backend always passes the heuristic's
+    const EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
+    const EmuLtAlgo *al = lt_state<EmuLtAlgo>(const_cast<cublasLtMatmulAlgo_t *>(algo));
+    if (al->magic != EMU_LT_ALGO_MAGIC || al->ta != s->ta || al->tb != s->tb || al->epilogue != s->epilogue ||
+        al->m != m || al->n != n || al->k != k)
+        return CUBLAS_STATUS_INVALID_VALUE;  // an algorithm found for another problem
+    if (g_lt_refuse == 2) return CUBLAS_STATUS_NOT_SUPPORTED;  // the test hook
+    lt_check_align("A", A, al->align[0]), lt_check_align("B", B, al->align[1]);
+    lt_check_align("C", C, al->align[2]), lt_check_align("D", D, al->align[3]);
+    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS) lt_check_align("the bias vector", s->bias, EMU_LT_BIAS_ALIGN);
+    const EmuLtLayout *la = lt_state<EmuLtLayout>(a), *lb = lt_state<EmuLtLayout>(b), *lc = lt_state<EmuLtLayout>(c);
+    float fa = *(const float *)alpha, fb = *(const float *)beta, *dst = (float *)D;
+    const float *src = (const float *)C;
+    int64_t ld = lc->ld;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    // beta C into D first (beta 0: C is not read), then D += alpha op(A) op(B), then the bias per row of D.
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) dst[i + j * ld] = fb == 0.0f ? 0.0f : fb * src[i + j * ld];
+    if (k > 0) {
+        float *wa = widen(A, (int)la->ld, (int)la->cols), *wb = widen(B, (int)lb->ld, (int)lb->cols);
+        cblas_sgemm(CblasColMajor, cblas_op((cublasOperation_t)s->ta), cblas_op((cublasOperation_t)s->tb), (int)m,
+                    (int)n, (int)k, fa, wa, (int)la->ld, wb, (int)lb->ld, 1.0f, dst, (int)ld);
+        free(wa), free(wb);
+    }
+    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        const float *bias = (const float *)s->bias;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) dst[i + j * ld] += bias[i];
+    }
+    g_lt_products++;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
