@@ -398,7 +398,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t i = 0; i < m; i++) dst[i + j * ld] = fb == 0.0f ? 0.0f : fb * src[i + j * ld];
     if (k > 0) {
-        float *wa = widen(A, (int)la->ld, (int)la->cols), *wb = widen(B, (int)lb->ld, (int)lb->cols);
+        float *wa = widen(A, (int)la->rows, (int)la->ld, (int)la->cols);
+        float *wb = widen(B, (int)lb->rows, (int)lb->ld, (int)lb->cols);
         cblas_sgemm(CblasColMajor, cblas_op((cublasOperation_t)s->ta), cblas_op((cublasOperation_t)s->tb), (int)m,
                     (int)n, (int)k, fa, wa, (int)la->ld, wb, (int)lb->ld, 1.0f, dst, (int)ld);
         free(wa), free(wb);
