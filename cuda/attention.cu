@@ -13,14 +13,15 @@
 // natural-log log-sum-exp of the SCALED scores, exactly what the CPU saves.
 //
 // Backward (flash-attention-2, deterministic: no atomics; every gradient element is owned by one
-// thread, which sums its terms in a fixed order and adds the total into dqkv once):
+// thread, which sums its terms in a fixed order and writes the total into dqkv once):
 //   1. Dvec[seq, h, i] = sum_c dout_ic * out_ic               (scratch, n_seq * H * len floats)
 //   2. dQ kernel, per tile of queries, streaming over key/value tiles in order:
 //        p_ij = exp(s_ij - lse_i), dp_ij = dout_i . v_j, ds_ij = p_ij (dp_ij - Dvec_i) scale,
-//        dq_i += sum_j ds_ij k_j
+//        dq_i = sum_j ds_ij k_j
 //   3. dK/dV kernel, per tile of keys, streaming over query tiles (q, dout, lse, Dvec) in order:
-//        dv_j += sum_i p_ij dout_i,  dk_j += sum_i ds_ij q_i
-//   Both recompute p from q, k and the saved lse. dqkv ACCUMULATES (+=) into its q, k, v columns.
+//        dv_j = sum_i p_ij dout_i,  dk_j = sum_i ds_ij q_i
+//   Both recompute p from q, k and the saved lse. dqkv is OVERWRITTEN: every element of its q, k
+//   and v columns belongs to one query or key of one sequence.
 //
 // Thread mapping (all kernels): a group of TPR consecutive lanes serves one "owned" row (a query
 // in forward and dQ, a key in dK/dV). Lane t of the group owns the columns
@@ -140,13 +141,13 @@ __device__ __forceinline__ void load_own(float *dst, const Elem *src, bool valid
         for (int e = 0; e < 4; e++) dst[4 * j + e] = valid ? load_elem(src + own_col<TPR>(j, e, t)) : 0.f;
 }
 
-// dst (global, the head's first column) += lane t's CPT columns.
+// dst (global, the head's first column) = lane t's CPT columns.
 template <int CPT, int TPR>
-__device__ __forceinline__ void add_own(float *dst, const float *src, int t) {
+__device__ __forceinline__ void store_own(float *dst, const float *src, int t) {
 #pragma unroll
     for (int j = 0; j < CPT / 4; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] += src[4 * j + e];
+        for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] = src[4 * j + e];
 }
 
 // Stage rows r0 .. r0+n-1 of a sequence's K and V (head offset hoff) into Ks, Vs (nz rows, DH): rows
@@ -347,7 +348,7 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
             axpy_own<CPT, TPR>(dq, ds, Ks[j], t);
         }
     }
-    if (valid) add_own<CPT, TPR>(dqkv + qrow * 3 * D + hoff, dq, t);
+    if (valid) store_own<CPT, TPR>(dqkv + qrow * 3 * D + hoff, dq, t);
 }
 
 // ----------------------------------------------------------------------------
@@ -420,8 +421,8 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
         }
     }
     if (valid) {
-        add_own<CPT, TPR>(dqkv + krow * 3 * D + D + hoff, dk, t);
-        add_own<CPT, TPR>(dqkv + krow * 3 * D + 2 * D + hoff, dv, t);
+        store_own<CPT, TPR>(dqkv + krow * 3 * D + D + hoff, dk, t);
+        store_own<CPT, TPR>(dqkv + krow * 3 * D + 2 * D + hoff, dv, t);
     }
 }
 

@@ -29,8 +29,8 @@
 // but the newest group, __syncthreads, compute, __syncthreads before the buffer is refilled). The
 // CUDA emulation of make test (tests/cuda_emu) runs its warps as far apart as the barriers allow
 // and makes a copy's bytes NaN from issue to wait, so a missing wait or barrier fails there. Each
-// warp handles its rows in a fixed order and every output element is written (or added into dqkv)
-// once, by one thread: the same bytes on every run.
+// warp handles its rows in a fixed order and every output element is written once, by one thread
+// (or by the dQ GEMM): the same bytes on every run. dqkv is overwritten (backend.h).
 //
 // Short sequences (the temporal attention over a window of ~7 frames) would leave a 64-row block
 // mostly padding: up to TC_PACK_MAX tokens, 64 / len whole sequences share a block's row space
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         int q = q0 + r0 + g + 8 * r;
         if (!map.valid(q)) continue;
         float *dst = dqkv + map.row(q) * ld + (long)h * DH + 2 * t;
-        for (int n = 0; n < DH / 8; n++) dst[n * 8] += dq[n][2 * r], dst[n * 8 + 1] += dq[n][2 * r + 1];
+        for (int n = 0; n < DH / 8; n++) dst[n * 8] = dq[n][2 * r], dst[n * 8 + 1] = dq[n][2 * r + 1];
     }
 }
 
@@ -501,8 +501,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         if (!map.valid(k)) continue;
         float *dst = dqkv + map.row(k) * ld + D + (long)h * DH + 2 * t;
         for (int n = 0; n < DH / 8; n++) {
-            dst[n * 8] += dk[n][2 * r], dst[n * 8 + 1] += dk[n][2 * r + 1];
-            dst[D + n * 8] += dv[n][2 * r], dst[D + n * 8 + 1] += dv[n][2 * r + 1];
+            dst[n * 8] = dk[n][2 * r], dst[n * 8 + 1] = dk[n][2 * r + 1];
+            dst[D + n * 8] = dv[n][2 * r], dst[D + n * 8 + 1] = dv[n][2 * r + 1];
         }
     }
 }
@@ -547,11 +547,11 @@ static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int
 
 // ----------------------------------------------------------------------------
 // dQ from the stored dS (sequences longer than TC_PACK_MAX): for each (sequence, head) pair of a
-// chunk, dQ^T (DH, len) += K^T (DH, len) dS^T (len, len), all of the chunk's pairs in one batched
-// cuBLAS GEMM (bf16 operands, fp32 accumulation into dqkv). Column-major: K^T is the head's bf16
-// copy with lda = tok_stride * DH; dS^T is slot p of ds read as op T of the (ldds, len) matrix the
-// dK/dV kernel wrote; dQ^T lies in dqkv with ldc = tok_stride * 3D. The pointer arrays are filled
-// on the device, so nothing waits for the host.
+// chunk, dQ^T (DH, len) = K^T (DH, len) dS^T (len, len), all of the chunk's pairs in one batched
+// cuBLAS GEMM (bf16 operands, fp32 accumulation, written into dqkv with beta 0). Column-major: K^T
+// is the head's bf16 copy with lda = tok_stride * DH; dS^T is slot p of ds read as op T of the
+// (ldds, len) matrix the dK/dV kernel wrote; dQ^T lies in dqkv with ldc = tok_stride * 3D. The
+// pointer arrays are filled on the device, so nothing waits for the host.
 
 static size_t g_ds_cap = ATTN_DS_CAP;  // the most bytes of dS held at once (backend_cuda_set_attn_ds_cap)
 
@@ -577,11 +577,11 @@ static void tc_dq_gemm(float *dqkv, const bf16 *k16, const bf16 *ds, void **ptrs
     tc_dq_pointers_kernel<<<fc_cdiv(npairs, 128), 128>>>(A, B, C, k16, ds, dqkv, lay, D, H, DH, rows, ldds, pair0,
                                                          npairs);
     kernelCheck();
-    const float one = 1.0f;
+    const float one = 1.0f, zero = 0.0f;
     cublasHandle_t hd = fc_cublas_bf16();
     cublasCheck(cublasSetPointerMode(hd, CUBLAS_POINTER_MODE_HOST));
     cublasCheck(cublasGemmBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_T, DH, lay.len, lay.len, &one, A, CUDA_R_16BF,
-                                    (int)(lay.tok_stride * DH), B, CUDA_R_16BF, ldds, &one, C, CUDA_R_32F,
+                                    (int)(lay.tok_stride * DH), B, CUDA_R_16BF, ldds, &zero, C, CUDA_R_32F,
                                     (int)(lay.tok_stride * 3 * D), (int)npairs, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT));
 }

@@ -3,7 +3,8 @@
 //   randn (Philox4x32-10 + Box-Muller, src/philox.c), gelu, silu, the gated residual add,
 //   patchify / unpatchify, the sinusoid embedding, the position + time embedding add, the masked
 //   MSE loss and the rectified-flow mix.
-// Backward ops accumulate (+=) and skip NULL gradients. Every reduction runs in a fixed order that
+// Backward ops accumulate (+=) and skip NULL gradients, except those backend.h marks "=" (GELU's
+// and SiLU's dx, the gated residual's dh), which overwrite. Every reduction runs in a fixed order that
 // depends only on the shapes (fixed chunks, then fixed shared-memory trees), never on atomics or
 // on the GPU, so results are the same bytes on every run. Where the CPU computes in float, the
 // products and sums are written with __fmul_rn / __fadd_rn so that nvcc does not contract them
@@ -149,12 +150,11 @@ template <bool VEC>
 __global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, size_t n) {
     size_t n4 = n / 4;
     GRID_STRIDE_LOOP(i, n4) {
-        float4 v = load4<VEC>(x, i), g = load4<VEC>(dy, i), d = load4<VEC>(dx, i);
-        d.x += g.x * gelu_grad_dev(v.x), d.y += g.y * gelu_grad_dev(v.y);
-        d.z += g.z * gelu_grad_dev(v.z), d.w += g.w * gelu_grad_dev(v.w);
-        store4<VEC>(dx, i, d);
+        float4 v = load4<VEC>(x, i), g = load4<VEC>(dy, i);
+        store4<VEC>(dx, i, make_float4(g.x * gelu_grad_dev(v.x), g.y * gelu_grad_dev(v.y), g.z * gelu_grad_dev(v.z),
+                                       g.w * gelu_grad_dev(v.w)));
     }
-    GRID_STRIDE_LOOP(i, n - 4 * n4) dx[4 * n4 + i] += dy[4 * n4 + i] * gelu_grad_dev(x[4 * n4 + i]);
+    GRID_STRIDE_LOOP(i, n - 4 * n4) dx[4 * n4 + i] = dy[4 * n4 + i] * gelu_grad_dev(x[4 * n4 + i]);
 }
 
 __global__ void silu_fwd_kernel(float *y, const float *x, size_t n) {
@@ -164,7 +164,7 @@ __global__ void silu_fwd_kernel(float *y, const float *x, size_t n) {
 __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size_t n) {
     GRID_STRIDE_LOOP(i, n) {
         double s = 1.0 / (1.0 + exp(-(double)x[i]));
-        dx[i] += (float)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
+        dx[i] = (float)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
     }
 }
 
@@ -284,7 +284,7 @@ __global__ void gated_add_fwd_kernel(float *out, const float *x, const float *h,
     }
 }
 
-// dx += dout; dh += gate[s] * dout, by groups of four as the forward; either may be NULL.
+// dx += dout; dh = gate[s] * dout, by groups of four as the forward; either may be NULL.
 template <bool VEC>
 __global__ void gated_add_bwd_kernel(float *dx, float *dh, const float *dout, const float *gate, long ms, size_t N,
                                      size_t D, size_t total) {
@@ -298,10 +298,8 @@ __global__ void gated_add_bwd_kernel(float *dx, float *dh, const float *dout, co
         if (dh) {
             size_t i = 4 * i4, row = i / D, d = i - row * D, s = row / N;
             const float *g = gate + s * ms + d;
-            float4 a = load4<VEC>(dh, i4);
-            a.x = __fadd_rn(a.x, __fmul_rn(g[0], go.x)), a.y = __fadd_rn(a.y, __fmul_rn(g[1], go.y));
-            a.z = __fadd_rn(a.z, __fmul_rn(g[2], go.z)), a.w = __fadd_rn(a.w, __fmul_rn(g[3], go.w));
-            store4<VEC>(dh, i4, a);
+            store4<VEC>(dh, i4, make_float4(__fmul_rn(g[0], go.x), __fmul_rn(g[1], go.y), __fmul_rn(g[2], go.z),
+                                            __fmul_rn(g[3], go.w)));
         }
     }
 }
@@ -322,7 +320,7 @@ __global__ void gated_add_bwd_scalar_kernel(float *dx, float *dh, const float *d
         if (dx) dx[i] = __fadd_rn(dx[i], go);
         if (dh) {
             size_t row = i / D, d = i - row * D, s = row / N;
-            dh[i] = __fadd_rn(dh[i], __fmul_rn(gate[s * ms + d], go));
+            dh[i] = __fmul_rn(gate[s * ms + d], go);
         }
     }
 }

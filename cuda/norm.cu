@@ -324,8 +324,8 @@ static __global__ void qk_norm_fwd_kernel(real *out, real *rstd, const real *qkv
     for (int i = threadIdx.x; i < D; i += QK_THREADS) orow[2 * D + i] = row[2 * D + i];
 }
 
-// dqkv += d out / d qkv: one block per token, the warps over its 2H head vectors as the forward;
-// the v part passes dout through.
+// dqkv = d out / d qkv (overwritten): one block per token, the warps over its 2H head vectors as
+// the forward; the v part is dout's.
 static __global__ void qk_norm_bwd_dx_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
                                              const real *qw, const real *kw, int D, int H) {
     int t = blockIdx.x, dh = D / H;
@@ -343,10 +343,10 @@ static __global__ void qk_norm_bwd_dx_kernel(real *dqkv, const real *dout, const
         dot = warp_sum(dot);
         double coef = r * r * r * dot / dh;
         for (int i = lane; i < dh; i += WARP)
-            dx[i] += (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)w[i]), (double)dy[i]),
-                                     __dmul_rn((double)x[i], coef));
+            dx[i] = (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)w[i]), (double)dy[i]),
+                                    __dmul_rn((double)x[i], coef));
     }
-    for (int i = threadIdx.x; i < D; i += QK_THREADS) dxrow[2 * D + i] += drow[2 * D + i];
+    for (int i = threadIdx.x; i < D; i += QK_THREADS) dxrow[2 * D + i] = drow[2 * D + i];
 }
 
 // Pass 1 of dqw/dkw. One thread per (chunk c, part, entry i), i fastest: sums the tokens
@@ -433,20 +433,16 @@ static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, c
         dot = warp_sum(dot);
         double coef = r * r * r * dot / dh;
         if (lane >= dh4) continue;
-        float4 *dx = (float4 *)(dxrow + off) + lane, d = *dx;
+        float4 d;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            set4(d, e, at4(d, e) + (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)wv[e]), (double)at4(dy, e)),
-                                                   __dmul_rn((double)at4(x, e), coef)));
-        *dx = d;
+            set4(d, e, (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)wv[e]), (double)at4(dy, e)),
+                                       __dmul_rn((double)at4(x, e), coef)));
+        ((float4 *)(dxrow + off))[lane] = d;
     }
     const float4 *src = (const float4 *)(drow + 2 * D);
     float4 *dst = (float4 *)(dxrow + 2 * D);
-    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) {
-        float4 a = dst[i], b = src[i];
-        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-        dst[i] = a;
-    }
+    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
 }
 
 // Whether the vector path takes a (T, 3D) layout with heads of D / H.

@@ -6,8 +6,11 @@
 // - Row-major. Tokens are ordered (b, f, i, j); a "slot" is one frame of one window (b, f), and the
 //   N tokens of a slot are contiguous rows. Per-slot vectors (shift, scale, gate) are rows of a
 //   modulation matrix with a row stride `ms` (they are chunks of the adaLN output).
-// - Backward ops ACCUMULATE into every gradient they produce (dx += ..., dw += ...); the caller
-//   zeroes. A NULL gradient pointer means "not needed" and is skipped.
+// - Backward ops ACCUMULATE into the gradients they produce (dx += ..., dw += ...; the caller
+//   zeroes), except the activation gradients that one op alone produces in the network, which a
+//   contract below marks "=" (overwritten: the gated residual's dh, the q/k norm's and attention's
+//   dqkv, GELU's and SiLU's dx), so that no pass zeroes them first. A NULL gradient pointer means
+//   "not needed" and is skipped.
 // - Results do not depend on the number of threads: no reduction is split by thread.
 #ifndef FRAMECHAIN_BACKEND_H
 #define FRAMECHAIN_BACKEND_H
@@ -88,26 +91,29 @@ typedef struct Backend {
     void (*ln_mod_bwd)(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
                        const real *rstd, const real *scale, long ms, int S, int N, int D);
 
-    // ---- gated residual: out = x + gate[s] * h; out may alias x ----
+    // ---- gated residual: out = x + gate[s] * h; out may alias x. Backward: dx += dout,
+    //      dh = gate[s] * dout (overwritten), dgate += the slot's sum of dout * h ----
     void (*gated_add_fwd)(real *out, const real *x, const real *h, const real *gate, long ms, int S, int N,
                           int D);
     void (*gated_add_bwd)(real *dx, real *dh, real *dgate, const real *dout, const real *h, const real *gate,
                           long ms, int S, int N, int D);
 
     // ---- q/k RMS norm: qkv (T, 3D) -> out (T, 3D) with each head of q and k RMS-normalised and
-    //      scaled by qw / kw (dh); v copied. rstd (T, 2*H). ----
+    //      scaled by qw / kw (dh); v copied. rstd (T, 2*H). Backward: dqkv = (overwritten, v's
+    //      columns = dout's), dqw += , dkw += ----
     void (*qk_norm_fwd)(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                         int H);
     void (*qk_norm_bwd)(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
                         const real *qw, const real *kw, int T, int D, int H);
 
     // ---- softmax attention over the sequences of `lay`; qkv (T, 3D), out (T, D), lse (T, H) holds
-    //      each query's log-sum-exp so that backward recomputes the probabilities (never stored) ----
+    //      each query's log-sum-exp so that backward recomputes the probabilities (never stored).
+    //      Backward: dqkv = (overwritten) ----
     void (*attn_fwd)(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
     void (*attn_bwd)(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
                      AttnLayout lay, int D, int H);
 
-    // ---- elementwise activations: y = f(x); dx += dy * f'(x) ----
+    // ---- elementwise activations: y = f(x); dx = dy * f'(x) (overwritten) ----
     void (*gelu_fwd)(real *y, const real *x, size_t n);
     void (*gelu_bwd)(real *dx, const real *dy, const real *x, size_t n);
     void (*silu_fwd)(real *y, const real *x, size_t n);

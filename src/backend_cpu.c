@@ -183,7 +183,7 @@ static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout,
             long r = ((long)s * N + n) * D;
             for (int d = 0; d < D; d++) {
                 if (dx) dx[r + d] += dout[r + d];
-                if (dh) dh[r + d] += g[d] * dout[r + d];
+                if (dh) dh[r + d] = g[d] * dout[r + d];
             }
         }
         if (dgate) {
@@ -241,10 +241,10 @@ static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, 
                     for (int i = 0; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
                     double coef = r * r * r * dot / dh;
                     real *dx = dxrow + part * D + h * dh;
-                    for (int i = 0; i < dh; i++) dx[i] += (real)(r * w[i] * dy[i] - x[i] * coef);
+                    for (int i = 0; i < dh; i++) dx[i] = (real)(r * w[i] * dy[i] - x[i] * coef);
                 }
             }
-            for (int i = 0; i < D; i++) dxrow[2 * D + i] += drow[2 * D + i];
+            memcpy(dxrow + 2 * D, drow + 2 * D, sizeof(real) * D);
         }
     }
     // The weight gradients sum over every token and head: one pass, in order.
@@ -292,7 +292,7 @@ static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         real v = x[i], sg = gelu_sigmoid(v);
         real d = sg + 2 * v * sg * (1 - sg) * (real)GELU_C * (1 + (real)(3 * 0.044715) * v * v);
-        dx[i] += dy[i] * d;
+        dx[i] = dy[i] * d;
     }
 }
 
@@ -305,7 +305,7 @@ static void cpu_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         double s = 1.0 / (1.0 + exp(-(double)x[i]));
-        dx[i] += (real)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
+        dx[i] = (real)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
     }
 }
 

@@ -34,13 +34,9 @@ static void gather(real *dst, const real *src, long ld, long col, const AttnLayo
     for (int k = 0; k < lay->len; k++) memcpy(dst + (size_t)k * dh, src + attn_row(lay, o, i, k) * ld + col, sizeof(real) * dh);
 }
 
-// The columns col .. of the sequence's rows of dst (rows of ld values) += src (len, dh).
-static void scatter_add(real *dst, const real *src, long ld, long col, const AttnLayout *lay, int o, int i, int dh) {
-    for (int k = 0; k < lay->len; k++) {
-        real *d = dst + attn_row(lay, o, i, k) * ld + col;
-        const real *s = src + (size_t)k * dh;
-        for (int c = 0; c < dh; c++) d[c] += s[c];
-    }
+// The columns col .. of the sequence's rows of dst (rows of ld values) = src (len, dh).
+static void scatter(real *dst, const real *src, long ld, long col, const AttnLayout *lay, int o, int i, int dh) {
+    for (int k = 0; k < lay->len; k++) memcpy(dst + attn_row(lay, o, i, k) * ld + col, src + (size_t)k * dh, sizeof(real) * dh);
 }
 
 // Per-thread buffers of one task: five (len, dh) matrices and two (len, len).
@@ -125,7 +121,7 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, 0.0, w.p, L);
             // dV = P^T dO, into b (out is no longer needed)
             GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, 0.0, w.b, dh);
-            scatter_add(dqkv, w.b, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.b, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
             for (int j = 0; j < L; j++) {
                 const real *pr = w.s + (size_t)j * L;
@@ -135,8 +131,8 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, 0.0, w.a, dh);
             GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, 0.0, w.b, dh);
-            scatter_add(dqkv, w.a, 3L * D, (long)h * dh, &lay, o, i, dh);
-            scatter_add(dqkv, w.b, 3L * D, D + (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.a, 3L * D, (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.b, 3L * D, D + (long)h * dh, &lay, o, i, dh);
         }
         work_free(&w);
     }

@@ -470,10 +470,10 @@ void model_backward(Model *m) {
         if (c->recompute && l < c->depth - 1) block_forward(m, l, 1);
         zero(m, d->dmod, (size_t)S * 9 * D);
 
-        // MLP. d->dres holds d loss / d res[2]; the residual passes it through unchanged.
-        zero(m, d->dfc2, (size_t)T * D);
+        // MLP. d->dres holds d loss / d res[2]; the residual passes it through unchanged. The
+        // gradients that one op alone produces are overwritten by it (backend.h: dfc2, dfc1, dproj,
+        // dqkn, dqkv); the ones linear_bwd adds into are zeroed first.
         zero(m, d->dgelu, (size_t)T * RD);
-        zero(m, d->dfc1, (size_t)T * RD);
         zero(m, d->dln, (size_t)T * D);
         be->gated_add_bwd(NULL, d->dfc2, d->dmod + 8 * D, d->dres, b->fc2, b->mod + 8 * D, ms, S, N, D);
         be->linear_bwd(d->dgelu, bg->fc2_w, bg->fc2_b, d->dfc2, b->gelu, bp->fc2_w, T, RD, D);
@@ -487,10 +487,7 @@ void model_backward(Model *m) {
             AttnActs *at = &b->attn[k];
             real *dshift = d->dmod + 3 * k * D;
             const real *scale = b->mod + (3 * k + 1) * D, *gate = b->mod + (3 * k + 2) * D;
-            zero(m, d->dproj, (size_t)T * D);
             zero(m, d->datt, (size_t)T * D);
-            zero(m, d->dqkn, (size_t)T * 3 * D);
-            zero(m, d->dqkv, (size_t)T * 3 * D);
             zero(m, d->dln, (size_t)T * D);
             be->gated_add_bwd(NULL, d->dproj, dshift + 2 * D, d->dres, at->proj, gate, ms, S, N, D);
             be->linear_bwd(d->datt, ag->proj_w, ag->proj_b, d->dproj, at->att, ap->proj_w, T, D, D);
