@@ -284,15 +284,18 @@ static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, con
     gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
 }
 
-static void linear_bwd(GemmKind kind, real *dx, real *dw, real *db, const real *dy, const real *x, const real *w,
-                       int M, int K, int N) {
+static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                       const real *w, int M, int K, int N) {
+    if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
+    if (dx && dx_mode == GRAD_SET && N <= 0) cudaCheck(cudaMemset(dx, 0, sizeof(real) * (size_t)M * K));  // dy @ w = 0
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
     if ((dx || dw) && K > 0) {
         const __nv_bfloat16 *dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
         if (dx)
-            // dx^T (K, M) += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both op N.
-            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, weight16(kind, w, (size_t)N * K), K, dy, dy16, N, 1.0f,
-                 dx, K);
+            // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
+            // op N. Overwriting (beta 0) never reads dx.
+            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, weight16(kind, w, (size_t)N * K), K, dy, dy16, N,
+                 dx_mode == GRAD_ADD ? 1.0f : 0.0f, dx, K);
         if (dw)
             // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
             gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy,
@@ -304,16 +307,16 @@ static void linear_bwd(GemmKind kind, real *dx, real *dw, real *db, const real *
 static void fp32_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
     linear_fwd(GemmKind{0}, y, x, w, b, M, K, N);
 }
-static void fp32_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M, int K,
-                            int N) {
-    linear_bwd(GemmKind{0}, dx, dw, db, dy, x, w, M, K, N);
+static void fp32_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                            const real *w, int M, int K, int N) {
+    linear_bwd(GemmKind{0}, dx, dx_mode, dw, db, dy, x, w, M, K, N);
 }
 static void bf16_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
     linear_fwd(GemmKind{1}, y, x, w, b, M, K, N);
 }
-static void bf16_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M, int K,
-                            int N) {
-    linear_bwd(GemmKind{1}, dx, dw, db, dy, x, w, M, K, N);
+static void bf16_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                            const real *w, int M, int K, int N) {
+    linear_bwd(GemmKind{1}, dx, dx_mode, dw, db, dy, x, w, M, K, N);
 }
 
 void cuda_register_linear(Backend *be, int bf16) {

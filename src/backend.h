@@ -9,8 +9,8 @@
 // - Backward ops ACCUMULATE into the gradients they produce (dx += ..., dw += ...; the caller
 //   zeroes), except the activation gradients that one op alone produces in the network, which a
 //   contract below marks "=" (overwritten: the gated residual's dh, the q/k norm's and attention's
-//   dqkv, GELU's and SiLU's dx), so that no pass zeroes them first. A NULL gradient pointer means
-//   "not needed" and is skipped.
+//   dqkv, GELU's and SiLU's dx; linear's dx when asked with GRAD_SET), so that no pass zeroes them
+//   first. A NULL gradient pointer means "not needed" and is skipped.
 // - Results do not depend on the number of threads: no reduction is split by thread.
 #ifndef FRAMECHAIN_BACKEND_H
 #define FRAMECHAIN_BACKEND_H
@@ -32,6 +32,9 @@ typedef struct {
 
 // The layout of the spatial (temporal = 0) or temporal (1) attention over tokens (B, F, N).
 AttnLayout attn_layout_tokens(int B, int F, int N, int temporal);
+
+// How a backward op writes a gradient that may be either: overwrite it, or add into it.
+typedef enum { GRAD_SET, GRAD_ADD } GradMode;
 
 // Hyper-parameters of one AdamW step (decoupled weight decay, bias-corrected moments).
 typedef struct {
@@ -79,10 +82,11 @@ typedef struct Backend {
     void (*randn)(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
                   uint64_t offset);
 
-    // ---- linear: y (M, N) = x (M, K) @ w^T (w: (N, K)) + b (N); b may be NULL ----
+    // ---- linear: y (M, N) = x (M, K) @ w^T (w: (N, K)) + b (N); b may be NULL. Backward:
+    //      dx = or += dy @ w (dx_mode), dw += dy^T @ x, db += the column sums of dy ----
     void (*linear_fwd)(real *y, const real *x, const real *w, const real *b, int M, int K, int N);
-    void (*linear_bwd)(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M,
-                       int K, int N);
+    void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                       const real *w, int M, int K, int N);
 
     // ---- LayerNorm (no affine, eps 1e-6) with adaLN modulation ----
     // y = LN(x) * (1 + scale[s]) + shift[s] for the N rows of slot s; x, y (S*N, D); mean, rstd (S*N).

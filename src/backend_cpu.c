@@ -59,15 +59,15 @@ static void cpu_linear_fwd(real *y, const real *x, const real *w, const real *b,
     }
 }
 
-static void cpu_linear_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int M,
-                           int K, int N) {
-    if (dx) {  // dx (M, K) += dy (M, N) @ w (N, K), by blocks of rows
+static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                           const real *w, int M, int K, int N) {
+    if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
         int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
 #pragma omp parallel for schedule(static)
         for (int blk = 0; blk < nblocks; blk++) {
             int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0, dy + (size_t)m0 * N, N, w, K, 1.0,
-                 dx + (size_t)m0 * K, K);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0, dy + (size_t)m0 * N, N, w, K,
+                 dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K, K);
         }
     }
     if (dw) {  // dw (N, K) += dy^T (N, M) @ x (M, K), by blocks of dw's longer side

@@ -56,10 +56,17 @@ static void t_linear_at(int M, int K, int N, int bias, int nulls, int shift) {
     Buf dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
     WHAT("M=%d K=%d N=%d%s%s", M, K, N, bias ? " bias" : "", shift ? ", x y b unaligned" : "");
     BOTH(be->linear_fwd(P(y) + shift, P(x) + shift, P(w), bias ? P(b) + shift : NULL, M, K, N));
-    g_linear_fwds += K > 0;
+    g_linear_fwds += M > 0 && K > 0 && N > 0;
     compare("cuda_linear_fwd", "", &y, NULL);
-    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), P(dw), bias ? P(db) : NULL, P(dy), P(x) + shift, P(w), M, K, N));
+    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), GRAD_ADD, P(dw), bias ? P(db) : NULL, P(dy), P(x) + shift, P(w), M, K,
+                        N));
     compare("cuda_linear_bwd", "dx", OPT(NULL_DX, &dx), "dw", &dw, "db", bias ? &db : NULL, NULL);
+    if (!(nulls & NULL_DX)) {  // GRAD_SET: dx overwritten, whatever it held (random on both sides)
+        Buf dx2 = bnormal((size_t)M * K, 0, 1);
+        BOTH(be->linear_bwd(P(dx2), GRAD_SET, NULL, NULL, P(dy), P(x) + shift, P(w), M, K, N));
+        compare("cuda_linear_bwd_set", "dx", &dx2, NULL);
+        bfree(&dx2);
+    }
     FREE(&x, &w, &b, &y, &dy, &dx, &dw, &db);
 }
 static void t_linear(int M, int K, int N, int bias, int nulls) { t_linear_at(M, K, N, bias, nulls, 0); }
@@ -404,6 +411,7 @@ static void linear_cases(int big) {
     if (big) t_linear(1031, 1536, 4608, 1, 0), t_linear(1031, 6144, 1536, 1, 0), t_linear(7, 1536, 3072, 1, 0);
     // M, N, K off multiples of 8, with and without bias; operands off 16 bytes
     t_linear(77, 33, 5, 0, 0), t_linear(13, 7, 9, 1, NULL_DX), t_linear(1, 17, 3, 0, 0), t_linear(129, 15, 63, 1, 0);
+    t_linear(6, 5, 0, 0, 0);  // N = 0: dy @ w is 0 (GRAD_SET must still write dx)
     t_linear_at(77, 33, 5, 1, 0, 1), t_linear_at(300, 96, 200, 1, 0, 3), t_linear_at(13, 8, 24, 0, 0, 2);
     t_linear_at(7, 64, 576, 1, 0, 2);
     for (int shift = 0; shift < 4; shift++) t_linear_exact(37, 51, 21, shift & 1, shift);  // M K = 1887: odd
@@ -620,7 +628,7 @@ static void section_determinism(int bf16) {
         int same = 1;
         for (int rep = 0; rep < 2; rep++) {
             breset(&dx), breset(&dw), breset(&db);
-            g_gpu->linear_bwd(dx.g, dw.g, db.g, dy.g, x.g, w.g, M, K, N);
+            g_gpu->linear_bwd(dx.g, GRAD_ADD, dw.g, db.g, dy.g, x.g, w.g, M, K, N);
             same &= det_capture(&dx, rep) & det_capture(&dw, rep) & det_capture(&db, rep);
         }
         check(same, nm("cuda_determinism_linear_bwd"), "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));

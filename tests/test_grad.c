@@ -111,7 +111,14 @@ typedef struct {
 } Ctx;
 
 static void linear_f(void *p) { Ctx *c = p; be->linear_fwd(c->y, c->x, c->w, c->b, c->M, c->K, c->N); }
-static void linear_b(void *p) { Ctx *c = p; be->linear_bwd(c->dx, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N); }
+static void linear_b(void *p) {
+    Ctx *c = p;
+    be->linear_bwd(c->dx, GRAD_ADD, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N);
+}
+static void linear_b_set(void *p) {  // dx overwritten (dw, db still added into)
+    Ctx *c = p;
+    be->linear_bwd(c->dx, GRAD_SET, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N);
+}
 
 static void ln_f(void *p) {
     Ctx *c = p;
@@ -178,6 +185,10 @@ static void test_ops(void) {
         k.args[0] = ARG("x", c.x, c.dx, 35), k.args[1] = ARG("w", c.w, c.dw, 42), k.args[2] = ARG("b", c.b, c.db, 6);
         k.nargs = 3;
         gradcheck(&k, tol);
+        OpCheck s = op("linear_set", linear_f, linear_b_set, &c, 30);
+        s.args[0] = ARG_SET("x", c.x, c.dx, 35), s.args[1] = ARG("w", c.w, c.dw, 42), s.args[2] = ARG("b", c.b, c.db, 6);
+        s.nargs = 3;
+        gradcheck(&s, tol);
     }
     {  // modulation rows with a stride of 3D, as the adaLN chunks have
         Ctx c = {.S = 3, .N = 4, .D = 8, .ms = 24};

@@ -87,13 +87,13 @@ int main(int argc, char **argv) {
 
     // ---- the ops of one block (two attention sub-layers, the MLP), each as often as a step runs it ----
     TIME("linear fwd qkv", 2 * L, g_be->linear_fwd(y, x, w, b, T, D, 3 * D));
-    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, 3 * D));
+    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, 3 * D));
     TIME("linear fwd proj", 2 * L, g_be->linear_fwd(y, x, w, b, T, D, D));
-    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, D));
+    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, D));
     TIME("linear fwd fc1", L, g_be->linear_fwd(y, x, w, b, T, D, RD));
-    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, D, RD));
+    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, RD));
     TIME("linear fwd fc2", L, g_be->linear_fwd(y, x, w, b, T, RD, D));
-    TIME("linear bwd fc2", L, g_be->linear_bwd(dx, dw, db, dy, x, w, T, RD, D));
+    TIME("linear bwd fc2", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, RD, D));
     AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
     TIME("attention fwd spatial", L, g_be->attn_fwd(att, lse, qkv, sp, D, H));
     TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, att, qkv, lse, sp, D, H));
