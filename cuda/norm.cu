@@ -1,9 +1,9 @@
 // norm.cu: the normalisation ops of the CUDA backend: LayerNorm with adaLN modulation
 // (ln_mod_fwd/bwd) and the per-head RMS norm of q and k (qk_norm_fwd/bwd). Same math as
-// src/backend_cpu.c: statistics and gradients in double, LN eps 1e-6 (no affine), RMS eps 1e-6.
+// src/backend_cpu.c: LN eps 1e-6 (no affine), RMS eps 1e-6.
 //
 // Forward ops and the per-row part of the backward ops give one warp to each row (or head vector);
-// its lanes stride over the columns and a butterfly shuffle sums their double partial sums.
+// its lanes stride over the columns and a butterfly shuffle sums their partial sums.
 // The column gradients (dshift, dscale per slot; dqw, dkw over every token and head) are summed
 // in a fixed order without atomics: pass 1 gives each thread one column of a fixed range of rows
 // (LN_ROWS_PER_PART rows, QK_TOKENS_PER_PART tokens) and sums them in the CPU's order; pass 2
@@ -36,8 +36,18 @@ static __device__ __forceinline__ real r_mul(real a, real b) { return __fmul_rn(
 static __device__ __forceinline__ real r_add(real a, real b) { return __fadd_rn(a, b); }
 #endif
 
+// The row statistics and per-row gradients (mean, rstd, the two means of the backward, the RMS
+// norm's dot product) are float: the GeForce cards framechain targets run doubles at 1/64 of the
+// float rate, and these are several operations an element of every activation. The CPU computes
+// them in double; the two agree to the fp32 tolerance of tests/test_cuda.c. Column sums (dshift,
+// dscale, dqw, dkw) stay in double, in the CPU's order.
+typedef float stat_t;
+static __device__ __forceinline__ stat_t s_mul(stat_t a, stat_t b) { return __fmul_rn(a, b); }
+static __device__ __forceinline__ stat_t s_sub(stat_t a, stat_t b) { return __fsub_rn(a, b); }
+
 // Sum over the 32 lanes of a warp (every lane must call it); every lane gets the same bits.
-static __device__ __forceinline__ double warp_sum(double v) {
+template <typename T>
+static __device__ __forceinline__ T warp_sum(T v) {
     for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -65,15 +75,15 @@ static __global__ void ln_mod_fwd_kernel(real *y, real *mean, real *rstd, const 
     if (r >= rows) return;  // the whole warp leaves together
     const real *xr = x + r * D;
     const real *sh = shift + (r / N) * ms, *sc = scale + (r / N) * ms;
-    double sum = 0;
+    stat_t sum = 0;
     for (int d = lane; d < D; d += WARP) sum += xr[d];
-    double mu = warp_sum(sum) / D;
-    double sq = 0;
+    stat_t mu = warp_sum(sum) / D;
+    stat_t sq = 0;
     for (int d = lane; d < D; d += WARP) {
-        double c = xr[d] - mu;
+        stat_t c = xr[d] - mu;
         sq += c * c;
     }
-    double rs = 1.0 / sqrt(warp_sum(sq) / D + LN_EPS);
+    stat_t rs = (stat_t)1 / sqrt(warp_sum(sq) / D + (stat_t)LN_EPS);
     if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
     real *yr = y + r * D;
     for (int d = lane; d < D; d += WARP) {
@@ -89,10 +99,10 @@ static __global__ void ln_mod_bwd_dx_kernel(real *dx, const real *dy, const real
     int lane = threadIdx.x % WARP;
     if (r >= rows) return;
     const real *xr = x + r * D, *dyr = dy + r * D, *sc = scale + (r / N) * ms;
-    double mu = mean[r], rs = rstd[r];
-    double g_mean = 0, gx_mean = 0;
+    stat_t mu = mean[r], rs = rstd[r];
+    stat_t g_mean = 0, gx_mean = 0;
     for (int d = lane; d < D; d += WARP) {
-        double g = dyr[d] * (1.0 + sc[d]);
+        stat_t g = dyr[d] * ((stat_t)1 + sc[d]);
         g_mean += g;
         gx_mean += g * (xr[d] - mu) * rs;
     }
@@ -100,9 +110,9 @@ static __global__ void ln_mod_bwd_dx_kernel(real *dx, const real *dy, const real
     gx_mean = warp_sum(gx_mean) / D;
     real *dxr = dx + r * D;
     for (int d = lane; d < D; d += WARP) {
-        double g = dyr[d] * (1.0 + sc[d]);
-        double xhat = (xr[d] - mu) * rs;
-        dxr[d] += (real)__dmul_rn(rs, __dsub_rn(__dsub_rn(g, g_mean), __dmul_rn(xhat, gx_mean)));
+        stat_t g = dyr[d] * ((stat_t)1 + sc[d]);
+        stat_t xhat = (xr[d] - mu) * rs;
+        dxr[d] += (real)s_mul(rs, s_sub(s_sub(g, g_mean), s_mul(xhat, gx_mean)));
     }
 }
 
@@ -158,24 +168,24 @@ static __global__ void ln_mod_fwd_vec_kernel(real *y, real *mean, real *rstd, co
     if (r >= rows) return;  // the whole warp leaves together
     const float4 *xr = (const float4 *)(x + r * D);
     float4 v[NV] = {};
-    double sum = 0;
+    stat_t sum = 0;
 #pragma unroll
     for (int k = 0; k < NV; k++)
         if (lane + WARP * k < D4) {
             v[k] = xr[lane + WARP * k];
-            sum += (double)v[k].x + v[k].y + v[k].z + v[k].w;
+            sum += (stat_t)v[k].x + v[k].y + v[k].z + v[k].w;
         }
-    double mu = warp_sum(sum) / D;
-    double sq = 0;
+    stat_t mu = warp_sum(sum) / D;
+    stat_t sq = 0;
 #pragma unroll
     for (int k = 0; k < NV; k++)
         if (lane + WARP * k < D4)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                double c = at4(v[k], e) - mu;
+                stat_t c = at4(v[k], e) - mu;
                 sq += c * c;
             }
-    double rs = 1.0 / sqrt(warp_sum(sq) / D + LN_EPS);
+    stat_t rs = (stat_t)1 / sqrt(warp_sum(sq) / D + (stat_t)LN_EPS);
     if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
     const float4 *sh = (const float4 *)(shift + (r / N) * ms), *sc = (const float4 *)(scale + (r / N) * ms);
     float4 *yr = (float4 *)(y + r * D);
@@ -202,9 +212,9 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
     if (r >= rows) return;
     const float4 *xr = (const float4 *)(x + r * D), *dyr = (const float4 *)(dy + r * D);
     const float4 *sc = (const float4 *)(scale + (r / N) * ms);
-    double mu = mean[r], rs = rstd[r];
+    stat_t mu = mean[r], rs = rstd[r];
     float4 xv[NV] = {}, gv[NV] = {};
-    double g_mean = 0, gx_mean = 0;
+    stat_t g_mean = 0, gx_mean = 0;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int j = lane + WARP * k;
@@ -213,7 +223,7 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
         float4 a = sc[j];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            double g = at4(gv[k], e) * (1.0 + at4(a, e));
+            stat_t g = at4(gv[k], e) * ((stat_t)1 + at4(a, e));
             g_mean += g;
             gx_mean += g * (at4(xv[k], e) - mu) * rs;
         }
@@ -228,9 +238,9 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
         float4 a = sc[j], o = dxr[j];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            double g = at4(gv[k], e) * (1.0 + at4(a, e));
-            double xhat = (at4(xv[k], e) - mu) * rs;
-            set4(o, e, at4(o, e) + (real)__dmul_rn(rs, __dsub_rn(__dsub_rn(g, g_mean), __dmul_rn(xhat, gx_mean))));
+            stat_t g = at4(gv[k], e) * ((stat_t)1 + at4(a, e));
+            stat_t xhat = (at4(xv[k], e) - mu) * rs;
+            set4(o, e, at4(o, e) + (real)s_mul(rs, s_sub(s_sub(g, g_mean), s_mul(xhat, gx_mean))));
         }
         dxr[j] = o;
     }
@@ -315,9 +325,9 @@ static __global__ void qk_norm_fwd_kernel(real *out, real *rstd, const real *qkv
         const real *w = part ? kw : qw;
         const real *v = row + part * D + h * dh;
         real *o = orow + part * D + h * dh;
-        double sq = 0;
-        for (int i = lane; i < dh; i += WARP) sq += (double)v[i] * v[i];
-        double r = 1.0 / sqrt(warp_sum(sq) / dh + RMS_EPS);
+        stat_t sq = 0;
+        for (int i = lane; i < dh; i += WARP) sq += (stat_t)v[i] * v[i];
+        stat_t r = (stat_t)1 / sqrt(warp_sum(sq) / dh + (stat_t)RMS_EPS);
         if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
         for (int i = lane; i < dh; i += WARP) o[i] = r_mul((real)(v[i] * r), w[i]);
     }
@@ -337,14 +347,13 @@ static __global__ void qk_norm_bwd_dx_kernel(real *dqkv, const real *dout, const
         const real *w = part ? kw : qw;
         const real *x = row + part * D + h * dh, *dy = drow + part * D + h * dh;
         real *dx = dxrow + part * D + h * dh;
-        double r = rstd[(size_t)t * 2 * H + hh];
-        double dot = 0;
-        for (int i = lane; i < dh; i += WARP) dot += (double)dy[i] * w[i] * x[i];
+        stat_t r = rstd[(size_t)t * 2 * H + hh];
+        stat_t dot = 0;
+        for (int i = lane; i < dh; i += WARP) dot += (stat_t)dy[i] * w[i] * x[i];
         dot = warp_sum(dot);
-        double coef = r * r * r * dot / dh;
+        stat_t coef = r * r * r * dot / dh;
         for (int i = lane; i < dh; i += WARP)
-            dx[i] = (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)w[i]), (double)dy[i]),
-                                    __dmul_rn((double)x[i], coef));
+            dx[i] = (real)s_sub(s_mul(s_mul(r, (stat_t)w[i]), (stat_t)dy[i]), s_mul((stat_t)x[i], coef));
     }
     for (int i = threadIdx.x; i < D; i += QK_THREADS) dxrow[2 * D + i] = drow[2 * D + i];
 }
@@ -395,10 +404,10 @@ static __global__ void qk_norm_fwd_vec_kernel(real *out, real *rstd, const real 
         int part = hh / H, h = hh % H;
         const real *w = (part ? kw : qw) + 4 * lane;
         float4 x = lane < dh4 ? ((const float4 *)(row + part * D + h * dh))[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-        double sq = 0;
+        stat_t sq = 0;
 #pragma unroll
-        for (int e = 0; e < 4; e++) sq += (double)at4(x, e) * at4(x, e);
-        double r = 1.0 / sqrt(warp_sum(sq) / dh + RMS_EPS);
+        for (int e = 0; e < 4; e++) sq += (stat_t)at4(x, e) * at4(x, e);
+        stat_t r = (stat_t)1 / sqrt(warp_sum(sq) / dh + (stat_t)RMS_EPS);
         if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
         if (lane >= dh4) continue;
         float4 o;
@@ -426,18 +435,18 @@ static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, c
         float4 dy = lane < dh4 ? ((const float4 *)(drow + off))[lane] : zero;
         float wv[4] = {0.f, 0.f, 0.f, 0.f};
         if (lane < dh4) wv[0] = w[0], wv[1] = w[1], wv[2] = w[2], wv[3] = w[3];
-        double r = rstd[(size_t)t * 2 * H + hh];
-        double dot = 0;
+        stat_t r = rstd[(size_t)t * 2 * H + hh];
+        stat_t dot = 0;
 #pragma unroll
-        for (int e = 0; e < 4; e++) dot += (double)at4(dy, e) * wv[e] * at4(x, e);
+        for (int e = 0; e < 4; e++) dot += (stat_t)at4(dy, e) * wv[e] * at4(x, e);
         dot = warp_sum(dot);
-        double coef = r * r * r * dot / dh;
+        stat_t coef = r * r * r * dot / dh;
         if (lane >= dh4) continue;
         float4 d;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            set4(d, e, (real)__dsub_rn(__dmul_rn(__dmul_rn(r, (double)wv[e]), (double)at4(dy, e)),
-                                       __dmul_rn((double)at4(x, e), coef)));
+            set4(d, e, (real)s_sub(s_mul(s_mul(r, (stat_t)wv[e]), (stat_t)at4(dy, e)),
+                                       s_mul((stat_t)at4(x, e), coef)));
         ((float4 *)(dxrow + off))[lane] = d;
     }
     const float4 *src = (const float4 *)(drow + 2 * D);
