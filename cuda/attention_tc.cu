@@ -81,6 +81,22 @@ __device__ __forceinline__ void load_bt(uint32_t &b0, uint32_t &b1, const bf16 *
     b0 = ld32(m + g * ld + 2 * t), b1 = ld32(m + g * ld + 2 * t + 8);
 }
 
+// The B fragments (16 k x 8 n) whose column n is row n of m (row-major, ld), for two k steps at
+// once: b[0], b[1] for columns 0..15 of m, b[2], b[3] for columns 16..31 (load_bt for kb and
+// kb + 1). One ldmatrix.x4 instead of four 32-bit loads a lane: lanes 8i .. 8i+7 give the
+// addresses of the 8 rows of the 8x8 block i (columns 8i .. 8i+7).
+__device__ __forceinline__ void load_bt2(uint32_t b[4], const bf16 *m, int ld, int lane) {
+    const bf16 *row = m + (lane & 7) * ld + (lane >> 3) * 8;
+#ifdef FC_EMU
+    fc_emu_ldmatrix(b, 4, row, false);
+#else
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(addr));
+#endif
+}
+
 // The B fragment (16 k x 8 n) of the block at m of a row-major (k, n) matrix (ld elements per row),
 // read transposed by ldmatrix: lanes 0-15 give the addresses of its 16 rows.
 __device__ __forceinline__ void load_b(uint32_t &b0, uint32_t &b1, const bf16 *m, int ld, int lane) {
@@ -268,10 +284,17 @@ __global__ void __launch_bounds__(TC_THREADS)
         const bf16 *Kt = Ks + cur * 2 * TC_TILE * L::ROW, *Vt = Vs + cur * 2 * TC_TILE * L::ROW;
         float s[NT][4] = {};
         for (int j = 0; j < NT; j++)
-            for (int kb = 0; kb < DH / 16; kb++) {
+            if constexpr (DH >= 32) {
+                for (int kb = 0; kb < DH / 16; kb += 2) {
+                    uint32_t b[4];
+                    load_bt2(b, Kt + j * 8 * L::ROW + kb * 16, L::ROW, lane);
+                    mma16816(s[j], qa[kb], b[0], b[1]);
+                    mma16816(s[j], qa[kb + 1], b[2], b[3]);
+                }
+            } else {
                 uint32_t b0, b1;
-                load_bt(b0, b1, Kt + j * 8 * L::ROW + kb * 16, L::ROW, g, t);
-                mma16816(s[j], qa[kb], b0, b1);
+                load_bt(b0, b1, Kt + j * 8 * L::ROW, L::ROW, g, t);
+                mma16816(s[j], qa[0], b0, b1);
             }
         float mx[2] = {-INFINITY, -INFINITY};
         for (int j = 0; j < NT; j++)
@@ -318,11 +341,31 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 // The two score products of the backward kernels for a warp's 16 rows: x += A B^T and y += C E^T,
 // A and C the warp's rows (shared memory, row-major), B and E tiles of TC_TILE rows. dQ: S = Q K^T
-// and dP = dO V^T; dK/dV: S^T = K Q^T and dP^T = V dO^T.
-template <int DH>
+// and dP = dO V^T; dK/dV: S^T = K Q^T and dP^T = V dO^T. PAIRED: two k steps at a time, the B
+// fragments by ldmatrix.x4 (a quarter of the load instructions, 8 more registers: the dK/dV kernel
+// takes it; the dQ kernel would drop from three blocks a multiprocessor to two at dh 128).
+template <int DH, bool PAIRED>
 __device__ __forceinline__ void score_pair(float x[TC_TILE / 8][4], float y[TC_TILE / 8][4], const bf16 *A,
                                            const bf16 *C, const bf16 *B, const bf16 *E, int g, int t) {
     constexpr int ROW = TcLd<DH>::ROW;
+    if constexpr (PAIRED && DH >= 32) {
+        const int lane = 4 * g + t;
+        for (int kb = 0; kb < DH / 16; kb += 2) {
+            uint32_t a[2][4], c[2][4];
+            for (int h = 0; h < 2; h++) {
+                load_a(a[h], A + (kb + h) * 16, ROW, g, t);
+                load_a(c[h], C + (kb + h) * 16, ROW, g, t);
+            }
+            for (int j = 0; j < TC_TILE / 8; j++) {
+                uint32_t b[4];
+                load_bt2(b, B + j * 8 * ROW + kb * 16, ROW, lane);
+                mma16816(x[j], a[0], b[0], b[1]), mma16816(x[j], a[1], b[2], b[3]);
+                load_bt2(b, E + j * 8 * ROW + kb * 16, ROW, lane);
+                mma16816(y[j], c[0], b[0], b[1]), mma16816(y[j], c[1], b[2], b[3]);
+            }
+        }
+        return;
+    }
     for (int kb = 0; kb < DH / 16; kb++) {
         uint32_t a[4], c[4];
         load_a(a, A + kb * 16, ROW, g, t);
@@ -382,7 +425,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         const bf16 *Kt = Ks + cur * TC_TILE * L::ROW, *Vt = Vs + cur * TC_TILE * L::ROW;
         float s[NT][4] = {}, dp[NT][4] = {};
-        score_pair<DH>(s, dp, Qs + r0 * L::ROW, DOs + r0 * L::ROW, Kt, Vt, g, t);  // S = Q K^T, dP = dO V^T
+        score_pair<DH, false>(s, dp, Qs + r0 * L::ROW, DOs + r0 * L::ROW, Kt, Vt, g, t);  // S = Q K^T, dP = dO V^T
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int r = r0 + g + 8 * (e / 2);
@@ -464,7 +507,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         const bf16 *Qt = Qs + cur * TC_TILE * L::ROW, *DOt = DOs + cur * TC_TILE * L::ROW;
         const float *Lt = Lse + cur * TC_TILE, *Dt = Dv + cur * TC_TILE;
         float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, TC_TILE queries): S^T and dP^T
-        score_pair<DH>(st, dpt, Ks + r0 * L::ROW, Vs + r0 * L::ROW, Qt, DOt, g, t);
+        score_pair<DH, true>(st, dpt, Ks + r0 * L::ROW, Vs + r0 * L::ROW, Qt, DOt, g, t);
         for (int j = 0; j < NT; j++)
             for (int e = 0; e < 4; e++) {
                 int c = j * 8 + 2 * t + (e & 1);
@@ -478,7 +521,8 @@ __global__ void __launch_bounds__(TC_THREADS)
                 if (!map.valid(k)) continue;
                 for (int j = 0; j < NT; j++) {
                     int q = q0 + j * 8 + 2 * t;  // q + 1 may be the padding column: never read
-                    if (map.valid(q)) *(uint32_t *)(slot + (long)k * ldds + q) = ::pack(dpt[j][2 * r], dpt[j][2 * r + 1]);
+                    if (map.valid(q))
+                        *(uint32_t *)(slot + (long)k * ldds + q) = ::pack(dpt[j][2 * r], dpt[j][2 * r + 1]);
                 }
             }
         }
