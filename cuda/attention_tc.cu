@@ -14,7 +14,8 @@
 // (fc_bf16_heads: each head's rows contiguous, in the GEMMs' scratch), so that the kernels copy
 // tiles into shared memory with cp.async in 16-byte pieces, whatever D and the alignment of qkv,
 // without passing through registers. A tile that is the B operand of a product along its rows (V
-// in P V, K in dS K, dO and Q in dK/dV) is read transposed by ldmatrix.trans.
+// in P V, K in dS K, dO and Q in dK/dV) is read transposed by ldmatrix.trans, two 8-column blocks
+// at a time (x4).
 //
 // Fragments (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16x16) holds rows g and g+8,
 // columns 2t, 2t+1 and 2t+8, 2t+9; B (16x8) holds k rows 2t, 2t+1, 2t+8, 2t+9 of column g; the
@@ -97,16 +98,19 @@ __device__ __forceinline__ void load_bt2(uint32_t b[4], const bf16 *m, int ld, i
 #endif
 }
 
-// The B fragment (16 k x 8 n) of the block at m of a row-major (k, n) matrix (ld elements per row),
-// read transposed by ldmatrix: lanes 0-15 give the addresses of its 16 rows.
-__device__ __forceinline__ void load_b(uint32_t &b0, uint32_t &b1, const bf16 *m, int ld, int lane) {
+// The B fragments (16 k x 8 n) of the two blocks at m and m + 8 (columns n and n + 1 of 8) of a
+// row-major (k, n) matrix (ld elements per row), read transposed by one ldmatrix.x4.trans: b[0],
+// b[1] for the first, b[2], b[3] for the second. Lanes 0-15 give the addresses of the first block's
+// 16 rows, lanes 16-31 the second's.
+__device__ __forceinline__ void load_b2(uint32_t b[4], const bf16 *m, int ld, int lane) {
+    const bf16 *row = m + (lane & 15) * ld + (lane >> 4) * 8;
 #ifdef FC_EMU
-    uint32_t r[2];
-    fc_emu_ldmatrix(r, 2, m + (lane & 15) * ld, true);
-    b0 = r[0], b1 = r[1];
+    fc_emu_ldmatrix(b, 4, row, true);
 #else
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(m + (lane & 15) * ld);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(addr));
 #endif
 }
 
@@ -320,10 +324,10 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t pa[4];
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Vt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(o[n], pa, b0, b1);
+            for (int n = 0; n < DH / 8; n += 2) {  // DH / 8 is even
+                uint32_t b[4];
+                load_b2(b, Vt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                mma16816(o[n], pa, b[0], b[1]), mma16816(o[n + 1], pa, b[2], b[3]);
             }
         }
         __syncthreads();  // every warp is done with this buffer before it is refilled
@@ -364,18 +368,18 @@ __device__ __forceinline__ void score_pair(float x[TC_TILE / 8][4], float y[TC_T
                 mma16816(y[j], c[0], b[0], b[1]), mma16816(y[j], c[1], b[2], b[3]);
             }
         }
-        return;
-    }
-    for (int kb = 0; kb < DH / 16; kb++) {
-        uint32_t a[4], c[4];
-        load_a(a, A + kb * 16, ROW, g, t);
-        load_a(c, C + kb * 16, ROW, g, t);
-        for (int j = 0; j < TC_TILE / 8; j++) {
-            uint32_t b0, b1;
-            load_bt(b0, b1, B + j * 8 * ROW + kb * 16, ROW, g, t);
-            mma16816(x[j], a, b0, b1);
-            load_bt(b0, b1, E + j * 8 * ROW + kb * 16, ROW, g, t);
-            mma16816(y[j], c, b0, b1);
+    } else {
+        for (int kb = 0; kb < DH / 16; kb++) {
+            uint32_t a[4], c[4];
+            load_a(a, A + kb * 16, ROW, g, t);
+            load_a(c, C + kb * 16, ROW, g, t);
+            for (int j = 0; j < TC_TILE / 8; j++) {
+                uint32_t b0, b1;
+                load_bt(b0, b1, B + j * 8 * ROW + kb * 16, ROW, g, t);
+                mma16816(x[j], a, b0, b1);
+                load_bt(b0, b1, E + j * 8 * ROW + kb * 16, ROW, g, t);
+                mma16816(y[j], c, b0, b1);
+            }
         }
     }
 }
@@ -435,10 +439,10 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t a[4];
             c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Kt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dq[n], a, b0, b1);
+            for (int n = 0; n < DH / 8; n += 2) {
+                uint32_t b[4];
+                load_b2(b, Kt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                mma16816(dq[n], a, b[0], b[1]), mma16816(dq[n + 1], a, b[2], b[3]);
             }
         }
         __syncthreads();
@@ -530,12 +534,12 @@ __global__ void __launch_bounds__(TC_THREADS)
             uint32_t pa[4], sa[4];
             c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
             c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, DOt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dv[n], pa, b0, b1);
-                load_b(b0, b1, Qt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dk[n], sa, b0, b1);
+            for (int n = 0; n < DH / 8; n += 2) {
+                uint32_t b[4];
+                load_b2(b, DOt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                mma16816(dv[n], pa, b[0], b[1]), mma16816(dv[n + 1], pa, b[2], b[3]);
+                load_b2(b, Qt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
+                mma16816(dk[n], sa, b[0], b[1]), mma16816(dk[n + 1], sa, b[2], b[3]);
             }
         }
         __syncthreads();
