@@ -12,6 +12,7 @@ __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char
     return NULL;
 }
 __attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
+__attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
 
 #define OP(field) {#field, offsetof(Backend, field)}
 static const struct {
