@@ -453,7 +453,15 @@ void model_backward(Model *m) {
     ParamPtrs *p = &m->p, *g = &m->g;
     int S = m->S, N = m->N, T = m->T, D = m->D, H = m->H, RD = m->RD, Fd = c->freq_dim, sz = c->frame_size;
     long ms = 9L * D;
-    be->zero(m->dscratch_mem, sizeof(real) * m->dscratch_count);
+    // Only the gradients that ops add into before anything overwrites them start at zero (the
+    // residual stream, the final modulation, the loss's, the time offsets', the input's); every
+    // other buffer of the scratch has one producer that overwrites it (backend.h).
+    zero(m, d->dres, (size_t)T * D);
+    zero(m, d->dfmod, (size_t)S * 2 * D);
+    zero(m, d->doe, (size_t)S * D);
+    zero(m, d->dfout, (size_t)T * m->PPC);
+    zero(m, d->dpred, (size_t)S * m->E);
+    if (m->want_input_grad) zero(m, d->dxt, (size_t)S * m->E);
 
     // loss -> final layer
     be->mse_masked_bwd(d->dpred, a->pred, m->in.v, m->in.mask, 1, S, m->E);

@@ -338,6 +338,23 @@ static void test_network(const char *config_path, int depth, int recompute) {
     snprintf(test, sizeof test, "grad_network_tiny%s", recompute ? "_recompute" : "");
     check(bad == 0, test, "%d blocks, %d tensors (and the input) at 6 elements each, worst rel %.2e (%s), loss %.5f",
           cfg.depth, checked, worst_rel, worst_name, loss);
+
+    // Backward again over a gradient scratch of NaNs: every buffer it reads must have been zeroed
+    // or written first in this pass (most are overwritten by their one producer, backend.h), so the
+    // gradients are the same bytes as the first pass's.
+    size_t np = m->n_params;
+    real *g1 = fc_malloc(sizeof(real) * (np + nx));
+    memcpy(g1, m->grads_mem, sizeof(real) * np), memcpy(g1 + np, m->d.dxt, sizeof(real) * nx);
+    double loss2;
+    network_loss_and_grads(m, &loss2);  // the activations of the unperturbed inputs again
+    for (size_t i = 0; i < m->dscratch_count; i++) m->dscratch_mem[i] = NAN;
+    model_zero_grad(m);
+    model_backward(m);
+    int same = !memcmp(g1, m->grads_mem, sizeof(real) * np) && !memcmp(g1 + np, m->d.dxt, sizeof(real) * nx);
+    snprintf(test, sizeof test, "backward_scratch_nan%s", recompute ? "_recompute" : "");
+    check(same, test, "a second backward over a NaN-filled gradient scratch: %zu parameter gradients and the input's %s",
+          np, same ? "the same bytes" : "DIFFER");
+    free(g1);
     be->free(x0);
     free_model(m);
 }
