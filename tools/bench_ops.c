@@ -10,7 +10,6 @@
 #include "backend.h"
 #include "config.h"
 #include "memplan.h"
-#include "model.h"
 #include "philox.h"
 
 static const Backend *g_be;
@@ -108,13 +107,10 @@ int main(int argc, char **argv) {
     TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
     TIME("gelu fwd", L, g_be->gelu_fwd(y, x, (size_t)T * RD));
     TIME("gelu bwd", L, g_be->gelu_bwd(dx, dy, x, (size_t)T * RD));
-    // The backward zeroes its gradient scratch once a step (each block's activation gradients are
-    // overwritten by their one producer since; before, about 9 x (T, 3D) a block were zeroed).
-    ModelCounts mc = model_counts(&c, B);
-    free(mc.info);
-    real *dscratch = g_be->alloc(sizeof(real) * mc.dscratch);
-    TIME("zero (backward scratch)", 1, g_be->zero(dscratch, sizeof(real) * mc.dscratch));
-    g_be->free(dscratch);
+    // The backward zeroes once a step only the gradients that ops add into (the residual stream's
+    // (T, D) and a few small ones): every other activation gradient is overwritten by its one
+    // producer (before, about 9 x (T, 3D) were zeroed a block).
+    TIME("zero (T, D) residual grad", 1, g_be->zero(datt, sizeof(real) * T * D));
 
     double total = 0;
     for (int i = 0; i < g_nrows; i++) total += g_rows[i].ms * g_rows[i].per_step;
