@@ -82,36 +82,38 @@ __device__ __forceinline__ void load_bt(uint32_t &b0, uint32_t &b1, const bf16 *
     b0 = ld32(m + g * ld + 2 * t), b1 = ld32(m + g * ld + 2 * t + 8);
 }
 
-// The B fragments (16 k x 8 n) whose column n is row n of m (row-major, ld), for two k steps at
-// once: b[0], b[1] for columns 0..15 of m, b[2], b[3] for columns 16..31 (load_bt for kb and
-// kb + 1). One ldmatrix.x4 instead of four 32-bit loads a lane: lanes 8i .. 8i+7 give the
-// addresses of the 8 rows of the 8x8 block i (columns 8i .. 8i+7).
-__device__ __forceinline__ void load_bt2(uint32_t b[4], const bf16 *m, int ld, int lane) {
-    const bf16 *row = m + (lane & 7) * ld + (lane >> 3) * 8;
+// Four 8x8 bf16 blocks from shared memory by one ldmatrix.x4 (.trans: each block transposed): lane
+// l gives the address of row l % 8 of block l / 8 and gets, of each block i, r[i] = its row l / 4,
+// elements 2 (l % 4) and 2 (l % 4) + 1.
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
 #ifdef FC_EMU
-    fc_emu_ldmatrix(b, 4, row, false);
+    fc_emu_ldmatrix(r, 4, row, TRANS);
 #else
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr));
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
 #endif
 }
 
+// The B fragments (16 k x 8 n) whose column n is row n of m (row-major, ld), for two k steps at
+// once: b[0], b[1] for columns 0..15 of m, b[2], b[3] for columns 16..31 (load_bt for kb and
+// kb + 1): the four 8x8 blocks of columns 8i .. 8i+7, in one load instead of four a lane.
+__device__ __forceinline__ void load_bt2(uint32_t b[4], const bf16 *m, int ld, int lane) {
+    ldmatrix_x4<false>(b, m + (lane & 7) * ld + (lane >> 3) * 8);
+}
+
 // The B fragments (16 k x 8 n) of the two blocks at m and m + 8 (columns n and n + 1 of 8) of a
-// row-major (k, n) matrix (ld elements per row), read transposed by one ldmatrix.x4.trans: b[0],
-// b[1] for the first, b[2], b[3] for the second. Lanes 0-15 give the addresses of the first block's
-// 16 rows, lanes 16-31 the second's.
+// row-major (k, n) matrix (ld elements per row), read transposed: b[0], b[1] for the first, b[2],
+// b[3] for the second (lanes 0-15 address the first block's 16 rows, lanes 16-31 the second's).
 __device__ __forceinline__ void load_b2(uint32_t b[4], const bf16 *m, int ld, int lane) {
-    const bf16 *row = m + (lane & 15) * ld + (lane >> 4) * 8;
-#ifdef FC_EMU
-    fc_emu_ldmatrix(b, 4, row, true);
-#else
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr));
-#endif
+    ldmatrix_x4<true>(b, m + (lane & 15) * ld + (lane >> 4) * 8);
 }
 
 // The A fragment of probabilities from the accumulators of score tiles 2kk and 2kk+1.
