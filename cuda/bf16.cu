@@ -3,9 +3,11 @@
 // is rounded to bf16 (round to nearest even) and it accumulates in fp32:
 // - weights: the model registers its one parameter allocation (register_weights); a bf16 mirror of
 //   it, at the same offsets, is rebuilt in one pass the first time a GEMM reads a weight after the
-//   parameters changed (upload, copy, zero and the optimizer ops mark them changed), so a training
-//   step converts its weights once, not once per GEMM. A weight outside every registered
-//   allocation (the op tests) is converted on each call.
+//   parameters changed (upload, copy and zero mark them changed), so a training step converts its
+//   weights at most once, not once per GEMM. The optimizer ops write the mirror themselves, in the
+//   pass that updates the parameters (fc_bf16_mirror_to_write), so that a current mirror stays
+//   current and training does not rebuild it at all. A weight outside every registered allocation
+//   (the op tests) is converted on each call.
 // - activations: converted on each call into per-operand scratch (an activation is read by one
 //   or two GEMMs, so a cache would not pay). Attention's inputs are converted head by head
 //   (fc_bf16_heads) into the same scratch, so that its kernels copy whole 16-byte pieces.
@@ -92,6 +94,14 @@ const __nv_bfloat16 *fc_bf16_weights(const float *w, size_t n) {
     __nv_bfloat16 *dst = (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_W, sizeof(__nv_bfloat16) * (n ? n : 1));
     to_bf16(dst, w, n);
     return dst;
+}
+
+__nv_bfloat16 *fc_bf16_mirror_to_write(const float *p, size_t n) {
+    for (int i = 0; i < MAX_ARENAS; i++) {
+        const float *b = g_arena[i].base;
+        if (b && p >= b && p + n <= b + g_arena[i].n) return g_arena[i].stale ? NULL : g_arena[i].mirror + (p - b);
+    }
+    return NULL;
 }
 
 const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which) {

@@ -60,6 +60,10 @@ const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which);
 // bf16 in scratch `which` (bf16.cu); dh a multiple of 8.
 const __nv_bfloat16 *fc_bf16_heads(const float *src, long rows, long ld, int nheads, int dh, int which);
 void fc_cuda_weights_touched(const void *dst, size_t bytes);
+// For an op that writes the parameters at p (n) and, in the same pass, their bf16 mirror (the
+// optimizer): the mirror at the same offsets, or NULL where p lies in no registered allocation or
+// its mirror is stale already (the op then calls fc_cuda_weights_touched instead).
+__nv_bfloat16 *fc_bf16_mirror_to_write(const float *p, size_t n);
 
 // Each kernel file fills in its ops.
 void cuda_register_linear(Backend *be, int bf16);  // cuda/linear.cu: bf16 or fp32 GEMMs

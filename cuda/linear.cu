@@ -1,6 +1,6 @@
 // linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three
 // accumulated gradients backward: dx and dw through cuBLAS, db by a deterministic two-pass column
-// sum in double. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
+// sum in double (on bf16 GEMMs, the same pass rounds dy for them). Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
 // "cuda" reads bf16 operands (bf16.cu) on the tensor cores and accumulates into fp32 outputs.
 // Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
 //
@@ -48,9 +48,12 @@ __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float 
 // [chunk*rows_per_chunk, +rows_per_chunk). Thread (tx, ty) sums, in double and in increasing row
 // order, rows chunk_start + ty, + 8, + 16, ... of column x*32 + tx; the 8 lanes are then added by a
 // fixed tree (lane 0 += lane 4, ..., lane 0 += lane 1). The chunk's sum goes to partial[chunk][n]
-// when there are several chunks, or straight into db[n] (+=) when there is one.
+// when there are several chunks, or straight into db[n] (+=) when there is one. As every element
+// of dy is read once here, dy16 (M, N), when not NULL, gets dy rounded to bf16 on the way: the
+// backward GEMMs' operand, without a second pass over dy.
 __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float *__restrict__ db,
-                                             const float *__restrict__ dy, int M, int N, int rows_per_chunk) {
+                                             __nv_bfloat16 *__restrict__ dy16, const float *__restrict__ dy, int M,
+                                             int N, int rows_per_chunk) {
     __shared__ double acc[COLSUM_LANES][COLSUM_COLS];
     int tx = threadIdx.x, ty = threadIdx.y;
     int n = blockIdx.x * COLSUM_COLS + tx;
@@ -58,7 +61,11 @@ __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float
     long m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
     double sum = 0;
     if (n < N)
-        for (long m = m0 + ty; m < m1; m += COLSUM_LANES) sum += (double)dy[m * N + n];
+        for (long m = m0 + ty; m < m1; m += COLSUM_LANES) {
+            float v = dy[m * N + n];
+            sum += (double)v;
+            if (dy16) dy16[m * N + n] = __float2bfloat16_rn(v);
+        }
     acc[ty][tx] = sum;
     __syncthreads();
     for (int half = COLSUM_LANES / 2; half > 0; half /= 2) {
@@ -83,16 +90,16 @@ __global__ void linear_colsum_finish_kernel(float *__restrict__ db, const double
     db[n] += (float)sum;
 }
 
-// db (N) += column sums of dy (M, N). The partition into chunks depends only on M, so the result
-// does not depend on the GPU.
-static void linear_bias_grad(real *db, const real *dy, int M, int N) {
+// db (N) += column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL. The partition into
+// chunks depends only on M, so the result does not depend on the GPU.
+static void linear_bias_grad(real *db, __nv_bfloat16 *dy16, const real *dy, int M, int N) {
     long rows_per_chunk = COLSUM_ROWS;
     while ((M + rows_per_chunk - 1) / rows_per_chunk > 65535) rows_per_chunk *= 2;
     int nchunks = (int)((M + rows_per_chunk - 1) / rows_per_chunk);
     double *partial = NULL;
     if (nchunks > 1) partial = (double *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(double) * (size_t)nchunks * N);
     dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(N, COLSUM_COLS), nchunks);
-    linear_colsum_partial_kernel<<<grid, block>>>(partial, db, dy, M, N, (int)rows_per_chunk);
+    linear_colsum_partial_kernel<<<grid, block>>>(partial, db, dy16, dy, M, N, (int)rows_per_chunk);
     kernelCheck();
     if (nchunks > 1) {
         linear_colsum_finish_kernel<<<fc_cdiv(N, LIN_THREADS), LIN_THREADS>>>(db, partial, N, nchunks);
@@ -289,8 +296,18 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
     if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
     if (dx && dx_mode == GRAD_SET && N <= 0) cudaCheck(cudaMemset(dx, 0, sizeof(real) * (size_t)M * K));  // dy @ w = 0
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
+    const __nv_bfloat16 *dy16 = NULL;
+    if ((dx || dw) && K > 0 && kind.bf16) {
+        if (db) {  // the bias gradient's pass over dy also rounds it for the GEMMs
+            __nv_bfloat16 *out =
+                (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_B, sizeof(__nv_bfloat16) * (size_t)M * N);
+            linear_bias_grad(db, out, dy, M, N);
+            dy16 = out, db = NULL;
+        } else {
+            dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
+        }
+    }
     if ((dx || dw) && K > 0) {
-        const __nv_bfloat16 *dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
         if (dx)
             // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
             // op N. Overwriting (beta 0) never reads dx.
@@ -301,7 +318,7 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
             gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy,
                  dy16, N, 1.0f, dw, K);
     }
-    if (db) linear_bias_grad(db, dy, M, N);
+    if (db) linear_bias_grad(db, NULL, dy, M, N);
 }
 
 static void fp32_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {

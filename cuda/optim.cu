@@ -1,7 +1,9 @@
 // optim.cu: the optimizer ops of the CUDA backend, ports of src/cpu_optim.c: AdamW with fp32
 // moments (adamw_fp32), AdamW with 8-bit block-wise quantised moments (adamw_8bit, one fused
 // kernel: dequantise, update, block absmax, requantise with the encoder of src/quant8.c), the sum
-// of squares behind the gradient norm (sum_squares) and the EMA of the weights (ema_update).
+// of squares behind the gradient norm (sum_squares) and the EMA of the weights (ema_update). The
+// AdamW kernels also write the bf16 copy of each new parameter into the GEMMs' weight mirror when
+// it is current (bf16.cu), which saves rebuilding the mirror from 4 bytes a parameter every step.
 //
 // The per-element math is the CPU's, operation for operation, in the same precision (float for
 // AdamW and the EMA: double runs at 1/64 of the float rate on GeForce cards): the step's constants
@@ -39,14 +41,26 @@ static __device__ __forceinline__ float adam_elem(const AdamConst &c, float p, f
     return __fsub_rn(__fsub_rn(p, __fmul_rn(p, c.lr_wd)), __fdiv_rn(__fmul_rn(c.step_size, m), denom));
 }
 
-// One thread per element i of param, grad, m, v (n).
-static __global__ void adamw_fp32_kernel(real *param, const real *grad, float *m, float *v, size_t n, AdamConst c) {
+// The new parameter p of element i, and its bf16 copy where the GEMMs' mirror is kept current.
+static __device__ __forceinline__ void store_param(real *param, __nv_bfloat16 *mirror, size_t i, float p) {
+    param[i] = p;
+    if (mirror) mirror[i] = __float2bfloat16_rn(p);
+}
+
+// After a kernel that wrote param (n) and, unless it was NULL, its mirror: a mirror not written is stale.
+static void mirror_end(const __nv_bfloat16 *mirror, const real *param, size_t n) {
+    if (!mirror) fc_cuda_weights_touched(param, sizeof(real) * n);
+}
+
+// One thread per element i of param, grad, m, v (n); mirror (n) or NULL.
+static __global__ void adamw_fp32_kernel(real *param, __nv_bfloat16 *mirror, const real *grad, float *m, float *v,
+                                         size_t n, AdamConst c) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = grad[i];
-    if (!isfinite(g)) return;  // a NaN/Inf gradient leaves p, m and v as they are
+    if (!isfinite(g)) return;  // a NaN/Inf gradient leaves p, m and v (and the mirror) as they are
     float mi = m[i], vi = v[i];
-    param[i] = adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi);
+    store_param(param, mirror, i, adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi));
     m[i] = mi;
     v[i] = vi;
 }
@@ -54,9 +68,10 @@ static __global__ void adamw_fp32_kernel(real *param, const real *grad, float *m
 static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     if (n == 0) return;
-    adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, grad, m, v, n, c);
+    __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
+    adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, mirror, grad, m, v, n, c);
     kernelCheck();
-    fc_cuda_weights_touched(param, sizeof(real) * n);
+    mirror_end(mirror, param, n);
 }
 
 // quant8_encode of src/quant8.c: index of the entry of code (256 ascending values) nearest to x,
@@ -84,13 +99,15 @@ static __device__ __forceinline__ float block_max(float x, float *shared) {
 }
 
 // One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
-// i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad: (n);
-// absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to shared memory.
+// i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad and mirror
+// (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to
+// shared memory.
 // As cpu_adamw_8bit: dequantise to float, update in float (a non-finite gradient leaves p and the
 // dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
 static __global__ void __launch_bounds__(ADAM8_BLOCK)
-    adamw_8bit_kernel(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
-                      const float *code_m, const float *code_v, size_t n, AdamConst c) {
+    adamw_8bit_kernel(real *param, __nv_bfloat16 *mirror, const real *grad, uint8_t *m8, uint8_t *v8,
+                      float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, size_t n,
+                      AdamConst c) {
     __shared__ float cm[256], cv[256];
     __shared__ float max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
     int j = threadIdx.x;
@@ -106,7 +123,7 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
         // a zero absmax (the zero-filled state) dequantises every code to 0
         mi = __fmul_rn(cm[m8[i]], am), vi = __fmul_rn(cv[v8[i]], av);
         float g = grad[i];
-        if (isfinite(g)) param[i] = adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi);
+        if (isfinite(g)) store_param(param, mirror, i, adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi));
     }
     // The CPU's running max starts at 0 and takes a value only when it is greater (never a NaN).
     float abs_m = fabsf(mi);
@@ -123,10 +140,11 @@ static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t 
                             float *absmax_v, const float *code_m, const float *code_v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     if (n == 0) return;
-    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, grad, m8, v8, absmax_m, absmax_v, code_m,
-                                                                code_v, n, c);
+    __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
+    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, mirror, grad, m8, v8, absmax_m, absmax_v,
+                                                                code_m, code_v, n, c);
     kernelCheck();
-    fc_cuda_weights_touched(param, sizeof(real) * n);
+    mirror_end(mirror, param, n);
 }
 
 // ----------------------------------------------------------------------------

@@ -483,18 +483,26 @@ static void attn_cases(int big) {
 }
 
 // The bf16 mirror of registered weights follows every way the parameters change: a GEMM reading a
-// weight after an upload, an optimizer step, a copy or a zero must see the new values.
+// weight after an upload, an optimizer step (which writes the mirror itself when it is current), a
+// copy or a zero must see the new values. Against the CPU, and byte for byte against the same GEMM
+// on the GPU from an unregistered copy of the weight (converted afresh on each call): the weight
+// sits on a multiple of 128 elements, so both bf16 copies share their alignment and cuBLAS its
+// choice of kernel.
 static void t_weights_mirror(int M, int K, int N) {
-    size_t nw = (size_t)N * K, n = 3 * nw + 5;
+    size_t nw = (size_t)N * K, off = (nw + 3 + 127) / 128 * 128, n = off + 2 * nw + 5;
     Buf arena = bnormal(n, 0, 0.2), other = bnormal(n, 0, 0.5), x = bnormal((size_t)M * K, 0, 1);
     Buf y = bnormal((size_t)M * N, 0, 1), g = bnormal(n, 0, 1), m = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
+    Buf plain = bnormal(nw, 0, 1), y_plain = bnormal((size_t)M * N, 0, 1);
     memset(m.init, 0, n * sizeof(float)), memset(v.init, 0, n * sizeof(float));
     breset(&m), breset(&v);
+    make_grads(&g, 1);
+    size_t lo8 = off - 5, n8 = nw / 2 + 5;  // the 8-bit steps: part of the weight and what lies before it
+    Adam8 a8 = adam8_new(n8);
     BOTH(be->register_weights(P(arena), n));
-    size_t off = nw + 3;  // a weight inside the allocation, not at its start
-    const char *how[] = {"first use", "after upload", "after adamw_fp32 (lr 0.5)", "after copy", "after zero"};
-    for (int k = 0; k < 5; k++) {
-        if (k == 1) {
+    const char *how[] = {"first use",  "after upload", "after adamw_fp32 (lr 0.5)",       "after copy",
+                         "after zero", "after adamw_8bit on part", "after upload and adamw_8bit"};
+    for (int k = 0; k < 7; k++) {
+        if (k == 1 || k == 6) {
             philox_fill_normal(arena.init, n + GUARD, 0, 0.3f, g_seed, g_draw++, RNG_TEST, 0);
             breset(&arena);
         }
@@ -505,12 +513,26 @@ static void t_weights_mirror(int M, int K, int N) {
         }
         if (k == 3) BOTH(be->copy(P(arena) + off, P(other), sizeof(real) * nw / 2));
         if (k == 4) BOTH(be->zero(P(arena) + off + nw / 3, sizeof(real) * nw / 3));
+        if (k == 5 || k == 6) {
+            AdamHyper h = hyper(k - 4);
+            h.lr = 0.5f;
+            BOTH(be->adamw_8bit(P(arena) + lo8, P(g), PU(a8.m8), PU(a8.v8), P(a8.am), P(a8.av), P(a8.cm), P(a8.cv),
+                                n8, h));
+        }
         WHAT("M=%d K=%d N=%d, weight at offset %zu of a registered allocation of %zu, %s", M, K, N, off, n, how[k]);
         BOTH(be->linear_fwd(P(y), P(x), P(arena) + off, NULL, M, K, N));
         compare("cuda_weights_mirror", "y", &y, NULL);
+        g_gpu->copy(plain.g, (real *)arena.g + off, sizeof(real) * nw);
+        g_gpu->linear_fwd(y_plain.g, x.g, plain.g, NULL, M, K, N);
+        real *a = fetch(g_gpu, y.g, (size_t)M * N), *b = fetch(g_gpu, y_plain.g, (size_t)M * N);
+        int same = !memcmp(a, b, sizeof(real) * M * N);
+        check(same, nm("cuda_weights_mirror_bytes"), "%s: the GEMM from the mirror and from a fresh copy %s", g_what,
+              SAME(same));
+        free(a), free(b);
     }
     BOTH(be->unregister_weights(P(arena)));
-    FREE(&arena, &other, &x, &y, &g, &m, &v);
+    adam8_free(&a8);
+    FREE(&arena, &other, &x, &y, &g, &m, &v, &plain, &y_plain);
 }
 
 // The ops that "cuda" computes differently from "cuda-fp32".
