@@ -52,24 +52,32 @@ static void mirror_end(const __nv_bfloat16 *mirror, const real *param, size_t n)
     if (!mirror) fc_cuda_weights_touched(param, sizeof(real) * n);
 }
 
-// One thread per element i of param, grad, m, v (n); mirror (n) or NULL.
-static __global__ void adamw_fp32_kernel(real *param, __nv_bfloat16 *mirror, const real *grad, float *m, float *v,
-                                         size_t n, AdamConst c) {
+// The EMA's step for element i, from the parameter p after the update (cpu_optim.c's ema_elem).
+static __device__ __forceinline__ void ema_elem(real *ema, size_t i, float d, float w, float p) {
+    ema[i] = __fadd_rn(__fmul_rn(d, ema[i]), __fmul_rn(w, p));
+}
+
+// One thread per element i of param, grad, m, v (n); mirror and ema (n) or NULL.
+static __global__ void adamw_fp32_kernel(real *param, __nv_bfloat16 *mirror, real *ema, const real *grad, float *m,
+                                         float *v, size_t n, AdamConst c) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i];
-    if (!isfinite(g)) return;  // a NaN/Inf gradient leaves p, m and v (and the mirror) as they are
-    float mi = m[i], vi = v[i];
-    store_param(param, mirror, i, adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi));
-    m[i] = mi;
-    v[i] = vi;
+    float g = grad[i], p = param[i];
+    if (isfinite(g)) {  // a NaN/Inf gradient leaves p, m and v (and the mirror) as they are
+        float mi = m[i], vi = v[i];
+        p = adam_elem(c, p, __fmul_rn(g, c.scale), mi, vi);
+        store_param(param, mirror, i, p);
+        m[i] = mi;
+        v[i] = vi;
+    }
+    if (ema) ema_elem(ema, i, c.ema_d, c.ema_w, p);
 }
 
 static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     if (n == 0) return;
     __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
-    adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, mirror, grad, m, v, n, c);
+    adamw_fp32_kernel<<<fc_cdiv(n, ELEM_THREADS), ELEM_THREADS>>>(param, mirror, h.ema, grad, m, v, n, c);
     kernelCheck();
     mirror_end(mirror, param, n);
 }
@@ -99,13 +107,13 @@ static __device__ __forceinline__ float block_max(float x, float *shared) {
 }
 
 // One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
-// i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad and mirror
-// (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to
+// i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad, and mirror
+// and ema (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to
 // shared memory.
 // As cpu_adamw_8bit: dequantise to float, update in float (a non-finite gradient leaves p and the
 // dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
 static __global__ void __launch_bounds__(ADAM8_BLOCK)
-    adamw_8bit_kernel(real *param, __nv_bfloat16 *mirror, const real *grad, uint8_t *m8, uint8_t *v8,
+    adamw_8bit_kernel(real *param, __nv_bfloat16 *mirror, real *ema, const real *grad, uint8_t *m8, uint8_t *v8,
                       float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, size_t n,
                       AdamConst c) {
     __shared__ float cm[256], cv[256];
@@ -123,7 +131,9 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
         // a zero absmax (the zero-filled state) dequantises every code to 0
         mi = __fmul_rn(cm[m8[i]], am), vi = __fmul_rn(cv[v8[i]], av);
         float g = grad[i];
-        if (isfinite(g)) store_param(param, mirror, i, adam_elem(c, param[i], __fmul_rn(g, c.scale), mi, vi));
+        float p = param[i];
+        if (isfinite(g)) p = adam_elem(c, p, __fmul_rn(g, c.scale), mi, vi), store_param(param, mirror, i, p);
+        if (ema) ema_elem(ema, i, c.ema_d, c.ema_w, p);
     }
     // The CPU's running max starts at 0 and takes a value only when it is greater (never a NaN).
     float abs_m = fabsf(mi);
@@ -141,7 +151,7 @@ static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t 
     AdamConst c = adam_const(h);
     if (n == 0) return;
     __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
-    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, mirror, grad, m8, v8, absmax_m, absmax_v,
+    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, mirror, h.ema, grad, m8, v8, absmax_m, absmax_v,
                                                                 code_m, code_v, n, c);
     kernelCheck();
     mirror_end(mirror, param, n);
@@ -229,7 +239,7 @@ static double cuda_sum_squares(const real *x, size_t n, size_t *nonfinite) {
 static __global__ void ema_update_kernel(real *ema, const real *param, float d, float w, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    ema[i] = __fadd_rn(__fmul_rn(d, ema[i]), __fmul_rn(w, param[i]));
+    ema_elem(ema, i, d, w, param[i]);
 }
 
 static void cuda_ema_update(real *ema, const real *param, float decay, size_t n) {

@@ -41,6 +41,10 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     int step;          // t >= 1, the number of this update, for the bias correction
     float grad_scale;  // every gradient is multiplied by this first (gradient-norm clipping)
+    // The EMA of the weights, in the same pass when ema is not NULL (n elements, like param): after
+    // the step, ema = ema_decay * ema + (1 - ema_decay) * param, the bytes ema_update would give.
+    real *ema;
+    float ema_decay;
 } AdamHyper;
 
 // 8-bit AdamW quantises the moments in blocks of this many elements, one fp32 absmax per block.
@@ -158,7 +162,7 @@ typedef struct Backend {
                        const float *code_m, const float *code_v, size_t n, AdamHyper h);
     // Sum of squares of the finite elements of x (n), returned to the host; *nonfinite counts the others.
     double (*sum_squares)(const real *x, size_t n, size_t *nonfinite);
-    // ema = decay * ema + (1 - decay) * param (n)
+    // ema = decay * ema + (1 - decay) * param (n). Training fuses it into AdamW (AdamHyper.ema).
     void (*ema_update)(real *ema, const real *param, float decay, size_t n);
 } Backend;
 

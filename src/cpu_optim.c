@@ -25,6 +25,7 @@ AdamConst adam_const(AdamHyper h) {
     c.lr_wd = (float)((double)h.lr * h.weight_decay);
     c.step_size = (float)(h.lr / (1.0 - pow(b1, h.step)));
     c.bc2 = (float)(1.0 - pow(b2, h.step));
+    c.ema_d = h.ema_decay, c.ema_w = (float)(1.0 - (double)h.ema_decay);
     return c;
 }
 
@@ -38,13 +39,18 @@ static inline float adam_elem(const AdamConst *c, float p, float g, float *m, fl
     return (p - p * c->lr_wd) - c->step_size * *m / (sqrtf(*v / c->bc2) + c->eps);
 }
 
+// The EMA's step for one element (cpu_ema_update's formula): d ema + w p.
+static inline float ema_elem(float d, float w, float ema, float p) { return d * ema + w * p; }
+
 void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
+    real *ema = h.ema;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];
-        if (!isfinite(g)) continue;  // a NaN/Inf gradient leaves p, m and v as they are
-        param[i] = adam_elem(&c, param[i], g * c.scale, &m[i], &v[i]);
+        // a NaN/Inf gradient leaves p, m and v as they are
+        if (isfinite(g)) param[i] = adam_elem(&c, param[i], g * c.scale, &m[i], &v[i]);
+        if (ema) ema[i] = ema_elem(c.ema_d, c.ema_w, ema[i], param[i]);
     }
 }
 
@@ -66,6 +72,7 @@ void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, flo
             float g = grad[i];
             // a non-finite gradient: p unchanged, the moments keep their dequantised values
             if (isfinite(g)) param[i] = adam_elem(&c, param[i], g * c.scale, &mi, &vi);
+            if (h.ema) h.ema[i] = ema_elem(c.ema_d, c.ema_w, h.ema[i], param[i]);
             mb[j] = mi, vb[j] = vi;
             if (fabsf(mi) > max_m) max_m = fabsf(mi);
             if (vi > max_v) max_v = vi;
@@ -113,5 +120,5 @@ double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
 void cpu_ema_update(real *ema, const real *param, float decay, size_t n) {
     float d = decay, w = (float)(1.0 - (double)decay);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + w * param[i];
+    for (size_t i = 0; i < n; i++) ema[i] = ema_elem(d, w, ema[i], param[i]);
 }

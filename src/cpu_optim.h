@@ -11,6 +11,7 @@ typedef struct {
     float lr_wd;      // lr * weight_decay (decoupled weight decay, applied before the step)
     float step_size;  // lr / (1 - b1^t)
     float bc2;        // 1 - b2^t
+    float ema_d, ema_w;  // the EMA's decay and 1 - decay (AdamHyper.ema)
 } AdamConst;
 AdamConst adam_const(AdamHyper h);
 

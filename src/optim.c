@@ -59,7 +59,7 @@ double lr_schedule(const Config *c, int t) {
     return c->lr * (c->lr_min_ratio + (1 - c->lr_min_ratio) * 0.5 * (1 + cos(3.141592653589793 * p)));
 }
 
-OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr) {
+OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr, real *ema, double ema_decay) {
     const Backend *be = o->be;
     OptStepInfo info = {0};
     // One sum over the whole gradient allocation (the tensors lie back to back in it): one result
@@ -74,7 +74,8 @@ OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, doubl
     if (c->grad_clip > 0 && info.grad_norm > c->grad_clip) scale = (float)(c->grad_clip / info.grad_norm);
     for (int i = 0; i < o->n; i++) {
         OptTensor *ot = &o->t[i];
-        AdamHyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps, ot->weight_decay, t, scale};
+        AdamHyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps, ot->weight_decay, t, scale,
+                       ema ? ema + m->info[i].offset : NULL, (float)ema_decay};
         real *p = m->params_mem + m->info[i].offset;
         const real *g = m->grads_mem + m->info[i].offset;
         if (ot->is8bit)

@@ -39,8 +39,10 @@ typedef struct {
     double lr;
 } OptStepInfo;
 
-// Update m's parameters from m's gradients: update number t (1-based) with learning rate lr.
-OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr);
+// Update m's parameters from m's gradients: update number t (1-based) with learning rate lr. ema
+// (backend memory, the parameters' layout), unless NULL, is updated in the same pass with the new
+// parameters: ema = ema_decay * ema + (1 - ema_decay) * param.
+OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr, real *ema, double ema_decay);
 
 // Learning rate of update number t (1-based): linear warmup, then cosine decay to lr * lr_min_ratio.
 double lr_schedule(const Config *c, int t);

@@ -237,11 +237,11 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         // The optimizer step and the EMA update write what the last checkpoint may still be copying.
         if (ckpt_writer_wait_copy(writer, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
         double lr = lr_schedule(c, step);
-        OptStepInfo info = optimizer_step(o, m, c, step, lr);
         // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
-        // not mostly the zero-initialised weights it started from.
+        // not mostly the zero-initialised weights it started from. It is updated in the optimizer's
+        // pass over the parameters (the same bytes as a separate ema_update, one read of them less).
         double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
-        be->ema_update(ema, m->params_mem, (float)decay, m->n_params);
+        OptStepInfo info = optimizer_step(o, m, c, step, lr, ema, decay);
         st.step = step;
         st.smooth_loss = step == 1 ? loss : 0.98 * st.smooth_loss + 0.02 * loss;
         double t_step = now_s() - t0;

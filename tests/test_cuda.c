@@ -336,31 +336,39 @@ static AdamHyper hyper(int t) {
     return (AdamHyper){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .step = t,
                        .grad_scale = 0.7f};
 }
+// Step t with the EMA updated in the same pass on odd steps (as training does every step), alone on even ones.
+static AdamHyper hyper_ema(int t, real *ema) {
+    AdamHyper h = hyper(t);
+    if (t % 2) h.ema = ema, h.ema_decay = 0.99f;
+    return h;
+}
 
 // fp32 AdamW from the zero state; each step is compared, then the CUDA side takes the CPU's state.
 static void t_adamw_fp32(size_t n, int steps) {
     Buf p = bnormal(n, 0, 0.1), g = bnormal(n, 0, 1), m = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
+    Buf ema = bnormal(n, 0, 0.1);
     memset(m.init, 0, n * sizeof(float)), memset(v.init, 0, n * sizeof(float));
     breset(&m), breset(&v);
     for (int t = 1; t <= steps; t++) {
         make_grads(&g, t);
-        WHAT("n=%zu step %d of %d, NaN/Inf gradients", n, t, steps);
-        BOTH(be->adamw_fp32(P(p), P(g), P(m), P(v), n, hyper(t)));
-        compare("cuda_adamw_fp32", "param", &p, "m", &m, "v", &v, NULL);
-        bshare(&p), bshare(&m), bshare(&v);
+        WHAT("n=%zu step %d of %d, NaN/Inf gradients%s", n, t, steps, t % 2 ? ", with the EMA" : "");
+        BOTH(be->adamw_fp32(P(p), P(g), P(m), P(v), n, hyper_ema(t, P(ema))));
+        compare("cuda_adamw_fp32", "param", &p, "m", &m, "v", &v, "ema", &ema, NULL);
+        bshare(&p), bshare(&m), bshare(&v), bshare(&ema);
     }
-    FREE(&p, &g, &m, &v);
+    FREE(&p, &g, &m, &v, &ema);
 }
 
 // The 8-bit state of one tensor on both sides.
 typedef struct {
     Buf p, g, m8, v8, am, av, cm, cv;
+    Buf ema;  // the weights' EMA, updated in the same pass on odd steps
     size_t n, nb;
 } Adam8;
 
 static Adam8 adam8_new(size_t n) {
     Adam8 a = {.n = n, .nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK};
-    a.p = bnormal(n, 0, 0.1), a.g = bnormal(n, 0, 1), a.m8 = bcodes(n), a.v8 = bcodes(n);
+    a.p = bnormal(n, 0, 0.1), a.g = bnormal(n, 0, 1), a.m8 = bcodes(n), a.v8 = bcodes(n), a.ema = bnormal(n, 0, 0.1);
     a.am = bnormal(a.nb, 0, 1), a.av = bnormal(a.nb, 0, 1), a.cm = bnormal(256, 0, 1), a.cv = bnormal(256, 0, 1);
     memset(a.am.init, 0, a.nb * sizeof(float)), memset(a.av.init, 0, a.nb * sizeof(float));
     quant8_signed_code(a.cm.init), quant8_unsigned_code(a.cv.init);
@@ -368,11 +376,11 @@ static Adam8 adam8_new(size_t n) {
     return a;
 }
 
-static void adam8_free(Adam8 *a) { FREE(&a->p, &a->g, &a->m8, &a->v8, &a->am, &a->av, &a->cm, &a->cv); }
+static void adam8_free(Adam8 *a) { FREE(&a->p, &a->g, &a->m8, &a->v8, &a->am, &a->av, &a->cm, &a->cv, &a->ema); }
 
 #define ADAM8_CALL(be, a, t)                                                                                       \
     be->adamw_8bit(P((a).p), P((a).g), PU((a).m8), PU((a).v8), P((a).am), P((a).av), P((a).cm), P((a).cv), (a).n, \
-                   hyper(t))
+                   hyper_ema(t, P((a).ema)))
 
 // Several steps; each from the same state on both sides (the CUDA side takes the CPU's after the
 // comparison), so that every step is compared on its own.
@@ -380,23 +388,25 @@ static void t_adamw_8bit(size_t n, int steps) {
     Adam8 a = adam8_new(n);
     size_t dm = 0, dv = 0;
     int maxd = 0, guard = 0;
-    double ep = 0, eam = 0, eav = 0;
+    double ep = 0, eam = 0, eav = 0, ee = 0;
     for (int t = 1; t <= steps; t++) {
         make_grads(&a.g, t);
         if (t == 1 && a.nb > 4)  // a block of zero gradients: its absmax stays 0
             memset(R(a.g) + 3 * ADAM8_BLOCK, 0, ADAM8_BLOCK * sizeof(real)), breset(&a.g);
         BOTH(ADAM8_CALL(be, a, t));
         ep = fmax(ep, berr(&a.p, &guard)), eam = fmax(eam, berr(&a.am, &guard)), eav = fmax(eav, berr(&a.av, &guard));
+        ee = fmax(ee, berr(&a.ema, &guard));
         bget(&a.m8), bget(&a.v8);
         guard |= guard_changed(&a.m8) || guard_changed(&a.v8);
         dm += codes_differ(a.m8.hc, a.m8.hg, n, &maxd), dv += codes_differ(a.v8.hc, a.v8.hg, n, &maxd);
-        bshare(&a.p), bshare(&a.m8), bshare(&a.v8), bshare(&a.am), bshare(&a.av);
+        bshare(&a.p), bshare(&a.m8), bshare(&a.v8), bshare(&a.am), bshare(&a.av), bshare(&a.ema);
     }
     double frac = (double)(dm + dv) / (2.0 * n * steps);
-    check(!guard && dm + dv == 0 && ep <= g_tol && eam <= g_tol && eav <= g_tol, "cuda_adamw_8bit",
-          "n=%zu (tail block of %zu), %d steps: codes differing m8 %zu v8 %zu of %zu per step (%.2e, max %d index; "
-          "tol 0), absmax rel err m %.1e v %.1e, param rel err %.1e (tol %.0e)%s", n, n % ADAM8_BLOCK, steps,
-          dm, dv, n, frac, maxd, eam, eav, ep, g_tol, guard ? "; WROTE OUTSIDE ITS OUTPUT (guard changed)" : "");
+    check(!guard && dm + dv == 0 && ep <= g_tol && eam <= g_tol && eav <= g_tol && ee <= g_tol, "cuda_adamw_8bit",
+          "n=%zu (tail block of %zu), %d steps (the EMA on odd ones): codes differing m8 %zu v8 %zu of %zu per step "
+          "(%.2e, max %d index; tol 0), absmax rel err m %.1e v %.1e, param rel err %.1e, EMA %.1e (tol %.0e)%s", n,
+          n % ADAM8_BLOCK, steps, dm, dv, n, frac, maxd, eam, eav, ep, ee, g_tol,
+          guard ? "; WROTE OUTSIDE ITS OUTPUT (guard changed)" : "");
     adam8_free(&a);
 }
 
@@ -668,16 +678,16 @@ static void section_determinism(int bf16) {
         Adam8 a = adam8_new((1u << 20) + 77);
         int same = 1;
         for (int rep = 0; rep < 2; rep++) {
-            breset(&a.p), breset(&a.m8), breset(&a.v8), breset(&a.am), breset(&a.av);
+            breset(&a.p), breset(&a.m8), breset(&a.v8), breset(&a.am), breset(&a.av), breset(&a.ema);
             for (int t = 1; t <= 2; t++) {
                 make_grads(&a.g, t);
                 int side_ = 1;
                 ADAM8_CALL(g_gpu, a, t);
             }
             same &= det_capture(&a.p, rep) & det_capture(&a.m8, rep) & det_capture(&a.v8, rep) &
-                    det_capture(&a.am, rep) & det_capture(&a.av, rep);
+                    det_capture(&a.am, rep) & det_capture(&a.av, rep) & det_capture(&a.ema, rep);
         }
-        check(same, "cuda_determinism_adamw_8bit", "n=%zu, 2 steps: param, codes, absmax %s", a.n, SAME(same));
+        check(same, "cuda_determinism_adamw_8bit", "n=%zu, 2 steps: param, codes, absmax, EMA %s", a.n, SAME(same));
         adam8_free(&a);
     }
     {  // the gradient norm's sum of squares

@@ -123,8 +123,7 @@ static void section_train_step(void) {
         o[k] = build_optimizer(m[k], &c);
         ema[k] = be->alloc(sizeof(real) * np);
         be->copy(ema[k], m[k]->params_mem, sizeof(real) * np);
-        info[k] = optimizer_step(o[k], m[k], &c, 1, c.lr);
-        be->ema_update(ema[k], m[k]->params_mem, (float)c.ema_decay, np);
+        info[k] = optimizer_step(o[k], m[k], &c, 1, c.lr, ema[k], c.ema_decay);
     }
     real *pc = fetch(g_cpu, mc->params_mem, np), *pg = fetch(g_gpu, mg->params_mem, np);
     double e_param, e_ema = dev_err(ema[0], ema[1], np), e_mom = 0, e_absmax = 0;
@@ -173,6 +172,7 @@ static void time_config(const char *path, const char *label) {
     model_init(m, g_seed, 1);
     size_t nx = (size_t)m->S * m->E;
     real *hx0 = fc_malloc(sizeof(real) * nx), *x0 = be->alloc(sizeof(real) * nx);
+    real *ema = be->alloc(sizeof(real) * m->n_params);  // as in training, updated in the optimizer's pass
     philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);
     be->upload(x0, hx0, sizeof(real) * nx);
     flow_prepare_batch(m, x0, g_seed, 1);
@@ -185,14 +185,14 @@ static void time_config(const char *path, const char *label) {
         model_zero_grad(m), model_backward(m);
         be->sync();
         double t1 = now();
-        optimizer_step(o, m, &c, it + 3, 1e-6);
+        optimizer_step(o, m, &c, it + 3, 1e-6, ema, c.ema_decay);
         be->sync();
         if (it >= 0) t_fb += t1 - t0, t_opt += now() - t1;
     }
-    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step (B=%d, %d tokens, D=%d, "
+    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step with the EMA (B=%d, %d tokens, D=%d, "
            "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", g_mode, label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
            m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
-    be->free(x0), free(hx0);
+    be->free(x0), be->free(ema), free(hx0);
     free_optimizer(o);
     free_model(m);
 }

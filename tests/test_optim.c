@@ -493,6 +493,46 @@ static void test_ema(void) {
     check(err < 3e-7, "ema_update", "3 updates, decay %g: max rel. diff from double %.2e", decay, err);
 }
 
+// AdamW with the EMA in the same pass (AdamHyper.ema, what training runs) gives the bytes of AdamW
+// followed by ema_update, for both optimizers, over NaN and Inf gradients (the EMA still moves
+// towards the unchanged parameter) and a partial last 8-bit block.
+static void test_fused_ema(void) {
+    const size_t n = 5 * ADAM8_BLOCK + 77, nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+    real *g = fc_calloc(n, sizeof(real)), *u = fc_calloc(n, sizeof(real));
+    for (int is8 = 0; is8 < 2; is8++) {
+        real *p[2], *e[2];
+        uint8_t *m8[2], *v8[2];
+        float *am[2], *av[2], *m[2], *v[2];
+        for (int r = 0; r < 2; r++) {  // r = 0: separate passes; r = 1: fused
+            p[r] = fc_calloc(n, sizeof(real)), e[r] = fc_calloc(n, sizeof(real));
+            m8[r] = fc_calloc(n, 1), v8[r] = fc_calloc(n, 1);
+            am[r] = fc_calloc(nb, sizeof(float)), av[r] = fc_calloc(nb, sizeof(float));
+            m[r] = fc_calloc(n, sizeof(float)), v[r] = fc_calloc(n, sizeof(float));
+            init_params(p[r], n, 81), init_params(e[r], n, 82);
+            for (int t = 1; t <= 3; t++) {
+                make_grads(g, u, n, 81, t);
+                g[7 * t] = NAN, g[n - t] = INFINITY;
+                float decay = t == 1 ? 0.5f : 0.999f;
+                AdamHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
+                               .step = t, .grad_scale = 0.7f, .ema = r ? e[r] : NULL, .ema_decay = decay};
+                if (is8) cpu_adamw_8bit(p[r], g, m8[r], v8[r], am[r], av[r], g_code_s, g_code_u, n, h);
+                else cpu_adamw_fp32(p[r], g, m[r], v[r], n, h);
+                if (!r) cpu_ema_update(e[r], p[r], decay, n);
+            }
+        }
+        int samep = !memcmp(p[0], p[1], n * sizeof(real)), samee = !memcmp(e[0], e[1], n * sizeof(real));
+        int moved = memcmp(e[1], p[1], n * sizeof(real)) != 0;
+        check(samep && samee && moved, is8 ? "adamw8bit_fused_ema" : "adamw_fused_ema",
+              "%zu elements, 3 steps with NaN/Inf gradients: parameters %s, EMA %s as AdamW then ema_update", n,
+              samep ? "identical" : "DIFFER", samee ? "identical" : "DIFFER");
+        for (int r = 0; r < 2; r++) {
+            free(p[r]), free(e[r]), free(m8[r]), free(v8[r]);
+            free(am[r]), free(av[r]), free(m[r]), free(v[r]);
+        }
+    }
+    free(g), free(u);
+}
+
 int main(void) {
     set_threads(fc_default_threads());
     quant8_signed_code(g_code_s);
@@ -505,6 +545,7 @@ int main(void) {
     test_tail_and_zero_state();
     test_thread_independence();
     test_ema();
+    test_fused_ema();
     printf("test_optim: %.2f s\n", now() - t0);
     return g_failed ? 1 : 0;
 }
