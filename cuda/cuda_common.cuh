@@ -65,6 +65,10 @@ void fc_cuda_weights_touched(const void *dst, size_t bytes);
 // its mirror is stale already (the op then calls fc_cuda_weights_touched instead).
 __nv_bfloat16 *fc_bf16_mirror_to_write(const float *p, size_t n);
 
+// GELU forward and backward (elementwise.cu; the linear's GELU fusions fall back on them).
+void fc_gelu_fwd(real *y, const real *x, size_t n);
+void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n);
+
 // Each kernel file fills in its ops.
 void cuda_register_linear(Backend *be, int bf16);  // cuda/linear.cu: bf16 or fp32 GEMMs
 void cuda_register_bf16(Backend *be);         // cuda/bf16.cu: the weights' bf16 mirrors

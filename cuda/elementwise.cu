@@ -168,14 +168,14 @@ __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size
     }
 }
 
-static void cuda_gelu_fwd(real *y, const real *x, size_t n) {
+void fc_gelu_fwd(real *y, const real *x, size_t n) {
     if (n == 0) return;
     unsigned grid = ew_grid((n + 3) / 4);
     if (aligned16(y) && aligned16(x)) gelu_fwd_kernel<true><<<grid, EW_THREADS>>>(y, x, n);
     else gelu_fwd_kernel<false><<<grid, EW_THREADS>>>(y, x, n);
     kernelCheck();
 }
-static void cuda_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
+void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     if (n == 0 || !dx) return;
     unsigned grid = ew_grid((n + 3) / 4);
     if (aligned16(dx) && aligned16(dy) && aligned16(x)) gelu_bwd_kernel<true><<<grid, EW_THREADS>>>(dx, dy, x, n);
@@ -622,8 +622,8 @@ static void cuda_flow_mix(real *xt, real *v, const real *x0, const real *e, cons
 
 void cuda_register_elementwise(Backend *be) {
     be->randn = cuda_randn;
-    be->gelu_fwd = cuda_gelu_fwd;
-    be->gelu_bwd = cuda_gelu_bwd;
+    be->gelu_fwd = fc_gelu_fwd;
+    be->gelu_bwd = fc_gelu_bwd;
     be->silu_fwd = cuda_silu_fwd;
     be->silu_bwd = cuda_silu_bwd;
     be->gated_add_fwd = cuda_gated_add_fwd;

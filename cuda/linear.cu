@@ -144,8 +144,12 @@ static const __nv_bfloat16 *act16(GemmKind kind, const real *x, size_t n, int wh
 }
 
 // ----------------------------------------------------------------------------
-// the bf16 forward through cuBLASLt: y^T (N, M) = w (N, K) @ x^T (K, M) + b, the bias indexed by
-// the row of the column-major y^T (n of N) and broadcast along its columns (the M tokens)
+// bf16 GEMMs through cuBLASLt with a fused epilogue: D (m, n) = op(A) (m, k) @ B (k, n), column-major,
+// fp32 D, and one of
+//   BIAS           D += bias (m), broadcast along the columns (the linear forward)
+//   GELU_AUX(_BIAS) aux = D (+ bias), D = GELU(aux) (the MLP's first linear: aux is its pre-activation)
+//   DGELU          D = D * GELU'(aux) (the MLP's second linear backward: dx straight into d pre)
+// cuBLASLt's GELU is the tanh form of docs/network.md, computed in fp32 in the epilogue.
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)  // counted (fc_cuda_alloc); src/memplan.c's workspace line
 #define LT_PLANS 64                            // the networks have a handful of shapes
@@ -153,17 +157,21 @@ static const __nv_bfloat16 *act16(GemmKind kind, const real *x, size_t n, int wh
 // read it in 16-byte pieces (an under-aligned bias has been seen to fault): a bias off 16 bytes is
 // first copied to SCRATCH_LINEAR (256-byte aligned).
 #define LT_BIAS_ALIGN 16
+// The GELU epilogues' aux matrix (D's shape, leading dimension m) needs m % 8 == 0; it is used only
+// on 16 bytes or more (its alignment is part of the plan's key, as the heuristic reads it).
+#define LT_AUX_ALIGN 16
 
-// One forward configuration's plan, made once: the descriptors and the heuristic's best algorithm,
-// or lt = 0 when cuBLASLt has no kernel for it (the heuristic returned none, or cublasLtMatmul said
+// One configuration's plan, made once: the descriptors and the heuristic's best algorithm, or
+// lt = 0 when cuBLASLt has no kernel for it (the heuristic returned none, or cublasLtMatmul said
 // NOT_SUPPORTED): that configuration then always takes the cuBLAS path. The operands' alignments
 // are part of the key, as the heuristic picks kernels that rely on them.
 typedef struct {
-    int used, M, K, N, bias;
-    unsigned align_w, align_x, align_y, align_b;  // bytes, up to 256 (align_b 0 without a bias)
+    int used, ta, m, n, k;  // op(A) is CUBLAS_OP_T or _N; B is never transposed
+    uint32_t epilogue;
+    unsigned align_a, align_b, align_d, align_bias, align_aux;  // bytes, up to 256 (0: not used)
     int lt;
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t lw, lx, ly;
+    cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 
@@ -178,18 +186,31 @@ static unsigned lt_align(const void *p) {
     return a;
 }
 
+static int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+static int lt_has_aux(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
 static void lt_plan_release(LtPlan *p) {
     if (!p->used) return;
     if (p->desc) cublasCheck(cublasLtMatmulDescDestroy(p->desc));
-    if (p->lw) cublasCheck(cublasLtMatrixLayoutDestroy(p->lw));
-    if (p->lx) cublasCheck(cublasLtMatrixLayoutDestroy(p->lx));
-    if (p->ly) cublasCheck(cublasLtMatrixLayoutDestroy(p->ly));
+    if (p->la) cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
+    if (p->lb) cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
+    if (p->ld) cublasCheck(cublasLtMatrixLayoutDestroy(p->ld));
     memset(p, 0, sizeof *p);
 }
 
+// The pointers of one matmul that live in the descriptor: the bias and the aux matrix.
+static void lt_set_pointers(const LtPlan *p, const float *bias, const float *aux) {
+    if (lt_has_bias(p->epilogue))
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (lt_has_aux(p->epilogue))
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+}
+
 // A new plan for `key`: the descriptors, then one heuristic query with the operands' alignments and
-// the bias pointer the matmul will see (the heuristic reads its alignment from the descriptor).
-static LtPlan *lt_plan_new(const LtPlan *key, const float *bias) {
+// the bias and aux pointers the matmul will see (the heuristic reads their alignment from the descriptor).
+static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *aux) {
     LtPlan *p = &g_lt_plans[g_lt_next];
     g_lt_next = (g_lt_next + 1) % LT_PLANS;
     lt_plan_release(p);
@@ -197,87 +218,114 @@ static LtPlan *lt_plan_new(const LtPlan *key, const float *bias) {
     p->used = 1;
     if (!g_lt_workspace) g_lt_workspace = fc_cuda_alloc(LT_WORKSPACE_BYTES);
     cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const int32_t ta = p->ta, tb = CUBLAS_OP_N;
+    const uint32_t epilogue = p->epilogue;
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias) {
+    if (lt_has_bias(epilogue)) {
         // The bias has D's type (fp32) with bf16 A and B; said explicitly rather than left to the default.
         const int32_t bias_type = CUDA_R_32F;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof bias_type));
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    // w: column-major (K, N), op T; x: column-major (K, M), op N; y (C and D): column-major (N, M).
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->N, p->K));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->M, p->K));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)p->N, (uint64_t)p->M, p->N));
+    if (lt_has_aux(epilogue)) {  // aux: D's shape and type (fp32), leading dimension m
+        const int64_t aux_ld = p->m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                   sizeof aux_ld));
+    }
+    lt_set_pointers(p, bias, aux);
+    // A: (k, m) read transposed or (m, k); B: (k, n); C and D: (m, n); all column-major, packed.
+    int a_rows = p->ta == CUBLAS_OP_T ? p->k : p->m, a_cols = p->ta == CUBLAS_OP_T ? p->m : p->k;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)p->k, (uint64_t)p->n, p->k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->m, (uint64_t)p->n, p->m));
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = LT_WORKSPACE_BYTES;
-    const uint32_t aw = p->align_w, ax = p->align_x, ay = p->align_y;
+    const uint32_t aa = p->align_a, ab = p->align_b, ad = p->align_d;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
     cublasLtMatmulHeuristicResult_t result;
     memset(&result, 0, sizeof result);
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(fc_cublaslt(), p->desc, p->lw, p->lx, p->ly, p->ly, pref, 1,
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(fc_cublaslt(), p->desc, p->la, p->lb, p->ld, p->ld, pref, 1,
                                                        &result, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED)
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
         fc_cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     p->lt = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (p->lt) p->algo = result.algo;
     return p;
 }
 
-// y (M, N) = x @ w^T + b through cublasLtMatmul; 0 (nothing written) where this configuration takes
-// the cuBLAS path instead.
-static int lt_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16 *w16, const real *b, int M, int K,
-                         int N) {
+// D (m, n) = op(A) @ B with `epilogue` through cublasLtMatmul (beta 0: D is not read); 0, with
+// nothing written, where this configuration takes the cuBLAS path instead. bias (m) and aux (m, n)
+// as the epilogue needs them.
+static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+                     float *D, const float *bias, float *aux) {
+    if (lt_has_aux(epilogue) && (m % 8 || lt_align(aux) < LT_AUX_ALIGN)) return 0;
     LtPlan key;
     memset(&key, 0, sizeof key);
-    key.M = M, key.K = K, key.N = N, key.bias = b != NULL;
-    key.align_w = lt_align(w16), key.align_x = lt_align(x16), key.align_y = lt_align(y);
-    int stage = b && lt_align(b) < LT_BIAS_ALIGN;
-    key.align_b = b ? (stage ? 256 : lt_align(b)) : 0;  // scratch starts on 256 bytes
+    key.ta = ta, key.m = m, key.n = n, key.k = k, key.epilogue = epilogue;
+    key.align_a = lt_align(A), key.align_b = lt_align(B), key.align_d = lt_align(D);
+    int stage = lt_has_bias(epilogue) && lt_align(bias) < LT_BIAS_ALIGN;
+    key.align_bias = lt_has_bias(epilogue) ? (stage ? 256 : lt_align(bias)) : 0;  // scratch starts on 256 bytes
+    key.align_aux = lt_has_aux(epilogue) ? lt_align(aux) : 0;
     LtPlan *p = NULL;
     for (int i = 0; i < LT_PLANS && !p; i++) {
         LtPlan *q = &g_lt_plans[i];
-        if (q->used && q->M == M && q->K == K && q->N == N && q->bias == key.bias && q->align_w == key.align_w &&
-            q->align_x == key.align_x && q->align_y == key.align_y && q->align_b == key.align_b)
+        if (q->used && q->ta == ta && q->m == m && q->n == n && q->k == k && q->epilogue == epilogue &&
+            q->align_a == key.align_a && q->align_b == key.align_b && q->align_d == key.align_d &&
+            q->align_bias == key.align_bias && q->align_aux == key.align_aux)
             p = q;
     }
     if (p && !p->lt) return 0;
-    const float *bias = b;
     if (stage) {
-        float *copy = (float *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(float) * (size_t)N);
-        cudaCheck(cudaMemcpyAsync(copy, b, sizeof(float) * (size_t)N, cudaMemcpyDeviceToDevice, 0));
+        float *copy = (float *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(float) * (size_t)m);
+        cudaCheck(cudaMemcpyAsync(copy, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, 0));
         bias = copy;
     }
-    if (!p) p = lt_plan_new(&key, bias);
+    if (!p) p = lt_plan_new(&key, bias, aux);
     if (!p->lt) return 0;
-    if (bias)
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    lt_set_pointers(p, bias, aux);
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, w16, p->lw, x16, p->lx, &zero, y, p->ly, y, p->ly,
+    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
                                        &p->algo, g_lt_workspace, LT_WORKSPACE_BYTES, 0);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return p->lt = 0;  // remembered: this configuration takes cuBLAS
+    // Remembered: this configuration takes cuBLAS. (An aux epilogue the heuristic offered may still be
+    // refused as an invalid combination of types.)
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_INVALID_VALUE && lt_has_aux(p->epilogue)))
+        return p->lt = 0;
     fc_cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
     return 1;
 }
 
-static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+// ----------------------------------------------------------------------------
+// the ops
+
+// y (M, N) = x @ w^T + b; with gelu_out, also gelu_out = GELU(y) (the MLP's first linear). bf16: one
+// cublasLtMatmul, y^T (N, M) = w (N, K) @ x^T (K, M) with the bias (and the GELU, y as its aux) in
+// the epilogue; otherwise, and where cuBLASLt has no kernel: a bias kernel, a GEMM with beta = 1,
+// then the GELU kernel.
+static void linear_fwd(GemmKind kind, real *y, real *gelu_out, const real *x, const real *w, const real *b, int M,
+                       int K, int N) {
     if (M <= 0 || N <= 0) return;
     const __nv_bfloat16 *w16 = NULL, *x16 = NULL;
     if (K > 0) {
         w16 = weight16(kind, w, (size_t)N * K), x16 = act16(kind, x, (size_t)M * K, SCRATCH_BF16_A);
-        if (kind.bf16 && lt_linear_fwd(y, x16, w16, b, M, K, N)) return;
+        uint32_t epilogue = gelu_out ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                     : (b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+        if (kind.bf16 && lt_matmul(CUBLAS_OP_T, N, M, K, epilogue, w16, x16, gelu_out ? gelu_out : y, b, y)) return;
+        if (kind.bf16 && gelu_out && lt_matmul(CUBLAS_OP_T, N, M, K, b ? CUBLASLT_EPILOGUE_BIAS
+                                                                      : CUBLASLT_EPILOGUE_DEFAULT,
+                                               w16, x16, y, b, NULL)) {
+            fc_gelu_fwd(gelu_out, y, (size_t)M * N);
+            return;
+        }
     }
     if (b) {
         linear_bias_broadcast_kernel<<<lin_grid((size_t)M * N), LIN_THREADS>>>(y, b, (size_t)M, (size_t)N);
@@ -285,14 +333,19 @@ static void linear_fwd(GemmKind kind, real *y, const real *x, const real *w, con
     }
     if (K <= 0) {  // an empty product: y is the bias, or zero
         if (!b) cudaCheck(cudaMemset(y, 0, sizeof(real) * (size_t)M * N));
-        return;
+    } else {
+        // y^T (N, M) = w (N, K) @ x^T (K, M): w is column-major (K, N), so op T; x is column-major (K, M), op N.
+        gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
     }
-    // y^T (N, M) = w (N, K) @ x^T (K, M): w is column-major (K, N), so op T; x is column-major (K, M), op N.
-    gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
+    if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N);
 }
 
+// dx = or += dy @ w, dw += dy^T @ x, db += column sums of dy; with gelu_pre (the MLP's second linear,
+// x = GELU(gelu_pre)), dx = (dy @ w) * GELU'(gelu_pre) (dx_mode GRAD_SET). bf16: the bias gradient's
+// pass over dy also rounds it for the GEMMs, and with gelu_pre dx is one cublasLtMatmul with the
+// DGELU epilogue where cuBLASLt has a kernel for it (otherwise the GEMM, then GELU's backward in place).
 static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
-                       const real *w, int M, int K, int N) {
+                       const real *w, const real *gelu_pre, int M, int K, int N) {
     if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
     if (dx && dx_mode == GRAD_SET && N <= 0) cudaCheck(cudaMemset(dx, 0, sizeof(real) * (size_t)M * K));  // dy @ w = 0
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
@@ -307,36 +360,47 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
             dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
         }
     }
-    if ((dx || dw) && K > 0) {
-        if (dx)
-            // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
-            // op N. Overwriting (beta 0) never reads dx.
-            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, weight16(kind, w, (size_t)N * K), K, dy, dy16, N,
-                 dx_mode == GRAD_ADD ? 1.0f : 0.0f, dx, K);
-        if (dw)
-            // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
-            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy,
-                 dy16, N, 1.0f, dw, K);
+    if (dx) {
+        // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
+        // op N. Overwriting (beta 0) never reads dx.
+        const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K);
+        if (!(kind.bf16 && gelu_pre &&
+              lt_matmul(CUBLAS_OP_N, K, M, N, CUBLASLT_EPILOGUE_DGELU, w16, dy16, dx, NULL, (float *)gelu_pre))) {
+            gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, w16, K, dy, dy16, N, dx_mode == GRAD_ADD ? 1.0f : 0.0f,
+                 dx, K);
+            if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
+        }
     }
+    if (dw && K > 0)
+        // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
+        gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy, dy16, N,
+             1.0f, dw, K);
     if (db) linear_bias_grad(db, NULL, dy, M, N);
 }
 
-static void fp32_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
-    linear_fwd(GemmKind{0}, y, x, w, b, M, K, N);
+template <int BF16>
+static void table_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+    linear_fwd(GemmKind{BF16}, y, NULL, x, w, b, M, K, N);
 }
-static void fp32_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
-                            const real *w, int M, int K, int N) {
-    linear_bwd(GemmKind{0}, dx, dx_mode, dw, db, dy, x, w, M, K, N);
+template <int BF16>
+static void table_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+                             const real *w, int M, int K, int N) {
+    linear_bwd(GemmKind{BF16}, dx, dx_mode, dw, db, dy, x, w, NULL, M, K, N);
 }
-static void bf16_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
-    linear_fwd(GemmKind{1}, y, x, w, b, M, K, N);
+template <int BF16>
+static void table_linear_gelu_fwd(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K,
+                                  int N) {
+    linear_fwd(GemmKind{BF16}, pre, y, x, w, b, M, K, N);
 }
-static void bf16_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
-                            const real *w, int M, int K, int N) {
-    linear_bwd(GemmKind{1}, dx, dx_mode, dw, db, dy, x, w, M, K, N);
+template <int BF16>
+static void table_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+                                  const real *pre, int M, int K, int N) {
+    linear_bwd(GemmKind{BF16}, dpre, GRAD_SET, dw, db, dy, x, w, pre, M, K, N);
 }
 
 void cuda_register_linear(Backend *be, int bf16) {
-    be->linear_fwd = bf16 ? bf16_linear_fwd : fp32_linear_fwd;
-    be->linear_bwd = bf16 ? bf16_linear_bwd : fp32_linear_bwd;
+    be->linear_fwd = bf16 ? table_linear_fwd<1> : table_linear_fwd<0>;
+    be->linear_bwd = bf16 ? table_linear_bwd<1> : table_linear_bwd<0>;
+    be->linear_gelu_fwd = bf16 ? table_linear_gelu_fwd<1> : table_linear_gelu_fwd<0>;
+    be->linear_gelu_bwd = bf16 ? table_linear_gelu_bwd<1> : table_linear_gelu_bwd<0>;
 }

@@ -92,6 +92,16 @@ typedef struct Backend {
     void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
                        const real *w, int M, int K, int N);
 
+    // ---- the MLP's two linears, each fused with the GELU between them, so that a backend can run
+    //      the GELU in its GEMM's epilogue (the CPU runs the composition below):
+    //      linear_gelu_fwd: pre (M, N) = x @ w^T + b, y = GELU(pre) (linear_fwd, then gelu_fwd);
+    //      linear_gelu_bwd, the backward of a linear whose input is x = GELU(pre) (M, K):
+    //      dpre = (dy @ w) * GELU'(pre) (overwritten), dw += dy^T @ x, db += the column sums of dy
+    //      (linear_bwd with GRAD_SET, then gelu_bwd in place) ----
+    void (*linear_gelu_fwd)(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K, int N);
+    void (*linear_gelu_bwd)(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+                            const real *pre, int M, int K, int N);
+
     // ---- LayerNorm (no affine, eps 1e-6) with adaLN modulation ----
     // y = LN(x) * (1 + scale[s]) + shift[s] for the N rows of slot s; x, y (S*N, D); mean, rstd (S*N).
     void (*ln_mod_fwd)(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
@@ -121,7 +131,7 @@ typedef struct Backend {
     void (*attn_bwd)(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
                      AttnLayout lay, int D, int H);
 
-    // ---- elementwise activations: y = f(x); dx = dy * f'(x) (overwritten) ----
+    // ---- elementwise activations: y = f(x); dx = dy * f'(x) (overwritten; dx may be dy) ----
     void (*gelu_fwd)(real *y, const real *x, size_t n);
     void (*gelu_bwd)(real *dx, const real *dy, const real *x, size_t n);
     void (*silu_fwd)(real *y, const real *x, size_t n);

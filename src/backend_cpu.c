@@ -296,6 +296,18 @@ static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     }
 }
 
+// The MLP's linears with the GELU between them: the compositions that backend.h defines them as.
+static void cpu_linear_gelu_fwd(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K,
+                                int N) {
+    cpu_linear_fwd(pre, x, w, b, M, K, N);
+    cpu_gelu_fwd(y, pre, (size_t)M * N);
+}
+static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+                                const real *pre, int M, int K, int N) {
+    cpu_linear_bwd(dpre, GRAD_SET, dw, db, dy, x, w, M, K, N);
+    cpu_gelu_bwd(dpre, dpre, pre, (size_t)M * K);
+}
+
 static void cpu_silu_fwd(real *y, const real *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = (real)(x[i] / (1.0 + exp(-(double)x[i])));
@@ -489,6 +501,8 @@ static const Backend cpu_backend = {
     .qk_norm_bwd = cpu_qk_norm_bwd,
     .attn_fwd = cpu_attn_fwd,
     .attn_bwd = cpu_attn_bwd,
+    .linear_gelu_fwd = cpu_linear_gelu_fwd,
+    .linear_gelu_bwd = cpu_linear_gelu_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .silu_fwd = cpu_silu_fwd,

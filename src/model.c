@@ -188,7 +188,6 @@ static void carve_grad_scratch(Model *m, Carve *cv) {
     carve_add(cv, &d->datt, T * D);
     carve_add(cv, &d->dproj, T * D);
     carve_add(cv, &d->dfc1, T * RD);
-    carve_add(cv, &d->dgelu, T * RD);
     carve_add(cv, &d->dfc2, T * D);
     carve_add(cv, &d->dmod, S * 9 * D);
     carve_add(cv, &d->dsc, S * D);
@@ -396,8 +395,7 @@ static void block_forward(Model *m, int l, int again) {
     }
     const real *shift = b->mod + 6 * D, *scale = shift + D, *gate = shift + 2 * D;
     be->ln_mod_fwd(b->mln, b->mmean, b->mrstd, block_input(m, l, 2), shift, scale, ms, S, N, D);
-    be->linear_fwd(b->fc1, b->mln, bp->fc1_w, bp->fc1_b, T, D, m->RD);
-    be->gelu_fwd(b->gelu, b->fc1, (size_t)T * m->RD);
+    be->linear_gelu_fwd(b->fc1, b->gelu, b->mln, bp->fc1_w, bp->fc1_b, T, D, m->RD);
     be->linear_fwd(b->fc2, b->gelu, bp->fc2_w, bp->fc2_b, T, m->RD, D);
     if (!again) be->gated_add_fwd(b->res[2], block_input(m, l, 2), b->fc2, gate, ms, S, N, D);
 }
@@ -483,8 +481,7 @@ void model_backward(Model *m) {
         // activation gradient below has one producer, which overwrites it (backend.h): nothing is
         // zeroed but dmod, which the adaLN chunks' ops add into.
         be->gated_add_bwd(NULL, d->dfc2, d->dmod + 8 * D, d->dres, b->fc2, b->mod + 8 * D, ms, S, N, D);
-        be->linear_bwd(d->dgelu, GRAD_SET, bg->fc2_w, bg->fc2_b, d->dfc2, b->gelu, bp->fc2_w, T, RD, D);
-        be->gelu_bwd(d->dfc1, d->dgelu, b->fc1, (size_t)T * RD);
+        be->linear_gelu_bwd(d->dfc1, bg->fc2_w, bg->fc2_b, d->dfc2, b->gelu, bp->fc2_w, b->fc1, T, RD, D);
         be->linear_bwd(d->dln, GRAD_SET, bg->fc1_w, bg->fc1_b, d->dfc1, b->mln, bp->fc1_w, T, D, RD);
         be->ln_mod_bwd(d->dres, d->dmod + 6 * D, d->dmod + 7 * D, d->dln, block_input(m, l, 2), b->mmean, b->mrstd,
                        b->mod + 7 * D, ms, S, N, D);

@@ -112,7 +112,6 @@ typedef struct {
     real *datt;      // (T, D)
     real *dproj;     // (T, D)
     real *dfc1;      // (T, R*D)
-    real *dgelu;     // (T, R*D)
     real *dfc2;      // (T, D)
     real *dmod;      // (S, 9D)
     real *dsc;       // (S, D)

@@ -46,6 +46,10 @@ enum { NULL_DX = 1, NULL_DW = 2 };  // gradients passed as NULL
 extern long fc_emu_cublaslt_hook(int mode) __attribute__((weak));
 static int lt_hooked(void) { return fc_emu_cublaslt_hook && !strcmp(g_gpu->name, "cuda"); }  // not --cpu-as-cuda
 static long lt_products(void) { return fc_emu_cublaslt_hook ? fc_emu_cublaslt_hook(-1) : 0; }
+extern long fc_emu_cublaslt_gelu_products(int backward) __attribute__((weak));  // GELU (0) or DGELU (1) epilogues
+static long lt_gelu_products(int backward) {
+    return fc_emu_cublaslt_gelu_products ? fc_emu_cublaslt_gelu_products(backward) : 0;
+}
 static int g_linear_fwds;  // linear forwards run on the CUDA side (with K > 0)
 
 // `shift`: x, y and b start that many floats into their buffers (x off 16 bytes: the scalar bf16
@@ -428,6 +432,42 @@ static void linear_cases(int big) {
     t_linear_exact(64, 64, 48, 1, 0), t_linear_exact(3, 1, 5, 1, 0), t_linear_exact(2, 1, 3, 0, 1);  // n 3, 2
 }
 
+// The MLP's linears fused with the GELU between them, against the CPU's compositions: x (M, K) ->
+// pre, y = GELU(pre) (M, N), then the backward of a second linear (M, N) -> (M, K) whose input is
+// y. On bf16 the GELU runs in cuBLASLt's epilogue (GELU_AUX, DGELU) where the aux matrix's rows are
+// a multiple of 8 (N here); the emulation counts those products, unless `refuse` (its hook's mode,
+// 1 or 2) makes cuBLASLt refuse, when both fall back on the GEMM and the GELU kernels.
+static void t_linear_gelu(int M, int K, int N, int bias, int refuse) {
+    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.3), b = bnormal(N, 0, 1);
+    Buf pre = bnormal((size_t)M * N, 0, 1), y = bnormal((size_t)M * N, 0, 1);
+    Buf w2 = bnormal((size_t)K * N, 0, 0.3), dy = bnormal((size_t)M * K, 0, 1), dpre = bnormal((size_t)M * N, 0, 1);
+    Buf dw2 = bnormal((size_t)K * N, 0, 1), db2 = bnormal(K, 0, 1);
+    WHAT("M=%d K=%d N=%d%s%s", M, K, N, bias ? " bias" : "", refuse ? ", cuBLASLt refusing" : "");
+    int hooked = lt_hooked();
+    if (hooked && refuse) fc_emu_cublaslt_hook(refuse);
+    long f0 = lt_gelu_products(0), d0 = lt_gelu_products(1);
+    BOTH(be->linear_gelu_fwd(P(pre), P(y), P(x), P(w), bias ? P(b) : NULL, M, K, N));
+    compare("cuda_linear_gelu_fwd", "pre", &pre, "y", &y, NULL);
+    bshare(&y), bshare(&pre);  // the backward's inputs the same on both sides
+    BOTH(be->linear_gelu_bwd(P(dpre), P(dw2), bias ? P(db2) : NULL, P(dy), P(y), P(w2), P(pre), M, N, K));
+    compare("cuda_linear_gelu_bwd", "dpre", &dpre, "dw", &dw2, "db", bias ? &db2 : NULL, NULL);
+    if (hooked) {
+        long f = lt_gelu_products(0) - f0, d = lt_gelu_products(1) - d0, want = !refuse && N % 8 == 0;
+        if (refuse) fc_emu_cublaslt_hook(0);
+        check(f == want && d == want, nm("cuda_linear_gelu_epilogue"),
+              "%s: GELU epilogue products %ld, DGELU %ld (expected %ld each)", g_what, f, d, want);
+    }
+    FREE(&x, &w, &b, &pre, &y, &w2, &dy, &dpre, &dw2, &db2);
+}
+
+// The epilogue's shapes (hidden width a multiple of 8), with and without a bias, one whose hidden
+// width is not (the GELU kernels), the small config's MLP, and cuBLASLt refusing in either way.
+static void linear_gelu_cases(void) {
+    t_linear_gelu(300, 96, 200, 1, 0), t_linear_gelu(7, 64, 576, 0, 0), t_linear_gelu(45, 64, 36, 1, 0);
+    t_linear_gelu(896, 128, 512, 1, 0);
+    t_linear_gelu(33, 40, 64, 1, 1), t_linear_gelu(33, 48, 64, 1, 2);
+}
+
 // The bf16 forward's fallback: on the emulation, cuBLASLt refuses through the hook as it does for a
 // configuration it has no kernel for, in the two places it can: cublasLtMatmul answers NOT_SUPPORTED
 // for a configuration it took before, or the heuristic finds no algorithm. Either way the forward
@@ -555,6 +595,7 @@ static void section_ops_bf16(void) {
         check(lt_products() - lt0 == g_linear_fwds, "cuda_linear_lt_used_bf16",
               "%ld of the %d forwards above through cublasLtMatmul", lt_products() - lt0, g_linear_fwds);
     t_linear_lt_fallback();
+    linear_gelu_cases();
     t_weights_mirror(300, 96, 200), t_weights_mirror(7, 64, 576);
     attn_cases(!g_quick);  // sequences of 64 and more on the tensor cores, shorter ones in fp32
     // The backward's stored dS in chunks of (sequence, head) pairs: 6 pairs one at a time, then 4 and 2.
@@ -574,6 +615,7 @@ static void section_ops(void) {
     // and the 24 GB preset's (configs/starter.conf: frames of 1024 tokens, width 1536, 12 heads of 128).
     int big = !g_quick;
     linear_cases(big);
+    linear_gelu_cases();
 
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
     t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0);  // the scalar kernels: D % 4 != 0; D > 2048

@@ -120,6 +120,19 @@ static void linear_b_set(void *p) {  // dx overwritten (dw, db still added into)
     be->linear_bwd(c->dx, GRAD_SET, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N);
 }
 
+// The backward of the MLP's second linear fused with the GELU before it (linear_gelu_bwd), checked
+// as the function it differentiates: pre (M, K) -> y (M, N) = linear(GELU(pre)); h holds GELU(pre),
+// stats holds pre.
+static void gelu_linear_f(void *p) {
+    Ctx *c = p;
+    be->gelu_fwd(c->h, c->stats, (size_t)c->M * c->K);
+    be->linear_fwd(c->y, c->h, c->w, c->b, c->M, c->K, c->N);
+}
+static void gelu_linear_b(void *p) {
+    Ctx *c = p;
+    be->linear_gelu_bwd(c->dh, c->dw, c->db, c->dy, c->h, c->w, c->stats, c->M, c->K, c->N);
+}
+
 static void ln_f(void *p) {
     Ctx *c = p;
     be->ln_mod_fwd(c->y, c->mean, c->rstd, c->x, c->mod, c->mod + c->D, c->ms, c->S, c->N, c->D);
@@ -189,6 +202,16 @@ static void test_ops(void) {
         s.args[0] = ARG_SET("x", c.x, c.dx, 35), s.args[1] = ARG("w", c.w, c.dw, 42), s.args[2] = ARG("b", c.b, c.db, 6);
         s.nargs = 3;
         gradcheck(&s, tol);
+    }
+    {  // the MLP's second linear with the GELU before it: pre (5, 6) -> y (5, 7)
+        int M = 5, K = 6, N = 7;
+        Ctx c = {.M = M, .K = K, .N = N};
+        c.stats = randbuf((size_t)M * K, -3, 3), c.w = randbuf((size_t)N * K, -1, 1), c.b = randbuf(N, -1, 1);
+        c.h = talloc((size_t)M * K, sizeof(real));
+        OpCheck k = op("linear_gelu", gelu_linear_f, gelu_linear_b, &c, (size_t)M * N);
+        k.args[0] = ARG_SET("pre", c.stats, c.dh, (size_t)M * K), k.args[1] = ARG("w", c.w, c.dw, (size_t)N * K);
+        k.args[2] = ARG("b", c.b, c.db, N), k.nargs = 3;
+        gradcheck(&k, tol);
     }
     {  // modulation rows with a stride of 3D, as the adaLN chunks have
         Ctx c = {.S = 3, .N = 4, .D = 8, .ms = 24};

@@ -90,10 +90,10 @@ int main(int argc, char **argv) {
     TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, 3 * D));
     TIME("linear fwd proj", 2 * L, g_be->linear_fwd(y, x, w, b, T, D, D));
     TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, D));
-    TIME("linear fwd fc1", L, g_be->linear_fwd(y, x, w, b, T, D, RD));
+    TIME("linear+gelu fwd fc1", L, g_be->linear_gelu_fwd(y, dx, x, w, b, T, D, RD));
     TIME("linear bwd fc1", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, D, RD));
     TIME("linear fwd fc2", L, g_be->linear_fwd(y, x, w, b, T, RD, D));
-    TIME("linear bwd fc2", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, x, w, T, RD, D));
+    TIME("linear+gelu bwd fc2", L, g_be->linear_gelu_bwd(dx, dw, db, dy, x, w, y, T, RD, D));
     AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
     TIME("attention fwd spatial", L, g_be->attn_fwd(att, lse, qkv, sp, D, H));
     TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, att, qkv, lse, sp, D, H));
@@ -105,8 +105,6 @@ int main(int argc, char **argv) {
     TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, dy, qkv, qr, qw, kw, T, D, H));
     TIME("gated_add fwd", 3 * L, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
     TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
-    TIME("gelu fwd", L, g_be->gelu_fwd(y, x, (size_t)T * RD));
-    TIME("gelu bwd", L, g_be->gelu_bwd(dx, dy, x, (size_t)T * RD));
     // The backward zeroes once a step only the gradients that ops add into (the residual stream's
     // (T, D) and a few small ones): every other activation gradient is overwritten by its one
     // producer (before, about 9 x (T, 3D) were zeroed a block).

@@ -48,13 +48,16 @@ awk '
         name = a[1]; for (i = 2; i <= n - 4; i++) name = name " " a[i]
         return name SUBSEP a[n - 3] SUBSEP a[n - 1]
     }
-    FNR == NR { r = row($0); if (r != "") { split(r, f, SUBSEP); base[f[1]] = f[2]; base_step[f[1]] = f[3] } next }
-    { r = row($0); if (r == "") next; split(r, f, SUBSEP)
+    # Ops that one build has and the other lacks (fused or split since) get a "-" on the other side;
+    # the sums are each build's whole table, so they compare the same block of work.
+    FNR == NR { r = row($0); if (r != "") { split(r, f, SUBSEP); base[f[1]] = f[2]; tb += f[3]; order[++nb] = f[1] }
+                next }
+    { r = row($0); if (r == "") next; split(r, f, SUBSEP); tt += f[3]; seen[f[1]] = 1
       if (!(f[1] in base)) { printf "%-26s %10s %10.3f\n", f[1], "-", f[2]; next }
-      printf "%-26s %10.3f %10.3f %7.2fx\n", f[1], base[f[1]], f[2], (f[2] > 0 ? base[f[1]] / f[2] : 0)
-      tb += base_step[f[1]]; tt += f[3] }
+      printf "%-26s %10.3f %10.3f %7.2fx\n", f[1], base[f[1]], f[2], (f[2] > 0 ? base[f[1]] / f[2] : 0) }
     BEGIN { printf "%-26s %10s %10s %8s\n", "op", "base", "this", "speedup" }
-    END { printf "%-26s %10.2f %10.2f %7.2fx  (ms per step of these ops)\n", "sum", tb, tt, (tt > 0 ? tb / tt : 0) }
+    END { for (i = 1; i <= nb; i++) if (!(order[i] in seen)) printf "%-26s %10.3f %10s\n", order[i], base[order[i]], "-"
+          printf "%-26s %10.2f %10.2f %7.2fx  (ms per step of each table)\n", "sum", tb, tt, (tt > 0 ? tb / tt : 0) }
 ' "$LOG/ops-base.txt" "$LOG/ops-this.txt"
 
 echo "== training speed ($DEV, $CFG, $STEPS steps)"

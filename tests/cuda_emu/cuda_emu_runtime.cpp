@@ -179,8 +179,9 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 }  // extern "C"
 
 // ----------------------------------------------------------------------------
-// cuBLASLt: the subset the linear forward uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
-// compute and scale, the default or the bias epilogue. Descriptors keep their state in the
+// cuBLASLt: the subset the linear layer uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
+// compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
+// form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). Descriptors keep their state in the
 // library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
 // chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
 // is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
@@ -199,6 +200,8 @@ struct EmuLtDesc {
     uint32_t epilogue;
     int32_t bias_type;  // -1: D's type
     const void *bias;
+    const void *aux;
+    int64_t aux_ld;
 };
 struct EmuLtLayout {
     cudaDataType_t type;
@@ -218,6 +221,21 @@ struct EmuLtAlgo {
 };
 const uint64_t EMU_LT_ALGO_MAGIC = 0x656d754c74416c67ull;
 const uintptr_t EMU_LT_BIAS_ALIGN = 16;  // fused-bias kernels read the bias vector in 16-byte pieces
+const uintptr_t EMU_LT_AUX_ALIGN = 16;   // and the GELU epilogues' aux matrix in 16-byte pieces
+
+bool lt_bias_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool lt_aux_epilogue(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+bool lt_known_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_DEFAULT || lt_bias_epilogue(e) || lt_aux_epilogue(e); }
+
+// GELU in its tanh form, x sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3), and its derivative.
+float emu_gelu_sigmoid(float x) { return 1.0f / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+float emu_gelu(float x) { return x * emu_gelu_sigmoid(x); }
+float emu_gelu_grad(float x) {
+    float s = emu_gelu_sigmoid(x);
+    return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 template <typename T, typename O>
 T *lt_state(O *opaque) {
@@ -233,7 +251,7 @@ cublasStatus_t lt_get(T *dst, const void *buf, size_t size) {
 
 // The test hook's state (fc_emu_cublaslt_hook).
 int g_lt_refuse;
-long g_lt_products;
+long g_lt_products, g_lt_gelu_products[2];  // all; with GELU_AUX(_BIAS) and with DGELU
 
 // Types and shapes of D = alpha op(A) op(B) + beta C (+ bias): NOT_SUPPORTED for what the backend
 // does not use, INVALID_VALUE for a problem that does not fit together, as cuBLASLt answers.
@@ -245,8 +263,8 @@ cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, c
                       *D = lt_state<EmuLtLayout>(d);
     if (s->compute != CUBLAS_COMPUTE_32F || s->scale != CUDA_R_32F || A->type != CUDA_R_16BF ||
         B->type != CUDA_R_16BF || C->type != CUDA_R_32F || D->type != CUDA_R_32F ||
-        (s->epilogue != CUBLASLT_EPILOGUE_DEFAULT && s->epilogue != CUBLASLT_EPILOGUE_BIAS) ||
-        (s->epilogue == CUBLASLT_EPILOGUE_BIAS && s->bias_type != -1 && s->bias_type != CUDA_R_32F))
+        !lt_known_epilogue(s->epilogue) ||
+        (lt_bias_epilogue(s->epilogue) && s->bias_type != -1 && s->bias_type != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     *m = D->rows, *n = D->cols, *k = s->ta == CUBLAS_OP_N ? A->cols : A->rows;
     uint64_t am = s->ta == CUBLAS_OP_N ? A->rows : A->cols;
@@ -255,7 +273,9 @@ cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, c
         if (l->ld < (int64_t)std::max<uint64_t>(1, l->rows)) return CUBLAS_STATUS_INVALID_VALUE;
     if (am != *m || bk != *k || bn != *n || C->rows != D->rows || C->cols != D->cols || C->ld != D->ld)
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS && !s->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lt_bias_epilogue(s->epilogue) && !s->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lt_aux_epilogue(s->epilogue) && (!s->aux || s->aux_ld % 8 || s->aux_ld < (int64_t)*m))
+        return CUBLAS_STATUS_INVALID_VALUE;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -277,6 +297,8 @@ long fc_emu_cublaslt_hook(int mode) {
     if (mode >= 0) g_lt_refuse = mode;
     return g_lt_products;
 }
+// Another test hook: the products computed so far with the GELU epilogue (backward 0) or DGELU (1).
+long fc_emu_cublaslt_gelu_products(int backward) { return g_lt_gelu_products[backward != 0]; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
     *handle = new cublasLtContext{0};
@@ -291,7 +313,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
                                         cudaDataType_t scale) {
     *desc = new cublasLtMatmulDescOpaque_t();
     *lt_state<EmuLtDesc>(*desc) = EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, -1,
-                                            NULL};
+                                            NULL, NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -307,6 +329,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return lt_get(&s->epilogue, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return lt_get(&s->bias, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return lt_get(&s->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return lt_get(&s->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return lt_get(&s->aux_ld, buf, size);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated: the backend does not set it
     }
 }
@@ -388,7 +412,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (g_lt_refuse == 2) return CUBLAS_STATUS_NOT_SUPPORTED;  // the test hook
     lt_check_align("A", A, al->align[0]), lt_check_align("B", B, al->align[1]);
     lt_check_align("C", C, al->align[2]), lt_check_align("D", D, al->align[3]);
-    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS) lt_check_align("the bias vector", s->bias, EMU_LT_BIAS_ALIGN);
+    if (lt_bias_epilogue(s->epilogue)) lt_check_align("the bias vector", s->bias, EMU_LT_BIAS_ALIGN);
+    if (lt_aux_epilogue(s->epilogue)) lt_check_align("the epilogue's aux matrix", s->aux, EMU_LT_AUX_ALIGN);
     const EmuLtLayout *la = lt_state<EmuLtLayout>(a), *lb = lt_state<EmuLtLayout>(b), *lc = lt_state<EmuLtLayout>(c);
     float fa = *(const float *)alpha, fb = *(const float *)beta, *dst = (float *)D;
     const float *src = (const float *)C;
@@ -404,10 +429,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                     (int)n, (int)k, fa, wa, (int)la->ld, wb, (int)lb->ld, 1.0f, dst, (int)ld);
         free(wa), free(wb);
     }
-    if (s->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    if (lt_bias_epilogue(s->epilogue)) {
         const float *bias = (const float *)s->bias;
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) dst[i + j * ld] += bias[i];
+    }
+    if (lt_aux_epilogue(s->epilogue)) {  // GELU: aux = D, D = GELU(D); DGELU: D *= GELU'(aux)
+        float *aux = (float *)const_cast<void *>(s->aux);
+        bool dgelu = s->epilogue == CUBLASLT_EPILOGUE_DGELU;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float &v = dst[i + j * ld], &a = aux[i + j * s->aux_ld];
+                if (dgelu) v *= emu_gelu_grad(a);
+                else a = v, v = emu_gelu(v);
+            }
+        g_lt_gelu_products[dgelu]++;
     }
     g_lt_products++;
     return CUBLAS_STATUS_SUCCESS;
