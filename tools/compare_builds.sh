@@ -49,7 +49,7 @@ awk '
         return name SUBSEP a[n - 3] SUBSEP a[n - 1]
     }
     # Ops that one build has and the other lacks (fused or split since) get a "-" on the other side;
-    # the sums are each build's whole table, so they compare the same block of work.
+    # the sums are each whole table, so they compare the same block of work.
     FNR == NR { r = row($0); if (r != "") { split(r, f, SUBSEP); base[f[1]] = f[2]; tb += f[3]; order[++nb] = f[1] }
                 next }
     { r = row($0); if (r == "") next; split(r, f, SUBSEP); tt += f[3]; seen[f[1]] = 1
@@ -59,6 +59,7 @@ awk '
     END { for (i = 1; i <= nb; i++) if (!(order[i] in seen)) printf "%-26s %10.3f %10s\n", order[i], base[order[i]], "-"
           printf "%-26s %10.2f %10.2f %7.2fx  (ms per step of each table)\n", "sum", tb, tt, (tt > 0 ? tb / tt : 0) }
 ' "$LOG/ops-base.txt" "$LOG/ops-this.txt"
+grep -h "^the MLP's GELU fused" "$LOG/ops-this.txt"  # this build's fused ops against their parts
 
 echo "== training speed ($DEV, $CFG, $STEPS steps)"
 for side in base this; do
