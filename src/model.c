@@ -182,13 +182,8 @@ static void carve_grad_scratch(Model *m, Carve *cv) {
     size_t T = m->T, S = m->S, D = m->D, RD = m->RD, PPC = m->PPC;
     Grads *d = &m->d;
     carve_add(cv, &d->dres, T * D);
-    carve_add(cv, &d->dln, T * D);
-    carve_add(cv, &d->dqkv, T * 3 * D);
-    carve_add(cv, &d->dqkn, T * 3 * D);
-    carve_add(cv, &d->datt, T * D);
-    carve_add(cv, &d->dproj, T * D);
-    carve_add(cv, &d->dfc1, T * RD);
-    carve_add(cv, &d->dfc2, T * D);
+    carve_add(cv, &d->dbuf_a, T * 3 * D);
+    carve_add(cv, &d->dbuf_b, T * (RD > 3 * D ? RD : 3 * D));
     carve_add(cv, &d->dmod, S * 9 * D);
     carve_add(cv, &d->dsc, S * D);
     carve_add(cv, &d->dc, S * D);
@@ -288,6 +283,9 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     Carve cg = {0};
     carve_grad_scratch(m, &cg);
     m->dscratch_mem = carve_alloc(be, &cg, &m->dscratch_count);
+    Grads *d = &m->d;  // the two alternating buffers' aliases (model.h)
+    d->dfc2 = d->dproj = d->dqkn = d->dln = d->dbuf_a;
+    d->dfc1 = d->datt = d->dqkv = d->dbuf_b;
     Carve ci = {0};
     carve_inputs(m, &ci);
     m->inputs_mem = carve_alloc(be, &ci, &m->inputs_count);

@@ -103,16 +103,22 @@ typedef struct {
     real *loss;      // (1)
 } Acts;
 
-// Gradient scratch for the backward pass; block buffers are reused block after block.
+// Gradient scratch for the backward pass; block buffers are reused block after block. The
+// sub-layers' activation gradients are each read only by the op after the one that writes them
+// (dfc2 -> dfc1 -> dln in the MLP; dproj -> datt -> dqkn -> dqkv -> dln in attention), so they
+// alternate between two buffers: no op reads and writes the same one, and 7 (T, D) buffers' worth
+// of memory is saved at mlp_ratio 4.
 typedef struct {
     real *dres;      // (T, D) gradient of the residual stream, updated in place
-    real *dln;       // (T, D)
-    real *dqkv;      // (T, 3D)
-    real *dqkn;      // (T, 3D)
-    real *datt;      // (T, D)
-    real *dproj;     // (T, D)
-    real *dfc1;      // (T, R*D)
-    real *dfc2;      // (T, D)
+    real *dbuf_a;    // (T, 3D): dfc2, dproj, dqkn and dln
+    real *dbuf_b;    // (T, max(R, 3) * D): dfc1, datt and dqkv
+    real *dln;       // (T, D)    in dbuf_a
+    real *dqkv;      // (T, 3D)   in dbuf_b
+    real *dqkn;      // (T, 3D)   in dbuf_a
+    real *datt;      // (T, D)    in dbuf_b
+    real *dproj;     // (T, D)    in dbuf_a
+    real *dfc1;      // (T, R*D)  in dbuf_b
+    real *dfc2;      // (T, D)    in dbuf_a
     real *dmod;      // (S, 9D)
     real *dsc;       // (S, D)
     real *dc;        // (S, D)
