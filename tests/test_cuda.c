@@ -713,7 +713,20 @@ static void section_determinism(int bf16) {
             same &= det_capture(&dy, rep);
         }
         check(same, nm("cuda_determinism_linear_fwd"), "M=%d K=%d N=%d, bias: y %s", M, K, N, SAME(same));
-        FREE(&x, &w, &dy, &dx, &dw, &db);
+        // the MLP's fused linears (bf16: cuBLASLt's GELU epilogues): x (M, K) -> pre, y (M, N), then
+        // back through a (K, N) weight (w's memory) from a gradient (M, K) (dx's)
+        Buf y = bnormal((size_t)M * N, 0, 1), dpre = bnormal((size_t)M * N, 0, 1), dbk = bnormal(K, 0, 1);
+        same = 1;
+        for (int rep = 0; rep < 2; rep++) {
+            breset(&dy), breset(&y), breset(&dpre), breset(&dw), breset(&dbk);
+            g_gpu->linear_gelu_fwd(dy.g, y.g, x.g, w.g, db.g, M, K, N);
+            g_gpu->linear_gelu_bwd(dpre.g, dw.g, dbk.g, dx.g, y.g, w.g, dy.g, M, N, K);
+            same &= det_capture(&dy, rep) & det_capture(&y, rep) & det_capture(&dpre, rep) & det_capture(&dw, rep) &
+                    det_capture(&dbk, rep);
+        }
+        check(same, nm("cuda_determinism_linear_gelu"), "M=%d K=%d N=%d: pre, GELU(pre), d pre, dw, db %s", M, K, N,
+              SAME(same));
+        FREE(&x, &w, &dy, &dx, &dw, &db, &y, &dpre, &dbk);
     }
     if (bf16) return;
     {  // 8-bit AdamW: two steps from the zero state
