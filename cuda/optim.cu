@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "../src/cpu_optim.h"  // AdamConst, adam_const
+#include "../src/quant8.h"      // QUANT8_TABLE
 }
 
 enum {
@@ -82,14 +83,16 @@ static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, s
     mirror_end(mirror, param, n);
 }
 
-// quant8_encode of src/quant8.c: index of the entry of code (256 ascending values) nearest to x,
-// ties to the lower index; beyond either end that end, NaN 0. The same branch-free binary search
-// (largest i with code[i] <= x) and the same rounding test in double.
-static __device__ __forceinline__ uint8_t quant8_encode(const float *code, float x) {
+// quant8_encode_table of src/quant8.c: index of the entry of a code map (its encoder table: 256
+// ascending values, then the rounding thresholds) nearest to x, ties to the lower index; beyond
+// either end that end, NaN 0. The same branch-free binary search (largest i with code[i] <= x), and
+// the rounding as one float comparison with the threshold (the exact midpoint test, made once per
+// map on the CPU): no double arithmetic, which a GeForce card runs at 1/64 of the float rate.
+static __device__ __forceinline__ uint8_t encode8(const float *table, float x) {
     unsigned i = 0;
-    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(code[i + step] <= x);
+    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(table[i + step] <= x);
     unsigned lo = i < 255 ? i : 254;
-    return (uint8_t)(lo + (unsigned)(__dmul_rn(2.0, (double)x) > __dadd_rn((double)code[lo], (double)code[lo + 1])));
+    return (uint8_t)(lo + (unsigned)(x >= table[256 + lo]));
 }
 
 // Maximum over the threads of a block of ADAM8_BLOCK threads; every thread gets it. Exact (max
@@ -108,20 +111,20 @@ static __device__ __forceinline__ float block_max(float x, float *shared) {
 
 // One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
 // i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad, and mirror
-// and ema (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: (256), copied to
-// shared memory.
+// and ema (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: the code
+// maps' encoder tables (QUANT8_TABLE), copied to shared memory.
 // As cpu_adamw_8bit: dequantise to float, update in float (a non-finite gradient leaves p and the
 // dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
 static __global__ void __launch_bounds__(ADAM8_BLOCK)
     adamw_8bit_kernel(real *param, __nv_bfloat16 *mirror, real *ema, const real *grad, uint8_t *m8, uint8_t *v8,
                       float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, size_t n,
                       AdamConst c) {
-    __shared__ float cm[256], cv[256];
+    __shared__ float cm[QUANT8_TABLE], cv[QUANT8_TABLE];
     __shared__ float max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
     int j = threadIdx.x;
     size_t b = blockIdx.x, i = b * ADAM8_BLOCK + j;
     bool live = i < n;
-    cm[j] = code_m[j], cv[j] = code_v[j];
+    for (int k = j; k < QUANT8_TABLE; k += ADAM8_BLOCK) cm[k] = code_m[k], cv[k] = code_v[k];
     // Every thread reads the old absmax before thread 0 overwrites it (after the barriers below).
     float am = absmax_m[b], av = absmax_v[b];
     __syncthreads();
@@ -141,8 +144,8 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
     float new_av = block_max(vi > 0.0f ? vi : 0.0f, max_v_w);
     if (j == 0) absmax_m[b] = new_am, absmax_v[b] = new_av;
     if (live) {
-        m8[i] = new_am > 0.0f ? quant8_encode(cm, __fdiv_rn(mi, new_am)) : 0;
-        v8[i] = new_av > 0.0f ? quant8_encode(cv, __fdiv_rn(vi, new_av)) : 0;
+        m8[i] = new_am > 0.0f ? encode8(cm, __fdiv_rn(mi, new_am)) : 0;
+        v8[i] = new_av > 0.0f ? encode8(cv, __fdiv_rn(vi, new_av)) : 0;
     }
 }
 

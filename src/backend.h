@@ -167,6 +167,7 @@ typedef struct Backend {
     // fp32 AdamW: param, grad, m, v (n).
     void (*adamw_fp32)(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h);
     // 8-bit AdamW: m8 and v8 (n) are indices into the 256-entry code maps code_m (signed) and code_v
+    // (each given as its encoder table, quant8.h: the 256 values, then the rounding thresholds)
     // (unsigned), scaled per block of ADAM8_BLOCK by absmax_m and absmax_v (ceil(n / ADAM8_BLOCK)).
     void (*adamw_8bit)(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                        const float *code_m, const float *code_v, size_t n, AdamHyper h);

@@ -266,7 +266,7 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
         if (tab.t[i].device) m->be->upload(tab.t[i].device, tab.t[i].host, tab.t[i].bytes);
     // A checkpoint from a version with other code maps: re-encode its moments against ours.
     const float *their_m = tab.t[tab.n - 3].host, *their_v = tab.t[tab.n - 2].host;
-    if (memcmp(their_m, o->host_code_m, sizeof o->host_code_m) || memcmp(their_v, o->host_code_v, sizeof o->host_code_v)) {
+    if (memcmp(their_m, o->host_code_m, 256 * sizeof(float)) || memcmp(their_v, o->host_code_v, 256 * sizeof(float))) {
         for (int i = 0; i < o->n; i++) {
             OptTensor *t = &o->t[i];
             if (!t->is8bit) continue;

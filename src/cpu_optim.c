@@ -79,8 +79,8 @@ void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, flo
         }
         absmax_m[b] = max_m, absmax_v[b] = max_v;
         for (size_t j = 0; j < len; j++) {
-            m8[i0 + j] = max_m > 0.0f ? quant8_encode(code_m, mb[j] / max_m) : 0;
-            v8[i0 + j] = max_v > 0.0f ? quant8_encode(code_v, vb[j] / max_v) : 0;
+            m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
+            v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
         }
     }
 }

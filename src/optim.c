@@ -13,7 +13,7 @@ Optimizer *build_optimizer(const Model *m, const Config *c) {
     o->t = fc_calloc(o->n, sizeof(OptTensor));
     // Two passes over the tensors: sizes, then pointers. Floats first, then the 8-bit codes, so
     // every float stays aligned.
-    size_t floats = 512, codes = 0;  // 512: the two code maps
+    size_t floats = 2 * QUANT8_TABLE, codes = 0;  // the two code maps' encoder tables
     for (int i = 0; i < o->n; i++) {
         OptTensor *t = &o->t[i];
         t->numel = m->info[i].numel;
@@ -27,7 +27,7 @@ Optimizer *build_optimizer(const Model *m, const Config *c) {
     o->mem = be->alloc(o->bytes);  // zero: all moments start at 0 (absmax 0 reads as 0 too)
     float *f = o->mem;
     uint8_t *q = (uint8_t *)(f + floats);
-    o->code_m = f, o->code_v = f + 256, f += 512;
+    o->code_m = f, o->code_v = f + QUANT8_TABLE, f += 2 * QUANT8_TABLE;
     for (int i = 0; i < o->n; i++) {
         OptTensor *t = &o->t[i];
         if (t->is8bit) {
@@ -37,8 +37,8 @@ Optimizer *build_optimizer(const Model *m, const Config *c) {
             t->m32 = f, t->v32 = f + t->numel, f += 2 * t->numel;
         }
     }
-    quant8_signed_code(o->host_code_m);
-    quant8_unsigned_code(o->host_code_v);
+    quant8_signed_code(o->host_code_m), quant8_table(o->host_code_m);
+    quant8_unsigned_code(o->host_code_v), quant8_table(o->host_code_v);
     be->upload(o->code_m, o->host_code_m, sizeof o->host_code_m);
     be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
     return o;

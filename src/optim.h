@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "config.h"
 #include "model.h"
+#include "quant8.h"
 
 #define OPTIM_MIN_8BIT 4096  // tensors below this many elements keep fp32 moments
 
@@ -26,8 +27,8 @@ typedef struct {
     OptTensor *t;
     void *mem;                // every tensor's state, one allocation
     size_t bytes;
-    float *code_m, *code_v;   // (256) the signed and unsigned code maps, backend memory
-    float host_code_m[256], host_code_v[256];
+    float *code_m, *code_v;   // (QUANT8_TABLE) the signed and unsigned code maps' encoder tables, backend memory
+    float host_code_m[QUANT8_TABLE], host_code_v[QUANT8_TABLE];  // the same (the 256 values first)
 } Optimizer;
 
 Optimizer *build_optimizer(const Model *m, const Config *c);

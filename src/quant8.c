@@ -14,6 +14,7 @@
 // The signed map is symmetric except for that 1.0: its most negative value is -0.99297, not -1.
 #include "quant8.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static int cmp_float(const void *a, const void *b) {
@@ -54,4 +55,22 @@ uint8_t quant8_encode(const float code[256], float x) {
     // exact, so this compares with the true midpoint. i == 255 (x >= the top value) stays 255.
     unsigned lo = i < 255 ? i : 254;
     return (uint8_t)(lo + (unsigned)(2.0 * (double)x > (double)code[lo] + (double)code[lo + 1]));
+}
+
+void quant8_table(float table[QUANT8_TABLE]) {
+    for (int i = 0; i < 255; i++) {
+        double mid = (double)table[i] + (double)table[i + 1];  // exact, as in quant8_encode
+        float up = (float)(mid / 2);                            // within one step of the answer
+        if (!(2.0 * (double)up > mid)) up = nextafterf(up, INFINITY);
+        while (2.0 * (double)nextafterf(up, -INFINITY) > mid) up = nextafterf(up, -INFINITY);
+        table[256 + i] = up;
+    }
+    table[511] = INFINITY;
+}
+
+uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x) {
+    unsigned i = 0;  // the same search as quant8_encode
+    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(table[i + step] <= x);
+    unsigned lo = i < 255 ? i : 254;
+    return (uint8_t)(lo + (unsigned)(x >= table[256 + lo]));  // NaN: false, as the midpoint test
 }

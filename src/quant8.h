@@ -15,4 +15,14 @@ void quant8_unsigned_code(float code[256]);
 // the lower index; x beyond either end of the code gives that end's index, NaN gives 0.
 uint8_t quant8_encode(const float code[256], float x);
 
+// The optimizer's encoder table of a code map: the 256 values, then up[i] for i < 255, the smallest
+// float x with 2x > code[i] + code[i + 1] exactly (and up[255] = +inf). quant8_encode decides the
+// rounding by that midpoint test in double; the table turns it into one float comparison, which
+// matters where double runs at 1/64 of the float rate (GeForce cards, cuda/optim.cu).
+#define QUANT8_TABLE 512
+// Fills table[256..511] from the code map in table[0..255].
+void quant8_table(float table[QUANT8_TABLE]);
+// quant8_encode(table, x) for every x, by the table.
+uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x);
+
 #endif

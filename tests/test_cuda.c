@@ -373,9 +373,10 @@ typedef struct {
 static Adam8 adam8_new(size_t n) {
     Adam8 a = {.n = n, .nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK};
     a.p = bnormal(n, 0, 0.1), a.g = bnormal(n, 0, 1), a.m8 = bcodes(n), a.v8 = bcodes(n), a.ema = bnormal(n, 0, 0.1);
-    a.am = bnormal(a.nb, 0, 1), a.av = bnormal(a.nb, 0, 1), a.cm = bnormal(256, 0, 1), a.cv = bnormal(256, 0, 1);
+    a.am = bnormal(a.nb, 0, 1), a.av = bnormal(a.nb, 0, 1), a.cm = bnormal(QUANT8_TABLE, 0, 1),
+    a.cv = bnormal(QUANT8_TABLE, 0, 1);
     memset(a.am.init, 0, a.nb * sizeof(float)), memset(a.av.init, 0, a.nb * sizeof(float));
-    quant8_signed_code(a.cm.init), quant8_unsigned_code(a.cv.init);
+    quant8_signed_code(a.cm.init), quant8_unsigned_code(a.cv.init), quant8_table(a.cm.init), quant8_table(a.cv.init);
     breset(&a.am), breset(&a.av), breset(&a.cm), breset(&a.cv);
     return a;
 }

@@ -15,7 +15,7 @@
 #include "philox.h"
 #include "quant8.h"
 
-static float g_code_s[256], g_code_u[256];
+static float g_code_s[QUANT8_TABLE], g_code_u[QUANT8_TABLE];  // encoder tables: the 256 values first
 
 // fc_set_threads(k), then the size of the OpenMP team a parallel loop really gets. If that is not k,
 // the OpenMP thread count is set again here so that the thread checks below compare what they say;
@@ -98,16 +98,18 @@ static void test_code_maps(void) {
           g_code_s[0]);
 
     // The encoder against exhaustive search: random values over the range and over the decades, every
-    // code value, every midpoint and its neighbours, and values outside the range.
+    // code value, every midpoint and its neighbours, and values outside the range. The encoder table
+    // (what the optimizer runs) must give the same index as the midpoint test in double every time.
     for (int s = 0; s < 2; s++) {
         const float *c = codes[s];
-        long tried = 0, wrong = 0, ties = 0;
+        long tried = 0, wrong = 0, ties = 0, table_wrong = 0;
         float bad_x = 0;
 #define TRY(xv)                                                                 \
     do {                                                                        \
         float x_ = (xv);                                                        \
         tried++;                                                                \
         if (quant8_encode(c, x_) != brute_nearest(c, x_)) wrong++, bad_x = x_; \
+        table_wrong += quant8_encode_table(c, x_) != quant8_encode(c, x_);     \
     } while (0)
         for (int i = 0; i < 200000; i++) {
             double u = philox_uniform(11, s, RNG_TEST, i), w = philox_uniform(11, s, RNG_TEST + 1, i);
@@ -134,6 +136,15 @@ static void test_code_maps(void) {
         float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.0000001f, 2.0f, -2.0f, 1e30f, -1e30f, 1e-40f, -1e-40f};
         for (size_t k = 0; k < sizeof specials / sizeof *specials; k++) TRY(specials[k]);
 #undef TRY
+        float nonfinite[] = {NAN, INFINITY, -INFINITY};  // no nearest value: the table as the double test
+        for (int k = 0; k < 3; k++)
+            tried++, table_wrong += quant8_encode_table(c, nonfinite[k]) != quant8_encode(c, nonfinite[k]);
+        for (int k = 0; k < 255; k++) {  // every threshold, and the float just below it
+            float x = c[256 + k], below = nextafterf(x, -INFINITY);
+            tried += 2;
+            table_wrong += (quant8_encode_table(c, x) != quant8_encode(c, x)) +
+                           (quant8_encode_table(c, below) != quant8_encode(c, below));
+        }
         // speed, for the record
         double t0 = now();
         unsigned acc = 0;
@@ -142,8 +153,10 @@ static void test_code_maps(void) {
         double ns = (now() - t0) * 1e3;
         char name[64];
         snprintf(name, sizeof name, "encode_nearest_%s", names[s]);
-        check(wrong == 0, name, "%ld of %ld values differ from exhaustive search (last %.9g); %ld exact ties went to "
-              "the lower index; %.1f ns per encode (%u)", wrong, tried, bad_x, ties, ns, acc & 1);
+        check(wrong == 0 && table_wrong == 0, name,
+              "%ld of %ld values differ from exhaustive search (last %.9g), %ld from the encoder table; %ld exact "
+              "ties went to the lower index; %.1f ns per encode (%u)", wrong, tried, bad_x, table_wrong, ties, ns,
+              acc & 1);
     }
 }
 
@@ -535,8 +548,8 @@ static void test_fused_ema(void) {
 
 int main(void) {
     set_threads(fc_default_threads());
-    quant8_signed_code(g_code_s);
-    quant8_unsigned_code(g_code_u);
+    quant8_signed_code(g_code_s), quant8_table(g_code_s);
+    quant8_unsigned_code(g_code_u), quant8_table(g_code_u);
     double t0 = now();
     test_code_maps();
     test_adamw_fp32();
