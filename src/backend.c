@@ -19,16 +19,14 @@ static const struct {
     const char *name;
     size_t offset;
 } OPS[] = {
-    OP(describe),      OP(alloc),          OP(free),           OP(upload),         OP(download),
-    OP(copy),          OP(zero),           OP(sync),           OP(host_alloc),     OP(host_free),
-    OP(download_async), OP(download_wait), OP(memory_peak),    OP(register_weights), OP(unregister_weights),
-    OP(randn),          OP(linear_fwd),
-    OP(linear_bwd),    OP(linear_gelu_fwd), OP(linear_gelu_bwd), OP(ln_mod_fwd),   OP(ln_mod_bwd),
-    OP(gated_add_fwd), OP(gated_add_bwd),  OP(qk_norm_fwd),    OP(qk_norm_bwd),    OP(attn_fwd),
-    OP(attn_bwd),      OP(gelu_fwd),       OP(gelu_bwd),      OP(silu_fwd),       OP(silu_bwd),       OP(patchify_fwd),   OP(patchify_bwd),
-    OP(unpatchify_fwd), OP(unpatchify_bwd), OP(sinusoid_fwd),  OP(sinusoid_bwd),   OP(add_pos_time_fwd),
-    OP(add_pos_time_bwd), OP(mse_masked_fwd), OP(mse_masked_bwd), OP(flow_mix),
-    OP(adamw_fp32),    OP(adamw_8bit),     OP(sum_squares),    OP(ema_update),
+    OP(describe), OP(alloc), OP(free), OP(upload), OP(download), OP(copy), OP(zero), OP(sync), OP(host_alloc),
+    OP(host_free), OP(download_async), OP(download_wait), OP(memory_peak), OP(register_weights),
+    OP(unregister_weights), OP(randn), OP(linear_fwd), OP(linear_bwd), OP(linear_gelu_fwd), OP(linear_gelu_bwd),
+    OP(ln_mod_fwd), OP(ln_mod_bwd), OP(gated_add_fwd), OP(gated_add_bwd), OP(qk_norm_fwd), OP(qk_norm_bwd),
+    OP(attn_fwd), OP(attn_bwd), OP(gelu_fwd), OP(gelu_bwd), OP(silu_fwd), OP(silu_bwd), OP(patchify_fwd),
+    OP(patchify_bwd), OP(unpatchify_fwd), OP(unpatchify_bwd), OP(sinusoid_fwd), OP(sinusoid_bwd),
+    OP(add_pos_time_fwd), OP(add_pos_time_bwd), OP(mse_masked_fwd), OP(mse_masked_bwd), OP(flow_mix),
+    OP(adamw_fp32), OP(adamw_8bit), OP(sum_squares), OP(ema_update),
 };
 
 AttnLayout attn_layout_tokens(int B, int F, int N, int temporal) {
