@@ -1,6 +1,7 @@
 // linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three
 // accumulated gradients backward: dx and dw through cuBLAS, db by a deterministic two-pass column
-// sum in double (on bf16 GEMMs, the same pass rounds dy for them). Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
+// sum in double (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's linears with the
+// GELU fused into them. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
 // "cuda" reads bf16 operands (bf16.cu) on the tensor cores and accumulates into fp32 outputs.
 // Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
 //
@@ -205,7 +206,8 @@ static void lt_set_pointers(const LtPlan *p, const float *bias, const float *aux
     if (lt_has_bias(p->epilogue))
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (lt_has_aux(p->epilogue))
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
 }
 
 // A new plan for `key`: the descriptors, then one heuristic query with the operands' alignments and

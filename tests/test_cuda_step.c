@@ -189,9 +189,9 @@ static void time_config(const char *path, const char *label) {
         be->sync();
         if (it >= 0) t_fb += t1 - t0, t_opt += now() - t1;
     }
-    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step with the EMA (B=%d, %d tokens, D=%d, "
-           "%d blocks, %.2fM parameters; mean of %d after 2 warmup)\n", g_mode, label, 1e3 * t_fb / reps, 1e3 * t_opt / reps,
-           m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
+    printf("INFO cuda_time%s %s: %.2f ms per forward+backward, %.2f ms per optimizer step with the EMA (B=%d, %d "
+           "tokens, D=%d, %d blocks, %.2fM parameters; mean of %d after 2 warmup)\n",
+           g_mode, label, 1e3 * t_fb / reps, 1e3 * t_opt / reps, m->B, m->T, m->D, c.depth, m->n_params / 1e6, reps);
     be->free(x0), be->free(ema), free(hx0);
     free_optimizer(o);
     free_model(m);

@@ -181,8 +181,8 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 // ----------------------------------------------------------------------------
 // cuBLASLt: the subset the linear layer uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
 // compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
-// form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). Descriptors keep their state in the
-// library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
+// form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8).
+// Descriptors keep their state in the library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
 // chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
 // is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
 // the program, as the kernel would fault on a GPU. Attributes and types the backend does not use
@@ -227,10 +227,14 @@ bool lt_bias_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == C
 bool lt_aux_epilogue(uint32_t e) {
     return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
-bool lt_known_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_DEFAULT || lt_bias_epilogue(e) || lt_aux_epilogue(e); }
+bool lt_known_epilogue(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_DEFAULT || lt_bias_epilogue(e) || lt_aux_epilogue(e);
+}
 
 // GELU in its tanh form, x sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3), and its derivative.
-float emu_gelu_sigmoid(float x) { return 1.0f / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+float emu_gelu_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
 float emu_gelu(float x) { return x * emu_gelu_sigmoid(x); }
 float emu_gelu_grad(float x) {
     float s = emu_gelu_sigmoid(x);
