@@ -258,7 +258,9 @@ static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *au
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(fc_cublaslt(), p->desc, p->la, p->lb, p->ld, p->ld, pref, 1,
                                                        &result, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
+    // No kernel for it: NOT_SUPPORTED, or INVALID_VALUE for a combination it does not take. The GELU
+    // epilogues are newer and less common, so any refusal of theirs means the cuBLAS path.
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE && !lt_has_aux(epilogue))
         fc_cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     p->lt = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (p->lt) p->algo = result.algo;
