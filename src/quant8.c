@@ -44,16 +44,21 @@ void quant8_signed_code(float code[256]) { dynamic_code(code, 1); }
 
 void quant8_unsigned_code(float code[256]) { dynamic_code(code, 0); }
 
-uint8_t quant8_encode(const float code[256], float x) {
-    // Largest i with code[i] <= x (0 when x is below the range, or NaN): a binary search whose steps
-    // sum to 255, so it never reads past the table. Branch-free (the comparisons become arithmetic):
-    // the inputs are random, and mispredicted branches cost several times the search itself.
+// The lower of the two code values around x: the largest i with code[i] <= x (0 when x is below the
+// range, or NaN), at most 254 (x at or above the top value: 254 and 255). A binary search whose
+// steps sum to 255, so it never reads past the table; branch-free (the comparisons become
+// arithmetic): the inputs are random, and mispredicted branches cost several times the search.
+static inline unsigned quant8_lower(const float code[256], float x) {
     unsigned i = 0;
     for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(code[i + step] <= x);
+    return i < 255 ? i : 254;
+}
+
+uint8_t quant8_encode(const float code[256], float x) {
+    unsigned lo = quant8_lower(code, x);
     // Round to the nearer of code[lo] and code[lo + 1]; ties go to lo. In double, 2x and the sum of
     // two neighbouring entries of our maps (within a factor 2^29 of each other, or one of them 0) are
-    // exact, so this compares with the true midpoint. i == 255 (x >= the top value) stays 255.
-    unsigned lo = i < 255 ? i : 254;
+    // exact, so this compares with the true midpoint. x >= the top value stays 255.
     return (uint8_t)(lo + (unsigned)(2.0 * (double)x > (double)code[lo] + (double)code[lo + 1]));
 }
 
@@ -69,8 +74,6 @@ void quant8_table(float table[QUANT8_TABLE]) {
 }
 
 uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x) {
-    unsigned i = 0;  // the same search as quant8_encode
-    for (unsigned step = 128; step > 0; step >>= 1) i += step * (unsigned)(table[i + step] <= x);
-    unsigned lo = i < 255 ? i : 254;
+    unsigned lo = quant8_lower(table, x);
     return (uint8_t)(lo + (unsigned)(x >= table[256 + lo]));  // NaN: false, as the midpoint test
 }
