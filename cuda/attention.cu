@@ -286,8 +286,9 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
 
 #define DVEC_WARPS 8  // warps per block
 
+template <typename OpT>
 __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restrict__ dout,
-                                 const float *__restrict__ out, AttnLayout lay, int D, int H, int dh, long total) {
+                                 const OpT *__restrict__ out, AttnLayout lay, int D, int H, int dh, long total) {
     const long idx = (long)blockIdx.x * DVEC_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (idx >= total) return;  // the whole warp leaves together
@@ -297,7 +298,7 @@ __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restri
     const int h = (int)(sh % H), seq = (int)(sh / H);
     const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
     double s = 0;
-    for (int c = lane; c < dh; c += 32) s += (double)dout[off + c] * out[off + c];
+    for (int c = lane; c < dh; c += 32) s += (double)dout[off + c] * op_load(out + off + c);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) dvec[idx] = (float)s;
 }
@@ -436,7 +437,7 @@ static unsigned attn_grid(long n_seq, int H, int ntiles) {
     return (unsigned)blocks;
 }
 
-static int attn_head_dim(int D, int H, const char *op) {
+int fc_attn_head_dim(int D, int H, const char *op) {
     if (H <= 0 || D % H != 0) fc_die("%s: D = %d is not a multiple of H = %d", op, D, H);
     int dh = D / H;
     if (dh != 16 && dh != 32 && dh != 64 && dh != 128)
@@ -472,8 +473,9 @@ static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, co
     kernelCheck();
 }
 
-void fc_attn_fwd_fp32(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
-    int dh = attn_head_dim(D, H, "attn_fwd");
+static void cuda_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = fc_attn_head_dim(D, H, "attn_fwd");
+    float *out = (float *)out_op;
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0) return;
     switch (dh) {
@@ -484,22 +486,25 @@ void fc_attn_fwd_fp32(real *out, real *lse, const real *qkv, AttnLayout lay, int
     }
 }
 
-const float *fc_attn_dvec(const float *dout, const float *out, AttnLayout lay, int D, int H) {
+const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay, int D, int H, int bf16) {
     long total = (long)lay.n_outer * lay.n_inner * H * lay.len;
     float *dvec = (float *)fc_cuda_scratch(SCRATCH_ATTN, sizeof(float) * (size_t)(total ? total : 1));
     if (total > 0) {
-        attn_dvec_kernel<<<fc_cdiv((size_t)total, DVEC_WARPS), DVEC_WARPS * 32>>>(dvec, dout, out, lay, D, H, D / H, total);
+        unsigned grid = fc_cdiv((size_t)total, DVEC_WARPS), threads = DVEC_WARPS * 32;
+        const __nv_bfloat16 *o16 = (const __nv_bfloat16 *)out;
+        if (bf16) attn_dvec_kernel<__nv_bfloat16><<<grid, threads>>>(dvec, dout, o16, lay, D, H, D / H, total);
+        else attn_dvec_kernel<float><<<grid, threads>>>(dvec, dout, (const float *)out, lay, D, H, D / H, total);
         kernelCheck();
     }
     return dvec;
 }
 
-void fc_attn_bwd_fp32(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
-                      AttnLayout lay, int D, int H) {
-    int dh = attn_head_dim(D, H, "attn_bwd");
+static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
+                          AttnLayout lay, int D, int H) {
+    int dh = fc_attn_head_dim(D, H, "attn_bwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
-    const float *dvec = fc_attn_dvec(dout, out, lay, D, H);
+    const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 0);
     switch (dh) {
     case 16: attn_bwd_launch<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
     case 32: attn_bwd_launch<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
@@ -509,6 +514,6 @@ void fc_attn_bwd_fp32(real *dqkv, const real *dout, const real *out, const real 
 }
 
 void cuda_register_attention(Backend *be) {
-    be->attn_fwd = fc_attn_fwd_fp32;
-    be->attn_bwd = fc_attn_bwd_fp32;
+    be->attn_fwd = cuda_attn_fwd;
+    be->attn_bwd = cuda_attn_bwd;
 }

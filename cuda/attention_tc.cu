@@ -10,6 +10,7 @@
 //            ATTN_DS_CAP bytes) and one batched cuBLAS GEMM a chunk takes dQ from it. Packed short
 //            sequences recompute S = Q K^T and dP = dO V^T in a dQ kernel instead. Storing dS saves
 //            two of the backward's seven tile products and keeps dQ free of atomics.
+// The output is a bf16 operand (backend.h: the projection's GEMM and the backward's Dvec read it).
 // q, k, v and dout are fp32 in memory: one pass first rounds them to bf16, head by head
 // (fc_bf16_heads: each head's rows contiguous, in the GEMMs' scratch), so that the kernels copy
 // tiles into shared memory with cp.async in 16-byte pieces, whatever D and the alignment of qkv,
@@ -247,7 +248,7 @@ struct TcBlock {
 
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv16, long rows,
+    tc_attn_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv16, long rows,
                        AttnLayout lay, int D, int H, int ntiles, int pack, float scale) {
     using L = TcLd<DH>;
     constexpr int NT = TC_TILE / 8;  // score tiles of 8 keys
@@ -339,8 +340,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         float sum = quad_sum(l[r]);
         if (!map.valid(q)) continue;  // a valid row sees at least itself: sum >= 1
         long row = map.row(q);
-        float *dst = out + row * D + (long)h * DH + 2 * t;
-        for (int n = 0; n < DH / 8; n++) dst[n * 8] = o[n][2 * r] / sum, dst[n * 8 + 1] = o[n][2 * r + 1] / sum;
+        bf16 *dst = out + row * D + (long)h * DH + 2 * t;  // an even element: 4 bytes aligned (tc_fwd)
+        for (int n = 0; n < DH / 8; n++)
+            *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(o[n][2 * r] / sum, o[n][2 * r + 1] / sum);
         if (t == 0) lse[row * H + h] = m[r] + logf(sum);
     }
 }
@@ -584,7 +586,7 @@ static void tc_opt_in(K kernel, int bytes) {
 
 // Every token of the layout is one row of qkv (and out, dout): n_seq * len rows.
 template <int DH>
-static void tc_fwd(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
+static void tc_fwd(bf16 *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
     static int ready;
     if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH>, TcLd<DH>::FWD_BYTES), ready = 1;
     long rows = n_seq * lay.len;
@@ -672,19 +674,13 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
     }
 }
 
-// The head dimension when the tensor-core kernels take this call (any sequence length), else 0
-// (attention.cu's kernels).
-static int tc_head_dim(AttnLayout lay, int D, int H) {
-    if (H <= 0 || D % H != 0 || lay.len < 1) return 0;
-    int dh = D / H;
-    return dh == 16 || dh == 32 || dh == 64 || dh == 128 ? dh : 0;
-}
-
-static void tc_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
-    int dh = tc_head_dim(lay, D, H);
+// The kernels take the head dimensions attention.cu's do (any sequence length).
+static void tc_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = fc_attn_head_dim(D, H, "attn_fwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (!dh) return fc_attn_fwd_fp32(out, lse, qkv, lay, D, H);
-    if (n_seq <= 0) return;
+    if (n_seq <= 0 || lay.len <= 0) return;
+    bf16 *out = (bf16 *)out_op;
+    if ((uintptr_t)out % 4) fc_die("attn_fwd: the bf16 output is not on 4 bytes (it is stored in pairs)");
     switch (dh) {
     case 16: tc_fwd<16>(out, lse, qkv, lay, D, H, n_seq); break;
     case 32: tc_fwd<32>(out, lse, qkv, lay, D, H, n_seq); break;
@@ -693,13 +689,12 @@ static void tc_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, i
     }
 }
 
-static void tc_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
                         AttnLayout lay, int D, int H) {
-    int dh = tc_head_dim(lay, D, H);
+    int dh = fc_attn_head_dim(D, H, "attn_bwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (!dh) return fc_attn_bwd_fp32(dqkv, dout, out, qkv, lse, lay, D, H);
-    if (n_seq <= 0 || !dqkv) return;
-    const float *dvec = fc_attn_dvec(dout, out, lay, D, H);
+    if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
+    const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
     switch (dh) {
     case 16: tc_bwd<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
     case 32: tc_bwd<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;

@@ -79,6 +79,13 @@ static void cuda_zero(void *p, size_t n) {
     fc_cuda_weights_touched(p, n);
 }
 static void cuda_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
+// The fp32 table's operands are floats (bf16.cu has the bf16 table's).
+static void cuda_operand_upload_fp32(Operand *dst, const real *src, size_t n) {
+    cuda_upload(dst, src, sizeof(real) * n);
+}
+static void cuda_operand_download_fp32(real *dst, const Operand *src, size_t n) {
+    cuda_download(dst, src, sizeof(real) * n);
+}
 static void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
@@ -192,10 +199,15 @@ static void fill_table(Backend *be, int bf16) {
     be->download_wait = cuda_download_wait;
     be->memory_peak = cuda_memory_peak;
     cuda_register_linear(be, bf16);
-    if (bf16) cuda_register_bf16(be);
-    else be->register_weights = no_register_weights, be->unregister_weights = no_unregister_weights;
-    cuda_register_elementwise(be);
-    cuda_register_norm(be);
+    if (bf16) {
+        cuda_register_bf16(be);
+    } else {
+        be->register_weights = no_register_weights, be->unregister_weights = no_unregister_weights;
+        be->operand_bytes = sizeof(real);
+        be->operand_upload = cuda_operand_upload_fp32, be->operand_download = cuda_operand_download_fp32;
+    }
+    cuda_register_elementwise(be, bf16);
+    cuda_register_norm(be, bf16);
     cuda_register_attention(be);
     if (bf16) cuda_register_attention_tc(be);
     cuda_register_optim(be);

@@ -8,8 +8,10 @@
 //   pass that updates the parameters (fc_bf16_mirror_to_write), so that a current mirror stays
 //   current and training does not rebuild it at all. A weight outside every registered allocation
 //   (the op tests) is converted on each call.
-// - activations: converted on each call into per-operand scratch (an activation is read by one
-//   or two GEMMs, so a cache would not pay). Attention's inputs are converted head by head
+// - activations: the operands (backend.h) are bf16 in memory, written so by the ops that make
+//   them; operand_upload and operand_download convert on the host. An activation gradient a GEMM
+//   reads is converted on each call into per-operand scratch (fc_bf16_operand), unless the bias
+//   gradient's pass rounds it (linear.cu). Attention's inputs are converted head by head
 //   (fc_bf16_heads) into the same scratch, so that its kernels copy whole 16-byte pieces.
 #include <cuda_bf16.h>
 
@@ -153,7 +155,24 @@ size_t fc_bf16_mirror_bytes(void) {
     return sum;
 }
 
+// Operands from and to the host: converted there (round to nearest even), one transfer each way.
+static void cuda_operand_upload(Operand *dst, const real *src, size_t n) {
+    __nv_bfloat16 *h = (__nv_bfloat16 *)fc_malloc(sizeof(__nv_bfloat16) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16_rn(src[i]);
+    cudaCheck(cudaMemcpy(dst, h, sizeof(__nv_bfloat16) * n, cudaMemcpyHostToDevice));
+    free(h);
+}
+static void cuda_operand_download(real *dst, const Operand *src, size_t n) {
+    __nv_bfloat16 *h = (__nv_bfloat16 *)fc_malloc(sizeof(__nv_bfloat16) * (n ? n : 1));
+    cudaCheck(cudaMemcpy(h, src, sizeof(__nv_bfloat16) * n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(h[i]);
+    free(h);
+}
+
 void cuda_register_bf16(Backend *be) {
+    be->operand_bytes = sizeof(__nv_bfloat16);
+    be->operand_upload = cuda_operand_upload;
+    be->operand_download = cuda_operand_download;
     be->register_weights = cuda_register_weights;
     be->unregister_weights = cuda_unregister_weights;
 }

@@ -31,6 +31,22 @@ static inline void fc_cublas_check(cublasStatus_t st, const char *what, const ch
 
 static inline unsigned fc_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
+// Operands (backend.h): float on "cuda-fp32", bf16 on "cuda". A kernel that writes or reads one is a
+// template on its type; these store and load it as float (bf16: rounded to nearest even).
+static __device__ __forceinline__ void op_store(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void op_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ float op_load(const float *p) { return *p; }
+static __device__ __forceinline__ float op_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+// Four consecutive values with one store; p aligned to four of them (op_aligned4).
+static __device__ __forceinline__ void op_store4(float *p, float4 v) { *(float4 *)p = v; }
+static __device__ __forceinline__ void op_store4(__nv_bfloat16 *p, float4 v) {
+    __align__(8) __nv_bfloat162 h[2];
+    h[0] = __floats2bfloat162_rn(v.x, v.y), h[1] = __floats2bfloat162_rn(v.z, v.w);
+    *(uint2 *)p = *(const uint2 *)h;
+}
+template <typename OpT>
+static inline bool op_aligned4(const void *p) { return (uintptr_t)p % (4 * sizeof(OpT)) == 0; }
+
 // Scratch memory owned by the backend, one buffer per user so that two op families never
 // share one; grows on demand (the device is synchronised first), never shrinks.
 enum {
@@ -65,22 +81,22 @@ void fc_cuda_weights_touched(const void *dst, size_t bytes);
 // its mirror is stale already (the op then calls fc_cuda_weights_touched instead).
 __nv_bfloat16 *fc_bf16_mirror_to_write(const float *p, size_t n);
 
-// GELU forward and backward (elementwise.cu; the linear's GELU fusions fall back on them).
-void fc_gelu_fwd(real *y, const real *x, size_t n);
+// GELU forward into an operand (bf16 != 0: bf16) and backward (elementwise.cu; the MLP's linears
+// run them beside their GEMMs).
+void fc_gelu_fwd(Operand *y, const real *x, size_t n, int bf16);
 void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n);
 
-// Each kernel file fills in its ops.
-void cuda_register_linear(Backend *be, int bf16);  // cuda/linear.cu: bf16 or fp32 GEMMs
-void cuda_register_bf16(Backend *be);         // cuda/bf16.cu: the weights' bf16 mirrors
-void cuda_register_elementwise(Backend *be);  // cuda/elementwise.cu
-void cuda_register_norm(Backend *be);         // cuda/norm.cu
-void cuda_register_attention(Backend *be);    // cuda/attention.cu: fp32 flash attention
-void cuda_register_attention_tc(Backend *be); // cuda/attention_tc.cu: bf16 on tensor cores (the "cuda" table)
+// Each kernel file fills in its ops; bf16: the "cuda" table (bf16 operands), else "cuda-fp32".
+void cuda_register_linear(Backend *be, int bf16);       // cuda/linear.cu: bf16 or fp32 GEMMs
+void cuda_register_bf16(Backend *be);                   // cuda/bf16.cu: the weights' bf16 mirrors, operands
+void cuda_register_elementwise(Backend *be, int bf16);  // cuda/elementwise.cu
+void cuda_register_norm(Backend *be, int bf16);         // cuda/norm.cu
+void cuda_register_attention(Backend *be);              // cuda/attention.cu: fp32 flash attention
+void cuda_register_attention_tc(Backend *be);  // cuda/attention_tc.cu: bf16 on tensor cores (the "cuda" table)
 
-// attention.cu's fp32 kernels (attention_tc.cu hands them the head dimensions it has no kernel for) and the
-// backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch.
-void fc_attn_fwd_fp32(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
-void fc_attn_bwd_fp32(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
-                      AttnLayout lay, int D, int H);
-const float *fc_attn_dvec(const float *dout, const float *out, AttnLayout lay, int D, int H);
+// The head dimension D / H, or a clear death where no attention kernel has it (16, 32, 64, 128);
+// and the backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch, out an
+// operand (bf16 != 0: bf16). attention.cu.
+int fc_attn_head_dim(int D, int H, const char *op);
+const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay, int D, int H, int bf16);
 void cuda_register_optim(Backend *be);        // cuda/optim.cu

@@ -135,15 +135,17 @@ __device__ __forceinline__ float gelu_grad_dev(float v) {
     return sg + 2.0f * v * sg * (1.0f - sg) * GELU_C * (1.0f + (float)(3 * 0.044715) * v * v);
 }
 
-// Groups of four elements (grid-stride), then the last n % 4 one per thread.
-template <bool VEC>
-__global__ void gelu_fwd_kernel(float *y, const float *x, size_t n) {
+// Groups of four elements (grid-stride), then the last n % 4 one per thread. y is an operand (OpT).
+template <bool VEC, typename OpT>
+__global__ void gelu_fwd_kernel(OpT *y, const float *x, size_t n) {
     size_t n4 = n / 4;
     GRID_STRIDE_LOOP(i, n4) {
-        float4 v = load4<VEC>(x, i);
-        store4<VEC>(y, i, make_float4(gelu_dev(v.x), gelu_dev(v.y), gelu_dev(v.z), gelu_dev(v.w)));
+        float4 v = load4<VEC>(x, i), g = make_float4(gelu_dev(v.x), gelu_dev(v.y), gelu_dev(v.z), gelu_dev(v.w));
+        OpT *q = y + 4 * i;
+        if (VEC) op_store4(q, g);
+        else op_store(q, g.x), op_store(q + 1, g.y), op_store(q + 2, g.z), op_store(q + 3, g.w);
     }
-    GRID_STRIDE_LOOP(i, n - 4 * n4) y[4 * n4 + i] = gelu_dev(x[4 * n4 + i]);
+    GRID_STRIDE_LOOP(i, n - 4 * n4) op_store(y + 4 * n4 + i, gelu_dev(x[4 * n4 + i]));
 }
 
 template <bool VEC>
@@ -157,8 +159,9 @@ __global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, size
     GRID_STRIDE_LOOP(i, n - 4 * n4) dx[4 * n4 + i] = dy[4 * n4 + i] * gelu_grad_dev(x[4 * n4 + i]);
 }
 
-__global__ void silu_fwd_kernel(float *y, const float *x, size_t n) {
-    GRID_STRIDE_LOOP(i, n) y[i] = (float)(x[i] / (1.0 + exp(-(double)x[i])));
+template <typename OpT>
+__global__ void silu_fwd_kernel(OpT *y, const float *x, size_t n) {
+    GRID_STRIDE_LOOP(i, n) op_store(y + i, (float)(x[i] / (1.0 + exp(-(double)x[i]))));
 }
 
 __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size_t n) {
@@ -168,12 +171,21 @@ __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size
     }
 }
 
-void fc_gelu_fwd(real *y, const real *x, size_t n) {
+template <typename OpT>
+static void gelu_fwd(OpT *y, const real *x, size_t n) {
     if (n == 0) return;
     unsigned grid = ew_grid((n + 3) / 4);
-    if (aligned16(y) && aligned16(x)) gelu_fwd_kernel<true><<<grid, EW_THREADS>>>(y, x, n);
-    else gelu_fwd_kernel<false><<<grid, EW_THREADS>>>(y, x, n);
+    if (op_aligned4<OpT>(y) && aligned16(x)) gelu_fwd_kernel<true, OpT><<<grid, EW_THREADS>>>(y, x, n);
+    else gelu_fwd_kernel<false, OpT><<<grid, EW_THREADS>>>(y, x, n);
     kernelCheck();
+}
+void fc_gelu_fwd(Operand *y, const real *x, size_t n, int bf16) {
+    if (bf16) gelu_fwd((__nv_bfloat16 *)y, x, n);
+    else gelu_fwd((float *)y, x, n);
+}
+template <typename OpT>
+static void cuda_gelu_fwd(Operand *y, const real *x, size_t n) {
+    gelu_fwd((OpT *)y, x, n);
 }
 void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     if (n == 0 || !dx) return;
@@ -182,9 +194,10 @@ void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     else gelu_bwd_kernel<false><<<grid, EW_THREADS>>>(dx, dy, x, n);
     kernelCheck();
 }
-static void cuda_silu_fwd(real *y, const real *x, size_t n) {
+template <typename OpT>
+static void cuda_silu_fwd(Operand *y, const real *x, size_t n) {
     if (n == 0) return;
-    silu_fwd_kernel<<<ew_grid(n), EW_THREADS>>>(y, x, n);
+    silu_fwd_kernel<OpT><<<ew_grid(n), EW_THREADS>>>((OpT *)y, x, n);
     kernelCheck();
 }
 static void cuda_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
@@ -359,9 +372,10 @@ static void cuda_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout
 // One thread per mapped element, indexed in the destination's order so that writes are
 // coalesced; the map is one-to-one, so accumulating needs no atomics. Pixels beyond nh*P rows or
 // nw*P columns (H or W not a multiple of P) belong to no patch and are left alone, as on the CPU.
+// DstT: float, or bf16 for patchify's output on the "cuda" table (an operand).
 
-template <bool to_patches, bool accumulate>
-__global__ void patch_map_kernel(float *__restrict__ dst, const float *__restrict__ src, int C, int H, int W, int P,
+template <bool to_patches, bool accumulate, typename DstT>
+__global__ void patch_map_kernel(DstT *__restrict__ dst, const float *__restrict__ src, int C, int H, int W, int P,
                                  size_t total) {
     int nh = H / P, nw = W / P, ppc = P * P * C;
     GRID_STRIDE_LOOP(idx, total) {
@@ -386,21 +400,23 @@ __global__ void patch_map_kernel(float *__restrict__ dst, const float *__restric
         pix = ((s * C + c) * H + (size_t)i * P + py) * W + (size_t)j * P + px;
         pat = ((s * nh + i) * nw + j) * ppc + (size_t)(py * P + px) * C + c;
         size_t d = to_patches ? pat : pix, from = to_patches ? pix : pat;
-        dst[d] = accumulate ? __fadd_rn(dst[d], src[from]) : src[from];
+        if constexpr (accumulate) dst[d] = __fadd_rn(dst[d], src[from]);
+        else op_store(dst + d, src[from]);
     }
 }
 
-template <bool to_patches, bool accumulate>
-static void patch_map(real *dst, const real *src, int S, int C, int H, int W, int P) {
+template <bool to_patches, bool accumulate, typename DstT = float>
+static void patch_map(DstT *dst, const real *src, int S, int C, int H, int W, int P) {
     if (!dst || P <= 0) return;
     size_t total = (size_t)S * (H / P) * (W / P) * P * P * C;
     if (total == 0) return;
-    patch_map_kernel<to_patches, accumulate><<<ew_grid(total), EW_THREADS>>>(dst, src, C, H, W, P, total);
+    patch_map_kernel<to_patches, accumulate, DstT><<<ew_grid(total), EW_THREADS>>>(dst, src, C, H, W, P, total);
     kernelCheck();
 }
 
-static void cuda_patchify_fwd(real *patches, const real *frames, int S, int C, int H, int W, int P) {
-    patch_map<true, false>(patches, frames, S, C, H, W, P);
+template <typename OpT>
+static void cuda_patchify_fwd(Operand *patches, const real *frames, int S, int C, int H, int W, int P) {
+    patch_map<true, false>((OpT *)patches, frames, S, C, H, W, P);
 }
 static void cuda_patchify_bwd(real *dframes, const real *dpatches, int S, int C, int H, int W, int P) {
     patch_map<false, true>(dframes, dpatches, S, C, H, W, P);
@@ -419,15 +435,16 @@ static void cuda_unpatchify_bwd(real *dpatches, const real *dframes, int S, int 
 
 __device__ __forceinline__ double sinusoid_freq_dev(int k, int half) { return exp(-LOG_10000 * k / half); }
 
-// One thread per (m, k), k < half (grid-stride); it writes out[m, k] and out[m, half + k].
-__global__ void sinusoid_fwd_kernel(float *out, const float *x, float scale, int d, size_t total) {
+// One thread per (m, k), k < half (grid-stride); it writes out[m, k] and out[m, half + k] (an operand).
+template <typename OpT>
+__global__ void sinusoid_fwd_kernel(OpT *out, const float *x, float scale, int d, size_t total) {
     int half = d / 2;
     GRID_STRIDE_LOOP(i, total) {
         size_t m = i / half;
         int k = (int)(i - m * half);
         double a = (double)x[m] * scale * sinusoid_freq_dev(k, half);
-        out[m * d + k] = (float)cos(a);
-        out[m * d + half + k] = (float)sin(a);
+        op_store(out + m * d + k, (float)cos(a));
+        op_store(out + m * d + half + k, (float)sin(a));
     }
 }
 
@@ -445,10 +462,11 @@ __global__ void sinusoid_bwd_kernel(float *dx, const float *dout, const float *x
     }
 }
 
-static void cuda_sinusoid_fwd(real *out, const real *x, real scale, int M, int d) {
+template <typename OpT>
+static void cuda_sinusoid_fwd(Operand *out, const real *x, real scale, int M, int d) {
     size_t total = (size_t)M * (d / 2);
     if (total == 0) return;
-    sinusoid_fwd_kernel<<<ew_grid(total), EW_THREADS>>>(out, x, scale, d, total);
+    sinusoid_fwd_kernel<OpT><<<ew_grid(total), EW_THREADS>>>((OpT *)out, x, scale, d, total);
     kernelCheck();
 }
 static void cuda_sinusoid_bwd(real *dx, const real *dout, const real *x, real scale, int M, int d) {
@@ -620,19 +638,19 @@ static void cuda_flow_mix(real *xt, real *v, const real *x0, const real *e, cons
 
 // ----------------------------------------------------------------------------
 
-void cuda_register_elementwise(Backend *be) {
+void cuda_register_elementwise(Backend *be, int bf16) {
     be->randn = cuda_randn;
-    be->gelu_fwd = fc_gelu_fwd;
+    be->gelu_fwd = bf16 ? cuda_gelu_fwd<__nv_bfloat16> : cuda_gelu_fwd<float>;
     be->gelu_bwd = fc_gelu_bwd;
-    be->silu_fwd = cuda_silu_fwd;
+    be->silu_fwd = bf16 ? cuda_silu_fwd<__nv_bfloat16> : cuda_silu_fwd<float>;
     be->silu_bwd = cuda_silu_bwd;
     be->gated_add_fwd = cuda_gated_add_fwd;
     be->gated_add_bwd = cuda_gated_add_bwd;
-    be->patchify_fwd = cuda_patchify_fwd;
+    be->patchify_fwd = bf16 ? cuda_patchify_fwd<__nv_bfloat16> : cuda_patchify_fwd<float>;
     be->patchify_bwd = cuda_patchify_bwd;
     be->unpatchify_fwd = cuda_unpatchify_fwd;
     be->unpatchify_bwd = cuda_unpatchify_bwd;
-    be->sinusoid_fwd = cuda_sinusoid_fwd;
+    be->sinusoid_fwd = bf16 ? cuda_sinusoid_fwd<__nv_bfloat16> : cuda_sinusoid_fwd<float>;
     be->sinusoid_bwd = cuda_sinusoid_bwd;
     be->add_pos_time_fwd = cuda_add_pos_time_fwd;
     be->add_pos_time_bwd = cuda_add_pos_time_bwd;

@@ -2,7 +2,9 @@
 // accumulated gradients backward: dx and dw through cuBLAS, db by a deterministic two-pass column
 // sum in double (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's linears with the
 // GELU fused into them. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
-// "cuda" reads bf16 operands (bf16.cu) on the tensor cores and accumulates into fp32 outputs.
+// "cuda" reads bf16 operands on the tensor cores and accumulates into fp32 outputs: x, an operand
+// (backend.h), is bf16 already; the weights come from their bf16 mirror (bf16.cu) and dy is
+// rounded by the pass that sums it for the bias gradient.
 // Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
 //
 // The bf16 forward is one cublasLtMatmul: y = x @ w^T with the bias added in the GEMM's epilogue
@@ -135,22 +137,28 @@ static void gemm(GemmKind kind, cublasOperation_t ta, cublasOperation_t tb, int 
                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// The bf16 version of a weight (from its mirror) and of an activation (into scratch `which`); NULL
-// for fp32 GEMMs.
+// The bf16 version of a weight (from its mirror) and of an activation gradient (into scratch
+// `which`); NULL for fp32 GEMMs. An operand is either an fp32 or a bf16 matrix, by the table.
 static const __nv_bfloat16 *weight16(GemmKind kind, const real *w, size_t n) {
     return kind.bf16 ? fc_bf16_weights(w, n) : NULL;
 }
 static const __nv_bfloat16 *act16(GemmKind kind, const real *x, size_t n, int which) {
     return kind.bf16 ? fc_bf16_operand(x, n, which) : NULL;
 }
+static const float *operand32(GemmKind kind, const Operand *x) { return kind.bf16 ? NULL : (const float *)x; }
+static const __nv_bfloat16 *operand16(GemmKind kind, const Operand *x) {
+    return kind.bf16 ? (const __nv_bfloat16 *)x : NULL;
+}
 
 // ----------------------------------------------------------------------------
 // bf16 GEMMs through cuBLASLt with a fused epilogue: D (m, n) = op(A) (m, k) @ B (k, n), column-major,
 // fp32 D, and one of
 //   BIAS           D += bias (m), broadcast along the columns (the linear forward)
-//   GELU_AUX(_BIAS) aux = D (+ bias), D = GELU(aux) (the MLP's first linear: aux is its pre-activation)
 //   DGELU          D = D * GELU'(aux) (the MLP's second linear backward: dx straight into d pre)
-// cuBLASLt's GELU is the tanh form of docs/network.md, computed in fp32 in the epilogue.
+// cuBLASLt's GELU is the tanh form of docs/network.md, computed in fp32 in the epilogue. The forward
+// has no GELU epilogue: GELU_AUX stores its aux matrix (the pre-activation) in D's type, other aux
+// types being for 8-bit GEMMs only, and the MLP wants a bf16 GELU output (the next GEMM's operand)
+// beside an fp32 pre-activation (DGELU's aux for an fp32 gradient). The GELU kernel runs after it.
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)  // counted (fc_cuda_alloc); src/memplan.c's workspace line
 #define LT_PLANS 64                            // the networks have a handful of shapes
@@ -187,10 +195,8 @@ static unsigned lt_align(const void *p) {
     return a;
 }
 
-static int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
-static int lt_has_aux(uint32_t e) {
-    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
-}
+static int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS; }
+static int lt_has_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_DGELU; }
 
 static void lt_plan_release(LtPlan *p) {
     if (!p->used) return;
@@ -311,23 +317,19 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
 // ----------------------------------------------------------------------------
 // the ops
 
-// y (M, N) = x @ w^T + b; with gelu_out, also gelu_out = GELU(y) (the MLP's first linear). bf16: one
-// cublasLtMatmul, y^T (N, M) = w (N, K) @ x^T (K, M) with the bias (and the GELU, y as its aux) in
-// the epilogue; otherwise, and where cuBLASLt has no kernel: a bias kernel, a GEMM with beta = 1,
-// then the GELU kernel.
-static void linear_fwd(GemmKind kind, real *y, real *gelu_out, const real *x, const real *w, const real *b, int M,
-                       int K, int N) {
+// y (M, N) = x @ w^T + b; with gelu_out (an operand), also gelu_out = GELU(y) (the MLP's first
+// linear), by the GELU kernel. bf16: one cublasLtMatmul, y^T (N, M) = w (N, K) @ x^T (K, M) with the
+// bias in the epilogue; otherwise, and where cuBLASLt has no kernel: a bias kernel, then a GEMM
+// with beta = 1.
+static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand *x, const real *w, const real *b,
+                       int M, int K, int N) {
     if (M <= 0 || N <= 0) return;
-    const __nv_bfloat16 *w16 = NULL, *x16 = NULL;
+    const __nv_bfloat16 *w16 = NULL, *x16 = operand16(kind, x);
     if (K > 0) {
-        w16 = weight16(kind, w, (size_t)N * K), x16 = act16(kind, x, (size_t)M * K, SCRATCH_BF16_A);
-        uint32_t epilogue = gelu_out ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                     : (b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-        if (kind.bf16 && lt_matmul(CUBLAS_OP_T, N, M, K, epilogue, w16, x16, gelu_out ? gelu_out : y, b, y)) return;
-        if (kind.bf16 && gelu_out && lt_matmul(CUBLAS_OP_T, N, M, K, b ? CUBLASLT_EPILOGUE_BIAS
-                                                                      : CUBLASLT_EPILOGUE_DEFAULT,
-                                               w16, x16, y, b, NULL)) {
-            fc_gelu_fwd(gelu_out, y, (size_t)M * N);
+        w16 = weight16(kind, w, (size_t)N * K);
+        if (kind.bf16 && lt_matmul(CUBLAS_OP_T, N, M, K, b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, w16,
+                                   x16, y, b, NULL)) {
+            if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);
             return;
         }
     }
@@ -339,17 +341,17 @@ static void linear_fwd(GemmKind kind, real *y, real *gelu_out, const real *x, co
         if (!b) cudaCheck(cudaMemset(y, 0, sizeof(real) * (size_t)M * N));
     } else {
         // y^T (N, M) = w (N, K) @ x^T (K, M): w is column-major (K, N), so op T; x is column-major (K, M), op N.
-        gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, x, x16, K, b ? 1.0f : 0.0f, y, N);
+        gemm(kind, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, w16, K, operand32(kind, x), x16, K, b ? 1.0f : 0.0f, y, N);
     }
-    if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N);
+    if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);
 }
 
 // dx = or += dy @ w, dw += dy^T @ x, db += column sums of dy; with gelu_pre (the MLP's second linear,
 // x = GELU(gelu_pre)), dx = (dy @ w) * GELU'(gelu_pre) (dx_mode GRAD_SET). bf16: the bias gradient's
 // pass over dy also rounds it for the GEMMs, and with gelu_pre dx is one cublasLtMatmul with the
 // DGELU epilogue where cuBLASLt has a kernel for it (otherwise the GEMM, then GELU's backward in place).
-static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
-                       const real *w, const real *gelu_pre, int M, int K, int N) {
+static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, const real *dy,
+                       const Operand *x, const real *w, const real *gelu_pre, int M, int K, int N) {
     if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
     if (dx && dx_mode == GRAD_SET && N <= 0) cudaCheck(cudaMemset(dx, 0, sizeof(real) * (size_t)M * K));  // dy @ w = 0
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
@@ -377,27 +379,27 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
     }
     if (dw && K > 0)
         // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
-        gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x, act16(kind, x, (size_t)M * K, SCRATCH_BF16_A), K, dy, dy16, N,
-             1.0f, dw, K);
+        gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N, 1.0f,
+             dw, K);
     if (db) linear_bias_grad(db, NULL, dy, M, N);
 }
 
 template <int BF16>
-static void table_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+static void table_linear_fwd(real *y, const Operand *x, const real *w, const real *b, int M, int K, int N) {
     linear_fwd(GemmKind{BF16}, y, NULL, x, w, b, M, K, N);
 }
 template <int BF16>
-static void table_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+static void table_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x,
                              const real *w, int M, int K, int N) {
     linear_bwd(GemmKind{BF16}, dx, dx_mode, dw, db, dy, x, w, NULL, M, K, N);
 }
 template <int BF16>
-static void table_linear_gelu_fwd(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K,
-                                  int N) {
+static void table_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M,
+                                  int K, int N) {
     linear_fwd(GemmKind{BF16}, pre, y, x, w, b, M, K, N);
 }
 template <int BF16>
-static void table_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+static void table_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
                                   const real *pre, int M, int K, int N) {
     linear_bwd(GemmKind{BF16}, dpre, GRAD_SET, dw, db, dy, x, w, pre, M, K, N);
 }

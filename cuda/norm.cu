@@ -67,8 +67,9 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 // LayerNorm with adaLN modulation
 
 // One warp per row r of x, y (S*N, D); ROW_WARPS rows per block. Lanes stride over the D columns.
-// shift, scale: row s = r / N of a matrix with row stride ms.
-static __global__ void ln_mod_fwd_kernel(real *y, real *mean, real *rstd, const real *x, const real *shift,
+// shift, scale: row s = r / N of a matrix with row stride ms. y is an operand (OpT: float or bf16).
+template <typename OpT>
+static __global__ void ln_mod_fwd_kernel(OpT *y, real *mean, real *rstd, const real *x, const real *shift,
                                          const real *scale, long ms, long rows, int N, int D) {
     long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
@@ -85,10 +86,10 @@ static __global__ void ln_mod_fwd_kernel(real *y, real *mean, real *rstd, const 
     }
     stat_t rs = (stat_t)1 / sqrt(warp_sum(sq) / D + (stat_t)LN_EPS);
     if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
-    real *yr = y + r * D;
+    OpT *yr = y + r * D;
     for (int d = lane; d < D; d += WARP) {
         real xhat = (real)((xr[d] - mu) * rs);
-        yr[d] = r_add(r_mul(xhat, (real)1 + sc[d]), sh[d]);
+        op_store(yr + d, r_add(r_mul(xhat, (real)1 + sc[d]), sh[d]));
     }
 }
 
@@ -160,8 +161,8 @@ static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, co
 // of the row in lane j % 32, register j / 32; NV registers), so x and dy are read from memory once,
 // four floats per load. Same formulas as the kernels above; the per-lane partial sums are grouped
 // differently, so the statistics may differ from them in the last bits.
-template <int NV>
-static __global__ void ln_mod_fwd_vec_kernel(real *y, real *mean, real *rstd, const real *x, const real *shift,
+template <int NV, typename OpT>
+static __global__ void ln_mod_fwd_vec_kernel(OpT *y, real *mean, real *rstd, const real *x, const real *shift,
                                              const real *scale, long ms, long rows, int N, int D) {
     long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, D4 = D / 4;
@@ -188,18 +189,18 @@ static __global__ void ln_mod_fwd_vec_kernel(real *y, real *mean, real *rstd, co
     stat_t rs = (stat_t)1 / sqrt(warp_sum(sq) / D + (stat_t)LN_EPS);
     if (lane == 0) mean[r] = (real)mu, rstd[r] = (real)rs;
     const float4 *sh = (const float4 *)(shift + (r / N) * ms), *sc = (const float4 *)(scale + (r / N) * ms);
-    float4 *yr = (float4 *)(y + r * D);
+    OpT *yr = y + r * D;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int j = lane + WARP * k;
         if (j >= D4) continue;
-        float4 a = sc[j], b = sh[j], o;
+        float4 a = sc[j], b = sh[j], o = make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             real xhat = (real)((at4(v[k], e) - mu) * rs);
             set4(o, e, r_add(r_mul(xhat, (real)1 + at4(a, e)), at4(b, e)));
         }
-        yr[j] = o;
+        op_store4(yr + 4 * j, o);
     }
 }
 
@@ -259,28 +260,34 @@ static int ln_vec_regs(int max_nv, int D, long ms, const void *a, const void *b,
     return 0;
 }
 
-// Launches kernel<NV> for the NV that ln_vec_regs chose; false when it chose none.
-#define LN_VEC_LAUNCH(nv, kernel, grid, ...)                                                   \
+// Launches kernel<NV, ...> (the template's other arguments, if any, in the last parameter) for the
+// NV that ln_vec_regs chose; false when it chose none.
+#define LN_VEC_LAUNCH_T(nv, kernel, rest, grid, ...)                                           \
     [&]() {                                                                                    \
         switch (nv) {                                                                          \
-        case 1: kernel<1><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
-        case 2: kernel<2><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
-        case 4: kernel<4><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
-        case 8: kernel<8><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;               \
-        case 12: kernel<12><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;             \
-        case 16: kernel<16><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;             \
+        case 1: kernel<1 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;          \
+        case 2: kernel<2 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;          \
+        case 4: kernel<4 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;          \
+        case 8: kernel<8 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;          \
+        case 12: kernel<12 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;        \
+        case 16: kernel<16 rest><<<grid, ROW_WARPS * WARP>>>(__VA_ARGS__); return true;        \
         default: return false;                                                                 \
         }                                                                                      \
     }()
+#define LN_VEC_LAUNCH(nv, kernel, grid, ...) LN_VEC_LAUNCH_T(nv, kernel, , grid, __VA_ARGS__)
+#define COMMA ,
 
-static void cuda_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
-                            long ms, int S, int N, int D) {
+// y: the operand, OpT (bf16 on the "cuda" table). Its vector path stores four values at a time.
+template <typename OpT>
+static void cuda_ln_mod_fwd(Operand *y_op, real *mean, real *rstd, const real *x, const real *shift,
+                            const real *scale, long ms, int S, int N, int D) {
     long rows = (long)S * N;
     if (rows <= 0 || D <= 0) return;
-    int nv = ln_vec_regs(16, D, ms, y, x, shift, scale, x);
+    OpT *y = (OpT *)y_op;
+    int nv = op_aligned4<OpT>(y) ? ln_vec_regs(16, D, ms, x, shift, scale, x, x) : 0;
     unsigned grid = fc_cdiv(rows, ROW_WARPS);
-    if (!LN_VEC_LAUNCH(nv, ln_mod_fwd_vec_kernel, grid, y, mean, rstd, x, shift, scale, ms, rows, N, D))
-        ln_mod_fwd_kernel<<<grid, ROW_WARPS * WARP>>>(y, mean, rstd, x, shift, scale, ms, rows, N, D);
+    if (!LN_VEC_LAUNCH_T(nv, ln_mod_fwd_vec_kernel, COMMA OpT, grid, y, mean, rstd, x, shift, scale, ms, rows, N, D))
+        ln_mod_fwd_kernel<OpT><<<grid, ROW_WARPS * WARP>>>(y, mean, rstd, x, shift, scale, ms, rows, N, D);
     kernelCheck();
 }
 
@@ -488,8 +495,8 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout,
     }
 }
 
-void cuda_register_norm(Backend *be) {
-    be->ln_mod_fwd = cuda_ln_mod_fwd;
+void cuda_register_norm(Backend *be, int bf16) {
+    be->ln_mod_fwd = bf16 ? cuda_ln_mod_fwd<__nv_bfloat16> : cuda_ln_mod_fwd<float>;
     be->ln_mod_bwd = cuda_ln_mod_bwd;
     be->qk_norm_fwd = cuda_qk_norm_fwd;
     be->qk_norm_bwd = cuda_qk_norm_bwd;

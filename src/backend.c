@@ -20,7 +20,8 @@ static const struct {
     size_t offset;
 } OPS[] = {
     OP(describe), OP(alloc), OP(free), OP(upload), OP(download), OP(copy), OP(zero), OP(sync), OP(host_alloc),
-    OP(host_free), OP(download_async), OP(download_wait), OP(memory_peak), OP(register_weights),
+    OP(host_free), OP(download_async), OP(download_wait), OP(operand_upload), OP(operand_download),
+    OP(memory_peak), OP(register_weights),
     OP(unregister_weights), OP(randn), OP(linear_fwd), OP(linear_bwd), OP(linear_gelu_fwd), OP(linear_gelu_bwd),
     OP(ln_mod_fwd), OP(ln_mod_bwd), OP(gated_add_fwd), OP(gated_add_bwd), OP(qk_norm_fwd), OP(qk_norm_bwd),
     OP(attn_fwd), OP(attn_bwd), OP(gelu_fwd), OP(gelu_bwd), OP(silu_fwd), OP(silu_bwd), OP(patchify_fwd),
@@ -40,7 +41,7 @@ AttnLayout attn_layout_tokens(int B, int F, int N, int temporal) {
 const char *backend_missing_op(const Backend *be) {
     for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
         if (!*(void *const *)((const char *)be + OPS[i].offset)) return OPS[i].name;
-    return NULL;
+    return be->operand_bytes ? NULL : "operand_bytes";
 }
 
 const Backend *backend_select(const char *name) {

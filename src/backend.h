@@ -2,7 +2,8 @@
 // (backend_cpu.c, the reference; cuda/backend_cuda.cu) fills it in.
 //
 // Conventions every backend keeps:
-// - Pointers are backend memory (host for the CPU, device for CUDA), fp32 `real` at the interface.
+// - Pointers are backend memory (host for the CPU, device for CUDA), fp32 `real` at the interface,
+//   except the GEMM operands (`Operand`, below).
 // - Row-major. Tokens are ordered (b, f, i, j); a "slot" is one frame of one window (b, f), and the
 //   N tokens of a slot are contiguous rows. Per-slot vectors (shift, scale, gate) are rows of a
 //   modulation matrix with a row stride `ms` (they are chunks of the adaLN output).
@@ -33,6 +34,14 @@ typedef struct {
 // The layout of the spatial (temporal = 0) or temporal (1) attention over tokens (B, F, N).
 AttnLayout attn_layout_tokens(int B, int F, int N, int temporal);
 
+// A GEMM operand: an activation that, once made, is read only by GEMMs (a linear's x; and the
+// attention output, also by attention's backward). It is stored in the backend's operand format,
+// operand_bytes a value: fp32 `real` on the CPU and cuda-fp32, bf16 on cuda, whose GEMMs round
+// every operand to bf16 anyway. Its producer (LayerNorm, attention, the activations, patchify, the
+// sinusoid embedding) writes that format directly, so no pass converts it before the GEMM, and it
+// takes half the memory on cuda. Gradients stay `real`.
+typedef void Operand;
+
 // How a backward op writes a gradient that may be either: overwrite it, or add into it.
 typedef enum { GRAD_SET, GRAD_ADD } GradMode;
 
@@ -54,6 +63,7 @@ typedef struct Backend {
     const char *name;
     const char *precision;          // of the GEMMs: "fp32", or "bf16" (operands rounded, fp32 accumulation)
     const char *(*describe)(void);  // one line for --version: precision, threads, libraries
+    size_t operand_bytes;           // bytes of one value of an Operand: sizeof(real), or 2 (bf16)
 
     // ---- memory ----
     void *(*alloc)(size_t bytes);  // zero-filled; dies with a clear message when out of memory
@@ -74,6 +84,9 @@ typedef struct Backend {
     void (*download_async)(void *host_dst, const void *src, size_t bytes);
     // Blocks until every download_async issued so far has landed; callable from any thread.
     void (*download_wait)(void);
+    // n values of an Operand from or to host `real`s, converted (bf16: rounded to nearest even).
+    void (*operand_upload)(Operand *dst, const real *host_src, size_t n);
+    void (*operand_download)(real *host_dst, const Operand *src, size_t n);
     // The most backend memory held at once so far, in bytes (the CPU: the process's peak RSS).
     size_t (*memory_peak)(void);
     // The model's parameters live at params (n). A backend whose GEMMs read bf16 keeps a bf16 copy
@@ -88,8 +101,8 @@ typedef struct Backend {
 
     // ---- linear: y (M, N) = x (M, K) @ w^T (w: (N, K)) + b (N); b may be NULL. Backward:
     //      dx = or += dy @ w (dx_mode), dw += dy^T @ x, db += the column sums of dy ----
-    void (*linear_fwd)(real *y, const real *x, const real *w, const real *b, int M, int K, int N);
-    void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+    void (*linear_fwd)(real *y, const Operand *x, const real *w, const real *b, int M, int K, int N);
+    void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x,
                        const real *w, int M, int K, int N);
 
     // ---- the MLP's two linears, each fused with the GELU between them, so that a backend can run
@@ -98,13 +111,14 @@ typedef struct Backend {
     //      linear_gelu_bwd, the backward of a linear whose input is x = GELU(pre) (M, K):
     //      dpre = (dy @ w) * GELU'(pre) (overwritten), dw += dy^T @ x, db += the column sums of dy
     //      (linear_bwd with GRAD_SET, then gelu_bwd in place) ----
-    void (*linear_gelu_fwd)(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K, int N);
-    void (*linear_gelu_bwd)(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+    void (*linear_gelu_fwd)(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
+                            int N);
+    void (*linear_gelu_bwd)(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
                             const real *pre, int M, int K, int N);
 
     // ---- LayerNorm (no affine, eps 1e-6) with adaLN modulation ----
     // y = LN(x) * (1 + scale[s]) + shift[s] for the N rows of slot s; x, y (S*N, D); mean, rstd (S*N).
-    void (*ln_mod_fwd)(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+    void (*ln_mod_fwd)(Operand *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
                        long ms, int S, int N, int D);
     void (*ln_mod_bwd)(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
                        const real *rstd, const real *scale, long ms, int S, int N, int D);
@@ -127,26 +141,29 @@ typedef struct Backend {
     // ---- softmax attention over the sequences of `lay`; qkv (T, 3D), out (T, D), lse (T, H) holds
     //      each query's log-sum-exp so that backward recomputes the probabilities (never stored).
     //      Backward: dqkv = (overwritten) ----
-    void (*attn_fwd)(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
-    void (*attn_bwd)(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+    void (*attn_fwd)(Operand *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
+    void (*attn_bwd)(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
                      AttnLayout lay, int D, int H);
 
-    // ---- elementwise activations: y = f(x); dx = dy * f'(x) (overwritten; dx may be dy) ----
-    void (*gelu_fwd)(real *y, const real *x, size_t n);
+    // ---- elementwise activations: y = f(x) (an operand: activations feed GEMMs); dx = dy * f'(x)
+    //      (overwritten; dx may be dy) ----
+    void (*gelu_fwd)(Operand *y, const real *x, size_t n);
     void (*gelu_bwd)(real *dx, const real *dy, const real *x, size_t n);
-    void (*silu_fwd)(real *y, const real *x, size_t n);
+    void (*silu_fwd)(Operand *y, const real *x, size_t n);
     void (*silu_bwd)(real *dx, const real *dy, const real *x, size_t n);
 
     // ---- patchify: frames (S, C, H, W) <-> patches (S, (H/P)*(W/P), P*P*C), vector order (py, px, c).
-    //      patchify_bwd: dframes += unpatchify(dpatches); unpatchify_bwd: dpatches += patchify(dframes) ----
-    void (*patchify_fwd)(real *patches, const real *frames, int S, int C, int H, int W, int P);
+    //      patchify_bwd: dframes += unpatchify(dpatches); unpatchify_bwd: dpatches += patchify(dframes).
+    //      The patches are the patch embedding's operand; the final layer's output is not. ----
+    void (*patchify_fwd)(Operand *patches, const real *frames, int S, int C, int H, int W, int P);
     void (*patchify_bwd)(real *dframes, const real *dpatches, int S, int C, int H, int W, int P);
     void (*unpatchify_fwd)(real *frames, const real *patches, int S, int C, int H, int W, int P);
     void (*unpatchify_bwd)(real *dpatches, const real *dframes, int S, int C, int H, int W, int P);
 
-    // ---- sinusoid embedding: out (M, d) = [cos(x*scale*w_k), sin(x*scale*w_k)], w_k = 10000^(-k/(d/2));
+    // ---- sinusoid embedding: out (M, d, an operand) = [cos(x*scale*w_k), sin(x*scale*w_k)],
+    //      w_k = 10000^(-k/(d/2));
     //      bwd: dx (M) += d out / d x ----
-    void (*sinusoid_fwd)(real *out, const real *x, real scale, int M, int d);
+    void (*sinusoid_fwd)(Operand *out, const real *x, real scale, int M, int d);
     void (*sinusoid_bwd)(real *dx, const real *dout, const real *x, real scale, int M, int d);
 
     // ---- token embedding add: out (S*N, D) = x + pos[n] (N, D, fixed) + temb[s] (S, D) ----

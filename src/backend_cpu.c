@@ -29,6 +29,9 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_sync(void) {}
+// The CPU's operands are `real`s: a plain copy.
+static void cpu_operand_upload(Operand *dst, const real *src, size_t n) { memmove(dst, src, sizeof(real) * n); }
+static void cpu_operand_download(real *dst, const Operand *src, size_t n) { memmove(dst, src, sizeof(real) * n); }
 // The CPU backend's memory is the process's: its peak resident set.
 static size_t cpu_memory_peak(void) {
     struct rusage ru;
@@ -47,7 +50,8 @@ static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, u
 
 #define GEMM_BLOCK 64
 
-static void cpu_linear_fwd(real *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
+    const real *x = x_op;
     int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
@@ -59,8 +63,9 @@ static void cpu_linear_fwd(real *y, const real *x, const real *w, const real *b,
     }
 }
 
-static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const real *x,
+static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x_op,
                            const real *w, int M, int K, int N) {
+    const real *x = x_op;
     if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
         int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
 #pragma omp parallel for schedule(static)
@@ -101,7 +106,7 @@ static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const
 // ----------------------------------------------------------------------------
 // LayerNorm with adaLN modulation
 
-static void cpu_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+static void cpu_ln_mod_fwd(Operand *y_op, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
                            long ms, int S, int N, int D) {
     long rows = (long)S * N;
 #pragma omp parallel for schedule(static)
@@ -115,7 +120,7 @@ static void cpu_ln_mod_fwd(real *y, real *mean, real *rstd, const real *x, const
         double rs = 1.0 / sqrt(sq / D + LN_EPS);
         mean[r] = (real)mu;
         rstd[r] = (real)rs;
-        real *yr = y + r * D;
+        real *yr = (real *)y_op + r * D;
         for (int d = 0; d < D; d++) yr[d] = (real)((xr[d] - mu) * rs) * (1 + sc[d]) + sh[d];
     }
 }
@@ -281,7 +286,8 @@ static inline real gelu_sigmoid(real v) {
     return 1 / (1 + EXP(-2 * u));
 }
 
-static void cpu_gelu_fwd(real *y, const real *x, size_t n) {
+static void cpu_gelu_fwd(Operand *y_op, const real *x, size_t n) {
+    real *y = y_op;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = x[i] * gelu_sigmoid(x[i]);
 }
@@ -297,18 +303,19 @@ static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
 }
 
 // The MLP's linears with the GELU between them: the compositions that backend.h defines them as.
-static void cpu_linear_gelu_fwd(real *pre, real *y, const real *x, const real *w, const real *b, int M, int K,
+static void cpu_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
                                 int N) {
     cpu_linear_fwd(pre, x, w, b, M, K, N);
     cpu_gelu_fwd(y, pre, (size_t)M * N);
 }
-static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const real *x, const real *w,
+static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
                                 const real *pre, int M, int K, int N) {
     cpu_linear_bwd(dpre, GRAD_SET, dw, db, dy, x, w, M, K, N);
     cpu_gelu_bwd(dpre, dpre, pre, (size_t)M * K);
 }
 
-static void cpu_silu_fwd(real *y, const real *x, size_t n) {
+static void cpu_silu_fwd(Operand *y_op, const real *x, size_t n) {
+    real *y = y_op;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = (real)(x[i] / (1.0 + exp(-(double)x[i])));
 }
@@ -344,7 +351,7 @@ static void patch_map(real *dst, const real *src, int S, int C, int H, int W, in
     }
 }
 
-static void cpu_patchify_fwd(real *patches, const real *frames, int S, int C, int H, int W, int P) {
+static void cpu_patchify_fwd(Operand *patches, const real *frames, int S, int C, int H, int W, int P) {
     patch_map(patches, frames, S, C, H, W, P, 1, 0);
 }
 static void cpu_patchify_bwd(real *dframes, const real *dpatches, int S, int C, int H, int W, int P) {
@@ -362,7 +369,8 @@ static void cpu_unpatchify_bwd(real *dpatches, const real *dframes, int S, int C
 
 static double sinusoid_freq(int k, int half) { return exp(-log(10000.0) * k / half); }
 
-static void cpu_sinusoid_fwd(real *out, const real *x, real scale, int M, int d) {
+static void cpu_sinusoid_fwd(Operand *out_op, const real *x, real scale, int M, int d) {
+    real *out = out_op;
     int half = d / 2;
 #pragma omp parallel for schedule(static)
     for (int m = 0; m < M; m++)
@@ -475,6 +483,7 @@ static const char *cpu_describe(void) {
 static const Backend cpu_backend = {
     .name = "cpu",
     .precision = sizeof(real) == 8 ? "fp64" : "fp32",
+    .operand_bytes = sizeof(real),
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -487,6 +496,8 @@ static const Backend cpu_backend = {
     .host_free = cpu_free,
     .download_async = cpu_copy,  // the CPU has no side stream: the copy is done on return
     .download_wait = cpu_sync,
+    .operand_upload = cpu_operand_upload,
+    .operand_download = cpu_operand_download,
     .memory_peak = cpu_memory_peak,
     .register_weights = cpu_register_weights,
     .unregister_weights = cpu_unregister_weights,

@@ -61,7 +61,8 @@ static AttnWork work_alloc(int len, int dh) {
 }
 static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
 
-void cpu_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+void cpu_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    real *out = out_op;
     int dh = D / H, L = lay.len;
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));
@@ -92,8 +93,9 @@ void cpu_attn_fwd(real *out, real *lse, const real *qkv, AttnLayout lay, int D, 
     }
 }
 
-void cpu_attn_bwd(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse, AttnLayout lay,
+void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const real *qkv, const real *lse, AttnLayout lay,
                   int D, int H) {
+    const real *out = out_op;
     int dh = D / H, L = lay.len;
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));

@@ -388,7 +388,7 @@ static int cmd_inspect(int argc, char **argv) {
     if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);
-    ModelCounts k = model_counts(&c, c.batch_size);  // the layout alone: nothing is allocated
+    ModelCounts k = model_counts(&c, c.batch_size, sizeof(real));  // the layout alone: nothing is allocated
     config_write(&c, stdout);
     printf("\n");
     if (opt(opts, "--params")->count) {

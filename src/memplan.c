@@ -15,7 +15,8 @@ static size_t attn_ds_plan_bytes(long pairs, long len) {
 }
 
 MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
-    ModelCounts k = model_counts(c, B);
+    // Operands (backend.h) are bf16 on the bf16 GPU backend, real elsewhere.
+    ModelCounts k = model_counts(c, B, dev == PLAN_GPU_BF16 ? 2 : sizeof(real));
     MemPlan p = {0};
     double r = sizeof(real);
     p.params = k.params;
@@ -29,19 +30,19 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
             opt += 2.0 * sizeof(float) * n;
     }
     p.optimizer = opt;
-    p.activations = r * (k.acts + k.dscratch);
+    p.activations = (double)k.acts_bytes + k.dscratch_bytes;
     // the step's clean windows (x0) beside the model's inputs
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
-    p.inputs = r * k.inputs + window;
+    p.inputs = (double)k.inputs_bytes + window;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
-    // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. bf16
-    // GEMMs also convert their two activation operands into scratch, and attention its qkv and
-    // output gradient: at most the widest of (tokens, mlp width) and (tokens, 3 width) each.
+    // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. On bf16,
+    // attention converts its qkv (tokens, 3 width) into scratch, and a linear backward its output
+    // gradient, or attention its (tokens, width): at most (tokens, max(mlp ratio, 3) width).
     p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
     if (dev == PLAN_GPU_BF16) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
         p.weights_bf16 = 2.0 * k.params;
-        p.workspace += 2 * 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
+        p.workspace += 2.0 * tokens * 3 * c->width + 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
         // the attention backward's stored dS (backend.h), for the longer of the two attentions
         long N = (long)(c->frame_size / c->patch) * (c->frame_size / c->patch), F = c->slots;
         size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N), temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);

@@ -79,48 +79,55 @@ static void layout_params(Model *m, ParamPtrs *pp, real *base, int record) {
 }
 
 // ----------------------------------------------------------------------------
-// activation layout: a list of (field, count) carved out of one allocation, llm.c style.
+// activation layout: a list of (field, bytes) carved out of one allocation, llm.c style. Tensors
+// of `real` take sizeof(real) a value, operands operand_bytes (backend.h), rounded up to 16 bytes
+// so that every tensor after them stays aligned.
 
 typedef struct {
-    real ***field;
-    size_t *count;
+    void ***field;
+    size_t *bytes;
     int n, cap;
+    size_t operand_bytes;
 } Carve;
 
-static void carve_add(Carve *cv, real **field, size_t count) {
+static void carve_bytes(Carve *cv, void **field, size_t bytes) {
     if (cv->n == cv->cap) {
         cv->cap = cv->cap ? 2 * cv->cap : 256;
         cv->field = realloc(cv->field, sizeof(*cv->field) * cv->cap);
-        cv->count = realloc(cv->count, sizeof(*cv->count) * cv->cap);
-        if (!cv->field || !cv->count) fc_die("out of host memory laying out the activations");
+        cv->bytes = realloc(cv->bytes, sizeof(*cv->bytes) * cv->cap);
+        if (!cv->field || !cv->bytes) fc_die("out of host memory laying out the activations");
     }
-    cv->field[cv->n] = field, cv->count[cv->n] = count, cv->n++;
+    cv->field[cv->n] = field, cv->bytes[cv->n] = bytes, cv->n++;
+}
+static void carve_add(Carve *cv, real **field, size_t count) { carve_bytes(cv, (void **)field, sizeof(real) * count); }
+static void carve_operand(Carve *cv, Operand **field, size_t count) {
+    carve_bytes(cv, field, (cv->operand_bytes * count + 15) / 16 * 16);
 }
 
-static real *carve_alloc(const Backend *be, Carve *cv, size_t *total) {
+static void *carve_alloc(const Backend *be, Carve *cv, size_t *total) {
     size_t sum = 0;
-    for (int i = 0; i < cv->n; i++) sum += cv->count[i];
-    real *mem = be->alloc(sizeof(real) * sum);
+    for (int i = 0; i < cv->n; i++) sum += cv->bytes[i];
+    char *mem = be->alloc(sum);
     size_t off = 0;
-    for (int i = 0; i < cv->n; i++) *cv->field[i] = mem + off, off += cv->count[i];
+    for (int i = 0; i < cv->n; i++) *cv->field[i] = mem + off, off += cv->bytes[i];
     *total = sum;
-    free(cv->field), free(cv->count);
+    free(cv->field), free(cv->bytes);
     return mem;
 }
 
 static void carve_activations(Model *m, Carve *cv) {
     size_t T = m->T, S = m->S, D = m->D, H = m->H, RD = m->RD, PPC = m->PPC, Fd = m->cfg.freq_dim;
     Acts *a = &m->a;
-    carve_add(cv, &a->patches, T * PPC);
+    carve_operand(cv, &a->patches, T * PPC);
     carve_add(cv, &a->emb, T * D);
     carve_add(cv, &a->x0, T * D);
-    carve_add(cv, &a->osin, S * Fd);
+    carve_operand(cv, &a->osin, S * Fd);
     carve_add(cv, &a->oe, S * D);
-    carve_add(cv, &a->tsin, S * Fd);
+    carve_operand(cv, &a->tsin, S * Fd);
     carve_add(cv, &a->t1, S * D);
-    carve_add(cv, &a->t1s, S * D);
+    carve_operand(cv, &a->t1s, S * D);
     carve_add(cv, &a->c, S * D);
-    carve_add(cv, &a->sc, S * D);
+    carve_operand(cv, &a->sc, S * D);
     for (int l = 0; l < m->cfg.depth; l++) {
         BlockActs *b = &a->blocks[l];
         carve_add(cv, &b->mod, S * 9 * D);
@@ -129,33 +136,33 @@ static void carve_activations(Model *m, Carve *cv) {
         // recompute = 2: every block also keeps its attention outputs and log-sum-exps.
         if (l > 0 && m->cfg.recompute) {
             for (int k = 0; k < 2 && m->cfg.recompute == 2; k++) {
-                carve_add(cv, &b->attn[k].att, T * D);
+                carve_operand(cv, &b->attn[k].att, T * D);
                 carve_add(cv, &b->attn[k].lse, T * H);
             }
             continue;
         }
         for (int k = 0; k < 2; k++) {
             AttnActs *at = &b->attn[k];
-            carve_add(cv, &at->ln, T * D);
+            carve_operand(cv, &at->ln, T * D);
             carve_add(cv, &at->mean, T);
             carve_add(cv, &at->rstd, T);
             carve_add(cv, &at->qkv, T * 3 * D);
             carve_add(cv, &at->qkn, T * 3 * D);
             carve_add(cv, &at->qrstd, T * 2 * H);
-            carve_add(cv, &at->att, T * D);
+            carve_operand(cv, &at->att, T * D);
             carve_add(cv, &at->lse, T * H);
             carve_add(cv, &at->proj, T * D);
         }
-        carve_add(cv, &b->mln, T * D);
+        carve_operand(cv, &b->mln, T * D);
         carve_add(cv, &b->mmean, T);
         carve_add(cv, &b->mrstd, T);
         carve_add(cv, &b->fc1, T * RD);
-        carve_add(cv, &b->gelu, T * RD);
+        carve_operand(cv, &b->gelu, T * RD);
         carve_add(cv, &b->fc2, T * D);
         for (int k = 0; k < 2; k++) carve_add(cv, &b->res[k], T * D);
     }
     carve_add(cv, &a->fmod, S * 2 * D);
-    carve_add(cv, &a->fln, T * D);
+    carve_operand(cv, &a->fln, T * D);
     carve_add(cv, &a->fmean, T);
     carve_add(cv, &a->frstd, T);
     carve_add(cv, &a->fout, T * PPC);
@@ -233,8 +240,8 @@ static Model *model_shape(const Config *cfg, const Backend *be, int B) {
 
 static size_t carve_total(Carve *cv) {
     size_t sum = 0;
-    for (int i = 0; i < cv->n; i++) sum += cv->count[i];
-    free(cv->field), free(cv->count);
+    for (int i = 0; i < cv->n; i++) sum += cv->bytes[i];
+    free(cv->field), free(cv->bytes);
     return sum;
 }
 
@@ -248,17 +255,17 @@ static void carve_inputs(Model *m, Carve *ci) {
     carve_add(ci, &m->in.noise, (size_t)m->S * m->E);
 }
 
-ModelCounts model_counts(const Config *cfg, int B) {
+ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes) {
     Model *m = model_shape(cfg, NULL, B);
     m->p.blocks = fc_calloc(cfg->depth, sizeof(BlockParams));
     m->a.blocks = fc_calloc(cfg->depth, sizeof(BlockActs));
     layout_params(m, &m->p, NULL, 1);
     ModelCounts k = {m->n_params, 0, 0, 0, m->n_tensors, m->info};
-    Carve cv = {0}, cg = {0}, ci = {0};
+    Carve cv = {.operand_bytes = operand_bytes}, cg = {0}, ci = {0};
     carve_activations(m, &cv);
     carve_grad_scratch(m, &cg);
     carve_inputs(m, &ci);
-    k.acts = carve_total(&cv), k.dscratch = carve_total(&cg), k.inputs = carve_total(&ci);
+    k.acts_bytes = carve_total(&cv), k.dscratch_bytes = carve_total(&cg), k.inputs_bytes = carve_total(&ci);
     free(m->p.blocks), free(m->a.blocks), free(m);
     return k;
 }
@@ -276,19 +283,19 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     be->register_weights(m->params_mem, m->n_params);
 
     m->a.blocks = fc_calloc(cfg->depth, sizeof(BlockActs));
-    Carve cv = {0};
+    Carve cv = {.operand_bytes = be->operand_bytes};
     carve_activations(m, &cv);
-    m->acts_mem = carve_alloc(be, &cv, &m->acts_count);
+    m->acts_mem = carve_alloc(be, &cv, &m->acts_bytes);
     share_block_acts(m);
     Carve cg = {0};
     carve_grad_scratch(m, &cg);
-    m->dscratch_mem = carve_alloc(be, &cg, &m->dscratch_count);
+    m->dscratch_mem = carve_alloc(be, &cg, &m->dscratch_bytes);
     Grads *d = &m->d;  // the two alternating buffers' aliases (model.h)
     d->dfc2 = d->dproj = d->dqkn = d->dln = d->dbuf_a;
     d->dfc1 = d->datt = d->dqkv = d->dbuf_b;
     Carve ci = {0};
     carve_inputs(m, &ci);
-    m->inputs_mem = carve_alloc(be, &ci, &m->inputs_count);
+    m->inputs_mem = carve_alloc(be, &ci, &m->inputs_bytes);
 
     real *pos = fc_malloc(sizeof(real) * m->N * m->D);
     fill_positions(pos, n, m->D);
@@ -313,7 +320,7 @@ void free_model(Model *m) {
 }
 
 size_t model_memory_bytes(const Model *m) {
-    return sizeof(real) * (2 * m->n_params + m->acts_count + m->dscratch_count + m->inputs_count);
+    return sizeof(real) * 2 * m->n_params + m->acts_bytes + m->dscratch_bytes + m->inputs_bytes;
 }
 
 const ParamInfo *model_find_param(const Model *m, const char *name) {

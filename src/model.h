@@ -55,15 +55,16 @@ typedef struct {
     real *final_b;   // (PPC)
 } ParamPtrs;
 
-// What one attention sub-layer keeps for the backward pass.
+// What one attention sub-layer keeps for the backward pass. Operands (backend.h) are in the
+// backend's operand format: fp32, or bf16 on cuda.
 typedef struct {
-    real *ln;    // (T, D)   modulated LayerNorm output
+    Operand *ln;   // (T, D) modulated LayerNorm output, operand
     real *mean;  // (T)
     real *rstd;  // (T)
     real *qkv;   // (T, 3D)
     real *qkn;   // (T, 3D)  q and k RMS-normalised
     real *qrstd; // (T, 2H)
-    real *att;   // (T, D)   attention output, heads concatenated
+    Operand *att;  // (T, D) attention output, heads concatenated, operand
     real *lse;   // (T, H)   log-sum-exp of each query's scores
     real *proj;  // (T, D)
 } AttnActs;
@@ -73,29 +74,29 @@ typedef struct {
 typedef struct {
     real *mod;       // (S, 9D)  adaLN output: shift/scale/gate x (spatial, temporal, mlp)
     AttnActs attn[2];
-    real *mln;       // (T, D)
+    Operand *mln;    // (T, D)    operand
     real *mmean;     // (T)
     real *mrstd;     // (T)
     real *fc1;       // (T, R*D)
-    real *gelu;      // (T, R*D)
+    Operand *gelu;   // (T, R*D)  operand
     real *fc2;       // (T, D)
     real *res[3];    // (T, D) residual stream after the spatial, temporal and MLP sub-layers
 } BlockActs;
 
 typedef struct {
-    real *patches;   // (T, PPC)
+    Operand *patches;  // (T, PPC)  operand
     real *emb;       // (T, D)    patch embedding
     real *x0;        // (T, D)    + positions + time offset embedding: the first residual state
-    real *osin;      // (S, Fd)   sinusoid of the slot offsets
+    Operand *osin;   // (S, Fd)   sinusoid of the slot offsets, operand
     real *oe;        // (S, D)    offset embedding
-    real *tsin;      // (S, Fd)   sinusoid of 1000 t
+    Operand *tsin;   // (S, Fd)   sinusoid of 1000 t, operand
     real *t1;        // (S, D)
-    real *t1s;       // (S, D)    SiLU(t1)
+    Operand *t1s;    // (S, D)    SiLU(t1), operand
     real *c;         // (S, D)    per-slot conditioning vector
-    real *sc;        // (S, D)    SiLU(c), the input of every adaLN
+    Operand *sc;     // (S, D)    SiLU(c), the input of every adaLN, operand
     BlockActs *blocks;  // (L)
     real *fmod;      // (S, 2D)   final shift, scale
-    real *fln;       // (T, D)
+    Operand *fln;    // (T, D)    operand
     real *fmean;     // (T)
     real *frstd;     // (T)
     real *fout;      // (T, PPC)
@@ -159,18 +160,19 @@ typedef struct {
     Inputs in;
     Acts a;
     Grads d;
-    real *acts_mem, *dscratch_mem, *inputs_mem;
-    size_t acts_count, dscratch_count, inputs_count;
+    void *acts_mem, *dscratch_mem, *inputs_mem;
+    size_t acts_bytes, dscratch_bytes, inputs_bytes;
     int want_input_grad;
 } Model;
 
-// What a model of batch B holds, in elements, without allocating it (the memory plan).
+// What a model of batch B holds without allocating it (the memory plan): parameters in elements,
+// the rest in bytes, with operands of operand_bytes (backend.h) a value.
 typedef struct {
-    size_t params, acts, dscratch, inputs;
+    size_t params, acts_bytes, dscratch_bytes, inputs_bytes;
     int n_tensors;
     ParamInfo *info;  // (n_tensors), malloc'ed: the caller frees it
 } ModelCounts;
-ModelCounts model_counts(const Config *cfg, int B);
+ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes);
 
 // Allocate the parameters, gradients, activations for batch B, and the fixed positions.
 Model *build_model(const Config *cfg, const Backend *be, int B);

@@ -56,21 +56,29 @@ static inline double now(void) {
 // buffers on both backends, and their comparison
 
 typedef struct {
-    size_t n, es;          // elements the op sees, bytes per element; GUARD more follow
+    size_t n, es;          // elements the op sees, bytes per element (host, CPU); GUARD more follow
+    int op;                // an operand (backend.h, bop): the CUDA side holds its operand format
     void *init, *hc, *hg;  // host: the starting values; the last CPU and CUDA contents downloaded
     void *c, *g;           // the CPU backend's buffer, the CUDA backend's
 } Buf;
 
 #define R(b) ((real *)(b).init)
 static inline size_t bbytes(const Buf *b) { return (b->n + GUARD) * b->es; }
+static inline size_t gbytes(const Buf *b) { return (b->n + GUARD) * (b->op ? g_gpu->operand_bytes : b->es); }
+
+// The CUDA side from host values (an operand: converted to its format).
+static inline void gput(Buf *b, const void *host) {
+    if (b->op) g_gpu->operand_upload(b->g, host, b->n + GUARD);
+    else g_gpu->upload(b->g, host, bbytes(b));
+}
 
 static inline void breset(Buf *b) {  // both sides back to init
     g_cpu->upload(b->c, b->init, bbytes(b));
-    g_gpu->upload(b->g, b->init, bbytes(b));
+    gput(b, b->init);
 }
 
 static inline Buf balloc(size_t n, size_t es) {
-    Buf b = {n, es, NULL, NULL, NULL, NULL, NULL};
+    Buf b = {n, es, 0, NULL, NULL, NULL, NULL, NULL};
     size_t bytes = bbytes(&b);
     b.init = fc_malloc(bytes), b.hc = fc_malloc(bytes), b.hg = fc_malloc(bytes);
     b.c = g_cpu->alloc(bytes), b.g = g_gpu->alloc(bytes);
@@ -97,13 +105,30 @@ static inline Buf bcodes(size_t n) {  // 8-bit codes: n zero bytes (the fresh st
 
 static inline void bget(Buf *b) {
     g_cpu->download(b->hc, b->c, bbytes(b));
-    g_gpu->download(b->hg, b->g, bbytes(b));
+    if (b->op) g_gpu->operand_download(b->hg, b->g, b->n + GUARD);
+    else g_gpu->download(b->hg, b->g, bbytes(b));
 }
 
-// The CUDA side takes the CPU's contents (the saved forward results a backward reads; a resync).
+// b (real values) as an operand: the values are first rounded to the CUDA side's operand format,
+// so that both sides start from the same numbers, which that side then holds in its format.
+static inline Buf bop(Buf b) {
+    g_gpu->free(b.g);
+    b.op = 1;
+    b.g = g_gpu->alloc(gbytes(&b));
+    g_gpu->operand_upload(b.g, b.init, b.n + GUARD);
+    g_gpu->operand_download(b.init, b.g, b.n + GUARD);
+    breset(&b);
+    return b;
+}
+
+// Both sides take the CPU's contents (the saved forward results a backward reads; a resync); an
+// operand's rounded to the CUDA side's format on both.
 static inline void bshare(Buf *b) {
     g_cpu->download(b->hc, b->c, bbytes(b));
-    g_gpu->upload(b->g, b->hc, bbytes(b));
+    gput(b, b->hc);
+    if (!b->op) return;
+    g_gpu->operand_download(b->hc, b->g, b->n + GUARD);
+    g_cpu->upload(b->c, b->hc, bbytes(b));
 }
 
 static inline void bfree(Buf *b) {
@@ -179,6 +204,8 @@ static inline void compare(const char *name, ...) {
 #define BOTH(call) \
     for (int side_ = 0; side_ < 2; side_++) { const Backend *be = side_ ? g_gpu : g_cpu; (void)be; call; }
 #define P(b) ((real *)(side_ ? (b).g : (b).c))
+// An operand buffer from its element k (the sides' formats differ in size).
+#define PO(b, k) ((void *)((char *)(side_ ? (b).g : (b).c) + (size_t)(k) * (side_ ? g_gpu : g_cpu)->operand_bytes))
 #define PU(b) ((uint8_t *)(side_ ? (b).g : (b).c))
 
 // A host copy of n elements of backend memory.

@@ -106,9 +106,10 @@ static void section_train_step(void) {
         real *dg = fetch(g_gpu, mg->d.dxt, S * E);
         int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
                    !memcmp(dr, dg, sizeof(real) * S * E);
-        check(same && mr->acts_count < mg->acts_count, nm(rc == 1 ? "cuda_recompute_identical" : "cuda_recompute2_identical"),
-              "recompute = %d: loss, %zu gradients and the input gradient %s; %zu activation values, %zu without", rc,
-              np, SAME(same), mr->acts_count, mg->acts_count);
+        check(same && mr->acts_bytes < mg->acts_bytes,
+              nm(rc == 1 ? "cuda_recompute_identical" : "cuda_recompute2_identical"),
+              "recompute = %d: loss, %zu gradients and the input gradient %s; %zu activation bytes, %zu without", rc,
+              np, SAME(same), mr->acts_bytes, mg->acts_bytes);
         free(gr), free(dr), free(dg);
         free_model(mr);
     }

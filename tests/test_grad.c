@@ -370,7 +370,7 @@ static void test_network(const char *config_path, int depth, int recompute) {
     memcpy(g1, m->grads_mem, sizeof(real) * np), memcpy(g1 + np, m->d.dxt, sizeof(real) * nx);
     double loss2;
     network_loss_and_grads(m, &loss2);  // the activations of the unperturbed inputs again
-    for (size_t i = 0; i < m->dscratch_count; i++) m->dscratch_mem[i] = NAN;
+    for (size_t i = 0; i < m->dscratch_bytes / sizeof(real); i++) ((real *)m->dscratch_mem)[i] = NAN;
     model_zero_grad(m);
     model_backward(m);
     int same = !memcmp(g1, m->grads_mem, sizeof(real) * np) && !memcmp(g1 + np, m->d.dxt, sizeof(real) * nx);
