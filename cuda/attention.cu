@@ -473,9 +473,11 @@ static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, co
     kernelCheck();
 }
 
-static void cuda_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+// The "cuda-fp32" table's operands are floats.
+static void cuda_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     int dh = fc_attn_head_dim(D, H, "attn_fwd");
     float *out = (float *)out_op;
+    const float *qkv = (const float *)qkv_op;
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0) return;
     switch (dh) {
@@ -499,9 +501,10 @@ const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay,
     return dvec;
 }
 
-static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
+static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv_op, const real *lse,
                           AttnLayout lay, int D, int H) {
     int dh = fc_attn_head_dim(D, H, "attn_bwd");
+    const float *qkv = (const float *)qkv_op;
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 0);

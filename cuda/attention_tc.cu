@@ -10,13 +10,14 @@
 //            ATTN_DS_CAP bytes) and one batched cuBLAS GEMM a chunk takes dQ from it. Packed short
 //            sequences recompute S = Q K^T and dP = dO V^T in a dQ kernel instead. Storing dS saves
 //            two of the backward's seven tile products and keeps dQ free of atomics.
-// The output is a bf16 operand (backend.h: the projection's GEMM and the backward's Dvec read it).
-// q, k, v and dout are fp32 in memory: one pass first rounds them to bf16, head by head
-// (fc_bf16_heads: each head's rows contiguous, in the GEMMs' scratch), so that the kernels copy
-// tiles into shared memory with cp.async in 16-byte pieces, whatever D and the alignment of qkv,
-// without passing through registers. A tile that is the B operand of a product along its rows (V
-// in P V, K in dS K, dO and Q in dK/dV) is read transposed by ldmatrix.trans, two 8-column blocks
-// at a time (x4).
+// qkv and the output are bf16 operands (backend.h): the q/k norm writes qkv in bf16, and the
+// projection's GEMM and the backward's Dvec read the output. dout is an fp32 gradient: one pass
+// first rounds it to bf16, head by head (fc_bf16_heads: each head's rows contiguous, in the GEMMs'
+// scratch). The kernels copy tiles of both into shared memory with cp.async in 16-byte pieces,
+// without passing through registers: a head's row of qkv is dh contiguous values, 16-byte aligned
+// when qkv is (D is a multiple of 16; an unaligned qkv is copied to scratch first). A tile that is
+// the B operand of a product along its rows (V in P V, K in dS K, dO and Q in dK/dV) is read
+// transposed by ldmatrix.trans, two 8-column blocks at a time (x4).
 //
 // Fragments (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16x16) holds rows g and g+8,
 // columns 2t, 2t+1 and 2t+8, 2t+9; B (16x8) holds k rows 2t, 2t+1, 2t+8, 2t+9 of column g; the
@@ -132,7 +133,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// staging: cp.async from the heads' bf16 copy (fc_bf16_heads) into shared memory
+// staging: cp.async from qkv and the heads' bf16 copy of dout (fc_bf16_heads) into shared memory
 
 // Shared-memory row lengths (elements): bf16 rows padded by 8 so that rows start on different banks
 // and every 32-bit fragment load stays aligned; a row is a whole number of 16-byte pieces.
@@ -207,11 +208,12 @@ struct TokenMap {
     }
 };
 
-// Starts copying rows r0 .. r0+NROWS-1 of the row space from one head's (rows, DH) bf16 block into
-// dst (NROWS rows of TcLd::ROW); rows not in use are zeros. DH / 8 pieces of 16 bytes per row,
-// spread over the block's threads.
+// Starts copying rows r0 .. r0+NROWS-1 of the row space from one head's bf16 rows (DH values each,
+// ld apart: 3D in qkv, DH in dout's copy) into dst (NROWS rows of TcLd::ROW); rows not in use are
+// zeros. DH / 8 pieces of 16 bytes per row, spread over the block's threads.
 template <int DH, int NROWS>
-__device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const TokenMap &map, int r0) {
+__device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const TokenMap &map, int r0,
+                                            long ld) {
     constexpr int PIECES = DH / 8, TOTAL = NROWS * PIECES;
 #pragma unroll
     for (int i = 0; i < (TOTAL + TC_THREADS - 1) / TC_THREADS; i++) {
@@ -219,27 +221,28 @@ __device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ 
         if (TOTAL % TC_THREADS != 0 && idx >= TOTAL) break;
         int r = idx / PIECES, c = (idx % PIECES) * 8;
         bool valid = map.valid(r0 + r);
-        cp_async16(dst + r * TcLd<DH>::ROW + c, valid ? head + map.row(r0 + r) * DH + c : head, valid);
+        cp_async16(dst + r * TcLd<DH>::ROW + c, valid ? head + map.row(r0 + r) * ld + c : head, valid);
     }
 }
 
 // A block's place, from its index bid = (group * H + h) * ntiles + tile (a group: one sequence, or
 // pack of them): its head and token map, the first of the 64 rows it owns (queries forward and in dQ,
-// keys in dK/dV), the lane's fragment coordinates, and the head's (rows, DH) bf16 blocks of q, k,
-// v (and dO in the backward pass).
+// keys in dK/dV), the lane's fragment coordinates, and where the head's rows start: of q, k and v
+// in qkv (T, 3D), ldq = 3D apart, and of dO in its (rows, DH) block of the heads' copy (ldo = DH).
 template <int DH>
 struct TcBlock {
     int h, own0;
     int warp, lane, g, t;
     TokenMap map;
     const bf16 *q, *k, *v, *dout;
+    long ldq, ldo;
     __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, int pack, const bf16 *qkv16, const bf16 *dout16,
                        long rows, unsigned bid)
         : h((int)(bid / ntiles % H)), own0((int)(bid % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
           lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
           map(lay, (long)(bid / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
-          q(qkv16 + (long)h * rows * DH), k(qkv16 + (long)(H + h) * rows * DH),
-          v(qkv16 + (long)(2 * H + h) * rows * DH), dout(dout16 ? dout16 + (long)h * rows * DH : nullptr) {}
+          q(qkv16 + (long)h * DH), k(qkv16 + (long)(H + h) * DH), v(qkv16 + (long)(2 * H + h) * DH),
+          dout(dout16 ? dout16 + (long)h * rows * DH : nullptr), ldq(3L * H * DH), ldo(DH) {}
 };
 
 // ----------------------------------------------------------------------------
@@ -265,10 +268,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v;
 
-    stage_async<DH, TC_ROWS>(Qs, q16, map, q0);
+    stage_async<DH, TC_ROWS>(Qs, q16, map, q0, b.ldq);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, map, 0);
-    stage_async<DH, TC_TILE>(Vs, v16, map, 0);
+    stage_async<DH, TC_TILE>(Ks, k16, map, 0, b.ldq);
+    stage_async<DH, TC_TILE>(Vs, v16, map, 0, b.ldq);
     cp_async_commit();
     cp_async_wait<1>();  // Q
     __syncthreads();
@@ -282,8 +285,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
         if (it + 1 < ntk) {  // the other buffer was last read before the previous __syncthreads
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * 2 * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * 2 * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * 2 * TC_TILE * L::ROW, k16, map, k0 + TC_TILE, b.ldq);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * 2 * TC_TILE * L::ROW, v16, map, k0 + TC_TILE, b.ldq);
         }
         cp_async_commit();
         cp_async_wait<1>();  // this tile's copies (all but the newest group)
@@ -408,11 +411,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
-    stage_async<DH, TC_ROWS>(Qs, q16, map, q0);
-    stage_async<DH, TC_ROWS>(DOs, do16, map, q0);
+    stage_async<DH, TC_ROWS>(Qs, q16, map, q0, b.ldq);
+    stage_async<DH, TC_ROWS>(DOs, do16, map, q0, b.ldo);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, map, 0);
-    stage_async<DH, TC_TILE>(Vs, v16, map, 0);
+    stage_async<DH, TC_TILE>(Ks, k16, map, 0, b.ldq);
+    stage_async<DH, TC_TILE>(Vs, v16, map, 0, b.ldq);
     cp_async_commit();
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
         bool in = map.valid(q0 + r);
@@ -425,8 +428,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
         if (it + 1 < ntk) {
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE, b.ldq);
+            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE, b.ldq);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -492,11 +495,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     const TokenMap &map = b.map;
     const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
 
-    stage_async<DH, TC_ROWS>(Ks, k16, map, k0);
-    stage_async<DH, TC_ROWS>(Vs, v16, map, k0);
+    stage_async<DH, TC_ROWS>(Ks, k16, map, k0, b.ldq);
+    stage_async<DH, TC_ROWS>(Vs, v16, map, k0, b.ldq);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Qs, q16, map, 0);
-    stage_async<DH, TC_TILE>(DOs, do16, map, 0);
+    stage_async<DH, TC_TILE>(Qs, q16, map, 0, b.ldq);
+    stage_async<DH, TC_TILE>(DOs, do16, map, 0, b.ldo);
     stage_stats_async(Lse, Dv, lse, dvec, map, h, H, 0);
     cp_async_commit();
     const int r0 = warp * 16;
@@ -505,8 +508,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int it = 0; it < ntq; it++) {
         const int q0 = it * TC_TILE, cur = it & 1, nxt = cur ^ 1;
         if (it + 1 < ntq) {
-            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, map, q0 + TC_TILE);
-            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, map, q0 + TC_TILE);
+            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, map, q0 + TC_TILE, b.ldq);
+            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, map, q0 + TC_TILE, b.ldo);
             stage_stats_async(Lse + nxt * TC_TILE, Dv + nxt * TC_TILE, lse, dvec, map, h, H, q0 + TC_TILE);
         }
         cp_async_commit();
@@ -586,11 +589,10 @@ static void tc_opt_in(K kernel, int bytes) {
 
 // Every token of the layout is one row of qkv (and out, dout): n_seq * len rows.
 template <int DH>
-static void tc_fwd(bf16 *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
+static void tc_fwd(bf16 *out, float *lse, const bf16 *qkv16, AttnLayout lay, int D, int H, long n_seq) {
     static int ready;
     if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH>, TcLd<DH>::FWD_BYTES), ready = 1;
     long rows = n_seq * lay.len;
-    const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
     TcGrid grid = tc_grid(n_seq, lay.len, H);
     float scale = (float)(1.0 / sqrt((double)DH));
     tc_attn_fwd_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv16, rows, lay, D, H, grid.ntiles, grid.pack, scale);
@@ -601,7 +603,7 @@ static void tc_fwd(bf16 *out, float *lse, const float *qkv, AttnLayout lay, int 
 // dQ from the stored dS (sequences longer than TC_PACK_MAX): for each (sequence, head) pair of a
 // chunk, dQ^T (DH, len) = K^T (DH, len) dS^T (len, len), all of the chunk's pairs in one batched
 // cuBLAS GEMM (bf16 operands, fp32 accumulation, written into dqkv with beta 0). Column-major: K^T
-// is the head's bf16 copy with lda = tok_stride * DH; dS^T is slot p of ds read as op T of the
+// is the head's columns of qkv with lda = tok_stride * 3D; dS^T is slot p of ds read as op T of the
 // (ldds, len) matrix the dK/dV kernel wrote; dQ^T lies in dqkv with ldc = tok_stride * 3D. The
 // pointer arrays are filled on the device, so nothing waits for the host.
 
@@ -612,34 +614,33 @@ extern "C" void backend_cuda_set_attn_ds_cap(size_t bytes) { g_ds_cap = bytes ? 
 // Thread p: the operands of pair pair0 + p of the chunk.
 __global__ void tc_dq_pointers_kernel(const void **A, const void **B, void **C, const bf16 *__restrict__ k16,
                                       const bf16 *__restrict__ ds, float *__restrict__ dqkv, AttnLayout lay, int D,
-                                      int H, int DH, long rows, int ldds, long pair0, long npairs) {
+                                      int H, int DH, int ldds, long pair0, long npairs) {
     long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= npairs) return;
     long seq = (pair0 + p) / H, base = TokenMap::seq_base(lay, seq);
     int h = (int)((pair0 + p) % H);
-    A[p] = k16 + ((long)h * rows + base) * DH;
+    A[p] = k16 + base * 3L * D + (long)h * DH;
     B[p] = ds + p * lay.len * (long)ldds;
     C[p] = dqkv + base * 3L * D + (long)h * DH;
 }
 
 static void tc_dq_gemm(float *dqkv, const bf16 *k16, const bf16 *ds, void **ptrs, AttnLayout lay, int D, int H,
-                       int DH, long rows, int ldds, long pair0, long npairs) {
+                       int DH, int ldds, long pair0, long npairs) {
     const void **A = (const void **)ptrs, **B = A + npairs;
     void **C = ptrs + 2 * npairs;
-    tc_dq_pointers_kernel<<<fc_cdiv(npairs, 128), 128>>>(A, B, C, k16, ds, dqkv, lay, D, H, DH, rows, ldds, pair0,
-                                                         npairs);
+    tc_dq_pointers_kernel<<<fc_cdiv(npairs, 128), 128>>>(A, B, C, k16, ds, dqkv, lay, D, H, DH, ldds, pair0, npairs);
     kernelCheck();
     const float one = 1.0f, zero = 0.0f;
     cublasHandle_t hd = fc_cublas_bf16();
     cublasCheck(cublasSetPointerMode(hd, CUBLAS_POINTER_MODE_HOST));
     cublasCheck(cublasGemmBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_T, DH, lay.len, lay.len, &one, A, CUDA_R_16BF,
-                                    (int)(lay.tok_stride * DH), B, CUDA_R_16BF, ldds, &zero, C, CUDA_R_32F,
+                                    (int)(lay.tok_stride * 3 * D), B, CUDA_R_16BF, ldds, &zero, C, CUDA_R_32F,
                                     (int)(lay.tok_stride * 3 * D), (int)npairs, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT));
 }
 
 template <int DH>
-static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
+static void tc_bwd(float *dqkv, const float *dout, const bf16 *qkv16, const float *lse, const float *dvec,
                    AttnLayout lay, int D, int H, long n_seq) {
     static int ready;
     if (!ready) {
@@ -648,7 +649,6 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
         ready = 1;
     }
     long rows = n_seq * lay.len;
-    const bf16 *qkv16 = fc_bf16_heads(qkv, rows, 3L * D, 3 * H, DH, SCRATCH_BF16_A);
     const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
     TcGrid grid = tc_grid(n_seq, lay.len, H);
     float scale = (float)(1.0 / sqrt((double)DH));
@@ -665,22 +665,33 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
     char *scratch = (char *)fc_cuda_scratch(SCRATCH_ATTN_DS, attn_ds_scratch_bytes(pairs, lay.len, g_ds_cap));
     void **ptrs = (void **)scratch;
     bf16 *ds = (bf16 *)(scratch + attn_ds_pointer_bytes(chunk));
-    const bf16 *k16 = qkv16 + (long)H * rows * DH;
+    const bf16 *k16 = qkv16 + D;
     for (long p0 = 0; p0 < pairs; p0 += chunk) {
         long np = pairs - p0 < chunk ? pairs - p0 : chunk;
         tc_attn_bwd_dkdv_kernel<DH><<<(unsigned)(np * grid.ntiles), TC_THREADS, TcLd<DH>::DKDV_BYTES>>>(dqkv, ds, ldds, (unsigned)(p0 * grid.ntiles), qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, 1, scale);
         kernelCheck();
-        tc_dq_gemm(dqkv, k16, ds, ptrs, lay, D, H, DH, rows, ldds, p0, np);
+        tc_dq_gemm(dqkv, k16, ds, ptrs, lay, D, H, DH, ldds, p0, np);
     }
 }
 
+// qkv (rows, 3D) as the kernels read it: the operand itself, or its copy in scratch where it is not
+// on 16 bytes (cp.async's pieces; D is a multiple of 16, so every head's rows then are).
+static const bf16 *tc_qkv(const Operand *qkv, long rows, int D) {
+    if ((uintptr_t)qkv % 16 == 0) return (const bf16 *)qkv;
+    size_t bytes = sizeof(bf16) * (size_t)rows * 3 * D;
+    bf16 *copy = (bf16 *)fc_cuda_scratch(SCRATCH_BF16_A, bytes);
+    cudaCheck(cudaMemcpyAsync(copy, qkv, bytes, cudaMemcpyDeviceToDevice, 0));
+    return copy;
+}
+
 // The kernels take the head dimensions attention.cu's do (any sequence length).
-static void tc_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+static void tc_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     int dh = fc_attn_head_dim(D, H, "attn_fwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0) return;
     bf16 *out = (bf16 *)out_op;
     if ((uintptr_t)out % 4) fc_die("attn_fwd: the bf16 output is not on 4 bytes (it is stored in pairs)");
+    const bf16 *qkv = tc_qkv(qkv_op, n_seq * lay.len, D);
     switch (dh) {
     case 16: tc_fwd<16>(out, lse, qkv, lay, D, H, n_seq); break;
     case 32: tc_fwd<32>(out, lse, qkv, lay, D, H, n_seq); break;
@@ -689,12 +700,13 @@ static void tc_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout 
     }
 }
 
-static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
+static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv_op, const real *lse,
                         AttnLayout lay, int D, int H) {
     int dh = fc_attn_head_dim(D, H, "attn_bwd");
     long n_seq = (long)lay.n_outer * lay.n_inner;
     if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
+    const bf16 *qkv = tc_qkv(qkv_op, n_seq * lay.len, D);
     switch (dh) {
     case 16: tc_bwd<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
     case 32: tc_bwd<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;

@@ -320,25 +320,27 @@ static void cuda_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy
 // column part*H + h (part 0 = q, 1 = k); qw, kw, dqw, dkw: (dh), dh = D / H.
 
 // One block of QK_THREADS per token t. Warp w normalises the head vectors hh = w, w + 4, ... of the
-// 2H (hh = part*H + h), its lanes striding over the dh entries; then the block copies v.
-static __global__ void qk_norm_fwd_kernel(real *out, real *rstd, const real *qkv, const real *qw, const real *kw,
+// 2H (hh = part*H + h), its lanes striding over the dh entries; then the block copies v. out is an
+// operand (OpT: float, or bf16 on the "cuda" table: attention's input).
+template <typename OpT>
+static __global__ void qk_norm_fwd_kernel(OpT *out, real *rstd, const real *qkv, const real *qw, const real *kw,
                                           int D, int H) {
     int t = blockIdx.x, dh = D / H;
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const real *row = qkv + (size_t)t * 3 * D;
-    real *orow = out + (size_t)t * 3 * D;
+    OpT *orow = out + (size_t)t * 3 * D;
     for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
         int part = hh / H, h = hh % H;
         const real *w = part ? kw : qw;
         const real *v = row + part * D + h * dh;
-        real *o = orow + part * D + h * dh;
+        OpT *o = orow + part * D + h * dh;
         stat_t sq = 0;
         for (int i = lane; i < dh; i += WARP) sq += (stat_t)v[i] * v[i];
         stat_t r = (stat_t)1 / sqrt(warp_sum(sq) / dh + (stat_t)RMS_EPS);
         if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
-        for (int i = lane; i < dh; i += WARP) o[i] = r_mul((real)(v[i] * r), w[i]);
+        for (int i = lane; i < dh; i += WARP) op_store(o + i, r_mul((real)(v[i] * r), w[i]));
     }
-    for (int i = threadIdx.x; i < D; i += QK_THREADS) orow[2 * D + i] = row[2 * D + i];
+    for (int i = threadIdx.x; i < D; i += QK_THREADS) op_store(orow + 2 * D + i, row[2 * D + i]);
 }
 
 // dqkv = d out / d qkv (overwritten): one block per token, the warps over its 2H head vectors as
@@ -401,12 +403,13 @@ static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const doub
 // The vector path of the two row kernels (dh % 4 == 0, dh <= 128, qkv-shaped rows on 16 bytes):
 // lane l < dh / 4 holds float4 l of a head vector, one load per array; the weights are read as
 // scalars (they lie wherever the parameter allocation puts them). Same formulas as above.
-static __global__ void qk_norm_fwd_vec_kernel(real *out, real *rstd, const real *qkv, const real *qw, const real *kw,
+template <typename OpT>
+static __global__ void qk_norm_fwd_vec_kernel(OpT *out, real *rstd, const real *qkv, const real *qw, const real *kw,
                                               int D, int H) {
     int t = blockIdx.x, dh = D / H, dh4 = dh / 4;
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const real *row = qkv + (size_t)t * 3 * D;
-    real *orow = out + (size_t)t * 3 * D;
+    OpT *orow = out + (size_t)t * 3 * D;
     for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
         int part = hh / H, h = hh % H;
         const real *w = (part ? kw : qw) + 4 * lane;
@@ -417,14 +420,13 @@ static __global__ void qk_norm_fwd_vec_kernel(real *out, real *rstd, const real 
         stat_t r = (stat_t)1 / sqrt(warp_sum(sq) / dh + (stat_t)RMS_EPS);
         if (lane == 0) rstd[(size_t)t * 2 * H + hh] = (real)r;
         if (lane >= dh4) continue;
-        float4 o;
+        float4 o = make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int e = 0; e < 4; e++) set4(o, e, r_mul((real)(at4(x, e) * r), w[e]));
-        ((float4 *)(orow + part * D + h * dh))[lane] = o;
+        op_store4(orow + part * D + h * dh + 4 * lane, o);
     }
     const float4 *src = (const float4 *)(row + 2 * D);
-    float4 *dst = (float4 *)(orow + 2 * D);
-    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
+    for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) op_store4(orow + 2 * D + 4 * i, src[i]);
 }
 
 static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
@@ -467,11 +469,15 @@ static bool qk_vec(int D, int H, const void *a, const void *b, const void *c) {
     return dh % 4 == 0 && dh <= 4 * WARP && aligned16(a) && aligned16(b) && aligned16(c);
 }
 
-static void cuda_qk_norm_fwd(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
-                             int H) {
+template <typename OpT>
+static void cuda_qk_norm_fwd(Operand *out_op, real *rstd, const real *qkv, const real *qw, const real *kw, int T,
+                             int D, int H) {
     if (T <= 0 || D <= 0) return;
-    if (qk_vec(D, H, out, qkv, qkv)) qk_norm_fwd_vec_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
-    else qk_norm_fwd_kernel<<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
+    OpT *out = (OpT *)out_op;
+    if (op_aligned4<OpT>(out) && qk_vec(D, H, qkv, qkv, qkv))
+        qk_norm_fwd_vec_kernel<OpT><<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
+    else
+        qk_norm_fwd_kernel<OpT><<<T, QK_THREADS>>>(out, rstd, qkv, qw, kw, D, H);
     kernelCheck();
 }
 
@@ -498,6 +504,6 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout,
 void cuda_register_norm(Backend *be, int bf16) {
     be->ln_mod_fwd = bf16 ? cuda_ln_mod_fwd<__nv_bfloat16> : cuda_ln_mod_fwd<float>;
     be->ln_mod_bwd = cuda_ln_mod_bwd;
-    be->qk_norm_fwd = cuda_qk_norm_fwd;
+    be->qk_norm_fwd = bf16 ? cuda_qk_norm_fwd<__nv_bfloat16> : cuda_qk_norm_fwd<float>;
     be->qk_norm_bwd = cuda_qk_norm_bwd;
 }

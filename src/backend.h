@@ -34,12 +34,12 @@ typedef struct {
 // The layout of the spatial (temporal = 0) or temporal (1) attention over tokens (B, F, N).
 AttnLayout attn_layout_tokens(int B, int F, int N, int temporal);
 
-// A GEMM operand: an activation that, once made, is read only by GEMMs (a linear's x; and the
-// attention output, also by attention's backward). It is stored in the backend's operand format,
-// operand_bytes a value: fp32 `real` on the CPU and cuda-fp32, bf16 on cuda, whose GEMMs round
-// every operand to bf16 anyway. Its producer (LayerNorm, attention, the activations, patchify, the
-// sinusoid embedding) writes that format directly, so no pass converts it before the GEMM, and it
-// takes half the memory on cuda. Gradients stay `real`.
+// A GEMM operand: an activation that, once made, is read only by GEMMs and attention (a linear's x,
+// attention's q, k, v and its output, which its backward reads too). It is stored in the backend's
+// operand format, operand_bytes a value: fp32 `real` on the CPU and cuda-fp32, bf16 on cuda, whose
+// GEMMs and attention round every operand to bf16 anyway. Its producer (LayerNorm, the q/k norm,
+// attention, the activations, patchify, the sinusoid embedding) writes that format directly, so no
+// pass converts it first, and it takes half the memory on cuda. Gradients stay `real`.
 typedef void Operand;
 
 // How a backward op writes a gradient that may be either: overwrite it, or add into it.
@@ -130,19 +130,19 @@ typedef struct Backend {
     void (*gated_add_bwd)(real *dx, real *dh, real *dgate, const real *dout, const real *h, const real *gate,
                           long ms, int S, int N, int D);
 
-    // ---- q/k RMS norm: qkv (T, 3D) -> out (T, 3D) with each head of q and k RMS-normalised and
-    //      scaled by qw / kw (dh); v copied. rstd (T, 2*H). Backward: dqkv = (overwritten, v's
-    //      columns = dout's), dqw += , dkw += ----
-    void (*qk_norm_fwd)(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+    // ---- q/k RMS norm: qkv (T, 3D) -> out (T, 3D, an operand: attention's input) with each head of q
+    //      and k RMS-normalised and scaled by qw / kw (dh); v copied. rstd (T, 2*H). Backward: dqkv =
+    //      (overwritten, v's columns = dout's), dqw += , dkw += ----
+    void (*qk_norm_fwd)(Operand *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                         int H);
     void (*qk_norm_bwd)(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
                         const real *qw, const real *kw, int T, int D, int H);
 
-    // ---- softmax attention over the sequences of `lay`; qkv (T, 3D), out (T, D), lse (T, H) holds
-    //      each query's log-sum-exp so that backward recomputes the probabilities (never stored).
-    //      Backward: dqkv = (overwritten) ----
-    void (*attn_fwd)(Operand *out, real *lse, const real *qkv, AttnLayout lay, int D, int H);
-    void (*attn_bwd)(real *dqkv, const real *dout, const Operand *out, const real *qkv, const real *lse,
+    // ---- softmax attention over the sequences of `lay`; qkv (T, 3D) and out (T, D) operands, lse (T,
+    //      H) holds each query's log-sum-exp so that backward recomputes the probabilities (never
+    //      stored). Backward: dqkv = (overwritten) ----
+    void (*attn_fwd)(Operand *out, real *lse, const Operand *qkv, AttnLayout lay, int D, int H);
+    void (*attn_bwd)(real *dqkv, const real *dout, const Operand *out, const Operand *qkv, const real *lse,
                      AttnLayout lay, int D, int H);
 
     // ---- elementwise activations: y = f(x) (an operand: activations feed GEMMs); dx = dy * f'(x)

@@ -207,13 +207,13 @@ static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout,
 // ----------------------------------------------------------------------------
 // RMS norm of the q and k heads
 
-static void cpu_qk_norm_fwd(real *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                             int H) {
     int dh = D / H;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         const real *row = qkv + (size_t)t * 3 * D;
-        real *orow = out + (size_t)t * 3 * D;
+        real *orow = (real *)out + (size_t)t * 3 * D;
         for (int part = 0; part < 2; part++) {
             const real *w = part ? kw : qw;
             for (int h = 0; h < H; h++) {

@@ -61,8 +61,9 @@ static AttnWork work_alloc(int len, int dh) {
 }
 static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
 
-void cpu_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     real *out = out_op;
+    const real *qkv = qkv_op;
     int dh = D / H, L = lay.len;
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));
@@ -93,9 +94,9 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, i
     }
 }
 
-void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const real *qkv, const real *lse, AttnLayout lay,
-                  int D, int H) {
-    const real *out = out_op;
+void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
+                  AttnLayout lay, int D, int H) {
+    const real *out = out_op, *qkv = qkv_op;
     int dh = D / H, L = lay.len;
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));

@@ -4,8 +4,8 @@
 
 #include "backend.h"
 
-void cpu_attn_fwd(Operand *out_op, real *lse, const real *qkv, AttnLayout lay, int D, int H);
-void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const real *qkv, const real *lse, AttnLayout lay,
-                  int D, int H);
+void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H);
+void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
+                  AttnLayout lay, int D, int H);
 
 #endif

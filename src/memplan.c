@@ -36,13 +36,13 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     p.inputs = (double)k.inputs_bytes + window;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
     // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. On bf16,
-    // attention converts its qkv (tokens, 3 width) into scratch, and a linear backward its output
-    // gradient, or attention its (tokens, width): at most (tokens, max(mlp ratio, 3) width).
+    // a linear backward converts its output gradient into scratch, or attention's its (tokens,
+    // width): at most (tokens, max(mlp ratio, 3) width).
     p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
     if (dev == PLAN_GPU_BF16) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
         p.weights_bf16 = 2.0 * k.params;
-        p.workspace += 2.0 * tokens * 3 * c->width + 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
+        p.workspace += 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
         // the attention backward's stored dS (backend.h), for the longer of the two attentions
         long N = (long)(c->frame_size / c->patch) * (c->frame_size / c->patch), F = c->slots;
         size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N), temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);

@@ -147,7 +147,7 @@ static void carve_activations(Model *m, Carve *cv) {
             carve_add(cv, &at->mean, T);
             carve_add(cv, &at->rstd, T);
             carve_add(cv, &at->qkv, T * 3 * D);
-            carve_add(cv, &at->qkn, T * 3 * D);
+            carve_operand(cv, &at->qkn, T * 3 * D);
             carve_add(cv, &at->qrstd, T * 2 * H);
             carve_operand(cv, &at->att, T * D);
             carve_add(cv, &at->lse, T * H);

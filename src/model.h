@@ -62,7 +62,7 @@ typedef struct {
     real *mean;  // (T)
     real *rstd;  // (T)
     real *qkv;   // (T, 3D)
-    real *qkn;   // (T, 3D)  q and k RMS-normalised
+    Operand *qkn;  // (T, 3D) q and k RMS-normalised, operand
     real *qrstd; // (T, 2H)
     Operand *att;  // (T, D) attention output, heads concatenated, operand
     real *lse;   // (T, H)   log-sum-exp of each query's scores

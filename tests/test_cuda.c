@@ -149,7 +149,8 @@ static void t_gated_add(int S, int N, int D, int shift) {
 static void t_qk_norm(int T, int D, int H, int nulls) {
     int dh = D / H;
     size_t n = (size_t)T * 3 * D;
-    Buf qkv = bnormal(n, 0.2, 1.3), qw = buniform(dh, 0.5, 1.5), kw = buniform(dh, 0.5, 1.5), out = bnormal(n, 0, 1);
+    Buf qkv = bnormal(n, 0.2, 1.3), qw = buniform(dh, 0.5, 1.5), kw = buniform(dh, 0.5, 1.5);
+    Buf out = bop(bnormal(n, 0, 1));  // attention's input, an operand
     Buf rstd = bnormal((size_t)T * 2 * H, 0, 1), dout = bnormal(n, 0, 1), dqkv = bnormal(n, 0, 1);
     Buf dqw = bnormal(dh, 0, 1), dkw = bnormal(dh, 0, 1);
     WHAT("T=%d D=%d H=%d dh=%d", T, D, H, dh);
@@ -164,19 +165,19 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
 }
 
 // Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
-// `shift`: qkv and dout start that many floats into their buffers (unaligned rows).
+// `shift`: qkv (an operand) and dout start that many values into their buffers (unaligned rows).
 static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double std, int shift) {
     int D = H * dh;
     size_t T = (size_t)B * F * N;
     AttnLayout lay = attn_layout_tokens(B, F, N, temporal);
-    Buf qkv = bnormal(T * 3 * D + shift, 0, std), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
+    Buf qkv = bop(bnormal(T * 3 * D + shift, 0, std)), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
     Buf dout = bnormal(T * D + shift, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
     WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
          lay.len, std, shift ? ", unaligned" : "");
-    BOTH(be->attn_fwd(P(out), P(lse), P(qkv) + shift, lay, D, H));
+    BOTH(be->attn_fwd(P(out), P(lse), PO(qkv, shift), lay, D, H));
     compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
     bshare(&out), bshare(&lse);
-    BOTH(be->attn_bwd(P(dqkv), P(dout) + shift, P(out), P(qkv) + shift, P(lse), lay, D, H));
+    BOTH(be->attn_bwd(P(dqkv), P(dout) + shift, P(out), PO(qkv, shift), P(lse), lay, D, H));
     // The peaked softmax's backward on bf16 operands: the rounding of q and k moves every score by
     // about |score| / 256 and dS compounds it with dO . V; over seeds 1 to 4 its error reached 2.2e-2
     // (the others stay under 1e-2), so it gets 3e-2.
@@ -605,6 +606,7 @@ static void section_ops_bf16(void) {
     // The ops whose output is an operand (backend.h), stored in bf16 here: their vector paths and,
     // with D % 4 != 0, D > 2048 or an output off 8 bytes, their scalar ones.
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0), t_ln_mod(14, 64, 128, 9, 0);
+    t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 128, 4, 0), t_qk_norm(40, 60, 2, 0);  // dh 16, 32; 30: scalar
     t_activations(100003, 0), t_activations(1001, 1), t_activations(1, 0);
     t_patchify(14, 3, 32, 32, 4), t_patchify(2, 3, 21, 14, 7);
     t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(37, 30, 1000, 0, 1);
@@ -690,7 +692,7 @@ static void section_determinism(int bf16) {
         int B = g_quick ? 2 : 1, F = 7, N = g_quick ? 64 : 1024, H = g_quick ? 4 : 12, dh = g_quick ? 16 : 128;
         int D = H * dh;
         size_t T = (size_t)B * F * N;
-        Buf qkv = bnormal(T * 3 * D, 0, 1), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
+        Buf qkv = bop(bnormal(T * 3 * D, 0, 1)), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
         Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
         for (int tf = 0; tf < 2; tf++) {
             AttnLayout lay = attn_layout_tokens(B, F, N, tf);

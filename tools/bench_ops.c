@@ -93,7 +93,9 @@ int main(int argc, char **argv) {
     real *qkv = rnd((size_t)T * 3 * D), *dqkv = rnd((size_t)T * 3 * D);
     real *datt = rnd((size_t)T * D), *lse = rnd((size_t)T * H), *mod = rnd((size_t)S * ms), *dmod = rnd((size_t)S * ms);
     real *mean = rnd(T), *rstd = rnd(T), *qw = rnd(D / H), *kw = rnd(D / H), *qr = rnd((size_t)T * 2 * H);
-    Operand *xo = rnd_op((size_t)T * RD), *yo = rnd_op((size_t)T * RD), *atto = rnd_op((size_t)T * D);  // GEMM inputs
+    // GEMM and attention inputs
+    Operand *xo = rnd_op((size_t)T * RD), *yo = rnd_op((size_t)T * RD), *atto = rnd_op((size_t)T * D);
+    Operand *qkvo = rnd_op((size_t)T * 3 * D);
     g_be->register_weights(w, (size_t)RD * D);  // the model's weights live in a registered allocation
 
     // ---- the ops of one block (two attention sub-layers, the MLP), each as often as a step runs it ----
@@ -107,13 +109,13 @@ int main(int argc, char **argv) {
     int row_fc2 = g_nrows;
     TIME("linear+gelu bwd fc2", L, g_be->linear_gelu_bwd(dx, dw, db, dy, xo, w, y, T, RD, D));
     AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
-    TIME("attention fwd spatial", L, g_be->attn_fwd(atto, lse, qkv, sp, D, H));
-    TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, atto, qkv, lse, sp, D, H));
-    TIME("attention fwd temporal", L, g_be->attn_fwd(atto, lse, qkv, tm, D, H));
-    TIME("attention bwd temporal", L, g_be->attn_bwd(dqkv, datt, atto, qkv, lse, tm, D, H));
+    TIME("attention fwd spatial", L, g_be->attn_fwd(atto, lse, qkvo, sp, D, H));
+    TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, sp, D, H));
+    TIME("attention fwd temporal", L, g_be->attn_fwd(atto, lse, qkvo, tm, D, H));
+    TIME("attention bwd temporal", L, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, tm, D, H));
     TIME("ln_mod fwd", 3 * L, g_be->ln_mod_fwd(yo, mean, rstd, x, mod, mod + D, ms, S, N, D));
     TIME("ln_mod bwd", 3 * L, g_be->ln_mod_bwd(dx, dmod, dmod + D, dy, x, mean, rstd, mod + D, ms, S, N, D));
-    TIME("qk_norm fwd", 2 * L, g_be->qk_norm_fwd(y, qr, qkv, qw, kw, T, D, H));
+    TIME("qk_norm fwd", 2 * L, g_be->qk_norm_fwd(yo, qr, qkv, qw, kw, T, D, H));
     TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, dy, qkv, qr, qw, kw, T, D, H));
     TIME("gated_add fwd", 3 * L, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
     TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
