@@ -213,7 +213,7 @@ struct TokenMap {
 // zeros. DH / 8 pieces of 16 bytes per row, spread over the block's threads.
 template <int DH, int NROWS>
 __device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ head, const TokenMap &map, int r0,
-                                            long ld) {
+                                            int ld) {
     constexpr int PIECES = DH / 8, TOTAL = NROWS * PIECES;
 #pragma unroll
     for (int i = 0; i < (TOTAL + TC_THREADS - 1) / TC_THREADS; i++) {
@@ -235,14 +235,14 @@ struct TcBlock {
     int warp, lane, g, t;
     TokenMap map;
     const bf16 *q, *k, *v, *dout;
-    long ldq, ldo;
+    int ldq, ldo;
     __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, int pack, const bf16 *qkv16, const bf16 *dout16,
                        long rows, unsigned bid)
         : h((int)(bid / ntiles % H)), own0((int)(bid % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
           lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
           map(lay, (long)(bid / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
           q(qkv16 + (long)h * DH), k(qkv16 + (long)(H + h) * DH), v(qkv16 + (long)(2 * H + h) * DH),
-          dout(dout16 ? dout16 + (long)h * rows * DH : nullptr), ldq(3L * H * DH), ldo(DH) {}
+          dout(dout16 ? dout16 + (long)h * rows * DH : nullptr), ldq(3 * H * DH), ldo(DH) {}
 };
 
 // ----------------------------------------------------------------------------
