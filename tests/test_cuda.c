@@ -3,8 +3,10 @@
 //  1. Every op, forward and backward, on random Philox inputs (RNG_TEST), at awkward sizes and at the
 //     shapes of the networks: the same inputs go to both backends, the outputs are compared by
 //     max|cuda - cpu| / max|cpu| (tolerance 1e-5 for "cuda-fp32"). Then the ops that "cuda" computes
-//     differently (GEMMs and attention on bf16 operands) again on "cuda" (tolerance 2e-2; check
-//     names end in _bf16), with the weights' bf16 mirror rebuilt after every way parameters change.
+//     differently (GEMMs and attention on bf16 operands, and the ops that write an operand, in bf16
+//     there) again on "cuda" (tolerance 2e-2; check names end in _bf16), with the weights' bf16
+//     mirror rebuilt after every way parameters change. An operand's buffer holds the CUDA side's
+//     format there (cuda_harness.h: bop); its starting values are rounded to it on both sides.
 //     Every buffer, outputs included, starts random and ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
 //     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
