@@ -34,6 +34,7 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     // the step's clean windows (x0) beside the model's inputs
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
     p.inputs = (double)k.inputs_bytes + window;
+    p.model = p.weights + p.gradients + p.activations + (double)k.inputs_bytes;
     // Backend scratch: attention's per-row statistics and the column-sum partials are a few
     // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. On bf16,
     // a linear backward converts its output gradient into scratch, or attention's its (tokens,

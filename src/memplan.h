@@ -17,6 +17,7 @@ typedef struct {
     double inputs;       // the step's windows, noise, targets, positions
     double workspace;    // the backend's scratch (attention statistics, reductions), estimated
     double total;
+    double model;        // of these, what build_model allocates (model_memory_bytes): exact
     size_t params;
 } MemPlan;
 

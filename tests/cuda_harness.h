@@ -12,6 +12,7 @@
 #include "check.h"
 #include "config.h"
 #include "flow.h"
+#include "memplan.h"
 #include "model.h"
 #include "optim.h"
 #include "philox.h"

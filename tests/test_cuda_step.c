@@ -198,9 +198,25 @@ static void time_config(const char *path, const char *label) {
     free_model(m);
 }
 
+// The memory plan of this backend (operands of its size, bf16's weight mirror aside) counts exactly
+// what build_model allocates on it, at each recompute setting (test_units checks the CPU's).
+static void plan_matches_allocation(void) {
+    Config c;
+    if (!load_config(&c, TINY, 1)) return;
+    for (int rc = 0; rc <= 2; rc++) {
+        c.recompute = rc;
+        Model *m = build_model(&c, g_gpu, c.batch_size);
+        MemPlan p = memory_plan(&c, c.batch_size, plan_device(g_gpu->name, g_gpu->precision));
+        check((double)model_memory_bytes(m) == p.model, nm("cuda_memory_plan_is_allocation"),
+              "%s, recompute %d: %zu bytes allocated, %.0f planned", TINY, rc, model_memory_bytes(m), p.model);
+        free_model(m);
+    }
+}
+
 int cuda_test_train_step(void) {
     int before = g_failed;
     section_train_step();
+    plan_matches_allocation();
     return g_failed - before;
 }
 

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "flow.h"
+#include "memplan.h"
 #include "model.h"
 #include "philox.h"
 
@@ -179,6 +180,26 @@ static Model *tiny_step(int depth, int rc, real *loss) {
     return m;
 }
 
+// The memory plan counts exactly what build_model allocates (parameters, gradients, activations,
+// their gradient scratch, inputs) at each recompute setting and batch: it comes from the same layout
+// code, so it cannot drift from the allocation. (test_cuda checks the same on the GPU's plans.)
+static void test_plan_matches_allocation(void) {
+    for (int rc = 0; rc <= 2; rc++)
+        for (int B = 1; B <= 2; B++) {
+            Config c;
+            config_defaults(&c);
+            config_load(&c, "configs/tiny/starter.conf");
+            c.recompute = rc;
+            Model *m = build_model(&c, backend_cpu(), B);
+            MemPlan p = memory_plan(&c, B, PLAN_CPU);
+            char name[64];
+            snprintf(name, sizeof name, "memory_plan_is_allocation_rc%d_batch%d", rc, B);
+            check((double)model_memory_bytes(m) == p.model, name, "tiny config: %zu bytes allocated, %.0f planned",
+                  model_memory_bytes(m), p.model);
+            free_model(m);
+        }
+}
+
 // Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
 // bytes as with every activation kept, in less memory, and the plan must count what is allocated.
 // rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none.
@@ -294,6 +315,7 @@ int main(void) {
     test_config_roundtrip();
     test_param_layout();
     test_flow();
+    test_plan_matches_allocation();
     test_recompute_identical(2, 1);
     test_recompute_identical(3, 1);
     test_recompute_identical(3, 2);
