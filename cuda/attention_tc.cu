@@ -140,9 +140,12 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int DH>
 struct TcLd {
     static constexpr int ROW = DH + 8;
-    static constexpr int FWD_BYTES = 2 * 4 * TC_TILE * ROW;  // (K, V) x 2; Q first lands in the second pair
-    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 2 * TC_ROWS * 4;  // Q, dO; K, V x 2; lse, Dvec
-    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 4 * TC_TILE * 4;  // K, V; Q, dO x 2; lse, Dvec x 2
+    // (K, V) x 2; Q first lands in the second pair
+    static constexpr int FWD_BYTES = 2 * 4 * TC_TILE * ROW;
+    // Q, dO; K, V x 2; lse, Dvec
+    static constexpr int DQ_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 2 * TC_ROWS * 4;
+    // K, V; Q, dO x 2; lse, Dvec x 2
+    static constexpr int DKDV_BYTES = 2 * (2 * TC_ROWS + 4 * TC_TILE) * ROW + 4 * TC_TILE * 4;
 };
 
 // 16 (or 4) bytes from global to shared memory without passing through registers; !valid writes

@@ -201,9 +201,10 @@ const Backend *backend_cuda(const char **why);
 // The CUDA backend with bf16 (bf16 != 0) or fp32 GEMMs ("cuda" / "cuda-fp32").
 const Backend *backend_cuda_precision(int bf16, const char **why);
 // The tensor-core attention (cuda/attention_tc.cu) packs sequences of up to ATTN_PACK_MAX tokens
-// several to a block. For longer ones its backward stores dS, so that one batched GEMM computes dQ: bf16, (len, attn_ds_ld(len)) per (sequence,
-// head) pair, three pointers a pair, in chunks of pairs of at most ATTN_DS_CAP bytes (one pair at
-// least). The memory plan counts the same bytes (src/memplan.c).
+// several to a block. For longer ones its backward stores dS, so that one batched GEMM computes dQ:
+// bf16, (len, attn_ds_ld(len)) per (sequence, head) pair, three pointers a pair, in chunks of pairs
+// of at most ATTN_DS_CAP bytes (one pair at least). The memory plan counts the same bytes
+// (src/memplan.c).
 #define ATTN_PACK_MAX 32
 #define ATTN_DS_CAP ((size_t)256 << 20)
 static inline int attn_ds_ld(int len) { return (len + 7) / 8 * 8; }  // rows of whole 16-byte pieces
@@ -213,7 +214,9 @@ static inline long attn_ds_chunk_pairs(long pairs, int len, size_t cap) {
     if (chunk < 1) chunk = 1;
     return chunk < pairs ? chunk : pairs;
 }
-static inline size_t attn_ds_pointer_bytes(long chunk) { return (3 * sizeof(void *) * (size_t)chunk + 255) / 256 * 256; }
+static inline size_t attn_ds_pointer_bytes(long chunk) {
+    return (3 * sizeof(void *) * (size_t)chunk + 255) / 256 * 256;
+}
 static inline size_t attn_ds_scratch_bytes(long pairs, int len, size_t cap) {
     long chunk = attn_ds_chunk_pairs(pairs, len, cap);
     return attn_ds_pointer_bytes(chunk) + 2 * (size_t)chunk * len * attn_ds_ld(len);

@@ -46,7 +46,8 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
         p.workspace += 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
         // the attention backward's stored dS (backend.h), for the longer of the two attentions
         long N = (long)(c->frame_size / c->patch) * (c->frame_size / c->patch), F = c->slots;
-        size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N), temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
+        size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N);
+        size_t temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
         p.workspace += (double)(spatial > temporal ? spatial : temporal);
     }
     p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
