@@ -42,6 +42,9 @@ static const KeyDef KEYS[] = {
     {"recompute", KEY_INT, OFF(recompute), 0, 2,
      "1: keep only each block's output and modulation and re-run the block in backward (less memory, same "
      "gradients); 2: keep its attention outputs too, so that the re-run skips attention (faster, a little more memory)"},
+    {"keep_blocks", KEY_INT, OFF(keep_blocks), 0, 256,
+     "with recompute, the last keep_blocks blocks keep all their activations and are not re-run: the memory "
+     "left on the card buys back time (0 to depth; inspect --config prints the plan)"},
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
@@ -258,6 +261,8 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (anchors != 1)
         return fail(err, errlen, "%s: plan: %d anchor slots, expected exactly one (the first frame)", origin, anchors);
     if (!targets) return fail(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
+    if (c->keep_blocks > c->depth)
+        return fail(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
     if (c->warmup_steps > c->steps)
         return fail(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
     return 0;

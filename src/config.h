@@ -32,6 +32,7 @@ typedef struct {
     int batch_size;      // B
     int recompute;       // 1: keep each block's output and modulation only, re-run its forward in backward;
                          // 2: keep its attention outputs and log-sum-exps too, the re-run skips attention
+    int keep_blocks;     // with recompute: the last keep_blocks blocks keep everything and are not re-run
     long long seed;
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;

@@ -115,6 +115,12 @@ static void *carve_alloc(const Backend *be, Carve *cv, size_t *total) {
     return mem;
 }
 
+// Whether block l re-makes its activations in backward: with recompute, every block but the last
+// keep_blocks, which keep all of theirs.
+static int block_recomputed(const Model *m, int l) {
+    return m->cfg.recompute && l < m->cfg.depth - m->cfg.keep_blocks;
+}
+
 static void carve_activations(Model *m, Carve *cv) {
     size_t T = m->T, S = m->S, D = m->D, H = m->H, RD = m->RD, PPC = m->PPC, Fd = m->cfg.freq_dim;
     Acts *a = &m->a;
@@ -132,9 +138,10 @@ static void carve_activations(Model *m, Carve *cv) {
         BlockActs *b = &a->blocks[l];
         carve_add(cv, &b->mod, S * 9 * D);
         carve_add(cv, &b->res[2], T * D);
-        // With recompute only block 0 carves the rest; share_block_acts points the others at it.
-        // recompute = 2: every block also keeps its attention outputs and log-sum-exps.
-        if (l > 0 && m->cfg.recompute) {
+        // With recompute only block 0 and the kept blocks carve the rest; share_block_acts points the
+        // other re-made blocks at block 0's. recompute = 2: they also keep their attention outputs
+        // and log-sum-exps.
+        if (l > 0 && block_recomputed(m, l)) {
             for (int k = 0; k < 2 && m->cfg.recompute == 2; k++) {
                 carve_operand(cv, &b->attn[k].att, T * D);
                 carve_add(cv, &b->attn[k].lse, T * H);
@@ -170,13 +177,14 @@ static void carve_activations(Model *m, Carve *cv) {
     carve_add(cv, &a->loss, 1);
 }
 
-// Recompute: every block but 0 keeps its own modulation and output (and with recompute = 2 its
-// attention outputs and log-sum-exps) and works in block 0's buffers for the rest, which hold one
-// block's activations at a time (model_backward re-makes them block by block).
+// Recompute: every re-made block but 0 keeps its own modulation and output (and with recompute = 2
+// its attention outputs and log-sum-exps) and works in block 0's buffers for the rest, which hold
+// one block's activations at a time (model_backward re-makes them block by block). The last
+// keep_blocks blocks own all of theirs.
 static void share_block_acts(Model *m) {
-    if (!m->cfg.recompute) return;
     BlockActs *b = m->a.blocks;
     for (int l = 1; l < m->cfg.depth; l++) {
+        if (!block_recomputed(m, l)) continue;
         BlockActs keep = b[l];
         b[l] = b[0];
         b[l].mod = keep.mod, b[l].res[2] = keep.res[2];
@@ -478,8 +486,9 @@ void model_backward(Model *m) {
     for (int l = c->depth - 1; l >= 0; l--) {
         BlockParams *bp = &p->blocks[l], *bg = &g->blocks[l];
         BlockActs *b = &a->blocks[l];
-        // recompute: the shared buffers still hold the last block's activations; re-make the others'
-        if (c->recompute && l < c->depth - 1) block_forward(m, l, 1);
+        // recompute: the shared buffers still hold the last re-made block's activations (the kept
+        // blocks after it have their own); re-make the others'
+        if (block_recomputed(m, l) && l < c->depth - c->keep_blocks - 1) block_forward(m, l, 1);
         zero(m, d->dmod, (size_t)S * 9 * D);
 
         // MLP. d->dres holds d loss / d res[2]; the residual passes it through unchanged. Each

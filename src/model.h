@@ -70,7 +70,8 @@ typedef struct {
 } AttnActs;
 
 // One block's activations. With cfg.recompute each block owns only mod and res[2]; every other
-// field of every block points at one shared set, which model_backward refills block by block.
+// field of every block points at one shared set, which model_backward refills block by block. The
+// last cfg.keep_blocks blocks own all of theirs and are not re-made.
 typedef struct {
     real *mod;       // (S, 9D)  adaLN output: shift/scale/gate x (spatial, temporal, mlp)
     AttnActs attn[2];

@@ -203,12 +203,13 @@ static void time_config(const char *path, const char *label) {
 static void plan_matches_allocation(void) {
     Config c;
     if (!load_config(&c, TINY, 1)) return;
-    for (int rc = 0; rc <= 2; rc++) {
-        c.recompute = rc;
+    for (int rc = 0; rc <= 3; rc++) {
+        c.recompute = rc < 3 ? rc : 2, c.keep_blocks = rc < 3 ? 0 : 1;  // last: recompute 2, one block kept
         Model *m = build_model(&c, g_gpu, c.batch_size);
         MemPlan p = memory_plan(&c, c.batch_size, plan_device(g_gpu->name, g_gpu->precision));
         check((double)model_memory_bytes(m) == p.model, nm("cuda_memory_plan_is_allocation"),
-              "%s, recompute %d: %zu bytes allocated, %.0f planned", TINY, rc, model_memory_bytes(m), p.model);
+              "%s, recompute %d, keep_blocks %d: %zu bytes allocated, %.0f planned", TINY, c.recompute, c.keep_blocks,
+              model_memory_bytes(m), p.model);
         free_model(m);
     }
 }

@@ -158,13 +158,14 @@ static void test_flow(void) {
     free_model(m);
 }
 
-// Forward, loss and backward of the tiny config at `depth` blocks, with recompute `rc`, from the
-// random init and one batch; the model is returned for its outputs and gradients.
-static Model *tiny_step(int depth, int rc, real *loss) {
+// Forward, loss and backward of the tiny config at `depth` blocks, with recompute `rc` and its last
+// `keep` blocks keeping everything, from the random init and one batch; the model is returned for its
+// outputs and gradients.
+static Model *tiny_step(int depth, int rc, int keep, real *loss) {
     Config c;
     config_defaults(&c);
     config_load(&c, "configs/tiny/starter.conf");
-    c.depth = depth, c.recompute = rc;
+    c.depth = depth, c.recompute = rc, c.keep_blocks = keep;
     Model *m = build_model(&c, backend_cpu(), c.batch_size);
     m->want_input_grad = 1;
     model_init(m, 21, 1);
@@ -189,11 +190,11 @@ static void test_plan_matches_allocation(void) {
             Config c;
             config_defaults(&c);
             config_load(&c, "configs/tiny/starter.conf");
-            c.recompute = rc;
+            c.recompute = rc, c.keep_blocks = B - 1;  // the tiny config's 2 blocks: none kept, then one
             Model *m = build_model(&c, backend_cpu(), B);
             MemPlan p = memory_plan(&c, B, PLAN_CPU);
             char name[64];
-            snprintf(name, sizeof name, "memory_plan_is_allocation_rc%d_batch%d", rc, B);
+            snprintf(name, sizeof name, "memory_plan_is_allocation_rc%d_batch%d_keep%d", rc, B, B - 1);
             check((double)model_memory_bytes(m) == p.model, name, "tiny config: %zu bytes allocated, %.0f planned",
                   model_memory_bytes(m), p.model);
             free_model(m);
@@ -202,10 +203,12 @@ static void test_plan_matches_allocation(void) {
 
 // Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
 // bytes as with every activation kept, in less memory, and the plan must count what is allocated.
-// rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none.
-static void test_recompute_identical(int depth, int rc) {
+// rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none. The last
+// `keep` blocks keep everything and are not re-run: memory between the two (all of it when every
+// block is kept).
+static void test_recompute_identical(int depth, int rc, int keep) {
     real l0, l1;
-    Model *a = tiny_step(depth, 0, &l0), *b = tiny_step(depth, rc, &l1);
+    Model *a = tiny_step(depth, 0, 0, &l0), *b = tiny_step(depth, rc, keep, &l1);
     size_t np = a->n_params, npred = (size_t)a->S * a->E;
     int same_loss = !memcmp(&l0, &l1, sizeof l0);
     int same_pred = !memcmp(a->a.pred, b->a.pred, sizeof(real) * npred);
@@ -218,28 +221,30 @@ static void test_recompute_identical(int depth, int rc) {
     double gmax = 0;
     for (size_t i = 0; i < np; i++) gmax = fmax(gmax, fabs(a->grads_mem[i]));
     char name[64];
-    snprintf(name, sizeof name, "recompute%d_bit_identical_depth%d", rc, depth);
+    snprintf(name, sizeof name, "recompute%d_bit_identical_depth%d_keep%d", rc, depth, keep);
     check(same_loss && same_pred && same_grads && same_dxt && gmax > 0, name,
           "loss %.6f vs %.6f, pred %s, %zu gradients %s (first differing: %s), input gradient %s", l0, l1,
           same_pred ? "same" : "DIFFERS", np, same_grads ? "same" : "DIFFER",
           bad_tensor < 0 ? "none" : a->info[bad_tensor].name, same_dxt ? "same" : "DIFFERS");
     size_t ob = a->be->operand_bytes;
     ModelCounts ka = model_counts(&a->cfg, a->B, ob), kb = model_counts(&b->cfg, b->B, ob);
-    snprintf(name, sizeof name, "recompute%d_fewer_activations_depth%d", rc, depth);
-    if (rc == 2) {  // and more than recompute = 1, by the kept attention outputs of blocks 1 ..
+    snprintf(name, sizeof name, "recompute%d_fewer_activations_depth%d_keep%d", rc, depth, keep);
+    int shared = depth - keep - 1;  // re-made blocks beside block 0, which own only a few tensors
+    if (rc == 2 && shared > 0) {  // and more than recompute = 1, by those blocks' attention outputs
         Config c1 = b->cfg;
         c1.recompute = 1;
         ModelCounts k1 = model_counts(&c1, b->B, ob);
         size_t att = (ob * b->T * b->D + 15) / 16 * 16;  // an operand, rounded to 16 bytes (model.c)
-        size_t extra = (size_t)(depth - 1) * 2 * (att + sizeof(real) * b->T * b->H);
+        size_t extra = (size_t)shared * 2 * (att + sizeof(real) * b->T * b->H);
         check(kb.acts_bytes == k1.acts_bytes + extra, "recompute2_keeps_attention", "%zu activation bytes, recompute "
               "= 1: %zu, + %zu expected (2 attentions x (T x D operand + T x H) for each of %d blocks)", kb.acts_bytes,
-              k1.acts_bytes, extra, depth - 1);
+              k1.acts_bytes, extra, shared);
         free(k1.info);
     }
-    check(b->acts_bytes < a->acts_bytes && ka.acts_bytes == a->acts_bytes && kb.acts_bytes == b->acts_bytes &&
-              model_memory_bytes(b) < model_memory_bytes(a),
-          name, "%zu activation bytes with recompute, %zu without (plan %zu, %zu); %zu vs %zu in all", b->acts_bytes,
+    // fewer bytes while any block is re-made beside block 0; every block kept: the same as none re-made
+    int fewer = shared > 0 ? b->acts_bytes < a->acts_bytes : b->acts_bytes == a->acts_bytes;
+    check(fewer && ka.acts_bytes == a->acts_bytes && kb.acts_bytes == b->acts_bytes, name,
+          "%zu activation bytes with recompute, %zu without (plan %zu, %zu); %zu vs %zu in all", b->acts_bytes,
           a->acts_bytes, kb.acts_bytes, ka.acts_bytes, model_memory_bytes(b), model_memory_bytes(a));
     free(ka.info), free(kb.info);
     free_model(a), free_model(b);
@@ -257,7 +262,7 @@ static void test_checkpoint_other_code_maps(void) {
     c.depth = 2;
     const Backend *be = backend_cpu();
     real loss;
-    Model *m = tiny_step(2, 0, &loss);  // gradients of one batch
+    Model *m = tiny_step(2, 0, 0, &loss);  // gradients of one batch
     Optimizer *o = build_optimizer(m, &c);
     for (int t = 1; t <= 2; t++) optimizer_step(o, m, &c, t, 1e-3, NULL, 0);
     char dir[] = "/tmp/fc_test_codes_XXXXXX", err[256] = "";
@@ -316,9 +321,11 @@ int main(void) {
     test_param_layout();
     test_flow();
     test_plan_matches_allocation();
-    test_recompute_identical(2, 1);
-    test_recompute_identical(3, 1);
-    test_recompute_identical(3, 2);
+    test_recompute_identical(2, 1, 0);
+    test_recompute_identical(3, 1, 0);
+    test_recompute_identical(3, 2, 0);
+    test_recompute_identical(3, 1, 1), test_recompute_identical(4, 2, 2);  // the last blocks kept
+    test_recompute_identical(3, 2, 3);                                     // every block kept
     test_checkpoint_other_code_maps();
     return g_failed ? 1 : 0;
 }

@@ -59,9 +59,10 @@ for dev in cuda cuda-fp32; do
     speed preset $dev configs/starter.conf 12
 done
 speed preset-no-recompute cuda configs/starter.conf 12 --vram-budget 75 --set recompute=0
-speed preset-recompute1 cuda configs/starter.conf 12 --set recompute=1
-speed preset-batch2 cuda configs/starter.conf 12 --set batch_size=2
-speed largest-depth22 cuda configs/starter.conf 8 --set depth=22 --set recompute=1
+speed preset-keep0 cuda configs/starter.conf 12 --set keep_blocks=0
+speed preset-recompute1 cuda configs/starter.conf 12 --set recompute=1 --set keep_blocks=0
+speed preset-batch2 cuda configs/starter.conf 12 --set batch_size=2 --set keep_blocks=0
+speed largest-depth22 cuda configs/starter.conf 8 --set depth=22 --set recompute=1 --set keep_blocks=0
 echo "== checkpoints of the preset: training blocked, background write against synchronous"
 for mode in async sync; do
     rm -rf "$LOG/run"
@@ -84,7 +85,8 @@ fi
 rm -rf "$LOG/run"
 if [ -f build/base/Makefile ]; then
     echo "== this build against build/base, op by op and the preset's step (tools/compare_builds.sh)"
-    # the preset with recompute = 1, which any base revision reads (2 came later)
-    sed -E 's/^recompute *= *2/recompute  = 1/' configs/starter.conf > "$LOG/starter-recompute1.conf"
+    # the preset with recompute = 1 and no kept blocks, which any base revision reads (2 and
+    # keep_blocks came later)
+    sed -E 's/^recompute *= *2/recompute  = 1/; /^keep_blocks/d' configs/starter.conf > "$LOG/starter-recompute1.conf"
     LOG="$LOG/compare" tools/compare_builds.sh build/base cuda "$LOG/starter-recompute1.conf"
 fi
