@@ -11,7 +11,8 @@
 #include "common.h"
 #include "config.h"
 
-typedef enum { KEY_INT, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM } KeyType;
+// KEY_INT_AUTO: an int key that also takes `auto`, stored as -1.
+typedef enum { KEY_INT, KEY_INT_AUTO, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM } KeyType;
 
 typedef struct {
     const char *name;
@@ -42,9 +43,10 @@ static const KeyDef KEYS[] = {
     {"recompute", KEY_INT, OFF(recompute), 0, 2,
      "1: keep only each block's output and modulation and re-run the block in backward (less memory, same "
      "gradients); 2: keep its attention outputs too, so that the re-run skips attention (faster, a little more memory)"},
-    {"keep_blocks", KEY_INT, OFF(keep_blocks), 0, 256,
+    {"keep_blocks", KEY_INT_AUTO, OFF(keep_blocks), 0, 256,
      "with recompute, the last keep_blocks blocks keep all their activations and are not re-run: the memory "
-     "left on the card buys back time (0 to depth; inspect --config prints the plan)"},
+     "left on the card buys back time (0 to depth, or auto: as many as keep the GPU's plan 4 GiB under "
+     "--vram-budget; inspect --config prints the plan)"},
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
@@ -164,10 +166,15 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         *(double *)((char *)c + k->offset) = v;
         return 0;
     }
+    if (k->type == KEY_INT_AUTO && !strcmp(value, "auto")) {
+        *(int *)((char *)c + k->offset) = -1;
+        return 0;
+    }
     long long v = strtoll(value, &end, 10);
-    if (end == value || *end || errno) return fail(why, whylen, "not an integer");
+    if (end == value || *end || errno) return fail(why, whylen, k->type == KEY_INT_AUTO ? "not an integer or auto"
+                                                                                       : "not an integer");
     if (v < k->min || v > k->max) return fail(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
-    if (k->type == KEY_INT)
+    if (k->type == KEY_INT || k->type == KEY_INT_AUTO)
         *(int *)((char *)c + k->offset) = (int)v;
     else
         *(long long *)((char *)c + k->offset) = v;
@@ -261,7 +268,7 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (anchors != 1)
         return fail(err, errlen, "%s: plan: %d anchor slots, expected exactly one (the first frame)", origin, anchors);
     if (!targets) return fail(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
-    if (c->keep_blocks > c->depth)
+    if (c->keep_blocks != KEEP_BLOCKS_AUTO && c->keep_blocks > c->depth)
         return fail(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
     if (c->warmup_steps > c->steps)
         return fail(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
@@ -303,6 +310,7 @@ int config_equal(const Config *a, const Config *b) {
         const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
         switch (k->type) {
         case KEY_INT:
+        case KEY_INT_AUTO:
         case KEY_ENUM:
             if (*(const int *)x != *(const int *)y) return 0;
             break;
@@ -347,6 +355,10 @@ int config_get(const Config *c, const char *key, char *buf, size_t len) {
     const char *p = (const char *)c + k->offset;
     switch (k->type) {
     case KEY_INT: snprintf(buf, len, "%d", *(const int *)p); break;
+    case KEY_INT_AUTO:
+        if (*(const int *)p < 0) snprintf(buf, len, "auto");
+        else snprintf(buf, len, "%d", *(const int *)p);
+        break;
     case KEY_LL: snprintf(buf, len, "%lld", *(const long long *)p); break;
     case KEY_DOUBLE: {  // the shortest text that reads back as the same double
         double v = *(const double *)p;

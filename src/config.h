@@ -13,6 +13,9 @@
 
 enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
 
+// keep_blocks = auto: the trainer picks the number for its device and budget (memplan.h).
+#define KEEP_BLOCKS_AUTO (-1)
+
 typedef struct {
     // ---- network (docs/network.md) ----
     int frame_size;  // S: frames are S x S
@@ -32,7 +35,8 @@ typedef struct {
     int batch_size;      // B
     int recompute;       // 1: keep each block's output and modulation only, re-run its forward in backward;
                          // 2: keep its attention outputs and log-sum-exps too, the re-run skips attention
-    int keep_blocks;     // with recompute: the last keep_blocks blocks keep everything and are not re-run
+    int keep_blocks;     // with recompute: the last keep_blocks blocks keep everything and are not re-run;
+                         // KEEP_BLOCKS_AUTO: as many as the memory budget allows (memory_plan_resolve)
     long long seed;
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;

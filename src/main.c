@@ -281,6 +281,11 @@ static int cmd_train(int argc, char **argv) {
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
                         : DEFAULT_VRAM_BUDGET_GIB;
+    if (c.keep_blocks == KEEP_BLOCKS_AUTO)
+        printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
+               memory_plan_resolve(&c, c.batch_size, plan_device(g_backend->name, g_backend->precision),
+                                   budget * 1073741824.0),
+               c.depth, g_backend->name);
     return train_run(&c, run, data, g_backend, budget * 1073741824.0, opt(opts, "--sync-checkpoints")->count > 0);
 }
 
@@ -405,10 +410,19 @@ static int cmd_inspect(int argc, char **argv) {
     printf("%-28s %zu in %d tensors\n", "parameters", k.params, k.n_tensors);
     printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", c.batch_size, c.slots, n * n,
            c.batch_size * c.slots * n * n);
-    // The plans that matter: the CPU's, and the GPU's in bf16 against the default budget.
-    MemPlan cpu = memory_plan(&c, c.batch_size, PLAN_CPU), gpu = memory_plan(&c, c.batch_size, PLAN_GPU_BF16);
+    // The plans that matter: the CPU's, and the GPU's in bf16 against the default budget (each with
+    // keep_blocks = auto resolved for it).
+    Config on_cpu = c, on_gpu = c;
+    double budget = DEFAULT_VRAM_BUDGET_GIB * 1073741824.0;
+    memory_plan_resolve(&on_cpu, c.batch_size, PLAN_CPU, 0);
+    if (c.keep_blocks == KEEP_BLOCKS_AUTO)
+        printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
+               "none on the CPU\n", "keep_blocks = auto",
+               memory_plan_resolve(&on_gpu, c.batch_size, PLAN_GPU_BF16, budget), c.depth,
+               KEEP_BLOCKS_AUTO_RESERVE_GIB);
+    MemPlan cpu = memory_plan(&on_cpu, c.batch_size, PLAN_CPU), gpu = memory_plan(&on_gpu, c.batch_size, PLAN_GPU_BF16);
     memory_plan_print(stdout, &cpu, "training on the CPU", 0);
-    memory_plan_print(stdout, &gpu, "training on --device cuda, bf16", DEFAULT_VRAM_BUDGET_GIB * 1073741824.0);
+    memory_plan_print(stdout, &gpu, "training on --device cuda, bf16", budget);
     free(k.info);
     return 0;
 }

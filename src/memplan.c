@@ -55,6 +55,17 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     return p;
 }
 
+int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget) {
+    if (c->keep_blocks != KEEP_BLOCKS_AUTO) return c->keep_blocks;
+    c->keep_blocks = 0;
+    if (dev == PLAN_CPU || !c->recompute) return 0;
+    double limit = budget - KEEP_BLOCKS_AUTO_RESERVE_GIB * 1073741824.0;
+    Config t = *c;
+    for (t.keep_blocks = 1; t.keep_blocks <= c->depth; t.keep_blocks++)  // each kept block adds memory
+        if (memory_plan(&t, B, dev).total > limit) break;
+    return c->keep_blocks = t.keep_blocks - 1;
+}
+
 double model_step_flops(const Config *c, int B) {
     double n = c->frame_size / c->patch, N = n * n, F = c->slots, S = (double)B * F, T = S * N;
     double D = c->width, RD = (double)c->mlp_ratio * D, PPC = (double)c->patch * c->patch * c->channels;

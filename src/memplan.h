@@ -27,6 +27,13 @@ typedef struct {
 typedef enum { PLAN_CPU, PLAN_GPU_FP32, PLAN_GPU_BF16 } PlanDevice;
 // The plan of training config c at batch B on `dev` (the GPU adds its workspace, bf16 its copies).
 MemPlan memory_plan(const Config *c, int B, PlanDevice dev);
+// keep_blocks = auto: leaves the GPU's plan this far under the budget, for what the plan does not
+// count (the CUDA context, cuBLAS's own workspace, a desktop on the same card).
+#define KEEP_BLOCKS_AUTO_RESERVE_GIB 4.0
+// Resolves c->keep_blocks = auto for training at batch B on dev against budget_bytes: the most
+// blocks (0 to depth) that keep the plan KEEP_BLOCKS_AUTO_RESERVE_GIB under the budget on a GPU, none
+// on the CPU or without recompute. Returns the number; a set number is left as it is.
+int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget_bytes);
 // The PlanDevice of a backend.
 PlanDevice plan_device(const char *backend_name, const char *precision);
 // The model FLOPs of one training step of config c at batch B: 3x the forward pass's multiply-adds

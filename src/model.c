@@ -117,8 +117,10 @@ static void *carve_alloc(const Backend *be, Carve *cv, size_t *total) {
 
 // Whether block l re-makes its activations in backward: with recompute, every block but the last
 // keep_blocks, which keep all of theirs.
+// (keep_blocks = auto not resolved, memplan.h, keeps none.)
 static int block_recomputed(const Model *m, int l) {
-    return m->cfg.recompute && l < m->cfg.depth - m->cfg.keep_blocks;
+    int keep = m->cfg.keep_blocks > 0 ? m->cfg.keep_blocks : 0;
+    return m->cfg.recompute && l < m->cfg.depth - keep;
 }
 
 static void carve_activations(Model *m, Carve *cv) {
@@ -488,7 +490,7 @@ void model_backward(Model *m) {
         BlockActs *b = &a->blocks[l];
         // recompute: the shared buffers still hold the last re-made block's activations (the kept
         // blocks after it have their own); re-make the others'
-        if (block_recomputed(m, l) && l < c->depth - c->keep_blocks - 1) block_forward(m, l, 1);
+        if (block_recomputed(m, l) && l + 1 < c->depth && block_recomputed(m, l + 1)) block_forward(m, l, 1);
         zero(m, d->dmod, (size_t)S * 9 * D);
 
         // MLP. d->dres holds d loss / d res[2]; the residual passes it through unchanged. Each

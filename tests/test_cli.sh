@@ -52,6 +52,10 @@ expect config_plan_without_target 1 "the plan has no target slot" "$FC" inspect 
 expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/tiny/starter.conf --set depht=3
 expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
+expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
+    --config configs/starter.conf
+expect keep_blocks_not_a_number 1 "keep_blocks=some: not an integer or auto" "$FC" inspect --config configs/starter.conf \
+    --set keep_blocks=some
 expect keep_blocks_over_depth 1 "keep_blocks 3 is more than depth 2" "$FC" inspect --config configs/tiny/starter.conf \
     --set recompute=1 --set keep_blocks=3
 expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --config configs/tiny/starter.conf --run r --steps -4

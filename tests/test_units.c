@@ -201,6 +201,41 @@ static void test_plan_matches_allocation(void) {
         }
 }
 
+// keep_blocks = auto keeps as many blocks as leave the GPU's plan KEEP_BLOCKS_AUTO_RESERVE_GIB under
+// the budget: one more would not, and none are kept on the CPU, without recompute, or when set.
+static void test_keep_blocks_auto(void) {
+    const double GiB = 1073741824.0;
+    struct { int B, recompute; PlanDevice dev; double budget_gib; } cases[] = {
+        {1, 2, PLAN_GPU_BF16, 24}, {2, 2, PLAN_GPU_BF16, 24}, {1, 1, PLAN_GPU_FP32, 24},
+        {1, 2, PLAN_GPU_BF16, 1000}, {1, 2, PLAN_CPU, 24}, {1, 0, PLAN_GPU_BF16, 24}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        config_defaults(&c);
+        config_load(&c, "configs/starter.conf");  // the 0.95 B preset: only planned, nothing allocated
+        c.batch_size = cases[i].B, c.recompute = cases[i].recompute, c.keep_blocks = KEEP_BLOCKS_AUTO;
+        double limit = (cases[i].budget_gib - KEEP_BLOCKS_AUTO_RESERVE_GIB) * GiB;
+        int n = memory_plan_resolve(&c, c.batch_size, cases[i].dev, cases[i].budget_gib * GiB);
+        Config more = c;
+        more.keep_blocks = n + 1;
+        double at = memory_plan(&c, c.batch_size, cases[i].dev).total;
+        double next = n < c.depth ? memory_plan(&more, c.batch_size, cases[i].dev).total : INFINITY;
+        int none = cases[i].dev == PLAN_CPU || !cases[i].recompute;
+        int ok = c.keep_blocks == n && (none ? n == 0 : (n == 0 || at <= limit) && next > limit);
+        char name[64];
+        snprintf(name, sizeof name, "keep_blocks_auto_%zu", i);
+        check(ok, name, "preset, batch %d, recompute %d, %s, budget %.0f GiB: %d of %d blocks kept, plan %.2f GiB, "
+              "with one more %.2f (limit %.2f)", cases[i].B, cases[i].recompute,
+              cases[i].dev == PLAN_CPU ? "cpu" : cases[i].dev == PLAN_GPU_FP32 ? "cuda-fp32" : "cuda",
+              cases[i].budget_gib, n, c.depth, at / GiB, next / GiB, limit / GiB);
+    }
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/starter.conf");
+    c.keep_blocks = 5;
+    check(memory_plan_resolve(&c, 1, PLAN_GPU_BF16, 24 * GiB) == 5 && c.keep_blocks == 5, "keep_blocks_set_stays",
+          "keep_blocks = 5 resolves to %d", c.keep_blocks);
+}
+
 // Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
 // bytes as with every activation kept, in less memory, and the plan must count what is allocated.
 // rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none. The last
@@ -321,6 +356,7 @@ int main(void) {
     test_param_layout();
     test_flow();
     test_plan_matches_allocation();
+    test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);
     test_recompute_identical(3, 1, 0);
     test_recompute_identical(3, 2, 0);

@@ -77,7 +77,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v nsys > /dev/null; then
     echo "== nsys: where a preset step's GPU time goes (bf16)"
     rm -rf "$LOG/run"
     nsys profile -o "$LOG/preset" --force-overwrite true ./framechain --device cuda train --config configs/starter.conf \
-        --run "$LOG/run" --steps 4 --vram-budget 75 > "$LOG/nsys.log" 2>&1
+        --run "$LOG/run" --steps 4 > "$LOG/nsys.log" 2>&1  # the default 24 GiB budget: the preset's kept blocks
     nsys stats --report cuda_gpu_kern_sum --format csv "$LOG/preset.nsys-rep" 2> /dev/null |
         awk -F'","' 'NR > 1 { printf "%6s%%  %s\n", $1, substr($NF, 1, 90) }' | sed 's/"//g' | head -20
     rm -f "$LOG/preset.nsys-rep" "$LOG/preset.sqlite"
