@@ -219,6 +219,23 @@ static inline real *fetch(const Backend *be, const real *p, size_t n) {
 
 #define SAME(same) ((same) ? "identical" : "DIFFER")
 
+// Shared by test_cuda.c and test_cuda_optim.c: gradients of step t (heavy tails, NaN and Inf), the
+// AdamW hyper-parameters of step t, the 8-bit state of one tensor on both sides, and section 2's
+// capture (the CUDA side into hc on the first run, into hg on the second; 1 when they match).
+void make_grads(Buf *g, int t);
+AdamHyper hyper(int t);
+typedef struct {
+    Buf p, g, m8, v8, am, av, cm, cv;
+    Buf ema;  // the weights' EMA, updated in the same pass on odd steps
+    size_t n, nb;
+} Adam8;
+Adam8 adam8_new(size_t n);
+void adam8_free(Adam8 *a);
+int det_capture(Buf *b, int rep);
+// test_cuda_optim.c: the optimizer's ops at tolerance 0 (section 1) and their determinism (section 2).
+void cuda_optim_cases(void);
+void cuda_optim_determinism(void);
+
 // test_cuda_step.c: section 3 (one whole training step on both backends; returns its failures) and
 // the timings of section 4.
 int cuda_test_train_step(void);
