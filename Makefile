@@ -148,7 +148,8 @@ $(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_
 $(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-$(BUILD)/test_cuda: tests/test_cuda.c tests/test_cuda_step.c tests/test_cuda_optim.c tests/cuda_harness.h tests/check.h $(OBJ) $(CUDA_OBJ)
+TEST_CUDA_SRC := tests/test_cuda.c tests/test_cuda_step.c tests/test_cuda_optim.c tests/cuda_harness.h tests/check.h
+$(BUILD)/test_cuda: $(TEST_CUDA_SRC) $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 # The CUDA backend's own code on the CPU (tests/cuda_emu): test_cuda's checks without a GPU. Each
@@ -177,7 +178,7 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp cuda/*.cuh src/*.h tests/cuda_emu/cuda_emu.
 $(BUILD)/emu/lib_%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h | $(BUILD)/emu
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/test_cuda_emu: tests/test_cuda.c tests/test_cuda_step.c tests/test_cuda_optim.c tests/cuda_harness.h tests/check.h $(OBJ) $(EMU_OBJ)
+$(BUILD)/test_cuda_emu: $(TEST_CUDA_SRC) $(OBJ) $(EMU_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
 
 # The whole program on the emulated GPU (tests/test_cuda_emu_cli.sh).
