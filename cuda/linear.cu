@@ -56,7 +56,7 @@ __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float 
 // backward GEMMs' operand, without a second pass over dy.
 __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float *__restrict__ db,
                                              __nv_bfloat16 *__restrict__ dy16, const float *__restrict__ dy, int M,
-                                             int N, int rows_per_chunk) {
+                                             int N, int rows_per_chunk, int add) {
     __shared__ double acc[COLSUM_LANES][COLSUM_COLS];
     int tx = threadIdx.x, ty = threadIdx.y;
     int n = blockIdx.x * COLSUM_COLS + tx;
@@ -77,7 +77,7 @@ __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float
     }
     if (ty == 0 && n < N) {
         if (gridDim.y == 1)
-            db[n] += (float)acc[0][tx];
+            db[n] = add ? db[n] + (float)acc[0][tx] : (float)acc[0][tx];
         else
             partial[(size_t)blockIdx.y * N + n] = acc[0][tx];
     }
@@ -85,27 +85,28 @@ __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float
 
 // Column sums, pass 2: one thread per column n adds its chunks' partial sums in chunk order.
 __global__ void linear_colsum_finish_kernel(float *__restrict__ db, const double *__restrict__ partial, int N,
-                                            int nchunks) {
+                                            int nchunks, int add) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     double sum = 0;
     for (int c = 0; c < nchunks; c++) sum += partial[(size_t)c * N + n];
-    db[n] += (float)sum;
+    db[n] = add ? db[n] + (float)sum : (float)sum;
 }
 
-// db (N) += column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL. The partition into
-// chunks depends only on M, so the result does not depend on the GPU.
-static void linear_bias_grad(real *db, __nv_bfloat16 *dy16, const real *dy, int M, int N) {
+// db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL. The
+// partition into chunks depends only on M, so the result does not depend on the GPU.
+static void linear_bias_grad(real *db, GradMode pmode, __nv_bfloat16 *dy16, const real *dy, int M, int N) {
+    int add = pmode == GRAD_ADD;
     long rows_per_chunk = COLSUM_ROWS;
     while ((M + rows_per_chunk - 1) / rows_per_chunk > 65535) rows_per_chunk *= 2;
     int nchunks = (int)((M + rows_per_chunk - 1) / rows_per_chunk);
     double *partial = NULL;
     if (nchunks > 1) partial = (double *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(double) * (size_t)nchunks * N);
     dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(N, COLSUM_COLS), nchunks);
-    linear_colsum_partial_kernel<<<grid, block>>>(partial, db, dy16, dy, M, N, (int)rows_per_chunk);
+    linear_colsum_partial_kernel<<<grid, block>>>(partial, db, dy16, dy, M, N, (int)rows_per_chunk, add);
     kernelCheck();
     if (nchunks > 1) {
-        linear_colsum_finish_kernel<<<fc_cdiv(N, LIN_THREADS), LIN_THREADS>>>(db, partial, N, nchunks);
+        linear_colsum_finish_kernel<<<fc_cdiv(N, LIN_THREADS), LIN_THREADS>>>(db, partial, N, nchunks, add);
         kernelCheck();
     }
 }
@@ -350,17 +351,21 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
 // x = GELU(gelu_pre)), dx = (dy @ w) * GELU'(gelu_pre) (dx_mode GRAD_SET). bf16: the bias gradient's
 // pass over dy also rounds it for the GEMMs, and with gelu_pre dx is one cublasLtMatmul with the
 // DGELU epilogue where cuBLASLt has a kernel for it (otherwise the GEMM, then GELU's backward in place).
-static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, const real *dy,
-                       const Operand *x, const real *w, const real *gelu_pre, int M, int K, int N) {
+static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode,
+                       const real *dy, const Operand *x, const real *w, const real *gelu_pre, int M, int K, int N) {
     if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
     if (dx && dx_mode == GRAD_SET && N <= 0) cudaCheck(cudaMemset(dx, 0, sizeof(real) * (size_t)M * K));  // dy @ w = 0
+    if (M <= 0 && pmode == GRAD_SET && N > 0) {  // sums over no rows: zero
+        if (dw && K > 0) cudaCheck(cudaMemset(dw, 0, sizeof(real) * (size_t)N * K));
+        if (db) cudaCheck(cudaMemset(db, 0, sizeof(real) * (size_t)N));
+    }
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
     const __nv_bfloat16 *dy16 = NULL;
     if ((dx || dw) && K > 0 && kind.bf16) {
         if (db) {  // the bias gradient's pass over dy also rounds it for the GEMMs
             __nv_bfloat16 *out =
                 (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_B, sizeof(__nv_bfloat16) * (size_t)M * N);
-            linear_bias_grad(db, out, dy, M, N);
+            linear_bias_grad(db, pmode, out, dy, M, N);
             dy16 = out, db = NULL;
         } else {
             dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
@@ -378,10 +383,11 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         }
     }
     if (dw && K > 0)
-        // dw^T (K, N) += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
-        gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N, 1.0f,
-             dw, K);
-    if (db) linear_bias_grad(db, NULL, dy, M, N);
+        // dw^T (K, N) = or += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
+        // Overwriting (beta 0) never reads dw.
+        gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N,
+             pmode == GRAD_ADD ? 1.0f : 0.0f, dw, K);
+    if (db) linear_bias_grad(db, pmode, NULL, dy, M, N);
 }
 
 template <int BF16>
@@ -389,9 +395,9 @@ static void table_linear_fwd(real *y, const Operand *x, const real *w, const rea
     linear_fwd(GemmKind{BF16}, y, NULL, x, w, b, M, K, N);
 }
 template <int BF16>
-static void table_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x,
-                             const real *w, int M, int K, int N) {
-    linear_bwd(GemmKind{BF16}, dx, dx_mode, dw, db, dy, x, w, NULL, M, K, N);
+static void table_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
+                             const Operand *x, const real *w, int M, int K, int N) {
+    linear_bwd(GemmKind{BF16}, dx, dx_mode, dw, db, pmode, dy, x, w, NULL, M, K, N);
 }
 template <int BF16>
 static void table_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M,
@@ -399,9 +405,9 @@ static void table_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const
     linear_fwd(GemmKind{BF16}, pre, y, x, w, b, M, K, N);
 }
 template <int BF16>
-static void table_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
-                                  const real *pre, int M, int K, int N) {
-    linear_bwd(GemmKind{BF16}, dpre, GRAD_SET, dw, db, dy, x, w, pre, M, K, N);
+static void table_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
+                                  const real *w, const real *pre, int M, int K, int N) {
+    linear_bwd(GemmKind{BF16}, dpre, GRAD_SET, dw, db, pmode, dy, x, w, pre, M, K, N);
 }
 
 void cuda_register_linear(Backend *be, int bf16) {

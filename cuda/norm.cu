@@ -389,7 +389,8 @@ static __global__ void qk_norm_bwd_w_kernel(double *part_sums, const real *dout,
 }
 
 // Pass 2: one thread per (part, entry i); adds the nchunks partial sums in order.
-static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const double *part_sums, int dh, int nchunks) {
+static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const double *part_sums, int dh, int nchunks,
+                                                 int add) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= 2 * dh) return;
     int part = idx / dh, i = idx % dh;
@@ -397,7 +398,7 @@ static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const doub
     if (!dw) return;
     double acc = 0;
     for (int c = 0; c < nchunks; c++) acc += part_sums[((long)c * 2 + part) * dh + i];
-    dw[i] += (real)acc;
+    dw[i] = add ? dw[i] + (real)acc : (real)acc;
 }
 
 // The vector path of the two row kernels (dh % 4 == 0, dh <= 128, qkv-shaped rows on 16 bytes):
@@ -481,8 +482,11 @@ static void cuda_qk_norm_fwd(Operand *out_op, real *rstd, const real *qkv, const
     kernelCheck();
 }
 
-static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
-                             const real *qw, const real *kw, int T, int D, int H) {
+static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, const real *dout, const real *qkv,
+                             const real *rstd, const real *qw, const real *kw, int T, int D, int H) {
+    if (T <= 0 && D > 0 && pmode == GRAD_SET)  // sums over no tokens: zero
+        for (real *dw : {dqw, dkw})
+            if (dw) cudaCheck(cudaMemset(dw, 0, sizeof(real) * (size_t)(D / H)));
     if (T <= 0 || D <= 0) return;
     if (dqkv) {
         if (qk_vec(D, H, dqkv, dout, qkv)) qk_norm_bwd_dx_vec_kernel<<<T, QK_THREADS>>>(dqkv, dout, qkv, rstd, qw, kw, D, H);
@@ -496,7 +500,8 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout,
         qk_norm_bwd_w_kernel<<<fc_cdiv(count, COL_THREADS), COL_THREADS>>>(part_sums, dout, qkv, rstd, T, D, H,
                                                                            nchunks);
         kernelCheck();
-        qk_norm_bwd_w_sum_kernel<<<fc_cdiv(2 * dh, COL_THREADS), COL_THREADS>>>(dqw, dkw, part_sums, dh, nchunks);
+        qk_norm_bwd_w_sum_kernel<<<fc_cdiv(2 * dh, COL_THREADS), COL_THREADS>>>(dqw, dkw, part_sums, dh, nchunks,
+                                                                                pmode == GRAD_ADD);
         kernelCheck();
     }
 }

@@ -10,8 +10,9 @@
 // - Backward ops ACCUMULATE into the gradients they produce (dx += ..., dw += ...; the caller
 //   zeroes), except the activation gradients that one op alone produces in the network, which a
 //   contract below marks "=" (overwritten: the gated residual's dh, the q/k norm's and attention's
-//   dqkv, GELU's and SiLU's dx; linear's dx when asked with GRAD_SET), so that no pass zeroes them
-//   first. A NULL gradient pointer means "not needed" and is skipped.
+//   dqkv, GELU's and SiLU's dx; linear's dx when asked with GRAD_SET), and the parameter gradients
+//   asked with GRAD_SET (pmode: each has one producer in the network's backward), so that no pass
+//   zeroes them first. A NULL gradient pointer means "not needed" and is skipped.
 // - Results do not depend on the number of threads: no reduction is split by thread.
 #ifndef FRAMECHAIN_BACKEND_H
 #define FRAMECHAIN_BACKEND_H
@@ -100,21 +101,21 @@ typedef struct Backend {
                   uint64_t offset);
 
     // ---- linear: y (M, N) = x (M, K) @ w^T (w: (N, K)) + b (N); b may be NULL. Backward:
-    //      dx = or += dy @ w (dx_mode), dw += dy^T @ x, db += the column sums of dy ----
+    //      dx = or += dy @ w (dx_mode), dw = or += dy^T @ x, db = or += the column sums of dy (pmode) ----
     void (*linear_fwd)(real *y, const Operand *x, const real *w, const real *b, int M, int K, int N);
-    void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x,
-                       const real *w, int M, int K, int N);
+    void (*linear_bwd)(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
+                       const Operand *x, const real *w, int M, int K, int N);
 
     // ---- the MLP's two linears, each fused with the GELU between them, so that a backend can run
     //      the GELU in its GEMM's epilogue (the CPU runs the composition below):
     //      linear_gelu_fwd: pre (M, N) = x @ w^T + b, y = GELU(pre) (linear_fwd, then gelu_fwd);
     //      linear_gelu_bwd, the backward of a linear whose input is x = GELU(pre) (M, K):
-    //      dpre = (dy @ w) * GELU'(pre) (overwritten), dw += dy^T @ x, db += the column sums of dy
-    //      (linear_bwd with GRAD_SET, then gelu_bwd in place) ----
+    //      dpre = (dy @ w) * GELU'(pre) (overwritten), dw and db as linear_bwd's (pmode)
+    //      (linear_bwd with dx_mode GRAD_SET, then gelu_bwd in place) ----
     void (*linear_gelu_fwd)(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
                             int N);
-    void (*linear_gelu_bwd)(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
-                            const real *pre, int M, int K, int N);
+    void (*linear_gelu_bwd)(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
+                            const real *w, const real *pre, int M, int K, int N);
 
     // ---- LayerNorm (no affine, eps 1e-6) with adaLN modulation ----
     // y = LN(x) * (1 + scale[s]) + shift[s] for the N rows of slot s; x, y (S*N, D); mean, rstd (S*N).
@@ -132,11 +133,11 @@ typedef struct Backend {
 
     // ---- q/k RMS norm: qkv (T, 3D) -> out (T, 3D, an operand: attention's input) with each head of q
     //      and k RMS-normalised and scaled by qw / kw (dh); v copied. rstd (T, 2*H). Backward: dqkv =
-    //      (overwritten, v's columns = dout's), dqw += , dkw += ----
+    //      (overwritten, v's columns = dout's), dqw and dkw = or += (pmode) ----
     void (*qk_norm_fwd)(Operand *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                         int H);
-    void (*qk_norm_bwd)(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
-                        const real *qw, const real *kw, int T, int D, int H);
+    void (*qk_norm_bwd)(real *dqkv, real *dqw, real *dkw, GradMode pmode, const real *dout, const real *qkv,
+                        const real *rstd, const real *qw, const real *kw, int T, int D, int H);
 
     // ---- softmax attention over the sequences of `lay`; qkv (T, 3D) and out (T, D) operands, lse (T,
     //      H) holds each query's log-sum-exp so that backward recomputes the probabilities (never

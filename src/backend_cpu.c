@@ -63,8 +63,8 @@ static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const re
     }
 }
 
-static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const real *dy, const Operand *x_op,
-                           const real *w, int M, int K, int N) {
+static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
+                           const Operand *x_op, const real *w, int M, int K, int N) {
     const real *x = x_op;
     if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
         int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
@@ -75,16 +75,17 @@ static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const
                  dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K, K);
         }
     }
-    if (dw) {  // dw (N, K) += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
+    real beta = pmode == GRAD_ADD ? 1.0 : 0.0;
+    if (dw) {  // dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
         int by_rows = N >= K, len = by_rows ? N : K, nblocks = (len + GEMM_BLOCK - 1) / GEMM_BLOCK;
 #pragma omp parallel for schedule(static)
         for (int blk = 0; blk < nblocks; blk++) {
             int o = blk * GEMM_BLOCK, cnt = len - o < GEMM_BLOCK ? len - o : GEMM_BLOCK;
             if (by_rows)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, K, M, 1.0, dy + o, N, x, K, 1.0, dw + (size_t)o * K,
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, K, M, 1.0, dy + o, N, x, K, beta, dw + (size_t)o * K,
                      K);
             else
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, N, cnt, M, 1.0, dy, N, x + o, K, 1.0, dw + o, K);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, N, cnt, M, 1.0, dy, N, x + o, K, beta, dw + o, K);
         }
     }
     if (db) {
@@ -98,7 +99,7 @@ static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, const
                 const real *row = dy + (size_t)m * N;
                 for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
             }
-            for (int n = n0; n < n1; n++) db[n] += (real)acc[n - n0];
+            for (int n = n0; n < n1; n++) db[n] = pmode == GRAD_ADD ? db[n] + (real)acc[n - n0] : (real)acc[n - n0];
         }
     }
 }
@@ -229,8 +230,8 @@ static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const rea
     }
 }
 
-static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, const real *qkv, const real *rstd,
-                            const real *qw, const real *kw, int T, int D, int H) {
+static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, const real *dout, const real *qkv,
+                            const real *rstd, const real *qw, const real *kw, int T, int D, int H) {
     int dh = D / H;
     if (dqkv) {
 #pragma omp parallel for schedule(static)
@@ -262,7 +263,7 @@ static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, const real *dout, 
                 for (int h = 0; h < H; h++)
                     acc += (double)dout[(size_t)t * 3 * D + part * D + h * dh + i] *
                            qkv[(size_t)t * 3 * D + part * D + h * dh + i] * rstd[(size_t)t * 2 * H + part * H + h];
-            dw[i] += (real)acc;
+            dw[i] = pmode == GRAD_ADD ? dw[i] + (real)acc : (real)acc;
         }
     }
 }
@@ -308,9 +309,9 @@ static void cpu_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const r
     cpu_linear_fwd(pre, x, w, b, M, K, N);
     cpu_gelu_fwd(y, pre, (size_t)M * N);
 }
-static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, const real *dy, const Operand *x, const real *w,
-                                const real *pre, int M, int K, int N) {
-    cpu_linear_bwd(dpre, GRAD_SET, dw, db, dy, x, w, M, K, N);
+static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
+                                const real *w, const real *pre, int M, int K, int N) {
+    cpu_linear_bwd(dpre, GRAD_SET, dw, db, pmode, dy, x, w, M, K, N);
     cpu_gelu_bwd(dpre, dpre, pre, (size_t)M * K);
 }
 

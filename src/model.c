@@ -479,11 +479,12 @@ void model_backward(Model *m) {
     // loss -> final layer
     be->mse_masked_bwd(d->dpred, a->pred, m->in.v, m->in.mask, 1, S, m->E);
     be->unpatchify_bwd(d->dfout, d->dpred, S, c->channels, sz, sz, c->patch);
-    be->linear_bwd(d->dln, GRAD_SET, g->final_w, g->final_b, d->dfout, a->fln, p->final_w, T, D, m->PPC);
+    be->linear_bwd(d->dln, GRAD_SET, g->final_w, g->final_b, GRAD_SET, d->dfout, a->fln, p->final_w, T, D, m->PPC);
     be->ln_mod_bwd(d->dres, d->dfmod, d->dfmod + D, d->dln, block_input(m, c->depth, 0), a->fmean, a->frstd,
                    a->fmod + D, 2L * D, S, N, D);
     // dsc: the final layer's modulation gradient, then every block's adds into it
-    be->linear_bwd(d->dsc, GRAD_SET, g->final_ada_w, g->final_ada_b, d->dfmod, a->sc, p->final_ada_w, S, D, 2 * D);
+    be->linear_bwd(d->dsc, GRAD_SET, g->final_ada_w, g->final_ada_b, GRAD_SET, d->dfmod, a->sc, p->final_ada_w, S, D,
+                   2 * D);
 
     for (int l = c->depth - 1; l >= 0; l--) {
         BlockParams *bp = &p->blocks[l], *bg = &g->blocks[l];
@@ -497,8 +498,8 @@ void model_backward(Model *m) {
         // activation gradient below has one producer, which overwrites it (backend.h): nothing is
         // zeroed but dmod, which the adaLN chunks' ops add into.
         be->gated_add_bwd(NULL, d->dfc2, d->dmod + 8 * D, d->dres, b->fc2, b->mod + 8 * D, ms, S, N, D);
-        be->linear_gelu_bwd(d->dfc1, bg->fc2_w, bg->fc2_b, d->dfc2, b->gelu, bp->fc2_w, b->fc1, T, RD, D);
-        be->linear_bwd(d->dln, GRAD_SET, bg->fc1_w, bg->fc1_b, d->dfc1, b->mln, bp->fc1_w, T, D, RD);
+        be->linear_gelu_bwd(d->dfc1, bg->fc2_w, bg->fc2_b, GRAD_SET, d->dfc2, b->gelu, bp->fc2_w, b->fc1, T, RD, D);
+        be->linear_bwd(d->dln, GRAD_SET, bg->fc1_w, bg->fc1_b, GRAD_SET, d->dfc1, b->mln, bp->fc1_w, T, D, RD);
         be->ln_mod_bwd(d->dres, d->dmod + 6 * D, d->dmod + 7 * D, d->dln, block_input(m, l, 2), b->mmean, b->mrstd,
                        b->mod + 7 * D, ms, S, N, D);
 
@@ -508,28 +509,28 @@ void model_backward(Model *m) {
             real *dshift = d->dmod + 3 * k * D;
             const real *scale = b->mod + (3 * k + 1) * D, *gate = b->mod + (3 * k + 2) * D;
             be->gated_add_bwd(NULL, d->dproj, dshift + 2 * D, d->dres, at->proj, gate, ms, S, N, D);
-            be->linear_bwd(d->datt, GRAD_SET, ag->proj_w, ag->proj_b, d->dproj, at->att, ap->proj_w, T, D, D);
+            be->linear_bwd(d->datt, GRAD_SET, ag->proj_w, ag->proj_b, GRAD_SET, d->dproj, at->att, ap->proj_w, T, D, D);
             be->attn_bwd(d->dqkn, d->datt, at->att, at->qkn, at->lse, attn_layout(m, k), D, H);
-            be->qk_norm_bwd(d->dqkv, ag->q_norm, ag->k_norm, d->dqkn, at->qkv, at->qrstd, ap->q_norm, ap->k_norm, T,
-                            D, H);
-            be->linear_bwd(d->dln, GRAD_SET, ag->qkv_w, ag->qkv_b, d->dqkv, at->ln, ap->qkv_w, T, D, 3 * D);
+            be->qk_norm_bwd(d->dqkv, ag->q_norm, ag->k_norm, GRAD_SET, d->dqkn, at->qkv, at->qrstd, ap->q_norm,
+                            ap->k_norm, T, D, H);
+            be->linear_bwd(d->dln, GRAD_SET, ag->qkv_w, ag->qkv_b, GRAD_SET, d->dqkv, at->ln, ap->qkv_w, T, D, 3 * D);
             be->ln_mod_bwd(d->dres, dshift, dshift + D, d->dln, block_input(m, l, k), at->mean, at->rstd, scale, ms,
                            S, N, D);
         }
-        be->linear_bwd(d->dsc, GRAD_ADD, bg->ada_w, bg->ada_b, d->dmod, a->sc, bp->ada_w, S, D, 9 * D);
+        be->linear_bwd(d->dsc, GRAD_ADD, bg->ada_w, bg->ada_b, GRAD_SET, d->dmod, a->sc, bp->ada_w, S, D, 9 * D);
     }
 
     // embeddings: d->dres now holds d loss / d x0
     zero(m, d->dln, (size_t)T * D);
     be->add_pos_time_bwd(d->dln, d->doe, d->dres, S, N, D);
-    be->linear_bwd(NULL, GRAD_SET, g->off_w, g->off_b, d->doe, a->osin, p->off_w, S, Fd, D);
-    be->linear_bwd(m->want_input_grad ? d->dpatches : NULL, GRAD_SET, g->patch_w, g->patch_b, d->dln, a->patches,
-                   p->patch_w, T, m->PPC, D);
+    be->linear_bwd(NULL, GRAD_SET, g->off_w, g->off_b, GRAD_SET, d->doe, a->osin, p->off_w, S, Fd, D);
+    be->linear_bwd(m->want_input_grad ? d->dpatches : NULL, GRAD_SET, g->patch_w, g->patch_b, GRAD_SET, d->dln,
+                   a->patches, p->patch_w, T, m->PPC, D);
     if (m->want_input_grad) be->patchify_bwd(d->dxt, d->dpatches, S, c->channels, sz, sz, c->patch);
 
     // conditioning MLP
     be->silu_bwd(d->dc, d->dsc, a->c, (size_t)S * D);
-    be->linear_bwd(d->dt1s, GRAD_SET, g->t2_w, g->t2_b, d->dc, a->t1s, p->t2_w, S, D, D);
+    be->linear_bwd(d->dt1s, GRAD_SET, g->t2_w, g->t2_b, GRAD_SET, d->dc, a->t1s, p->t2_w, S, D, D);
     be->silu_bwd(d->dt1, d->dt1s, a->t1, (size_t)S * D);
-    be->linear_bwd(NULL, GRAD_SET, g->t0_w, g->t0_b, d->dt1, a->tsin, p->t0_w, S, Fd, D);
+    be->linear_bwd(NULL, GRAD_SET, g->t0_w, g->t0_b, GRAD_SET, d->dt1, a->tsin, p->t0_w, S, Fd, D);
 }

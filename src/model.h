@@ -181,13 +181,15 @@ void free_model(Model *m);
 
 // Initialise the parameters from (seed, RNG_INIT); random != 0 makes every parameter non-zero (tests).
 void model_init(Model *m, uint64_t seed, int random);
-void model_zero_grad(Model *m);
+void model_zero_grad(Model *m);  // (model_backward overwrites every gradient: for callers that add)
 // m->in -> m->a.pred
 void model_forward(Model *m);
 // Masked MSE of m->a.pred against m->in.v; returns the loss.
 real model_loss(Model *m);
-// Accumulate d loss / d params into m->grads_mem (and m->d.dxt when want_input_grad), from the
-// activations of the model_forward just before (with recompute, re-made block by block from them).
+// d loss / d params into m->grads_mem, overwritten (each parameter's gradient has one producer,
+// which writes it with GRAD_SET: nothing needs zeroing first), and into m->d.dxt when
+// want_input_grad, from the activations of the model_forward just before (with recompute, re-made
+// block by block from them).
 void model_backward(Model *m);
 
 const ParamInfo *model_find_param(const Model *m, const char *name);

@@ -232,8 +232,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
             fc_die("the loss is %s at step %d: stopping (lower lr?); the last good checkpoint, %s, is kept",
                    isnan(loss) ? "NaN" : "infinite", step, last);
         }
-        model_zero_grad(m);
-        model_backward(m);
+        model_backward(m);  // overwrites every parameter's gradient: no zeroing pass
         // The optimizer step and the EMA update write what the last checkpoint may still be copying.
         if (ckpt_writer_wait_copy(writer, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
         double lr = lr_schedule(c, step);

@@ -66,14 +66,15 @@ static void t_linear_at(int M, int K, int N, int bias, int nulls, int shift) {
     BOTH(be->linear_fwd(P(y) + shift, PO(x, shift), P(w), bias ? P(b) + shift : NULL, M, K, N));
     g_linear_fwds += M > 0 && K > 0 && N > 0;
     compare("cuda_linear_fwd", "", &y, NULL);
-    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), GRAD_ADD, P(dw), bias ? P(db) : NULL, P(dy), PO(x, shift), P(w), M, K,
-                        N));
+    BOTH(be->linear_bwd(OPT(NULL_DX, P(dx)), GRAD_ADD, P(dw), bias ? P(db) : NULL, GRAD_ADD, P(dy), PO(x, shift),
+                        P(w), M, K, N));
     compare("cuda_linear_bwd", "dx", OPT(NULL_DX, &dx), "dw", &dw, "db", bias ? &db : NULL, NULL);
-    if (!(nulls & NULL_DX)) {  // GRAD_SET: dx overwritten, whatever it held (random on both sides)
-        Buf dx2 = bnormal((size_t)M * K, 0, 1);
-        BOTH(be->linear_bwd(P(dx2), GRAD_SET, NULL, NULL, P(dy), PO(x, shift), P(w), M, K, N));
-        compare("cuda_linear_bwd_set", "dx", &dx2, NULL);
-        bfree(&dx2);
+    if (!(nulls & NULL_DX)) {  // GRAD_SET: dx, dw, db overwritten, whatever they held (random on both sides)
+        Buf dx2 = bnormal((size_t)M * K, 0, 1), dw2 = bnormal((size_t)N * K, 0, 1), db2 = bnormal(N, 0, 1);
+        BOTH(be->linear_bwd(P(dx2), GRAD_SET, P(dw2), bias ? P(db2) : NULL, GRAD_SET, P(dy), PO(x, shift), P(w), M, K,
+                            N));
+        compare("cuda_linear_bwd_set", "dx", &dx2, "dw", &dw2, "db", bias ? &db2 : NULL, NULL);
+        FREE(&dx2, &dw2, &db2);
     }
     FREE(&x, &w, &b, &y, &dy, &dx, &dw, &db);
 }
@@ -160,10 +161,14 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
     BOTH(be->qk_norm_fwd(P(out), P(rstd), P(qkv), P(qw), P(kw), T, D, H));
     compare("cuda_qk_norm_fwd", "out", &out, "rstd", &rstd, NULL);
     bshare(&rstd);
-    BOTH(be->qk_norm_bwd(OPT(NULL_DX, P(dqkv)), OPT(NULL_DW, P(dqw)), OPT(NULL_DW, P(dkw)), P(dout), P(qkv), P(rstd),
-                         P(qw), P(kw), T, D, H));
-    compare("cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw", OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw),
-            NULL);
+    for (int set = 0; set < 2; set++) {  // dqw, dkw added into (from random values), then overwritten
+        breset(&dqkv), breset(&dqw), breset(&dkw);
+        GradMode pmode = set ? GRAD_SET : GRAD_ADD;
+        BOTH(be->qk_norm_bwd(OPT(NULL_DX, P(dqkv)), OPT(NULL_DW, P(dqw)), OPT(NULL_DW, P(dkw)), pmode, P(dout), P(qkv),
+                             P(rstd), P(qw), P(kw), T, D, H));
+        compare(set ? "cuda_qk_norm_bwd_set" : "cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw",
+                OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw), NULL);
+    }
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
 
@@ -320,6 +325,7 @@ static void linear_cases(int big) {
     // M, N, K off multiples of 8, with and without bias; operands off 16 bytes
     t_linear(77, 33, 5, 0, 0), t_linear(13, 7, 9, 1, NULL_DX), t_linear(1, 17, 3, 0, 0), t_linear(129, 15, 63, 1, 0);
     t_linear(6, 5, 0, 0, 0);  // N = 0: dy @ w is 0 (GRAD_SET must still write dx)
+    t_linear(0, 5, 7, 1, 0);  // M = 0: sums over no rows (GRAD_SET must still write dw and db)
     t_linear_at(77, 33, 5, 1, 0, 1), t_linear_at(300, 96, 200, 1, 0, 3), t_linear_at(13, 8, 24, 0, 0, 2);
     t_linear_at(7, 64, 576, 1, 0, 2);
     for (int shift = 0; shift < 4; shift++) t_linear_exact(37, 51, 21, shift & 1, shift);  // N K = 1071: odd
@@ -344,7 +350,8 @@ static void t_linear_gelu(int M, int K, int N, int bias, int refuse) {
     BOTH(be->linear_gelu_fwd(P(pre), P(y), P(x), P(w), bias ? P(b) : NULL, M, K, N));
     compare("cuda_linear_gelu_fwd", "pre", &pre, "y", &y, NULL);
     bshare(&y), bshare(&pre);  // the backward's inputs the same on both sides
-    BOTH(be->linear_gelu_bwd(P(dpre), P(dw2), bias ? P(db2) : NULL, P(dy), P(y), P(w2), P(pre), M, N, K));
+    BOTH(be->linear_gelu_bwd(P(dpre), P(dw2), bias ? P(db2) : NULL, bias ? GRAD_ADD : GRAD_SET, P(dy), P(y), P(w2),
+                             P(pre), M, N, K));  // the parameter gradients added into, or overwritten
     compare("cuda_linear_gelu_bwd", "dpre", &dpre, "dw", &dw2, "db", bias ? &db2 : NULL, NULL);
     if (hooked) {
         long f = lt_gelu_products(0) - f0, d = lt_gelu_products(1) - d0, want = !refuse && N % 8 == 0;
@@ -529,6 +536,7 @@ static void section_ops(void) {
     t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(896, 128, 4, 0);  // dh 16; tiny; small (dh 32)
     t_qk_norm(77, 256, 2, 0), t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
     t_qk_norm(40, 60, 2, 0), t_qk_norm(20, 512, 2, 0);  // the scalar kernels: dh 30, dh 256
+    t_qk_norm(0, 64, 2, 0);                              // no tokens: GRAD_SET must still write dqw, dkw
     if (big) t_qk_norm(1031, 1536, 12, 0);
 
     attn_cases(big);
@@ -595,7 +603,7 @@ static void section_determinism(int bf16) {
         int same = 1;
         for (int rep = 0; rep < 2; rep++) {
             breset(&dx), breset(&dw), breset(&db);
-            g_gpu->linear_bwd(dx.g, GRAD_ADD, dw.g, db.g, dy.g, x.g, w.g, M, K, N);
+            g_gpu->linear_bwd(dx.g, GRAD_ADD, dw.g, db.g, GRAD_ADD, dy.g, x.g, w.g, M, K, N);
             same &= det_capture(&dx, rep) & det_capture(&dw, rep) & det_capture(&db, rep);
         }
         check(same, nm("cuda_determinism_linear_bwd"), "M=%d K=%d N=%d: dx, dw, db %s", M, K, N, SAME(same));
@@ -613,7 +621,7 @@ static void section_determinism(int bf16) {
         for (int rep = 0; rep < 2; rep++) {
             breset(&dy), breset(&y), breset(&dpre), breset(&dw), breset(&dbk);
             g_gpu->linear_gelu_fwd(dy.g, y.g, x.g, w.g, db.g, M, K, N);
-            g_gpu->linear_gelu_bwd(dpre.g, dw.g, dbk.g, dx.g, y.g, w.g, dy.g, M, N, K);
+            g_gpu->linear_gelu_bwd(dpre.g, dw.g, dbk.g, GRAD_SET, dx.g, y.g, w.g, dy.g, M, N, K);
             same &= det_capture(&dy, rep) & det_capture(&y, rep) & det_capture(&dpre, rep) & det_capture(&dw, rep) &
                     det_capture(&dbk, rep);
         }

@@ -108,16 +108,17 @@ typedef struct {
     real *x, *w, *b, *mod, *h, *qkv, *qw, *kw, *pos, *temb, *target, *mask;
     real *dx, *dw, *db, *dmod, *dh, *dqkv, *dqw, *dkw, *dtemb;
     real *y, *dy, *mean, *rstd, *lse, *stats;
+    GradMode pmode;  // the parameter gradients' mode, where the op takes one
 } Ctx;
 
 static void linear_f(void *p) { Ctx *c = p; be->linear_fwd(c->y, c->x, c->w, c->b, c->M, c->K, c->N); }
 static void linear_b(void *p) {
     Ctx *c = p;
-    be->linear_bwd(c->dx, GRAD_ADD, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N);
+    be->linear_bwd(c->dx, GRAD_ADD, c->dw, c->db, GRAD_ADD, c->dy, c->x, c->w, c->M, c->K, c->N);
 }
-static void linear_b_set(void *p) {  // dx overwritten (dw, db still added into)
+static void linear_b_set(void *p) {  // dx, dw and db overwritten
     Ctx *c = p;
-    be->linear_bwd(c->dx, GRAD_SET, c->dw, c->db, c->dy, c->x, c->w, c->M, c->K, c->N);
+    be->linear_bwd(c->dx, GRAD_SET, c->dw, c->db, GRAD_SET, c->dy, c->x, c->w, c->M, c->K, c->N);
 }
 
 // The backward of the MLP's second linear fused with the GELU before it (linear_gelu_bwd), checked
@@ -130,7 +131,7 @@ static void gelu_linear_f(void *p) {
 }
 static void gelu_linear_b(void *p) {
     Ctx *c = p;
-    be->linear_gelu_bwd(c->dh, c->dw, c->db, c->dy, c->h, c->w, c->stats, c->M, c->K, c->N);
+    be->linear_gelu_bwd(c->dh, c->dw, c->db, c->pmode, c->dy, c->h, c->w, c->stats, c->M, c->K, c->N);
 }
 
 static void ln_f(void *p) {
@@ -155,7 +156,7 @@ static void gate_b(void *p) {
 static void qkn_f(void *p) { Ctx *c = p; be->qk_norm_fwd(c->y, c->stats, c->qkv, c->qw, c->kw, c->T, c->D, c->H); }
 static void qkn_b(void *p) {
     Ctx *c = p;
-    be->qk_norm_bwd(c->dqkv, c->dqw, c->dkw, c->dy, c->qkv, c->stats, c->qw, c->kw, c->T, c->D, c->H);
+    be->qk_norm_bwd(c->dqkv, c->dqw, c->dkw, c->pmode, c->dy, c->qkv, c->stats, c->qw, c->kw, c->T, c->D, c->H);
 }
 
 static void attn_f(void *p) { Ctx *c = p; be->attn_fwd(c->y, c->lse, c->qkv, c->lay, c->D, c->H); }
@@ -199,7 +200,8 @@ static void test_ops(void) {
         k.nargs = 3;
         gradcheck(&k, tol);
         OpCheck s = op("linear_set", linear_f, linear_b_set, &c, 30);
-        s.args[0] = ARG_SET("x", c.x, c.dx, 35), s.args[1] = ARG("w", c.w, c.dw, 42), s.args[2] = ARG("b", c.b, c.db, 6);
+        s.args[0] = ARG_SET("x", c.x, c.dx, 35), s.args[1] = ARG_SET("w", c.w, c.dw, 42);
+        s.args[2] = ARG_SET("b", c.b, c.db, 6);
         s.nargs = 3;
         gradcheck(&s, tol);
     }
@@ -208,10 +210,15 @@ static void test_ops(void) {
         Ctx c = {.M = M, .K = K, .N = N};
         c.stats = randbuf((size_t)M * K, -3, 3), c.w = randbuf((size_t)N * K, -1, 1), c.b = randbuf(N, -1, 1);
         c.h = talloc((size_t)M * K, sizeof(real));
-        OpCheck k = op("linear_gelu", gelu_linear_f, gelu_linear_b, &c, (size_t)M * N);
-        k.args[0] = ARG_SET("pre", c.stats, c.dh, (size_t)M * K), k.args[1] = ARG("w", c.w, c.dw, (size_t)N * K);
-        k.args[2] = ARG("b", c.b, c.db, N), k.nargs = 3;
-        gradcheck(&k, tol);
+        for (c.pmode = GRAD_SET; c.pmode <= GRAD_ADD; c.pmode++) {  // dw, db overwritten, then added into
+            OpCheck k = op(c.pmode == GRAD_SET ? "linear_gelu_set" : "linear_gelu", gelu_linear_f, gelu_linear_b, &c,
+                           (size_t)M * N);
+            int set = c.pmode == GRAD_SET;
+            k.args[0] = ARG_SET("pre", c.stats, c.dh, (size_t)M * K);
+            k.args[1] = (Arg){"w", c.w, c.dw = talloc((size_t)N * K, sizeof(real)), (size_t)N * K, set};
+            k.args[2] = (Arg){"b", c.b, c.db = talloc(N, sizeof(real)), (size_t)N, set}, k.nargs = 3;
+            gradcheck(&k, tol);
+        }
     }
     {  // modulation rows with a stride of 3D, as the adaLN chunks have
         Ctx c = {.S = 3, .N = 4, .D = 8, .ms = 24};
@@ -230,10 +237,14 @@ static void test_ops(void) {
         Ctx c = {.T = 5, .D = 8, .H = 2};
         c.qkv = randbuf(120, -2, 2), c.qw = randbuf(4, 0.5, 1.5), c.kw = randbuf(4, 0.5, 1.5);
         c.stats = talloc(20, sizeof(real));
-        OpCheck k = op("qk_norm", qkn_f, qkn_b, &c, 120);
-        k.args[0] = ARG_SET("qkv", c.qkv, c.dqkv, 120), k.args[1] = ARG("qw", c.qw, c.dqw, 4);
-        k.args[2] = ARG("kw", c.kw, c.dkw, 4), k.nargs = 3;
-        gradcheck(&k, tol);
+        for (c.pmode = GRAD_SET; c.pmode <= GRAD_ADD; c.pmode++) {  // dqw, dkw overwritten, then added into
+            OpCheck k = op(c.pmode == GRAD_SET ? "qk_norm_set" : "qk_norm", qkn_f, qkn_b, &c, 120);
+            int set = c.pmode == GRAD_SET;
+            k.args[0] = ARG_SET("qkv", c.qkv, c.dqkv, 120);
+            k.args[1] = (Arg){"qw", c.qw, c.dqw = talloc(4, sizeof(real)), 4, set};
+            k.args[2] = (Arg){"kw", c.kw, c.dkw = talloc(4, sizeof(real)), 4, set}, k.nargs = 3;
+            gradcheck(&k, tol);
+        }
     }
     for (int temporal = 0; temporal < 2; temporal++) {
         int B = 2, F = 3, N = 4, D = 8, T = B * F * N;
@@ -362,21 +373,22 @@ static void test_network(const char *config_path, int depth, int recompute) {
     check(bad == 0, test, "%d blocks, %d tensors (and the input) at 6 elements each, worst rel %.2e (%s), loss %.5f",
           cfg.depth, checked, worst_rel, worst_name, loss);
 
-    // Backward again over a gradient scratch of NaNs: every buffer it reads must have been zeroed
-    // or written first in this pass (most are overwritten by their one producer, backend.h), so the
-    // gradients are the same bytes as the first pass's.
+    // Backward again over a gradient scratch and parameter gradients of NaNs: every buffer it reads
+    // must have been zeroed or written first in this pass (most are overwritten by their one
+    // producer, backend.h), and every parameter's gradient overwritten (no zeroing before a step), so
+    // the gradients are the same bytes as the first pass's.
     size_t np = m->n_params;
     real *g1 = fc_malloc(sizeof(real) * (np + nx));
     memcpy(g1, m->grads_mem, sizeof(real) * np), memcpy(g1 + np, m->d.dxt, sizeof(real) * nx);
     double loss2;
     network_loss_and_grads(m, &loss2);  // the activations of the unperturbed inputs again
     for (size_t i = 0; i < m->dscratch_bytes / sizeof(real); i++) ((real *)m->dscratch_mem)[i] = NAN;
-    model_zero_grad(m);
+    for (size_t i = 0; i < np; i++) m->grads_mem[i] = NAN;
     model_backward(m);
     int same = !memcmp(g1, m->grads_mem, sizeof(real) * np) && !memcmp(g1 + np, m->d.dxt, sizeof(real) * nx);
     snprintf(test, sizeof test, "backward_scratch_nan%s", recompute ? "_recompute" : "");
-    check(same, test, "a second backward over a NaN-filled gradient scratch: %zu parameter gradients and the input's %s",
-          np, same ? "the same bytes" : "DIFFER");
+    check(same, test, "a second backward over NaN-filled gradients and scratch: %zu parameter gradients and the "
+          "input's %s", np, same ? "the same bytes" : "DIFFER");
     free(g1);
     be->free(x0);
     free_model(m);

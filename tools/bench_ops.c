@@ -100,14 +100,14 @@ int main(int argc, char **argv) {
 
     // ---- the ops of one block (two attention sub-layers, the MLP), each as often as a step runs it ----
     TIME("linear fwd qkv", 2 * L, g_be->linear_fwd(y, xo, w, b, T, D, 3 * D));
-    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, xo, w, T, D, 3 * D));
+    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, 3 * D));
     TIME("linear fwd proj", 2 * L, g_be->linear_fwd(y, xo, w, b, T, D, D));
-    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, xo, w, T, D, D));
+    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, D));
     TIME("linear+gelu fwd fc1", L, g_be->linear_gelu_fwd(y, yo, xo, w, b, T, D, RD));
-    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, xo, w, T, D, RD));
+    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, RD));
     TIME("linear fwd fc2", L, g_be->linear_fwd(y, xo, w, b, T, RD, D));
     int row_fc2 = g_nrows;
-    TIME("linear+gelu bwd fc2", L, g_be->linear_gelu_bwd(dx, dw, db, dy, xo, w, y, T, RD, D));
+    TIME("linear+gelu bwd fc2", L, g_be->linear_gelu_bwd(dx, dw, db, GRAD_SET, dy, xo, w, y, T, RD, D));
     AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
     TIME("attention fwd spatial", L, g_be->attn_fwd(atto, lse, qkvo, sp, D, H));
     TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, sp, D, H));
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     TIME("ln_mod fwd", 3 * L, g_be->ln_mod_fwd(yo, mean, rstd, x, mod, mod + D, ms, S, N, D));
     TIME("ln_mod bwd", 3 * L, g_be->ln_mod_bwd(dx, dmod, dmod + D, dy, x, mean, rstd, mod + D, ms, S, N, D));
     TIME("qk_norm fwd", 2 * L, g_be->qk_norm_fwd(yo, qr, qkv, qw, kw, T, D, H));
-    TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, dy, qkv, qr, qw, kw, T, D, H));
+    TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, GRAD_SET, dy, qkv, qr, qw, kw, T, D, H));
     TIME("gated_add fwd", 3 * L, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
     TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
     // The backward zeroes once a step only the gradients that ops add into (the residual stream's
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     // Outside the step's table: the MLP's fused backward against what it replaces, the GEMM and then
     // the GELU kernel (cuBLASLt's DGELU epilogue may run a slower GEMM kernel than the plain one).
     int nstep = g_nrows;
-    TIME("fc2: linear bwd", 0, g_be->linear_bwd(dx, GRAD_SET, dw, db, dy, xo, w, T, RD, D));
+    TIME("fc2: linear bwd", 0, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, RD, D));
     TIME("fc2: gelu bwd", 0, g_be->gelu_bwd(dx, dx, y, (size_t)T * RD));
 
     double total = 0;
