@@ -1,11 +1,11 @@
-// linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three
-// accumulated gradients backward: dx and dw through cuBLAS, db by a deterministic two-pass column
-// sum in double (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's linears with the
-// GELU fused into them. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM (fp32, no TF32);
-// "cuda" reads bf16 operands on the tensor cores and accumulates into fp32 outputs: x, an operand
-// (backend.h), is bf16 already; the weights come from their bf16 mirror (bf16.cu) and dy is
-// rounded by the pass that sums it for the bias gradient.
-// Neither lets cuBLAS use atomics, so the bytes are the same on every run on one GPU.
+// linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three gradients
+// backward, each overwritten or added into: dx and dw through cuBLAS, db by a deterministic
+// two-pass column sum in double (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's
+// linears with the GELU fused into them. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM
+// (fp32, no TF32); "cuda" reads bf16 operands on the tensor cores and accumulates into fp32
+// outputs: x, an operand (backend.h), is bf16 already; the weights come from their bf16 mirror
+// (bf16.cu) and dy is rounded by the pass that sums it for the bias gradient. Neither lets cuBLAS
+// use atomics, so the bytes are the same on every run on one GPU.
 //
 // The bf16 forward is one cublasLtMatmul: y = x @ w^T with the bias added in the GEMM's epilogue
 // (CUBLASLT_EPILOGUE_BIAS, beta = 0), so y is written once and never read. The fp32 forward, and a
@@ -51,7 +51,7 @@ __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float 
 // [chunk*rows_per_chunk, +rows_per_chunk). Thread (tx, ty) sums, in double and in increasing row
 // order, rows chunk_start + ty, + 8, + 16, ... of column x*32 + tx; the 8 lanes are then added by a
 // fixed tree (lane 0 += lane 4, ..., lane 0 += lane 1). The chunk's sum goes to partial[chunk][n]
-// when there are several chunks, or straight into db[n] (+=) when there is one. As every element
+// when there are several chunks, or straight into db[n] (+= with add, else =) when there is one. As every element
 // of dy is read once here, dy16 (M, N), when not NULL, gets dy rounded to bf16 on the way: the
 // backward GEMMs' operand, without a second pass over dy.
 __global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float *__restrict__ db,
