@@ -11,7 +11,7 @@
 // - activations: the operands (backend.h) are bf16 in memory, written so by the ops that make
 //   them; operand_upload and operand_download convert on the host. An activation gradient a GEMM
 //   reads is converted on each call into per-operand scratch (fc_bf16_operand), unless the bias
-//   gradient's pass rounds it (linear.cu). Attention's inputs are converted head by head
+//   gradient's pass rounds it (linear.cu). Attention's output gradient is converted head by head
 //   (fc_bf16_heads) into the same scratch, so that its kernels copy whole 16-byte pieces.
 #include <cuda_bf16.h>
 
@@ -113,8 +113,8 @@ const __nv_bfloat16 *fc_bf16_operand(const float *x, size_t n, int which) {
 }
 
 // dst (nheads, rows, dh) bf16 = columns p*dh .. p*dh+dh-1 of src (rows, ld) fp32 for head p: the
-// q, k, v heads of a (T, 3D) matrix (nheads 3H) or the heads of a (T, D) one (nheads H), each head's
-// rows contiguous so that attention copies them in 16-byte pieces whatever D is. One thread per 8
+// heads of attention's output gradient (T, D), nheads H, each head's rows contiguous so that
+// attention copies them in 16-byte pieces whatever D is. One thread per 8
 // elements (one 16-byte store); float4 loads where the source allows. dh % 8 == 0.
 static __global__ void to_bf16_heads_kernel(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src,
                                             long rows, long ld, int nheads, int dh) {

@@ -60,7 +60,7 @@ static void section_train_step(void) {
         be->upload(x0[k] = be->alloc(sizeof(real) * nx), hx0, sizeof(real) * nx);
         flow_prepare_batch(m[k], x0[k], g_seed, 1);  // the same Philox draws on both sides
         model_forward(m[k]), loss[k] = model_loss(m[k]);
-        model_zero_grad(m[k]), model_backward(m[k]);
+        model_backward(m[k]);
     }
     Model *mc = m[0], *mg = m[1];
     size_t S = mc->S, E = mc->E, np = mc->n_params;
@@ -85,7 +85,7 @@ static void section_train_step(void) {
     // The same step again on CUDA: the same bytes (a resumed run repeats the uninterrupted one).
     model_forward(mg);
     real again = model_loss(mg);
-    model_zero_grad(mg), model_backward(mg);
+    model_backward(mg);  // over the first pass's gradients: overwritten, never added to
     real *gg2 = fetch(g_gpu, mg->grads_mem, np);
     int same = !memcmp(&again, &loss[1], sizeof again) && !memcmp(gg, gg2, sizeof(real) * np);
     check(same, nm("cuda_determinism_train_step"), "forward, loss and every gradient twice on %s: %s", g_gpu->name,
@@ -101,7 +101,7 @@ static void section_train_step(void) {
         flow_prepare_batch(mr, x0[1], g_seed, 1);
         model_forward(mr);
         real lr = model_loss(mr);
-        model_zero_grad(mr), model_backward(mr);
+        model_backward(mr);
         real *gr = fetch(g_gpu, mr->grads_mem, np), *dr = fetch(g_gpu, mr->d.dxt, S * E);
         real *dg = fetch(g_gpu, mg->d.dxt, S * E);
         int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
@@ -183,7 +183,7 @@ static void time_config(const char *path, const char *label) {
         be->sync();
         double t0 = now();
         model_forward(m), model_loss(m);
-        model_zero_grad(m), model_backward(m);
+        model_backward(m);
         be->sync();
         double t1 = now();
         optimizer_step(o, m, &c, it + 3, 1e-6, ema, c.ema_decay);
