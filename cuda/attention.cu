@@ -41,7 +41,7 @@
 //
 // Limits: dh in {16, 32, 64, 128} (others die with a message); any len >= 1 and any AttnLayout
 // strides; grids are 1-D (blocks ordered tile-fastest so that the blocks of one (sequence, head)
-// run together and share its K/V in L2). Precision fp32 with expf/logf; Dvec is summed in double.
+// run together and share its K/V in L2). Precision fp32 with expf/logf; Dvec is a compensated float sum.
 // The element type of q/k/v loads is a template parameter (`Elem`, only float is instantiated)
 // so that a bf16 qkv can be added later by a load_elem overload.
 #include <math.h>
@@ -279,10 +279,10 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
 }
 
 // ----------------------------------------------------------------------------
-// backward 1: Dvec (n_seq, H, len) = rowwise dout . out per head, summed in double (it is subtracted
-// from dp, where cancellation would magnify its error). One warp per (seq, h, token): the lanes
-// stride over the head's dh columns (each step of the warp reads 128 contiguous bytes of both rows)
-// and a butterfly adds the lanes' partial sums.
+// backward 1: Dvec (n_seq, H, len) = rowwise dout . out per head, in float with compensation
+// (CompSum: it is subtracted from dp, where cancellation would magnify its error). One warp per
+// (seq, h, token): the lanes stride over the head's dh columns (each step of the warp reads 128
+// contiguous bytes of both rows) and a butterfly merges the lanes' sums.
 
 #define DVEC_WARPS 8  // warps per block
 
@@ -297,10 +297,14 @@ __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restri
     const long sh = idx / len;
     const int h = (int)(sh % H), seq = (int)(sh / H);
     const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
-    double s = 0;
-    for (int c = lane; c < dh; c += 32) s += (double)dout[off + c] * op_load(out + off + c);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) dvec[idx] = (float)s;
+    CompSum s;
+    for (int c = lane; c < dh; c += 32) s.add(__fmul_rn(dout[off + c], op_load(out + off + c)));
+    for (int o = 16; o > 0; o >>= 1) {
+        CompSum other;
+        other.s = __shfl_xor_sync(0xffffffffu, s.s, o), other.c = __shfl_xor_sync(0xffffffffu, s.c, o);
+        s.merge(other);
+    }
+    if (lane == 0) dvec[idx] = s.value();
 }
 
 // ----------------------------------------------------------------------------

@@ -47,12 +47,38 @@ static __device__ __forceinline__ void op_store4(__nv_bfloat16 *p, float4 v) {
 template <typename OpT>
 static inline bool op_aligned4(const void *p) { return (uintptr_t)p % (4 * sizeof(OpT)) == 0; }
 
+// A float sum with Neumaier's compensation: s is the float sum of the terms, c the sum of the
+// rounding errors of those additions, each found exactly (two-sum), so s + c is the sum of a few
+// thousand terms to about double's accuracy, even where they cancel, at float speed: the column
+// sums of the backward, where doubles would run at 1/64 of the float rate on a GeForce card. The
+// __f*_rn intrinsics keep nvcc from contracting or reordering the error terms.
+struct CompSum {
+    float s = 0.f, c = 0.f;
+    __device__ __forceinline__ void add(float x) {
+        float t = __fadd_rn(s, x);
+        float e = fabsf(s) >= fabsf(x) ? __fadd_rn(__fsub_rn(s, t), x) : __fadd_rn(__fsub_rn(x, t), s);
+        c = __fadd_rn(c, e);
+        s = t;
+    }
+    __device__ __forceinline__ void merge(const CompSum &o) {
+        add(o.s);
+        c = __fadd_rn(c, o.c);
+    }
+    __device__ __forceinline__ float value() const { return __fadd_rn(s, c); }
+};
+
+// out[s * ostride + d] = (add: +=) sum over n < N of a[s, n, d] * (b ? b[s, n, d] : 1), a and b
+// (S, N, D); a16, when not NULL, gets a in bf16. Deterministic; N = 0 gives 0 (colsum.cu).
+void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, const float *a, const float *b, int S,
+                    int N, int D, const char *op);
+
 // Scratch memory owned by the backend, one buffer per user so that two op families never
 // share one; grows on demand (the device is synchronised first), never shrinks.
 enum {
     SCRATCH_LINEAR, SCRATCH_ELEMENTWISE, SCRATCH_NORM, SCRATCH_ATTN, SCRATCH_OPTIM,
     SCRATCH_BF16_W, SCRATCH_BF16_A, SCRATCH_BF16_B,  // bf16 operands of one GEMM (bf16.cu)
     SCRATCH_ATTN_DS,  // attention's stored dS and its dQ GEMM's pointers (attention_tc.cu)
+    SCRATCH_COLSUM,   // the chunks' sums of a column sum (colsum.cu)
     SCRATCH_COUNT
 };
 void *fc_cuda_scratch(int which, size_t bytes);

@@ -208,75 +208,10 @@ static void cuda_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
 
 // ----------------------------------------------------------------------------
 // per-slot column sums: out[s * ostride + d] += sum over n < N of a[s, n, d] * (b ? b[s, n, d] : 1),
-// a and b (S, N, D), summed in double. Used by gated_add_bwd (dgate) and add_pos_time_bwd (dtemb).
-
-#define COLSUM_COLS 32   // threadIdx.x: one column each (a warp reads 128 contiguous bytes of a row)
-#define COLSUM_LANES 8   // threadIdx.y: row lanes, reduced by a fixed tree in shared memory
-#define COLSUM_ROWS 256  // rows per chunk (doubled until the chunks fit in gridDim.y)
-
-// Pass 1. Block (x, chunk, s): columns x*32 .. x*32+31 of slot s, rows [chunk*rows_per_chunk,
-// +rows_per_chunk). Thread (tx, ty) sums rows chunk_start + ty, + 8, + 16, ... of its column in
-// increasing order; the 8 lanes are added by a fixed tree (lane 0 += lane 4, ..., lane 0 += lane 1).
-// With one chunk the sum goes straight into out (+=), else to partial[s][chunk][d].
-__global__ void slot_colsum_partial_kernel(double *__restrict__ partial, float *__restrict__ out, long ostride,
-                                           const float *__restrict__ a, const float *__restrict__ b, int N, int D,
-                                           int rows_per_chunk) {
-    __shared__ double acc[COLSUM_LANES][COLSUM_COLS];
-    int tx = threadIdx.x, ty = threadIdx.y, s = blockIdx.z;
-    int d = blockIdx.x * COLSUM_COLS + tx;
-    long n0 = (long)blockIdx.y * rows_per_chunk;
-    long n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
-    size_t base = (size_t)s * N * D;
-    double sum = 0;
-    if (d < D)
-        for (long n = n0 + ty; n < n1; n += COLSUM_LANES) {
-            size_t k = base + (size_t)n * D + d;
-            sum += b ? (double)a[k] * b[k] : (double)a[k];
-        }
-    acc[ty][tx] = sum;
-    __syncthreads();
-    for (int half = COLSUM_LANES / 2; half > 0; half /= 2) {
-        if (ty < half) acc[ty][tx] += acc[ty + half][tx];
-        __syncthreads();
-    }
-    if (ty == 0 && d < D) {
-        if (gridDim.y == 1)
-            out[(size_t)s * ostride + d] += (float)acc[0][tx];
-        else
-            partial[((size_t)s * gridDim.y + blockIdx.y) * D + d] = acc[0][tx];
-    }
-}
-
-// Pass 2: one thread per (s, d) adds its chunks' partial sums in chunk order.
-__global__ void slot_colsum_finish_kernel(float *__restrict__ out, long ostride, const double *__restrict__ partial,
-                                          int S, int D, int nchunks) {
-    GRID_STRIDE_LOOP(i, (size_t)S * D) {
-        size_t s = i / D, d = i % D;
-        double sum = 0;
-        for (int c = 0; c < nchunks; c++) sum += partial[(s * nchunks + c) * D + d];
-        out[s * ostride + d] += (float)sum;
-    }
-}
-
-// The chunking depends only on (S, N, D), so the result does not depend on the GPU.
+// a and b (S, N, D) (colsum.cu). Used by gated_add_bwd (dgate) and add_pos_time_bwd (dtemb).
 static void slot_colsum(real *out, long ostride, const real *a, const real *b, int S, int N, int D,
                         const char *op) {
-    if (S <= 0 || D <= 0) return;
-    check_slots(S, op);
-    long rows_per_chunk = COLSUM_ROWS;
-    while ((N + rows_per_chunk - 1) / rows_per_chunk > 65535) rows_per_chunk *= 2;
-    int nchunks = (int)((N + rows_per_chunk - 1) / rows_per_chunk);
-    if (nchunks == 0) nchunks = 1;  // N == 0: one empty chunk adds 0, as the CPU does
-    double *partial = NULL;
-    if (nchunks > 1)
-        partial = (double *)fc_cuda_scratch(SCRATCH_ELEMENTWISE, sizeof(double) * (size_t)S * nchunks * D);
-    dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(D, COLSUM_COLS), nchunks, S);
-    slot_colsum_partial_kernel<<<grid, block>>>(partial, out, ostride, a, b, N, D, (int)rows_per_chunk);
-    kernelCheck();
-    if (nchunks > 1) {
-        slot_colsum_finish_kernel<<<ew_grid((size_t)S * D), EW_THREADS>>>(out, ostride, partial, S, D, nchunks);
-        kernelCheck();
-    }
+    fc_cuda_colsum(out, ostride, 1, NULL, a, b, S, N, D, op);
 }
 
 // ----------------------------------------------------------------------------

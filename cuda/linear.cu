@@ -1,6 +1,6 @@
 // linear.cu: the linear layer of the CUDA backend. y = x @ w^T + b forward, and the three gradients
-// backward, each overwritten or added into: dx and dw through cuBLAS, db by a deterministic
-// two-pass column sum in double (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's
+// backward, each overwritten or added into: dx and dw through cuBLAS, db by the deterministic
+// column sum of colsum.cu (on bf16 GEMMs, the same pass rounds dy for them); and the MLP's
 // linears with the GELU fused into them. Two kinds of GEMM, one per backend: "cuda-fp32" uses SGEMM
 // (fp32, no TF32); "cuda" reads bf16 operands on the tensor cores and accumulates into fp32
 // outputs: x, an operand (backend.h), is bf16 already; the weights come from their bf16 mirror
@@ -27,12 +27,6 @@ static_assert(sizeof(real) == sizeof(float), "the CUDA backend is built with rea
 #define LIN_THREADS 256
 #define LIN_MAX_BLOCKS 4096  // grid-stride loops beyond this many blocks
 
-// The column sum of db: blocks of COLSUM_COLS x COLSUM_LANES threads, each block summing one
-// chunk of rows of COLSUM_COLS consecutive columns.
-#define COLSUM_COLS 32   // threadIdx.x: one column each (a warp reads 128 contiguous bytes of a row)
-#define COLSUM_LANES 8   // threadIdx.y: row lanes, reduced by a fixed tree in shared memory
-#define COLSUM_ROWS 256  // rows per chunk (doubled until the chunks fit in gridDim.y)
-
 static unsigned lin_grid(size_t n) {
     unsigned b = fc_cdiv(n, LIN_THREADS);
     return b < LIN_MAX_BLOCKS ? b : LIN_MAX_BLOCKS;
@@ -47,68 +41,10 @@ __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float 
         y[i] = b[i % N];
 }
 
-// Column sums of dy (M, N), pass 1. Block (x, chunk): columns x*32 .. x*32+31, rows
-// [chunk*rows_per_chunk, +rows_per_chunk). Thread (tx, ty) sums, in double and in increasing row
-// order, rows chunk_start + ty, + 8, + 16, ... of column x*32 + tx; the 8 lanes are then added by a
-// fixed tree (lane 0 += lane 4, ..., lane 0 += lane 1). The chunk's sum goes to partial[chunk][n]
-// when there are several chunks, or straight into db[n] (+= with add, else =) when there is one. As every element
-// of dy is read once here, dy16 (M, N), when not NULL, gets dy rounded to bf16 on the way: the
-// backward GEMMs' operand, without a second pass over dy.
-__global__ void linear_colsum_partial_kernel(double *__restrict__ partial, float *__restrict__ db,
-                                             __nv_bfloat16 *__restrict__ dy16, const float *__restrict__ dy, int M,
-                                             int N, int rows_per_chunk, int add) {
-    __shared__ double acc[COLSUM_LANES][COLSUM_COLS];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int n = blockIdx.x * COLSUM_COLS + tx;
-    long m0 = (long)blockIdx.y * rows_per_chunk;
-    long m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
-    double sum = 0;
-    if (n < N)
-        for (long m = m0 + ty; m < m1; m += COLSUM_LANES) {
-            float v = dy[m * N + n];
-            sum += (double)v;
-            if (dy16) dy16[m * N + n] = __float2bfloat16_rn(v);
-        }
-    acc[ty][tx] = sum;
-    __syncthreads();
-    for (int half = COLSUM_LANES / 2; half > 0; half /= 2) {
-        if (ty < half) acc[ty][tx] += acc[ty + half][tx];
-        __syncthreads();
-    }
-    if (ty == 0 && n < N) {
-        if (gridDim.y == 1)
-            db[n] = add ? db[n] + (float)acc[0][tx] : (float)acc[0][tx];
-        else
-            partial[(size_t)blockIdx.y * N + n] = acc[0][tx];
-    }
-}
-
-// Column sums, pass 2: one thread per column n adds its chunks' partial sums in chunk order.
-__global__ void linear_colsum_finish_kernel(float *__restrict__ db, const double *__restrict__ partial, int N,
-                                            int nchunks, int add) {
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N) return;
-    double sum = 0;
-    for (int c = 0; c < nchunks; c++) sum += partial[(size_t)c * N + n];
-    db[n] = add ? db[n] + (float)sum : (float)sum;
-}
-
-// db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL. The
-// partition into chunks depends only on M, so the result does not depend on the GPU.
+// db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL
+// (colsum.cu: float with compensation, deterministic).
 static void linear_bias_grad(real *db, GradMode pmode, __nv_bfloat16 *dy16, const real *dy, int M, int N) {
-    int add = pmode == GRAD_ADD;
-    long rows_per_chunk = COLSUM_ROWS;
-    while ((M + rows_per_chunk - 1) / rows_per_chunk > 65535) rows_per_chunk *= 2;
-    int nchunks = (int)((M + rows_per_chunk - 1) / rows_per_chunk);
-    double *partial = NULL;
-    if (nchunks > 1) partial = (double *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(double) * (size_t)nchunks * N);
-    dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(N, COLSUM_COLS), nchunks);
-    linear_colsum_partial_kernel<<<grid, block>>>(partial, db, dy16, dy, M, N, (int)rows_per_chunk, add);
-    kernelCheck();
-    if (nchunks > 1) {
-        linear_colsum_finish_kernel<<<fc_cdiv(N, LIN_THREADS), LIN_THREADS>>>(db, partial, N, nchunks, add);
-        kernelCheck();
-    }
+    fc_cuda_colsum(db, 0, pmode == GRAD_ADD, dy16, dy, NULL, 1, M, N, "linear_bwd");
 }
 
 // cuBLAS takes alpha and beta from host memory; set it on every call, as the handle is shared.

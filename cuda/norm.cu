@@ -5,11 +5,11 @@
 // Forward ops and the per-row part of the backward ops give one warp to each row (or head vector);
 // its lanes stride over the columns and a butterfly shuffle sums their partial sums.
 // The column gradients (dshift, dscale per slot; dqw, dkw over every token and head) are summed
-// in a fixed order without atomics: pass 1 gives each thread one column of a fixed range of rows
-// (LN_ROWS_PER_PART rows, QK_TOKENS_PER_PART tokens) and sums them in the CPU's order; pass 2
-// gives each thread one column and adds the partial sums of pass 1 in order. The chunking depends
-// only on the shapes, so results are the same bytes on every run, and when a slot (or the token
-// count) fits in one chunk they are the CPU's own sums.
+// in a fixed order without atomics, in float with compensation (CompSum, cuda_common.cuh): pass 1
+// gives each thread one column of a fixed range of rows (LN_ROWS_PER_PART rows,
+// QK_TOKENS_PER_PART tokens) and sums them in the CPU's order; pass 2 gives each thread one column
+// and adds the partial sums of pass 1 in order. The chunking depends only on the shapes, so
+// results are the same bytes on every run.
 //
 // Where the CPU rounds a product before adding it, the __*_rn intrinsics stop nvcc from fusing
 // the two into an FMA, so that elementwise results follow the CPU's roundings.
@@ -39,8 +39,8 @@ static __device__ __forceinline__ real r_add(real a, real b) { return __fadd_rn(
 // The row statistics and per-row gradients (mean, rstd, the two means of the backward, the RMS
 // norm's dot product) are float: the GeForce cards framechain targets run doubles at 1/64 of the
 // float rate, and these are several operations an element of every activation. The CPU computes
-// them in double; the two agree to the fp32 tolerance of tests/test_cuda.c. Column sums (dshift,
-// dscale, dqw, dkw) stay in double, in the CPU's order.
+// them in double; the two agree to the fp32 tolerance of tests/test_cuda.c. So are the column
+// sums (dshift, dscale, dqw, dkw): their terms are float products, their sums compensated.
 typedef float stat_t;
 static __device__ __forceinline__ stat_t s_mul(stat_t a, stat_t b) { return __fmul_rn(a, b); }
 static __device__ __forceinline__ stat_t s_sub(stat_t a, stat_t b) { return __fsub_rn(a, b); }
@@ -118,9 +118,9 @@ static __global__ void ln_mod_bwd_dx_kernel(real *dx, const real *dy, const real
 }
 
 // Pass 1 of dshift/dscale. One thread per (slot s, part p, column d), d fastest (coalesced):
-// sums rows n in [p*LN_ROWS_PER_PART, min(N, (p+1)*LN_ROWS_PER_PART)) of slot s in order.
-// psh, psc: (S, nparts, D) partial sums.
-static __global__ void ln_mod_bwd_cols_kernel(double *psh, double *psc, const real *dy, const real *x,
+// sums rows n in [p*LN_ROWS_PER_PART, min(N, (p+1)*LN_ROWS_PER_PART)) of slot s in order, with
+// compensation (CompSum). psh, psc: (S, nparts, D) partial sums.
+static __global__ void ln_mod_bwd_cols_kernel(CompSum *psh, CompSum *psc, const real *dy, const real *x,
                                               const real *mean, const real *rstd, int S, int N, int D, int nparts) {
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)S * nparts * D) return;
@@ -128,33 +128,31 @@ static __global__ void ln_mod_bwd_cols_kernel(double *psh, double *psc, const re
     long sp = idx / D;
     int p = (int)(sp % nparts), s = (int)(sp / nparts);
     int n0 = p * LN_ROWS_PER_PART, n1 = min(N, n0 + LN_ROWS_PER_PART);
-    double ash = 0, asc = 0;
+    CompSum ash, asc;
     for (int n = n0; n < n1; n++) {
         long r = (long)s * N + n;
-        double g = dy[r * D + d];
-        ash = __dadd_rn(ash, g);
-        // as the CPU: x - mean in real, then in double times g and rstd
-        real xc = x[r * D + d] - mean[r];
-        asc = __dadd_rn(asc, __dmul_rn(__dmul_rn(g, (double)xc), (double)rstd[r]));
+        float g = dy[r * D + d];
+        ash.add(g);
+        asc.add(r_mul(r_mul(g, r_add(x[r * D + d], -mean[r])), rstd[r]));
     }
     psh[idx] = ash;
     psc[idx] = asc;
 }
 
 // Pass 2: one thread per (slot s, column d); adds the nparts partial sums in order.
-static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, const double *psh,
-                                                  const double *psc, long ms, int S, int D, int nparts) {
+static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, const CompSum *psh,
+                                                  const CompSum *psc, long ms, int S, int D, int nparts) {
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)S * D) return;
     int d = (int)(idx % D), s = (int)(idx / D);
-    double ash = 0, asc = 0;
+    CompSum ash, asc;
     for (int p = 0; p < nparts; p++) {
         long k = ((long)s * nparts + p) * D + d;
-        ash += psh[k];
-        asc += psc[k];
+        ash.merge(psh[k]);
+        asc.merge(psc[k]);
     }
-    if (dshift) dshift[s * ms + d] += (real)ash;
-    if (dscale) dscale[s * ms + d] += (real)asc;
+    if (dshift) dshift[s * ms + d] += ash.value();
+    if (dscale) dscale[s * ms + d] += asc.value();
 }
 
 // The vector path of the two row kernels: a warp holds its row in registers as float4s (float4 j
@@ -305,7 +303,7 @@ static void cuda_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy
     if (dshift || dscale) {
         int nparts = (int)fc_cdiv(N, LN_ROWS_PER_PART);
         size_t count = (size_t)S * nparts * D;
-        double *psh = (double *)fc_cuda_scratch(SCRATCH_NORM, 2 * count * sizeof(double)), *psc = psh + count;
+        CompSum *psh = (CompSum *)fc_cuda_scratch(SCRATCH_NORM, 2 * count * sizeof(CompSum)), *psc = psh + count;
         ln_mod_bwd_cols_kernel<<<fc_cdiv(count, COL_THREADS), COL_THREADS>>>(psh, psc, dy, x, mean, rstd, S, N, D,
                                                                              nparts);
         kernelCheck();
@@ -368,37 +366,35 @@ static __global__ void qk_norm_bwd_dx_kernel(real *dqkv, const real *dout, const
 }
 
 // Pass 1 of dqw/dkw. One thread per (chunk c, part, entry i), i fastest: sums the tokens
-// t in [c*QK_TOKENS_PER_PART, ...) and, within a token, the heads h in order (the CPU's order).
-// part_sums: (nchunks, 2, dh).
-static __global__ void qk_norm_bwd_w_kernel(double *part_sums, const real *dout, const real *qkv, const real *rstd,
+// t in [c*QK_TOKENS_PER_PART, ...) and, within a token, the heads h in order (the CPU's order),
+// with compensation (CompSum). part_sums: (nchunks, 2, dh).
+static __global__ void qk_norm_bwd_w_kernel(CompSum *part_sums, const real *dout, const real *qkv, const real *rstd,
                                             int T, int D, int H, int nchunks) {
     int dh = D / H;
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)nchunks * 2 * dh) return;
     int i = (int)(idx % dh), part = (int)(idx / dh % 2), c = (int)(idx / dh / 2);
     int t0 = c * QK_TOKENS_PER_PART, t1 = min(T, t0 + QK_TOKENS_PER_PART);
-    double acc = 0;
+    CompSum acc;
     for (int t = t0; t < t1; t++) {
         size_t col = (size_t)t * 3 * D + part * D + i;
         const real *rs = rstd + (size_t)t * 2 * H + part * H;
-        for (int h = 0; h < H; h++)
-            acc = __dadd_rn(acc, __dmul_rn(__dmul_rn((double)dout[col + h * dh], (double)qkv[col + h * dh]),
-                                           (double)rs[h]));
+        for (int h = 0; h < H; h++) acc.add(r_mul(r_mul(dout[col + h * dh], qkv[col + h * dh]), rs[h]));
     }
     part_sums[idx] = acc;
 }
 
 // Pass 2: one thread per (part, entry i); adds the nchunks partial sums in order.
-static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const double *part_sums, int dh, int nchunks,
+static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const CompSum *part_sums, int dh, int nchunks,
                                                  int add) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= 2 * dh) return;
     int part = idx / dh, i = idx % dh;
     real *dw = part ? dkw : dqw;
     if (!dw) return;
-    double acc = 0;
-    for (int c = 0; c < nchunks; c++) acc += part_sums[((long)c * 2 + part) * dh + i];
-    dw[i] = add ? dw[i] + (real)acc : (real)acc;
+    CompSum acc;
+    for (int c = 0; c < nchunks; c++) acc.merge(part_sums[((long)c * 2 + part) * dh + i]);
+    dw[i] = add ? r_add(dw[i], acc.value()) : acc.value();
 }
 
 // The vector path of the two row kernels (dh % 4 == 0, dh <= 128, qkv-shaped rows on 16 bytes):
@@ -496,7 +492,7 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, c
     if (dqw || dkw) {
         int dh = D / H, nchunks = (int)fc_cdiv(T, QK_TOKENS_PER_PART);
         size_t count = (size_t)nchunks * 2 * dh;
-        double *part_sums = (double *)fc_cuda_scratch(SCRATCH_NORM, count * sizeof(double));
+        CompSum *part_sums = (CompSum *)fc_cuda_scratch(SCRATCH_NORM, count * sizeof(CompSum));
         qk_norm_bwd_w_kernel<<<fc_cdiv(count, COL_THREADS), COL_THREADS>>>(part_sums, dout, qkv, rstd, T, D, H,
                                                                            nchunks);
         kernelCheck();

@@ -255,6 +255,38 @@ static void t_add_pos_time(int S, int N, int D, int nulls) {
     FREE(&x, &pos, &temb, &out, &dout, &dx, &dtemb);
 }
 
+// Column sums whose terms cancel: a gradient of rows -1e5, -1e5, +1e5, +1e5, ... (two of each, so
+// that partial sums reach 2e5 in every kernel's order), plus N(0, 1): each sum is some 1e5 times
+// smaller than its terms. A plain float sum keeps mostly rounding
+// error here (about 1e-3 of the sums); the compensated ones (colsum.cu, norm.cu) must stay within
+// the fp32 tolerance, in both modes: the bias gradient (S * N rows), dtemb, dgate with h = 1, and
+// LayerNorm's dshift (its dscale too, terms of random sign).
+static void t_colsum_cancelling(int S, int N, int D) {
+    size_t n = (size_t)S * N * D, M = (size_t)S * N;
+    int K = 8;
+    long ms = 9L * D, off = 2L * D;
+    Buf dy = bnormal(n, 0, 1), x = bop(bnormal(M * K, 0, 1)), w = bnormal((size_t)D * K, 0, 1);
+    Buf dw = bnormal((size_t)D * K, 0, 1), db = bnormal(D, 0, 1), dtemb = bnormal((size_t)S * D, 0, 1);
+    Buf h = bnormal(n, 0, 1), mod = bnormal(S * ms, 0, 0.5), dh = bnormal(n, 0, 1), dmod = bnormal(S * ms, 0, 1);
+    Buf xln = bnormal(n, 0.3, 1.5), y = bop(bnormal(n, 0, 1)), mean = bnormal(M, 0, 1), rstd = bnormal(M, 0, 1);
+    Buf dshift = bnormal(S * ms, 0, 1), dscale = bnormal(S * ms, 0, 1);
+    for (size_t i = 0; i < n; i++) R(dy)[i] += (i / D / 2) % 2 ? 1e5 : -1e5, R(h)[i] = 1;
+    breset(&dy), breset(&h);
+    WHAT("S=%d N=%d D=%d, rows of --++1e5 + N(0, 1)", S, N, D);
+    double tol = g_tol;
+    g_tol = TOL;
+    BOTH(be->linear_bwd(NULL, GRAD_SET, P(dw), P(db), GRAD_SET, P(dy), PO(x, 0), P(w), (int)M, K, D));
+    compare("cuda_colsum_cancelling", "db", &db, NULL);
+    BOTH(be->add_pos_time_bwd(NULL, P(dtemb), P(dy), S, N, D));
+    BOTH(be->gated_add_bwd(NULL, P(dh), P(dmod) + off, P(dy), P(h), P(mod) + off, ms, S, N, D));
+    BOTH(be->ln_mod_fwd(P(y), P(mean), P(rstd), P(xln), P(mod), P(mod) + D, ms, S, N, D));
+    bshare(&mean), bshare(&rstd);
+    BOTH(be->ln_mod_bwd(NULL, P(dshift), P(dscale), P(dy), P(xln), P(mean), P(rstd), P(mod) + D, ms, S, N, D));
+    compare("cuda_colsum_cancelling", "dtemb", &dtemb, "dgate", &dmod, "dshift", &dshift, "dscale", &dscale, NULL);
+    g_tol = tol;
+    FREE(&dy, &x, &w, &dw, &db, &dtemb, &h, &mod, &dh, &dmod, &xln, &y, &mean, &rstd, &dshift, &dscale);
+}
+
 // mask: one character per slot, '1' or '0', repeated over the S slots.
 static void t_mse(int S, long E, const char *mask_pattern, double dloss) {
     Buf pred = bnormal((size_t)S * E, 0, 1), target = bnormal((size_t)S * E, 0, 1), mask = bnormal(S, 0, 1);
@@ -506,6 +538,7 @@ static void section_ops_bf16(void) {
     t_activations(100003, 0), t_activations(1001, 1), t_activations(1, 0);
     t_patchify(14, 3, 32, 32, 4), t_patchify(2, 3, 21, 14, 7);
     t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(37, 30, 1000, 0, 1);
+    t_colsum_cancelling(2, 1000, 40);
     attn_cases(!g_quick);  // every sequence length on the tensor cores (up to 32 tokens packed)
     // The backward's stored dS in chunks of (sequence, head) pairs: 6 pairs one at a time, then 4 and 2.
     for (long per = 1; per <= 4; per += 3) {
@@ -552,6 +585,7 @@ static void section_ops(void) {
     t_add_pos_time(14, 64, 64, 0), t_add_pos_time(14, 64, 128, 0);  // tiny, small
     t_add_pos_time(5, 37, 96, NULL_DX), t_add_pos_time(3, 1, 8, 0);
     if (big) t_add_pos_time(7, 1024, 1536, 0);
+    t_colsum_cancelling(2, 1000, 40), t_colsum_cancelling(3, 100, 33);  // chunks of rows summed in pass 2; one
     t_mse(14, 3072, "0111111", 1), t_mse(14, 12288, "0111111", 1);  // tiny, small with the starter plan
     t_mse(5, 1001, "10110", 0.37), t_mse(4, 17, "0", 1);             // no target slot: loss 0, no gradient
     if (big) t_mse(7, 196608, "0111111", 1);
