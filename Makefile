@@ -139,7 +139,10 @@ $(BUILD)/test_optim: tests/test_optim.c tests/check.h $(OBJ) $(CUDA_OBJ)
 $(BUILD)/test_video: tests/test_video.c tests/check.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-$(BUILD)/test_shards: tests/test_shards.c tests/check.h $(OBJ) $(CUDA_OBJ)
+$(BUILD)/test_shards: tests/test_shards.c tests/check.h tests/shard_fixture.h $(OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+$(BUILD)/test_loader: tests/test_loader.c tests/check.h tests/shard_fixture.h $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 $(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_OBJ)
@@ -204,8 +207,8 @@ bench-cuda: info $(BIN)
 	@tools/bench_cuda.sh
 
 TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
-             $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_cuda \
-             $(BUILD)/test_chain $(TEST_EMU)
+             $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_loader \
+             $(BUILD)/test_cuda $(BUILD)/test_chain $(TEST_EMU)
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh

@@ -1,49 +1,23 @@
-// test_shards.c: the clip dataset (shards.c) and the batch loader (loader.c): a round trip across
-// several shards, crash safety (an aborted writer, kill -9 mid-write, stale temporary files),
-// corrupt and truncated files, header-only reads, and the loader against a direct computation of
-// every window from (seed, step, window), across thread counts, prefetch depths and resumes.
+// test_shards.c: the clip dataset (shards.c): a round trip across several shards, crash safety
+// (an aborted writer, kill -9 mid-write, stale temporary files), corrupt and truncated files,
+// header-only reads. The loader over such datasets: test_loader.c.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "check.h"
 #include "common.h"
-#include "config.h"
-#include "loader.h"
-#include "philox.h"
 #include "safetensors.h"
+#include "shard_fixture.h"
 #include "shards.h"
-
-static char g_root[256];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-static void folder(char *buf, size_t len, const char *name) {
-    snprintf(buf, len, "%s/%s", g_root, name);
-    rm_rf(buf);
-}
 
 static int exists(const char *dir, const char *name) {
     char p[512];
@@ -57,15 +31,6 @@ static long file_size(const char *path) {
     return stat(path, &st) ? -1 : (long)st.st_size;
 }
 
-static void flip_byte(const char *path, long pos) {
-    int fd = open(path, O_RDWR);
-    uint8_t b;
-    if (pread(fd, &b, 1, pos) != 1) abort();
-    b ^= 0x5A;
-    if (pwrite(fd, &b, 1, pos) != 1) abort();
-    close(fd);
-}
-
 static void write_text(const char *path, const char *text, size_t n) {
     FILE *f = fopen(path, "wb");
     fwrite(text, 1, n, f);
@@ -76,93 +41,6 @@ static void copy_dir(const char *from, const char *to) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
     if (system(cmd)) abort();
-}
-
-static int one_line(const char *s) { return s[0] && !strchr(s, '\n'); }
-
-// ---- clip content ----
-
-// Random bytes: zlib cannot shrink them, so the clip is stored raw.
-static void clip_random(uint8_t *c, size_t n, uint32_t id) {
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t u = philox_u32(77, id, RNG_TEST, i / 4);
-        for (size_t k = 0; k < 4 && i + k < n; k++) c[i + k] = (uint8_t)(u >> (8 * k));
-    }
-}
-
-// A tagged clip: red = the frame index, green = the clip's id, blue = a left-to-right ramp (so a
-// window tells which clip and frames it shows and whether it is mirrored). zlib shrinks it.
-static void clip_tagged(uint8_t *c, int F, int N, int id) {
-    for (int t = 0; t < F; t++)
-        for (int y = 0; y < N; y++)
-            for (int x = 0; x < N; x++) {
-                uint8_t *p = c + (((size_t)t * N + y) * N + x) * 3;
-                p[0] = (uint8_t)t, p[1] = (uint8_t)id, p[2] = (uint8_t)(N > 1 ? x * 255 / (N - 1) : 0);
-            }
-}
-
-// Random bytes with row 0 tagged as clip_tagged does: stored raw, yet a window still tells what it shows.
-static void clip_tagged_random(uint8_t *c, int F, int N, int id) {
-    size_t frame = (size_t)N * N * 3;
-    clip_random(c, frame * F, (uint32_t)(1000 + id));
-    uint8_t *tags = fc_malloc(frame * F);
-    clip_tagged(tags, F, N, id);
-    for (int t = 0; t < F; t++) memcpy(c + frame * t, tags + frame * t, (size_t)N * 3);
-    free(tags);
-}
-
-// Smooth moving gradients with a little noise: what zlib does to real frames, about.
-static void clip_smooth(uint8_t *c, int F, int N, int id) {
-    for (int t = 0; t < F; t++)
-        for (int y = 0; y < N; y++)
-            for (int x = 0; x < N; x++) {
-                uint8_t *p = c + (((size_t)t * N + y) * N + x) * 3;
-                uint32_t u = philox_u32(5, (uint32_t)id, RNG_TEST, ((uint64_t)t * N + y) * N + x);
-                for (int ch = 0; ch < 3; ch++) {
-                    double v = 128 + 90 * sin(0.07 * (x + 2 * t + 17 * id) + 0.05 * y * (ch + 1)) + (int)(u >> (8 * ch) & 1);
-                    p[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-                }
-            }
-}
-
-// ---- writing datasets ----
-
-typedef struct {
-    char source[64];
-    long first;
-    double fps;
-} ClipMeta;
-
-// A dataset of n clips (kind per clip: 'r' random, 't' tagged, 's' smooth); the clips' bytes go to
-// *clips (n * F*N*N*3) when asked for. Returns 0 or -1 (err filled).
-static int make_dataset(const char *dir, int N, int F, const char *kinds, size_t max_shard, uint8_t **clips,
-                        ClipMeta *meta, char *err, size_t errlen) {
-    int n = (int)strlen(kinds);
-    size_t raw = (size_t)F * N * N * 3;
-    ShardWriter *w = shard_writer_open(dir, N, F, max_shard, err, errlen);
-    if (!w) return -1;
-    uint8_t *all = fc_malloc(raw * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        uint8_t *c = all + raw * (size_t)i;
-        if (kinds[i] == 'r') clip_random(c, raw, (uint32_t)i);
-        else if (kinds[i] == 't') clip_tagged(c, F, N, i);
-        else if (kinds[i] == 'm') clip_tagged_random(c, F, N, i);
-        else clip_smooth(c, F, N, i);
-        char src[64];
-        long first = 100L * i + 3;
-        double fps = i % 3 == 0 ? 25 : i % 3 == 1 ? 29.97 : 0;
-        snprintf(src, sizeof src, "videos/in-%02d.mp4", i);
-        if (meta) snprintf(meta[i].source, sizeof meta[i].source, "%s", src), meta[i].first = first, meta[i].fps = fps;
-        if (shard_writer_add(w, c, src, first, fps, err, errlen)) {
-            shard_writer_abort(w);
-            free(all);
-            return -1;
-        }
-    }
-    int rc = shard_writer_finish(w, err, errlen);
-    if (clips) *clips = all;
-    else free(all);
-    return rc;
 }
 
 // ---- the round trip ----
@@ -633,271 +511,6 @@ static void test_corruption(void) {
     free(buf);
 }
 
-// ---- the loader ----
-
-// Window b of step s, straight from the contract in loader.h.
-static uint32_t ref_pick(uint64_t seed, int step, uint64_t base, uint32_t n) {
-    uint64_t reject_from = 4294967296ull - 4294967296ull % n;
-    for (int j = 0;; j++) {
-        uint32_t u = philox_u32(seed, (uint32_t)step, RNG_DATA, base + (uint64_t)j);
-        if (u < reject_from || j == 255) return u % n;
-    }
-}
-
-static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, int step, real *out) {
-    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), lo = 0, hi = 0;
-    for (int f = 0; f < c->slots; f++) {
-        int o = (int)c->slot_offset[f];
-        if (!f || o < lo) lo = o;
-        if (!f || o > hi) hi = o;
-    }
-    uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
-    char err[1024];
-    for (int b = 0; b < B; b++) {
-        int k = (int)ref_pick(seed, step, (uint64_t)b * 512, (uint32_t)dataset_clips(d));
-        int t0 = -lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - (hi - lo)));
-        int flip = philox_u32(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 48) + (uint64_t)b) >= 0x80000000u;
-        if (dataset_read_clip(d, k, clip, err, sizeof err)) fc_die("%s", err);
-        for (int f = 0; f < c->slots; f++)
-            for (int ch = 0; ch < 3; ch++)
-                for (int y = 0; y < N; y++)
-                    for (int x = 0; x < N; x++) {
-                        int t = t0 + (int)c->slot_offset[f], xs = flip ? N - 1 - x : x;
-                        uint8_t p = clip[(((size_t)t * N + y) * N + xs) * 3 + ch];
-                        out[((((size_t)b * c->slots + f) * 3 + ch) * N + y) * N + x] = (real)(p / 127.5 - 1.0);
-                    }
-    }
-    free(clip);
-}
-
-static Config plan_config(int N, const char *plan) {
-    Config c;
-    char err[512], kv[512];
-    config_defaults(&c);
-    snprintf(kv, sizeof kv, "frame_size=%d", N);
-    if (config_set_checked(&c, kv, "test", err, sizeof err)) fc_die("%s", err);
-    snprintf(kv, sizeof kv, "plan=%s", plan);
-    if (config_set_checked(&c, kv, "test", err, sizeof err)) fc_die("%s", err);
-    return c;
-}
-
-// Batches first..last of a loader, concatenated (NULL on an error, which is printed).
-static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed, int first, int last, int threads,
-                        int prefetch) {
-    char err[1024];
-    Loader *l = loader_start(NULL, d, c, B, seed, first, threads, prefetch, err, sizeof err);
-    if (!l) {
-        printf("  loader_start: %s\n", err);
-        return NULL;
-    }
-    size_t per = (size_t)B * c->slots * 3 * c->frame_size * c->frame_size;
-    real *all = fc_malloc(sizeof(real) * per * (size_t)(last - first + 1));
-    for (int s = first; s <= last; s++) {
-        double wait;
-        const real *x = loader_get(l, s, &wait, err, sizeof err);
-        if (!x) {
-            printf("  loader_get(%d): %s\n", s, err);
-            free(all);
-            loader_stop(l);
-            return NULL;
-        }
-        memcpy(all + per * (size_t)(s - first), x, sizeof(real) * per);
-    }
-    loader_stop(l);
-    return all;
-}
-
-static void test_loader(void) {
-    const int N = 12, F = 32, B = 6;
-    const uint64_t seed = 1234;
-    char dir[512], err[1024];
-    folder(dir, sizeof dir, "loader");
-    if (make_dataset(dir, N, F, "tttmtttmtt", 3 * (size_t)F * N * N * 3, NULL, NULL, err, sizeof err)) {
-        check(0, "loader_setup", "%s", err);
-        return;
-    }
-    Dataset *d = dataset_open(dir, err, sizeof err);
-    if (!d) {
-        check(0, "loader_setup", "%s", err);
-        return;
-    }
-    int nz = 0;
-    for (int i = 0; i < dataset_clips(d); i++) {
-        ClipLocation loc;
-        dataset_clip_location(d, i, &loc);
-        nz += loc.zlib;
-    }
-    check(nz > 0 && nz < dataset_clips(d), "loader_dataset_mixed", "%d zlib and %d raw clips of %d frames of %dx%d in %d shards",
-          nz, dataset_clips(d) - nz, F, N, N, dataset_shards(d));
-    Config c = plan_config(N, "anchor:0 target:1 target:2 target:3 target:4 target:5 target:6");
-    size_t per = (size_t)B * c.slots * 3 * N * N;
-    real *ref = fc_malloc(sizeof(real) * per * 20);
-    for (int s = 1; s <= 20; s++) ref_batch(d, &c, B, seed, s, ref + per * (size_t)(s - 1));
-
-    real *a = run_loader(d, &c, B, seed, 1, 20, 1, 1);
-    int eq = 0;
-    for (int s = 0; a && s < 20; s++) eq += !memcmp(a + per * s, ref + per * s, sizeof(real) * per);
-    check(eq == 20, "loader_matches_reference", "%d of 20 batches (%d windows of 7 slots) equal the direct computation",
-          eq, B);
-    real *b = run_loader(d, &c, B, seed, 1, 20, 3, 4);
-    check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_threads_prefetch_invariant",
-          "1 thread + prefetch 1 and 3 threads + prefetch 4: %zu values identical", per * 20);
-    free(b);
-    b = run_loader(d, &c, B, seed, 1, 20, 2, 2);
-    check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_two_threads", "2 threads + prefetch 2 identical");
-    free(b);
-    free(a);
-    free(ref);
-
-    // resume: a loader started at step 50 gives the batches 50.. of one started at step 1
-    a = run_loader(d, &c, B, seed, 1, 60, 2, 3);
-    b = run_loader(d, &c, B, seed, 50, 60, 3, 1);
-    real *r2 = run_loader(d, &c, B, seed, 55, 60, 1, 2);
-    check(a && b && r2 && !memcmp(a + per * 49, b, sizeof(real) * per * 11) && !memcmp(a + per * 54, r2, sizeof(real) * per * 6),
-          "loader_resume", "started at 50 and at 55: the batches of the run started at 1, bit for bit");
-    free(a), free(b), free(r2);
-    a = run_loader(d, &c, B, seed + 1, 1, 3, 1, 1);
-    b = run_loader(d, &c, B, seed, 1, 3, 1, 1);
-    check(a && b && memcmp(a, b, sizeof(real) * per * 3), "loader_seed_matters", "seeds %llu and %llu differ",
-          (unsigned long long)seed, (unsigned long long)seed + 1);
-    free(a), free(b);
-
-    // extrapolate's plan, with negative offsets: every slot shows frame t0 + offset of one clip
-    static const char *plans[] = {
-        "anchor:-16 context:-8 context:-4 context:0 target:4 target:8 target:12",
-        "anchor:0 context:8 context:12 context:16 target:20 target:24 target:28",
-    };
-    for (int pi = 0; pi < 2; pi++) {
-        Config e = plan_config(N, plans[pi]);
-        const int steps = 100, EB = 8;
-        size_t eper = (size_t)EB * e.slots * 3 * N * N;
-        real *x = run_loader(d, &e, EB, seed, 1, steps, 2, 2);
-        int lo = (int)e.slot_offset[0], hi = (int)e.slot_offset[e.slots - 1];
-        int windows = 0, honoured = 0, flips = 0, tagged = 0, tmin = 1 << 30, tmax = -1, seen[16] = {0};
-        for (int s = 0; x && s < steps; s++)
-            for (int w = 0; w < EB; w++, windows++) {
-                const real *win = x + eper * s + (size_t)w * e.slots * 3 * N * N;
-                int G = (int)lrint((win[(size_t)N * N] + 1) * 127.5);  // slot 0, green, pixel (0, 0)
-                if (G < 16) seen[G] = 1;
-                int ok = 1, t0 = 0, flipped = 0;
-                for (int f = 0; f < e.slots && ok; f++) {
-                    const real *fr = win + (size_t)f * 3 * N * N;
-                    int R = (int)lrint((fr[0] + 1) * 127.5), g = (int)lrint((fr[(size_t)N * N] + 1) * 127.5);
-                    int Bl0 = (int)lrint((fr[2 * (size_t)N * N] + 1) * 127.5);
-                    if (f == 0) t0 = R - (int)e.slot_offset[0], flipped = Bl0 == 255;
-                    ok = g == G && R == t0 + (int)e.slot_offset[f] && R >= 0 && R < F && (Bl0 == 255) == flipped;
-                }
-                tagged++;
-                honoured += ok;
-                flips += flipped;
-                if (t0 < tmin) tmin = t0;
-                if (t0 > tmax) tmax = t0;
-            }
-        int all_clips = 1;
-        for (int k = 0; k < 10; k++) all_clips &= seen[k];
-        double frac = tagged ? (double)flips / tagged : 0;
-        char label[64];
-        snprintf(label, sizeof label, "loader_plan_offsets_%s", pi ? "positive" : "negative");
-        check(x && honoured == tagged && tagged > 0 && tmin == -lo && tmax == F - 1 - hi && all_clips, label,
-              "%s: %d of %d tagged windows show frames t0 + offset of one clip; t0 in %d..%d (all of %d..%d); all 10 "
-              "clips drawn",
-              plans[pi], honoured, tagged, tmin, tmax, -lo, F - 1 - hi);
-        if (pi == 0)
-            check(x && fabs(frac - 0.5) < 0.08, "loader_flips_half", "%d of %d windows mirrored (%.3f)", flips, tagged,
-                  frac);
-        free(x);
-    }
-
-    // refusals at loader_start
-    {
-        Config e = plan_config(N, "anchor:-20 context:0 target:12");
-        Loader *l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
-        check(!l && one_line(err) && strstr(err, "spans 33 frames") && strstr(err, "clip_frames 32"), "loader_plan_too_long",
-              "%s", err);
-        loader_stop(l);
-        e = plan_config(N, "anchor:0 target:1.5");
-        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
-        check(!l && one_line(err) && strstr(err, "whole number"), "loader_fractional_offset", "%s", err);
-        loader_stop(l);
-        e = plan_config(16, "anchor:0 target:1");
-        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
-        check(!l && one_line(err) && strstr(err, "frame_size 16"), "loader_frame_size_mismatch", "%s", err);
-        loader_stop(l);
-        // steps come one after another
-        l = loader_start(NULL, d, &c, 2, 1, 5, 2, 2, err, sizeof err);
-        double wait = -1;
-        const real *x5 = l ? loader_get(l, 5, &wait, err, sizeof err) : NULL;
-        const real *x7 = l ? loader_get(l, 7, NULL, err, sizeof err) : NULL;
-        check(x5 && wait >= 0 && !x7 && strstr(err, "step 7") && strstr(err, "next one is 6"), "loader_steps_in_order",
-              "%s (the first wait: %.3f ms)", err, 1e3 * wait);
-        loader_stop(l);
-    }
-    dataset_close(d);
-
-    // a shard that goes bad after opening: loader_get fails with the reader's line
-    {
-        char bad[512];
-        folder(bad, sizeof bad, "loader_bad");
-        if (make_dataset(bad, N, F, "rrrr", 0, NULL, NULL, err, sizeof err)) return;
-        Dataset *bd = dataset_open(bad, err, sizeof err);
-        for (int i = 0; bd && i < dataset_clips(bd); i++) {
-            ClipLocation loc;
-            char path[700];
-            dataset_clip_location(bd, i, &loc);
-            snprintf(path, sizeof path, "%s/%s", bad, loc.shard);
-            flip_byte(path, (long)(loc.offset + 5));
-        }
-        Loader *l = bd ? loader_start(NULL, bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
-        const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
-        check(l && !x && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, "shard-00000.safetensors"),
-              "loader_bad_shard", "%s", err);
-        loader_stop(l);
-        dataset_close(bd);
-    }
-}
-
-// windows per second from a dataset of 64x64 clips, 7 slots, batch 8
-static void bench(const char *what, const char *kinds) {
-    const int N = 64, F = 32, B = 8;
-    char dir[512], err[1024];
-    folder(dir, sizeof dir, what);
-    double t0 = now_s();
-    if (make_dataset(dir, N, F, kinds, 0, NULL, NULL, err, sizeof err)) {
-        check(0, "loader_throughput", "%s", err);
-        return;
-    }
-    double t_write = now_s() - t0;
-    Dataset *d = dataset_open(dir, err, sizeof err);
-    Config c = plan_config(N, "anchor:0 target:1 target:2 target:3 target:4 target:5 target:6");
-    ClipLocation loc;
-    dataset_clip_location(d, 0, &loc);
-    double rate[2] = {0, 0}, waited[2] = {0, 0};
-    for (int th = 1; th <= 2; th++) {
-        Loader *l = loader_start(NULL, d, &c, B, 7, 1, th, 4, err, sizeof err);
-        double start = now_s(), wait_total = 0;
-        int steps = 0;
-        while (now_s() - start < 0.4) {
-            double wait;
-            if (!loader_get(l, steps + 1, &wait, err, sizeof err)) break;
-            wait_total += wait;
-            steps++;
-        }
-        double dt = now_s() - start;
-        loader_stop(l);
-        rate[th - 1] = steps * B / dt, waited[th - 1] = wait_total / dt;
-    }
-    char label[64];
-    snprintf(label, sizeof label, "loader_throughput_%s", what);
-    check(rate[0] > 0 && rate[1] > 0, label,
-          "%d clips of %dx%dx%d (%s, %llu of %zu bytes stored; written in %.2f s): %.0f windows/s with 1 thread, %.0f "
-          "with 2 (7 slots, batch %d)",
-          (int)strlen(kinds), F, N, N, loc.zlib ? "zlib" : "raw", (unsigned long long)loc.stored, dataset_clip_bytes(d),
-          t_write, rate[0], rate[1], B);
-    (void)waited;
-    dataset_close(d);
-    rm_rf(dir);
-}
-
 int main(void) {
     snprintf(g_root, sizeof g_root, "/tmp/fc_test_shards_XXXXXX");
     if (!mkdtemp(g_root)) {
@@ -909,9 +522,6 @@ int main(void) {
     test_read_header();
     test_crash_safety();
     test_corruption();
-    test_loader();
-    bench("zlib", "ssssssssssssssssssss");
-    bench("raw", "rrrrrrrrrrrrrrrrrrrr");
     rm_rf(g_root);
     printf("test_shards: %.1f s, %d failed\n", now_s() - t0, g_failed);
     return g_failed != 0;
