@@ -284,8 +284,8 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
                "%.4g TFLOP/s\n", ms, t_timed_steps, 1e3 / ms * m->B * m->F, flops / 1e12, flops / ms / 1e9);
     }
     if (be->memory_peak)
-        printf("peak %s memory: %.2f GiB measured (plan %.2f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
-               plan.total / 1073741824.0);
+        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
+               plan.total / 1073741824.0);  // three decimals: a MiB, for the small configs
 done:
     free_ckpt_writer(writer);  // before the tensors it copies from
     if (loader) loader_stop(loader);
