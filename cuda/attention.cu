@@ -297,11 +297,10 @@ __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restri
     const long sh = idx / len;
     const int h = (int)(sh % H), seq = (int)(sh / H);
     const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
-    CompSum s;
+    CompSum s = COMP_SUM_ZERO;
     for (int c = lane; c < dh; c += 32) s.add(__fmul_rn(dout[off + c], op_load(out + off + c)));
     for (int o = 16; o > 0; o >>= 1) {
-        CompSum other;
-        other.s = __shfl_xor_sync(0xffffffffu, s.s, o), other.c = __shfl_xor_sync(0xffffffffu, s.c, o);
+        CompSum other = {__shfl_xor_sync(0xffffffffu, s.s, o), __shfl_xor_sync(0xffffffffu, s.c, o)};
         s.merge(other);
     }
     if (lane == 0) dvec[idx] = s.value();

@@ -39,7 +39,7 @@ __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__re
     long n0 = (long)blockIdx.y * rows_per_chunk;
     long n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
     size_t base = (size_t)s * N * D;
-    CompSum sum;
+    CompSum sum = COMP_SUM_ZERO;
     if (d < D)
         for (long n = n0 + ty; n < n1; n += COLSUM_LANES) {
             size_t k = base + (size_t)n * D + d;
@@ -67,7 +67,7 @@ __global__ void colsum_finish_kernel(float *__restrict__ out, long ostride, int 
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)S * D;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t s = i / D, d = i % D;
-        CompSum sum;
+        CompSum sum = COMP_SUM_ZERO;
         for (int c = 0; c < nchunks; c++) sum.merge(partial[(s * nchunks + c) * D + d]);
         colsum_store(out + s * ostride + d, sum, add);
     }

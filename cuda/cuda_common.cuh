@@ -51,9 +51,10 @@ static inline bool op_aligned4(const void *p) { return (uintptr_t)p % (4 * sizeo
 // rounding errors of those additions, each found exactly (two-sum), so s + c is the sum of a few
 // thousand terms to about double's accuracy, even where they cancel, at float speed: the column
 // sums of the backward, where doubles would run at 1/64 of the float rate on a GeForce card. The
-// __f*_rn intrinsics keep nvcc from contracting or reordering the error terms.
+// __f*_rn intrinsics keep nvcc from contracting or reordering the error terms. An aggregate
+// (no constructor, so that it may live in shared memory): start one at COMP_SUM_ZERO.
 struct CompSum {
-    float s = 0.f, c = 0.f;
+    float s, c;
     __device__ __forceinline__ void add(float x) {
         float t = __fadd_rn(s, x);
         float e = fabsf(s) >= fabsf(x) ? __fadd_rn(__fsub_rn(s, t), x) : __fadd_rn(__fsub_rn(x, t), s);
@@ -66,6 +67,7 @@ struct CompSum {
     }
     __device__ __forceinline__ float value() const { return __fadd_rn(s, c); }
 };
+#define COMP_SUM_ZERO {0.f, 0.f}
 
 // out[s * ostride + d] = (add: +=) sum over n < N of a[s, n, d] * (b ? b[s, n, d] : 1), a and b
 // (S, N, D); a16, when not NULL, gets a in bf16. Deterministic; N = 0 gives 0 (colsum.cu).

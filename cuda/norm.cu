@@ -128,7 +128,7 @@ static __global__ void ln_mod_bwd_cols_kernel(CompSum *psh, CompSum *psc, const 
     long sp = idx / D;
     int p = (int)(sp % nparts), s = (int)(sp / nparts);
     int n0 = p * LN_ROWS_PER_PART, n1 = min(N, n0 + LN_ROWS_PER_PART);
-    CompSum ash, asc;
+    CompSum ash = COMP_SUM_ZERO, asc = COMP_SUM_ZERO;
     for (int n = n0; n < n1; n++) {
         long r = (long)s * N + n;
         float g = dy[r * D + d];
@@ -145,7 +145,7 @@ static __global__ void ln_mod_bwd_cols_sum_kernel(real *dshift, real *dscale, co
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)S * D) return;
     int d = (int)(idx % D), s = (int)(idx / D);
-    CompSum ash, asc;
+    CompSum ash = COMP_SUM_ZERO, asc = COMP_SUM_ZERO;
     for (int p = 0; p < nparts; p++) {
         long k = ((long)s * nparts + p) * D + d;
         ash.merge(psh[k]);
@@ -375,7 +375,7 @@ static __global__ void qk_norm_bwd_w_kernel(CompSum *part_sums, const real *dout
     if (idx >= (long)nchunks * 2 * dh) return;
     int i = (int)(idx % dh), part = (int)(idx / dh % 2), c = (int)(idx / dh / 2);
     int t0 = c * QK_TOKENS_PER_PART, t1 = min(T, t0 + QK_TOKENS_PER_PART);
-    CompSum acc;
+    CompSum acc = COMP_SUM_ZERO;
     for (int t = t0; t < t1; t++) {
         size_t col = (size_t)t * 3 * D + part * D + i;
         const real *rs = rstd + (size_t)t * 2 * H + part * H;
@@ -392,7 +392,7 @@ static __global__ void qk_norm_bwd_w_sum_kernel(real *dqw, real *dkw, const Comp
     int part = idx / dh, i = idx % dh;
     real *dw = part ? dkw : dqw;
     if (!dw) return;
-    CompSum acc;
+    CompSum acc = COMP_SUM_ZERO;
     for (int c = 0; c < nchunks; c++) acc.merge(part_sums[((long)c * 2 + part) * dh + i]);
     dw[i] = add ? r_add(dw[i], acc.value()) : acc.value();
 }
