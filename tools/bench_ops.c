@@ -1,6 +1,10 @@
 // bench_ops.c: where a training step's time goes, op by op, on one backend: each op of one block
 // of a config, timed alone at that config's shapes (median of several runs after a warm-up), then
-// scaled by how often a step runs it. A benchmark, not a test: it asserts nothing.
+// scaled by how often a step runs it. Beside each time, the rate it stands for: the GEMMs and
+// attention in model FLOPs per second (as MFU counts them: attention's backward twice its
+// forward), every other op in GB/s of the least traffic it could make (each input read once, each
+// output written once, a gradient added into read and written), so that the ops far from the
+// card's peak or bandwidth show. A benchmark, not a test: it asserts nothing.
 //
 // usage (from the repository root): build/bench_ops [--device cpu|cuda|cuda-fp32] [--config PATH] [--reps N]
 #include <stdio.h>
@@ -48,25 +52,33 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct {
     const char *name;
     double ms, per_step;  // median ms of one call; calls per training step
+    double flops, bytes;  // of one call: model FLOPs (GEMMs, attention) or the least traffic (the others)
 } Row;
 static Row g_rows[64];
 static int g_nrows;
 
-// Time `call` (a statement) g_reps times after one warm-up: the median, as a row run `count` times a step.
-#define TIME(label, count, call)                                   \
-    do {                                                           \
-        double t_[64];                                             \
-        call;                                                      \
-        for (int r_ = 0; r_ < g_reps; r_++) {                      \
-            g_be->sync();                                          \
-            double t0_ = now();                                    \
-            call;                                                  \
-            g_be->sync();                                          \
-            t_[r_] = 1e3 * (now() - t0_);                          \
-        }                                                          \
-        qsort(t_, g_reps, sizeof(double), cmp_double);             \
-        g_rows[g_nrows++] = (Row){label, t_[g_reps / 2], (count)}; \
+// Time `call` (a statement) g_reps times after one warm-up: the median, as a row run `count` times a
+// step that does `flops` model FLOPs or moves at least `bytes` bytes.
+#define TIME(label, count, flops, bytes, call)                                       \
+    do {                                                                             \
+        double t_[64];                                                               \
+        call;                                                                        \
+        for (int r_ = 0; r_ < g_reps; r_++) {                                        \
+            g_be->sync();                                                            \
+            double t0_ = now();                                                      \
+            call;                                                                    \
+            g_be->sync();                                                            \
+            t_[r_] = 1e3 * (now() - t0_);                                            \
+        }                                                                            \
+        qsort(t_, g_reps, sizeof(double), cmp_double);                               \
+        g_rows[g_nrows++] = (Row){label, t_[g_reps / 2], (count), (flops), (bytes)}; \
     } while (0)
+
+// The rate of a row: model TFLOP/s, or GB/s of its least traffic.
+static void print_rate(const Row *r) {
+    if (r->flops > 0) printf(" %8.3g TFLOP/s", r->flops / r->ms / 1e9);
+    else if (r->bytes > 0) printf(" %8.3g GB/s", r->bytes / r->ms / 1e6);
+}
 
 int main(int argc, char **argv) {
     const char *device = "auto", *path = "configs/starter.conf";
@@ -99,45 +111,65 @@ int main(int argc, char **argv) {
     g_be->register_weights(w, (size_t)RD * D);  // the model's weights live in a registered allocation
 
     // ---- the ops of one block (two attention sub-layers, the MLP), each as often as a step runs it ----
-    TIME("linear fwd qkv", 2 * L, g_be->linear_fwd(y, xo, w, b, T, D, 3 * D));
-    TIME("linear bwd qkv", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, 3 * D));
-    TIME("linear fwd proj", 2 * L, g_be->linear_fwd(y, xo, w, b, T, D, D));
-    TIME("linear bwd proj", 2 * L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, D));
-    TIME("linear+gelu fwd fc1", L, g_be->linear_gelu_fwd(y, yo, xo, w, b, T, D, RD));
-    TIME("linear bwd fc1", L, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, RD));
-    TIME("linear fwd fc2", L, g_be->linear_fwd(y, xo, w, b, T, RD, D));
+    // Sizes for the rates: t = T tokens, f = 4 bytes (real), o = an operand's bytes (weights in
+    // compute take the operand's format too: the bf16 mirror on cuda).
+    double t = T, f = sizeof(real), o = g_be->operand_bytes, d = D, rd = RD;
+#define GEMM(K, N) (2 * t * (double)(K) * (N))
+    TIME("linear fwd qkv", 2 * L, GEMM(D, 3 * D), 0, g_be->linear_fwd(y, xo, w, b, T, D, 3 * D));
+    TIME("linear bwd qkv", 2 * L, 2 * GEMM(D, 3 * D), 0,
+         g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, 3 * D));
+    TIME("linear fwd proj", 2 * L, GEMM(D, D), 0, g_be->linear_fwd(y, xo, w, b, T, D, D));
+    TIME("linear bwd proj", 2 * L, 2 * GEMM(D, D), 0,
+         g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, D));
+    TIME("linear+gelu fwd fc1", L, GEMM(D, RD), 0, g_be->linear_gelu_fwd(y, yo, xo, w, b, T, D, RD));
+    TIME("linear bwd fc1", L, 2 * GEMM(D, RD), 0,
+         g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, D, RD));
+    TIME("linear fwd fc2", L, GEMM(RD, D), 0, g_be->linear_fwd(y, xo, w, b, T, RD, D));
     int row_fc2 = g_nrows;
-    TIME("linear+gelu bwd fc2", L, g_be->linear_gelu_bwd(dx, dw, db, GRAD_SET, dy, xo, w, y, T, RD, D));
+    TIME("linear+gelu bwd fc2", L, 2 * GEMM(RD, D), 0,
+         g_be->linear_gelu_bwd(dx, dw, db, GRAD_SET, dy, xo, w, y, T, RD, D));
     AttnLayout sp = attn_layout_tokens(B, F, N, 0), tm = attn_layout_tokens(B, F, N, 1);
-    TIME("attention fwd spatial", L, g_be->attn_fwd(atto, lse, qkvo, sp, D, H));
-    TIME("attention bwd spatial", L, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, sp, D, H));
-    TIME("attention fwd temporal", L, g_be->attn_fwd(atto, lse, qkvo, tm, D, H));
-    TIME("attention bwd temporal", L, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, tm, D, H));
-    TIME("ln_mod fwd", 3 * L, g_be->ln_mod_fwd(yo, mean, rstd, x, mod, mod + D, ms, S, N, D));
-    TIME("ln_mod bwd", 3 * L, g_be->ln_mod_bwd(dx, dmod, dmod + D, dy, x, mean, rstd, mod + D, ms, S, N, D));
-    TIME("qk_norm fwd", 2 * L, g_be->qk_norm_fwd(yo, qr, qkv, qw, kw, T, D, H));
-    TIME("qk_norm bwd", 2 * L, g_be->qk_norm_bwd(dqkv, dw, db, GRAD_SET, dy, qkv, qr, qw, kw, T, D, H));
-    TIME("gated_add fwd", 3 * L, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
-    TIME("gated_add bwd", 3 * L, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
+    double attn_sp = 4 * t * N * d, attn_tm = 4 * t * F * d;  // scores and weighted sums, forward
+    TIME("attention fwd spatial", L, attn_sp, 0, g_be->attn_fwd(atto, lse, qkvo, sp, D, H));
+    TIME("attention bwd spatial", L, 2 * attn_sp, 0, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, sp, D, H));
+    TIME("attention fwd temporal", L, attn_tm, 0, g_be->attn_fwd(atto, lse, qkvo, tm, D, H));
+    TIME("attention bwd temporal", L, 2 * attn_tm, 0, g_be->attn_bwd(dqkv, datt, atto, qkvo, lse, tm, D, H));
+    // x read, y written; dy and x read, dx added into (read and written)
+    TIME("ln_mod fwd", 3 * L, 0, t * d * (f + o) + 2 * t * f,
+         g_be->ln_mod_fwd(yo, mean, rstd, x, mod, mod + D, ms, S, N, D));
+    TIME("ln_mod bwd", 3 * L, 0, 4 * t * d * f + 2 * t * f,
+         g_be->ln_mod_bwd(dx, dmod, dmod + D, dy, x, mean, rstd, mod + D, ms, S, N, D));
+    // qkv read, q k v written; dout and q k read, dqkv written
+    TIME("qk_norm fwd", 2 * L, 0, 3 * t * d * (f + o) + 2 * t * H * f,
+         g_be->qk_norm_fwd(yo, qr, qkv, qw, kw, T, D, H));
+    TIME("qk_norm bwd", 2 * L, 0, 8 * t * d * f + 2 * t * H * f,
+         g_be->qk_norm_bwd(dqkv, dw, db, GRAD_SET, dy, qkv, qr, qw, kw, T, D, H));
+    // x and h read, out written; dout and h read, dh written
+    TIME("gated_add fwd", 3 * L, 0, 3 * t * d * f, g_be->gated_add_fwd(y, x, dx, mod, ms, S, N, D));
+    TIME("gated_add bwd", 3 * L, 0, 3 * t * d * f, g_be->gated_add_bwd(NULL, dx, dmod, dy, x, mod, ms, S, N, D));
     // The backward zeroes once a step only the gradients that ops add into (the residual stream's
     // (T, D) and a few small ones): every other activation gradient is overwritten by its one
     // producer (before, about 9 x (T, 3D) were zeroed a block).
-    TIME("zero (T, D) residual grad", 1, g_be->zero(datt, sizeof(real) * T * D));
+    TIME("zero (T, D) residual grad", 1, 0, t * d * f, g_be->zero(datt, sizeof(real) * T * D));
 
     // Outside the step's table: the MLP's fused backward against what it replaces, the GEMM and then
     // the GELU kernel (cuBLASLt's DGELU epilogue may run a slower GEMM kernel than the plain one).
     int nstep = g_nrows;
-    TIME("fc2: linear bwd", 0, g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, RD, D));
-    TIME("fc2: gelu bwd", 0, g_be->gelu_bwd(dx, dx, y, (size_t)T * RD));
+    TIME("fc2: linear bwd", 0, 2 * GEMM(RD, D), 0,
+         g_be->linear_bwd(dx, GRAD_SET, dw, db, GRAD_SET, dy, xo, w, T, RD, D));
+    TIME("fc2: gelu bwd", 0, 0, 3 * t * rd * f, g_be->gelu_bwd(dx, dx, y, (size_t)T * RD));
+#undef GEMM
 
     double total = 0;
     for (int i = 0; i < nstep; i++) total += g_rows[i].ms * g_rows[i].per_step;
     double flops = model_step_flops(&c, B);
-    printf("%-24s %10s %8s %12s %7s\n", "op", "ms/call", "x/step", "ms/step", "share");
+    printf("%-24s %10s %8s %12s %7s %15s\n", "op", "ms/call", "x/step", "ms/step", "share", "rate");
     for (int i = 0; i < nstep; i++) {
         Row *r = &g_rows[i];
-        printf("%-24s %10.3f %8.0f %12.2f %6.1f%%\n", r->name, r->ms, r->per_step, r->ms * r->per_step,
+        printf("%-24s %10.3f %8.0f %12.2f %6.1f%%", r->name, r->ms, r->per_step, r->ms * r->per_step,
                100 * r->ms * r->per_step / total);
+        print_rate(r);
+        printf("\n");
     }
     printf("%-24s %10s %8s %12.2f  (%.3g TFLOP of model FLOPs: %.1f TFLOP/s if a step were only these ops)\n",
            "sum", "", "", total, flops / 1e12, flops / total / 1e9);
@@ -145,6 +177,8 @@ int main(int argc, char **argv) {
     printf("the MLP's GELU fused (ms/call) against the GEMM and the GELU kernel apart: fc2 backward %.3f against "
            "%.3f + %.3f\n",
            g_rows[row_fc2].ms, g_rows[nstep].ms, g_rows[nstep + 1].ms);
+    printf("rates: the GEMMs and attention in model TFLOP/s; the others in GB/s of the least traffic they could "
+           "make\n");
     g_be->unregister_weights(w);
     return 0;
 }
