@@ -15,15 +15,22 @@
 
 #include <cblas.h>
 
+#include "exp_poly.h"
+
 #ifdef FC_DOUBLE
 #define GEMM cblas_dgemm
 #define EXP exp
 #define LOG log
 #else
 #define GEMM cblas_sgemm
-#define EXP expf
+#define EXP exp_poly  // vectorised (exp_poly.h)
 #define LOG logf
 #endif
+
+// row[k] = e^(row[k] - m) for k < n: the softmax's exponentials, a vectorised loop.
+CPU_VECTOR_CLONES static void exp_shifted(real *row, int n, real m) {
+    for (int k = 0; k < n; k++) row[k] = EXP(row[k] - m);
+}
 
 static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
     return o * lay->outer_stride + i * lay->inner_stride + k * lay->tok_stride;
@@ -80,7 +87,8 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
                 real *row = w.s + (size_t)j * L, mx = row[0];
                 for (int k = 1; k < L; k++) mx = row[k] > mx ? row[k] : mx;
                 double l = 0;
-                for (int k = 0; k < L; k++) l += (row[k] = EXP(row[k] - mx));
+                exp_shifted(row, L, mx);
+                for (int k = 0; k < L; k++) l += row[k];
                 w.dvec[j] = 1.0 / l;
                 lse[attn_row(&lay, o, i, j) * H + h] = (real)(mx + LOG((real)l));
             }
@@ -119,7 +127,7 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, 0.0, w.s, L);
             for (int j = 0; j < L; j++) {
                 real m = lse[attn_row(&lay, o, i, j) * H + h], *row = w.s + (size_t)j * L;
-                for (int k = 0; k < L; k++) row[k] = EXP(row[k] - m);
+                exp_shifted(row, L, m);
             }
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, 0.0, w.p, L);
             // dV = P^T dO, into b (out is no longer needed)
