@@ -150,20 +150,27 @@ static void cpu_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy,
             }
         }
     }
-    if (dshift || dscale) {
+    if (dshift || dscale) {  // each column summed over the slot's rows in order, the rows read in memory order
 #pragma omp parallel for schedule(static)
         for (int s = 0; s < S; s++) {
-            for (int d = 0; d < D; d++) {
-                double ash = 0, asc = 0;
-                for (int n = 0; n < N; n++) {
-                    long r = (long)s * N + n;
-                    double g = dy[r * D + d];
-                    ash += g;
-                    asc += g * (x[r * D + d] - mean[r]) * rstd[r];
+            double *ash = fc_malloc(sizeof(double) * 2 * (D > 0 ? D : 1)), *asc = ash + D;
+            for (int d = 0; d < D; d++) ash[d] = asc[d] = 0;
+            for (int n = 0; n < N; n++) {
+                long r = (long)s * N + n;
+                const real *dyr = dy + r * D, *xr = x + r * D;
+                real mu = mean[r];
+                double rs = rstd[r];
+                for (int d = 0; d < D; d++) {
+                    double g = dyr[d];
+                    ash[d] += g;
+                    asc[d] += g * (xr[d] - mu) * rs;
                 }
-                if (dshift) dshift[s * ms + d] += (real)ash;
-                if (dscale) dscale[s * ms + d] += (real)asc;
             }
+            for (int d = 0; d < D; d++) {
+                if (dshift) dshift[s * ms + d] += (real)ash[d];
+                if (dscale) dscale[s * ms + d] += (real)asc[d];
+            }
+            free(ash);
         }
     }
 }
@@ -193,15 +200,15 @@ static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout,
                 if (dh) dh[r + d] = g[d] * dout[r + d];
             }
         }
-        if (dgate) {
-            for (int d = 0; d < D; d++) {
-                double acc = 0;
-                for (int n = 0; n < N; n++) {
-                    long r = ((long)s * N + n) * D;
-                    acc += (double)dout[r + d] * h[r + d];
-                }
-                dgate[s * ms + d] += (real)acc;
+        if (dgate) {  // each column in row order, the rows read in memory order
+            double *acc = fc_malloc(sizeof(double) * (D > 0 ? D : 1));
+            for (int d = 0; d < D; d++) acc[d] = 0;
+            for (int n = 0; n < N; n++) {
+                long r = ((long)s * N + n) * D;
+                for (int d = 0; d < D; d++) acc[d] += (double)dout[r + d] * h[r + d];
             }
+            for (int d = 0; d < D; d++) dgate[s * ms + d] += (real)acc[d];
+            free(acc);
         }
     }
 }
@@ -254,19 +261,23 @@ static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, co
             memcpy(dxrow + 2 * D, drow + 2 * D, sizeof(real) * D);
         }
     }
-    // The weight gradients sum over every token and head: one pass, in order.
+    // The weight gradients sum over every token and head, each entry in (token, head) order; the
+    // rows are read once, in memory order, all dh sums advancing together.
+    double *acc = fc_malloc(sizeof(double) * (dh > 0 ? dh : 1));
     for (int part = 0; part < 2; part++) {
         real *dw = part ? dkw : dqw;
         if (!dw) continue;
-        for (int i = 0; i < dh; i++) {
-            double acc = 0;
-            for (int t = 0; t < T; t++)
-                for (int h = 0; h < H; h++)
-                    acc += (double)dout[(size_t)t * 3 * D + part * D + h * dh + i] *
-                           qkv[(size_t)t * 3 * D + part * D + h * dh + i] * rstd[(size_t)t * 2 * H + part * H + h];
-            dw[i] = pmode == GRAD_ADD ? dw[i] + (real)acc : (real)acc;
-        }
+        for (int i = 0; i < dh; i++) acc[i] = 0;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                size_t off = (size_t)t * 3 * D + part * D + h * dh;
+                const real *a = dout + off, *b = qkv + off;
+                double r = rstd[(size_t)t * 2 * H + part * H + h];
+                for (int i = 0; i < dh; i++) acc[i] += (double)a[i] * b[i] * r;
+            }
+        for (int i = 0; i < dh; i++) dw[i] = pmode == GRAD_ADD ? dw[i] + (real)acc[i] : (real)acc[i];
     }
+    free(acc);
 }
 
 // ----------------------------------------------------------------------------
