@@ -17,7 +17,7 @@
 
 extern "C" {
 #include "../src/cpu_optim.h"  // AdamConst, adam_const
-#include "../src/quant8.h"      // QUANT8_TABLE
+#include "../src/quant8.h"      // QUANT8_ENCODER
 }
 
 enum {
@@ -85,7 +85,8 @@ static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, s
 
 // quant8_encode_table of src/quant8.c: index of the entry of a code map (its encoder table: 256
 // ascending values, then the rounding thresholds) nearest to x, ties to the lower index; beyond
-// either end that end, NaN 0. The same branch-free binary search (largest i with code[i] <= x), and
+// either end that end, NaN 0. The branch-free binary search of src/quant8.c (largest i with
+// code[i] <= x) over the first QUANT8_ENCODER floats, where the CPU reads its index instead, and
 // the rounding as one float comparison with the threshold (the exact midpoint test, made once per
 // map on the CPU): no double arithmetic, which a GeForce card runs at 1/64 of the float rate.
 static __device__ __forceinline__ uint8_t encode8(const float *table, float x) {
@@ -112,19 +113,19 @@ static __device__ __forceinline__ float block_max(float x, float *shared) {
 // One block of ADAM8_BLOCK threads per quantisation block b, one thread per element
 // i = b * ADAM8_BLOCK + threadIdx.x (the last block may be partial). m8, v8, param, grad, and mirror
 // and ema (or NULL): (n); absmax_m, absmax_v: (ceil(n / ADAM8_BLOCK)); code_m, code_v: the code
-// maps' encoder tables (QUANT8_TABLE), copied to shared memory.
+// maps' encoder tables (QUANT8_TABLE), whose first QUANT8_ENCODER floats are copied to shared memory.
 // As cpu_adamw_8bit: dequantise to float, update in float (a non-finite gradient leaves p and the
 // dequantised moments as they are), new absmax = the block's max |m| and max v, requantise.
 static __global__ void __launch_bounds__(ADAM8_BLOCK)
     adamw_8bit_kernel(real *param, __nv_bfloat16 *mirror, real *ema, const real *grad, uint8_t *m8, uint8_t *v8,
                       float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, size_t n,
                       AdamConst c) {
-    __shared__ float cm[QUANT8_TABLE], cv[QUANT8_TABLE];
+    __shared__ float cm[QUANT8_ENCODER], cv[QUANT8_ENCODER];
     __shared__ float max_m_w[ADAM8_BLOCK / 32], max_v_w[ADAM8_BLOCK / 32];
     int j = threadIdx.x;
     size_t b = blockIdx.x, i = b * ADAM8_BLOCK + j;
     bool live = i < n;
-    for (int k = j; k < QUANT8_TABLE; k += ADAM8_BLOCK) cm[k] = code_m[k], cv[k] = code_v[k];
+    for (int k = j; k < QUANT8_ENCODER; k += ADAM8_BLOCK) cm[k] = code_m[k], cv[k] = code_v[k];
     // Every thread reads the old absmax before thread 0 overwrites it (after the barriers below).
     float am = absmax_m[b], av = absmax_v[b];
     __syncthreads();

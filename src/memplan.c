@@ -21,7 +21,7 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     double r = sizeof(real);
     p.params = k.params;
     p.weights = r * k.params, p.gradients = r * k.params, p.ema = r * k.params;
-    double opt = 512 * sizeof(float);  // the two code maps
+    double opt = 2 * QUANT8_TABLE * sizeof(float);  // the two code maps' encoder tables
     for (int i = 0; i < k.n_tensors; i++) {
         size_t n = k.info[i].numel;
         if (c->optimizer == OPT_ADAMW8BIT && n >= OPTIM_MIN_8BIT)

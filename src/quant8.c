@@ -16,6 +16,9 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -62,6 +65,12 @@ uint8_t quant8_encode(const float code[256], float x) {
     return (uint8_t)(lo + (unsigned)(2.0 * (double)x > (double)code[lo] + (double)code[lo + 1]));
 }
 
+// The encoder table's rounding by binary search: the lower code value, then its threshold.
+static unsigned encode_search(const float table[QUANT8_TABLE], float x) {
+    unsigned lo = quant8_lower(table, x);
+    return lo + (unsigned)(x >= table[256 + lo]);  // NaN: false, as the midpoint test
+}
+
 void quant8_table(float table[QUANT8_TABLE]) {
     for (int i = 0; i < 255; i++) {
         double mid = (double)table[i] + (double)table[i + 1];  // exact, as in quant8_encode
@@ -71,9 +80,19 @@ void quant8_table(float table[QUANT8_TABLE]) {
         table[256 + i] = up;
     }
     table[511] = INFINITY;
-}
-
-uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x) {
-    unsigned lo = quant8_lower(table, x);
-    return (uint8_t)(lo + (unsigned)(x >= table[256 + lo]));  // NaN: false, as the midpoint test
+    // The index: for each bucket of floats (sign, exponent, top 8 fraction bits), the code of its
+    // smallest member by the binary search. A negative float's bits grow as its value falls, so the
+    // smallest member has the bucket's largest bits there.
+    uint8_t *index = (uint8_t *)(table + QUANT8_ENCODER);
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t row = 0; row < QUANT8_INDEX_ROWS; row++)
+            for (uint32_t m = 0; m < 256; m++) {
+                uint32_t bits = sign << 31 | (QUANT8_INDEX_EXP0 + row) << 23 | m << 15, ends[2] = {bits, bits | 0x7fff};
+                float a, b;
+                memcpy(&a, &ends[sign], sizeof a), memcpy(&b, &ends[!sign], sizeof b);  // a <= b
+                unsigned c = encode_search(table, a);
+                if (encode_search(table, b) > c + 1)
+                    fc_die("quant8: [%g, %g] holds two rounding thresholds: too wide for the encoder's index", a, b);
+                index[(sign * QUANT8_INDEX_ROWS + row) * 256 + m] = (uint8_t)c;
+            }
 }
