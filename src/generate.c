@@ -300,7 +300,7 @@ int generate_cli(const char *const runs[3], const char *first_frame, int frames,
             fprintf(stderr, "framechain: %s\n", err);
             rc = 1;
         } else {
-            printf("generate: wrote %s (%d frames, %.1f s)\n", out, frames, now_s() - t0);
+            printf("generate: wrote %s (%d frames, %.2f s)\n", out, frames, now_s() - t0);
         }
     }
     free(video);
