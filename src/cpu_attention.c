@@ -1,7 +1,8 @@
 // cpu_attention.c: the CPU backend's softmax attention (attn_fwd, attn_bwd; contracts in
 // backend.h). One task per (sequence, head), spread by OpenMP; inside a task the head's q, k, v
 // (and dout, out) are gathered into contiguous (len, dh) matrices and every product is one GEMM
-// (OpenBLAS, single-threaded inside the task), with the softmax between them:
+// (OpenBLAS, single-threaded inside the task; plain loops for the few-token sequences of the
+// temporal attention), with the softmax between them:
 //   forward   S = scale Q K^T, P = softmax_rows(S), O = P V, lse = rowmax + log(rowsum)
 //   backward  P = exp(scale Q K^T - lse), dV = P^T dO, dP = dO V^T, dS = P (dP - Dvec) scale,
 //             dQ = dS K, dK = dS^T Q          (Dvec_i = dout_i . out_i, summed in double)
@@ -30,6 +31,52 @@
 // row[k] = e^(row[k] - m) for k < n: the softmax's exponentials, a vectorised loop.
 CPU_VECTOR_CLONES static void exp_shifted(real *row, int n, real m) {
     for (int k = 0; k < n; k++) row[k] = EXP(row[k] - m);
+}
+
+// A product under this many multiply-adds (the temporal attention's sequences of a few tokens) runs
+// as plain loops: OpenBLAS's cost per call (its dispatch and packing) was most of its time.
+#define SMALL_GEMM_MACS 16384
+
+// The rows a and b (n) dotted, in eight fixed lanes: a vectorised loop, the same order every time.
+static inline real dot_rows(const real *a, const real *b, int n) {
+    real acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[k + l] * b[k + l];
+    real sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; k < n; k++) sum += a[k] * b[k];
+    return sum;
+}
+
+// attn_gemm's plain loops. C[i][j] = alpha a_i . b_j (tb: B transposed, the rows of A and B
+// dotted), or C[i] = alpha sum over k of op(A)[i][k] B[k] (B's rows combined, k in order).
+CPU_VECTOR_CLONES static void small_gemm(int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
+                                         const real *B, int ldb, real *C, int ldc) {
+    for (int i = 0; i < M; i++) {
+        real *c = C + (size_t)i * ldc;
+        if (tb) {
+            for (int j = 0; j < N; j++) c[j] = alpha * dot_rows(A + (size_t)i * lda, B + (size_t)j * ldb, K);
+            continue;
+        }
+        for (int j = 0; j < N; j++) c[j] = 0;
+        for (int k = 0; k < K; k++) {
+            real a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+            const real *b = B + (size_t)k * ldb;
+            for (int j = 0; j < N; j++) c[j] += a * b[j];
+        }
+        for (int j = 0; j < N; j++) c[j] *= alpha;
+    }
+}
+
+// C (M, N) = alpha op(A) op(B), row-major (beta 0): OpenBLAS, or small_gemm below SMALL_GEMM_MACS.
+static void attn_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, real alpha, const real *A,
+                      int lda, const real *B, int ldb, real *C, int ldc) {
+    if ((long)M * N * K > SMALL_GEMM_MACS) {
+        GEMM(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0, C, ldc);
+        return;
+    }
+    if (ta == CblasTrans && tb == CblasTrans) fc_die("attn_gemm: both operands transposed");  // not used
+    small_gemm(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, C, ldc);
 }
 
 static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
@@ -82,7 +129,7 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
             int h = (int)(task % H), seq = (int)(task / H);
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
             gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, 0.0, w.s, L);
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
             for (int j = 0; j < L; j++) {  // the softmax of row j, kept unnormalised; lse_j
                 real *row = w.s + (size_t)j * L, mx = row[0];
                 for (int k = 1; k < L; k++) mx = row[k] > mx ? row[k] : mx;
@@ -92,7 +139,7 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
                 w.dvec[j] = 1.0 / l;
                 lse[attn_row(&lay, o, i, j) * H + h] = (real)(mx + LOG((real)l));
             }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.v, dh, 0.0, w.a, dh);
+            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.v, dh, w.a, dh);
             for (int j = 0; j < L; j++) {
                 real *dst = out + attn_row(&lay, o, i, j) * D + (long)h * dh;
                 for (int c = 0; c < dh; c++) dst[c] = (real)(w.a[(size_t)j * dh + c] * w.dvec[j]);
@@ -124,14 +171,14 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
                 w.dvec[j] = s;
             }
             // P = exp(scale Q K^T - lse) into s; dP = dO V^T into p
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, 0.0, w.s, L);
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
             for (int j = 0; j < L; j++) {
                 real m = lse[attn_row(&lay, o, i, j) * H + h], *row = w.s + (size_t)j * L;
                 exp_shifted(row, L, m);
             }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, 0.0, w.p, L);
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, w.p, L);
             // dV = P^T dO, into b (out is no longer needed)
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, 0.0, w.b, dh);
+            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, w.b, dh);
             scatter(dqkv, w.b, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
             for (int j = 0; j < L; j++) {
@@ -140,8 +187,8 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
                 for (int k = 0; k < L; k++) dp[k] = pr[k] * (dp[k] - dv) * scale;
             }
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, 0.0, w.a, dh);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, 0.0, w.b, dh);
+            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, w.a, dh);
+            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, w.b, dh);
             scatter(dqkv, w.a, 3L * D, (long)h * dh, &lay, o, i, dh);
             scatter(dqkv, w.b, 3L * D, D + (long)h * dh, &lay, o, i, dh);
         }
