@@ -22,9 +22,10 @@ uint8_t quant8_encode(const float code[256], float x);
 // matters where double runs at 1/64 of the float rate (GeForce cards, cuda/optim.cu). Those
 // QUANT8_ENCODER floats are all a binary search needs (the GPU's). Then, for the CPU, an index by
 // the float's sign, exponent (2^-24 to 2^0; smaller and larger ones are clamped to the ends) and
-// top 8 fraction bits, as bytes: the code of each bucket's smallest member. A bucket spans less
-// than half the distance between two code values, so at most one threshold (quant8_table checks
-// it): one lookup and one comparison replace the eight dependent steps of the search.
+// top 8 fraction bits, as bytes: the code of each bucket's smallest member. A bucket (under 0.4%
+// of its values) is narrower than the gap between two thresholds (over 0.7%), so it holds at most
+// one (quant8_table checks it): one lookup and one comparison replace the eight dependent steps of
+// the search.
 #define QUANT8_ENCODER 512
 #define QUANT8_INDEX_EXP0 103  // the exponent field of 2^-24: the index's first row
 #define QUANT8_INDEX_ROWS 25   // exponent fields 103 .. 127 (2^-24 .. 2^0)
