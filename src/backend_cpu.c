@@ -305,19 +305,16 @@ CPU_VECTOR_CLONES static void gelu_fwd_span(real *y, const real *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = x[i] * gelu_sigmoid(x[i]);
 }
 
-// d/dv [v sig(2u)] = sig + v 2 sig (1 - sig) du/dv, du/dv = GELU_C (1 + 3 * 0.044715 v^2). The
-// derivative goes to a buffer of its own first: dx may be dy (the MLP's backward works in place),
-// which would keep a single loop scalar.
+// d/dv [v sig(2u)] = sig + v 2 sig (1 - sig) du/dv, du/dv = GELU_C (1 + 3 * 0.044715 v^2); n <=
+// GELU_SPAN. The derivative goes to a buffer of its own first: dx may be dy (the MLP's backward
+// works in place), which would keep a single loop scalar.
 CPU_VECTOR_CLONES static void gelu_bwd_span(real *dx, const real *dy, const real *x, size_t n) {
     real d[GELU_SPAN];
-    for (size_t i0 = 0; i0 < n; i0 += GELU_SPAN) {
-        size_t m = n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN;
-        for (size_t i = 0; i < m; i++) {
-            real v = x[i0 + i], sg = gelu_sigmoid(v);
-            d[i] = sg + 2 * v * sg * (1 - sg) * (real)GELU_C * (1 + (real)(3 * 0.044715) * v * v);
-        }
-        for (size_t i = 0; i < m; i++) dx[i0 + i] = dy[i0 + i] * d[i];
+    for (size_t i = 0; i < n; i++) {
+        real v = x[i], sg = gelu_sigmoid(v);
+        d[i] = sg + 2 * v * sg * (1 - sg) * (real)GELU_C * (1 + (real)(3 * 0.044715) * v * v);
     }
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * d[i];
 }
 
 static void cpu_gelu_fwd(Operand *y_op, const real *x, size_t n) {
