@@ -9,7 +9,7 @@ PYTHON  ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import numpy' 2
 BUILD   ?= build
 OPT     ?= -O3
 # -fno-trapping-math: no floating-point trap is ever enabled, so comparisons may become selects and
-# loops with range checks vectorise (src/exp_poly.h); the results are the same IEEE roundings.
+# loops with range checks vectorise (src/backend/cpu/exp_poly.h); the results are the same IEEE roundings.
 CFLAGS  ?= $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation \
            -std=gnu11 -fopenmp -fno-trapping-math
 LDLIBS  := -lm
@@ -52,7 +52,7 @@ ifeq ($(filter help clean,$(MAKECMDGOALS)),)
   endif
 endif
 # Without the FFmpeg libraries or stb (NO_FFMPEG=1 forces it) the build has no video or image I/O:
-# src/video_none.c says so at run time. Training on the built-in shapes still works (GPU servers).
+# src/video/video_none.c says so at run time. Training on the built-in shapes still works (GPU servers).
 ifeq ($(HAVE_FFMPEG)$(if $(STB_DIR),yes,no),yesyes)
   NO_FFMPEG ?= 0
 else
@@ -60,11 +60,11 @@ else
 endif
 FFMPEG_LIBS := libavformat libavcodec libswscale libavutil
 ifeq ($(NO_FFMPEG),1)
-  VIDEO_SRC := video_none.c
+  VIDEO_SRC := src/video/video_none.c
   FFMPEG_STATUS := no (video and image I/O disabled: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libstb-dev)
   LDLIBS += -lz -lpthread
 else
-  VIDEO_SRC := video_read.c video_write.c image.c
+  VIDEO_SRC := $(filter-out src/video/video_none.c,$(wildcard src/video/*.c))
   FFMPEG_STATUS := $(shell pkg-config --modversion libavformat 2>/dev/null)
   CFLAGS += $(shell pkg-config --cflags $(FFMPEG_LIBS) 2>/dev/null) -I$(STB_DIR)
   LDLIBS += -lz $(shell pkg-config --libs $(FFMPEG_LIBS) 2>/dev/null) -lpthread
@@ -87,7 +87,6 @@ ifneq ($(NVCC),)
   HAVE_CUDNN  := $(shell test -f $(CUDA_HOME)/include/cudnn.h -o -f /usr/include/cudnn.h && echo yes || echo no)
   NVCC_FLAGS  := -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                  -Xcompiler -fopenmp,-Wall,-Wno-format-truncation $(BLAS_CFLAGS)
-  CUDA_OBJ    := $(patsubst cuda/%.cu,$(BUILD)/cuda_%.o,$(wildcard cuda/*.cu))
   CFLAGS      += -DFC_CUDA
   LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
   CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
@@ -95,12 +94,19 @@ else
   CUDA_STATUS := no (CPU-only build)
 endif
 
-SRC  := common.c philox.c config.c chain.c generate.c eval.c memplan.c backend.c backend_cpu.c cpu_attention.c cpu_optim.c quant8.c model.c flow.c shapes.c \
-        optim.c safetensors_json.c safetensors_read.c safetensors_write.c checkpoint.c checkpoint_async.c train.c \
-        $(VIDEO_SRC) shard_write.c shard_read.c dataset_read.c loader.c prepare.c
-OBJ  := $(SRC:%.c=$(BUILD)/%.o)
+# ---- sources: found per folder, one folder a layer (docs/architecture.md) ----
+# src/<layer>/ is the library; src/*.c are main and the commands. Every include names its layer
+# (#include "backend/backend.h") from src/, or from the top for the CUDA backend's C header.
+LAYERS   := base formats video backend backend/cpu model dataset train chain
+LIB_SRC  := $(filter-out src/video/%,$(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))) $(VIDEO_SRC)
+CMD_SRC  := $(wildcard src/*.c)
+OBJ      := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+CMD_OBJ  := $(CMD_SRC:src/%.c=$(BUILD)/obj/%.o)
 # The gradient tests compile the same sources in double precision.
-OBJ64 := $(SRC:%.c=$(BUILD)/f64/%.o)
+OBJ64    := $(LIB_SRC:src/%.c=$(BUILD)/f64/%.o)
+CUDA_OBJ := $(if $(NVCC),$(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard cuda/*.cu)))
+CFLAGS   += -Isrc -I.
+DEPFLAGS := -MMD -MP
 
 .PHONY: all demo test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
@@ -108,57 +114,45 @@ all: info $(BIN)
 info:
 	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | CUDA $(CUDA_STATUS)"
 
-$(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
-	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/f64/%.o: src/%.c src/*.h | $(BUILD)/f64
-	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -c $< -o $@
+$(BUILD)/f64/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/cuda_%.o: cuda/%.cu cuda/*.cuh src/*.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(BUILD)/cuda/%.o: cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -Isrc -I. $(DEPFLAGS) -c $< -o $@
 
-$(BUILD) $(BUILD)/f64 $(BUILD)/emu:
-	@mkdir -p $@
-
-$(BIN): $(BUILD)/main.o $(OBJ) $(CUDA_OBJ)
+$(BIN): $(CMD_OBJ) $(OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/main.o: src/main.c src/*.h | $(BUILD)
-	$(CC) $(CFLAGS) -c $< -o $@
+# ---- tests: tests/<layer>/test_*.c, one program each, built by one rule ----
+# A test program is $(BUILD)/test_NAME from tests/*/test_NAME.c, linked with the library. The
+# gradient checks (test_grad) take the double-precision objects; test_cuda has two more sources.
+TEST_SRC   := $(wildcard tests/*/test_*.c)
+TEST_PROGS := $(patsubst %.c,$(BUILD)/%,$(notdir $(TEST_SRC)))
+TEST_CUDA_PARTS := tests/cuda/cuda_step_checks.c tests/cuda/cuda_optim_checks.c
+TEST_CFLAGS = $(CFLAGS) -Itests
+TEST_LIBS_grad := $(OBJ64)
+$(BUILD)/test_grad: CFLAGS := $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE
+$(BUILD)/test_cuda: $(TEST_CUDA_PARTS)
 
-# ---- tests ----
-$(BUILD)/test_units: tests/test_units.c $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $^ -o $@ $(LDLIBS)
+# Nothing built is an intermediate to delete (the emulation's rewritten sources, the objects reached
+# through pattern rules): make's removal of them would print after the test count.
+.SECONDARY:
+.SECONDEXPANSION:
+$(BUILD)/test_%: $$(wildcard tests/*/test_$$*.c) $$(or $$(TEST_LIBS_$$*),$$(OBJ) $$(CUDA_OBJ))
+	@mkdir -p $(BUILD)/dep
+	$(CC) $(TEST_CFLAGS) -MMD -MP -MF $(BUILD)/dep/test_$*.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-$(BUILD)/dump_reference: tests/dump_reference.c $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/dump_reference: tests/model/dump_reference.c $(OBJ) $(CUDA_OBJ)
+	@mkdir -p $(BUILD)/dep
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/dump_reference.d $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/test_grad: tests/test_grad.c tests/check.h $(OBJ64)
-	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_optim: tests/test_optim.c tests/check.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_video: tests/test_video.c tests/check.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_shards: tests/test_shards.c tests/check.h tests/shard_fixture.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_loader: tests/test_loader.c tests/check.h tests/shard_fixture.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_safetensors: tests/test_safetensors.c tests/check.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-$(BUILD)/test_chain: tests/test_chain.c tests/check.h $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-TEST_CUDA_SRC := tests/test_cuda.c tests/test_cuda_step.c tests/test_cuda_optim.c tests/cuda_harness.h tests/check.h
-$(BUILD)/test_cuda: $(TEST_CUDA_SRC) $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
-
-# The CUDA backend's own code on the CPU (tests/cuda_emu): test_cuda's checks without a GPU. Each
+# The CUDA backend's own code on the CPU (tests/cuda/emu): test_cuda's checks without a GPU. Each
 # launch `k<<<grid, block, smem>>>(args)` becomes `fc_emu_launch(k, "k", grid, block, smem)(args)`
 # and `extern __shared__` memory a pointer; the line numbers stay those of cuda/*.cu. It needs only
 # the toolkit's headers, so the sanitizer build (SAN=1, no nvcc) has it too: there address and
@@ -167,39 +161,45 @@ CUDA_INC ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard $(if $(CUDA_HOM
               /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h)))
 ifneq ($(CUDA_INC),)
 EMU_CXXFLAGS := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2) -g -std=c++17 -ffp-contract=off -fno-strict-aliasing \
-                -DFC_EMU -Icuda -I$(CUDA_INC) $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas \
+                -DFC_EMU -Icuda -Isrc -I. -I$(CUDA_INC) $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-format-truncation
 EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)/emu/lib_cuda_emu.o \
            $(BUILD)/emu/lib_cuda_emu_runtime.o
 TEST_EMU := $(BUILD)/test_cuda_emu $(BUILD)/framechain_emu
 
-$(BUILD)/emu/%.cpp: cuda/%.cu | $(BUILD)/emu
+$(BUILD)/emu/%.cpp: cuda/%.cu
+	@mkdir -p $(@D)
 	@{ echo '#line 1 "$<"'; sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/fc_emu_launch(\1, "\1", \3)(/' \
 	    -e 's/extern __shared__ __align__\(16\) unsigned char ([A-Za-z_]+)\[\];/unsigned char *\1 = fc_emu_dynamic_smem();/' \
 	    $<; } > $@
 
-$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp cuda/*.cuh src/*.h tests/cuda_emu/cuda_emu.h
-	$(CXX) $(EMU_CXXFLAGS) -include tests/cuda_emu/cuda_emu.h -c $< -o $@
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/cuda/emu/cuda_emu.h
+	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -include tests/cuda/emu/cuda_emu.h -c $< -o $@
 
-$(BUILD)/emu/lib_%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h | $(BUILD)/emu
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/emu/lib_%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/test_cuda_emu: $(TEST_CUDA_SRC) $(OBJ) $(EMU_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
+$(BUILD)/test_cuda_emu: tests/cuda/test_cuda.c $(TEST_CUDA_PARTS) $(OBJ) $(EMU_OBJ)
+	@mkdir -p $(BUILD)/dep
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/test_cuda_emu.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ \
+	    $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
 
-# The whole program on the emulated GPU (tests/test_cuda_emu_cli.sh).
-$(BUILD)/framechain_emu: $(BUILD)/main.o $(OBJ) $(EMU_OBJ)
+# The whole program on the emulated GPU (tests/cuda/test_cuda_emu_cli.sh).
+$(BUILD)/framechain_emu: $(CMD_OBJ) $(OBJ) $(EMU_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
 endif
 
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.
 $(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+	@mkdir -p $(BUILD)/dep
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/bench_ops.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 bench-ops: info $(BUILD)/bench_ops
 	$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
-$(BUILD)/bench_gemm: tools/bench_gemm.c | $(BUILD)
+$(BUILD)/bench_gemm: tools/bench_gemm.c
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
 
 # framechain against PyTorch, side by side in one run (BENCHMARKS.md): on the CPU, and on a GPU.
@@ -209,9 +209,7 @@ bench: info $(BIN) $(BUILD)/bench_gemm
 bench-cuda: info $(BIN)
 	@tools/bench_cuda.sh
 
-TEST_BINS := $(BIN) $(BUILD)/test_units $(BUILD)/dump_reference $(BUILD)/test_grad $(BUILD)/test_optim \
-             $(BUILD)/test_safetensors $(BUILD)/test_video $(BUILD)/test_shards $(BUILD)/test_loader \
-             $(BUILD)/test_cuda $(BUILD)/test_chain $(TEST_EMU)
+TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(TEST_EMU)
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
@@ -221,7 +219,7 @@ test: info $(TEST_BINS)
 test-cuda: info $(BIN) $(BUILD)/test_cuda
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda
 
-# The same checks on the CUDA emulation (tests/cuda_emu), on any machine with the CUDA toolkit.
+# The same checks on the CUDA emulation (tests/cuda/emu), on any machine with the CUDA toolkit.
 test-cuda-emu: info $(TEST_EMU)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda_emulated,cuda_emulated_cli
 
@@ -242,9 +240,8 @@ sanitize test-sanitize:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
-FUZZ_SRC     := src/common.c src/config.c src/safetensors_json.c src/safetensors_read.c src/safetensors_write.c \
-                src/shard_write.c src/shard_read.c src/dataset_read.c src/philox.c
-build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC) src/*.h
+FUZZ_SRC     := $(wildcard src/base/*.c src/formats/*.c)
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lpthread -lm
 
@@ -261,3 +258,6 @@ fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config build-fuzz/fuzz_shard
 
 clean:
 	rm -rf build build-san build-fuzz framechain
+
+# Each object depends on the headers it includes (-MMD -MP), not on every header.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -2,7 +2,7 @@
 // score matrix of a sequence is never stored in global memory; tiles of keys/values (forward, dQ)
 // or of queries/output gradients (dK/dV) are staged in shared memory and streamed over.
 //
-// Reference: cpu_attn_fwd / cpu_attn_bwd in src/backend_cpu.c. qkv (T, 3D) holds per row q at
+// Reference: cpu_attn_fwd / cpu_attn_bwd in src/backend/cpu/cpu_backend.c. qkv (T, 3D) holds per row q at
 // columns [0, D), k at [D, 2D), v at [2D, 3D); head h owns columns h*dh .. h*dh+dh-1 of each part.
 // scale = 1/sqrt(dh); s_ij = scale * q_i . k_j.
 //

@@ -30,7 +30,7 @@
 // streams over tiles of 32 rows of the other side through two shared-memory buffers: the copy of
 // tile i+1 is in flight while tile i is computed (cp.async groups: issue i+1, commit, wait for all
 // but the newest group, __syncthreads, compute, __syncthreads before the buffer is refilled). The
-// CUDA emulation of make test (tests/cuda_emu) runs its warps as far apart as the barriers allow
+// CUDA emulation of make test (tests/cuda/emu) runs its warps as far apart as the barriers allow
 // and makes a copy's bytes NaN from issue to wait, so a missing wait or barrier fails there. Each
 // warp handles its rows in a fixed order and every output element is written once, by one thread
 // (or by the dQ GEMM): the same bytes on every run. dqkv is overwritten (backend.h).
@@ -41,7 +41,9 @@
 // sequence. The window's 7 tokens: 9 sequences a block, 63 of 64 rows in use.
 #include <math.h>
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // first: it includes the C headers with C linkage
+#include "backend/attn_scratch.h"
+#include "backend_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -55,7 +57,7 @@ typedef __nv_bfloat16 bf16;
 
 // d += a b, one m16n8k16 product: bf16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#ifdef FC_EMU  // tests/cuda_emu: the same product on the CPU
+#ifdef FC_EMU  // tests/cuda/emu: the same product on the CPU
     fc_emu_mma16816_bf16(d, a, b0, b1);
 #else
     asm volatile(

@@ -1,12 +1,14 @@
 // backend_cuda.cu: the CUDA backend's core: device discovery, memory, the cuBLAS handles, scratch
 // buffers, and the assembly of the op table from the kernel files (one file per kernel family:
 // linear.cu, elementwise.cu, norm.cu, attention.cu, optim.cu). Every op is checked against
-// backend_cpu.c by tests/test_cuda.c. Until the table is complete (backend_missing_op) the
+// cpu_backend.c by tests/cuda/test_cuda.c. Until the table is complete (backend_missing_op) the
 // backend reports itself unavailable rather than run a partial table.
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // first: it includes the C headers with C linkage
+#include "backend/op_table.h"
+#include "backend_cuda.h"
 
 // ----------------------------------------------------------------------------
 // memory: every device allocation is counted, so that the peak is known (cuda_memory_peak)

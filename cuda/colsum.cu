@@ -7,7 +7,7 @@
 // of every linear layer's output gradient (about 1e10 additions a step at the 0.95 B preset). Each
 // term is added exactly and its rounding error kept, so a column whose terms cancel (large
 // gradients of both signs) keeps its small sum, where a plain float sum would keep mostly rounding
-// error (tests/test_cuda.c, "cancelling").
+// error (tests/cuda/test_cuda.c, "cancelling").
 //
 // Deterministic, without atomics: pass 1 gives a block 32 columns of one chunk of rows; each
 // thread sums rows ty, ty + 8, ... of its column in order, and a fixed tree in shared memory adds

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "../src/backend.h"
+#include "backend/backend.h"
 }
 
 #define cudaCheck(call) fc_cuda_check((call), #call, __FILE__, __LINE__)

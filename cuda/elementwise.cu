@@ -1,6 +1,6 @@
 // elementwise.cu: the CUDA backend's elementwise and small-reduction ops, each a port of its
-// counterpart in src/backend_cpu.c with the same formulas and constants:
-//   randn (Philox4x32-10 + Box-Muller, src/philox.c), gelu, silu, the gated residual add,
+// counterpart in src/backend/cpu/cpu_backend.c with the same formulas and constants:
+//   randn (Philox4x32-10 + Box-Muller, src/base/philox.c), gelu, silu, the gated residual add,
 //   patchify / unpatchify, the sinusoid embedding, the position + time embedding add, the masked
 //   MSE loss and the rectified-flow mix.
 // Backward ops accumulate (+=) and skip NULL gradients, except those backend.h marks "=" (GELU's
@@ -53,7 +53,7 @@ static void check_slots(int S, const char *op) {
 }
 
 // ----------------------------------------------------------------------------
-// randomness: Philox4x32-10, the same counter and key layout as src/philox.c
+// randomness: Philox4x32-10, the same counter and key layout as src/base/philox.c
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u

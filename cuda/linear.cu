@@ -97,7 +97,7 @@ static const __nv_bfloat16 *operand16(GemmKind kind, const Operand *x) {
 // types being for 8-bit GEMMs only, and the MLP wants a bf16 GELU output (the next GEMM's operand)
 // beside an fp32 pre-activation (DGELU's aux for an fp32 gradient). The GELU kernel runs after it.
 
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20)  // counted (fc_cuda_alloc); src/memplan.c's workspace line
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)  // counted (fc_cuda_alloc); src/model/memplan.c's workspace line
 #define LT_PLANS 64                            // the networks have a handful of shapes
 // cuBLASLt's alignment preferences cover A, B, C and D but not the bias, and fused-bias kernels may
 // read it in 16-byte pieces (an under-aligned bias has been seen to fault): a bias off 16 bytes is

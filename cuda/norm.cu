@@ -1,6 +1,6 @@
 // norm.cu: the normalisation ops of the CUDA backend: LayerNorm with adaLN modulation
 // (ln_mod_fwd/bwd) and the per-head RMS norm of q and k (qk_norm_fwd/bwd). Same math as
-// src/backend_cpu.c: LN eps 1e-6 (no affine), RMS eps 1e-6.
+// src/backend/cpu/cpu_backend.c: LN eps 1e-6 (no affine), RMS eps 1e-6.
 //
 // Forward ops and the per-row part of the backward ops give one warp to each row (or head vector);
 // its lanes stride over the columns and a butterfly shuffle sums their partial sums.
@@ -39,7 +39,7 @@ static __device__ __forceinline__ real r_add(real a, real b) { return __fadd_rn(
 // The row statistics and per-row gradients (mean, rstd, the two means of the backward, the RMS
 // norm's dot product) are float: the GeForce cards framechain targets run doubles at 1/64 of the
 // float rate, and these are several operations an element of every activation. The CPU computes
-// them in double; the two agree to the fp32 tolerance of tests/test_cuda.c. So are the column
+// them in double; the two agree to the fp32 tolerance of tests/cuda/test_cuda.c. So are the column
 // sums (dshift, dscale, dqw, dkw): their terms are float products, their sums compensated.
 typedef float stat_t;
 static __device__ __forceinline__ stat_t s_mul(stat_t a, stat_t b) { return __fmul_rn(a, b); }

@@ -1,6 +1,6 @@
-// optim.cu: the optimizer ops of the CUDA backend, ports of src/cpu_optim.c: AdamW with fp32
+// optim.cu: the optimizer ops of the CUDA backend, ports of src/backend/cpu/cpu_optim.c: AdamW with fp32
 // moments (adamw_fp32), AdamW with 8-bit block-wise quantised moments (adamw_8bit, one fused
-// kernel: dequantise, update, block absmax, requantise with the encoder of src/quant8.c), the sum
+// kernel: dequantise, update, block absmax, requantise with the encoder of src/backend/quant8.c), the sum
 // of squares behind the gradient norm (sum_squares) and the EMA of the weights (ema_update). The
 // AdamW kernels also write the bf16 copy of each new parameter into the GEMMs' weight mirror when
 // it is current (bf16.cu), which saves rebuilding the mirror from 4 bytes a parameter every step.
@@ -16,8 +16,8 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "../src/cpu_optim.h"  // AdamConst, adam_const
-#include "../src/quant8.h"      // QUANT8_ENCODER
+#include "backend/adam_const.h"  // AdamConst, adam_const
+#include "backend/quant8.h"      // QUANT8_ENCODER
 }
 
 enum {
@@ -32,7 +32,7 @@ static_assert(SS_CHUNK % SS_THREADS == 0, "sum_squares chunks split evenly among
 // ----------------------------------------------------------------------------
 // AdamW
 
-// The step for one element whose (scaled) gradient g is finite: adam_elem of src/cpu_optim.c;
+// The step for one element whose (scaled) gradient g is finite: adam_elem of src/backend/cpu/cpu_optim.c;
 // updates m, v and returns the new parameter.
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p = (p - p lr wd) - step_size m / (sqrt(v / bc2) + eps)
 static __device__ __forceinline__ float adam_elem(const AdamConst &c, float p, float g, float &m, float &v) {
@@ -83,9 +83,9 @@ static void cuda_adamw_fp32(real *param, const real *grad, float *m, float *v, s
     mirror_end(mirror, param, n);
 }
 
-// quant8_encode_table of src/quant8.c: index of the entry of a code map (its encoder table: 256
+// quant8_encode_table of src/backend/quant8.c: index of the entry of a code map (its encoder table: 256
 // ascending values, then the rounding thresholds) nearest to x, ties to the lower index; beyond
-// either end that end, NaN 0. The branch-free binary search of src/quant8.c (largest i with
+// either end that end, NaN 0. The branch-free binary search of src/backend/quant8.c (largest i with
 // code[i] <= x) over the first QUANT8_ENCODER floats, where the CPU reads its index instead, and
 // the rounding as one float comparison with the threshold (the exact midpoint test, made once per
 // map on the CPU): no double arithmetic, which a GeForce card runs at 1/64 of the float rate.

@@ -3,17 +3,17 @@
 #include <limits.h>
 #include <string.h>
 
-#include "backend.h"
-#include "common.h"
-#include "config.h"
-#include "eval.h"
-#include "generate.h"
-#include "memplan.h"
-#include "model.h"
-#include "prepare.h"
-#include "safetensors.h"
+#include "backend/registry.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "chain/eval.h"
+#include "chain/generate.h"
+#include "model/memplan.h"
+#include "model/model.h"
+#include "dataset/prepare.h"
+#include "formats/safetensors.h"
 #include <zlib.h>
-#include "train.h"
+#include "train/train.h"
 
 // ----------------------------------------------------------------------------
 // help texts

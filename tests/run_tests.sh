@@ -32,7 +32,13 @@ run_suite() {
     fi
 }
 
-run_suite units "$BUILD/test_units"
+# The layer rule of the include graph (docs/architecture.md): no include from a lower layer to a
+# higher one, no cycle.
+run_suite layers "$PYTHON" tools/include_graph.py --check
+run_suite base "$BUILD/test_base"
+run_suite exp_poly "$BUILD/test_exp_poly"
+run_suite model "$BUILD/test_model"
+run_suite checkpoint "$BUILD/test_checkpoint"
 run_suite gradients "$BUILD/test_grad" "$TINY"
 run_suite optimizer "$BUILD/test_optim"
 run_suite safetensors "$BUILD/test_safetensors"
@@ -86,18 +92,18 @@ else
 fi
 fi
 
-run_suite cli tests/test_cli.sh "$FC"
-run_suite training env PYTHON="$PYTHON" tests/test_train.sh "$FC"
-run_suite prepare tests/test_prepare.sh "$FC"
-run_suite generate tests/test_generate.sh "$FC"
-run_suite eval tests/test_eval.sh "$FC"
+run_suite cli tests/cli/test_cli.sh "$FC"
+run_suite training env PYTHON="$PYTHON" tests/train/test_train.sh "$FC"
+run_suite prepare tests/dataset/test_prepare.sh "$FC"
+run_suite generate tests/chain/test_generate.sh "$FC"
+run_suite eval tests/chain/test_eval.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
-# The CUDA backend's kernels on the CPU (tests/cuda_emu); built wherever the CUDA toolkit's headers are,
+# The CUDA backend's kernels on the CPU (tests/cuda/emu); built wherever the CUDA toolkit's headers are,
 # with the sanitizers in the sanitizer build.
 if [ -x "$BUILD/test_cuda_emu" ]; then
     run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
-    run_suite cuda_emulated_cli tests/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
+    run_suite cuda_emulated_cli tests/cuda/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
 elif want cuda_emulated; then
     echo "SKIP cuda_emulated: the CUDA toolkit's headers were not found (CUDA_INC=): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
 fi

@@ -3,7 +3,7 @@
 # count: the train-step time of the tiny and small configs (median of REPS runs each), generation
 # time per frame, and for each the fraction of the CPU's fp32 GEMM peak reached (the peak measured
 # here with OpenBLAS sgemm on 2048x2048 matrices; the network's model FLOPs counted as in
-# src/memplan.c). A benchmark, not a test: nothing is asserted.
+# src/model/memplan.c). A benchmark, not a test: nothing is asserted.
 #
 # usage: tools/bench.sh [OUT_DIR]     (THREADS=N, default all cores; REPS=N, default 3)
 set -u

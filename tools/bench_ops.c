@@ -11,10 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "config.h"
-#include "memplan.h"
-#include "philox.h"
+#include "backend/registry.h"
+#include "base/config.h"
+#include "model/memplan.h"
+#include "base/philox.h"
 
 static const Backend *g_be;
 static int g_reps = 7;

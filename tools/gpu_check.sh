@@ -27,8 +27,8 @@ echo "== make test-cuda"
 make test-cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
 if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
-    echo "== kill -9 resume on the GPU (tests/test_train.sh, device auto = cuda)"
-    tests/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
+    echo "== kill -9 resume on the GPU (tests/train/test_train.sh, device auto = cuda)"
+    tests/train/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
     grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
 fi
 fi

@@ -2,7 +2,7 @@
 """Independent PyTorch reference for the framechain network (docs/network.md).
 
 The C trainer computes the network and its gradients by hand against the op
-table in src/backend.h; this file computes the same thing with PyTorch
+table in src/backend/backend.h; this file computes the same thing with PyTorch
 autograd, written only from docs/network.md, so that the two can be compared.
 
 Usage:

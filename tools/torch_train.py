@@ -21,7 +21,7 @@ Usage:
                  steps (S forward passes, no gradients), the median of --steps windows
 
 Prints the median step time over --steps timed steps after --warmup, frames/s,
-model TFLOP/s (the FLOP count of src/memplan.c: model_step_flops) and the peak
+model TFLOP/s (the FLOP count of src/model/memplan.c: model_step_flops) and the peak
 memory; --json prints one JSON object instead. Random clean windows stand in
 for data (a fixed batch): the data pipeline is not what is measured.
 """
@@ -60,7 +60,7 @@ def resolve_config(framechain, path, sets):
 
 
 def model_step_flops(c, B):
-    """3 x 2 x the forward multiply-adds (src/memplan.c: model_step_flops)."""
+    """3 x 2 x the forward multiply-adds (src/model/memplan.c: model_step_flops)."""
     n = c["frame_size"] // c["patch"]
     N, F_ = n * n, c["slots"]
     S, D = B * F_, c["width"]

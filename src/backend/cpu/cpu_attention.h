@@ -1,0 +1,11 @@
+// cpu_attention.h: the CPU backend's softmax attention (cpu_attention.c); contracts in backend.h.
+#ifndef FRAMECHAIN_CPU_ATTENTION_H
+#define FRAMECHAIN_CPU_ATTENTION_H
+
+#include "backend/backend.h"
+
+void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H);
+void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
+                  AttnLayout lay, int D, int H);
+
+#endif

@@ -1,0 +1,572 @@
+// cpu_backend.c: the reference backend. fp32, OpenMP across independent outputs, GEMMs through
+// CBLAS (OpenBLAS). Every other backend is tested against this file. Reductions are never split
+// across threads, so the results are the same bytes for any thread count.
+#include <math.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <cblas.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_optim.h"
+#include "backend/cpu/exp_poly.h"
+#include "base/philox.h"
+
+#ifdef FC_DOUBLE
+#define GEMM cblas_dgemm
+#else
+#define GEMM cblas_sgemm
+#endif
+
+#define LN_EPS 1e-6
+#define RMS_EPS 1e-6
+
+// ----------------------------------------------------------------------------
+// memory
+
+static void *cpu_alloc(size_t bytes) { return fc_calloc(1, bytes); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_sync(void) {}
+// The CPU's operands are `real`s: a plain copy.
+static void cpu_operand_upload(Operand *dst, const real *src, size_t n) { memmove(dst, src, sizeof(real) * n); }
+static void cpu_operand_download(real *dst, const Operand *src, size_t n) { memmove(dst, src, sizeof(real) * n); }
+// The CPU backend's memory is the process's: its peak resident set.
+static size_t cpu_memory_peak(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (size_t)ru.ru_maxrss * 1024;
+}
+
+static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, uint32_t step, uint32_t stream,
+                      uint64_t offset) {
+    philox_fill_normal(out, n, mean, std, seed, step, stream, offset);
+}
+
+// ----------------------------------------------------------------------------
+// linear. OpenBLAS runs single-threaded (common.c); the GEMMs are cut into blocks of a fixed
+// size that OpenMP spreads over the threads. The blocks do not depend on the thread count, so
+// neither do the bytes of the result (OpenBLAS's own threading would change them).
+
+#define GEMM_BLOCK 64
+
+static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
+    const real *x = x_op;
+    int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
+        if (b)
+            for (int m = m0; m < m0 + rows; m++) memcpy(y + (size_t)m * N, b, sizeof(real) * N);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0, x + (size_t)m0 * K, K, w, K, b ? 1.0 : 0.0,
+             y + (size_t)m0 * N, N);
+    }
+}
+
+static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
+                           const Operand *x_op, const real *w, int M, int K, int N) {
+    const real *x = x_op;
+    if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
+        int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0, dy + (size_t)m0 * N, N, w, K,
+                 dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K, K);
+        }
+    }
+    real beta = pmode == GRAD_ADD ? 1.0 : 0.0;
+    if (dw) {  // dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
+        int by_rows = N >= K, len = by_rows ? N : K, nblocks = (len + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int o = blk * GEMM_BLOCK, cnt = len - o < GEMM_BLOCK ? len - o : GEMM_BLOCK;
+            if (by_rows)
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, K, M, 1.0, dy + o, N, x, K, beta, dw + (size_t)o * K,
+                     K);
+            else
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, N, cnt, M, 1.0, dy, N, x + o, K, beta, dw + o, K);
+        }
+    }
+    if (db) {
+        // Columns in blocks of 64 per task; each column is summed over the rows in order.
+        int nblocks = (N + 63) / 64;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int n0 = blk * 64, n1 = n0 + 64 < N ? n0 + 64 : N;
+            double acc[64] = {0};
+            for (int m = 0; m < M; m++) {
+                const real *row = dy + (size_t)m * N;
+                for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
+            }
+            for (int n = n0; n < n1; n++) db[n] = pmode == GRAD_ADD ? db[n] + (real)acc[n - n0] : (real)acc[n - n0];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm with adaLN modulation
+
+static void cpu_ln_mod_fwd(Operand *y_op, real *mean, real *rstd, const real *x, const real *shift, const real *scale,
+                           long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *xr = x + r * D;
+        const real *sh = shift + (r / N) * ms, *sc = scale + (r / N) * ms;
+        double sum = 0, sq = 0;
+        for (int d = 0; d < D; d++) sum += xr[d];
+        double mu = sum / D;
+        for (int d = 0; d < D; d++) sq += (xr[d] - mu) * (xr[d] - mu);
+        double rs = 1.0 / sqrt(sq / D + LN_EPS);
+        mean[r] = (real)mu;
+        rstd[r] = (real)rs;
+        real *yr = (real *)y_op + r * D;
+        for (int d = 0; d < D; d++) yr[d] = (real)((xr[d] - mu) * rs) * (1 + sc[d]) + sh[d];
+    }
+}
+
+static void cpu_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy, const real *x, const real *mean,
+                           const real *rstd, const real *scale, long ms, int S, int N, int D) {
+    long rows = (long)S * N;
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const real *xr = x + r * D, *dyr = dy + r * D, *sc = scale + (r / N) * ms;
+            double mu = mean[r], rs = rstd[r];
+            double g_mean = 0, gx_mean = 0;
+            for (int d = 0; d < D; d++) {
+                double g = dyr[d] * (1.0 + sc[d]);
+                g_mean += g;
+                gx_mean += g * (xr[d] - mu) * rs;
+            }
+            g_mean /= D, gx_mean /= D;
+            real *dxr = dx + r * D;
+            for (int d = 0; d < D; d++) {
+                double g = dyr[d] * (1.0 + sc[d]);
+                double xhat = (xr[d] - mu) * rs;
+                dxr[d] += (real)(rs * (g - g_mean - xhat * gx_mean));
+            }
+        }
+    }
+    if (dshift || dscale) {  // each column summed over the slot's rows in order, the rows read in memory order
+#pragma omp parallel for schedule(static)
+        for (int s = 0; s < S; s++) {
+            double *ash = fc_malloc(sizeof(double) * 2 * (D > 0 ? D : 1)), *asc = ash + D;
+            for (int d = 0; d < D; d++) ash[d] = asc[d] = 0;
+            for (int n = 0; n < N; n++) {
+                long r = (long)s * N + n;
+                const real *dyr = dy + r * D, *xr = x + r * D;
+                real mu = mean[r];
+                double rs = rstd[r];
+                for (int d = 0; d < D; d++) {
+                    double g = dyr[d];
+                    ash[d] += g;
+                    asc[d] += g * (xr[d] - mu) * rs;
+                }
+            }
+            for (int d = 0; d < D; d++) {
+                if (dshift) dshift[s * ms + d] += (real)ash[d];
+                if (dscale) dscale[s * ms + d] += (real)asc[d];
+            }
+            free(ash);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// gated residual add
+
+static void cpu_gated_add_fwd(real *out, const real *x, const real *h, const real *gate, long ms, int S, int N,
+                              int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *g = gate + (r / N) * ms;
+        for (int d = 0; d < D; d++) out[r * D + d] = x[r * D + d] + g[d] * h[r * D + d];
+    }
+}
+
+static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout, const real *h, const real *gate,
+                              long ms, int S, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        const real *g = gate + s * ms;
+        for (int n = 0; n < N; n++) {
+            long r = ((long)s * N + n) * D;
+            for (int d = 0; d < D; d++) {
+                if (dx) dx[r + d] += dout[r + d];
+                if (dh) dh[r + d] = g[d] * dout[r + d];
+            }
+        }
+        if (dgate) {  // each column in row order, the rows read in memory order
+            double *acc = fc_malloc(sizeof(double) * (D > 0 ? D : 1));
+            for (int d = 0; d < D; d++) acc[d] = 0;
+            for (int n = 0; n < N; n++) {
+                long r = ((long)s * N + n) * D;
+                for (int d = 0; d < D; d++) acc[d] += (double)dout[r + d] * h[r + d];
+            }
+            for (int d = 0; d < D; d++) dgate[s * ms + d] += (real)acc[d];
+            free(acc);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// RMS norm of the q and k heads
+
+static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
+                            int H) {
+    int dh = D / H;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const real *row = qkv + (size_t)t * 3 * D;
+        real *orow = (real *)out + (size_t)t * 3 * D;
+        for (int part = 0; part < 2; part++) {
+            const real *w = part ? kw : qw;
+            for (int h = 0; h < H; h++) {
+                const real *v = row + part * D + h * dh;
+                double sq = 0;
+                for (int i = 0; i < dh; i++) sq += (double)v[i] * v[i];
+                double r = 1.0 / sqrt(sq / dh + RMS_EPS);
+                rstd[(size_t)t * 2 * H + part * H + h] = (real)r;
+                for (int i = 0; i < dh; i++) orow[part * D + h * dh + i] = (real)(v[i] * r) * w[i];
+            }
+        }
+        memcpy(orow + 2 * D, row + 2 * D, sizeof(real) * D);
+    }
+}
+
+static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, const real *dout, const real *qkv,
+                            const real *rstd, const real *qw, const real *kw, int T, int D, int H) {
+    int dh = D / H;
+    if (dqkv) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
+            real *dxrow = dqkv + (size_t)t * 3 * D;
+            for (int part = 0; part < 2; part++) {
+                const real *w = part ? kw : qw;
+                for (int h = 0; h < H; h++) {
+                    const real *x = row + part * D + h * dh, *dy = drow + part * D + h * dh;
+                    double r = rstd[(size_t)t * 2 * H + part * H + h];
+                    double dot = 0;
+                    for (int i = 0; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
+                    double coef = r * r * r * dot / dh;
+                    real *dx = dxrow + part * D + h * dh;
+                    for (int i = 0; i < dh; i++) dx[i] = (real)(r * w[i] * dy[i] - x[i] * coef);
+                }
+            }
+            memcpy(dxrow + 2 * D, drow + 2 * D, sizeof(real) * D);
+        }
+    }
+    // The weight gradients sum over every token and head, each entry in (token, head) order; the
+    // rows are read once, in memory order, all dh sums advancing together.
+    double *acc = fc_malloc(sizeof(double) * (dh > 0 ? dh : 1));
+    for (int part = 0; part < 2; part++) {
+        real *dw = part ? dkw : dqw;
+        if (!dw) continue;
+        for (int i = 0; i < dh; i++) acc[i] = 0;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                size_t off = (size_t)t * 3 * D + part * D + h * dh;
+                const real *a = dout + off, *b = qkv + off;
+                double r = rstd[(size_t)t * 2 * H + part * H + h];
+                for (int i = 0; i < dh; i++) acc[i] += (double)a[i] * b[i] * r;
+            }
+        for (int i = 0; i < dh; i++) dw[i] = pmode == GRAD_ADD ? dw[i] + (real)acc[i] : (real)acc[i];
+    }
+    free(acc);
+}
+
+// ----------------------------------------------------------------------------
+// elementwise activations
+
+#define GELU_C 0.7978845608028654  // sqrt(2/pi)
+
+// GELU (tanh form) as v * sigmoid(2u), u = GELU_C (v + 0.044715 v^3): 0.5 (1 + tanh u) = sigmoid(2u).
+// One exp in the precision of `real` (glibc's tanhf is four times slower than expf; a double tanh per
+// element was a quarter of a small network's step); no cancellation for either sign of u. In float
+// the exp is exp_poly, so that the loops below vectorise.
+#ifdef FC_DOUBLE
+#define EXP exp
+#else
+#define EXP exp_poly
+#endif
+#define GELU_SPAN 256  // elements a thread's loops take at a time (a stack buffer's)
+
+static inline real gelu_sigmoid(real v) {
+    real u = (real)GELU_C * (v + (real)0.044715 * v * v * v);
+    return 1 / (1 + EXP(-2 * u));
+}
+
+CPU_VECTOR_CLONES static void gelu_fwd_span(real *y, const real *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * gelu_sigmoid(x[i]);
+}
+
+// d/dv [v sig(2u)] = sig + v 2 sig (1 - sig) du/dv, du/dv = GELU_C (1 + 3 * 0.044715 v^2); n <=
+// GELU_SPAN. The derivative goes to a buffer of its own first: dx may be dy (the MLP's backward
+// works in place), which would keep a single loop scalar.
+CPU_VECTOR_CLONES static void gelu_bwd_span(real *dx, const real *dy, const real *x, size_t n) {
+    real d[GELU_SPAN];
+    for (size_t i = 0; i < n; i++) {
+        real v = x[i], sg = gelu_sigmoid(v);
+        d[i] = sg + 2 * v * sg * (1 - sg) * (real)GELU_C * (1 + (real)(3 * 0.044715) * v * v);
+    }
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * d[i];
+}
+
+static void cpu_gelu_fwd(Operand *y_op, const real *x, size_t n) {
+    real *y = y_op;
+    long spans = (long)((n + GELU_SPAN - 1) / GELU_SPAN);
+#pragma omp parallel for schedule(static)
+    for (long s = 0; s < spans; s++) {
+        size_t i0 = (size_t)s * GELU_SPAN;
+        gelu_fwd_span(y + i0, x + i0, n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN);
+    }
+}
+
+static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
+    long spans = (long)((n + GELU_SPAN - 1) / GELU_SPAN);
+#pragma omp parallel for schedule(static)
+    for (long s = 0; s < spans; s++) {
+        size_t i0 = (size_t)s * GELU_SPAN;
+        gelu_bwd_span(dx + i0, dy + i0, x + i0, n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN);
+    }
+}
+
+// The MLP's linears with the GELU between them: the compositions that backend.h defines them as.
+static void cpu_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
+                                int N) {
+    cpu_linear_fwd(pre, x, w, b, M, K, N);
+    cpu_gelu_fwd(y, pre, (size_t)M * N);
+}
+static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
+                                const real *w, const real *pre, int M, int K, int N) {
+    cpu_linear_bwd(dpre, GRAD_SET, dw, db, pmode, dy, x, w, M, K, N);
+    cpu_gelu_bwd(dpre, dpre, pre, (size_t)M * K);
+}
+
+static void cpu_silu_fwd(Operand *y_op, const real *x, size_t n) {
+    real *y = y_op;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = (real)(x[i] / (1.0 + exp(-(double)x[i])));
+}
+
+static void cpu_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double s = 1.0 / (1.0 + exp(-(double)x[i]));
+        dx[i] = (real)(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// patchify / unpatchify: one pass that maps (slot, patch, py, px, c) to its pixel; `to_patches`
+// picks the direction and `accumulate` whether the destination is added to.
+
+static void patch_map(real *dst, const real *src, int S, int C, int H, int W, int P, int to_patches,
+                      int accumulate) {
+    int nh = H / P, nw = W / P, ppc = P * P * C;
+    long patches = (long)S * nh * nw;
+#pragma omp parallel for schedule(static)
+    for (long sp = 0; sp < patches; sp++) {
+        long s = sp / (nh * nw);
+        int pi = (int)(sp % (nh * nw)), i = pi / nw, j = pi % nw;
+        for (int py = 0; py < P; py++)
+            for (int px = 0; px < P; px++)
+                for (int c = 0; c < C; c++) {
+                    long pix = ((s * C + c) * H + (long)i * P + py) * W + (long)j * P + px;
+                    long pat = sp * ppc + (py * P + px) * C + c;
+                    long d = to_patches ? pat : pix, from = to_patches ? pix : pat;
+                    dst[d] = accumulate ? dst[d] + src[from] : src[from];
+                }
+    }
+}
+
+static void cpu_patchify_fwd(Operand *patches, const real *frames, int S, int C, int H, int W, int P) {
+    patch_map(patches, frames, S, C, H, W, P, 1, 0);
+}
+static void cpu_patchify_bwd(real *dframes, const real *dpatches, int S, int C, int H, int W, int P) {
+    patch_map(dframes, dpatches, S, C, H, W, P, 0, 1);
+}
+static void cpu_unpatchify_fwd(real *frames, const real *patches, int S, int C, int H, int W, int P) {
+    patch_map(frames, patches, S, C, H, W, P, 0, 0);
+}
+static void cpu_unpatchify_bwd(real *dpatches, const real *dframes, int S, int C, int H, int W, int P) {
+    patch_map(dpatches, dframes, S, C, H, W, P, 1, 1);
+}
+
+// ----------------------------------------------------------------------------
+// sinusoid embedding
+
+static double sinusoid_freq(int k, int half) { return exp(-log(10000.0) * k / half); }
+
+static void cpu_sinusoid_fwd(Operand *out_op, const real *x, real scale, int M, int d) {
+    real *out = out_op;
+    int half = d / 2;
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < half; k++) {
+            double a = (double)x[m] * scale * sinusoid_freq(k, half);
+            out[(size_t)m * d + k] = (real)cos(a);
+            out[(size_t)m * d + half + k] = (real)sin(a);
+        }
+}
+
+static void cpu_sinusoid_bwd(real *dx, const real *dout, const real *x, real scale, int M, int d) {
+    int half = d / 2;
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++) {
+        double acc = 0;
+        for (int k = 0; k < half; k++) {
+            double w = scale * sinusoid_freq(k, half), a = (double)x[m] * w;
+            acc += -dout[(size_t)m * d + k] * sin(a) * w + dout[(size_t)m * d + half + k] * cos(a) * w;
+        }
+        dx[m] += (real)acc;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// token embedding add
+
+static void cpu_add_pos_time_fwd(real *out, const real *x, const real *pos, const real *temb, int S, int N, int D) {
+    long rows = (long)S * N;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const real *p = pos + (r % N) * D, *te = temb + (r / N) * D;
+        for (int d = 0; d < D; d++) out[r * D + d] = x[r * D + d] + p[d] + te[d];
+    }
+}
+
+static void cpu_add_pos_time_bwd(real *dx, real *dtemb, const real *dout, int S, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        for (int n = 0; n < N; n++) {
+            long r = ((long)s * N + n) * D;
+            if (dx)
+                for (int d = 0; d < D; d++) dx[r + d] += dout[r + d];
+        }
+        if (dtemb)
+            for (int d = 0; d < D; d++) {
+                double acc = 0;
+                for (int n = 0; n < N; n++) acc += dout[((long)s * N + n) * D + d];
+                dtemb[(long)s * D + d] += (real)acc;
+            }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// masked MSE and the rectified-flow mix
+
+static double mask_sum(const real *mask, int S) {
+    double m = 0;
+    for (int s = 0; s < S; s++) m += mask[s];
+    return m;
+}
+
+static void cpu_mse_masked_fwd(real *loss, const real *pred, const real *target, const real *mask, int S, long E) {
+    double total = 0, msum = mask_sum(mask, S);
+    for (int s = 0; s < S; s++) {
+        if (mask[s] == 0) continue;
+        double acc = 0;
+        const real *p = pred + s * E, *t = target + s * E;
+        for (long e = 0; e < E; e++) acc += ((double)p[e] - t[e]) * ((double)p[e] - t[e]);
+        total += mask[s] * acc;
+    }
+    loss[0] = msum > 0 ? (real)(total / (msum * E)) : 0;
+}
+
+static void cpu_mse_masked_bwd(real *dpred, const real *pred, const real *target, const real *mask, real dloss,
+                               int S, long E) {
+    double msum = mask_sum(mask, S);
+    if (msum <= 0) return;
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++) {
+        if (mask[s] == 0) continue;
+        double c = 2.0 * dloss * mask[s] / (msum * E);
+        for (long e = 0; e < E; e++) dpred[s * E + e] += (real)(c * ((double)pred[s * E + e] - target[s * E + e]));
+    }
+}
+
+static void cpu_flow_mix(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E) {
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++)
+        for (long i = 0; i < E; i++) {
+            long k = s * E + i;
+            xt[k] = (1 - t[s]) * x0[k] + t[s] * e[k];
+            v[k] = e[k] - x0[k];
+        }
+}
+
+// ----------------------------------------------------------------------------
+// the table
+
+// The CPU computes in fp32 throughout: no lower-precision copy of the weights.
+static void cpu_register_weights(const real *params, size_t n) { (void)params, (void)n; }
+static void cpu_unregister_weights(const real *params) { (void)params; }
+
+static const char *cpu_describe(void) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "cpu (%s, OpenMP, %d thread%s, %s)", sizeof(real) == 8 ? "fp64" : "fp32",
+             fc_threads(), fc_threads() == 1 ? "" : "s", openblas_get_config());
+    return buf;
+}
+
+static const Backend cpu_backend = {
+    .name = "cpu",
+    .precision = sizeof(real) == 8 ? "fp64" : "fp32",
+    .operand_bytes = sizeof(real),
+    .describe = cpu_describe,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .download_async = cpu_copy,  // the CPU has no side stream: the copy is done on return
+    .download_wait = cpu_sync,
+    .operand_upload = cpu_operand_upload,
+    .operand_download = cpu_operand_download,
+    .memory_peak = cpu_memory_peak,
+    .register_weights = cpu_register_weights,
+    .unregister_weights = cpu_unregister_weights,
+    .randn = cpu_randn,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .ln_mod_fwd = cpu_ln_mod_fwd,
+    .ln_mod_bwd = cpu_ln_mod_bwd,
+    .gated_add_fwd = cpu_gated_add_fwd,
+    .gated_add_bwd = cpu_gated_add_bwd,
+    .qk_norm_fwd = cpu_qk_norm_fwd,
+    .qk_norm_bwd = cpu_qk_norm_bwd,
+    .attn_fwd = cpu_attn_fwd,
+    .attn_bwd = cpu_attn_bwd,
+    .linear_gelu_fwd = cpu_linear_gelu_fwd,
+    .linear_gelu_bwd = cpu_linear_gelu_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .silu_fwd = cpu_silu_fwd,
+    .silu_bwd = cpu_silu_bwd,
+    .patchify_fwd = cpu_patchify_fwd,
+    .patchify_bwd = cpu_patchify_bwd,
+    .unpatchify_fwd = cpu_unpatchify_fwd,
+    .unpatchify_bwd = cpu_unpatchify_bwd,
+    .sinusoid_fwd = cpu_sinusoid_fwd,
+    .sinusoid_bwd = cpu_sinusoid_bwd,
+    .add_pos_time_fwd = cpu_add_pos_time_fwd,
+    .add_pos_time_bwd = cpu_add_pos_time_bwd,
+    .mse_masked_fwd = cpu_mse_masked_fwd,
+    .mse_masked_bwd = cpu_mse_masked_bwd,
+    .flow_mix = cpu_flow_mix,
+    .adamw_fp32 = cpu_adamw_fp32,
+    .adamw_8bit = cpu_adamw_8bit,
+    .sum_squares = cpu_sum_squares,
+    .ema_update = cpu_ema_update,
+};
+
+const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -1,0 +1,112 @@
+// common.c: error reporting, checked allocation, thread count.
+#include "base/common.h"
+
+#include <stdarg.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h>
+
+void fc_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("framechain: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void fc_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("framechain: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
+    if (!err || errlen == 0) return -1;
+    vsnprintf(err, errlen, fmt, ap);
+    for (char *p = err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    return -1;
+}
+
+int fc_errf(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fc_verrf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void *fc_malloc_check(size_t bytes, const char *file, int line) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fc_die("out of host memory: %zu bytes at %s:%d (hint: lower batch_size or the frame size)", bytes,
+               file, line);
+    return p;
+}
+
+void *fc_calloc_check(size_t count, size_t size, const char *file, int line) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        fc_die("out of host memory: %zu x %zu bytes at %s:%d (hint: lower batch_size or the frame size)",
+               count, size, file, line);
+    return p;
+}
+
+static int g_threads = 1;
+
+void fc_set_threads(int n) {
+    if (n < 1) n = 1;
+    g_threads = n;
+    // OpenBLAS stays single-threaded: cpu_backend.c splits the GEMMs itself, in blocks that do not
+    // depend on the thread count, so results are the same bytes for any thread count. This comes
+    // first: the OpenMP build of OpenBLAS sets OpenMP's thread count too.
+    openblas_set_num_threads(1);
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+}
+
+int fc_threads(void) { return g_threads; }
+
+int fc_default_threads(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    return 1;
+#endif
+}
+
+long fc_test_hook(const char *name) {
+    char var[128];
+    snprintf(var, sizeof var, "FRAMECHAIN_TEST_%s", name);
+    const char *v = getenv(var);
+    return v && *v ? atol(v) : -1;
+}
+
+int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)offset);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += r, n -= (size_t)r, offset += (uint64_t)r;
+    }
+    return 0;
+}

@@ -1,0 +1,54 @@
+// common.h: the scalar type, error reporting and checked allocation shared by every file.
+#ifndef FRAMECHAIN_COMMON_H
+#define FRAMECHAIN_COMMON_H
+
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// The network is written against `real`. The program is built with float; the
+// gradient tests compile the same sources with -DFC_DOUBLE so that finite
+// differences are taken in double precision on exactly the code that ships.
+#ifdef FC_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
+
+#define FC_VERSION "0.1.0"
+
+// Print one line "framechain: <message>" to stderr and exit with status 1.
+void fc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Print one line "framechain: warning: <message>" to stderr.
+void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The one way a function reports a failure to its caller: one line into err (when err is not NULL),
+// newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends
+// the function. The caller prints the line, or adds its own context in front.
+int fc_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap);
+
+// malloc/calloc that report the file and line, the size and a hint when memory runs out.
+void *fc_malloc_check(size_t bytes, const char *file, int line);
+void *fc_calloc_check(size_t count, size_t size, const char *file, int line);
+#define fc_malloc(bytes) fc_malloc_check((bytes), __FILE__, __LINE__)
+#define fc_calloc(count, size) fc_calloc_check((count), (size), __FILE__, __LINE__)
+
+// Number of CPU threads the program uses (OpenMP and OpenBLAS alike).
+void fc_set_threads(int n);
+int fc_threads(void);
+// Threads to use when none are asked for: OMP_NUM_THREADS, else every core.
+int fc_default_threads(void);
+
+// pread exactly n bytes at offset, retrying on EINTR: 0, or -1 with errno set (EIO when the file
+// ends early).
+int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);
+
+// Fault-injection hooks for the tests: the value of the environment variable FRAMECHAIN_TEST_<name>
+// as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
+// bad on purpose.
+long fc_test_hook(const char *name);
+
+#endif

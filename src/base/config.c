@@ -1,0 +1,380 @@
+// config.c: the config file reader, --set overrides and validation. The core returns errors
+// instead of ending the program, so that checkpoints can be checked and the reader fuzzed;
+// config_load, config_set and config_validate wrap it for the command line.
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "base/config.h"
+
+// KEY_INT_AUTO: an int key that also takes `auto`, stored as -1.
+typedef enum { KEY_INT, KEY_INT_AUTO, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM } KeyType;
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset;
+    double min, max;
+    const char *help;
+    const char *const *choices;  // KEY_ENUM: the names of the values 0, 1, ..., NULL-terminated
+} KeyDef;
+
+static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
+static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NULL};
+static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
+
+#define OFF(field) offsetof(Config, field)
+static const KeyDef KEYS[] = {
+    {"frame_size", KEY_INT, OFF(frame_size), 4, 4096, "frames are frame_size x frame_size pixels"},
+    {"channels", KEY_INT, OFF(channels), 1, 64, "channels per frame (3 for RGB)"},
+    {"patch", KEY_INT, OFF(patch), 1, 64, "patch side in pixels"},
+    {"width", KEY_INT, OFF(width), 4, 16384, "transformer width D"},
+    {"depth", KEY_INT, OFF(depth), 1, 256, "number of blocks"},
+    {"heads", KEY_INT, OFF(heads), 1, 256, "attention heads"},
+    {"mlp_ratio", KEY_INT, OFF(mlp_ratio), 1, 16, "MLP hidden width / D"},
+    {"freq_dim", KEY_INT, OFF(freq_dim), 2, 4096, "sinusoid size for the t and offset embeddings"},
+    {"role", KEY_ENUM, OFF(role), 0, 0, "starter, extrapolate or interpolate: the model's part in the chain", ROLES},
+    {"plan", KEY_PLAN, OFF(slots), 0, 0, "slots of the window: kind:offset ..., kind = anchor|context|target"},
+    {"batch_size", KEY_INT, OFF(batch_size), 1, 65536, "windows per step"},
+    {"recompute", KEY_INT, OFF(recompute), 0, 2,
+     "1: keep only each block's output and modulation and re-run the block in backward (less memory, same "
+     "gradients); 2: keep its attention outputs too, so that the re-run skips attention (faster, a little more memory)"},
+    {"keep_blocks", KEY_INT_AUTO, OFF(keep_blocks), 0, 256,
+     "with recompute, the last keep_blocks blocks keep all their activations and are not re-run: the memory "
+     "left on the card buys back time (0 to depth, or auto: as many as keep the GPU's plan 4 GiB under "
+     "--vram-budget; inspect --config prints the plan)"},
+    {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
+    {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
+    {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
+    {"noise_aug_max", KEY_DOUBLE, OFF(noise_aug_max), 0, 0.95,
+     "context slots are noised to a t drawn uniformly in [0, this] (SNR ((1-t)/t)^2)"},
+    {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
+    {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
+    {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
+    {"lr_min_ratio", KEY_DOUBLE, OFF(lr_min_ratio), 0, 1, "the cosine decay ends at lr * lr_min_ratio"},
+    {"weight_decay", KEY_DOUBLE, OFF(weight_decay), 0, 10, "decoupled weight decay of the 2-D weights"},
+    {"beta1", KEY_DOUBLE, OFF(beta1), 0, 0.99999, "AdamW first-moment decay"},
+    {"beta2", KEY_DOUBLE, OFF(beta2), 0, 0.99999999, "AdamW second-moment decay"},
+    {"adam_eps", KEY_DOUBLE, OFF(adam_eps), 1e-30, 1, "AdamW epsilon"},
+    {"grad_clip", KEY_DOUBLE, OFF(grad_clip), 0, 1e9, "clip the gradient norm to this (0: off)"},
+    {"ema_decay", KEY_DOUBLE, OFF(ema_decay), 0, 1, "decay of the weights' EMA (used for generation); step t uses min(this, (1+t)/(10+t))"},
+    {"optimizer", KEY_ENUM, OFF(optimizer), 0, 0, "adamw8bit (8-bit moments) or adamw (fp32 moments)", OPTIMIZERS},
+    {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
+    {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
+    {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATA_SOURCES},
+};
+#define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+
+static const char *KIND_NAMES[] = {"anchor", "context", "target"};
+
+const char *config_role_name(int role) { return role >= 0 && role <= ROLE_INTERPOLATE ? ROLES[role] : "?"; }
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    c->frame_size = 32, c->channels = 3, c->patch = 4, c->width = 64, c->depth = 2, c->heads = 4;
+    c->mlp_ratio = 4, c->freq_dim = 64;
+    c->slots = 7;
+    for (int i = 0; i < 7; i++) c->slot_kind[i] = i ? SLOT_TARGET : SLOT_ANCHOR, c->slot_offset[i] = (float)i;
+    c->batch_size = 2, c->seed = 1, c->t_logit_mean = 0.0, c->t_logit_std = 1.0;
+    c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
+    c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
+    c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
+}
+
+static const KeyDef *find_key_n(const char *name, size_t len) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strlen(KEYS[i].name) == len && !memcmp(KEYS[i].name, name, len)) return &KEYS[i];
+    return NULL;
+}
+
+static const KeyDef *find_key(const char *name) { return find_key_n(name, strlen(name)); }
+
+// The largest |slot offset|: beyond it a float cannot hold the offset (and no window spans more).
+#define MAX_SLOT_OFFSET 1e6
+
+// Parse "anchor:0 target:1 ..." into the plan fields; returns 0, or -1 with the reason in `why`.
+static int parse_plan(Config *c, const char *text, char *why, size_t whylen) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        while (isspace((unsigned char)*p) || *p == ',') p++;
+        if (!*p) break;
+        const char *colon = strchr(p, ':');
+        if (!colon) return fc_errf(why, whylen, "expected kind:offset entries, e.g. 'anchor:0 target:1'");
+        int kind = -1;
+        for (int k = 0; k < 3; k++)
+            if ((size_t)(colon - p) == strlen(KIND_NAMES[k]) && !strncmp(p, KIND_NAMES[k], colon - p)) kind = k;
+        if (kind < 0) {
+            int len = colon - p > 64 ? 64 : (int)(colon - p);  // keep the message one short line
+            return fc_errf(why, whylen, "unknown slot kind '%.*s' (anchor, context or target)", len, p);
+        }
+        char *end;
+        errno = 0;
+        double off = strtod(colon + 1, &end);
+        if (end == colon + 1 || errno || !isfinite(off)) return fc_errf(why, whylen, "slot offset is not a number");
+        if (fabs(off) > MAX_SLOT_OFFSET)
+            return fc_errf(why, whylen, "slot offset %g is out of range [%g, %g]", off, -MAX_SLOT_OFFSET, MAX_SLOT_OFFSET);
+        if (n == MAX_SLOTS) return fc_errf(why, whylen, "more than %d slots", MAX_SLOTS);
+        c->slot_kind[n] = kind, c->slot_offset[n] = (float)off, n++;
+        p = end;
+        if (*p && !isspace((unsigned char)*p) && *p != ',') return fc_errf(why, whylen, "expected a space between slots");
+    }
+    if (n == 0) return fc_errf(why, whylen, "the plan has no slots");
+    int targets = 0;
+    for (int i = 0; i < n; i++) targets += c->slot_kind[i] == SLOT_TARGET;
+    if (!targets) return fc_errf(why, whylen, "the plan has no target slot");
+    c->slots = n;
+    return 0;
+}
+
+// Set one key from text; returns 0, or -1 with the reason in `why`.
+static int set_key(Config *c, const KeyDef *k, const char *value, char *why, size_t whylen) {
+    char *end;
+    errno = 0;
+    if (k->type == KEY_PLAN) return parse_plan(c, value, why, whylen);
+    if (k->type == KEY_ENUM) {
+        for (int i = 0; k->choices[i]; i++)
+            if (!strcmp(k->choices[i], value)) {
+                *(int *)((char *)c + k->offset) = i;
+                return 0;
+            }
+        size_t used = 0;
+        for (int i = 0; k->choices[i] && used < whylen; i++)
+            used += (size_t)snprintf(why + used, whylen - used, "%s%s", i ? ", " : "expected one of: ", k->choices[i]);
+        return -1;
+    }
+    if (k->type == KEY_DOUBLE) {
+        double v = strtod(value, &end);
+        // an underflow gives 0 or a subnormal, which is the value meant (and what config_write gives back)
+        if (errno == ERANGE && fabs(v) < 1) errno = 0;
+        if (end == value || *end || errno || !isfinite(v)) return fc_errf(why, whylen, "not a number");
+        if (v < k->min || v > k->max) return fc_errf(why, whylen, "%g is out of range [%g, %g]", v, k->min, k->max);
+        *(double *)((char *)c + k->offset) = v;
+        return 0;
+    }
+    if (k->type == KEY_INT_AUTO && !strcmp(value, "auto")) {
+        *(int *)((char *)c + k->offset) = -1;
+        return 0;
+    }
+    long long v = strtoll(value, &end, 10);
+    if (end == value || *end || errno) return fc_errf(why, whylen, k->type == KEY_INT_AUTO ? "not an integer or auto"
+                                                                                       : "not an integer");
+    if (v < k->min || v > k->max) return fc_errf(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
+    if (k->type == KEY_INT || k->type == KEY_INT_AUTO)
+        *(int *)((char *)c + k->offset) = (int)v;
+    else
+        *(long long *)((char *)c + k->offset) = v;
+    return 0;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
+    Config t = *c;  // c changes only when the whole text is good
+    char line[CONFIG_MAX_LINE + 1], why[256];
+    size_t pos = 0;
+    long lineno = 0;
+    while (pos < len) {
+        lineno++;
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - start) : len - pos;
+        pos += n + (nl != NULL);
+        if (n > CONFIG_MAX_LINE)
+            return fc_errf(err, errlen, "%s:%ld: line longer than %d characters", origin, lineno, CONFIG_MAX_LINE);
+        if (memchr(start, 0, n)) return fc_errf(err, errlen, "%s:%ld: NUL byte in the line", origin, lineno);
+        memcpy(line, start, n);
+        line[n] = 0;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) return fc_errf(err, errlen, "%s:%ld: expected 'key = value', got '%s'", origin, lineno, s);
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        const KeyDef *k = find_key(key);
+        if (!k)
+            return fc_errf(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin,
+                        lineno, key);
+        if (!*value) return fc_errf(err, errlen, "%s:%ld: %s has no value", origin, lineno, key);
+        if (set_key(&t, k, value, why, sizeof why))
+            return fc_errf(err, errlen, "%s:%ld: %s = %s: %s", origin, lineno, key, value, why);
+    }
+    *c = t;
+    return 0;
+}
+
+int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen) {
+    const char *eq = strchr(keyvalue, '=');
+    if (!eq) return fc_errf(err, errlen, "%s %s: expected key=value", origin, keyvalue);
+    const char *key = keyvalue, *kend = eq;
+    while (key < kend && isspace((unsigned char)*key)) key++;
+    while (kend > key && isspace((unsigned char)kend[-1])) kend--;
+    const KeyDef *k = find_key_n(key, (size_t)(kend - key));
+    if (!k) return fc_errf(err, errlen, "%s %s: unknown key '%.*s'", origin, keyvalue, (int)(kend - key), key);
+    char *value = malloc(strlen(eq + 1) + 1), why[256];  // trimmed, as in a file
+    if (!value) return fc_errf(err, errlen, "%s %s: out of host memory", origin, keyvalue);
+    strcpy(value, eq + 1);
+    Config t = *c;
+    int rc = set_key(&t, k, trim(value), why, sizeof why);
+    free(value);
+    if (rc) return fc_errf(err, errlen, "%s %s: %s", origin, keyvalue, why);
+    *c = t;
+    return 0;
+}
+
+int config_validate_checked(const Config *c, const char *origin, char *err, size_t errlen) {
+    if (c->frame_size % c->patch)
+        return fc_errf(err, errlen, "%s: frame_size %d is not a multiple of patch %d", origin, c->frame_size, c->patch);
+    if (c->width % c->heads)
+        return fc_errf(err, errlen, "%s: width %d is not a multiple of heads %d", origin, c->width, c->heads);
+    if (c->width % 4)
+        return fc_errf(err, errlen, "%s: width %d is not a multiple of 4 (the 2-D positions need it)", origin, c->width);
+    int ppc = c->patch * c->patch * c->channels;
+    if (c->width < ppc)
+        return fc_errf(err, errlen, "%s: width %d is less than a patch's %d values (patch %d x %d x %d channels): the network "
+                    "could not carry a patch's noise, and its samples would stay noisy; raise width or lower patch",
+                    origin, c->width, ppc, c->patch, c->patch, c->channels);
+    if (c->freq_dim % 2) return fc_errf(err, errlen, "%s: freq_dim %d is not even", origin, c->freq_dim);
+    int anchors = 0, targets = 0;
+    for (int i = 0; i < c->slots; i++) {
+        anchors += c->slot_kind[i] == SLOT_ANCHOR;
+        targets += c->slot_kind[i] == SLOT_TARGET;
+        for (int j = 0; j < i; j++)
+            if (c->slot_offset[j] == c->slot_offset[i] && c->slot_kind[i] != SLOT_ANCHOR &&
+                c->slot_kind[j] != SLOT_ANCHOR)
+                return fc_errf(err, errlen, "%s: plan: two slots at offset %g", origin, c->slot_offset[i]);
+    }
+    if (anchors != 1)
+        return fc_errf(err, errlen, "%s: plan: %d anchor slots, expected exactly one (the first frame)", origin, anchors);
+    if (!targets) return fc_errf(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
+    if (c->keep_blocks != KEEP_BLOCKS_AUTO && c->keep_blocks > c->depth)
+        return fc_errf(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
+    if (c->warmup_steps > c->steps)
+        return fc_errf(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
+    return 0;
+}
+
+void config_load(Config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fc_die("%s: cannot open config: %s", path, strerror(errno));
+    size_t len = 0, cap = 4096;
+    char *text = fc_malloc(cap);
+    for (;;) {
+        len += fread(text + len, 1, cap - len, f);
+        if (len < cap) break;
+        text = realloc(text, cap *= 2);
+        if (!text) fc_die("%s: out of host memory reading the config", path);
+    }
+    if (ferror(f)) fc_die("%s: read error", path);
+    fclose(f);
+    char err[CONFIG_MAX_LINE + 512];
+    if (config_parse_text(c, text, len, path, err, sizeof err)) fc_die("%s", err);
+    free(text);
+}
+
+void config_set(Config *c, const char *keyvalue, const char *origin) {
+    char err[CONFIG_MAX_LINE + 512];
+    if (config_set_checked(c, keyvalue, origin, err, sizeof err)) fc_die("%s", err);
+}
+
+void config_validate(const Config *c, const char *origin) {
+    char err[512];
+    if (config_validate_checked(c, origin, err, sizeof err)) fc_die("%s", err);
+}
+
+int config_equal(const Config *a, const Config *b) {
+    // every field is a key, so the key table says what to compare
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDef *k = &KEYS[i];
+        const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
+        switch (k->type) {
+        case KEY_INT:
+        case KEY_INT_AUTO:
+        case KEY_ENUM:
+            if (*(const int *)x != *(const int *)y) return 0;
+            break;
+        case KEY_LL:
+            if (*(const long long *)x != *(const long long *)y) return 0;
+            break;
+        case KEY_DOUBLE:
+            if (*(const double *)x != *(const double *)y) return 0;
+            break;
+        case KEY_PLAN:
+            if (a->slots != b->slots) return 0;
+            for (int s = 0; s < a->slots; s++)
+                if (a->slot_kind[s] != b->slot_kind[s] || a->slot_offset[s] != b->slot_offset[s]) return 0;
+            break;
+        }
+    }
+    return 1;
+}
+
+// The shortest %g text (6 to 9 digits) that reads back as the same float, so that config_write
+// round-trips exactly and 0.1 still reads "0.1".
+static void float_text(float v, char *buf, size_t len) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, (double)v);
+        if ((float)strtod(buf, NULL) == v) return;
+    }
+}
+
+static void plan_text(const Config *c, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->slots && used < len; i++) {
+        char off[32];
+        float_text(c->slot_offset[i], off, sizeof off);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s:%s", i ? " " : "", KIND_NAMES[c->slot_kind[i]], off);
+    }
+}
+
+int config_get(const Config *c, const char *key, char *buf, size_t len) {
+    const KeyDef *k = find_key(key);
+    if (!k) return 0;
+    const char *p = (const char *)c + k->offset;
+    switch (k->type) {
+    case KEY_INT: snprintf(buf, len, "%d", *(const int *)p); break;
+    case KEY_INT_AUTO:
+        if (*(const int *)p < 0) snprintf(buf, len, "auto");
+        else snprintf(buf, len, "%d", *(const int *)p);
+        break;
+    case KEY_LL: snprintf(buf, len, "%lld", *(const long long *)p); break;
+    case KEY_DOUBLE: {  // the shortest text that reads back as the same double
+        double v = *(const double *)p;
+        for (int digits = 6; digits <= 17; digits++) {
+            snprintf(buf, len, "%.*g", digits, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+        break;
+    }
+    case KEY_PLAN: plan_text(c, buf, len); break;
+    case KEY_ENUM: snprintf(buf, len, "%s", k->choices[*(const int *)p]); break;
+    }
+    return 1;
+}
+
+void config_write(const Config *c, FILE *out) {
+    char buf[1024];
+    for (int i = 0; i < NKEYS; i++) {
+        config_get(c, KEYS[i].name, buf, sizeof buf);
+        fprintf(out, "%-13s = %-24s # %s\n", KEYS[i].name, buf, KEYS[i].help);
+    }
+}
+
+const char *const *config_keys(void) {
+    static const char *names[NKEYS + 1];
+    for (int i = 0; i < NKEYS; i++) names[i] = KEYS[i].name;
+    names[NKEYS] = NULL;
+    return names;
+}

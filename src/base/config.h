@@ -1,0 +1,91 @@
+// config.h: run configuration. A config file holds `key = value` lines (# starts a comment);
+// `--set key=value` overrides a key. Unknown keys and bad values end the program with one
+// line naming the file, the line and the key. The *_checked functions and config_parse_text do the
+// same work without ending the program: they return -1 with that line in `err`.
+#ifndef FRAMECHAIN_CONFIG_H
+#define FRAMECHAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define MAX_SLOTS 32
+#define CONFIG_MAX_LINE 4096  // the longest line of a config file, in characters
+
+enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
+
+// keep_blocks = auto: the trainer picks the number for its device and budget (memplan.h).
+#define KEEP_BLOCKS_AUTO (-1)
+
+typedef struct {
+    // ---- network (docs/network.md) ----
+    int frame_size;  // S: frames are S x S
+    int channels;    // C
+    int patch;       // P
+    int width;       // D
+    int depth;       // L
+    int heads;       // NH
+    int mlp_ratio;   // R
+    int freq_dim;    // Fd
+    // ---- role and frame plan: the window's slots ----
+    int role;                       // enum Role: which part of the chain this model plays
+    int slots;                      // F
+    int slot_kind[MAX_SLOTS];       // enum SlotKind
+    float slot_offset[MAX_SLOTS];   // time offset of each slot, in frames
+    // ---- training ----
+    int batch_size;      // B
+    int recompute;       // 1: keep each block's output and modulation only, re-run its forward in backward;
+                         // 2: keep its attention outputs and log-sum-exps too, the re-run skips attention
+    int keep_blocks;     // with recompute: the last keep_blocks blocks keep everything and are not re-run;
+                         // KEEP_BLOCKS_AUTO: as many as the memory budget allows (memory_plan_resolve)
+    long long seed;
+    double t_logit_mean;  // target t = sigmoid(mean + std * z)
+    double t_logit_std;
+    double noise_aug_max;  // context slots are noised to a level t drawn uniformly in [0, noise_aug_max]
+    // ---- optimisation ----
+    int steps;              // total optimizer steps of the run
+    double lr;              // peak learning rate
+    int warmup_steps;       // linear warmup from 0 to lr
+    double lr_min_ratio;    // cosine decay ends at lr * lr_min_ratio
+    double weight_decay;    // decoupled, on the 2-D weights only
+    double beta1, beta2, adam_eps;
+    double grad_clip;       // clip the global gradient norm to this (0: off)
+    double ema_decay;       // EMA of the weights, for generation
+    int optimizer;          // enum Optimizer
+    // ---- checkpoints ----
+    int checkpoint_every;   // steps between checkpoints
+    int keep_checkpoints;   // how many of the newest checkpoints stay on disk
+    // ---- data ----
+    int dataset;            // enum DataSource: the config key "dataset"
+} Config;
+
+enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };
+enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
+enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving shapes, or prepared shards
+
+// "starter", "extrapolate", "interpolate".
+const char *config_role_name(int role);
+
+// Defaults (the tiny test network with the starter plan).
+void config_defaults(Config *c);
+// Read `path` into c (over what is there). Dies with "path:line: ..." on any error.
+void config_load(Config *c, const char *path);
+// Parse `len` bytes of config text (no final newline needed) into c, over what is there. Returns 0,
+// or -1 with "origin:line: ..." in err; c is then unchanged. A NUL byte in a line is an error.
+int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
+// config_set and config_validate, returning 0, or -1 with their message in err (c is then unchanged).
+int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen);
+int config_validate_checked(const Config *c, const char *origin, char *err, size_t errlen);
+// Apply one "key=value" override; `origin` names it in errors (e.g. "--set").
+void config_set(Config *c, const char *keyvalue, const char *origin);
+// Check the keys against each other; dies naming the key on a bad combination.
+void config_validate(const Config *c, const char *origin);
+// Write the config as `key = value` lines (the same syntax config_load reads).
+void config_write(const Config *c, FILE *out);
+// Value of one key as text (for checkpoint metadata); returns 0 when the key is unknown.
+int config_get(const Config *c, const char *key, char *buf, size_t len);
+// Every key name, NULL-terminated.
+const char *const *config_keys(void);
+// 1 when a and b have the same value for every key (the plan: its first `slots` slots), else 0.
+int config_equal(const Config *a, const Config *b);
+
+#endif

@@ -1,0 +1,329 @@
+// loader.c: background threads that turn dataset clips into training batches (see loader.h).
+//
+// A batch is cut into groups: the windows of one step that show the same clip. A group is one unit
+// of work, so each clip a batch needs is read and inflated once (a thread also keeps the last clip it
+// read). Every window is a pure function of (seed, step, window), written to its own place in the
+// batch buffer, so neither the thread count nor the timing can change a batch.
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dataset/loader.h"
+#include "base/philox.h"
+#include "base/clock.h"
+
+#define LOADER_MAX_THREADS 256
+#define LOADER_MAX_PREFETCH 256
+
+enum { BATCH_FREE, BATCH_FILLING, BATCH_READY, BATCH_HELD };
+
+typedef struct {
+    real *buf;  // (B, F, 3, N, N)
+    int step, state;
+    int *clip, *t0;  // per window
+    uint8_t *flip;
+    int *order;         // the windows sorted by clip
+    int *group;         // group g is order[group[g] .. group[g + 1] - 1]
+    uint64_t *keys;     // scratch for the sort
+    int ngroups, next;  // groups handed out so far
+    int done;           // groups finished
+    int failed, failed_group;
+    char err[1024];
+} Batch;
+
+struct Loader {
+    const Backend *be;  // allocates the batch buffers (NULL: plain host memory)
+    const Dataset *d;
+    int B, F, N, nclips, starts, first;
+    int off[MAX_SLOTS];
+    uint64_t seed;
+    size_t raw, window;  // bytes of a clip; values of a window (F * 3 * N * N)
+    real lut[256];
+    Batch *bat;
+    int nbat;
+    pthread_t *th;
+    struct Worker *workers;  // one per thread: its clip cache
+    int nth;
+    pthread_mutex_t mu;
+    pthread_cond_t work, ready;
+    int next_sched;  // the next step to give a free buffer
+    int next_get;    // the step loader_get expects
+    int held;        // the buffer the trainer holds, -1: none
+    int stop;
+};
+
+
+// Uniform in 0 .. n-1 (n >= 1) from the RNG_DATA elements base, base + 1, ... (rejection sampling).
+static uint32_t pick(uint64_t seed, uint32_t step, uint64_t base, uint32_t n) {
+    uint64_t limit = ((uint64_t)1 << 32) - ((uint64_t)1 << 32) % n;
+    uint32_t u = 0;
+    for (int j = 0; j < 256; j++) {
+        u = philox_u32(seed, step, RNG_DATA, base + (uint64_t)j);
+        if (u < limit) break;
+    }
+    return u % n;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Give buffer b the windows of `step` and cut them into groups (under the lock).
+static void schedule(Loader *l, Batch *b, int step) {
+    b->step = step, b->state = BATCH_FILLING, b->next = 0, b->done = 0, b->failed = 0, b->err[0] = 0;
+    for (int w = 0; w < l->B; w++) {
+        uint64_t base = (uint64_t)w * LOADER_INDEX_STRIDE;
+        b->clip[w] = (int)pick(l->seed, (uint32_t)step, base, (uint32_t)l->nclips);
+        b->t0[w] = l->first + (int)pick(l->seed, (uint32_t)step, base + 256, (uint32_t)l->starts);
+        b->flip[w] = (uint8_t)(philox_u32(l->seed, (uint32_t)step, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
+        b->keys[w] = (uint64_t)b->clip[w] << 32 | (uint32_t)w;
+    }
+    qsort(b->keys, (size_t)l->B, sizeof(uint64_t), cmp_u64);
+    b->ngroups = 0;
+    for (int i = 0; i < l->B; i++) {
+        b->order[i] = (int)(uint32_t)b->keys[i];
+        if (i == 0 || b->keys[i] >> 32 != b->keys[i - 1] >> 32) b->group[b->ngroups++] = i;
+    }
+    b->group[b->ngroups] = l->B;
+}
+
+// Window w of batch b from its clip's frames.
+static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *clip) {
+    int N = l->N;
+    size_t plane = (size_t)N * N;
+    real *out = b->buf + (size_t)w * l->window;
+    for (int f = 0; f < l->F; f++) {
+        const uint8_t *frame = clip + (size_t)(b->t0[w] + l->off[f]) * plane * 3;
+        real *o = out + (size_t)f * 3 * plane;
+        for (int y = 0; y < N; y++) {
+            const uint8_t *row = frame + (size_t)y * N * 3;
+            real *r = o + (size_t)y * N, *g = r + plane, *bl = g + plane;
+            if (!b->flip[w])
+                for (int x = 0; x < N; x++) r[x] = l->lut[row[3 * x]], g[x] = l->lut[row[3 * x + 1]], bl[x] = l->lut[row[3 * x + 2]];
+            else
+                for (int x = 0, xs = N - 1; x < N; x++, xs--)
+                    r[x] = l->lut[row[3 * xs]], g[x] = l->lut[row[3 * xs + 1]], bl[x] = l->lut[row[3 * xs + 2]];
+        }
+    }
+}
+
+typedef struct Worker {
+    Loader *l;
+    uint8_t *cache;  // the last clip this thread read
+    int cached;      // its index, -1: none
+} Worker;
+
+static void *worker_main(void *arg) {
+    Worker *wk = arg;
+    Loader *l = wk->l;
+    char err[1024];
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        Batch *b = NULL;
+        for (int i = 0; i < l->nbat; i++) {  // the earliest step with a group left
+            Batch *x = &l->bat[i];
+            if (x->state == BATCH_FILLING && x->next < x->ngroups && (!b || x->step < b->step)) b = x;
+        }
+        if (!b) {
+            Batch *free_one = NULL;
+            for (int i = 0; i < l->nbat && !free_one; i++)
+                if (l->bat[i].state == BATCH_FREE) free_one = &l->bat[i];
+            if (free_one) {
+                schedule(l, free_one, l->next_sched++);
+                pthread_cond_broadcast(&l->work);
+            } else {
+                pthread_cond_wait(&l->work, &l->mu);
+            }
+            continue;
+        }
+        int g = b->next++;
+        pthread_mutex_unlock(&l->mu);
+
+        int rc = 0, first = b->order[b->group[g]], clip = b->clip[first];
+        if (wk->cached != clip) {
+            wk->cached = -1;
+            rc = dataset_read_clip(l->d, clip, wk->cache, err, sizeof err);
+            if (!rc) wk->cached = clip;
+        }
+        if (!rc)
+            for (int i = b->group[g]; i < b->group[g + 1]; i++) make_window(l, b, b->order[i], wk->cache);
+
+        pthread_mutex_lock(&l->mu);
+        if (rc && (!b->failed || g < b->failed_group)) {
+            b->failed = 1, b->failed_group = g;
+            snprintf(b->err, sizeof b->err, "%s", err);
+        }
+        if (++b->done == b->ngroups) {
+            b->state = BATCH_READY;
+            pthread_cond_broadcast(&l->ready);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void free_loader(Loader *l) {
+    for (int i = 0; i < l->nbat; i++) {
+        Batch *b = &l->bat[i];
+        if (l->be && b->buf) l->be->host_free(b->buf); else free(b->buf);
+        free(b->clip), free(b->t0), free(b->flip), free(b->order), free(b->group), free(b->keys);
+    }
+    free(l->bat);
+    free(l->th);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work);
+    pthread_cond_destroy(&l->ready);
+    free(l);
+}
+
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
+                     int prefetch, char *err, size_t errlen) {
+    int N = dataset_frame_size(d), CF = dataset_clip_frames(d);
+    if (batch < 1 || threads < 1 || threads > LOADER_MAX_THREADS || prefetch < 1 || prefetch > LOADER_MAX_PREFETCH ||
+        first_step < 0) {
+        snprintf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch, threads,
+                 prefetch, first_step);
+        return NULL;
+    }
+    if (c->channels != 3) {
+        snprintf(err, errlen, "%s: the dataset's frames are RGB (3 channels), but the config has channels = %d",
+                 dataset_dir(d), c->channels);
+        return NULL;
+    }
+    if (c->frame_size != N) {
+        snprintf(err, errlen, "%s: the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
+                 dataset_dir(d), c->frame_size, N, c->frame_size);
+        return NULL;
+    }
+    if (c->slots < 1 || c->slots > MAX_SLOTS) {
+        snprintf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
+        return NULL;
+    }
+    int off[MAX_SLOTS], lo = 0, hi = 0;
+    for (int f = 0; f < c->slots; f++) {
+        float o = c->slot_offset[f];
+        if (!(o == floorf(o)) || fabsf(o) > 1e6f) {
+            snprintf(err, errlen, "plan slot %d: offset %g is not a whole number of frames (a dataset has whole frames)",
+                     f, (double)o);
+            return NULL;
+        }
+        off[f] = (int)o;
+        if (!f || off[f] < lo) lo = off[f];
+        if (!f || off[f] > hi) hi = off[f];
+    }
+    if (hi - lo + 1 > CF) {
+        snprintf(err, errlen,
+                 "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have (clip_frames "
+                 "%d): prepare it with --clip-frames %d or more",
+                 dataset_dir(d), hi - lo + 1, lo, hi, CF, hi - lo + 1);
+        return NULL;
+    }
+    double bytes = (double)sizeof(real) * c->slots * 3 * N * N * batch * (prefetch + 1);
+    if (bytes > 64.0 * (1 << 30)) {
+        snprintf(err, errlen, "loader: %d batches of %d windows would take %.0f GiB", prefetch + 1, batch,
+                 bytes / (1 << 30));
+        return NULL;
+    }
+    Loader *l = fc_calloc(1, sizeof *l);
+    l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
+    l->starts = CF - (hi - lo), l->first = -lo, l->seed = seed;
+    memcpy(l->off, off, sizeof off);
+    l->raw = dataset_clip_bytes(d);
+    l->window = (size_t)l->F * 3 * N * N;
+    for (int p = 0; p < 256; p++) l->lut[p] = (real)(p / 127.5 - 1.0);
+    l->nbat = prefetch + 1;
+    l->bat = fc_calloc((size_t)l->nbat, sizeof(Batch));
+    for (int i = 0; i < l->nbat; i++) {
+        Batch *b = &l->bat[i];
+        b->buf = l->be ? l->be->host_alloc(sizeof(real) * l->window * (size_t)batch)
+                       : fc_malloc(sizeof(real) * l->window * (size_t)batch);
+        b->clip = fc_malloc(sizeof(int) * (size_t)batch);
+        b->t0 = fc_malloc(sizeof(int) * (size_t)batch);
+        b->flip = fc_malloc((size_t)batch);
+        b->order = fc_malloc(sizeof(int) * (size_t)batch);
+        b->group = fc_malloc(sizeof(int) * ((size_t)batch + 1));
+        b->keys = fc_malloc(sizeof(uint64_t) * (size_t)batch);
+        b->state = BATCH_FREE;
+    }
+    l->next_sched = l->next_get = first_step;
+    l->held = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    l->th = fc_calloc((size_t)threads, sizeof(pthread_t));
+    Worker *wk = fc_calloc((size_t)threads, sizeof(Worker));
+    for (int i = 0; i < threads; i++) {
+        wk[i] = (Worker){l, fc_malloc(l->raw), -1};
+        int rc = pthread_create(&l->th[i], NULL, worker_main, &wk[i]);
+        if (rc) {
+            snprintf(err, errlen, "loader: cannot start thread %d of %d: %s", i + 1, threads, strerror(rc));
+            pthread_mutex_lock(&l->mu);
+            l->stop = 1;
+            pthread_cond_broadcast(&l->work);
+            pthread_mutex_unlock(&l->mu);
+            for (int k = 0; k < i; k++) pthread_join(l->th[k], NULL);
+            for (int k = 0; k <= i; k++) free(wk[k].cache);
+            free(wk);
+            free_loader(l);
+            return NULL;
+        }
+        l->nth++;
+    }
+    l->workers = wk;
+    return l;
+}
+
+const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t errlen) {
+    if (wait_s) *wait_s = 0;
+    pthread_mutex_lock(&l->mu);
+    if (step != l->next_get) {
+        int next = l->next_get;
+        pthread_mutex_unlock(&l->mu);
+        snprintf(err, errlen, "loader: step %d was asked for, but the next one is %d (steps come one after another)",
+                 step, next);
+        return NULL;
+    }
+    if (l->held >= 0) {  // the trainer is done with the previous batch
+        l->bat[l->held].state = BATCH_FREE;
+        l->held = -1;
+        pthread_cond_broadcast(&l->work);
+    }
+    double t0 = fc_now_s();
+    Batch *b;
+    for (;;) {
+        b = NULL;
+        for (int i = 0; i < l->nbat && !b; i++)
+            if (l->bat[i].state != BATCH_FREE && l->bat[i].step == step) b = &l->bat[i];
+        if (b && b->state == BATCH_READY) break;
+        pthread_cond_wait(&l->ready, &l->mu);
+    }
+    if (wait_s) *wait_s = fc_now_s() - t0;
+    l->next_get++;
+    if (b->failed) {
+        snprintf(err, errlen, "%s", b->err);
+        b->state = BATCH_FREE;
+        pthread_cond_broadcast(&l->work);
+        pthread_mutex_unlock(&l->mu);
+        return NULL;
+    }
+    b->state = BATCH_HELD;
+    l->held = (int)(b - l->bat);
+    pthread_mutex_unlock(&l->mu);
+    return b->buf;
+}
+
+void loader_stop(Loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nth; i++) pthread_join(l->th[i], NULL);
+    for (int i = 0; i < l->nth; i++) free(l->workers[i].cache);
+    free(l->workers);
+    free_loader(l);
+}

@@ -1,0 +1,47 @@
+// loader.h: training batches from a clip dataset (shards.h), made by background threads ahead of the
+// step that needs them.
+//
+// What window b of step s sees is a pure function of (seed, s, b), so a resumed run needs only the
+// step and sees the samples of the uninterrupted one, whatever the thread count or the timing:
+//   u(j)  = philox_u32(seed, s, RNG_DATA, b * 512 + j)
+//   pick(n, j0) = u(j) mod n for the first j = j0, j0 + 1, ... with u(j) < 2^32 - (2^32 mod n)
+//                 (rejection: exactly uniform; after 256 rejections, which never happens, the last u mod n)
+//   clip  = pick(clips, 0)
+//   t0    = -min_offset + pick(clip_frames - (max_offset - min_offset), 256)
+//   flip  = philox_u32(seed, s, RNG_AUG, 2^48 + b) >> 31     (1: mirror every frame left to right)
+// and slot f is frame t0 + slot_offset[f] of the clip (offsets are whole numbers of frames and may be
+// negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
+// double, then rounded).
+#ifndef FRAMECHAIN_LOADER_H
+#define FRAMECHAIN_LOADER_H
+
+#include <stdint.h>
+
+#include "base/common.h"
+#include "backend/backend.h"
+#include "base/config.h"
+#include "formats/shards.h"
+
+#define LOADER_INDEX_STRIDE 512                  // Philox elements per window in RNG_DATA
+#define LOADER_FLIP_BASE ((uint64_t)1 << 48)     // the flips' first element in RNG_AUG
+
+typedef struct Loader Loader;
+
+// Start `threads` background threads that fill `prefetch` batch buffers (host memory from
+// be->host_alloc, page-locked on the GPU backend; plain host memory when be is NULL) with the batches of steps first_step, first_step + 1, ... for c's plan
+// (c->slots, c->slot_offset; c->frame_size must be the dataset's, c->channels 3). One more buffer is
+// allocated for the batch the trainer holds, so `prefetch` batches are made ahead of it.
+// NULL with a one-line reason: a plan whose span does not fit in the dataset's clips, an offset
+// that is not a whole number, a frame size or channel count the dataset does not have.
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
+                     int prefetch, char *err, size_t errlen);
+// The batch of `step`: (batch, slots, 3, N, N) values in [-1, 1], channel-planar as shapes_batch
+// makes them. Steps are asked for one after another from first_step. Blocks until the batch is
+// ready; *wait_s (when not NULL) = the seconds it waited. The batch stays valid until the next
+// loader_get or loader_stop. NULL with a one-line reason when a clip could not be read (a shard
+// that went bad after opening) or when the step is not the next one.
+const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t errlen);
+// Stop the threads (they finish the window they are on) and free everything. NULL is fine.
+void loader_stop(Loader *l);
+
+#endif

@@ -1,0 +1,21 @@
+// moving_shapes.h: the built-in moving-shapes dataset. Every window is a pure function of
+// (seed, step, window index), so a resumed run sees exactly the samples of the uninterrupted one,
+// and any frame of a clip can be drawn on its own (the plans ask for frames like n+12).
+#ifndef FRAMECHAIN_SHAPES_H
+#define FRAMECHAIN_SHAPES_H
+
+#include <stdint.h>
+
+#include "base/common.h"
+#include "base/config.h"
+
+// Draw frame `time` (in frames, any real number) of clip `clip` of (seed, step): (C, S, S) values
+// in [-1, 1]. Each clip has a background colour and 1 to 3 discs and squares of their own colour,
+// size and velocity, bouncing off the walls.
+void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_t clip, double time);
+
+// The clean windows of one step for a config's plan: (B, F, C, S, S), host memory. Window b is a
+// clip of (seed, step, b) seen at the plan's slot offsets (plus a random start time in the clip).
+void shapes_batch(real *out, const Config *c, int B, uint64_t seed, uint32_t step);
+
+#endif

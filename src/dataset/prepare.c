@@ -1,0 +1,297 @@
+// prepare.c: `framechain prepare`. Every input is decoded (FFmpeg for videos, stb_image for frame
+// folders), scaled and centre-cropped to size x size, optionally resampled in time, cut into clips
+// and written to shards. A bad input is reported in one line and skipped; the job goes on.
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/common.h"
+#include "dataset/prepare.h"
+#include "formats/shards.h"
+#include "video/video.h"
+#include "base/clock.h"
+
+// ----------------------------------------------------------------------------
+// the sources: expanding the inputs into video files and frame folders
+
+typedef struct {
+    char *path;
+    int is_frame_folder;
+} Source;
+
+typedef struct {
+    Source *s;
+    int n, cap;
+} Sources;
+
+static void add_source(Sources *ss, const char *path, int is_frame_folder) {
+    if (ss->n == ss->cap) {
+        ss->cap = ss->cap ? 2 * ss->cap : 64;
+        ss->s = realloc(ss->s, sizeof(Source) * ss->cap);
+        if (!ss->s) fc_die("out of host memory listing the inputs");
+    }
+    ss->s[ss->n].path = strdup(path);
+    ss->s[ss->n].is_frame_folder = is_frame_folder;
+    ss->n++;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// The entries of a folder, sorted by name, as full paths (NULL-terminated; free with free_list).
+static char **list_folder(const char *dir, int *count) {
+    DIR *d = opendir(dir);
+    *count = 0;
+    if (!d) return NULL;
+    int cap = 64, n = 0;
+    char **names = fc_malloc(sizeof(char *) * cap);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;  // ., .., hidden files
+        if (n + 1 >= cap) {
+            cap *= 2;
+            names = realloc(names, sizeof(char *) * cap);
+            if (!names) fc_die("out of host memory listing %s", dir);
+        }
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        names[n] = fc_malloc(len);
+        snprintf(names[n], len, "%s/%s", dir, e->d_name);
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof(char *), cmp_str);
+    names[n] = NULL;
+    *count = n;
+    return names;
+}
+
+static void free_list(char **list) {
+    for (char **p = list; p && *p; p++) free(*p);
+    free(list);
+}
+
+// A folder whose files include images is one clip's frames; otherwise every file is a video and
+// every subfolder is looked into the same way. Returns how many inputs could not be read at all.
+static int expand(Sources *ss, const char *path, int depth) {
+    struct stat st;
+    if (stat(path, &st)) {
+        printf("  %s: skipped: %s\n", path, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        add_source(ss, path, 0);
+        return 0;
+    }
+    int n, images = 0, bad = 0;
+    char **list = list_folder(path, &n);
+    if (!list) {
+        printf("  %s: skipped: cannot read the folder: %s\n", path, strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < n; i++) images += is_image_path(list[i]);
+    if (images) {
+        add_source(ss, path, 1);
+    } else if (depth < 8) {
+        for (int i = 0; i < n; i++) bad += expand(ss, list[i], depth + 1);
+    }
+    free_list(list);
+    return bad;
+}
+
+// ----------------------------------------------------------------------------
+// cutting frames into clips, with optional resampling in time
+
+typedef struct {
+    const PrepareOptions *o;
+    ShardWriter *w;
+    const char *source;
+    double fps;           // of the clips written
+    size_t frame_bytes;
+    uint8_t *clip;        // (clip_frames, size, size, 3) the clip being filled
+    int filled;           // frames in `clip`
+    // finished clips waiting to be compressed together (one per thread and then some)
+    uint8_t **batch;      // (batch_cap) clips
+    long *batch_first;    // (batch_cap) their first frames
+    int batch_n, batch_cap;
+    long next_index;      // index (in the resampled sequence) of the next frame that goes into a clip
+    long clips;           // clips written from this source
+    // resampling: the previous decoded frame and the next output time
+    uint8_t *prev;
+    double prev_time, next_time;
+    int have_prev;
+    char err[512];
+    int failed;           // a shard write failed: the whole job stops
+} Cutter;
+
+// Compress and write the waiting clips (in parallel inside the shard writer).
+static void cutter_flush(Cutter *c) {
+    if (c->batch_n && !c->failed &&
+        shard_writer_add_clips(c->w, c->batch_n, (const uint8_t *const *)c->batch, c->source, c->batch_first, c->fps,
+                               c->err, sizeof c->err))
+        c->failed = 1;
+    c->batch_n = 0;
+}
+
+static void cutter_emit(Cutter *c, const uint8_t *frame) {
+    memcpy(c->clip + (size_t)c->filled * c->frame_bytes, frame, c->frame_bytes);
+    c->filled++;
+    c->next_index++;
+    if (c->filled < c->o->clip_frames) return;
+    memcpy(c->batch[c->batch_n], c->clip, c->frame_bytes * c->o->clip_frames);
+    c->batch_first[c->batch_n++] = c->next_index - c->o->clip_frames;
+    if (c->batch_n == c->batch_cap) cutter_flush(c);
+    c->clips++;
+    int keep = c->o->overlap;  // the last `overlap` frames start the next clip
+    memmove(c->clip, c->clip + (size_t)(c->o->clip_frames - keep) * c->frame_bytes, (size_t)keep * c->frame_bytes);
+    c->filled = keep;
+}
+
+// One decoded frame at `time` seconds. Without resampling every frame goes in; with it, every output
+// time up to `time` takes the nearer of the previous and this frame.
+static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
+    if (c->o->fps <= 0) {
+        cutter_emit(c, frame);
+        return;
+    }
+    if (!c->have_prev) {
+        c->next_time = time;
+        c->have_prev = 1;
+    } else {
+        while (c->next_time <= time) {
+            cutter_emit(c, c->next_time - c->prev_time < time - c->next_time ? c->prev : frame);
+            c->next_time += 1.0 / c->o->fps;
+        }
+    }
+    memcpy(c->prev, frame, c->frame_bytes);
+    c->prev_time = time;
+}
+
+// ----------------------------------------------------------------------------
+
+
+// The reasons the video layer gives start with the path; the progress line names it already.
+static const char *without_path(const char *why, const char *path) {
+    size_t n = strlen(path);
+    return !strncmp(why, path, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
+}
+
+// Decode one source into the cutter. Returns the frames decoded, -1 when the source could not be
+// read at all; *why says what went wrong (also for a source that broke off part-way).
+static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *src_fps, char *why, size_t len) {
+    const PrepareOptions *o = c->o;
+    long frames = 0;
+    why[0] = 0;
+    if (src->is_frame_folder) {
+        int n;
+        char **list = list_folder(src->path, &n);
+        double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
+        *src_fps = o->fps > 0 ? o->fps : 25.0;
+        c->fps = *src_fps;
+        for (int i = 0; list && i < n; i++) {
+            if (!is_image_path(list[i])) continue;
+            char err[512];
+            if (image_load_square(list[i], o->size, frame, err, sizeof err)) {
+                snprintf(why, len, "stopped at a bad frame: %s", err);  // names the frame's file
+                break;
+            }
+            cutter_frame(c, frame, frames * dt);
+            frames++;
+        }
+        free_list(list);
+        return frames;
+    }
+    char err[512];
+    VideoReader *v = video_open(src->path, err, sizeof err);
+    if (!v) {
+        snprintf(why, len, "%s", without_path(err, src->path));
+        return -1;
+    }
+    *src_fps = video_fps(v);
+    c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
+    double t;
+    int r;
+    while ((r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
+        cutter_frame(c, frame, t);
+        frames++;
+    }
+    if (r < 0) snprintf(why, len, "%s", without_path(err, src->path));
+    video_close(v);
+    return frames;
+}
+
+int prepare_run(const PrepareOptions *o) {
+    double t0 = fc_now_s();
+    char path[4096], err[1024];
+    snprintf(path, sizeof path, "%s/dataset.json", o->out);
+    struct stat st;
+    if (!stat(path, &st))
+        fc_die("%s already holds a dataset (dataset.json); choose another --out or remove it first", o->out);
+
+    Sources ss = {0};
+    int unreadable = 0;
+    for (int i = 0; i < o->n_inputs; i++) unreadable += expand(&ss, o->inputs[i], 0);
+    if (!ss.n) fc_die("prepare: none of the inputs holds a file to read");
+
+    ShardWriter *w = shard_writer_open(o->out, o->size, o->clip_frames, o->max_shard_bytes, err, sizeof err);
+    if (!w) fc_die("%s", err);
+    size_t frame_bytes = (size_t)o->size * o->size * 3;
+    Cutter c = {.o = o, .w = w, .frame_bytes = frame_bytes};
+    c.clip = fc_malloc(frame_bytes * o->clip_frames);
+    c.batch_cap = 2 * fc_threads();
+    c.batch = fc_malloc(sizeof(uint8_t *) * c.batch_cap);
+    c.batch_first = fc_malloc(sizeof(long) * c.batch_cap);
+    for (int i = 0; i < c.batch_cap; i++) c.batch[i] = fc_malloc(frame_bytes * o->clip_frames);
+    c.prev = fc_malloc(frame_bytes);
+    uint8_t *frame = fc_malloc(frame_bytes);
+    long total_clips = 0, total_frames = 0;
+    int used = 0, skipped = 0, short_ones = 0, partial = 0;
+
+    for (int i = 0; i < ss.n && !c.failed; i++) {
+        const Source *src = &ss.s[i];
+        c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
+        double src_fps = 0, ts = fc_now_s();
+        char why[700];
+        long frames = decode_source(src, &c, frame, &src_fps, why, sizeof why);
+        cutter_flush(&c);  // a batch holds the clips of one source
+        printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
+        if (frames < 0) {
+            printf("skipped: %s\n", why);
+            skipped++;
+        } else if (c.clips == 0) {
+            printf("skipped: %ld frames%s, fewer than one clip of %d%s%s\n", c.next_index,
+                   o->fps > 0 ? " after resampling" : "", o->clip_frames, why[0] ? "; " : "", why);
+            if (why[0]) partial++;
+            short_ones++;
+        } else {
+            printf("%ld frames -> %ld clips (%.0f frames/s)%s%s\n", frames, c.clips, frames / (fc_now_s() - ts + 1e-9),
+                   why[0] ? "; " : "", why);
+            used++;
+            partial += why[0] != 0;
+            total_clips += c.clips;
+            total_frames += frames;
+        }
+        fflush(stdout);
+    }
+    for (int i = 0; i < c.batch_cap; i++) free(c.batch[i]);
+    free(c.batch), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
+    for (int i = 0; i < ss.n; i++) free(ss.s[i].path);
+    free(ss.s);
+    if (c.failed) {
+        shard_writer_abort(w);
+        fc_die("writing the shards failed: %s", c.err);
+    }
+    if (!total_clips) {
+        shard_writer_abort(w);
+        printf("prepare: no usable clip came out of %d inputs (%d unreadable, %d shorter than one clip)\n", ss.n + unreadable,
+               skipped + unreadable, short_ones);
+        return 1;
+    }
+    if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
+    double dt = fc_now_s() - t0;
+    printf("prepare: %s: %ld clips of %d frames at %dx%d from %d inputs (%d skipped as unreadable, %d shorter than a "
+           "clip, %d cut short by damage); %ld frames in %.1f s, %.0f frames/s\n",
+           o->out, total_clips, o->clip_frames, o->size, o->size, used, skipped + unreadable, short_ones, partial,
+           total_frames, dt, total_frames / dt);
+    return 0;
+}

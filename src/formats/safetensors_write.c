@@ -1,0 +1,263 @@
+// safetensors_write.c: the crash-safe safetensors writer (st_write, st_write_bytes): the JSON header,
+// then everything through a temporary file, fsync and rename, with the tests' fault-injection hooks
+// (fc_test_hook). Layout: 8-byte little-endian header length, a JSON header (padded with spaces to a
+// multiple of 8), then the tensors' bytes, contiguous from 0.
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "formats/safetensors_internal.h"
+
+// Byte size of t in *out; 0 when ndim is out of range, a dimension is negative or the size overflows.
+static int tensor_bytes(const StTensor *t, size_t *out) {
+    size_t n = st_dtype_size(t->dtype);
+    if (t->ndim < 0 || t->ndim > ST_MAX_DIMS) return 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0 || __builtin_mul_overflow(n, (size_t)t->shape[i], &n)) return 0;
+    *out = n;
+    return 1;
+}
+
+// A growing text buffer for the JSON header.
+typedef struct {
+    char *s;
+    size_t len, cap;
+} Buf;
+
+static void buf_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_put(Buf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = b->cap * 2 + (size_t)n + 64;
+        b->s = realloc(b->s, b->cap);
+        if (!b->s) fc_die("out of host memory writing a safetensors header");
+    }
+}
+
+static void buf_put_json_string(Buf *b, const char *s) {
+    buf_put(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') buf_put(b, "\\%c", ch);
+        else if (ch < 0x20) buf_put(b, "\\u%04x", ch);
+        else buf_put(b, "%c", ch);
+    }
+    buf_put(b, "\"");
+}
+
+// A failed system call on path: "PATH: WHAT: strerror(errno)".
+static int fail_errno(char *err, size_t errlen, const char *path, const char *what) {
+    return fc_errf(err, errlen, "%s: %s: %s", path, what, strerror(errno));
+}
+
+// The temporary file being written. The tests inject faults through it: FRAMECHAIN_TEST_FAIL_WRITE_AFTER
+// makes the disk full after that many bytes of the file (as a real disk would: a short write, then ENOSPC).
+typedef struct {
+    int fd;
+    size_t written;
+    long fail_after;  // -1: never
+} Out;
+
+static int write_all(Out *o, const void *data, size_t n) {
+    const char *p = data;
+    while (n) {
+        size_t chunk = n;
+        if (o->fail_after >= 0) {
+            if (o->written >= (size_t)o->fail_after) {
+                errno = ENOSPC;
+                return -1;
+            }
+            if (chunk > (size_t)o->fail_after - o->written) chunk = (size_t)o->fail_after - o->written;
+        }
+        ssize_t w = write(o->fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w, n -= (size_t)w, o->written += (size_t)w;
+    }
+    return 0;
+}
+
+// Refuse what the reader would refuse, before anything touches the disk.
+static int check_write_args(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta,
+                            char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        const StTensor *t = &tensors[i];
+        size_t bytes;
+        if (!t->name || !st_valid_utf8(t->name)) {
+            snprintf(err, errlen, "%s: tensor %d: the name is not valid UTF-8", path, i);
+            return -1;
+        }
+        if (!strcmp(t->name, "__metadata__")) {
+            snprintf(err, errlen, "%s: a tensor may not be called '__metadata__'", path);
+            return -1;
+        }
+        if (!t->dtype || !st_dtype_size(t->dtype)) {
+            snprintf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, SHOWN(t->name),
+                     t->dtype ? SHOWN(t->dtype) : "(null)");
+            return -1;
+        }
+        if (!tensor_bytes(t, &bytes)) {
+            int d = 0;
+            while (d < t->ndim && d < ST_MAX_DIMS && t->shape[d] >= 0) d++;
+            if (t->ndim < 0 || t->ndim > ST_MAX_DIMS)
+                snprintf(err, errlen, "%s: tensor '%s': %d dimensions (0 to %d)", path, SHOWN(t->name), t->ndim,
+                         ST_MAX_DIMS);
+            else if (d < t->ndim)
+                snprintf(err, errlen, "%s: tensor '%s': negative dimension %ld", path, SHOWN(t->name), t->shape[d]);
+            else
+                snprintf(err, errlen, "%s: tensor '%s': the shape is too large", path, SHOWN(t->name));
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(t->name, tensors[j].name)) {
+                snprintf(err, errlen, "%s: duplicate tensor name '%s'", path, SHOWN(t->name));
+                return -1;
+            }
+    }
+    for (int i = 0; i < nmeta; i++) {
+        if (!meta[i].key || !meta[i].value || !st_valid_utf8(meta[i].key) || !st_valid_utf8(meta[i].value)) {
+            snprintf(err, errlen, "%s: metadata entry %d is not valid UTF-8", path, i);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(meta[i].key, meta[j].key)) {
+                snprintf(err, errlen, "%s: duplicate metadata key '%s'", path, SHOWN(meta[i].key));
+                return -1;
+            }
+    }
+    return 0;
+}
+
+// Pieces of a file to write, in order.
+typedef struct {
+    const void *p;
+    size_t n;
+} Chunk;
+
+// Write the chunks into a temporary file next to `path`, fsync it, rename it over `path` and fsync
+// the folder. FRAMECHAIN_TEST_WRITE_DELAY_MS pauses before chunk `delay_at` (-1: never).
+static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *err, size_t errlen) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%.200s...: path too long", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail_errno(err, errlen, tmp, "cannot create");
+    Out o = {fd, 0, fc_test_hook("FAIL_WRITE_AFTER")};
+    long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write
+    for (int i = 0; i < nchunks; i++) {
+        if (i == delay_at && delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
+        if (write_all(&o, chunks[i].p, chunks[i].n)) {
+            fail_errno(err, errlen, tmp, "write failed");
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+    }
+    if (fsync(fd)) {
+        fail_errno(err, errlen, tmp, "fsync failed");
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    if (close(fd)) {
+        fail_errno(err, errlen, tmp, "close failed");
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path)) {
+        fail_errno(err, errlen, path, "rename failed");
+        unlink(tmp);
+        return -1;
+    }
+    // make the rename itself durable
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || fsync(dfd)) {
+        fail_errno(err, errlen, path, "fsync of the folder failed");
+        if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}
+
+int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
+             size_t errlen) {
+    if (n < 0 || nmeta < 0) {
+        snprintf(err, errlen, "%s: negative tensor or metadata count", path);
+        return -1;
+    }
+    if (check_write_args(path, tensors, n, meta, nmeta, err, errlen)) return -1;
+    // storage order: by element size, widest first, stable within a size
+    int *order = fc_malloc(sizeof(int) * (n ? n : 1));
+    int k = 0;
+    for (size_t size = 8; size >= 1; size /= 2)
+        for (int i = 0; i < n; i++)
+            if (st_dtype_size(tensors[i].dtype) == size) order[k++] = i;
+
+    Buf h = {0};
+    buf_put(&h, "{");
+    if (nmeta) {
+        buf_put(&h, "\"__metadata__\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (i) buf_put(&h, ",");
+            buf_put_json_string(&h, meta[i].key);
+            buf_put(&h, ":");
+            buf_put_json_string(&h, meta[i].value);
+        }
+        buf_put(&h, "}");
+    }
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const StTensor *t = &tensors[order[i]];
+        size_t bytes = 0;
+        tensor_bytes(t, &bytes);
+        buf_put(&h, "%s", (nmeta || i) ? "," : "");
+        buf_put_json_string(&h, t->name);
+        buf_put(&h, ":{\"dtype\":\"%s\",\"shape\":[", t->dtype);
+        for (int d = 0; d < t->ndim; d++) buf_put(&h, "%s%ld", d ? "," : "", t->shape[d]);
+        buf_put(&h, "],\"data_offsets\":[%zu,%zu]}", offset, offset + bytes);
+        offset += bytes;
+    }
+    buf_put(&h, "}");
+    while (h.len % 8) buf_put(&h, " ");
+
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    Chunk *chunks = fc_malloc(sizeof(Chunk) * (size_t)(n + 2));
+    chunks[0] = (Chunk){len8, 8};
+    chunks[1] = (Chunk){h.s, h.len};
+    for (int i = 0; i < n; i++) {
+        size_t bytes = 0;
+        tensor_bytes(&tensors[order[i]], &bytes);
+        chunks[2 + i] = (Chunk){tensors[order[i]].data, bytes};
+    }
+    int rc = write_atomic(path, chunks, n + 2, n ? 2 + n / 2 : -1, err, errlen);
+    free(chunks);
+    free(h.s);
+    free(order);
+    return rc;
+}
+
+int st_write_bytes(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    Chunk c = {data, len};
+    return write_atomic(path, &c, 1, -1, err, errlen);
+}

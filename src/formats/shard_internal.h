@@ -1,0 +1,61 @@
+// shard_internal.h: private to shard_read.c, shard_write.c and dataset_read.c (not an API: see
+// shards.h). What they share: one-line errors, the per-clip metadata fields, and a shard's checked
+// header and clip decoding (both defined in shard_read.c).
+#ifndef FRAMECHAIN_SHARD_INTERNAL_H
+#define FRAMECHAIN_SHARD_INTERNAL_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "formats/safetensors.h"
+
+#define SHOWN(s) ST_SHOWN(s)  // safetensors.h
+
+
+// ---------------------------------------------------------------------------------------------
+// a shard's header
+
+typedef struct {
+    uint64_t offset;  // of the stored bytes within the file
+    uint64_t stored;  // stored bytes
+    uint32_t crc;     // of the raw bytes
+    uint8_t zlib;
+} ClipRec;
+
+typedef struct {
+    int N, F, clips;
+    size_t raw;  // F * N * N * 3
+    ClipRec *clip;
+} ShardInfo;
+
+// The fields "clip.<k>.<field>" of a shard's __metadata__, in the order of the HAVE_ bits.
+enum { HAVE_ENCODING = 1, HAVE_CRC = 2, HAVE_SOURCE = 4, HAVE_FIRST = 8, HAVE_FPS = 16, HAVE_ALL = 31 };
+static const char *const CLIP_FIELDS[] = {"encoding", "crc32", "source", "first_frame", "fps"};
+
+// Check a shard's metadata and tensors (its layout was checked by the safetensors reader) and fill
+// si. `name` (the path) starts every error.
+int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen);
+
+// ---------------------------------------------------------------------------------------------
+// decoding a clip
+
+// Where a clip's stored bytes are: in memory, or in a file from `offset`.
+typedef struct {
+    const uint8_t *mem;
+    int fd;
+    uint64_t offset;
+} Src;
+
+// Decode `stored` bytes of src (a zlib stream, or the raw frames) that must give exactly raw bytes;
+// into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes. 0, or -1 with why.
+int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t raw, uint32_t *crc, char *why,
+                size_t whylen);
+
+#endif

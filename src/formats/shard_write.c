@@ -1,0 +1,372 @@
+// shard_write.c: writing a clip dataset (see shards.h): the ShardWriter, which compresses clips,
+// fills shards up to their size cap and writes each crash-safely, then manifest.tsv and, last,
+// dataset.json. The reading side is in shard_read.c and dataset_read.c.
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "base/common.h"
+#include "formats/safetensors.h"
+#include "formats/shard_internal.h"
+#include "formats/shards.h"
+#include "base/paths.h"
+
+#define ZLIB_LEVEL 1  // level 6 saves under 1% more on video frames and costs a third more time
+#define META_PER_SHARD ((size_t)16 << 20)  // header bytes (about) after which a shard is written
+
+// fps as text: an integer as such, else the shortest form that reads back as the same double.
+static void fps_text(double fps, char *buf, size_t len) {
+    if (fps == floor(fps) && fps < 1e15) {
+        snprintf(buf, len, "%.0f", fps);
+        return;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, len, "%.*g", p, fps);
+        if (strtod(buf, NULL) == fps) return;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// writer
+
+typedef struct {
+    uint8_t *data;  // the stored bytes
+    size_t stored;
+    int zlib;
+    uint32_t crc;
+    char *source;
+    long first;
+    double fps;
+} Pending;
+
+typedef struct {
+    char file[40];
+    int clips;
+    uint64_t bytes;
+} Written;
+
+struct ShardWriter {
+    char *dir;
+    int N, F;
+    size_t raw, max_bytes;
+    Pending *cur;  // the clips of the shard being filled
+    int ncur, capcur;
+    size_t cur_bytes, cur_meta;
+    Written *done;  // the shards written
+    int ndone, capdone;
+    char *manifest;
+    size_t mlen, mcap;
+    long total;
+    int failed;
+};
+
+static void manifest_put(ShardWriter *w, const char *s, size_t n) {
+    if (w->mlen + n + 1 > w->mcap) {
+        size_t cap = w->mcap ? w->mcap : 4096;
+        while (cap < w->mlen + n + 1) cap *= 2;
+        char *m = realloc(w->manifest, cap);
+        if (!m) fc_die("out of host memory for the dataset manifest (%zu bytes)", cap);
+        w->manifest = m, w->mcap = cap;
+    }
+    memcpy(w->manifest + w->mlen, s, n);
+    w->mlen += n;
+    w->manifest[w->mlen] = 0;
+}
+
+static void shard_name(int i, char *buf, size_t len) { snprintf(buf, len, "shard-%05d.safetensors", i); }
+
+// s as valid UTF-8: each byte that does not start a valid sequence becomes U+FFFD. malloc'ed.
+static char *utf8_fixed(const char *s) {
+    size_t n = strlen(s);
+    char *o = fc_malloc(3 * n + 1);
+    if (st_valid_utf8(s)) return memcpy(o, s, n + 1);
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (size_t len = 1; len <= 4 && i + len <= n && !k; len++) {
+            char t[5];
+            memcpy(t, s + i, len);
+            t[len] = 0;
+            if (st_valid_utf8(t)) k = len;
+        }
+        if (k) memcpy(o + j, s + i, k), i += k, j += k;
+        else memcpy(o + j, "\xEF\xBF\xBD", 3), i++, j += 3;
+    }
+    o[j] = 0;
+    return o;
+}
+
+ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames, size_t max_shard_bytes, char *err,
+                               size_t errlen) {
+    if (frame_size < 1 || frame_size > SHARD_MAX_FRAME_SIZE) {
+        fc_errf(err, errlen, "%s: frame size %d is not in 1..%d", dir, frame_size, SHARD_MAX_FRAME_SIZE);
+        return NULL;
+    }
+    if (clip_frames < 1 || clip_frames > SHARD_MAX_CLIP_FRAMES) {
+        fc_errf(err, errlen, "%s: clip length %d frames is not in 1..%d", dir, clip_frames, SHARD_MAX_CLIP_FRAMES);
+        return NULL;
+    }
+    size_t raw = (size_t)clip_frames * frame_size * frame_size * 3;
+    if (raw > SHARD_MAX_CLIP_BYTES) {
+        fc_errf(err, errlen, "%s: clips of %d frames of %dx%d would be %zu bytes, more than the %zu allowed", dir,
+             clip_frames, frame_size, frame_size, raw, SHARD_MAX_CLIP_BYTES);
+        return NULL;
+    }
+    if (strlen(dir) > 3000) {
+        fc_errf(err, errlen, "%.200s...: path too long", dir);
+        return NULL;
+    }
+    if (fc_mkdir_p(dir, err, errlen)) return NULL;
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    if (!stat(path, &st)) {
+        fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or choose another folder", dir);
+        return NULL;
+    }
+    if (access(dir, W_OK)) {
+        fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno));
+        return NULL;
+    }
+    DIR *dd = opendir(dir);  // temporary files of a writer that was killed
+    if (dd) {
+        for (struct dirent *e; (e = readdir(dd));) {
+            const char *n = e->d_name;
+            if ((!strncmp(n, "shard-", 6) && strstr(n, ".safetensors.tmp-")) || !strncmp(n, "dataset.json.tmp-", 17) ||
+                !strncmp(n, "manifest.tsv.tmp-", 17)) {
+                snprintf(path, sizeof path, "%s/%s", dir, n);
+                unlink(path);
+            }
+        }
+        closedir(dd);
+    }
+    ShardWriter *w = fc_calloc(1, sizeof *w);
+    w->dir = strdup(dir);
+    if (!w->dir) fc_die("out of host memory");
+    w->N = frame_size, w->F = clip_frames, w->raw = raw;
+    w->max_bytes = max_shard_bytes ? max_shard_bytes : SHARD_DEFAULT_BYTES;
+    static const char head[] = "shard\tclip\tsource\tfirst_frame\tframes\tfps\n";
+    manifest_put(w, head, sizeof head - 1);
+    return w;
+}
+
+static void free_pending(ShardWriter *w) {
+    for (int i = 0; i < w->ncur; i++) free(w->cur[i].data), free(w->cur[i].source);
+    w->ncur = 0, w->cur_bytes = 0, w->cur_meta = 0;
+}
+
+// Write the clips held as the next shard.
+static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
+    int n = w->ncur;
+    if (!n) return 0;
+    typedef struct {
+        char name[32], keys[5][48], crc[12], first[24], fps[40];
+    } Text;
+    Text *tx = fc_calloc((size_t)n, sizeof(Text));
+    StTensor *t = fc_calloc((size_t)n, sizeof(StTensor));
+    StMeta *m = fc_calloc((size_t)5 * n + 5, sizeof(StMeta));
+    char N[16], F[16], count[16];
+    snprintf(N, sizeof N, "%d", w->N);
+    snprintf(F, sizeof F, "%d", w->F);
+    snprintf(count, sizeof count, "%d", n);
+    int nm = 0;
+    m[nm++] = (StMeta){"format", "framechain-shard"};
+    m[nm++] = (StMeta){"format_version", "1"};
+    m[nm++] = (StMeta){"frame_size", N};
+    m[nm++] = (StMeta){"clip_frames", F};
+    m[nm++] = (StMeta){"clips", count};
+    for (int k = 0; k < n; k++) {
+        const Pending *p = &w->cur[k];
+        Text *x = &tx[k];
+        snprintf(x->name, sizeof x->name, "clip.%d", k);
+        for (int j = 0; j < 5; j++) snprintf(x->keys[j], sizeof x->keys[j], "clip.%d.%s", k, CLIP_FIELDS[j]);
+        snprintf(x->crc, sizeof x->crc, "%08x", p->crc);
+        snprintf(x->first, sizeof x->first, "%ld", p->first);
+        fps_text(p->fps, x->fps, sizeof x->fps);
+        m[nm++] = (StMeta){x->keys[0], p->zlib ? "zlib" : "raw"};
+        m[nm++] = (StMeta){x->keys[1], x->crc};
+        m[nm++] = (StMeta){x->keys[2], p->source};
+        m[nm++] = (StMeta){x->keys[3], x->first};
+        m[nm++] = (StMeta){x->keys[4], x->fps};
+        t[k].name = x->name, t[k].dtype = "U8", t[k].data = p->data;
+        if (p->zlib) t[k].ndim = 1, t[k].shape[0] = (long)p->stored;
+        else t[k].ndim = 4, t[k].shape[0] = w->F, t[k].shape[1] = w->N, t[k].shape[2] = w->N, t[k].shape[3] = 3;
+    }
+    char file[40], path[4096];
+    shard_name(w->ndone, file, sizeof file);
+    snprintf(path, sizeof path, "%s/%s", w->dir, file);
+    int rc = st_write(path, t, n, m, nm, err, errlen);
+    struct stat st;
+    if (!rc && stat(path, &st)) rc = fc_errf(err, errlen, "%s: cannot stat what was written: %s", path, strerror(errno));
+    free(tx), free(t), free(m);
+    if (rc) return -1;
+    if (w->ndone == w->capdone) {
+        w->capdone = w->capdone ? 2 * w->capdone : 16;
+        w->done = realloc(w->done, sizeof(Written) * (size_t)w->capdone);
+        if (!w->done) fc_die("out of host memory");
+    }
+    Written *d = &w->done[w->ndone++];
+    snprintf(d->file, sizeof d->file, "%s", file);
+    d->clips = n, d->bytes = (uint64_t)st.st_size;
+    free_pending(w);
+    return 0;
+}
+
+// Compress (where that saves 10% or more) and checksum one clip into p. Touches nothing shared, so
+// several clips can be encoded at once.
+static void encode_clip(const ShardWriter *w, const uint8_t *clip, Pending *p) {
+    size_t bound = compressBound((uLong)w->raw);
+    uint8_t *zbuf = fc_malloc(bound);
+    uLongf zlen = (uLongf)bound;
+    int zr = compress2(zbuf, &zlen, clip, (uLong)w->raw, ZLIB_LEVEL);
+    if (zr == Z_MEM_ERROR) fc_die("out of host memory compressing a clip");
+    memset(p, 0, sizeof *p);
+    p->zlib = zr == Z_OK && (size_t)zlen * 10 <= w->raw * 9;  // at least 10% smaller
+    p->stored = p->zlib ? (size_t)zlen : w->raw;
+    if (p->zlib) {
+        p->data = realloc(zbuf, p->stored);
+        if (!p->data) fc_die("out of host memory");
+    } else {
+        free(zbuf);
+        p->data = fc_malloc(p->stored);
+        memcpy(p->data, clip, p->stored);
+    }
+    p->crc = (uint32_t)crc32_z(0, clip, w->raw);
+}
+
+static int check_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
+                     size_t errlen) {
+    if (w->failed) return fc_errf(err, errlen, "%s: the dataset writer stopped at an earlier error", w->dir);
+    if (!clip || !source) return fc_errf(err, errlen, "%s: shard_writer_add without a clip or a source", w->dir);
+    if (first_frame < 0 || (uint64_t)first_frame > (uint64_t)1 << 62)
+        return fc_errf(err, errlen, "%s: first frame %ld of %s is out of range", w->dir, first_frame, source);
+    if (!isfinite(fps) || fps < 0 || fps > 1e6)
+        return fc_errf(err, errlen, "%s: fps %g of %s is not in [0, 1e6]", w->dir, fps, source);
+    if (w->total >= INT_MAX) return fc_errf(err, errlen, "%s: a dataset holds at most %d clips", w->dir, INT_MAX);
+    return 0;
+}
+
+// Append an encoded clip to the shard being filled (flushing that shard first when it is full).
+static int append_clip(ShardWriter *w, Pending p, const char *source, long first_frame, double fps, char *err,
+                       size_t errlen) {
+    p.source = utf8_fixed(source);
+    p.first = first_frame, p.fps = fps;
+    size_t meta = 6 * strlen(p.source) + 256;  // JSON escapes make at most 6 bytes of one
+    if (w->ncur && (w->cur_bytes + p.stored > w->max_bytes || w->ncur >= SHARD_MAX_CLIPS ||
+                    w->cur_meta + meta > META_PER_SHARD)) {
+        if (flush_shard(w, err, errlen)) {
+            w->failed = 1;
+            free(p.data), free(p.source);
+            return -1;
+        }
+    }
+    if (w->ncur == w->capcur) {
+        w->capcur = w->capcur ? 2 * w->capcur : 64;
+        w->cur = realloc(w->cur, sizeof(Pending) * (size_t)w->capcur);
+        if (!w->cur) fc_die("out of host memory");
+    }
+    // the manifest line: shard, clip, source, first_frame, frames, fps
+    char file[40], line[256], fpsb[40];
+    shard_name(w->ndone, file, sizeof file);
+    snprintf(line, sizeof line, "%s\t%d\t", file, w->ncur);
+    manifest_put(w, line, strlen(line));
+    for (const char *s = p.source; *s; s++) {
+        char e[8];
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\t') strcpy(e, "\\t");
+        else if (ch == '\n') strcpy(e, "\\n");
+        else if (ch == '\r') strcpy(e, "\\r");
+        else if (ch == '\\') strcpy(e, "\\\\");
+        else if (ch < 0x20 || ch == 0x7F) snprintf(e, sizeof e, "\\x%02x", ch);
+        else e[0] = (char)ch, e[1] = 0;
+        manifest_put(w, e, strlen(e));
+    }
+    fps_text(fps, fpsb, sizeof fpsb);
+    snprintf(line, sizeof line, "\t%ld\t%d\t%s\n", first_frame, w->F, fpsb);
+    manifest_put(w, line, strlen(line));
+    w->cur[w->ncur++] = p;
+    w->cur_bytes += p.stored, w->cur_meta += meta;
+    w->total++;
+    return 0;
+}
+
+int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
+                     size_t errlen) {
+    if (check_add(w, clip, source, first_frame, fps, err, errlen)) return -1;
+    Pending p;
+    encode_clip(w, clip, &p);
+    return append_clip(w, p, source, first_frame, fps, err, errlen);
+}
+
+int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, const char *source,
+                           const long *first_frames, double fps, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (check_add(w, clips[i], source, first_frames[i], fps, err, errlen)) return -1;
+    Pending *p = fc_calloc((size_t)(n ? n : 1), sizeof(Pending));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) encode_clip(w, clips[i], &p[i]);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (rc == 0)
+            rc = append_clip(w, p[i], source, first_frames[i], fps, err, errlen);
+        else
+            free(p[i].data);
+    }
+    free(p);
+    return rc;
+}
+
+static void writer_free(ShardWriter *w) {
+    free_pending(w);
+    free(w->cur);
+    free(w->done);
+    free(w->manifest);
+    free(w->dir);
+    free(w);
+}
+
+void shard_writer_abort(ShardWriter *w) {
+    if (w) writer_free(w);
+}
+
+int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
+    int rc = -1;
+    char path[4096];
+    if (w->failed) {
+        fc_errf(err, errlen, "%s: the dataset writer stopped at an earlier error: no dataset.json written", w->dir);
+        goto out;
+    }
+    if (!w->total) {
+        fc_errf(err, errlen, "%s: no clips were added: no dataset.json written", w->dir);
+        goto out;
+    }
+    if (flush_shard(w, err, errlen)) goto out;
+    snprintf(path, sizeof path, "%s/manifest.tsv", w->dir);
+    if (st_write_bytes(path, w->manifest, w->mlen, err, errlen)) goto out;
+    {
+        size_t cap = 256 + (size_t)w->ndone * 128;
+        char *j = fc_malloc(cap);
+        size_t n = (size_t)snprintf(j, cap,
+                                    "{\"format\": \"framechain-dataset\", \"format_version\": 1, \"frame_size\": %d, "
+                                    "\"clip_frames\": %d, \"clips\": %ld,\n \"shards\": [\n",
+                                    w->N, w->F, w->total);
+        for (int i = 0; i < w->ndone; i++)
+            n += (size_t)snprintf(j + n, cap - n, "  {\"file\": \"%s\", \"clips\": %d, \"bytes\": %llu}%s\n",
+                                  w->done[i].file, w->done[i].clips, (unsigned long long)w->done[i].bytes,
+                                  i + 1 < w->ndone ? "," : "");
+        n += (size_t)snprintf(j + n, cap - n, " ]}\n");
+        snprintf(path, sizeof path, "%s/dataset.json", w->dir);
+        rc = st_write_bytes(path, j, n, err, errlen);
+        free(j);
+    }
+out:
+    writer_free(w);
+    return rc;
+}

@@ -1,0 +1,96 @@
+// shards.h: a dataset of video clips, as `framechain prepare` writes it and `framechain train --data`
+// reads it.
+//
+// A dataset folder holds shards shard-00000.safetensors, shard-00001.safetensors, ..., a
+// human-readable manifest.tsv and, written last, dataset.json, which lists the shards and is what
+// makes the dataset exist. Every file is written crash-safely (temporary file, fsync, rename, fsync
+// of the folder), so a prepare killed at any moment leaves either no dataset.json or one that names
+// only whole shards.
+//
+// A shard is a safetensors file (the strict reader, its fuzzing and tools/safetensors_io.py serve it):
+//   - one U8 tensor per clip, "clip.<k>" (k = 0.. within the shard): the raw frames, shape
+//     (F, N, N, 3) (frames, rows, columns, RGB), or, when zlib (compress2, level 6) makes them at
+//     least 10% smaller, the zlib stream as a 1-D tensor;
+//   - __metadata__: "format" = "framechain-shard", "format_version" = "1", "frame_size" = N,
+//     "clip_frames" = F, "clips" = the count, and per clip "clip.<k>.encoding" = "raw" | "zlib",
+//     "clip.<k>.crc32" (CRC-32 of the raw bytes, 8 lowercase hex digits), "clip.<k>.source" (the
+//     input path), "clip.<k>.first_frame" (its first frame's index in the source, after any fps
+//     resampling), "clip.<k>.fps" (0: unknown). No other key.
+// dataset.json: {"format": "framechain-dataset", "format_version": 1, "frame_size": N,
+//   "clip_frames": F, "clips": total, "shards": [{"file": "shard-00000.safetensors", "clips": n,
+//   "bytes": size}, ...]}
+// manifest.tsv: a header line, then one line per clip: shard, clip (k), source, first_frame,
+//   frames, fps (tab, newline, carriage return and backslash in a source written as \t \n \r \\).
+//
+// Shards are capped by their clip bytes (max_shard_bytes, 256 MiB by default; a single larger clip
+// gets a shard of its own), so that neither the writer nor any reader needs more memory than that.
+#ifndef FRAMECHAIN_SHARDS_H
+#define FRAMECHAIN_SHARDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHARD_DEFAULT_BYTES ((size_t)256 << 20)  // clip bytes per shard when max_shard_bytes is 0
+#define SHARD_MAX_FRAME_SIZE 8192                 // N at most
+#define SHARD_MAX_CLIP_FRAMES 65536               // F at most
+#define SHARD_MAX_CLIP_BYTES ((size_t)1 << 31)    // F * N * N * 3 at most
+#define SHARD_MAX_CLIPS 1000000                   // clips in one shard at most
+#define DATASET_JSON_MAX ((size_t)64 << 20)       // the largest dataset.json read
+
+// ---- writing (used by prepare) ----
+typedef struct ShardWriter ShardWriter;
+// Start a dataset in `dir` (created when missing). Refused when dir already holds a dataset.json.
+// Stale temporary files of an earlier, killed writer (shard-*.tmp-*, dataset.json.tmp-*,
+// manifest.tsv.tmp-*) are removed. max_shard_bytes = 0: SHARD_DEFAULT_BYTES.
+ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames, size_t max_shard_bytes, char *err,
+                               size_t errlen);
+// Add one clip: F*N*N*3 bytes, frame by frame, row by row, RGB. `source` is stored as given when it
+// is valid UTF-8 (each invalid byte becomes U+FFFD otherwise); first_frame >= 0; fps >= 0 (0:
+// unknown). Writes a shard when the current one is full. After a failure every later call fails.
+int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
+                     size_t errlen);
+// The same for n clips of one source, compressed in parallel (OpenMP), added in order.
+int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, const char *source,
+                           const long *first_frames, double fps, char *err, size_t errlen);
+// Write the last shard, manifest.tsv, then dataset.json; frees w (whatever happens). Fails when no
+// clip was added (no dataset.json is written then).
+int shard_writer_finish(ShardWriter *w, char *err, size_t errlen);
+// Free w; writes no dataset.json (the shards written so far stay, unlisted). NULL is fine.
+void shard_writer_abort(ShardWriter *w);
+
+// ---- reading ----
+typedef struct Dataset Dataset;  // the clips of one prepared folder (config.h's enum DataSource says where a run's data comes from)
+// Read dir/dataset.json, then every shard's header (not its data), strictly: every shard must hold
+// the clips and bytes dataset.json says, with the same frame size and clip length. NULL with a
+// one-line reason naming the file on any problem.
+Dataset *dataset_open(const char *dir, char *err, size_t errlen);
+int dataset_clips(const Dataset *d);
+int dataset_frame_size(const Dataset *d);
+int dataset_clip_frames(const Dataset *d);
+int dataset_shards(const Dataset *d);
+size_t dataset_clip_bytes(const Dataset *d);  // F * N * N * 3
+const char *dataset_dir(const Dataset *d);    // the folder it was opened from
+// Read clip `clip` (0 .. dataset_clips - 1; the shards' clips in order) into out (F*N*N*3 bytes):
+// pread its stored bytes, inflate them when they are zlib (exactly F*N*N*3 bytes must come out),
+// check the CRC. Returns 0, or -1 with one line naming the shard, the clip and the problem.
+// Thread-safe (each call opens the shard file; a shard whose size changed since dataset_open is refused).
+int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen);
+void dataset_close(Dataset *d);
+
+// Where a clip is stored (for tests and tools).
+typedef struct {
+    const char *shard;  // the shard's file name within the folder
+    int index;          // k of its tensor "clip.<k>"
+    int zlib;           // 1: a zlib stream, 0: raw frames
+    uint64_t offset;    // of its stored bytes within the shard file
+    uint64_t stored;    // how many bytes are stored
+    uint32_t crc32;     // of the raw bytes
+} ClipLocation;
+int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out);
+
+// Validate a whole shard held in memory (for the fuzzer and tests): the safetensors layout, the
+// metadata, every clip inflated (in bounded memory) and CRC-checked. Returns 0, or -1 with a
+// one-line reason.
+int shard_check_bytes(const uint8_t *bytes, size_t len, char *err, size_t errlen);
+
+#endif

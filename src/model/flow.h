@@ -1,0 +1,18 @@
+// flow.h: the rectified-flow objective. x_t = (1 - t) x0 + t e, the network predicts v = e - x0,
+// and the loss is taken on the plan's target slots only.
+#ifndef FRAMECHAIN_FLOW_H
+#define FRAMECHAIN_FLOW_H
+
+#include "model/model.h"
+
+// Per-slot noise level, time offset and loss mask for the windows of one step, on the host:
+// target slots share one t per window, drawn logit-normal from (seed, step, RNG_TIME, window);
+// the anchor gets t = 0, a context slot a level drawn uniformly in [0, noise_aug_max] from
+// (seed, step, RNG_AUG, window * MAX_SLOTS + slot) (noise augmentation). t, offset, mask: (B * F).
+void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask);
+
+// From the clean windows x0 (backend memory, (B, F, C, H, W)) fill m->in for one training step:
+// the levels above, e from (seed, step, RNG_NOISE), x_t and the target v.
+void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step);
+
+#endif

@@ -1,0 +1,110 @@
+// memplan.c: the memory plan (see memplan.h). The counts come from the same layout code that
+// allocates the model (model_counts) and the same rule the optimizer uses (optim.h), so the plan
+// and the allocation cannot drift apart.
+#include "model/memplan.h"
+
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/attn_scratch.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+// The dS scratch of an attention over sequences of len tokens, pairs (sequence, head) pairs.
+static size_t attn_ds_plan_bytes(long pairs, long len) {
+    return len > ATTN_PACK_MAX ? attn_ds_scratch_bytes(pairs, (int)len, ATTN_DS_CAP) : 0;
+}
+
+MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
+    // Operands (backend.h) are bf16 on the bf16 GPU backend, real elsewhere.
+    ModelCounts k = model_counts(c, B, dev == PLAN_GPU_BF16 ? 2 : sizeof(real));
+    MemPlan p = {0};
+    double r = sizeof(real);
+    p.params = k.params;
+    p.weights = r * k.params, p.gradients = r * k.params, p.ema = r * k.params;
+    double opt = 2 * QUANT8_TABLE * sizeof(float);  // the two code maps' encoder tables
+    for (int i = 0; i < k.n_tensors; i++) {
+        size_t n = k.info[i].numel;
+        if (c->optimizer == OPT_ADAMW8BIT && n >= OPTIM_MIN_8BIT)
+            opt += 2.0 * n + 2.0 * sizeof(float) * ((n + ADAM8_BLOCK - 1) / ADAM8_BLOCK);
+        else
+            opt += 2.0 * sizeof(float) * n;
+    }
+    p.optimizer = opt;
+    p.activations = (double)k.acts_bytes + k.dscratch_bytes;
+    // the step's clean windows (x0) beside the model's inputs
+    double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
+    p.inputs = (double)k.inputs_bytes + window;
+    p.model = p.weights + p.gradients + p.activations + (double)k.inputs_bytes;
+    // Backend scratch: attention's per-row statistics and the column-sum partials are a few
+    // floats per token row; 64 MiB covers them and linear.cu's 32 MiB cuBLASLt workspace. On bf16,
+    // a linear backward converts its output gradient into scratch, or attention's its (tokens,
+    // width): at most (tokens, max(mlp ratio, 3) width).
+    p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
+    if (dev == PLAN_GPU_BF16) {
+        double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
+        p.weights_bf16 = 2.0 * k.params;
+        p.workspace += 2.0 * tokens * (c->mlp_ratio > 3 ? c->mlp_ratio : 3) * c->width;
+        // the attention backward's stored dS (backend.h), for the longer of the two attentions
+        long N = (long)(c->frame_size / c->patch) * (c->frame_size / c->patch), F = c->slots;
+        size_t spatial = attn_ds_plan_bytes((long)B * F * c->heads, N);
+        size_t temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
+        p.workspace += (double)(spatial > temporal ? spatial : temporal);
+    }
+    p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
+    free(k.info);
+    return p;
+}
+
+int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget) {
+    if (c->keep_blocks != KEEP_BLOCKS_AUTO) return c->keep_blocks;
+    c->keep_blocks = 0;
+    if (dev == PLAN_CPU || !c->recompute) return 0;
+    double limit = budget - KEEP_BLOCKS_AUTO_RESERVE_GIB * 1073741824.0;
+    Config t = *c;
+    for (t.keep_blocks = 1; t.keep_blocks <= c->depth; t.keep_blocks++)  // each kept block adds memory
+        if (memory_plan(&t, B, dev).total > limit) break;
+    return c->keep_blocks = t.keep_blocks - 1;
+}
+
+double model_step_flops(const Config *c, int B) {
+    double n = c->frame_size / c->patch, N = n * n, F = c->slots, S = (double)B * F, T = S * N;
+    double D = c->width, RD = (double)c->mlp_ratio * D, PPC = (double)c->patch * c->patch * c->channels;
+    double Fd = c->freq_dim;
+    double embed = T * PPC * D + 2 * S * Fd * D + S * D * D;  // multiply-adds of patches, offsets, t
+    double block = S * D * 9 * D                                // adaLN
+                   + 2 * (T * D * 3 * D + T * D * D)            // qkv and proj, spatial and temporal
+                   + 2 * T * D * RD                             // MLP
+                   + 2 * (S * N * N * D + (double)B * N * F * F * D);  // scores and weighted sums
+    double final = S * D * 2 * D + T * D * PPC;
+    return 3 * 2 * (embed + c->depth * block + final);
+}
+
+PlanDevice plan_device(const char *backend_name, const char *precision) {
+    if (!strcmp(backend_name, "cpu")) return PLAN_CPU;
+    return !strcmp(precision, "bf16") ? PLAN_GPU_BF16 : PLAN_GPU_FP32;
+}
+
+static void line(FILE *out, const char *what, double bytes) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    fprintf(out, "  %-14s %9.2f %s\n", what, bytes, unit[u]);
+}
+
+void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget) {
+    fprintf(out, "memory plan (%s, %zu parameters):\n", device, p->params);
+    line(out, "weights", p->weights);
+    if (p->weights_bf16 > 0) line(out, "weights bf16", p->weights_bf16);
+    line(out, "gradients", p->gradients);
+    line(out, "optimizer", p->optimizer);
+    line(out, "EMA", p->ema);
+    line(out, "activations", p->activations);
+    line(out, "inputs", p->inputs);
+    if (p->workspace > 0) line(out, "workspace", p->workspace);
+    line(out, "total", p->total);
+    if (budget > 0) {
+        line(out, "budget", budget);
+        fprintf(out, "  %s\n", p->total <= budget ? "fits the budget" : "EXCEEDS the budget");
+    }
+}

@@ -1,0 +1,46 @@
+// memplan.h: the memory plan of a training run, from its config alone, before anything is
+// allocated: what `train` prints before the first step and checks against --vram-budget.
+#ifndef FRAMECHAIN_MEMPLAN_H
+#define FRAMECHAIN_MEMPLAN_H
+
+#include <stdio.h>
+
+#include "base/config.h"
+
+typedef struct {
+    double weights;      // fp32 master weights
+    double weights_bf16; // the bf16 copy the GEMMs read (GPU in bf16 only)
+    double gradients;    // fp32
+    double optimizer;    // 8-bit moments with their absmax (fp32 moments for small tensors)
+    double ema;          // fp32 EMA of the weights
+    double activations;  // what the backward pass keeps, plus its gradient scratch
+    double inputs;       // the step's windows, noise, targets, positions
+    double workspace;    // the backend's scratch (attention statistics, reductions), estimated
+    double total;
+    double model;        // of these, what build_model allocates (model_memory_bytes): exact
+    size_t params;
+} MemPlan;
+
+// The GPU memory a training run may plan for unless --vram-budget says otherwise: a 24 GB card.
+#define DEFAULT_VRAM_BUDGET_GIB 24.0
+
+typedef enum { PLAN_CPU, PLAN_GPU_FP32, PLAN_GPU_BF16 } PlanDevice;
+// The plan of training config c at batch B on `dev` (the GPU adds its workspace, bf16 its copies).
+MemPlan memory_plan(const Config *c, int B, PlanDevice dev);
+// keep_blocks = auto: leaves the GPU's plan this far under the budget, for what the plan does not
+// count (the CUDA context, cuBLAS's own workspace, a desktop on the same card).
+#define KEEP_BLOCKS_AUTO_RESERVE_GIB 4.0
+// Resolves c->keep_blocks = auto for training at batch B on dev against budget_bytes: the most
+// blocks (0 to depth) that keep the plan KEEP_BLOCKS_AUTO_RESERVE_GIB under the budget on a GPU, none
+// on the CPU or without recompute. Returns the number; a set number is left as it is.
+int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget_bytes);
+// The PlanDevice of a backend.
+PlanDevice plan_device(const char *backend_name, const char *precision);
+// The model FLOPs of one training step of config c at batch B: 3x the forward pass's multiply-adds
+// x 2 (the usual MFU convention: activation recompute and elementwise work are not counted).
+double model_step_flops(const Config *c, int B);
+
+// The plan as lines on `out`; budget_bytes > 0 adds the budget and the headroom.
+void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget_bytes);
+
+#endif

@@ -1,0 +1,359 @@
+// checkpoint.c: writing, checking and loading training checkpoints (see checkpoint.h); the
+// background writer is checkpoint_async.c.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "train/checkpoint_internal.h"
+#include "backend/quant8.h"
+#include "formats/safetensors.h"
+
+void checkpoint_path(char *buf, size_t len, const char *run, int step) {
+    snprintf(buf, len, "%s/ckpt-%08d.safetensors", run, step);
+}
+
+// Parse "ckpt-XXXXXXXX.safetensors" exactly; -1 for any other name.
+static int parse_ckpt_name(const char *name) {
+    if (strncmp(name, "ckpt-", 5) || strlen(name) != 5 + 8 + 12 || strcmp(name + 13, ".safetensors")) return -1;
+    int step = 0;
+    for (int i = 5; i < 13; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+static int cmp_desc(const void *a, const void *b) { return *(const int *)b - *(const int *)a; }
+
+int checkpoint_list(const char *run, int **steps) {
+    *steps = NULL;
+    DIR *d = opendir(run);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step = parse_ckpt_name(e->d_name);
+        if (step < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *steps = realloc(*steps, sizeof(int) * cap);
+            if (!*steps) fc_die("out of host memory listing %s", run);
+        }
+        (*steps)[n++] = step;
+    }
+    closedir(d);
+    if (n) qsort(*steps, n, sizeof(int), cmp_desc);
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// the tensors of a checkpoint: one table used by both save and load
+
+static void add(CkptTable *tab, const char *dtype, int ndim, long d0, long d1, size_t bytes, void *device,
+                const char *fmt, const char *name, const char *suffix) {
+    if (tab->n == tab->cap) {
+        tab->cap = tab->cap ? 2 * tab->cap : 256;
+        tab->t = realloc(tab->t, sizeof(CkptTensor) * tab->cap);
+        if (!tab->t) fc_die("out of host memory for the checkpoint table");
+    }
+    CkptTensor *t = &tab->t[tab->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, fmt, name, suffix);
+    t->dtype = dtype, t->ndim = ndim, t->shape[0] = d0, t->shape[1] = d1, t->bytes = bytes, t->device = device;
+}
+
+CkptTable ckpt_build_table(const Model *m, const real *ema, const Optimizer *o, int32_t *block_size) {
+    CkptTable tab = {0};
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *pi = &m->info[i];
+        size_t bytes = sizeof(real) * pi->numel;
+        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, m->params_mem + pi->offset, "model.%s%s",
+            pi->name, "");
+        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, (void *)(ema + pi->offset), "ema.%s%s",
+            pi->name, "");
+    }
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *pi = &m->info[i];
+        const OptTensor *t = &o->t[i];
+        if (t->is8bit) {
+            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, t->m8, "optim.%s%s", pi->name, ".m8");
+            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, t->v8, "optim.%s%s", pi->name, ".v8");
+            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, t->absmax_m, "optim.%s%s", pi->name,
+                ".m_absmax");
+            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, t->absmax_v, "optim.%s%s", pi->name,
+                ".v_absmax");
+        } else {
+            size_t bytes = sizeof(float) * t->numel;
+            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, t->m32, "optim.%s%s", pi->name, ".m");
+            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, t->v32, "optim.%s%s", pi->name, ".v");
+        }
+    }
+    add(&tab, "F32", 1, 256, 0, sizeof(float) * 256, o->code_m, "optim.code_signed%s%s", "", "");
+    add(&tab, "F32", 1, 256, 0, sizeof(float) * 256, o->code_v, "optim.code_unsigned%s%s", "", "");
+    add(&tab, "I32", 1, 1, 0, sizeof(int32_t), NULL, "optim.block_size%s%s", "", "");
+    tab.t[tab.n - 1].host = block_size;  // a host value, not in backend memory
+    return tab;
+}
+
+// ----------------------------------------------------------------------------
+// save
+
+// Delete all but the newest `keep` checkpoints; the folder is fsynced so the deletions stick.
+static void prune(const char *run, int keep) {
+    int *steps, n = checkpoint_list(run, &steps);
+    for (int i = keep; i < n; i++) {
+        char path[4096];
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        if (unlink(path)) fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));
+    }
+    free(steps);
+    int fd = open(run, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) fsync(fd), close(fd);
+}
+
+size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {
+    size_t off = 0;
+    for (int i = 0; i < tab->n; i++) {
+        CkptTensor *t = &tab->t[i];
+        if (!t->device) continue;
+        if (staging) t->host = staging + off;
+        off += t->bytes;
+    }
+    return off;
+}
+
+int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, const TrainState *s, char *err,
+                      size_t errlen) {
+    StTensor *st = fc_calloc(tab->n, sizeof(StTensor));
+    StMeta *meta = fc_calloc(tab->n + 16, sizeof(StMeta));
+    char (*crc)[2][180] = fc_calloc(tab->n, sizeof *crc);
+    int nm = 0;
+    for (int i = 0; i < tab->n; i++) {
+        const CkptTensor *t = &tab->t[i];
+        st[i] = (StTensor){t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1]}, t->host};
+        snprintf(crc[i][0], sizeof crc[i][0], "crc32.%s", t->name);
+        snprintf(crc[i][1], sizeof crc[i][1], "%08lx", crc32(0L, t->host, (uInt)t->bytes));
+    }
+    char step[32], seed[32], smooth[64], version[16], config_text[8192];
+    snprintf(step, sizeof step, "%d", s->step);
+    snprintf(seed, sizeof seed, "%lld", c->seed);
+    snprintf(smooth, sizeof smooth, "%a", s->smooth_loss);
+    snprintf(version, sizeof version, "%d", CKPT_VERSION);
+    FILE *mf = fmemopen(config_text, sizeof config_text, "w");
+    config_write(c, mf);
+    fclose(mf);
+    meta[nm++] = (StMeta){"format", CKPT_FORMAT};
+    meta[nm++] = (StMeta){"format_version", version};
+    meta[nm++] = (StMeta){"step", step};
+    meta[nm++] = (StMeta){"seed", seed};
+    meta[nm++] = (StMeta){"data_cursor", step};  // the data a step sees is a function of (seed, step)
+    meta[nm++] = (StMeta){"smooth_loss", smooth};
+    meta[nm++] = (StMeta){"config", config_text};
+    for (int i = 0; i < tab->n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
+
+    char path[4096];
+    checkpoint_path(path, sizeof path, run, s->step);
+    int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
+    if (rc == 0) prune(run, c->keep_checkpoints);
+    free(st), free(meta), free(crc);
+    return rc;
+}
+
+int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
+                    const TrainState *s, char *err, size_t errlen) {
+    int32_t block_size = ADAM8_BLOCK;
+    CkptTable tab = ckpt_build_table(m, ema, o, &block_size);
+    uint8_t *staging = fc_malloc(ckpt_stage(&tab, NULL));
+    ckpt_stage(&tab, staging);
+    for (int i = 0; i < tab.n; i++)
+        if (tab.t[i].device) m->be->download(tab.t[i].host, tab.t[i].device, tab.t[i].bytes);
+    int rc = ckpt_write_staged(run, &tab, c, s, err, errlen);
+    free(staging), free(tab.t);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// load
+
+// The keys that may differ between a checkpoint and the run that continues it.
+static int may_differ(const char *key) {
+    // recompute and keep_blocks change the memory a step takes, not its arithmetic
+    return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") ||
+           !strcmp(key, "recompute") || !strcmp(key, "keep_blocks");
+}
+
+// The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.
+static int check_crcs(const StFile *f, const char *path, char *err, size_t errlen) {
+    for (int i = 0; i < f->n; i++) {
+        const StEntry *e = &f->entries[i];
+        char key[200];
+        snprintf(key, sizeof key, "crc32.%s", e->name);
+        const char *want = st_meta(f, key);
+        unsigned long got = crc32(0L, st_data(f, e), (uInt)(e->end - e->begin));
+        if (!want || strtoul(want, NULL, 16) != got) {
+            snprintf(err, errlen, "%s: tensor %s fails its CRC32 check", path, e->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define FAIL(status, ...) \
+    do {                                             \
+        snprintf(err, errlen, __VA_ARGS__);          \
+        result = (status);                           \
+        goto out;                                    \
+    } while (0)
+
+CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,
+                           char *err, size_t errlen) {
+    StFile f;
+    char why[512];
+    if (st_read(path, &f, why, sizeof why)) {
+        snprintf(err, errlen, "%s", why);
+        return CKPT_CORRUPT;
+    }
+    CkptStatus result = CKPT_OK;
+    int32_t block_size = 0;
+    CkptTable tab = {0};
+    const char *format = st_meta(&f, "format"), *version = st_meta(&f, "format_version");
+    const char *step = st_meta(&f, "step"), *smooth = st_meta(&f, "smooth_loss"), *config = st_meta(&f, "config");
+    if (!format || strcmp(format, CKPT_FORMAT)) FAIL(CKPT_CORRUPT, "%s: not a framechain checkpoint", path);
+    if (!version || atoi(version) != CKPT_VERSION)
+        FAIL(CKPT_REFUSED, "%s: checkpoint format version %s; this framechain reads version %d", path,
+             version ? version : "(none)", CKPT_VERSION);
+    // every tensor's CRC, before anything else is believed
+    if (check_crcs(&f, path, err, errlen)) {
+        result = CKPT_CORRUPT;
+        goto out;
+    }
+    if (!step || !smooth || !config) FAIL(CKPT_CORRUPT, "%s: the trainer state is missing from the metadata", path);
+
+    Config theirs;
+    config_defaults(&theirs);
+    if (config_parse_text(&theirs, config, strlen(config), path, why, sizeof why))
+        FAIL(CKPT_REFUSED, "%s: its config does not parse: %s", path, why);
+    for (const char *const *k = config_keys(); *k; k++) {
+        char a[1024], b[1024];
+        config_get(c, *k, a, sizeof a);
+        config_get(&theirs, *k, b, sizeof b);
+        if (!may_differ(*k) && strcmp(a, b))
+            FAIL(CKPT_REFUSED, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only its own run",
+                 path, *k, b, *k, a);
+    }
+
+    tab = ckpt_build_table(m, ema, o, &block_size);
+    for (int i = 0; i < tab.n; i++) {
+        CkptTensor *t = &tab.t[i];
+        const StEntry *e = st_find(&f, t->name);
+        if (!e && !strncmp(t->name, "optim.", 6))
+            FAIL(CKPT_REFUSED, "%s: has no optimizer state (%s is missing); resuming without it would not continue the run",
+                 path, t->name);
+        if (!e) FAIL(CKPT_REFUSED, "%s: tensor %s is missing", path, t->name);
+        if (strcmp(e->dtype, t->dtype) || e->end - e->begin != t->bytes)
+            FAIL(CKPT_REFUSED, "%s: tensor %s is %s of %zu bytes, expected %s of %zu", path, t->name, e->dtype,
+                 e->end - e->begin, t->dtype, t->bytes);
+        t->host = (void *)st_data(&f, e);
+    }
+    memcpy(&block_size, tab.t[tab.n - 1].host, sizeof block_size);
+    if (block_size != ADAM8_BLOCK)
+        FAIL(CKPT_REFUSED, "%s: 8-bit blocks of %d; this framechain uses %d", path, (int)block_size, ADAM8_BLOCK);
+    for (int i = 0; i < tab.n; i++)
+        if (tab.t[i].device) m->be->upload(tab.t[i].device, tab.t[i].host, tab.t[i].bytes);
+    // A checkpoint from a version with other code maps: re-encode its moments against ours.
+    const float *their_m = tab.t[tab.n - 3].host, *their_v = tab.t[tab.n - 2].host;
+    if (memcmp(their_m, o->host_code_m, 256 * sizeof(float)) || memcmp(their_v, o->host_code_v, 256 * sizeof(float))) {
+        for (int i = 0; i < o->n; i++) {
+            OptTensor *t = &o->t[i];
+            if (!t->is8bit) continue;
+            uint8_t *q = fc_malloc(t->numel);
+            for (int which = 0; which < 2; which++) {
+                const float *theirs_code = which ? their_v : their_m;
+                const float *ours = which ? o->host_code_v : o->host_code_m;
+                m->be->download(q, which ? t->v8 : t->m8, t->numel);
+                for (size_t k = 0; k < t->numel; k++) q[k] = quant8_encode(ours, theirs_code[q[k]]);
+                m->be->upload(which ? t->v8 : t->m8, q, t->numel);
+            }
+            free(q);
+        }
+        m->be->upload(o->code_m, o->host_code_m, sizeof o->host_code_m);
+        m->be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
+    }
+    s->step = atoi(step);
+    s->smooth_loss = strtod(smooth, NULL);
+out:
+    free(tab.t);
+    st_free(&f);
+    return result;
+}
+
+// ----------------------------------------------------------------------------
+// load the EMA weights for generation
+
+// One checkpoint's config and EMA weights: a model with batch B on `be`, or NULL with err.
+static Model *load_ema(const char *path, const Backend *be, int B, char *err, size_t errlen) {
+    StFile f;
+    if (st_read(path, &f, err, errlen)) return NULL;
+    Model *m = NULL;
+    const char *format = st_meta(&f, "format"), *config = st_meta(&f, "config");
+    char why[1024];
+    if (!format || strcmp(format, CKPT_FORMAT) || !config) {
+        snprintf(err, errlen, "%s: not a framechain checkpoint", path);
+        goto out;
+    }
+    if (check_crcs(&f, path, err, errlen)) goto out;
+    Config c;
+    config_defaults(&c);
+    if (config_parse_text(&c, config, strlen(config), path, why, sizeof why) ||
+        config_validate_checked(&c, path, why, sizeof why)) {
+        snprintf(err, errlen, "%s: its config does not parse: %s", path, why);
+        goto out;
+    }
+    m = build_model(&c, be, B);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *p = &m->info[i];
+        char name[128];
+        snprintf(name, sizeof name, "ema.%s", p->name);
+        const StEntry *e = st_find(&f, name);
+        if (!e || strcmp(e->dtype, "F32") || e->end - e->begin != p->numel * sizeof(float)) {
+            snprintf(err, errlen, "%s: tensor %s is %s", path, name, e ? "of the wrong type or size" : "missing");
+            free_model(m);
+            m = NULL;
+            goto out;
+        }
+        const float *src = (const float *)st_data(&f, e);
+        real *host = fc_malloc(sizeof(real) * p->numel);
+        for (size_t k = 0; k < p->numel; k++) host[k] = (real)src[k];
+        be->upload(m->params_mem + p->offset, host, sizeof(real) * p->numel);
+        free(host);
+    }
+out:
+    st_free(&f);
+    return m;
+}
+
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+                                      size_t errlen) {
+    struct stat sb;
+    if (stat(run, &sb) || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s: no such run folder", run);
+        return NULL;
+    }
+    int *steps, n = checkpoint_list(run, &steps);
+    Model *m = NULL;
+    for (int i = 0; i < n && !m; i++) {
+        char path[4096];
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        m = load_ema(path, be, B, err, errlen);
+        if (!m) fc_warn("skipping %s", err);
+        else *step = steps[i];
+    }
+    if (!m && n) snprintf(err, errlen, "%s: none of its %d checkpoints can be used (see above)", run, n);
+    if (!n) snprintf(err, errlen, "%s: holds no checkpoint (ckpt-*.safetensors); train it first", run);
+    free(steps);
+    return m;
+}

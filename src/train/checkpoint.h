@@ -1,0 +1,82 @@
+// checkpoint.h: training checkpoints. RUN/ckpt-XXXXXXXX.safetensors (the step, 8 digits) holds the
+// fp32 master weights (model.*), their EMA (ema.*), the whole optimizer state (optim.*: the 8-bit
+// moments with their absmax and code maps, or fp32 moments) and the trainer state with a CRC32 per
+// tensor in __metadata__. There is no way to write one without the optimizer state.
+#ifndef FRAMECHAIN_CHECKPOINT_H
+#define FRAMECHAIN_CHECKPOINT_H
+
+#include <stdio.h>
+
+#include "base/config.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+#define CKPT_FORMAT "framechain-checkpoint"
+#define CKPT_VERSION 1
+
+// What the trainer carries across a restart besides the tensors.
+typedef struct {
+    int step;            // optimizer updates done
+    double smooth_loss;  // the progress line's smoothed loss, exactly, so a resumed run prints the same
+} TrainState;
+
+typedef enum {
+    CKPT_OK = 0,
+    CKPT_CORRUPT = 1,  // torn, truncated, a CRC that fails, not a checkpoint: skip it, try an older one
+    CKPT_REFUSED = 2,  // whole, but not a continuation of this run (other config, no optimizer state)
+} CkptStatus;
+
+// Write the checkpoint of state s crash-safely (temp file, fsync, rename, fsync the folder), then
+// delete all but the newest keep_checkpoints. Returns 0, or -1 with one line in err; a failure
+// leaves every earlier checkpoint as it was.
+int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
+                    const TrainState *s, char *err, size_t errlen);
+
+// ---- the checkpoint writer (checkpoint_async.c): checkpoints that do not stall training ----
+// One staging buffer of host_alloc memory (page-locked on a GPU) for the whole checkpoint, allocated
+// once, and one background thread. submit issues the copies of every tensor on the backend's side
+// stream and returns; the thread waits for them to land, computes the CRCs and writes the file
+// exactly as checkpoint_save does (the same bytes). The saved tensors must not change until the
+// copies have landed: the trainer calls ckpt_writer_wait_copy before anything that writes them (the
+// optimizer step, the EMA update). A failed write is reported by the next submit, wait_copy or
+// finish as "checkpoint at step N failed: ... (the earlier checkpoints are untouched)".
+// Only one thread may call these functions.
+typedef struct CkptWriter CkptWriter;
+
+// m, ema, o and c must outlive the writer. log: where a line per checkpoint goes when it is written
+// (NULL: nowhere), with the time the training loop was blocked and the time the write took.
+// synchronous: every submit also waits for its write (to compare with the asynchronous writer).
+CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, const Optimizer *o,
+                              const Config *c, FILE *log, int synchronous);
+// The bytes of the staging buffer.
+size_t ckpt_writer_staging_bytes(const CkptWriter *w);
+// Start the checkpoint of state s: waits for the previous write if it still runs, then issues the
+// copies. Adds the milliseconds the caller was blocked to *blocked_ms. 0, or -1 with one line in
+// err when a write failed (this one in synchronous mode, else an earlier one).
+int ckpt_writer_submit(CkptWriter *w, const TrainState *s, double *blocked_ms, char *err, size_t errlen);
+// Wait until the copies of the last submit have landed (at once when none is pending). Adds the
+// wait to *blocked_ms. 0, or -1 with one line in err when an earlier write failed.
+int ckpt_writer_wait_copy(CkptWriter *w, double *blocked_ms, char *err, size_t errlen);
+// Wait until everything submitted is written. Adds the wait to *blocked_ms (may be NULL). 0, or -1
+// with one line in err when a write failed.
+int ckpt_writer_finish(CkptWriter *w, double *blocked_ms, char *err, size_t errlen);
+// Finishes a pending write, ends the thread and frees the staging buffer; NULL is allowed.
+void free_ckpt_writer(CkptWriter *w);
+
+// Load one checkpoint into m, ema and o after checking every CRC and that it continues this run.
+CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,
+                           char *err, size_t errlen);
+
+// For generation: the newest usable checkpoint of RUN (CRCs checked; a bad one is skipped with a
+// warning), as a model of batch B on `be` holding the checkpoint's config and its EMA weights.
+// NULL with one line in err (no such folder, no checkpoint, none usable); *step is its step.
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+                                      size_t errlen);
+
+// The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed).
+int checkpoint_list(const char *run, int **steps);
+
+// The path of the checkpoint of `step` in `run`.
+void checkpoint_path(char *buf, size_t len, const char *run, int step);
+
+#endif

@@ -1,0 +1,216 @@
+// image.c: still images (PNG and JPEG) through stb_image and stb_image_write, with a guard against
+// JPEG Huffman tables that overflow stb_image 2.27. Images are squared by video_read.c's resampler.
+// See video.h for the contract. Nothing here exits or prints: every failure is one line in err.
+#include "video/video.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <libavutil/frame.h>
+#include <libavutil/pixfmt.h>
+
+#include "video/video_internal.h"
+
+// stb_image and stb_image_write, private to this file (static functions, PNG and JPEG only).
+// GCC reports static functions declared but never defined at the end of the file, after a pop, so
+// that one warning stays off for the whole file.
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpragmas"  // older GCCs do not know every name below
+#ifdef __clang__
+#pragma GCC diagnostic ignored "-Wunknown-warning-option"
+#endif
+#pragma GCC diagnostic ignored "-Wuse-after-free"  // a false alarm on stb_image_write's realloc
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#define STB_IMAGE_STATIC
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_FAILURE_USERMSG
+#include <stb/stb_image.h>
+#define STB_IMAGE_WRITE_STATIC
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+// Images larger than this many pixels are refused before decoding (300 MB as RGB): a damaged header
+// must not make us allocate gigabytes.
+#define IMAGE_MAX_PIXELS (100L * 1000 * 1000)
+
+int is_image_path(const char *path) {
+    if (!path) return 0;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    if (!dot || dot == base) return 0;
+    return !strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg");
+}
+
+// stb_image 2.27 (Debian 12's libstb-dev) does not check that a JPEG Huffman table holds at most 256
+// codes and writes past its tables when one claims more (fixed upstream in 2.28). Every DHT segment
+// stb could reach is checked here first: the segments before the first scan in order, then every
+// FF C4 after it (entropy-coded data of a sound file never holds one). 1 when all are sane.
+static int jpeg_huffman_tables_sane(const uint8_t *b, size_t n) {
+    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 1;  // not a JPEG: stb's other loaders decide
+    size_t i = 2;
+    int in_scans = 0;
+    while (i + 1 < n) {
+        if (b[i] != 0xFF || b[i + 1] == 0xFF) {  // data, junk or fill bytes
+            i++;
+            continue;
+        }
+        uint8_t m = b[i + 1];
+        if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {  // stuffing, TEM, RSTn, SOI: no length
+            i += 2;
+            continue;
+        }
+        size_t len = i + 3 < n ? (size_t)b[i + 2] << 8 | b[i + 3] : 0;
+        if (m == 0xC4) {
+            // Tables while the segment lasts, as stb reads them (bytes past the end of the file read as 0).
+            size_t p = i + 4, end = i + 2 + len;
+            while (p < end && p < n) {
+                unsigned total = 0;
+                for (size_t k = 1; k <= 16; k++) total += p + k < n ? b[p + k] : 0;
+                if (total > 256) return 0;
+                p += 17 + total;
+            }
+        }
+        if (m == 0xDA) in_scans = 1;
+        // Before the first scan a segment is skipped by its length, as stb does; from there on every
+        // byte is looked at.
+        i += in_scans ? 2 : 2 + len;
+    }
+    return 1;
+}
+
+// The whole file in memory (so the check above and stb see the same bytes). NULL with why.
+static uint8_t *read_file_bytes(const char *path, size_t max, size_t *n, const char **why) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 16;
+            if (cap >= max) {
+                *why = "file too large for an image";
+                break;
+            }
+            if (ncap > max) ncap = max;
+            uint8_t *nb = realloc(buf, ncap);
+            if (!nb) {
+                *why = "out of memory";
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                *why = strerror(errno);
+                break;
+            }
+            fclose(f);
+            *n = len;
+            return buf;
+        }
+    }
+    fclose(f);
+    free(buf);
+    return NULL;
+}
+
+int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
+    return image_load_square_min(path, size, 0, rgb, err, errlen);
+}
+
+int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
+    quiet_ffmpeg();
+    if (!path || !*path) {
+        set_err(err, errlen, "image: empty path");
+        return -1;
+    }
+    if (size < 1 || size > VIDEO_MAX_SIZE || !rgb) {
+        set_err(err, errlen, "%s: frame size %d is not in 1..%d", path, size, VIDEO_MAX_SIZE);
+        return -1;
+    }
+    const char *why = path_problem(path);
+    size_t nbytes = 0;
+    uint8_t *bytes = why ? NULL : read_file_bytes(path, (size_t)1 << 30, &nbytes, &why);
+    if (!bytes) {
+        set_err(err, errlen, "%s: cannot open: %s", path, why);
+        return -1;
+    }
+    if (!jpeg_huffman_tables_sane(bytes, nbytes)) {
+        set_err(err, errlen, "%s: cannot decode the image: corrupt JPEG (a Huffman table with over 256 codes)", path);
+        free(bytes);
+        return -1;
+    }
+    int w = 0, h = 0, n = 0;
+    if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, &w, &h, &n)) {
+        set_err(err, errlen, "%s: not a PNG or JPEG image (%s)", path,
+                nbytes > INT_MAX ? "too large" : stbi_failure_reason());
+        free(bytes);
+        return -1;
+    }
+    if (w < 1 || h < 1 || (long)w * h > IMAGE_MAX_PIXELS) {
+        set_err(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
+                (long)IMAGE_MAX_PIXELS);
+        free(bytes);
+        return -1;
+    }
+    if (w < min_side || h < min_side) {
+        set_err(err, errlen, "%s: the image is %dx%d, smaller than the %dx%d frames it must fill (it would be "
+                "upscaled); give one at least %d pixels on its shorter side", path, w, h, min_side, min_side, min_side);
+        free(bytes);
+        return -1;
+    }
+    uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, 3);
+    free(bytes);
+    if (!px) {
+        set_err(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());
+        return -1;
+    }
+    // Into a padded buffer: swscale's vector code may read a little past the end of a row.
+    AVFrame *f = av_frame_alloc();
+    int ret = -1;
+    if (f) {
+        f->format = AV_PIX_FMT_RGB24;
+        f->width = w;
+        f->height = h;
+        if (av_frame_get_buffer(f, 0) >= 0) ret = 0;
+    }
+    if (ret < 0) {
+        set_err(err, errlen, "%s: out of memory for a %dx%d image", path, w, h);
+    } else {
+        for (int y = 0; y < h; y++) memcpy(f->data[0] + (size_t)y * f->linesize[0], px + (size_t)y * w * 3, (size_t)w * 3);
+        Scaler sc = {0};
+        char msg[256];
+        ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, 1, 0,
+                           size, rgb, msg, sizeof msg);
+        if (ret < 0) set_err(err, errlen, "%s: %s", path, msg);
+        scaler_free(&sc);
+    }
+    av_frame_free(&f);
+    stbi_image_free(px);
+    return ret;
+}
+
+int image_write_png(const char *path, int w, int h, const uint8_t *rgb) {
+    if (!path || !rgb || w < 1 || h < 1 || (long)w * 3 > 0x7fffffffL / (h > 0 ? h : 1)) {
+        errno = EINVAL;
+        return -1;
+    }
+    errno = 0;
+    return stbi_write_png(path, w, h, 3, rgb, w * 3) ? 0 : -1;
+}

@@ -1,0 +1,87 @@
+// test_base.c: the base layer: Philox against the published known-answer vectors and its
+// distributions, and the config reader and writer.
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "base/config.h"
+#include "base/philox.h"
+
+static void test_philox_kat(void) {
+    // Random123's kat_vectors for philox4x32_10.
+    static const uint32_t cases[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e,
+         0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb,
+         0x5001e420, 0x24126ea1},
+    };
+    for (int c = 0; c < 3; c++) {
+        uint32_t out[4];
+        philox4x32_10(cases[c], cases[c] + 4, out);
+        int ok = !memcmp(out, cases[c] + 6, sizeof out);
+        char name[64];
+        snprintf(name, sizeof name, "philox_known_answer_%d", c);
+        check(ok, name, "got %08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+    }
+}
+
+static void test_philox_distributions(void) {
+    enum { N = 200000 };
+    double su = 0, su2 = 0, sn = 0, sn2 = 0, umin = 1, umax = 0;
+    for (int i = 0; i < N; i++) {
+        double u = philox_uniform(42, 7, RNG_NOISE, i), z = philox_normal(42, 7, RNG_NOISE, i);
+        su += u, su2 += u * u, sn += z, sn2 += z * z;
+        if (u < umin) umin = u;
+        if (u > umax) umax = u;
+    }
+    double um = su / N, uv = su2 / N - um * um, nm = sn / N, nv = sn2 / N - nm * nm;
+    // 5 standard errors
+    check(fabs(um - 0.5) < 5 * sqrt(1.0 / 12 / N) && fabs(uv - 1.0 / 12) < 0.002 && umin > 0 && umax < 1,
+          "philox_uniform_moments", "mean %.5f var %.5f range (%.2e, 1-%.2e)", um, uv, umin, 1 - umax);
+    check(fabs(nm) < 5 / sqrt((double)N) && fabs(nv - 1) < 0.01, "philox_normal_moments", "mean %.5f var %.5f", nm,
+          nv);
+    // keys and counters separate the streams
+    int differ = philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(2, 0, RNG_NOISE, 0) &&
+                 philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 1, RNG_NOISE, 0) &&
+                 philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_TIME, 0) &&
+                 philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_NOISE, 1);
+    check(differ, "philox_streams_differ", "seed, step, stream and index each change the draw");
+    // the fill is the element-wise function, whatever the offset
+    real buf[64];
+    philox_fill_normal(buf, 64, 0, 1, 9, 3, RNG_NOISE, 1000);
+    int same = 1;
+    for (int i = 0; i < 64; i++) same &= buf[i] == (real)philox_normal(9, 3, RNG_NOISE, 1000 + i);
+    check(same, "philox_fill_matches_elementwise", "64 values at offset 1000");
+}
+
+static void test_config_roundtrip(void) {
+    Config a, b;
+    config_defaults(&a);
+    config_set(&a, "width=96", "test");
+    config_set(&a, "plan=anchor:0 context:4 target:8 target:12", "test");
+    config_set(&a, "t_logit_mean=-0.5", "test");
+    char path[] = "/tmp/framechain-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w");
+    config_write(&a, f);
+    fclose(f);
+    config_defaults(&b);
+    config_load(&b, path);
+    unlink(path);
+    int ok = b.width == 96 && b.slots == 4 && b.slot_kind[1] == SLOT_CONTEXT && b.slot_offset[3] == 12 &&
+             b.t_logit_mean == -0.5;
+    char plan[256];
+    config_get(&b, "plan", plan, sizeof plan);
+    check(ok && !strcmp(plan, "anchor:0 context:4 target:8 target:12"), "config_write_then_load",
+          "width %d, %d slots, plan '%s'", b.width, b.slots, plan);
+}
+
+int main(void) {
+    fc_set_threads(fc_default_threads());
+    test_philox_kat();
+    test_philox_distributions();
+    test_config_roundtrip();
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,121 @@
+// test_chain.c: the long-video chain's window order (src/chain/chain_plan.c) for the shipped plans: every
+// frame 0..N-1 is made exactly once, no window reads a frame that does not exist yet, each window
+// gives the network the offsets the plan trained it on; plans that cannot chain are refused.
+#include <string.h>
+
+#include "chain/chain_plan.h"
+#include "check.h"
+#include "base/config.h"
+
+static Config load(const char *dir, const char *role) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.conf", dir, role);
+    Config c;
+    config_defaults(&c);
+    config_load(&c, path);
+    config_validate(&c, path);
+    return c;
+}
+
+// Walk the windows in order; returns a description of the first violation, or NULL.
+static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, char *why, size_t len) {
+    unsigned char *known = calloc((size_t)p->last_frame + 1, 1);
+    int *made = calloc((size_t)N, sizeof(int));
+    known[0] = 1;
+    const char *bad = NULL;
+    for (int k = 0; k < p->count && !bad; k++) {
+        const ChainWindow *w = &p->w[k];
+        const Config *c = cfg[w->role];
+        if (w->slots != c->slots) bad = "slot count differs from the plan";
+        for (int i = 0; i < w->slots && !bad; i++) {
+            int f = w->frame[i];
+            if (f < 0 || f > p->last_frame) {
+                snprintf(why, len, "window %d slot %d: frame %d out of range", k, i, f);
+                bad = why;
+            } else if (c->slot_kind[i] != SLOT_TARGET) {
+                if (!known[f]) snprintf(why, len, "window %d (%s at n=%d) reads frame %d before it exists", k,
+                                        config_role_name(w->role), w->n, f), bad = why;
+                if (c->slot_kind[i] == SLOT_ANCHOR && (f != 0 || w->offset[i] != c->slot_offset[i]))
+                    snprintf(why, len, "window %d: the anchor is frame %d offset %g", k, f, w->offset[i]), bad = why;
+                if (c->slot_kind[i] == SLOT_CONTEXT && w->offset[i] != (float)(f - w->n))
+                    snprintf(why, len, "window %d: context offset %g for frame %d at n=%d", k, w->offset[i], f, w->n),
+                        bad = why;
+            } else {
+                if (known[f]) snprintf(why, len, "window %d makes frame %d again", k, f), bad = why;
+                if (w->offset[i] != c->slot_offset[i])
+                    snprintf(why, len, "window %d: target offset %g, plan %g", k, w->offset[i], c->slot_offset[i]),
+                        bad = why;
+                if (w->keep[i] != (f < N)) snprintf(why, len, "window %d: keep flag of frame %d", k, f), bad = why;
+                if (f < N) made[f]++;
+            }
+        }
+        for (int i = 0; i < w->slots; i++)
+            if (c->slot_kind[i] == SLOT_TARGET && w->frame[i] >= 0 && w->frame[i] <= p->last_frame) known[w->frame[i]] = 1;
+    }
+    for (int f = 1; f < N && !bad; f++)
+        if (made[f] != 1) snprintf(why, len, "frame %d made %d times", f, made[f]), bad = why;
+    free(known), free(made);
+    return bad;
+}
+
+int main(void) {
+    const char *dirs[] = {"configs/tiny", "configs/small", "configs"};
+    for (int d = 0; d < 3; d++) {
+        Config st = load(dirs[d], "starter"), ex = load(dirs[d], "extrapolate"), in = load(dirs[d], "interpolate");
+        const Config *cfg[3] = {&st, &ex, &in};
+        int Ns[] = {7, 8, 11, 18, 19, 20, 31, 181, 1000, 4097};
+        int bad_count = 0, total = 0, windows_181 = 0;
+        char why[256], first_bad[300] = "";
+        for (size_t i = 0; i < sizeof Ns / sizeof Ns[0] + 200; i++) {
+            int N = i < sizeof Ns / sizeof Ns[0] ? Ns[i] : 7 + (int)((i * 2654435761u) % 600);
+            ChainPlan p;
+            char err[256];
+            total++;
+            if (chain_build(&p, &st, &ex, &in, N, err, sizeof err)) {
+                snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, err);
+                bad_count++;
+                continue;
+            }
+            const char *bad = walk(&p, cfg, N, why, sizeof why);
+            if (bad && !bad_count++) snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, bad);
+            if (N == 181) windows_181 = p.count;
+            chain_free(&p);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "chain_plans_%s", dirs[d]);
+        for (char *c = name; *c; c++) if (*c == '/') *c = '_';
+        check(bad_count == 0, name, "%d frame counts (7 to 4097): every frame made once, no read ahead, offsets as "
+              "trained; 181 frames take %d windows%s%s", total, windows_181, bad_count ? "; " : "", first_bad);
+    }
+
+    // Plans that cannot chain are refused with a line naming the plan.
+    Config st = load("configs/tiny", "starter"), ex = load("configs/tiny", "extrapolate"),
+           in = load("configs/tiny", "interpolate");
+    struct { const char *what, *key, *value, *expect; int which; } bad[] = {
+        {"wrong role", "role", "interpolate", "trained as role = interpolate", 1},
+        {"stride mismatch", "plan", "anchor:-8 context:-1 context:0 context:5 target:1 target:2 target:3 target:4",
+         "at 0 and at 4", 2},
+        {"starter with context", "plan", "anchor:0 context:-1 target:1 target:2", "context slots", 0},
+        {"starter gap", "plan", "anchor:0 target:1 target:3", "in a row", 0},
+        {"uneven keyframes", "plan", "anchor:-12 context:0 target:4 target:9", "s, 2s, 3s", 1},
+        {"other frame size", "frame_size", "64", "different sizes", 2},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        Config c[3] = {st, ex, in};
+        char kv[256], err[256] = "";
+        snprintf(kv, sizeof kv, "%s=%s", bad[i].key, bad[i].value);
+        config_set(&c[bad[i].which], kv, "test");
+        ChainPlan p;
+        int rc = chain_build(&p, &c[0], &c[1], &c[2], 181, err, sizeof err);
+        if (!rc) chain_free(&p);
+        char name[64];
+        snprintf(name, sizeof name, "chain_refuses_%s", bad[i].what);
+        for (char *ch = name; *ch; ch++) if (*ch == ' ') *ch = '_';
+        check(rc == -1 && strstr(err, bad[i].expect), name, "%s", rc ? err : "accepted");
+    }
+    ChainPlan p;
+    char err[256] = "";
+    int rc = chain_build(&p, &st, &ex, &in, 6, err, sizeof err);
+    check(rc == -1 && strstr(err, "at least 7"), "chain_refuses_too_few_frames", "%s", rc ? err : "accepted");
+    return g_failed ? 1 : 0;
+}

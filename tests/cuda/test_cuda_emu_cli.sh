@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The CUDA backend through the whole command line, on the CUDA emulation (build/framechain_emu:
+# framechain linked against tests/cuda/emu): train on --device cuda with checkpoints staged through
+# page-locked memory for the background writer, resume byte for byte, and generate with the three
+# models on cuda-fp32 (the same pixels as on the CPU) and on cuda (bf16).
+# usage: tests/cuda/test_cuda_emu_cli.sh BUILD/framechain_emu
+set -u
+FC=${1:?usage: tests/cuda/test_cuda_emu_cli.sh FRAMECHAIN_EMU}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { echo "PASS $1: $2"; }
+fail() { echo "FAIL $1: $2"; }
+train() {  # train ROLE RUN: 4 steps of the tiny config on the emulated GPU, a checkpoint every 2
+    "$FC" --device cuda train --config "configs/tiny/$1.conf" --run "$2" --steps 4 --set warmup_steps=2 \
+        --set checkpoint_every=2 > "$2.log" 2>&1
+}
+
+if ! "$FC" --version | grep -q '^  cuda (CUDA emulation'; then
+    fail emu_cli_device "$FC does not list the emulated cuda device: $("$FC" --version | tail -2 | tr '\n' ' ')"
+    exit 1
+fi
+
+# resume: the run again from its step-2 checkpoint gives the same step-4 checkpoint, byte for byte
+for role in starter extrapolate interpolate; do
+    train $role "$tmp/$role" || { fail emu_cli_train_$role "$(tail -1 "$tmp/$role.log")"; exit 1; }
+done
+cp -r "$tmp/starter" "$tmp/again"
+rm "$tmp/again/ckpt-00000004.safetensors"
+train starter "$tmp/again"
+rc=$?
+if [ $rc = 0 ] && grep -q "resuming .* from step 2" "$tmp/again.log" &&
+    cmp -s "$tmp/starter/ckpt-00000004.safetensors" "$tmp/again/ckpt-00000004.safetensors"; then
+    pass emu_cli_resume_identical "4 steps on the emulated cuda device, resumed from step 2: the same checkpoint bytes"
+else
+    fail emu_cli_resume_identical "status $rc: $(grep -m1 -E 'resuming|rror' "$tmp/again.log"); $(cmp "$tmp/starter/ckpt-00000004.safetensors" "$tmp/again/ckpt-00000004.safetensors" 2>&1)"
+fi
+if grep -q "^checkpoint .*(blocked .* in the background)" "$tmp/starter.log"; then
+    pass emu_cli_background_checkpoints "$(grep -c '^checkpoint .*in the background' "$tmp/starter.log") checkpoints written by the background writer"
+else
+    fail emu_cli_background_checkpoints "no background checkpoint line in the log"
+fi
+
+# generate: 9 frames with each device; cuda-fp32 against the CPU pixel for pixel
+RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+for dev in cpu cuda-fp32 cuda; do
+    if ! "$FC" --device $dev generate "${RUNS[@]}" --first-frame shapes:0 --frames 9 --steps 2 --out "$tmp/gen-$dev" \
+        --quiet > "$tmp/gen-$dev.log" 2>&1; then
+        fail emu_cli_generate_$dev "$(tail -1 "$tmp/gen-$dev.log")"
+        continue
+    fi
+    n=$(ls "$tmp/gen-$dev" | grep -c '^frame-.*\.png$')
+    if [ "$n" = 9 ]; then pass emu_cli_generate_$dev "9 frames on $dev"; else fail emu_cli_generate_$dev "$n frames"; fi
+done
+same=0
+for f in "$tmp"/gen-cpu/*.png; do cmp -s "$f" "$tmp/gen-cuda-fp32/$(basename "$f")" && same=$((same + 1)); done
+if [ "$same" = 9 ]; then
+    pass emu_cli_generate_fp32_is_cpu "all 9 frames of cuda-fp32 identical to the CPU's"
+else
+    fail emu_cli_generate_fp32_is_cpu "$same of 9 frames identical to the CPU's"
+fi

@@ -1,0 +1,298 @@
+// test_loader.c: the batch loader (loader.c) over a clip dataset: every window against a direct
+// computation from (seed, step, window), across thread counts, prefetch depths and resumes; plans
+// with negative offsets, mirroring, refusals at start, a shard gone bad; its throughput.
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "dataset/loader.h"
+#include "base/philox.h"
+#include "formats/shard_fixture.h"
+#include "formats/shards.h"
+
+// ---- the loader ----
+
+// Window b of step s, straight from the contract in loader.h.
+static uint32_t ref_pick(uint64_t seed, int step, uint64_t base, uint32_t n) {
+    uint64_t reject_from = 4294967296ull - 4294967296ull % n;
+    for (int j = 0;; j++) {
+        uint32_t u = philox_u32(seed, (uint32_t)step, RNG_DATA, base + (uint64_t)j);
+        if (u < reject_from || j == 255) return u % n;
+    }
+}
+
+static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, int step, real *out) {
+    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), lo = 0, hi = 0;
+    for (int f = 0; f < c->slots; f++) {
+        int o = (int)c->slot_offset[f];
+        if (!f || o < lo) lo = o;
+        if (!f || o > hi) hi = o;
+    }
+    uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
+    char err[1024];
+    for (int b = 0; b < B; b++) {
+        int k = (int)ref_pick(seed, step, (uint64_t)b * 512, (uint32_t)dataset_clips(d));
+        int t0 = -lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - (hi - lo)));
+        int flip = philox_u32(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 48) + (uint64_t)b) >= 0x80000000u;
+        if (dataset_read_clip(d, k, clip, err, sizeof err)) fc_die("%s", err);
+        for (int f = 0; f < c->slots; f++)
+            for (int ch = 0; ch < 3; ch++)
+                for (int y = 0; y < N; y++)
+                    for (int x = 0; x < N; x++) {
+                        int t = t0 + (int)c->slot_offset[f], xs = flip ? N - 1 - x : x;
+                        uint8_t p = clip[(((size_t)t * N + y) * N + xs) * 3 + ch];
+                        out[((((size_t)b * c->slots + f) * 3 + ch) * N + y) * N + x] = (real)(p / 127.5 - 1.0);
+                    }
+    }
+    free(clip);
+}
+
+static Config plan_config(int N, const char *plan) {
+    Config c;
+    char err[512], kv[512];
+    config_defaults(&c);
+    snprintf(kv, sizeof kv, "frame_size=%d", N);
+    if (config_set_checked(&c, kv, "test", err, sizeof err)) fc_die("%s", err);
+    snprintf(kv, sizeof kv, "plan=%s", plan);
+    if (config_set_checked(&c, kv, "test", err, sizeof err)) fc_die("%s", err);
+    return c;
+}
+
+// Batches first..last of a loader, concatenated (NULL on an error, which is printed).
+static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed, int first, int last, int threads,
+                        int prefetch) {
+    char err[1024];
+    Loader *l = loader_start(NULL, d, c, B, seed, first, threads, prefetch, err, sizeof err);
+    if (!l) {
+        printf("  loader_start: %s\n", err);
+        return NULL;
+    }
+    size_t per = (size_t)B * c->slots * 3 * c->frame_size * c->frame_size;
+    real *all = fc_malloc(sizeof(real) * per * (size_t)(last - first + 1));
+    for (int s = first; s <= last; s++) {
+        double wait;
+        const real *x = loader_get(l, s, &wait, err, sizeof err);
+        if (!x) {
+            printf("  loader_get(%d): %s\n", s, err);
+            free(all);
+            loader_stop(l);
+            return NULL;
+        }
+        memcpy(all + per * (size_t)(s - first), x, sizeof(real) * per);
+    }
+    loader_stop(l);
+    return all;
+}
+
+static void test_loader(void) {
+    const int N = 12, F = 32, B = 6;
+    const uint64_t seed = 1234;
+    char dir[512], err[1024];
+    folder(dir, sizeof dir, "loader");
+    if (make_dataset(dir, N, F, "tttmtttmtt", 3 * (size_t)F * N * N * 3, NULL, NULL, err, sizeof err)) {
+        check(0, "loader_setup", "%s", err);
+        return;
+    }
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    if (!d) {
+        check(0, "loader_setup", "%s", err);
+        return;
+    }
+    int nz = 0;
+    for (int i = 0; i < dataset_clips(d); i++) {
+        ClipLocation loc;
+        dataset_clip_location(d, i, &loc);
+        nz += loc.zlib;
+    }
+    check(nz > 0 && nz < dataset_clips(d), "loader_dataset_mixed",
+          "%d zlib and %d raw clips of %d frames of %dx%d in %d shards", nz, dataset_clips(d) - nz, F, N, N,
+          dataset_shards(d));
+    Config c = plan_config(N, "anchor:0 target:1 target:2 target:3 target:4 target:5 target:6");
+    size_t per = (size_t)B * c.slots * 3 * N * N;
+    real *ref = fc_malloc(sizeof(real) * per * 20);
+    for (int s = 1; s <= 20; s++) ref_batch(d, &c, B, seed, s, ref + per * (size_t)(s - 1));
+
+    real *a = run_loader(d, &c, B, seed, 1, 20, 1, 1);
+    int eq = 0;
+    for (int s = 0; a && s < 20; s++) eq += !memcmp(a + per * s, ref + per * s, sizeof(real) * per);
+    check(eq == 20, "loader_matches_reference", "%d of 20 batches (%d windows of 7 slots) equal the direct computation",
+          eq, B);
+    real *b = run_loader(d, &c, B, seed, 1, 20, 3, 4);
+    check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_threads_prefetch_invariant",
+          "1 thread + prefetch 1 and 3 threads + prefetch 4: %zu values identical", per * 20);
+    free(b);
+    b = run_loader(d, &c, B, seed, 1, 20, 2, 2);
+    check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_two_threads", "2 threads + prefetch 2 identical");
+    free(b);
+    free(a);
+    free(ref);
+
+    // resume: a loader started at step 50 gives the batches 50.. of one started at step 1
+    a = run_loader(d, &c, B, seed, 1, 60, 2, 3);
+    b = run_loader(d, &c, B, seed, 50, 60, 3, 1);
+    real *r2 = run_loader(d, &c, B, seed, 55, 60, 1, 2);
+    check(a && b && r2 && !memcmp(a + per * 49, b, sizeof(real) * per * 11) &&
+              !memcmp(a + per * 54, r2, sizeof(real) * per * 6),
+          "loader_resume", "started at 50 and at 55: the batches of the run started at 1, bit for bit");
+    free(a), free(b), free(r2);
+    a = run_loader(d, &c, B, seed + 1, 1, 3, 1, 1);
+    b = run_loader(d, &c, B, seed, 1, 3, 1, 1);
+    check(a && b && memcmp(a, b, sizeof(real) * per * 3), "loader_seed_matters", "seeds %llu and %llu differ",
+          (unsigned long long)seed, (unsigned long long)seed + 1);
+    free(a), free(b);
+
+    // extrapolate's plan, with negative offsets: every slot shows frame t0 + offset of one clip
+    static const char *plans[] = {
+        "anchor:-16 context:-8 context:-4 context:0 target:4 target:8 target:12",
+        "anchor:0 context:8 context:12 context:16 target:20 target:24 target:28",
+    };
+    for (int pi = 0; pi < 2; pi++) {
+        Config e = plan_config(N, plans[pi]);
+        const int steps = 100, EB = 8;
+        size_t eper = (size_t)EB * e.slots * 3 * N * N;
+        real *x = run_loader(d, &e, EB, seed, 1, steps, 2, 2);
+        int lo = (int)e.slot_offset[0], hi = (int)e.slot_offset[e.slots - 1];
+        int windows = 0, honoured = 0, flips = 0, tagged = 0, tmin = 1 << 30, tmax = -1, seen[16] = {0};
+        for (int s = 0; x && s < steps; s++)
+            for (int w = 0; w < EB; w++, windows++) {
+                const real *win = x + eper * s + (size_t)w * e.slots * 3 * N * N;
+                int G = (int)lrint((win[(size_t)N * N] + 1) * 127.5);  // slot 0, green, pixel (0, 0)
+                if (G < 16) seen[G] = 1;
+                int ok = 1, t0 = 0, flipped = 0;
+                for (int f = 0; f < e.slots && ok; f++) {
+                    const real *fr = win + (size_t)f * 3 * N * N;
+                    int R = (int)lrint((fr[0] + 1) * 127.5), g = (int)lrint((fr[(size_t)N * N] + 1) * 127.5);
+                    int Bl0 = (int)lrint((fr[2 * (size_t)N * N] + 1) * 127.5);
+                    if (f == 0) t0 = R - (int)e.slot_offset[0], flipped = Bl0 == 255;
+                    ok = g == G && R == t0 + (int)e.slot_offset[f] && R >= 0 && R < F && (Bl0 == 255) == flipped;
+                }
+                tagged++;
+                honoured += ok;
+                flips += flipped;
+                if (t0 < tmin) tmin = t0;
+                if (t0 > tmax) tmax = t0;
+            }
+        int all_clips = 1;
+        for (int k = 0; k < 10; k++) all_clips &= seen[k];
+        double frac = tagged ? (double)flips / tagged : 0;
+        char label[64];
+        snprintf(label, sizeof label, "loader_plan_offsets_%s", pi ? "positive" : "negative");
+        check(x && honoured == tagged && tagged > 0 && tmin == -lo && tmax == F - 1 - hi && all_clips, label,
+              "%s: %d of %d tagged windows show frames t0 + offset of one clip; t0 in %d..%d (all of %d..%d); all 10 "
+              "clips drawn",
+              plans[pi], honoured, tagged, tmin, tmax, -lo, F - 1 - hi);
+        if (pi == 0)
+            check(x && fabs(frac - 0.5) < 0.08, "loader_flips_half", "%d of %d windows mirrored (%.3f)", flips, tagged,
+                  frac);
+        free(x);
+    }
+
+    // refusals at loader_start
+    {
+        Config e = plan_config(N, "anchor:-20 context:0 target:12");
+        Loader *l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        check(!l && one_line(err) && strstr(err, "spans 33 frames") && strstr(err, "clip_frames 32"),
+              "loader_plan_too_long", "%s", err);
+        loader_stop(l);
+        e = plan_config(N, "anchor:0 target:1.5");
+        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        check(!l && one_line(err) && strstr(err, "whole number"), "loader_fractional_offset", "%s", err);
+        loader_stop(l);
+        e = plan_config(16, "anchor:0 target:1");
+        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        check(!l && one_line(err) && strstr(err, "frame_size 16"), "loader_frame_size_mismatch", "%s", err);
+        loader_stop(l);
+        // steps come one after another
+        l = loader_start(NULL, d, &c, 2, 1, 5, 2, 2, err, sizeof err);
+        double wait = -1;
+        const real *x5 = l ? loader_get(l, 5, &wait, err, sizeof err) : NULL;
+        const real *x7 = l ? loader_get(l, 7, NULL, err, sizeof err) : NULL;
+        check(x5 && wait >= 0 && !x7 && strstr(err, "step 7") && strstr(err, "next one is 6"), "loader_steps_in_order",
+              "%s (the first wait: %.3f ms)", err, 1e3 * wait);
+        loader_stop(l);
+    }
+    dataset_close(d);
+
+    // a shard that goes bad after opening: loader_get fails with the reader's line
+    {
+        char bad[512];
+        folder(bad, sizeof bad, "loader_bad");
+        if (make_dataset(bad, N, F, "rrrr", 0, NULL, NULL, err, sizeof err)) return;
+        Dataset *bd = dataset_open(bad, err, sizeof err);
+        for (int i = 0; bd && i < dataset_clips(bd); i++) {
+            ClipLocation loc;
+            char path[700];
+            dataset_clip_location(bd, i, &loc);
+            snprintf(path, sizeof path, "%s/%s", bad, loc.shard);
+            flip_byte(path, (long)(loc.offset + 5));
+        }
+        Loader *l = bd ? loader_start(NULL, bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
+        const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
+        check(l && !x && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, "shard-00000.safetensors"),
+              "loader_bad_shard", "%s", err);
+        loader_stop(l);
+        dataset_close(bd);
+    }
+}
+
+// windows per second from a dataset of 64x64 clips, 7 slots, batch 8
+static void bench(const char *what, const char *kinds) {
+    const int N = 64, F = 32, B = 8;
+    char dir[512], err[1024];
+    folder(dir, sizeof dir, what);
+    double t0 = fc_now_s();
+    if (make_dataset(dir, N, F, kinds, 0, NULL, NULL, err, sizeof err)) {
+        check(0, "loader_throughput", "%s", err);
+        return;
+    }
+    double t_write = fc_now_s() - t0;
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    Config c = plan_config(N, "anchor:0 target:1 target:2 target:3 target:4 target:5 target:6");
+    ClipLocation loc;
+    dataset_clip_location(d, 0, &loc);
+    double rate[2] = {0, 0}, waited[2] = {0, 0};
+    for (int th = 1; th <= 2; th++) {
+        Loader *l = loader_start(NULL, d, &c, B, 7, 1, th, 4, err, sizeof err);
+        double start = fc_now_s(), wait_total = 0;
+        int steps = 0;
+        while (fc_now_s() - start < 0.4) {
+            double wait;
+            if (!loader_get(l, steps + 1, &wait, err, sizeof err)) break;
+            wait_total += wait;
+            steps++;
+        }
+        double dt = fc_now_s() - start;
+        loader_stop(l);
+        rate[th - 1] = steps * B / dt, waited[th - 1] = wait_total / dt;
+    }
+    char label[64];
+    snprintf(label, sizeof label, "loader_throughput_%s", what);
+    check(rate[0] > 0 && rate[1] > 0, label,
+          "%d clips of %dx%dx%d (%s, %llu of %zu bytes stored; written in %.2f s): %.0f windows/s with 1 thread, %.0f "
+          "with 2 (7 slots, batch %d)",
+          (int)strlen(kinds), F, N, N, loc.zlib ? "zlib" : "raw", (unsigned long long)loc.stored, dataset_clip_bytes(d),
+          t_write, rate[0], rate[1], B);
+    (void)waited;
+    dataset_close(d);
+    rm_rf(dir);
+}
+int main(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/fc_test_loader_XXXXXX");
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    double t0 = fc_now_s();
+    test_loader();
+    bench("zlib", "ssssssssssssssssssss");
+    bench("raw", "rrrrrrrrrrrrrrrrrrrr");
+    rm_rf(g_root);
+    printf("test_loader: %.1f s, %d failed\n", fc_now_s() - t0, g_failed);
+    return g_failed != 0;
+}

@@ -1,0 +1,528 @@
+// test_shards.c: the clip dataset (shards.c): a round trip across several shards, crash safety
+// (an aborted writer, kill -9 mid-write, stale temporary files), corrupt and truncated files,
+// header-only reads. The loader over such datasets: test_loader.c.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "base/common.h"
+#include "formats/safetensors.h"
+#include "formats/shard_fixture.h"
+#include "formats/shards.h"
+
+static int exists(const char *dir, const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+static void write_text(const char *path, const char *text, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+static void copy_dir(const char *from, const char *to) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
+    if (system(cmd)) abort();
+}
+
+// ---- the round trip ----
+
+static void test_roundtrip(void) {
+    const int N = 16, F = 8, n = 12;
+    size_t raw = (size_t)F * N * N * 3;
+    char dir[512], err[1024];
+    folder(dir, sizeof dir, "roundtrip");
+    uint8_t *clips;
+    ClipMeta meta[12];
+    int rc = make_dataset(dir, N, F, "rsrsrsrsrrss", 2 * raw + 100, &clips, meta, err, sizeof err);
+    check(rc == 0 && exists(dir, "dataset.json") && exists(dir, "manifest.tsv"), "shards_write",
+          "%s", rc ? err : "12 clips of 8 frames of 16x16 written, with dataset.json and manifest.tsv");
+    if (rc) return;
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    check(d != NULL, "shards_open", "%s", d ? "dataset.json and every shard header accepted" : err);
+    if (!d) return;
+    check(dataset_clips(d) == n && dataset_frame_size(d) == N && dataset_clip_frames(d) == F &&
+              dataset_clip_bytes(d) == raw,
+          "shards_open_sizes", "%d clips, frame size %d, %d frames, %zu bytes a clip", dataset_clips(d),
+          dataset_frame_size(d), dataset_clip_frames(d), dataset_clip_bytes(d));
+    // every clip back, byte for byte, with both encodings in use
+    uint8_t *buf = fc_malloc(raw);
+    int same = 0, zlib = 0, rawn = 0;
+    size_t stored = 0;
+    for (int i = 0; i < n; i++) {
+        ClipLocation loc;
+        if (dataset_read_clip(d, i, buf, err, sizeof err) == 0 && !memcmp(buf, clips + raw * i, raw)) same++;
+        else printf("  clip %d: %s\n", i, err);
+        if (!dataset_clip_location(d, i, &loc)) zlib += loc.zlib, rawn += !loc.zlib, stored += loc.stored;
+    }
+    check(same == n, "shards_read_back_exact", "%d of %d clips byte-exact", same, n);
+    check(zlib > 0 && rawn > 0, "shards_both_encodings", "%d zlib, %d raw; %zu stored bytes for %zu raw (%.1f%%)", zlib,
+          rawn, stored, raw * n, 100.0 * stored / (raw * n));
+    // several shards, each within the cap unless it holds a single clip; each a valid shard on its own
+    int ns = dataset_shards(d), within = 1, valid = 0, names_ok = 1;
+    char first_err[1024] = "";
+    for (int s = 0; s < ns; s++) {
+        char path[600], name[64];
+        snprintf(name, sizeof name, "shard-%05d.safetensors", s);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        StFile f;
+        if (st_read_header(path, &f, err, sizeof err)) {
+            names_ok = 0;
+            continue;
+        }
+        size_t data = f.size - f.data_start;
+        if (data > 2 * raw + 100 && f.n > 1) within = 0;
+        st_free(&f);
+        size_t len;
+        uint8_t *bytes = test_read_file(path, &len);
+        if (!shard_check_bytes(bytes, len, err, sizeof err)) valid++;
+        else if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", err);
+        free(bytes);
+    }
+    check(ns >= 3 && within && names_ok, "shards_split_by_size", "%d shards, each at most %zu clip bytes or one clip",
+          ns, 2 * raw + 100);
+    check(valid == ns, "shards_check_bytes_accepts", "%d of %d shards pass shard_check_bytes%s%s", valid, ns,
+          first_err[0] ? ": " : "", first_err);
+
+    // metadata of a clip, as written
+    {
+        ClipLocation loc;
+        dataset_clip_location(d, 1, &loc);
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, loc.shard);
+        StFile f;
+        int ok = !st_read_header(path, &f, err, sizeof err);
+        char key[64];
+        const char *v[5] = {0};
+        static const char *fields[] = {"encoding", "crc32", "source", "first_frame", "fps"};
+        for (int j = 0; ok && j < 5; j++) {
+            snprintf(key, sizeof key, "clip.%d.%s", loc.index, fields[j]);
+            v[j] = st_meta(&f, key);
+        }
+        char crc[16], first[24];
+        snprintf(crc, sizeof crc, "%08x", (unsigned)crc32(0, clips + raw, (uInt)raw));
+        snprintf(first, sizeof first, "%ld", meta[1].first);
+        ok = ok && v[0] && v[1] && v[2] && v[3] && v[4] && !strcmp(v[0], loc.zlib ? "zlib" : "raw") &&
+             !strcmp(v[1], crc) && !strcmp(v[2], meta[1].source) && !strcmp(v[3], first) && strtod(v[4], NULL) == 29.97;
+        check(ok, "shards_clip_metadata", "clip.%d of %s: encoding %s, crc32 %s, source %s, first_frame %s, fps %s",
+              loc.index, loc.shard, v[0] ? v[0] : "-", v[1] ? v[1] : "-", v[2] ? v[2] : "-", v[3] ? v[3] : "-",
+              v[4] ? v[4] : "-");
+        const char *fmt = ok ? st_meta(&f, "format") : NULL;
+        check(fmt && !strcmp(fmt, "framechain-shard") && !strcmp(st_meta(&f, "format_version"), "1"),
+              "shards_format_metadata", "format %s", fmt ? fmt : "-");
+        if (ok) st_free(&f);
+    }
+
+    // manifest.tsv: a header and one line per clip, in order
+    {
+        char path[600];
+        size_t len;
+        snprintf(path, sizeof path, "%s/manifest.tsv", dir);
+        char *text = (char *)test_read_file(path, &len);
+        int lines = 0, good = 0;
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save), lines++) {
+            if (lines == 0) {
+                good += !strcmp(line, "shard\tclip\tsource\tfirst_frame\tframes\tfps");
+                continue;
+            }
+            int i = lines - 1;
+            ClipLocation loc;
+            if (i >= n || dataset_clip_location(d, i, &loc)) continue;
+            char shard[64], src[128];
+            int k, frames;
+            long first;
+            double fps;
+            if (sscanf(line, "%63[^\t]\t%d\t%127[^\t]\t%ld\t%d\t%lf", shard, &k, src, &first, &frames, &fps) == 6 &&
+                !strcmp(shard, loc.shard) && k == loc.index && !strcmp(src, meta[i].source) && first == meta[i].first &&
+                frames == F && fps == meta[i].fps)
+                good++;
+        }
+        check(lines == n + 1 && good == n + 1, "shards_manifest", "%d lines, %d as expected (header + %d clips)", lines,
+              good, n);
+        free(text);
+    }
+    // dataset.json: the totals and every shard with its clips and its file's size
+    {
+        char path[600], want[256];
+        size_t len;
+        snprintf(path, sizeof path, "%s/dataset.json", dir);
+        char *text = (char *)test_read_file(path, &len);
+        int found = 0;
+        for (int s = 0; s < ns; s++) {
+            char spath[600], name[64];
+            snprintf(name, sizeof name, "shard-%05d.safetensors", s);
+            snprintf(spath, sizeof spath, "%s/%s", dir, name);
+            int clips_in = 0;
+            for (int i = 0; i < n; i++) {
+                ClipLocation loc;
+                dataset_clip_location(d, i, &loc);
+                clips_in += !strcmp(loc.shard, name);
+            }
+            snprintf(want, sizeof want, "{\"file\": \"%s\", \"clips\": %d, \"bytes\": %ld}", name, clips_in,
+                     file_size(spath));
+            found += strstr(text, want) != NULL;
+        }
+        snprintf(want, sizeof want,
+                 "{\"format\": \"framechain-dataset\", \"format_version\": 1, \"frame_size\": %d, \"clip_frames\": %d, "
+                 "\"clips\": %d,",
+                 N, F, n);
+        int head = strncmp(text, want, strlen(want)) == 0;
+        check(head && found == ns, "shards_dataset_json", "totals %s, %d of %d shard entries match their files",
+              head ? "match" : "differ", found, ns);
+        free(text);
+    }
+    dataset_close(d);
+    free(buf);
+    free(clips);
+
+    // sources that are not plain: a tab and a newline (escaped in the manifest), invalid UTF-8
+    {
+        char dir2[512];
+        folder(dir2, sizeof dir2, "odd_sources");
+        ShardWriter *w = shard_writer_open(dir2, 4, 2, 0, err, sizeof err);
+        uint8_t c[4 * 4 * 3 * 2];
+        clip_random(c, sizeof c, 1);
+        int ok = w && !shard_writer_add(w, c, "a\tb\nc\\d.mp4", 0, 30, err, sizeof err) &&
+                 !shard_writer_add(w, c, "caf\xe9.mp4", 5, 12.5, err, sizeof err) && !shard_writer_finish(w, err, sizeof err);
+        size_t len;
+        char path[600];
+        snprintf(path, sizeof path, "%s/manifest.tsv", dir2);
+        char *text = ok ? (char *)test_read_file(path, &len) : NULL;
+        snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir2);
+        StFile f;
+        int st = ok && !st_read(path, &f, err, sizeof err);
+        const char *s0 = st ? st_meta(&f, "clip.0.source") : NULL, *s1 = st ? st_meta(&f, "clip.1.source") : NULL;
+        check(text && strstr(text, "a\\tb\\nc\\\\d.mp4\t0\t2\t30\n") && strstr(text, "caf\xef\xbf\xbd.mp4\t5\t2\t12.5\n") &&
+                  s0 && !strcmp(s0, "a\tb\nc\\d.mp4") && s1 && !strcmp(s1, "caf\xef\xbf\xbd.mp4"),
+              "shards_odd_sources", "%s", ok ? "tab, newline, backslash escaped in the manifest; invalid UTF-8 as U+FFFD" : err);
+        if (st) st_free(&f);
+        free(text);
+    }
+}
+
+// ---- header-only reads ----
+
+static void test_read_header(void) {
+    char dir[512], err[1024], path[600];
+    folder(dir, sizeof dir, "header");
+    int rc = make_dataset(dir, 8, 4, "rsr", 0, NULL, NULL, err, sizeof err);
+    snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir);
+    StFile a, b;
+    int ra = rc ? -1 : st_read(path, &a, err, sizeof err), rb = rc ? -1 : st_read_header(path, &b, err, sizeof err);
+    int same = ra == 0 && rb == 0 && a.n == b.n && a.nmeta == b.nmeta && a.size == b.size && a.data_start == b.data_start;
+    for (int i = 0; same && i < a.n; i++)
+        same = !strcmp(a.entries[i].name, b.entries[i].name) && a.entries[i].begin == b.entries[i].begin &&
+               a.entries[i].end == b.entries[i].end && !strcmp(a.entries[i].dtype, b.entries[i].dtype);
+    for (int i = 0; same && i < a.nmeta; i++)
+        same = !strcmp(a.meta_keys[i], b.meta_keys[i]) && !strcmp(a.meta_values[i], b.meta_values[i]);
+    check(same, "st_read_header_matches_st_read", "%d tensors, %d metadata entries, data at %zu of %zu bytes", a.n,
+          a.nmeta, a.data_start, a.size);
+    if (!ra) st_free(&a);
+    if (!rb) st_free(&b);
+
+    // a 4 GiB sparse file: only its header is read
+    char big[600];
+    snprintf(big, sizeof big, "%s/big.safetensors", dir);
+    const char *hdr = "{\"x\":{\"dtype\":\"U8\",\"shape\":[4294967296],\"data_offsets\":[0,4294967296]}}";
+    size_t hn = (strlen(hdr) + 7) / 8 * 8;
+    uint8_t head[256];
+    memset(head, ' ', sizeof head);
+    for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)hn >> (8 * i));
+    memcpy(head + 8, hdr, strlen(hdr));
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int ok = fd >= 0 && write(fd, head, 8 + hn) == (ssize_t)(8 + hn) && !ftruncate(fd, (off_t)(8 + hn) + ((off_t)1 << 32));
+    if (fd >= 0) close(fd);
+    double t0 = fc_now_s();
+    rc = ok ? st_read_header(big, &a, err, sizeof err) : -1;
+    double dt = fc_now_s() - t0;
+    check(rc == 0 && a.size == 8 + hn + ((size_t)1 << 32) && dt < 0.5, "st_read_header_reads_only_the_header",
+          "%s: %zu bytes, header read in %.2f ms", rc ? err : "accepted", rc ? 0 : a.size, 1e3 * dt);
+    if (!rc) st_free(&a);
+    // one byte short: the layout check sees it without the data
+    fd = open(big, O_WRONLY);
+    ok = fd >= 0 && !ftruncate(fd, (off_t)(8 + hn) + ((off_t)1 << 32) - 1);
+    if (fd >= 0) close(fd);
+    rc = st_read_header(big, &a, err, sizeof err);
+    check(ok && rc == -1 && one_line(err) && strstr(err, big) && strstr(err, "beyond the data section"),
+          "st_read_header_short_file", "%s", err);
+    unlink(big);
+    // st_parse_header with fewer bytes than the header
+    rc = st_parse_header(&a, head, 20, 8 + hn + 10, err, sizeof err);
+    check(rc == -1 && one_line(err) && a.bytes == NULL, "st_parse_header_needs_the_header", "%s", err);
+}
+
+// ---- crash safety ----
+
+static void test_crash_safety(void) {
+    const int N = 8, F = 4;
+    size_t raw = (size_t)F * N * N * 3;
+    char dir[512], err[1024], path[600];
+    uint8_t *c = fc_malloc(raw);
+    clip_random(c, raw, 9);
+
+    // abort half-way: shards on disk, no dataset.json, a clear refusal
+    folder(dir, sizeof dir, "aborted");
+    ShardWriter *w = shard_writer_open(dir, N, F, raw, err, sizeof err);
+    int added = 0;
+    for (int i = 0; w && i < 5; i++) added += !shard_writer_add(w, c, "x.mp4", i, 25, err, sizeof err);
+    shard_writer_abort(w);
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    check(added == 5 && exists(dir, "shard-00000.safetensors") && !exists(dir, "dataset.json") && !d && one_line(err) &&
+              strstr(err, "no dataset.json"),
+          "shards_abort_leaves_no_dataset", "%s", err);
+    dataset_close(d);
+
+    // no clip at all: finish refuses and writes nothing
+    folder(dir, sizeof dir, "empty");
+    w = shard_writer_open(dir, N, F, 0, err, sizeof err);
+    int rc = w ? shard_writer_finish(w, err, sizeof err) : 0;
+    check(w && rc == -1 && one_line(err) && !exists(dir, "dataset.json"), "shards_finish_without_clips", "%s", err);
+
+    // a stale temporary file is ignored by the reader and removed by the next writer
+    folder(dir, sizeof dir, "stale");
+    rc = make_dataset(dir, N, F, "rrr", 0, NULL, NULL, err, sizeof err);
+    snprintf(path, sizeof path, "%s/shard-00000.safetensors.tmp-99999", dir);
+    write_text(path, "junk", 4);
+    snprintf(path, sizeof path, "%s/dataset.json.tmp-99999", dir);
+    write_text(path, "{", 1);
+    d = rc ? NULL : dataset_open(dir, err, sizeof err);
+    check(d && dataset_clips(d) == 3, "shards_stale_temp_ignored", "%s", d ? "the dataset opens beside 2 stale temporary files" : err);
+    dataset_close(d);
+    char dir2[512];
+    folder(dir2, sizeof dir2, "stale2");
+    mkdir(dir2, 0755);
+    snprintf(path, sizeof path, "%s/shard-00003.safetensors.tmp-4242", dir2);
+    write_text(path, "junk", 4);
+    w = shard_writer_open(dir2, N, F, 0, err, sizeof err);
+    check(w && !exists(dir2, "shard-00003.safetensors.tmp-4242"), "shards_writer_removes_stale_temps", "%s",
+          w ? "removed at open" : err);
+    shard_writer_abort(w);
+    // a folder that already holds a dataset is refused
+    w = shard_writer_open(dir, N, F, 0, err, sizeof err);
+    check(!w && one_line(err) && strstr(err, "already holds a dataset"), "shards_writer_refuses_existing", "%s", err);
+    shard_writer_abort(w);
+
+    // kill -9 at moments all through a prepare (timed by one run left alone): never a dataset.json
+    // that names a bad shard
+    int none = 0, whole = 0, bad = 0;
+    double full = 0;
+    for (int k = -1; k < 10; k++) {
+        char kd[512];
+        snprintf(kd, sizeof kd, "%s/killed-%d", g_root, k);
+        rm_rf(kd);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("FRAMECHAIN_TEST_WRITE_DELAY_MS", "15", 1);
+            char e[1024];
+            ShardWriter *cw = shard_writer_open(kd, N, F, raw, e, sizeof e);
+            for (int i = 0; cw && i < 6; i++)
+                if (shard_writer_add(cw, c, "y.mp4", i, 25, e, sizeof e)) _exit(3);
+            _exit(cw && !shard_writer_finish(cw, e, sizeof e) ? 0 : 3);
+        }
+        int status;
+        if (k < 0) {  // the run left alone, for its duration
+            double t0 = fc_now_s();
+            waitpid(pid, &status, 0);
+            full = fc_now_s() - t0;
+            rm_rf(kd);
+            continue;
+        }
+        usleep((useconds_t)(1e6 * full * k / 8));  // from the start to beyond the end
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        Dataset *kdset = dataset_open(kd, err, sizeof err);
+        if (!exists(kd, "dataset.json")) {
+            none += !kdset && one_line(err) && (strstr(err, "no dataset.json") || strstr(err, "no such folder"));
+            bad += kdset != NULL;
+        } else if (kdset) {
+            uint8_t *buf = fc_malloc(raw);
+            int okc = 0;
+            for (int i = 0; i < dataset_clips(kdset); i++) okc += !dataset_read_clip(kdset, i, buf, err, sizeof err);
+            if (okc == 6 && dataset_clips(kdset) == 6) whole++;
+            else bad++;
+            free(buf);
+        } else {
+            bad++;
+        }
+        dataset_close(kdset);
+        rm_rf(kd);
+    }
+    check(bad == 0 && none + whole == 10 && none > 0, "shards_kill9_mid_prepare",
+          "10 kills over a %.0f ms prepare: %d left no dataset.json, %d a whole dataset, %d anything else",
+          1e3 * full, none, whole, bad);
+    free(c);
+}
+
+// ---- corruption ----
+
+static void test_corruption(void) {
+    const int N = 16, F = 8;
+    size_t raw = (size_t)F * N * N * 3;
+    char good[512], dir[512], err[1024], path[700];
+    folder(good, sizeof good, "good");
+    if (make_dataset(good, N, F, "rsrsrs", 2 * raw, NULL, NULL, err, sizeof err)) {
+        check(0, "shards_corruption_setup", "%s", err);
+        return;
+    }
+    uint8_t *buf = fc_malloc(raw);
+    Dataset *d0 = dataset_open(good, err, sizeof err);
+    int raw_clip = -1, zlib_clip = -1;
+    for (int i = 0; d0 && i < dataset_clips(d0); i++) {
+        ClipLocation loc;
+        dataset_clip_location(d0, i, &loc);
+        if (loc.zlib && zlib_clip < 0) zlib_clip = i;
+        if (!loc.zlib && raw_clip < 0 && i > 0) raw_clip = i;
+    }
+    ClipLocation lr, lz;
+    dataset_clip_location(d0, raw_clip, &lr);
+    dataset_clip_location(d0, zlib_clip, &lz);
+    char lr_shard[64], lz_shard[64];
+    snprintf(lr_shard, sizeof lr_shard, "%s", lr.shard);
+    snprintf(lz_shard, sizeof lz_shard, "%s", lz.shard);
+    dataset_close(d0);
+
+    // a flipped byte in a raw clip: the header still opens, the clip's CRC does not match
+    snprintf(dir, sizeof dir, "%s/flip_raw", g_root);
+    copy_dir(good, dir);
+    snprintf(path, sizeof path, "%s/%s", dir, lr_shard);
+    flip_byte(path, (long)(lr.offset + lr.stored / 2));
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    int rc = d ? dataset_read_clip(d, raw_clip, buf, err, sizeof err) : 0;
+    char want[64];
+    snprintf(want, sizeof want, "clip.%d ", lr.index);
+    check(d && rc == -1 && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, lr_shard) && strstr(err, want),
+          "shards_flipped_byte_raw", "%s", err);
+    int others = 0;
+    for (int i = 0; d && i < dataset_clips(d); i++) others += i != raw_clip && !dataset_read_clip(d, i, buf, err, sizeof err);
+    check(d && others == dataset_clips(d) - 1, "shards_flipped_byte_other_clips_fine", "%d other clips read", others);
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    rc = shard_check_bytes(bytes, len, err, sizeof err);
+    check(rc == -1 && strstr(err, "CRC32"), "shard_check_bytes_flipped_byte", "%s", err);
+    free(bytes);
+    dataset_close(d);
+
+    // a flipped byte in a zlib clip: an inflate or CRC error naming the clip and the shard
+    snprintf(dir, sizeof dir, "%s/flip_zlib", g_root);
+    copy_dir(good, dir);
+    snprintf(path, sizeof path, "%s/%s", dir, lz_shard);
+    flip_byte(path, (long)(lz.offset + lz.stored / 2));
+    d = dataset_open(dir, err, sizeof err);
+    rc = d ? dataset_read_clip(d, zlib_clip, buf, err, sizeof err) : 0;
+    snprintf(want, sizeof want, "clip.%d ", lz.index);
+    check(d && rc == -1 && one_line(err) && strstr(err, lz_shard) && strstr(err, want), "shards_flipped_byte_zlib", "%s",
+          err);
+    dataset_close(d);
+
+    // a truncated shard: refused at open, naming it
+    snprintf(dir, sizeof dir, "%s/truncated", g_root);
+    copy_dir(good, dir);
+    snprintf(path, sizeof path, "%s/shard-00001.safetensors", dir);
+    if (truncate(path, file_size(path) - 7)) abort();
+    d = dataset_open(dir, err, sizeof err);
+    check(!d && one_line(err) && strstr(err, "shard-00001.safetensors"), "shards_truncated_at_open", "%s", err);
+    dataset_close(d);
+    // truncated after opening: the read says so
+    snprintf(dir, sizeof dir, "%s/truncated_later", g_root);
+    copy_dir(good, dir);
+    d = dataset_open(dir, err, sizeof err);
+    snprintf(path, sizeof path, "%s/%s", dir, lr_shard);
+    if (truncate(path, (off_t)lr.offset + 10)) abort();
+    rc = d ? dataset_read_clip(d, raw_clip, buf, err, sizeof err) : 0;
+    check(d && rc == -1 && one_line(err) && strstr(err, lr_shard) && strstr(err, "changed"), "shards_truncated_after_open",
+          "%s", err);
+    dataset_close(d);
+    // a missing shard
+    snprintf(dir, sizeof dir, "%s/missing", g_root);
+    copy_dir(good, dir);
+    snprintf(path, sizeof path, "%s/shard-00002.safetensors", dir);
+    unlink(path);
+    d = dataset_open(dir, err, sizeof err);
+    check(!d && one_line(err) && strstr(err, "shard-00002.safetensors") && strstr(err, "cannot open"), "shards_missing_shard",
+          "%s", err);
+    dataset_close(d);
+
+    // damaged dataset.json: each refused with one line naming the file
+    char json_path[600];
+    snprintf(json_path, sizeof json_path, "%s/dataset.json", good);
+    size_t jlen;
+    char *json = (char *)test_read_file(json_path, &jlen);
+    struct {
+        const char *name, *from, *to, *expect;
+        int cut;
+    } cases[] = {
+        {"truncated", NULL, NULL, "line", (int)jlen / 2},
+        {"empty", NULL, NULL, "expected '{'", 1},
+        {"wrong_bytes", "\"bytes\": ", "\"bytes\": 1", "dataset.json says", 0},
+        {"wrong_clips_total", "\"clips\": 6,", "\"clips\": 7,", "'clips' says 7", 0},
+        {"version_2", "\"format_version\": 1", "\"format_version\": 2", "format_version 2 is not supported", 0},
+        {"unknown_key", "\"frame_size\"", "\"frame_sise\"", "unknown key 'frame_sise'", 0},
+        {"path_in_name", "shard-00000", "../x/00000", "not a plain name", 0},
+        {"negative", "\"clip_frames\": ", "\"clip_frames\": -", "non-negative", 0},
+        {"float", "\"frame_size\": 16", "\"frame_size\": 16.0", "must be an integer", 0},
+        {"trailing", " ]}\n", " ]}\n}", "after the dataset's object", 0},
+        {"wrong_frame_size", "\"frame_size\": 16", "\"frame_size\": 8", "but dataset.json says", 0},
+    };
+    int ncases = sizeof cases / sizeof cases[0];
+    for (int i = 0; i < ncases; i++) {
+        snprintf(dir, sizeof dir, "%s/json_%s", g_root, cases[i].name);
+        copy_dir(good, dir);
+        snprintf(path, sizeof path, "%s/dataset.json", dir);
+        char text[8192];
+        size_t n = 0;
+        if (cases[i].from) {
+            const char *at = strstr(json, cases[i].from);
+            size_t pre = (size_t)(at - json), fl = strlen(cases[i].from), tl = strlen(cases[i].to);
+            memcpy(text, json, pre);
+            memcpy(text + pre, cases[i].to, tl);
+            memcpy(text + pre + tl, at + fl, jlen - pre - fl);
+            n = jlen - fl + tl;
+        } else {
+            n = (size_t)cases[i].cut - 1;
+            memcpy(text, json, n);
+        }
+        write_text(path, text, n);
+        d = dataset_open(dir, err, sizeof err);
+        char label[96];
+        snprintf(label, sizeof label, "dataset_json_%s", cases[i].name);
+        check(!d && one_line(err) && strstr(err, "dataset.json") && strstr(err, cases[i].expect), label, "%s", err);
+        dataset_close(d);
+    }
+    free(json);
+    free(buf);
+}
+
+int main(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/fc_test_shards_XXXXXX");
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    double t0 = fc_now_s();
+    test_roundtrip();
+    test_read_header();
+    test_crash_safety();
+    test_corruption();
+    rm_rf(g_root);
+    printf("test_shards: %.1f s, %d failed\n", fc_now_s() - t0, g_failed);
+    return g_failed != 0;
+}

@@ -1,0 +1,208 @@
+// test_model.c: the model layer: the parameter layout of the network, the flow objective, the memory
+// plan against what build_model allocates, keep_blocks = auto, and recompute against keeping every
+// activation.
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/tiny_model.h"
+#include "backend/cpu/cpu_backend.h"
+#include "base/config.h"
+#include "base/philox.h"
+#include "model/flow.h"
+#include "model/memplan.h"
+#include "model/model.h"
+
+static void test_param_layout(void) {
+    Config c;
+    config_defaults(&c);
+    Model *m = build_model(&c, backend_cpu(), 1);
+    int D = c.width, dh = D / c.heads, RD = c.mlp_ratio * D, PPC = c.patch * c.patch * c.channels;
+    size_t per_attn = 3 * D * D + 3 * D + 2 * dh + D * D + D;
+    size_t per_block = 9 * D * D + 9 * D + 2 * per_attn + RD * D + RD + D * RD + D;
+    size_t expect = D * PPC + D + D * c.freq_dim + D + D * c.freq_dim + D + D * D + D + c.depth * per_block +
+                    2 * D * D + 2 * D + PPC * D + PPC;
+    check(m->n_params == expect, "param_count_formula", "%zu parameters, formula says %zu", m->n_params, expect);
+    size_t off = 0;
+    int contiguous = 1;
+    for (int i = 0; i < m->n_tensors; i++) contiguous &= m->info[i].offset == off, off += m->info[i].numel;
+    check(contiguous && off == m->n_params, "params_one_allocation", "%d tensors laid end to end", m->n_tensors);
+    const ParamInfo *pi = model_find_param(m, "blocks.1.attn_t.qkv.weight");
+    check(pi && pi->shape[0] == 3 * D && pi->shape[1] == D &&
+              m->p.blocks[1].attn[1].qkv_w == m->params_mem + pi->offset,
+          "param_names_and_pointers", "blocks.1.attn_t.qkv.weight (3D, D) at its pointer");
+    // adaLN-Zero: the training init makes the network's output exactly 0
+    model_init(m, 5, 0);
+    philox_fill_normal(m->in.xt, (size_t)m->S * m->E, 0, 1, 5, 0, RNG_TEST, 0);
+    for (int s = 0; s < m->S; s++) m->in.t[s] = (real)(s % 3) / 3, m->in.offset[s] = (real)s;
+    model_forward(m);
+    double mx = 0;
+    for (size_t i = 0; i < (size_t)m->S * m->E; i++) mx = fmax(mx, fabs(m->a.pred[i]));
+    check(mx == 0, "adaln_zero_init_output_is_zero", "max |pred| = %g", mx);
+    free_model(m);
+}
+
+static void test_flow(void) {
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "plan=anchor:0 context:4 target:8 target:12", "test");
+    config_set(&c, "t_logit_mean=0.5", "test");
+    config_set(&c, "t_logit_std=1.5", "test");
+    c.frame_size = 8, c.patch = 4, c.width = 48, c.freq_dim = 8;
+    Model *m = build_model(&c, backend_cpu(), 3);
+    size_t nx = (size_t)m->S * m->E;
+    real *x0 = fc_malloc(sizeof(real) * nx);
+    philox_fill_uniform(x0, nx, -1, 1, 3, 0, RNG_TEST, 0);
+    flow_prepare_batch(m, x0, 3, 42);
+    double worst = 0;
+    int levels_ok = 1;
+    for (int s = 0; s < m->S; s++) {
+        int f = s % m->F, target = c.slot_kind[f] == SLOT_TARGET;
+        real t = m->in.t[s];
+        levels_ok &= target ? (t > 0 && t < 1 && t == m->in.t[(s / m->F) * m->F + 2]) : t == 0;
+        levels_ok &= m->in.mask[s] == (real)target && m->in.offset[s] == c.slot_offset[f];
+        for (long e = 0; e < m->E; e++) {
+            size_t k = (size_t)s * m->E + e;
+            double noise = philox_normal(3, 42, RNG_NOISE, k);
+            worst = fmax(worst, fabs(m->in.xt[k] - ((1 - t) * x0[k] + t * noise)));
+            worst = fmax(worst, fabs(m->in.v[k] - (noise - x0[k])));
+            if (!target && m->in.xt[k] != x0[k]) levels_ok = 0;  // t = 0 slots are the clean frames, exactly
+        }
+    }
+    check(levels_ok, "flow_slot_levels", "targets share one t in (0, 1) per window, anchor and context are clean");
+    check(worst < 1e-6, "flow_xt_and_target", "x_t = (1-t) x0 + t e and v = e - x0 within %.1e", worst);
+    // the target level is logit-normal: logit(t) has the configured mean and std
+    enum { W = 20000 };
+    real *t = fc_malloc(sizeof(real) * W * c.slots), *off = fc_malloc(sizeof(real) * W * c.slots);
+    real *mask = fc_malloc(sizeof(real) * W * c.slots);
+    flow_slot_levels(&c, W, 5, 0, t, off, mask);
+    double sum = 0, sq = 0;
+    for (int b = 0; b < W; b++) {
+        double z = log(t[b * c.slots + 2] / (1 - t[b * c.slots + 2]));
+        sum += z, sq += z * z;
+    }
+    double mean = sum / W, sd = sqrt(sq / W - mean * mean);
+    check(fabs(mean - 0.5) < 0.05 && fabs(sd - 1.5) < 0.05, "flow_t_logit_normal", "logit(t): mean %.3f std %.3f", mean,
+          sd);
+    free(t), free(off), free(mask), free(x0);
+    free_model(m);
+}
+
+// The memory plan counts exactly what build_model allocates (parameters, gradients, activations,
+// their gradient scratch, inputs) at each recompute setting and batch: it comes from the same layout
+// code, so it cannot drift from the allocation. (test_cuda checks the same on the GPU's plans.)
+static void test_plan_matches_allocation(void) {
+    for (int rc = 0; rc <= 2; rc++)
+        for (int B = 1; B <= 2; B++) {
+            Config c;
+            config_defaults(&c);
+            config_load(&c, "configs/tiny/starter.conf");
+            c.recompute = rc, c.keep_blocks = B - 1;  // the tiny config's 2 blocks: none kept, then one
+            Model *m = build_model(&c, backend_cpu(), B);
+            MemPlan p = memory_plan(&c, B, PLAN_CPU);
+            char name[64];
+            snprintf(name, sizeof name, "memory_plan_is_allocation_rc%d_batch%d_keep%d", rc, B, B - 1);
+            check((double)model_memory_bytes(m) == p.model, name, "tiny config: %zu bytes allocated, %.0f planned",
+                  model_memory_bytes(m), p.model);
+            free_model(m);
+        }
+}
+
+// keep_blocks = auto keeps as many blocks as leave the GPU's plan KEEP_BLOCKS_AUTO_RESERVE_GIB under
+// the budget: one more would not, and none are kept on the CPU, without recompute, or when set.
+static void test_keep_blocks_auto(void) {
+    const double GiB = 1073741824.0;
+    struct { int B, recompute; PlanDevice dev; double budget_gib; } cases[] = {
+        {1, 2, PLAN_GPU_BF16, 24}, {2, 2, PLAN_GPU_BF16, 24}, {1, 1, PLAN_GPU_FP32, 24},
+        {1, 2, PLAN_GPU_BF16, 1000}, {1, 2, PLAN_CPU, 24}, {1, 0, PLAN_GPU_BF16, 24}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        config_defaults(&c);
+        config_load(&c, "configs/starter.conf");  // the 0.95 B preset: only planned, nothing allocated
+        c.batch_size = cases[i].B, c.recompute = cases[i].recompute, c.keep_blocks = KEEP_BLOCKS_AUTO;
+        double limit = (cases[i].budget_gib - KEEP_BLOCKS_AUTO_RESERVE_GIB) * GiB;
+        int n = memory_plan_resolve(&c, c.batch_size, cases[i].dev, cases[i].budget_gib * GiB);
+        Config more = c;
+        more.keep_blocks = n + 1;
+        double at = memory_plan(&c, c.batch_size, cases[i].dev).total;
+        double next = n < c.depth ? memory_plan(&more, c.batch_size, cases[i].dev).total : INFINITY;
+        int none = cases[i].dev == PLAN_CPU || !cases[i].recompute;
+        int ok = c.keep_blocks == n && (none ? n == 0 : (n == 0 || at <= limit) && next > limit);
+        char name[64];
+        snprintf(name, sizeof name, "keep_blocks_auto_%zu", i);
+        check(ok, name, "preset, batch %d, recompute %d, %s, budget %.0f GiB: %d of %d blocks kept, plan %.2f GiB, "
+              "with one more %.2f (limit %.2f)", cases[i].B, cases[i].recompute,
+              cases[i].dev == PLAN_CPU ? "cpu" : cases[i].dev == PLAN_GPU_FP32 ? "cuda-fp32" : "cuda",
+              cases[i].budget_gib, n, c.depth, at / GiB, next / GiB, limit / GiB);
+    }
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/starter.conf");
+    c.keep_blocks = 5;
+    check(memory_plan_resolve(&c, 1, PLAN_GPU_BF16, 24 * GiB) == 5 && c.keep_blocks == 5, "keep_blocks_set_stays",
+          "keep_blocks = 5 resolves to %d", c.keep_blocks);
+}
+
+// Recompute re-runs deterministic ops on the same inputs, so every gradient must come out the same
+// bytes as with every activation kept, in less memory, and the plan must count what is allocated.
+// rc 2 keeps the attention outputs as well: more memory than rc 1, still less than none. The last
+// `keep` blocks keep everything and are not re-run: memory between the two (all of it when every
+// block is kept).
+static void test_recompute_identical(int depth, int rc, int keep) {
+    real l0, l1;
+    Model *a = tiny_step(depth, 0, 0, &l0), *b = tiny_step(depth, rc, keep, &l1);
+    size_t np = a->n_params, npred = (size_t)a->S * a->E;
+    int same_loss = !memcmp(&l0, &l1, sizeof l0);
+    int same_pred = !memcmp(a->a.pred, b->a.pred, sizeof(real) * npred);
+    int same_grads = !memcmp(a->grads_mem, b->grads_mem, sizeof(real) * np);
+    int same_dxt = !memcmp(a->d.dxt, b->d.dxt, sizeof(real) * npred);
+    int bad_tensor = -1;
+    for (int i = 0; i < a->n_tensors && bad_tensor < 0; i++)
+        if (memcmp(a->grads_mem + a->info[i].offset, b->grads_mem + b->info[i].offset, sizeof(real) * a->info[i].numel))
+            bad_tensor = i;
+    double gmax = 0;
+    for (size_t i = 0; i < np; i++) gmax = fmax(gmax, fabs(a->grads_mem[i]));
+    char name[64];
+    snprintf(name, sizeof name, "recompute%d_bit_identical_depth%d_keep%d", rc, depth, keep);
+    check(same_loss && same_pred && same_grads && same_dxt && gmax > 0, name,
+          "loss %.6f vs %.6f, pred %s, %zu gradients %s (first differing: %s), input gradient %s", l0, l1,
+          same_pred ? "same" : "DIFFERS", np, same_grads ? "same" : "DIFFER",
+          bad_tensor < 0 ? "none" : a->info[bad_tensor].name, same_dxt ? "same" : "DIFFERS");
+    size_t ob = a->be->operand_bytes;
+    ModelCounts ka = model_counts(&a->cfg, a->B, ob), kb = model_counts(&b->cfg, b->B, ob);
+    snprintf(name, sizeof name, "recompute%d_fewer_activations_depth%d_keep%d", rc, depth, keep);
+    int shared = depth - keep - 1;  // re-made blocks beside block 0, which own only a few tensors
+    if (rc == 2 && shared > 0) {  // and more than recompute = 1, by those blocks' attention outputs
+        Config c1 = b->cfg;
+        c1.recompute = 1;
+        ModelCounts k1 = model_counts(&c1, b->B, ob);
+        size_t att = (ob * b->T * b->D + 15) / 16 * 16;  // an operand, rounded to 16 bytes (model.c)
+        size_t extra = (size_t)shared * 2 * (att + sizeof(real) * b->T * b->H);
+        check(kb.acts_bytes == k1.acts_bytes + extra, "recompute2_keeps_attention", "%zu activation bytes, recompute "
+              "= 1: %zu, + %zu expected (2 attentions x (T x D operand + T x H) for each of %d blocks)", kb.acts_bytes,
+              k1.acts_bytes, extra, shared);
+        free(k1.info);
+    }
+    // fewer bytes while any block is re-made beside block 0; every block kept: the same as none re-made
+    int fewer = shared > 0 ? b->acts_bytes < a->acts_bytes : b->acts_bytes == a->acts_bytes;
+    check(fewer && ka.acts_bytes == a->acts_bytes && kb.acts_bytes == b->acts_bytes, name,
+          "%zu activation bytes with recompute, %zu without (plan %zu, %zu); %zu vs %zu in all", b->acts_bytes,
+          a->acts_bytes, kb.acts_bytes, ka.acts_bytes, model_memory_bytes(b), model_memory_bytes(a));
+    free(ka.info), free(kb.info);
+    free_model(a), free_model(b);
+}
+
+int main(void) {
+    fc_set_threads(fc_default_threads());
+    test_param_layout();
+    test_flow();
+    test_plan_matches_allocation();
+    test_keep_blocks_auto();
+    test_recompute_identical(2, 1, 0);
+    test_recompute_identical(3, 1, 0);
+    test_recompute_identical(3, 2, 0);
+    test_recompute_identical(3, 1, 1), test_recompute_identical(4, 2, 2);  // the last blocks kept
+    test_recompute_identical(3, 2, 3);                                     // every block kept
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,81 @@
+// test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's.
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/tiny_model.h"
+#include "backend/cpu/cpu_backend.h"
+#include "base/config.h"
+#include "base/philox.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+
+// A checkpoint written with other 8-bit code maps (a version with another map, say) is re-encoded
+// on load against this build's maps: every moment becomes the index of our code nearest the value
+// its code stood for, and our encoder tables (values and rounding thresholds) stay whole on the
+// backend. Here "ours" are the standard maps with every value strictly inside (-1, 1) halved, so
+// that most codes move to another index.
+static void test_checkpoint_other_code_maps(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.depth = 2;
+    const Backend *be = backend_cpu();
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);  // gradients of one batch
+    Optimizer *o = build_optimizer(m, &c);
+    for (int t = 1; t <= 2; t++) optimizer_step(o, m, &c, t, 1e-3, NULL, 0);
+    char dir[] = "/tmp/fc_test_codes_XXXXXX", err[256] = "";
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 2, .smooth_loss = loss}, back = {0};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+
+    Model *m2 = build_model(&c, be, c.batch_size);
+    Optimizer *o2 = build_optimizer(m2, &c);
+    for (int which = 0; which < 2; which++) {
+        float *tab = which ? o2->host_code_v : o2->host_code_m;
+        for (int k = 0; k < 256; k++)
+            if (fabsf(tab[k]) < 1.0f) tab[k] *= 0.5f;
+        quant8_table(tab);
+        be->upload(which ? o2->code_v : o2->code_m, tab, sizeof(float) * QUANT8_TABLE);
+    }
+    real *ema2 = be->alloc(sizeof(real) * m2->n_params);
+    char path[512];
+    checkpoint_path(path, sizeof path, dir, 2);
+    int loaded = saved && checkpoint_load(path, m2, ema2, o2, &c, &back, err, sizeof err) == CKPT_OK;
+    size_t n8 = 0, wrong = 0, moved = 0;
+    int tables_whole = 1;
+    for (int i = 0; loaded && i < o->n; i++) {
+        const OptTensor *t = &o->t[i], *t2 = &o2->t[i];
+        if (!t->is8bit) continue;
+        for (int which = 0; which < 2; which++) {
+            const uint8_t *q = which ? t->v8 : t->m8, *q2 = which ? t2->v8 : t2->m8;
+            const float *theirs = which ? o->host_code_v : o->host_code_m;
+            const float *ours = which ? o2->host_code_v : o2->host_code_m;
+            for (size_t k = 0; k < t->numel; k++, n8++) {
+                wrong += q2[k] != quant8_encode(ours, theirs[q[k]]);
+                moved += q2[k] != q[k];
+            }
+        }
+    }
+    for (int which = 0; which < 2; which++)
+        tables_whole &= !memcmp(which ? o2->code_v : o2->code_m, which ? o2->host_code_v : o2->host_code_m,
+                                sizeof(float) * QUANT8_TABLE);
+    check(loaded && n8 > 0 && wrong == 0 && moved > n8 / 2 && tables_whole && back.step == 2,
+          "checkpoint_other_code_maps",
+          "saved %d loaded %d (%s); %zu 8-bit moments, %zu not the nearest of our codes to theirs, %zu changed "
+          "index; our encoder tables on the backend whole: %d", saved, loaded, err, n8, wrong, moved, tables_whole);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    be->free(ema2);
+    free_optimizer(o), free_optimizer(o2);
+    free_model(m), free_model(m2);
+}
+
+int main(void) {
+    fc_set_threads(fc_default_threads());
+    test_checkpoint_other_code_maps();
+    return g_failed ? 1 : 0;
+}
