@@ -47,6 +47,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "attention_common.cuh"
 
 static_assert(sizeof(real) == sizeof(float), "the CUDA backend is fp32 at the interface");
 
@@ -81,11 +82,6 @@ struct BwdCfg {
 
 // One element of q/k/v as fp32 (a bf16 overload would go here).
 __device__ __forceinline__ float load_elem(const float *p) { return *p; }
-
-// Row index of token k of sequence seq: seq = o * n_inner + i (the CPU's task order).
-__device__ __forceinline__ long seq_base(const AttnLayout &lay, int seq) {
-    return (long)(seq / lay.n_inner) * lay.outer_stride + (long)(seq % lay.n_inner) * lay.inner_stride;
-}
 
 // Sum over the TPR lanes of a group (aligned inside the warp); every lane gets the same bits.
 // The whole warp must be converged here.
@@ -150,14 +146,14 @@ __device__ __forceinline__ void store_own(float *dst, const float *src, int t) {
         for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] = src[4 * j + e];
 }
 
-// Stage rows r0 .. r0+n-1 of a sequence's K and V (head offset hoff) into Ks, Vs (nz rows, DH): rows
+// Stage rows r0 .. r0+n-1 of a sequence's K and V (one head's columns) into Ks, Vs (nz rows, DH): rows
 // n .. nz-1 are zero-filled (nz: the rows the caller reads). Coalesced: consecutive threads read
 // consecutive columns; each thread issues STAGE_LOADS elements of K and of V before it stores any,
 // so that a tile waits for global memory a few times, not once per element.
 #define STAGE_LOADS 8
 template <int DH, typename Elem>
-__device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const Elem *__restrict__ qkv,
-                                         long base, long tok, int r0, int n, int nz, int D, int hoff) {
+__device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const QkvHead<const Elem> &head,
+                                         long base, long tok, int r0, int n, int nz) {
     const int total = nz * DH, step = blockDim.x;
     for (int i0 = threadIdx.x; i0 < total; i0 += STAGE_LOADS * step) {
         float kv[STAGE_LOADS], vv[STAGE_LOADS];
@@ -166,9 +162,9 @@ __device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const
             int idx = i0 + u * step, r = idx / DH, c = idx % DH;
             kv[u] = vv[u] = 0.f;
             if (idx < total && r < n) {
-                const Elem *p = qkv + (base + (long)(r0 + r) * tok) * 3 * D + hoff + c;
-                kv[u] = load_elem(p + D);
-                vv[u] = load_elem(p + 2 * D);
+                const long off = (base + (long)(r0 + r) * tok) * head.ld + c;
+                kv[u] = load_elem(head.k + off);
+                vv[u] = load_elem(head.v + off);
             }
         }
 #pragma unroll
@@ -178,6 +174,22 @@ __device__ __forceinline__ void stage_kv(float (*Ks)[DH], float (*Vs)[DH], const
         }
     }
 }
+
+// A block's rows: block b = (seq * H + h) * ntiles + tile owns the rows tile*rows .. +rows-1 of
+// (seq, h), rows = blockDim.x / TPR (queries in forward and dQ, keys in dK/dV); thread = (group g = its
+// row of the tile, lane t). own: that row's token; row: the token's row of qkv, out and dout. An idle
+// row past the end (valid false) computes on zeros from token 0's row and writes nothing.
+template <int TPR>
+struct RowBlock {
+    AttnBlockIndex at;
+    int len, g, t, own;
+    bool valid;
+    long base, tok, row;
+    __device__ RowBlock(const AttnLayout &lay, int H, int ntiles)
+        : at(blockIdx.x, H, ntiles), len(lay.len), g(threadIdx.x / TPR), t(threadIdx.x % TPR),
+          own(at.tile * (int)(blockDim.x / TPR) + g), valid(own < len), base(attn_seq_base(lay, at.group)),
+          tok(lay.tok_stride), row(base + (long)(valid ? own : 0) * tok) {}
+};
 
 // Rows per block for a sequence of length len: the configured maximum, or len rounded up to whole
 // warps when the sequence is shorter (temporal attention).
@@ -216,19 +228,12 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
     extern __shared__ __align__(16) unsigned char smem[];
     float(*Ks)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
     float(*Vs)[DH] = Ks + trows;                               // (trows, DH)
+    const RowBlock<TPR> b(lay, H, ntiles);  // b.own: this thread's query
+    const QkvHead<const Elem> head(qkv, D, b.at.h, DH);
+    const int len = b.len, t = b.t;
 
-    const int rows = blockDim.x / TPR;
-    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
-    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
-    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
-    const long base = seq_base(lay, seq), tok = lay.tok_stride;
-
-    // This thread's query (an idle row past the end computes on zeros and writes nothing).
-    const int qi = tile * rows + g;
-    const bool valid = qi < len;
-    const long qrow = base + (long)(valid ? qi : 0) * tok;
     float q[CPT], acc[CPT];
-    load_own<CPT, TPR>(q, qkv + qrow * 3 * D + hoff, valid, t);
+    load_own<CPT, TPR>(q, head.q + b.row * head.ld, b.valid, t);
 #pragma unroll
     for (int c = 0; c < CPT; c++) acc[c] = 0.f;
     float m = -INFINITY, l = 0.f;
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
         const int nk = min(trows, len - k0);  // the same in every thread: loops below stay uniform
         __syncthreads();                      // the previous tile is no longer read
         // the softmax steps read whole groups of KC keys: zeros up to the next multiple of KC
-        stage_kv<DH>(Ks, Vs, qkv, base, tok, k0, nk, min(trows, (nk + KC - 1) / KC * KC), D, hoff);
+        stage_kv<DH>(Ks, Vs, head, b.base, b.tok, k0, nk, min(trows, (nk + KC - 1) / KC * KC));
         __syncthreads();
 
         for (int kc = 0; kc < nk; kc += KC) {  // KC keys per step; kc < nk: at least one is real
@@ -264,17 +269,13 @@ __global__ void __launch_bounds__(FwdCfg<DH>::ROWS *FwdCfg<DH>::TPR)
         }
     }
 
-    if (valid) {
+    if (b.valid) {
         const float inv = 1.f / l;  // l >= 1: the maximum contributes exp(0)
         float o[CPT];
 #pragma unroll
         for (int c = 0; c < CPT; c++) o[c] = acc[c] * inv;
-        float *dst = out + qrow * D + hoff;
-#pragma unroll
-        for (int j = 0; j < CPT / 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dst[own_col<TPR>(j, e, t)] = o[4 * j + e];
-        if (t == 0) lse[qrow * H + h] = m + logf(l);
+        store_own<CPT, TPR>(out + b.row * D + b.at.h * DH, o, t);
+        if (t == 0) lse[b.row * H + b.at.h] = m + logf(l);
     }
 }
 
@@ -296,7 +297,7 @@ __global__ void attn_dvec_kernel(float *__restrict__ dvec, const float *__restri
     const int i = (int)(idx % len);
     const long sh = idx / len;
     const int h = (int)(sh % H), seq = (int)(sh / H);
-    const long off = (seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
+    const long off = (attn_seq_base(lay, seq) + (long)i * lay.tok_stride) * D + (long)h * dh;
     CompSum s = COMP_SUM_ZERO;
     for (int c = lane; c < dh; c += 32) s.add(__fmul_rn(dout[off + c], op_load(out + off + c)));
     for (int o = 16; o > 0; o >>= 1) {
@@ -320,29 +321,24 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
     extern __shared__ __align__(16) unsigned char smem[];
     float(*Ks)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
     float(*Vs)[DH] = Ks + trows;                               // (trows, DH)
+    // This thread's query b.own; an idle one has q = dout = 0, lse = Dvec = 0: finite, never written.
+    const RowBlock<TPR> b(lay, H, ntiles);
+    const QkvHead<const Elem> head(qkv, D, b.at.h, DH);
+    const int len = b.len, t = b.t;
+    const bool valid = b.valid;
 
-    const int rows = blockDim.x / TPR;
-    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
-    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
-    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
-    const long base = seq_base(lay, seq), tok = lay.tok_stride;
-
-    // This thread's query; an idle one has q = dout = 0, lse = Dvec = 0: finite, never written.
-    const int qi = tile * rows + g;
-    const bool valid = qi < len;
-    const long qrow = base + (long)(valid ? qi : 0) * tok;
     float q[CPT], dO[CPT], dq[CPT];
-    load_own<CPT, TPR>(q, qkv + qrow * 3 * D + hoff, valid, t);
-    load_own<CPT, TPR>(dO, dout + qrow * D + hoff, valid, t);
+    load_own<CPT, TPR>(q, head.q + b.row * head.ld, valid, t);
+    load_own<CPT, TPR>(dO, dout + b.row * D + b.at.h * DH, valid, t);
 #pragma unroll
     for (int c = 0; c < CPT; c++) dq[c] = 0.f;
-    const float Li = valid ? lse[qrow * H + h] : 0.f;
-    const float Di = valid ? dvec[(long)sh * len + qi] : 0.f;
+    const float Li = valid ? lse[b.row * H + b.at.h] : 0.f;
+    const float Di = valid ? dvec[(long)b.at.pair * len + b.own] : 0.f;
 
     for (int k0 = 0; k0 < len; k0 += trows) {
         const int nk = min(trows, len - k0);
         __syncthreads();
-        stage_kv<DH>(Ks, Vs, qkv, base, tok, k0, nk, nk, D, hoff);
+        stage_kv<DH>(Ks, Vs, head, b.base, b.tok, k0, nk, nk);
         __syncthreads();
         for (int j = 0; j < nk; j++) {  // keys in order
             const float s = group_sum<TPR>(dot_own<CPT, TPR>(q, Ks[j], t));
@@ -352,7 +348,10 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
             axpy_own<CPT, TPR>(dq, ds, Ks[j], t);
         }
     }
-    if (valid) store_own<CPT, TPR>(dqkv + qrow * 3 * D + hoff, dq, t);
+    if (valid) {
+        const QkvHead<float> dhead(dqkv, D, b.at.h, DH);
+        store_own<CPT, TPR>(dhead.q + b.row * dhead.ld, dq, t);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -371,20 +370,14 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
     float(*Qs)[DH] = reinterpret_cast<float(*)[DH]>(smem);  // (trows, DH)
     float(*dOs)[DH] = Qs + trows;                              // (trows, DH)
     float *Ls = (float *)(dOs + trows), *Ds = Ls + trows;      // (trows) each
+    const RowBlock<TPR> b(lay, H, ntiles);  // b.own: this thread's key
+    const QkvHead<const Elem> head(qkv, D, b.at.h, DH);
+    const int len = b.len, t = b.t, h = b.at.h;
+    const long base = b.base, tok = b.tok;
 
-    const int rows = blockDim.x / TPR;
-    const int tile = blockIdx.x % ntiles, sh = blockIdx.x / ntiles;
-    const int h = sh % H, seq = sh / H, len = lay.len, hoff = h * DH;
-    const int g = threadIdx.x / TPR, t = threadIdx.x % TPR;
-    const long base = seq_base(lay, seq), tok = lay.tok_stride;
-
-    // This thread's key (an idle one computes on zeros and writes nothing).
-    const int kj = tile * rows + g;
-    const bool valid = kj < len;
-    const long krow = base + (long)(valid ? kj : 0) * tok;
     float k[CPT], v[CPT], dk[CPT], dv[CPT];
-    load_own<CPT, TPR>(k, qkv + krow * 3 * D + D + hoff, valid, t);
-    load_own<CPT, TPR>(v, qkv + krow * 3 * D + 2 * D + hoff, valid, t);
+    load_own<CPT, TPR>(k, head.k + b.row * head.ld, b.valid, t);
+    load_own<CPT, TPR>(v, head.v + b.row * head.ld, b.valid, t);
 #pragma unroll
     for (int c = 0; c < CPT; c++) dk[c] = dv[c] = 0.f;
 
@@ -400,8 +393,8 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
                 qv[u] = gv[u] = 0.f;
                 if (idx < nq * DH) {
                     long row = base + (long)(q0 + r) * tok;
-                    qv[u] = load_elem(qkv + row * 3 * D + hoff + c);
-                    gv[u] = dout[row * D + hoff + c];
+                    qv[u] = load_elem(head.q + row * head.ld + c);
+                    gv[u] = dout[row * D + h * DH + c];
                 }
             }
 #pragma unroll
@@ -412,7 +405,7 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
         }
         for (int r = threadIdx.x; r < nq; r += blockDim.x) {
             Ls[r] = lse[(base + (long)(q0 + r) * tok) * H + h];
-            Ds[r] = dvec[(long)sh * len + q0 + r];
+            Ds[r] = dvec[(long)b.at.pair * len + q0 + r];
         }
         __syncthreads();
         for (int i = 0; i < nq; i++) {  // queries in order
@@ -424,9 +417,10 @@ __global__ void __launch_bounds__(BwdCfg<DH>::ROWS *BwdCfg<DH>::TPR)
             axpy_own<CPT, TPR>(dk, ds, Qs[i], t);
         }
     }
-    if (valid) {
-        store_own<CPT, TPR>(dqkv + krow * 3 * D + D + hoff, dk, t);
-        store_own<CPT, TPR>(dqkv + krow * 3 * D + 2 * D + hoff, dv, t);
+    if (b.valid) {
+        const QkvHead<float> dhead(dqkv, D, h, DH);
+        store_own<CPT, TPR>(dhead.k + b.row * dhead.ld, dk, t);
+        store_own<CPT, TPR>(dhead.v + b.row * dhead.ld, dv, t);
     }
 }
 
@@ -449,46 +443,46 @@ int fc_attn_head_dim(int D, int H, const char *op) {
     return dh;
 }
 
+// The launch of a kernel configured by C (FwdCfg or BwdCfg): rows a block owns, rows of a streamed
+// tile, blocks per (sequence, head), and the two (trows, DH) fp32 tiles of shared memory.
+template <int DH, typename C>
+struct RowLaunch {
+    int rows, trows, ntiles;
+    unsigned grid, threads;
+    size_t smem;
+    RowLaunch(const AttnLayout &lay, int H, long n_seq)
+        : rows(rows_per_block(lay.len, C::ROWS, C::TPR)), trows(tile_rows(lay.len, C::TILE)),
+          ntiles((lay.len + rows - 1) / rows), grid(attn_grid(n_seq, H, ntiles)), threads(rows * C::TPR),
+          smem(2 * sizeof(float) * trows * DH) {}
+};
+
 template <int DH>
 static void attn_fwd_launch(float *out, float *lse, const float *qkv, AttnLayout lay, int D, int H, long n_seq) {
-    using C = FwdCfg<DH>;
-    int rows = rows_per_block(lay.len, C::ROWS, C::TPR), trows = tile_rows(lay.len, C::TILE);
-    int ntiles = (lay.len + rows - 1) / rows;
-    float scale = (float)(1.0 / sqrt((double)DH));
-    size_t smem = 2 * sizeof(float) * trows * DH;
-    attn_fwd_kernel<DH, float><<<attn_grid(n_seq, H, ntiles), rows * C::TPR, smem>>>(out, lse, qkv, lay, D, H, ntiles, trows, scale);
+    const RowLaunch<DH, FwdCfg<DH>> l(lay, H, n_seq);
+    const float scale = attn_scale(DH);
+    attn_fwd_kernel<DH, float><<<l.grid, l.threads, l.smem>>>(out, lse, qkv, lay, D, H, l.ntiles, l.trows, scale);
     kernelCheck();
 }
 
 template <int DH>
 static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dvec,
                             AttnLayout lay, int D, int H, long n_seq) {
-    using C = BwdCfg<DH>;
-    int rows = rows_per_block(lay.len, C::ROWS, C::TPR), trows = tile_rows(lay.len, C::TILE);
-    int ntiles = (lay.len + rows - 1) / rows;
-    unsigned grid = attn_grid(n_seq, H, ntiles);
-    float scale = (float)(1.0 / sqrt((double)DH));
-    size_t smem = 2 * sizeof(float) * trows * DH;
-    attn_bwd_dq_kernel<DH, float><<<grid, rows * C::TPR, smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, trows, scale);
+    const RowLaunch<DH, BwdCfg<DH>> l(lay, H, n_seq);
+    const float scale = attn_scale(DH);
+    attn_bwd_dq_kernel<DH, float><<<l.grid, l.threads, l.smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, l.ntiles, l.trows, scale);
     kernelCheck();
-    smem += 2 * sizeof(float) * trows;  // lse and Dvec of the query tile
-    attn_bwd_dkdv_kernel<DH, float><<<grid, rows * C::TPR, smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, ntiles, trows, scale);
+    const size_t smem = l.smem + 2 * sizeof(float) * l.trows;  // lse and Dvec of the query tile
+    attn_bwd_dkdv_kernel<DH, float><<<l.grid, l.threads, smem>>>(dqkv, dout, qkv, lse, dvec, lay, D, H, l.ntiles, l.trows, scale);
     kernelCheck();
 }
 
 // The "cuda-fp32" table's operands are floats.
 static void cuda_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
-    int dh = fc_attn_head_dim(D, H, "attn_fwd");
+    const AttnCall call(lay, D, H, "attn_fwd");
+    if (call.empty()) return;
     float *out = (float *)out_op;
     const float *qkv = (const float *)qkv_op;
-    long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (n_seq <= 0 || lay.len <= 0) return;
-    switch (dh) {
-    case 16: attn_fwd_launch<16>(out, lse, qkv, lay, D, H, n_seq); break;
-    case 32: attn_fwd_launch<32>(out, lse, qkv, lay, D, H, n_seq); break;
-    case 64: attn_fwd_launch<64>(out, lse, qkv, lay, D, H, n_seq); break;
-    default: attn_fwd_launch<128>(out, lse, qkv, lay, D, H, n_seq); break;
-    }
+    call.dispatch([&](auto dh) { attn_fwd_launch<decltype(dh)::value>(out, lse, qkv, lay, D, H, call.n_seq); });
 }
 
 const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay, int D, int H, int bf16) {
@@ -506,17 +500,13 @@ const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay,
 
 static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv_op, const real *lse,
                           AttnLayout lay, int D, int H) {
-    int dh = fc_attn_head_dim(D, H, "attn_bwd");
+    const AttnCall call(lay, D, H, "attn_bwd");
+    if (call.empty() || !dqkv) return;
     const float *qkv = (const float *)qkv_op;
-    long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 0);
-    switch (dh) {
-    case 16: attn_bwd_launch<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 32: attn_bwd_launch<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 64: attn_bwd_launch<64>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    default: attn_bwd_launch<128>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    }
+    call.dispatch([&](auto dh) {
+        attn_bwd_launch<decltype(dh)::value>(dqkv, dout, qkv, lse, dvec, lay, D, H, call.n_seq);
+    });
 }
 
 void cuda_register_attention(Backend *be) {

@@ -42,6 +42,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"  // first: it includes the C headers with C linkage
+#include "attention_common.cuh"
 #include "backend/attn_scratch.h"
 #include "backend_cuda.h"
 
@@ -195,14 +196,11 @@ struct TokenMap {
     int len, pack, nrows;
     AttnLayout lay;
     __device__ TokenMap(const AttnLayout &l, long s0, int pk, long n_seq)
-        : seq0(s0), base0(seq_base(l, s0)), len(l.len), pack(pk),
+        : seq0(s0), base0(attn_seq_base(l, s0)), len(l.len), pack(pk),
           nrows(pk == 1 ? l.len : (int)((n_seq - s0 < pk ? n_seq - s0 : pk) * l.len)), lay(l) {}
-    static __device__ long seq_base(const AttnLayout &l, long seq) {
-        return seq / l.n_inner * l.outer_stride + seq % l.n_inner * l.inner_stride;
-    }
     __device__ long row(int r) const {
         if (pack == 1) return base0 + (long)r * lay.tok_stride;
-        return seq_base(lay, seq0 + r / len) + (long)(r % len) * lay.tok_stride;
+        return attn_seq_base(lay, seq0 + r / len) + (long)(r % len) * lay.tok_stride;
     }
     __device__ bool valid(int r) const { return r < nrows; }
     __device__ bool sees(int q, int k) const { return q < nrows && k < nrows && (pack == 1 || q / len == k / len); }
@@ -232,34 +230,122 @@ __device__ __forceinline__ void stage_async(bf16 *dst, const bf16 *__restrict__ 
 
 // A block's place, from its index bid = (group * H + h) * ntiles + tile (a group: one sequence, or
 // pack of them): its head and token map, the first of the 64 rows it owns (queries forward and in dQ,
-// keys in dK/dV), the lane's fragment coordinates, and where the head's rows start: of q, k and v
-// in qkv (T, 3D), ldq = 3D apart, and of dO in its (rows, DH) block of the heads' copy (ldo = DH).
+// keys in dK/dV), the lane's fragment coordinates, and where the head's rows start: of q, k and v in
+// qkv (T, 3D), qkv.ld = 3D apart, and of dO in its (rows, DH) block of the heads' copy (ldo = DH).
 template <int DH>
 struct TcBlock {
+    AttnBlockIndex at;
     int h, own0;
     int warp, lane, g, t;
     TokenMap map;
-    const bf16 *q, *k, *v, *dout;
-    int ldq, ldo;
+    QkvHead<const bf16> qkv;
+    const bf16 *dout;
+    int ldo;
     __device__ TcBlock(const AttnLayout &lay, int H, int ntiles, int pack, const bf16 *qkv16, const bf16 *dout16,
                        long rows, unsigned bid)
-        : h((int)(bid / ntiles % H)), own0((int)(bid % ntiles) * TC_ROWS), warp(threadIdx.x / 32),
-          lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
-          map(lay, (long)(bid / ntiles / H) * pack, pack, (long)lay.n_outer * lay.n_inner),
-          q(qkv16 + (long)h * DH), k(qkv16 + (long)(H + h) * DH), v(qkv16 + (long)(2 * H + h) * DH),
-          dout(dout16 ? dout16 + (long)h * rows * DH : nullptr), ldq(3 * H * DH), ldo(DH) {}
+        : at(bid, H, ntiles), h(at.h), own0(at.tile * TC_ROWS), warp(threadIdx.x / 32), lane(threadIdx.x % 32),
+          g(lane / 4), t(lane % 4), map(lay, (long)at.group * pack, pack, (long)lay.n_outer * lay.n_inner),
+          qkv(qkv16, H * DH, h, DH), dout(dout16 ? dout16 + (long)h * rows * DH : nullptr), ldo(DH) {}
 };
+
+// acc (a warp's 16 rows, DH) += X B: X (16, TC_TILE) the accumulators of its score tiles (rounded to
+// bf16 here), B (TC_TILE, DH) a tile in shared memory, read transposed. Forward O += P V, dQ += dS K.
+template <int DH>
+__device__ __forceinline__ void mma_scores_tile(float acc[DH / 8][4], const float x[TC_TILE / 8][4], const bf16 *B,
+                                                int lane) {
+    constexpr int ROW = TcLd<DH>::ROW;
+    for (int kk = 0; kk < TC_TILE / 16; kk++) {
+        uint32_t a[4];
+        c_to_a(a, x[2 * kk], x[2 * kk + 1]);
+        for (int n = 0; n < DH / 8; n += 2) {  // DH / 8 is even
+            uint32_t b[4];
+            load_b2(b, B + kk * 16 * ROW + n * 8, ROW, lane);
+            mma16816(acc[n], a, b[0], b[1]), mma16816(acc[n + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Row r (0: the thread's row g, 1: row g + 8) of a warp's fp32 accumulators (16, DH): the thread's
+// columns 2t, 2t+1 of every 8, dst pointing at column 2t of the head's row.
+template <int DH>
+__device__ __forceinline__ void store_acc_row(float *dst, const float acc[DH / 8][4], int r) {
+    for (int n = 0; n < DH / 8; n++) dst[n * 8] = acc[n][2 * r], dst[n * 8 + 1] = acc[n][2 * r + 1];
+}
 
 // ----------------------------------------------------------------------------
 // forward. Block b = (seq * H + h) * ntiles + tile owns queries tile*64 .. +63 and streams over
-// tiles of TC_TILE keys, the next tile's copy in flight while this one is computed.
+// tiles of TC_TILE keys, the next tile's copy in flight while this one is computed. A thread's rows:
+// queries q and q + 8 (q = own0 + 16 warp + g).
+
+// S (16 queries, TC_TILE keys) = Q K^T: qa the warp's query fragments, Kt the key tile.
+template <int DH>
+__device__ __forceinline__ void fwd_scores(float s[TC_TILE / 8][4], const uint32_t qa[DH / 16][4], const bf16 *Kt,
+                                           int lane, int g, int t) {
+    constexpr int ROW = TcLd<DH>::ROW;
+    for (int j = 0; j < TC_TILE / 8; j++)
+        if constexpr (DH >= 32) {
+            for (int kb = 0; kb < DH / 16; kb += 2) {
+                uint32_t b[4];
+                load_bt2(b, Kt + j * 8 * ROW + kb * 16, ROW, lane);
+                mma16816(s[j], qa[kb], b[0], b[1]);
+                mma16816(s[j], qa[kb + 1], b[2], b[3]);
+            }
+        } else {
+            uint32_t b0, b1;
+            load_bt(b0, b1, Kt + j * 8 * ROW, ROW, g, t);
+            mma16816(s[j], qa[0], b0, b1);
+        }
+}
+
+// The online softmax over the tile of keys at k0: masks and scales the scores, takes the running max
+// m and this thread's running sum l of rows q and q + 8 to the tile, rescales their output rows o,
+// and leaves the probabilities in s.
+template <int DH>
+__device__ __forceinline__ void fwd_softmax(float s[TC_TILE / 8][4], float o[DH / 8][4], float m[2], float l[2],
+                                            const TokenMap &map, int q, int k0, float scale, int t) {
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int j = 0; j < TC_TILE / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            bool seen = map.sees(q + 8 * (e / 2), k0 + j * 8 + 2 * t + (e & 1));
+            s[j][e] = seen ? s[j][e] * scale : -INFINITY;
+            mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+        }
+    float alpha[2];
+    float base[2];  // what the scores are taken from: the running max, 0 while a row has seen no key
+    for (int r = 0; r < 2; r++) {  // a row may see no key of a tile (packed sequences, padding rows)
+        float mn = fmaxf(m[r], quad_max(mx[r]));
+        base[r] = mn == -INFINITY ? 0.f : mn;
+        alpha[r] = expf(m[r] - base[r]), m[r] = mn, l[r] *= alpha[r];  // exp(-inf) = 0: nothing to rescale
+    }
+    for (int j = 0; j < TC_TILE / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            s[j][e] = expf(s[j][e] - base[e / 2]);  // a masked key: exp(-inf) = 0
+            l[e / 2] += s[j][e];
+        }
+    for (int n = 0; n < DH / 8; n++)
+        o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+}
+
+// out = o / l (bf16) and lse = m + log(l) of rows q and q + 8 (the sums completed across the quad).
+template <int DH>
+__device__ __forceinline__ void fwd_store(bf16 *out, float *lse, const float o[DH / 8][4], const float m[2],
+                                          const float l[2], const TokenMap &map, int q, int D, int H, int h, int t) {
+    for (int r = 0; r < 2; r++) {
+        float sum = quad_sum(l[r]);
+        if (!map.valid(q + 8 * r)) continue;  // a valid row sees at least itself: sum >= 1
+        long row = map.row(q + 8 * r);
+        bf16 *dst = out + row * D + (long)h * DH + 2 * t;  // an even element: 4 bytes aligned (tc_fwd)
+        for (int n = 0; n < DH / 8; n++)
+            *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(o[n][2 * r] / sum, o[n][2 * r + 1] / sum);
+        if (t == 0) lse[row * H + h] = m[r] + logf(sum);
+    }
+}
 
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_attn_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv16, long rows,
                        AttnLayout lay, int D, int H, int ntiles, int pack, float scale) {
     using L = TcLd<DH>;
-    constexpr int NT = TC_TILE / 8;  // score tiles of 8 keys
     extern __shared__ __align__(16) unsigned char smem[];
     // Two buffers of (K tile, V tile), 2 x TC_TILE rows each. The queries are read into registers
     // once, so they are staged in buffer 1 (64 = 2 x TC_TILE rows) before its first refill: the
@@ -269,90 +355,37 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_TILE * L::ROW;  // buffer i: Ks/Vs + i * 2 * TC_TILE rows
     bf16 *Qs = Ks + 2 * TC_TILE * L::ROW;                  // (64, ROW): buffer 1, until tile 1 is staged
     const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, nullptr, rows, blockIdx.x);
-    const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const TokenMap &map = b.map;
-    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v;
+    const int q = b.own0 + b.warp * 16 + b.g;
+    auto stage_keys = [&](int buf, int k0) {
+        stage_async<DH, TC_TILE>(Ks + buf * 2 * TC_TILE * L::ROW, b.qkv.k, b.map, k0, b.qkv.ld);
+        stage_async<DH, TC_TILE>(Vs + buf * 2 * TC_TILE * L::ROW, b.qkv.v, b.map, k0, b.qkv.ld);
+    };
 
-    stage_async<DH, TC_ROWS>(Qs, q16, map, q0, b.ldq);
+    stage_async<DH, TC_ROWS>(Qs, b.qkv.q, b.map, b.own0, b.qkv.ld);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, map, 0, b.ldq);
-    stage_async<DH, TC_TILE>(Vs, v16, map, 0, b.ldq);
+    stage_keys(0, 0);
     cp_async_commit();
     cp_async_wait<1>();  // Q
     __syncthreads();
     uint32_t qa[DH / 16][4];
-    for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + warp * 16 * L::ROW + kb * 16, L::ROW, g, t);
+    for (int kb = 0; kb < DH / 16; kb++) load_a(qa[kb], Qs + b.warp * 16 * L::ROW + kb * 16, L::ROW, b.g, b.t);
     __syncthreads();  // every warp has its queries before buffer 1 is refilled
     float o[DH / 8][4] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g+8: running max, this thread's sum
-
-    const int ntk = (map.nrows + TC_TILE - 1) / TC_TILE;
+    const int ntk = (b.map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
-        if (it + 1 < ntk) {  // the other buffer was last read before the previous __syncthreads
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * 2 * TC_TILE * L::ROW, k16, map, k0 + TC_TILE, b.ldq);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * 2 * TC_TILE * L::ROW, v16, map, k0 + TC_TILE, b.ldq);
-        }
+        if (it + 1 < ntk) stage_keys(cur ^ 1, k0 + TC_TILE);  // the other buffer: last read before the last barrier
         cp_async_commit();
         cp_async_wait<1>();  // this tile's copies (all but the newest group)
         __syncthreads();     // ... and every other thread's
-        const bf16 *Kt = Ks + cur * 2 * TC_TILE * L::ROW, *Vt = Vs + cur * 2 * TC_TILE * L::ROW;
-        float s[NT][4] = {};
-        for (int j = 0; j < NT; j++)
-            if constexpr (DH >= 32) {
-                for (int kb = 0; kb < DH / 16; kb += 2) {
-                    uint32_t b[4];
-                    load_bt2(b, Kt + j * 8 * L::ROW + kb * 16, L::ROW, lane);
-                    mma16816(s[j], qa[kb], b[0], b[1]);
-                    mma16816(s[j], qa[kb + 1], b[2], b[3]);
-                }
-            } else {
-                uint32_t b0, b1;
-                load_bt(b0, b1, Kt + j * 8 * L::ROW, L::ROW, g, t);
-                mma16816(s[j], qa[0], b0, b1);
-            }
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int j = 0; j < NT; j++)
-            for (int e = 0; e < 4; e++) {
-                bool seen = map.sees(q0 + warp * 16 + g + 8 * (e / 2), k0 + j * 8 + 2 * t + (e & 1));
-                s[j][e] = seen ? s[j][e] * scale : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
-            }
-        float alpha[2];
-        float base[2];  // what the scores are taken from: the running max, 0 while a row has seen no key
-        for (int r = 0; r < 2; r++) {  // a row may see no key of a tile (packed sequences, padding rows)
-            float mn = fmaxf(m[r], quad_max(mx[r]));
-            base[r] = mn == -INFINITY ? 0.f : mn;
-            alpha[r] = expf(m[r] - base[r]), m[r] = mn, l[r] *= alpha[r];  // exp(-inf) = 0: nothing to rescale
-        }
-        for (int j = 0; j < NT; j++)
-            for (int e = 0; e < 4; e++) {
-                s[j][e] = expf(s[j][e] - base[e / 2]);  // a masked key: exp(-inf) = 0
-                l[e / 2] += s[j][e];
-            }
-        for (int n = 0; n < DH / 8; n++)
-            o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4];
-            c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n += 2) {  // DH / 8 is even
-                uint32_t b[4];
-                load_b2(b, Vt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(o[n], pa, b[0], b[1]), mma16816(o[n + 1], pa, b[2], b[3]);
-            }
-        }
+        float s[TC_TILE / 8][4] = {};
+        fwd_scores<DH>(s, qa, Ks + cur * 2 * TC_TILE * L::ROW, b.lane, b.g, b.t);
+        fwd_softmax<DH>(s, o, m, l, b.map, q, k0, scale, b.t);
+        mma_scores_tile<DH>(o, s, Vs + cur * 2 * TC_TILE * L::ROW, b.lane);  // O += P V
         __syncthreads();  // every warp is done with this buffer before it is refilled
     }
-    for (int r = 0; r < 2; r++) {
-        int q = q0 + warp * 16 + g + 8 * r;
-        float sum = quad_sum(l[r]);
-        if (!map.valid(q)) continue;  // a valid row sees at least itself: sum >= 1
-        long row = map.row(q);
-        bf16 *dst = out + row * D + (long)h * DH + 2 * t;  // an even element: 4 bytes aligned (tc_fwd)
-        for (int n = 0; n < DH / 8; n++)
-            *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(o[n][2 * r] / sum, o[n][2 * r + 1] / sum);
-        if (t == 0) lse[row * H + h] = m[r] + logf(sum);
-    }
+    fwd_store<DH>(out, lse, o, m, l, b.map, q, D, H, b.h, b.t);
 }
 
 // The two score products of the backward kernels for a warp's 16 rows: x += A B^T and y += C E^T,
@@ -411,31 +444,28 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Ks = DOs + TC_ROWS * L::ROW, *Vs = Ks + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE, ROW) each
     float *Lse = (float *)(Vs + 2 * TC_TILE * L::ROW), *Dv = Lse + TC_ROWS;  // (64) each
     const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows, blockIdx.x);
-    const int h = b.h, q0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const long ld = 3L * D;
+    const int h = b.h, q0 = b.own0, r0 = b.warp * 16, g = b.g, t = b.t;
     const TokenMap &map = b.map;
-    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
+    auto stage_keys = [&](int buf, int k0) {
+        stage_async<DH, TC_TILE>(Ks + buf * TC_TILE * L::ROW, b.qkv.k, map, k0, b.qkv.ld);
+        stage_async<DH, TC_TILE>(Vs + buf * TC_TILE * L::ROW, b.qkv.v, map, k0, b.qkv.ld);
+    };
 
-    stage_async<DH, TC_ROWS>(Qs, q16, map, q0, b.ldq);
-    stage_async<DH, TC_ROWS>(DOs, do16, map, q0, b.ldo);
+    stage_async<DH, TC_ROWS>(Qs, b.qkv.q, map, q0, b.qkv.ld);
+    stage_async<DH, TC_ROWS>(DOs, b.dout, map, q0, b.ldo);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Ks, k16, map, 0, b.ldq);
-    stage_async<DH, TC_TILE>(Vs, v16, map, 0, b.ldq);
+    stage_keys(0, 0);
     cp_async_commit();
     for (int r = threadIdx.x; r < TC_ROWS; r += blockDim.x) {
         bool in = map.valid(q0 + r);
         Lse[r] = in ? lse[map.row(q0 + r) * H + h] : 0.f;
         Dv[r] = in ? dvec[map.dvec_at(q0 + r, H, h)] : 0.f;
     }
-    const int r0 = warp * 16;
     float dq[DH / 8][4] = {};
     const int ntk = (map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntk; it++) {
         const int k0 = it * TC_TILE, cur = it & 1;
-        if (it + 1 < ntk) {
-            stage_async<DH, TC_TILE>(Ks + (cur ^ 1) * TC_TILE * L::ROW, k16, map, k0 + TC_TILE, b.ldq);
-            stage_async<DH, TC_TILE>(Vs + (cur ^ 1) * TC_TILE * L::ROW, v16, map, k0 + TC_TILE, b.ldq);
-        }
+        if (it + 1 < ntk) stage_keys(cur ^ 1, k0 + TC_TILE);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -448,28 +478,19 @@ __global__ void __launch_bounds__(TC_THREADS)
                 float p = map.sees(q0 + r, k0 + j * 8 + 2 * t + (e & 1)) ? expf(s[j][e] * scale - Lse[r]) : 0.f;
                 s[j][e] = p * (dp[j][e] - Dv[r]) * scale;  // dS
             }
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t a[4];
-            c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n += 2) {
-                uint32_t b[4];
-                load_b2(b, Kt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dq[n], a, b[0], b[1]), mma16816(dq[n + 1], a, b[2], b[3]);
-            }
-        }
+        mma_scores_tile<DH>(dq, s, Kt, b.lane);  // dQ += dS K
         __syncthreads();
     }
+    const QkvHead<float> dhead(dqkv, D, h, DH);
     for (int r = 0; r < 2; r++) {
         int q = q0 + r0 + g + 8 * r;
-        if (!map.valid(q)) continue;
-        float *dst = dqkv + map.row(q) * ld + (long)h * DH + 2 * t;
-        for (int n = 0; n < DH / 8; n++) dst[n * 8] = dq[n][2 * r], dst[n * 8 + 1] = dq[n][2 * r + 1];
+        if (map.valid(q)) store_acc_row<DH>(dhead.q + map.row(q) * dhead.ld + 2 * t, dq, r);
     }
 }
 
 // ----------------------------------------------------------------------------
 // backward: dK and dV. Block b owns keys tile*64 .. +63 and streams over tiles of TC_TILE queries
-// (q, dout, lse, Dvec).
+// (q, dout, lse, Dvec). A thread's rows: keys k and k + 8 (k = own0 + 16 warp + g).
 
 // Starts copying the lse and Dvec of query rows q0 .. q0+TC_TILE-1 (zeros for rows not in use):
 // threads 0 .. TC_TILE-1 one lse each, the next TC_TILE one Dvec each.
@@ -480,6 +501,52 @@ __device__ __forceinline__ void stage_stats_async(float *Lse, float *Dv, const f
     bool valid = map.valid(q0 + c);
     if (threadIdx.x < TC_TILE) cp_async4(Lse + c, valid ? lse + map.row(q0 + c) * H + h : lse, valid);
     else if (threadIdx.x < 2 * TC_TILE) cp_async4(Dv + c, valid ? dvec + map.dvec_at(q0 + c, H, h) : dvec, valid);
+}
+
+// From S^T and dP^T of the tile of queries at q0 (their lse Lt and Dvec Dt): P^T into st, dS^T into dpt.
+__device__ __forceinline__ void dkdv_probs(float st[TC_TILE / 8][4], float dpt[TC_TILE / 8][4], const TokenMap &map,
+                                           int k, int q0, const float *Lt, const float *Dt, float scale, int t) {
+    for (int j = 0; j < TC_TILE / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            int c = j * 8 + 2 * t + (e & 1);
+            float p = map.sees(q0 + c, k + 8 * (e / 2)) ? expf(st[j][e] * scale - Lt[c]) : 0.f;
+            st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dt[c]) * scale;  // P^T, dS^T
+        }
+}
+
+// dS^T of keys k and k + 8 against the tile of queries at q0 as the products round it (bf16), into
+// slot (len, ldds) for the dQ GEMM (tc_dq_gemm).
+__device__ __forceinline__ void store_ds(bf16 *slot, int ldds, const float dsT[TC_TILE / 8][4], const TokenMap &map,
+                                         int k, int q0, int t) {
+    for (int r = 0; r < 2; r++) {
+        if (!map.valid(k + 8 * r)) continue;
+        bf16 *row = slot + (long)(k + 8 * r) * ldds;
+        for (int j = 0; j < TC_TILE / 8; j++) {
+            int q = q0 + j * 8 + 2 * t;  // q + 1 may be the padding column: never read
+            if (map.valid(q)) *(uint32_t *)(row + q) = pack(dsT[j][2 * r], dsT[j][2 * r + 1]);
+        }
+    }
+}
+
+// dV += P^T dO and dK += dS^T Q for the warp's 16 keys, P^T and dS^T in the score accumulators pT and
+// dsT, the two products of each step side by side.
+template <int DH>
+__device__ __forceinline__ void dkdv_accumulate(float dk[DH / 8][4], float dv[DH / 8][4],
+                                                const float pT[TC_TILE / 8][4], const float dsT[TC_TILE / 8][4],
+                                                const bf16 *Qt, const bf16 *DOt, int lane) {
+    constexpr int ROW = TcLd<DH>::ROW;
+    for (int kk = 0; kk < TC_TILE / 16; kk++) {
+        uint32_t pa[4], sa[4];
+        c_to_a(pa, pT[2 * kk], pT[2 * kk + 1]);
+        c_to_a(sa, dsT[2 * kk], dsT[2 * kk + 1]);
+        for (int n = 0; n < DH / 8; n += 2) {
+            uint32_t b[4];
+            load_b2(b, DOt + kk * 16 * ROW + n * 8, ROW, lane);
+            mma16816(dv[n], pa, b[0], b[1]), mma16816(dv[n + 1], pa, b[2], b[3]);
+            load_b2(b, Qt + kk * 16 * ROW + n * 8, ROW, lane);
+            mma16816(dk[n], sa, b[0], b[1]), mma16816(dk[n + 1], sa, b[2], b[3]);
+        }
+    }
 }
 
 template <int DH>
@@ -495,28 +562,24 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Qs = Vs + TC_ROWS * L::ROW, *DOs = Qs + 2 * TC_TILE * L::ROW;       // 2 x (TC_TILE queries, ROW) each
     float *Lse = (float *)(DOs + 2 * TC_TILE * L::ROW), *Dv = Lse + 2 * TC_TILE;  // 2 x (TC_TILE) each
     const TcBlock<DH> b(lay, H, ntiles, pack, qkv16, dout16, rows, block0 + blockIdx.x);
-    const int h = b.h, k0 = b.own0, warp = b.warp, lane = b.lane, g = b.g, t = b.t;
-    const long ld = 3L * D;
+    const int h = b.h, k0 = b.own0, lane = b.lane, g = b.g, t = b.t, r0 = b.warp * 16;
     const TokenMap &map = b.map;
-    const bf16 *q16 = b.q, *k16 = b.k, *v16 = b.v, *do16 = b.dout;
+    auto stage_queries = [&](int buf, int q0) {
+        stage_async<DH, TC_TILE>(Qs + buf * TC_TILE * L::ROW, b.qkv.q, map, q0, b.qkv.ld);
+        stage_async<DH, TC_TILE>(DOs + buf * TC_TILE * L::ROW, b.dout, map, q0, b.ldo);
+        stage_stats_async(Lse + buf * TC_TILE, Dv + buf * TC_TILE, lse, dvec, map, h, H, q0);
+    };
 
-    stage_async<DH, TC_ROWS>(Ks, k16, map, k0, b.ldq);
-    stage_async<DH, TC_ROWS>(Vs, v16, map, k0, b.ldq);
+    stage_async<DH, TC_ROWS>(Ks, b.qkv.k, map, k0, b.qkv.ld);
+    stage_async<DH, TC_ROWS>(Vs, b.qkv.v, map, k0, b.qkv.ld);
     cp_async_commit();
-    stage_async<DH, TC_TILE>(Qs, q16, map, 0, b.ldq);
-    stage_async<DH, TC_TILE>(DOs, do16, map, 0, b.ldo);
-    stage_stats_async(Lse, Dv, lse, dvec, map, h, H, 0);
+    stage_queries(0, 0);
     cp_async_commit();
-    const int r0 = warp * 16;
     float dk[DH / 8][4] = {}, dv[DH / 8][4] = {};
     const int ntq = (map.nrows + TC_TILE - 1) / TC_TILE;
     for (int it = 0; it < ntq; it++) {
         const int q0 = it * TC_TILE, cur = it & 1, nxt = cur ^ 1;
-        if (it + 1 < ntq) {
-            stage_async<DH, TC_TILE>(Qs + nxt * TC_TILE * L::ROW, q16, map, q0 + TC_TILE, b.ldq);
-            stage_async<DH, TC_TILE>(DOs + nxt * TC_TILE * L::ROW, do16, map, q0 + TC_TILE, b.ldo);
-            stage_stats_async(Lse + nxt * TC_TILE, Dv + nxt * TC_TILE, lse, dvec, map, h, H, q0 + TC_TILE);
-        }
+        if (it + 1 < ntq) stage_queries(nxt, q0 + TC_TILE);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -524,42 +587,16 @@ __global__ void __launch_bounds__(TC_THREADS)
         const float *Lt = Lse + cur * TC_TILE, *Dt = Dv + cur * TC_TILE;
         float st[NT][4] = {}, dpt[NT][4] = {};  // (16 keys, TC_TILE queries): S^T and dP^T
         score_pair<DH, true>(st, dpt, Ks + r0 * L::ROW, Vs + r0 * L::ROW, Qt, DOt, g, t);
-        for (int j = 0; j < NT; j++)
-            for (int e = 0; e < 4; e++) {
-                int c = j * 8 + 2 * t + (e & 1);
-                float p = map.sees(q0 + c, k0 + r0 + g + 8 * (e / 2)) ? expf(st[j][e] * scale - Lt[c]) : 0.f;
-                st[j][e] = p, dpt[j][e] = p * (dpt[j][e] - Dt[c]) * scale;  // P^T, dS^T
-            }
-        if (ds) {  // dS^T as the products below round it, for the dQ GEMM (tc_dq_gemm)
-            bf16 *slot = ds + (long)(blockIdx.x / ntiles) * lay.len * ldds;
-            for (int r = 0; r < 2; r++) {
-                int k = k0 + r0 + g + 8 * r;
-                if (!map.valid(k)) continue;
-                for (int j = 0; j < NT; j++) {
-                    int q = q0 + j * 8 + 2 * t;  // q + 1 may be the padding column: never read
-                    if (map.valid(q))
-                        *(uint32_t *)(slot + (long)k * ldds + q) = ::pack(dpt[j][2 * r], dpt[j][2 * r + 1]);
-                }
-            }
-        }
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4], sa[4];
-            c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-            c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-            for (int n = 0; n < DH / 8; n += 2) {
-                uint32_t b[4];
-                load_b2(b, DOt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dv[n], pa, b[0], b[1]), mma16816(dv[n + 1], pa, b[2], b[3]);
-                load_b2(b, Qt + kk * 16 * L::ROW + n * 8, L::ROW, lane);
-                mma16816(dk[n], sa, b[0], b[1]), mma16816(dk[n + 1], sa, b[2], b[3]);
-            }
-        }
+        dkdv_probs(st, dpt, map, k0 + r0 + g, q0, Lt, Dt, scale, t);
+        if (ds)  // this block's (sequence, head) pair of the chunk: blocks count from block0
+            store_ds(ds + (long)(blockIdx.x / ntiles) * lay.len * ldds, ldds, dpt, map, k0 + r0 + g, q0, t);
+        dkdv_accumulate<DH>(dk, dv, st, dpt, Qt, DOt, lane);
         __syncthreads();
     }
     for (int r = 0; r < 2; r++) {
         int k = k0 + r0 + g + 8 * r;
         if (!map.valid(k)) continue;
-        float *dst = dqkv + map.row(k) * ld + D + (long)h * DH + 2 * t;
+        float *dst = dqkv + map.row(k) * 3L * D + D + (long)h * DH + 2 * t;
         for (int n = 0; n < DH / 8; n++) {
             dst[n * 8] = dk[n][2 * r], dst[n * 8 + 1] = dk[n][2 * r + 1];
             dst[D + n * 8] = dv[n][2 * r], dst[D + n * 8 + 1] = dv[n][2 * r + 1];
@@ -599,7 +636,7 @@ static void tc_fwd(bf16 *out, float *lse, const bf16 *qkv16, AttnLayout lay, int
     if (!ready) tc_opt_in(tc_attn_fwd_kernel<DH>, TcLd<DH>::FWD_BYTES), ready = 1;
     long rows = n_seq * lay.len;
     TcGrid grid = tc_grid(n_seq, lay.len, H);
-    float scale = (float)(1.0 / sqrt((double)DH));
+    float scale = attn_scale(DH);
     tc_attn_fwd_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::FWD_BYTES>>>(out, lse, qkv16, rows, lay, D, H, grid.ntiles, grid.pack, scale);
     kernelCheck();
 }
@@ -622,7 +659,7 @@ __global__ void tc_dq_pointers_kernel(const void **A, const void **B, void **C, 
                                       int H, int DH, int ldds, long pair0, long npairs) {
     long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= npairs) return;
-    long seq = (pair0 + p) / H, base = TokenMap::seq_base(lay, seq);
+    long seq = (pair0 + p) / H, base = attn_seq_base(lay, seq);
     int h = (int)((pair0 + p) % H);
     A[p] = k16 + base * 3L * D + (long)h * DH;
     B[p] = ds + p * lay.len * (long)ldds;
@@ -656,7 +693,7 @@ static void tc_bwd(float *dqkv, const float *dout, const bf16 *qkv16, const floa
     long rows = n_seq * lay.len;
     const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
     TcGrid grid = tc_grid(n_seq, lay.len, H);
-    float scale = (float)(1.0 / sqrt((double)DH));
+    float scale = attn_scale(DH);
     if (grid.pack > 1) {  // packed short sequences: the dQ kernel, then dK/dV
         tc_attn_bwd_dq_kernel<DH><<<grid.blocks, TC_THREADS, TcLd<DH>::DQ_BYTES>>>(dqkv, qkv16, dout16, rows, lse, dvec, lay, D, H, grid.ntiles, grid.pack, scale);
         kernelCheck();
@@ -691,33 +728,21 @@ static const bf16 *tc_qkv(const Operand *qkv, long rows, int D) {
 
 // The kernels take the head dimensions attention.cu's do (any sequence length).
 static void tc_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
-    int dh = fc_attn_head_dim(D, H, "attn_fwd");
-    long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (n_seq <= 0 || lay.len <= 0) return;
+    const AttnCall call(lay, D, H, "attn_fwd");
+    if (call.empty()) return;
     bf16 *out = (bf16 *)out_op;
     if ((uintptr_t)out % 4) fc_die("attn_fwd: the bf16 output is not on 4 bytes (it is stored in pairs)");
-    const bf16 *qkv = tc_qkv(qkv_op, n_seq * lay.len, D);
-    switch (dh) {
-    case 16: tc_fwd<16>(out, lse, qkv, lay, D, H, n_seq); break;
-    case 32: tc_fwd<32>(out, lse, qkv, lay, D, H, n_seq); break;
-    case 64: tc_fwd<64>(out, lse, qkv, lay, D, H, n_seq); break;
-    default: tc_fwd<128>(out, lse, qkv, lay, D, H, n_seq); break;
-    }
+    const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    call.dispatch([&](auto dh) { tc_fwd<decltype(dh)::value>(out, lse, qkv, lay, D, H, call.n_seq); });
 }
 
 static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv_op, const real *lse,
                         AttnLayout lay, int D, int H) {
-    int dh = fc_attn_head_dim(D, H, "attn_bwd");
-    long n_seq = (long)lay.n_outer * lay.n_inner;
-    if (n_seq <= 0 || lay.len <= 0 || !dqkv) return;
+    const AttnCall call(lay, D, H, "attn_bwd");
+    if (call.empty() || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
-    const bf16 *qkv = tc_qkv(qkv_op, n_seq * lay.len, D);
-    switch (dh) {
-    case 16: tc_bwd<16>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 32: tc_bwd<32>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    case 64: tc_bwd<64>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    default: tc_bwd<128>(dqkv, dout, qkv, lse, dvec, lay, D, H, n_seq); break;
-    }
+    const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    call.dispatch([&](auto dh) { tc_bwd<decltype(dh)::value>(dqkv, dout, qkv, lse, dvec, lay, D, H, call.n_seq); });
 }
 
 void cuda_register_attention_tc(Backend *be) {

@@ -1,10 +1,18 @@
 #!/bin/sh
 # Install what framechain needs from Debian/Ubuntu packages, skipping what is already there.
 #   tools/install-deps.sh          to build and run framechain
+#   tools/install-deps.sh --demo   also the sample videos make demo trains on (opencv-doc)
 #   tools/install-deps.sh --test   also what the test suite needs (PyTorch for the reference model)
 set -eu
 pkgs="build-essential pkg-config libopenblas-openmp-dev zlib1g-dev libstb-dev"
 pkgs="$pkgs libavformat-dev libavcodec-dev libswscale-dev libavutil-dev"
+case "${1:-}" in
+    ""|--demo|--test) ;;
+    *) echo "install-deps: unknown option '$1' (--demo or --test)" >&2; exit 2 ;;
+esac
+if [ "${1:-}" = "--demo" ]; then
+    pkgs="$pkgs opencv-doc"  # real footage: vtest.avi and Megamind.avi
+fi
 if [ "${1:-}" = "--test" ]; then
     # PyTorch for the reference model; opencv-doc for its sample videos (real footage); ffmpeg for the benchmark
     pkgs="$pkgs python3 python3-numpy python3-torch opencv-doc ffmpeg"

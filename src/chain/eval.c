@@ -1,122 +1,18 @@
-// eval.c: `framechain eval` and its metrics (see eval.h).
+// eval.c: `framechain eval`, the evaluation itself (see eval.h); the metrics are metrics.c's.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "chain/eval.h"
-#include "chain/generate.h"
-#include "formats/shards.h"
+#include "base/common.h"
 #include "base/clock.h"
-
-
-// ----------------------------------------------------------------------------
-// metrics
-
-double frame_psnr(const uint8_t *a, const uint8_t *b, int S) {
-    size_t n = (size_t)S * S * 3;
-    double se = 0;  // integer squared errors: exact in a double up to 2^53 / 255^2 values
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        se += d * d;
-    }
-    if (se == 0) return EVAL_PSNR_CAP;
-    double p = 10 * log10(255.0 * 255.0 / (se / n));
-    return p > EVAL_PSNR_CAP ? EVAL_PSNR_CAP : p;
-}
-
-#define SSIM_WIN 11
-#define SSIM_SIGMA 1.5
-
-// The 1-D Gaussian, normalised; the 2-D window is its outer product (separable filtering).
-static void ssim_kernel(double g[SSIM_WIN]) {
-    double sum = 0;
-    for (int k = 0; k < SSIM_WIN; k++) {
-        double x = k - SSIM_WIN / 2;
-        g[k] = exp(-x * x / (2 * SSIM_SIGMA * SSIM_SIGMA));
-        sum += g[k];
-    }
-    for (int k = 0; k < SSIM_WIN; k++) g[k] /= sum;
-}
-
-// One channel c: the Gaussian-weighted local means of x, y, x^2, y^2 and xy at every valid position,
-// then the SSIM map's mean. h: scratch of 5 * S * V doubles (V = S - 10).
-static double ssim_channel(const uint8_t *a, const uint8_t *b, int S, int c, const double *g, double *h) {
-    const double C1 = (0.01 * 255) * (0.01 * 255), C2 = (0.03 * 255) * (0.03 * 255);
-    int V = S - SSIM_WIN + 1;
-    size_t plane = (size_t)S * V;
-    // horizontal pass: h[q] is (S, V)
-    for (int y = 0; y < S; y++)
-        for (int x = 0; x < V; x++) {
-            double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-            for (int k = 0; k < SSIM_WIN; k++) {
-                size_t i = ((size_t)y * S + x + k) * 3 + c;
-                double u = a[i], v = b[i], w = g[k];
-                sx += w * u, sy += w * v, sxx += w * u * u, syy += w * v * v, sxy += w * u * v;
-            }
-            size_t o = (size_t)y * V + x;
-            h[o] = sx, h[plane + o] = sy, h[2 * plane + o] = sxx, h[3 * plane + o] = syy, h[4 * plane + o] = sxy;
-        }
-    // vertical pass, straight into the map: (V, V) positions
-    double total = 0;
-    for (int y = 0; y < V; y++)
-        for (int x = 0; x < V; x++) {
-            double m[5] = {0};
-            for (int k = 0; k < SSIM_WIN; k++) {
-                size_t o = (size_t)(y + k) * V + x;
-                for (int q = 0; q < 5; q++) m[q] += g[k] * h[q * plane + o];
-            }
-            double mx = m[0], my = m[1];
-            double vx = m[2] - mx * mx, vy = m[3] - my * my, cxy = m[4] - mx * my;
-            total += ((2 * mx * my + C1) * (2 * cxy + C2)) / ((mx * mx + my * my + C1) * (vx + vy + C2));
-        }
-    return total / ((double)V * V);
-}
-
-double frame_ssim(const uint8_t *a, const uint8_t *b, int S) {
-    if (S < EVAL_SSIM_MIN_SIZE) return NAN;
-    double g[SSIM_WIN];
-    ssim_kernel(g);
-    double *h = fc_malloc(sizeof(double) * 5 * (size_t)S * (S - SSIM_WIN + 1));
-    double sum = 0;
-    for (int c = 0; c < 3; c++) sum += ssim_channel(a, b, S, c, g, h);
-    free(h);
-    return sum / 3;
-}
-
-static double luma(const uint8_t *rgb, int S, int y, int x) {
-    const uint8_t *p = rgb + ((size_t)y * S + x) * 3;
-    return 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
-}
-
-FrameStats frame_stats(const uint8_t *rgb, int S) {
-    FrameStats s;
-    size_t n = (size_t)S * S * 3;
-    double sum = 0, sq = 0;  // sums of integers: exact
-    for (size_t i = 0; i < n; i++) sum += rgb[i], sq += (double)rgb[i] * rgb[i];
-    s.mean = sum / n;
-    double var = sq / n - s.mean * s.mean;
-    s.contrast = sqrt(var > 0 ? var : 0);
-    if (S < 3) {
-        s.sharpness = NAN;
-        return s;
-    }
-    double lap = 0;
-    for (int y = 1; y < S - 1; y++)
-        for (int x = 1; x < S - 1; x++)
-            lap += fabs(4 * luma(rgb, S, y, x) - luma(rgb, S, y - 1, x) - luma(rgb, S, y + 1, x) -
-                        luma(rgb, S, y, x - 1) - luma(rgb, S, y, x + 1));
-    s.sharpness = lap / ((double)(S - 2) * (S - 2));
-    return s;
-}
-
-static double ratio(double v, double v0) { return v0 != 0 ? v / v0 : NAN; }
-
-FrameStats frame_stats_ratio(FrameStats s, FrameStats s0) {
-    return (FrameStats){ratio(s.mean, s0.mean), ratio(s.contrast, s0.contrast), ratio(s.sharpness, s0.sharpness)};
-}
+#include "formats/shards.h"
+#include "chain/chain_plan.h"
+#include "chain/metrics.h"
+#include "chain/sampler.h"
+#include "chain/eval.h"
 
 // ----------------------------------------------------------------------------
 // options
@@ -128,14 +24,10 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
         char *end;
         errno = 0;
         double v = strtod(p, &end);
-        if (end == p || (*end && *end != ',') || errno || !(v >= 0 && v <= max)) {
-            snprintf(err, errlen, "--noise-aug %s: expected levels from 0 to %g separated by commas", text, max);
-            return -1;
-        }
-        if (n == cap) {
-            snprintf(err, errlen, "--noise-aug %s: at most %d levels", text, cap);
-            return -1;
-        }
+        if (end == p || (*end && *end != ',') || errno || !(v >= 0 && v <= max))
+            return fc_errf(err, errlen, "--noise-aug %s: expected levels from 0 to %g separated by commas", text,
+                           max);
+        if (n == cap) return fc_errf(err, errlen, "--noise-aug %s: at most %d levels", text, cap);
         levels[n++] = v;
         if (!*end) return n;
         p = end + 1;
@@ -143,11 +35,7 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
 }
 
 // ----------------------------------------------------------------------------
-// framechain eval
-
-// Each clip its own sampling noise; the first clip the seed itself, so that `framechain generate
-// --seed K` from its first frame makes the very frames scored here.
-static uint64_t clip_seed(uint64_t seed, int k) { return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; }
+// the results and their tables
 
 // Everything one run gathers, per level (l) and frame (f).
 typedef struct {
@@ -247,156 +135,226 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
     return ferror(out) ? -1 : 0;
 }
 
-int eval_cli(const EvalOptions *o, const Backend *be) {
-    char err[2048];
-    double t_start = fc_now_s();
+// ----------------------------------------------------------------------------
+// the evaluation, phase by phase
+
+// Everything one evaluation holds: the models, the held-out data, the plans, the results, the buffers.
+typedef struct {
+    const EvalOptions *o;
+    const Backend *be;
     ChainModels cm;
-    if (chain_models_load(&cm, o->runs, be, err, sizeof err)) {
-        fprintf(stderr, "framechain: %s\n", err);
-        return 1;
-    }
-    Dataset *ds = dataset_open(o->data, err, sizeof err);
-    if (!ds) {
-        fprintf(stderr, "framechain: %s\n", err);
-        chain_models_free(&cm);
-        return 1;
-    }
-    int S = cm.size, F = dataset_clip_frames(ds), N = o->frames ? o->frames : F, M = o->long_frames;
-    int K = o->clips < dataset_clips(ds) ? o->clips : dataset_clips(ds), L = o->n_levels;
-    ChainPlan plan = {0}, long_plan = {0};
-    FILE *tsv = NULL;
+    Dataset *ds;
+    int S, F, N, M, K, L;  // frame size, clip length, frames per clip, drift frames, clips, levels
+    ChainPlan plan, long_plan;
+    FILE *tsv;
     char tsv_tmp[4200];
-    snprintf(tsv_tmp, sizeof tsv_tmp, "%s.tmp", o->tsv ? o->tsv : "");
-    // every check before any sampling: a mistake costs seconds, not the whole run
-    err[0] = 0;
-    if (K < 1)
-        snprintf(err, sizeof err, "%s: the dataset holds no clip", o->data);
-    else if (dataset_frame_size(ds) != S)
-        snprintf(err, sizeof err, "%s: its frames are %dx%d, but the models make %dx%d (prepare the held-out footage "
-                 "with --size %d)", o->data, dataset_frame_size(ds), dataset_frame_size(ds), S, S, S);
-    else if (F < 7)
-        snprintf(err, sizeof err, "%s: clips of %d frames; eval needs at least 7 (the starter's window)", o->data, F);
-    else if (N > F)
-        snprintf(err, sizeof err, "--frames %d: the clips of %s have only %d frames", N, o->data, F);
-    else if (S < EVAL_SSIM_MIN_SIZE)
-        snprintf(err, sizeof err, "the models make %dx%d frames; SSIM needs at least %dx%d", S, S, EVAL_SSIM_MIN_SIZE,
-                 EVAL_SSIM_MIN_SIZE);
-    else if (chain_build(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, N, err, sizeof err) ||
-             (M > 0 && chain_build(&long_plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, M, err, sizeof err))) {
-        // err says which plan does not fit
-    }
-    if (!err[0] && o->tsv && !(tsv = fopen(tsv_tmp, "w")))
-        snprintf(err, sizeof err, "%s: cannot create: %s", tsv_tmp, strerror(errno));
-    if (err[0]) {
-        fprintf(stderr, "framechain: %s\n", err);
-        chain_free(&plan), chain_free(&long_plan);
-        dataset_close(ds);
-        chain_models_free(&cm);
-        return 1;
-    }
+    Results r;
+    uint8_t *clip;           // (F, S, S, 3): the clip being scored
+    uint8_t *first, *rgb;    // (S, S, 3): the drift run's first frame; a made frame
+    real *video;             // (last_frame + 1, 3, S, S): the chain's frames
+    char err[2048];
+} Eval;
 
-    printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", K, K == 1 ? "" : "s", o->data, F, S, S);
-    if (K < o->clips) printf("; the dataset has only %d, --clips asked for %d", K, o->clips);
+// Each clip its own sampling noise; the first clip the seed itself, so that `framechain generate
+// --seed K` from its first frame makes the very frames scored here.
+static uint64_t clip_seed(uint64_t seed, int k) { return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; }
+
+// The models, then the dataset. Returns 0, or -1 with ev->err.
+static int eval_open(Eval *ev) {
+    const EvalOptions *o = ev->o;
+    if (chain_models_load(&ev->cm, o->runs, ev->be, ev->err, sizeof ev->err)) return -1;
+    ev->ds = dataset_open(o->data, ev->err, sizeof ev->err);
+    if (!ev->ds) return -1;
+    ev->S = ev->cm.size, ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
+    ev->M = o->long_frames, ev->L = o->n_levels;
+    ev->K = o->clips < dataset_clips(ev->ds) ? o->clips : dataset_clips(ev->ds);
+    snprintf(ev->tsv_tmp, sizeof ev->tsv_tmp, "%s.tmp", o->tsv ? o->tsv : "");
+    return 0;
+}
+
+// Every check before any sampling, so that a mistake costs seconds, not the whole run; then the
+// plans and the TSV's temporary file. Returns 0, or -1 with ev->err.
+static int eval_check(Eval *ev) {
+    const EvalOptions *o = ev->o;
+    char *err = ev->err;
+    size_t errlen = sizeof ev->err;
+    int S = ev->S, F = ev->F, N = ev->N, size = dataset_frame_size(ev->ds);
+    if (ev->K < 1) return fc_errf(err, errlen, "%s: the dataset holds no clip", o->data);
+    if (size != S)
+        return fc_errf(err, errlen, "%s: its frames are %dx%d, but the models make %dx%d (prepare the held-out "
+                       "footage with --size %d)", o->data, size, size, S, S, S);
+    if (F < 7)
+        return fc_errf(err, errlen, "%s: clips of %d frames; eval needs at least 7 (the starter's window)", o->data, F);
+    if (N > F) return fc_errf(err, errlen, "--frames %d: the clips of %s have only %d frames", N, o->data, F);
+    if (S < METRICS_SSIM_MIN_SIZE)
+        return fc_errf(err, errlen, "the models make %dx%d frames; SSIM needs at least %dx%d", S, S,
+                       METRICS_SSIM_MIN_SIZE, METRICS_SSIM_MIN_SIZE);
+    const Config *c[3] = {&ev->cm.m[0]->cfg, &ev->cm.m[1]->cfg, &ev->cm.m[2]->cfg};
+    if (chain_build(&ev->plan, c[0], c[1], c[2], N, err, errlen)) return -1;  // err says which plan does not fit
+    if (ev->M > 0 && chain_build(&ev->long_plan, c[0], c[1], c[2], ev->M, err, errlen)) return -1;
+    if (o->tsv && !(ev->tsv = fopen(ev->tsv_tmp, "w")))
+        return fc_errf(err, errlen, "%s: cannot create: %s", ev->tsv_tmp, strerror(errno));
+    return 0;
+}
+
+static void print_header(const Eval *ev) {
+    const EvalOptions *o = ev->o;
+    printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
+           ev->S, ev->S);
+    if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
     printf("\neval: %d frames per clip, drift over %d, %d Euler steps, seed %llu, on %s; starter step %d, extrapolate "
-           "step %d, interpolate step %d\n", N, M, o->steps, (unsigned long long)o->seed, be->name, cm.step[0],
-           cm.step[1], cm.step[2]);
+           "step %d, interpolate step %d\n", ev->N, ev->M, o->steps, (unsigned long long)o->seed, ev->be->name,
+           ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
     fflush(stdout);
+}
 
+static void alloc_buffers(Eval *ev) {
+    int L = ev->L, N = ev->N, M = ev->M, S = ev->S;
     size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;
-    Results r = {.L = L, .N = N, .M = M, .real_frames = F < M ? F : M};
-    r.psnr = fc_calloc((size_t)L * N, sizeof(double)), r.ssim = fc_calloc((size_t)L * N, sizeof(double));
-    r.psnr_copy = fc_calloc(N, sizeof(double)), r.ssim_copy = fc_calloc(N, sizeof(double));
-    r.drift = fc_calloc((size_t)L * M + 1, sizeof(FrameStats));
-    r.real = fc_calloc((size_t)r.real_frames + 1, sizeof(FrameStats));
-    uint8_t *clip = fc_malloc(dataset_clip_bytes(ds));       // (F, S, S, 3)
-    uint8_t *first = fc_malloc(frame_bytes), *rgb = fc_malloc(frame_bytes);  // (S, S, 3)
-    real *video = fc_malloc(sizeof(real) * E * ((size_t)plan.last_frame + 1));  // (last_frame + 1, 3, S, S)
+    Results *r = &ev->r;
+    *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M};
+    r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
+    r->psnr_copy = fc_calloc(N, sizeof(double)), r->ssim_copy = fc_calloc(N, sizeof(double));
+    r->drift = fc_calloc((size_t)L * M + 1, sizeof(FrameStats));
+    r->real = fc_calloc((size_t)r->real_frames + 1, sizeof(FrameStats));
+    ev->clip = fc_malloc(dataset_clip_bytes(ev->ds));
+    ev->first = fc_malloc(frame_bytes), ev->rgb = fc_malloc(frame_bytes);
+    ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->plan.last_frame + 1));
+}
+
+// The drift run starts from the first clip whose first frame is not flat (ratios to a single colour
+// mean nothing; footage often opens on black), from clip 0 when every one is.
+static void note_drift_start(Eval *ev, int k) {
+    Results *r = &ev->r;
+    size_t frame_bytes = (size_t)ev->S * ev->S * 3;
+    FrameStats s0 = frame_stats(ev->clip, ev->S);
+    int flat = s0.contrast < EVAL_FLAT_CONTRAST;
+    if (ev->M > 0 && (k == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
+        r->drift_clip = k, r->first = s0;
+        memcpy(ev->first, ev->clip, frame_bytes);
+        for (int f = 0; f < r->real_frames; f++)
+            r->real[f] = frame_stats_ratio(frame_stats(ev->clip + f * frame_bytes, ev->S), s0);
+    }
+}
+
+// The baseline: the last known frame, frame 0, held.
+static void score_copy(Eval *ev) {
+    size_t frame_bytes = (size_t)ev->S * ev->S * 3;
+    for (int f = 1; f < ev->N; f++) {
+        ev->r.psnr_copy[f] += frame_psnr(ev->clip, ev->clip + f * frame_bytes, ev->S);
+        ev->r.ssim_copy[f] += frame_ssim(ev->clip, ev->clip + f * frame_bytes, ev->S);
+    }
+}
+
+// The chain from clip k's first frame at level l, every made frame scored against the real one.
+static void score_chain(Eval *ev, int k, int l) {
+    const EvalOptions *o = ev->o;
+    int S = ev->S, N = ev->N;
+    size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;
+    fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
+    fflush(stderr);
+    double t0 = fc_now_s();
+    SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l], .quiet = 1};
+    frame_from_rgb(ev->video, ev->clip, S);
+    chain_sample(&ev->cm, &ev->plan, ev->video, &so);
+    for (int f = 1; f < N; f++) {
+        frame_to_rgb(ev->rgb, ev->video + f * E, S);
+        ev->r.psnr[(size_t)l * N + f] += frame_psnr(ev->rgb, ev->clip + f * frame_bytes, S);
+        ev->r.ssim[(size_t)l * N + f] += frame_ssim(ev->rgb, ev->clip + f * frame_bytes, S);
+    }
+    fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
+}
+
+// Quality: every clip, every level, paired by the clip's seed. Returns the exit status so far.
+static int eval_quality(Eval *ev) {
+    for (int k = 0; k < ev->K; k++) {
+        if (dataset_read_clip(ev->ds, k, ev->clip, ev->err, sizeof ev->err)) {
+            fprintf(stderr, "framechain: %s\n", ev->err);
+            return 1;
+        }
+        note_drift_start(ev, k);
+        score_copy(ev);
+        for (int l = 0; l < ev->L; l++) score_chain(ev, k, l);
+    }
+    return 0;
+}
+
+// Drift: one long chain per level from the drift clip's first frame, with that clip's seed.
+static void eval_drift(Eval *ev) {
+    const EvalOptions *o = ev->o;
+    Results *r = &ev->r;
+    int S = ev->S, M = ev->M;
+    size_t E = (size_t)3 * S * S;
+    free(ev->video);
+    ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->long_plan.last_frame + 1));
+    for (int l = 0; l < ev->L; l++) {
+        fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
+        fflush(stderr);
+        double t0 = fc_now_s();
+        SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
+                            .quiet = 1};
+        frame_from_rgb(ev->video, ev->first, S);
+        chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
+        FrameStats s0 = {0};
+        for (int f = 0; f < M; f++) {
+            frame_to_rgb(ev->rgb, ev->video + f * E, S);
+            FrameStats s = frame_stats(ev->rgb, S);
+            if (f == 0) s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
+            r->drift[(size_t)l * M + f] = frame_stats_ratio(s, s0);
+        }
+        fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
+    }
+}
+
+// The TSV written (when the run went well), synced and renamed into place; its temporary file
+// removed otherwise. Returns the exit status.
+static int finish_tsv(Eval *ev, int rc) {
+    const EvalOptions *o = ev->o;
+    if (!ev->tsv) return rc;
+    int bad = rc || write_tsv(ev->tsv, &ev->r, o->levels, ev->K);
+    bad |= fflush(ev->tsv) != 0 || fsync(fileno(ev->tsv)) != 0;
+    bad |= fclose(ev->tsv) != 0;
+    ev->tsv = NULL;
+    if (rc == 0 && (bad || rename(ev->tsv_tmp, o->tsv))) {
+        fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
+        rc = 1;
+    }
+    if (rc) unlink(ev->tsv_tmp);
+    else printf("\neval: wrote %s\n", o->tsv);
+    return rc;
+}
+
+static void eval_close(Eval *ev) {
+    Results *r = &ev->r;
+    free(ev->video), free(ev->clip), free(ev->first), free(ev->rgb);
+    free(r->psnr), free(r->ssim), free(r->psnr_copy), free(r->ssim_copy), free(r->drift), free(r->real);
+    chain_free(&ev->plan), chain_free(&ev->long_plan);
+    dataset_close(ev->ds);
+    chain_models_free(&ev->cm);
+}
+
+int eval_run(const EvalOptions *o, const Backend *be) {
+    double t_start = fc_now_s();
+    Eval *ev = fc_calloc(1, sizeof *ev);
+    ev->o = o, ev->be = be;
     int rc = 0;
-
-    // ---- quality: every clip, every level, paired by the clip's seed
-    for (int k = 0; k < K && rc == 0; k++) {
-        if (dataset_read_clip(ds, k, clip, err, sizeof err)) {
-            fprintf(stderr, "framechain: %s\n", err);
-            rc = 1;
-            break;
+    if (eval_open(ev) || eval_check(ev)) {
+        fprintf(stderr, "framechain: %s\n", ev->err);
+        rc = 1;
+    } else {
+        print_header(ev);
+        alloc_buffers(ev);
+        rc = eval_quality(ev);
+        if (rc == 0 && ev->M > 0) eval_drift(ev);
+        if (rc == 0) {
+            print_quality(&ev->r, o->levels, ev->K);
+            if (ev->M > 0) print_drift(&ev->r, o->levels, ev->F);
+            fflush(stdout);
         }
-        // The drift run starts from the first clip whose first frame is not flat (ratios to a single
-        // colour mean nothing; footage often opens on black), from clip 0 when every one is.
-        FrameStats s0 = frame_stats(clip, S);
-        int flat = s0.contrast < EVAL_FLAT_CONTRAST;
-        if (M > 0 && (k == 0 || (!flat && r.first.contrast < EVAL_FLAT_CONTRAST))) {
-            r.drift_clip = k, r.first = s0;
-            memcpy(first, clip, frame_bytes);
-            for (int f = 0; f < r.real_frames; f++)
-                r.real[f] = frame_stats_ratio(frame_stats(clip + f * frame_bytes, S), s0);
-        }
-        for (int f = 1; f < N; f++) {  // the baseline: the last known frame, frame 0, held
-            r.psnr_copy[f] += frame_psnr(clip, clip + f * frame_bytes, S);
-            r.ssim_copy[f] += frame_ssim(clip, clip + f * frame_bytes, S);
-        }
-        for (int l = 0; l < L; l++) {
-            fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, K, o->levels[l], N);
-            fflush(stderr);
-            double t0 = fc_now_s();
-            SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
-                                .quiet = 1};
-            frame_from_rgb(video, clip, S);
-            chain_sample(&cm, &plan, video, &so);
-            for (int f = 1; f < N; f++) {
-                frame_to_rgb(rgb, video + f * E, S);
-                r.psnr[(size_t)l * N + f] += frame_psnr(rgb, clip + f * frame_bytes, S);
-                r.ssim[(size_t)l * N + f] += frame_ssim(rgb, clip + f * frame_bytes, S);
-            }
-            fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
-        }
+        rc = finish_tsv(ev, rc);
+        if (rc == 0) fprintf(stderr, "eval: done in %.1f s\n", fc_now_s() - t_start);
     }
-
-    // ---- drift: one long chain per level from that clip's first frame, with that clip's seed
-    if (rc == 0 && M > 0) {
-        free(video);
-        video = fc_malloc(sizeof(real) * E * ((size_t)long_plan.last_frame + 1));
-        for (int l = 0; l < L; l++) {
-            fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r.drift_clip + 1, o->levels[l],
-                    M);
-            fflush(stderr);
-            double t0 = fc_now_s();
-            SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r.drift_clip),
-                                .noise_aug = o->levels[l], .quiet = 1};
-            frame_from_rgb(video, first, S);
-            chain_sample(&cm, &long_plan, video, &so);
-            FrameStats s0 = {0};
-            for (int f = 0; f < M; f++) {
-                frame_to_rgb(rgb, video + f * E, S);
-                FrameStats s = frame_stats(rgb, S);
-                if (f == 0) s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
-                r.drift[(size_t)l * M + f] = frame_stats_ratio(s, s0);
-            }
-            fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
-        }
-    }
-
-    if (rc == 0) {
-        print_quality(&r, o->levels, K);
-        if (M > 0) print_drift(&r, o->levels, F);
-        fflush(stdout);
-    }
-    if (tsv) {
-        int bad = rc || write_tsv(tsv, &r, o->levels, K);
-        bad |= fflush(tsv) != 0 || fsync(fileno(tsv)) != 0;
-        bad |= fclose(tsv) != 0;
-        if (rc == 0 && (bad || rename(tsv_tmp, o->tsv))) {
-            fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
-            rc = 1;
-        }
-        if (rc) unlink(tsv_tmp);
-        else printf("\neval: wrote %s\n", o->tsv);
-    }
-    if (rc == 0) fprintf(stderr, "eval: done in %.1f s\n", fc_now_s() - t_start);
-
-    free(video), free(clip), free(first), free(rgb);
-    free(r.psnr), free(r.ssim), free(r.psnr_copy), free(r.ssim_copy), free(r.drift), free(r.real);
-    chain_free(&plan), chain_free(&long_plan);
-    dataset_close(ds);
-    chain_models_free(&cm);
+    eval_close(ev);
+    free(ev);
     return rc;
 }

@@ -55,6 +55,8 @@ struct Loader {
     int stop;
 };
 
+// ----------------------------------------------------------------------------
+// the windows of a step
 
 // Uniform in 0 .. n-1 (n >= 1) from the RNG_DATA elements base, base + 1, ... (rejection sampling).
 static uint32_t pick(uint64_t seed, uint32_t step, uint64_t base, uint32_t n) {
@@ -103,13 +105,17 @@ static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *c
             const uint8_t *row = frame + (size_t)y * N * 3;
             real *r = o + (size_t)y * N, *g = r + plane, *bl = g + plane;
             if (!b->flip[w])
-                for (int x = 0; x < N; x++) r[x] = l->lut[row[3 * x]], g[x] = l->lut[row[3 * x + 1]], bl[x] = l->lut[row[3 * x + 2]];
+                for (int x = 0; x < N; x++)
+                    r[x] = l->lut[row[3 * x]], g[x] = l->lut[row[3 * x + 1]], bl[x] = l->lut[row[3 * x + 2]];
             else
                 for (int x = 0, xs = N - 1; x < N; x++, xs--)
                     r[x] = l->lut[row[3 * xs]], g[x] = l->lut[row[3 * xs + 1]], bl[x] = l->lut[row[3 * xs + 2]];
         }
     }
 }
+
+// ----------------------------------------------------------------------------
+// the worker threads
 
 typedef struct Worker {
     Loader *l;
@@ -180,58 +186,66 @@ static void free_loader(Loader *l) {
     free(l);
 }
 
-Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
-                     int prefetch, char *err, size_t errlen) {
-    int N = dataset_frame_size(d), CF = dataset_clip_frames(d);
+// ----------------------------------------------------------------------------
+// starting and stopping
+
+// The slot offsets of c's plan as whole frames, and the span they cover.
+typedef struct {
+    int off[MAX_SLOTS];
+    int lo, hi;  // the smallest and largest offset
+} SlotSpan;
+
+// The arguments and the config against the dataset: 0, or -1 with the first that does not fit.
+static int check_request(const Dataset *d, const Config *c, int batch, int first_step, int threads, int prefetch,
+                         char *err, size_t errlen) {
+    int N = dataset_frame_size(d);
     if (batch < 1 || threads < 1 || threads > LOADER_MAX_THREADS || prefetch < 1 || prefetch > LOADER_MAX_PREFETCH ||
-        first_step < 0) {
-        snprintf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch, threads,
-                 prefetch, first_step);
-        return NULL;
-    }
-    if (c->channels != 3) {
-        snprintf(err, errlen, "%s: the dataset's frames are RGB (3 channels), but the config has channels = %d",
-                 dataset_dir(d), c->channels);
-        return NULL;
-    }
-    if (c->frame_size != N) {
-        snprintf(err, errlen, "%s: the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
-                 dataset_dir(d), c->frame_size, N, c->frame_size);
-        return NULL;
-    }
-    if (c->slots < 1 || c->slots > MAX_SLOTS) {
-        snprintf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
-        return NULL;
-    }
-    int off[MAX_SLOTS], lo = 0, hi = 0;
+        first_step < 0)
+        return fc_errf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch,
+                       threads, prefetch, first_step);
+    if (c->channels != 3)
+        return fc_errf(err, errlen, "%s: the dataset's frames are RGB (3 channels), but the config has channels = %d",
+                       dataset_dir(d), c->channels);
+    if (c->frame_size != N)
+        return fc_errf(err, errlen,
+                       "%s: the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
+                       dataset_dir(d), c->frame_size, N, c->frame_size);
+    if (c->slots < 1 || c->slots > MAX_SLOTS)
+        return fc_errf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
+    return 0;
+}
+
+// The plan's offsets (c->slots of them, checked above): whole frames whose span fits in a clip.
+static int slot_span(const Dataset *d, const Config *c, SlotSpan *s, char *err, size_t errlen) {
+    int CF = dataset_clip_frames(d);
+    s->lo = s->hi = 0;
     for (int f = 0; f < c->slots; f++) {
         float o = c->slot_offset[f];
-        if (!(o == floorf(o)) || fabsf(o) > 1e6f) {
-            snprintf(err, errlen, "plan slot %d: offset %g is not a whole number of frames (a dataset has whole frames)",
-                     f, (double)o);
-            return NULL;
-        }
-        off[f] = (int)o;
-        if (!f || off[f] < lo) lo = off[f];
-        if (!f || off[f] > hi) hi = off[f];
+        if (!(o == floorf(o)) || fabsf(o) > 1e6f)
+            return fc_errf(err, errlen,
+                           "plan slot %d: offset %g is not a whole number of frames (a dataset has whole frames)", f,
+                           (double)o);
+        s->off[f] = (int)o;
+        if (!f || s->off[f] < s->lo) s->lo = s->off[f];
+        if (!f || s->off[f] > s->hi) s->hi = s->off[f];
     }
-    if (hi - lo + 1 > CF) {
-        snprintf(err, errlen,
-                 "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have (clip_frames "
-                 "%d): prepare it with --clip-frames %d or more",
-                 dataset_dir(d), hi - lo + 1, lo, hi, CF, hi - lo + 1);
-        return NULL;
-    }
-    double bytes = (double)sizeof(real) * c->slots * 3 * N * N * batch * (prefetch + 1);
-    if (bytes > 64.0 * (1 << 30)) {
-        snprintf(err, errlen, "loader: %d batches of %d windows would take %.0f GiB", prefetch + 1, batch,
-                 bytes / (1 << 30));
-        return NULL;
-    }
+    int span = s->hi - s->lo + 1;
+    if (span > CF)
+        return fc_errf(err, errlen,
+                       "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have "
+                       "(clip_frames %d): prepare it with --clip-frames %d or more",
+                       dataset_dir(d), span, s->lo, s->hi, CF, span);
+    return 0;
+}
+
+// The loader with its prefetch + 1 batch buffers; no thread yet.
+static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed,
+                          int first_step, int prefetch, const SlotSpan *s) {
+    int N = dataset_frame_size(d);
     Loader *l = fc_calloc(1, sizeof *l);
     l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
-    l->starts = CF - (hi - lo), l->first = -lo, l->seed = seed;
-    memcpy(l->off, off, sizeof off);
+    l->starts = dataset_clip_frames(d) - (s->hi - s->lo), l->first = -s->lo, l->seed = seed;
+    memcpy(l->off, s->off, sizeof s->off);
     l->raw = dataset_clip_bytes(d);
     l->window = (size_t)l->F * 3 * N * N;
     for (int p = 0; p < 256; p++) l->lut[p] = (real)(p / 127.5 - 1.0);
@@ -254,28 +268,63 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
     pthread_cond_init(&l->ready, NULL);
+    return l;
+}
+
+// Ends the threads started so far (each finishes the window it is on) and frees their clip caches.
+static void stop_workers(Loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nth; i++) pthread_join(l->th[i], NULL);
+    for (int i = 0; i < l->nth; i++) free(l->workers[i].cache);
+    free(l->workers);
+    l->workers = NULL, l->nth = 0;
+}
+
+// 0, or -1 with err when a thread cannot be started (those started are stopped again).
+static int start_workers(Loader *l, int threads, char *err, size_t errlen) {
     l->th = fc_calloc((size_t)threads, sizeof(pthread_t));
-    Worker *wk = fc_calloc((size_t)threads, sizeof(Worker));
+    l->workers = fc_calloc((size_t)threads, sizeof(Worker));
     for (int i = 0; i < threads; i++) {
-        wk[i] = (Worker){l, fc_malloc(l->raw), -1};
-        int rc = pthread_create(&l->th[i], NULL, worker_main, &wk[i]);
+        Worker *wk = &l->workers[i];
+        *wk = (Worker){l, fc_malloc(l->raw), -1};
+        int rc = pthread_create(&l->th[i], NULL, worker_main, wk);
         if (rc) {
-            snprintf(err, errlen, "loader: cannot start thread %d of %d: %s", i + 1, threads, strerror(rc));
-            pthread_mutex_lock(&l->mu);
-            l->stop = 1;
-            pthread_cond_broadcast(&l->work);
-            pthread_mutex_unlock(&l->mu);
-            for (int k = 0; k < i; k++) pthread_join(l->th[k], NULL);
-            for (int k = 0; k <= i; k++) free(wk[k].cache);
-            free(wk);
-            free_loader(l);
-            return NULL;
+            fc_errf(err, errlen, "loader: cannot start thread %d of %d: %s", i + 1, threads, strerror(rc));
+            free(wk->cache);
+            stop_workers(l);
+            return -1;
         }
         l->nth++;
     }
-    l->workers = wk;
+    return 0;
+}
+
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
+                     int threads, int prefetch, char *err, size_t errlen) {
+    SlotSpan span;
+    if (check_request(d, c, batch, first_step, threads, prefetch, err, errlen) ||
+        slot_span(d, c, &span, err, errlen))
+        return NULL;
+    int N = dataset_frame_size(d);
+    double bytes = (double)sizeof(real) * c->slots * 3 * N * N * batch * (prefetch + 1);
+    if (bytes > 64.0 * (1 << 30)) {
+        fc_errf(err, errlen, "loader: %d batches of %d windows would take %.0f GiB", prefetch + 1, batch,
+                bytes / (1 << 30));
+        return NULL;
+    }
+    Loader *l = new_loader(be, d, c, batch, seed, first_step, prefetch, &span);
+    if (start_workers(l, threads, err, errlen)) {
+        free_loader(l);
+        return NULL;
+    }
     return l;
 }
+
+// ----------------------------------------------------------------------------
+// the trainer's side
 
 const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t errlen) {
     if (wait_s) *wait_s = 0;
@@ -318,12 +367,6 @@ const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t er
 
 void loader_stop(Loader *l) {
     if (!l) return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_broadcast(&l->work);
-    pthread_mutex_unlock(&l->mu);
-    for (int i = 0; i < l->nth; i++) pthread_join(l->th[i], NULL);
-    for (int i = 0; i < l->nth; i++) free(l->workers[i].cache);
-    free(l->workers);
+    stop_workers(l);
     free_loader(l);
 }

@@ -28,13 +28,14 @@
 typedef struct Loader Loader;
 
 // Start `threads` background threads that fill `prefetch` batch buffers (host memory from
-// be->host_alloc, page-locked on the GPU backend; plain host memory when be is NULL) with the batches of steps first_step, first_step + 1, ... for c's plan
-// (c->slots, c->slot_offset; c->frame_size must be the dataset's, c->channels 3). One more buffer is
+// be->host_alloc, page-locked on the GPU backend; plain host memory when be is NULL) with the
+// batches of steps first_step, first_step + 1, ... for c's plan (c->slots, c->slot_offset;
+// c->frame_size must be the dataset's, c->channels 3). One more buffer is
 // allocated for the batch the trainer holds, so `prefetch` batches are made ahead of it.
 // NULL with a one-line reason: a plan whose span does not fit in the dataset's clips, an offset
 // that is not a whole number, a frame size or channel count the dataset does not have.
-Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step, int threads,
-                     int prefetch, char *err, size_t errlen);
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
+                     int threads, int prefetch, char *err, size_t errlen);
 // The batch of `step`: (batch, slots, 3, N, N) values in [-1, 1], channel-planar as shapes_batch
 // makes them. Steps are asked for one after another from first_step. Blocks until the batch is
 // ready; *wait_s (when not NULL) = the seconds it waited. The batch stays valid until the next

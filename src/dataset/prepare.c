@@ -283,8 +283,8 @@ int prepare_run(const PrepareOptions *o) {
     }
     if (!total_clips) {
         shard_writer_abort(w);
-        printf("prepare: no usable clip came out of %d inputs (%d unreadable, %d shorter than one clip)\n", ss.n + unreadable,
-               skipped + unreadable, short_ones);
+        printf("prepare: no usable clip came out of %d inputs (%d unreadable, %d shorter than one clip)\n",
+               ss.n + unreadable, skipped + unreadable, short_ones);
         return 1;
     }
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);

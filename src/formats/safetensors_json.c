@@ -1,271 +1,205 @@
-// safetensors_json.c: the strict JSON-subset parser behind the safetensors reader (safetensors_read.c),
-// for exactly the subset the format uses (an object of objects of strings and integer arrays),
-// without recursion; and the UTF-8 validation it shares with the writer (st_valid_utf8).
-#include <stdarg.h>
+// safetensors_json.c: reading a safetensors header's JSON (with the strict reader, json.c) into a
+// file's entries and metadata: exactly an object of tensor objects (dtype, shape, data_offsets) and at
+// most one "__metadata__" object of strings. What the JSON cannot say (unique names, tensors that
+// tile the data section) is checked in safetensors_read.c.
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "formats/safetensors_internal.h"
 
-// Length of the valid UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF)
-// at s, of which n > 0 bytes are available; 0 when it is not one.
-static size_t utf8_seq(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
+#define ST_MAX_INT ((UINT64_C(1) << 63) - 1)  // the largest integer a header may hold
+
+// Grow an array of `size`-byte elements to hold at least need; 0 or -1 when out of memory.
+static int grow(void **a, int *cap, int need, size_t size) {
+    if (need <= *cap) return 0;
+    int c = *cap ? *cap : 16;
+    while (c < need) c = c > INT_MAX / 2 ? INT_MAX : c * 2;
+    void *b = realloc(*a, (size_t)c * size);
+    if (!b) return -1;
+    *a = b, *cap = c;
+    return 0;
 }
 
-static int valid_utf8(const char *s) {
-    const uint8_t *p = (const uint8_t *)s;
-    size_t n = strlen(s);
-    while (n) {
-        size_t k = utf8_seq(p, n);
-        if (!k) return 0;
-        p += k, n -= k;
+// A well-formed number that is no valid entry of the array `what`: its text (cut) and why.
+static int refuse_number(JsonReader *r, const char *what, size_t start, int kind) {
+    size_t len = r->i - start;
+    const char *why = kind == JSON_UINT_NEGATIVE ? "is negative" : kind == JSON_UINT_FRACTION ? "is not an integer"
+                                                                                               : "is too large";
+    return json_fail(r, "%s: %.*s%s %s", what, (int)(len < 24 ? len : 24), (const char *)r->s + start,
+                     len > 24 ? "..." : "", why);
+}
+
+// Read an array of at most `max` non-negative integers below 2^63 into v; *count gets how many. The
+// errors name `what` (e.g. "tensor 'x': shape").
+static int uint_array(JsonReader *r, uint64_t *v, int max, int *count, const char *what) {
+    json_skip_ws(r);
+    if (!json_at(r, '[')) return json_fail(r, "%s must be an array of integers, got %s", what, json_what_is(r));
+    r->i++;
+    *count = 0;
+    int more = json_first_item(r, ']');
+    while (more > 0) {
+        if (*count == max) return json_fail(r, "%s has more than %d entries", what, max);
+        json_skip_ws(r);
+        if (!json_at_number(r)) return json_fail(r, "%s must hold integers, got %s", what, json_what_is(r));
+        size_t start;
+        int kind = json_uint(r, ST_MAX_INT, &v[*count], &start);
+        if (kind < 0) return -1;
+        if (kind != JSON_UINT_OK) return refuse_number(r, what, start, kind);
+        ++*count;
+        more = json_next_item(r, ']', "',' or ']' in an array");
     }
-    return 1;
+    return more;
 }
-
-int st_valid_utf8(const char *s) { return s && valid_utf8(s); }
 
 // ---------------------------------------------------------------------------------------------
-// parser (the Parser type is in safetensors_internal.h)
+// a tensor's object
 
-int stj_error(Parser *p, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (p->err && p->errlen) vsnprintf(p->err, p->errlen, fmt, ap);
-    va_end(ap);
-    return -1;
+static void shape_text(const StEntry *e, char *buf, size_t len) {
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < e->ndim && used < len; d++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%ld", d ? ", " : "", e->shape[d]);
+    if (used < len) snprintf(buf + used, len - used, "]");
 }
 
-void stj_skip_ws(Parser *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-        p->i++;
-}
-
-int stj_at(const Parser *p, char c) { return p->i < p->n && p->s[p->i] == (uint8_t)c; }
-
-static int literal_at(const Parser *p, const char *lit) {
-    size_t k = strlen(lit);
-    return p->n - p->i >= k && !memcmp(p->s + p->i, lit, k);
-}
-
-// What the next token is, for error messages.
-const char *stj_what_is(Parser *p) {
-    if (p->i >= p->n) return "the end of the header";
-    uint8_t c = p->s[p->i];
-    if (c == '"') return "a string";
-    if (c == '{') return "an object";
-    if (c == '[') return "an array";
-    if (c == '-' || (c >= '0' && c <= '9')) return "a number";
-    if (literal_at(p, "true")) return "true";
-    if (literal_at(p, "false")) return "false";
-    if (literal_at(p, "null")) return "null";
-    if (c > 0x20 && c < 0x7F) snprintf(p->tok, sizeof p->tok, "'%c'", c);
-    else snprintf(p->tok, sizeof p->tok, "byte 0x%02x", c);
-    return p->tok;
-}
-
-// A syntax error at the current position.
-static int syntax(Parser *p, const char *expected) {
-    size_t where = p->i;
-    return stj_error(p, "bad header JSON at byte %zu: expected %s, got %s", where, expected, stj_what_is(p));
-}
-
-int stj_expect(Parser *p, char c, const char *expected) {
-    stj_skip_ws(p);
-    if (!stj_at(p, c)) return syntax(p, expected);
-    p->i++;
+static int tensor_dtype(JsonReader *r, StEntry *e, const char *name) {
+    char *dtype;
+    json_skip_ws(r);
+    if (!json_at(r, '"')) return json_fail(r, "tensor '%s': dtype must be a string, got %s", name, json_what_is(r));
+    if (json_string(r, &dtype, "a string")) return -1;
+    if (!st_dtype_size(dtype)) return json_fail(r, "tensor '%s': unknown dtype '%s'", name, SHOWN(dtype));
+    snprintf(e->dtype, sizeof e->dtype, "%s", dtype);
     return 0;
 }
 
-static int hex4(const uint8_t *s, unsigned *out) {
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        uint8_t c = s[k];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= c - '0';
-        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else return -1;
-    }
-    *out = v;
+static int tensor_shape(JsonReader *r, StEntry *e, const char *name) {
+    uint64_t v[ST_MAX_DIMS];
+    char what[128];
+    snprintf(what, sizeof what, "tensor '%s': shape", name);
+    if (uint_array(r, v, ST_MAX_DIMS, &e->ndim, what)) return -1;
+    for (int d = 0; d < e->ndim; d++) e->shape[d] = (long)v[d];  // below 2^63: fits
     return 0;
 }
 
-static int arena_put(Parser *p, uint8_t c) {
-    if (p->used >= p->cap) return stj_error(p, "internal error: header string arena full");
-    p->arena[p->used++] = (char)c;
+static int tensor_offsets(JsonReader *r, StEntry *e, const char *name) {
+    uint64_t v[2];
+    int count;
+    char what[128];
+    snprintf(what, sizeof what, "tensor '%s': data_offsets", name);
+    if (uint_array(r, v, 2, &count, what)) return -1;
+    if (count != 2) return json_fail(r, "%s must be [begin, end], not %d numbers", what, count);
+    if (v[0] > v[1])
+        return json_fail(r, "%s [%llu, %llu]: begin is after end", what, (unsigned long long)v[0],
+                         (unsigned long long)v[1]);
+    e->begin = (size_t)v[0], e->end = (size_t)v[1];
     return 0;
 }
 
-// Parse a JSON string at the position (after skipping whitespace) into the arena; *out points at it.
-int stj_parse_string(Parser *p, char **out, const char *expected) {
-    stj_skip_ws(p);
-    if (!stj_at(p, '"')) return syntax(p, expected);
-    size_t start = p->i++, first = p->used;
-    for (;;) {
-        if (p->i >= p->n) {
-            p->i = start;
-            return stj_error(p, "bad header JSON at byte %zu: unterminated string", start);
-        }
-        uint8_t c = p->s[p->i];
-        if (c == '"') {
-            p->i++;
-            break;
-        }
-        if (c < 0x20)
-            return stj_error(p, "bad header JSON at byte %zu: control character 0x%02x inside a string (it must be escaped)",
-                        p->i, c);
-        if (c != '\\') {
-            size_t k = utf8_seq(p->s + p->i, p->n - p->i);
-            if (!k) return stj_error(p, "bad header JSON at byte %zu: invalid UTF-8 in a string", p->i);
-            for (size_t j = 0; j < k; j++)
-                if (arena_put(p, p->s[p->i + j])) return -1;
-            p->i += k;
-            continue;
-        }
-        size_t esc = p->i;
-        if (p->i + 1 >= p->n) return stj_error(p, "bad header JSON at byte %zu: unterminated string", start);
-        uint8_t e = p->s[p->i + 1];
-        p->i += 2;
-        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-        const char *m = e ? strchr(from, e) : NULL;
-        if (m) {
-            if (arena_put(p, (uint8_t)to[m - from])) return -1;
-            continue;
-        }
-        if (e != 'u') {
-            if (e > 0x20 && e < 0x7F)
-                return stj_error(p, "bad header JSON at byte %zu: invalid escape '\\%c' in a string", esc, e);
-            return stj_error(p, "bad header JSON at byte %zu: invalid escape in a string", esc);
-        }
-        unsigned cp, lo;
-        if (p->n - p->i < 4 || hex4(p->s + p->i, &cp))
-            return stj_error(p, "bad header JSON at byte %zu: \\u needs 4 hex digits", esc);
-        p->i += 4;
-        if (cp >= 0xDC00 && cp <= 0xDFFF)
-            return stj_error(p, "bad header JSON at byte %zu: unpaired low surrogate \\u%04X", esc, cp);
-        if (cp >= 0xD800 && cp <= 0xDBFF) {  // must be followed by its low half
-            if (p->n - p->i < 6 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' || hex4(p->s + p->i + 2, &lo) ||
-                lo < 0xDC00 || lo > 0xDFFF)
-                return stj_error(p, "bad header JSON at byte %zu: unpaired high surrogate \\u%04X", esc, cp);
-            p->i += 6;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        if (cp == 0) return stj_error(p, "bad header JSON at byte %zu: \\u0000 inside a string", esc);
-        uint8_t u[4];
-        int k;
-        if (cp < 0x80) u[0] = (uint8_t)cp, k = 1;
-        else if (cp < 0x800) u[0] = (uint8_t)(0xC0 | cp >> 6), u[1] = (uint8_t)(0x80 | (cp & 0x3F)), k = 2;
-        else if (cp < 0x10000)
-            u[0] = (uint8_t)(0xE0 | cp >> 12), u[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)),
-            u[2] = (uint8_t)(0x80 | (cp & 0x3F)), k = 3;
-        else
-            u[0] = (uint8_t)(0xF0 | cp >> 18), u[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F)),
-            u[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)), u[3] = (uint8_t)(0x80 | (cp & 0x3F)), k = 4;
-        for (int j = 0; j < k; j++)
-            if (arena_put(p, u[j])) return -1;
-    }
-    if (arena_put(p, 0)) return -1;
-    *out = p->arena + first;
+// The fields of a tensor's object, each read by its own function.
+static const struct {
+    const char *name;
+    int (*read)(JsonReader *r, StEntry *e, const char *tensor);
+} TENSOR_FIELDS[3] = {{"dtype", tensor_dtype}, {"shape", tensor_shape}, {"data_offsets", tensor_offsets}};
+
+// The fields were all there: the shape must fit in size_t bytes and take exactly the data_offsets' span.
+static int check_tensor_size(JsonReader *r, const StEntry *e, const char *name) {
+    size_t bytes = st_dtype_size(e->dtype);
+    char shape[200];
+    shape_text(e, shape, sizeof shape);
+    for (int d = 0; d < e->ndim; d++)
+        if (__builtin_mul_overflow(bytes, (size_t)e->shape[d], &bytes))
+            return json_fail(r, "tensor '%s': shape %s is too large", name, shape);
+    if (e->end - e->begin != bytes)
+        return json_fail(r, "tensor '%s': data_offsets [%zu, %zu] span %zu bytes, but %s shape %s needs %zu", name,
+                         e->begin, e->end, e->end - e->begin, e->dtype, shape, bytes);
     return 0;
 }
 
-// Parse a JSON number that must be a non-negative integer below 2^63. Returns 0, 1 with `why`
-// filled when it is a well-formed number of the wrong kind, or -1 on a syntax error.
-static int parse_uint(Parser *p, uint64_t *v, char *why, size_t whylen) {
-    stj_skip_ws(p);
-    size_t start = p->i;
-    int neg = 0, frac = 0;
-    if (stj_at(p, '-')) neg = 1, p->i++;
-    if (!(p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')) {
-        p->i = start;
-        return syntax(p, "a non-negative integer");
+// Read the object describing tensor e (whose name is set): exactly dtype, shape and data_offsets.
+static int parse_tensor(JsonReader *r, StEntry *e) {
+    const char *name = SHOWN(e->name);
+    json_skip_ws(r);
+    if (!json_at(r, '{')) return json_fail(r, "tensor '%s': expected an object, got %s", name, json_what_is(r));
+    r->i++;
+    int seen[3] = {0};
+    int more = json_first_item(r, '}');
+    while (more > 0) {
+        size_t mark = r->used;  // field names and the dtype are not kept
+        char *field;
+        if (json_string(r, &field, "a field name") || json_expect(r, ':', "':' after a field name")) return -1;
+        int k = 0;
+        while (k < 3 && strcmp(field, TENSOR_FIELDS[k].name)) k++;
+        if (k == 3)
+            return json_fail(r, "tensor '%s': unknown field '%s' (only dtype, shape and data_offsets)", name,
+                             SHOWN(field));
+        if (seen[k]++) return json_fail(r, "tensor '%s': duplicate field '%s'", name, TENSOR_FIELDS[k].name);
+        if (TENSOR_FIELDS[k].read(r, e, name)) return -1;
+        r->used = mark;
+        more = json_next_item(r, '}', "',' or '}' after a field");
     }
-    size_t digits = p->i;
-    if (p->s[p->i] == '0' && p->i + 1 < p->n && p->s[p->i + 1] >= '0' && p->s[p->i + 1] <= '9')
-        return stj_error(p, "bad header JSON at byte %zu: number with a leading zero", start);
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    size_t digits_end = p->i;
-    if (stj_at(p, '.')) {
-        frac = 1, p->i++;
-        if (!(p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9'))
-            return stj_error(p, "bad header JSON at byte %zu: malformed number", start);
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
-    if (stj_at(p, 'e') || stj_at(p, 'E')) {
-        frac = 1, p->i++;
-        if (stj_at(p, '+') || stj_at(p, '-')) p->i++;
-        if (!(p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9'))
-            return stj_error(p, "bad header JSON at byte %zu: malformed number", start);
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
-    int len = (int)(p->i - start < 24 ? p->i - start : 24);
-    const char *more = p->i - start > 24 ? "..." : "";
-    if (neg) {
-        snprintf(why, whylen, "%.*s%s is negative", len, (const char *)p->s + start, more);
-        return 1;
-    }
-    if (frac) {
-        snprintf(why, whylen, "%.*s%s is not an integer", len, (const char *)p->s + start, more);
-        return 1;
-    }
-    uint64_t x = 0;
-    for (size_t k = digits; k < digits_end; k++) {
-        if (x > (UINT64_C(1) << 63) / 10) x = UINT64_MAX;  // saturate: too large either way
-        else x = x * 10 + (p->s[k] - '0');
-    }
-    if (x >= UINT64_C(1) << 63) {
-        snprintf(why, whylen, "%.*s%s is too large", len, (const char *)p->s + start, more);
-        return 1;
-    }
-    *v = x;
-    return 0;
+    if (more < 0) return -1;
+    for (int k = 0; k < 3; k++)
+        if (!seen[k]) return json_fail(r, "tensor '%s': missing field '%s'", name, TENSOR_FIELDS[k].name);
+    return check_tensor_size(r, e, name);
 }
 
-// Parse an array of at most `max` non-negative integers into v; *count gets how many. The errors
-// name `what` (e.g. "tensor 'x': shape").
-int stj_parse_uint_array(Parser *p, uint64_t *v, int max, int *count, const char *what) {
-    stj_skip_ws(p);
-    if (!stj_at(p, '[')) return stj_error(p, "%s must be an array of integers, got %s", what, stj_what_is(p));
-    p->i++;
-    *count = 0;
-    stj_skip_ws(p);
-    if (stj_at(p, ']')) {
-        p->i++;
-        return 0;
+// ---------------------------------------------------------------------------------------------
+// the metadata and the whole header
+
+static int parse_metadata(JsonReader *r, StFile *f, int *cap) {
+    json_skip_ws(r);
+    if (!json_at(r, '{')) return json_fail(r, "__metadata__ must be an object of strings, got %s", json_what_is(r));
+    r->i++;
+    int more = json_first_item(r, '}');
+    while (more > 0) {
+        char *key, *value;
+        if (json_string(r, &key, "a metadata key") || json_expect(r, ':', "':' after a metadata key")) return -1;
+        json_skip_ws(r);
+        if (!json_at(r, '"'))
+            return json_fail(r, "__metadata__ '%s': the value must be a string, got %s", SHOWN(key), json_what_is(r));
+        if (json_string(r, &value, "a string")) return -1;
+        int c1 = *cap, c2 = *cap;
+        if (grow((void **)&f->meta_keys, &c1, f->nmeta + 1, sizeof(char *)) ||
+            grow((void **)&f->meta_values, &c2, f->nmeta + 1, sizeof(char *)))
+            return json_fail(r, "out of memory reading the metadata");
+        *cap = c1;
+        f->meta_keys[f->nmeta] = key, f->meta_values[f->nmeta] = value, f->nmeta++;
+        more = json_next_item(r, '}', "',' or '}' after a metadata value");
     }
-    for (;;) {
-        char why[80];
-        uint64_t x = 0;
-        if (*count == max) return stj_error(p, "%s has more than %d entries", what, max);
-        stj_skip_ws(p);
-        if (!(stj_at(p, '-') || (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')))
-            return stj_error(p, "%s must hold integers, got %s", what, stj_what_is(p));
-        int rc = parse_uint(p, &x, why, sizeof why);
-        if (rc < 0) return -1;
-        if (rc > 0) return stj_error(p, "%s: %s", what, why);
-        v[(*count)++] = x;
-        stj_skip_ws(p);
-        if (stj_at(p, ']')) {
-            p->i++;
-            return 0;
-        }
-        if (stj_expect(p, ',', "',' or ']' in an array")) return -1;
+    return more;
+}
+
+// One "name": value of the header's object: the metadata, or a tensor.
+static int parse_header_member(JsonReader *r, StFile *f, int *cap, int *mcap, int *have_meta) {
+    char *key;
+    size_t mark = r->used;
+    if (json_string(r, &key, "a tensor name") || json_expect(r, ':', "':' after a tensor name")) return -1;
+    if (!strcmp(key, "__metadata__")) {
+        r->used = mark;
+        if ((*have_meta)++) return json_fail(r, "duplicate key '__metadata__'");
+        return parse_metadata(r, f, mcap);
     }
+    if (grow((void **)&f->entries, cap, f->n + 1, sizeof(StEntry)))
+        return json_fail(r, "out of memory reading the header");
+    StEntry *e = &f->entries[f->n++];
+    memset(e, 0, sizeof *e);
+    e->name = key;
+    return parse_tensor(r, e);
+}
+
+int st_parse_header_json(JsonReader *r, StFile *f) {
+    if (!json_at(r, '{')) return json_fail(r, "the header does not start with '{'");
+    r->i++;
+    int cap = 0, mcap = 0, have_meta = 0;
+    int more = json_first_item(r, '}');
+    while (more > 0) {
+        if (parse_header_member(r, f, &cap, &mcap, &have_meta)) return -1;
+        more = json_next_item(r, '}', "',' or '}' after a tensor");
+    }
+    if (more < 0) return -1;
+    while (r->i < r->n && r->s[r->i] == ' ') r->i++;  // the padding
+    if (r->i < r->n)
+        return json_fail_at(r, r->i, "%s after the header's object (only spaces may follow it)", json_what_is(r));
+    return 0;
 }

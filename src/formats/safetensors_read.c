@@ -1,10 +1,9 @@
 // safetensors_read.c: the strict safetensors reader (st_parse, st_parse_header, st_read, st_read_header,
 // st_find, st_data, st_meta, st_free) and the helpers it shares with the writer (st_dtype_size,
-// st_shown). It checks the header's meaning on top of the JSON parser in safetensors_json.c: the
-// fields of each tensor, unique names, and tensors that tile the data section exactly.
+// st_shown, st_valid_utf8). On top of the header's JSON (safetensors_json.c) it checks what the JSON
+// cannot say: unique names, and tensors that tile the data section exactly.
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,122 +35,7 @@ const char *st_shown(const char *s, char *buf, size_t len) {
     return buf;
 }
 
-static void shape_text(const StEntry *e, char *buf, size_t len) {
-    size_t used = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < e->ndim && used < len; d++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%ld", d ? ", " : "", e->shape[d]);
-    if (used < len) snprintf(buf + used, len - used, "]");
-}
-
-// Parse the object describing tensor e (whose name is set): exactly dtype, shape and data_offsets.
-static int parse_tensor(Parser *p, StEntry *e) {
-    const char *name = SHOWN(e->name);
-    stj_skip_ws(p);
-    if (!stj_at(p, '{')) return stj_error(p, "tensor '%s': expected an object, got %s", name, stj_what_is(p));
-    p->i++;
-    int have_dtype = 0, have_shape = 0, have_offsets = 0;
-    uint64_t v[ST_MAX_DIMS];
-    int count;
-    char what[128];
-    stj_skip_ws(p);
-    if (stj_at(p, '}')) p->i++;
-    else
-        for (;;) {
-            size_t mark = p->used;  // field names and the dtype are not kept
-            char *field, *dtype;
-            if (stj_parse_string(p, &field, "a field name")) return -1;
-            if (stj_expect(p, ':', "':' after a field name")) return -1;
-            if (!strcmp(field, "dtype")) {
-                if (have_dtype++) return stj_error(p, "tensor '%s': duplicate field 'dtype'", name);
-                stj_skip_ws(p);
-                if (!stj_at(p, '"')) return stj_error(p, "tensor '%s': dtype must be a string, got %s", name, stj_what_is(p));
-                if (stj_parse_string(p, &dtype, "a string")) return -1;
-                if (!st_dtype_size(dtype)) return stj_error(p, "tensor '%s': unknown dtype '%s'", name, SHOWN(dtype));
-                snprintf(e->dtype, sizeof e->dtype, "%s", dtype);
-            } else if (!strcmp(field, "shape")) {
-                if (have_shape++) return stj_error(p, "tensor '%s': duplicate field 'shape'", name);
-                snprintf(what, sizeof what, "tensor '%s': shape", name);
-                if (stj_parse_uint_array(p, v, ST_MAX_DIMS, &count, what)) return -1;
-                e->ndim = count;
-                for (int d = 0; d < count; d++) e->shape[d] = (long)v[d];  // below 2^63: fits
-            } else if (!strcmp(field, "data_offsets")) {
-                if (have_offsets++) return stj_error(p, "tensor '%s': duplicate field 'data_offsets'", name);
-                snprintf(what, sizeof what, "tensor '%s': data_offsets", name);
-                if (stj_parse_uint_array(p, v, 2, &count, what)) return -1;
-                if (count != 2) return stj_error(p, "%s must be [begin, end], not %d numbers", what, count);
-                if (v[0] > v[1])
-                    return stj_error(p, "%s [%llu, %llu]: begin is after end", what, (unsigned long long)v[0],
-                                (unsigned long long)v[1]);
-                e->begin = (size_t)v[0], e->end = (size_t)v[1];
-            } else {
-                return stj_error(p, "tensor '%s': unknown field '%s' (only dtype, shape and data_offsets)", name,
-                            SHOWN(field));
-            }
-            p->used = mark;
-            stj_skip_ws(p);
-            if (stj_at(p, '}')) {
-                p->i++;
-                break;
-            }
-            if (stj_expect(p, ',', "',' or '}' after a field")) return -1;
-        }
-    if (!have_dtype || !have_shape || !have_offsets)
-        return stj_error(p, "tensor '%s': missing field '%s'", name,
-                    !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
-    size_t bytes = st_dtype_size(e->dtype);
-    char shape[200];
-    shape_text(e, shape, sizeof shape);
-    for (int d = 0; d < e->ndim; d++)
-        if (__builtin_mul_overflow(bytes, (size_t)e->shape[d], &bytes))
-            return stj_error(p, "tensor '%s': shape %s is too large", name, shape);
-    if (e->end - e->begin != bytes)
-        return stj_error(p, "tensor '%s': data_offsets [%zu, %zu] span %zu bytes, but %s shape %s needs %zu", name, e->begin,
-                    e->end, e->end - e->begin, e->dtype, shape, bytes);
-    return 0;
-}
-
-// Grow an array of `size`-byte elements to hold at least need; 0 or -1 when out of memory.
-static int grow(void **a, int *cap, int need, size_t size) {
-    if (need <= *cap) return 0;
-    int c = *cap ? *cap : 16;
-    while (c < need) c = c > INT_MAX / 2 ? INT_MAX : c * 2;
-    void *b = realloc(*a, (size_t)c * size);
-    if (!b) return -1;
-    *a = b, *cap = c;
-    return 0;
-}
-
-static int parse_metadata(Parser *p, StFile *f, int *cap) {
-    stj_skip_ws(p);
-    if (!stj_at(p, '{')) return stj_error(p, "__metadata__ must be an object of strings, got %s", stj_what_is(p));
-    p->i++;
-    stj_skip_ws(p);
-    if (stj_at(p, '}')) {
-        p->i++;
-        return 0;
-    }
-    for (;;) {
-        char *key, *value;
-        if (stj_parse_string(p, &key, "a metadata key")) return -1;
-        if (stj_expect(p, ':', "':' after a metadata key")) return -1;
-        stj_skip_ws(p);
-        if (!stj_at(p, '"'))
-            return stj_error(p, "__metadata__ '%s': the value must be a string, got %s", SHOWN(key), stj_what_is(p));
-        if (stj_parse_string(p, &value, "a string")) return -1;
-        int c1 = *cap, c2 = *cap;
-        if (grow((void **)&f->meta_keys, &c1, f->nmeta + 1, sizeof(char *)) ||
-            grow((void **)&f->meta_values, &c2, f->nmeta + 1, sizeof(char *)))
-            return stj_error(p, "out of memory reading the metadata");
-        *cap = c1;
-        f->meta_keys[f->nmeta] = key, f->meta_values[f->nmeta] = value, f->nmeta++;
-        stj_skip_ws(p);
-        if (stj_at(p, '}')) {
-            p->i++;
-            return 0;
-        }
-        if (stj_expect(p, ',', "',' or '}' after a metadata value")) return -1;
-    }
-}
+int st_valid_utf8(const char *s) { return s && json_valid_utf8(s); }
 
 typedef struct {
     const char *name;
@@ -177,60 +61,23 @@ static const char *first_duplicate(Named *v, int n) {
     return NULL;
 }
 
-static int parse_header(Parser *p, StFile *f) {
-    if (!stj_at(p, '{')) return stj_error(p, "the header does not start with '{'");
-    p->i++;
-    int cap = 0, mcap = 0, have_meta = 0;
-    stj_skip_ws(p);
-    if (stj_at(p, '}')) p->i++;
-    else
-        for (;;) {
-            char *key;
-            size_t mark = p->used;
-            if (stj_parse_string(p, &key, "a tensor name")) return -1;
-            if (stj_expect(p, ':', "':' after a tensor name")) return -1;
-            if (!strcmp(key, "__metadata__")) {
-                p->used = mark;
-                if (have_meta++) return stj_error(p, "duplicate key '__metadata__'");
-                if (parse_metadata(p, f, &mcap)) return -1;
-            } else {
-                if (grow((void **)&f->entries, &cap, f->n + 1, sizeof(StEntry)))
-                    return stj_error(p, "out of memory reading the header");
-                StEntry *e = &f->entries[f->n++];
-                memset(e, 0, sizeof *e);
-                e->name = key;
-                if (parse_tensor(p, e)) return -1;
-            }
-            stj_skip_ws(p);
-            if (stj_at(p, '}')) {
-                p->i++;
-                break;
-            }
-            if (stj_expect(p, ',', "',' or '}' after a tensor")) return -1;
-        }
-    while (p->i < p->n && p->s[p->i] == ' ') p->i++;  // the padding
-    if (p->i < p->n)
-        return stj_error(p, "bad header JSON at byte %zu: %s after the header's object (only spaces may follow it)", p->i,
-                    stj_what_is(p));
-    return 0;
-}
-
-// Check what the JSON cannot say: unique names, and tensors that tile the data section.
-static int check_layout(Parser *p, StFile *f) {
+// Names that must be unique: the metadata keys and the tensor names. Then the entries are put in data
+// order, and by_name indexes them by name (for st_find).
+static int check_names(StFile *f, char *err, size_t errlen) {
     int most = f->n > f->nmeta ? f->n : f->nmeta;
     Named *v = malloc(sizeof(Named) * (size_t)(most ? most : 1));
-    if (!v) return stj_error(p, "out of memory reading the header");
+    if (!v) return fc_errf(err, errlen, "out of memory reading the header");
     for (int i = 0; i < f->nmeta; i++) v[i] = (Named){f->meta_keys[i], i};
     const char *dup = first_duplicate(v, f->nmeta);
     if (dup) {
         free(v);
-        return stj_error(p, "__metadata__: duplicate key '%s'", SHOWN(dup));
+        return fc_errf(err, errlen, "__metadata__: duplicate key '%s'", SHOWN(dup));
     }
     for (int i = 0; i < f->n; i++) v[i] = (Named){f->entries[i].name, i};
     dup = first_duplicate(v, f->n);
     if (dup) {
         free(v);
-        return stj_error(p, "duplicate tensor name '%s'", SHOWN(dup));
+        return fc_errf(err, errlen, "duplicate tensor name '%s'", SHOWN(dup));
     }
     if (f->n > 1) qsort(f->entries, (size_t)f->n, sizeof(StEntry), cmp_entry);  // entries is NULL when n is 0
     for (int i = 0; i < f->n; i++) v[i] = (Named){f->entries[i].name, i};
@@ -238,29 +85,56 @@ static int check_layout(Parser *p, StFile *f) {
     f->by_name = malloc(sizeof(int) * (size_t)(f->n ? f->n : 1));
     if (!f->by_name) {
         free(v);
-        return stj_error(p, "out of memory reading the header");
+        return fc_errf(err, errlen, "out of memory reading the header");
     }
     for (int i = 0; i < f->n; i++) f->by_name[i] = v[i].idx;
     free(v);
+    return 0;
+}
 
+// The entries, in data order, must tile the data section exactly.
+static int check_tiling(const StFile *f, char *err, size_t errlen) {
     size_t data_size = f->size - f->data_start, cur = 0;
     const StEntry *prev = NULL;
     for (int i = 0; i < f->n; i++) {
         const StEntry *e = &f->entries[i];
         if (e->begin > cur)
-            return stj_error(p, "gap of %zu bytes in the data section before tensor '%s' (bytes %zu..%zu)", e->begin - cur,
-                        SHOWN(e->name), e->begin, e->end);
+            return fc_errf(err, errlen, "gap of %zu bytes in the data section before tensor '%s' (bytes %zu..%zu)",
+                           e->begin - cur, SHOWN(e->name), e->begin, e->end);
         if (e->begin < cur)
-            return stj_error(p, "tensor '%s' (bytes %zu..%zu) overlaps tensor '%s' (bytes %zu..%zu)", SHOWN(e->name),
-                        e->begin, e->end, SHOWN(prev->name), prev->begin, prev->end);
+            return fc_errf(err, errlen, "tensor '%s' (bytes %zu..%zu) overlaps tensor '%s' (bytes %zu..%zu)",
+                           SHOWN(e->name), e->begin, e->end, SHOWN(prev->name), prev->begin, prev->end);
         if (e->end > data_size)
-            return stj_error(p, "tensor '%s' (bytes %zu..%zu) goes beyond the data section, which has %zu bytes",
-                        SHOWN(e->name), e->begin, e->end, data_size);
+            return fc_errf(err, errlen,
+                           "tensor '%s' (bytes %zu..%zu) goes beyond the data section, which has %zu bytes",
+                           SHOWN(e->name), e->begin, e->end, data_size);
         cur = e->end, prev = e;
     }
     if (cur < data_size)
-        return stj_error(p, "%zu bytes in the data section after the last tensor (the tensors cover %zu of %zu)",
-                    data_size - cur, cur, data_size);
+        return fc_errf(err, errlen,
+                       "%zu bytes in the data section after the last tensor (the tensors cover %zu of %zu)",
+                       data_size - cur, cur, data_size);
+    return 0;
+}
+
+// The header length in the first 8 of `have` bytes of a file of `len` bytes, checked against both.
+static int header_length(const uint8_t *bytes, size_t have, size_t len, size_t *out, char *err, size_t errlen) {
+    if (len < 8) return fc_errf(err, errlen, "the file has %zu bytes, fewer than the 8 of the header length", len);
+    if (have < 8 || have > len)
+        return fc_errf(err, errlen, "internal error: %zu bytes of a file of %zu given", have, len);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
+    if (n < 2)
+        return fc_errf(err, errlen, "header length %llu is too small (at least 2, for '{}')", (unsigned long long)n);
+    if (n > ST_MAX_HEADER)
+        return fc_errf(err, errlen, "header length %llu exceeds the limit of %zu bytes", (unsigned long long)n,
+                       ST_MAX_HEADER);
+    if (n > len - 8)
+        return fc_errf(err, errlen, "header length %llu goes beyond the end of the file (%zu bytes)",
+                       (unsigned long long)n, len);
+    if (n > have - 8)
+        return fc_errf(err, errlen, "only %zu of the header's %llu bytes were read", have - 8, (unsigned long long)n);
+    *out = (size_t)n;
     return 0;
 }
 
@@ -270,42 +144,17 @@ static int check_layout(Parser *p, StFile *f) {
 static int parse_prefix(StFile *f, uint8_t *bytes, size_t have, size_t file_size, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     f->bytes = bytes, f->size = file_size;
-    size_t len = file_size;
-    Parser p = {.err = err, .errlen = errlen};
-    if (len < 8) {
-        stj_error(&p, "the file has %zu bytes, fewer than the 8 of the header length", len);
-        goto fail;
-    }
-    if (have < 8 || have > len) {
-        stj_error(&p, "internal error: %zu bytes of a file of %zu given", have, len);
-        goto fail;
-    }
-    uint64_t n = 0;
-    for (int i = 0; i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
-    if (n < 2) {
-        stj_error(&p, "header length %llu is too small (at least 2, for '{}')", (unsigned long long)n);
-        goto fail;
-    }
-    if (n > ST_MAX_HEADER) {
-        stj_error(&p, "header length %llu exceeds the limit of %zu bytes", (unsigned long long)n, ST_MAX_HEADER);
-        goto fail;
-    }
-    if (n > len - 8) {
-        stj_error(&p, "header length %llu goes beyond the end of the file (%zu bytes)", (unsigned long long)n, len);
-        goto fail;
-    }
-    if (n > have - 8) {
-        stj_error(&p, "only %zu of the header's %llu bytes were read", have - 8, (unsigned long long)n);
-        goto fail;
-    }
-    f->data_start = 8 + (size_t)n;
-    p.s = bytes + 8, p.n = (size_t)n, p.cap = (size_t)n;
-    p.arena = f->strings = malloc((size_t)n);
+    size_t n = 0;
+    if (header_length(bytes, have, file_size, &n, err, errlen)) goto fail;
+    f->data_start = 8 + n;
+    f->strings = malloc(n);
     if (!f->strings) {
-        stj_error(&p, "out of memory for a header of %llu bytes", (unsigned long long)n);
+        fc_errf(err, errlen, "out of memory for a header of %zu bytes", n);
         goto fail;
     }
-    if (parse_header(&p, f) || check_layout(&p, f)) goto fail;
+    JsonReader r = {.s = bytes + 8, .n = n, .arena = f->strings, .cap = n, .err = err, .errlen = errlen,
+                    .syntax_name = "header JSON", .end_name = "the end of the header"};
+    if (st_parse_header_json(&r, f) || check_names(f, err, errlen) || check_tiling(f, err, errlen)) goto fail;
     return 0;
 fail:
     st_free(f);

@@ -82,10 +82,8 @@ static int meta_count(const StFile *f, const char *name, const char *key, uint64
     return 0;
 }
 
-// Check a shard's metadata and tensors (its layout was checked by the safetensors reader) and fill
-// si. `name` (the path) starts every error.
-int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen) {
-    memset(si, 0, sizeof *si);
+// The shard-wide metadata: format, version, frame size, clip length and clip count (against the tensors).
+static int shard_counts(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen) {
     const char *format = st_meta(f, "format"), *version = st_meta(f, "format_version");
     if (!format) return fc_errf(err, errlen, "%s: not a framechain shard (no 'format' in __metadata__)", name);
     if (strcmp(format, "framechain-shard"))
@@ -101,108 +99,114 @@ int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size
         return -1;
     size_t raw = (size_t)F * N * N * 3;  // below 2^64: 65536 * 8192^2 * 3
     if (raw > SHARD_MAX_CLIP_BYTES)
-        return fc_errf(err, errlen, "%s: clips of %llu frames of %llux%llu would be %zu bytes, more than the %zu allowed",
-                    name, (unsigned long long)F, (unsigned long long)N, (unsigned long long)N, raw,
-                    SHARD_MAX_CLIP_BYTES);
+        return fc_errf(err, errlen,
+                       "%s: clips of %llu frames of %llux%llu would be %zu bytes, more than the %zu allowed", name,
+                       (unsigned long long)F, (unsigned long long)N, (unsigned long long)N, raw, SHARD_MAX_CLIP_BYTES);
     if ((uint64_t)f->n != clips)
         return fc_errf(err, errlen, "%s: the metadata says %llu clips, but the file holds %d tensors", name,
                     (unsigned long long)clips, f->n);
     si->N = (int)N, si->F = (int)F, si->clips = (int)clips, si->raw = raw;
-    si->clip = calloc(clips, sizeof(ClipRec));
-    uint8_t *have = calloc(clips, 1);
-    if (!si->clip || !have) {
-        free(have);
-        free(si->clip);
-        si->clip = NULL;
-        return fc_errf(err, errlen, "%s: out of memory for %llu clips", name, (unsigned long long)clips);
+    return 0;
+}
+
+// One "clip.<k>.<field>" = val of the metadata: its value checked, and kept in c when needed; *bit = its HAVE_ bit.
+static int clip_field(const char *name, const char *key, const char *field, const char *val, ClipRec *c, int *bit,
+                      char *err, size_t errlen) {
+    uint64_t first;
+    double fps;
+    if (!strcmp(field, "encoding")) {
+        if (strcmp(val, "raw") && strcmp(val, "zlib"))
+            return fc_errf(err, errlen, "%s: %s '%s' is neither raw nor zlib", name, SHOWN(key), SHOWN(val));
+        c->zlib = val[0] == 'z';
+        *bit = HAVE_ENCODING;
+    } else if (!strcmp(field, "crc32")) {
+        if (parse_crc(val, &c->crc))
+            return fc_errf(err, errlen, "%s: %s '%s' is not 8 lowercase hex digits", name, SHOWN(key), SHOWN(val));
+        *bit = HAVE_CRC;
+    } else if (!strcmp(field, "source")) {
+        *bit = HAVE_SOURCE;
+    } else if (!strcmp(field, "first_frame")) {
+        if (parse_count(val, (uint64_t)1 << 62, &first))
+            return fc_errf(err, errlen, "%s: %s '%s' is not a non-negative integer", name, SHOWN(key), SHOWN(val));
+        *bit = HAVE_FIRST;
+    } else if (!strcmp(field, "fps")) {
+        if (parse_fps(val, &fps))
+            return fc_errf(err, errlen, "%s: %s '%s' is not a number in [0, 1e6]", name, SHOWN(key), SHOWN(val));
+        *bit = HAVE_FPS;
+    } else {
+        return fc_errf(err, errlen, "%s: unknown metadata key '%s'", name, SHOWN(key));
     }
-    int rc = -1;
+    return 0;
+}
+
+// The per-clip metadata: every key one of the shard-wide ones or clip.<k>.<field>, and every field of
+// every clip there (have: the HAVE_ bits seen per clip, zeroed).
+static int shard_clip_metadata(const StFile *f, const char *name, ShardInfo *si, uint8_t *have, char *err,
+                               size_t errlen) {
     for (int i = 0; i < f->nmeta; i++) {
-        const char *key = f->meta_keys[i], *val = f->meta_values[i], *rest;
-        int k;
+        const char *key = f->meta_keys[i], *rest;
+        int k, bit = 0;
         if (!strcmp(key, "format") || !strcmp(key, "format_version") || !strcmp(key, "frame_size") ||
             !strcmp(key, "clip_frames") || !strcmp(key, "clips"))
             continue;
-        if (clip_key(key, si->clips, &k, &rest) || rest[0] != '.') {
-            fc_errf(err, errlen, "%s: unknown metadata key '%s'", name, SHOWN(key));
-            goto out;
-        }
-        const char *field = rest + 1;
-        uint64_t first;
-        double fps;
-        if (!strcmp(field, "encoding")) {
-            if (strcmp(val, "raw") && strcmp(val, "zlib")) {
-                fc_errf(err, errlen, "%s: %s '%s' is neither raw nor zlib", name, SHOWN(key), SHOWN(val));
-                goto out;
-            }
-            si->clip[k].zlib = val[0] == 'z';
-            have[k] |= HAVE_ENCODING;
-        } else if (!strcmp(field, "crc32")) {
-            if (parse_crc(val, &si->clip[k].crc)) {
-                fc_errf(err, errlen, "%s: %s '%s' is not 8 lowercase hex digits", name, SHOWN(key), SHOWN(val));
-                goto out;
-            }
-            have[k] |= HAVE_CRC;
-        } else if (!strcmp(field, "source")) {
-            have[k] |= HAVE_SOURCE;
-        } else if (!strcmp(field, "first_frame")) {
-            if (parse_count(val, (uint64_t)1 << 62, &first)) {
-                fc_errf(err, errlen, "%s: %s '%s' is not a non-negative integer", name, SHOWN(key), SHOWN(val));
-                goto out;
-            }
-            have[k] |= HAVE_FIRST;
-        } else if (!strcmp(field, "fps")) {
-            if (parse_fps(val, &fps)) {
-                fc_errf(err, errlen, "%s: %s '%s' is not a number in [0, 1e6]", name, SHOWN(key), SHOWN(val));
-                goto out;
-            }
-            have[k] |= HAVE_FPS;
-        } else {
-            fc_errf(err, errlen, "%s: unknown metadata key '%s'", name, SHOWN(key));
-            goto out;
-        }
+        if (clip_key(key, si->clips, &k, &rest) || rest[0] != '.')
+            return fc_errf(err, errlen, "%s: unknown metadata key '%s'", name, SHOWN(key));
+        if (clip_field(name, key, rest + 1, f->meta_values[i], &si->clip[k], &bit, err, errlen)) return -1;
+        have[k] |= (uint8_t)bit;
     }
     for (int k = 0; k < si->clips; k++)
         if (have[k] != HAVE_ALL) {
             int b = 0;
             while (have[k] >> b & 1) b++;
-            fc_errf(err, errlen, "%s: no 'clip.%d.%s' in __metadata__", name, k, CLIP_FIELDS[b]);
-            goto out;
+            return fc_errf(err, errlen, "%s: no 'clip.%d.%s' in __metadata__", name, k, CLIP_FIELDS[b]);
         }
-    // the tensors: exactly clip.0 .. clip.<clips-1> (the reader made the names unique, and there are `clips`)
+    return 0;
+}
+
+// The tensors: exactly clip.0 .. clip.<clips-1> (the reader made the names unique, and there are `clips`),
+// each U8, 1-D when zlib and (F, N, N, 3) when raw; si->clip gets where each one's bytes are.
+static int shard_clip_tensors(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen) {
     for (int i = 0; i < f->n; i++) {
         const StEntry *e = &f->entries[i];
         const char *rest;
         int k;
-        if (clip_key(e->name, si->clips, &k, &rest) || *rest) {
-            fc_errf(err, errlen, "%s: tensor '%s' is not one of clip.0 .. clip.%d", name, SHOWN(e->name), si->clips - 1);
-            goto out;
-        }
-        if (strcmp(e->dtype, "U8")) {
-            fc_errf(err, errlen, "%s: clip.%d has dtype %s, not U8", name, k, e->dtype);
-            goto out;
-        }
+        if (clip_key(e->name, si->clips, &k, &rest) || *rest)
+            return fc_errf(err, errlen, "%s: tensor '%s' is not one of clip.0 .. clip.%d", name, SHOWN(e->name),
+                           si->clips - 1);
+        if (strcmp(e->dtype, "U8")) return fc_errf(err, errlen, "%s: clip.%d has dtype %s, not U8", name, k, e->dtype);
         ClipRec *c = &si->clip[k];
         c->offset = f->data_start + e->begin, c->stored = e->end - e->begin;
         if (c->zlib) {
-            if (e->ndim != 1 || c->stored == 0 || c->stored >= raw) {
-                fc_errf(err, errlen, "%s: clip.%d is zlib: a 1-D tensor of 1 to %zu bytes is expected, not %d-D of %llu bytes",
-                     name, k, raw - 1, e->ndim, (unsigned long long)c->stored);
-                goto out;
-            }
+            if (e->ndim != 1 || c->stored == 0 || c->stored >= si->raw)
+                return fc_errf(err, errlen,
+                               "%s: clip.%d is zlib: a 1-D tensor of 1 to %zu bytes is expected, "
+                               "not %d-D of %llu bytes",
+                               name, k, si->raw - 1, e->ndim, (unsigned long long)c->stored);
         } else if (e->ndim != 4 || e->shape[0] != si->F || e->shape[1] != si->N || e->shape[2] != si->N ||
                    e->shape[3] != 3) {
             char shape[160] = "";
             size_t used = 0;
             for (int d = 0; d < e->ndim && used < sizeof shape; d++)
                 used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%ld", d ? ", " : "", e->shape[d]);
-            fc_errf(err, errlen, "%s: clip.%d is raw: shape [%d, %d, %d, 3] is expected, not [%s]", name, k, si->F, si->N,
-                 si->N, shape);
-            goto out;
+            return fc_errf(err, errlen, "%s: clip.%d is raw: shape [%d, %d, %d, 3] is expected, not [%s]", name, k,
+                           si->F, si->N, si->N, shape);
         }
     }
-    rc = 0;
-out:
+    return 0;
+}
+
+// Check a shard's metadata and tensors (its layout was checked by the safetensors reader) and fill
+// si. `name` (the path) starts every error.
+int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen) {
+    memset(si, 0, sizeof *si);
+    if (shard_counts(f, name, si, err, errlen)) return -1;
+    si->clip = calloc((size_t)si->clips, sizeof(ClipRec));
+    uint8_t *have = calloc((size_t)si->clips, 1);
+    int rc = -1;
+    if (!si->clip || !have)
+        fc_errf(err, errlen, "%s: out of memory for %llu clips", name, (unsigned long long)si->clips);
+    else if (!shard_clip_metadata(f, name, si, have, err, errlen) && !shard_clip_tensors(f, name, si, err, errlen))
+        rc = 0;
     free(have);
     if (rc) {
         free(si->clip);
@@ -214,123 +218,144 @@ out:
 // ---------------------------------------------------------------------------------------------
 // decoding a clip
 
+// Raw frames: stored must be raw bytes; copied into out, or (out NULL) read through a buffer for the CRC.
+static int decode_raw(const Src *src, uint64_t stored, uint8_t *out, size_t raw, uint32_t *crc, char *why,
+                      size_t whylen) {
+    if (stored != raw) return fc_errf(why, whylen, "%llu bytes stored for %zu", (unsigned long long)stored, raw);
+    if (out) {
+        if (src->mem) memcpy(out, src->mem, raw);
+        else if (fc_pread_all(src->fd, out, raw, src->offset))
+            return fc_errf(why, whylen, "read error: %s", strerror(errno));
+        *crc = (uint32_t)crc32_z(0, out, raw);
+        return 0;
+    }
+    if (src->mem) {
+        *crc = (uint32_t)crc32_z(0, src->mem, raw);
+        return 0;
+    }
+    uint8_t *buf = malloc(IO_CHUNK);
+    if (!buf) return fc_errf(why, whylen, "out of memory");
+    uint32_t c = 0;
+    for (size_t done = 0; done < raw;) {
+        size_t n = raw - done < IO_CHUNK ? raw - done : IO_CHUNK;
+        if (fc_pread_all(src->fd, buf, n, src->offset + done)) {
+            free(buf);
+            return fc_errf(why, whylen, "read error: %s", strerror(errno));
+        }
+        c = (uint32_t)crc32_z(c, buf, n);
+        done += n;
+    }
+    free(buf);
+    *crc = c;
+    return 0;
+}
+
+// A zlib stream being inflated into exactly `raw` bytes.
+typedef struct {
+    z_stream zs;
+    const Src *src;
+    uint64_t stored, fed;  // stored bytes, and those handed to zlib so far
+    uint8_t *out;          // where the raw bytes go, or NULL: through `window`
+    uint8_t *inbuf, *window;
+    size_t raw, produced;
+    uint32_t crc;  // of the bytes produced so far
+} Inflate;
+
+// Hand zlib the next stored bytes when it has used up the last ones.
+static int feed_input(Inflate *in, char *why, size_t whylen) {
+    if (in->zs.avail_in || in->fed >= in->stored) return 0;
+    uint64_t n = in->stored - in->fed;
+    if (in->src->mem) {
+        if (n > (1u << 30)) n = 1u << 30;
+        in->zs.next_in = (Bytef *)(in->src->mem + in->fed);
+    } else {
+        if (n > IO_CHUNK) n = IO_CHUNK;
+        if (fc_pread_all(in->src->fd, in->inbuf, (size_t)n, in->src->offset + in->fed))
+            return fc_errf(why, whylen, "read error: %s", strerror(errno));
+        in->zs.next_in = in->inbuf;
+    }
+    in->zs.avail_in = (uInt)n;
+    in->fed += n;
+    return 0;
+}
+
+// Where zlib's next output goes (*space bytes): the rest of out, the window, or (all raw bytes produced)
+// the single byte `extra`, which must stay unwritten.
+static uint8_t *output_span(Inflate *in, size_t *space, uint8_t *extra) {
+    if (in->produced >= in->raw) {
+        *space = 1;
+        return extra;
+    }
+    uint8_t *dst;
+    *space = in->raw - in->produced;
+    if (in->out) dst = in->out + in->produced;
+    else {
+        size_t at = in->produced % CHECK_WINDOW;
+        dst = in->window + at;
+        if (*space > CHECK_WINDOW - at) *space = CHECK_WINDOW - at;
+    }
+    if (*space > (1u << 30)) *space = 1u << 30;
+    return dst;
+}
+
+// What zlib's answer r means once its output is counted: 1 to go on, 0 when the stream ended well, -1.
+static int inflate_verdict(Inflate *in, int r, size_t got, uInt in_before, char *why, size_t whylen) {
+    if (r == Z_STREAM_END) {
+        uint64_t left = in->zs.avail_in + (in->stored - in->fed);
+        if (in->produced < in->raw)
+            return fc_errf(why, whylen, "the zlib stream inflates to %zu bytes, not the %zu of a clip", in->produced,
+                           in->raw);
+        if (left) return fc_errf(why, whylen, "%llu bytes follow the end of the zlib stream", (unsigned long long)left);
+        return 0;
+    }
+    if (r == Z_NEED_DICT || r == Z_DATA_ERROR || r == Z_STREAM_ERROR)
+        return fc_errf(why, whylen, "corrupt zlib data after %zu inflated bytes (%s)", in->produced,
+                       r == Z_NEED_DICT ? "it asks for a preset dictionary" : in->zs.msg ? in->zs.msg : "bad stream");
+    if (r == Z_MEM_ERROR) return fc_errf(why, whylen, "zlib: out of memory");
+    if (got == 0 && in->zs.avail_in == in_before && in->zs.avail_in == 0 && in->fed >= in->stored)  // no progress
+        return fc_errf(why, whylen, "the zlib stream is cut short after %zu of %zu bytes", in->produced, in->raw);
+    return 1;
+}
+
+// One round: feed, inflate, count what came out. 1 to go on, 0 when done well, -1 with why.
+static int inflate_step(Inflate *in, char *why, size_t whylen) {
+    if (feed_input(in, why, whylen)) return -1;
+    uint8_t extra;  // where a byte beyond the expected ones would go
+    size_t space;
+    uint8_t *dst = output_span(in, &space, &extra);
+    uInt in_before = in->zs.avail_in;
+    in->zs.next_out = dst, in->zs.avail_out = (uInt)space;
+    int r = inflate(&in->zs, Z_NO_FLUSH);
+    size_t got = space - in->zs.avail_out;
+    if (in->produced >= in->raw && got)
+        return fc_errf(why, whylen, "the zlib stream inflates to more than the %zu bytes of a clip", in->raw);
+    in->crc = (uint32_t)crc32_z(in->crc, dst, got);
+    in->produced += got;
+    return inflate_verdict(in, r, got, in_before, why, whylen);
+}
+
+static int decode_zlib(const Src *src, uint64_t stored, uint8_t *out, size_t raw, uint32_t *crc, char *why,
+                       size_t whylen) {
+    Inflate in = {.src = src, .stored = stored, .out = out, .raw = raw};
+    if (inflateInit(&in.zs) != Z_OK) return fc_errf(why, whylen, "zlib: cannot start inflating (out of memory?)");
+    in.inbuf = src->mem ? NULL : malloc(IO_CHUNK);
+    in.window = out ? NULL : malloc(CHECK_WINDOW);
+    int rc = 1;
+    if ((!src->mem && !in.inbuf) || (!out && !in.window)) rc = fc_errf(why, whylen, "out of memory");
+    while (rc > 0) rc = inflate_step(&in, why, whylen);
+    inflateEnd(&in.zs);
+    free(in.inbuf);
+    free(in.window);
+    if (!rc) *crc = in.crc;
+    return rc;
+}
+
 // Decode `stored` bytes of src (a zlib stream, or the raw frames) that must give exactly raw bytes;
 // into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes. 0, or -1 with why.
 int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t raw, uint32_t *crc,
                 char *why, size_t whylen) {
-    uint32_t c = 0;
-    if (!zlib) {
-        if (stored != raw) return fc_errf(why, whylen, "%llu bytes stored for %zu", (unsigned long long)stored, raw);
-        if (out) {
-            if (src->mem) memcpy(out, src->mem, raw);
-            else if (fc_pread_all(src->fd, out, raw, src->offset))
-                return fc_errf(why, whylen, "read error: %s", strerror(errno));
-            *crc = (uint32_t)crc32_z(0, out, raw);
-            return 0;
-        }
-        if (src->mem) {
-            *crc = (uint32_t)crc32_z(0, src->mem, raw);
-            return 0;
-        }
-        uint8_t *buf = malloc(IO_CHUNK);
-        if (!buf) return fc_errf(why, whylen, "out of memory");
-        for (size_t done = 0; done < raw;) {
-            size_t n = raw - done < IO_CHUNK ? raw - done : IO_CHUNK;
-            if (fc_pread_all(src->fd, buf, n, src->offset + done)) {
-                free(buf);
-                return fc_errf(why, whylen, "read error: %s", strerror(errno));
-            }
-            c = (uint32_t)crc32_z(c, buf, n);
-            done += n;
-        }
-        free(buf);
-        *crc = c;
-        return 0;
-    }
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (inflateInit(&zs) != Z_OK) return fc_errf(why, whylen, "zlib: cannot start inflating (out of memory?)");
-    uint8_t *inbuf = src->mem ? NULL : malloc(IO_CHUNK);
-    uint8_t *window = out ? NULL : malloc(CHECK_WINDOW);
-    int rc = -1;
-    if ((!src->mem && !inbuf) || (!out && !window)) {
-        fc_errf(why, whylen, "out of memory");
-        goto done;
-    }
-    uint64_t fed = 0;  // stored bytes handed to zlib so far
-    size_t produced = 0;
-    uint8_t extra;  // where a byte beyond the expected ones would go
-    for (;;) {
-        if (zs.avail_in == 0 && fed < stored) {
-            uint64_t n = stored - fed;
-            if (src->mem) {
-                if (n > (1u << 30)) n = 1u << 30;
-                zs.next_in = (Bytef *)(src->mem + fed);
-            } else {
-                if (n > IO_CHUNK) n = IO_CHUNK;
-                if (fc_pread_all(src->fd, inbuf, (size_t)n, src->offset + fed)) {
-                    fc_errf(why, whylen, "read error: %s", strerror(errno));
-                    goto done;
-                }
-                zs.next_in = inbuf;
-            }
-            zs.avail_in = (uInt)n;
-            fed += n;
-        }
-        uint8_t *dst;
-        size_t space;
-        if (produced < raw) {
-            space = raw - produced;
-            if (out) dst = out + produced;
-            else {
-                size_t at = produced % CHECK_WINDOW;
-                dst = window + at;
-                if (space > CHECK_WINDOW - at) space = CHECK_WINDOW - at;
-            }
-            if (space > (1u << 30)) space = 1u << 30;
-        } else {
-            dst = &extra, space = 1;
-        }
-        uInt in_before = zs.avail_in;
-        zs.next_out = dst, zs.avail_out = (uInt)space;
-        int r = inflate(&zs, Z_NO_FLUSH);
-        size_t got = space - zs.avail_out;
-        if (produced >= raw && got) {
-            fc_errf(why, whylen, "the zlib stream inflates to more than the %zu bytes of a clip", raw);
-            goto done;
-        }
-        c = (uint32_t)crc32_z(c, dst, got);
-        produced += got;
-        if (r == Z_STREAM_END) {
-            uint64_t left = zs.avail_in + (stored - fed);
-            if (produced < raw)
-                fc_errf(why, whylen, "the zlib stream inflates to %zu bytes, not the %zu of a clip", produced, raw);
-            else if (left)
-                fc_errf(why, whylen, "%llu bytes follow the end of the zlib stream", (unsigned long long)left);
-            else
-                rc = 0;
-            goto done;
-        }
-        if (r == Z_NEED_DICT || r == Z_DATA_ERROR || r == Z_STREAM_ERROR) {
-            fc_errf(why, whylen, "corrupt zlib data after %zu inflated bytes (%s)", produced,
-                 r == Z_NEED_DICT ? "it asks for a preset dictionary" : zs.msg ? zs.msg : "bad stream");
-            goto done;
-        }
-        if (r == Z_MEM_ERROR) {
-            fc_errf(why, whylen, "zlib: out of memory");
-            goto done;
-        }
-        if (got == 0 && zs.avail_in == in_before && zs.avail_in == 0 && fed >= stored) {  // no progress, no input left
-            fc_errf(why, whylen, "the zlib stream is cut short after %zu of %zu bytes", produced, raw);
-            goto done;
-        }
-    }
-done:
-    inflateEnd(&zs);
-    free(inbuf);
-    free(window);
-    if (!rc) *crc = c;
-    return rc;
+    if (zlib) return decode_zlib(src, stored, out, raw, crc, why, whylen);
+    return decode_raw(src, stored, out, raw, crc, why, whylen);
 }
 
 int shard_check_bytes(const uint8_t *bytes, size_t len, char *err, size_t errlen) {
@@ -350,8 +375,8 @@ int shard_check_bytes(const uint8_t *bytes, size_t len, char *err, size_t errlen
         if (decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why))
             rc = fc_errf(err, errlen, "shard: clip.%d: %s", k, why);
         else if (crc != c->crc)
-            rc = fc_errf(err, errlen, "shard: clip.%d: CRC32 mismatch: the data gives %08x, the metadata says %08x", k, crc,
-                      c->crc);
+            rc = fc_errf(err, errlen, "shard: clip.%d: CRC32 mismatch: the data gives %08x, the metadata says %08x", k,
+                         crc, c->crc);
     }
     free(si.clip);
     st_free(&f);

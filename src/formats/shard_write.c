@@ -204,7 +204,8 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/%s", w->dir, file);
     int rc = st_write(path, t, n, m, nm, err, errlen);
     struct stat st;
-    if (!rc && stat(path, &st)) rc = fc_errf(err, errlen, "%s: cannot stat what was written: %s", path, strerror(errno));
+    if (!rc && stat(path, &st))
+        rc = fc_errf(err, errlen, "%s: cannot stat what was written: %s", path, strerror(errno));
     free(tx), free(t), free(m);
     if (rc) return -1;
     if (w->ndone == w->capdone) {

@@ -59,7 +59,7 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen);
 void shard_writer_abort(ShardWriter *w);
 
 // ---- reading ----
-typedef struct Dataset Dataset;  // the clips of one prepared folder (config.h's enum DataSource says where a run's data comes from)
+typedef struct Dataset Dataset;  // one prepared folder's clips (config.h's enum DataSource: where a run's data is)
 // Read dir/dataset.json, then every shard's header (not its data), strictly: every shard must hold
 // the clips and bytes dataset.json says, with the same frame size and clip length. NULL with a
 // one-line reason naming the file on any problem.

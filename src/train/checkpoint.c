@@ -202,9 +202,79 @@ static int check_crcs(const StFile *f, const char *path, char *err, size_t errle
     return 0;
 }
 
+// Its config against this run's (only the keys of may_differ may change): CKPT_OK, or CKPT_REFUSED
+// with the first key that differs.
+static CkptStatus check_same_run(const char *config, const char *path, const Config *c, char *err, size_t errlen) {
+    char why[512];
+    Config theirs;
+    config_defaults(&theirs);
+    if (config_parse_text(&theirs, config, strlen(config), path, why, sizeof why)) {
+        fc_errf(err, errlen, "%s: its config does not parse: %s", path, why);
+        return CKPT_REFUSED;
+    }
+    for (const char *const *k = config_keys(); *k; k++) {
+        char a[1024], b[1024];
+        config_get(c, *k, a, sizeof a);
+        config_get(&theirs, *k, b, sizeof b);
+        if (!may_differ(*k) && strcmp(a, b)) {
+            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
+                    "its own run", path, *k, b, *k, a);
+            return CKPT_REFUSED;
+        }
+    }
+    return CKPT_OK;
+}
+
+// Point every tensor of tab at its bytes in f: CKPT_OK, or CKPT_REFUSED with the first tensor that
+// is missing or of another type or size.
+static CkptStatus find_tensors(const StFile *f, const char *path, CkptTable *tab, char *err, size_t errlen) {
+    for (int i = 0; i < tab->n; i++) {
+        CkptTensor *t = &tab->t[i];
+        const StEntry *e = st_find(f, t->name);
+        if (!e && !strncmp(t->name, "optim.", 6)) {
+            fc_errf(err, errlen, "%s: has no optimizer state (%s is missing); resuming without it would not "
+                    "continue the run", path, t->name);
+            return CKPT_REFUSED;
+        }
+        if (!e) {
+            fc_errf(err, errlen, "%s: tensor %s is missing", path, t->name);
+            return CKPT_REFUSED;
+        }
+        if (strcmp(e->dtype, t->dtype) || e->end - e->begin != t->bytes) {
+            fc_errf(err, errlen, "%s: tensor %s is %s of %zu bytes, expected %s of %zu", path, t->name, e->dtype,
+                    e->end - e->begin, t->dtype, t->bytes);
+            return CKPT_REFUSED;
+        }
+        t->host = (void *)st_data(f, e);
+    }
+    return CKPT_OK;
+}
+
+// A checkpoint from a version with other code maps (their_m, their_v): re-encode its 8-bit moments,
+// already uploaded, against ours.
+static void recode_moments(const Backend *be, Optimizer *o, const float *their_m, const float *their_v) {
+    if (!memcmp(their_m, o->host_code_m, 256 * sizeof(float)) && !memcmp(their_v, o->host_code_v, 256 * sizeof(float)))
+        return;
+    for (int i = 0; i < o->n; i++) {
+        OptTensor *t = &o->t[i];
+        if (!t->is8bit) continue;
+        uint8_t *q = fc_malloc(t->numel);
+        for (int which = 0; which < 2; which++) {
+            const float *theirs_code = which ? their_v : their_m;
+            const float *ours = which ? o->host_code_v : o->host_code_m;
+            be->download(q, which ? t->v8 : t->m8, t->numel);
+            for (size_t k = 0; k < t->numel; k++) q[k] = quant8_encode(ours, theirs_code[q[k]]);
+            be->upload(which ? t->v8 : t->m8, q, t->numel);
+        }
+        free(q);
+    }
+    be->upload(o->code_m, o->host_code_m, sizeof o->host_code_m);
+    be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
+}
+
 #define FAIL(status, ...) \
     do {                                             \
-        snprintf(err, errlen, __VA_ARGS__);          \
+        fc_errf(err, errlen, __VA_ARGS__);           \
         result = (status);                           \
         goto out;                                    \
     } while (0)
@@ -214,7 +284,7 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     StFile f;
     char why[512];
     if (st_read(path, &f, why, sizeof why)) {
-        snprintf(err, errlen, "%s", why);
+        fc_errf(err, errlen, "%s", why);
         return CKPT_CORRUPT;
     }
     CkptStatus result = CKPT_OK;
@@ -232,57 +302,15 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
         goto out;
     }
     if (!step || !smooth || !config) FAIL(CKPT_CORRUPT, "%s: the trainer state is missing from the metadata", path);
-
-    Config theirs;
-    config_defaults(&theirs);
-    if (config_parse_text(&theirs, config, strlen(config), path, why, sizeof why))
-        FAIL(CKPT_REFUSED, "%s: its config does not parse: %s", path, why);
-    for (const char *const *k = config_keys(); *k; k++) {
-        char a[1024], b[1024];
-        config_get(c, *k, a, sizeof a);
-        config_get(&theirs, *k, b, sizeof b);
-        if (!may_differ(*k) && strcmp(a, b))
-            FAIL(CKPT_REFUSED, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only its own run",
-                 path, *k, b, *k, a);
-    }
-
+    if ((result = check_same_run(config, path, c, err, errlen))) goto out;
     tab = ckpt_build_table(m, ema, o, &block_size);
-    for (int i = 0; i < tab.n; i++) {
-        CkptTensor *t = &tab.t[i];
-        const StEntry *e = st_find(&f, t->name);
-        if (!e && !strncmp(t->name, "optim.", 6))
-            FAIL(CKPT_REFUSED, "%s: has no optimizer state (%s is missing); resuming without it would not continue the run",
-                 path, t->name);
-        if (!e) FAIL(CKPT_REFUSED, "%s: tensor %s is missing", path, t->name);
-        if (strcmp(e->dtype, t->dtype) || e->end - e->begin != t->bytes)
-            FAIL(CKPT_REFUSED, "%s: tensor %s is %s of %zu bytes, expected %s of %zu", path, t->name, e->dtype,
-                 e->end - e->begin, t->dtype, t->bytes);
-        t->host = (void *)st_data(&f, e);
-    }
+    if ((result = find_tensors(&f, path, &tab, err, errlen))) goto out;
     memcpy(&block_size, tab.t[tab.n - 1].host, sizeof block_size);
     if (block_size != ADAM8_BLOCK)
         FAIL(CKPT_REFUSED, "%s: 8-bit blocks of %d; this framechain uses %d", path, (int)block_size, ADAM8_BLOCK);
     for (int i = 0; i < tab.n; i++)
         if (tab.t[i].device) m->be->upload(tab.t[i].device, tab.t[i].host, tab.t[i].bytes);
-    // A checkpoint from a version with other code maps: re-encode its moments against ours.
-    const float *their_m = tab.t[tab.n - 3].host, *their_v = tab.t[tab.n - 2].host;
-    if (memcmp(their_m, o->host_code_m, 256 * sizeof(float)) || memcmp(their_v, o->host_code_v, 256 * sizeof(float))) {
-        for (int i = 0; i < o->n; i++) {
-            OptTensor *t = &o->t[i];
-            if (!t->is8bit) continue;
-            uint8_t *q = fc_malloc(t->numel);
-            for (int which = 0; which < 2; which++) {
-                const float *theirs_code = which ? their_v : their_m;
-                const float *ours = which ? o->host_code_v : o->host_code_m;
-                m->be->download(q, which ? t->v8 : t->m8, t->numel);
-                for (size_t k = 0; k < t->numel; k++) q[k] = quant8_encode(ours, theirs_code[q[k]]);
-                m->be->upload(which ? t->v8 : t->m8, q, t->numel);
-            }
-            free(q);
-        }
-        m->be->upload(o->code_m, o->host_code_m, sizeof o->host_code_m);
-        m->be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
-    }
+    recode_moments(m->be, o, tab.t[tab.n - 3].host, tab.t[tab.n - 2].host);
     s->step = atoi(step);
     s->smooth_loss = strtod(smooth, NULL);
 out:

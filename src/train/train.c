@@ -1,27 +1,25 @@
 // train.c: the training loop. Every random draw is a function of (seed, step), the optimizer state
 // is in every checkpoint, and so a resumed run repeats the uninterrupted one bit for bit.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 
-#include "train/checkpoint.h"
-#include "model/flow.h"
-#include "dataset/loader.h"
-#include "model/memplan.h"
-#include "model/model.h"
-#include "model/optim.h"
-#include "dataset/moving_shapes.h"
-#include "formats/shards.h"
 #include "train/train.h"
 #include "base/clock.h"
 #include "base/paths.h"
+#include "formats/shards.h"
+#include "model/flow.h"
+#include "model/memplan.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "dataset/loader.h"
+#include "dataset/moving_shapes.h"
+#include "train/checkpoint.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
 
@@ -29,8 +27,6 @@ static void on_stop_signal(int sig) {
     g_stop_signal = sig;
     signal(sig, SIG_DFL);  // a second Ctrl-C ends at once; the checkpoint files are safe either way
 }
-
-
 
 // ----------------------------------------------------------------------------
 // the run folder
@@ -84,6 +80,7 @@ static FILE *open_metrics(const char *run, int last) {
 }
 
 // ----------------------------------------------------------------------------
+// the checkpoints on disk
 
 // Load the newest checkpoint that checks out; returns its step, or 0 when the folder has none.
 static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *st) {
@@ -117,162 +114,271 @@ static void finish_or_die(CkptWriter *w) {
     if (w && ckpt_writer_finish(w, NULL, err, sizeof err)) fc_die("%s", err);
 }
 
+// ----------------------------------------------------------------------------
+// the phases of a run, in the order train_run calls them
+
+// What the phases share: the run's inputs, what they build, and the loop's clocks.
+typedef struct {
+    const Config *c;
+    const char *run, *data;
+    const Backend *be;
+    int on_gpu, sync_checkpoints;
+    Dataset *dataset;
+    int lock;  // the run folder's lock file
+    MemPlan plan;
+    Model *m;
+    Optimizer *o;
+    real *ema;      // (n_params) EMA of the weights
+    real *x0;       // (B, F, C, H, W) clean windows of the step
+    real *host_x0;  // the same, on the host
+    TrainState st;
+    Loader *loader;
+    FILE *metrics;
+    CkptWriter *writer;
+    int tty;    // stdout is a terminal: the progress line is rewritten in place
+    int first;  // the first step this process runs
+    // The time the loop waited for checkpoints since the last metrics line: a submit comes after its
+    // step's line, so its time is on the next step's.
+    double ckpt_blocked_ms;
+    double t_start, t_last_line, t_timed;
+    int t_timed_steps;
+} Trainer;
+
+// What one optimizer update measured, for its metrics line.
+typedef struct {
+    double loss, lr, t_data, t_step;
+    OptStepInfo info;
+} StepReport;
+
+// The data first: a --data that cannot serve this config ends here, before any work.
+static void open_data(Trainer *t) {
+    char err[1024];
+    if (!t->data) return;
+    if (!(t->dataset = dataset_open(t->data, err, sizeof err))) fc_die("%s", err);
+    int size = dataset_frame_size(t->dataset);
+    if (size != t->c->frame_size || t->c->channels != 3)
+        fc_die("%s: frames are %dx%d RGB, but the config has frame_size = %d and channels = %d", t->data, size, size,
+               t->c->frame_size, t->c->channels);
+}
+
+static void open_run_folder(Trainer *t) {
+    char err[1024];
+    if (fc_mkdir_p(t->run, err, sizeof err)) fc_die("%s", err);
+    t->lock = lock_run(t->run);
+    remove_stale_temps(t->run);
+}
+
+// The plan before any allocation: a config that cannot fit is refused with the plan shown.
+static void check_memory_plan(Trainer *t, double vram_budget) {
+    const Backend *be = t->be;
+    t->plan = memory_plan(t->c, t->c->batch_size, plan_device(be->name, be->precision));
+    memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
+    fflush(stdout);
+    if (t->on_gpu && t->plan.total > vram_budget)
+        fc_die("%s: the memory plan (%.2f GiB) exceeds --vram-budget %.2f GiB: lower batch_size, frame_size, width "
+               "or depth (or raise the budget)", t->run, t->plan.total / 1073741824.0, vram_budget / 1073741824.0);
+}
+
+// The model, its optimizer and EMA, and the batch buffers; the weights as a fresh run starts them.
+static void build_training_state(Trainer *t) {
+    const Config *c = t->c;
+    const Backend *be = t->be;
+    t->m = build_model(c, be, c->batch_size);
+    t->o = build_optimizer(t->m, c);
+    size_t batch_values = (size_t)t->m->S * t->m->E;
+    t->ema = be->alloc(sizeof(real) * t->m->n_params);
+    t->x0 = be->alloc(sizeof(real) * batch_values);
+    t->host_x0 = fc_malloc(sizeof(real) * batch_values);
+    model_init(t->m, (uint64_t)c->seed, 0);
+    be->copy(t->ema, t->m->params_mem, sizeof(real) * t->m->n_params);
+}
+
+// The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
+static void start_services(Trainer *t) {
+    const Config *c = t->c;
+    char err[1024];
+    if (t->data) {
+        t->loader = loader_start(t->be, t->dataset, c, t->m->B, (uint64_t)c->seed, t->st.step + 1, 2, 4, err,
+                                 sizeof err);
+        if (!t->loader) fc_die("%s", err);
+        printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
+               dataset_clip_frames(t->dataset));
+    }
+    t->metrics = open_metrics(t->run, t->st.step);
+    t->tty = isatty(STDOUT_FILENO);
+    t->first = t->st.step + 1;
+    // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
+    t->writer = ckpt_writer_start(t->run, t->m, t->ema, t->o, c, t->tty ? NULL : stdout, t->sync_checkpoints);
+    printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(t->writer) / 1073741824.0,
+           t->on_gpu ? "page-locked " : "", t->sync_checkpoints ? " (synchronous checkpoints)" : "");
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// one step of the hot loop
+
+// The clean windows of `step` into x0; returns the seconds that took (the loader's wait).
+static double load_batch(Trainer *t, int step, double t0) {
+    const Config *c = t->c;
+    size_t bytes = sizeof(real) * (size_t)t->m->S * t->m->E;
+    double t_data;
+    char err[1024];
+    if (t->loader) {
+        const real *batch = loader_get(t->loader, step, &t_data, err, sizeof err);
+        if (!batch) {
+            finish_or_die(t->writer);
+            fc_die("step %d: %s", step, err);
+        }
+        memcpy(t->host_x0, batch, bytes);
+    } else {
+        shapes_batch(t->host_x0, c, t->m->B, (uint64_t)c->seed, (uint32_t)step);
+        t_data = fc_now_s() - t0;
+    }
+    if (fc_test_hook("NAN_AT_STEP") == step) t->host_x0[0] = NAN;  // a corrupt sample, for the tests
+    t->be->upload(t->x0, t->host_x0, bytes);
+    return t_data;
+}
+
+// A loss that is not finite ends the run, naming the checkpoint it leaves.
+static void die_on_bad_loss(Trainer *t, int step, double loss) {
+    if (isfinite(loss)) return;
+    finish_or_die(t->writer);  // so that the checkpoint named below is the newest on disk
+    int *steps, n = checkpoint_list(t->run, &steps);
+    char last[64] = "none";
+    if (n) snprintf(last, sizeof last, "ckpt-%08d.safetensors (step %d)", steps[0], steps[0]);
+    free(steps);
+    fc_die("the loss is %s at step %d: stopping (lower lr?); the last good checkpoint, %s, is kept",
+           isnan(loss) ? "NaN" : "infinite", step, last);
+}
+
+// Forward, backward and the optimizer step on the batch in x0.
+static void update_weights(Trainer *t, int step, StepReport *r) {
+    const Config *c = t->c;
+    char err[1024];
+    flow_prepare_batch(t->m, t->x0, (uint64_t)c->seed, (uint32_t)step);
+    model_forward(t->m);
+    r->loss = model_loss(t->m);
+    die_on_bad_loss(t, step, r->loss);
+    model_backward(t->m);  // overwrites every parameter's gradient: no zeroing pass
+    // The optimizer step and the EMA update write what the last checkpoint may still be copying.
+    if (ckpt_writer_wait_copy(t->writer, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+    r->lr = lr_schedule(c, step);
+    // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
+    // not mostly the zero-initialised weights it started from. It is updated in the optimizer's
+    // pass over the parameters (the same bytes as a separate ema_update, one read of them less).
+    double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
+    r->info = optimizer_step(t->o, t->m, c, step, r->lr, t->ema, decay);
+    t->st.step = step;
+    t->st.smooth_loss = step == 1 ? r->loss : 0.98 * t->st.smooth_loss + 0.02 * r->loss;
+}
+
+static void write_metrics(Trainer *t, int step, const StepReport *r) {
+    fprintf(t->metrics,
+            "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
+            "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
+            step, r->loss, t->st.smooth_loss, r->lr, r->info.grad_norm, r->info.nonfinite, 1e3 * r->t_data,
+            1e3 * r->t_step, t->ckpt_blocked_ms);
+    fflush(t->metrics);
+    t->ckpt_blocked_ms = 0;
+}
+
+// On a terminal every step; otherwise the last step and one line per 10 seconds.
+static void print_progress(Trainer *t, int step, double loss, int last) {
+    const Config *c = t->c;
+    double now = fc_now_s(), rate = (step - t->first + 1) / (now - t->t_start);
+    if (!t->tty && !last && now - t->t_last_line <= 10) return;
+    char eta[32];
+    fc_format_duration(eta, sizeof eta, (c->steps - step) / rate);
+    printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", t->tty ? "\r" : "", step, c->steps,
+           loss, t->st.smooth_loss, rate, eta, t->tty ? "   " : "\n");
+    fflush(stdout);
+    t->t_last_line = now;
+}
+
+// ----------------------------------------------------------------------------
+// the hot loop and the end of the run
+
+// The hot loop: one optimizer update per iteration. Returns 0 at c->steps, 128 + signal when a stop
+// signal ended it after a checkpoint.
+static int run_steps(Trainer *t) {
+    const Config *c = t->c;
+    char err[1024];
+    t->t_start = fc_now_s();
+    for (int step = t->first; step <= c->steps; step++) {
+        StepReport r;
+        double t0 = fc_now_s();
+        r.t_data = load_batch(t, step, t0);
+        update_weights(t, step, &r);
+        r.t_step = fc_now_s() - t0;
+        if (step >= t->first + 2) t->t_timed += r.t_step, t->t_timed_steps++;
+        write_metrics(t, step, &r);
+
+        int last = step == c->steps, stop = g_stop_signal != 0;
+        print_progress(t, step, r.loss, last);
+        if (step % c->checkpoint_every == 0 || last || stop) {
+            if (t->tty) printf("\n");
+            if (ckpt_writer_submit(t->writer, &t->st, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+        }
+        if (stop) {
+            finish_or_die(t->writer);
+            printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
+                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
+            return 128 + g_stop_signal;
+        }
+    }
+    return 0;
+}
+
+// The run reached c->steps: the last checkpoint written, then its speed and memory.
+static void finish_run(Trainer *t) {
+    const Config *c = t->c;
+    finish_or_die(t->writer);
+    printf("done: %s at step %d, smoothed loss %.4f\n", t->run, t->st.step, t->st.smooth_loss);
+    if (t->t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
+        double ms = 1e3 * t->t_timed / t->t_timed_steps, flops = model_step_flops(c, t->m->B);
+        printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
+               "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * t->m->B * t->m->F, flops / 1e12, flops / ms / 1e9);
+    }
+    if (t->be->memory_peak)  // three decimals: a MiB, for the small configs
+        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB)\n", t->be->name,
+               t->be->memory_peak() / 1073741824.0, t->plan.total / 1073741824.0);
+}
+
+static void release(Trainer *t) {
+    free_ckpt_writer(t->writer);  // before the tensors it copies from
+    if (t->loader) loader_stop(t->loader);
+    if (t->dataset) dataset_close(t->dataset);
+    if (t->metrics) fclose(t->metrics);
+    free(t->host_x0);
+    t->be->free(t->x0);
+    t->be->free(t->ema);
+    free_optimizer(t->o);
+    free_model(t->m);
+    close(t->lock);
+}
+
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget,
               int sync_checkpoints) {
     // From here on a stop signal lets the current step finish and be checkpointed.
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
-    // The data first: a --data that cannot serve this config ends here, before any work.
-    char err[1024];
-    Dataset *dataset = NULL;
-    if (data) {
-        if (!(dataset = dataset_open(data, err, sizeof err))) fc_die("%s", err);
-        if (dataset_frame_size(dataset) != c->frame_size || c->channels != 3)
-            fc_die("%s: frames are %dx%d RGB, but the config has frame_size = %d and channels = %d", data,
-                   dataset_frame_size(dataset), dataset_frame_size(dataset), c->frame_size, c->channels);
-    }
-    if (fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
-    int lock = lock_run(run);
-    remove_stale_temps(run);
-
-    // The plan before any allocation: a config that cannot fit is refused with the plan shown.
-    int on_gpu = strcmp(be->name, "cpu") != 0;
-    MemPlan plan = memory_plan(c, c->batch_size, plan_device(be->name, be->precision));
-    memory_plan_print(stdout, &plan, be->name, on_gpu ? vram_budget : 0);
-    fflush(stdout);
-    if (on_gpu && plan.total > vram_budget)
-        fc_die("%s: the memory plan (%.2f GiB) exceeds --vram-budget %.2f GiB: lower batch_size, frame_size, width "
-               "or depth (or raise the budget)", run, plan.total / 1073741824.0, vram_budget / 1073741824.0);
-    Model *m = build_model(c, be, c->batch_size);
-    Optimizer *o = build_optimizer(m, c);
-    real *ema = be->alloc(sizeof(real) * m->n_params);       // (n_params) EMA of the weights
-    real *x0 = be->alloc(sizeof(real) * (size_t)m->S * m->E);  // (B, F, C, H, W) clean windows of the step
-    real *host_x0 = fc_malloc(sizeof(real) * (size_t)m->S * m->E);
-    model_init(m, (uint64_t)c->seed, 0);
-    be->copy(ema, m->params_mem, sizeof(real) * m->n_params);
-
-    TrainState st = {0, 0};
-    resume(run, m, ema, o, c, &st);
-    printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, m->n_params, m->B, m->F,
+    Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints};
+    t.on_gpu = strcmp(be->name, "cpu") != 0;
+    open_data(&t);
+    open_run_folder(&t);
+    check_memory_plan(&t, vram_budget);
+    build_training_state(&t);
+    resume(run, t.m, t.ema, t.o, c, &t.st);
+    printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
     int status = 0;
-    FILE *metrics = NULL;
-    Loader *loader = NULL;
-    CkptWriter *writer = NULL;
-    if (st.step >= c->steps) {
-        printf("%s is at step %d of %d: nothing to do\n", run, st.step, c->steps);
-        goto done;
+    if (t.st.step >= c->steps) {
+        printf("%s is at step %d of %d: nothing to do\n", run, t.st.step, c->steps);
+    } else {
+        start_services(&t);
+        status = run_steps(&t);
+        if (status == 0) finish_run(&t);
     }
-    if (data) {
-        loader = loader_start(be, dataset, c, m->B, (uint64_t)c->seed, st.step + 1, 2, 4, err, sizeof err);
-        if (!loader) fc_die("%s", err);
-        printf("data: %s, %d clips of %d frames\n", data, dataset_clips(dataset), dataset_clip_frames(dataset));
-    }
-    metrics = open_metrics(run, st.step);
-    int tty = isatty(STDOUT_FILENO), first = st.step + 1;
-    // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
-    writer = ckpt_writer_start(run, m, ema, o, c, tty ? NULL : stdout, sync_checkpoints);
-    printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(writer) / 1073741824.0,
-           on_gpu ? "page-locked " : "", sync_checkpoints ? " (synchronous checkpoints)" : "");
-    fflush(stdout);
-
-    // The time the loop waited for checkpoints since the last metrics line: a submit comes after its
-    // step's line, so its time is on the next step's.
-    double ckpt_blocked_ms = 0;
-    double t_start = fc_now_s(), t_last_line = 0, t_timed = 0;
-    int t_timed_steps = 0;
-    // ---- the hot loop: one optimizer update per iteration ----
-    for (int step = first; step <= c->steps; step++) {
-        double t0 = fc_now_s(), t_data;
-        if (loader) {
-            const real *batch = loader_get(loader, step, &t_data, err, sizeof err);
-            if (!batch) {
-                finish_or_die(writer);
-                fc_die("step %d: %s", step, err);
-            }
-            memcpy(host_x0, batch, sizeof(real) * (size_t)m->S * m->E);
-        } else {
-            shapes_batch(host_x0, c, m->B, (uint64_t)c->seed, (uint32_t)step);
-            t_data = fc_now_s() - t0;
-        }
-        if (fc_test_hook("NAN_AT_STEP") == step) host_x0[0] = NAN;  // a corrupt sample, for the tests
-        be->upload(x0, host_x0, sizeof(real) * (size_t)m->S * m->E);
-        flow_prepare_batch(m, x0, (uint64_t)c->seed, (uint32_t)step);
-        model_forward(m);
-        double loss = model_loss(m);
-        if (!isfinite(loss)) {
-            finish_or_die(writer);  // so that the checkpoint named below is the newest on disk
-            int *steps, n = checkpoint_list(run, &steps);
-            char last[64] = "none";
-            if (n) snprintf(last, sizeof last, "ckpt-%08d.safetensors (step %d)", steps[0], steps[0]);
-            free(steps);
-            fc_die("the loss is %s at step %d: stopping (lower lr?); the last good checkpoint, %s, is kept",
-                   isnan(loss) ? "NaN" : "infinite", step, last);
-        }
-        model_backward(m);  // overwrites every parameter's gradient: no zeroing pass
-        // The optimizer step and the EMA update write what the last checkpoint may still be copying.
-        if (ckpt_writer_wait_copy(writer, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
-        double lr = lr_schedule(c, step);
-        // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
-        // not mostly the zero-initialised weights it started from. It is updated in the optimizer's
-        // pass over the parameters (the same bytes as a separate ema_update, one read of them less).
-        double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
-        OptStepInfo info = optimizer_step(o, m, c, step, lr, ema, decay);
-        st.step = step;
-        st.smooth_loss = step == 1 ? loss : 0.98 * st.smooth_loss + 0.02 * loss;
-        double t_step = fc_now_s() - t0;
-        if (step >= first + 2) t_timed += t_step, t_timed_steps++;
-
-        fprintf(metrics,
-                "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
-                "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
-                step, loss, st.smooth_loss, lr, info.grad_norm, info.nonfinite, 1e3 * t_data, 1e3 * t_step,
-                ckpt_blocked_ms);
-        fflush(metrics);
-        ckpt_blocked_ms = 0;
-
-        int last = step == c->steps, stop = g_stop_signal != 0;
-        double now = fc_now_s(), rate = (step - first + 1) / (now - t_start);
-        if (tty || last || now - t_last_line > 10) {
-            char eta[32];
-            fc_format_duration(eta, sizeof eta, (c->steps - step) / rate);
-            printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", tty ? "\r" : "", step, c->steps,
-                   loss, st.smooth_loss, rate, eta, tty ? "   " : "\n");
-            fflush(stdout);
-            t_last_line = now;
-        }
-        if (step % c->checkpoint_every == 0 || last || stop) {
-            if (tty) printf("\n");
-            if (ckpt_writer_submit(writer, &st, &ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
-        }
-        if (stop) {
-            finish_or_die(writer);
-            printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
-                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
-            status = 128 + g_stop_signal;
-            goto done;
-        }
-    }
-    finish_or_die(writer);
-    printf("done: %s at step %d, smoothed loss %.4f\n", run, st.step, st.smooth_loss);
-    if (t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
-        double ms = 1e3 * t_timed / t_timed_steps, flops = model_step_flops(c, m->B);
-        printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
-               "%.4g TFLOP/s\n", ms, t_timed_steps, 1e3 / ms * m->B * m->F, flops / 1e12, flops / ms / 1e9);
-    }
-    if (be->memory_peak)
-        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB)\n", be->name, be->memory_peak() / 1073741824.0,
-               plan.total / 1073741824.0);  // three decimals: a MiB, for the small configs
-done:
-    free_ckpt_writer(writer);  // before the tensors it copies from
-    if (loader) loader_stop(loader);
-    if (dataset) dataset_close(dataset);
-    if (metrics) fclose(metrics);
-    free(host_x0);
-    be->free(x0);
-    be->free(ema);
-    free_optimizer(o);
-    free_model(m);
-    close(lock);
+    release(&t);
     return status;
 }

@@ -1,5 +1,5 @@
 // image.c: still images (PNG and JPEG) through stb_image and stb_image_write, with a guard against
-// JPEG Huffman tables that overflow stb_image 2.27. Images are squared by video_read.c's resampler.
+// JPEG Huffman tables that overflow stb_image 2.27. Images are squared by scale.c's resampler.
 // See video.h for the contract. Nothing here exits or prints: every failure is one line in err.
 #include "video/video.h"
 
@@ -13,6 +13,8 @@
 #include <libavutil/frame.h>
 #include <libavutil/pixfmt.h>
 
+#include "base/common.h"
+#include "video/scale.h"
 #include "video/video_internal.h"
 
 // stb_image and stb_image_write, private to this file (static functions, PNG and JPEG only).
@@ -136,51 +138,40 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
 
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
     quiet_ffmpeg();
-    if (!path || !*path) {
-        set_err(err, errlen, "image: empty path");
-        return -1;
-    }
-    if (size < 1 || size > VIDEO_MAX_SIZE || !rgb) {
-        set_err(err, errlen, "%s: frame size %d is not in 1..%d", path, size, VIDEO_MAX_SIZE);
-        return -1;
-    }
+    if (!path || !*path) return fc_errf(err, errlen, "image: empty path");
+    if (size < 1 || size > VIDEO_MAX_SIZE || !rgb)
+        return fc_errf(err, errlen, "%s: frame size %d is not in 1..%d", path, size, VIDEO_MAX_SIZE);
     const char *why = path_problem(path);
     size_t nbytes = 0;
     uint8_t *bytes = why ? NULL : read_file_bytes(path, (size_t)1 << 30, &nbytes, &why);
-    if (!bytes) {
-        set_err(err, errlen, "%s: cannot open: %s", path, why);
-        return -1;
-    }
+    if (!bytes) return fc_errf(err, errlen, "%s: cannot open: %s", path, why);
     if (!jpeg_huffman_tables_sane(bytes, nbytes)) {
-        set_err(err, errlen, "%s: cannot decode the image: corrupt JPEG (a Huffman table with over 256 codes)", path);
+        fc_errf(err, errlen, "%s: cannot decode the image: corrupt JPEG (a Huffman table with over 256 codes)", path);
         free(bytes);
         return -1;
     }
     int w = 0, h = 0, n = 0;
     if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, &w, &h, &n)) {
-        set_err(err, errlen, "%s: not a PNG or JPEG image (%s)", path,
+        fc_errf(err, errlen, "%s: not a PNG or JPEG image (%s)", path,
                 nbytes > INT_MAX ? "too large" : stbi_failure_reason());
         free(bytes);
         return -1;
     }
     if (w < 1 || h < 1 || (long)w * h > IMAGE_MAX_PIXELS) {
-        set_err(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
+        fc_errf(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
                 (long)IMAGE_MAX_PIXELS);
         free(bytes);
         return -1;
     }
     if (w < min_side || h < min_side) {
-        set_err(err, errlen, "%s: the image is %dx%d, smaller than the %dx%d frames it must fill (it would be "
+        fc_errf(err, errlen, "%s: the image is %dx%d, smaller than the %dx%d frames it must fill (it would be "
                 "upscaled); give one at least %d pixels on its shorter side", path, w, h, min_side, min_side, min_side);
         free(bytes);
         return -1;
     }
     uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, 3);
     free(bytes);
-    if (!px) {
-        set_err(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());
-        return -1;
-    }
+    if (!px) return fc_errf(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());
     // Into a padded buffer: swscale's vector code may read a little past the end of a row.
     AVFrame *f = av_frame_alloc();
     int ret = -1;
@@ -191,14 +182,15 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
         if (av_frame_get_buffer(f, 0) >= 0) ret = 0;
     }
     if (ret < 0) {
-        set_err(err, errlen, "%s: out of memory for a %dx%d image", path, w, h);
+        fc_errf(err, errlen, "%s: out of memory for a %dx%d image", path, w, h);
     } else {
-        for (int y = 0; y < h; y++) memcpy(f->data[0] + (size_t)y * f->linesize[0], px + (size_t)y * w * 3, (size_t)w * 3);
+        for (int y = 0; y < h; y++)
+            memcpy(f->data[0] + (size_t)y * f->linesize[0], px + (size_t)y * w * 3, (size_t)w * 3);
         Scaler sc = {0};
         char msg[256];
         ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, 1, 0,
                            size, rgb, msg, sizeof msg);
-        if (ret < 0) set_err(err, errlen, "%s: %s", path, msg);
+        if (ret < 0) fc_errf(err, errlen, "%s: %s", path, msg);
         scaler_free(&sc);
     }
     av_frame_free(&f);

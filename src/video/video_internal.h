@@ -1,33 +1,20 @@
 // video_internal.h: private to video_read.c, video_write.c and image.c (not an API: see video.h).
-// What the three share: one-line errors, FFmpeg's silence, file paths as URLs, and the square
-// resampler (defined in video_read.c).
+// What the three share: FFmpeg's silence, its error codes in words, file paths as URLs, and the
+// sticky error of a reader or writer. The square resampler they share is in scale.h.
 #ifndef FRAMECHAIN_VIDEO_INTERNAL_H
 #define FRAMECHAIN_VIDEO_INTERNAL_H
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include <libavutil/error.h>
-#include <libavutil/pixfmt.h>
-#include <libavutil/rational.h>
 
-static inline void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static inline void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    // One line: FFmpeg's messages never carry newlines, but a file name might.
-    for (char *p = err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-}
+#include "base/common.h"
 
 static inline const char *averr(int code, char *buf, size_t len) {
     if (av_strerror(code, buf, len) < 0) snprintf(buf, len, "error %d", code);
@@ -58,19 +45,16 @@ static inline const char *path_problem(const char *path) {
     return NULL;
 }
 
-// The square resampler shared by video frames and images.
-typedef struct {
-    struct SwsContext *sws;
-    int cw, ch, fmt, size, flags, cs, full;  // what sws was made for
-    uint8_t *out;                            // size rows of out_stride bytes, padded
-    int out_stride, out_size;
-} Scaler;
-
-void scaler_free(Scaler *sc);
-// Crop the centred display square of a picture and resample it to size x size RGB24, turned by rot
-// (see scale_square in video_read.c). 0, or -1 with why.
-int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
-                 AVRational sar, int colorspace, int full_range, int rot, int size, uint8_t *rgb, char *why,
-                 size_t whylen);
+// A reader's or writer's failure, kept in its msg as "PATH: what": only the first is kept (what
+// follows is its consequence), and that line goes into err. -1.
+static inline int sticky_verrf(char *msg, size_t msglen, const char *path, char *err, size_t errlen,
+                               const char *fmt, va_list ap) {
+    if (!msg[0]) {
+        char what[400];
+        fc_verrf(what, sizeof what, fmt, ap);
+        fc_errf(msg, msglen, "%s: %s", path, what);
+    }
+    return fc_errf(err, errlen, "%s", msg);
+}
 
 #endif

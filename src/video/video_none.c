@@ -1,16 +1,17 @@
 // video_none.c: video.h for a build without the FFmpeg libraries (NO_FFMPEG=1, or when the Makefile
 // does not find them, e.g. on a GPU server kept for training only). Every reader and writer fails
 // with one line saying so; training on the built-in shapes, checkpoints and inspect still work.
-#include <stdio.h>
 #include <strings.h>
 #include <string.h>
 
+#include "base/common.h"
 #include "video/video.h"
 
-#define NO_FFMPEG "this build has no FFmpeg (install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libstb-dev and rebuild)"
+static const char NO_FFMPEG[] = "this build has no FFmpeg (install libavformat-dev libavcodec-dev libswscale-dev "
+                                "libavutil-dev libstb-dev and rebuild)";
 
 VideoReader *video_open(const char *path, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s: %s", path, NO_FFMPEG);
+    fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
     return NULL;
 }
 int video_width(const VideoReader *v) { return v ? 0 : 0; }
@@ -19,8 +20,7 @@ double video_fps(const VideoReader *v) { return v ? 25 : 25; }
 long video_frame_count_estimate(const VideoReader *v) { return v ? -1 : -1; }
 int video_rotation(const VideoReader *v) { return v ? 0 : 0; }
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s", NO_FFMPEG);
-    return -1;
+    return fc_errf(err, errlen, "%s", NO_FFMPEG);
 }
 long video_frames_read(const VideoReader *v) { return v ? 0 : 0; }
 void video_close(VideoReader *v) { (void)v; }
@@ -30,8 +30,7 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
     return image_load_square_min(path, size, 0, rgb, err, errlen);
 }
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s: %s", path, NO_FFMPEG);
-    return -1;
+    return fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
 }
 int is_image_path(const char *path) {
     const char *dot = strrchr(path, '.');
@@ -40,15 +39,13 @@ int is_image_path(const char *path) {
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb) { return -1; }
 
 VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s: %s", path, NO_FFMPEG);
+    fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
     return NULL;
 }
 const char *video_writer_codec(const VideoWriter *w) { return "none"; }
 int video_writer_add(VideoWriter *w, const uint8_t *rgb, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s", NO_FFMPEG);
-    return -1;
+    return fc_errf(err, errlen, "%s", NO_FFMPEG);
 }
 int video_writer_close(VideoWriter *w, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s", NO_FFMPEG);
-    return -1;
+    return fc_errf(err, errlen, "%s", NO_FFMPEG);
 }

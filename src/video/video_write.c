@@ -153,17 +153,15 @@ struct VideoWriter {
     char msg[512];
 };
 
+// The writer fails for good: its sticky error names the file, and goes into err. -1.
 static int writer_fail(VideoWriter *w, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int writer_fail(VideoWriter *w, char *err, size_t errlen, const char *fmt, ...) {
-    char what[400];
+    w->failed = 1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    sticky_verrf(w->msg, sizeof w->msg, w->path, err, errlen, fmt, ap);
     va_end(ap);
-    if (!w->failed) snprintf(w->msg, sizeof w->msg, "%s: %s", w->path, what);
-    w->failed = 1;
-    set_err(err, errlen, "%s", w->msg);
     return -1;
 }
 
@@ -201,89 +199,89 @@ static const char *path_ext(const char *path) {
     return dot && dot != base ? dot : "";
 }
 
-VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen) {
-    char eb[AV_ERROR_MAX_STRING_SIZE];
-    quiet_ffmpeg();
-    if (!path || !*path) {
-        set_err(err, errlen, "video writer: empty path");
-        return NULL;
-    }
+// The container a file name asks for, by its extension.
+typedef struct {
+    const char *muxer;  // FFmpeg's name for it; NULL for an extension we do not write
+    int gif, mp4, avi;  // GIF; MP4 or MOV (faststart); AVI (no B-frames)
+} OutputKind;
+
+static OutputKind output_kind(const char *ext) {
+    OutputKind k = {NULL, 0, 0, 0};
+    if (!strcasecmp(ext, ".mp4") || !strcasecmp(ext, ".m4v")) k.muxer = "mp4", k.mp4 = 1;
+    else if (!strcasecmp(ext, ".mov")) k.muxer = "mov", k.mp4 = 1;
+    else if (!strcasecmp(ext, ".mkv")) k.muxer = "matroska";
+    else if (!strcasecmp(ext, ".avi")) k.muxer = "avi", k.avi = 1;
+    else if (!strcasecmp(ext, ".gif")) k.muxer = "gif", k.gif = 1;
+    return k;
+}
+
+// The request, checked before anything is made: a path with a known extension, a frame size and
+// a frame rate in range. 0 with its kind, or -1 with why.
+static int writer_check_request(const char *path, int width, int height, double fps, OutputKind *kind, char *err,
+                                size_t errlen) {
+    if (!path || !*path) return fc_errf(err, errlen, "video writer: empty path");
     const char *ext = path_ext(path);
-    const char *muxer = NULL;
-    int gif = 0, mp4 = 0, avi = 0;
-    if (!strcasecmp(ext, ".mp4") || !strcasecmp(ext, ".m4v")) muxer = "mp4", mp4 = 1;
-    else if (!strcasecmp(ext, ".mov")) muxer = "mov", mp4 = 1;
-    else if (!strcasecmp(ext, ".mkv")) muxer = "matroska";
-    else if (!strcasecmp(ext, ".avi")) muxer = "avi", avi = 1;
-    else if (!strcasecmp(ext, ".gif")) muxer = "gif", gif = 1;
-    if (!muxer) {
-        set_err(err, errlen, "%s: unknown video extension '%s' (use .mp4, .mkv, .avi or .gif)", path, ext);
-        return NULL;
-    }
-    if (width < 1 || height < 1 || width > 16384 || height > 16384 || (gif && (width > 65535 || height > 65535))) {
-        set_err(err, errlen, "%s: frame size %dx%d is out of range", path, width, height);
-        return NULL;
-    }
-    if (!(fps > 0 && fps <= 1000)) {
-        set_err(err, errlen, "%s: frame rate %g is out of range (0, 1000]", path, fps);
-        return NULL;
-    }
-    VideoWriter *w = calloc(1, sizeof *w);
-    if (!w || !(w->path = strdup(path))) {
-        free(w);
-        set_err(err, errlen, "%s: out of memory", path);
-        return NULL;
-    }
-    w->w = width;
-    w->h = height;
-    w->gif = gif;
-    int ret = avformat_alloc_output_context2(&w->oc, NULL, muxer, NULL);
-    if (ret < 0 || !w->oc) {
-        set_err(err, errlen, "%s: this FFmpeg cannot write %s files", path, muxer);
-        writer_free(w);
-        return NULL;
-    }
+    *kind = output_kind(ext);
+    if (!kind->muxer)
+        return fc_errf(err, errlen, "%s: unknown video extension '%s' (use .mp4, .mkv, .avi or .gif)", path, ext);
+    if (width < 1 || height < 1 || width > 16384 || height > 16384 ||
+        (kind->gif && (width > 65535 || height > 65535)))
+        return fc_errf(err, errlen, "%s: frame size %dx%d is out of range", path, width, height);
+    if (!(fps > 0 && fps <= 1000))
+        return fc_errf(err, errlen, "%s: frame rate %g is out of range (0, 1000]", path, fps);
+    return 0;
+}
+
+// GIF for .gif; else libx264 where this FFmpeg has it (and the tests do not forbid it), MPEG-4 part 2
+// where not.
+static const AVCodec *find_encoder(int gif) {
+    if (gif) return avcodec_find_encoder(AV_CODEC_ID_GIF);
     const AVCodec *codec = NULL;
-    if (gif) {
-        codec = avcodec_find_encoder(AV_CODEC_ID_GIF);
-    } else {
-        if (fc_test_hook("NO_X264") <= 0) codec = avcodec_find_encoder_by_name("libx264");
-        if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
-    }
-    if (!codec) {
-        set_err(err, errlen, "%s: this FFmpeg has no %s encoder", path, gif ? "GIF" : "H.264 or MPEG-4");
-        writer_free(w);
-        return NULL;
-    }
-    int x264 = !strcmp(codec->name, "libx264");
-    w->enc = avcodec_alloc_context3(codec);
+    if (fc_test_hook("NO_X264") <= 0) codec = avcodec_find_encoder_by_name("libx264");
+    return codec ? codec : avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+}
+
+// The muxer, the encoder's context and what frames and packets pass through. 0 with the encoder in
+// *codec, or -1 with why.
+static int writer_alloc_parts(VideoWriter *w, const OutputKind *kind, const AVCodec **codec, char *err,
+                              size_t errlen) {
+    int ret = avformat_alloc_output_context2(&w->oc, NULL, kind->muxer, NULL);
+    if (ret < 0 || !w->oc) return fc_errf(err, errlen, "%s: this FFmpeg cannot write %s files", w->path, kind->muxer);
+    *codec = find_encoder(kind->gif);
+    if (!*codec)
+        return fc_errf(err, errlen, "%s: this FFmpeg has no %s encoder", w->path,
+                       kind->gif ? "GIF" : "H.264 or MPEG-4");
+    w->enc = avcodec_alloc_context3(*codec);
     w->frame = av_frame_alloc();
     w->rgbf = av_frame_alloc();
     w->pkt = av_packet_alloc();
     w->st = avformat_new_stream(w->oc, NULL);
-    if (gif) w->gq = calloc(1, sizeof *w->gq);
-    if (!w->enc || !w->frame || !w->rgbf || !w->pkt || !w->st || (gif && !w->gq)) {
-        set_err(err, errlen, "%s: out of memory", path);
-        writer_free(w);
-        return NULL;
-    }
+    if (kind->gif) w->gq = calloc(1, sizeof *w->gq);
+    if (!w->enc || !w->frame || !w->rgbf || !w->pkt || !w->st || (kind->gif && !w->gq))
+        return fc_errf(err, errlen, "%s: out of memory", w->path);
+    return 0;
+}
+
+// The encoder's settings: frame size and rate, pixel format, and quality.
+static void writer_configure_encoder(VideoWriter *w, const AVCodec *codec, const OutputKind *kind, double fps) {
+    int x264 = !strcmp(codec->name, "libx264");
     // The MPEG-4 part 2 standard caps the time base denominator at 65535.
     AVRational rate = av_d2q(fps, 65535);
     AVCodecContext *e = w->enc;
-    e->width = width;
-    e->height = height;
+    e->width = w->w;
+    e->height = w->h;
     e->time_base = av_inv_q(rate);
     e->framerate = rate;
     e->sample_aspect_ratio = (AVRational){1, 1};
-    if (gif) {
+    if (kind->gif) {
         e->pix_fmt = AV_PIX_FMT_PAL8;
     } else {
         // 4:2:0 needs even sides; libx264 takes 4:4:4 for odd ones, MPEG-4 part 2 rounds up inside.
-        e->pix_fmt = (x264 && ((width | height) & 1)) ? AV_PIX_FMT_YUV444P : AV_PIX_FMT_YUV420P;
+        e->pix_fmt = (x264 && ((w->w | w->h) & 1)) ? AV_PIX_FMT_YUV444P : AV_PIX_FMT_YUV420P;
         e->color_range = AVCOL_RANGE_MPEG;
         e->colorspace = AVCOL_SPC_SMPTE170M;
         e->gop_size = (int)fmin(250, fmax(1, lrint(fps * 2)));
-        if (avi) e->max_b_frames = 0;  // AVI has no presentation times to reorder by
+        if (kind->avi) e->max_b_frames = 0;  // AVI has no presentation times to reorder by
         if (x264) {
             av_opt_set(e->priv_data, "preset", "medium", 0);
             av_opt_set(e->priv_data, "crf", "18", 0);
@@ -293,66 +291,100 @@ VideoWriter *video_writer_open(const char *path, int width, int height, double f
         }
     }
     if (w->oc->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    ret = avcodec_open2(e, codec, NULL);
-    if (ret < 0) {
-        set_err(err, errlen, "%s: cannot open the %s encoder for %dx%d at %g fps: %s", path, codec->name, width,
-                height, fps, averr(ret, eb, sizeof eb));
-        writer_free(w);
-        return NULL;
-    }
+}
+
+// The encoder opened, the stream described from it, and the two frames' buffers. 0, or -1 with why.
+static int writer_open_encoder(VideoWriter *w, const AVCodec *codec, double fps, char *err, size_t errlen) {
+    char eb[AV_ERROR_MAX_STRING_SIZE];
+    AVCodecContext *e = w->enc;
+    int ret = avcodec_open2(e, codec, NULL);
+    if (ret < 0)
+        return fc_errf(err, errlen, "%s: cannot open the %s encoder for %dx%d at %g fps: %s", w->path, codec->name,
+                       w->w, w->h, fps, averr(ret, eb, sizeof eb));
     ret = avcodec_parameters_from_context(w->st->codecpar, e);
     w->st->time_base = e->time_base;
-    w->st->avg_frame_rate = rate;
-    w->st->r_frame_rate = rate;
+    w->st->avg_frame_rate = e->framerate;
+    w->st->r_frame_rate = e->framerate;
     w->frame->format = e->pix_fmt;
-    w->frame->width = width;
-    w->frame->height = height;
+    w->frame->width = w->w;
+    w->frame->height = w->h;
     w->rgbf->format = AV_PIX_FMT_RGB24;
-    w->rgbf->width = width;
-    w->rgbf->height = height;
-    if (ret < 0 || av_frame_get_buffer(w->frame, 0) < 0 || av_frame_get_buffer(w->rgbf, 0) < 0) {
-        set_err(err, errlen, "%s: out of memory", path);
-        writer_free(w);
-        return NULL;
-    }
-    if (!gif) {
-        w->sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, e->pix_fmt,
-                                SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
-        if (!w->sws) {
-            set_err(err, errlen, "%s: cannot set up the RGB to YUV conversion", path);
-            writer_free(w);
-            return NULL;
-        }
-        const int *coef = sws_getCoefficients(SWS_CS_ITU601);
-        sws_setColorspaceDetails(w->sws, coef, 1, coef, 0, 0, 1 << 16, 1 << 16);
-    }
+    w->rgbf->width = w->w;
+    w->rgbf->height = w->h;
+    if (ret < 0 || av_frame_get_buffer(w->frame, 0) < 0 || av_frame_get_buffer(w->rgbf, 0) < 0)
+        return fc_errf(err, errlen, "%s: out of memory", w->path);
+    return 0;
+}
+
+// RGB to the encoder's YUV, BT.601 limited range as the stream says (GIF needs none). 0, or -1 with why.
+static int writer_open_converter(VideoWriter *w, char *err, size_t errlen) {
+    if (w->gif) return 0;
+    w->sws = sws_getContext(w->w, w->h, AV_PIX_FMT_RGB24, w->w, w->h, w->enc->pix_fmt,
+                            SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
+    if (!w->sws) return fc_errf(err, errlen, "%s: cannot set up the RGB to YUV conversion", w->path);
+    const int *coef = sws_getCoefficients(SWS_CS_ITU601);
+    sws_setColorspaceDetails(w->sws, coef, 1, coef, 0, 0, 1 << 16, 1 << 16);
+    return 0;
+}
+
+// The output file, created as a local file only. 0, or -1 with why.
+static int writer_create_file(VideoWriter *w, char *err, size_t errlen) {
+    char eb[AV_ERROR_MAX_STRING_SIZE];
     // The mp4 muxer's faststart pass opens the file again by oc->url, through oc->io_open, which
     // honours the same whitelist.
     av_freep(&w->oc->url);
-    char *url = file_url(path);
+    char *url = file_url(w->path);
     w->oc->url = url ? av_strdup(url) : NULL;
     w->oc->protocol_whitelist = av_strdup("file");
     AVDictionary *io = NULL;
     av_dict_set(&io, "protocol_whitelist", "file", 0);
-    ret = (url && w->oc->url && w->oc->protocol_whitelist) ? avio_open2(&w->oc->pb, url, AVIO_FLAG_WRITE, NULL, &io)
-                                                          : AVERROR(ENOMEM);
+    int ret = (url && w->oc->url && w->oc->protocol_whitelist)
+                  ? avio_open2(&w->oc->pb, url, AVIO_FLAG_WRITE, NULL, &io)
+                  : AVERROR(ENOMEM);
     av_dict_free(&io);
     free(url);
-    if (ret < 0) {
-        set_err(err, errlen, "%s: cannot create: %s", path, averr(ret, eb, sizeof eb));
-        writer_free(w);
-        return NULL;
-    }
+    if (ret < 0) return fc_errf(err, errlen, "%s: cannot create: %s", w->path, averr(ret, eb, sizeof eb));
+    return 0;
+}
+
+// The container's header. 0, or -1 with why.
+static int writer_write_header(VideoWriter *w, const OutputKind *kind, char *err, size_t errlen) {
+    char eb[AV_ERROR_MAX_STRING_SIZE];
     AVDictionary *mo = NULL;
-    if (mp4) av_dict_set(&mo, "movflags", "+faststart", 0);
-    ret = avformat_write_header(w->oc, &mo);
+    if (kind->mp4) av_dict_set(&mo, "movflags", "+faststart", 0);
+    int ret = avformat_write_header(w->oc, &mo);
     av_dict_free(&mo);
-    if (ret < 0) {
-        set_err(err, errlen, "%s: cannot write the %s header: %s", path, muxer, averr(ret, eb, sizeof eb));
+    if (ret < 0)
+        return fc_errf(err, errlen, "%s: cannot write the %s header: %s", w->path, kind->muxer,
+                       averr(ret, eb, sizeof eb));
+    w->header = 1;
+    return 0;
+}
+
+VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen) {
+    quiet_ffmpeg();
+    OutputKind kind = {NULL, 0, 0, 0};
+    if (writer_check_request(path, width, height, fps, &kind, err, errlen) < 0) return NULL;
+    VideoWriter *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(path))) {
+        free(w);
+        fc_errf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    w->w = width;
+    w->h = height;
+    w->gif = kind.gif;
+    const AVCodec *codec = NULL;
+    if (writer_alloc_parts(w, &kind, &codec, err, errlen) < 0) {
         writer_free(w);
         return NULL;
     }
-    w->header = 1;
+    writer_configure_encoder(w, codec, &kind, fps);
+    if (writer_open_encoder(w, codec, fps, err, errlen) < 0 || writer_open_converter(w, err, errlen) < 0 ||
+        writer_create_file(w, err, errlen) < 0 || writer_write_header(w, &kind, err, errlen) < 0) {
+        writer_free(w);
+        return NULL;
+    }
     return w;
 }
 
@@ -360,14 +392,8 @@ const char *video_writer_codec(const VideoWriter *w) { return w && w->enc ? w->e
 
 int video_writer_add(VideoWriter *w, const uint8_t *rgb, char *err, size_t errlen) {
     char eb[AV_ERROR_MAX_STRING_SIZE];
-    if (!w) {
-        set_err(err, errlen, "video writer: none");
-        return -1;
-    }
-    if (w->failed) {
-        set_err(err, errlen, "%s", w->msg);
-        return -1;
-    }
+    if (!w) return fc_errf(err, errlen, "video writer: none");
+    if (w->failed) return fc_errf(err, errlen, "%s", w->msg);
     if (!rgb) return writer_fail(w, err, errlen, "no frame given");
     int ret = av_frame_make_writable(w->frame);
     if (ret < 0) return writer_fail(w, err, errlen, "out of memory");
@@ -404,7 +430,7 @@ int video_writer_close(VideoWriter *w, char *err, size_t errlen) {
         if (r < 0 && !w->failed) writer_fail(w, err, errlen, "closing the file failed: %s", averr(r, eb, sizeof eb));
     }
     int failed = w->failed;
-    if (failed) set_err(err, errlen, "%s", w->msg);
+    if (failed) fc_errf(err, errlen, "%s", w->msg);
     writer_free(w);
     return failed ? -1 : 0;
 }

@@ -282,17 +282,11 @@ static void bench(const char *what, const char *kinds) {
     dataset_close(d);
     rm_rf(dir);
 }
-int main(void) {
-    snprintf(g_root, sizeof g_root, "/tmp/fc_test_loader_XXXXXX");
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    double t0 = fc_now_s();
+
+static void run_all(void) {
     test_loader();
     bench("zlib", "ssssssssssssssssssss");
     bench("raw", "rrrrrrrrrrrrrrrrrrrr");
-    rm_rf(g_root);
-    printf("test_loader: %.1f s, %d failed\n", fc_now_s() - t0, g_failed);
-    return g_failed != 0;
 }
+
+int main(void) { return run_in_scratch("loader", run_all); }

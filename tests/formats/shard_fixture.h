@@ -1,6 +1,6 @@
-// shard_fixture.h: what the dataset's tests (test_shards.c, test_loader.c) share: a scratch folder
-// under g_root, damaging a file in place, clip content (random, tagged, smooth) and writing a
-// dataset of such clips.
+// shard_fixture.h: what the dataset's tests (test_shards.c, test_loader.c) share: their main (a
+// scratch folder under g_root), damaging a file in place, clip content (random, tagged, smooth) and
+// writing a dataset of such clips.
 #ifndef FRAMECHAIN_TEST_SHARD_FIXTURE_H
 #define FRAMECHAIN_TEST_SHARD_FIXTURE_H
 
@@ -15,9 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+#include "base/clock.h"
 #include "base/common.h"
 #include "base/philox.h"
-#include "base/clock.h"
 #include "formats/shards.h"
 
 // The test's scratch folder (mkdtemp'ed by main, removed at the end).
@@ -45,6 +46,21 @@ static inline void flip_byte(const char *path, long pos) {
 }
 
 static inline int one_line(const char *s) { return s[0] && !strchr(s, '\n'); }
+
+// A test's main: `tests` run in a fresh scratch folder /tmp/fc_test_<name>_XXXXXX, removed after them;
+// then the line "test_<name>: <seconds> s, <count> failed". Returns the exit status.
+static inline int run_in_scratch(const char *name, void (*tests)(void)) {
+    snprintf(g_root, sizeof g_root, "/tmp/fc_test_%s_XXXXXX", name);
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    double t0 = fc_now_s();
+    tests();
+    rm_rf(g_root);
+    printf("test_%s: %.1f s, %d failed\n", name, fc_now_s() - t0, g_failed);
+    return g_failed != 0;
+}
 
 // ---- clip content ----
 

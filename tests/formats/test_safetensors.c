@@ -164,9 +164,11 @@ static void accept(const char *name, const char *header, size_t ndata, const cha
 #define B_OK "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}"
 #define META_OK "\"__metadata__\":{\"k\":\"v\"}"
 
-static void test_malformed(void) {
-    const char *good = "{" META_OK "," A_OK "," B_OK "}   ";
-    accept("valid", good, 11, "b");
+#define GOOD "{" META_OK "," A_OK "," B_OK "}   "
+
+// Well-formed files, then cut ones and ones whose header length is wrong.
+static void test_lengths(void) {
+    accept("valid", GOOD, 11, "b");
     accept("empty_header", "{}", 0, NULL);
     accept("zero_size_tensors",
            "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}," A_OK
@@ -180,7 +182,7 @@ static void test_malformed(void) {
 
     // truncated at several points
     size_t len;
-    uint8_t *b = build(good, -1, 11, &len);
+    uint8_t *b = build(GOOD, -1, 11, &len);
     size_t hlen = len - 8 - 11;
     size_t cuts[] = {0, 3, 7, 8, 8 + hlen / 2, 8 + hlen, len - 1};
     const char *cut_want[] = {"fewer than the 8", "fewer than the 8", "fewer than the 8", "beyond the end of the file",
@@ -193,20 +195,23 @@ static void test_malformed(void) {
     }
     free(b);
     // header lengths
-    b = build(good, (long long)ST_MAX_HEADER + 1, 11, &len);
+    b = build(GOOD, (long long)ST_MAX_HEADER + 1, 11, &len);
     reject_bytes("header_length_over_limit", b, len, "exceeds the limit");
     free(b);
-    b = build(good, (long long)hlen + 12, 11, &len);
+    b = build(GOOD, (long long)hlen + 12, 11, &len);
     reject_bytes("header_length_beyond_file", b, len, "beyond the end of the file");
     free(b);
-    b = build(good, 1, 11, &len);
+    b = build(GOOD, 1, 11, &len);
     reject_bytes("header_length_1", b, len, "too small");
     free(b);
-    b = build(good, -1, 11, &len);
+    b = build(GOOD, -1, 11, &len);
     b[7] = 0x80;  // 2^63 and more
     reject_bytes("header_length_huge", b, len, "exceeds the limit");
     free(b);
+}
 
+// Text that is no JSON, or not the JSON of a header.
+static void test_bad_json(void) {
     // bad JSON
     reject("json_missing_colon", "{\"a\" {}}", 0, "expected ':'");
     reject("json_unterminated_string", "{\"a", 0, "unterminated string");
@@ -233,7 +238,30 @@ static void test_malformed(void) {
     reject("json_bad_number", "{\"a\":{\"shape\":[2.]}}", 0, "malformed number");
     reject("json_bare_minus", "{\"a\":{\"shape\":[-]}}", 0, "expected a non-negative integer");
     reject("json_number_key", "{1:{}}", 0, "expected a tensor name, got a number");
+}
 
+// A header of one tensor 'a' whose object holds the fields given as JSON text (NULL: left out), in this order.
+typedef struct {
+    const char *name, *dtype, *shape, *offsets;
+    size_t ndata;
+    const char *want;
+} TensorCase;
+
+static void reject_tensor(const TensorCase *c) {
+    const char *fields[3] = {"dtype", "shape", "data_offsets"}, *values[3] = {c->dtype, c->shape, c->offsets};
+    char header[512];
+    size_t used = (size_t)snprintf(header, sizeof header, "{\"a\":{");
+    const char *sep = "";
+    for (int k = 0; k < 3; k++)
+        if (values[k]) {
+            used += (size_t)snprintf(header + used, sizeof header - used, "%s\"%s\":%s", sep, fields[k], values[k]);
+            sep = ",";
+        }
+    snprintf(header + used, sizeof header - used, "}}");
+    reject(c->name, header, c->ndata, c->want);
+}
+
+static void test_bad_tensors(void) {
     // duplicates
     reject("duplicate_tensor", "{" A_OK ",\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}", 11,
            "duplicate tensor name 'a'");
@@ -244,42 +272,33 @@ static void test_malformed(void) {
            "tensor 'a': duplicate field 'dtype'");
 
     // tensor entries
-    reject("unknown_dtype", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
-           "tensor 'a': unknown dtype 'F8_E4M3'");
-    reject("lowercase_dtype", "{\"a\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
-           "unknown dtype 'f32'");
-    reject("shape_size_mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
-           "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12");
     reject("extra_field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
            "tensor 'a': unknown field 'x'");
-    reject("missing_field", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8,
-           "tensor 'a': missing field 'shape'");
-    reject("empty_entry", "{\"a\":{}}", 0, "tensor 'a': missing field 'dtype'");
-    reject("negative_dimension", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
-           "tensor 'a': shape: -2 is negative");
-    reject("negative_offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-0,8]}}", 8,
-           "data_offsets: -0 is negative");
-    reject("float_dimension", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
-           "tensor 'a': shape: 2.0 is not an integer");
-    reject("exponent_offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8e0]}}", 8,
-           "data_offsets: 8e0 is not an integer");
-    reject("huge_number", "{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999999],\"data_offsets\":[0,8]}}", 8,
-           "is too large");
-    reject("size_overflow",
-           "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,8]}}", 8,
-           "tensor 'a': shape [4611686018427387904, 4] is too large");
-    reject("nine_dimensions",
-           "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
-           "shape has more than 8 entries");
-    reject("three_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", 8,
-           "data_offsets has more than 2 entries");
-    reject("one_offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0]}}", 0,
-           "data_offsets must be [begin, end]");
-    reject("begin_after_end", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
-           "begin is after end");
-    reject("shape_not_array", "{\"a\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8,
-           "shape must be an array of integers, got a number");
+    static const TensorCase cases[] = {
+        {"unknown_dtype", "\"F8_E4M3\"", "[2]", "[0,2]", 2, "tensor 'a': unknown dtype 'F8_E4M3'"},
+        {"lowercase_dtype", "\"f32\"", "[2]", "[0,8]", 8, "unknown dtype 'f32'"},
+        {"shape_size_mismatch", "\"F32\"", "[3]", "[0,8]", 8,
+         "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12"},
+        {"missing_field", "\"F32\"", NULL, "[0,8]", 8, "tensor 'a': missing field 'shape'"},
+        {"empty_entry", NULL, NULL, NULL, 0, "tensor 'a': missing field 'dtype'"},
+        {"negative_dimension", "\"F32\"", "[-2]", "[0,8]", 8, "tensor 'a': shape: -2 is negative"},
+        {"negative_offset", "\"F32\"", "[2]", "[-0,8]", 8, "data_offsets: -0 is negative"},
+        {"float_dimension", "\"F32\"", "[2.0]", "[0,8]", 8, "tensor 'a': shape: 2.0 is not an integer"},
+        {"exponent_offset", "\"F32\"", "[2]", "[0,8e0]", 8, "data_offsets: 8e0 is not an integer"},
+        {"huge_number", "\"F32\"", "[99999999999999999999999]", "[0,8]", 8, "is too large"},
+        {"size_overflow", "\"F32\"", "[4611686018427387904,4]", "[0,8]", 8,
+         "tensor 'a': shape [4611686018427387904, 4] is too large"},
+        {"nine_dimensions", "\"F32\"", "[1,1,1,1,1,1,1,1,2]", "[0,8]", 8, "shape has more than 8 entries"},
+        {"three_offsets", "\"F32\"", "[2]", "[0,8,8]", 8, "data_offsets has more than 2 entries"},
+        {"one_offset", "\"F32\"", "[0]", "[0]", 0, "data_offsets must be [begin, end]"},
+        {"begin_after_end", "\"F32\"", "[2]", "[8,0]", 8, "begin is after end"},
+        {"shape_not_array", "\"F32\"", "2", "[0,8]", 8, "shape must be an array of integers, got a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) reject_tensor(&cases[i]);
+}
 
+// Headers that are fine as JSON but do not tile the data section, or hold bad metadata.
+static void test_bad_layout(void) {
     // the tiling of the data section
     reject("gap", "{" A_OK ",\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[9,12]}}", 12,
            "gap of 1 bytes in the data section before tensor 'b'");
@@ -487,7 +506,10 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "%s/fc_st_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_dir)) fc_die("test_safetensors: cannot create a temporary folder");
     test_roundtrip();
-    test_malformed();
+    test_lengths();
+    test_bad_json();
+    test_bad_tensors();
+    test_bad_layout();
     test_write_failures();
     test_config_text();
     char cmd[600];

@@ -202,7 +202,8 @@ static void test_roundtrip(void) {
         uint8_t c[4 * 4 * 3 * 2];
         clip_random(c, sizeof c, 1);
         int ok = w && !shard_writer_add(w, c, "a\tb\nc\\d.mp4", 0, 30, err, sizeof err) &&
-                 !shard_writer_add(w, c, "caf\xe9.mp4", 5, 12.5, err, sizeof err) && !shard_writer_finish(w, err, sizeof err);
+                 !shard_writer_add(w, c, "caf\xe9.mp4", 5, 12.5, err, sizeof err) &&
+                 !shard_writer_finish(w, err, sizeof err);
         size_t len;
         char path[600];
         snprintf(path, sizeof path, "%s/manifest.tsv", dir2);
@@ -211,9 +212,11 @@ static void test_roundtrip(void) {
         StFile f;
         int st = ok && !st_read(path, &f, err, sizeof err);
         const char *s0 = st ? st_meta(&f, "clip.0.source") : NULL, *s1 = st ? st_meta(&f, "clip.1.source") : NULL;
-        check(text && strstr(text, "a\\tb\\nc\\\\d.mp4\t0\t2\t30\n") && strstr(text, "caf\xef\xbf\xbd.mp4\t5\t2\t12.5\n") &&
+        check(text && strstr(text, "a\\tb\\nc\\\\d.mp4\t0\t2\t30\n") &&
+                  strstr(text, "caf\xef\xbf\xbd.mp4\t5\t2\t12.5\n") &&
                   s0 && !strcmp(s0, "a\tb\nc\\d.mp4") && s1 && !strcmp(s1, "caf\xef\xbf\xbd.mp4"),
-              "shards_odd_sources", "%s", ok ? "tab, newline, backslash escaped in the manifest; invalid UTF-8 as U+FFFD" : err);
+              "shards_odd_sources", "%s",
+              ok ? "tab, newline, backslash escaped in the manifest; invalid UTF-8 as U+FFFD" : err);
         if (st) st_free(&f);
         free(text);
     }
@@ -228,7 +231,8 @@ static void test_read_header(void) {
     snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir);
     StFile a, b;
     int ra = rc ? -1 : st_read(path, &a, err, sizeof err), rb = rc ? -1 : st_read_header(path, &b, err, sizeof err);
-    int same = ra == 0 && rb == 0 && a.n == b.n && a.nmeta == b.nmeta && a.size == b.size && a.data_start == b.data_start;
+    int same = ra == 0 && rb == 0 && a.n == b.n && a.nmeta == b.nmeta && a.size == b.size &&
+               a.data_start == b.data_start;
     for (int i = 0; same && i < a.n; i++)
         same = !strcmp(a.entries[i].name, b.entries[i].name) && a.entries[i].begin == b.entries[i].begin &&
                a.entries[i].end == b.entries[i].end && !strcmp(a.entries[i].dtype, b.entries[i].dtype);
@@ -249,7 +253,8 @@ static void test_read_header(void) {
     for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)hn >> (8 * i));
     memcpy(head + 8, hdr, strlen(hdr));
     int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int ok = fd >= 0 && write(fd, head, 8 + hn) == (ssize_t)(8 + hn) && !ftruncate(fd, (off_t)(8 + hn) + ((off_t)1 << 32));
+    int ok = fd >= 0 && write(fd, head, 8 + hn) == (ssize_t)(8 + hn) &&
+             !ftruncate(fd, (off_t)(8 + hn) + ((off_t)1 << 32));
     if (fd >= 0) close(fd);
     double t0 = fc_now_s();
     rc = ok ? st_read_header(big, &a, err, sizeof err) : -1;
@@ -305,7 +310,8 @@ static void test_crash_safety(void) {
     snprintf(path, sizeof path, "%s/dataset.json.tmp-99999", dir);
     write_text(path, "{", 1);
     d = rc ? NULL : dataset_open(dir, err, sizeof err);
-    check(d && dataset_clips(d) == 3, "shards_stale_temp_ignored", "%s", d ? "the dataset opens beside 2 stale temporary files" : err);
+    check(d && dataset_clips(d) == 3, "shards_stale_temp_ignored", "%s",
+          d ? "the dataset opens beside 2 stale temporary files" : err);
     dataset_close(d);
     char dir2[512];
     folder(dir2, sizeof dir2, "stale2");
@@ -412,7 +418,8 @@ static void test_corruption(void) {
     check(d && rc == -1 && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, lr_shard) && strstr(err, want),
           "shards_flipped_byte_raw", "%s", err);
     int others = 0;
-    for (int i = 0; d && i < dataset_clips(d); i++) others += i != raw_clip && !dataset_read_clip(d, i, buf, err, sizeof err);
+    for (int i = 0; d && i < dataset_clips(d); i++)
+        others += i != raw_clip && !dataset_read_clip(d, i, buf, err, sizeof err);
     check(d && others == dataset_clips(d) - 1, "shards_flipped_byte_other_clips_fine", "%d other clips read", others);
     size_t len;
     uint8_t *bytes = test_read_file(path, &len);
@@ -429,8 +436,8 @@ static void test_corruption(void) {
     d = dataset_open(dir, err, sizeof err);
     rc = d ? dataset_read_clip(d, zlib_clip, buf, err, sizeof err) : 0;
     snprintf(want, sizeof want, "clip.%d ", lz.index);
-    check(d && rc == -1 && one_line(err) && strstr(err, lz_shard) && strstr(err, want), "shards_flipped_byte_zlib", "%s",
-          err);
+    check(d && rc == -1 && one_line(err) && strstr(err, lz_shard) && strstr(err, want), "shards_flipped_byte_zlib",
+          "%s", err);
     dataset_close(d);
 
     // a truncated shard: refused at open, naming it
@@ -448,8 +455,8 @@ static void test_corruption(void) {
     snprintf(path, sizeof path, "%s/%s", dir, lr_shard);
     if (truncate(path, (off_t)lr.offset + 10)) abort();
     rc = d ? dataset_read_clip(d, raw_clip, buf, err, sizeof err) : 0;
-    check(d && rc == -1 && one_line(err) && strstr(err, lr_shard) && strstr(err, "changed"), "shards_truncated_after_open",
-          "%s", err);
+    check(d && rc == -1 && one_line(err) && strstr(err, lr_shard) && strstr(err, "changed"),
+          "shards_truncated_after_open", "%s", err);
     dataset_close(d);
     // a missing shard
     snprintf(dir, sizeof dir, "%s/missing", g_root);
@@ -457,8 +464,8 @@ static void test_corruption(void) {
     snprintf(path, sizeof path, "%s/shard-00002.safetensors", dir);
     unlink(path);
     d = dataset_open(dir, err, sizeof err);
-    check(!d && one_line(err) && strstr(err, "shard-00002.safetensors") && strstr(err, "cannot open"), "shards_missing_shard",
-          "%s", err);
+    check(!d && one_line(err) && strstr(err, "shard-00002.safetensors") && strstr(err, "cannot open"),
+          "shards_missing_shard", "%s", err);
     dataset_close(d);
 
     // damaged dataset.json: each refused with one line naming the file
@@ -511,18 +518,11 @@ static void test_corruption(void) {
     free(buf);
 }
 
-int main(void) {
-    snprintf(g_root, sizeof g_root, "/tmp/fc_test_shards_XXXXXX");
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    double t0 = fc_now_s();
+static void run_all(void) {
     test_roundtrip();
     test_read_header();
     test_crash_safety();
     test_corruption();
-    rm_rf(g_root);
-    printf("test_shards: %.1f s, %d failed\n", fc_now_s() - t0, g_failed);
-    return g_failed != 0;
 }
+
+int main(void) { return run_in_scratch("shards", run_all); }

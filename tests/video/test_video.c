@@ -341,8 +341,9 @@ static void test_image_solid(const char *name, int w, int h, int comp, const int
     }
     int rc = image_load_square(path, 32, rgb, err, sizeof err);
     int dev = rc == 0 ? max_dev(rgb, 32, r, g, b) : -1;
-    check(rc == 0 && dev <= 2, cname, "%dx%d, %d channel%s %s at 32x32: largest deviation from (%d,%d,%d) %d levels%s%s",
-          w, h, comp, comp > 1 ? "s" : "", jpeg ? "JPEG" : "PNG", r, g, b, dev, rc ? ": " : "", err);
+    check(rc == 0 && dev <= 2, cname,
+          "%dx%d, %d channel%s %s at 32x32: largest deviation from (%d,%d,%d) %d levels%s%s", w, h, comp,
+          comp > 1 ? "s" : "", jpeg ? "JPEG" : "PNG", r, g, b, dev, rc ? ": " : "", err);
 }
 
 // An RGB picture w x h: grey, blue in the left quarter, green in the right quarter (or top/bottom for a
@@ -389,7 +390,7 @@ static void check_marker(const char *cname, const char *what, const uint8_t *rgb
           what, cx, cy, c, red, stray);
 }
 
-static void test_images(void) {
+static void test_image_solids(void) {
     int gray[1] = {77}, ga[2] = {200, 0}, rgba[4] = {10, 200, 90, 0}, rgb[3] = {250, 128, 3}, tall[3] = {40, 80, 160};
     int jrgb[3] = {200, 100, 50}, jgray[1] = {130};
     test_image_solid("gray.png", 50, 40, 1, gray, 0, 77, 77, 77);
@@ -399,8 +400,10 @@ static void test_images(void) {
     test_image_solid("tall_30x120.png", 30, 120, 3, tall, 0, 40, 80, 160);
     test_image_solid("rgb.jpg", 64, 48, 3, jrgb, 1, 200, 100, 50);
     test_image_solid("gray_33x77.JPEG", 33, 77, 1, jgray, 1, 130, 130, 130);
+}
 
-    // Exact round trip at the same size through image_write_png.
+// Exact round trip at the same size through image_write_png.
+static void test_image_roundtrip(void) {
     char err[512] = "";
     int s = 48;
     uint8_t *img = malloc((size_t)s * s * 3), *back = malloc((size_t)s * s * 3);
@@ -409,27 +412,36 @@ static void test_images(void) {
     int rc2 = rc == 0 ? image_load_square(tmp_path("roundtrip.png"), s, back, err, sizeof err) : -1;
     int diff = 0;
     for (int i = 0; rc2 == 0 && i < s * s * 3; i++) diff = abs(img[i] - back[i]) > diff ? abs(img[i] - back[i]) : diff;
-    check(rc == 0 && rc2 == 0 && diff == 0, "image_png_roundtrip", "write %d, load %d, largest difference %d at %dx%d %s",
-          rc, rc2, diff, s, s, err);
+    check(rc == 0 && rc2 == 0 && diff == 0, "image_png_roundtrip",
+          "write %d, load %d, largest difference %d at %dx%d %s", rc, rc2, diff, s, s, err);
     free(img);
     free(back);
+}
 
-    // Centre crop: a 2:1 and a 1:2 picture with a marker in the middle, at 50x50.
+// Centre crop: a 2:1 and a 1:2 picture with a marker in the middle, at 50x50.
+static void test_image_crop(void) {
+    char err[512] = "";
     uint8_t out[50 * 50 * 3];
-    const struct { const char *name; int w, h; } mk[2] = {{"wide_200x100.png", 200, 100}, {"tall_100x200.png", 100, 200}};
+    const struct { const char *name; int w, h; } mk[2] = {{"wide_200x100.png", 200, 100},
+                                                          {"tall_100x200.png", 100, 200}};
     for (int k = 0; k < 2; k++) {
         uint8_t *pic = malloc((size_t)mk[k].w * mk[k].h * 3);
         marker_frame(0, mk[k].w, mk[k].h, pic);
         stbi_write_png(tmp_path(mk[k].name), mk[k].w, mk[k].h, 3, pic, mk[k].w * 3);
         free(pic);
-        rc = image_load_square(tmp_path(mk[k].name), 50, out, err, sizeof err);
+        int rc = image_load_square(tmp_path(mk[k].name), 50, out, err, sizeof err);
         char cname[64];
         snprintf(cname, sizeof cname, "image_crop_%s", k ? "tall" : "wide");
         if (rc) check(0, cname, "%s", err);
         else check_marker(cname, mk[k].name, out, 50);
     }
+}
 
-    // Broken and wrong inputs: a clean -1 with the file named, or (truncated JPEG) a picture.
+// Broken and wrong inputs (made from test_image_solids' files): a clean -1 with the file named, or
+// (truncated JPEG) a picture.
+static void test_image_bad(void) {
+    char err[512] = "";
+    uint8_t out[32 * 32 * 3];
     size_t n = 0;
     uint8_t *png = test_read_file(tmp_path("odd_101x67.png"), &n);
     uint8_t *jpg = NULL;
@@ -443,7 +455,7 @@ static void test_images(void) {
     for (int k = 0; k < 5; k++) {
         const char *p = k == 4 ? g_dir : tmp_path(bad[k]);
         err[0] = 0;
-        rc = image_load_square(p, 32, out, err, sizeof err);
+        int rc = image_load_square(p, 32, out, err, sizeof err);
         char cname[64];
         snprintf(cname, sizeof cname, "image_bad_%s", k == 4 ? "directory" : bad[k]);
         check(rc == -1 && strstr(err, p) && !strchr(err, '\n'), cname, "returns %d: %s", rc, err);
@@ -458,7 +470,7 @@ static void test_images(void) {
         }
     if (dht >= 0) write_bytes(tmp_path("bad_huffman.jpg"), jpg, nj);
     err[0] = 0;
-    rc = dht >= 0 ? image_load_square(tmp_path("bad_huffman.jpg"), 32, out, err, sizeof err) : 0;
+    int rc = dht >= 0 ? image_load_square(tmp_path("bad_huffman.jpg"), 32, out, err, sizeof err) : 0;
     check(dht >= 0 && rc == -1 && strstr(err, "bad_huffman.jpg"), "image_bad_huffman.jpg",
           "table at byte %d, returns %d: %s", dht, rc, err);
     rc = image_load_square(tmp_path("truncated.jpg"), 32, out, err, sizeof err);
@@ -466,7 +478,9 @@ static void test_images(void) {
           rc ? err : "stb_image fills the missing part");
     free(png);
     free(jpg);
+}
 
+static void test_image_paths(void) {
     const struct { const char *p; int want; } ip[] = {
         {"a.png", 1}, {"dir/b.PNG", 1}, {"c.JpEg", 1}, {"d.jpg", 1}, {"e.mp4", 0}, {"png", 0}, {"x.png/y", 0},
         {".png", 0}, {"f.png.txt", 0}, {"g.jpe", 0}};
@@ -475,10 +489,19 @@ static void test_images(void) {
     check(wrong == 0, "image_is_image_path", "%d of %zu paths classified wrongly", wrong, sizeof ip / sizeof ip[0]);
 }
 
+static void test_images(void) {
+    test_image_solids();
+    test_image_roundtrip();
+    test_image_crop();
+    test_image_bad();
+    test_image_paths();
+}
+
 // ---- real footage ----
 
 static void test_opencv(void) {
-    const char *vt = OPENCV_DATA "/vtest.avi", *mm = OPENCV_DATA "/Megamind.avi", *bug = OPENCV_DATA "/Megamind_bugy.avi";
+    const char *vt = OPENCV_DATA "/vtest.avi", *mm = OPENCV_DATA "/Megamind.avi";
+    const char *bug = OPENCV_DATA "/Megamind_bugy.avi";
     if (!file_exists(vt) || !file_exists(mm) || !file_exists(bug)) {
         check(0, "video_opencv_footage", "%s is missing: install the Debian package opencv-doc", OPENCV_DATA);
         return;
@@ -520,7 +543,8 @@ static void test_opencv(void) {
 // ---- the centre crop of videos ----
 
 static void test_video_crop(void) {
-    const struct { const char *name; int w, h; } clips[2] = {{"wide_192x96.mkv", 192, 96}, {"tall_96x192.mp4", 96, 192}};
+    const struct { const char *name; int w, h; } clips[2] = {{"wide_192x96.mkv", 192, 96},
+                                                             {"tall_96x192.mp4", 96, 192}};
     for (int k = 0; k < 2; k++) {
         char err[512] = "", codec[32] = "", cname[64];
         snprintf(cname, sizeof cname, "video_crop_%s", k ? "tall" : "wide");
@@ -588,11 +612,8 @@ static int patch_rotation(const char *in, const char *out, int turn) {
     return rc;
 }
 
-static void test_formats(void) {
-    if (!have_ffmpeg()) {
-        check(0, "video_pixel_formats", "the ffmpeg program is missing: install the Debian package ffmpeg");
-        return;
-    }
+// Solid colour clips in pixel formats other than plain yuv420p, each read back as that colour.
+static void test_pixel_formats(void) {
     const struct {
         const char *name, *args;
         int r, g, b, tol;
@@ -627,9 +648,11 @@ static void test_formats(void) {
               "%d frames, largest deviation from (%d,%d,%d) %d levels (want <= %d) %s", r.frames, fm[k].r, fm[k].g,
               fm[k].b, dev, fm[k].tol, r.err);
     }
+}
 
-    // Rotation: a red bar along the top of the stored picture; the track header's matrix says "turn 90
-    // degrees clockwise" (or 270), so the bar must end up down the right (left) side.
+// Rotation: a red bar along the top of the stored picture; the track header's matrix says "turn 90
+// degrees clockwise" (or 270), so the bar must end up down the right (left) side.
+static void test_rotation(void) {
     char err[512] = "";
     const char *base = tmp_path("upright.mp4");
     if (ffmpeg_make("-f lavfi -i color=c=0x6E6E6E:s=64x48:r=10:d=0.5,drawbox=x=0:y=0:w=64:h=8:color=0xE61414:t=fill "
@@ -662,8 +685,10 @@ static void test_formats(void) {
                   rot, turn == 90 ? "right" : "left", bar, 32 * 5, rest, err);
         }
     }
+}
 
-    // Sample aspect ratio 2:1: 64x64 stored, 128x64 shown; the square crop keeps the middle 32 columns.
+// Sample aspect ratio 2:1: 64x64 stored, 128x64 shown; the square crop keeps the middle 32 columns.
+static void test_sample_aspect(void) {
     const char *sp = tmp_path("sar2.mkv");
     if (ffmpeg_make("-f lavfi -i color=c=0x6E6E6E:s=64x64:r=10:d=0.5,"
                     "drawbox=x=0:y=0:w=8:h=64:color=0x1414DC:t=fill,drawbox=x=56:y=0:w=8:h=64:color=0x14DC14:t=fill,"
@@ -681,6 +706,16 @@ static void test_formats(void) {
               "SAR 2:1 64x64 at 32x32: %d blue/green pixels (want 0), largest deviation from grey %d %s", stray, dev,
               r.err);
     }
+}
+
+static void test_formats(void) {
+    if (!have_ffmpeg()) {
+        check(0, "video_pixel_formats", "the ffmpeg program is missing: install the Debian package ffmpeg");
+        return;
+    }
+    test_pixel_formats();
+    test_rotation();
+    test_sample_aspect();
 }
 
 // ---- bad paths and files for the reader and the writer ----
@@ -724,6 +759,29 @@ static void test_bad_inputs(void) {
     }
 }
 
+// Every failure is one line, newlines in a file name folded into spaces, and a NULL err is allowed.
+static void test_error_lines(void) {
+    char err[512] = "";
+    char path[600];
+    snprintf(path, sizeof path, "%s/two\nlines/clip.mp4", g_dir);
+    VideoWriter *w = video_writer_open(path, 32, 32, 25, err, sizeof err);
+    check(!w && strstr(err, "two lines/clip.mp4") && !strchr(err, '\n'), "video_error_one_line_writer", "%s",
+          w ? "opened" : err);
+    if (w) video_writer_close(w, NULL, 0);
+    err[0] = 0;
+    VideoReader *v = video_open(path, err, sizeof err);
+    check(!v && strstr(err, "two lines/clip.mp4") && !strchr(err, '\n'), "video_error_one_line_reader", "%s",
+          v ? "opened" : err);
+    if (v) video_close(v);
+    v = video_open(path, NULL, 0);
+    w = video_writer_open(path, 32, 32, 25, NULL, 0);
+    int rc = image_load_square(path, 32, (uint8_t[32 * 32 * 3]){0}, NULL, 0);
+    check(!v && !w && rc == -1, "video_error_null_err", "reader %s, writer %s, image %d", v ? "opened" : "refused",
+          w ? "opened" : "refused", rc);
+    if (v) video_close(v);
+    if (w) video_writer_close(w, NULL, 0);
+}
+
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -750,10 +808,12 @@ int main(void) {
     test_broken("clip.avi");
     test_broken("clip.mkv");
     test_bad_inputs();
+    test_error_lines();
     test_images();
     test_video_crop();
     test_formats();
-    check(fc_now_s() - t0 < 20, "video_test_time", "%.1f s", fc_now_s() - t0);
+    // The time is shown, not asserted: a loaded machine must not fail the suite.
+    printf("test_video: %.1f s\n", fc_now_s() - t0);
     if (!getenv("KEEP_TEST_FILES")) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return g_failed ? 1 : 0;
 }

@@ -1,0 +1,184 @@
+// sampler.c: the three models, one window's Euler steps and the chain's loop (see sampler.h).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "base/clock.h"
+#include "base/philox.h"
+#include "video/video.h"
+#include "dataset/moving_shapes.h"
+#include "train/checkpoint.h"
+#include "chain/sampler.h"
+
+// ----------------------------------------------------------------------------
+// frames
+
+void frame_from_rgb(real *dst, const uint8_t *rgb, int S) {
+    size_t plane = (size_t)S * S;
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) dst[c * plane + i] = (real)(rgb[3 * i + c] / 127.5 - 1.0);
+}
+
+void frame_to_rgb(uint8_t *rgb, const real *src, int S) {
+    size_t plane = (size_t)S * S;
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) {
+            double v = (src[c * plane + i] + 1.0) * 127.5;
+            rgb[3 * i + c] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrint(v));
+        }
+}
+
+// The first frame of a video, which must be at least S x S. Returns 0, or -1 with one line in err.
+static int load_video_first_frame(const char *path, int S, uint8_t *rgb, char *err, size_t errlen) {
+    VideoReader *v = video_open(path, err, errlen);
+    if (!v) return -1;
+    int rc = -1, w = video_width(v), h = video_height(v);
+    if (w < S || h < S)
+        fc_errf(err, errlen, "%s: the video is %dx%d, smaller than the %dx%d frames it must fill", path, w, h, S, S);
+    else if ((rc = video_next_frame(v, S, rgb, NULL, err, errlen)) == 0)
+        fc_errf(err, errlen, "%s: the video has no frame", path);
+    video_close(v);
+    return rc == 1 ? 0 : -1;
+}
+
+int load_first_frame(const char *path, int S, real *out, char *err, size_t errlen) {
+    if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
+        char *end;
+        unsigned long clip = strtoul(path + 7, &end, 10);
+        if (*end || end == path + 7) return fc_errf(err, errlen, "%s: expected shapes:NUMBER", path);
+        shapes_frame(out, 3, S, 1, 0, (uint32_t)clip, 0);
+        return 0;
+    }
+    uint8_t *rgb = fc_malloc((size_t)S * S * 3);
+    int rc = is_image_path(path) ? image_load_square_min(path, S, S, rgb, err, errlen)
+                                 : load_video_first_frame(path, S, rgb, err, errlen);
+    if (rc == 0) frame_from_rgb(out, rgb, S);
+    free(rgb);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the models
+
+// Whether the model loaded from run can serve as role r. Returns 0, or -1 with one line in err.
+static int check_role(const Model *m, int r, const char *run, char *err, size_t errlen) {
+    const Config *c = &m->cfg;
+    if (c->role != r)
+        return fc_errf(err, errlen, "--%s %s: that run trained a %s model (role = %s in its config)",
+                       config_role_name(r), run, config_role_name(c->role), config_role_name(c->role));
+    if (c->channels != 3)
+        return fc_errf(err, errlen, "--%s %s: the model makes %d-channel frames; generate writes RGB (3 channels)",
+                       config_role_name(r), run, c->channels);
+    return 0;
+}
+
+int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend *be, char *err, size_t errlen) {
+    memset(cm, 0, sizeof *cm);
+    for (int r = 0; r < 3; r++) {
+        char why[1024];
+        cm->m[r] = checkpoint_load_for_generation(runs[r], be, 1, &cm->step[r], why, sizeof why);
+        if (!cm->m[r]) fc_errf(err, errlen, "--%s %s", config_role_name(r), why);
+        if (!cm->m[r] || check_role(cm->m[r], r, runs[r], err, errlen)) {
+            chain_models_free(cm);
+            return -1;
+        }
+    }
+    cm->size = cm->m[0]->cfg.frame_size, cm->channels = 3;
+    return 0;
+}
+
+void chain_models_free(ChainModels *cm) {
+    for (int r = 0; r < 3; r++)
+        if (cm->m[r]) free_model(cm->m[r]);
+    memset(cm, 0, sizeof *cm);
+}
+
+// ----------------------------------------------------------------------------
+// sampling
+
+// A window's starting point: targets pure noise at t = 1, context frames noised to the fixed level,
+// the anchor (and context without augmentation) clean. Fills x, t and off for every slot.
+static void window_start(const Model *m, const ChainWindow *w, int index, const real *frames,
+                         const SampleOptions *o, real *x, real *t, real *off) {
+    const Config *c = &m->cfg;
+    size_t E = (size_t)m->E;
+    double L = o->noise_aug;
+    for (int i = 0; i < w->slots; i++) {
+        real *xi = x + i * E;
+        const real *src = frames + (size_t)w->frame[i] * E;
+        off[i] = w->offset[i];
+        if (c->slot_kind[i] == SLOT_TARGET) {
+            philox_fill_normal(xi, E, 0, 1, o->seed, (uint32_t)index, RNG_NOISE, i * E);
+            t[i] = 1;
+        } else if (c->slot_kind[i] == SLOT_CONTEXT && L > 0) {  // noise augmentation at the fixed level
+            philox_fill_normal(xi, E, 0, 1, o->seed, (uint32_t)index, RNG_AUG, i * E);
+            for (size_t k = 0; k < E; k++) xi[k] = (real)((1 - L) * src[k] + L * xi[k]);
+            t[i] = (real)L;
+        } else {  // the anchor, and context frames without augmentation: clean
+            memcpy(xi, src, sizeof(real) * E);
+            t[i] = 0;
+        }
+    }
+}
+
+// One window: targets from pure noise to t = 0 in o->steps Euler steps of the velocity the network
+// predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed.
+static void sample_window(Model *m, const ChainWindow *w, int index, real *frames, const SampleOptions *o,
+                          real *x, real *pred) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    size_t E = (size_t)m->E;
+    real t[MAX_SLOTS], off[MAX_SLOTS];
+    window_start(m, w, index, frames, o, x, t, off);
+    be->upload(m->in.offset, off, sizeof(real) * w->slots);
+    for (int k = 0; k < o->steps; k++) {
+        double t_now = 1.0 - (double)k / o->steps, t_next = 1.0 - (double)(k + 1) / o->steps;
+        for (int i = 0; i < w->slots; i++)
+            if (c->slot_kind[i] == SLOT_TARGET) t[i] = (real)t_now;
+        be->upload(m->in.t, t, sizeof(real) * w->slots);
+        be->upload(m->in.xt, x, sizeof(real) * w->slots * E);
+        model_forward(m);
+        be->download(pred, m->a.pred, sizeof(real) * w->slots * E);
+        double dt = t_now - t_next;
+        for (int i = 0; i < w->slots; i++)
+            if (c->slot_kind[i] == SLOT_TARGET)
+                for (size_t e = 0; e < E; e++) x[i * E + e] -= (real)(dt * pred[i * E + e]);
+    }
+    for (int i = 0; i < w->slots; i++)
+        if (c->slot_kind[i] == SLOT_TARGET) {
+            real *dst = frames + (size_t)w->frame[i] * E;
+            for (size_t e = 0; e < E; e++) {
+                real v = x[i * E + e];
+                dst[e] = v < -1 ? -1 : v > 1 ? 1 : v;
+            }
+        }
+}
+
+void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o) {
+    size_t E = (size_t)cm->m[0]->E;
+    int fmax = 0;
+    for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
+    real *x = fc_malloc(sizeof(real) * fmax * E), *pred = fc_malloc(sizeof(real) * fmax * E);
+    double t0 = fc_now_s(), t_line = 0;
+    int done = 1;  // frames of 0..N-1 made (frame 0 is given)
+    int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
+    for (int k = 0; k < p->count; k++) {
+        const ChainWindow *w = &p->w[k];
+        sample_window(cm->m[w->role], w, k, frames, o, x, pred);
+        for (int i = 0; i < w->slots; i++) done += w->keep[i];
+        double el = fc_now_s() - t0;
+        if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
+            char eta[32];
+            fc_format_duration(eta, sizeof eta, el / (k + 1) * (p->count - k - 1));
+            fprintf(stderr, "%sgenerate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s%s", tty ? "\r" : "",
+                    done, p->frames, k + 1, p->count, config_role_name(w->role), el / (k + 1), eta, tty ? "   " : "\n");
+            fflush(stderr);
+            t_line = el;
+        }
+    }
+    if (!o->quiet && tty) fprintf(stderr, "\n");
+    free(x), free(pred);
+}

@@ -1,0 +1,58 @@
+// sampler.h: the chain's sampler. The three models (EMA weights of each run's newest usable
+// checkpoint) run the windows of the chain (chain_plan.h): rectified-flow sampling with Euler steps
+// from t = 1 to 0 on the target slots, the anchor clean, every other conditioning frame noised to one
+// fixed level (--noise-aug). Used by generate and eval alike.
+#ifndef FRAMECHAIN_SAMPLER_H
+#define FRAMECHAIN_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/common.h"
+#include "backend/backend.h"
+#include "model/model.h"
+#include "chain/chain_plan.h"
+
+// ----------------------------------------------------------------------------
+// the three models
+
+typedef struct {
+    Model *m[3];    // by enum Role: starter, extrapolate, interpolate (batch 1, EMA weights)
+    int step[3];    // the step of the checkpoint each was loaded from
+    int size, channels;
+} ChainModels;
+
+// Load the three runs (by enum Role) and check that each is the role it is given as and that their
+// frames agree. Returns 0, or -1 with one line in err; nothing is left allocated then.
+int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend *be, char *err, size_t errlen);
+void chain_models_free(ChainModels *cm);
+
+// ----------------------------------------------------------------------------
+// sampling
+
+#define SAMPLE_DEFAULT_STEPS 20
+#define SAMPLE_DEFAULT_NOISE_AUG 0.1
+
+typedef struct {
+    int steps;         // Euler steps per window
+    uint64_t seed;     // of the sampling noise
+    double noise_aug;  // the level t every context frame is noised to
+    int quiet;         // no progress line
+} SampleOptions;
+
+// Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with frame 0
+// filled in; every other frame is made (and clamped to [-1, 1]).
+void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o);
+
+// ----------------------------------------------------------------------------
+// frames
+
+// Frame conversions between [-1, 1] planes (C, S, S) and RGB24 (S, S, 3).
+void frame_from_rgb(real *dst, const uint8_t *rgb, int S);
+void frame_to_rgb(uint8_t *rgb, const real *src, int S);
+
+// The first frame of IMG (PNG/JPEG, or the first frame of a video; shapes:K the first frame of the
+// built-in moving-shapes clip K) as (3, S, S) in [-1, 1]. Returns 0, or -1 with one line in err.
+int load_first_frame(const char *path, int S, real *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,45 @@
+// cli.h: the option parser every command shares. Each command declares its options in a table;
+// anything else on its command line is an error. A bad command line ends the program with status 2
+// and one line naming the command; a bad file or value (load_config) with status 1.
+#ifndef FRAMECHAIN_CLI_H
+#define FRAMECHAIN_CLI_H
+
+#include "base/config.h"
+
+#define CLI_MAX_VALUES 64  // values a repeatable option may be given
+
+typedef struct {
+    const char *name;  // "--config"
+    int takes_value;
+    int repeatable;
+    const char *value;                   // last value seen
+    const char *values[CLI_MAX_VALUES];  // every value, for repeatable options
+    int count;
+} Opt;
+
+// The command the messages name: "framechain <cmd>", or "framechain" for NULL (the default).
+void cli_set_command(const char *cmd);
+
+// "<command>: <message> (see <command> --help)" on stderr, then exit with status 2.
+void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+// Parse argv[i..] into opts (ended by a {NULL} entry); positional arguments go to *positional (at
+// most one allowed when positional != NULL). Returns 1 when --help was asked for.
+int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional);
+
+// The declared option name (dies when it is not declared: a mistake in the command's table).
+Opt *opt(Opt *opts, const char *name);
+// The value of an option that must be given.
+const char *required(Opt *opts, const char *name);
+
+// Numbers from the command line, range-checked; a usage error names the flag otherwise.
+long parse_whole(const char *flag, const char *text, long lo, long hi);
+long parse_positive(const char *flag, const char *text, long max);
+double parse_number(const char *flag, const char *text, double lo, double hi);
+
+// Load --config and apply every --set, in order; dies with one clear line on any problem.
+Config load_config(Opt *opts);
+// Every config key with its default, as a config file would hold it.
+void print_config_keys(void);
+
+#endif

@@ -1,0 +1,117 @@
+// cmd_generate.c: `framechain generate`: the three models chained into a long video from one first
+// frame (chain/sampler.h), written out by chain/generate.h.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/common.h"
+#include "base/clock.h"
+#include "chain/chain_plan.h"
+#include "chain/sampler.h"
+#include "chain/generate.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_GENERATE =
+    "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
+    "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
+    "\n"
+    "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
+    "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
+    "\n"
+    "  --first-frame IMG  a PNG or JPEG (centre-cropped and resized to the models' frame size; at least\n"
+    "                     that size on its shorter side), or a video, whose first frame is used;\n"
+    "                     shapes:K is the first frame of the built-in moving-shapes clip K\n"
+    "  --out PATH         .mp4/.mkv/.avi (H.264 where the build has it, else MPEG-4), .gif, or any other\n"
+    "                     name: a new folder of numbered PNGs; written under a temporary name first\n"
+    "  --frames N         exactly N frames (at least 7)\n"
+    "  --steps S          Euler steps per window (default 20)\n"
+    "  --noise-aug L      the noise level t of every conditioning frame but the first (default 0.1;\n"
+    "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
+    "  --seed K           seed of the sampling noise (default 1)\n"
+    "  --fps F            frame rate of the video written (default 12)\n"
+    "  --quiet            no progress line\n"
+    "\n"
+    "Each run folder gives the EMA weights of its newest usable checkpoint; the runs must have been\n"
+    "trained with role = starter, extrapolate and interpolate, on frames of one size.\n";
+
+// What the command line asks for.
+typedef struct {
+    const char *runs[3];  // by enum Role
+    const char *first_frame, *out;
+    int frames;
+    double fps;
+    SampleOptions sample;
+} GenerateRequest;
+
+// Returns 1 when --help was asked for; dies with status 2 on a bad command line.
+static int parse_generate(int argc, char **argv, GenerateRequest *g) {
+    Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
+                  {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
+                  {"--quiet", 0}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
+    const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
+    long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
+    if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
+    SampleOptions so = {.steps = SAMPLE_DEFAULT_STEPS, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG};
+    if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
+    if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
+    if (opt(opts, "--noise-aug")->count)
+        so.noise_aug = parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 0.95);
+    double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
+    so.quiet = opt(opts, "--quiet")->count > 0;
+    *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
+                                    opt(opts, "--interpolate")->value},
+                           .first_frame = opt(opts, "--first-frame")->value, .out = opt(opts, "--out")->value,
+                           .frames = (int)frames, .fps = fps, .sample = so};
+    return 0;
+}
+
+// Sample the chain from the first frame and write it out. Returns the exit status.
+static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be) {
+    char err[2048];
+    int S = cm->size;
+    size_t E = (size_t)3 * S * S;
+    real *video = fc_calloc((size_t)plan->last_frame + 1, sizeof(real) * E);
+    int rc = 0;
+    if (load_first_frame(g->first_frame, S, video, err, sizeof err)) {
+        fprintf(stderr, "framechain: %s\n", err);
+        rc = 1;
+    } else {
+        printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
+               "step %d), %d Euler steps, noise augmentation %.3g\n", g->frames, S, S, be->name, plan->count,
+               cm->step[0], cm->step[1], cm->step[2], g->sample.steps, g->sample.noise_aug);
+        fflush(stdout);
+        double t0 = fc_now_s();
+        chain_sample(cm, plan, video, &g->sample);
+        if (generate_write_frames(g->out, video, g->frames, S, g->fps, err, sizeof err)) {
+            fprintf(stderr, "framechain: %s\n", err);
+            rc = 1;
+        } else {
+            printf("generate: wrote %s (%d frames, %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
+        }
+    }
+    free(video);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv, const Backend *be) {
+    GenerateRequest g;
+    if (parse_generate(argc, argv, &g)) return fputs(HELP_GENERATE, stdout), 0;
+    char err[2048];
+    ChainModels cm;
+    if (chain_models_load(&cm, g.runs, be, err, sizeof err)) {
+        fprintf(stderr, "framechain: %s\n", err);
+        return 1;
+    }
+    ChainPlan plan;
+    if (chain_build(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, err, sizeof err)) {
+        fprintf(stderr, "framechain: %s\n", err);
+        chain_models_free(&cm);
+        return 1;
+    }
+    int rc = generate(&g, &cm, &plan, be);
+    chain_free(&plan);
+    chain_models_free(&cm);
+    return rc;
+}

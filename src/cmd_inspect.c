@@ -1,0 +1,131 @@
+// cmd_inspect.c: `framechain inspect`: a config's network and memory plan, or a checkpoint's contents.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "base/common.h"
+#include "base/config.h"
+#include "formats/safetensors.h"
+#include "model/memplan.h"
+#include "model/model.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_INSPECT =
+    "usage: framechain inspect --config FILE [--set key=value ...] [--params]\n"
+    "       framechain inspect CHECKPOINT.safetensors\n"
+    "\n"
+    "With --config: the network the config describes, its parameter count and the memory one\n"
+    "training step takes on the CPU backend; --params lists every tensor (name, shape).\n"
+    "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
+    "the exit status is 1 when any CRC fails.\n";
+
+// ----------------------------------------------------------------------------
+// a checkpoint
+
+// Its trainer state and its config, from the metadata.
+static void print_file_meta(const StFile *f) {
+    const char *keys[] = {"format", "format_version", "step", "seed", "data_cursor", "smooth_loss"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = st_meta(f, keys[i]);
+        if (!v) continue;
+        if (!strcmp(keys[i], "smooth_loss"))
+            printf("%-15s %.6f\n", keys[i], strtod(v, NULL));
+        else
+            printf("%-15s %s\n", keys[i], v);
+    }
+    const char *config = st_meta(f, "config");
+    if (config) printf("config:\n%s", config);
+}
+
+// A checkpoint (or any safetensors file): its trainer state, its config, every tensor and its CRC.
+static int inspect_file(const char *path) {
+    StFile f;
+    char err[1024];
+    if (st_read(path, &f, err, sizeof err)) fc_die("%s", err);
+    print_file_meta(&f);
+    int bad = 0, unchecked = 0;
+    size_t bytes = 0;
+    printf("tensors:\n");
+    for (int i = 0; i < f.n; i++) {
+        const StEntry *e = &f.entries[i];
+        char key[256], shape[128] = "(";
+        snprintf(key, sizeof key, "crc32.%s", e->name);
+        const char *want = st_meta(&f, key);
+        const char *status = "no CRC";
+        if (want) {
+            unsigned long got = crc32(0L, st_data(&f, e), (uInt)(e->end - e->begin));
+            status = strtoul(want, NULL, 16) == got ? "CRC ok" : "CRC BAD";
+            bad += status[4] == 'B';
+        } else {
+            unchecked++;
+        }
+        size_t used = 1;
+        for (int d = 0; d < e->ndim && used < sizeof shape; d++)
+            used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%ld", d ? ", " : "", e->shape[d]);
+        if (used < sizeof shape - 1) strcat(shape, ")");
+        printf("  %-48s %-4s %-16s %s\n", e->name, e->dtype, shape, status);
+        bytes += e->end - e->begin;
+    }
+    printf("%d tensors, %zu bytes of data: %s\n", f.n, bytes,
+           bad ? "SOME CRCs FAIL" : unchecked ? "no CRC for some tensors" : "every CRC checks");
+    st_free(&f);
+    return bad ? 1 : 0;
+}
+
+// ----------------------------------------------------------------------------
+// a config
+
+// The network's size and the plans that matter: the CPU's, and the GPU's in bf16 against the default
+// budget (each with keep_blocks = auto resolved for it).
+static void print_config_memory(const Config *c, const ModelCounts *k) {
+    int n = c->frame_size / c->patch;
+    printf("%-28s %zu in %d tensors\n", "parameters", k->params, k->n_tensors);
+    printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", c->batch_size, c->slots, n * n,
+           c->batch_size * c->slots * n * n);
+    Config on_cpu = *c, on_gpu = *c;
+    double budget = DEFAULT_VRAM_BUDGET_GIB * 1073741824.0;
+    memory_plan_resolve(&on_cpu, c->batch_size, PLAN_CPU, 0);
+    if (c->keep_blocks == KEEP_BLOCKS_AUTO)
+        printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
+               "none on the CPU\n", "keep_blocks = auto",
+               memory_plan_resolve(&on_gpu, c->batch_size, PLAN_GPU_BF16, budget), c->depth,
+               KEEP_BLOCKS_AUTO_RESERVE_GIB);
+    MemPlan cpu = memory_plan(&on_cpu, c->batch_size, PLAN_CPU);
+    MemPlan gpu = memory_plan(&on_gpu, c->batch_size, PLAN_GPU_BF16);
+    memory_plan_print(stdout, &cpu, "training on the CPU", 0);
+    memory_plan_print(stdout, &gpu, "training on --device cuda, bf16", budget);
+}
+
+static int inspect_config(const Config *c, int list_params) {
+    ModelCounts k = model_counts(c, c->batch_size, sizeof(real));  // the layout alone: nothing is allocated
+    config_write(c, stdout);
+    printf("\n");
+    if (list_params) {
+        for (int i = 0; i < k.n_tensors; i++) {
+            const ParamInfo *pi = &k.info[i];
+            if (pi->ndim == 2)
+                printf("%-40s (%d, %d)\n", pi->name, pi->shape[0], pi->shape[1]);
+            else
+                printf("%-40s (%d)\n", pi->name, pi->shape[0]);
+        }
+        printf("\n");
+    }
+    print_config_memory(c, &k);
+    free(k.info);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+int cmd_inspect(int argc, char **argv, const Backend *be) {
+    Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {NULL}};
+    const char *file = NULL;
+    if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
+    if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
+    if (file) return inspect_file(file);
+    if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
+    Config c = load_config(opts);
+    return inspect_config(&c, opt(opts, "--params")->count > 0);
+}

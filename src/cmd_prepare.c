@@ -1,0 +1,37 @@
+// cmd_prepare.c: `framechain prepare`: videos or folders of frames into training clips (dataset/prepare.h).
+#include <stdio.h>
+
+#include "dataset/prepare.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_PREPARE =
+    "usage: framechain prepare --input PATH [--input PATH ...] --out DIR --size N --clip-frames N\n"
+    "                          [--fps F] [--overlap K] [--shard-mb M]\n"
+    "\n"
+    "Decode every input (a video file in any format FFmpeg reads, a folder of videos, or a folder of\n"
+    "PNG/JPEG frames taken as one clip), scale (area filter) and centre-crop the frames to N x N RGB,\n"
+    "optionally resample to F frames per second, cut them into clips of --clip-frames frames (K frames\n"
+    "shared by consecutive clips with --overlap) and write them to DIR as shards of at most M MiB\n"
+    "(default 256) with a CRC per clip, zlib-compressed where that pays, plus manifest.tsv (each clip's\n"
+    "source and first frame) and dataset.json, written last. An unreadable, damaged or too short input\n"
+    "is reported in one line and skipped; the exit status is 1 only when no clip came out.\n";
+
+int cmd_prepare(int argc, char **argv, const Backend *be) {
+    Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},
+                  {"--overlap", 1}, {"--shard-mb", 1}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_PREPARE, stdout), 0;
+    PrepareOptions o = {0};
+    required(opts, "--input");
+    o.inputs = opt(opts, "--input")->values, o.n_inputs = opt(opts, "--input")->count;
+    o.out = required(opts, "--out");
+    o.size = (int)parse_positive("--size", required(opts, "--size"), 4096);
+    o.clip_frames = (int)parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
+    if (opt(opts, "--fps")->count) o.fps = parse_number("--fps", opt(opts, "--fps")->value, 0.01, 1000);
+    if (opt(opts, "--overlap")->count)
+        o.overlap = (int)parse_whole("--overlap", opt(opts, "--overlap")->value, 0, o.clip_frames - 1);
+    o.max_shard_bytes = (size_t)256 << 20;
+    if (opt(opts, "--shard-mb")->count)
+        o.max_shard_bytes = (size_t)parse_positive("--shard-mb", opt(opts, "--shard-mb")->value, 1 << 20) << 20;
+    return prepare_run(&o);
+}

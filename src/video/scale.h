@@ -1,0 +1,31 @@
+// scale.h: the square resampler that video frames (video_read.c) and still images (image.c) share,
+// private to the video layer. It makes the square frame video.h describes.
+#ifndef FRAMECHAIN_VIDEO_SCALE_H
+#define FRAMECHAIN_VIDEO_SCALE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libavutil/pixfmt.h>
+#include <libavutil/rational.h>
+
+// A swscale context and its output rows, kept from one picture to the next while the picture's
+// format, crop and target size stay the same (every frame of one video).
+typedef struct {
+    struct SwsContext *sws;
+    int cw, ch, fmt, size, flags, cs, full;  // what sws was made for
+    uint8_t *out;                            // size rows of out_stride bytes, padded
+    int out_stride, out_size;
+} Scaler;
+
+void scaler_free(Scaler *sc);
+
+// Crop the centred display square of a w x h picture (planes data/stride in pixel format fmt, sample
+// aspect ratio sar) and resample it to size x size RGB24 in rgb, turned clockwise by rot degrees (0,
+// 90, 180, 270). colorspace is an AVColorSpace, full_range whether YUV samples use the full 0..255
+// range. 0, or -1 with why.
+int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
+                 AVRational sar, int colorspace, int full_range, int rot, int size, uint8_t *rgb, char *why,
+                 size_t whylen);
+
+#endif
