@@ -31,6 +31,17 @@ static inline void fc_cublas_check(cublasStatus_t st, const char *what, const ch
 
 static inline unsigned fc_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
+// Kernels over n independent elements: FLAT_THREADS a block, at most FLAT_MAX_BLOCKS blocks, and a
+// grid-stride loop for the rest.
+#define FLAT_THREADS 256
+#define FLAT_MAX_BLOCKS 4096
+static inline unsigned flat_grid(size_t n) {
+    unsigned b = fc_cdiv(n, FLAT_THREADS);
+    return b < FLAT_MAX_BLOCKS ? b : FLAT_MAX_BLOCKS;
+}
+#define GRID_STRIDE_LOOP(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
 // Operands (backend.h): float on "cuda-fp32", bf16 on "cuda". A kernel that writes or reads one is a
 // template on its type; these store and load it as float (bf16: rounded to nearest even).
 static __device__ __forceinline__ void op_store(float *p, float v) { *p = v; }

@@ -15,17 +15,7 @@
 
 static_assert(sizeof(real) == sizeof(float), "the CUDA backend is built with real = float");
 
-#define EW_THREADS 256
-#define EW_MAX_BLOCKS 4096  // grid-stride loops beyond this many blocks
-
-// Flat grid for n independent elements (grid-stride loops cover the rest).
-static unsigned ew_grid(size_t n) {
-    unsigned b = fc_cdiv(n, EW_THREADS);
-    return b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS;
-}
-
-#define GRID_STRIDE_LOOP(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+// Flat kernels: flat_grid, FLAT_THREADS and GRID_STRIDE_LOOP (cuda_common.cuh).
 
 // Four consecutive elements (group i4 of a flat array) with one float4 access when VEC (the caller
 // checked that the pointers are 16-byte aligned), else four scalar ones: either way four loads in
@@ -110,7 +100,7 @@ static void cuda_randn(real *out, size_t n, real mean, real std, uint64_t seed, 
                        uint64_t offset) {
     if (n == 0) return;
     size_t nblocks = (size_t)(((offset + n - 1) >> 2) - (offset >> 2) + 1);
-    randn_kernel<<<ew_grid(nblocks), EW_THREADS>>>(out, n, mean, std, seed, step, stream, offset);
+    randn_kernel<<<flat_grid(nblocks), FLAT_THREADS>>>(out, n, mean, std, seed, step, stream, offset);
     kernelCheck();
 }
 
@@ -174,9 +164,9 @@ __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, size
 template <typename OpT>
 static void gelu_fwd(OpT *y, const real *x, size_t n) {
     if (n == 0) return;
-    unsigned grid = ew_grid((n + 3) / 4);
-    if (op_aligned4<OpT>(y) && aligned16(x)) gelu_fwd_kernel<true, OpT><<<grid, EW_THREADS>>>(y, x, n);
-    else gelu_fwd_kernel<false, OpT><<<grid, EW_THREADS>>>(y, x, n);
+    unsigned grid = flat_grid((n + 3) / 4);
+    if (op_aligned4<OpT>(y) && aligned16(x)) gelu_fwd_kernel<true, OpT><<<grid, FLAT_THREADS>>>(y, x, n);
+    else gelu_fwd_kernel<false, OpT><<<grid, FLAT_THREADS>>>(y, x, n);
     kernelCheck();
 }
 void fc_gelu_fwd(Operand *y, const real *x, size_t n, int bf16) {
@@ -189,20 +179,20 @@ static void cuda_gelu_fwd(Operand *y, const real *x, size_t n) {
 }
 void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     if (n == 0 || !dx) return;
-    unsigned grid = ew_grid((n + 3) / 4);
-    if (aligned16(dx) && aligned16(dy) && aligned16(x)) gelu_bwd_kernel<true><<<grid, EW_THREADS>>>(dx, dy, x, n);
-    else gelu_bwd_kernel<false><<<grid, EW_THREADS>>>(dx, dy, x, n);
+    unsigned grid = flat_grid((n + 3) / 4);
+    if (aligned16(dx) && aligned16(dy) && aligned16(x)) gelu_bwd_kernel<true><<<grid, FLAT_THREADS>>>(dx, dy, x, n);
+    else gelu_bwd_kernel<false><<<grid, FLAT_THREADS>>>(dx, dy, x, n);
     kernelCheck();
 }
 template <typename OpT>
 static void cuda_silu_fwd(Operand *y, const real *x, size_t n) {
     if (n == 0) return;
-    silu_fwd_kernel<OpT><<<ew_grid(n), EW_THREADS>>>((OpT *)y, x, n);
+    silu_fwd_kernel<OpT><<<flat_grid(n), FLAT_THREADS>>>((OpT *)y, x, n);
     kernelCheck();
 }
 static void cuda_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     if (n == 0 || !dx) return;
-    silu_bwd_kernel<<<ew_grid(n), EW_THREADS>>>(dx, dy, x, n);
+    silu_bwd_kernel<<<flat_grid(n), FLAT_THREADS>>>(dx, dy, x, n);
     kernelCheck();
 }
 
@@ -278,11 +268,11 @@ static void cuda_gated_add_fwd(real *out, const real *x, const real *h, const re
     size_t total = (size_t)S * N * D;
     if (total == 0) return;
     if (D % 4)
-        gated_add_fwd_scalar_kernel<<<ew_grid(total), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+        gated_add_fwd_scalar_kernel<<<flat_grid(total), FLAT_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
     else if (aligned16(out) && aligned16(x) && aligned16(h))
-        gated_add_fwd_kernel<true><<<ew_grid(total / 4), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+        gated_add_fwd_kernel<true><<<flat_grid(total / 4), FLAT_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
     else
-        gated_add_fwd_kernel<false><<<ew_grid(total / 4), EW_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
+        gated_add_fwd_kernel<false><<<flat_grid(total / 4), FLAT_THREADS>>>(out, x, h, gate, ms, (size_t)N, (size_t)D, total);
     kernelCheck();
 }
 
@@ -291,11 +281,11 @@ static void cuda_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout
     size_t total = (size_t)S * N * D;
     if (total > 0 && (dx || dh)) {
         if (D % 4)
-            gated_add_bwd_scalar_kernel<<<ew_grid(total), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+            gated_add_bwd_scalar_kernel<<<flat_grid(total), FLAT_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
         else if (aligned16(dx) && aligned16(dh) && aligned16(dout))  // NULL is aligned
-            gated_add_bwd_kernel<true><<<ew_grid(total / 4), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+            gated_add_bwd_kernel<true><<<flat_grid(total / 4), FLAT_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
         else
-            gated_add_bwd_kernel<false><<<ew_grid(total / 4), EW_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
+            gated_add_bwd_kernel<false><<<flat_grid(total / 4), FLAT_THREADS>>>(dx, dh, dout, gate, ms, (size_t)N, (size_t)D, total);
         kernelCheck();
     }
     // dgate[s] += sum over the slot's rows of dout * h
@@ -345,7 +335,7 @@ static void patch_map(DstT *dst, const real *src, int S, int C, int H, int W, in
     if (!dst || P <= 0) return;
     size_t total = (size_t)S * (H / P) * (W / P) * P * P * C;
     if (total == 0) return;
-    patch_map_kernel<to_patches, accumulate, DstT><<<ew_grid(total), EW_THREADS>>>(dst, src, C, H, W, P, total);
+    patch_map_kernel<to_patches, accumulate, DstT><<<flat_grid(total), FLAT_THREADS>>>(dst, src, C, H, W, P, total);
     kernelCheck();
 }
 
@@ -401,12 +391,12 @@ template <typename OpT>
 static void cuda_sinusoid_fwd(Operand *out, const real *x, real scale, int M, int d) {
     size_t total = (size_t)M * (d / 2);
     if (total == 0) return;
-    sinusoid_fwd_kernel<OpT><<<ew_grid(total), EW_THREADS>>>((OpT *)out, x, scale, d, total);
+    sinusoid_fwd_kernel<OpT><<<flat_grid(total), FLAT_THREADS>>>((OpT *)out, x, scale, d, total);
     kernelCheck();
 }
 static void cuda_sinusoid_bwd(real *dx, const real *dout, const real *x, real scale, int M, int d) {
     if (!dx || M <= 0) return;
-    sinusoid_bwd_kernel<<<ew_grid((size_t)M), EW_THREADS>>>(dx, dout, x, scale, M, d);
+    sinusoid_bwd_kernel<<<flat_grid((size_t)M), FLAT_THREADS>>>(dx, dout, x, scale, M, d);
     kernelCheck();
 }
 
@@ -430,14 +420,14 @@ __global__ void add_kernel(float *dx, const float *dout, size_t total) {
 static void cuda_add_pos_time_fwd(real *out, const real *x, const real *pos, const real *temb, int S, int N, int D) {
     size_t total = (size_t)S * N * D;
     if (total == 0) return;
-    add_pos_time_fwd_kernel<<<ew_grid(total), EW_THREADS>>>(out, x, pos, temb, (size_t)N, (size_t)D, total);
+    add_pos_time_fwd_kernel<<<flat_grid(total), FLAT_THREADS>>>(out, x, pos, temb, (size_t)N, (size_t)D, total);
     kernelCheck();
 }
 
 static void cuda_add_pos_time_bwd(real *dx, real *dtemb, const real *dout, int S, int N, int D) {
     size_t total = (size_t)S * N * D;
     if (dx && total > 0) {
-        add_kernel<<<ew_grid(total), EW_THREADS>>>(dx, dout, total);
+        add_kernel<<<flat_grid(total), FLAT_THREADS>>>(dx, dout, total);
         kernelCheck();
     }
     // dtemb[s] += sum over the slot's rows of dout
@@ -542,9 +532,9 @@ static void cuda_mse_masked_bwd(real *dpred, const real *pred, const real *targe
     if (!dpred || S <= 0 || E <= 0) return;
     check_slots(S, "mse_masked_bwd");
     double *coef = (double *)fc_cuda_scratch(SCRATCH_ELEMENTWISE, sizeof(double) * (1 + (size_t)S));
-    mse_coef_kernel<<<1, EW_THREADS>>>(coef, mask, dloss, S, E);
+    mse_coef_kernel<<<1, FLAT_THREADS>>>(coef, mask, dloss, S, E);
     kernelCheck();
-    mse_bwd_kernel<<<dim3(ew_grid((size_t)E), S), EW_THREADS>>>(dpred, pred, target, mask, coef, E);
+    mse_bwd_kernel<<<dim3(flat_grid((size_t)E), S), FLAT_THREADS>>>(dpred, pred, target, mask, coef, E);
     kernelCheck();
 }
 
@@ -567,7 +557,7 @@ __global__ void flow_mix_kernel(float *xt, float *v, const float *x0, const floa
 static void cuda_flow_mix(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E) {
     if (S <= 0 || E <= 0) return;
     check_slots(S, "flow_mix");
-    flow_mix_kernel<<<dim3(ew_grid((size_t)E), S), EW_THREADS>>>(xt, v, x0, e, t, E);
+    flow_mix_kernel<<<dim3(flat_grid((size_t)E), S), FLAT_THREADS>>>(xt, v, x0, e, t, E);
     kernelCheck();
 }
 

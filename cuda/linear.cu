@@ -24,21 +24,12 @@
 
 static_assert(sizeof(real) == sizeof(float), "the CUDA backend is built with real = float");
 
-#define LIN_THREADS 256
-#define LIN_MAX_BLOCKS 4096  // grid-stride loops beyond this many blocks
-
-static unsigned lin_grid(size_t n) {
-    unsigned b = fc_cdiv(n, LIN_THREADS);
-    return b < LIN_MAX_BLOCKS ? b : LIN_MAX_BLOCKS;
-}
 
 // y (M, N) = b (N) broadcast over the rows, before the GEMM adds x @ w^T with beta = 1.
 // One thread per element of y (grid-stride); consecutive threads write consecutive columns.
 __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float *__restrict__ b, size_t M,
                                              size_t N) {
-    size_t total = M * N;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = b[i % N];
+    GRID_STRIDE_LOOP(i, M * N) y[i] = b[i % N];
 }
 
 // db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL
@@ -271,7 +262,7 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
         }
     }
     if (b) {
-        linear_bias_broadcast_kernel<<<lin_grid((size_t)M * N), LIN_THREADS>>>(y, b, (size_t)M, (size_t)N);
+        linear_bias_broadcast_kernel<<<flat_grid((size_t)M * N), FLAT_THREADS>>>(y, b, (size_t)M, (size_t)N);
         kernelCheck();
     }
     if (K <= 0) {  // an empty product: y is the bias, or zero

@@ -10,12 +10,17 @@
 #endif
 #include <cblas.h>
 
+// "framechain: <prefix><message>" and a newline on stderr.
+static void vmessage(const char *prefix, const char *fmt, va_list ap) {
+    fprintf(stderr, "framechain: %s", prefix);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void fc_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("framechain: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmessage("", fmt, ap);
     va_end(ap);
     exit(1);
 }
@@ -23,9 +28,7 @@ void fc_die(const char *fmt, ...) {
 void fc_warn(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("framechain: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmessage("warning: ", fmt, ap);
     va_end(ap);
 }
 
