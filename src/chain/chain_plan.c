@@ -1,4 +1,4 @@
-// chain.c: the order of windows of a long video (see chain.h and docs/chain.md).
+// chain_plan.c: the order of windows of a long video (see chain_plan.h and docs/chain.md).
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>

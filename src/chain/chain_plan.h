@@ -1,4 +1,4 @@
-// chain.h: the long-video chain. From the three models' frame plans (config data), the order of
+// chain_plan.h: the long-video chain. From the three models' frame plans (config data), the order of
 // windows that makes frames 0..N-1 from frame 0: the starter's window, then keyframes by
 // extrapolation at the extrapolate plan's stride, and the gaps between keyframes by interpolation.
 // Pure bookkeeping, no model: tests check it on its own (every frame made exactly once, no window
