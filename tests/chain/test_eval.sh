@@ -5,26 +5,14 @@
 # numbers again for the same seed; a dataset of another frame size is refused in one line. (The models
 # are barely trained, so only the plumbing and the ranges are checked, not that the chain is good.)
 set -u
-FC=${1:-./framechain}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-VIDEO=/usr/share/doc/opencv-doc/examples/data/Megamind.avi
-
-pass() { echo "PASS $1: $2"; }
-fail() { echo "FAIL $1: $2"; }
+. "$(dirname "$0")/../lib.sh"
+VIDEO=$SAMPLES/Megamind.avi
 
 if [ ! -f "$VIDEO" ]; then
     fail eval_inputs "$VIDEO missing (apt-get install opencv-doc)"
     exit 1
 fi
-for role in starter extrapolate interpolate; do
-    if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 4 \
-        --set warmup_steps=1 --set checkpoint_every=4 > "$tmp/$role.log" 2>&1; then
-        fail eval_train_$role "$(tail -1 "$tmp/$role.log")"
-        exit 1
-    fi
-done
-RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+train_roles eval 4 1
 for size in 32 48; do
     if ! "$FC" --threads 2 prepare --input "$VIDEO" --out "$tmp/held$size" --size $size --clip-frames 24 \
         > "$tmp/prep.log" 2>&1; then
@@ -106,8 +94,9 @@ else
     fail eval_deterministic "a second run with the same seed differs"
 fi
 
-# expect NAME STATUS PATTERN ARGS...: that exit status, one line on stderr with PATTERN, nothing on stdout
-expect() {
+# expect_refusal NAME STATUS PATTERN ARGS...: that exit status, one line on stderr with PATTERN, nothing
+# on stdout
+expect_refusal() {
     local name=$1 want=$2 pattern=$3
     shift 3
     "$FC" --threads 2 eval "$@" > "$tmp/out" 2> "$tmp/err"
@@ -119,8 +108,8 @@ expect() {
     else pass "eval_refuses_$name" "status $rc: $(grep -v '^framechain: warning' "$tmp/err")"
     fi
 }
-expect wrong_size 1 "frames are 48x48, but the models make 32x32" "${RUNS[@]}" --data "$tmp/held48" --tsv "$tmp/bad.tsv"
-expect too_many_frames 1 "the clips of .* have only 24 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 30 --tsv "$tmp/bad.tsv"
-expect no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" --tsv "$tmp/bad.tsv"
-expect bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
-expect short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"
+expect_refusal wrong_size 1 "frames are 48x48, but the models make 32x32" "${RUNS[@]}" --data "$tmp/held48" --tsv "$tmp/bad.tsv"
+expect_refusal too_many_frames 1 "the clips of .* have only 24 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 30 --tsv "$tmp/bad.tsv"
+expect_refusal no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" --tsv "$tmp/bad.tsv"
+expect_refusal bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
+expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"

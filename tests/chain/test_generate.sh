@@ -3,22 +3,9 @@
 # gif) and 1000 frames (a PNG folder), the frame count checked by decoding what was written; bad
 # input gives one clear line, a non-zero exit, and no output file.
 set -u
-FC=${1:-./framechain}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-VIDEO=/usr/share/doc/opencv-doc/examples/data/vtest.avi
-
-pass() { echo "PASS $1: $2"; }
-fail() { echo "FAIL $1: $2"; }
-
-for role in starter extrapolate interpolate; do
-    if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 12 \
-        --set warmup_steps=2 --set checkpoint_every=12 > "$tmp/$role.log" 2>&1; then
-        fail generate_train_$role "$(tail -1 "$tmp/$role.log")"
-        exit 1
-    fi
-done
-RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+. "$(dirname "$0")/../lib.sh"
+VIDEO=$SAMPLES/vtest.avi
+train_roles generate 12 2
 
 # count_frames FILE: frames decoded by ffprobe
 count_frames() { ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$1" 2> /dev/null; }
@@ -69,8 +56,9 @@ else
     fail generate_deterministic "same seed differs, or another seed gives the same frames"
 fi
 
-# expect NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN, no output
-expect() {
+# expect_refusal NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN,
+# no output
+expect_refusal() {
     local name=$1 pattern=$2
     shift 2
     "$FC" generate "$@" --frames 30 --steps 1 --quiet > "$tmp/out" 2> "$tmp/err"
@@ -82,21 +70,21 @@ expect() {
     else pass "generate_refuses_$name" "status $rc: $(grep -v '^framechain: warning' "$tmp/err")"
     fi
 }
-expect missing_run "no such run folder" --starter "$tmp/nope" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
-expect wrong_role "trained a starter model" --starter "$tmp/starter" --extrapolate "$tmp/starter" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
-expect small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
-expect unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
-expect missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
+expect_refusal missing_run "no such run folder" --starter "$tmp/nope" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect_refusal wrong_role "trained a starter model" --starter "$tmp/starter" --extrapolate "$tmp/starter" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect_refusal small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
+expect_refusal unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
+expect_refusal missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
 mkdir "$tmp/empty_run"
-expect empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect_refusal empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 rmdir "$tmp/empty_run"
 # a corrupt newest checkpoint is skipped with a warning; with no other, the run is refused
 ck=$(ls "$tmp/interpolate"/ckpt-*.safetensors | tail -1)
 cp "$ck" "$tmp/saved.ckpt"
 printf 'X' | dd of="$ck" bs=1 seek=20000 conv=notrunc 2> /dev/null
-expect corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect_refusal corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"
 rm -f "$tmp/saved.ckpt"
 # a folder that exists already is not overwritten
-expect existing_folder "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/frames"
+expect_refusal existing_folder "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/frames"
 [ "$(ls "$tmp/frames" | wc -l)" = 1000 ] || fail generate_existing_folder_kept "the existing folder changed"

@@ -5,12 +5,8 @@
 # models on cuda-fp32 (the same pixels as on the CPU) and on cuda (bf16).
 # usage: tests/cuda/test_cuda_emu_cli.sh BUILD/framechain_emu
 set -u
-FC=${1:?usage: tests/cuda/test_cuda_emu_cli.sh FRAMECHAIN_EMU}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-pass() { echo "PASS $1: $2"; }
-fail() { echo "FAIL $1: $2"; }
+: "${1:?usage: tests/cuda/test_cuda_emu_cli.sh FRAMECHAIN_EMU}"
+. "$(dirname "$0")/../lib.sh"
 train() {  # train ROLE RUN: 4 steps of the tiny config on the emulated GPU, a checkpoint every 2
     "$FC" --device cuda train --config "configs/tiny/$1.conf" --run "$2" --steps 4 --set warmup_steps=2 \
         --set checkpoint_every=2 > "$2.log" 2>&1

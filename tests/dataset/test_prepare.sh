@@ -2,13 +2,8 @@
 # prepare on real footage (Debian's opencv-doc sample videos) and on broken, short, odd and
 # grayscale inputs; a prepare killed half-way; training on the prepared clips, resumed twice.
 set -u
-FC=${1:-./framechain}
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-DATA=/usr/share/doc/opencv-doc/examples/data
-pass() { echo "PASS $1: $2"; }
-fail() { echo "FAIL $1: $2"; }
-expect() { if [ "$2" -eq 0 ]; then pass "$1" "$3"; else fail "$1" "$3"; fi; }
+. "$(dirname "$0")/../lib.sh"
+DATA=$SAMPLES
 clips() { sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" | head -1; }
 
 if [ ! -f "$DATA/vtest.avi" ] || [ ! -f "$DATA/Megamind.avi" ] || ! command -v ffmpeg > /dev/null; then
@@ -69,17 +64,20 @@ rc=$?
 expect prepare_keeps_existing_dataset $(( rc == 0 )) "status $rc, $(tail -1 "$tmp/again.log" | cut -c1-120)"
 
 # ---- killed half-way: nothing that looks like a dataset ----
-"$FC" prepare --input "$DATA/vtest.avi" --input "$DATA/Megamind.avi" --out "$tmp/killed" --size 64 --clip-frames 8 \
-    --shard-mb 1 > /dev/null 2>&1 &
+# The kill once the first whole shard is on disk. Shard writes held 300 ms half-written leave six more
+# shards, 1.8 s at least, before dataset.json could be written, however fast the machine.
+FRAMECHAIN_TEST_WRITE_DELAY_MS=300 "$FC" prepare --input "$DATA/vtest.avi" --input "$DATA/Megamind.avi" \
+    --out "$tmp/killed" --size 64 --clip-frames 8 --shard-mb 1 > /dev/null 2>&1 &
 pid=$!
-for _ in $(seq 200); do ls "$tmp/killed"/shard-*.safetensors > /dev/null 2>&1 && break; sleep 0.02; done
+wait_until 60 $pid have "$tmp/killed/shard-*.safetensors"
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
+rc_kill=$?
 shards=$(ls "$tmp/killed" 2>/dev/null | grep -c '^shard-.*\.safetensors$')
 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/run_killed" --data "$tmp/killed" > "$tmp/killed.log" 2>&1
 rc=$?
-expect prepare_killed_leaves_no_dataset $(( rc == 0 || $(ls "$tmp/killed" | grep -c '^dataset.json$') != 0 )) \
-    "$shards whole shards on disk, no dataset.json; train says: $(tail -1 "$tmp/killed.log" | cut -c1-100)"
+expect prepare_killed_leaves_no_dataset $(( rc == 0 || rc_kill != 137 || shards == 0 || $(ls "$tmp/killed" | grep -c '^dataset.json$') != 0 )) \
+    "killed with status $rc_kill${waited:+ ($waited)}: $shards whole shards on disk, no dataset.json; train says: $(tail -1 "$tmp/killed.log" | cut -c1-100)"
 "$FC" prepare --input "$DATA/vtest.avi" --input "$DATA/Megamind.avi" --out "$tmp/killed" --size 64 --clip-frames 8 \
     --shard-mb 1 > "$tmp/rerun.log" 2>&1
 rc=$?
@@ -91,17 +89,22 @@ SETS=(--set steps=24 --set warmup_steps=4 --set checkpoint_every=2 --set lr=1e-3
 rc=$?
 waits=$(grep -c '"data_wait_ms"' "$tmp/a/metrics.jsonl")
 expect train_on_prepared_clips $(( rc != 0 || waits != 24 )) "status $rc, $(tail -1 "$tmp/a.log"), data wait logged for $waits steps"
+# The kills follow progress: at steps 6 and 12 of 24, each past where that start resumed; checkpoint
+# writes held 50 ms half-written leave 6 of them, 300 ms at least, after the second.
+killed=0 why=""
 for k in 1 2; do
-    "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/b" --data "$tmp/real" "${SETS[@]}" > /dev/null 2>&1 &
+    FRAMECHAIN_TEST_WRITE_DELAY_MS=50 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/b" \
+        --data "$tmp/real" "${SETS[@]}" > "$tmp/b$k.log" 2>&1 &
     pid=$!
-    for _ in $(seq 500); do [ "$(ls "$tmp/b" 2>/dev/null | grep -c '^ckpt-')" -ge "$k" ] && break; sleep 0.01; done
-    sleep 0.1
+    wait_until 60 $pid trained_past "$tmp/b" "$tmp/b$k.log" $((6 * k)) || why="$why; kill $k: $waited"
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
+    [ $? -eq 137 ] && killed=$((killed + 1))
 done
 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/b" --data "$tmp/real" "${SETS[@]}" > "$tmp/b.log" 2>&1
 cmp -s "$tmp/a/ckpt-00000024.safetensors" "$tmp/b/ckpt-00000024.safetensors"
-expect train_data_resume_identical $? "killed twice, resumed ($(grep -m1 -o 'from step [0-9]*' "$tmp/b.log")): final checkpoint equal to the uninterrupted run's"
+expect train_data_resume_identical $(( $? != 0 || killed != 2 )) \
+    "killed twice ($killed kills landed$why), resumed ($(grep -m1 -o 'from step [0-9]*' "$tmp/b.log")): final checkpoint equal to the uninterrupted run's"
 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/a" "${SETS[@]}" --set steps=30 > "$tmp/c.log" 2>&1
 rc=$?
 expect train_refuses_other_data $(( rc == 0 || $(grep -c "dataset = shards, but this run has dataset = shapes" "$tmp/c.log") != 1 )) "status $rc, $(tail -1 "$tmp/c.log" | cut -c1-110)"

@@ -4,12 +4,10 @@
 # failing disk, a NaN loss, checkpoints that do not continue the run, recompute against keeping every
 # activation, and 8-bit against fp32 AdamW.
 set -u
-FC=${1:-./framechain}
+. "$(dirname "$0")/../lib.sh"
 # The Python with numpy (the checks that read checkpoints need it): Debian's, else the one on PATH.
 PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
 PYTHON=${PYTHON:-python3}
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 TINY=configs/tiny/starter.conf
 STEPS=60
 SETS=(--set steps=$STEPS --set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
@@ -23,11 +21,6 @@ bg_train() {  # bg_train LOG RUN [extra args...]: start in the background, $! is
     local log=$1
     shift
     (train "$@") > "$log" 2>&1 &
-}
-pass() { echo "PASS $1: $2"; }
-fail() { echo "FAIL $1: $2"; }
-expect() {  # expect NAME CONDITION-STATUS MESSAGE
-    if [ "$2" -eq 0 ]; then pass "$1" "$3"; else fail "$1" "$3"; fi
 }
 losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1/metrics.jsonl"; }
 final() { echo "$1/ckpt-$(printf %08d $STEPS).safetensors"; }
@@ -75,38 +68,40 @@ n_sync=$(grep -cE "^checkpoint $tmp/sync/ckpt-[0-9]{8}\.safetensors $blocked_re 
 expect sync_checkpoints_identical $(( rc != 0 || same != 0 || n_sync != STEPS / 4 )) \
     "status $rc, $n_sync of $((STEPS / 4)) checkpoints written synchronously, final checkpoint equal to the background writer's: $((1 - same))"
 
-# ---- kill -9 at random moments, rerunning until the run finishes ----
-kills=0 during_write=0 attempts=0
-export FRAMECHAIN_TEST_WRITE_DELAY_MS=40  # widen the window in which a checkpoint is half-written
+# ---- kill -9 again and again, rerunning until the run finishes ----
+# The kills follow the run's progress, not the clock: kill k (0..19) comes once the restarted process
+# has made a step of its own and reached step 2 + 2k; every third one instead once it has begun
+# writing a checkpoint (each write is held 50 ms half-written). The kill points end at step 40: from
+# there the run has 20 steps and 5 checkpoint writes of 50 ms or more to go, so all 20 kills land on a
+# fast machine as on a slow one; then the run goes on to its end. A kill has landed when the process
+# died of SIGKILL (status 137).
+KILLS=20
+kills=0 during_write=0 starts=0 why=""
+export FRAMECHAIN_TEST_WRITE_DELAY_MS=50
 while :; do
-    attempts=$((attempts + 1))
+    starts=$((starts + 1))
     bg_train "$tmp/kill.log" "$tmp/kill"
     pid=$!
-    if [ $kills -lt 20 ]; then
+    if [ $kills -lt $KILLS ]; then
         if [ $((kills % 3)) -eq 2 ]; then
-            # every third kill aims at a checkpoint being written: wait for its temporary file
-            for _ in $(seq 300); do
-                ls "$tmp/kill"/*.tmp-* > /dev/null 2>&1 && break
-                kill -0 $pid 2>/dev/null || break
-                sleep 0.01
-            done
+            wait_until 60 $pid writing_checkpoint "$tmp/kill" $pid
         else
-            sleep "$(awk -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 0.35 * r / 32767}')"
+            wait_until 60 $pid trained_past "$tmp/kill" "$tmp/kill.log" $((2 + 2 * kills))
         fi
-        if kill -9 $pid 2>/dev/null; then
-            wait $pid 2>/dev/null
-            kills=$((kills + 1))
-            ls "$tmp/kill"/*.tmp-* > /dev/null 2>&1 && during_write=$((during_write + 1))
-            continue
-        fi
+        [ -n "$waited" ] && why="; start $starts: $waited; $(tail -1 "$tmp/kill.log")"
+        kill -9 $pid 2> /dev/null
     fi
-    wait $pid
+    wait $pid 2> /dev/null
     rc=$?
-    [ $rc -eq 0 ] && break
-    [ $attempts -gt 200 ] && break
+    [ $rc -eq 137 ] && [ $kills -lt $KILLS ] && [ -z "$why" ] || break
+    kills=$((kills + 1))
+    writing_checkpoint "$tmp/kill" $pid && during_write=$((during_write + 1))
 done
 unset FRAMECHAIN_TEST_WRITE_DELAY_MS
-expect kill9_runs_finish $(( rc != 0 || kills < 20 )) "$kills kills with kill -9 ($during_write while a checkpoint was being written), $attempts starts"
+# the last start went on from a checkpoint: a run that ignored its checkpoints would match the reference too
+resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/kill.log")
+expect kill9_runs_finish $(( rc != 0 || kills < KILLS || ${resumed:-0} == 0 )) \
+    "$kills kills with kill -9 ($during_write while a checkpoint was being written), $starts starts, status $rc, the last resumed from step ${resumed:-none}$why"
 expect kill9_some_during_checkpoint_write $(( during_write < 2 )) "$during_write kills landed while a checkpoint was half-written"
 cmp -s "$(final "$tmp/ref")" "$(final "$tmp/kill")"
 expect kill9_final_checkpoint_identical $? "the final checkpoint (weights, EMA, optimizer state) equals the uninterrupted run's, byte for byte"
@@ -119,21 +114,18 @@ expect no_temporary_files_left $(( left != 0 )) "$left temporary files in the ru
 # Checkpoint writes of 200 ms keep the run going for 3 s even on a fast GPU (each waits for the last).
 FRAMECHAIN_TEST_WRITE_DELAY_MS=200 bg_train "$tmp/term.log" "$tmp/term"
 pid=$!
-# Half a second into training: the process alone can take that long to start (its libraries), and
-# a SIGTERM before the trainer's handler is installed just ends it.
-for _ in $(seq 1000); do
-    [ -f "$tmp/term/metrics.jsonl" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.01
-done
-sleep 0.5
+# The signal once the run has made step 6: its handler is in place by then (a SIGTERM before it would
+# just end the process).
+wait_until 60 $pid trained_past "$tmp/term" "$tmp/term.log" 6
+term_waited=$waited
 kill -TERM $pid
 wait $pid
 rc=$?
 stopped=$(grep -o 'stopped by SIGTERM at step [0-9]*' "$tmp/term.log")
 step=${stopped##* }
 have=$( [ -n "$step" ] && [ -f "$tmp/term/ckpt-$(printf %08d "$step").safetensors" ] && echo 1 || echo 0)
-expect sigterm_writes_checkpoint $(( rc != 143 || have != 1 )) "status $rc, '$stopped', checkpoint of that step: $have"
+expect sigterm_writes_checkpoint $(( rc != 143 || have != 1 || ${#term_waited} != 0 )) \
+    "status $rc, '$stopped', checkpoint of that step: $have${term_waited:+; $term_waited}"
 (train "$tmp/term") > "$tmp/term2.log" 2>&1
 cmp -s "$(final "$tmp/ref")" "$(final "$tmp/term")"
 expect sigterm_resume_identical $? "$(grep -m1 resuming "$tmp/term2.log"), final checkpoint equal to the uninterrupted run's"
@@ -144,12 +136,7 @@ export FRAMECHAIN_TEST_WRITE_DELAY_MS=1500
 bg_train "$tmp/bgterm.log" "$tmp/bgterm"
 pid=$!
 writing=""
-for _ in $(seq 1000); do
-    writing=$(ls "$tmp/bgterm" 2>/dev/null | grep -m1 '\.tmp-')
-    [ -n "$writing" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.01
-done
+wait_until 60 $pid writing_checkpoint "$tmp/bgterm" $pid || writing=""
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -162,7 +149,7 @@ good=$(( $? == 0 && $(grep -c "CRC BAD" "$tmp/bgterm.inspect") == 0 ))
 was_written=$( [ -n "$writing" ] && [ -f "$tmp/bgterm/${writing%.tmp-*}" ] && echo 1 || echo 0)
 left=$(ls "$tmp/bgterm" | grep -c '\.tmp-')
 expect sigterm_during_background_write $(( rc != 143 || good != 1 || was_written != 1 || left != 0 )) \
-    "status $rc, '$stopped' while ${writing:-nothing} was being written: that one completed: $was_written, the stop step's checks: $good, temporary files left: $left"
+    "status $rc, '$stopped' while ${writing:-nothing${waited:+ ($waited)}} was being written: that one completed: $was_written, the stop step's checks: $good, temporary files left: $left"
 (train "$tmp/bgterm") > "$tmp/bgterm2.log" 2>&1
 cmp -s "$(final "$tmp/ref")" "$(final "$tmp/bgterm")"
 expect sigterm_during_background_write_resume_identical $? \
@@ -271,14 +258,15 @@ expect resume_across_recompute $(( rc != 0 || same != 0 || $(grep -c "resuming .
     "status $rc, $(grep -m1 -o 'resuming.*' "$tmp/rcres.log"), recompute 2, last block kept, on a recompute 0 run: the same tensors"
 
 # ---- one trainer per run folder ----
-bg_train /dev/null "$tmp/lock" --set steps=100000
+bg_train "$tmp/lock1.log" "$tmp/lock" --set steps=100000
 pid=$!
-sleep 0.3
+wait_until 60 $pid trained_past "$tmp/lock" "$tmp/lock1.log" 1  # training: it holds the lock
 (train "$tmp/lock") > "$tmp/lock.log" 2>&1
 rc=$?
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
-expect one_trainer_per_run $(( rc == 0 || $(grep -c "another framechain train is using" "$tmp/lock.log") != 1 )) "status $rc"
+expect one_trainer_per_run $(( rc == 0 || ${#waited} != 0 || $(grep -c "another framechain train is using" "$tmp/lock.log") != 1 )) \
+    "status $rc${waited:+; the first trainer: $waited}"
 
 # ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
 for opt in adamw adamw8bit; do

@@ -1,0 +1,70 @@
+# Helpers shared by the shell suites, sourced first thing: . "$(dirname "$0")/../lib.sh"
+# Sets FC (the framechain binary: the script's first argument, else ./framechain), tmp (a scratch
+# folder, removed at exit together with any background job still running) and SAMPLES (Debian's
+# opencv-doc sample videos).
+FC=${1:-./framechain}
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+SAMPLES=/usr/share/doc/opencv-doc/examples/data
+
+pass() { echo "PASS $1: $2"; }
+fail() { echo "FAIL $1: $2"; }
+expect() {  # expect NAME STATUS MESSAGE: PASS when STATUS is 0, else FAIL
+    if [ "$2" -eq 0 ]; then pass "$1" "$3"; else fail "$1" "$3"; fi
+}
+
+# ---- waiting on progress, never on the clock ----
+# wait_until SECONDS PID CMD...: run CMD every 10 ms until it succeeds (status 0), the process PID has
+# ended (1) or SECONDS have passed (2). CMD runs in this shell, so it may set variables. `waited` says
+# what went wrong ("" on success), for the failure's message.
+wait_until() {
+    local limit=$1 pid=$2 end=$((SECONDS + $1))
+    shift 2
+    waited=""
+    while ! "$@"; do
+        if ! kill -0 "$pid" 2> /dev/null; then
+            waited="process $pid ended before: $*"
+            return 1
+        fi
+        if [ $SECONDS -ge $end ]; then
+            waited="still not after ${limit} s: $*"
+            return 2
+        fi
+        sleep 0.01
+    done
+}
+
+# trained_past RUN LOG STEP: the trainer whose stdout goes to LOG has made a step of its own (past the
+# checkpoint it resumed from), and its metrics have reached STEP. Its "checkpoint staging" line comes
+# once metrics.jsonl is cut back to the resumed step: the lines beyond are this process's.
+trained_past() {
+    grep -q '^checkpoint staging:' "$2" 2> /dev/null || return 1
+    local from last
+    from=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$2")
+    last=$(sed -n '$s/^{"step":\([0-9]*\),.*/\1/p' "$1/metrics.jsonl" 2> /dev/null)
+    [ -n "$last" ] && [ "$last" -gt "${from:-0}" ] && [ "$last" -ge "$3" ]
+}
+
+# writing_checkpoint RUN PID: process PID is writing a checkpoint of RUN (its temporary file,
+# ckpt-*.safetensors.tmp-PID, is there; a killed process leaves it behind); the file's name in `writing`.
+writing_checkpoint() {
+    local f=("$1"/ckpt-*.safetensors.tmp-"$2")
+    [ -e "${f[0]}" ] && writing=${f[0]##*/}
+}
+
+# have PATTERN: a file matches the glob PATTERN
+have() { compgen -G "$1" > /dev/null; }
+
+# train_roles NAME STEPS WARMUP: the three tiny roles trained STEPS steps each into $tmp/ROLE, one
+# checkpoint at the end; RUNS names them for generate and eval. A failure ends the script.
+train_roles() {
+    local role
+    for role in starter extrapolate interpolate; do
+        if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps "$2" \
+            --set warmup_steps="$3" --set checkpoint_every="$2" > "$tmp/$role.log" 2>&1; then
+            fail "${1}_train_$role" "$(tail -1 "$tmp/$role.log")"
+            exit 1
+        fi
+    done
+    RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+}
