@@ -140,25 +140,26 @@ void *fc_cuda_scratch(int which, size_t bytes) {
     return g_scratch[which];
 }
 
-cublasHandle_t fc_cublas(void) {
-    static cublasHandle_t handle;
-    if (!handle) {
-        cublasCheck(cublasCreate(&handle));
-        // fp32 math without TF32, and no atomics: the same bytes on every run on one GPU.
-        cublasCheck(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
-        cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
-    }
+// A cuBLAS handle that never uses atomics (the same bytes on every run on one GPU), in a math mode.
+static cublasHandle_t deterministic_cublas(cublasMath_t mode) {
+    cublasHandle_t handle;
+    cublasCheck(cublasCreate(&handle));
+    cublasCheck(cublasSetMathMode(handle, mode));
+    cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
     return handle;
 }
 
+// fp32 math without TF32.
+cublasHandle_t fc_cublas(void) {
+    static cublasHandle_t handle;
+    if (!handle) handle = deterministic_cublas(CUBLAS_PEDANTIC_MATH);
+    return handle;
+}
+
+// Tensor cores allowed (bf16 operands, fp32 accumulation).
 cublasHandle_t fc_cublas_bf16(void) {
     static cublasHandle_t handle;
-    if (!handle) {
-        cublasCheck(cublasCreate(&handle));
-        // Tensor cores allowed (bf16 operands, fp32 accumulation); still no atomics.
-        cublasCheck(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
-        cublasCheck(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
-    }
+    if (!handle) handle = deterministic_cublas(CUBLAS_DEFAULT_MATH);
     return handle;
 }
 
