@@ -100,25 +100,6 @@ typedef struct {
     double *dvec;             // (len)
 } AttnWork;
 
-// One task is one (sequence, head) pair: the forward and the backward share how tasks are counted,
-// which sequence and head a task is, and the softmax scale.
-typedef struct {
-    int dh, len;  // head dimension, tokens a sequence
-    long tasks;   // n_outer * n_inner * H
-    real scale;   // 1 / sqrt(dh)
-} AttnTasks;
-
-static AttnTasks attn_tasks(const AttnLayout *lay, int D, int H) {
-    int dh = D / H;
-    return (AttnTasks){dh, lay->len, (long)lay->n_outer * lay->n_inner * H, (real)(1.0 / sqrt((double)dh))};
-}
-
-// Sequence (o, i) and head h of a task.
-static void attn_task(long task, const AttnLayout *lay, int H, int *o, int *i, int *h) {
-    int seq = (int)(task / H);
-    *h = (int)(task % H), *o = seq / lay->n_inner, *i = seq % lay->n_inner;
-}
-
 // The head h's q, k and v of sequence (o, i) into w.q, w.k, w.v.
 static void gather_qkv(AttnWork *w, const real *qkv, const AttnLayout *lay, int o, int i, int h, int D, int dh) {
     for (int part = 0; part < 3; part++)
@@ -137,16 +118,16 @@ static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
 void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     real *out = out_op;
     const real *qkv = qkv_op;
-    AttnTasks t = attn_tasks(&lay, D, H);
-    int dh = t.dh, L = t.len;
-    real scale = t.scale;
+    int dh = D / H, L = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    real scale = (real)(1.0 / sqrt((double)dh));
 #pragma omp parallel
     {
         AttnWork w = work_alloc(L, dh);
 #pragma omp for schedule(static)
-        for (long task = 0; task < t.tasks; task++) {
-            int o, i, h;
-            attn_task(task, &lay, H, &o, &i, &h);
+        for (long task = 0; task < tasks; task++) {
+            int h = (int)(task % H), seq = (int)(task / H);
+            int o = seq / lay.n_inner, i = seq % lay.n_inner;
             gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
             for (int j = 0; j < L; j++) {  // the softmax of row j, kept unnormalised; lse_j
@@ -171,16 +152,16 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
 void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
                   AttnLayout lay, int D, int H) {
     const real *out = out_op, *qkv = qkv_op;
-    AttnTasks t = attn_tasks(&lay, D, H);
-    int dh = t.dh, L = t.len;
-    real scale = t.scale;
+    int dh = D / H, L = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    real scale = (real)(1.0 / sqrt((double)dh));
 #pragma omp parallel
     {
         AttnWork w = work_alloc(L, dh);
 #pragma omp for schedule(static)
-        for (long task = 0; task < t.tasks; task++) {
-            int o, i, h;
-            attn_task(task, &lay, H, &o, &i, &h);
+        for (long task = 0; task < tasks; task++) {
+            int h = (int)(task % H), seq = (int)(task / H);
+            int o = seq / lay.n_inner, i = seq % lay.n_inner;
             gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
             gather(w.a, dout, D, (long)h * dh, &lay, o, i, dh);
             gather(w.b, out, D, (long)h * dh, &lay, o, i, dh);
