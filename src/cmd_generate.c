@@ -14,6 +14,7 @@
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
+    "                           [--guidance W]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -27,6 +28,8 @@ static const char *HELP_GENERATE =
     "  --steps S          Euler steps per window (default 20)\n"
     "  --noise-aug L      the noise level t of every conditioning frame but the first (default 0.1;\n"
     "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
+    "  --guidance W       history guidance: v = v_uncond + W (v_cond - v_uncond), v_uncond with the given\n"
+    "                     frames dropped (default 1: off; needs models trained with cond_drop > 0)\n"
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
@@ -47,13 +50,16 @@ typedef struct {
 static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
-                  {"--quiet", 0}, {NULL}};
+                  {"--guidance", 1}, {"--quiet", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
-    SampleOptions so = {.steps = SAMPLE_DEFAULT_STEPS, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG};
+    SampleOptions so = {.steps = SAMPLE_DEFAULT_STEPS, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
+                        .guidance = SAMPLE_DEFAULT_GUIDANCE};
+    if (opt(opts, "--guidance")->count)
+        so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
     if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
     if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
     if (opt(opts, "--noise-aug")->count)
@@ -79,8 +85,9 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
         rc = 1;
     } else {
         printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
-               "step %d), %d Euler steps, noise augmentation %.3g\n", g->frames, S, S, be->name, plan->count,
-               cm->step[0], cm->step[1], cm->step[2], g->sample.steps, g->sample.noise_aug);
+               "step %d), %d Euler steps, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name,
+               plan->count, cm->step[0], cm->step[1], cm->step[2], g->sample.steps, g->sample.noise_aug,
+               g->sample.guidance);
         fflush(stdout);
         double t0 = fc_now_s();
         chain_sample(cm, plan, video, &g->sample);
@@ -105,7 +112,8 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         return 1;
     }
     ChainPlan plan;
-    if (chain_build(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, err, sizeof err)) {
+    if (chain_check_guidance(&cm, g.sample.guidance, err, sizeof err) ||
+        chain_build(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         chain_models_free(&cm);
         return 1;

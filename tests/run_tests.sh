@@ -55,17 +55,26 @@ else
     cat "$tmp/out"
     report FAIL reference_selftest "tools/reference.py --selftest failed"
 fi
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-    report FAIL pytorch_reference "$PYTHON cannot import torch (install python3-torch)"
-elif ! "$BUILD/dump_reference" --config "$TINY" --out "$tmp/ref.safetensors" --threads 2 > "$tmp/out" 2>&1; then
-    report FAIL pytorch_reference "dump_reference failed: $(tail -1 "$tmp/out")"
-else
-    "$PYTHON" tools/reference.py --check "$tmp/ref.safetensors" --tol 1e-4 > "$tmp/out" 2>&1
-    rc=$?
-    cat "$tmp/out"
-    summary=$(grep 'tensors compared' "$tmp/out" | tail -1)
-    if [ $rc -eq 0 ]; then report PASS pytorch_reference "${summary:-ok}"; else report FAIL pytorch_reference "${summary:-status $rc}"; fi
-fi
+# The network against the PyTorch reference: as configured, then with the given frames concatenated
+# to every slot's input (cond_concat, with a context slot so that the nearest given frame is not the anchor).
+reference_check() {  # name, then dump_reference options
+    local name=$1; shift
+    if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+        report FAIL "$name" "$PYTHON cannot import torch (install python3-torch)"
+    elif ! "$BUILD/dump_reference" --config "$TINY" --out "$tmp/ref.safetensors" --threads 2 "$@" > "$tmp/out" 2>&1; then
+        report FAIL "$name" "dump_reference failed: $(tail -1 "$tmp/out")"
+    else
+        "$PYTHON" tools/reference.py --check "$tmp/ref.safetensors" --tol 1e-4 > "$tmp/out" 2>&1
+        local rc=$?
+        cat "$tmp/out"
+        local summary
+        summary=$(grep 'tensors compared' "$tmp/out" | tail -1)
+        if [ $rc -eq 0 ]; then report PASS "$name" "${summary:-ok}"; else report FAIL "$name" "${summary:-status $rc}"; fi
+    fi
+}
+reference_check pytorch_reference
+reference_check pytorch_reference_concat --set cond_concat=anchor+nearest \
+    --set "plan=anchor:0 context:2 target:4 target:5 target:6"
 fi
 
 if want determinism; then

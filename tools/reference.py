@@ -54,8 +54,42 @@ def config_from_metadata(meta):
         if not s.isdigit():
             raise ValueError("config key %r = %r is not a decimal integer" % (k, meta[k]))
         cfg[k] = int(s)
+    # the conditioning keys (docs/network.md, "Conditioning"), text; absent in older dumps
+    cfg["plan"] = meta.get("plan", default_plan(cfg["slots"]))
+    cfg["cond_concat"] = meta.get("cond_concat", "none")
     validate_config(cfg)
     return cfg
+
+
+CONCAT_FRAMES = {"none": 1, "anchor": 2, "anchor+nearest": 3}
+
+
+def default_plan(slots):
+    return " ".join(["anchor:0"] + ["target:%d" % i for i in range(1, slots)])
+
+
+def parse_plan(text):
+    """'anchor:0 context:2 target:4' -> [(kind, offset), ...]."""
+    out = []
+    for entry in text.replace(",", " ").split():
+        kind, off = entry.split(":")
+        out.append((kind, float(off)))
+    return out
+
+
+def slot_sources(cfg):
+    """For each slot, the slots whose frames its input carries: itself, then
+    (cond_concat) the anchor, then its reference: itself when given, for a target
+    the given slot nearest in offset (ties: the earlier one in the plan)."""
+    plan = parse_plan(cfg.get("plan", default_plan(cfg["slots"])))
+    frames = CONCAT_FRAMES[cfg.get("cond_concat", "none")]
+    anchor = [i for i, (k, _) in enumerate(plan) if k == "anchor"][0]
+    given = [i for i, (k, _) in enumerate(plan) if k != "target"]
+    out = []
+    for f, (kind, off) in enumerate(plan):
+        ref = f if kind != "target" else min(given, key=lambda i: (abs(plan[i][1] - off), i))
+        out.append([f, anchor, ref][:frames])
+    return out
 
 
 def validate_config(cfg):
@@ -73,6 +107,11 @@ def validate_config(cfg):
         raise ValueError("width %d is not a multiple of heads %d" % (D, NH))
     if Fd % 2:
         raise ValueError("freq_dim %d is odd" % Fd)
+    if cfg.get("cond_concat", "none") not in CONCAT_FRAMES:
+        raise ValueError("cond_concat %r is not one of %s" % (cfg["cond_concat"], ", ".join(CONCAT_FRAMES)))
+    plan = parse_plan(cfg.get("plan", default_plan(cfg["slots"])))
+    if len(plan) != cfg["slots"] or [k for k, _ in plan].count("anchor") != 1:
+        raise ValueError("plan %r: expected %d slots with one anchor" % (cfg.get("plan"), cfg["slots"]))
 
 
 # ---------------------------------------------------------------------------
@@ -268,6 +307,8 @@ class FramechainDiT(nn.Module):
     """The framechain video diffusion transformer of docs/network.md.
 
     forward(xt (B,F,C,S,S), t (B,F), offset (B,F)) -> pred (B,F,C,S,S).
+    assemble(xt) -> xin (B,F,Cin,S,S), the network's input (cond_concat);
+    forward_input(xin, t, offset) -> pred.
     """
 
     def __init__(self, cfg):
@@ -280,9 +321,11 @@ class FramechainDiT(nn.Module):
         self.C, self.P, self.D, self.Fd = C, P, D, Fd
         ppc = P * P * C
         n = S // P
+        self.sources = slot_sources(cfg)                      # (F, frames a slot's input carries)
+        ppc_in = ppc * len(self.sources[0])
 
         # registration order == storage order of the spec's parameter table
-        self.patch_embed = nn.Linear(ppc, D)
+        self.patch_embed = nn.Linear(ppc_in, D)
         self.offset_embed = nn.Linear(Fd, D)
         self.t_embed = TimestepEmbed(Fd, D)
         self.blocks = nn.ModuleList([Block(D, NH, R) for _ in range(L)])
@@ -290,9 +333,16 @@ class FramechainDiT(nn.Module):
         # fixed table, not a parameter, kept out of state_dict
         self.register_buffer("pos", pos_embed_table(n, D), persistent=False)
 
+    def assemble(self, xt):
+        """Slot f's input: its frame, then the frames of self.sources[f][1:], on the channel axis."""
+        return torch.stack([torch.cat([xt[:, s] for s in src], dim=1) for src in self.sources], dim=1)
+
     def forward(self, xt, t, offset):
+        return self.forward_input(self.assemble(xt), t, offset)
+
+    def forward_input(self, xin, t, offset):
         B, F = t.shape
-        x = self.patch_embed(patchify(xt, self.P))           # (B, F, N, D)
+        x = self.patch_embed(patchify(xin, self.P))          # (B, F, N, D)
         oe = self.offset_embed(sinusoid(offset, self.Fd))     # (B, F, D)
         x = x + self.pos.to(x.dtype) + oe.unsqueeze(2)
         c = self.t_embed(t)                                   # (B, F, D)
@@ -363,7 +413,7 @@ def compute_reference(cfg, params, inputs, dtype):
 
     Returns an ordered dict name -> numpy float64 array with the names the C
     dump uses: output.pred, output.loss, grad.<param> (state_dict order),
-    grad.input.xt.
+    grad.input.xin (the gradient of the network's input, assemble(xt)).
     """
     model = FramechainDiT(cfg).to(dtype)
     sd = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)).to(dtype)
@@ -371,8 +421,8 @@ def compute_reference(cfg, params, inputs, dtype):
     model.load_state_dict(sd, strict=True)
     T = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)).to(dtype)
          for k, v in inputs.items()}
-    xt = T["input.xt"].clone().requires_grad_(True)
-    pred = model(xt, T["input.t"], T["input.offset"])
+    xin = model.assemble(T["input.xt"]).detach().requires_grad_(True)
+    pred = model.forward_input(xin, T["input.t"], T["input.offset"])
     loss = masked_mse(pred, T["input.v"], T["input.mask"])
     model.zero_grad()
     loss.backward()
@@ -380,7 +430,7 @@ def compute_reference(cfg, params, inputs, dtype):
            "output.loss": loss.detach().double().reshape(1).numpy()}
     for name, p in model.named_parameters():
         out["grad." + name] = p.grad.detach().double().numpy()
-    out["grad.input.xt"] = xt.grad.detach().double().numpy()
+    out["grad.input.xin"] = xin.grad.detach().double().numpy()
     return out
 
 
@@ -396,7 +446,8 @@ def run_check(path, tol, log=print):
     except ValueError as e:
         log("reference: %s: %s" % (path, e))
         return False
-    log("reference: config " + " ".join("%s=%d" % (k, cfg[k]) for k in CONFIG_KEYS))
+    log("reference: config " + " ".join("%s=%d" % (k, cfg[k]) for k in CONFIG_KEYS)
+        + " cond_concat=%s plan=%s" % (cfg["cond_concat"], cfg["plan"].replace(" ", ",")))
 
     S, C, B, F = cfg["frame_size"], cfg["channels"], cfg["batch_size"], cfg["slots"]
     skeleton = FramechainDiT(cfg)
@@ -408,7 +459,8 @@ def run_check(path, tol, log=print):
     expected = {"input.xt": (B, F, C, S, S), "input.t": (B, F),
                 "input.offset": (B, F), "input.v": (B, F, C, S, S),
                 "input.mask": (B, F), "output.pred": (B, F, C, S, S),
-                "output.loss": (1,), "grad.input.xt": (B, F, C, S, S)}
+                "output.loss": (1,),
+                "grad.input.xin": (B, F, C * len(skeleton.sources[0]), S, S)}
     for n in pnames:
         expected[n] = pshapes[n]
         expected["grad." + n] = pshapes[n]
@@ -486,7 +538,8 @@ def run_check(path, tol, log=print):
 # ---------------------------------------------------------------------------
 
 SELFTEST_CFG = dict(frame_size=8, channels=3, patch=4, width=16, depth=1,
-                    heads=2, mlp_ratio=4, freq_dim=8, batch_size=2, slots=3)
+                    heads=2, mlp_ratio=4, freq_dim=8, batch_size=2, slots=3,
+                    plan="anchor:0 context:3 target:1", cond_concat="anchor+nearest")
 
 
 def _selftest_inputs(cfg, gen, dtype=torch.float64):
@@ -553,7 +606,9 @@ def selftest():
     model = FramechainDiT(cfg).double()
     R, Fd, NH = cfg["mlp_ratio"], cfg["freq_dim"], cfg["heads"]
     ppc, dh = P * P * C, D // NH
-    want = [("patch_embed.weight", (D, ppc)), ("patch_embed.bias", (D,)),
+    report("slot sources: itself, the anchor, the nearest given frame",
+           slot_sources(cfg) == [[0, 0, 0], [1, 0, 1], [2, 0, 0]])
+    want = [("patch_embed.weight", (D, 3 * ppc)), ("patch_embed.bias", (D,)),
             ("offset_embed.weight", (D, Fd)), ("offset_embed.bias", (D,)),
             ("t_embed.mlp.0.weight", (D, Fd)), ("t_embed.mlp.0.bias", (D,)),
             ("t_embed.mlp.2.weight", (D, D)), ("t_embed.mlp.2.bias", (D,))]

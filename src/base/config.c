@@ -26,6 +26,8 @@ typedef struct {
 static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
 static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NULL};
 static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
+static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
+static const char *const TARGET_KINDS[] = {"frames", "deltas", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -52,6 +54,13 @@ static const KeyDef KEYS[] = {
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
     {"noise_aug_max", KEY_DOUBLE, OFF(noise_aug_max), 0, 0.95,
      "context slots are noised to a t drawn uniformly in [0, this] (SNR ((1-t)/t)^2)"},
+    {"cond_concat", KEY_ENUM, OFF(cond_concat), 0, 0,
+     "none, anchor or anchor+nearest: given frames concatenated to every slot's input channels", CONCATS},
+    {"targets", KEY_ENUM, OFF(targets), 0, 0,
+     "frames, or deltas: each target as its difference from the nearest given frame, times delta_scale", TARGET_KINDS},
+    {"delta_scale", KEY_DOUBLE, OFF(delta_scale), 0.01, 1000, "targets = deltas: the differences are multiplied by this"},
+    {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
+     "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
     {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
     {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
@@ -66,6 +75,8 @@ static const KeyDef KEYS[] = {
     {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
     {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
     {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATA_SOURCES},
+    {"mix_shapes", KEY_DOUBLE, OFF(mix_shapes), 0, 1, "training on shards: this fraction of windows are moving shapes"},
+    {"fast_fraction", KEY_DOUBLE, OFF(fast_fraction), 0, 1, "this fraction of windows play their clip at 2x speed"},
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -83,7 +94,27 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
+    c->delta_scale = 4.0;
 }
+
+int config_anchor_slot(const Config *c) {
+    for (int i = 0; i < c->slots; i++)
+        if (c->slot_kind[i] == SLOT_ANCHOR) return i;
+    return 0;
+}
+
+int config_reference_slot(const Config *c, int f) {
+    if (c->slot_kind[f] != SLOT_TARGET) return f;
+    int best = -1;
+    for (int i = 0; i < c->slots; i++) {
+        if (c->slot_kind[i] == SLOT_TARGET) continue;
+        if (best < 0 || fabsf(c->slot_offset[i] - c->slot_offset[f]) < fabsf(c->slot_offset[best] - c->slot_offset[f]))
+            best = i;
+    }
+    return best < 0 ? f : best;
+}
+
+int config_input_frames(const Config *c) { return 1 + c->cond_concat; }
 
 static const KeyDef *find_key_n(const char *name, size_t len) {
     for (int i = 0; i < NKEYS; i++)

@@ -41,6 +41,11 @@ typedef struct {
     double t_logit_mean;  // target t = sigmoid(mean + std * z)
     double t_logit_std;
     double noise_aug_max;  // context slots are noised to a level t drawn uniformly in [0, noise_aug_max]
+    // ---- conditioning (docs/network.md, "Conditioning") ----
+    int cond_concat;       // enum CondConcat: given frames concatenated to every slot's input channels
+    int targets;           // enum Targets: target slots hold frames, or deltas from their reference slot
+    double delta_scale;    // targets = deltas: the difference is multiplied by this (to about unit variance)
+    double cond_drop;      // probability that a window's given frames are dropped (noise at t = 1), for guidance
     // ---- optimisation ----
     int steps;              // total optimizer steps of the run
     double lr;              // peak learning rate
@@ -56,11 +61,17 @@ typedef struct {
     int keep_checkpoints;   // how many of the newest checkpoints stay on disk
     // ---- data ----
     int dataset;            // enum DataSource: the config key "dataset"
+    double mix_shapes;      // training on shards: this fraction of the windows are moving shapes instead
+    double fast_fraction;   // this fraction of the windows play their clip at 2x speed (every other frame)
 } Config;
 
 enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };
 enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
 enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving shapes, or prepared shards
+// What every slot's input carries besides its own frame: nothing, the anchor, or the anchor and the
+// slot's reference (config_reference_slot), each as C more channels.
+enum CondConcat { CONCAT_NONE = 0, CONCAT_ANCHOR = 1, CONCAT_ANCHOR_NEAREST = 2 };
+enum Targets { TARGETS_FRAMES = 0, TARGETS_DELTAS = 1 };
 
 // "starter", "extrapolate", "interpolate".
 const char *config_role_name(int role);
@@ -85,6 +96,14 @@ void config_write(const Config *c, FILE *out);
 int config_get(const Config *c, const char *key, char *buf, size_t len);
 // Every key name, NULL-terminated.
 const char *const *config_keys(void);
+// The plan's anchor slot.
+int config_anchor_slot(const Config *c);
+// Slot f's reference: f itself when it is given (anchor or context); for a target slot, the given
+// slot nearest in time offset (on a tie, the one earlier in the plan).
+int config_reference_slot(const Config *c, int f);
+// Frames a slot's input carries (1 + the concatenated given frames) and input channels (C times that).
+int config_input_frames(const Config *c);
+static inline int config_input_channels(const Config *c) { return c->channels * config_input_frames(c); }
 // 1 when a and b have the same value for every key (the plan: its first `slots` slots), else 0.
 int config_equal(const Config *a, const Config *b);
 

@@ -15,6 +15,7 @@ enum {
     RNG_TIME = 3,      // the diffusion time t of target slots
     RNG_DATA = 4,      // which clip and window a step sees
     RNG_AUG = 5,       // noise augmentation of context slots
+    RNG_DROP = 6,      // which windows' given frames are dropped (cond_drop)
     RNG_TEST = 100,    // inputs made up by the tests
 };
 

@@ -62,6 +62,11 @@ static void add_window(ChainPlan *p, const Config *c, int n, unsigned char *know
 
 int chain_build(ChainPlan *p, const Config *st, const Config *ex, const Config *in, int N, char *err,
                 size_t errlen) {
+    return chain_build_given(p, st, ex, in, N, 1, err, errlen);
+}
+
+int chain_build_given(ChainPlan *p, const Config *st, const Config *ex, const Config *in, int N, int given, char *err,
+                      size_t errlen) {
     memset(p, 0, sizeof *p);
     PlanShape s, e, t;
     if (plan_shape(st, "starter", ROLE_STARTER, &s, err, errlen) ||
@@ -100,6 +105,9 @@ int chain_build(ChainPlan *p, const Config *st, const Config *ex, const Config *
     for (int i = 0; i < t.n_tgt; i++)
         if (t.tgt[i] != i + 1) return fc_errf(err, errlen, "the interpolate plan: its targets must be at 1 .. %d", stride - 1);
     if (N < n0 + 1) return fc_errf(err, errlen, "%d frames: the chain makes at least %d (the starter's window)", N, n0 + 1);
+    if (given != 1 && given != n0 + 1)
+        return fc_errf(err, errlen, "%d given frames: the chain starts from 1 (the first frame) or %d (the starter's "
+                       "window)", given, n0 + 1);
 
     // Keyframes at n0 + j * stride; each extrapolate window makes e.n_tgt of them.
     int advance = e.tgt[e.n_tgt - 1];
@@ -109,7 +117,8 @@ int chain_build(ChainPlan *p, const Config *st, const Config *ex, const Config *
     p->w = fc_calloc((size_t)(1 + rounds * (1 + e.n_tgt)), sizeof(ChainWindow));
     unsigned char *known = fc_calloc((size_t)limit + 1, 1);
     known[0] = 1;
-    add_window(p, st, 0, known, limit);
+    if (given == 1) add_window(p, st, 0, known, limit);
+    else memset(known, 1, (size_t)n0 + 1);
     for (int r = 0, n = n0; r < rounds; r++, n += advance) {
         add_window(p, ex, n, known, limit);
         for (int j = 0; j < e.n_tgt && n + j * stride + 1 <= N - 1; j++) add_window(p, in, n + j * stride, known, limit);

@@ -40,9 +40,10 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
 // Everything one run gathers, per level (l) and frame (f).
 typedef struct {
     int L, N, M, real_frames;  // levels, frames per clip, drift frames, real frames of the drift clip
+    int given;                 // frames given to the chain (not scored); the copy baseline holds the last
     int drift_clip;            // which clip the drift run starts from
     FrameStats first;          // its first frame's stats, the 1 of every ratio
-    double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; frame 0 unused
+    double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; the given frames unused
     double *psnr_copy, *ssim_copy;  // (N): clip sums of the copy baseline (the same at every level)
     FrameStats *drift;         // (L, M): ratios to frame 0
     FrameStats *real;          // (real_frames): ratios to frame 0 of the real clip
@@ -66,17 +67,18 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
            s[3] / d);
 }
 
-// Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1; then all.
+// Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1, the given
+// frames left out; then all.
 static void print_quality(const Results *r, const double *levels, int clips) {
-    printf("\nquality against the real frames (means over %d clip%s and the frames of each range; copy: frame 0 "
-           "held)\n", clips, clips == 1 ? "" : "s");
+    printf("\nquality against the real frames (means over %d clip%s and the frames of each range; copy: frame %d "
+           "held)\n", clips, clips == 1 ? "" : "s", r->given - 1);
     printf("%-10s %-10s %11s %11s %11s %11s\n", "noise-aug", "frames", "PSNR chain", "PSNR copy", "SSIM chain",
            "SSIM copy");
     int last = r->N - 1;
     for (int l = 0; l < r->L; l++) {
         for (int lo = 1, hi = 6; lo <= last; lo = hi + 1, hi *= 2)
-            quality_row(r, l, levels[l], lo, hi < last ? hi : last, clips, NULL);
-        quality_row(r, l, levels[l], 1, last, clips, "all");
+            if (hi >= r->given) quality_row(r, l, levels[l], lo > r->given ? lo : r->given, hi < last ? hi : last, clips, NULL);
+        quality_row(r, l, levels[l], r->given, last, clips, "all");
     }
 }
 
@@ -118,7 +120,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
     fprintf(out, "section\tnoise_aug\tframe\tpsnr_chain\tpsnr_copy\tssim_chain\tssim_copy\tmean\tcontrast\tsharpness\t"
                "real_mean\treal_contrast\treal_sharpness\n");
     for (int l = 0; l < r->L; l++)
-        for (int f = 1; f < r->N; f++) {
+        for (int f = r->given; f < r->N; f++) {
             size_t i = (size_t)l * r->N + f;
             fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\n", levels[l], f,
                     r->psnr[i] / clips, r->psnr_copy[f] / clips, r->ssim[i] / clips, r->ssim_copy[f] / clips);
@@ -150,7 +152,7 @@ typedef struct {
     char tsv_tmp[4200];
     Results r;
     uint8_t *clip;           // (F, S, S, 3): the clip being scored
-    uint8_t *first, *rgb;    // (S, S, 3): the drift run's first frame; a made frame
+    uint8_t *first, *rgb;    // (given, S, S, 3): the drift run's given frames; (S, S, 3): a made frame
     real *video;             // (last_frame + 1, 3, S, S): the chain's frames
     char err[2048];
 } Eval;
@@ -190,8 +192,11 @@ static int eval_check(Eval *ev) {
         return fc_errf(err, errlen, "the models make %dx%d frames; SSIM needs at least %dx%d", S, S,
                        METRICS_SSIM_MIN_SIZE, METRICS_SSIM_MIN_SIZE);
     const Config *c[3] = {&ev->cm.m[0]->cfg, &ev->cm.m[1]->cfg, &ev->cm.m[2]->cfg};
-    if (chain_build(&ev->plan, c[0], c[1], c[2], N, err, errlen)) return -1;  // err says which plan does not fit
-    if (ev->M > 0 && chain_build(&ev->long_plan, c[0], c[1], c[2], ev->M, err, errlen)) return -1;
+    if (o->given > N) return fc_errf(err, errlen, "--given %d: more than the %d frames per clip", o->given, N);
+    if (chain_check_guidance(&ev->cm, o->guidance, err, errlen)) return -1;
+    // err says which plan does not fit, or which counts --given may be
+    if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
+    if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
     if (o->tsv && !(ev->tsv = fopen(ev->tsv_tmp, "w")))
         return fc_errf(err, errlen, "%s: cannot create: %s", ev->tsv_tmp, strerror(errno));
     return 0;
@@ -202,9 +207,9 @@ static void print_header(const Eval *ev) {
     printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
-    printf("\neval: %d frames per clip, drift over %d, %d Euler steps, seed %llu, on %s; starter step %d, extrapolate "
-           "step %d, interpolate step %d\n", ev->N, ev->M, o->steps, (unsigned long long)o->seed, ev->be->name,
-           ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
+    printf("\neval: %d frames per clip from %d given, drift over %d, %d Euler steps, guidance %g, seed %llu, on %s; "
+           "starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M, o->steps,
+           o->guidance, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
     fflush(stdout);
 }
 
@@ -212,13 +217,13 @@ static void alloc_buffers(Eval *ev) {
     int L = ev->L, N = ev->N, M = ev->M, S = ev->S;
     size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;
     Results *r = &ev->r;
-    *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M};
+    *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given};
     r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
     r->psnr_copy = fc_calloc(N, sizeof(double)), r->ssim_copy = fc_calloc(N, sizeof(double));
     r->drift = fc_calloc((size_t)L * M + 1, sizeof(FrameStats));
     r->real = fc_calloc((size_t)r->real_frames + 1, sizeof(FrameStats));
     ev->clip = fc_malloc(dataset_clip_bytes(ev->ds));
-    ev->first = fc_malloc(frame_bytes), ev->rgb = fc_malloc(frame_bytes);
+    ev->first = fc_malloc(frame_bytes * ev->o->given), ev->rgb = fc_malloc(frame_bytes);
     ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->plan.last_frame + 1));
 }
 
@@ -231,19 +236,26 @@ static void note_drift_start(Eval *ev, int k) {
     int flat = s0.contrast < EVAL_FLAT_CONTRAST;
     if (ev->M > 0 && (k == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
         r->drift_clip = k, r->first = s0;
-        memcpy(ev->first, ev->clip, frame_bytes);
+        memcpy(ev->first, ev->clip, frame_bytes * ev->o->given);
         for (int f = 0; f < r->real_frames; f++)
             r->real[f] = frame_stats_ratio(frame_stats(ev->clip + f * frame_bytes, ev->S), s0);
     }
 }
 
-// The baseline: the last known frame, frame 0, held.
+// The baseline: the last known frame held.
 static void score_copy(Eval *ev) {
     size_t frame_bytes = (size_t)ev->S * ev->S * 3;
-    for (int f = 1; f < ev->N; f++) {
-        ev->r.psnr_copy[f] += frame_psnr(ev->clip, ev->clip + f * frame_bytes, ev->S);
-        ev->r.ssim_copy[f] += frame_ssim(ev->clip, ev->clip + f * frame_bytes, ev->S);
+    const uint8_t *held = ev->clip + (size_t)(ev->o->given - 1) * frame_bytes;
+    for (int f = ev->o->given; f < ev->N; f++) {
+        ev->r.psnr_copy[f] += frame_psnr(held, ev->clip + f * frame_bytes, ev->S);
+        ev->r.ssim_copy[f] += frame_ssim(held, ev->clip + f * frame_bytes, ev->S);
     }
+}
+
+// The chain's frames 0..given-1 from the real ones (S, S, 3 each).
+static void set_given(const Eval *ev, const uint8_t *rgb) {
+    size_t E = (size_t)3 * ev->S * ev->S, frame_bytes = (size_t)ev->S * ev->S * 3;
+    for (int f = 0; f < ev->o->given; f++) frame_from_rgb(ev->video + f * E, rgb + f * frame_bytes, ev->S);
 }
 
 // The chain from clip k's first frame at level l, every made frame scored against the real one.
@@ -254,10 +266,11 @@ static void score_chain(Eval *ev, int k, int l) {
     fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
     fflush(stderr);
     double t0 = fc_now_s();
-    SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l], .quiet = 1};
-    frame_from_rgb(ev->video, ev->clip, S);
+    SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
+                        .guidance = o->guidance, .quiet = 1};
+    set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
-    for (int f = 1; f < N; f++) {
+    for (int f = o->given; f < N; f++) {
         frame_to_rgb(ev->rgb, ev->video + f * E, S);
         ev->r.psnr[(size_t)l * N + f] += frame_psnr(ev->rgb, ev->clip + f * frame_bytes, S);
         ev->r.ssim[(size_t)l * N + f] += frame_ssim(ev->rgb, ev->clip + f * frame_bytes, S);
@@ -292,8 +305,8 @@ static void eval_drift(Eval *ev) {
         fflush(stderr);
         double t0 = fc_now_s();
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
-                            .quiet = 1};
-        frame_from_rgb(ev->video, ev->first, S);
+                            .guidance = o->guidance, .quiet = 1};
+        set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
         FrameStats s0 = {0};
         for (int f = 0; f < M; f++) {

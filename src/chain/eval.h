@@ -1,6 +1,6 @@
 // eval.h: how good the chain is on held-out footage (`framechain eval`). From each held-out clip's
-// real first frame the chain makes N frames; every made frame is compared with the real one (PSNR,
-// SSIM; metrics.h) beside the baseline of copying frame 0, the last frame known. A long generation
+// real first frame (or first window, --given) the chain makes N frames; every made frame is compared
+// with the real one (PSNR, SSIM; metrics.h) beside the baseline of holding the last frame known. A long generation
 // shows drift: each frame's mean, contrast and sharpness as a ratio to frame 0's. Every
 // noise-augmentation level asked for gets its own run, with the same sampling noise, so the levels
 // compare pair for pair.
@@ -28,6 +28,9 @@ typedef struct {
     int n_levels;          // noise-augmentation levels, each evaluated on its own
     double levels[EVAL_MAX_LEVELS];
     int steps;             // Euler steps per window
+    int given;             // the chain starts from each clip's first `given` real frames (1, or the
+                           // starter's window: the starter is skipped); the baseline holds the last
+    double guidance;       // history guidance w (sampler.h); 1: off
     uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
                            // clip 0 with seed itself
     const char *tsv;       // every per-frame number, or NULL

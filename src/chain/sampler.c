@@ -11,6 +11,7 @@
 #include "video/video.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
+#include "model/flow.h"
 #include "chain/sampler.h"
 
 // ----------------------------------------------------------------------------
@@ -124,24 +125,61 @@ static void window_start(const Model *m, const ChainWindow *w, int index, const 
     }
 }
 
+// The unconditional input of guidance: x with every given slot replaced by noise at t = 1, as
+// cond_drop trains it (a window's own draws from RNG_DROP).
+static void drop_given(const Model *m, int index, const SampleOptions *o, const real *x, const real *t, real *xu,
+                       real *tu) {
+    size_t E = (size_t)m->E;
+    for (int i = 0; i < m->F; i++) {
+        if (m->cfg.slot_kind[i] == SLOT_TARGET) {
+            memcpy(xu + i * E, x + i * E, sizeof(real) * E);
+            tu[i] = t[i];
+        } else {
+            philox_fill_normal(xu + i * E, E, 0, 1, o->seed, (uint32_t)index, RNG_DROP, i * E);
+            tu[i] = 1;
+        }
+    }
+}
+
+// The network's velocity for the window x at levels t, into pred (F, E).
+static void predict(Model *m, const real *x, const real *t, real *pred) {
+    const Backend *be = m->be;
+    be->upload(m->in.t, t, sizeof(real) * m->F);
+    be->upload(m->in.xt, x, sizeof(real) * m->F * m->E);
+    model_forward(m);
+    be->download(pred, m->a.pred, sizeof(real) * m->F * m->E);
+}
+
+// Sampling scratch: the window, the prediction, and guidance's unconditional window and prediction.
+typedef struct {
+    real *x, *pred, *xu, *pred_u;  // (F, E) each, F the largest window
+} WindowBuffers;
+
 // One window: targets from pure noise to t = 0 in o->steps Euler steps of the velocity the network
-// predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed.
+// predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed. With guidance w
+// != 1, v = v_u + w (v_c - v_u), v_u predicted with the given frames dropped. A model trained on
+// deltas makes each target as its reference frame plus the sampled delta / delta_scale.
 static void sample_window(Model *m, const ChainWindow *w, int index, real *frames, const SampleOptions *o,
-                          real *x, real *pred) {
+                          WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     size_t E = (size_t)m->E;
-    real t[MAX_SLOTS], off[MAX_SLOTS];
+    real t[MAX_SLOTS], tu[MAX_SLOTS], off[MAX_SLOTS];
+    real *x = wb->x, *pred = wb->pred;
     window_start(m, w, index, frames, o, x, t, off);
     be->upload(m->in.offset, off, sizeof(real) * w->slots);
+    int guided = o->guidance != 1.0;
     for (int k = 0; k < o->steps; k++) {
         double t_now = 1.0 - (double)k / o->steps, t_next = 1.0 - (double)(k + 1) / o->steps;
         for (int i = 0; i < w->slots; i++)
             if (c->slot_kind[i] == SLOT_TARGET) t[i] = (real)t_now;
-        be->upload(m->in.t, t, sizeof(real) * w->slots);
-        be->upload(m->in.xt, x, sizeof(real) * w->slots * E);
-        model_forward(m);
-        be->download(pred, m->a.pred, sizeof(real) * w->slots * E);
+        predict(m, x, t, pred);
+        if (guided) {
+            drop_given(m, index, o, x, t, wb->xu, tu);
+            predict(m, wb->xu, tu, wb->pred_u);
+            for (size_t e = 0; e < (size_t)w->slots * E; e++)
+                pred[e] = (real)(wb->pred_u[e] + o->guidance * (pred[e] - wb->pred_u[e]));
+        }
         double dt = t_now - t_next;
         for (int i = 0; i < w->slots; i++)
             if (c->slot_kind[i] == SLOT_TARGET)
@@ -149,25 +187,35 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
     }
     for (int i = 0; i < w->slots; i++)
         if (c->slot_kind[i] == SLOT_TARGET) {
-            real *dst = frames + (size_t)w->frame[i] * E;
-            for (size_t e = 0; e < E; e++) {
-                real v = x[i * E + e];
-                dst[e] = v < -1 ? -1 : v > 1 ? 1 : v;
-            }
+            real *dst = frames + (size_t)w->frame[i] * E, *xi = x + i * E;
+            if (c->targets == TARGETS_DELTAS)
+                flow_delta_to_frame(c, xi, xi, frames + (size_t)w->frame[config_reference_slot(c, i)] * E, E);
+            for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
         }
+}
+
+int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size_t errlen) {
+    if (guidance == 1.0) return 0;
+    for (int r = 0; r < 3; r++)
+        if (cm->m[r]->cfg.cond_drop <= 0)
+            return fc_errf(err, errlen, "--guidance %g: the %s model was trained with cond_drop = 0, so it has no "
+                           "unconditional half to guide with (train with --set cond_drop=0.1)", guidance,
+                           config_role_name(r));
+    return 0;
 }
 
 void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o) {
     size_t E = (size_t)cm->m[0]->E;
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
-    real *x = fc_malloc(sizeof(real) * fmax * E), *pred = fc_malloc(sizeof(real) * fmax * E);
+    size_t bytes = sizeof(real) * fmax * E;
+    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes)};
     double t0 = fc_now_s(), t_line = 0;
     int done = 1;  // frames of 0..N-1 made (frame 0 is given)
     int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
     for (int k = 0; k < p->count; k++) {
         const ChainWindow *w = &p->w[k];
-        sample_window(cm->m[w->role], w, k, frames, o, x, pred);
+        sample_window(cm->m[w->role], w, k, frames, o, &wb);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
@@ -180,5 +228,5 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
         }
     }
     if (!o->quiet && tty) fprintf(stderr, "\n");
-    free(x), free(pred);
+    free(wb.x), free(wb.pred), free(wb.xu), free(wb.pred_u);
 }

@@ -8,6 +8,7 @@ void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real
     for (int b = 0; b < B; b++) {
         double z = philox_normal(seed, step, RNG_TIME, (uint64_t)b);
         double tb = 1.0 / (1.0 + exp(-(c->t_logit_mean + c->t_logit_std * z)));
+        int drop = c->cond_drop > 0 && philox_uniform(seed, step, RNG_DROP, (uint64_t)b) < c->cond_drop;
         for (int f = 0; f < c->slots; f++) {
             int target = c->slot_kind[f] == SLOT_TARGET;
             // Noise augmentation: a context slot (never the anchor) is noised to its own level, so that
@@ -15,7 +16,7 @@ void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real
             double aug = c->slot_kind[f] == SLOT_CONTEXT
                              ? c->noise_aug_max * philox_uniform(seed, step, RNG_AUG, (uint64_t)b * MAX_SLOTS + f)
                              : 0.0;
-            t[b * c->slots + f] = target ? (real)tb : (real)aug;
+            t[b * c->slots + f] = target ? (real)tb : drop ? 1 : (real)aug;
             offset[b * c->slots + f] = c->slot_offset[f];
             mask[b * c->slots + f] = (real)target;
         }
@@ -33,4 +34,21 @@ void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step) 
     free(host);
     be->randn(m->in.noise, (size_t)m->S * m->E, 0, 1, seed, step, RNG_NOISE, 0);
     be->flow_mix(m->in.xt, m->in.v, x0, m->in.noise, m->in.t, m->S, m->E);
+}
+
+void flow_delta_targets(const Config *c, int B, real *x0) {
+    if (c->targets != TARGETS_DELTAS) return;
+    size_t E = (size_t)c->channels * c->frame_size * c->frame_size;
+    for (int b = 0; b < B; b++) {
+        real *w = x0 + (size_t)b * c->slots * E;
+        for (int f = 0; f < c->slots; f++) {
+            if (c->slot_kind[f] != SLOT_TARGET) continue;
+            const real *ref = w + (size_t)config_reference_slot(c, f) * E;
+            for (size_t e = 0; e < E; e++) w[f * E + e] = (real)((w[f * E + e] - ref[e]) * c->delta_scale);
+        }
+    }
+}
+
+void flow_delta_to_frame(const Config *c, real *frame, const real *delta, const real *reference, size_t E) {
+    for (size_t e = 0; e < E; e++) frame[e] = (real)(reference[e] + delta[e] / c->delta_scale);
 }

@@ -8,11 +8,19 @@
 // Per-slot noise level, time offset and loss mask for the windows of one step, on the host:
 // target slots share one t per window, drawn logit-normal from (seed, step, RNG_TIME, window);
 // the anchor gets t = 0, a context slot a level drawn uniformly in [0, noise_aug_max] from
-// (seed, step, RNG_AUG, window * MAX_SLOTS + slot) (noise augmentation). t, offset, mask: (B * F).
+// (seed, step, RNG_AUG, window * MAX_SLOTS + slot) (noise augmentation). With cond_drop, a window
+// whose philox_uniform(seed, step, RNG_DROP, window) < cond_drop has every given slot (the anchor
+// too) at t = 1, pure noise: the unconditional model of guidance. t, offset, mask: (B * F).
 void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask);
 
 // From the clean windows x0 (backend memory, (B, F, C, H, W)) fill m->in for one training step:
 // the levels above, e from (seed, step, RNG_NOISE), x_t and the target v.
 void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step);
+
+// targets = deltas: every target slot of the clean windows x0 (host, (B, F, C, H, W)) becomes
+// (x0[slot] - x0[reference slot]) * delta_scale, in place; the given slots stay. Nothing otherwise.
+void flow_delta_targets(const Config *c, int B, real *x0);
+// The inverse, for one sampled window: frame = reference + delta / delta_scale, (E) values.
+void flow_delta_to_frame(const Config *c, real *frame, const real *delta, const real *reference, size_t E);
 
 #endif

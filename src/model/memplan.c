@@ -70,8 +70,8 @@ int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget) {
 double model_step_flops(const Config *c, int B) {
     double n = c->frame_size / c->patch, N = n * n, F = c->slots, S = (double)B * F, T = S * N;
     double D = c->width, RD = (double)c->mlp_ratio * D, PPC = (double)c->patch * c->patch * c->channels;
-    double Fd = c->freq_dim;
-    double embed = T * PPC * D + 2 * S * Fd * D + S * D * D;  // multiply-adds of patches, offsets, t
+    double Fd = c->freq_dim, PPCin = PPC * config_input_frames(c);
+    double embed = T * PPCin * D + 2 * S * Fd * D + S * D * D;  // multiply-adds of patches, offsets, t
     double block = S * D * 9 * D                                // adaLN
                    + 2 * (T * D * 3 * D + T * D * D)            // qkv and proj, spatial and temporal
                    + 2 * T * D * RD                             // MLP

@@ -48,7 +48,7 @@ static void layout_params(Model *m, ParamPtrs *pp, real *base, int record) {
     const Config *c = &m->cfg;
     int D = m->D, Fd = c->freq_dim, dh = m->D / m->H;
     char name[80];
-    bind_linear(&L, &pp->patch_w, &pp->patch_b, "patch_embed", D, m->PPC, INIT_XAVIER);
+    bind_linear(&L, &pp->patch_w, &pp->patch_b, "patch_embed", D, m->PPCin, INIT_XAVIER);
     bind_linear(&L, &pp->off_w, &pp->off_b, "offset_embed", D, Fd, INIT_XAVIER);
     bind_linear(&L, &pp->t0_w, &pp->t0_b, "t_embed.mlp.0", D, Fd, INIT_NORMAL_002);
     bind_linear(&L, &pp->t2_w, &pp->t2_b, "t_embed.mlp.2", D, D, INIT_NORMAL_002);
@@ -126,7 +126,8 @@ static int block_recomputed(const Model *m, int l) {
 static void carve_activations(Model *m, Carve *cv) {
     size_t T = m->T, S = m->S, D = m->D, H = m->H, RD = m->RD, PPC = m->PPC, Fd = m->cfg.freq_dim;
     Acts *a = &m->a;
-    carve_operand(cv, &a->patches, T * PPC);
+    if (m->Cin != m->cfg.channels) carve_add(cv, &a->xin, S * m->Ein);
+    carve_operand(cv, &a->patches, T * m->PPCin);
     carve_add(cv, &a->emb, T * D);
     carve_add(cv, &a->x0, T * D);
     carve_operand(cv, &a->osin, S * Fd);
@@ -209,9 +210,9 @@ static void carve_grad_scratch(Model *m, Carve *cv) {
     carve_add(cv, &d->doe, S * D);
     carve_add(cv, &d->dfmod, S * 2 * D);
     carve_add(cv, &d->dfout, T * PPC);
-    carve_add(cv, &d->dpatches, T * PPC);
+    carve_add(cv, &d->dpatches, T * m->PPCin);
     carve_add(cv, &d->dpred, S * m->E);
-    carve_add(cv, &d->dxt, S * m->E);
+    carve_add(cv, &d->dxt, S * m->Ein);
 }
 
 // Fixed 2-D sin-cos positions: dims [0, D/2) encode the row, [D/2, D) the column.
@@ -244,6 +245,8 @@ static Model *model_shape(const Config *cfg, const Backend *be, int B) {
     m->D = cfg->width, m->H = cfg->heads, m->RD = cfg->mlp_ratio * cfg->width;
     m->PPC = cfg->patch * cfg->patch * cfg->channels;
     m->E = cfg->channels * cfg->frame_size * cfg->frame_size;
+    m->Cin = config_input_channels(cfg);
+    m->PPCin = cfg->patch * cfg->patch * m->Cin, m->Ein = m->E * config_input_frames(cfg);
     if ((double)m->T * m->RD > 2e9) fc_die("config: batch_size x window x tokens x width is too large for one step");
     return m;
 }
@@ -306,6 +309,7 @@ Model *build_model(const Config *cfg, const Backend *be, int B) {
     Carve ci = {0};
     carve_inputs(m, &ci);
     m->inputs_mem = carve_alloc(be, &ci, &m->inputs_bytes);
+    if (m->Cin == cfg->channels) m->a.xin = m->in.xt;  // nothing concatenated: the window is the input
 
     real *pos = fc_malloc(sizeof(real) * m->N * m->D);
     fill_positions(pos, n, m->D);
@@ -379,6 +383,23 @@ void model_zero_grad(Model *m) { m->be->zero(m->grads_mem, sizeof(real) * m->n_p
 // ----------------------------------------------------------------------------
 // forward
 
+// The network's input (docs/network.md, "Conditioning"): slot s of window b carries its own frame,
+// then the window's anchor frame, then its reference slot's frame (config_reference_slot), each as
+// it stands in xt (a noise-augmented context frame as noised, a dropped one as noise).
+static void assemble_input(Model *m) {
+    const Config *c = &m->cfg;
+    int parts = config_input_frames(c), anchor = config_anchor_slot(c);
+    size_t E = (size_t)m->E, bytes = sizeof(real) * E;
+    if (parts == 1) return;
+    for (int b = 0; b < m->B; b++)
+        for (int f = 0; f < m->F; f++) {
+            real *dst = m->a.xin + ((size_t)b * m->F + f) * m->Ein;
+            const real *window = m->in.xt + (size_t)b * m->F * E;
+            int from[3] = {f, anchor, config_reference_slot(c, f)};
+            for (int k = 0; k < parts; k++) m->be->copy(dst + k * E, window + from[k] * E, bytes);
+        }
+}
+
 static AttnLayout attn_layout(const Model *m, int temporal) { return attn_layout_tokens(m->B, m->F, m->N, temporal); }
 
 // The residual state that enters sub-layer k (0 spatial, 1 temporal, 2 MLP) of block l.
@@ -423,8 +444,9 @@ void model_forward(Model *m) {
     int S = m->S, N = m->N, T = m->T, D = m->D, Fd = c->freq_dim, sz = c->frame_size;
 
     // patches, positions and time offsets -> the first residual state
-    be->patchify_fwd(a->patches, m->in.xt, S, c->channels, sz, sz, c->patch);
-    be->linear_fwd(a->emb, a->patches, p->patch_w, p->patch_b, T, m->PPC, D);
+    assemble_input(m);
+    be->patchify_fwd(a->patches, a->xin, S, m->Cin, sz, sz, c->patch);
+    be->linear_fwd(a->emb, a->patches, p->patch_w, p->patch_b, T, m->PPCin, D);
     be->sinusoid_fwd(a->osin, m->in.offset, 1, S, Fd);
     be->linear_fwd(a->oe, a->osin, p->off_w, p->off_b, S, Fd, D);
     be->add_pos_time_fwd(a->x0, a->emb, m->pos, a->oe, S, N, D);
@@ -474,7 +496,7 @@ void model_backward(Model *m) {
     zero(m, d->doe, (size_t)S * D);
     zero(m, d->dfout, (size_t)T * m->PPC);
     zero(m, d->dpred, (size_t)S * m->E);
-    if (m->want_input_grad) zero(m, d->dxt, (size_t)S * m->E);
+    if (m->want_input_grad) zero(m, d->dxt, (size_t)S * m->Ein);
 
     // loss -> final layer
     be->mse_masked_bwd(d->dpred, a->pred, m->in.v, m->in.mask, 1, S, m->E);
@@ -525,8 +547,8 @@ void model_backward(Model *m) {
     be->add_pos_time_bwd(d->dln, d->doe, d->dres, S, N, D);
     be->linear_bwd(NULL, GRAD_SET, g->off_w, g->off_b, GRAD_SET, d->doe, a->osin, p->off_w, S, Fd, D);
     be->linear_bwd(m->want_input_grad ? d->dpatches : NULL, GRAD_SET, g->patch_w, g->patch_b, GRAD_SET, d->dln,
-                   a->patches, p->patch_w, T, m->PPC, D);
-    if (m->want_input_grad) be->patchify_bwd(d->dxt, d->dpatches, S, c->channels, sz, sz, c->patch);
+                   a->patches, p->patch_w, T, m->PPCin, D);
+    if (m->want_input_grad) be->patchify_bwd(d->dxt, d->dpatches, S, m->Cin, sz, sz, c->patch);
 
     // conditioning MLP
     be->silu_bwd(d->dc, d->dsc, a->c, (size_t)S * D);

@@ -40,7 +40,7 @@ typedef struct {
 
 // Pointers into one allocation; the same struct addresses the parameters and their gradients.
 typedef struct {
-    real *patch_w;   // (D, PPC)
+    real *patch_w;   // (D, PPCin)
     real *patch_b;   // (D)
     real *off_w;     // (D, Fd)
     real *off_b;     // (D)
@@ -85,7 +85,9 @@ typedef struct {
 } BlockActs;
 
 typedef struct {
-    Operand *patches;  // (T, PPC)  operand
+    real *xin;         // (S, Cin*H*W) the network's input: each slot's frame, then the given frames
+                       // concatenated to it (cond_concat); in.xt itself when nothing is concatenated
+    Operand *patches;  // (T, PPCin)  operand
     real *emb;       // (T, D)    patch embedding
     real *x0;        // (T, D)    + positions + time offset embedding: the first residual state
     Operand *osin;   // (S, Fd)   sinusoid of the slot offsets, operand
@@ -129,9 +131,9 @@ typedef struct {
     real *doe;       // (S, D)
     real *dfmod;     // (S, 2D)
     real *dfout;     // (T, PPC)
-    real *dpatches;  // (T, PPC)
+    real *dpatches;  // (T, PPCin)
     real *dpred;     // (S, C*H*W)
-    real *dxt;       // (S, C*H*W) gradient of the input window (filled when want_input_grad)
+    real *dxt;       // (S, Cin*H*W) gradient of the network's input a.xin (filled when want_input_grad)
 } Grads;
 
 // The model's inputs for one batch, in backend memory.
@@ -149,6 +151,7 @@ typedef struct {
     const Backend *be;
     int B, F, N, T, S;  // batch, slots, tokens per slot, tokens, slots in the batch (B*F)
     int D, H, RD, PPC, E;  // width, heads, MLP width, patch vector, values per frame (C*H*W)
+    int Cin, PPCin, Ein;   // input channels (C, or more with cond_concat), input patch vector, input values a slot
 
     int n_tensors;
     ParamInfo *info;     // (n_tensors)

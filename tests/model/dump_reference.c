@@ -62,16 +62,17 @@ int main(int argc, char **argv) {
         }
     }
     long B = m->B, F = m->F, C = c.channels, S = c.frame_size;
-    const char *frame_names[] = {"input.xt", "input.v", "output.pred", "grad.input.xt"};
+    const char *frame_names[] = {"input.xt", "input.v", "output.pred", "grad.input.xin"};
     real *frame_data[] = {m->in.xt, m->in.v, m->a.pred, m->d.dxt};
-    for (int i = 0; i < 4; i++) t[n++] = (StTensor){frame_names[i], "F32", 5, {B, F, C, S, S}, frame_data[i]};
+    for (int i = 0; i < 4; i++)  // the last: the gradient of the network's input, with its m->Cin channels
+        t[n++] = (StTensor){frame_names[i], "F32", 5, {B, F, i == 3 ? m->Cin : C, S, S}, frame_data[i]};
     const char *slot_names[] = {"input.t", "input.offset", "input.mask"};
     real *slot_data[] = {m->in.t, m->in.offset, m->in.mask};
     for (int i = 0; i < 3; i++) t[n++] = (StTensor){slot_names[i], "F32", 2, {B, F}, slot_data[i]};
     t[n++] = (StTensor){"output.loss", "F32", 1, {1}, m->a.loss};
 
     const char *keys[] = {"frame_size", "channels", "patch", "width", "depth", "heads",
-                          "mlp_ratio",  "freq_dim", "batch_size", "plan"};
+                          "mlp_ratio",  "freq_dim", "batch_size", "plan", "cond_concat"};
     enum { NK = sizeof keys / sizeof keys[0] };
     char values[NK + 1][256];
     StMeta meta[NK + 1];

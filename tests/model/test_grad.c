@@ -316,8 +316,25 @@ static void network_loss_and_grads(Model *m, double *loss) {
     *loss = model_loss(m);
 }
 
-// The tiny config; depth > 0 overrides its depth, recompute re-makes the blocks' activations in backward.
-static void test_network(const char *config_path, int depth, int recompute) {
+// d loss / d xt from the gradient of the network's input xin (model.h): with cond_concat each
+// slot's frame also feeds the slots that carry it as their anchor or reference (docs/network.md).
+static void fold_input_grad(const Model *m, const real *dxin, real *dxt) {
+    const Config *c = &m->cfg;
+    int parts = config_input_frames(c), anchor = config_anchor_slot(c);
+    size_t E = (size_t)m->E;
+    memset(dxt, 0, sizeof(real) * m->S * E);
+    for (int b = 0; b < m->B; b++)
+        for (int f = 0; f < m->F; f++) {
+            int from[3] = {f, anchor, config_reference_slot(c, f)};
+            for (int k = 0; k < parts; k++)
+                for (size_t e = 0; e < E; e++)
+                    dxt[((size_t)b * m->F + from[k]) * E + e] += dxin[((size_t)b * m->F + f) * m->Ein + k * E + e];
+        }
+}
+
+// The tiny config; depth > 0 overrides its depth, recompute re-makes the blocks' activations in
+// backward, concat is a cond_concat value (each slot's input carries the given frames too).
+static void test_network(const char *config_path, int depth, int recompute, const char *concat) {
     Config cfg;
     config_defaults(&cfg);
     config_load(&cfg, config_path);
@@ -325,6 +342,9 @@ static void test_network(const char *config_path, int depth, int recompute) {
     cfg.recompute = recompute;
     // one context slot too, so that conditioning, anchor and target slots all appear
     config_set(&cfg, "plan=anchor:0 context:2 target:4 target:5 target:6", "test");
+    char kv[64];
+    snprintf(kv, sizeof kv, "cond_concat=%s", concat);
+    config_set(&cfg, kv, "test");
     Model *m = build_model(&cfg, be, 2);
     m->want_input_grad = 1;
     model_init(m, 11, 1);
@@ -336,6 +356,8 @@ static void test_network(const char *config_path, int depth, int recompute) {
     network_loss_and_grads(m, &loss);
     model_zero_grad(m);
     model_backward(m);
+    real *dxt = fc_malloc(sizeof(real) * nx);
+    fold_input_grad(m, m->d.dxt, dxt);
 
     int bad = 0, checked = 0;
     double worst_rel = 0;
@@ -343,7 +365,7 @@ static void test_network(const char *config_path, int depth, int recompute) {
     for (int ti = 0; ti <= m->n_tensors; ti++) {
         int is_input = ti == m->n_tensors;
         real *x = is_input ? m->in.xt : m->params_mem + m->info[ti].offset;
-        real *g = is_input ? m->d.dxt : m->grads_mem + m->info[ti].offset;
+        real *g = is_input ? dxt : m->grads_mem + m->info[ti].offset;
         size_t n = is_input ? nx : m->info[ti].numel;
         const char *name = is_input ? "input.xt" : m->info[ti].name;
         double worst = 0, scale = 1e-12;
@@ -368,8 +390,10 @@ static void test_network(const char *config_path, int depth, int recompute) {
         }
         if (rel > worst_rel) worst_rel = rel, worst_name = name;
     }
-    char test[64];
-    snprintf(test, sizeof test, "grad_network_tiny%s", recompute ? "_recompute" : "");
+    char test[96];
+    const char *suffix = recompute ? "_recompute" : "";
+    if (cfg.cond_concat) suffix = cfg.cond_concat == CONCAT_ANCHOR ? "_concat_anchor" : "_concat_anchor_nearest";
+    snprintf(test, sizeof test, "grad_network_tiny%s", suffix);
     check(bad == 0, test, "%d blocks, %d tensors (and the input) at 6 elements each, worst rel %.2e (%s), loss %.5f",
           cfg.depth, checked, worst_rel, worst_name, loss);
 
@@ -377,19 +401,19 @@ static void test_network(const char *config_path, int depth, int recompute) {
     // must have been zeroed or written first in this pass (most are overwritten by their one
     // producer, backend.h), and every parameter's gradient overwritten (no zeroing before a step), so
     // the gradients are the same bytes as the first pass's.
-    size_t np = m->n_params;
-    real *g1 = fc_malloc(sizeof(real) * (np + nx));
-    memcpy(g1, m->grads_mem, sizeof(real) * np), memcpy(g1 + np, m->d.dxt, sizeof(real) * nx);
+    size_t np = m->n_params, nin = (size_t)m->S * m->Ein;
+    real *g1 = fc_malloc(sizeof(real) * (np + nin));
+    memcpy(g1, m->grads_mem, sizeof(real) * np), memcpy(g1 + np, m->d.dxt, sizeof(real) * nin);
     double loss2;
     network_loss_and_grads(m, &loss2);  // the activations of the unperturbed inputs again
     for (size_t i = 0; i < m->dscratch_bytes / sizeof(real); i++) ((real *)m->dscratch_mem)[i] = NAN;
     for (size_t i = 0; i < np; i++) m->grads_mem[i] = NAN;
     model_backward(m);
-    int same = !memcmp(g1, m->grads_mem, sizeof(real) * np) && !memcmp(g1 + np, m->d.dxt, sizeof(real) * nx);
-    snprintf(test, sizeof test, "backward_scratch_nan%s", recompute ? "_recompute" : "");
+    int same = !memcmp(g1, m->grads_mem, sizeof(real) * np) && !memcmp(g1 + np, m->d.dxt, sizeof(real) * nin);
+    snprintf(test, sizeof test, "backward_scratch_nan%s", suffix);
     check(same, test, "a second backward over NaN-filled gradients and scratch: %zu parameter gradients and the "
           "input's %s", np, same ? "the same bytes" : "DIFFER");
-    free(g1);
+    free(g1), free(dxt);
     be->free(x0);
     free_model(m);
 }
@@ -399,8 +423,10 @@ int main(int argc, char **argv) {
     be = backend_cpu();
     test_ops();
     const char *tiny = argc > 1 ? argv[1] : "configs/tiny/starter.conf";
-    test_network(tiny, 0, 0);
-    test_network(tiny, 3, 1);
+    test_network(tiny, 0, 0, "none");
+    test_network(tiny, 3, 1, "none");
+    test_network(tiny, 0, 0, "anchor");
+    test_network(tiny, 0, 0, "anchor+nearest");
     tfree_all();
     return g_failed ? 1 : 0;
 }

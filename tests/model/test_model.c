@@ -89,6 +89,86 @@ static void test_flow(void) {
     free_model(m);
 }
 
+// Conditioning (docs/network.md): the reference slots of the shipped plans, the input the network
+// assembles with cond_concat, delta targets and their inverse, and cond_drop's dropped windows.
+static void test_conditioning(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/interpolate.conf");  // anchor:-8 context:-1 context:0 context:4 target:1 2 3
+    int want[7] = {0, 1, 2, 3, 2, 2, 3};  // target 2 ties between offsets 0 and 4: the earlier slot
+    int refs_ok = 1;
+    for (int f = 0; f < c.slots; f++) refs_ok &= config_reference_slot(&c, f) == want[f];
+    Config e;
+    config_defaults(&e);
+    config_load(&e, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    for (int f = 4; f < 7; f++) refs_ok &= config_reference_slot(&e, f) == 3;
+    check(refs_ok && config_anchor_slot(&c) == 0, "reference_slots",
+          "interpolate targets 1, 2, 3 -> offsets 0, 0 (tie: the earlier), 4; extrapolate targets -> offset 0");
+
+    // the assembled input: slot f carries its frame, the anchor's, then its reference's
+    config_set(&c, "cond_concat=anchor+nearest", "test");
+    c.frame_size = 8, c.patch = 4, c.width = 48, c.freq_dim = 8, c.depth = 1;
+    Model *m = build_model(&c, backend_cpu(), 2);
+    size_t nx = (size_t)m->S * m->E;
+    philox_fill_uniform(m->in.xt, nx, -1, 1, 9, 0, RNG_TEST, 0);
+    model_forward(m);
+    int input_ok = m->Cin == 9 && m->Ein == 3 * m->E;
+    for (int b = 0; b < m->B; b++)
+        for (int f = 0; f < m->F; f++) {
+            const real *in = m->a.xin + ((size_t)b * m->F + f) * m->Ein, *w = m->in.xt + (size_t)b * m->F * m->E;
+            int from[3] = {f, 0, want[f]};
+            for (int k = 0; k < 3; k++) input_ok &= !memcmp(in + k * m->E, w + from[k] * m->E, sizeof(real) * m->E);
+        }
+    check(input_ok, "cond_concat_input", "anchor+nearest: %d input channels, every slot's parts in place", m->Cin);
+    free_model(m);
+
+    // delta targets, and the sampler's inverse
+    config_set(&c, "targets=deltas", "test");
+    config_set(&c, "delta_scale=4", "test");
+    size_t E = (size_t)c.channels * c.frame_size * c.frame_size, n = 2 * c.slots * E;
+    real *x = fc_malloc(sizeof(real) * n), *d = fc_malloc(sizeof(real) * n), *back = fc_malloc(sizeof(real) * E);
+    philox_fill_uniform(x, n, -1, 1, 4, 0, RNG_TEST, 0);
+    memcpy(d, x, sizeof(real) * n);
+    flow_delta_targets(&c, 2, d);
+    double worst = 0;
+    int given_same = 1;
+    for (int b = 0; b < 2; b++)
+        for (int f = 0; f < c.slots; f++) {
+            const real *xf = x + ((size_t)b * c.slots + f) * E, *df = d + ((size_t)b * c.slots + f) * E;
+            if (c.slot_kind[f] != SLOT_TARGET) {
+                given_same &= !memcmp(xf, df, sizeof(real) * E);
+                continue;
+            }
+            const real *ref = x + ((size_t)b * c.slots + want[f]) * E;
+            for (size_t k = 0; k < E; k++) worst = fmax(worst, fabs(df[k] - 4 * (xf[k] - ref[k])));
+            flow_delta_to_frame(&c, back, df, ref, E);
+            for (size_t k = 0; k < E; k++) worst = fmax(worst, fabs(back[k] - xf[k]));
+        }
+    check(given_same && worst < 1e-6, "delta_targets",
+          "targets = 4 (x - x[ref]) and back within %.1e; the given slots untouched", worst);
+    free(x), free(d), free(back);
+
+    // cond_drop: about that fraction of windows has every given slot at t = 1, the targets as before
+    enum { W = 20000 };
+    real *t = fc_malloc(sizeof(real) * W * c.slots), *t0 = fc_malloc(sizeof(real) * W * c.slots);
+    real *off = fc_malloc(sizeof(real) * W * c.slots), *mask = fc_malloc(sizeof(real) * W * c.slots);
+    flow_slot_levels(&c, W, 5, 7, t0, off, mask);
+    config_set(&c, "cond_drop=0.2", "test");
+    flow_slot_levels(&c, W, 5, 7, t, off, mask);
+    int dropped = 0, drop_ok = 1;
+    for (int b = 0; b < W; b++) {
+        const real *tb = t + b * c.slots, *t0b = t0 + b * c.slots;
+        int drop = tb[0] == 1;
+        dropped += drop;
+        for (int f = 0; f < c.slots; f++)
+            drop_ok &= c.slot_kind[f] == SLOT_TARGET ? tb[f] == t0b[f] : drop ? tb[f] == 1 : tb[f] == t0b[f];
+    }
+    check(drop_ok && fabs(dropped / (double)W - 0.2) < 0.01, "cond_drop_windows",
+          "%.4f of %d windows dropped (cond_drop 0.2), all their given slots at t = 1, targets unchanged",
+          dropped / (double)W, W);
+    free(t), free(t0), free(off), free(mask);
+}
+
 // The memory plan counts exactly what build_model allocates (parameters, gradients, activations,
 // their gradient scratch, inputs) at each recompute setting and batch: it comes from the same layout
 // code, so it cannot drift from the allocation. (test_cuda checks the same on the GPU's plans.)
@@ -99,6 +179,7 @@ static void test_plan_matches_allocation(void) {
             config_defaults(&c);
             config_load(&c, "configs/tiny/starter.conf");
             c.recompute = rc, c.keep_blocks = B - 1;  // the tiny config's 2 blocks: none kept, then one
+            c.cond_concat = rc == 1 ? CONCAT_ANCHOR_NEAREST : CONCAT_NONE;  // the assembled input counted too
             Model *m = build_model(&c, backend_cpu(), B);
             MemPlan p = memory_plan(&c, B, PLAN_CPU);
             char name[64];
@@ -197,6 +278,7 @@ int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
     test_flow();
+    test_conditioning();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);
