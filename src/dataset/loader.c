@@ -13,6 +13,7 @@
 
 #include "dataset/loader.h"
 #include "base/philox.h"
+#include "dataset/moving_shapes.h"
 #include "base/clock.h"
 
 #define LOADER_MAX_THREADS 256
@@ -23,8 +24,8 @@ enum { BATCH_FREE, BATCH_FILLING, BATCH_READY, BATCH_HELD };
 typedef struct {
     real *buf;  // (B, F, 3, N, N)
     int step, state;
-    int *clip, *t0;  // per window
-    uint8_t *flip;
+    int *clip, *t0;  // per window; clip -1: a moving-shapes window
+    uint8_t *flip, *speed;
     int *order;         // the windows sorted by clip
     int *group;         // group g is order[group[g] .. group[g + 1] - 1]
     uint64_t *keys;     // scratch for the sort
@@ -38,6 +39,8 @@ struct Loader {
     const Backend *be;  // allocates the batch buffers (NULL: plain host memory)
     const Dataset *d;
     int B, F, N, nclips, starts, first;
+    int starts2, first2;  // the same at 2x speed (starts2 < 1: no clip is long enough for it)
+    double mix_shapes, fast_fraction;
     int off[MAX_SLOTS];
     uint64_t seed;
     size_t raw, window;  // bytes of a clip; values of a window (F * 3 * N * N)
@@ -79,10 +82,15 @@ static void schedule(Loader *l, Batch *b, int step) {
     b->step = step, b->state = BATCH_FILLING, b->next = 0, b->done = 0, b->failed = 0, b->err[0] = 0;
     for (int w = 0; w < l->B; w++) {
         uint64_t base = (uint64_t)w * LOADER_INDEX_STRIDE;
-        b->clip[w] = (int)pick(l->seed, (uint32_t)step, base, (uint32_t)l->nclips);
-        b->t0[w] = l->first + (int)pick(l->seed, (uint32_t)step, base + 256, (uint32_t)l->starts);
-        b->flip[w] = (uint8_t)(philox_u32(l->seed, (uint32_t)step, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
-        b->keys[w] = (uint64_t)b->clip[w] << 32 | (uint32_t)w;
+        uint32_t s32 = (uint32_t)step;
+        double u_fast = philox_uniform(l->seed, s32, RNG_AUG, LOADER_FAST_BASE + (uint64_t)w);
+        double u_shapes = philox_uniform(l->seed, s32, RNG_AUG, LOADER_SHAPES_BASE + (uint64_t)w);
+        b->speed[w] = u_fast < l->fast_fraction && l->starts2 >= 1 ? 2 : 1;
+        b->clip[w] = u_shapes < l->mix_shapes ? -1 : (int)pick(l->seed, s32, base, (uint32_t)l->nclips);
+        b->t0[w] = b->speed[w] == 2 ? l->first2 + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts2)
+                                    : l->first + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts);
+        b->flip[w] = (uint8_t)(philox_u32(l->seed, s32, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
+        b->keys[w] = (uint64_t)(uint32_t)(b->clip[w] + 1) << 32 | (uint32_t)w;  // shapes windows first
     }
     qsort(b->keys, (size_t)l->B, sizeof(uint64_t), cmp_u64);
     b->ngroups = 0;
@@ -93,13 +101,19 @@ static void schedule(Loader *l, Batch *b, int step) {
     b->group[b->ngroups] = l->B;
 }
 
-// Window w of batch b from its clip's frames.
+// Window w of batch b from its clip's frames, or drawn by the moving shapes (clip -1).
 static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *clip) {
     int N = l->N;
     size_t plane = (size_t)N * N;
     real *out = b->buf + (size_t)w * l->window;
+    if (b->clip[w] < 0) {
+        double start = 100 * philox_uniform(l->seed, (uint32_t)b->step, RNG_DATA, (uint64_t)w * LOADER_INDEX_STRIDE + 511);
+        for (int f = 0; f < l->F; f++)
+            shapes_frame(out + (size_t)f * 3 * plane, 3, N, l->seed, (uint32_t)b->step, (uint32_t)w, start + l->off[f]);
+        return;
+    }
     for (int f = 0; f < l->F; f++) {
-        const uint8_t *frame = clip + (size_t)(b->t0[w] + l->off[f]) * plane * 3;
+        const uint8_t *frame = clip + (size_t)(b->t0[w] + b->speed[w] * l->off[f]) * plane * 3;
         real *o = out + (size_t)f * 3 * plane;
         for (int y = 0; y < N; y++) {
             const uint8_t *row = frame + (size_t)y * N * 3;
@@ -150,7 +164,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&l->mu);
 
         int rc = 0, first = b->order[b->group[g]], clip = b->clip[first];
-        if (wk->cached != clip) {
+        if (clip >= 0 && wk->cached != clip) {
             wk->cached = -1;
             rc = dataset_read_clip(l->d, clip, wk->cache, err, sizeof err);
             if (!rc) wk->cached = clip;
@@ -176,7 +190,7 @@ static void free_loader(Loader *l) {
     for (int i = 0; i < l->nbat; i++) {
         Batch *b = &l->bat[i];
         if (l->be && b->buf) l->be->host_free(b->buf); else free(b->buf);
-        free(b->clip), free(b->t0), free(b->flip), free(b->order), free(b->group), free(b->keys);
+        free(b->clip), free(b->t0), free(b->flip), free(b->speed), free(b->order), free(b->group), free(b->keys);
     }
     free(l->bat);
     free(l->th);
@@ -245,6 +259,8 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     Loader *l = fc_calloc(1, sizeof *l);
     l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
     l->starts = dataset_clip_frames(d) - (s->hi - s->lo), l->first = -s->lo, l->seed = seed;
+    l->starts2 = dataset_clip_frames(d) - 2 * (s->hi - s->lo), l->first2 = -2 * s->lo;
+    l->mix_shapes = c->mix_shapes, l->fast_fraction = c->fast_fraction;
     memcpy(l->off, s->off, sizeof s->off);
     l->raw = dataset_clip_bytes(d);
     l->window = (size_t)l->F * 3 * N * N;
@@ -257,7 +273,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
                        : fc_malloc(sizeof(real) * l->window * (size_t)batch);
         b->clip = fc_malloc(sizeof(int) * (size_t)batch);
         b->t0 = fc_malloc(sizeof(int) * (size_t)batch);
-        b->flip = fc_malloc((size_t)batch);
+        b->flip = fc_malloc((size_t)batch), b->speed = fc_malloc((size_t)batch);
         b->order = fc_malloc(sizeof(int) * (size_t)batch);
         b->group = fc_malloc(sizeof(int) * ((size_t)batch + 1));
         b->keys = fc_malloc(sizeof(uint64_t) * (size_t)batch);

@@ -9,8 +9,12 @@
 //   clip  = pick(clips, 0)
 //   t0    = -min_offset + pick(clip_frames - (max_offset - min_offset), 256)
 //   flip  = philox_u32(seed, s, RNG_AUG, 2^48 + b) >> 31     (1: mirror every frame left to right)
-// and slot f is frame t0 + slot_offset[f] of the clip (offsets are whole numbers of frames and may be
-// negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
+//   speed = 2 when philox_uniform(seed, s, RNG_AUG, 2^49 + b) < fast_fraction and the plan's span at
+//           2x fits in a clip, else 1; at 2x, t0 = -2 min_offset + pick(clip_frames - 2 (max - min), 256)
+//   shapes: philox_uniform(seed, s, RNG_AUG, 2^50 + b) < mix_shapes: the window is the moving-shapes
+//           clip (seed, s, b) from time 100 u(511), at the plan's offsets, instead of footage
+// and slot f is frame t0 + speed * slot_offset[f] of the clip (offsets are whole numbers of frames and
+// may be negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
 // double, then rounded).
 #ifndef FRAMECHAIN_LOADER_H
 #define FRAMECHAIN_LOADER_H
@@ -24,6 +28,8 @@
 
 #define LOADER_INDEX_STRIDE 512                  // Philox elements per window in RNG_DATA
 #define LOADER_FLIP_BASE ((uint64_t)1 << 48)     // the flips' first element in RNG_AUG
+#define LOADER_FAST_BASE ((uint64_t)1 << 49)     // the 2x-speed draws' first element in RNG_AUG
+#define LOADER_SHAPES_BASE ((uint64_t)1 << 50)   // the moving-shapes draws' first element in RNG_AUG
 
 typedef struct Loader Loader;
 

@@ -17,11 +17,12 @@ static Config load(const char *dir, const char *role) {
     return c;
 }
 
-// Walk the windows in order; returns a description of the first violation, or NULL.
-static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, char *why, size_t len) {
+// Walk the windows in order, frames 0..given-1 known at the start; returns a description of the
+// first violation, or NULL.
+static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int given, char *why, size_t len) {
     unsigned char *known = calloc((size_t)p->last_frame + 1, 1);
     int *made = calloc((size_t)N, sizeof(int));
-    known[0] = 1;
+    memset(known, 1, (size_t)given);
     const char *bad = NULL;
     for (int k = 0; k < p->count && !bad; k++) {
         const ChainWindow *w = &p->w[k];
@@ -52,7 +53,7 @@ static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, char *w
         for (int i = 0; i < w->slots; i++)
             if (c->slot_kind[i] == SLOT_TARGET && w->frame[i] >= 0 && w->frame[i] <= p->last_frame) known[w->frame[i]] = 1;
     }
-    for (int f = 1; f < N && !bad; f++)
+    for (int f = given; f < N && !bad; f++)
         if (made[f] != 1) snprintf(why, len, "frame %d made %d times", f, made[f]), bad = why;
     free(known), free(made);
     return bad;
@@ -76,7 +77,7 @@ int main(void) {
                 bad_count++;
                 continue;
             }
-            const char *bad = walk(&p, cfg, N, why, sizeof why);
+            const char *bad = walk(&p, cfg, N, 1, why, sizeof why);
             if (bad && !bad_count++) snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, bad);
             if (N == 181) windows_181 = p.count;
             chain_free(&p);
@@ -117,5 +118,27 @@ int main(void) {
     char err[256] = "";
     int rc = chain_build(&p, &st, &ex, &in, 6, err, sizeof err);
     check(rc == -1 && strstr(err, "at least 7"), "chain_refuses_too_few_frames", "%s", rc ? err : "accepted");
+
+    // Started from the starter's whole window (eval --given 7): no starter window, every other frame
+    // made once from frames that exist; other counts are refused.
+    const Config *cfg[3] = {&st, &ex, &in};
+    int given_bad = 0, starter_windows = 0;
+    char why[256] = "", first_bad[300] = "";
+    for (int N = 7; N <= 400; N += 7) {
+        if (chain_build_given(&p, &st, &ex, &in, N, 7, err, sizeof err)) {
+            if (!given_bad++) snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, err);
+            continue;
+        }
+        for (int k = 0; k < p.count; k++) starter_windows += p.w[k].role == ROLE_STARTER;
+        const char *bad = walk(&p, cfg, N, 7, why, sizeof why);
+        if (bad && !given_bad++) snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, bad);
+        chain_free(&p);
+    }
+    check(given_bad == 0 && starter_windows == 0, "chain_given_first_window",
+          "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once%s%s", starter_windows,
+          given_bad ? "; " : "", first_bad);
+    rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
+    check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
+          rc ? err : "accepted");
     return g_failed ? 1 : 0;
 }

@@ -46,6 +46,8 @@ static void section_train_step(void) {
     printf("---- 3%s. one training step of %s on %s and the CPU ----\n", *g_mode ? "b" : "", TINY, g_gpu->name);
     Config c;
     if (!load_config(&c, TINY, 1)) return;
+    // the given frames concatenated to every slot's input (the copies and the wider patch embedding)
+    config_set(&c, "cond_concat=anchor+nearest", "test");
     Model *m[2];
     real *x0[2], *ema[2], loss[2];
     Optimizer *o[2];
@@ -76,7 +78,7 @@ static void section_train_step(void) {
           g_tol, e_pred, g_tol_net);
 
     real *gc = fetch(g_cpu, mc->grads_mem, np), *gg = fetch(g_gpu, mg->grads_mem, np);
-    double e_grad, e_dxt = dev_err(mc->d.dxt, mg->d.dxt, S * E);
+    double e_grad, e_dxt = dev_err(mc->d.dxt, mg->d.dxt, S * mc->Ein);
     int zero_tensors, wi = worst_tensor(mc, gg, gc, &e_grad, &zero_tensors);
     check(e_grad <= g_tol_net && e_dxt <= g_tol_net && zero_tensors == 0, nm("cuda_train_gradients"),
           "%d tensors, %zu parameters: worst %s rel err %.1e, input gradient dxt %.1e (tol %.0e); %d all-zero "
@@ -102,10 +104,10 @@ static void section_train_step(void) {
         model_forward(mr);
         real lr = model_loss(mr);
         model_backward(mr);
-        real *gr = fetch(g_gpu, mr->grads_mem, np), *dr = fetch(g_gpu, mr->d.dxt, S * E);
-        real *dg = fetch(g_gpu, mg->d.dxt, S * E);
+        real *gr = fetch(g_gpu, mr->grads_mem, np), *dr = fetch(g_gpu, mr->d.dxt, S * mc->Ein);
+        real *dg = fetch(g_gpu, mg->d.dxt, S * mc->Ein);
         int same = !memcmp(&lr, &loss[1], sizeof lr) && !memcmp(gr, gg, sizeof(real) * np) &&
-                   !memcmp(dr, dg, sizeof(real) * S * E);
+                   !memcmp(dr, dg, sizeof(real) * S * mc->Ein);
         check(same && mr->acts_bytes < mg->acts_bytes,
               nm(rc == 1 ? "cuda_recompute_identical" : "cuda_recompute2_identical"),
               "recompute = %d: loss, %zu gradients and the input gradient %s; %zu activation bytes, %zu without", rc,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dataset/moving_shapes.h"
 #include "base/common.h"
 #include "base/config.h"
 #include "dataset/loader.h"
@@ -27,6 +28,9 @@ static uint32_t ref_pick(uint64_t seed, int step, uint64_t base, uint32_t n) {
     }
 }
 
+// Windows counted by ref_batch: moving shapes, and footage at 2x speed.
+static int g_ref_shapes, g_ref_fast;
+
 static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, int step, real *out) {
     int N = dataset_frame_size(d), CF = dataset_clip_frames(d), lo = 0, hi = 0;
     for (int f = 0; f < c->slots; f++) {
@@ -36,16 +40,28 @@ static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, i
     }
     uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
     char err[1024];
+    size_t frame = (size_t)3 * N * N;
     for (int b = 0; b < B; b++) {
+        int speed = philox_uniform(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 49) + b) < c->fast_fraction &&
+                            CF - 2 * (hi - lo) >= 1 ? 2 : 1;
+        if (philox_uniform(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 50) + b) < c->mix_shapes) {
+            double start = 100 * philox_uniform(seed, (uint32_t)step, RNG_DATA, (uint64_t)b * 512 + 511);
+            for (int f = 0; f < c->slots; f++)
+                shapes_frame(out + ((size_t)b * c->slots + f) * frame, 3, N, seed, (uint32_t)step, (uint32_t)b,
+                             start + c->slot_offset[f]);
+            g_ref_shapes++;
+            continue;
+        }
+        g_ref_fast += speed == 2;
         int k = (int)ref_pick(seed, step, (uint64_t)b * 512, (uint32_t)dataset_clips(d));
-        int t0 = -lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - (hi - lo)));
+        int t0 = -speed * lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - speed * (hi - lo)));
         int flip = philox_u32(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 48) + (uint64_t)b) >= 0x80000000u;
         if (dataset_read_clip(d, k, clip, err, sizeof err)) fc_die("%s", err);
         for (int f = 0; f < c->slots; f++)
             for (int ch = 0; ch < 3; ch++)
                 for (int y = 0; y < N; y++)
                     for (int x = 0; x < N; x++) {
-                        int t = t0 + (int)c->slot_offset[f], xs = flip ? N - 1 - x : x;
+                        int t = t0 + speed * (int)c->slot_offset[f], xs = flip ? N - 1 - x : x;
                         uint8_t p = clip[(((size_t)t * N + y) * N + xs) * 3 + ch];
                         out[((((size_t)b * c->slots + f) * 3 + ch) * N + y) * N + x] = (real)(p / 127.5 - 1.0);
                     }
@@ -123,6 +139,20 @@ static void test_loader(void) {
     for (int s = 0; a && s < 20; s++) eq += !memcmp(a + per * s, ref + per * s, sizeof(real) * per);
     check(eq == 20, "loader_matches_reference", "%d of 20 batches (%d windows of 7 slots) equal the direct computation",
           eq, B);
+    {  // moving shapes mixed in, and clips at 2x speed
+        Config cm = c;
+        cm.mix_shapes = 0.3, cm.fast_fraction = 0.5;
+        g_ref_shapes = g_ref_fast = 0;
+        real *rm = fc_malloc(sizeof(real) * per * 20);
+        for (int s = 1; s <= 20; s++) ref_batch(d, &cm, B, seed, s, rm + per * (size_t)(s - 1));
+        real *xm = run_loader(d, &cm, B, seed, 1, 20, 2, 2);
+        int eqm = 0;
+        for (int s = 0; xm && s < 20; s++) eqm += !memcmp(xm + per * s, rm + per * s, sizeof(real) * per);
+        check(eqm == 20 && g_ref_shapes > 10 && g_ref_fast > 10, "loader_mix_shapes_and_fast",
+              "mix_shapes 0.3, fast_fraction 0.5: %d of 20 batches equal the direct computation; %d of %d windows "
+              "moving shapes, %d at 2x speed", eqm, g_ref_shapes, 20 * B, g_ref_fast);
+        free(rm), free(xm);
+    }
     real *b = run_loader(d, &c, B, seed, 1, 20, 3, 4);
     check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_threads_prefetch_invariant",
           "1 thread + prefetch 1 and 3 threads + prefetch 4: %zu values identical", per * 20);
