@@ -15,7 +15,12 @@ static const char *HELP_PREPARE =
     "shared by consecutive clips with --overlap) and write them to DIR as shards of at most M MiB\n"
     "(default 256) with a CRC per clip, zlib-compressed where that pays, plus manifest.tsv (each clip's\n"
     "source and first frame) and dataset.json, written last. An unreadable, damaged or too short input\n"
-    "is reported in one line and skipped; the exit status is 1 only when no clip came out.\n";
+    "is reported in one line and skipped; the exit status is 1 only when no clip came out.\n"
+    "\n"
+    "Synthetic footage, whose truth is known to any length (for eval), is an input too:\n"
+    "  shapes:K:N     the built-in moving-shapes clip K (the one --first-frame shapes:K starts), N frames\n"
+    "  pan:IMAGE:N    a camera panning 0.5 pixel a frame over IMAGE (scaled to twice the frame size),\n"
+    "                 bouncing off its edges, N frames\n";
 
 int cmd_prepare(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},

@@ -45,6 +45,7 @@ run_suite safetensors "$BUILD/test_safetensors"
 run_suite video "$BUILD/test_video"
 run_suite shards "$BUILD/test_shards"
 run_suite loader "$BUILD/test_loader"
+run_suite synthetic "$BUILD/test_synthetic"
 run_suite chain "$BUILD/test_chain"
 
 if want reference; then

@@ -9,6 +9,7 @@
 
 #include "base/common.h"
 #include "dataset/prepare.h"
+#include "dataset/synthetic.h"
 #include "formats/shards.h"
 #include "video/video.h"
 #include "base/clock.h"
@@ -16,9 +17,11 @@
 // ----------------------------------------------------------------------------
 // the sources: expanding the inputs into video files and frame folders
 
+typedef enum { SOURCE_VIDEO, SOURCE_FRAME_FOLDER, SOURCE_SYNTHETIC } SourceKind;
+
 typedef struct {
     char *path;
-    int is_frame_folder;
+    SourceKind kind;
 } Source;
 
 typedef struct {
@@ -26,14 +29,14 @@ typedef struct {
     int n, cap;
 } Sources;
 
-static void add_source(Sources *ss, const char *path, int is_frame_folder) {
+static void add_source(Sources *ss, const char *path, SourceKind kind) {
     if (ss->n == ss->cap) {
         ss->cap = ss->cap ? 2 * ss->cap : 64;
         ss->s = realloc(ss->s, sizeof(Source) * ss->cap);
         if (!ss->s) fc_die("out of host memory listing the inputs");
     }
     ss->s[ss->n].path = strdup(path);
-    ss->s[ss->n].is_frame_folder = is_frame_folder;
+    ss->s[ss->n].kind = kind;
     ss->n++;
 }
 
@@ -74,13 +77,17 @@ static void free_list(char **list) {
 // A folder whose files include images is one clip's frames; otherwise every file is a video and
 // every subfolder is looked into the same way. Returns how many inputs could not be read at all.
 static int expand(Sources *ss, const char *path, int depth) {
+    if (depth == 0 && synthetic_is_spec(path)) {  // shapes:K:N, pan:IMAGE:N (synthetic.h)
+        add_source(ss, path, SOURCE_SYNTHETIC);
+        return 0;
+    }
     struct stat st;
     if (stat(path, &st)) {
         printf("  %s: skipped: %s\n", path, strerror(errno));
         return 1;
     }
     if (!S_ISDIR(st.st_mode)) {
-        add_source(ss, path, 0);
+        add_source(ss, path, SOURCE_VIDEO);
         return 0;
     }
     int n, images = 0, bad = 0;
@@ -91,7 +98,7 @@ static int expand(Sources *ss, const char *path, int depth) {
     }
     for (int i = 0; i < n; i++) images += is_image_path(list[i]);
     if (images) {
-        add_source(ss, path, 1);
+        add_source(ss, path, SOURCE_FRAME_FOLDER);
     } else if (depth < 8) {
         for (int i = 0; i < n; i++) bad += expand(ss, list[i], depth + 1);
     }
@@ -182,7 +189,18 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     const PrepareOptions *o = c->o;
     long frames = 0;
     why[0] = 0;
-    if (src->is_frame_folder) {
+    if (src->kind == SOURCE_SYNTHETIC) {  // no clock either: one frame per output frame
+        SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
+        if (!syn) return -1;
+        *src_fps = c->fps = o->fps > 0 ? o->fps : 25.0;
+        for (; frames < synthetic_frames(syn); frames++) {
+            synthetic_frame(syn, (int)frames, frame);
+            cutter_frame(c, frame, frames / c->fps);
+        }
+        synthetic_close(syn);
+        return frames;
+    }
+    if (src->kind == SOURCE_FRAME_FOLDER) {
         int n;
         char **list = list_folder(src->path, &n);
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame

@@ -1,0 +1,28 @@
+// synthetic.h: footage whose truth is known to any length, for evaluating the chain where the
+// motion is determined by what it is given. `framechain prepare` takes these as inputs:
+//   shapes:K:N     the built-in moving-shapes clip K (moving_shapes.h; the clip `generate
+//                  --first-frame shapes:K` starts from), N frames
+//   pan:IMAGE:N    a camera panning at a constant 0.5 pixel a frame over IMAGE, which fills a square
+//                  of twice the frame size, bouncing off its edges; the direction is a pure function
+//                  of IMAGE's name; N frames
+#ifndef FRAMECHAIN_SYNTHETIC_H
+#define FRAMECHAIN_SYNTHETIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SYNTHETIC_MAX_FRAMES 1000000
+#define SYNTHETIC_PAN_SPEED 0.5  // pixels a frame
+
+typedef struct SyntheticSource SyntheticSource;
+
+// 1 when text names a synthetic source (starts with shapes: or pan:), else 0.
+int synthetic_is_spec(const char *text);
+// The source for frames of size x size. NULL with one line in err naming the spec and what is wrong.
+SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen);
+int synthetic_frames(const SyntheticSource *s);
+// Frame `index` (0 .. synthetic_frames - 1) as (size, size, 3) RGB.
+void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb);
+void synthetic_close(SyntheticSource *s);
+
+#endif

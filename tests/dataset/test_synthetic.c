@@ -1,0 +1,109 @@
+// test_synthetic.c: the synthetic footage of synthetic.h: moving-shapes clips are the built-in
+// clips' frames; a pan over a ramp image moves its crop 0.5 pixel a frame and bounces inside the
+// image for 1000 frames; bad specs are refused with one line naming them.
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "formats/shard_fixture.h"
+#include "base/common.h"
+#include "video/video.h"
+#include "dataset/moving_shapes.h"
+#include "dataset/synthetic.h"
+
+enum { S = 16, W = 2 * S, FRAMES = 1000 };
+
+static void test_shapes(void) {
+    char err[512];
+    SyntheticSource *s = synthetic_open("shapes:5:40", S, err, sizeof err);
+    int same = s && synthetic_frames(s) == 40;
+    uint8_t rgb[S * S * 3];
+    real planes[3 * S * S];
+    for (int f = 0; same && f < 40; f += 13) {
+        synthetic_frame(s, f, rgb);
+        shapes_frame(planes, 3, S, 1, 0, 5, f);
+        for (int i = 0; i < S * S; i++)
+            for (int c = 0; c < 3; c++) same &= abs(rgb[3 * i + c] - (int)lrint((planes[c * S * S + i] + 1) * 127.5)) <= 0;
+    }
+    check(same, "synthetic_shapes", "shapes:5:40: 40 frames, each the built-in clip 5's frame%s%s", s ? "" : ": ",
+          s ? "" : err);
+    synthetic_close(s);
+}
+
+// A world whose red is 8 x column and green 8 x row: the crop's corner reads back from pixel (0, 0).
+static void test_pan(const char *dir) {
+    char path[600], spec[700], err[512];
+    snprintf(path, sizeof path, "%s/ramp.png", dir);
+    uint8_t world[W * W * 3];
+    for (int y = 0; y < W; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *p = world + ((size_t)y * W + x) * 3;
+            p[0] = (uint8_t)(8 * x), p[1] = (uint8_t)(8 * y), p[2] = 128;
+        }
+    if (image_write_png(path, W, W, world)) {
+        check(0, "synthetic_pan", "cannot write %s", path);
+        return;
+    }
+    snprintf(spec, sizeof spec, "pan:%s:%d", path, FRAMES);
+    SyntheticSource *s = synthetic_open(spec, S, err, sizeof err);
+    if (!s) {
+        check(0, "synthetic_pan", "%s", err);
+        return;
+    }
+    uint8_t rgb[S * S * 3];
+    double px = 0, py = 0, longest = 0, total = 0, lo[2] = {1e9, 1e9}, hi[2] = {-1e9, -1e9};
+    int inside = 1;
+    for (int f = 0; f < FRAMES; f++) {
+        synthetic_frame(s, f, rgb);
+        double x = rgb[0] / 8.0, y = rgb[1] / 8.0;  // the crop's corner, to 1/16 pixel
+        inside &= x >= 0 && x <= S - 1 + 0.07 && y >= 0 && y <= S - 1 + 0.07;
+        if (f) {
+            double step = hypot(x - px, y - py);
+            longest = fmax(longest, step), total += step;
+        }
+        lo[0] = fmin(lo[0], x), lo[1] = fmin(lo[1], y), hi[0] = fmax(hi[0], x), hi[1] = fmax(hi[1], y);
+        px = x, py = y;
+    }
+    double mean = total / (FRAMES - 1);
+    int bounced = (lo[0] < 0.2 && hi[0] > S - 1.2) || (lo[1] < 0.2 && hi[1] > S - 1.2);
+    check(inside && longest < 0.5 + 0.15 && mean > 0.4 && bounced, "synthetic_pan",
+          "%d frames: the crop moves %.3f pixel a frame on average (at most %.3f), stays inside the image and "
+          "bounces (x %.2f..%.2f, y %.2f..%.2f)", FRAMES, mean, longest, lo[0], hi[0], lo[1], hi[1]);
+    synthetic_close(s);
+}
+
+static void test_refusals(void) {
+    const char *bad[][2] = {{"shapes:3", "shapes:K:FRAMES"},
+                            {"shapes:3:0", "FRAMES from 1"},
+                            {"shapes:x:10", "clip number"},
+                            {"pan:/no/such/image.png:10", "/no/such/image.png"},
+                            {"pan::10", "pan:IMAGE:FRAMES"}};
+    int ok = 1;
+    char why[600] = "";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[512] = "";
+        SyntheticSource *s = synthetic_open(bad[i][0], S, err, sizeof err);
+        if (s || !strstr(err, bad[i][1]) || strchr(err, '\n')) {
+            ok = 0;
+            snprintf(why, sizeof why, "%s: %s", bad[i][0], s ? "accepted" : err);
+        }
+        synthetic_close(s);
+    }
+    check(ok, "synthetic_refuses_bad_specs", "%zu bad specs, each one line naming it%s%s",
+          sizeof bad / sizeof bad[0], ok ? "" : "; ", why);
+}
+
+static void run_all(void) {
+    char dir[512];
+    folder(dir, sizeof dir, "synthetic");
+    mkdir(dir, 0755);
+    test_shapes();
+    test_pan(dir);
+    test_refusals();
+}
+
+int main(void) { return run_in_scratch("synthetic", run_all); }
