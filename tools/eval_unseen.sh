@@ -1,34 +1,76 @@
 #!/usr/bin/env bash
-# make eval: the chain on a scene it never saw. The three small models (configs/small/, the demo's
-# networks and budget) train on vtest.avi and tree.avi (opencv-doc); `framechain eval` then starts
-# the chain from the first frames of Megamind.avi's clips, another scene, and scores it against the
-# real continuation beside holding frame 0. The moving shapes follow, where the truth is known to
-# any length.
-# Usage: tools/eval_unseen.sh [WORK_DIR] [--set key=value ...]   (the sets go to all three models)
-# EVAL_STEPS: training steps a model (default 800); EVAL_ARGS: more `framechain eval` options.
+# make eval: the chain on scenes it never saw. The three small models (configs/small/, the demo's
+# networks and budget) train on vtest.avi and tree.avi (opencv-doc). Then `framechain eval` scores
+# the chain against the truth, beside holding the last given frame:
+#   real:   Megamind.avi, another scene, in its stretches without a cut (frames 2-97, 99-146 and
+#           201-248: 4 clips of 48 frames), from each clip's first frame;
+#   pans:   synthetic camera pans over four photographs (synthetic.h; no still is used in training),
+#           1000 frames each, from the first frame and from the first 7 (eval --given 7);
+#   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames, from the first 7.
+# Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
+# EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run.
 set -eu
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
+SETS=${EVAL_SETS:-real pans shapes}
 work=${1:-out/eval-unseen}
 shift || true
 set_args=()
 for s in "$@"; do set_args+=(--set "$s"); done
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
-for f in vtest.avi tree.avi Megamind.avi; do
+for f in vtest.avi tree.avi Megamind.avi fruits.jpg building.jpg baboon.jpg home.jpg; do
     [ -f "$DATA_DIR/$f" ] || { echo "eval_unseen: $DATA_DIR/$f is missing (apt-get install opencv-doc)" >&2; exit 1; }
 done
 mkdir -p "$work"
-if [ ! -f "$work/unseen/dataset.json" ]; then
-    rm -rf "$work/train" "$work/unseen"
+
+# ---- data: training footage, and the three held-out sets ----
+if [ ! -f "$work/train/dataset.json" ]; then
+    rm -rf "$work/train"
     "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/tree.avi" --out "$work/train" --size 32 \
         --clip-frames 32 --overlap 16
-    "$FC" prepare --input "$DATA_DIR/Megamind.avi" --out "$work/unseen" --size 32 --clip-frames 48
 fi
+if [ ! -f "$work/real/dataset.json" ]; then
+    rm -rf "$work/real" "$work/segments"
+    mkdir -p "$work/segments"
+    for seg in 2:97 99:146 201:248; do
+        ffmpeg -v error -y -i "$DATA_DIR/Megamind.avi" -vf "select=between(n\,${seg%:*}\,${seg#*:})" -vsync 0 \
+            -c:v ffv1 "$work/segments/megamind_${seg%:*}.mkv"
+    done
+    "$FC" prepare --input "$work/segments" --out "$work/real" --size 32 --clip-frames 48
+fi
+if [ ! -f "$work/pans/dataset.json" ]; then
+    rm -rf "$work/pans"
+    pans=()
+    for img in fruits building baboon home; do pans+=(--input "pan:$DATA_DIR/$img.jpg:1000"); done
+    "$FC" prepare "${pans[@]}" --out "$work/pans" --size 32 --clip-frames 1000
+fi
+if [ ! -f "$work/shapes/dataset.json" ]; then
+    rm -rf "$work/shapes"
+    "$FC" prepare --input shapes:1000001:1000 --input shapes:1000002:1000 --input shapes:1000003:1000 \
+        --out "$work/shapes" --size 32 --clip-frames 1000
+fi
+
+# ---- the three models ----
 for role in starter extrapolate interpolate; do
     "$FC" train --config "configs/small/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200 "${set_args[@]}"
 done
+
+# ---- the chain on each held-out set ----
 runs=(--starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
-# shellcheck disable=SC2086
-"$FC" eval "${runs[@]}" --data "$work/unseen" --clips 5 --frames 48 --long 181 --noise-aug 0.1 --steps 10 \
-    --tsv "$work/eval.tsv" ${EVAL_ARGS:-} | tee "$work/eval.txt"
+score() {  # name, then eval options
+    local name=$1; shift
+    echo "== eval_unseen: $name"
+    # shellcheck disable=SC2086
+    "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 --tsv "$work/$name.tsv" "$@" ${EVAL_ARGS:-} \
+        | tee "$work/$name.txt"
+}
+for set in $SETS; do
+    case $set in
+    real) score real --data "$work/real" --clips 4 --frames 48 --long 181 ;;
+    pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 1000
+          score pans_given7 --data "$work/pans" --clips 4 --frames 48 --long 1000 --given 7 ;;
+    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 48 --long 1000 --given 7 ;;
+    *) echo "eval_unseen: unknown set '$set' (real, pans, shapes)" >&2; exit 2 ;;
+    esac
+done

@@ -113,3 +113,42 @@ expect_refusal too_many_frames 1 "the clips of .* have only 24 frames" "${RUNS[@
 expect_refusal no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" --tsv "$tmp/bad.tsv"
 expect_refusal bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
 expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"
+expect_refusal given_count 1 "1 (the first frame) or 7" "${RUNS[@]}" --data "$tmp/held32" --given 3 --tsv "$tmp/bad.tsv"
+expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \
+    --tsv "$tmp/bad.tsv"
+
+# From the first 7 real frames (the starter skipped): the rows start at frame 7, the baseline holds frame 6
+"$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --given 7 --long 30 --noise-aug 0.1 --tsv "$tmp/given.tsv" \
+    > "$tmp/out" 2> "$tmp/err"
+rc=$?
+q=$(grep -c '^quality' "$tmp/given.tsv" 2>/dev/null)
+first=$(awk -F'\t' '$1 == "quality" { print $3; exit }' "$tmp/given.tsv" 2>/dev/null)
+if [ $rc -eq 0 ] && grep -q 'copy: frame 6 held' "$tmp/out" && grep -qE '^0\.1 +7-12 ' "$tmp/out" &&
+    ! grep -qE '^0\.1 +1-6 ' "$tmp/out" && [ "$q" = 17 ] && [ "$first" = 7 ]; then
+    pass eval_given_window "rows from frame 7 (17 per level), frame 6 held as the baseline"
+else
+    fail eval_given_window "status $rc, $q quality rows from frame $first: $(tail -1 "$tmp/err")"
+fi
+
+# Models with the given frames concatenated, delta targets and dropped conditioning, sampled with
+# guidance: the same tables, numbers in range, and guidance 1 differs from guidance 2
+for role in starter extrapolate interpolate; do
+    if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/g_$role" --steps 4 --set warmup_steps=1 \
+        --set checkpoint_every=4 --set cond_concat=anchor+nearest --set targets=deltas --set cond_drop=0.2 \
+        > "$tmp/g_$role.log" 2>&1; then
+        fail eval_guided_train_$role "$(tail -1 "$tmp/g_$role.log")"
+        exit 1
+    fi
+done
+GRUNS=(--starter "$tmp/g_starter" --extrapolate "$tmp/g_extrapolate" --interpolate "$tmp/g_interpolate")
+ok=1
+for w in 1 2; do
+    "$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --guidance $w --tsv "$tmp/g$w.tsv" \
+        > "$tmp/g$w.out" 2> "$tmp/err" || ok=0
+done
+bad=$(awk -F'\t' '$1 == "quality" && ($4 !~ /^[0-9.]+$/ || $4 < 3 || $4 > 99) { print $4 }' "$tmp/g1.tsv" "$tmp/g2.tsv")
+if [ $ok = 1 ] && [ -z "$bad" ] && grep -q 'guidance 2' "$tmp/g2.out" && ! cmp -s "$tmp/g1.tsv" "$tmp/g2.tsv"; then
+    pass eval_guidance "concat + deltas + cond_drop models: guidance 1 and 2 both score, and differ"
+else
+    fail eval_guidance "status ok=$ok, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
+fi
