@@ -108,7 +108,7 @@ CUDA_OBJ := $(if $(NVCC),$(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard cuda/
 CFLAGS   += -Isrc -I.
 DEPFLAGS := -MMD -MP
 
-.PHONY: all demo test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo eval test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
 all: info $(BIN)
 
 info:
@@ -226,6 +226,11 @@ test-cuda-emu: info $(TEST_EMU)
 # The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
 demo: info $(BIN)
 	FC=./$(BIN) tools/demo.sh
+
+# The chain on scenes it never saw (README, "Quality"): the demo's three models trained on two
+# videos, scored on another, on synthetic pans and on moving shapes.
+eval: info $(BIN)
+	FC=./$(BIN) tools/eval_unseen.sh out/eval-unseen $(EVAL_KEYS)
 
 # Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
 bench-prepare: $(BIN)

@@ -4,9 +4,10 @@
 # the chain against the truth, beside holding the last given frame:
 #   real:   Megamind.avi, another scene, in its stretches without a cut (frames 2-97, 99-146 and
 #           201-248: 4 clips of 48 frames), from each clip's first frame;
-#   pans:   synthetic camera pans over four photographs (synthetic.h; no still is used in training),
-#           1000 frames each, from the first frame and from the first 7 (eval --given 7);
-#   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames, from the first 7.
+#   pans:   synthetic camera pans over four photographs (synthetic.h; no still is used in training):
+#           48 frames from the first frame; 1000 frames from the first 7 (eval --given 7), with the
+#           drift of mean, contrast and sharpness over 1000 frames;
+#   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
 # EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run.
 set -eu
@@ -68,9 +69,9 @@ score() {  # name, then eval options
 for set in $SETS; do
     case $set in
     real) score real --data "$work/real" --clips 4 --frames 48 --long 181 ;;
-    pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 1000
-          score pans_given7 --data "$work/pans" --clips 4 --frames 48 --long 1000 --given 7 ;;
-    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 48 --long 1000 --given 7 ;;
+    pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
+          score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
+    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 0 --given 7 ;;
     *) echo "eval_unseen: unknown set '$set' (real, pans, shapes)" >&2; exit 2 ;;
     esac
 done

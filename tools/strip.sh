@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A strip of frames for the eye: every 20th frame the chain makes from the first frame of a video,
+# above the video's own frames at the same times (black where the video has ended), 4x enlarged.
+# Usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]   (RUN_DIR holds starter/, extrapolate/, interpolate/)
+#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2");
+#   needs ffmpeg
+set -eu
+FC=${FC:-./framechain}
+runs=$1 video=$2 out=$3 frames=${4:-181}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+size=${SIZE:-32}  # the models' frame size
+# shellcheck disable=SC2086
+"$FC" generate --starter "$runs/starter" --extrapolate "$runs/extrapolate" --interpolate "$runs/interpolate" \
+    --first-frame "$video" --frames "$frames" --steps 10 --out "$tmp/made" --quiet ${GEN_ARGS:-} > /dev/null
+mkdir -p "$tmp/real"
+ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
+    -frames:v "$frames" "$tmp/real/frame-%06d.png"
+n=$(( (frames + 19) / 20 ))
+pick="select='not(mod(n\,20))',scale=$((4 * size)):$((4 * size)):flags=neighbor"
+ffmpeg -v error -y -start_number 0 -i "$tmp/made/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/made.png"
+ffmpeg -v error -y -start_number 1 -i "$tmp/real/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/real.png"
+ffmpeg -v error -y -i "$tmp/made.png" -i "$tmp/real.png" -filter_complex vstack "$out"
+echo "strip: $out (top: the chain, every 20th of $frames frames; bottom: the video)"
