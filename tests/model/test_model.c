@@ -152,6 +152,7 @@ static void test_conditioning(void) {
     enum { W = 20000 };
     real *t = fc_malloc(sizeof(real) * W * c.slots), *t0 = fc_malloc(sizeof(real) * W * c.slots);
     real *off = fc_malloc(sizeof(real) * W * c.slots), *mask = fc_malloc(sizeof(real) * W * c.slots);
+    config_set(&c, "cond_drop=0", "test");
     flow_slot_levels(&c, W, 5, 7, t0, off, mask);
     config_set(&c, "cond_drop=0.2", "test");
     flow_slot_levels(&c, W, 5, 7, t, off, mask);
