@@ -9,7 +9,7 @@
 static const char *HELP_EVAL =
     "usage: framechain eval --starter RUN --extrapolate RUN --interpolate RUN --data DIR [--clips K]\n"
     "                       [--frames N] [--long M] [--noise-aug L1,L2,...] [--steps S] [--seed K] [--tsv FILE]\n"
-    "                       [--given K] [--guidance W]\n"
+    "                       [--given K] [--guidance W] [--temperature T]\n"
     "\n"
     "On held-out clips (a dataset made by 'framechain prepare', at the models' frame size, from footage\n"
     "the models did not train on), start the chain from each clip's real first frame and compare every\n"
@@ -33,6 +33,7 @@ static const char *HELP_EVAL =
     "                     (7 frames with the shipped plans; the starter is skipped), for motion that one\n"
     "                     frame cannot determine; the baseline then holds frame K-1\n"
     "  --guidance W       history guidance, as for generate (default 1: off)\n"
+    "  --temperature T    the generated frames start from noise of standard deviation T (default 1)\n"
     "  --tsv FILE         also write every per-frame number to FILE (through FILE.tmp): one header, then\n"
     "                     'quality' rows (clip means per frame) and 'drift' rows; nan where there is no number\n"
     "\n"
@@ -41,10 +42,11 @@ static const char *HELP_EVAL =
 int cmd_eval(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--data", 1}, {"--clips", 1},
                   {"--frames", 1}, {"--long", 1}, {"--noise-aug", 1}, {"--steps", 1}, {"--seed", 1}, {"--tsv", 1},
-                  {"--given", 1}, {"--guidance", 1}, {NULL}};
+                  {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
     EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = SAMPLE_DEFAULT_STEPS,
-                      .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE};
+                      .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
+                      .temperature = SAMPLE_DEFAULT_TEMPERATURE};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};
     for (int r = 0; r < 3; r++) eo.runs[r] = required(opts, roles[r]);
     eo.data = required(opts, "--data");
@@ -66,6 +68,8 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--given")->count) eo.given = (int)parse_positive("--given", opt(opts, "--given")->value, 1000000);
     if (opt(opts, "--guidance")->count)
         eo.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
+    if (opt(opts, "--temperature")->count)
+        eo.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
     return eval_run(&eo, be);
 }

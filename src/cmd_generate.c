@@ -14,7 +14,7 @@
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
-    "                           [--guidance W]\n"
+    "                           [--guidance W] [--temperature T]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -30,6 +30,8 @@ static const char *HELP_GENERATE =
     "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
     "  --guidance W       history guidance: v = v_uncond + W (v_cond - v_uncond), v_uncond with the given\n"
     "                     frames dropped (default 1: off; needs models trained with cond_drop > 0)\n"
+    "  --temperature T    the generated frames start from noise of standard deviation T (default 1, the\n"
+    "                     prior the models were trained from; below 1 trades variety for steadiness)\n"
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
@@ -50,16 +52,18 @@ typedef struct {
 static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
-                  {"--guidance", 1}, {"--quiet", 0}, {NULL}};
+                  {"--guidance", 1}, {"--temperature", 1}, {"--quiet", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
     SampleOptions so = {.steps = SAMPLE_DEFAULT_STEPS, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
-                        .guidance = SAMPLE_DEFAULT_GUIDANCE};
+                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_DEFAULT_TEMPERATURE};
     if (opt(opts, "--guidance")->count)
         so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
+    if (opt(opts, "--temperature")->count)
+        so.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
     if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
     if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
     if (opt(opts, "--noise-aug")->count)

@@ -8,6 +8,7 @@
 #           48 frames from the first frame; 1000 frames from the first 7 (eval --given 7), with the
 #           drift of mean, contrast and sharpness over 1000 frames;
 #   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7.
+# The real set is scored twice: sampling from the trained prior, and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
 # EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run.
 set -eu
@@ -68,7 +69,8 @@ score() {  # name, then eval options
 }
 for set in $SETS; do
     case $set in
-    real) score real --data "$work/real" --clips 4 --frames 48 --long 181 ;;
+    real) score real --data "$work/real" --clips 4 --frames 48 --long 181
+          score real_t07 --data "$work/real" --clips 4 --frames 48 --long 181 --temperature 0.7 ;;
     pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
           score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
     shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 0 --given 7 ;;

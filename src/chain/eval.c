@@ -207,9 +207,9 @@ static void print_header(const Eval *ev) {
     printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
-    printf("\neval: %d frames per clip from %d given, drift over %d, %d Euler steps, guidance %g, seed %llu, on %s; "
-           "starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M, o->steps,
-           o->guidance, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
+    printf("\neval: %d frames per clip from %d given, drift over %d, %d Euler steps, guidance %g, temperature %g, "
+           "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
+           o->steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
     fflush(stdout);
 }
 
@@ -267,7 +267,7 @@ static void score_chain(Eval *ev, int k, int l) {
     fflush(stderr);
     double t0 = fc_now_s();
     SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
-                        .guidance = o->guidance, .quiet = 1};
+                        .guidance = o->guidance, .temperature = o->temperature, .quiet = 1};
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
     for (int f = o->given; f < N; f++) {
@@ -305,7 +305,7 @@ static void eval_drift(Eval *ev) {
         fflush(stderr);
         double t0 = fc_now_s();
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
-                            .guidance = o->guidance, .quiet = 1};
+                            .guidance = o->guidance, .temperature = o->temperature, .quiet = 1};
         set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
         FrameStats s0 = {0};

@@ -112,7 +112,7 @@ static void window_start(const Model *m, const ChainWindow *w, int index, const 
         const real *src = frames + (size_t)w->frame[i] * E;
         off[i] = w->offset[i];
         if (c->slot_kind[i] == SLOT_TARGET) {
-            philox_fill_normal(xi, E, 0, 1, o->seed, (uint32_t)index, RNG_NOISE, i * E);
+            philox_fill_normal(xi, E, 0, (real)o->temperature, o->seed, (uint32_t)index, RNG_NOISE, i * E);
             t[i] = 1;
         } else if (c->slot_kind[i] == SLOT_CONTEXT && L > 0) {  // noise augmentation at the fixed level
             philox_fill_normal(xi, E, 0, 1, o->seed, (uint32_t)index, RNG_AUG, i * E);

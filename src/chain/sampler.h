@@ -33,12 +33,14 @@ void chain_models_free(ChainModels *cm);
 #define SAMPLE_DEFAULT_STEPS 20
 #define SAMPLE_DEFAULT_NOISE_AUG 0.1
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
+#define SAMPLE_DEFAULT_TEMPERATURE 1.0
 
 typedef struct {
     int steps;         // Euler steps per window
     uint64_t seed;     // of the sampling noise
     double noise_aug;  // the level t every context frame is noised to
     double guidance;   // history guidance w: v = v_uncond + w (v_cond - v_uncond); 1: the conditional alone
+    double temperature;  // the targets start from noise of this standard deviation (1: the trained prior)
     int quiet;         // no progress line
 } SampleOptions;
 

@@ -152,3 +152,15 @@ if [ $ok = 1 ] && [ -z "$bad" ] && grep -q 'guidance 2' "$tmp/g2.out" && ! cmp -
 else
     fail eval_guidance "status ok=$ok, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
 fi
+
+# A lower temperature starts the targets from weaker noise: other frames, still in range
+"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --temperature 0.5 --tsv "$tmp/t05.tsv" \
+    > "$tmp/t05.out" 2> "$tmp/err"
+rc=$?
+bad=$(awk -F'\t' '$1 == "quality" && ($4 !~ /^[0-9.]+$/ || $4 < 3 || $4 > 99) { print $4 }' "$tmp/t05.tsv" 2>/dev/null)
+if [ $rc -eq 0 ] && [ -z "$bad" ] && grep -q 'temperature 0.5' "$tmp/t05.out" && ! cmp -s "$tmp/g1.tsv" "$tmp/t05.tsv"; then
+    pass eval_temperature "temperature 0.5: scores in range, other frames than at 1"
+else
+    fail eval_temperature "status $rc, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
+fi
+expect_refusal bad_temperature 2 "temperature" "${GRUNS[@]}" --data "$tmp/held32" --temperature -1 --tsv "$tmp/bad.tsv"
