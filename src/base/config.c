@@ -61,6 +61,8 @@ static const KeyDef KEYS[] = {
     {"delta_scale", KEY_DOUBLE, OFF(delta_scale), 0.01, 1000, "targets = deltas: the differences are multiplied by this"},
     {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
+    {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
+     "std of pixel noise on context frames in training (deltas taken from them): learn to clean made frames"},
     {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
     {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
     {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},

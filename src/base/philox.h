@@ -16,6 +16,7 @@ enum {
     RNG_DATA = 4,      // which clip and window a step sees
     RNG_AUG = 5,       // noise augmentation of context slots
     RNG_DROP = 6,      // which windows' given frames are dropped (cond_drop)
+    RNG_REF = 7,       // the pixel noise of context frames (ref_noise)
     RNG_TEST = 100,    // inputs made up by the tests
 };
 

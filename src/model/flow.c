@@ -36,6 +36,20 @@ void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step) 
     be->flow_mix(m->in.xt, m->in.v, x0, m->in.noise, m->in.t, m->S, m->E);
 }
 
+void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint32_t step) {
+    if (c->ref_noise <= 0) return;
+    size_t E = (size_t)c->channels * c->frame_size * c->frame_size;
+    real *noise = fc_malloc(sizeof(real) * E);
+    for (int b = 0; b < B; b++)
+        for (int f = 0; f < c->slots; f++) {
+            if (c->slot_kind[f] != SLOT_CONTEXT) continue;
+            size_t at = ((size_t)b * c->slots + f) * E;
+            philox_fill_normal(noise, E, 0, (real)c->ref_noise, seed, step, RNG_REF, at);
+            for (size_t e = 0; e < E; e++) x0[at + e] += noise[e];
+        }
+    free(noise);
+}
+
 void flow_delta_targets(const Config *c, int B, real *x0) {
     if (c->targets != TARGETS_DELTAS) return;
     size_t E = (size_t)c->channels * c->frame_size * c->frame_size;

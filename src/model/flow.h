@@ -17,6 +17,11 @@ void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real
 // the levels above, e from (seed, step, RNG_NOISE), x_t and the target v.
 void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step);
 
+// ref_noise: every context slot of the clean windows x0 (host, (B, F, C, H, W)) gets pixel noise
+// of that std, from (seed, step, RNG_REF, (window * F + slot) * E + value), in place, standing in for
+// the errors of the frames the chain made; with targets = deltas the deltas are then taken from the
+// noised frame, so that the network learns to clean it. Nothing when ref_noise is 0.
+void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint32_t step);
 // targets = deltas: every target slot of the clean windows x0 (host, (B, F, C, H, W)) becomes
 // (x0[slot] - x0[reference slot]) * delta_scale, in place; the given slots stay. Nothing otherwise.
 void flow_delta_targets(const Config *c, int B, real *x0);

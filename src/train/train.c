@@ -235,6 +235,7 @@ static double load_batch(Trainer *t, int step, double t0) {
         t_data = fc_now_s() - t0;
     }
     if (fc_test_hook("NAN_AT_STEP") == step) t->host_x0[0] = NAN;  // a corrupt sample, for the tests
+    flow_corrupt_context(c, t->m->B, t->host_x0, (uint64_t)c->seed, (uint32_t)step);
     flow_delta_targets(c, t->m->B, t->host_x0);
     t->be->upload(t->x0, t->host_x0, bytes);
     return t_data;

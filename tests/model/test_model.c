@@ -146,6 +146,31 @@ static void test_conditioning(void) {
         }
     check(given_same && worst < 1e-6, "delta_targets",
           "targets = 4 (x - x[ref]) and back within %.1e; the given slots untouched", worst);
+
+    // ref_noise: pixel noise of that std on the context slots only, the same for the same (seed, step)
+    config_set(&c, "ref_noise=0.05", "test");
+    memcpy(d, x, sizeof(real) * n);
+    flow_corrupt_context(&c, 2, d, 8, 3);
+    double sq = 0;
+    long cnt = 0;
+    int others_same = 1;
+    for (int b = 0; b < 2; b++)
+        for (int f = 0; f < c.slots; f++) {
+            size_t at = ((size_t)b * c.slots + f) * E;
+            if (c.slot_kind[f] != SLOT_CONTEXT) {
+                others_same &= !memcmp(x + at, d + at, sizeof(real) * E);
+                continue;
+            }
+            for (size_t k = 0; k < E; k++) sq += (d[at + k] - x[at + k]) * (d[at + k] - x[at + k]), cnt++;
+        }
+    real *again = fc_malloc(sizeof(real) * n);
+    memcpy(again, x, sizeof(real) * n);
+    flow_corrupt_context(&c, 2, again, 8, 3);
+    double sd = sqrt(sq / cnt);
+    check(others_same && fabs(sd - 0.05) < 0.005 && !memcmp(again, d, sizeof(real) * n), "ref_noise_context_only",
+          "context slots noised with std %.4f (ref_noise 0.05) over %ld values, the same again; anchor and targets "
+          "untouched", sd, cnt);
+    free(again);
     free(x), free(d), free(back);
 
     // cond_drop: about that fraction of windows has every given slot at t = 1, the targets as before
