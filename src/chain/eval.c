@@ -45,6 +45,7 @@ typedef struct {
     FrameStats first;          // its first frame's stats, the 1 of every ratio
     double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; the given frames unused
     double *psnr_copy, *ssim_copy;  // (N): clip sums of the copy baseline (the same at every level)
+    double *psnr_hold0, *ssim_hold0;  // (N): the same for holding frame 0 (the copy itself when given = 1)
     FrameStats *drift;         // (L, M): ratios to frame 0
     FrameStats *real;          // (real_frames): ratios to frame 0 of the real clip
 } Results;
@@ -55,16 +56,22 @@ static void print_num(FILE *f, double v) {
 }
 
 // One row: the means over clips and over frames a..b of level l.
+// With more than one given frame, holding frame 0 follows as two more columns.
 static void quality_row(const Results *r, int l, double level, int a, int b, int clips, const char *label) {
     const double *ps = r->psnr + (size_t)l * r->N, *ss = r->ssim + (size_t)l * r->N;
-    double s[4] = {0};
-    for (int f = a; f <= b; f++) s[0] += ps[f], s[1] += r->psnr_copy[f], s[2] += ss[f], s[3] += r->ssim_copy[f];
+    double s[6] = {0};
+    for (int f = a; f <= b; f++) {
+        s[0] += ps[f], s[1] += r->psnr_copy[f], s[2] += ss[f], s[3] += r->ssim_copy[f];
+        s[4] += r->psnr_hold0[f], s[5] += r->ssim_hold0[f];
+    }
     double d = (double)clips * (b - a + 1);
     char range[32];
     if (a == b) snprintf(range, sizeof range, "%d", a);
     else snprintf(range, sizeof range, "%d-%d", a, b);
-    printf("%-10g %-10s %11.2f %11.2f %11.4f %11.4f\n", level, label ? label : range, s[0] / d, s[1] / d, s[2] / d,
+    printf("%-10g %-10s %11.2f %11.2f %11.4f %11.4f", level, label ? label : range, s[0] / d, s[1] / d, s[2] / d,
            s[3] / d);
+    if (r->given > 1) printf(" %11.2f %11.4f", s[4] / d, s[5] / d);
+    printf("\n");
 }
 
 // Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1, the given
@@ -72,8 +79,10 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
 static void print_quality(const Results *r, const double *levels, int clips) {
     printf("\nquality against the real frames (means over %d clip%s and the frames of each range; copy: frame %d "
            "held)\n", clips, clips == 1 ? "" : "s", r->given - 1);
-    printf("%-10s %-10s %11s %11s %11s %11s\n", "noise-aug", "frames", "PSNR chain", "PSNR copy", "SSIM chain",
+    printf("%-10s %-10s %11s %11s %11s %11s", "noise-aug", "frames", "PSNR chain", "PSNR copy", "SSIM chain",
            "SSIM copy");
+    if (r->given > 1) printf(" %11s %11s", "PSNR hold 0", "SSIM hold 0");
+    printf("\n");
     int last = r->N - 1;
     for (int l = 0; l < r->L; l++) {
         for (int lo = 1, hi = 6; lo <= last; lo = hi + 1, hi *= 2)
@@ -118,12 +127,13 @@ static void print_drift(const Results *r, const double *levels, int clip_frames)
 // One header; a section column says which half of the columns a row fills; "nan": no number.
 static int write_tsv(FILE *out, const Results *r, const double *levels, int clips) {
     fprintf(out, "section\tnoise_aug\tframe\tpsnr_chain\tpsnr_copy\tssim_chain\tssim_copy\tmean\tcontrast\tsharpness\t"
-               "real_mean\treal_contrast\treal_sharpness\n");
+               "real_mean\treal_contrast\treal_sharpness\tpsnr_hold0\tssim_hold0\n");
     for (int l = 0; l < r->L; l++)
         for (int f = r->given; f < r->N; f++) {
             size_t i = (size_t)l * r->N + f;
-            fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\n", levels[l], f,
-                    r->psnr[i] / clips, r->psnr_copy[f] / clips, r->ssim[i] / clips, r->ssim_copy[f] / clips);
+            fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\n",
+                    levels[l], f, r->psnr[i] / clips, r->psnr_copy[f] / clips, r->ssim[i] / clips,
+                    r->ssim_copy[f] / clips, r->psnr_hold0[f] / clips, r->ssim_hold0[f] / clips);
         }
     for (int l = 0; l < r->L; l++)
         for (int f = 0; f < r->M; f++) {
@@ -132,7 +142,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
             fprintf(out, "drift\t%g\t%d\tnan\tnan\tnan\tnan", levels[l], f);
             double v[6] = {d.mean, d.contrast, d.sharpness, q.mean, q.contrast, q.sharpness};
             for (int k = 0; k < 6; k++) fputc('\t', out), print_num(out, v[k]);
-            fputc('\n', out);
+            fputs("\tnan\tnan\n", out);
         }
     return ferror(out) ? -1 : 0;
 }
@@ -220,6 +230,7 @@ static void alloc_buffers(Eval *ev) {
     *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given};
     r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
     r->psnr_copy = fc_calloc(N, sizeof(double)), r->ssim_copy = fc_calloc(N, sizeof(double));
+    r->psnr_hold0 = fc_calloc(N, sizeof(double)), r->ssim_hold0 = fc_calloc(N, sizeof(double));
     r->drift = fc_calloc((size_t)L * M + 1, sizeof(FrameStats));
     r->real = fc_calloc((size_t)r->real_frames + 1, sizeof(FrameStats));
     ev->clip = fc_malloc(dataset_clip_bytes(ev->ds));
@@ -242,13 +253,14 @@ static void note_drift_start(Eval *ev, int k) {
     }
 }
 
-// The baseline: the last known frame held.
+// The baselines: the last known frame held, and frame 0 held.
 static void score_copy(Eval *ev) {
     size_t frame_bytes = (size_t)ev->S * ev->S * 3;
     const uint8_t *held = ev->clip + (size_t)(ev->o->given - 1) * frame_bytes;
     for (int f = ev->o->given; f < ev->N; f++) {
-        ev->r.psnr_copy[f] += frame_psnr(held, ev->clip + f * frame_bytes, ev->S);
-        ev->r.ssim_copy[f] += frame_ssim(held, ev->clip + f * frame_bytes, ev->S);
+        const uint8_t *truth = ev->clip + f * frame_bytes;
+        ev->r.psnr_copy[f] += frame_psnr(held, truth, ev->S), ev->r.ssim_copy[f] += frame_ssim(held, truth, ev->S);
+        ev->r.psnr_hold0[f] += frame_psnr(ev->clip, truth, ev->S), ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
     }
 }
 
@@ -341,6 +353,7 @@ static void eval_close(Eval *ev) {
     Results *r = &ev->r;
     free(ev->video), free(ev->clip), free(ev->first), free(ev->rgb);
     free(r->psnr), free(r->ssim), free(r->psnr_copy), free(r->ssim_copy), free(r->drift), free(r->real);
+    free(r->psnr_hold0), free(r->ssim_hold0);
     chain_free(&ev->plan), chain_free(&ev->long_plan);
     dataset_close(ev->ds);
     chain_models_free(&ev->cm);

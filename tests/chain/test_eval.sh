@@ -123,9 +123,15 @@ expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}"
 rc=$?
 q=$(grep -c '^quality' "$tmp/given.tsv" 2>/dev/null)
 first=$(awk -F'\t' '$1 == "quality" { print $3; exit }' "$tmp/given.tsv" 2>/dev/null)
+# frame 0 held is the second baseline: its columns in the table and the TSV, equal to the copy of
+# the run from one frame
+hold_given=$(awk -F'\t' '$1 == "quality" && $3 == 7 { print $14 }' "$tmp/given.tsv" 2>/dev/null)
+copy_one=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" && $3 == 7 { print $5 }' "$tmp/eval.tsv")
+hold_one=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" && $3 == 7 { print $14 }' "$tmp/eval.tsv")
 if [ $rc -eq 0 ] && grep -q 'copy: frame 6 held' "$tmp/out" && grep -qE '^0\.1 +7-12 ' "$tmp/out" &&
-    ! grep -qE '^0\.1 +1-6 ' "$tmp/out" && [ "$q" = 17 ] && [ "$first" = 7 ]; then
-    pass eval_given_window "rows from frame 7 (17 per level), frame 6 held as the baseline"
+    ! grep -qE '^0\.1 +1-6 ' "$tmp/out" && [ "$q" = 17 ] && [ "$first" = 7 ] && grep -q 'PSNR hold 0' "$tmp/out" &&
+    [ -n "$hold_given" ] && [ "$hold_given" = "$copy_one" ] && [ "$hold_one" = "$copy_one" ]; then
+    pass eval_given_window "rows from frame 7 (17 per level), frame 6 held as the baseline, frame 0 held beside it ($hold_given dB at frame 7, as the copy from one frame)"
 else
     fail eval_given_window "status $rc, $q quality rows from frame $first: $(tail -1 "$tmp/err")"
 fi
