@@ -10,7 +10,17 @@ STEPS=${DEMO_STEPS:-800}
 OUT=${DEMO_OUT:-out}
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
 work="$OUT/demo"
+# Runs continue only their own config: when configs/small/ changed since the runs under $work were
+# started, they are moved aside (to $work.previous-N, nothing deleted) and the demo starts afresh.
+stamp=$(cat configs/small/*.conf | cksum | cut -d' ' -f1)
+if [ -d "$work/starter" ] && [ "$(cat "$work/configs.cksum" 2>/dev/null)" != "$stamp" ]; then
+    n=1
+    while [ -e "$work.previous-$n" ]; do n=$((n + 1)); done
+    mv "$work" "$work.previous-$n"
+    echo "demo: configs/small/ changed since $work was trained: moved it to $work.previous-$n"
+fi
 mkdir -p "$work"
+echo "$stamp" > "$work/configs.cksum"
 start=$(date +%s)
 say() { printf '\n== demo [%dm%02ds] %s\n' $(( ($(date +%s) - start) / 60 )) $(( ($(date +%s) - start) % 60 )) "$*"; }
 
