@@ -60,7 +60,7 @@ else
 endif
 FFMPEG_LIBS := libavformat libavcodec libswscale libavutil
 ifeq ($(NO_FFMPEG),1)
-  VIDEO_SRC := src/video/video_none.c
+  VIDEO_SRC := src/video/video_none.c src/video/frame_convert.c
   FFMPEG_STATUS := no (video and image I/O disabled: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libstb-dev)
   LDLIBS += -lz -lpthread
 else

@@ -86,7 +86,8 @@ static void print_quality(const Results *r, const double *levels, int clips) {
     int last = r->N - 1;
     for (int l = 0; l < r->L; l++) {
         for (int lo = 1, hi = 6; lo <= last; lo = hi + 1, hi *= 2)
-            if (hi >= r->given) quality_row(r, l, levels[l], lo > r->given ? lo : r->given, hi < last ? hi : last, clips, NULL);
+            if (hi >= r->given)
+                quality_row(r, l, levels[l], lo > r->given ? lo : r->given, hi < last ? hi : last, clips, NULL);
         quality_row(r, l, levels[l], r->given, last, clips, "all");
     }
 }
@@ -219,7 +220,8 @@ static void print_header(const Eval *ev) {
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
     printf("\neval: %d frames per clip from %d given, drift over %d, %d Euler steps, guidance %g, temperature %g, "
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
-           o->steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0], ev->cm.step[1], ev->cm.step[2]);
+           o->steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
+           ev->cm.step[1], ev->cm.step[2]);
     fflush(stdout);
 }
 
@@ -260,7 +262,8 @@ static void score_copy(Eval *ev) {
     for (int f = ev->o->given; f < ev->N; f++) {
         const uint8_t *truth = ev->clip + f * frame_bytes;
         ev->r.psnr_copy[f] += frame_psnr(held, truth, ev->S), ev->r.ssim_copy[f] += frame_ssim(held, truth, ev->S);
-        ev->r.psnr_hold0[f] += frame_psnr(ev->clip, truth, ev->S), ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
+        ev->r.psnr_hold0[f] += frame_psnr(ev->clip, truth, ev->S);
+        ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
     }
 }
 

@@ -15,22 +15,7 @@
 #include "chain/sampler.h"
 
 // ----------------------------------------------------------------------------
-// frames
-
-void frame_from_rgb(real *dst, const uint8_t *rgb, int S) {
-    size_t plane = (size_t)S * S;
-    for (size_t i = 0; i < plane; i++)
-        for (int c = 0; c < 3; c++) dst[c * plane + i] = (real)(rgb[3 * i + c] / 127.5 - 1.0);
-}
-
-void frame_to_rgb(uint8_t *rgb, const real *src, int S) {
-    size_t plane = (size_t)S * S;
-    for (size_t i = 0; i < plane; i++)
-        for (int c = 0; c < 3; c++) {
-            double v = (src[c * plane + i] + 1.0) * 127.5;
-            rgb[3 * i + c] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrint(v));
-        }
-}
+// the first frame
 
 // The first frame of a video, which must be at least S x S. Returns 0, or -1 with one line in err.
 static int load_video_first_frame(const char *path, int S, uint8_t *rgb, char *err, size_t errlen) {

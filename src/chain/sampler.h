@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "chain/chain_plan.h"
+#include "video/video.h"  // frame_from_rgb, frame_to_rgb
 
 // ----------------------------------------------------------------------------
 // the three models
@@ -54,10 +55,6 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
 
 // ----------------------------------------------------------------------------
 // frames
-
-// Frame conversions between [-1, 1] planes (C, S, S) and RGB24 (S, S, 3).
-void frame_from_rgb(real *dst, const uint8_t *rgb, int S);
-void frame_to_rgb(uint8_t *rgb, const real *src, int S);
 
 // The first frame of IMG (PNG/JPEG, or the first frame of a video; shapes:K the first frame of the
 // built-in moving-shapes clip K) as (3, S, S) in [-1, 1]. Returns 0, or -1 with one line in err.

@@ -107,7 +107,8 @@ static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *c
     size_t plane = (size_t)N * N;
     real *out = b->buf + (size_t)w * l->window;
     if (b->clip[w] < 0) {
-        double start = 100 * philox_uniform(l->seed, (uint32_t)b->step, RNG_DATA, (uint64_t)w * LOADER_INDEX_STRIDE + 511);
+        uint64_t at = (uint64_t)w * LOADER_INDEX_STRIDE + 511;
+        double start = 100 * philox_uniform(l->seed, (uint32_t)b->step, RNG_DATA, at);
         for (int f = 0; f < l->F; f++)
             shapes_frame(out + (size_t)f * 3 * plane, 3, N, l->seed, (uint32_t)b->step, (uint32_t)w, start + l->off[f]);
         return;

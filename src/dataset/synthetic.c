@@ -98,12 +98,7 @@ void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
     int S = s->size;
     if (!s->pan) {
         shapes_frame(s->planes, 3, S, 1, 0, s->clip, index);
-        size_t plane = (size_t)S * S;
-        for (size_t i = 0; i < plane; i++)
-            for (int c = 0; c < 3; c++) {
-                double v = (s->planes[c * plane + i] + 1.0) * 127.5;
-                rgb[3 * i + c] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrint(v));
-            }
+        frame_to_rgb(rgb, s->planes, S);
         return;
     }
     // bilinear samples of the world at the crop's sub-pixel corner
@@ -115,7 +110,8 @@ void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
         for (int x = 0; x < S; x++) {
             const uint8_t *p = s->world + ((size_t)(iy + y) * W + ix + x) * 3;
             for (int c = 0; c < 3; c++) {
-                double v = (1 - fy) * ((1 - fx) * p[c] + fx * p[3 + c]) + fy * ((1 - fx) * p[3 * W + c] + fx * p[3 * W + 3 + c]);
+                const uint8_t *q = p + 3 * W;  // the row below
+                double v = (1 - fy) * ((1 - fx) * p[c] + fx * p[3 + c]) + fy * ((1 - fx) * q[c] + fx * q[3 + c]);
                 rgb[((size_t)y * S + x) * 3 + c] = (uint8_t)lrint(v);
             }
         }

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/common.h"  // real
+
 // The largest frame side video_next_frame and image_load_square accept for `size`.
 #define VIDEO_MAX_SIZE 8192
 
@@ -69,6 +71,11 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
 int is_image_path(const char *path);
 // Write w x h RGB24 as a PNG. 0, or -1 (errno tells why where the C library set it).
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb);
+
+// Frame conversions between the network's [-1, 1] planes (3, S, S) and RGB24 (S, S, 3); RGB is
+// rounded to nearest and clamped (frame_convert.c, built with or without FFmpeg).
+void frame_from_rgb(real *dst, const uint8_t *rgb, int S);
+void frame_to_rgb(uint8_t *rgb, const real *src, int S);
 
 typedef struct VideoWriter VideoWriter;
 // Encode width x height RGB24 frames at `fps` into `path`; the container comes from the extension:
