@@ -80,6 +80,12 @@ static const KeyDef KEYS[] = {
     {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATA_SOURCES},
     {"mix_shapes", KEY_DOUBLE, OFF(mix_shapes), 0, 1, "training on shards: this fraction of windows are moving shapes"},
     {"fast_fraction", KEY_DOUBLE, OFF(fast_fraction), 0, 1, "this fraction of windows play their clip at 2x speed"},
+    {"crop_zoom", KEY_DOUBLE, OFF(crop_zoom), 1, 4,
+     "training on shards: each window of footage is a crop of its clip zoomed by a factor drawn in [1, this] and "
+     "scaled back to frame_size (1: whole frames)"},
+    {"crop_pan", KEY_DOUBLE, OFF(crop_pan), 0, 4,
+     "with crop_zoom > 1: the crop moves at a velocity drawn in [-this, this] pixels a frame on each axis, as far "
+     "as the frame has room (a synthetic camera pan over real footage)"},
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -97,7 +103,7 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
-    c->delta_scale = 4.0;
+    c->delta_scale = 4.0, c->crop_zoom = 1.0;
 }
 
 int config_anchor_slot(const Config *c) {
@@ -294,6 +300,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (!targets) return fc_errf(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
     if (c->keep_blocks != KEEP_BLOCKS_AUTO && c->keep_blocks > c->depth)
         return fc_errf(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
+    if (c->crop_pan > 0 && c->crop_zoom == 1)
+        return fc_errf(err, errlen, "%s: crop_pan %g needs crop_zoom > 1 (a whole frame has no room to pan in)", origin,
+                       c->crop_pan);
     if (c->warmup_steps > c->steps)
         return fc_errf(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
     return 0;

@@ -64,6 +64,8 @@ typedef struct {
     int dataset;            // enum DataSource: the config key "dataset"
     double mix_shapes;      // training on shards: this fraction of the windows are moving shapes instead
     double fast_fraction;   // this fraction of the windows play their clip at 2x speed (every other frame)
+    double crop_zoom;       // footage windows: a crop zoomed by a factor in [1, crop_zoom] (1: whole frames)
+    double crop_pan;        // the crop's velocity on each axis in [-crop_pan, crop_pan] pixels a frame
 } Config;
 
 enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };

@@ -21,11 +21,18 @@
 
 enum { BATCH_FREE, BATCH_FILLING, BATCH_READY, BATCH_HELD };
 
+// A window's crop (loader.h): its side and, in pixels of the clip's frames, the corner at the plan's
+// first offset and the corner's velocity a clip frame.
+typedef struct {
+    double side, ax, ay, vx, vy;
+} Crop;
+
 typedef struct {
     real *buf;  // (B, F, 3, N, N)
     int step, state;
     int *clip, *t0;  // per window; clip -1: a moving-shapes window
     uint8_t *flip, *speed;
+    Crop *crop;         // per window, when the loader crops
     int *order;         // the windows sorted by clip
     int *group;         // group g is order[group[g] .. group[g + 1] - 1]
     uint64_t *keys;     // scratch for the sort
@@ -41,7 +48,8 @@ struct Loader {
     int B, F, N, nclips, starts, first;
     int starts2, first2;  // the same at 2x speed (starts2 < 1: no clip is long enough for it)
     double mix_shapes, fast_fraction;
-    int off[MAX_SLOTS];
+    double crop_zoom, crop_pan;  // crop_zoom 1: whole frames
+    int off[MAX_SLOTS], lo, span;  // the plan's offsets, the smallest, and the frames from it to the largest
     uint64_t seed;
     size_t raw, window;  // bytes of a clip; values of a window (F * 3 * N * N)
     real lut[256];
@@ -77,6 +85,19 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// The crop of window w at `step` (loader.h), its clip played at `speed`.
+static void draw_crop(const Loader *l, uint32_t step, int w, int speed, Crop *c) {
+    double v[5];
+    for (int j = 0; j < 5; j++) v[j] = philox_uniform(l->seed, step, RNG_AUG, LOADER_CROP_BASE + 8 * (uint64_t)w + j);
+    int span = speed * l->span;
+    c->side = l->N / (1 + (l->crop_zoom - 1) * v[0]);
+    double room = l->N - c->side;
+    double vmax = span > 0 ? fmin(l->crop_pan, room / span) : 0;
+    c->vx = vmax * (2 * v[1] - 1), c->vy = vmax * (2 * v[2] - 1);
+    c->ax = fmax(0, -c->vx * span) + v[3] * (room - fabs(c->vx) * span);
+    c->ay = fmax(0, -c->vy * span) + v[4] * (room - fabs(c->vy) * span);
+}
+
 // Give buffer b the windows of `step` and cut them into groups (under the lock).
 static void schedule(Loader *l, Batch *b, int step) {
     b->step = step, b->state = BATCH_FILLING, b->next = 0, b->done = 0, b->failed = 0, b->err[0] = 0;
@@ -90,6 +111,7 @@ static void schedule(Loader *l, Batch *b, int step) {
         b->t0[w] = b->speed[w] == 2 ? l->first2 + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts2)
                                     : l->first + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts);
         b->flip[w] = (uint8_t)(philox_u32(l->seed, s32, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
+        if (l->crop_zoom > 1) draw_crop(l, s32, w, b->speed[w], &b->crop[w]);
         b->keys[w] = (uint64_t)(uint32_t)(b->clip[w] + 1) << 32 | (uint32_t)w;  // shapes windows first
     }
     qsort(b->keys, (size_t)l->B, sizeof(uint64_t), cmp_u64);
@@ -99,6 +121,31 @@ static void schedule(Loader *l, Batch *b, int step) {
         if (i == 0 || b->keys[i] >> 32 != b->keys[i - 1] >> 32) b->group[b->ngroups++] = i;
     }
     b->group[b->ngroups] = l->B;
+}
+
+// Frame `frame` (N x N RGB bytes) through crop c, `rel` clip frames after the plan's first offset,
+// into o (3, N, N): the bilinear sample of loader.h.
+static void crop_frame(const Loader *l, const uint8_t *frame, const Crop *c, int rel, int flip, real *o) {
+    int N = l->N;
+    size_t plane = (size_t)N * N;
+    double cx = c->ax + c->vx * rel, cy = c->ay + c->vy * rel, step = c->side / N;  // source pixels an output one
+    for (int y = 0; y < N; y++) {
+        double sy = fmin(fmax(cy + (y + 0.5) * step - 0.5, 0), N - 1);
+        int y0 = (int)sy, y1 = y0 + 1 < N ? y0 + 1 : y0;
+        double fy = sy - y0;
+        for (int x = 0; x < N; x++) {
+            double sx = fmin(fmax(cx + ((flip ? N - 1 - x : x) + 0.5) * step - 0.5, 0), N - 1);
+            int x0 = (int)sx, x1 = x0 + 1 < N ? x0 + 1 : x0;
+            double fx = sx - x0;
+            const uint8_t *p00 = frame + ((size_t)y0 * N + x0) * 3, *p01 = frame + ((size_t)y0 * N + x1) * 3;
+            const uint8_t *p10 = frame + ((size_t)y1 * N + x0) * 3, *p11 = frame + ((size_t)y1 * N + x1) * 3;
+            for (int ch = 0; ch < 3; ch++) {
+                double top = l->lut[p00[ch]] * (1 - fx) + l->lut[p01[ch]] * fx;
+                double bottom = l->lut[p10[ch]] * (1 - fx) + l->lut[p11[ch]] * fx;
+                o[ch * plane + (size_t)y * N + x] = (real)(top * (1 - fy) + bottom * fy);
+            }
+        }
+    }
 }
 
 // Window w of batch b from its clip's frames, or drawn by the moving shapes (clip -1).
@@ -116,6 +163,10 @@ static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *c
     for (int f = 0; f < l->F; f++) {
         const uint8_t *frame = clip + (size_t)(b->t0[w] + b->speed[w] * l->off[f]) * plane * 3;
         real *o = out + (size_t)f * 3 * plane;
+        if (l->crop_zoom > 1) {
+            crop_frame(l, frame, &b->crop[w], b->speed[w] * (l->off[f] - l->lo), b->flip[w], o);
+            continue;
+        }
         for (int y = 0; y < N; y++) {
             const uint8_t *row = frame + (size_t)y * N * 3;
             real *r = o + (size_t)y * N, *g = r + plane, *bl = g + plane;
@@ -191,7 +242,8 @@ static void free_loader(Loader *l) {
     for (int i = 0; i < l->nbat; i++) {
         Batch *b = &l->bat[i];
         if (l->be && b->buf) l->be->host_free(b->buf); else free(b->buf);
-        free(b->clip), free(b->t0), free(b->flip), free(b->speed), free(b->order), free(b->group), free(b->keys);
+        free(b->clip), free(b->t0), free(b->flip), free(b->speed), free(b->crop);
+        free(b->order), free(b->group), free(b->keys);
     }
     free(l->bat);
     free(l->th);
@@ -262,7 +314,9 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     l->starts = dataset_clip_frames(d) - (s->hi - s->lo), l->first = -s->lo, l->seed = seed;
     l->starts2 = dataset_clip_frames(d) - 2 * (s->hi - s->lo), l->first2 = -2 * s->lo;
     l->mix_shapes = c->mix_shapes, l->fast_fraction = c->fast_fraction;
+    l->crop_zoom = c->crop_zoom, l->crop_pan = c->crop_pan;
     memcpy(l->off, s->off, sizeof s->off);
+    l->lo = s->lo, l->span = s->hi - s->lo;
     l->raw = dataset_clip_bytes(d);
     l->window = (size_t)l->F * 3 * N * N;
     for (int p = 0; p < 256; p++) l->lut[p] = (real)(p / 127.5 - 1.0);
@@ -275,6 +329,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
         b->clip = fc_malloc(sizeof(int) * (size_t)batch);
         b->t0 = fc_malloc(sizeof(int) * (size_t)batch);
         b->flip = fc_malloc((size_t)batch), b->speed = fc_malloc((size_t)batch);
+        b->crop = fc_calloc((size_t)batch, sizeof(Crop));
         b->order = fc_malloc(sizeof(int) * (size_t)batch);
         b->group = fc_malloc(sizeof(int) * ((size_t)batch + 1));
         b->keys = fc_malloc(sizeof(uint64_t) * (size_t)batch);

@@ -16,6 +16,14 @@
 // and slot f is frame t0 + speed * slot_offset[f] of the clip (offsets are whole numbers of frames and
 // may be negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
 // double, then rounded).
+//   crop (crop_zoom > 1, footage windows only), from v(j) = philox_uniform(seed, s, RNG_AUG, 2^51 + 8 b + j):
+//           side = N / (1 + (crop_zoom - 1) v(0)), room = N - side, span = speed (max_offset - min_offset),
+//           vmax = min(crop_pan, room / span) (0 when span is 0), velocity vx = vmax (2 v(1) - 1),
+//           vy = vmax (2 v(2) - 1), start ax = max(0, -vx span) + v(3) (room - |vx| span), ay the same with
+//           v(4); slot f's crop has its corner at a + v speed (slot_offset[f] - min_offset), and output pixel
+//           (x, y) (x mirrored first when flip) is the bilinear sample at a + ((x, y) + 0.5) (side / N) - 0.5
+//           (clamped to the frame) of the values above, in double (top row, bottom row, then between
+//           them, each as v0 (1 - w) + v1 w), then rounded.
 #ifndef FRAMECHAIN_LOADER_H
 #define FRAMECHAIN_LOADER_H
 
@@ -30,6 +38,7 @@
 #define LOADER_FLIP_BASE ((uint64_t)1 << 48)     // the flips' first element in RNG_AUG
 #define LOADER_FAST_BASE ((uint64_t)1 << 49)     // the 2x-speed draws' first element in RNG_AUG
 #define LOADER_SHAPES_BASE ((uint64_t)1 << 50)   // the moving-shapes draws' first element in RNG_AUG
+#define LOADER_CROP_BASE ((uint64_t)1 << 51)     // the crops' first element in RNG_AUG (8 a window)
 
 typedef struct Loader Loader;
 

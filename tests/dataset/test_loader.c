@@ -28,8 +28,24 @@ static uint32_t ref_pick(uint64_t seed, int step, uint64_t base, uint32_t n) {
     }
 }
 
-// Windows counted by ref_batch: moving shapes, and footage at 2x speed.
-static int g_ref_shapes, g_ref_fast;
+// Windows counted by ref_batch: moving shapes, footage at 2x speed, cropped, cropped and moving; and
+// crop samples that fell outside the frame (before the clamp, more than half a pixel out).
+static int g_ref_shapes, g_ref_fast, g_ref_zoomed, g_ref_panned, g_ref_outside;
+
+// The value of frame (N x N RGB) at (sx, sy), bilinear between its four pixels, as loader.h says.
+static real ref_bilinear(const uint8_t *frame, int N, double sx, double sy, int ch) {
+    if (sx < -0.5 - 1e-9 || sy < -0.5 - 1e-9 || sx > N - 0.5 + 1e-9 || sy > N - 0.5 + 1e-9) g_ref_outside++;
+    sx = sx < 0 ? 0 : sx > N - 1 ? N - 1 : sx;
+    sy = sy < 0 ? 0 : sy > N - 1 ? N - 1 : sy;
+    int x0 = (int)floor(sx), y0 = (int)floor(sy);
+    int x1 = x0 == N - 1 ? x0 : x0 + 1, y1 = y0 == N - 1 ? y0 : y0 + 1;
+    double wx = sx - x0, wy = sy - y0;
+#define PIX(x, y) ((real)(frame[((size_t)(y) * N + (x)) * 3 + ch] / 127.5 - 1.0))
+    double top = PIX(x0, y0) * (1 - wx) + PIX(x1, y0) * wx;
+    double bottom = PIX(x0, y1) * (1 - wx) + PIX(x1, y1) * wx;
+#undef PIX
+    return (real)(top * (1 - wy) + bottom * wy);
+}
 
 static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, int step, real *out) {
     int N = dataset_frame_size(d), CF = dataset_clip_frames(d), lo = 0, hi = 0;
@@ -57,13 +73,34 @@ static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, i
         int t0 = -speed * lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - speed * (hi - lo)));
         int flip = philox_u32(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 48) + (uint64_t)b) >= 0x80000000u;
         if (dataset_read_clip(d, k, clip, err, sizeof err)) fc_die("%s", err);
+        double side = N, ax = 0, ay = 0, vx = 0, vy = 0;
+        if (c->crop_zoom > 1) {
+            double v[5];
+            for (int j = 0; j < 5; j++)
+                v[j] = philox_uniform(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 51) + 8 * (uint64_t)b + j);
+            int span = speed * (hi - lo);
+            side = N / (1 + (c->crop_zoom - 1) * v[0]);
+            double vmax = span ? fmin(c->crop_pan, (N - side) / span) : 0;
+            vx = vmax * (2 * v[1] - 1), vy = vmax * (2 * v[2] - 1);
+            ax = (vx < 0 ? -vx * span : 0) + v[3] * (N - side - fabs(vx) * span);
+            ay = (vy < 0 ? -vy * span : 0) + v[4] * (N - side - fabs(vy) * span);
+            g_ref_zoomed++, g_ref_panned += vx != 0 || vy != 0;
+        }
         for (int f = 0; f < c->slots; f++)
             for (int ch = 0; ch < 3; ch++)
                 for (int y = 0; y < N; y++)
                     for (int x = 0; x < N; x++) {
                         int t = t0 + speed * (int)c->slot_offset[f], xs = flip ? N - 1 - x : x;
+                        real *o = &out[((((size_t)b * c->slots + f) * 3 + ch) * N + y) * N + x];
+                        if (c->crop_zoom > 1) {
+                            int rel = speed * ((int)c->slot_offset[f] - lo);
+                            double sx = ax + vx * rel + (xs + 0.5) * (side / N) - 0.5;
+                            double sy = ay + vy * rel + (y + 0.5) * (side / N) - 0.5;
+                            *o = ref_bilinear(clip + (size_t)t * N * N * 3, N, sx, sy, ch);
+                            continue;
+                        }
                         uint8_t p = clip[(((size_t)t * N + y) * N + xs) * 3 + ch];
-                        out[((((size_t)b * c->slots + f) * 3 + ch) * N + y) * N + x] = (real)(p / 127.5 - 1.0);
+                        *o = (real)(p / 127.5 - 1.0);
                     }
     }
     free(clip);
@@ -152,6 +189,25 @@ static void test_loader(void) {
               "mix_shapes 0.3, fast_fraction 0.5: %d of 20 batches equal the direct computation; %d of %d windows "
               "moving shapes, %d at 2x speed", eqm, g_ref_shapes, 20 * B, g_ref_fast);
         free(rm), free(xm);
+    }
+    {  // crops zoomed up to 2x and moving up to 0.25 pixel a frame, with 2x clips
+        Config cc = c;
+        cc.crop_zoom = 2, cc.crop_pan = 0.25, cc.fast_fraction = 0.5;
+        g_ref_zoomed = g_ref_panned = g_ref_outside = 0;
+        real *rc = fc_malloc(sizeof(real) * per * 20);
+        for (int s = 1; s <= 20; s++) ref_batch(d, &cc, B, seed, s, rc + per * (size_t)(s - 1));
+        real *xc = run_loader(d, &cc, B, seed, 1, 20, 2, 2);
+        int eqc = 0, differs = 0;
+        for (int s = 0; xc && s < 20; s++) {
+            eqc += !memcmp(xc + per * s, rc + per * s, sizeof(real) * per);
+            differs += !!memcmp(xc + per * s, ref + per * s, sizeof(real) * per);
+        }
+        check(eqc == 20 && differs == 20 && g_ref_zoomed == 20 * B && g_ref_panned > 10 && !g_ref_outside,
+              "loader_crop_zoom_pan",
+              "crop_zoom 2, crop_pan 0.25: %d of 20 batches equal the direct computation (%d differ from whole "
+              "frames); %d of %d windows cropped, %d moving, %d samples outside their frame",
+              eqc, differs, g_ref_zoomed, 20 * B, g_ref_panned, g_ref_outside);
+        free(rc), free(xc);
     }
     real *b = run_loader(d, &c, B, seed, 1, 20, 3, 4);
     check(a && b && !memcmp(a, b, sizeof(real) * per * 20), "loader_threads_prefetch_invariant",
