@@ -10,7 +10,8 @@
 #   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7.
 # The real set is scored twice: sampling from the trained prior, and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
-# EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run.
+# EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run;
+# EVAL_STARTER=RUN: chain with that starter instead of training one (to compare the other two roles).
 set -eu
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
@@ -54,12 +55,13 @@ fi
 
 # ---- the three models ----
 for role in starter extrapolate interpolate; do
+    [ "$role" = starter ] && [ -n "${EVAL_STARTER:-}" ] && continue
     "$FC" train --config "configs/small/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200 "${set_args[@]}"
 done
 
 # ---- the chain on each held-out set ----
-runs=(--starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
+runs=(--starter "${EVAL_STARTER:-$work/starter}" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
 score() {  # name, then eval options
     local name=$1; shift
     echo "== eval_unseen: $name"

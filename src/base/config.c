@@ -28,6 +28,7 @@ static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NUL
 static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
 static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
 static const char *const TARGET_KINDS[] = {"frames", "deltas", NULL};
+static const char *const DELTA_REFERENCES[] = {"nearest", "moved", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -60,6 +61,9 @@ static const KeyDef KEYS[] = {
      "frames, or deltas: each target as its difference from the nearest given frame, times delta_scale", TARGET_KINDS},
     {"delta_scale", KEY_DOUBLE, OFF(delta_scale), 0.01, 1000,
      "targets = deltas: the differences are multiplied by this"},
+    {"delta_reference", KEY_ENUM, OFF(delta_reference), 0, 0,
+     "targets = deltas: the difference from the nearest given frame (nearest), or from that frame moved along "
+     "the global motion of the given frames, extrapolated to the target's time (moved)", DELTA_REFERENCES},
     {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
@@ -300,6 +304,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (!targets) return fc_errf(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
     if (c->keep_blocks != KEEP_BLOCKS_AUTO && c->keep_blocks > c->depth)
         return fc_errf(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
+    if (c->delta_reference == DELTA_REF_MOVED && c->targets != TARGETS_DELTAS)
+        return fc_errf(err, errlen, "%s: delta_reference moved needs targets = deltas (frame targets have no reference)",
+                       origin);
     if (c->crop_pan > 0 && c->crop_zoom == 1)
         return fc_errf(err, errlen, "%s: crop_pan %g needs crop_zoom > 1 (a whole frame has no room to pan in)", origin,
                        c->crop_pan);

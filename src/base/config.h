@@ -45,6 +45,7 @@ typedef struct {
     int cond_concat;       // enum CondConcat: given frames concatenated to every slot's input channels
     int targets;           // enum Targets: target slots hold frames, or deltas from their reference slot
     double delta_scale;    // targets = deltas: the difference is multiplied by this (to about unit variance)
+    int delta_reference;   // enum DeltaReference: the reference slot's frame as it is, or moved (global motion)
     double cond_drop;      // probability that a window's given frames are dropped (noise at t = 1), for guidance
     double ref_noise;      // std of the pixel noise put on context frames in training, before the deltas
     // ---- optimisation ----
@@ -75,6 +76,7 @@ enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving sh
 // slot's reference (config_reference_slot), each as C more channels.
 enum CondConcat { CONCAT_NONE = 0, CONCAT_ANCHOR = 1, CONCAT_ANCHOR_NEAREST = 2 };
 enum Targets { TARGETS_FRAMES = 0, TARGETS_DELTAS = 1 };
+enum DeltaReference { DELTA_REF_NEAREST = 0, DELTA_REF_MOVED = 1 };
 
 // "starter", "extrapolate", "interpolate".
 const char *config_role_name(int role);

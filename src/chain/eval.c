@@ -75,7 +75,8 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
 }
 
 // Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1, the given
-// frames left out; then all.
+// frames left out; from more than one given frame, the next 40 frames (the horizon of the goal
+// "beat repeating the last given frame", README "Quality"); then all.
 static void print_quality(const Results *r, const double *levels, int clips) {
     printf("\nquality against the real frames (means over %d clip%s and the frames of each range; copy: frame %d "
            "held)\n", clips, clips == 1 ? "" : "s", r->given - 1);
@@ -88,6 +89,7 @@ static void print_quality(const Results *r, const double *levels, int clips) {
         for (int lo = 1, hi = 6; lo <= last; lo = hi + 1, hi *= 2)
             if (hi >= r->given)
                 quality_row(r, l, levels[l], lo > r->given ? lo : r->given, hi < last ? hi : last, clips, NULL);
+        if (r->given > 1 && r->given + 39 <= last) quality_row(r, l, levels[l], r->given, r->given + 39, clips, "next 40");
         quality_row(r, l, levels[l], r->given, last, clips, "all");
     }
 }

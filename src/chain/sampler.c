@@ -138,6 +138,7 @@ static void predict(Model *m, const real *x, const real *t, real *pred) {
 // Sampling scratch: the window, the prediction, and guidance's unconditional window and prediction.
 typedef struct {
     real *x, *pred, *xu, *pred_u;  // (F, E) each, F the largest window
+    real *reference;               // (E): a delta target's reference frame
 } WindowBuffers;
 
 // One window: targets from pure noise to t = 0 in o->steps Euler steps of the velocity the network
@@ -170,11 +171,15 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
             if (c->slot_kind[i] == SLOT_TARGET)
                 for (size_t e = 0; e < E; e++) x[i * E + e] -= (real)(dt * pred[i * E + e]);
     }
+    const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
+    for (int i = 0; i < w->slots; i++) given[i] = frames + (size_t)w->frame[i] * E;
     for (int i = 0; i < w->slots; i++)
         if (c->slot_kind[i] == SLOT_TARGET) {
             real *dst = frames + (size_t)w->frame[i] * E, *xi = x + i * E;
-            if (c->targets == TARGETS_DELTAS)
-                flow_delta_to_frame(c, xi, xi, frames + (size_t)w->frame[config_reference_slot(c, i)] * E, E);
+            if (c->targets == TARGETS_DELTAS) {
+                flow_reference(c, given, w->offset, i, wb->reference);
+                flow_delta_to_frame(c, xi, xi, wb->reference, E);
+            }
             for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
         }
 }
@@ -194,7 +199,8 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
     size_t bytes = sizeof(real) * fmax * E;
-    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes)};
+    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes),
+                        fc_malloc(sizeof(real) * E)};
     double t0 = fc_now_s(), t_line = 0;
     int done = 1;  // frames of 0..N-1 made (frame 0 is given)
     int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
@@ -213,5 +219,5 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
         }
     }
     if (!o->quiet && tty) fprintf(stderr, "\n");
-    free(wb.x), free(wb.pred), free(wb.xu), free(wb.pred_u);
+    free(wb.x), free(wb.pred), free(wb.xu), free(wb.pred_u), free(wb.reference);
 }

@@ -1,8 +1,11 @@
 // flow.c: the rectified-flow objective (docs/network.md, "Objective").
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model/flow.h"
 #include "base/philox.h"
+#include "model/global_motion.h"
 
 void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask) {
     for (int b = 0; b < B; b++) {
@@ -50,17 +53,53 @@ void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint3
     free(noise);
 }
 
+void flow_reference(const Config *c, const real *const *given, const float *offset, int f, real *out) {
+    int N = c->frame_size, r = config_reference_slot(c, f);
+    size_t E = (size_t)c->channels * N * N;
+    double vx = 0, vy = 0;
+    if (c->delta_reference == DELTA_REF_MOVED) {
+        // The context slots next to r in time. Not the anchor: the chain gives it the plan's offset
+        // whatever its distance (chain_plan.h), so its offset is no time to divide a shift by.
+        int before = -1, after = -1;
+        for (int i = 0; i < c->slots; i++) {
+            if (c->slot_kind[i] != SLOT_CONTEXT || i == r) continue;
+            float o = offset[i] - offset[r];
+            if (o < 0 && (before < 0 || o > offset[before] - offset[r])) before = i;
+            if (o > 0 && (after < 0 || o < offset[after] - offset[r])) after = i;
+        }
+        // Each neighbour g was moved onto r by v * (offset r - offset g): v by least squares.
+        double sx = 0, sy = 0, ss = 0;
+        for (int k = 0; k < 2; k++) {
+            int g = k ? after : before;
+            if (g < 0) continue;
+            double gap = offset[r] - offset[g], dx, dy;
+            motion_estimate(given[g], given[r], c->channels, N, &dx, &dy);
+            sx += dx * gap, sy += dy * gap, ss += gap * gap;
+        }
+        if (ss > 0) vx = sx / ss, vy = sy / ss;
+    }
+    double lead = offset[f] - offset[r];
+    if (vx == 0 && vy == 0)
+        memcpy(out, given[r], sizeof(real) * E);
+    else
+        motion_shift(out, given[r], c->channels, N, vx * lead, vy * lead);
+}
+
 void flow_delta_targets(const Config *c, int B, real *x0) {
     if (c->targets != TARGETS_DELTAS) return;
     size_t E = (size_t)c->channels * c->frame_size * c->frame_size;
+    real *ref = fc_malloc(sizeof(real) * E);
+    const real *given[MAX_SLOTS];
     for (int b = 0; b < B; b++) {
         real *w = x0 + (size_t)b * c->slots * E;
+        for (int f = 0; f < c->slots; f++) given[f] = w + (size_t)f * E;
         for (int f = 0; f < c->slots; f++) {
             if (c->slot_kind[f] != SLOT_TARGET) continue;
-            const real *ref = w + (size_t)config_reference_slot(c, f) * E;
+            flow_reference(c, given, c->slot_offset, f, ref);
             for (size_t e = 0; e < E; e++) w[f * E + e] = (real)((w[f * E + e] - ref[e]) * c->delta_scale);
         }
     }
+    free(ref);
 }
 
 void flow_delta_to_frame(const Config *c, real *frame, const real *delta, const real *reference, size_t E) {

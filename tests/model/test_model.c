@@ -11,6 +11,7 @@
 #include "base/config.h"
 #include "base/philox.h"
 #include "model/flow.h"
+#include "model/global_motion.h"
 #include "model/memplan.h"
 #include "model/model.h"
 
@@ -300,11 +301,99 @@ static void test_recompute_identical(int depth, int rc, int keep) {
     free_model(a), free_model(b);
 }
 
+// A (C, N, N) texture: a sum of waves of random direction, frequency and phase per channel.
+static void make_texture(real *out, int C, int N, uint64_t seed) {
+    for (int ch = 0; ch < C; ch++) {
+        double fx[6], fy[6], ph[6];
+        for (int k = 0; k < 6; k++) {
+            uint64_t at = ((uint64_t)ch * 6 + k) * 3;
+            double angle = 6.2832 * philox_uniform(seed, 0, RNG_TEST, at), freq = 0.3 + 0.9 * philox_uniform(seed, 0, RNG_TEST, at + 1);
+            fx[k] = freq * cos(angle), fy[k] = freq * sin(angle), ph[k] = 6.2832 * philox_uniform(seed, 0, RNG_TEST, at + 2);
+        }
+        for (int y = 0; y < N; y++)
+            for (int x = 0; x < N; x++) {
+                double v = 0;
+                for (int k = 0; k < 6; k++) v += sin(fx[k] * x + fy[k] * y + ph[k]) / 6;
+                out[((size_t)ch * N + y) * N + x] = (real)v;
+            }
+    }
+}
+
+static double rms(const real *a, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * a[i];
+    return sqrt(s / n);
+}
+
+// delta_reference = moved: the global motion found, a still or noisy scene left still, and a pan's
+// deltas reduced to what the pan brings into view.
+static void test_global_motion(void) {
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N;
+    real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E), *noisy = fc_malloc(sizeof(real) * E);
+    make_texture(tex, C, N, 21);
+    double shifts[3][2] = {{1.5, -0.75}, {-2.25, 0.5}, {0.4375, 3.0}}, worst = 0, dx, dy;
+    for (int k = 0; k < 3; k++) {
+        motion_shift(moved, tex, C, N, shifts[k][0], shifts[k][1]);
+        motion_estimate(tex, moved, C, N, &dx, &dy);
+        worst = fmax(worst, fmax(fabs(dx - shifts[k][0]), fabs(dy - shifts[k][1])));
+    }
+    check(worst < 1.0 / 32, "motion_estimate_shifts", "three shifts up to 3 pixels found within %.4f pixel", worst);
+    double sx, sy;
+    motion_estimate(tex, tex, C, N, &dx, &dy);
+    // two noisy takes of a still scene: a fractional shift would smooth the noise away, not move it
+    philox_fill_normal(noisy, E, 0, 0.1, 22, 0, RNG_TEST, 0);
+    philox_fill_normal(moved, E, 0, 0.1, 23, 0, RNG_TEST, 0);
+    for (size_t e = 0; e < E; e++) noisy[e] += tex[e], moved[e] += tex[e];
+    motion_estimate(moved, noisy, C, N, &sx, &sy);
+    check(dx == 0 && dy == 0 && sx == 0 && sy == 0, "motion_estimate_still",
+          "the same frame: (%g, %g); two takes with noise of std 0.1: (%g, %g); both (0, 0)", dx, dy, sx, sy);
+
+    // An extrapolate window of a pan at (0.3, -0.2) pixel a frame: frame at offset o = tex moved by o v.
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    c.delta_scale = 1;
+    real *win = fc_malloc(sizeof(real) * c.slots * E), *near = fc_malloc(sizeof(real) * c.slots * E);
+    for (int f = 0; f < c.slots; f++) motion_shift(win + f * E, tex, C, N, 0.3 * c.slot_offset[f], -0.2 * c.slot_offset[f]);
+    memcpy(near, win, sizeof(real) * c.slots * E);
+    c.delta_reference = DELTA_REF_NEAREST;
+    flow_delta_targets(&c, 1, near);
+    real *mov = fc_malloc(sizeof(real) * c.slots * E), *ref = fc_malloc(sizeof(real) * E), *back = fc_malloc(sizeof(real) * E);
+    memcpy(mov, win, sizeof(real) * c.slots * E);
+    c.delta_reference = DELTA_REF_MOVED;
+    flow_delta_targets(&c, 1, mov);
+    // the interior: what the pan has not yet brought into view from outside the frame
+    double r_near = 0, r_mov = 0, inverse = 0;
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
+    for (int f = 0; f < c.slots; f++) {
+        if (c.slot_kind[f] != SLOT_TARGET) continue;
+        real in_near[C * 16 * 16], in_mov[C * 16 * 16];
+        int k = 0;
+        for (int ch = 0; ch < C; ch++)
+            for (int y = 8; y < 24; y++)
+                for (int x = 8; x < 24; x++, k++) {
+                    size_t at = f * E + ((size_t)ch * N + y) * N + x;
+                    in_near[k] = near[at], in_mov[k] = mov[at];
+                }
+        r_near = fmax(r_near, rms(in_near, k)), r_mov = fmax(r_mov, rms(in_mov, k));
+        flow_reference(&c, given, c.slot_offset, f, ref);
+        flow_delta_to_frame(&c, back, mov + f * E, ref, E);
+        for (size_t e = 0; e < E; e++) inverse = fmax(inverse, fabs(back[e] - win[f * E + e]));
+    }
+    check(r_mov < 0.1 * r_near && inverse < 1e-6, "delta_reference_moved",
+          "a pan's deltas in the frame's middle: rms %.4f moved against %.4f from the nearest frame; the "
+          "sampler's inverse within %.1e", r_mov, r_near, inverse);
+    free(tex), free(moved), free(noisy), free(win), free(near), free(mov), free(ref), free(back);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
     test_flow();
     test_conditioning();
+    test_global_motion();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);

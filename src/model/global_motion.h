@@ -1,0 +1,22 @@
+// global_motion.h: the global translation between two frames, and a frame moved by one. Used by
+// targets = deltas with delta_reference = moved (docs/network.md, "Conditioning"): a target's
+// reference is then its nearest given frame moved along the camera's motion, so that a pan's
+// deltas are what the pan cannot explain (new content at an edge, things that move on their own).
+#ifndef FRAMECHAIN_GLOBAL_MOTION_H
+#define FRAMECHAIN_GLOBAL_MOTION_H
+
+#include "base/common.h"
+
+// The shift (dx, dy) in pixels (x to the right, y down) that best moves `from` onto `to`, both
+// (C, N, N): the one that minimises the mean squared difference between to(y, x) and
+// from(y - dy, x - dx) (bilinear) over the pixels at least R = max(2, N/8) from every edge,
+// searched on whole pixels within R and refined to 1/16 pixel. (0, 0) unless the best shift halves the difference
+// that no shift leaves: a still camera stays still, and the smoothing of a fractional shift, which
+// lowers the difference of noisy frames by up to 3/8 on its own, does not move it.
+void motion_estimate(const real *from, const real *to, int C, int N, double *dx, double *dy);
+
+// out(y, x) = in(y - dy, x - dx), bilinear, the coordinates clamped to the frame (an edge that
+// comes into view repeats the edge pixels); (C, N, N) each, out != in.
+void motion_shift(real *out, const real *in, int C, int N, double dx, double dy);
+
+#endif
