@@ -14,17 +14,19 @@
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
-    "                           [--guidance W] [--temperature T]\n"
+    "                           [--given K] [--guidance W] [--temperature T]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
     "\n"
     "  --first-frame IMG  a PNG or JPEG (centre-cropped and resized to the models' frame size; at least\n"
-    "                     that size on its shorter side), or a video, whose first frame is used;\n"
-    "                     shapes:K is the first frame of the built-in moving-shapes clip K\n"
+    "                     that size on its shorter side), or a video, whose first frame is used (its\n"
+    "                     first K with --given); shapes:N is the built-in moving-shapes clip N\n"
     "  --out PATH         .mp4/.mkv/.avi (H.264 where the build has it, else MPEG-4), .gif, or any other\n"
     "                     name: a new folder of numbered PNGs; written under a temporary name first\n"
     "  --frames N         exactly N frames (at least 7)\n"
+    "  --given K          continue the video's first K frames: 1 (default), or the starter's window (7\n"
+    "                     for the shipped plans), the starter then skipped; they are the output's first K\n"
     "  --steps S          Euler steps per window (default 20)\n"
     "  --noise-aug L      the noise level t of every conditioning frame but the first (default 0.1;\n"
     "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
@@ -43,7 +45,7 @@ static const char *HELP_GENERATE =
 typedef struct {
     const char *runs[3];  // by enum Role
     const char *first_frame, *out;
-    int frames;
+    int frames, given;
     double fps;
     SampleOptions sample;
 } GenerateRequest;
@@ -52,7 +54,7 @@ typedef struct {
 static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
-                  {"--guidance", 1}, {"--temperature", 1}, {"--quiet", 0}, {NULL}};
+                  {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
@@ -73,18 +75,21 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
                                     opt(opts, "--interpolate")->value},
                            .first_frame = opt(opts, "--first-frame")->value, .out = opt(opts, "--out")->value,
-                           .frames = (int)frames, .fps = fps, .sample = so};
+                           .frames = (int)frames, .fps = fps, .sample = so,
+                           .given = opt(opts, "--given")->count
+                                        ? (int)parse_positive("--given", opt(opts, "--given")->value, 1000000)
+                                        : 1};
     return 0;
 }
 
-// Sample the chain from the first frame and write it out. Returns the exit status.
+// Sample the chain from the first frame (or frames) and write it out. Returns the exit status.
 static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be) {
     char err[2048];
     int S = cm->size;
     size_t E = (size_t)3 * S * S;
     real *video = fc_calloc((size_t)plan->last_frame + 1, sizeof(real) * E);
     int rc = 0;
-    if (load_first_frame(g->first_frame, S, video, err, sizeof err)) {
+    if (load_first_frames(g->first_frame, S, g->given, video, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         rc = 1;
     } else {
@@ -117,7 +122,7 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
     }
     ChainPlan plan;
     if (chain_check_guidance(&cm, g.sample.guidance, err, sizeof err) ||
-        chain_build(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, err, sizeof err)) {
+        chain_build_given(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, g.given, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         chain_models_free(&cm);
         return 1;

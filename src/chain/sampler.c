@@ -17,31 +17,38 @@
 // ----------------------------------------------------------------------------
 // the first frame
 
-// The first frame of a video, which must be at least S x S. Returns 0, or -1 with one line in err.
-static int load_video_first_frame(const char *path, int S, uint8_t *rgb, char *err, size_t errlen) {
+// The first K frames of a video, which must be at least S x S. Returns 0, or -1 with one line in err.
+static int load_video_frames(const char *path, int S, int K, uint8_t *rgb, char *err, size_t errlen) {
     VideoReader *v = video_open(path, err, errlen);
     if (!v) return -1;
-    int rc = -1, w = video_width(v), h = video_height(v);
+    int rc = 0, w = video_width(v), h = video_height(v);
     if (w < S || h < S)
-        fc_errf(err, errlen, "%s: the video is %dx%d, smaller than the %dx%d frames it must fill", path, w, h, S, S);
-    else if ((rc = video_next_frame(v, S, rgb, NULL, err, errlen)) == 0)
-        fc_errf(err, errlen, "%s: the video has no frame", path);
+        rc = fc_errf(err, errlen, "%s: the video is %dx%d, smaller than the %dx%d frames it must fill", path, w, h, S, S);
+    for (int k = 0; k < K && rc == 0; k++) {
+        int got = video_next_frame(v, S, rgb + (size_t)k * S * S * 3, NULL, err, errlen);
+        if (got == 0 && k == 0) rc = fc_errf(err, errlen, "%s: the video has no frame", path);
+        else if (got == 0) rc = fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d given", path, k, K);
+        else if (got < 0) rc = -1;
+    }
     video_close(v);
-    return rc == 1 ? 0 : -1;
+    return rc;
 }
 
-int load_first_frame(const char *path, int S, real *out, char *err, size_t errlen) {
+int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen) {
+    size_t E = (size_t)3 * S * S;
     if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
         char *end;
         unsigned long clip = strtoul(path + 7, &end, 10);
         if (*end || end == path + 7) return fc_errf(err, errlen, "%s: expected shapes:NUMBER", path);
-        shapes_frame(out, 3, S, 1, 0, (uint32_t)clip, 0);
+        for (int k = 0; k < K; k++) shapes_frame(out + k * E, 3, S, 1, 0, (uint32_t)clip, k);
         return 0;
     }
-    uint8_t *rgb = fc_malloc((size_t)S * S * 3);
+    if (K > 1 && is_image_path(path))
+        return fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video", path, K);
+    uint8_t *rgb = fc_malloc((size_t)K * S * S * 3);
     int rc = is_image_path(path) ? image_load_square_min(path, S, S, rgb, err, errlen)
-                                 : load_video_first_frame(path, S, rgb, err, errlen);
-    if (rc == 0) frame_from_rgb(out, rgb, S);
+                                 : load_video_frames(path, S, K, rgb, err, errlen);
+    for (int k = 0; k < K && rc == 0; k++) frame_from_rgb(out + k * E, rgb + (size_t)k * S * S * 3, S);
     free(rgb);
     return rc;
 }

@@ -56,8 +56,8 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
 // ----------------------------------------------------------------------------
 // frames
 
-// The first frame of IMG (PNG/JPEG, or the first frame of a video; shapes:K the first frame of the
-// built-in moving-shapes clip K) as (3, S, S) in [-1, 1]. Returns 0, or -1 with one line in err.
-int load_first_frame(const char *path, int S, real *out, char *err, size_t errlen);
+// The first K frames of PATH as (K, 3, S, S) in [-1, 1]: a video's first K, or (K = 1) a PNG/JPEG;
+// shapes:N the built-in moving-shapes clip N. Returns 0, or -1 with one line in err.
+int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen);
 
 #endif

@@ -56,6 +56,22 @@ else
     fail generate_deterministic "same seed differs, or another seed gives the same frames"
 fi
 
+# --given 7: the video's first 7 frames are the output's, whatever the seed; the frames after them
+# are made (another seed, other frames); frame 0 as from one given frame
+for k in 1 7:1 7:2; do
+    "$FC" generate "${RUNS[@]}" --first-frame "$VIDEO" --given ${k%:*} --seed ${k#*:} --frames 16 --steps 2 \
+        --out "$tmp/given$k" --quiet > /dev/null 2>&1
+done
+same_given=1
+for f in 0 1 2 3 4 5 6; do cmp -s "$tmp/given7:1/frame-00000$f.png" "$tmp/given7:2/frame-00000$f.png" || same_given=0; done
+if [ $same_given = 1 ] && cmp -s "$tmp/given1/frame-000000.png" "$tmp/given7:1/frame-000000.png" &&
+    ! cmp -s "$tmp/given7:1/frame-000009.png" "$tmp/given7:2/frame-000009.png" &&
+    ! cmp -s "$tmp/given1/frame-000003.png" "$tmp/given7:1/frame-000003.png"; then
+    pass generate_given "--given 7: frames 0-6 the same for seeds 1 and 2, frame 9 not; frame 3 not the starter's"
+else
+    fail generate_given "the given frames changed with the seed, or the made ones did not"
+fi
+
 # expect_refusal NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN,
 # no output
 expect_refusal() {
@@ -75,6 +91,8 @@ expect_refusal wrong_role "trained a starter model" --starter "$tmp/starter" --e
 expect_refusal small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
 expect_refusal unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
 expect_refusal missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
+expect_refusal given_image "an image is one frame; 7 given frames need a video" "${RUNS[@]}" --first-frame "$tmp/first.png" --given 7 --out "$tmp/bad.mp4"
+expect_refusal given_count "3 given frames: the chain starts from 1" "${RUNS[@]}" --first-frame "$VIDEO" --given 3 --out "$tmp/bad.mp4"
 mkdir "$tmp/empty_run"
 expect_refusal empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 rmdir "$tmp/empty_run"

@@ -126,6 +126,7 @@ static void test_conditioning(void) {
     // delta targets, and the sampler's inverse
     config_set(&c, "targets=deltas", "test");
     config_set(&c, "delta_scale=4", "test");
+    config_set(&c, "delta_reference=nearest", "test");  // (moved: test_global_motion)
     size_t E = (size_t)c.channels * c.frame_size * c.frame_size, n = 2 * c.slots * E;
     real *x = fc_malloc(sizeof(real) * n), *d = fc_malloc(sizeof(real) * n), *back = fc_malloc(sizeof(real) * E);
     philox_fill_uniform(x, n, -1, 1, 4, 0, RNG_TEST, 0);
