@@ -145,7 +145,7 @@ static void predict(Model *m, const real *x, const real *t, real *pred) {
 // Sampling scratch: the window, the prediction, and guidance's unconditional window and prediction.
 typedef struct {
     real *x, *pred, *xu, *pred_u;  // (F, E) each, F the largest window
-    real *reference;               // (E): a delta target's reference frame
+    real *reference;               // (F, E): the delta targets' reference frames
 } WindowBuffers;
 
 // One window: targets from pure noise to t = 0 in o->steps Euler steps of the velocity the network
@@ -178,15 +178,15 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
             if (c->slot_kind[i] == SLOT_TARGET)
                 for (size_t e = 0; e < E; e++) x[i * E + e] -= (real)(dt * pred[i * E + e]);
     }
-    const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
-    for (int i = 0; i < w->slots; i++) given[i] = frames + (size_t)w->frame[i] * E;
+    if (c->targets == TARGETS_DELTAS) {
+        const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
+        for (int i = 0; i < w->slots; i++) given[i] = frames + (size_t)w->frame[i] * E;
+        flow_references(c, given, w->offset, wb->reference);
+    }
     for (int i = 0; i < w->slots; i++)
         if (c->slot_kind[i] == SLOT_TARGET) {
             real *dst = frames + (size_t)w->frame[i] * E, *xi = x + i * E;
-            if (c->targets == TARGETS_DELTAS) {
-                flow_reference(c, given, w->offset, i, wb->reference);
-                flow_delta_to_frame(c, xi, xi, wb->reference, E);
-            }
+            if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
             for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
         }
 }
@@ -206,8 +206,7 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
     size_t bytes = sizeof(real) * fmax * E;
-    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes),
-                        fc_malloc(sizeof(real) * E)};
+    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes)};
     double t0 = fc_now_s(), t_line = 0;
     int done = 1;  // frames of 0..N-1 made (frame 0 is given)
     int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log

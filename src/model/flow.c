@@ -53,53 +53,67 @@ void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint3
     free(noise);
 }
 
-void flow_reference(const Config *c, const real *const *given, const float *offset, int f, real *out) {
-    int N = c->frame_size, r = config_reference_slot(c, f);
-    size_t E = (size_t)c->channels * N * N;
-    double vx = 0, vy = 0;
-    if (c->delta_reference == DELTA_REF_MOVED) {
-        // The context slots next to r in time. Not the anchor: the chain gives it the plan's offset
-        // whatever its distance (chain_plan.h), so its offset is no time to divide a shift by.
-        int before = -1, after = -1;
-        for (int i = 0; i < c->slots; i++) {
-            if (c->slot_kind[i] != SLOT_CONTEXT || i == r) continue;
-            float o = offset[i] - offset[r];
-            if (o < 0 && (before < 0 || o > offset[before] - offset[r])) before = i;
-            if (o > 0 && (after < 0 || o < offset[after] - offset[r])) after = i;
-        }
-        // Each neighbour g was moved onto r by v * (offset r - offset g): v by least squares.
-        double sx = 0, sy = 0, ss = 0;
-        for (int k = 0; k < 2; k++) {
-            int g = k ? after : before;
-            if (g < 0) continue;
-            double gap = offset[r] - offset[g], dx, dy;
-            motion_estimate(given[g], given[r], c->channels, N, &dx, &dy);
-            sx += dx * gap, sy += dy * gap, ss += gap * gap;
-        }
-        if (ss > 0) vx = sx / ss, vy = sy / ss;
+// The velocity (pixels a frame) of the global motion at reference slot r: from the context slots
+// next to r in time. Not the anchor: the chain gives it the plan's offset whatever its distance
+// (chain_plan.h), so its offset is no time to divide a shift by.
+static void reference_velocity(const Config *c, const real *const *given, const float *offset, int r, double *vx,
+                               double *vy) {
+    int before = -1, after = -1;
+    for (int i = 0; i < c->slots; i++) {
+        if (c->slot_kind[i] != SLOT_CONTEXT || i == r) continue;
+        float o = offset[i] - offset[r];
+        if (o < 0 && (before < 0 || o > offset[before] - offset[r])) before = i;
+        if (o > 0 && (after < 0 || o < offset[after] - offset[r])) after = i;
     }
-    double lead = offset[f] - offset[r];
-    if (vx == 0 && vy == 0)
-        memcpy(out, given[r], sizeof(real) * E);
-    else
-        motion_shift(out, given[r], c->channels, N, vx * lead, vy * lead);
+    // Each neighbour g was moved onto r by v * (offset r - offset g): v by least squares.
+    double sx = 0, sy = 0, ss = 0;
+    for (int k = 0; k < 2; k++) {
+        int g = k ? after : before;
+        if (g < 0) continue;
+        double gap = offset[r] - offset[g], dx, dy;
+        motion_estimate(given[g], given[r], c->channels, c->frame_size, &dx, &dy);
+        sx += dx * gap, sy += dy * gap, ss += gap * gap;
+    }
+    *vx = ss > 0 ? sx / ss : 0, *vy = ss > 0 ? sy / ss : 0;
+}
+
+void flow_references(const Config *c, const real *const *given, const float *offset, real *refs) {
+    int N = c->frame_size;
+    size_t E = (size_t)c->channels * N * N;
+    double vx[MAX_SLOTS], vy[MAX_SLOTS];
+    int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once
+    for (int f = 0; f < c->slots; f++) {
+        if (c->slot_kind[f] != SLOT_TARGET) continue;
+        int r = config_reference_slot(c, f);
+        if (!measured[r]) {
+            vx[r] = vy[r] = 0;
+            if (c->delta_reference == DELTA_REF_MOVED) reference_velocity(c, given, offset, r, &vx[r], &vy[r]);
+            measured[r] = 1;
+        }
+        double lead = offset[f] - offset[r];
+        if (vx[r] == 0 && vy[r] == 0)
+            memcpy(refs + f * E, given[r], sizeof(real) * E);
+        else
+            motion_shift(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead);
+    }
 }
 
 void flow_delta_targets(const Config *c, int B, real *x0) {
     if (c->targets != TARGETS_DELTAS) return;
     size_t E = (size_t)c->channels * c->frame_size * c->frame_size;
-    real *ref = fc_malloc(sizeof(real) * E);
+    real *refs = fc_malloc(sizeof(real) * c->slots * E);
     const real *given[MAX_SLOTS];
     for (int b = 0; b < B; b++) {
         real *w = x0 + (size_t)b * c->slots * E;
         for (int f = 0; f < c->slots; f++) given[f] = w + (size_t)f * E;
+        flow_references(c, given, c->slot_offset, refs);
         for (int f = 0; f < c->slots; f++) {
             if (c->slot_kind[f] != SLOT_TARGET) continue;
-            flow_reference(c, given, c->slot_offset, f, ref);
+            const real *ref = refs + f * E;
             for (size_t e = 0; e < E; e++) w[f * E + e] = (real)((w[f * E + e] - ref[e]) * c->delta_scale);
         }
     }
-    free(ref);
+    free(refs);
 }
 
 void flow_delta_to_frame(const Config *c, real *frame, const real *delta, const real *reference, size_t E) {

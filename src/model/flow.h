@@ -22,16 +22,17 @@ void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step);
 // the errors of the frames the chain made; with targets = deltas the deltas are then taken from the
 // noised frame, so that the network learns to clean it. Nothing when ref_noise is 0.
 void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint32_t step);
-// The frame a target slot f's delta is taken from, (E) values into `out`: with delta_reference =
-// nearest its reference slot's frame (config_reference_slot); with moved, that frame shifted by the
-// velocity of the global motion (global_motion.h) between it and the context slots next to it in
-// time (one on each side, where there is one; least squares over the two; never the anchor) times
-// f's offset from it.
+// The frames the window's delta targets are taken from: for every target slot f, (E) values at
+// refs + f * E (refs: (F, E); other slots not written). With delta_reference = nearest, f's
+// reference slot's frame (config_reference_slot); with moved, that frame shifted by the velocity
+// of the global motion (global_motion.h) between it and the context slots next to it in time (one
+// on each side, where there is one; least squares over the two; never the anchor) times f's offset
+// from it, the velocity measured once per reference slot.
 // given[i]: slot i's frame for every given slot of the window (target slots are not read);
 // offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in).
-void flow_reference(const Config *c, const real *const *given, const float *offset, int f, real *out);
+void flow_references(const Config *c, const real *const *given, const float *offset, real *refs);
 // targets = deltas: every target slot of the clean windows x0 (host, (B, F, C, H, W)) becomes
-// (x0[slot] - its reference (flow_reference)) * delta_scale, in place; the given slots stay.
+// (x0[slot] - its reference (flow_references)) * delta_scale, in place; the given slots stay.
 // Nothing otherwise.
 void flow_delta_targets(const Config *c, int B, real *x0);
 // The inverse, for one sampled window: frame = reference + delta / delta_scale, (E) values.

@@ -10,9 +10,10 @@
 // The shift (dx, dy) in pixels (x to the right, y down) that best moves `from` onto `to`, both
 // (C, N, N): the one that minimises the mean squared difference between to(y, x) and
 // from(y - dy, x - dx) (bilinear) over the pixels at least R = max(2, N/8) from every edge,
-// searched on whole pixels within R and refined to 1/16 pixel. (0, 0) unless the best shift halves the difference
-// that no shift leaves: a still camera stays still, and the smoothing of a fractional shift, which
-// lowers the difference of noisy frames by up to 3/8 on its own, does not move it.
+// searched on whole pixels within R and refined to 1/16 pixel. (0, 0) unless the best shift
+// halves the difference that no shift leaves: a still camera stays still, and the smoothing of a
+// fractional shift, which lowers the difference of noisy frames by up to 3/8 on its own, does not
+// move it.
 void motion_estimate(const real *from, const real *to, int C, int N, double *dx, double *dy);
 
 // out(y, x) = in(y - dy, x - dx), bilinear, the coordinates clamped to the frame (an edge that
