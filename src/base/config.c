@@ -64,6 +64,9 @@ static const KeyDef KEYS[] = {
     {"delta_reference", KEY_ENUM, OFF(delta_reference), 0, 0,
      "targets = deltas: the difference from the nearest given frame (nearest), or from that frame moved along "
      "the global motion of the given frames, extrapolated to the target's time (moved)", DELTA_REFERENCES},
+    {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
+     "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
+     "so a made frame's small errors do not carry on along the chain"},
     {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
@@ -307,6 +310,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (c->delta_reference == DELTA_REF_MOVED && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: delta_reference moved needs targets = deltas (frame targets have no reference)",
                        origin);
+    if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
+        return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",
+                       origin, c->anchor_snap);
     if (c->crop_pan > 0 && c->crop_zoom == 1)
         return fc_errf(err, errlen, "%s: crop_pan %g needs crop_zoom > 1 (a whole frame has no room to pan in)", origin,
                        c->crop_pan);

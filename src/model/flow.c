@@ -77,6 +77,21 @@ static void reference_velocity(const Config *c, const real *const *given, const 
     *vx = ss > 0 ? sx / ss : 0, *vy = ss > 0 ? sy / ss : 0;
 }
 
+// anchor_snap: each pixel of the reference within the threshold of the anchor's in every channel takes
+// the anchor's values. The anchor is the one given frame the chain never made; snapping to it drops a
+// made frame's small errors (speckle) wherever the scene has not changed, instead of carrying them on
+// to the next window, and moves no pixel by more than the threshold.
+static void snap_to_anchor(const Config *c, real *ref, const real *anchor) {
+    size_t plane = (size_t)c->frame_size * c->frame_size;
+    for (size_t p = 0; p < plane; p++) {
+        int near = 1;
+        for (int ch = 0; ch < c->channels && near; ch++)
+            near = fabs((double)ref[ch * plane + p] - anchor[ch * plane + p]) < c->anchor_snap;
+        if (near)
+            for (int ch = 0; ch < c->channels; ch++) ref[ch * plane + p] = anchor[ch * plane + p];
+    }
+}
+
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs) {
     int N = c->frame_size;
     size_t E = (size_t)c->channels * N * N;
@@ -95,6 +110,7 @@ void flow_references(const Config *c, const real *const *given, const float *off
             memcpy(refs + f * E, given[r], sizeof(real) * E);
         else
             motion_shift(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead);
+        if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
     }
 }
 

@@ -62,6 +62,8 @@ expect crop_pan_without_zoom 1 "crop_pan 0.5 needs crop_zoom > 1" "$FC" inspect 
     --set crop_pan=0.5
 expect moved_reference_without_deltas 1 "delta_reference moved needs targets = deltas" "$FC" inspect \
     --config configs/tiny/starter.conf --set delta_reference=moved
+expect anchor_snap_without_deltas 1 "anchor_snap 0.05 needs targets = deltas" "$FC" inspect \
+    --config configs/tiny/starter.conf --set anchor_snap=0.05
 expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --config configs/tiny/starter.conf --run r --steps -4
 expect generate_too_few_frames 2 "at least 7 frames" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
 expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --config configs/tiny/starter.conf --params

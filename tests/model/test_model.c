@@ -127,6 +127,7 @@ static void test_conditioning(void) {
     config_set(&c, "targets=deltas", "test");
     config_set(&c, "delta_scale=4", "test");
     config_set(&c, "delta_reference=nearest", "test");  // (moved: test_global_motion)
+    config_set(&c, "anchor_snap=0", "test");             // (test_anchor_snap)
     size_t E = (size_t)c.channels * c.frame_size * c.frame_size, n = 2 * c.slots * E;
     real *x = fc_malloc(sizeof(real) * n), *d = fc_malloc(sizeof(real) * n), *back = fc_malloc(sizeof(real) * E);
     philox_fill_uniform(x, n, -1, 1, 4, 0, RNG_TEST, 0);
@@ -354,7 +355,7 @@ static void test_global_motion(void) {
     Config c;
     config_defaults(&c);
     config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
-    c.delta_scale = 1;
+    c.delta_scale = 1, c.anchor_snap = 0;
     real *win = fc_malloc(sizeof(real) * c.slots * E), *near = fc_malloc(sizeof(real) * c.slots * E);
     for (int f = 0; f < c.slots; f++) motion_shift(win + f * E, tex, C, N, 0.3 * c.slot_offset[f], -0.2 * c.slot_offset[f]);
     memcpy(near, win, sizeof(real) * c.slots * E);
@@ -390,12 +391,62 @@ static void test_global_motion(void) {
     free(tex), free(moved), free(noisy), free(win), free(near), free(mov), free(refs), free(back);
 }
 
+// anchor_snap: a reference pixel within the threshold of the anchor's in every channel takes the
+// anchor's values; one channel past it keeps the pixel as made; no pixel moves by more than it.
+static void test_anchor_snap(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    config_set(&c, "delta_reference=nearest", "test");
+    config_set(&c, "anchor_snap=0.05", "test");
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N, plane = (size_t)N * N;
+    real *win = fc_malloc(sizeof(real) * c.slots * E), *refs = fc_malloc(sizeof(real) * c.slots * E);
+    make_texture(win, C, N, 31);  // slot 0: the anchor
+    const real *anchor = win;
+    // every context slot: the anchor plus noise of std 0.02, and in the left half a change of 0.3
+    // in one channel only (the channel cycles with the row)
+    for (int f = 1; f < c.slots; f++) {
+        philox_fill_normal(win + f * E, E, 0, 0.02, 32, (uint32_t)f, RNG_TEST, 0);
+        for (size_t e = 0; e < E; e++) win[f * E + e] += anchor[e];
+        for (int y = 0; y < N; y++)
+            for (int x = 0; x < N / 2; x++) win[f * E + (size_t)(y % C) * plane + y * N + x] += 0.3f;
+    }
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
+    flow_references(&c, given, c.slot_offset, refs);
+    long snapped = 0, kept = 0, wrong = 0;
+    double moved = 0;
+    for (int f = 0; f < c.slots; f++) {
+        if (c.slot_kind[f] != SLOT_TARGET) continue;
+        const real *ref = refs + f * E, *made = given[config_reference_slot(&c, f)];
+        for (size_t p = 0; p < plane; p++) {
+            int near = 1, same_anchor = 1, same_made = 1;
+            for (int ch = 0; ch < C; ch++) {
+                size_t e = ch * plane + p;
+                near &= fabs((double)made[e] - anchor[e]) < 0.05;
+                same_anchor &= ref[e] == anchor[e];
+                same_made &= ref[e] == made[e];
+                moved = fmax(moved, fabs((double)ref[e] - made[e]));
+            }
+            if (near ? !same_anchor : !same_made) wrong++;
+            snapped += near && same_anchor, kept += !near && same_made;
+        }
+    }
+    long pixels = 3 * (long)plane;  // three targets
+    check(wrong == 0 && snapped > pixels / 4 && kept >= pixels / 2 && moved < 0.05, "anchor_snap",
+          "%ld of %ld reference pixels snapped to the anchor, %ld kept (the changed half and the noisiest), "
+          "%ld wrong; the largest move %.4f (threshold 0.05)", snapped, pixels, kept, wrong, moved);
+    free(win), free(refs);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
     test_flow();
     test_conditioning();
     test_global_motion();
+    test_anchor_snap();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);
