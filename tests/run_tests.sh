@@ -47,6 +47,7 @@ run_suite shards "$BUILD/test_shards"
 run_suite loader "$BUILD/test_loader"
 run_suite synthetic "$BUILD/test_synthetic"
 run_suite chain "$BUILD/test_chain"
+run_suite metrics "$BUILD/test_metrics"
 
 if want reference; then
 echo "== pytorch reference"

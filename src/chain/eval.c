@@ -46,6 +46,8 @@ typedef struct {
     double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; the given frames unused
     double *psnr_copy, *ssim_copy;  // (N): clip sums of the copy baseline (the same at every level)
     double *psnr_hold0, *ssim_hold0;  // (N): the same for holding frame 0 (the copy itself when given = 1)
+    double *motion;            // (L, N): clip sums of the chain's motion from frame f - 1 to f (frame_motion)
+    double *motion_real;       // (N): the same for the real clip
     FrameStats *drift;         // (L, M): ratios to frame 0
     FrameStats *real;          // (real_frames): ratios to frame 0 of the real clip
 } Results;
@@ -59,10 +61,11 @@ static void print_num(FILE *f, double v) {
 // With more than one given frame, holding frame 0 follows as two more columns.
 static void quality_row(const Results *r, int l, double level, int a, int b, int clips, const char *label) {
     const double *ps = r->psnr + (size_t)l * r->N, *ss = r->ssim + (size_t)l * r->N;
-    double s[6] = {0};
+    const double *mo = r->motion + (size_t)l * r->N;
+    double s[8] = {0};
     for (int f = a; f <= b; f++) {
         s[0] += ps[f], s[1] += r->psnr_copy[f], s[2] += ss[f], s[3] += r->ssim_copy[f];
-        s[4] += r->psnr_hold0[f], s[5] += r->ssim_hold0[f];
+        s[4] += r->psnr_hold0[f], s[5] += r->ssim_hold0[f], s[6] += mo[f], s[7] += r->motion_real[f];
     }
     double d = (double)clips * (b - a + 1);
     char range[32];
@@ -71,7 +74,7 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
     printf("%-10g %-10s %11.2f %11.2f %11.4f %11.4f", level, label ? label : range, s[0] / d, s[1] / d, s[2] / d,
            s[3] / d);
     if (r->given > 1) printf(" %11.2f %11.4f", s[4] / d, s[5] / d);
-    printf("\n");
+    printf(" %12.2f %11.2f\n", s[6] / d, s[7] / d);
 }
 
 // Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1, the given
@@ -79,11 +82,12 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
 // "beat repeating the last given frame", README "Quality"); then all.
 static void print_quality(const Results *r, const double *levels, int clips) {
     printf("\nquality against the real frames (means over %d clip%s and the frames of each range; copy: frame %d "
-           "held)\n", clips, clips == 1 ? "" : "s", r->given - 1);
+           "held; motion: mean absolute change from the frame before, 8-bit values)\n", clips, clips == 1 ? "" : "s",
+           r->given - 1);
     printf("%-10s %-10s %11s %11s %11s %11s", "noise-aug", "frames", "PSNR chain", "PSNR copy", "SSIM chain",
            "SSIM copy");
     if (r->given > 1) printf(" %11s %11s", "PSNR hold 0", "SSIM hold 0");
-    printf("\n");
+    printf(" %12s %11s\n", "motion chain", "motion real");
     int last = r->N - 1;
     for (int l = 0; l < r->L; l++) {
         for (int lo = 1, hi = 6; lo <= last; lo = hi + 1, hi *= 2)
@@ -130,13 +134,14 @@ static void print_drift(const Results *r, const double *levels, int clip_frames)
 // One header; a section column says which half of the columns a row fills; "nan": no number.
 static int write_tsv(FILE *out, const Results *r, const double *levels, int clips) {
     fprintf(out, "section\tnoise_aug\tframe\tpsnr_chain\tpsnr_copy\tssim_chain\tssim_copy\tmean\tcontrast\tsharpness\t"
-               "real_mean\treal_contrast\treal_sharpness\tpsnr_hold0\tssim_hold0\n");
+               "real_mean\treal_contrast\treal_sharpness\tpsnr_hold0\tssim_hold0\tmotion_chain\tmotion_real\n");
     for (int l = 0; l < r->L; l++)
         for (int f = r->given; f < r->N; f++) {
             size_t i = (size_t)l * r->N + f;
-            fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\n",
+            fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\t%.4f\t%.4f\n",
                     levels[l], f, r->psnr[i] / clips, r->psnr_copy[f] / clips, r->ssim[i] / clips,
-                    r->ssim_copy[f] / clips, r->psnr_hold0[f] / clips, r->ssim_hold0[f] / clips);
+                    r->ssim_copy[f] / clips, r->psnr_hold0[f] / clips, r->ssim_hold0[f] / clips,
+                    r->motion[i] / clips, r->motion_real[f] / clips);
         }
     for (int l = 0; l < r->L; l++)
         for (int f = 0; f < r->M; f++) {
@@ -145,7 +150,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
             fprintf(out, "drift\t%g\t%d\tnan\tnan\tnan\tnan", levels[l], f);
             double v[6] = {d.mean, d.contrast, d.sharpness, q.mean, q.contrast, q.sharpness};
             for (int k = 0; k < 6; k++) fputc('\t', out), print_num(out, v[k]);
-            fputs("\tnan\tnan\n", out);
+            fputs("\tnan\tnan\tnan\tnan\n", out);
         }
     return ferror(out) ? -1 : 0;
 }
@@ -165,7 +170,8 @@ typedef struct {
     char tsv_tmp[4200];
     Results r;
     uint8_t *clip;           // (F, S, S, 3): the clip being scored
-    uint8_t *first, *rgb;    // (given, S, S, 3): the drift run's given frames; (S, S, 3): a made frame
+    uint8_t *first, *rgb;    // (given, S, S, 3): the drift run's given frames; (2, S, S, 3): a made frame
+                             // and the one before it
     real *video;             // (last_frame + 1, 3, S, S): the chain's frames
     char err[2048];
 } Eval;
@@ -235,10 +241,11 @@ static void alloc_buffers(Eval *ev) {
     r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
     r->psnr_copy = fc_calloc(N, sizeof(double)), r->ssim_copy = fc_calloc(N, sizeof(double));
     r->psnr_hold0 = fc_calloc(N, sizeof(double)), r->ssim_hold0 = fc_calloc(N, sizeof(double));
+    r->motion = fc_calloc((size_t)L * N, sizeof(double)), r->motion_real = fc_calloc(N, sizeof(double));
     r->drift = fc_calloc((size_t)L * M + 1, sizeof(FrameStats));
     r->real = fc_calloc((size_t)r->real_frames + 1, sizeof(FrameStats));
     ev->clip = fc_malloc(dataset_clip_bytes(ev->ds));
-    ev->first = fc_malloc(frame_bytes * ev->o->given), ev->rgb = fc_malloc(frame_bytes);
+    ev->first = fc_malloc(frame_bytes * ev->o->given), ev->rgb = fc_malloc(2 * frame_bytes);
     ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->plan.last_frame + 1));
 }
 
@@ -266,6 +273,7 @@ static void score_copy(Eval *ev) {
         ev->r.psnr_copy[f] += frame_psnr(held, truth, ev->S), ev->r.ssim_copy[f] += frame_ssim(held, truth, ev->S);
         ev->r.psnr_hold0[f] += frame_psnr(ev->clip, truth, ev->S);
         ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
+        ev->r.motion_real[f] += frame_motion(truth - frame_bytes, truth, ev->S);
     }
 }
 
@@ -288,9 +296,12 @@ static void score_chain(Eval *ev, int k, int l) {
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
     for (int f = o->given; f < N; f++) {
-        frame_to_rgb(ev->rgb, ev->video + f * E, S);
-        ev->r.psnr[(size_t)l * N + f] += frame_psnr(ev->rgb, ev->clip + f * frame_bytes, S);
-        ev->r.ssim[(size_t)l * N + f] += frame_ssim(ev->rgb, ev->clip + f * frame_bytes, S);
+        uint8_t *made = ev->rgb + (f & 1) * frame_bytes, *before = ev->rgb + !(f & 1) * frame_bytes;
+        if (f == o->given) memcpy(before, ev->clip + (f - 1) * frame_bytes, frame_bytes);  // the last given
+        frame_to_rgb(made, ev->video + f * E, S);
+        ev->r.psnr[(size_t)l * N + f] += frame_psnr(made, ev->clip + f * frame_bytes, S);
+        ev->r.ssim[(size_t)l * N + f] += frame_ssim(made, ev->clip + f * frame_bytes, S);
+        ev->r.motion[(size_t)l * N + f] += frame_motion(before, made, S);
     }
     fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
 }
@@ -358,7 +369,7 @@ static void eval_close(Eval *ev) {
     Results *r = &ev->r;
     free(ev->video), free(ev->clip), free(ev->first), free(ev->rgb);
     free(r->psnr), free(r->ssim), free(r->psnr_copy), free(r->ssim_copy), free(r->drift), free(r->real);
-    free(r->psnr_hold0), free(r->ssim_hold0);
+    free(r->psnr_hold0), free(r->ssim_hold0), free(r->motion), free(r->motion_real);
     chain_free(&ev->plan), chain_free(&ev->long_plan);
     dataset_close(ev->ds);
     chain_models_free(&ev->cm);

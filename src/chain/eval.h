@@ -1,6 +1,7 @@
 // eval.h: how good the chain is on held-out footage (`framechain eval`). From each held-out clip's
 // real first frame (or first window, --given) the chain makes N frames; every made frame is compared
-// with the real one (PSNR, SSIM; metrics.h) beside the baseline of holding the last frame known. A long generation
+// with the real one (PSNR, SSIM; metrics.h) beside the baseline of holding the last frame known, and
+// how much each frame moved from the one before, beside the real clip's motion. A long generation
 // shows drift: each frame's mean, contrast and sharpness as a ratio to frame 0's. Every
 // noise-augmentation level asked for gets its own run, with the same sampling noise, so the levels
 // compare pair for pair.

@@ -21,6 +21,13 @@ double frame_psnr(const uint8_t *a, const uint8_t *b, int S) {
     return p > METRICS_PSNR_CAP ? METRICS_PSNR_CAP : p;
 }
 
+double frame_motion(const uint8_t *a, const uint8_t *b, int S) {
+    size_t n = (size_t)S * S * 3;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += abs((int)a[i] - (int)b[i]);
+    return sum / n;
+}
+
 #define SSIM_WIN 11
 #define SSIM_SIGMA 1.5
 

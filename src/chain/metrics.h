@@ -19,6 +19,11 @@ double frame_psnr(const uint8_t *a, const uint8_t *b, int S);
 // frames; NaN when S < METRICS_SSIM_MIN_SIZE.
 double frame_ssim(const uint8_t *a, const uint8_t *b, int S);
 
+// How much a picture moved from frame a to frame b: the mean absolute difference of their 8-bit
+// values (every value of the three channels); 0 for a still picture. Beside the real clip's, it
+// tells a chain that holds its first frame from one that moves as the footage does.
+double frame_motion(const uint8_t *a, const uint8_t *b, int S);
+
 // What drift shows: mean and contrast (standard deviation) of every 8-bit value of the frame, and
 // sharpness, the mean absolute 4-neighbour Laplacian of the luminance 0.299 R + 0.587 G + 0.114 B
 // over the interior pixels (NaN fields when S < 3 for sharpness).

@@ -60,22 +60,24 @@ fi
 # so the floor sits below 5), every SSIM in [-1, 1], every drift ratio finite and positive
 bad=$(awk -F'\t' '
     $1 == "quality" { for (i = 4; i <= 5; i++) if ($i !~ /^[0-9.]+$/ || $i < 3 || $i > 99) print "PSNR " $i
-                      for (i = 6; i <= 7; i++) if ($i !~ /^-?[0-9.]+$/ || $i < -1 || $i > 1) print "SSIM " $i }
+                      for (i = 6; i <= 7; i++) if ($i !~ /^-?[0-9.]+$/ || $i < -1 || $i > 1) print "SSIM " $i
+                      for (i = 16; i <= 17; i++) if ($i !~ /^[0-9.]+$/ || $i > 255) print "motion " $i }
     $1 == "drift"   { for (i = 8; i <= ($3 < 24 ? 13 : 10); i++) if ($i !~ /^[0-9.]+$/ || $i <= 0) print "ratio " $i
                       if ($3 == 0 && ($8 != "1.000000" || $11 != "1.000000")) print "frame 0 " $8 " " $11 }' "$tmp/eval.tsv")
 if [ -z "$bad" ]; then
-    pass eval_ranges "PSNR in 3..99 dB, SSIM in [-1, 1], drift ratios positive, 1 at frame 0"
+    pass eval_ranges "PSNR in 3..99 dB, SSIM in [-1, 1], motion in 0..255, drift ratios positive, 1 at frame 0"
 else
     fail eval_ranges "$(echo "$bad" | head -3 | tr '\n' ' ')"
 fi
 
 # the copy baseline does not depend on the level
-copy0=$(awk -F'\t' '$1 == "quality" && $2 == "0" { print $3, $5, $7 }' "$tmp/eval.tsv")
-copy1=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" { print $3, $5, $7 }' "$tmp/eval.tsv")
-if [ -n "$copy0" ] && [ "$copy0" = "$copy1" ]; then
-    pass eval_copy_baseline "the copy's PSNR and SSIM are identical at noise-aug 0 and 0.1"
+copy0=$(awk -F'\t' '$1 == "quality" && $2 == "0" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
+copy1=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
+still=$(awk -F'\t' '$1 == "quality" && $17 == 0 { n++ } END { print n + 0 }' "$tmp/eval.tsv")
+if [ -n "$copy0" ] && [ "$copy0" = "$copy1" ] && [ "$still" -lt 5 ]; then
+    pass eval_copy_baseline "the copy's PSNR and SSIM and the real clip's motion are identical at noise-aug 0 and 0.1; the footage still in $still of its frames"
 else
-    fail eval_copy_baseline "the copy's numbers differ across levels"
+    fail eval_copy_baseline "the copy's numbers differ across levels, or the footage is still in $still frames"
 fi
 # the real clip, where it exists, is the same under both levels' drift rows
 real0=$(awk -F'\t' '$1 == "drift" && $2 == "0" { print $11, $12, $13 }' "$tmp/eval.tsv")
