@@ -25,7 +25,8 @@ static const char *HELP_EVAL =
     "  --frames N         frames per clip, at least 7 (default and most: the dataset's clip length)\n"
     "  --long M           frames of the drift run (default 181; 0: no drift run)\n"
     "  --noise-aug LIST   the levels to compare, comma-separated, each 0 to 0.95 (default 0,0.1)\n"
-    "  --steps S          Euler steps per window (default 20)\n"
+    "  --steps S          Euler steps per window (default: each model's sample_steps, 20 unless its\n"
+    "                     config says otherwise)\n"
     "  --seed K           seed of the sampling noise (default 1); each clip gets its own, made from K and\n"
     "                     its number; clip 1 gets K itself ('generate --seed K' from its first frame makes\n"
     "                     the frames scored here)\n"
@@ -44,7 +45,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
                   {"--frames", 1}, {"--long", 1}, {"--noise-aug", 1}, {"--steps", 1}, {"--seed", 1}, {"--tsv", 1},
                   {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
-    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = SAMPLE_DEFAULT_STEPS,
+    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
                       .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
                       .temperature = SAMPLE_DEFAULT_TEMPERATURE};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};

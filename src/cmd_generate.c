@@ -27,7 +27,8 @@ static const char *HELP_GENERATE =
     "  --frames N         exactly N frames (at least 7)\n"
     "  --given K          continue the video's first K frames: 1 (default), or the starter's window (7\n"
     "                     for the shipped plans), the starter then skipped; they are the output's first K\n"
-    "  --steps S          Euler steps per window (default 20)\n"
+    "  --steps S          Euler steps per window (default: each model's sample_steps, 20 unless its\n"
+    "                     config says otherwise)\n"
     "  --noise-aug L      the noise level t of every conditioning frame but the first (default 0.1;\n"
     "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
     "  --guidance W       history guidance: v = v_uncond + W (v_cond - v_uncond), v_uncond with the given\n"
@@ -60,7 +61,7 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
-    SampleOptions so = {.steps = SAMPLE_DEFAULT_STEPS, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
+    SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
                         .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_DEFAULT_TEMPERATURE};
     if (opt(opts, "--guidance")->count)
         so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
@@ -93,10 +94,11 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
         fprintf(stderr, "framechain: %s\n", err);
         rc = 1;
     } else {
+        char steps[128];
+        chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
         printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
-               "step %d), %d Euler steps, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name,
-               plan->count, cm->step[0], cm->step[1], cm->step[2], g->sample.steps, g->sample.noise_aug,
-               g->sample.guidance);
+               "step %d), %s, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name, plan->count,
+               cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance);
         fflush(stdout);
         double t0 = fc_now_s();
         chain_sample(cm, plan, video, &g->sample);

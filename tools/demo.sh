@@ -47,6 +47,6 @@ done
 say "generating 181 frames from the first frame of $first"
 runs=(--starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
 rm -f "$OUT/demo.mp4" "$OUT/demo.gif"
-"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --steps 10 --out "$OUT/demo.mp4"
-"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --steps 10 --out "$OUT/demo.gif" --quiet
+"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.mp4"
+"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.gif" --quiet
 say "done: $OUT/demo.mp4 and $OUT/demo.gif (181 frames each)"

@@ -67,6 +67,8 @@ static const KeyDef KEYS[] = {
     {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
      "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
      "so a made frame's small errors do not carry on along the chain"},
+    {"sample_steps", KEY_INT, OFF(sample_steps), 1, 100000,
+     "Euler steps per window when generate or eval is not given --steps (the model's own default)"},
     {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
@@ -110,7 +112,7 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
-    c->delta_scale = 4.0, c->crop_zoom = 1.0;
+    c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20;
 }
 
 int config_anchor_slot(const Config *c) {

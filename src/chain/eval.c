@@ -226,9 +226,11 @@ static void print_header(const Eval *ev) {
     printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
-    printf("\neval: %d frames per clip from %d given, drift over %d, %d Euler steps, guidance %g, temperature %g, "
+    char steps[128];
+    chain_describe_steps(&ev->cm, o->steps, steps, sizeof steps);
+    printf("\neval: %d frames per clip from %d given, drift over %d, %s, guidance %g, temperature %g, "
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
-           o->steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
+           steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
     fflush(stdout);
 }

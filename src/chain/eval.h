@@ -28,7 +28,7 @@ typedef struct {
                            // flat); 0: no drift run
     int n_levels;          // noise-augmentation levels, each evaluated on its own
     double levels[EVAL_MAX_LEVELS];
-    int steps;             // Euler steps per window
+    int steps;             // Euler steps per window; 0: each model's sample_steps
     int given;             // the chain starts from each clip's first `given` real frames (1, or the
                            // starter's window: the starter is skipped); the baseline holds the last
     double guidance;       // history guidance w (sampler.h); 1: off

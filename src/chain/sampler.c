@@ -148,7 +148,7 @@ typedef struct {
     real *reference;               // (F, E): the delta targets' reference frames
 } WindowBuffers;
 
-// One window: targets from pure noise to t = 0 in o->steps Euler steps of the velocity the network
+// One window: targets from pure noise to t = 0 in o->steps (or the model's sample_steps) Euler steps of the velocity the network
 // predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed. With guidance w
 // != 1, v = v_u + w (v_c - v_u), v_u predicted with the given frames dropped. A model trained on
 // deltas makes each target as its reference frame plus the sampled delta / delta_scale.
@@ -161,9 +161,9 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
     real *x = wb->x, *pred = wb->pred;
     window_start(m, w, index, frames, o, x, t, off);
     be->upload(m->in.offset, off, sizeof(real) * w->slots);
-    int guided = o->guidance != 1.0;
-    for (int k = 0; k < o->steps; k++) {
-        double t_now = 1.0 - (double)k / o->steps, t_next = 1.0 - (double)(k + 1) / o->steps;
+    int guided = o->guidance != 1.0, steps = o->steps ? o->steps : c->sample_steps;
+    for (int k = 0; k < steps; k++) {
+        double t_now = 1.0 - (double)k / steps, t_next = 1.0 - (double)(k + 1) / steps;
         for (int i = 0; i < w->slots; i++)
             if (c->slot_kind[i] == SLOT_TARGET) t[i] = (real)t_now;
         predict(m, x, t, pred);
@@ -189,6 +189,13 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
             if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
             for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
         }
+}
+
+void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len) {
+    int s[3];
+    for (int r = 0; r < 3; r++) s[r] = steps ? steps : cm->m[r]->cfg.sample_steps;
+    if (s[0] == s[1] && s[1] == s[2]) snprintf(buf, len, "%d Euler steps", s[0]);
+    else snprintf(buf, len, "Euler steps %d / %d / %d (starter / extrapolate / interpolate)", s[0], s[1], s[2]);
 }
 
 int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size_t errlen) {

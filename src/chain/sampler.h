@@ -31,13 +31,12 @@ void chain_models_free(ChainModels *cm);
 // ----------------------------------------------------------------------------
 // sampling
 
-#define SAMPLE_DEFAULT_STEPS 20
 #define SAMPLE_DEFAULT_NOISE_AUG 0.1
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
 #define SAMPLE_DEFAULT_TEMPERATURE 1.0
 
 typedef struct {
-    int steps;         // Euler steps per window
+    int steps;         // Euler steps per window; 0: each model's own (its config's sample_steps)
     uint64_t seed;     // of the sampling noise
     double noise_aug;  // the level t every context frame is noised to
     double guidance;   // history guidance w: v = v_uncond + w (v_cond - v_uncond); 1: the conditional alone
@@ -48,6 +47,10 @@ typedef struct {
 // "" when every model can sample with o->guidance, else one line naming a model trained without
 // cond_drop (guidance other than 1 needs the unconditional model that cond_drop trains).
 int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size_t errlen);
+
+// "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
+// / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.
+void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len);
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with frame 0
 // filled in; every other frame is made (and clamped to [-1, 1]).

@@ -181,9 +181,10 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 
 // The keys that may differ between a checkpoint and the run that continues it.
 static int may_differ(const char *key) {
-    // recompute and keep_blocks change the memory a step takes, not its arithmetic
+    // recompute and keep_blocks change the memory a step takes, not its arithmetic; sample_steps only
+    // what generate does with the weights
     return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") ||
-           !strcmp(key, "recompute") || !strcmp(key, "keep_blocks");
+           !strcmp(key, "recompute") || !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
 }
 
 // The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.

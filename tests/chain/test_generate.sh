@@ -56,6 +56,29 @@ else
     fail generate_deterministic "same seed differs, or another seed gives the same frames"
 fi
 
+# without --steps each model samples with its own sample_steps: a starter trained as the one above
+# (the same weights) but with sample_steps = 3 makes, without --steps, the frames the first makes
+# with --steps 3, and not those of its 20
+"$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/starter3" --steps 12 --set warmup_steps=2 \
+    --set checkpoint_every=12 --set sample_steps=3 > "$tmp/starter3.log" 2>&1
+S3=(--starter "$tmp/starter3" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+"$FC" generate "${S3[@]}" --first-frame "$tmp/first.png" --frames 7 --out "$tmp/own" > "$tmp/own.log" 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 3 --out "$tmp/three" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --out "$tmp/twenty" --quiet > /dev/null 2>&1
+if grep -q 'Euler steps 3 / 20 / 20' "$tmp/own.log" && diff -r "$tmp/own" "$tmp/three" > /dev/null &&
+    [ -n "$(ls "$tmp/own" 2> /dev/null)" ] && ! diff -r "$tmp/own" "$tmp/twenty" > /dev/null; then
+    pass generate_model_steps "sample_steps = 3 in the starter's config: the frames of --steps 3, not of 20; $(grep -o 'Euler steps [0-9 /]*' "$tmp/own.log")"
+else
+    fail generate_model_steps "$(grep -o 'Euler steps [^,]*\|[0-9]* Euler steps' "$tmp/own.log" | head -1); $(tail -1 "$tmp/starter3.log")"
+fi
+# sample_steps changes no training arithmetic: a finished run takes a new value when rerun
+if "$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/starter" --steps 12 --set warmup_steps=2 \
+    --set checkpoint_every=12 --set sample_steps=3 > "$tmp/again.log" 2>&1 && grep -q 'nothing to do' "$tmp/again.log"; then
+    pass train_sample_steps_may_change "$(tail -1 "$tmp/again.log")"
+else
+    fail train_sample_steps_may_change "$(tail -1 "$tmp/again.log")"
+fi
+
 # --given 7: the video's first 7 frames are the output's, whatever the seed; the frames after them
 # are made (another seed, other frames); frame 0 as from one given frame
 for k in 1 7:1 7:2; do
