@@ -209,7 +209,13 @@ bench: info $(BIN) $(BUILD)/bench_gemm
 bench-cuda: info $(BIN)
 	@tools/bench_cuda.sh
 
-TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(TEST_EMU)
+# The power-loss test's LD_PRELOAD library (tests/train/test_powerloss.sh): it records what train
+# writes. Plain flags, never the sanitizers': it is loaded into framechain, not linked with it.
+$(BUILD)/powerloss_shim.so: tests/train/powerloss_shim.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -std=gnu11 -fPIC -shared $< -o $@ -ldl -lpthread
+
+TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/powerloss_shim.so $(TEST_EMU)
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh

@@ -47,6 +47,9 @@ int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional)
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        if (strlen(a) > CLI_MAX_ARG)
+            usage_error("an argument of %zu characters ('%.40s...'): paths and values are limited to %d", strlen(a), a,
+                        CLI_MAX_ARG);
         if (a[0] != '-' || a[1] == 0) {
             if (!positional) usage_error("unexpected argument '%s'", a);
             if (*positional) usage_error("unexpected second argument '%s'", a);
@@ -60,6 +63,10 @@ int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional)
             if (eq) value = eq + 1;
             else if (i + 1 < argc) value = argv[++i];
             else usage_error("option %s needs a value", name);
+            if (!value[0]) usage_error("option %s needs a value (it was given an empty one)", name);
+            if (strlen(value) > CLI_MAX_ARG)
+                usage_error("option %s: a value of %zu characters ('%.40s...'): paths and values are limited to %d",
+                            name, strlen(value), value, CLI_MAX_ARG);
         } else if (eq) {
             usage_error("option %s takes no value", name);
         }

@@ -7,6 +7,9 @@
 #include "base/config.h"
 
 #define CLI_MAX_VALUES 64  // values a repeatable option may be given
+// The longest argument taken: paths are joined with file names into buffers of PATH_MAX (4096), so a
+// longer one is refused here rather than cut short there.
+#define CLI_MAX_ARG 3800
 
 typedef struct {
     const char *name;  // "--config"

@@ -35,6 +35,19 @@ static void print_file_meta(const StFile *f) {
         else
             printf("%-15s %s\n", keys[i], v);
     }
+    const char *parent = st_meta(f, "parent"), *lineage = st_meta(f, "lineage");
+    const char *data = st_meta(f, "data");
+    if (data) printf("%-15s %s\n", "data", data);
+    if (parent) printf("%-15s %s\n", "parent", parent);
+    if (lineage) {  // one line per fork or extension, oldest first
+        printf("lineage:\n");
+        for (const char *line = lineage; *line;) {
+            const char *nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            printf("  %.*s\n", len, line);
+            line += len + (nl != NULL);
+        }
+    }
     const char *config = st_meta(f, "config");
     if (config) printf("config:\n%s", config);
 }

@@ -1,7 +1,9 @@
-// cmd_train.c: `framechain train`: one model of the chain from a config (train/train.h).
+// cmd_train.c: `framechain train`: one model of the chain from a config (train/train.h), resumed,
+// extended or forked (train/lineage.h).
 #include <limits.h>
 #include <stdio.h>
 
+#include "base/common.h"
 #include "base/config.h"
 #include "model/memplan.h"
 #include "train/train.h"
@@ -11,11 +13,25 @@
 static const char *HELP_TRAIN =
     "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
     "                        [--vram-budget GIB] [--sync-checkpoints]\n"
+    "       framechain train --config FILE --run DIR --extend --steps N [...]\n"
+    "       framechain train --from RUN/ckpt-XXXXXXXX.safetensors --run NEW [--config FILE] [--data DIR]\n"
+    "                        [--steps N] [--set key=value ...]\n"
     "\n"
     "Train one model of the chain. The config names the network, the frame plan (the role) and the\n"
     "optimisation; --set overrides any key. Checkpoints (weights, EMA and the 8-bit AdamW state) are\n"
     "written to RUN crash-safely; running the same command again resumes from the newest good one.\n"
+    "A checkpoint continues only its own run: another config (steps and lr included) is refused.\n"
     "--data DIR is a dataset made by 'framechain prepare'; without it, the built-in moving-shapes set.\n"
+    "\n"
+    "  --extend      go on past the run's end, to --steps N: the steps up to the old end keep their\n"
+    "                learning rates (the cosine decay ends where it ended), the new ones run at its final\n"
+    "                rate, lr * lr_min_ratio; recorded in the run's lineage\n"
+    "  --from CKPT   a new run in --run NEW from that checkpoint's weights, EMA and optimizer state, its\n"
+    "                step count going on from the checkpoint's: the parent's config (or --config FILE)\n"
+    "                with --set, --data and --steps over it; keys of the network are refused; the\n"
+    "                parent and the keys changed are recorded in the lineage ('framechain inspect' shows\n"
+    "                it); rerun the same command to resume the fork\n"
+    "\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
     "A checkpoint is copied into page-locked host memory and written by a background thread while\n"
     "training goes on; --sync-checkpoints waits for each write instead (the same files; the log's\n"
@@ -25,22 +41,45 @@ static const char *HELP_TRAIN =
     "\n"
     "config keys:\n";
 
+// A fork's config: the parent's (or --config's) with --set over it.
+static Config fork_config(Opt *opts, const Config *parent) {
+    if (opt(opts, "--config")->count) return load_config(opts);
+    Config c = *parent;
+    Opt *set = opt(opts, "--set");
+    for (int i = 0; i < set->count; i++) config_set(&c, set->values[i], "--set");
+    config_validate(&c, "--set");
+    return c;
+}
+
 int cmd_train(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
-                  {"--sync-checkpoints", 0}, {NULL}};
+                  {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
         return 0;
     }
-    Config c = load_config(opts);
+    TrainOrigin origin = {0};
+    origin.extend = opt(opts, "--extend")->count > 0;
+    const char *from = opt(opts, "--from")->count ? opt(opts, "--from")->value : NULL;
+    if (origin.extend && from) usage_error("give either --extend or --from, not both");
+    if (origin.extend && !opt(opts, "--steps")->count) usage_error("--extend needs --steps N, the run's new end");
     const char *run = required(opts, "--run");
+    char err[4096];
+    Config parent;
+    if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) fc_die("%s", err);
+    Config c = from ? fork_config(opts, &parent) : load_config(opts);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
     if (opt(opts, "--steps")->count) {
         c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
         if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
     }
+    lineage_data_identity(data, origin.data, sizeof origin.data);
+    if (origin.extend && lineage_extend(&c, run, &origin, err, sizeof err)) fc_die("%s", err);
+    if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,
+                                                                                     sizeof err)))
+        fc_die("%s", err);
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
                         : DEFAULT_VRAM_BUDGET_GIB;
@@ -48,5 +87,5 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
                memory_plan_resolve(&c, c.batch_size, plan_device(be->name, be->precision), budget * 1073741824.0),
                c.depth, be->name);
-    return train_run(&c, run, data, be, budget * 1073741824.0, opt(opts, "--sync-checkpoints")->count > 0);
+    return train_run(&c, run, data, be, &origin, budget * 1073741824.0, opt(opts, "--sync-checkpoints")->count > 0);
 }

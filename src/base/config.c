@@ -3,10 +3,13 @@
 // config_load, config_set and config_validate wrap it for the command line.
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "base/config.h"
@@ -77,6 +80,9 @@ static const KeyDef KEYS[] = {
     {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
     {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
     {"lr_min_ratio", KEY_DOUBLE, OFF(lr_min_ratio), 0, 1, "the cosine decay ends at lr * lr_min_ratio"},
+    {"schedule_end", KEY_INT, OFF(schedule_end), 0, 2e9,
+     "the step where the cosine decay ends (0: at steps); after it the rate stays lr * lr_min_ratio (train "
+     "--extend sets it to the old end)"},
     {"weight_decay", KEY_DOUBLE, OFF(weight_decay), 0, 10, "decoupled weight decay of the 2-D weights"},
     {"beta1", KEY_DOUBLE, OFF(beta1), 0, 0.99999, "AdamW first-moment decay"},
     {"beta2", KEY_DOUBLE, OFF(beta2), 0, 0.99999999, "AdamW second-moment decay"},
@@ -227,11 +233,13 @@ static char *trim(char *s) {
     return s;
 }
 
-int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
+// config_parse_text, and the line of each key the text sets in seen (0: not set), when not NULL.
+static int parse_text(Config *c, const char *text, size_t len, const char *origin, long seen[NKEYS], char *err,
+                      size_t errlen) {
     Config t = *c;  // c changes only when the whole text is good
     char line[CONFIG_MAX_LINE + 1], why[256];
     size_t pos = 0;
-    long lineno = 0;
+    long lineno = 0, first[NKEYS] = {0};  // the line where each key was set: a second one is a mistake
     while (pos < len) {
         lineno++;
         const char *start = text + pos;
@@ -256,11 +264,20 @@ int config_parse_text(Config *c, const char *text, size_t len, const char *origi
             return fc_errf(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin,
                         lineno, key);
         if (!*value) return fc_errf(err, errlen, "%s:%ld: %s has no value", origin, lineno, key);
+        if (first[k - KEYS])
+            return fc_errf(err, errlen, "%s:%ld: %s is set a second time (first on line %ld); which one was meant?",
+                           origin, lineno, key, first[k - KEYS]);
+        first[k - KEYS] = lineno;
         if (set_key(&t, k, value, why, sizeof why))
             return fc_errf(err, errlen, "%s:%ld: %s = %s: %s", origin, lineno, key, value, why);
     }
     *c = t;
+    if (seen) memcpy(seen, first, sizeof first);
     return 0;
+}
+
+int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
+    return parse_text(c, text, len, origin, NULL, err, errlen);
 }
 
 int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen) {
@@ -320,11 +337,22 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
                        c->crop_pan);
     if (c->warmup_steps > c->steps)
         return fc_errf(err, errlen, "%s: warmup_steps %d is more than steps %d", origin, c->warmup_steps, c->steps);
+    if (c->schedule_end && c->schedule_end < c->warmup_steps)
+        return fc_errf(err, errlen, "%s: schedule_end %d is before the end of warmup_steps %d", origin,
+                       c->schedule_end, c->warmup_steps);
     return 0;
 }
 
 void config_load(Config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
+    // Not blocking on a FIFO, and a folder is named as one rather than failing as a "read error".
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) fc_die("%s: cannot open config: %s", path, strerror(errno));
+    if (fstat(fd, &sb)) fc_die("%s: cannot read config: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        fc_die("%s: not a config file (%s); give a file of key = value lines", path,
+               S_ISDIR(sb.st_mode) ? "a folder" : "not a regular file");
+    FILE *f = fdopen(fd, "rb");
     if (!f) fc_die("%s: cannot open config: %s", path, strerror(errno));
     size_t len = 0, cap = 4096;
     char *text = fc_malloc(cap);
@@ -334,11 +362,19 @@ void config_load(Config *c, const char *path) {
         text = realloc(text, cap *= 2);
         if (!text) fc_die("%s: out of host memory reading the config", path);
     }
-    if (ferror(f)) fc_die("%s: read error", path);
+    if (ferror(f)) fc_die("%s: read error: %s", path, strerror(errno));
     fclose(f);
     char err[CONFIG_MAX_LINE + 512];
-    if (config_parse_text(c, text, len, path, err, sizeof err)) fc_die("%s", err);
+    long seen[NKEYS];
+    if (parse_text(c, text, len, path, seen, err, sizeof err)) fc_die("%s", err);
     free(text);
+    // A config file says which model it is: an empty file, or one that forgot its role, would
+    // otherwise train a starter on the defaults without a word.
+    int keys = 0;
+    for (int i = 0; i < NKEYS; i++) keys += seen[i] != 0;
+    if (!keys) fc_die("%s: sets no key (empty, or only comments); a config names at least its role", path);
+    if (!seen[find_key("role") - KEYS])
+        fc_die("%s: has no role = starter | extrapolate | interpolate: say which model of the chain it trains", path);
 }
 
 void config_set(Config *c, const char *keyvalue, const char *origin) {

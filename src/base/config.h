@@ -55,6 +55,7 @@ typedef struct {
     double lr;              // peak learning rate
     int warmup_steps;       // linear warmup from 0 to lr
     double lr_min_ratio;    // cosine decay ends at lr * lr_min_ratio
+    int schedule_end;       // the step where the cosine decay ends (0: steps); lr * lr_min_ratio after it
     double weight_decay;    // decoupled, on the 2-D weights only
     double beta1, beta2, adam_eps;
     double grad_clip;       // clip the global gradient norm to this (0: off)

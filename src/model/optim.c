@@ -53,7 +53,7 @@ void free_optimizer(Optimizer *o) {
 
 double lr_schedule(const Config *c, int t) {
     if (t <= c->warmup_steps) return c->lr * t / (c->warmup_steps > 0 ? c->warmup_steps : 1);
-    double span = c->steps - c->warmup_steps;
+    double span = (c->schedule_end ? c->schedule_end : c->steps) - c->warmup_steps;
     double p = span > 0 ? (t - c->warmup_steps) / span : 1.0;
     if (p > 1) p = 1;
     return c->lr * (c->lr_min_ratio + (1 - c->lr_min_ratio) * 0.5 * (1 + cos(3.141592653589793 * p)));

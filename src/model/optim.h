@@ -45,7 +45,8 @@ typedef struct {
 // parameters: ema = ema_decay * ema + (1 - ema_decay) * param.
 OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr, real *ema, double ema_decay);
 
-// Learning rate of update number t (1-based): linear warmup, then cosine decay to lr * lr_min_ratio.
+// Learning rate of update number t (1-based): linear warmup, then cosine decay to lr * lr_min_ratio at
+// schedule_end (steps when 0), then that rate.
 double lr_schedule(const Config *c, int t);
 
 #endif

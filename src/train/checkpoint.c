@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
@@ -102,13 +103,66 @@ CkptTable ckpt_build_table(const Model *m, const real *ema, const Optimizer *o, 
 // ----------------------------------------------------------------------------
 // save
 
-// Delete all but the newest `keep` checkpoints; the folder is fsynced so the deletions stick.
-static void prune(const char *run, int keep) {
-    int *steps, n = checkpoint_list(run, &steps);
-    for (int i = keep; i < n; i++) {
-        char path[4096];
+// A file that is not a whole checkpoint is never deleted by pruning and never counted as kept: it is
+// renamed RUN/ckpt-XXXXXXXX.safetensors.unusable (out of every listing) and named on stderr; why
+// starts with the path.
+void checkpoint_set_aside(const char *path, const char *why) {
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s.unusable", path);
+    if (rename(path, aside)) fc_warn("%s; could not rename it aside: %s", why, strerror(errno));
+    else fc_warn("%s; renamed to %s", why, aside);
+}
+
+static int check_crcs(const StFile *f, const char *path, char *err, size_t errlen);
+static int check_finite(const StFile *f, const char *path, char *err, size_t errlen);
+
+int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen) {
+    if (st_read(path, f, why, whylen)) return -1;
+    const char *format = st_meta(f, "format");
+    if (!format || strcmp(format, CKPT_FORMAT)) snprintf(why, whylen, "%s: not a framechain checkpoint", path);
+    else if (!check_crcs(f, path, why, whylen) && !check_finite(f, path, why, whylen)) return 0;
+    st_free(f);
+    return -1;
+}
+
+static int checkpoint_whole(const char *path, char *why, size_t whylen) {
+    StFile f;
+    if (checkpoint_read_whole(path, &f, why, whylen)) return 0;
+    st_free(&f);
+    return 1;
+}
+
+// The checkpoints this process has read back whole (of one run folder at a time): each is read once,
+// not at every prune. Only the writer calls prune, one checkpoint at a time.
+static struct {
+    char run[4096];
+    int n, steps[64];
+} verified;
+
+static int verified_whole(const char *run, int step, const char *path, char *why, size_t whylen) {
+    if (strcmp(verified.run, run)) snprintf(verified.run, sizeof verified.run, "%s", run), verified.n = 0;
+    for (int i = 0; i < verified.n; i++)
+        if (verified.steps[i] == step) return 1;
+    if (!checkpoint_whole(path, why, whylen)) return 0;
+    if (verified.n == 64) verified.n = 0;
+    verified.steps[verified.n++] = step;
+    return 1;
+}
+
+// Keep the newest `keep` checkpoints that are whole (the one just written, `written`, counts as whole:
+// its bytes came from memory with their CRCs), delete the older ones, and set aside the files that
+// are not whole instead of counting them. The folder is fsynced so that the deletions stick.
+static void prune(const char *run, int keep, int written) {
+    int *steps, n = checkpoint_list(run, &steps), kept = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096], why[1024];
         checkpoint_path(path, sizeof path, run, steps[i]);
-        if (unlink(path)) fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));
+        if (kept < keep) {
+            if (steps[i] == written || verified_whole(run, steps[i], path, why, sizeof why)) kept++;
+            else checkpoint_set_aside(path, why);
+        } else if (unlink(path)) {
+            fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));
+        }
     }
     free(steps);
     int fd = open(run, O_RDONLY | O_DIRECTORY);
@@ -153,12 +207,15 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     meta[nm++] = (StMeta){"data_cursor", step};  // the data a step sees is a function of (seed, step)
     meta[nm++] = (StMeta){"smooth_loss", smooth};
     meta[nm++] = (StMeta){"config", config_text};
+    if (s->parent[0]) meta[nm++] = (StMeta){"parent", s->parent};
+    if (s->data[0]) meta[nm++] = (StMeta){"data", s->data};
+    if (s->lineage[0]) meta[nm++] = (StMeta){"lineage", s->lineage};
     for (int i = 0; i < tab->n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
 
     char path[4096];
     checkpoint_path(path, sizeof path, run, s->step);
     int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
-    if (rc == 0) prune(run, c->keep_checkpoints);
+    if (rc == 0) prune(run, c->keep_checkpoints, s->step);
     free(st), free(meta), free(crc);
     return rc;
 }
@@ -179,12 +236,23 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 // ----------------------------------------------------------------------------
 // load
 
-// The keys that may differ between a checkpoint and the run that continues it.
-static int may_differ(const char *key) {
+// The keys that may differ between a checkpoint and the run that continues it. steps is not one of
+// them: it shapes the learning-rate schedule (train --extend changes it on purpose).
+static int may_differ(const char *key, CkptLoadMode mode) {
+    if (mode == CKPT_FORK) return !config_key_shapes_network(key);
+    if (mode == CKPT_EXTEND && (!strcmp(key, "steps") || !strcmp(key, "schedule_end"))) return 1;
     // recompute and keep_blocks change the memory a step takes, not its arithmetic; sample_steps only
     // what generate does with the weights
-    return !strcmp(key, "steps") || !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") ||
-           !strcmp(key, "recompute") || !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
+    return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "recompute") ||
+           !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
+}
+
+int config_key_shapes_network(const char *key) {
+    const char *keys[] = {"frame_size", "channels", "patch", "width", "depth", "heads", "mlp_ratio", "freq_dim",
+                          "role", "plan", "cond_concat", "targets", "delta_scale", "delta_reference", "optimizer"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(key, keys[i])) return 1;
+    return 0;
 }
 
 // The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.
@@ -203,9 +271,29 @@ static int check_crcs(const StFile *f, const char *path, char *err, size_t errle
     return 0;
 }
 
+// Every value of the weights and of their EMA is finite: 0, or -1 with the first tensor that is not.
+// A step that blew up can leave NaN weights behind CRCs that check; they would train on as NaN, or
+// generate black frames.
+static int check_finite(const StFile *f, const char *path, char *err, size_t errlen) {
+    for (int i = 0; i < f->n; i++) {
+        const StEntry *e = &f->entries[i];
+        if (strcmp(e->dtype, "F32") || (strncmp(e->name, "model.", 6) && strncmp(e->name, "ema.", 4))) continue;
+        const uint8_t *p = st_data(f, e);
+        for (size_t k = 0; k < (e->end - e->begin) / 4; k++) {
+            float v;
+            memcpy(&v, p + 4 * k, 4);  // the data is 4-byte aligned only relative to the file's start
+            if (!isfinite(v))
+                return fc_errf(err, errlen, "%s: tensor %s holds %s values: the weights are unusable", path, e->name,
+                               isnan(v) ? "NaN" : "infinite");
+        }
+    }
+    return 0;
+}
+
 // Its config against this run's (only the keys of may_differ may change): CKPT_OK, or CKPT_REFUSED
 // with the first key that differs.
-static CkptStatus check_same_run(const char *config, const char *path, const Config *c, char *err, size_t errlen) {
+static CkptStatus check_same_run(const char *config, const char *path, const Config *c, CkptLoadMode mode, char *err,
+                                 size_t errlen) {
     char why[512];
     Config theirs;
     config_defaults(&theirs);
@@ -217,11 +305,17 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
         char a[1024], b[1024];
         config_get(c, *k, a, sizeof a);
         config_get(&theirs, *k, b, sizeof b);
-        if (!may_differ(*k) && strcmp(a, b)) {
+        if (may_differ(*k, mode) || !strcmp(a, b)) continue;
+        if (mode == CKPT_FORK)
+            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a fork keeps the network "
+                    "(train a new run to change it)", path, *k, b, *k, a);
+        else if (!strcmp(*k, "steps") || !strcmp(*k, "schedule_end"))
+            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; to train a run past its end "
+                    "on purpose: train --extend --steps N", path, *k, b, *k, a);
+        else
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
-                    "its own run", path, *k, b, *k, a);
-            return CKPT_REFUSED;
-        }
+                    "its own run (train --from %s --run NEW --set %s=%s forks it)", path, *k, b, *k, a, path, *k, a);
+        return CKPT_REFUSED;
     }
     return CKPT_OK;
 }
@@ -280,8 +374,8 @@ static void recode_moments(const Backend *be, Optimizer *o, const float *their_m
         goto out;                                    \
     } while (0)
 
-CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,
-                           char *err, size_t errlen) {
+CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
+                           TrainState *s, char *err, size_t errlen) {
     StFile f;
     char why[512];
     if (st_read(path, &f, why, sizeof why)) {
@@ -297,13 +391,13 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     if (!version || atoi(version) != CKPT_VERSION)
         FAIL(CKPT_REFUSED, "%s: checkpoint format version %s; this framechain reads version %d", path,
              version ? version : "(none)", CKPT_VERSION);
-    // every tensor's CRC, before anything else is believed
-    if (check_crcs(&f, path, err, errlen)) {
+    // every tensor's CRC, before anything else is believed; then the weights' values
+    if (check_crcs(&f, path, err, errlen) || check_finite(&f, path, err, errlen)) {
         result = CKPT_CORRUPT;
         goto out;
     }
     if (!step || !smooth || !config) FAIL(CKPT_CORRUPT, "%s: the trainer state is missing from the metadata", path);
-    if ((result = check_same_run(config, path, c, err, errlen))) goto out;
+    if ((result = check_same_run(config, path, c, mode, err, errlen))) goto out;
     tab = ckpt_build_table(m, ema, o, &block_size);
     if ((result = find_tensors(&f, path, &tab, err, errlen))) goto out;
     memcpy(&block_size, tab.t[tab.n - 1].host, sizeof block_size);
@@ -314,6 +408,10 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     recode_moments(m->be, o, tab.t[tab.n - 3].host, tab.t[tab.n - 2].host);
     s->step = atoi(step);
     s->smooth_loss = strtod(smooth, NULL);
+    const char *parent = st_meta(&f, "parent"), *lineage = st_meta(&f, "lineage"), *data = st_meta(&f, "data");
+    snprintf(s->parent, sizeof s->parent, "%s", parent ? parent : "");
+    snprintf(s->data, sizeof s->data, "%s", data ? data : "");
+    snprintf(s->lineage, sizeof s->lineage, "%s", lineage ? lineage : "");
 out:
     free(tab.t);
     st_free(&f);
@@ -334,7 +432,7 @@ static Model *load_ema(const char *path, const Backend *be, int B, char *err, si
         snprintf(err, errlen, "%s: not a framechain checkpoint", path);
         goto out;
     }
-    if (check_crcs(&f, path, err, errlen)) goto out;
+    if (check_crcs(&f, path, err, errlen) || check_finite(&f, path, err, errlen)) goto out;
     Config c;
     config_defaults(&c);
     if (config_parse_text(&c, config, strlen(config), path, why, sizeof why) ||

@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "formats/safetensors.h"
 
 #define CKPT_FORMAT "framechain-checkpoint"
 #define CKPT_VERSION 1
@@ -18,16 +19,29 @@
 typedef struct {
     int step;            // optimizer updates done
     double smooth_loss;  // the progress line's smoothed loss, exactly, so a resumed run prints the same
+    // The run's history (lineage.h), carried from checkpoint to checkpoint: "" for a run trained
+    // from step 0 with one config.
+    char parent[1200];   // a fork's parent: "PATH (step N, crc32 XXXXXXXX)"
+    char data[1200];     // what it trains on (lineage_data_identity): a resume on other data is refused
+    char lineage[4096];  // one line per fork or extension, oldest first
 } TrainState;
+
+// What a checkpoint loaded into a run must share with the run's config.
+typedef enum {
+    CKPT_CONTINUE = 0,  // every key but those that change no arithmetic (steps included): a resume
+    CKPT_EXTEND = 1,    // the same, but steps and schedule_end may differ (train --extend)
+    CKPT_FORK = 2,      // only the keys of the network and of its outputs (train --from)
+} CkptLoadMode;
 
 typedef enum {
     CKPT_OK = 0,
-    CKPT_CORRUPT = 1,  // torn, truncated, a CRC that fails, not a checkpoint: skip it, try an older one
+    CKPT_CORRUPT = 1,  // torn, truncated, a CRC that fails, NaN weights, not a checkpoint: skip it, try an older one
     CKPT_REFUSED = 2,  // whole, but not a continuation of this run (other config, no optimizer state)
 } CkptStatus;
 
 // Write the checkpoint of state s crash-safely (temp file, fsync, rename, fsync the folder), then
-// delete all but the newest keep_checkpoints. Returns 0, or -1 with one line in err; a failure
+// delete all but the newest keep_checkpoints that are whole (a file that is not is set aside, see
+// checkpoint_set_aside). Returns 0, or -1 with one line in err; a failure
 // leaves every earlier checkpoint as it was.
 int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
                     const TrainState *s, char *err, size_t errlen);
@@ -63,15 +77,26 @@ int ckpt_writer_finish(CkptWriter *w, double *blocked_ms, char *err, size_t errl
 // Finishes a pending write, ends the thread and frees the staging buffer; NULL is allowed.
 void free_ckpt_writer(CkptWriter *w);
 
-// Load one checkpoint into m, ema and o after checking every CRC and that it continues this run.
-CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *s,
-                           char *err, size_t errlen);
+// Load one checkpoint into m, ema and o after checking every CRC and that it continues this run (as
+// `mode` says).
+CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
+                           TrainState *s, char *err, size_t errlen);
+
+// Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
+int config_key_shapes_network(const char *key);
+
+// Read a whole checkpoint (format, every CRC and finite weights checked) into f: 0, or -1 with one line in why.
+int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen);
 
 // For generation: the newest usable checkpoint of RUN (CRCs checked; a bad one is skipped with a
 // warning), as a model of batch B on `be` holding the checkpoint's config and its EMA weights.
 // NULL with one line in err (no such folder, no checkpoint, none usable); *step is its step.
 Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
                                       size_t errlen);
+
+// Rename a file named like a checkpoint that is not a whole one (why: one line starting with its
+// path) to PATH.unusable, out of every listing, with a warning: never deleted, never counted as kept.
+void checkpoint_set_aside(const char *path, const char *why);
 
 // The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed).
 int checkpoint_list(const char *run, int **steps);

@@ -20,6 +20,7 @@
 #include "dataset/loader.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
+#include "train/lineage.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
 
@@ -31,13 +32,19 @@ static void on_stop_signal(int sig) {
 // ----------------------------------------------------------------------------
 // the run folder
 
-// One trainer per run folder: a second one would race the first's checkpoints.
+// One trainer per run folder: a second one would race the first's checkpoints. The folder's own
+// name is made durable here, by an fsync of its parent: the checkpoints' fsyncs of the run folder
+// keep the names in it, not the folder, which a power cut could otherwise take with every checkpoint.
 static int lock_run(const char *run) {
     char path[4096];
     snprintf(path, sizeof path, "%s/.lock", run);
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) fc_die("%s: another framechain train is using this run folder", run);
+    snprintf(path, sizeof path, "%s/..", run);
+    int parent = open(path, O_RDONLY | O_DIRECTORY);  // a parent we may not read is left as it is
+    if (parent >= 0 && fsync(parent)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
+    if (parent >= 0) close(parent);
     return fd;
 }
 
@@ -76,6 +83,11 @@ static FILE *open_metrics(const char *run, int last) {
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    // Its name (created, or renamed over by the rewrite above) made durable before any checkpoint of
+    // this process can be: a checkpoint that survives a power cut has its metrics file beside it.
+    int dir = open(run, O_RDONLY | O_DIRECTORY);
+    if (dir < 0 || fsync(dir)) fc_die("%s: fsync of the run folder failed: %s", run, strerror(errno));
+    close(dir);
     return f;
 }
 
@@ -83,19 +95,23 @@ static FILE *open_metrics(const char *run, int last) {
 // the checkpoints on disk
 
 // Load the newest checkpoint that checks out; returns its step, or 0 when the folder has none.
-static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, TrainState *st) {
+static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
+                  TrainState *st) {
     int *steps, n = checkpoint_list(run, &steps), resumed = 0;
     char path[4096], err[1024];
     for (int i = 0; i < n && !resumed; i++) {
         checkpoint_path(path, sizeof path, run, steps[i]);
-        CkptStatus s = checkpoint_load(path, m, ema, o, c, st, err, sizeof err);
+        CkptStatus s = checkpoint_load(path, m, ema, o, c, mode, st, err, sizeof err);
         if (s == CKPT_REFUSED) fc_die("%s", err);
+        // A newer file that is not a whole checkpoint of this run is set aside, so that pruning
+        // never counts it as one of the checkpoints it keeps.
         if (s == CKPT_CORRUPT) {
-            fc_warn("skipping %s", err);
+            checkpoint_set_aside(path, err);
             continue;
         }
         if (st->step != steps[i]) {
-            fc_warn("skipping %s: its metadata says step %d", path, st->step);
+            snprintf(err, sizeof err, "%s: its metadata says step %d", path, st->step);
+            checkpoint_set_aside(path, err);
             continue;
         }
         printf("resuming %s from step %d (%s)\n", run, st->step, path);
@@ -105,6 +121,36 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
     if (n && !resumed)
         fc_die("%s: none of its %d checkpoints is usable (see above); move them away to start the run again", run, n);
     return resumed;
+}
+
+// How this command starts the run: from its own newest checkpoint (extended or not), from a fork's
+// parent, or from step 0. Returns 1 when the fork's first checkpoint is still to be written.
+static int start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, const TrainOrigin *origin,
+                      TrainState *st) {
+    char err[1024];
+    int resumed = resume(run, m, ema, o, c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, st);
+    if (resumed && origin->from && strncmp(st->parent, origin->from, strlen(origin->from)))
+        fc_die("%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run a new folder", run,
+               origin->from, st->parent[0] ? st->parent : "it has no parent");
+    if (resumed && !lineage_same_data(st->data, origin->data))
+        fc_die("%s: written on the data of %s, but this run has %s; a checkpoint continues only its own run (train "
+               "--from %s/ckpt-%08d.safetensors --run NEW --data ... forks it onto other data)", run, st->data,
+               origin->data, run, st->step);
+    if (resumed && origin->extend && origin->note[0]) {
+        lineage_append(st->lineage, sizeof st->lineage, origin->note);
+        printf("%s: %s\n", run, origin->note);
+    }
+    int fork_start = !resumed && origin->from;
+    if (fork_start) {
+        CkptStatus s = checkpoint_load(origin->from, m, ema, o, c, CKPT_FORK, st, err, sizeof err);
+        if (s) fc_die("%s", err);
+    }
+    snprintf(st->data, sizeof st->data, "%s", origin->data);  // from now on, what its checkpoints record
+    if (!fork_start) return 0;
+    snprintf(st->parent, sizeof st->parent, "%s", origin->parent);
+    lineage_append(st->lineage, sizeof st->lineage, origin->note);
+    printf("forking %s from %s\n", run, origin->note + strlen("forked from "));
+    return 1;
 }
 
 // Before the run ends, for whatever reason: the checkpoint being written is completed (a failed
@@ -246,11 +292,16 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
     if (isfinite(loss)) return;
     finish_or_die(t->writer);  // so that the checkpoint named below is the newest on disk
     int *steps, n = checkpoint_list(t->run, &steps);
-    char last[64] = "none";
-    if (n) snprintf(last, sizeof last, "ckpt-%08d.safetensors (step %d)", steps[0], steps[0]);
+    const char *what = isnan(loss) ? "NaN" : "infinite";
+    if (!n)
+        fc_die("the loss is %s at step %d: stopping; no checkpoint was written before it, so there is nothing to go on "
+               "from: lower lr (or raise warmup_steps) and train again", what, step);
+    char last[4096];
+    checkpoint_path(last, sizeof last, t->run, steps[0]);
     free(steps);
-    fc_die("the loss is %s at step %d: stopping (lower lr?); the last good checkpoint, %s, is kept",
-           isnan(loss) ? "NaN" : "infinite", step, last);
+    fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept; to go on from it with a "
+           "lower learning rate: framechain train --from %s --run NEW_RUN --set lr=%g", what, step, last, last,
+           t->c->lr / 2);
 }
 
 // Forward, backward and the optimizer step on the batch in x0.
@@ -280,7 +331,14 @@ static void write_metrics(Trainer *t, int step, const StepReport *r) {
             "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
             step, r->loss, t->st.smooth_loss, r->lr, r->info.grad_norm, r->info.nonfinite, 1e3 * r->t_data,
             1e3 * r->t_step, t->ckpt_blocked_ms);
-    fflush(t->metrics);
+    // A line that cannot be written stops the run, as a checkpoint that cannot: a full disk is
+    // not a reason to go on without a record of the steps.
+    if (fflush(t->metrics) || ferror(t->metrics)) {
+        int e = errno;
+        finish_or_die(t->writer);
+        fc_die("%s/metrics.jsonl: cannot write the line of step %d: %s; stopping (the checkpoints are whole: free "
+               "space and run the same command to go on)", t->run, step, strerror(e));
+    }
     t->ckpt_blocked_ms = 0;
 }
 
@@ -300,11 +358,23 @@ static void print_progress(Trainer *t, int step, double loss, int last) {
 // ----------------------------------------------------------------------------
 // the hot loop and the end of the run
 
+// A checkpoint of step s, once written, promises the run up to s: so the metrics lines of steps 1..s
+// are made durable first (one fdatasync per checkpoint; a power cut may still take later lines).
+static void submit_checkpoint(Trainer *t) {
+    char err[1024];
+    if (fflush(t->metrics) || fdatasync(fileno(t->metrics))) {
+        int e = errno;
+        finish_or_die(t->writer);
+        fc_die("%s/metrics.jsonl: cannot write it to disk before the checkpoint of step %d: %s; stopping (the earlier "
+               "checkpoints are whole: run the same command to go on)", t->run, t->st.step, strerror(e));
+    }
+    if (ckpt_writer_submit(t->writer, &t->st, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+}
+
 // The hot loop: one optimizer update per iteration. Returns 0 at c->steps, 128 + signal when a stop
 // signal ended it after a checkpoint.
 static int run_steps(Trainer *t) {
     const Config *c = t->c;
-    char err[1024];
     t->t_start = fc_now_s();
     for (int step = t->first; step <= c->steps; step++) {
         StepReport r;
@@ -319,7 +389,7 @@ static int run_steps(Trainer *t) {
         print_progress(t, step, r.loss, last);
         if (step % c->checkpoint_every == 0 || last || stop) {
             if (t->tty) printf("\n");
-            if (ckpt_writer_submit(t->writer, &t->st, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+            submit_checkpoint(t);
         }
         if (stop) {
             finish_or_die(t->writer);
@@ -359,8 +429,8 @@ static void release(Trainer *t) {
     close(t->lock);
 }
 
-int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget,
-              int sync_checkpoints) {
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
+              double vram_budget, int sync_checkpoints) {
     // From here on a stop signal lets the current step finish and be checkpointed.
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
@@ -370,14 +440,19 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     open_run_folder(&t);
     check_memory_plan(&t, vram_budget);
     build_training_state(&t);
-    resume(run, t.m, t.ema, t.o, c, &t.st);
+    TrainOrigin plain = {0};
+    int fork_unwritten = start_from(run, t.m, t.ema, t.o, c, origin ? origin : &plain, &t.st);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
     int status = 0;
     if (t.st.step >= c->steps) {
-        printf("%s is at step %d of %d: nothing to do\n", run, t.st.step, c->steps);
+        printf("%s is at step %d of %d: nothing to do (train --extend --steps N goes on past the end)\n", run,
+               t.st.step, c->steps);
     } else {
         start_services(&t);
+        // A fork's first checkpoint, before any step: from now on it resumes on its own, whatever
+        // becomes of its parent's file.
+        if (fork_unwritten) submit_checkpoint(&t);
         status = run_steps(&t);
         if (status == 0) finish_run(&t);
     }

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "base/config.h"
+#include "train/lineage.h"
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in
 // folder `data` (NULL: the built-in moving shapes). Returns the exit status:
@@ -13,7 +14,8 @@
 // vram_budget: bytes a GPU run's memory plan may reach (--vram-budget); not checked on the CPU.
 // Checkpoints are written by a background thread (checkpoint.h) while training goes on;
 // sync_checkpoints: each one is finished before the next step (--sync-checkpoints, to compare).
-int train_run(const Config *c, const char *run, const char *data, const Backend *be, double vram_budget,
-              int sync_checkpoints);
+// origin: how the command starts the run besides resuming it (lineage.h: --extend, --from); NULL: plain.
+int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
+              double vram_budget, int sync_checkpoints);
 
 #endif

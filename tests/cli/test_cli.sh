@@ -26,7 +26,10 @@ expect() {
 }
 
 printf 'frame_size = 32\nwidht = 64\n' > "$tmp/typo.conf"
-printf 'frame_size = 30\npatch = 4\n' > "$tmp/odd.conf"
+printf 'role = starter\nframe_size = 30\npatch = 4\n' > "$tmp/odd.conf"
+printf '# nothing yet\n\n' > "$tmp/empty.conf"
+printf 'frame_size = 32\nwidth = 64\n' > "$tmp/norole.conf"
+printf 'role = starter\nwidth = 64\n# later\nwidth = 96\n' > "$tmp/twice.conf"
 printf 'width = sixty\n' > "$tmp/nan.conf"
 printf 'plan = anchor:0 context:1\n' > "$tmp/notarget.conf"
 
@@ -49,6 +52,17 @@ expect config_unknown_key 1 "typo.conf:2: unknown key 'widht'" "$FC" train --con
 expect config_not_a_number 1 "nan.conf:1: width = sixty: not an integer" "$FC" inspect --config "$tmp/nan.conf"
 expect config_bad_combination 1 "frame_size 30 is not a multiple of patch 4" "$FC" inspect --config "$tmp/odd.conf"
 expect config_plan_without_target 1 "the plan has no target slot" "$FC" inspect --config "$tmp/notarget.conf"
+expect config_empty 1 "empty.conf: sets no key" "$FC" train --config "$tmp/empty.conf" --run "$tmp/r"
+expect config_without_role 1 "norole.conf: has no role = starter | extrapolate | interpolate" "$FC" inspect \
+    --config "$tmp/norole.conf"
+expect config_key_twice 1 "twice.conf:4: width is set a second time (first on line 2)" "$FC" inspect \
+    --config "$tmp/twice.conf"
+expect config_is_a_folder 1 "configs: not a config file (a folder)" "$FC" train --config configs --run "$tmp/r"
+expect empty_value 2 "option --out needs a value (it was given an empty one)" "$FC" generate --starter a \
+    --extrapolate b --interpolate c --first-frame x.png --frames 9 --out ""
+long=$(printf 'd%.0s' $(seq 4000))
+expect path_too_long 2 "option --run: a value of 4000 characters" "$FC" train --config configs/tiny/starter.conf \
+    --run "$long"
 expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/tiny/starter.conf --set depht=3
 expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5

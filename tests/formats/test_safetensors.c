@@ -466,6 +466,7 @@ static void test_config_text(void) {
         {"plan_offset_range", "plan = target:1e30\n", 0, "slot offset 1e+30 is out of range"},
         {"nul_byte", "depth = 3\nwid\0th = 64\n", 22, "t.conf:2: NUL byte in the line"},
         {"nul_in_comment", "depth = 3 # \0\n", 14, "t.conf:1: NUL byte in the line"},
+        {"duplicate_key", "depth = 3\nwidth = 64\n depth=4\n", 0, "t.conf:3: depth is set a second time (first on line 1)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char label[96];

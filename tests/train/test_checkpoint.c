@@ -1,4 +1,5 @@
-// test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's.
+// test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's; pruning keeps
+// the newest whole checkpoints, never files that only have their names.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +44,7 @@ static void test_checkpoint_other_code_maps(void) {
     real *ema2 = be->alloc(sizeof(real) * m2->n_params);
     char path[512];
     checkpoint_path(path, sizeof path, dir, 2);
-    int loaded = saved && checkpoint_load(path, m2, ema2, o2, &c, &back, err, sizeof err) == CKPT_OK;
+    int loaded = saved && checkpoint_load(path, m2, ema2, o2, &c, CKPT_CONTINUE, &back, err, sizeof err) == CKPT_OK;
     size_t n8 = 0, wrong = 0, moved = 0;
     int tables_whole = 1;
     for (int i = 0; loaded && i < o->n; i++) {
@@ -74,8 +75,75 @@ static void test_checkpoint_other_code_maps(void) {
     free_model(m), free_model(m2);
 }
 
+static int exists(const char *dir, const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+// keep_checkpoints = 2 with three files named like newer checkpoints that are not (1000 random bytes,
+// and a copy of a real checkpoint with one byte flipped): the newest whole ones are kept, the others
+// set aside as .unusable, nothing whole deleted but what is older than the two kept.
+static void test_prune_keeps_whole_checkpoints(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.keep_checkpoints = 2;
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_prune_XXXXXX", err[256] = "";
+    int made = mkdtemp(dir) != NULL, saved = made;
+    for (int step = 5; saved && step <= 10; step += 5) {
+        TrainState st = {.step = step, .smooth_loss = loss};
+        saved = checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    }
+    // 98 and 99: junk; 97: the checkpoint of step 10 with one byte of its data flipped
+    char path[600];
+    uint64_t rng = 7;
+    for (int step = 97; saved && step <= 99; step++) {
+        size_t len = 1000;
+        uint8_t *bytes;
+        if (step == 97) {
+            checkpoint_path(path, sizeof path, dir, 10);
+            bytes = test_read_file(path, &len);
+            if (bytes && len > 100) bytes[len - 100] ^= 0x10;
+        } else {
+            bytes = malloc(len);
+            for (size_t k = 0; k < len; k++) bytes[k] = (uint8_t)(philox_u32(rng, (uint32_t)step, 0, k) >> 24);
+        }
+        checkpoint_path(path, sizeof path, dir, step);
+        FILE *f = fopen(path, "wb");
+        saved = f && bytes && fwrite(bytes, 1, len, f) == len;
+        if (f) fclose(f);
+        free(bytes);
+    }
+    TrainState st = {.step = 15, .smooth_loss = loss};
+    int pruned = saved && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    int k15 = exists(dir, "ckpt-00000015.safetensors"), k10 = exists(dir, "ckpt-00000010.safetensors");
+    int k5 = exists(dir, "ckpt-00000005.safetensors"), aside = 0, left = 0;
+    for (int step = 97; step <= 99; step++) {
+        char name[64];
+        snprintf(name, sizeof name, "ckpt-%08d.safetensors", step);
+        left += exists(dir, name);
+        snprintf(name, sizeof name, "ckpt-%08d.safetensors.unusable", step);
+        aside += exists(dir, name);
+    }
+    int *steps, n = checkpoint_list(dir, &steps);
+    free(steps);
+    check(pruned && k15 && k10 && !k5 && aside == 3 && left == 0 && n == 2, "prune_keeps_whole_checkpoints",
+          "saved %d (%s); kept 15: %d, 10: %d, deleted 5: %d; of the 3 unusable files %d set aside, %d still "
+          "listed; %d checkpoints listed (keep_checkpoints = 2)", pruned, err, k15, k10, !k5, aside, left, n);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    free_optimizer(o);
+    free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_checkpoint_other_code_maps();
+    test_prune_keeps_whole_checkpoints();
     return g_failed ? 1 : 0;
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training that survives crashes: an uninterrupted run against one killed with kill -9 again and
 # again (also while checkpoints are being written), SIGTERM, corrupt and truncated checkpoints, a
-# failing disk, a NaN loss, checkpoints that do not continue the run, recompute against keeping every
-# activation, and 8-bit against fp32 AdamW.
+# failing disk, a NaN loss, NaN weights, checkpoints that do not continue the run, recompute against
+# keeping every activation, and 8-bit against fp32 AdamW.
 set -u
 . "$(dirname "$0")/../lib.sh"
 # The Python with numpy (the checks that read checkpoints need it): Debian's, else the one on PATH.
@@ -155,7 +155,7 @@ cmp -s "$(final "$tmp/ref")" "$(final "$tmp/bgterm")"
 expect sigterm_during_background_write_resume_identical $? \
     "$(grep -m1 resuming "$tmp/bgterm2.log"), final checkpoint equal to the uninterrupted run's"
 
-# ---- a flipped byte, then a truncation, in the newest checkpoint ----
+# ---- a flipped byte, then a truncation, in the newest checkpoint: set aside, the one before resumed ----
 for damage in flip truncate; do
     cp -r "$tmp/ref" "$tmp/$damage"
     f=$(final "$tmp/$damage")
@@ -169,10 +169,29 @@ for damage in flip truncate; do
     rc=$?
     cmp -s "$(final "$tmp/ref")" "$f"
     same=$?
-    grep -q "skipping" "$tmp/$damage.log" && grep -q "resuming .* from step $((STEPS - 4))" "$tmp/$damage.log"
-    expect "corrupt_checkpoint_${damage}_detected" $(( rc != 0 || same != 0 || $? != 0 )) \
-        "$(grep -m1 -o 'skipping.*' "$tmp/$damage.log" | cut -c1-110); rebuilt from step $((STEPS - 4)) identically"
+    # the damaged file is set aside under another name, never deleted, never listed again
+    grep -q "renamed to $f.unusable" "$tmp/$damage.log" && [ -f "$f.unusable" ] &&
+        grep -q "resuming .* from step $((STEPS - 4))" "$tmp/$damage.log"
+    seen=$?
+    expect "corrupt_checkpoint_${damage}_detected" $(( rc != 0 || same != 0 || seen != 0 )) \
+        "$(grep -m1 -o 'ckpt-[0-9]*.safetensors: .*' "$tmp/$damage.log" | cut -c1-140); rebuilt from step $((STEPS - 4)) identically"
 done
+
+# ---- files named like newer checkpoints that are not: never counted as the ones pruning keeps ----
+# (three 1000-byte ckpt-0000009{7,8,9}; the run resumes from step 52 and writes 56 and 60, keeping 3)
+cp -r "$tmp/ref" "$tmp/junk"
+rm "$tmp/junk/ckpt-00000056.safetensors" "$(final "$tmp/junk")"
+for s in 97 98 99; do head -c 1000 /dev/urandom > "$tmp/junk/ckpt-000000$s.safetensors"; done
+(train "$tmp/junk") > "$tmp/junk.log" 2>&1
+rc=$?
+kept=$(cd "$tmp/junk" && ls ckpt-*.safetensors | tr '\n' ' ')
+aside=$(ls "$tmp/junk" | grep -c '\.unusable$')
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/junk")"
+same=$?
+expect prune_keeps_good_checkpoints $(( rc != 0 || same != 0 || aside != 3 )) \
+    "status $rc; kept: ${kept:-none}; set aside as .unusable: $aside of 3; the final checkpoint equals the uninterrupted run's"
+[ "$kept" = "ckpt-00000052.safetensors ckpt-00000056.safetensors ckpt-00000060.safetensors " ]
+expect prune_keeps_newest_three $? "kept: $kept"
 
 # ---- a disk that fails half-way through a checkpoint ----
 cp -r "$tmp/ref" "$tmp/full"
@@ -196,6 +215,16 @@ lines=$(wc -l < "$tmp/full2/metrics.jsonl")
 n_files=$(ls "$tmp/full2" | grep -c '^ckpt-')
 expect failed_background_write_stops_run $(( rc == 0 || lines > 8 || n_files != 0 || $(echo "$msg" | grep -c 'checkpoint at step 4 failed: .*No space left.*(the earlier checkpoints are untouched)') != 1 )) \
     "status $rc, '$msg', stopped after step $lines, checkpoint or temporary files left: $n_files"
+
+# ---- a metrics line that cannot be written stops the run ----
+# (a file-size limit of 4 KiB, with SIGXFSZ ignored, stands in for a full disk: the 17th line or so
+# fails with EFBIG; the output goes through a pipe, which the limit does not cover)
+(trap '' XFSZ; ulimit -f 4; train "$tmp/mfull" --set checkpoint_every=1000) 2>&1 | cat > "$tmp/mfull.log"
+rc=${PIPESTATUS[0]}
+msg=$(grep -m1 -o "metrics.jsonl: cannot write the line of step [0-9]*: .*" "$tmp/mfull.log")
+stopped=$(echo "$msg" | sed -n 's/.*of step \([0-9]*\).*/\1/p')
+expect metrics_write_failure_stops $(( rc == 0 || ${#msg} == 0 || ${stopped:-99} > 30 )) \
+    "status $rc, '${msg:0:120}'"
 
 # ---- a NaN loss stops the run; the last good checkpoint stays ----
 # (a NaN pixel in the data of step 23, through the fault-injection hook)
@@ -224,10 +253,38 @@ from safetensors_io import read_safetensors, write_safetensors
 tensors, meta = read_safetensors(sys.argv[1])
 write_safetensors(sys.argv[1], {k: v for k, v in tensors.items() if not k.startswith("optim.")}, meta)
 PY
-(train "$tmp/noopt" --set steps=80) > "$tmp/noopt.log" 2>&1
+(train "$tmp/noopt") > "$tmp/noopt.log" 2>&1
 rc=$?
 expect refuses_checkpoint_without_optimizer_state $(( rc == 0 || $(grep -c "has no optimizer state" "$tmp/noopt.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/noopt.log" | cut -c1-120)"
+
+# ---- NaN weights behind CRCs that check: resume goes back one checkpoint, generate refuses them ----
+cp -r "$tmp/ref" "$tmp/nanw"
+"$PYTHON" - "$(final "$tmp/nanw")" <<'PY'
+import sys, zlib
+sys.path.insert(0, "tools")
+import numpy as np
+from safetensors_io import read_safetensors, write_safetensors
+tensors, meta = read_safetensors(sys.argv[1])
+for name in ("model.patch_embed.weight", "ema.patch_embed.weight"):
+    t = tensors[name].copy()
+    t.flat[3] = np.nan
+    tensors[name] = t
+    meta["crc32." + name] = "%08x" % zlib.crc32(t.tobytes())
+write_safetensors(sys.argv[1], tensors, meta)
+PY
+mkdir "$tmp/nanonly" && cp "$(final "$tmp/nanw")" "$tmp/nanonly/"
+(train "$tmp/nanw") > "$tmp/nanw.log" 2>&1
+rc=$?
+cmp -s "$(final "$tmp/ref")" "$(final "$tmp/nanw")"
+same=$?
+expect nan_weights_skipped_on_resume $(( rc != 0 || same != 0 || $(grep -c "tensor model.patch_embed.weight holds NaN values: the weights are unusable; renamed to" "$tmp/nanw.log") != 1 || $(grep -c "resuming .* from step $((STEPS - 4))" "$tmp/nanw.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/nanw.log"), set aside: $(ls "$tmp/nanw" | grep -c unusable); final checkpoint equal to the uninterrupted run's: $((1 - same))"
+"$FC" generate --starter "$tmp/nanonly" --extrapolate "$tmp/nanonly" --interpolate "$tmp/nanonly" \
+    --first-frame shapes:1 --frames 9 --out "$tmp/nan.gif" > "$tmp/nangen.log" 2>&1
+rc=$?
+expect nan_weights_not_generated $(( rc == 0 || $(grep -c "patch_embed.weight holds NaN values" "$tmp/nangen.log") != 1 )) \
+    "status $rc, $(grep -m1 -o '[a-z]*.patch_embed.weight holds.*' "$tmp/nangen.log" | cut -c1-80), output written: $([ -e "$tmp/nan.gif" ] && echo yes || echo no)"
 
 # ---- recompute changes the memory a step takes, not its arithmetic ----
 same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their configs differ)

@@ -1,0 +1,178 @@
+// lineage.c: train --extend and train --from (see lineage.h).
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "train/lineage.h"
+#include "base/common.h"
+#include "train/checkpoint.h"
+
+// The checkpoint's config, parsed over the defaults. 0, or -1 with err.
+static int read_config(const StFile *f, const char *path, Config *c, char *err, size_t errlen) {
+    const char *text = st_meta(f, "config");
+    char why[CONFIG_MAX_LINE + 512];
+    config_defaults(c);
+    if (!text) return fc_errf(err, errlen, "%s: has no config in its metadata", path);
+    if (config_parse_text(c, text, strlen(text), path, why, sizeof why))
+        return fc_errf(err, errlen, "%s: its config does not parse: %s", path, why);
+    return 0;
+}
+
+// Metadata values must be UTF-8: a byte outside printable ASCII in a user's path becomes '?'.
+static void ascii_only(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 32 || (unsigned char)*s > 126) *s = '?';
+}
+
+void lineage_append(char *lineage, size_t size, const char *line) {
+    size_t need = strlen(line) + 2;
+    while (lineage[0] && strlen(lineage) + need > size) {  // drop the oldest line
+        char *nl = strchr(lineage, '\n');
+        if (nl) memmove(lineage, nl + 1, strlen(nl + 1) + 1);
+        else lineage[0] = 0;
+    }
+    size_t len = strlen(lineage);
+    snprintf(lineage + len, size - len, "%s%s", len ? "\n" : "", line);
+}
+
+// The newest whole checkpoint of run into f (its path in path): 1, or 0 when there is none.
+static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
+    int *steps, n = checkpoint_list(run, &steps), found = 0;
+    char why[1024];
+    for (int i = 0; i < n && !found; i++) {
+        checkpoint_path(path, pathlen, run, steps[i]);
+        found = checkpoint_read_whole(path, f, why, sizeof why) == 0;
+    }
+    free(steps);
+    return found;
+}
+
+// ----------------------------------------------------------------------------
+// the data a run trains on
+
+void lineage_data_identity(const char *data_dir, char *id, size_t idlen) {
+    if (!data_dir) {
+        snprintf(id, idlen, "the built-in moving shapes");
+        return;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/dataset.json", data_dir);
+    // O_NONBLOCK: a FIFO in its place is refused below by dataset_open, not waited on here
+    FILE *f = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat sb;
+    if (fd >= 0 && !fstat(fd, &sb) && S_ISREG(sb.st_mode)) f = fdopen(fd, "rb");
+    else if (fd >= 0) close(fd);
+    unsigned long crc = crc32(0L, Z_NULL, 0);
+    uint8_t buf[65536];
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) crc = crc32(crc, buf, (uInt)n);
+    if (f && !ferror(f)) snprintf(id, idlen, "crc32 %08lx of %.1100s", crc, path);
+    else snprintf(id, idlen, "unreadable %.1100s", path);  // dataset_open says why, and stops the run
+    if (f) fclose(f);
+    ascii_only(id);
+}
+
+int lineage_same_data(const char *a, const char *b) {
+    if (!a[0] || !b[0]) return 1;
+    if (!strncmp(a, "crc32 ", 6) && !strncmp(b, "crc32 ", 6)) return !strncmp(a, b, 14);
+    return !strcmp(a, b);
+}
+
+// ----------------------------------------------------------------------------
+// train --extend
+
+int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t errlen) {
+    char path[4096];
+    StFile f;
+    int found = read_newest(run, &f, path, sizeof path), rc = 0;
+    o->note[0] = 0;
+    if (!found)
+        return fc_errf(err, errlen, "%s: --extend: the run holds no whole checkpoint to extend (train it without "
+                       "--extend first)", run);
+    Config theirs;
+    const char *at = st_meta(&f, "step");
+    int step = at ? atoi(at) : 0;
+    if (read_config(&f, path, &theirs, err, errlen)) {
+        rc = -1;
+    } else if (c->steps < theirs.steps) {
+        rc = fc_errf(err, errlen, "--extend --steps %d: %s already runs to %d steps (an extension only goes further)",
+                     c->steps, run, theirs.steps);
+    } else {
+        c->schedule_end = theirs.schedule_end ? theirs.schedule_end : theirs.steps;
+        if (c->steps > theirs.steps)
+            snprintf(o->note, sizeof o->note, "extended from %d to %d steps at step %d: the cosine decay still ends at "
+                     "step %d, then the learning rate stays %g (lr * lr_min_ratio)", theirs.steps, c->steps, step,
+                     c->schedule_end, c->lr * c->lr_min_ratio);
+    }
+    st_free(&f);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// train --from
+
+int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, char *err, size_t errlen) {
+    StFile f;
+    char why[1024];
+    if (checkpoint_read_whole(path, &f, why, sizeof why))
+        return fc_errf(err, errlen, "--from %s: not a whole checkpoint: %s", path, why);
+    const char *at = st_meta(&f, "step");
+    int rc = read_config(&f, path, parent_cfg, err, errlen);
+    if (!rc && !at) rc = fc_errf(err, errlen, "--from %s: the trainer state is missing from its metadata", path);
+    if (!rc) {
+        o->from = path;
+        o->parent_step = atoi(at);
+        unsigned long crc = crc32(0L, f.bytes, (uInt)f.size);
+        snprintf(o->parent, sizeof o->parent, "%.1100s (step %d, crc32 %08lx)", path, o->parent_step, crc);
+        ascii_only(o->parent);
+        const char *data = st_meta(&f, "data");
+        snprintf(o->parent_data, sizeof o->parent_data, "%s", data ? data : "");
+    }
+    st_free(&f);
+    return rc;
+}
+
+int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen) {
+    char path[4096];
+    StFile f;
+    if (!read_newest(run, &f, path, sizeof path)) return 0;
+    const char *parent = st_meta(&f, "parent");
+    int rc = 0;
+    if (!parent || strncmp(parent, o->from, strlen(o->from)))
+        rc = fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run "
+                     "a new folder", run, o->from, parent ? parent : "its checkpoints name no parent");
+    st_free(&f);
+    return rc;
+}
+
+int lineage_fork(const Config *parent_cfg, const Config *c, TrainOrigin *o, char *err, size_t errlen) {
+    int len = snprintf(o->note, sizeof o->note, "forked from %s", o->parent);
+    int changed = 0;
+    for (const char *const *k = config_keys(); *k; k++) {
+        char a[1024], b[1024];
+        config_get(parent_cfg, *k, a, sizeof a);
+        config_get(c, *k, b, sizeof b);
+        if (!strcmp(a, b)) continue;
+        if (config_key_shapes_network(*k))
+            return fc_errf(err, errlen, "--from %s: it has %s = %s, this config %s = %s; a fork keeps the network "
+                           "and what it predicts (train a new run to change them)", o->from, *k, a, *k, b);
+        if (len < (int)sizeof o->note)
+            len += snprintf(o->note + len, sizeof o->note - len, "%s%s %s -> %s", changed++ ? ", " : "; changed: ",
+                            *k, a, b);
+    }
+    if (!lineage_same_data(o->parent_data, o->data) && len < (int)sizeof o->note)
+        len += snprintf(o->note + len, sizeof o->note - len, "%sdata %s -> %s", changed++ ? ", " : "; changed: ",
+                        o->parent_data, o->data);
+    if (!changed && len < (int)sizeof o->note) snprintf(o->note + len, sizeof o->note - len, "; no key changed");
+    ascii_only(o->note);
+    if (c->steps <= o->parent_step)
+        return fc_errf(err, errlen, "--from %s: the parent is at step %d, and this run ends at steps = %d: give more "
+                       "steps (--steps N)", o->from, o->parent_step, c->steps);
+    return 0;
+}

@@ -1,0 +1,54 @@
+// lineage.h: runs continued on purpose with a change. `train --extend --steps N` takes a finished
+// (or unfinished) run past its end; `train --from RUN/ckpt-X.safetensors --run NEW` starts a new
+// run from a checkpoint's weights, EMA and optimizer state with another config. Each writes a line
+// into the run's lineage (TrainState.lineage), which every later checkpoint carries and `inspect`
+// shows, so that a run can always say what was done to it.
+#ifndef FRAMECHAIN_LINEAGE_H
+#define FRAMECHAIN_LINEAGE_H
+
+#include <stddef.h>
+
+#include "base/config.h"
+
+// How a train command starts, besides resuming its own checkpoints.
+typedef struct {
+    const char *from;    // --from: the parent checkpoint (NULL: not a fork)
+    char parent[1200];   // its identity, "PATH (step N, crc32 XXXXXXXX)"
+    int parent_step;
+    int extend;          // --extend
+    char data[1200];     // the data this command trains on (lineage_data_identity)
+    char parent_data[1200];  // the parent's, from its metadata ("" when it has none)
+    char note[2048];     // the lineage line this start adds ("": none)
+} TrainOrigin;
+
+// train --extend with c->steps the new end: reads the newest whole checkpoint of `run`, refuses an
+// end below the one it was written with, and sets c->schedule_end so that the steps up to the old end
+// keep their learning rates (the cosine ends where it ended, the rate then stays lr * lr_min_ratio).
+// o->note: the extension's line, "" when the checkpoint already has this end (a rerun of the command).
+// 0, or -1 with one line in err.
+int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t errlen);
+
+// train --from PATH: the parent's config (into *parent_cfg), step and identity (into o). 0, or -1 with
+// one line in err (not a whole checkpoint).
+int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, char *err, size_t errlen);
+
+// The fork's line in o->note, naming the keys c changes against the parent's config; -1 with one line
+// in err when one of them shapes the network (a fork keeps the network) or c ends at or before the
+// parent's step.
+int lineage_fork(const Config *parent_cfg, const Config *c, TrainOrigin *o, char *err, size_t errlen);
+
+// A fork's run folder: 0 when it holds no checkpoint or those of this fork (a rerun of the command:
+// it resumes), else -1 with one line in err.
+int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen);
+
+// What a run trains on, as checkpoints record it: "crc32 XXXXXXXX of DIR/dataset.json" for a prepared
+// dataset (its content, wherever the folder is moved), "the built-in moving shapes" without one.
+void lineage_data_identity(const char *data_dir, char *id, size_t idlen);
+// Whether two identities name the same data (the CRC decides, not the folder's path); an empty one
+// (a checkpoint from before identities were recorded) matches anything.
+int lineage_same_data(const char *a, const char *b);
+
+// Append `line` to the lineage text (size bytes), dropping its oldest lines when it would not fit.
+void lineage_append(char *lineage, size_t size, const char *line);
+
+#endif

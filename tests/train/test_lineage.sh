@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Runs continued on purpose with a change: train --extend past a run's end, train --from a checkpoint
+# into a new run (a fork), the lineage both leave in every later checkpoint, kill -9 in the middle of
+# either, and the refusals around them.
+set -u
+. "$(dirname "$0")/../lib.sh"
+PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
+PYTHON=${PYTHON:-python3}
+TINY=configs/tiny/starter.conf
+SETS=(--set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
+# Run framechain itself (not a shell function around it) in the background: the signals must reach it.
+train() {  # train RUN [extra args...]
+    local run=$1
+    shift
+    exec "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
+}
+fork() {  # fork PARENT RUN [extra args...]
+    local parent=$1 run=$2
+    shift 2
+    exec "$FC" --threads 1 train --from "$parent" --run "$run" "$@"
+}
+losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1/metrics.jsonl"; }
+lrs() { sed -E 's/.*"step":([0-9]+),.*"lr":([^,]+),"grad_norm.*/\1 \2/' "$1/metrics.jsonl"; }
+ckpt() { echo "$1/ckpt-$(printf %08d "$2").safetensors"; }
+same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their metadata may differ)
+    "$PYTHON" - "$1" "$2" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors
+a, _ = read_safetensors(sys.argv[1])
+b, _ = read_safetensors(sys.argv[2])
+sys.exit(0 if a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a) else 1)
+PY
+}
+# kill9_at LOG RUN STEP CMD...: start CMD in the background, kill -9 it once it has trained past STEP
+kill9_at() {
+    local log=$1 run=$2 step=$3
+    shift 3
+    ("$@") > "$log" 2>&1 &
+    local pid=$!
+    wait_until 60 $pid trained_past "$run" "$log" "$step"
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    killed=$?
+}
+
+# ---- the reference: 24 steps, uninterrupted ----
+(train "$tmp/ref" --steps 24) > "$tmp/ref.log" 2>&1 || fail lineage_reference "$(tail -1 "$tmp/ref.log")"
+
+# ---- more steps without --extend: refused, nothing touched ----
+cp -r "$tmp/ref" "$tmp/more"
+before=$(ls -l --time-style=+%s.%N "$tmp/more" | md5sum)
+(train "$tmp/more" --steps 32) > "$tmp/more.log" 2>&1
+rc=$?
+after=$(ls -l --time-style=+%s.%N "$tmp/more" | md5sum)
+expect more_steps_need_extend $(( rc == 0 || $(grep -c "written with steps = 24, but this run has steps = 32; to train a run past its end on purpose: train --extend --steps N" "$tmp/more.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/more.log" | cut -c1-160)"
+expect refused_extension_changes_nothing $([ "$before" = "$after" ]; echo $?) "the run folder is unchanged"
+(train "$tmp/more" --extend --steps 20) > "$tmp/less.log" 2>&1
+rc=$?
+expect extend_only_goes_further $(( rc == 0 || $(grep -c "already runs to 24 steps" "$tmp/less.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/less.log" | cut -c1-120)"
+(train "$tmp/none" --extend --steps 20) > "$tmp/none.log" 2>&1
+rc=$?
+expect extend_needs_a_checkpoint $(( rc == 0 || $(grep -c "holds no whole checkpoint to extend" "$tmp/none.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/none.log" | cut -c1-120)"
+
+# ---- --extend of a run killed half-way: the steps up to the old end are the original's ----
+kill9_at "$tmp/ext.log" "$tmp/ext" 10 train "$tmp/ext" --steps 24
+(train "$tmp/ext" --extend --steps 32) > "$tmp/ext2.log" 2>&1
+rc=$?
+cmp -s <(losses "$tmp/ref") <(losses "$tmp/ext" | head -24)
+same_losses=$?
+# after the old end the rate stays lr * lr_min_ratio (1e-3 * 0.1, the default ratio)
+flat=$(lrs "$tmp/ext" | awk '$1 > 24 && $2 + 0 == 1e-4' | wc -l)
+expect extend_keeps_the_old_steps $(( rc != 0 || killed != 137 || same_losses != 0 || flat != 8 )) \
+    "status $rc (the kill: $killed), the losses of steps 1-24 equal the uninterrupted 24-step run's: $((1 - same_losses)); steps 25-32 at lr 1e-4: $flat of 8"
+"$FC" inspect "$(ckpt "$tmp/ext" 32)" > "$tmp/ext.inspect" 2>&1
+expect extension_in_lineage $(( $(grep -c "^  extended from 24 to 32 steps at step [0-9]*: the cosine decay still ends at step 24" "$tmp/ext.inspect") != 1 )) \
+    "$(grep -m1 '^  extended' "$tmp/ext.inspect" | cut -c1-120)"
+
+# ---- kill -9 during an extension, the same command again: the same run ----
+cp -r "$tmp/ref" "$tmp/ext9"
+kill9_at "$tmp/ext9.log" "$tmp/ext9" 27 train "$tmp/ext9" --extend --steps 32
+(train "$tmp/ext9" --extend --steps 32) > "$tmp/ext9b.log" 2>&1
+rc=$?
+same_tensors "$(ckpt "$tmp/ext" 32)" "$(ckpt "$tmp/ext9" 32)"
+same=$?
+cmp -s <(losses "$tmp/ext") <(losses "$tmp/ext9")
+same_losses=$?
+expect extend_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || same_losses != 0 )) \
+    "status $rc (the kill: $killed), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/ext9b.log"); the weights, EMA, optimizer state and the 32 losses of the other extension"
+
+# ---- a fork: the parent's state, a changed config, its parent named ----
+parent=$(ckpt "$tmp/ref" 24)
+(fork "$parent" "$tmp/fork" --steps 32 --set lr=5e-4) > "$tmp/fork.log" 2>&1
+rc=$?
+"$FC" inspect "$(ckpt "$tmp/fork" 24)" > "$tmp/fork.inspect" 2>&1
+named=$(grep -c "^parent *$parent (step 24, crc32 $(gzip -c < "$parent" | tail -c8 | od -An -tx4 -N4 | tr -d ' '))$" "$tmp/fork.inspect")
+changed=$(grep -c "^  forked from .*; changed: steps 24 -> 32, lr 0.001 -> 0.0005$" "$tmp/fork.inspect")
+first=$(sed -n '1s/^{"step":\([0-9]*\),.*/\1/p' "$tmp/fork/metrics.jsonl")
+expect fork_names_its_parent $(( rc != 0 || named != 1 || changed != 1 || first != 25 )) \
+    "status $rc; its first checkpoint (step 24) names the parent with the file's CRC32: $named, the keys changed: $changed; its first step: ${first:-none}"
+same_tensors "$parent" "$(ckpt "$tmp/fork" 24)"
+expect fork_starts_from_parent_state $? "the fork's first checkpoint holds the parent's weights, EMA and optimizer state"
+# its schedule is its own: lr 5e-4 on the cosine from the warmup's end (step 5) to step 32, at step 25
+lr25=$(lrs "$tmp/fork" | awk '$1 == 25 {print $2}')
+want=$(awk 'BEGIN {printf "%.6g", 5e-4 * (0.1 + 0.9 * 0.5 * (1 + cos(3.141592653589793 * 20 / 27)))}')
+expect fork_uses_its_config $(awk -v a="$lr25" -v b="$want" 'BEGIN {print !(a > 0 && (a - b) ^ 2 < (1e-5 * b) ^ 2)}') \
+    "step 25 at lr ${lr25:-none}, expected $want (lr = 5e-4, the cosine to step 32; the parent's run ended at 1e-4)"
+
+# ---- kill -9 in a fork, the same command again: it resumes itself, not the parent ----
+kill9_at "$tmp/fork9.log" "$tmp/fork9" 28 fork "$parent" "$tmp/fork9" --steps 32 --set lr=5e-4
+(fork "$parent" "$tmp/fork9" --steps 32 --set lr=5e-4) > "$tmp/fork9b.log" 2>&1
+rc=$?
+cmp -s "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/fork9" 32)"
+same=$?
+expect fork_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || $(grep -c "resuming .* from step 2[4-9]" "$tmp/fork9b.log") != 1 )) \
+    "status $rc (the kill: $killed), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/fork9b.log"); the final checkpoint equals the uninterrupted fork's, byte for byte"
+
+# ---- what a fork refuses ----
+(fork "$parent" "$tmp/wide" --steps 32 --set width=96) > "$tmp/wide.log" 2>&1
+rc=$?
+expect fork_keeps_the_network $(( rc == 0 || $(grep -c "it has width = 64, this config width = 96; a fork keeps the network" "$tmp/wide.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/wide.log" | cut -c1-120), run folder made: $([ -e "$tmp/wide" ] && echo yes || echo no)"
+[ -e "$tmp/wide" ] && fail fork_refusal_writes_nothing "$tmp/wide exists" || pass fork_refusal_writes_nothing "no run folder"
+cp -r "$tmp/ref" "$tmp/taken"
+(fork "$parent" "$tmp/taken" --steps 32) > "$tmp/taken.log" 2>&1
+rc=$?
+expect fork_into_another_run_refused $(( rc == 0 || $(grep -c "is not a fork of" "$tmp/taken.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/taken.log" | cut -c1-120)"
+(fork "$parent" "$tmp/short" --steps 20) > "$tmp/short.log" 2>&1
+rc=$?
+expect fork_needs_more_steps $(( rc == 0 || $(grep -c "the parent is at step 24, and this run ends at steps = 20" "$tmp/short.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/short.log" | cut -c1-120)"
+
+# ---- the data a run trains on is recorded: another dataset is refused on resume, a moved one is not,
+# and a fork onto other data says so ----
+"$FC" prepare --input shapes:1:40 --out "$tmp/d1" --size 32 --clip-frames 10 > /dev/null 2>&1
+"$FC" prepare --input shapes:2:40 --out "$tmp/d2" --size 32 --clip-frames 10 > /dev/null 2>&1
+(train "$tmp/dr" --data "$tmp/d1" --steps 8) > "$tmp/dr.log" 2>&1
+(train "$tmp/dr" --data "$tmp/d2" --steps 8) > "$tmp/dr2.log" 2>&1
+rc=$?
+expect resume_on_other_data_refused $(( rc == 0 || $(grep -c "written on the data of crc32 [0-9a-f]* of $tmp/d1/dataset.json, but this run has crc32 [0-9a-f]* of $tmp/d2/dataset.json" "$tmp/dr2.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'written on the data.*' "$tmp/dr2.log" | cut -c1-120)"
+mv "$tmp/d1" "$tmp/d1moved"
+(train "$tmp/dr" --data "$tmp/d1moved" --steps 8) > "$tmp/dr3.log" 2>&1
+rc=$?
+expect resume_on_moved_data $(( rc != 0 || $(grep -c "nothing to do" "$tmp/dr3.log") != 1 )) \
+    "status $rc: the same dataset.json in another folder continues the run; $(tail -1 "$tmp/dr3.log" | cut -c1-80)"
+(fork "$(ckpt "$tmp/dr" 8)" "$tmp/drfork" --data "$tmp/d2" --steps 12) > "$tmp/drfork.log" 2>&1
+rc=$?
+"$FC" inspect "$(ckpt "$tmp/drfork" 12)" > "$tmp/drfork.inspect" 2>&1
+expect fork_onto_other_data $(( rc != 0 || $(grep -c "^  forked from .*changed: steps 8 -> 12, data crc32 [0-9a-f]* of $tmp/d1/dataset.json -> crc32 [0-9a-f]* of $tmp/d2/dataset.json$" "$tmp/drfork.inspect") != 1 || $(grep -c "^data *crc32 [0-9a-f]* of $tmp/d2/dataset.json" "$tmp/drfork.inspect") != 1 )) \
+    "status $rc, $(grep -m1 '^  forked' "$tmp/drfork.inspect" | cut -c1-150)"
+
+# ---- a NaN loss names the fork that goes on from the last good checkpoint, and it does ----
+(FRAMECHAIN_TEST_NAN_AT_STEP=10 train "$tmp/nan" --steps 24) > "$tmp/nan.log" 2>&1
+rc=$?
+cmd=$(grep -o "framechain train --from [^ ]* --run NEW_RUN --set lr=[0-9.e-]*" "$tmp/nan.log")
+set -- $cmd
+(exec "$FC" --threads 1 "${@:2:3}" --run "$tmp/nanfork" "${@:7}") > "$tmp/nanfork.log" 2>&1
+rc2=$?
+expect nan_names_fork_command $(( rc == 0 || ${#cmd} == 0 || rc2 != 0 || $(grep -c "^done: .* at step 24" "$tmp/nanfork.log") != 1 )) \
+    "status $rc: '${cmd:-no command named}'; that command (with a new run folder): status $rc2, $(tail -1 "$tmp/nanfork.log" | cut -c1-80)"
+(FRAMECHAIN_TEST_NAN_AT_STEP=2 train "$tmp/nan0" --steps 24) > "$tmp/nan0.log" 2>&1
+rc=$?
+expect nan_without_checkpoint_says_so $(( rc == 0 || $(grep -c "no checkpoint was written before it" "$tmp/nan0.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'the loss is.*' "$tmp/nan0.log" | cut -c1-120)"
+exit 0
