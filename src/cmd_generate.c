@@ -14,7 +14,7 @@
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
-    "                           [--given K] [--guidance W] [--temperature T]\n"
+    "                           [--given K] [--guidance W] [--temperature T] [--overwrite]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -23,7 +23,11 @@ static const char *HELP_GENERATE =
     "                     that size on its shorter side), or a video, whose first frame is used (its\n"
     "                     first K with --given); shapes:N is the built-in moving-shapes clip N\n"
     "  --out PATH         .mp4/.mkv/.avi (H.264 where the build has it, else MPEG-4), .gif, or any other\n"
-    "                     name: a new folder of numbered PNGs; written under a temporary name first\n"
+    "                     name: a new folder of numbered PNGs; written as the frames are made, under a\n"
+    "                     temporary name in the same folder, renamed into place when whole; checked\n"
+    "                     before sampling: its folder must exist, and PATH must not (see --overwrite)\n"
+    "  --overwrite        replace an existing PATH: a file by a video, or a folder of frame PNGs by a new\n"
+    "                     one (never the --first-frame file, nor a folder holding it)\n"
     "  --frames N         exactly N frames (at least 7)\n"
     "  --given K          continue the video's first K frames: 1 (default), or the starter's window (7\n"
     "                     for the shipped plans), the starter then skipped; they are the output's first K\n"
@@ -39,6 +43,9 @@ static const char *HELP_GENERATE =
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
     "\n"
+    "Only the frames later windows still read are kept in memory (a few dozen, whatever N); the\n"
+    "header says how many and how much.\n"
+    "\n"
     "Each run folder gives the EMA weights of its newest usable checkpoint; the runs must have been\n"
     "trained with role = starter, extrapolate and interpolate, on frames of one size.\n";
 
@@ -46,7 +53,7 @@ static const char *HELP_GENERATE =
 typedef struct {
     const char *runs[3];  // by enum Role
     const char *first_frame, *out;
-    int frames, given;
+    int frames, given, overwrite;
     double fps;
     SampleOptions sample;
 } GenerateRequest;
@@ -55,7 +62,7 @@ typedef struct {
 static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
-                  {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {NULL}};
+                  {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {"--overwrite", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
@@ -77,46 +84,82 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
                                     opt(opts, "--interpolate")->value},
                            .first_frame = opt(opts, "--first-frame")->value, .out = opt(opts, "--out")->value,
                            .frames = (int)frames, .fps = fps, .sample = so,
+                           .overwrite = opt(opts, "--overwrite")->count > 0,
                            .given = opt(opts, "--given")->count
                                         ? (int)parse_positive("--given", opt(opts, "--given")->value, 1000000)
                                         : 1};
     return 0;
 }
 
-// Sample the chain from the first frame (or frames) and write it out. Returns the exit status.
+// chain_sample_stream hands the frames over in order, each as soon as it is final: straight to the output.
+static int emit_frame(void *out, int f, const real *frame, char *err, size_t errlen) {
+    return generate_output_add(out, frame, err, errlen);
+}
+
+static void format_bytes(char *buf, size_t len, double bytes) {
+    if (bytes >= 1e9) snprintf(buf, len, "%.1f GB", bytes / 1e9);
+    else snprintf(buf, len, "%.1f MB", bytes / 1e6);
+}
+
+// What the generation holds in memory, from the plan, before anything is sampled.
+static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, const ChainPlan *plan, int held) {
+    int S = cm->size;
+    double weights = 0;
+    for (int r = 0; r < 3; r++) weights += (double)cm->m[r]->n_params * sizeof(real);
+    // the plan: its windows, and what the sampler keeps for each frame (chain_frame_use, the buffer map)
+    double planned = (double)plan->count * sizeof(ChainWindow) +
+                     ((double)plan->last_frame + 1) * (3 * sizeof(int) + sizeof(real *));
+    char frames_mb[32], weights_mb[32], plan_mb[32];
+    format_bytes(frames_mb, sizeof frames_mb, (double)held * 3 * S * S * sizeof(real));
+    format_bytes(weights_mb, sizeof weights_mb, weights);
+    format_bytes(plan_mb, sizeof plan_mb, planned);
+    printf("generate: memory: at most %d of the %d frames held at once (%s of %dx%d frames), %s of model weights, "
+           "%s for the plan\n", held, g->frames, frames_mb, S, S, weights_mb, plan_mb);
+}
+
+// Sample the chain from the first frame (or frames), each frame written out as it is made. Returns
+// the exit status.
 static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be) {
     char err[2048];
     int S = cm->size;
     size_t E = (size_t)3 * S * S;
-    real *video = fc_calloc((size_t)plan->last_frame + 1, sizeof(real) * E);
-    int rc = 0;
-    if (load_first_frames(g->first_frame, S, g->given, video, err, sizeof err)) {
+    real *first = fc_malloc(sizeof(real) * E * g->given);
+    int held = chain_frames_held(plan);
+    GenerateOutput *out = NULL;
+    if (load_first_frames(g->first_frame, S, g->given, first, err, sizeof err) ||
+        (held < 0 && fc_errf(err, sizeof err, "out of host memory for the bookkeeping of %d frames: lower --frames",
+                             g->frames)) ||
+        !(out = generate_output_open(g->out, S, g->fps, g->overwrite, err, sizeof err))) {
         fprintf(stderr, "framechain: %s\n", err);
-        rc = 1;
-    } else {
-        char steps[128];
-        chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
-        printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
-               "step %d), %s, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name, plan->count,
-               cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance);
-        fflush(stdout);
-        double t0 = fc_now_s();
-        chain_sample(cm, plan, video, &g->sample);
-        if (generate_write_frames(g->out, video, g->frames, S, g->fps, err, sizeof err)) {
-            fprintf(stderr, "framechain: %s\n", err);
-            rc = 1;
-        } else {
-            printf("generate: wrote %s (%d frames, %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
-        }
+        free(first);
+        return 1;
     }
-    free(video);
-    return rc;
+    char steps[128];
+    chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
+    printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
+           "step %d), %s, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name, plan->count,
+           cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance);
+    print_memory_plan(g, cm, plan, held);
+    fflush(stdout);
+    double t0 = fc_now_s();
+    int rc = chain_sample_stream(cm, plan, first, g->given, &g->sample, emit_frame, out, err, sizeof err);
+    if (rc) generate_output_discard(out);
+    else rc = generate_output_finish(out, err, sizeof err);
+    if (rc) fprintf(stderr, "framechain: %s\n", err);
+    else printf("generate: wrote %s (%d frames, %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
+    free(first);
+    return rc ? 1 : 0;
 }
 
 int cmd_generate(int argc, char **argv, const Backend *be) {
     GenerateRequest g;
     if (parse_generate(argc, argv, &g)) return fputs(HELP_GENERATE, stdout), 0;
     char err[2048];
+    // the output first: a path that cannot be written fails now, not after the sampling
+    if (generate_check_output(g.out, g.first_frame, g.overwrite, err, sizeof err)) {
+        fprintf(stderr, "framechain: %s\n", err);
+        return 1;
+    }
     ChainModels cm;
     if (chain_models_load(&cm, g.runs, be, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);

@@ -46,6 +46,7 @@ static void add_window(ChainPlan *p, const Config *c, int n, unsigned char *know
     w->role = c->role, w->n = n, w->slots = c->slots;
     for (int i = 0; i < c->slots; i++) {
         int kind = c->slot_kind[i], f = n + (int)c->slot_offset[i];
+        w->kind[i] = (unsigned char)kind;
         if (kind == SLOT_ANCHOR) {
             // The anchor is always the video's first frame; the network is told the plan's offset,
             // the distance it saw in training.
@@ -114,8 +115,15 @@ int chain_build_given(ChainPlan *p, const Config *st, const Config *ex, const Co
     int rounds = N - 1 > n0 ? (N - 1 - n0 + advance - 1) / advance : 0;
     int limit = n0 + rounds * advance;
     p->frames = N, p->last_frame = limit;
-    p->w = fc_calloc((size_t)(1 + rounds * (1 + e.n_tgt)), sizeof(ChainWindow));
-    unsigned char *known = fc_calloc((size_t)limit + 1, 1);
+    size_t windows = (size_t)1 + (size_t)rounds * (1 + e.n_tgt);
+    p->w = calloc(windows, sizeof(ChainWindow));
+    unsigned char *known = calloc((size_t)limit + 1, 1);
+    if (!p->w || !known) {
+        free(p->w), free(known);
+        memset(p, 0, sizeof *p);
+        return fc_errf(err, errlen, "%d frames: out of host memory for the chain's plan of %zu windows (%.0f MB)", N,
+                       windows, (double)windows * sizeof(ChainWindow) / 1e6);
+    }
     known[0] = 1;
     if (given == 1) add_window(p, st, 0, known, limit);
     else memset(known, 1, (size_t)n0 + 1);
@@ -125,6 +133,17 @@ int chain_build_given(ChainPlan *p, const Config *st, const Config *ex, const Co
     }
     free(known);
     return 0;
+}
+
+void chain_frame_use(const ChainPlan *p, int *made, int *last_read) {
+    for (int f = 0; f <= p->last_frame; f++) made[f] = last_read[f] = -1;
+    for (int k = 0; k < p->count; k++) {
+        const ChainWindow *w = &p->w[k];
+        for (int i = 0; i < w->slots; i++) {
+            if (w->kind[i] == SLOT_TARGET) made[w->frame[i]] = k;
+            last_read[w->frame[i]] = k;  // windows come in order: the last one seen reads it last
+        }
+    }
 }
 
 void chain_free(ChainPlan *p) {

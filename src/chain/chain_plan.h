@@ -15,6 +15,7 @@ typedef struct {
     int n;                  // the window's reference frame (offset 0 of its plan)
     int slots;              // F of that model's plan
     int frame[MAX_SLOTS];   // video frame of each slot: read (anchor, context) or made (target)
+    unsigned char kind[MAX_SLOTS];  // enum SlotKind of each slot
     float offset[MAX_SLOTS];  // the time offset the network is given for each slot
     int keep[MAX_SLOTS];    // 1 on a target slot whose frame is in 0..N-1 (made here, written out)
 } ChainWindow;
@@ -36,5 +37,10 @@ int chain_build(ChainPlan *plan, const Config *starter, const Config *extrapolat
 int chain_build_given(ChainPlan *plan, const Config *starter, const Config *extrapolate, const Config *interpolate,
                       int N, int given, char *err, size_t errlen);
 void chain_free(ChainPlan *plan);
+
+// Which window makes each frame and which reads it last, for holding frames only while they are
+// needed: made[f] the window whose target f is (-1: a given frame, there before the first window),
+// last_read[f] the last window with a slot on f, of any kind (-1: none). Arrays of last_frame + 1.
+void chain_frame_use(const ChainPlan *plan, int *made, int *last_read);
 
 #endif

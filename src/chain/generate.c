@@ -1,5 +1,9 @@
-// generate.c: a chain's frames written to a video or a folder of PNGs (see generate.h).
+// generate.c: a chain's frames written to a video or a folder of PNGs as they come (see generate.h).
+#define _GNU_SOURCE  // renameat2
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +16,7 @@
 #include "chain/sampler.h"
 #include "chain/generate.h"
 
-// ----------------------------------------------------------------------------
-// a video
+#define PATH_LEN 4200
 
 static int is_video_path(const char *path) {
     const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
@@ -24,80 +27,280 @@ static int is_video_path(const char *path) {
     return 0;
 }
 
-// Every frame into the writer opened on tmp, then the writer closed. Returns 0, or -1 with err.
-static int encode_video(const char *tmp, const real *frames, int N, int S, double fps, char *err, size_t errlen) {
-    VideoWriter *vw = video_writer_open(tmp, S, S, fps, err, errlen);
-    if (!vw) return -1;
-    uint8_t *rgb = fc_malloc((size_t)S * S * 3);
-    int rc = 0;
-    for (int f = 0; f < N && rc == 0; f++) {
-        frame_to_rgb(rgb, frames + (size_t)f * 3 * S * S, S);
-        rc = video_writer_add(vw, rgb, err, errlen);
-    }
-    char close_err[512];
-    if (video_writer_close(vw, close_err, sizeof close_err) && rc == 0) rc = fc_errf(err, errlen, "%s", close_err);
-    free(rgb);
-    return rc;
+// out without trailing slashes ("frames/" is the folder frames). -1 when nothing is left of it.
+static int clean_path(char *dst, const char *out) {
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    if (n == 0 || n >= PATH_LEN) return -1;
+    memcpy(dst, out, n), dst[n] = 0;
+    return 0;
 }
 
-static int write_video(const char *out, const real *frames, int N, int S, double fps, char *err, size_t errlen) {
-    // the temporary name keeps the extension: it picks the container
-    char tmp[4200];
-    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
-    snprintf(tmp, sizeof tmp, "%.*s.partial-%d-%s", (int)(base - out), out, (int)getpid(), base);
-    int rc = encode_video(tmp, frames, N, S, fps, err, errlen);
-    if (rc == 0 && rename(tmp, out))
-        rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
-    if (rc) unlink(tmp);
-    return rc;
+// The folder a path lies in: "." for a bare name, "/" for one at the root.
+static void parent_of(char *dir, const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == path) strcpy(dir, "/");
+    else snprintf(dir, PATH_LEN, "%.*s", (int)(slash - path), path);
 }
 
-// ----------------------------------------------------------------------------
-// a folder of PNGs
+static int is_frame_name(const char *name) {
+    int n = 0;
+    return sscanf(name, "frame-%*6[0-9].png%n", &n) == 0 && n == 16 && name[n] == 0;
+}
 
 static void png_name(char *name, size_t size, const char *dir, int f) {
     snprintf(name, size, "%s/frame-%06d.png", dir, f);
 }
 
-// Every frame as a PNG in the folder tmp. Returns 0, or -1 with err.
-static int write_pngs(const char *tmp, const real *frames, int N, int S, char *err, size_t errlen) {
-    uint8_t *rgb = fc_malloc((size_t)S * S * 3);
-    int rc = 0;
-    for (int f = 0; f < N && rc == 0; f++) {
-        char name[4300];
-        png_name(name, sizeof name, tmp, f);
-        frame_to_rgb(rgb, frames + (size_t)f * 3 * S * S, S);
-        if (image_write_png(name, S, S, rgb)) rc = fc_errf(err, errlen, "%s: cannot write: %s", name, strerror(errno));
+// Remove a folder of frame PNGs (one generate made: nothing else is in it) and the folder.
+static void remove_frame_folder(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char name[PATH_LEN + 300];
+        while ((e = readdir(d)))
+            if (is_frame_name(e->d_name)) snprintf(name, sizeof name, "%s/%s", dir, e->d_name), unlink(name);
+        closedir(d);
     }
-    free(rgb);
-    return rc;
-}
-
-static int write_png_folder(const char *out, const real *frames, int N, int S, char *err, size_t errlen) {
-    struct stat sb;
-    if (!stat(out, &sb))
-        return fc_errf(err, errlen, "%s: already exists; give a new folder name for the PNG frames (or a .mp4/.gif "
-                       "path)", out);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.partial-%d", out, (int)getpid());
-    if (mkdir(tmp, 0777)) return fc_errf(err, errlen, "%s: cannot create the folder: %s", tmp, strerror(errno));
-    int rc = write_pngs(tmp, frames, N, S, err, errlen);
-    if (rc == 0 && rename(tmp, out))
-        rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
-    if (rc) {  // leave nothing half-written
-        for (int f = 0; f < N; f++) {
-            char name[4300];
-            png_name(name, sizeof name, tmp, f);
-            unlink(name);
-        }
-        rmdir(tmp);
-    }
-    return rc;
+    rmdir(dir);
 }
 
 // ----------------------------------------------------------------------------
+// the checks before sampling
 
-int generate_write_frames(const char *out, const real *frames, int N, int S, double fps, char *err, size_t errlen) {
-    return is_video_path(out) ? write_video(out, frames, N, S, fps, err, errlen)
-                              : write_png_folder(out, frames, N, S, err, errlen);
+// An existing folder that --overwrite may replace: nothing in it but frame PNGs. 0, or -1 with err.
+static int check_replaceable_folder(const char *out, char *err, size_t errlen) {
+    DIR *d = opendir(out);
+    if (!d) return fc_errf(err, errlen, "%s: cannot read the folder: %s", out, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !is_frame_name(e->d_name))
+            rc = fc_errf(err, errlen, "%s: holds %s, not only frame-NNNNNN.png; --overwrite replaces only a folder of "
+                         "frames generate wrote", out, e->d_name);
+    closedir(d);
+    return rc;
+}
+
+int generate_check_output(const char *out_arg, const char *input, int overwrite, char *err, size_t errlen) {
+    char out[PATH_LEN], dir[PATH_LEN];
+    if (clean_path(out, out_arg)) return fc_errf(err, errlen, "--out '%s': not a usable path", out_arg);
+    int video = is_video_path(out);
+    parent_of(dir, out);
+    struct stat sd, so, si, sp;
+    if (stat(dir, &sd))
+        return errno == ENOENT ? fc_errf(err, errlen, "%s: the folder %s does not exist", out, dir)
+                               : fc_errf(err, errlen, "%s: the folder %s: %s", out, dir, strerror(errno));
+    if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s: %s is not a folder", out, dir);
+    if (access(dir, W_OK | X_OK))
+        return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", out, dir, strerror(errno));
+    if (stat(out, &so)) {
+        if (errno == ENOENT) return 0;
+        return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
+    }
+    int have_input = input && !stat(input, &si);
+    if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+        return fc_errf(err, errlen, "%s: is the --first-frame file %s; give the output another name (--overwrite "
+                       "never replaces the input)", out, input);
+    if (!overwrite)
+        return fc_errf(err, errlen, "%s: already exists%s; give a new name, or --overwrite to replace it", out,
+                       S_ISDIR(so.st_mode) ? " (a folder)" : "");
+    if (video && !S_ISREG(so.st_mode))
+        return fc_errf(err, errlen, "%s: exists and is not a file; --overwrite replaces only a file by a video", out);
+    if (!video && !S_ISDIR(so.st_mode))
+        return fc_errf(err, errlen, "%s: exists and is not a folder; without a video extension (.mp4, .gif, ...) the "
+                       "output is a folder of PNGs, and --overwrite replaces only such a folder", out);
+    if (!video && have_input) {  // the folder replaced must not hold the input
+        char in_dir[PATH_LEN];
+        parent_of(in_dir, input);
+        if (!stat(in_dir, &sp) && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
+            return fc_errf(err, errlen, "%s: holds the --first-frame file %s; give the output another name "
+                           "(--overwrite never replaces the input)", out, input);
+    }
+    return video ? 0 : check_replaceable_folder(out, err, errlen);
+}
+
+// ----------------------------------------------------------------------------
+// writing
+
+struct GenerateOutput {
+    char out[PATH_LEN], tmp[PATH_LEN];  // the user's path, and the temporary name written first
+    int video, overwrite, S, frames;    // frames written so far
+    VideoWriter *vw;
+    uint8_t *rgb;
+};
+
+// A message of the video writer, which names the temporary file, made to name the user's path.
+static int name_user_path(const GenerateOutput *g, char *err, size_t errlen) {
+    size_t n = strlen(g->tmp);
+    if (err && !strncmp(err, g->tmp, n) && err[n] == ':') {
+        char rest[2048];
+        snprintf(rest, sizeof rest, "%s", err + n);
+        fc_errf(err, errlen, "%s%s", g->out, rest);
+    }
+    return -1;
+}
+
+// Whether `name` is base's temporary name for the process pid: "<base>.partial-PID" or
+// "<base>.replaced-PID" (a folder), ".partial-PID-<base>" (a video).
+static int leftover_of(const char *name, const char *base, long *pid) {
+    char *end;
+    size_t n = strlen(base);
+    if (!strncmp(name, ".partial-", 9)) {
+        *pid = strtol(name + 9, &end, 10);
+        return end > name + 9 && *end == '-' && !strcmp(end + 1, base);
+    }
+    if (strncmp(name, base, n)) return 0;
+    const char *rest = name + n;
+    const char *tag = !strncmp(rest, ".partial-", 9) ? rest + 9 : !strncmp(rest, ".replaced-", 10) ? rest + 10 : NULL;
+    if (!tag) return 0;
+    *pid = strtol(tag, &end, 10);
+    return end > tag && !*end;
+}
+
+// What a generate of the same --out that was cut off (Ctrl-C, kill, a power cut) left beside it:
+// its temporary video or folder of frames, removed with a line. Those of a process still running
+// are left alone.
+static void remove_leftovers(const char *out) {
+    char dir[PATH_LEN], path[2 * PATH_LEN];
+    parent_of(dir, out);
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        if (!leftover_of(e->d_name, base, &pid) || pid <= 0 || pid == getpid()) continue;
+        if (!kill((pid_t)pid, 0) || errno != ESRCH) continue;  // its writer still runs
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb)) continue;
+        if (S_ISDIR(sb.st_mode)) remove_frame_folder(path);
+        else unlink(path);
+        if (lstat(path, &sb)) printf("generate: removed %s, left by a generate of %s that was cut off\n", path, out);
+        else printf("generate: %s is left by a generate of %s that was cut off; it could not be removed\n", path, out);
+    }
+    closedir(d);
+}
+
+GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, char *err, size_t errlen) {
+    GenerateOutput *g = fc_calloc(1, sizeof *g);
+    if (clean_path(g->out, out)) {
+        fc_errf(err, errlen, "--out '%s': not a usable path", out);
+        free(g);
+        return NULL;
+    }
+    g->video = is_video_path(g->out), g->overwrite = overwrite, g->S = S;
+    g->rgb = fc_malloc((size_t)S * S * 3);
+    remove_leftovers(g->out);
+    int ok;
+    if (g->video) {  // the temporary name keeps the extension: it picks the container
+        const char *slash = strrchr(g->out, '/'), *base = slash ? slash + 1 : g->out;
+        snprintf(g->tmp, sizeof g->tmp, "%.*s.partial-%d-%s", (int)(base - g->out), g->out, (int)getpid(), base);
+        g->vw = video_writer_open(g->tmp, S, S, fps, err, errlen);
+        ok = g->vw != NULL;
+        if (!ok) name_user_path(g, err, errlen);
+    } else {
+        snprintf(g->tmp, sizeof g->tmp, "%s.partial-%d", g->out, (int)getpid());
+        ok = mkdir(g->tmp, 0777) == 0;
+        if (!ok) fc_errf(err, errlen, "%s: cannot create a folder beside it (%s): %s", g->out, g->tmp, strerror(errno));
+    }
+    if (!ok) {
+        unlink(g->tmp);  // a writer that failed after creating its file
+        free(g->rgb), free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t errlen) {
+    frame_to_rgb(g->rgb, frame, g->S);
+    if (g->video) {
+        if (video_writer_add(g->vw, g->rgb, err, errlen)) return name_user_path(g, err, errlen);
+    } else {
+        char name[PATH_LEN + 32];
+        png_name(name, sizeof name, g->tmp, g->frames);
+        if (image_write_png(name, g->S, g->S, g->rgb))
+            return fc_errf(err, errlen, "%s: cannot write frame-%06d.png: %s", g->out, g->frames,
+                           errno ? strerror(errno) : "the PNG encoder failed");
+    }
+    g->frames++;
+    return 0;
+}
+
+// fsync on a path (a file, or a folder's entries). 0, or -1 with errno.
+static int sync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    if (close(fd) && rc == 0) return -1;
+    errno = e;
+    return rc;
+}
+
+// rename without replacing what may have appeared at `to` since the checks. 0, or -1 with errno.
+static int rename_new(const char *from, const char *to) {
+#ifdef RENAME_NOREPLACE
+    if (!renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;  // else a file system without it
+#endif
+    struct stat sb;
+    if (!lstat(to, &sb)) return errno = EEXIST, -1;
+    return rename(from, to);
+}
+
+// The folder of PNGs into place; with overwrite an old folder of frames is moved aside first and
+// removed once the new one is in place. 0, or -1 with errno.
+static int place_folder(GenerateOutput *g) {
+    struct stat sb;
+    if (!g->overwrite || lstat(g->out, &sb)) return rename_new(g->tmp, g->out);
+    char old[PATH_LEN + 32];
+    snprintf(old, sizeof old, "%s.replaced-%d", g->out, (int)getpid());
+    if (rename_new(g->out, old)) return -1;
+    if (rename_new(g->tmp, g->out)) {
+        int e = errno;
+        rename(old, g->out);
+        return errno = e, -1;
+    }
+    remove_frame_folder(old);
+    return 0;
+}
+
+int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
+    int rc = 0;
+    if (g->video) {
+        rc = video_writer_close(g->vw, err, errlen) ? name_user_path(g, err, errlen) : 0;
+        g->vw = NULL;
+        if (rc == 0 && sync_path(g->tmp))
+            rc = fc_errf(err, errlen, "%s: cannot flush it to disk: %s", g->out, strerror(errno));
+        if (rc == 0 && (g->overwrite ? rename(g->tmp, g->out) : rename_new(g->tmp, g->out)))
+            rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
+    } else {
+        if (sync_path(g->tmp))
+            rc = fc_errf(err, errlen, "%s: cannot flush the folder to disk: %s", g->out, strerror(errno));
+        if (rc == 0 && place_folder(g))
+            rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
+    }
+    if (rc) {
+        generate_output_discard(g);
+        return -1;
+    }
+    char dir[PATH_LEN];
+    parent_of(dir, g->out);
+    sync_path(dir);  // the rename itself to disk; not every file system syncs a folder
+    free(g->rgb), free(g);
+    return 0;
+}
+
+void generate_output_discard(GenerateOutput *g) {
+    if (!g) return;
+    if (g->vw) {
+        char ignored[512];
+        video_writer_close(g->vw, ignored, sizeof ignored);
+    }
+    if (g->video) unlink(g->tmp);
+    else remove_frame_folder(g->tmp);
+    free(g->rgb), free(g);
 }

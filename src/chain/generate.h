@@ -1,6 +1,7 @@
-// generate.h: writing a chain's frames out, as `framechain generate` does: a video (.mp4/.mkv/.avi,
-// .gif) or a new folder of numbered PNGs, through a temporary name renamed into place when whole.
-// The sampling itself is sampler.h's.
+// generate.h: where `framechain generate` writes its frames: a video (.mp4/.mkv/.avi, .gif) or a new
+// folder of numbered PNGs, written frame by frame as the chain makes them under a temporary name in
+// the same folder, flushed to disk and renamed into place when whole. The sampling itself is
+// sampler.h's.
 #ifndef FRAMECHAIN_GENERATE_H
 #define FRAMECHAIN_GENERATE_H
 
@@ -8,10 +9,25 @@
 
 #include "base/common.h"
 
-// Write frames 0..N-1 of frames ((N, 3, S, S) values in [-1, 1]) to out: a video when its extension
-// names one (.mp4, .m4v, .mov, .mkv, .avi, .gif; fps frames a second), else a folder of
-// frame-NNNNNN.png that must not exist yet. Nothing half-written is left behind. Returns 0, or -1
-// with one line in err.
-int generate_write_frames(const char *out, const real *frames, int N, int S, double fps, char *err, size_t errlen);
+// Everything about the path out that can be known before sampling: its folder exists and is a
+// folder we may write in; out does not exist, or overwrite is given and out is what would be written
+// again (a file for a video, a folder of nothing but frame-NNNNNN.png for PNGs); out is not the input
+// file, under any name (device and inode compared), nor a folder holding it, overwrite or not. input
+// may be a name that is no file (shapes:N). Returns 0, or -1 with one line in err naming out.
+int generate_check_output(const char *out, const char *input, int overwrite, char *err, size_t errlen);
+
+typedef struct GenerateOutput GenerateOutput;
+
+// Start writing frames of S x S to out (checked as above): a video when its extension names one (.mp4,
+// .m4v, .mov, .mkv, .avi, .gif; fps frames a second), opened here so that the container and encoder
+// are known to work; else a folder of frame-NNNNNN.png. NULL with one line in err naming out.
+GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, char *err, size_t errlen);
+// The next frame ((3, S, S) values in [-1, 1]), written out now. 0, or -1 with one line in err.
+int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t errlen);
+// Close what was written, flush it to disk and rename it into place (replacing the old out only with
+// overwrite). Frees g; on failure nothing is left of it. 0, or -1 with one line in err naming out.
+int generate_output_finish(GenerateOutput *g, char *err, size_t errlen);
+// Remove what was written and free g (a failure before the end).
+void generate_output_discard(GenerateOutput *g);
 
 #endif

@@ -1,4 +1,5 @@
 // sampler.c: the three models, one window's Euler steps and the chain's loop (see sampler.h).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +39,10 @@ int load_first_frames(const char *path, int S, int K, real *out, char *err, size
     size_t E = (size_t)3 * S * S;
     if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
         char *end;
-        unsigned long clip = strtoul(path + 7, &end, 10);
-        if (*end || end == path + 7) return fc_errf(err, errlen, "%s: expected shapes:NUMBER", path);
+        errno = 0;
+        unsigned long clip = strtoul(path + 7, &end, 10);  // which would take "-1" as the largest number
+        if (*end || end == path + 7 || path[7] < '0' || path[7] > '9' || errno || clip > 0xffffffffUL)
+            return fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
         for (int k = 0; k < K; k++) shapes_frame(out + k * E, 3, S, 1, 0, (uint32_t)clip, k);
         return 0;
     }
@@ -94,14 +97,14 @@ void chain_models_free(ChainModels *cm) {
 
 // A window's starting point: targets pure noise at t = 1, context frames noised to the fixed level,
 // the anchor (and context without augmentation) clean. Fills x, t and off for every slot.
-static void window_start(const Model *m, const ChainWindow *w, int index, const real *frames,
+static void window_start(const Model *m, const ChainWindow *w, int index, real *const *at,
                          const SampleOptions *o, real *x, real *t, real *off) {
     const Config *c = &m->cfg;
     size_t E = (size_t)m->E;
     double L = o->noise_aug;
     for (int i = 0; i < w->slots; i++) {
         real *xi = x + i * E;
-        const real *src = frames + (size_t)w->frame[i] * E;
+        const real *src = at[w->frame[i]];
         off[i] = w->offset[i];
         if (c->slot_kind[i] == SLOT_TARGET) {
             philox_fill_normal(xi, E, 0, (real)o->temperature, o->seed, (uint32_t)index, RNG_NOISE, i * E);
@@ -152,14 +155,14 @@ typedef struct {
 // predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed. With guidance w
 // != 1, v = v_u + w (v_c - v_u), v_u predicted with the given frames dropped. A model trained on
 // deltas makes each target as its reference frame plus the sampled delta / delta_scale.
-static void sample_window(Model *m, const ChainWindow *w, int index, real *frames, const SampleOptions *o,
+static void sample_window(Model *m, const ChainWindow *w, int index, real *const *at, const SampleOptions *o,
                           WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     size_t E = (size_t)m->E;
     real t[MAX_SLOTS], tu[MAX_SLOTS], off[MAX_SLOTS];
     real *x = wb->x, *pred = wb->pred;
-    window_start(m, w, index, frames, o, x, t, off);
+    window_start(m, w, index, at, o, x, t, off);
     be->upload(m->in.offset, off, sizeof(real) * w->slots);
     int guided = o->guidance != 1.0, steps = o->steps ? o->steps : c->sample_steps;
     for (int k = 0; k < steps; k++) {
@@ -180,12 +183,12 @@ static void sample_window(Model *m, const ChainWindow *w, int index, real *frame
     }
     if (c->targets == TARGETS_DELTAS) {
         const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
-        for (int i = 0; i < w->slots; i++) given[i] = frames + (size_t)w->frame[i] * E;
+        for (int i = 0; i < w->slots; i++) given[i] = at[w->frame[i]];
         flow_references(c, given, w->offset, wb->reference);
     }
     for (int i = 0; i < w->slots; i++)
         if (c->slot_kind[i] == SLOT_TARGET) {
-            real *dst = frames + (size_t)w->frame[i] * E, *xi = x + i * E;
+            real *dst = at[w->frame[i]], *xi = x + i * E;
             if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
             for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
         }
@@ -208,18 +211,148 @@ int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size
     return 0;
 }
 
-void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o) {
+// ----------------------------------------------------------------------------
+// the frames held
+
+// The frames a chain holds while it runs. A frame is handed on (to generate's output) once it and
+// every frame before it are made, and its buffer goes back to the pool once it is handed on and no
+// later window reads it: a long chain holds a few dozen frames, not all of them. Eval keeps every
+// frame in its own array instead (backing). A dry store does the same bookkeeping without buffers,
+// to count the frames held at most before anything is allocated.
+typedef struct {
+    const ChainPlan *p;
+    size_t E;                 // values in a frame
+    int *made, *last_read;    // chain_frame_use
+    real **at;                // (last_frame + 1): each held frame's buffer
+    real *backing;            // every frame in the caller's array (eval); NULL: buffers from the pool
+    real *pool, **free_bufs;  // the pool's buffers and those free
+    int n_free;
+    int *held, n_held, peak;  // the frames held now, and the most held at once
+    int next_emit;            // frames 0 .. next_emit - 1 have been handed on
+    int hold_all;             // hand every frame on after the last window (a test hook: the unstreamed chain)
+    int dry;
+} FrameStore;
+
+static void store_free(FrameStore *st) {
+    free(st->made), free(st->last_read), free(st->at), free(st->held), free(st->pool), free(st->free_bufs);
+    memset(st, 0, sizeof *st);
+}
+
+// The bookkeeping of plan p. Returns 0, or -1 with one line in err when memory runs out.
+static int store_init(FrameStore *st, const ChainPlan *p, size_t E, real *backing, int dry, char *err,
+                      size_t errlen) {
+    memset(st, 0, sizeof *st);
+    size_t n = (size_t)p->last_frame + 1;
+    st->p = p, st->E = E, st->backing = backing, st->dry = dry;
+    st->hold_all = fc_test_hook("HOLD_ALL_FRAMES") > 0;
+    st->made = malloc(n * sizeof(int)), st->last_read = malloc(n * sizeof(int)), st->held = malloc(n * sizeof(int));
+    st->at = calloc(n, sizeof(real *));
+    if (!st->made || !st->last_read || !st->held || !st->at) {
+        store_free(st);
+        return fc_errf(err, errlen, "out of host memory for the bookkeeping of %d frames (%.0f MB): lower --frames",
+                       p->frames, n * (3 * sizeof(int) + sizeof(real *)) / 1e6);
+    }
+    chain_frame_use(p, st->made, st->last_read);
+    if (backing)
+        for (size_t f = 0; f < n; f++) st->at[f] = backing + f * E;
+    return 0;
+}
+
+// Buffers for `count` frames held at once, allocated before the first window so that memory runs out
+// at the start if it does. Returns 0, or -1 with one line in err.
+static int store_reserve(FrameStore *st, int count, int S, char *err, size_t errlen) {
+    size_t bytes = (size_t)count * st->E * sizeof(real);
+    st->pool = malloc(bytes ? bytes : 1), st->free_bufs = malloc(sizeof(real *) * (count ? count : 1));
+    if (!st->pool || !st->free_bufs)
+        return fc_errf(err, errlen, "out of host memory for the %d frames of %dx%d the chain holds at once (%.1f MB): "
+                       "use models of a smaller frame size, or free memory", count, S, S, bytes / 1e6);
+    for (int i = 0; i < count; i++) st->free_bufs[st->n_free++] = st->pool + (size_t)i * st->E;
+    return 0;
+}
+
+// Frame f is held from now on, in a zeroed buffer (a pool's; the caller's array as it is with backing).
+static int store_take(FrameStore *st, int f, char *err, size_t errlen) {
+    st->held[st->n_held++] = f;
+    if (st->n_held > st->peak) st->peak = st->n_held;
+    if (st->dry || st->backing) return 0;
+    if (!st->n_free) return fc_errf(err, errlen, "internal: frame %d finds the %d buffers held all in use", f, st->peak);
+    st->at[f] = st->free_bufs[--st->n_free];
+    memset(st->at[f], 0, sizeof(real) * st->E);
+    return 0;
+}
+
+// After window k (-1: before the first): every frame now final, in order, handed to emit, and the
+// buffers no later window reads given back. Returns 0, or -1 with emit's err.
+static int store_settle(FrameStore *st, int k, ChainEmit emit, void *ctx, char *err, size_t errlen) {
+    const ChainPlan *p = st->p;
+    if (!st->hold_all || k == p->count - 1)
+        for (; st->next_emit < p->frames && st->made[st->next_emit] <= k; st->next_emit++)
+            if (!st->dry && emit && emit(ctx, st->next_emit, st->at[st->next_emit], err, errlen)) return -1;
+    if (st->hold_all) return 0;
+    for (int i = 0; i < st->n_held;) {
+        int f = st->held[i];
+        if ((f < st->next_emit || f >= p->frames) && st->last_read[f] <= k) {
+            if (!st->dry && !st->backing) st->free_bufs[st->n_free++] = st->at[f], st->at[f] = NULL;
+            st->held[i] = st->held[--st->n_held];
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
+// The given frames held: those of 0..N-1 that no window makes. Returns their count.
+static int store_take_given(FrameStore *st) {
+    int given = 0;
+    for (int f = 0; f < st->p->frames; f++)
+        if (st->made[f] < 0) store_take(st, f, NULL, 0), given++;  // cannot fail: the pool is all free
+    return given;
+}
+
+static int store_take_targets(FrameStore *st, const ChainWindow *w, char *err, size_t errlen) {
+    for (int i = 0; i < w->slots; i++)
+        if (w->kind[i] == SLOT_TARGET && store_take(st, w->frame[i], err, errlen)) return -1;
+    return 0;
+}
+
+int chain_frames_held(const ChainPlan *p) {
+    FrameStore st;
+    char err[256];
+    if (store_init(&st, p, 0, NULL, 1, err, sizeof err)) return -1;
+    store_take_given(&st);
+    store_settle(&st, -1, NULL, NULL, err, sizeof err);
+    for (int k = 0; k < p->count; k++) {
+        store_take_targets(&st, &p->w[k], err, sizeof err);
+        store_settle(&st, k, NULL, NULL, err, sizeof err);
+    }
+    int peak = st.peak;
+    store_free(&st);
+    return peak;
+}
+
+// ----------------------------------------------------------------------------
+// the chain
+
+// Every window of plan p in order over the frames of st, with the progress line. Returns 0, or -1
+// with one line in err (emit's).
+static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, const SampleOptions *o, ChainEmit emit,
+                       void *ctx, char *err, size_t errlen) {
     size_t E = (size_t)cm->m[0]->E;
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
     size_t bytes = sizeof(real) * fmax * E;
     WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes)};
     double t0 = fc_now_s(), t_line = 0;
-    int done = 1;  // frames of 0..N-1 made (frame 0 is given)
+    int rc = 0, done = 0;  // frames of 0..N-1 made (or given)
+    for (int f = 0; f < p->frames; f++) done += st->made[f] < 0;
     int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
-    for (int k = 0; k < p->count; k++) {
+    for (int k = 0; k < p->count && rc == 0; k++) {
         const ChainWindow *w = &p->w[k];
-        sample_window(cm->m[w->role], w, k, frames, o, &wb);
+        if (store_take_targets(st, w, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        sample_window(cm->m[w->role], w, k, st->at, o, &wb);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
@@ -230,7 +363,36 @@ void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const Sampl
             fflush(stderr);
             t_line = el;
         }
+        rc = store_settle(st, k, emit, ctx, err, errlen);
     }
     if (!o->quiet && tty) fprintf(stderr, "\n");
     free(wb.x), free(wb.pred), free(wb.xu), free(wb.pred_u), free(wb.reference);
+    return rc;
+}
+
+int chain_sample_stream(ChainModels *cm, const ChainPlan *p, const real *first, int given, const SampleOptions *o,
+                        ChainEmit emit, void *ctx, char *err, size_t errlen) {
+    size_t E = (size_t)cm->m[0]->E;
+    int held = chain_frames_held(p);
+    FrameStore st;
+    if (held < 0 || store_init(&st, p, E, NULL, 0, err, errlen))
+        return held < 0 ? fc_errf(err, errlen, "out of host memory for the bookkeeping of %d frames: lower --frames",
+                                  p->frames) : -1;
+    int rc = store_reserve(&st, held, cm->size, err, errlen);
+    if (rc == 0 && store_take_given(&st) != given)
+        rc = fc_errf(err, errlen, "internal: %d frames given to a chain that starts from %d", given, st.n_held);
+    for (int f = 0; f < given && rc == 0; f++) memcpy(st.at[f], first + (size_t)f * E, sizeof(real) * E);
+    if (rc == 0) rc = store_settle(&st, -1, emit, ctx, err, errlen);
+    if (rc == 0) rc = run_windows(cm, p, &st, o, emit, ctx, err, errlen);
+    store_free(&st);
+    return rc;
+}
+
+void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o) {
+    FrameStore st;
+    char err[512];
+    if (store_init(&st, p, (size_t)cm->m[0]->E, frames, 0, err, sizeof err)) fc_die("%s", err);
+    store_take_given(&st);
+    run_windows(cm, p, &st, o, NULL, NULL, err, sizeof err);  // without emit nothing fails
+    store_free(&st);
 }

@@ -52,9 +52,26 @@ int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.
 void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len);
 
-// Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with frame 0
-// filled in; every other frame is made (and clamped to [-1, 1]).
+// Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
+// given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:
+// eval's way, which scores them all.
 void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o);
+
+// Takes frame f of 0..N-1 (C, S, S values, read only during the call). 0, or -1 with one line in err.
+typedef int (*ChainEmit)(void *ctx, int f, const real *frame, char *err, size_t errlen);
+
+// The same frames as chain_sample's, streamed: from the first `given` frames (first: (given, C, S, S)),
+// each frame of 0..N-1 goes to emit, in order, as soon as it and every frame before it are made, and
+// a frame is held only until it is handed on and no later window reads it (frame 0, the anchor, to
+// the end). The buffers, chain_frames_held of them, are allocated before the first window. Returns 0,
+// or -1 with one line in err: emit's failure (which stops the chain), or no memory for the frames.
+int chain_sample_stream(ChainModels *cm, const ChainPlan *p, const real *first, int given, const SampleOptions *o,
+                        ChainEmit emit, void *ctx, char *err, size_t errlen);
+
+// The most frames chain_sample_stream holds at once for plan p (-1: no memory to work it out).
+// The environment variable FRAMECHAIN_TEST_HOLD_ALL_FRAMES=1 makes it hold every frame and hand
+// them on after the last window, as the chain did before it streamed: the tests compare the two.
+int chain_frames_held(const ChainPlan *p);
 
 // ----------------------------------------------------------------------------
 // frames

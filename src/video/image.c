@@ -4,11 +4,13 @@
 #include "video/video.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <libavutil/frame.h>
 #include <libavutil/pixfmt.h>
@@ -132,6 +134,10 @@ static uint8_t *read_file_bytes(const char *path, size_t max, size_t *n, const c
     return NULL;
 }
 
+static unsigned long be32(const uint8_t *p) {
+    return (unsigned long)p[0] << 24 | (unsigned long)p[1] << 16 | (unsigned long)p[2] << 8 | p[3];
+}
+
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
     return image_load_square_min(path, size, 0, rgb, err, errlen);
 }
@@ -152,8 +158,18 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
     }
     int w = 0, h = 0, n = 0;
     if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, &w, &h, &n)) {
-        fc_errf(err, errlen, "%s: not a PNG or JPEG image (%s)", path,
-                nbytes > INT_MAX ? "too large" : stbi_failure_reason());
+        // stb_image refuses a header whose pixels would pass 2^30 bytes as "too large": say so, with
+        // the size a PNG's header gives, rather than that it is not an image
+        unsigned long pw = 0, ph = 0;
+        int png = nbytes >= 24 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) && !memcmp(bytes + 12, "IHDR", 4);
+        if (png) pw = be32(bytes + 16), ph = be32(bytes + 20);
+        if (png && (double)pw * ph > IMAGE_MAX_PIXELS)
+            fc_errf(err, errlen, "%s: a PNG of %lux%lu pixels, too large to read (at most %ld pixels)", path, pw, ph,
+                    (long)IMAGE_MAX_PIXELS);
+        else if (nbytes > INT_MAX || !strcmp(stbi_failure_reason(), "too large"))
+            fc_errf(err, errlen, "%s: an image too large to read (at most %ld pixels)", path, (long)IMAGE_MAX_PIXELS);
+        else
+            fc_errf(err, errlen, "%s: not a PNG or JPEG image (%s)", path, stbi_failure_reason());
         free(bytes);
         return -1;
     }
@@ -198,11 +214,34 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
     return ret;
 }
 
+// All of buf to fd, retrying short writes and EINTR. 0, or -1 with errno.
+static int write_all(int fd, const uint8_t *buf, size_t n) {
+    while (n > 0) {
+        ssize_t got = write(fd, buf, n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -1;
+        if (got == 0) return errno = EIO, -1;
+        buf += got, n -= (size_t)got;
+    }
+    return 0;
+}
+
+// stb_image_write reports no failed write (a full disk leaves an empty file behind): the PNG is
+// encoded in memory and written here, every write, the fsync and the close checked.
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb) {
     if (!path || !rgb || w < 1 || h < 1 || (long)w * 3 > 0x7fffffffL / (h > 0 ? h : 1)) {
         errno = EINVAL;
         return -1;
     }
-    errno = 0;
-    return stbi_write_png(path, w, h, 3, rgb, w * 3) ? 0 : -1;
+    int len = 0;
+    unsigned char *png = stbi_write_png_to_mem(rgb, w * 3, w, h, 3, &len);
+    if (!png) return errno = ENOMEM, -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), rc = fd < 0 ? -1 : 0;
+    if (rc == 0 && (write_all(fd, png, (size_t)len) || fsync(fd))) rc = -1;
+    int e = errno;
+    if (fd >= 0 && close(fd) && rc == 0) rc = -1, e = errno;
+    STBIW_FREE(png);
+    if (rc && fd >= 0) unlink(path);  // no half-written PNG left behind
+    errno = e;
+    return rc;
 }

@@ -69,7 +69,8 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen);
 // Whether a path's extension is .png, .jpg or .jpeg (any case).
 int is_image_path(const char *path);
-// Write w x h RGB24 as a PNG. 0, or -1 (errno tells why where the C library set it).
+// Write w x h RGB24 as a PNG, every write checked and the file fsynced (a full disk is an error, not
+// an empty file); a file that failed is removed. 0, or -1 with errno set.
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb);
 
 // Frame conversions between the network's [-1, 1] planes (3, S, S) and RGB24 (S, S, 3); RGB is

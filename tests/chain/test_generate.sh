@@ -129,3 +129,137 @@ rm -f "$tmp/saved.ckpt"
 # a folder that exists already is not overwritten
 expect_refusal existing_folder "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/frames"
 [ "$(ls "$tmp/frames" | wc -l)" = 1000 ] || fail generate_existing_folder_kept "the existing folder changed"
+
+# ---- the output: refused before sampling when it cannot be written, never the input, a full disk an error ----
+
+# An existing video is kept, and the --first-frame file is never the output, under its own name or
+# another (a hard link), --overwrite or not.
+cp "$tmp/first.png" "$tmp/keep.mp4"
+cp "$VIDEO" "$tmp/input.avi"
+ln "$tmp/input.avi" "$tmp/link.avi"
+expect_refusal existing_video "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/keep.mp4"
+cmp -s "$tmp/keep.mp4" "$tmp/first.png" || fail generate_existing_video_kept "the existing file was replaced"
+expect_refusal input_as_output "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi"
+expect_refusal input_as_output_overwrite "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi" --overwrite
+expect_refusal input_by_another_name "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
+cmp -s "$tmp/input.avi" "$VIDEO" || fail generate_input_kept "the --first-frame file changed"
+mkdir "$tmp/mixed" && touch "$tmp/mixed/notes.txt"
+expect_refusal overwrite_other_folder "holds notes.txt" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/mixed" --overwrite
+rm -rf "$tmp/mixed" "$tmp/link.avi"
+
+# --overwrite replaces a file by a video, and a folder of frames (a, 20 frames) by a new one
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 12 --steps 1 --out "$tmp/keep.mp4" --overwrite --quiet > /dev/null 2> "$tmp/err"
+rc1=$?
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 12 --steps 1 --out "$tmp/a" --overwrite --quiet > /dev/null 2>> "$tmp/err"
+rc2=$?
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(count_frames "$tmp/keep.mp4")" = 12 ] && [ "$(ls "$tmp/a" | wc -l)" = 12 ] &&
+    ! ls -a "$tmp" | grep -q 'partial\|replaced' && "$FC" generate --help | grep -q -- '--overwrite'; then
+    pass generate_overwrite "--overwrite: a file replaced by a 12-frame video, a folder of 20 PNGs by one of 12; in --help"
+else
+    fail generate_overwrite "status $rc1, $rc2: $(head -1 "$tmp/err")"
+fi
+
+# The output is checked before the first window: 30000 frames (minutes of sampling) fail at once,
+# with one line naming the path given, not a temporary one, and no header line.
+expect_early() {  # expect_early NAME PATTERN OUT
+    timeout 30 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 30000 --steps 1 --out "$3" \
+        > "$tmp/out" 2> "$tmp/err"
+    local rc=$?
+    if [ $rc = 124 ]; then fail "generate_checks_first_$1" "still sampling after 30 s"
+    elif [ $rc = 0 ]; then fail "generate_checks_first_$1" "exit status 0"
+    elif [ "$(wc -l < "$tmp/err")" != 1 ] || ! grep -qF -- "$2" "$tmp/err" || ! grep -qF -- "$3:" "$tmp/err" ||
+        grep -q partial "$tmp/err"; then fail "generate_checks_first_$1" "$(cat "$tmp/err")"
+    elif grep -q '30000 frames of' "$tmp/out"; then fail "generate_checks_first_$1" "the header came first: $(head -1 "$tmp/out")"
+    else pass "generate_checks_first_$1" "status $rc at once: $(cat "$tmp/err")"
+    fi
+}
+expect_early missing_folder "the folder $tmp/nope does not exist" "$tmp/nope/x.mp4"
+expect_early file_as_folder "$tmp/first.png is not a folder" "$tmp/first.png/x.mp4"
+expect_early existing_folder "already exists" "$tmp/frames"
+
+# A full disk: generate onto a 200 KB tmpfs, mounted in a private mount namespace (no root needed
+# where user namespaces are allowed, nothing to unmount). 400 frames of PNGs or of MPEG-4 do not
+# fit: the command fails with one line naming the path given and the error, and leaves nothing.
+on_full_disk() {  # on_full_disk NAME OUT
+    rm -f "$tmp/full.rc"
+    mkdir -p "$tmp/full"
+    unshare -rm sh -c 'mount -t tmpfs -o size=200k none "$0" || exit 99
+        "$@" > /dev/null 2> "$0.err"; echo $? > "$0.rc"; ls -A "$0" > "$0.left"
+        find "$0" -type f -empty | wc -l > "$0.empty"' "$tmp/full" \
+        "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 400 --steps 1 --quiet --out "$tmp/full/$2" 2> /dev/null
+    if [ ! -f "$tmp/full.rc" ]; then echo "SKIP generate_full_disk_$1: cannot mount a tmpfs in a private namespace (unshare -rm)"; return; fi
+    local rc
+    rc=$(cat "$tmp/full.rc")
+    if [ "$rc" = 0 ]; then fail "generate_full_disk_$1" "exit status 0 on a full disk, $(cat "$tmp/full.empty") empty files left"
+    elif [ "$(wc -l < "$tmp/full.err")" != 1 ] || ! grep -qF "$tmp/full/$2: " "$tmp/full.err" ||
+        ! grep -q 'No space left on device' "$tmp/full.err" || grep -q partial "$tmp/full.err"; then
+        fail "generate_full_disk_$1" "status $rc: $(cat "$tmp/full.err")"
+    elif [ -s "$tmp/full.left" ]; then fail "generate_full_disk_$1" "left on the disk: $(tr '\n' ' ' < "$tmp/full.left")"
+    else pass "generate_full_disk_$1" "status $rc, nothing left: $(cat "$tmp/full.err")"
+    fi
+}
+on_full_disk png frames
+on_full_disk mp4 full.mp4
+
+# ---- frames written as they are made ----
+
+# The header's memory plan: a few of 2400 frames held; and the peak resident memory of 2400 frames
+# is within 8 MB of that of 200 (keeping every frame would add 2200 x 12 KB = 27 MB).
+peak_kb() {  # peak_kb FRAMES: generate's peak resident memory in KB (GNU time), its stdout in $tmp/mem.log
+    /usr/bin/time -f '%M' -o "$tmp/kb" "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames "$1" \
+        --steps 1 --quiet --out "$tmp/mem$1.mkv" > "$tmp/mem.log" 2>&1 && tail -1 "$tmp/kb"
+}
+if [ -x /usr/bin/time ]; then kb200=$(peak_kb 200); kb2400=$(peak_kb 2400); else kb200=0 kb2400=0; fi
+held=$(sed -n 's/.*memory: at most \([0-9]*\) of the 2400 frames held.*/\1/p' "$tmp/mem.log")
+if [ -n "$held" ] && [ "$held" -le 40 ] && [ -n "$kb200" ] && [ -n "$kb2400" ] && [ $((kb2400 - kb200)) -lt 8192 ]; then
+    pass generate_memory_bounded "$held of 2400 frames held; peak RSS $kb200 KB at 200 frames, $kb2400 KB at 2400"
+else
+    fail generate_memory_bounded "held '${held}'; peak RSS '$kb200' KB at 200 frames, '$kb2400' KB at 2400: $(grep memory "$tmp/mem.log")"
+fi
+rm -f "$tmp"/mem*.mkv
+
+# Streaming changes no frame: the PNGs are those of the chain holding every frame to the end, as
+# generate did before (FRAMECHAIN_TEST_HOLD_ALL_FRAMES=1)
+FRAMECHAIN_TEST_HOLD_ALL_FRAMES=1 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 100 --steps 1 --out "$tmp/held" --quiet > "$tmp/held.log" 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 100 --steps 1 --out "$tmp/streamed" --quiet > "$tmp/streamed.log" 2>&1
+all=$(sed -n 's/.*memory: at most \([0-9]*\) of.*/\1/p' "$tmp/held.log")
+few=$(sed -n 's/.*memory: at most \([0-9]*\) of.*/\1/p' "$tmp/streamed.log")
+if [ "$(ls "$tmp/streamed" 2> /dev/null | wc -l)" = 100 ] && diff -r "$tmp/held" "$tmp/streamed" > /dev/null &&
+    [ "${all:-0}" -ge 100 ] && [ "${few:-999}" -lt 40 ]; then
+    pass generate_streamed_same_frames "100 PNGs identical holding $few frames and holding all $all"
+else
+    fail generate_streamed_same_frames "held '$all' / '$few' frames; $(diff -rq "$tmp/held" "$tmp/streamed" 2>&1 | head -1)"
+fi
+
+# ---- what a generate that was cut off left: removed by the next one of the same --out ----
+# (the temporary names of a process that no longer runs: a PID beyond the system's pid_max)
+dead=$(( $(cat /proc/sys/kernel/pid_max) + 1 ))
+mkdir -p "$tmp/cut/frames.partial-$dead" "$tmp/cut/other.partial-$dead"
+: > "$tmp/cut/frames.partial-$dead/frame-000000.png"
+: > "$tmp/cut/.partial-$dead-clip.mp4"
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/cut/frames" --quiet > "$tmp/cut.log" 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/cut/clip.mp4" --quiet >> "$tmp/cut.log" 2>&1
+left=$(ls -a "$tmp/cut" | grep -c partial)
+named=$(grep -c "removed .* left by a generate of .* that was cut off" "$tmp/cut.log")
+if [ "$left" = 1 ] && [ -d "$tmp/cut/other.partial-$dead" ] && [ "$named" = 2 ] && [ -d "$tmp/cut/frames" ] && [ -f "$tmp/cut/clip.mp4" ]; then
+    pass generate_removes_leftovers "the two leftovers of --out frames and clip.mp4 removed and named; another output's kept"
+else
+    fail generate_removes_leftovers "$left .partial names left, $named named: $(ls -a "$tmp/cut" | tr '\n' ' ')"
+fi
+
+# ---- a first frame that cannot be one: one line, no output ----
+"$FC" generate "${RUNS[@]}" --first-frame shapes:-1 --frames 9 --out "$tmp/neg" > "$tmp/neg.log" 2>&1
+rc=$?
+expect generate_refuses_negative_shapes $(( rc == 0 || $(grep -c "shapes:-1: expected shapes:NUMBER, a clip number from 0 to 4294967295" "$tmp/neg.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/neg.log" | cut -c1-100), output: $([ -e "$tmp/neg" ] && echo yes || echo none)"
+# a PNG header claiming 100000 x 100000 pixels
+python3 - "$tmp/huge.png" <<'PY'
+import struct, sys, zlib
+ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0)
+chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+PY
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/huge.png" --frames 9 --out "$tmp/huge" > "$tmp/huge.log" 2>&1
+rc=$?
+expect generate_huge_png_named $(( rc == 0 || $(grep -c "huge.png: a PNG of 100000x100000 pixels, too large to read" "$tmp/huge.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/huge.log" | cut -c1-120)"
