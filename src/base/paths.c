@@ -1,12 +1,30 @@
-// paths.c: folders on disk (paths.h).
+// paths.c: folders and files on disk (paths.h).
 #include "base/paths.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/common.h"
+
+// fsync the folder that holds path p (its new name in it). 0, or -1 with errno; a parent that cannot
+// be opened for reading is left as it is.
+static int sync_parent(const char *p) {
+    char parent[4096];
+    const char *slash = strrchr(p, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == p) snprintf(parent, sizeof parent, "/");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - p), p);
+    int fd = open(parent, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return 0;
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
 
 int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
     char p[4096];
@@ -15,8 +33,11 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
         if (*s == '/' || !*s) {
             char c = *s;
             *s = 0;
-            if (mkdir(p, 0755) && errno != EEXIST)
-                return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
+            if (mkdir(p, 0755)) {
+                if (errno != EEXIST) return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
+            } else if (sync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
+                return fc_errf(err, errlen, "%s: fsync of the folder it is in failed: %s", p, strerror(errno));
+            }
             *s = c;
             if (!c) break;
         }
@@ -24,4 +45,46 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return fc_errf(err, errlen, "%s: not a folder", dir);
     return 0;
+}
+
+// What a file that is not a regular one is, for the error line.
+static const char *file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISDIR(m)) return "a folder";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+}
+
+// Close fd and return -1 with errno e (err already filled).
+static int close_failed(int fd, int e) {
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen) {
+    struct stat own;
+    if (!st) st = &own;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+        return -1;
+    }
+    if (fstat(fd, st)) {
+        fc_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        return close_failed(fd, errno);
+    }
+    if (!S_ISREG(st->st_mode)) {
+        fc_errf(err, errlen, "%s: not a regular file (%s)", path, file_kind(st->st_mode));
+        return close_failed(fd, EINVAL);
+    }
+    int flags = fcntl(fd, F_GETFL);  // reads block again, as on any file
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
+        fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return close_failed(fd, errno);
+    }
+    return fd;
 }

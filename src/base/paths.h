@@ -1,11 +1,19 @@
-// paths.h: folders on disk.
+// paths.h: folders and files on disk.
 #ifndef FRAMECHAIN_PATHS_H
 #define FRAMECHAIN_PATHS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 // mkdir -p: create the folder and any missing parents. 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.
 int fc_mkdir_p(const char *dir, char *err, size_t errlen);
+
+// Open an existing regular file for reading, never blocking: a FIFO (or a device) named like a data
+// file would hang a plain open() until a writer came, so it is opened with O_NONBLOCK, refused unless
+// fstat says it is a regular file, and made blocking again. Returns the descriptor (O_CLOEXEC) with *st
+// filled (st may be NULL), or -1 with one line in err: "PATH: cannot open: why" (errno kept from
+// open) or "PATH: not a regular file (a FIFO)" (errno EINVAL).
+int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
 
 #endif

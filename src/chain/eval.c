@@ -165,6 +165,7 @@ typedef struct {
     ChainModels cm;
     Dataset *ds;
     int S, F, N, M, K, L;  // frame size, clip length, frames per clip, drift frames, clips, levels
+    int scored, damaged;   // of the first K clips: those scored so far, and those skipped as damaged
     ChainPlan plan, long_plan;
     FILE *tsv;
     char tsv_tmp[4200];
@@ -252,13 +253,13 @@ static void alloc_buffers(Eval *ev) {
 }
 
 // The drift run starts from the first clip whose first frame is not flat (ratios to a single colour
-// mean nothing; footage often opens on black), from clip 0 when every one is.
+// mean nothing; footage often opens on black), from the first scored clip when every one is.
 static void note_drift_start(Eval *ev, int k) {
     Results *r = &ev->r;
     size_t frame_bytes = (size_t)ev->S * ev->S * 3;
     FrameStats s0 = frame_stats(ev->clip, ev->S);
     int flat = s0.contrast < EVAL_FLAT_CONTRAST;
-    if (ev->M > 0 && (k == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
+    if (ev->M > 0 && (ev->scored == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
         r->drift_clip = k, r->first = s0;
         memcpy(ev->first, ev->clip, frame_bytes * ev->o->given);
         for (int f = 0; f < r->real_frames; f++)
@@ -308,17 +309,41 @@ static void score_chain(Eval *ev, int k, int l) {
     fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
 }
 
-// Quality: every clip, every level, paired by the clip's seed. Returns the exit status so far.
+// Clip k into ev->clip: 0; 1 when it is damaged (named on stderr and counted: an evaluation that may
+// run for hours loses one held-out clip rather than everything, and says so beside its tables);
+// -1 with ev->err when the dataset cannot be read at all.
+static int read_scored_clip(Eval *ev, int k) {
+    int rc = dataset_read_clip(ev->ds, k, ev->clip, ev->err, sizeof ev->err);
+    if (rc != DATASET_CLIP_DAMAGED) return rc ? -1 : 0;
+    fc_warn("%s; skipped: eval leaves this clip out (re-prepare the dataset)", ev->err);
+    ev->damaged++;
+    return 1;
+}
+
+// Quality: every clip, every level, paired by the clip's seed (its index in the dataset, whatever was
+// skipped before it). Returns the exit status so far.
 static int eval_quality(Eval *ev) {
     for (int k = 0; k < ev->K; k++) {
-        if (dataset_read_clip(ev->ds, k, ev->clip, ev->err, sizeof ev->err)) {
+        int rc = read_scored_clip(ev, k);
+        if (rc < 0) {
             fprintf(stderr, "framechain: %s\n", ev->err);
             return 1;
         }
+        if (rc > 0) continue;
         note_drift_start(ev, k);
         score_copy(ev);
         for (int l = 0; l < ev->L; l++) score_chain(ev, k, l);
+        ev->scored++;
     }
+    if (!ev->scored) {
+        fprintf(stderr, "framechain: %s: all of the first %d clips are damaged (framechain inspect %s names them): "
+                "re-prepare it\n", ev->o->data, ev->K, ev->o->data);
+        return 1;
+    }
+    if (ev->damaged)
+        printf("eval: %d of the first %d clips of %s are damaged and left out: the means are over the other %d "
+               "(framechain inspect %s names them; re-prepare it)\n", ev->damaged, ev->K, ev->o->data, ev->scored,
+               ev->o->data);
     return 0;
 }
 
@@ -354,7 +379,7 @@ static void eval_drift(Eval *ev) {
 static int finish_tsv(Eval *ev, int rc) {
     const EvalOptions *o = ev->o;
     if (!ev->tsv) return rc;
-    int bad = rc || write_tsv(ev->tsv, &ev->r, o->levels, ev->K);
+    int bad = rc || write_tsv(ev->tsv, &ev->r, o->levels, ev->scored);
     bad |= fflush(ev->tsv) != 0 || fsync(fileno(ev->tsv)) != 0;
     bad |= fclose(ev->tsv) != 0;
     ev->tsv = NULL;
@@ -391,7 +416,7 @@ int eval_run(const EvalOptions *o, const Backend *be) {
         rc = eval_quality(ev);
         if (rc == 0 && ev->M > 0) eval_drift(ev);
         if (rc == 0) {
-            print_quality(&ev->r, o->levels, ev->K);
+            print_quality(&ev->r, o->levels, ev->scored);
             if (ev->M > 0) print_drift(&ev->r, o->levels, ev->F);
             fflush(stdout);
         }

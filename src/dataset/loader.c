@@ -3,7 +3,9 @@
 // A batch is cut into groups: the windows of one step that show the same clip. A group is one unit
 // of work, so each clip a batch needs is read and inflated once (a thread also keeps the last clip it
 // read). Every window is a pure function of (seed, step, window), written to its own place in the
-// batch buffer, so neither the thread count nor the timing can change a batch.
+// batch buffer, so neither the thread count nor the timing can change a batch. A damaged clip (its
+// CRC or zlib data bad) is skipped: its windows show the next good clip in dataset order, which
+// depends on the dataset alone, never on which thread found the damage first.
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 #define LOADER_MAX_THREADS 256
 #define LOADER_MAX_PREFETCH 256
+#define LOADER_NAMED_DAMAGE 10  // damaged clips named one warning line each; the rest only counted
 
 enum { BATCH_FREE, BATCH_FILLING, BATCH_READY, BATCH_HELD };
 
@@ -39,6 +42,7 @@ typedef struct {
     int ngroups, next;  // groups handed out so far
     int done;           // groups finished
     int failed, failed_group;
+    int substituted;  // windows that drew a damaged clip and show the next good one
     char err[1024];
 } Batch;
 
@@ -64,6 +68,9 @@ struct Loader {
     int next_get;    // the step loader_get expects
     int held;        // the buffer the trainer holds, -1: none
     int stop;
+    uint8_t *damaged;  // per clip: 1 once a read found its bytes bad
+    int ndamaged;      // clips found damaged
+    long substituted;  // windows of the batches handed out that showed a substitute clip
 };
 
 // ----------------------------------------------------------------------------
@@ -101,6 +108,7 @@ static void draw_crop(const Loader *l, uint32_t step, int w, int speed, Crop *c)
 // Give buffer b the windows of `step` and cut them into groups (under the lock).
 static void schedule(Loader *l, Batch *b, int step) {
     b->step = step, b->state = BATCH_FILLING, b->next = 0, b->done = 0, b->failed = 0, b->err[0] = 0;
+    b->substituted = 0;
     for (int w = 0; w < l->B; w++) {
         uint64_t base = (uint64_t)w * LOADER_INDEX_STRIDE;
         uint32_t s32 = (uint32_t)step;
@@ -189,6 +197,51 @@ typedef struct Worker {
     int cached;      // its index, -1: none
 } Worker;
 
+static int is_damaged(Loader *l, int clip) {
+    pthread_mutex_lock(&l->mu);
+    int bad = l->damaged[clip];
+    pthread_mutex_unlock(&l->mu);
+    return bad;
+}
+
+// Clip `clip` failed its check (why: the reader's line, naming the shard and the clip): remembered, and
+// named once on stderr (the first LOADER_NAMED_DAMAGE of them; the rest counted at loader_stop).
+static void note_damaged(Loader *l, int clip, const char *why) {
+    pthread_mutex_lock(&l->mu);
+    if (!l->damaged[clip]) {
+        l->damaged[clip] = 1;
+        if (++l->ndamaged <= LOADER_NAMED_DAMAGE)
+            fc_warn("%s; skipped: its windows show the next good clip (re-prepare the dataset)", why);
+        else if (l->ndamaged == LOADER_NAMED_DAMAGE + 1)
+            fc_warn("%s: more damaged clips: counted, not named (framechain inspect %s lists them)",
+                    dataset_dir(l->d), dataset_dir(l->d));
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+// The clip a group of windows shows, in wk->cache: `clip`, or when it is damaged the next good one in
+// dataset order (clip + 1, clip + 2, ..., wrapping; loader.h); *used = its index. 0, or -1 with err:
+// a read failure other than a damaged clip, or every clip damaged.
+static int read_good_clip(Worker *wk, int clip, int *used, char *err, size_t errlen) {
+    Loader *l = wk->l;
+    for (int i = 0; i < l->nclips; i++) {
+        int k = (int)(((int64_t)clip + i) % l->nclips);
+        if (is_damaged(l, k)) continue;
+        *used = k;
+        if (wk->cached == k) return 0;
+        wk->cached = -1;
+        int rc = dataset_read_clip(l->d, k, wk->cache, err, errlen);
+        if (rc == 0) {
+            wk->cached = k;
+            return 0;
+        }
+        if (rc != DATASET_CLIP_DAMAGED) return -1;
+        note_damaged(l, k, err);
+    }
+    return fc_errf(err, errlen, "%s: every one of its %d clips fails its check (CRC or zlib data): re-prepare it",
+                   dataset_dir(l->d), l->nclips);
+}
+
 static void *worker_main(void *arg) {
     Worker *wk = arg;
     Loader *l = wk->l;
@@ -215,16 +268,13 @@ static void *worker_main(void *arg) {
         int g = b->next++;
         pthread_mutex_unlock(&l->mu);
 
-        int rc = 0, first = b->order[b->group[g]], clip = b->clip[first];
-        if (clip >= 0 && wk->cached != clip) {
-            wk->cached = -1;
-            rc = dataset_read_clip(l->d, clip, wk->cache, err, sizeof err);
-            if (!rc) wk->cached = clip;
-        }
+        int rc = 0, first = b->order[b->group[g]], clip = b->clip[first], used = clip;
+        if (clip >= 0) rc = read_good_clip(wk, clip, &used, err, sizeof err);
         if (!rc)
             for (int i = b->group[g]; i < b->group[g + 1]; i++) make_window(l, b, b->order[i], wk->cache);
 
         pthread_mutex_lock(&l->mu);
+        if (!rc && used != clip) b->substituted += b->group[g + 1] - b->group[g];
         if (rc && (!b->failed || g < b->failed_group)) {
             b->failed = 1, b->failed_group = g;
             snprintf(b->err, sizeof b->err, "%s", err);
@@ -247,6 +297,7 @@ static void free_loader(Loader *l) {
     }
     free(l->bat);
     free(l->th);
+    free(l->damaged);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->work);
     pthread_cond_destroy(&l->ready);
@@ -337,6 +388,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     }
     l->next_sched = l->next_get = first_step;
     l->held = -1;
+    l->damaged = fc_calloc((size_t)l->nclips, 1);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
     pthread_cond_init(&l->ready, NULL);
@@ -433,12 +485,25 @@ const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t er
     }
     b->state = BATCH_HELD;
     l->held = (int)(b - l->bat);
+    l->substituted += b->substituted;
     pthread_mutex_unlock(&l->mu);
     return b->buf;
+}
+
+long loader_substituted(Loader *l, int *damaged_clips) {
+    pthread_mutex_lock(&l->mu);
+    long n = l->substituted;
+    if (damaged_clips) *damaged_clips = l->ndamaged;
+    pthread_mutex_unlock(&l->mu);
+    return n;
 }
 
 void loader_stop(Loader *l) {
     if (!l) return;
     stop_workers(l);
+    if (l->ndamaged)
+        fc_warn("%s: %d damaged clip%s skipped: %ld window%s showed the next good clip instead; framechain "
+                "inspect %s lists the damaged clips (re-prepare them)", dataset_dir(l->d), l->ndamaged,
+                l->ndamaged == 1 ? "" : "s", l->substituted, l->substituted == 1 ? "" : "s", dataset_dir(l->d));
     free_loader(l);
 }

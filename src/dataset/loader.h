@@ -13,6 +13,12 @@
 //           2x fits in a clip, else 1; at 2x, t0 = -2 min_offset + pick(clip_frames - 2 (max - min), 256)
 //   shapes: philox_uniform(seed, s, RNG_AUG, 2^50 + b) < mix_shapes: the window is the moving-shapes
 //           clip (seed, s, b) from time 100 u(511), at the plan's offsets, instead of footage
+//   damaged clip: when the drawn clip fails its check (dataset_read_clip says DATASET_CLIP_DAMAGED),
+//           the window shows the next good clip in dataset order (clip + 1, clip + 2, ..., wrapping
+//           around) with every other draw above unchanged (all clips have the same length). Which
+//           clips are damaged is a property of the dataset's bytes, so the window is still a pure
+//           function of (seed, s, b) for a given dataset, and a resumed run sees what the uninterrupted
+//           one saw. Each damaged clip is named once on stderr; loader_stop counts the windows.
 // and slot f is frame t0 + speed * slot_offset[f] of the clip (offsets are whole numbers of frames and
 // may be negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
 // double, then rounded).
@@ -54,10 +60,15 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
 // The batch of `step`: (batch, slots, 3, N, N) values in [-1, 1], channel-planar as shapes_batch
 // makes them. Steps are asked for one after another from first_step. Blocks until the batch is
 // ready; *wait_s (when not NULL) = the seconds it waited. The batch stays valid until the next
-// loader_get or loader_stop. NULL with a one-line reason when a clip could not be read (a shard
-// that went bad after opening) or when the step is not the next one.
+// loader_get or loader_stop. NULL with a one-line reason when a shard cannot be read (gone, changed
+// size since opening), when every clip of the dataset is damaged, or when the step is not the next
+// one. A damaged clip is not an error: see "damaged clip" above.
 const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t errlen);
-// Stop the threads (they finish the window they are on) and free everything. NULL is fine.
+// The windows of the batches handed out so far that showed a substitute for a damaged clip;
+// *damaged_clips (when not NULL) = the damaged clips found so far.
+long loader_substituted(Loader *l, int *damaged_clips);
+// Stop the threads (they finish the window they are on) and free everything; when damaged clips were
+// found, one warning line first: how many, and how many windows showed a substitute. NULL is fine.
 void loader_stop(Loader *l);
 
 #endif

@@ -22,14 +22,32 @@ typedef enum { SOURCE_VIDEO, SOURCE_FRAME_FOLDER, SOURCE_SYNTHETIC } SourceKind;
 typedef struct {
     char *path;
     SourceKind kind;
+    dev_t dev;  // a file or folder: which one it is, however it was named
+    ino_t ino;
 } Source;
 
 typedef struct {
     Source *s;
     int n, cap;
+    int twice;  // inputs skipped because they were already among the sources
 } Sources;
 
+// Add a source, unless it is one already there (the same spec, or the same file or folder under
+// another name, as `--input dir --input dir/clip.avi` gives): its clips would count twice.
 static void add_source(Sources *ss, const char *path, SourceKind kind) {
+    struct stat st = {0};
+    if (kind != SOURCE_SYNTHETIC && stat(path, &st)) st.st_dev = 0, st.st_ino = 0;
+    for (int i = 0; i < ss->n; i++) {
+        const Source *o = &ss->s[i];
+        int same = kind == SOURCE_SYNTHETIC ? o->kind == kind && !strcmp(o->path, path)
+                                            : o->kind != SOURCE_SYNTHETIC && o->ino && o->dev == st.st_dev &&
+                                                  o->ino == st.st_ino;
+        if (same) {
+            printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", path, o->path);
+            ss->twice++;
+            return;
+        }
+    }
     if (ss->n == ss->cap) {
         ss->cap = ss->cap ? 2 * ss->cap : 64;
         ss->s = realloc(ss->s, sizeof(Source) * ss->cap);
@@ -37,6 +55,7 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     }
     ss->s[ss->n].path = strdup(path);
     ss->s[ss->n].kind = kind;
+    ss->s[ss->n].dev = st.st_dev, ss->s[ss->n].ino = st.st_ino;
     ss->n++;
 }
 
@@ -293,6 +312,7 @@ int prepare_run(const PrepareOptions *o) {
     }
     for (int i = 0; i < c.batch_cap; i++) free(c.batch[i]);
     free(c.batch), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
+    int twice = ss.twice;
     for (int i = 0; i < ss.n; i++) free(ss.s[i].path);
     free(ss.s);
     if (c.failed) {
@@ -308,8 +328,8 @@ int prepare_run(const PrepareOptions *o) {
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
     double dt = fc_now_s() - t0;
     printf("prepare: %s: %ld clips of %d frames at %dx%d from %d inputs (%d skipped as unreadable, %d shorter than a "
-           "clip, %d cut short by damage); %ld frames in %.1f s, %.0f frames/s\n",
+           "clip, %d cut short by damage, %d given twice); %ld frames in %.1f s, %.0f frames/s\n",
            o->out, total_clips, o->clip_frames, o->size, o->size, used, skipped + unreadable, short_ones, partial,
-           total_frames, dt, total_frames / dt);
+           twice, total_frames, dt, total_frames / dt);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
 #include "formats/shard_internal.h"
@@ -222,16 +223,16 @@ static int check_dataset_json(const DatasetJson *dj, Dataset *d, const char *pat
 // Read dataset.json's text (`size` bytes, malloc'ed, *text) at `path` in `dir`.
 static int read_json_file(const char *dir, const char *path, char **text, size_t *size, char *err, size_t errlen) {
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = fc_open_regular(path, &st, err, errlen);  // a FIFO is refused, not waited on
     if (fd < 0) {
         if (errno == ENOENT && !stat(dir, &st) && S_ISDIR(st.st_mode))
             return fc_errf(err, errlen, "%s: no dataset.json: not a dataset, or its prepare did not finish", dir);
         if (errno == ENOENT && stat(dir, &st)) return fc_errf(err, errlen, "%s: no such folder", dir);
-        return fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     }
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (size_t)st.st_size > DATASET_JSON_MAX) {
+    if ((size_t)st.st_size > DATASET_JSON_MAX) {
         close(fd);
-        return fc_errf(err, errlen, "%s: not a regular file of at most %zu bytes", path, DATASET_JSON_MAX);
+        return fc_errf(err, errlen, "%s: more than the %zu bytes a dataset.json may have", path, DATASET_JSON_MAX);
     }
     *size = (size_t)st.st_size;
     *text = malloc(*size + 1);
@@ -371,13 +372,9 @@ int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_
     const DShard *s = &d->shards[c->shard];
     char path[4096], why[512];
     snprintf(path, sizeof path, "%s/%s", d->dir, s->file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st)) {
-        close(fd);
-        return fc_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-    }
+    int fd = fc_open_regular(path, &st, err, errlen);
+    if (fd < 0) return -1;
     if ((uint64_t)st.st_size != s->bytes) {
         close(fd);
         return fc_errf(err, errlen, "%s: the file changed since the dataset was opened (%lld bytes, not %llu)", path,
@@ -387,11 +384,34 @@ int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_
     uint32_t crc = 0;
     int rc = decode_clip(&src, c->stored, c->zlib, out, d->raw, &crc, why, sizeof why);
     close(fd);
-    if (rc) return fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): %s", path, c->k, clip, why);
-    if (crc != c->crc)
-        return fc_errf(err, errlen,
-                       "%s: clip.%d (clip %d of the dataset): CRC32 mismatch: "
-                       "the data gives %08x, the header says %08x",
-                       path, c->k, clip, crc, c->crc);
+    if (rc) {
+        fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): %s", path, c->k, clip, why);
+        return rc;  // -1, or DATASET_CLIP_DAMAGED
+    }
+    if (crc != c->crc) {
+        fc_errf(err, errlen,
+                "%s: clip.%d (clip %d of the dataset): CRC32 mismatch: the data gives %08x, the header says %08x", path,
+                c->k, clip, crc, c->crc);
+        return DATASET_CLIP_DAMAGED;
+    }
+    return 0;
+}
+
+int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
+                        size_t errlen) {
+    if (clip < 0 || clip >= d->nclips)
+        return fc_errf(err, errlen, "%s: clip %d does not exist (the dataset has %d)", d->dir, clip, d->nclips);
+    const DClip *c = &d->clips[clip];
+    char path[4096], key[64];
+    snprintf(path, sizeof path, "%s/%s", d->dir, d->shards[c->shard].file);
+    StFile f;
+    if (st_read_header(path, &f, err, errlen)) return -1;
+    snprintf(key, sizeof key, "clip.%d.source", c->k);
+    const char *src = st_meta(&f, key);
+    snprintf(key, sizeof key, "clip.%d.first_frame", c->k);
+    const char *first = st_meta(&f, key);
+    snprintf(source, len, "%s", src ? src : "");
+    *first_frame = first ? atol(first) : -1;
+    st_free(&f);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "formats/safetensors_internal.h"
 
 static const struct {
@@ -178,15 +179,13 @@ int st_parse(StFile *f, const uint8_t *bytes, size_t len, char *err, size_t errl
 
 int st_read(const char *path, StFile *f, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
-    FILE *in = fopen(path, "rb");
+    struct stat st;
+    int fd = fc_open_regular(path, &st, err, errlen);  // never blocks on a FIFO named like a checkpoint
+    if (fd < 0) return -1;
+    FILE *in = fdopen(fd, "rb");
     if (!in) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fileno(in), &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        fclose(in);
+        close(fd);
         return -1;
     }
     size_t size = (size_t)st.st_size, got = 0;
@@ -237,17 +236,9 @@ int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t fi
 
 int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
+    int fd = fc_open_regular(path, &st, err, errlen);  // never blocks on a FIFO named like a shard
+    if (fd < 0) return -1;
     size_t size = (size_t)st.st_size, want = size < 8 ? size : 8;
     uint8_t len8[8] = {0};
     if (fc_pread_all(fd, len8, want, 0)) {

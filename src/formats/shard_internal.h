@@ -54,7 +54,9 @@ typedef struct {
 } Src;
 
 // Decode `stored` bytes of src (a zlib stream, or the raw frames) that must give exactly raw bytes;
-// into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes. 0, or -1 with why.
+// into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes (the caller compares
+// it). 0; DATASET_CLIP_DAMAGED (shards.h) with why when the stored bytes cannot give a clip (corrupt
+// zlib data, a wrong length); -1 with why on a read error or when memory runs out.
 int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t raw, uint32_t *crc, char *why,
                 size_t whylen);
 

@@ -3,6 +3,7 @@
 // the CRC check, and shard_check_bytes. The dataset that lists the shards is read in dataset_read.c.
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,16 @@
 
 #define IO_CHUNK ((size_t)256 << 10)  // bytes read from a shard file per pread while inflating
 #define CHECK_WINDOW ((size_t)64 << 10)  // inflated bytes held at once by shard_check_bytes
+
+// A clip whose stored bytes are bad (not an I/O or memory failure): why filled, DATASET_CLIP_DAMAGED.
+static int damaged(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int damaged(char *why, size_t whylen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fc_verrf(why, whylen, fmt, ap);
+    va_end(ap);
+    return DATASET_CLIP_DAMAGED;
+}
 
 // A non-negative decimal integer with no sign, space or leading zero, at most max.
 static int parse_count(const char *s, uint64_t max, uint64_t *out) {
@@ -221,7 +232,7 @@ int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size
 // Raw frames: stored must be raw bytes; copied into out, or (out NULL) read through a buffer for the CRC.
 static int decode_raw(const Src *src, uint64_t stored, uint8_t *out, size_t raw, uint32_t *crc, char *why,
                       size_t whylen) {
-    if (stored != raw) return fc_errf(why, whylen, "%llu bytes stored for %zu", (unsigned long long)stored, raw);
+    if (stored != raw) return damaged(why, whylen, "%llu bytes stored for %zu", (unsigned long long)stored, raw);
     if (out) {
         if (src->mem) memcpy(out, src->mem, raw);
         else if (fc_pread_all(src->fd, out, raw, src->offset))
@@ -298,26 +309,28 @@ static uint8_t *output_span(Inflate *in, size_t *space, uint8_t *extra) {
     return dst;
 }
 
-// What zlib's answer r means once its output is counted: 1 to go on, 0 when the stream ended well, -1.
+// What zlib's answer r means once its output is counted: 1 to go on, 0 when the stream ended well, -1
+// (out of memory) or DATASET_CLIP_DAMAGED.
 static int inflate_verdict(Inflate *in, int r, size_t got, uInt in_before, char *why, size_t whylen) {
     if (r == Z_STREAM_END) {
         uint64_t left = in->zs.avail_in + (in->stored - in->fed);
         if (in->produced < in->raw)
-            return fc_errf(why, whylen, "the zlib stream inflates to %zu bytes, not the %zu of a clip", in->produced,
+            return damaged(why, whylen, "the zlib stream inflates to %zu bytes, not the %zu of a clip", in->produced,
                            in->raw);
-        if (left) return fc_errf(why, whylen, "%llu bytes follow the end of the zlib stream", (unsigned long long)left);
+        if (left) return damaged(why, whylen, "%llu bytes follow the end of the zlib stream", (unsigned long long)left);
         return 0;
     }
     if (r == Z_NEED_DICT || r == Z_DATA_ERROR || r == Z_STREAM_ERROR)
-        return fc_errf(why, whylen, "corrupt zlib data after %zu inflated bytes (%s)", in->produced,
+        return damaged(why, whylen, "corrupt zlib data after %zu inflated bytes (%s)", in->produced,
                        r == Z_NEED_DICT ? "it asks for a preset dictionary" : in->zs.msg ? in->zs.msg : "bad stream");
     if (r == Z_MEM_ERROR) return fc_errf(why, whylen, "zlib: out of memory");
     if (got == 0 && in->zs.avail_in == in_before && in->zs.avail_in == 0 && in->fed >= in->stored)  // no progress
-        return fc_errf(why, whylen, "the zlib stream is cut short after %zu of %zu bytes", in->produced, in->raw);
+        return damaged(why, whylen, "the zlib stream is cut short after %zu of %zu bytes", in->produced, in->raw);
     return 1;
 }
 
-// One round: feed, inflate, count what came out. 1 to go on, 0 when done well, -1 with why.
+// One round: feed, inflate, count what came out. 1 to go on, 0 when done well, -1 or DATASET_CLIP_DAMAGED
+// with why.
 static int inflate_step(Inflate *in, char *why, size_t whylen) {
     if (feed_input(in, why, whylen)) return -1;
     uint8_t extra;  // where a byte beyond the expected ones would go
@@ -328,7 +341,7 @@ static int inflate_step(Inflate *in, char *why, size_t whylen) {
     int r = inflate(&in->zs, Z_NO_FLUSH);
     size_t got = space - in->zs.avail_out;
     if (in->produced >= in->raw && got)
-        return fc_errf(why, whylen, "the zlib stream inflates to more than the %zu bytes of a clip", in->raw);
+        return damaged(why, whylen, "the zlib stream inflates to more than the %zu bytes of a clip", in->raw);
     in->crc = (uint32_t)crc32_z(in->crc, dst, got);
     in->produced += got;
     return inflate_verdict(in, r, got, in_before, why, whylen);
@@ -350,8 +363,7 @@ static int decode_zlib(const Src *src, uint64_t stored, uint8_t *out, size_t raw
     return rc;
 }
 
-// Decode `stored` bytes of src (a zlib stream, or the raw frames) that must give exactly raw bytes;
-// into out, or (out NULL) through a small window. *crc = CRC-32 of the raw bytes. 0, or -1 with why.
+// Decode `stored` bytes of src (see shard_internal.h).
 int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t raw, uint32_t *crc,
                 char *why, size_t whylen) {
     if (zlib) return decode_zlib(src, stored, out, raw, crc, why, whylen);

@@ -135,18 +135,25 @@ ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames,
         fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno));
         return NULL;
     }
-    DIR *dd = opendir(dir);  // temporary files of a writer that was killed
+    // What a writer that was killed left: temporary files, and whole shards that no dataset.json lists
+    // (written before the kill; this writer's would replace some of them and leave the rest lying about).
+    DIR *dd = opendir(dir);
+    int orphans = 0;
     if (dd) {
         for (struct dirent *e; (e = readdir(dd));) {
             const char *n = e->d_name;
-            if ((!strncmp(n, "shard-", 6) && strstr(n, ".safetensors.tmp-")) || !strncmp(n, "dataset.json.tmp-", 17) ||
-                !strncmp(n, "manifest.tsv.tmp-", 17)) {
-                snprintf(path, sizeof path, "%s/%s", dir, n);
-                unlink(path);
-            }
+            int temp = (!strncmp(n, "shard-", 6) && strstr(n, ".safetensors.tmp-")) ||
+                       !strncmp(n, "dataset.json.tmp-", 17) || !strncmp(n, "manifest.tsv.tmp-", 17);
+            int orphan = !strncmp(n, "shard-", 6) && strlen(n) > 18 && !strcmp(n + strlen(n) - 12, ".safetensors");
+            if (!temp && !orphan) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, n);
+            if (!unlink(path)) orphans += orphan;
         }
         closedir(dd);
     }
+    if (orphans)
+        printf("%s: removed %d shard%s of an earlier prepare that was cut off (no dataset.json listed them)\n", dir,
+               orphans, orphans == 1 ? "" : "s");
     ShardWriter *w = fc_calloc(1, sizeof *w);
     w->dir = strdup(dir);
     if (!w->dir) fc_die("out of host memory");

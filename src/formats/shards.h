@@ -62,7 +62,8 @@ void shard_writer_abort(ShardWriter *w);
 typedef struct Dataset Dataset;  // one prepared folder's clips (config.h's enum DataSource: where a run's data is)
 // Read dir/dataset.json, then every shard's header (not its data), strictly: every shard must hold
 // the clips and bytes dataset.json says, with the same frame size and clip length. NULL with a
-// one-line reason naming the file on any problem.
+// one-line reason naming the file on any problem (a FIFO or folder named like one of its files is
+// refused as not a regular file, never waited on).
 Dataset *dataset_open(const char *dir, char *err, size_t errlen);
 int dataset_clips(const Dataset *d);
 int dataset_frame_size(const Dataset *d);
@@ -72,9 +73,17 @@ size_t dataset_clip_bytes(const Dataset *d);  // F * N * N * 3
 const char *dataset_dir(const Dataset *d);    // the folder it was opened from
 // Read clip `clip` (0 .. dataset_clips - 1; the shards' clips in order) into out (F*N*N*3 bytes):
 // pread its stored bytes, inflate them when they are zlib (exactly F*N*N*3 bytes must come out),
-// check the CRC. Returns 0, or -1 with one line naming the shard, the clip and the problem.
-// Thread-safe (each call opens the shard file; a shard whose size changed since dataset_open is refused).
+// check the CRC. Returns 0; DATASET_CLIP_DAMAGED when the clip's own bytes are bad (a CRC mismatch,
+// corrupt zlib data: that clip alone is lost, the others read fine); -1 for anything else (the shard
+// cannot be opened or read, or its size changed since dataset_open). Either way one line naming the
+// shard, the clip and the problem. Thread-safe (each call opens the shard file).
+#define DATASET_CLIP_DAMAGED (-2)
 int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen);
+// Where clip `clip` came from, as its shard's metadata records it: its source (the input path, cut to
+// fit) and *first_frame. Reads the shard's header again (for reports, not for training). 0, or -1
+// with one line.
+int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
+                        size_t errlen);
 void dataset_close(Dataset *d);
 
 // Where a clip is stored (for tests and tools).

@@ -375,6 +375,9 @@ static void submit_checkpoint(Trainer *t) {
 // signal ended it after a checkpoint.
 static int run_steps(Trainer *t) {
     const Config *c = t->c;
+    // From here on a stop signal lets the current step finish and be checkpointed.
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     t->t_start = fc_now_s();
     for (int step = t->first; step <= c->steps; step++) {
         StepReport r;
@@ -431,9 +434,10 @@ static void release(Trainer *t) {
 
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
               double vram_budget, int sync_checkpoints) {
-    // From here on a stop signal lets the current step finish and be checkpointed.
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    // Start-up has nothing to save: until the loop can checkpoint, a stop signal ends train at once
+    // (a large model's set-up takes minutes, and a signal held through it was a signal ignored).
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints};
     t.on_gpu = strcmp(be->name, "cpu") != 0;
     open_data(&t);

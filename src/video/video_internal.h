@@ -41,7 +41,8 @@ static inline const char *path_problem(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return strerror(errno);
     if (S_ISDIR(st.st_mode)) return "is a directory";
-    if (S_ISREG(st.st_mode) && st.st_size == 0) return "empty file";
+    if (!S_ISREG(st.st_mode)) return "not a regular file (a FIFO, socket or device would be waited on)";
+    if (st.st_size == 0) return "empty file";
     return NULL;
 }
 

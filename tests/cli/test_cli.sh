@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The command line: help, version, and one clear line with a non-zero exit for every bad input.
+# The command line: help, version, and one clear line with a non-zero exit for every bad input; a FIFO
+# named like a checkpoint, a shard or dataset.json is refused or skipped, never waited on.
 set -u
 FC=${1:-./framechain}
 tmp=$(mktemp -d)
@@ -87,4 +88,77 @@ printf '#!/bin/sh\necho "Cuda compilation tools, release 10.2, V10.2.89"\n' > "$
 # (a clean make: not the variables of a make that runs this test, such as the sanitizer build's NO_CUDA=1)
 expect build_refuses_old_cuda 2 "needs CUDA 11.8 or newer.*NO_CUDA=1" env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
     make --no-print-directory -s NO_CUDA= NVCC="$tmp/nvcc" info
+
+# ---- a FIFO named like a checkpoint or a dataset file: skipped or refused at once, never opened
+# blocking (which would hang until a writer came); each run under `timeout -k 2 10` (a KILL after the
+# TERM: a trainer that hangs may swallow the TERM) so that a hang fails the test instead of hanging
+# the suite. The three tiny roles first, 3 steps each.
+for role in starter extrapolate interpolate; do
+    "$FC" --threads 1 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 3 --set warmup_steps=1 \
+        > "$tmp/$role.log" 2>&1 || echo "FAIL cli_fifo_setup: $role: $(tail -1 "$tmp/$role.log")"
+done
+# made again before each command: train may rename it aside as not a checkpoint
+fifo() { [ -p "$tmp/starter/ckpt-00000099.safetensors" ] || mkfifo "$tmp/starter/ckpt-00000099.safetensors"; }
+fifo
+expect fifo_checkpoint_train 0 "ckpt-00000099.safetensors: not a regular file (a FIFO)" \
+    timeout -k 2 10 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/starter" --steps 3 --set warmup_steps=1
+fifo
+expect fifo_checkpoint_generate 0 "ckpt-00000099.safetensors: not a regular file (a FIFO)" \
+    timeout -k 2 10 "$FC" --threads 1 generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" \
+    --interpolate "$tmp/interpolate" --first-frame shapes:1 --frames 7 --steps 1 --out "$tmp/fifo_frames" --quiet
+fifo
+expect fifo_checkpoint_inspect 1 "ckpt-00000099.safetensors: not a regular file (a FIFO)" \
+    timeout -k 2 10 "$FC" inspect "$tmp/starter/ckpt-00000099.safetensors"
+# A stop signal always ends train, even one that finds a FIFO among its checkpoints: a run of 100000
+# steps, stopped by a SIGTERM once its first checkpoint is written, started again beside the FIFO and
+# sent a SIGTERM 0.3 s later (start-up or the first steps), ends within 10 s, status 143.
+term_run() {  # term_run LOG: the long run in the background, its pid in $pid
+    "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/term" --steps 100000 \
+        --set warmup_steps=1 --set checkpoint_every=2 > "$1" 2>&1 &
+    pid=$!
+}
+term_wait() {  # term_wait NAME: SIGTERM to $pid, then its end within 10 s with status 143
+    kill -TERM $pid
+    for i in $(seq 100); do kill -0 $pid 2> /dev/null && sleep 0.1; done
+    if kill -0 $pid 2> /dev/null; then
+        kill -9 $pid
+        wait $pid 2> /dev/null
+        echo "FAIL cli_$1: still running 10 s after SIGTERM: $(tail -1 "$tmp/term.log")"
+        return
+    fi
+    wait $pid
+    local rc=$?
+    if [ $rc -eq 143 ]; then echo "PASS cli_$1: status $rc, $(tail -1 "$tmp/term.log" | cut -c1-100)"
+    else echo "FAIL cli_$1: status $rc, expected 143: $(tail -1 "$tmp/term.log")"; fi
+}
+term_run "$tmp/term.log"
+for i in $(seq 300); do [ -f "$tmp/term/ckpt-00000002.safetensors" ] && break; sleep 0.1; done
+term_wait fifo_sigterm_setup
+mkfifo "$tmp/term/ckpt-00000099.safetensors"
+term_run "$tmp/term.log"
+sleep 0.3
+term_wait fifo_sigterm_ends_train
+# a dataset whose dataset.json, or one of whose shards, is a FIFO: refused in one line
+"$FC" prepare --input shapes:1:40 --out "$tmp/ds" --size 32 --clip-frames 16 > "$tmp/ds.log" 2>&1 ||
+    echo "FAIL cli_fifo_dataset_setup: $(tail -1 "$tmp/ds.log")"
+mkdir "$tmp/ds_json" && cp "$tmp/ds"/shard-* "$tmp/ds_json/" && mkfifo "$tmp/ds_json/dataset.json"
+cp -r "$tmp/ds" "$tmp/ds_shard" && rm "$tmp/ds_shard/shard-00000.safetensors" && mkfifo "$tmp/ds_shard/shard-00000.safetensors"
+expect fifo_dataset_json_train 1 "dataset.json: not a regular file (a FIFO)" \
+    timeout -k 2 10 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/r_json" --data "$tmp/ds_json"
+expect fifo_shard_train 1 "shard-00000.safetensors: not a regular file (a FIFO)" \
+    timeout -k 2 10 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/r_shard" --data "$tmp/ds_shard"
+expect fifo_shard_inspect 1 "shard-00000.safetensors: not a regular file (a FIFO)" timeout -k 2 10 "$FC" inspect "$tmp/ds_shard"
+# a FIFO as the first frame, and as a video to prepare: refused, not read from
+rm -f "$tmp/starter/ckpt-00000099.safetensors"
+mkfifo "$tmp/fifo_first.png" "$tmp/fifo_clip.avi"
+expect fifo_first_frame 1 "fifo_first.png: cannot open: not a regular file" timeout -k 2 10 "$FC" --threads 1 generate \
+    --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" \
+    --first-frame "$tmp/fifo_first.png" --frames 7 --steps 1 --out "$tmp/fifo_ff" --quiet
+timeout -k 2 10 "$FC" prepare --input "$tmp/fifo_clip.avi" --out "$tmp/fifo_ds" --size 32 --clip-frames 8 > "$tmp/fp.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "fifo_clip.avi: skipped: .*not a regular file" "$tmp/fp.log"; then
+    echo "PASS cli_fifo_prepare_input: status 1, $(grep -m1 -o 'fifo_clip.avi: skipped.*' "$tmp/fp.log" | cut -c1-90)"
+else
+    echo "FAIL cli_fifo_prepare_input: status $rc (124: it waited on the FIFO), $(tail -1 "$tmp/fp.log")"
+fi
 exit 0

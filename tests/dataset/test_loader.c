@@ -1,6 +1,7 @@
 // test_loader.c: the batch loader (loader.c) over a clip dataset: every window against a direct
 // computation from (seed, step, window), across thread counts, prefetch depths and resumes; plans
-// with negative offsets, mirroring, refusals at start, a shard gone bad; its throughput.
+// with negative offsets, mirroring, refusals at start, a damaged clip skipped (the next good clip
+// shown, resumes exact), every clip damaged; its throughput.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ static uint32_t ref_pick(uint64_t seed, int step, uint64_t base, uint32_t n) {
 // Windows counted by ref_batch: moving shapes, footage at 2x speed, cropped, cropped and moving; and
 // crop samples that fell outside the frame (before the clamp, more than half a pixel out).
 static int g_ref_shapes, g_ref_fast, g_ref_zoomed, g_ref_panned, g_ref_outside;
+// Windows whose clip was damaged and that show the next good one (loader.h).
+static long g_ref_substituted;
 
 // The value of frame (N x N RGB) at (sx, sy), bilinear between its four pixels, as loader.h says.
 static real ref_bilinear(const uint8_t *frame, int N, double sx, double sy, int ch) {
@@ -72,7 +75,12 @@ static void ref_batch(const Dataset *d, const Config *c, int B, uint64_t seed, i
         int k = (int)ref_pick(seed, step, (uint64_t)b * 512, (uint32_t)dataset_clips(d));
         int t0 = -speed * lo + (int)ref_pick(seed, step, (uint64_t)b * 512 + 256, (uint32_t)(CF - speed * (hi - lo)));
         int flip = philox_u32(seed, (uint32_t)step, RNG_AUG, ((uint64_t)1 << 48) + (uint64_t)b) >= 0x80000000u;
-        if (dataset_read_clip(d, k, clip, err, sizeof err)) fc_die("%s", err);
+        int rc, drawn = k;
+        for (int i = 1; (rc = dataset_read_clip(d, k, clip, err, sizeof err)) == DATASET_CLIP_DAMAGED &&
+                        i < dataset_clips(d); i++)
+            k = (drawn + i) % dataset_clips(d);  // the next good clip in dataset order
+        if (rc) fc_die("%s", err);
+        g_ref_substituted += k != drawn;
         double side = N, ax = 0, ay = 0, vx = 0, vy = 0;
         if (c->crop_zoom > 1) {
             double v[5];
@@ -118,6 +126,8 @@ static Config plan_config(int N, const char *plan) {
 }
 
 // Batches first..last of a loader, concatenated (NULL on an error, which is printed).
+// g_run_substituted: what loader_substituted said at the end.
+static long g_run_substituted;
 static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed, int first, int last, int threads,
                         int prefetch) {
     char err[1024];
@@ -139,8 +149,52 @@ static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed,
         }
         memcpy(all + per * (size_t)(s - first), x, sizeof(real) * per);
     }
+    g_run_substituted = loader_substituted(l, NULL);
     loader_stop(l);
     return all;
+}
+
+// One clip of ten damaged (a flipped byte): its windows show the next good clip, as the reference does;
+// the same batches for any thread count, prefetch or first step; loader_substituted counts them.
+static void test_damaged_clip(int N, int F, int B, uint64_t seed, const Config *c) {
+    char dir[512], err[1024], path[700];
+    folder(dir, sizeof dir, "loader_damaged");
+    if (make_dataset(dir, N, F, "tttmtttmtt", 3 * (size_t)F * N * N * 3, NULL, NULL, err, sizeof err)) {
+        check(0, "loader_damaged_setup", "%s", err);
+        return;
+    }
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    ClipLocation loc;
+    if (!d || dataset_clip_location(d, 3, &loc)) {
+        check(0, "loader_damaged_setup", "%s", err);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, loc.shard);
+    flip_byte(path, (long)(loc.offset + loc.stored / 2));
+    const int steps = 20;
+    size_t per = (size_t)B * c->slots * 3 * N * N;
+    real *ref = fc_malloc(sizeof(real) * per * steps);
+    g_ref_substituted = 0;
+    for (int s = 1; s <= steps; s++) ref_batch(d, c, B, seed, s, ref + per * (size_t)(s - 1));
+    real *a = run_loader(d, c, B, seed, 1, steps, 1, 1);
+    long counted = g_run_substituted;
+    int eq = 0, shows3 = 0;
+    for (int s = 0; a && s < steps; s++) {
+        eq += !memcmp(a + per * s, ref + per * s, sizeof(real) * per);
+        for (int w = 0; w < B; w++)  // slot 0, green, pixel (0, 0): the clip's id
+            shows3 += lrint((a[per * s + (size_t)w * c->slots * 3 * N * N + (size_t)N * N] + 1) * 127.5) == 3;
+    }
+    check(a && eq == steps && g_ref_substituted > 0 && counted == g_ref_substituted && !shows3,
+          "loader_skips_damaged_clip",
+          "clip 3 of 10 damaged: %d of %d batches equal the reference (its %ld windows show clip 4); the loader "
+          "counted %ld; %d windows show clip 3", eq, steps, g_ref_substituted, counted, shows3);
+    real *b = run_loader(d, c, B, seed, 1, steps, 3, 4);
+    real *r = run_loader(d, c, B, seed, 11, steps, 2, 2);
+    check(a && b && r && !memcmp(a, b, sizeof(real) * per * steps) &&
+              !memcmp(a + per * 10, r, sizeof(real) * per * (steps - 10)),
+          "loader_damaged_clip_resume", "3 threads + prefetch 4, and a start at step 11: the same batches bit for bit");
+    free(a), free(b), free(r), free(ref);
+    dataset_close(d);
 }
 
 static void test_loader(void) {
@@ -305,7 +359,9 @@ static void test_loader(void) {
     }
     dataset_close(d);
 
-    // a shard that goes bad after opening: loader_get fails with the reader's line
+    test_damaged_clip(N, F, B, seed, &c);
+
+    // every clip damaged: loader_get fails with one line that says so
     {
         char bad[512];
         folder(bad, sizeof bad, "loader_bad");
@@ -320,10 +376,27 @@ static void test_loader(void) {
         }
         Loader *l = bd ? loader_start(NULL, bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
         const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
-        check(l && !x && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, "shard-00000.safetensors"),
-              "loader_bad_shard", "%s", err);
+        check(l && !x && one_line(err) && strstr(err, "every one of its 4 clips fails its check") &&
+                  strstr(err, "re-prepare"),
+              "loader_every_clip_damaged", "%s", err);
         loader_stop(l);
         dataset_close(bd);
+    }
+    // a shard that changes after opening is no damaged clip: loader_get fails with the reader's line
+    {
+        char cut[512], path[700];
+        folder(cut, sizeof cut, "loader_cut");
+        if (make_dataset(cut, N, F, "rrrr", 0, NULL, NULL, err, sizeof err)) return;
+        Dataset *cd = dataset_open(cut, err, sizeof err);
+        snprintf(path, sizeof path, "%s/shard-00000.safetensors", cut);
+        if (!cd || truncate(path, 4096)) abort();
+        Loader *l = loader_start(NULL, cd, &c, 4, 1, 1, 2, 2, err, sizeof err);
+        const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
+        check(l && !x && one_line(err) && strstr(err, "changed since the dataset was opened") &&
+                  loader_substituted(l, NULL) == 0,
+              "loader_shard_changed_fails", "%s", err);
+        loader_stop(l);
+        dataset_close(cd);
     }
 }
 

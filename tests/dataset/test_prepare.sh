@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # prepare on real footage (Debian's opencv-doc sample videos) and on broken, short, odd and
-# grayscale inputs; a prepare killed half-way; training on the prepared clips, resumed twice.
+# grayscale inputs; a prepare killed half-way; training on the prepared clips, resumed twice; a
+# dataset with a damaged clip: train and eval skip it (resumes still exact), inspect names it.
 set -u
 . "$(dirname "$0")/../lib.sh"
 DATA=$SAMPLES
@@ -105,10 +106,112 @@ done
 cmp -s "$tmp/a/ckpt-00000024.safetensors" "$tmp/b/ckpt-00000024.safetensors"
 expect train_data_resume_identical $(( $? != 0 || killed != 2 )) \
     "killed twice ($killed kills landed$why), resumed ($(grep -m1 -o 'from step [0-9]*' "$tmp/b.log")): final checkpoint equal to the uninterrupted run's"
-"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/a" "${SETS[@]}" --set steps=30 > "$tmp/c.log" 2>&1
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/a" "${SETS[@]}" > "$tmp/c.log" 2>&1
 rc=$?
 expect train_refuses_other_data $(( rc == 0 || $(grep -c "dataset = shards, but this run has dataset = shapes" "$tmp/c.log") != 1 )) "status $rc, $(tail -1 "$tmp/c.log" | cut -c1-110)"
 "$FC" --threads 1 train --config configs/tiny/starter.conf --set frame_size=64 --run "$tmp/d" --data "$tmp/real" > "$tmp/d.log" 2>&1
 rc=$?
 expect train_refuses_other_frame_size $(( rc == 0 || $(grep -c "frames are 32x32" "$tmp/d.log") != 1 )) "status $rc, $(tail -1 "$tmp/d.log" | cut -c1-110)"
+
+# ---- a damaged clip: one bit flipped in the middle of clip.1's stored bytes ----
+# clip_byte SHARD K: the offset of the middle byte of clip.K's data (safetensors: 8-byte header length,
+# the JSON header, then the data; data_offsets count from the end of the header).
+clip_byte() {
+    local n b e
+    n=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
+    read -r b e < <(head -c $((8 + n)) "$1" | tail -c "$n" | grep -o "\"clip\.$2\":{[^}]*}" |
+        sed 's/.*"data_offsets":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/')
+    echo $((8 + n + (b + e) / 2))
+}
+flip_bit() {  # flip_bit FILE OFFSET: the lowest bit of that byte inverted
+    local v
+    v=$(od -An -t u1 -j "$2" -N 1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $((v ^ 1)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+# vtest.avi's 795 frames in clips of 200: 3 clips, so that a few steps of batch 2 draw clip 1 often
+"$FC" prepare --input "$DATA/vtest.avi" --out "$tmp/dm_good" --size 32 --clip-frames 200 > "$tmp/dm.log" 2>&1
+cp -r "$tmp/dm_good" "$tmp/dm"
+flip_bit "$tmp/dm/shard-00000.safetensors" "$(clip_byte "$tmp/dm/shard-00000.safetensors" 1)"
+cmp -s "$tmp/dm_good/shard-00000.safetensors" "$tmp/dm/shard-00000.safetensors"
+expect damaged_clip_setup $(( $? != 1 || $(clips "$tmp/dm") != 3 )) "$(clips "$tmp/dm") clips; one bit of clip.1 flipped: $(cmp "$tmp/dm_good/shard-00000.safetensors" "$tmp/dm/shard-00000.safetensors" | cut -c1-100)"
+
+"$FC" inspect "$tmp/dm_good" > "$tmp/dm_ig.log" 2>&1
+rc=$?
+expect inspect_dataset_good $(( rc != 0 || $(grep -c "3 clips: every CRC checks" "$tmp/dm_ig.log") != 1 )) "status $rc, $(tail -1 "$tmp/dm_ig.log" | cut -c1-100)"
+"$FC" inspect "$tmp/dm" > "$tmp/dm_ib.log" 2>&1
+rc=$?
+bad=$(grep "BAD shard-00000.safetensors clip.1 (clip 1 of the dataset), from .*vtest.avi at frame 200: " "$tmp/dm_ib.log")
+expect inspect_dataset_names_damaged_clip $(( rc == 0 || $(grep -c BAD "$tmp/dm_ib.log") != 1 || ${#bad} == 0 || $(grep -c "1 of 3 clips FAIL.*prepare" "$tmp/dm_ib.log") != 1 )) \
+    "status $rc: $(echo "$bad" | cut -c1-150)"
+
+# train: the windows that draw clip 1 show clip 2 instead; one warning names it, the end counts them
+DM_SETS=(--set steps=12 --set warmup_steps=2 --set checkpoint_every=2)
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_a" --data "$tmp/dm" "${DM_SETS[@]}" > "$tmp/dm_a.log" 2> "$tmp/dm_a.err"
+rc=$?
+named=$(grep -c "warning: .*dm/shard-00000.safetensors: clip.1 (clip 1 of the dataset): .*skipped" "$tmp/dm_a.err")
+summary=$(grep "1 damaged clip skipped: [0-9]* windows* showed the next good clip instead" "$tmp/dm_a.err")
+last=0
+[ -f "$tmp/dm_a/ckpt-00000012.safetensors" ] || last=1
+expect train_skips_damaged_clip $(( rc != 0 || named != 1 || ${#summary} == 0 || last != 0 )) \
+    "status $rc, $named warning naming clip.1; $(echo "${summary:-no summary: $(tail -1 "$tmp/dm_a.err")}" | cut -c1-150)"
+# killed twice (at steps 4 and 8, past where each start resumed) and resumed: the uninterrupted run's bytes
+killed=0 why=""
+for k in 1 2; do
+    FRAMECHAIN_TEST_WRITE_DELAY_MS=50 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_b" \
+        --data "$tmp/dm" "${DM_SETS[@]}" > "$tmp/dm_b$k.log" 2>&1 &
+    pid=$!
+    wait_until 60 $pid trained_past "$tmp/dm_b" "$tmp/dm_b$k.log" $((4 * k)) || why="$why; kill $k: $waited"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    [ $? -eq 137 ] && killed=$((killed + 1))
+done
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_b" --data "$tmp/dm" "${DM_SETS[@]}" > "$tmp/dm_b.log" 2>&1
+rc=$?
+cmp -s "$tmp/dm_a/ckpt-00000012.safetensors" "$tmp/dm_b/ckpt-00000012.safetensors"
+expect damaged_clip_resume_identical $(( $? != 0 || rc != 0 || killed != 2 )) \
+    "killed twice ($killed kills landed$why), resumed ($(grep -m1 -o 'from step [0-9]*' "$tmp/dm_b.log")), status $rc: final checkpoint equal to the uninterrupted run's"
+"$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/dm_c" --data "$tmp/dm" "${DM_SETS[@]}" > /dev/null 2>&1
+cmp -s "$tmp/dm_a/ckpt-00000012.safetensors" "$tmp/dm_c/ckpt-00000012.safetensors"
+expect damaged_clip_second_run_identical $? "a second run with 2 threads: the same final checkpoint"
+
+# every clip damaged: the run stops with one line
+cp -r "$tmp/dm" "$tmp/dm_all"
+for k in 0 2; do flip_bit "$tmp/dm_all/shard-00000.safetensors" "$(clip_byte "$tmp/dm_all/shard-00000.safetensors" $k)"; done
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_d" --data "$tmp/dm_all" "${DM_SETS[@]}" > /dev/null 2> "$tmp/dm_d.err"
+rc=$?
+expect train_every_clip_damaged $(( rc == 0 || $(grep -vc "warning:" "$tmp/dm_d.err") != 1 || $(grep -c "every one of its 3 clips fails its check.*re-prepare" "$tmp/dm_d.err") != 1 )) \
+    "status $rc, $(grep -v "warning:" "$tmp/dm_d.err" | cut -c1-150)"
+
+# eval over the 3 clips: clip 1 left out with a line, the means over the other 2
+train_roles dm 2 1
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/dm" --clips 3 --frames 24 --steps 1 --long 20 > "$tmp/dm_e.out" 2> "$tmp/dm_e.err"
+rc=$?
+expect eval_skips_damaged_clip $(( rc != 0 || $(grep -c "warning: .*clip.1 (clip 1 of the dataset).*eval leaves this clip out" "$tmp/dm_e.err") != 1 ||
+    $(grep -c "1 of the first 3 clips .* are damaged and left out: the means are over the other 2" "$tmp/dm_e.out") != 1 ||
+    $(grep -c "means over 2 clips" "$tmp/dm_e.out") != 1 )) \
+    "status $rc; $(grep -m1 "left out" "$tmp/dm_e.out" | cut -c1-140)"
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/dm_all" --clips 3 --frames 24 --steps 1 --long 0 > /dev/null 2> "$tmp/dm_f.err"
+rc=$?
+expect eval_every_clip_damaged $(( rc == 0 || $(grep -vc "warning:" "$tmp/dm_f.err") != 1 || $(grep -c "all of the first 3 clips are damaged" "$tmp/dm_f.err") != 1 )) \
+    "status $rc, $(grep -v "warning:" "$tmp/dm_f.err" | cut -c1-150)"
+
+# ---- the same input twice (directly, and inside a folder given too): its clips counted once ----
+mkdir "$tmp/vids" && ln -s "$DATA/vtest.avi" "$tmp/vids/vtest.avi"
+"$FC" prepare --input "$tmp/vids" --input "$DATA/vtest.avi" --input shapes:1:40 --input shapes:1:40 --out "$tmp/twice" \
+    --size 16 --clip-frames 16 > "$tmp/twice.log" 2>&1
+rc=$?
+expect prepare_input_twice_counted_once $(( rc != 0 || $(clips "$tmp/twice") != 49 + 2 || $(grep -c "skipped: the same input as" "$tmp/twice.log") != 2 )) \
+    "status $rc, $(clips "$tmp/twice") clips (49 from vtest.avi, 2 from shapes:1:40), $(grep -o '[0-9]* given twice' "$tmp/twice.log")"
+
+# ---- the shards of a prepare cut off before its dataset.json: removed by the next prepare there ----
+# (a whole dataset's shard with its dataset.json removed, and two more copies of it named as shards)
+"$FC" prepare --input shapes:1:40 --out "$tmp/cut" --size 16 --clip-frames 8 > /dev/null 2>&1
+rm "$tmp/cut/dataset.json"
+for k in 1 2; do cp "$tmp/cut/shard-00000.safetensors" "$tmp/cut/shard-0000$k.safetensors"; done
+before=$(ls "$tmp/cut" | grep -c '^shard-')
+"$FC" prepare --input shapes:2:16 --out "$tmp/cut" --size 16 --clip-frames 8 > "$tmp/cut.log" 2>&1
+rc=$?
+after=$(ls "$tmp/cut" | grep -c '^shard-')
+expect prepare_removes_orphan_shards $(( rc != 0 || before < 3 || after != 1 || $(grep -c "removed $before shards of an earlier prepare that was cut off" "$tmp/cut.log") != 1 )) \
+    "status $rc; $before shards no dataset.json listed, $after after the new prepare: $(head -1 "$tmp/cut.log" | cut -c1-120)"
 exit 0

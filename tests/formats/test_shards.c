@@ -74,6 +74,15 @@ static void test_roundtrip(void) {
         if (!dataset_clip_location(d, i, &loc)) zlib += loc.zlib, rawn += !loc.zlib, stored += loc.stored;
     }
     check(same == n, "shards_read_back_exact", "%d of %d clips byte-exact", same, n);
+    // where each clip came from, read back from its shard's header (what inspect names a damaged clip by)
+    int origins = 0;
+    for (int i = 0; i < n; i++) {
+        char src[128];
+        long first = -2;
+        origins += !dataset_clip_origin(d, i, src, sizeof src, &first, err, sizeof err) &&
+                   !strcmp(src, meta[i].source) && first == meta[i].first;
+    }
+    check(origins == n, "shards_clip_origin", "%d of %d clips: source and first frame as written", origins, n);
     check(zlib > 0 && rawn > 0, "shards_both_encodings", "%d zlib, %d raw; %zu stored bytes for %zu raw (%.1f%%)", zlib,
           rawn, stored, raw * n, 100.0 * stored / (raw * n));
     // several shards, each within the cap unless it holds a single clip; each a valid shard on its own
@@ -429,7 +438,8 @@ static void test_corruption(void) {
     int rc = d ? dataset_read_clip(d, raw_clip, buf, err, sizeof err) : 0;
     char want[64];
     snprintf(want, sizeof want, "clip.%d ", lr.index);
-    check(d && rc == -1 && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, lr_shard) && strstr(err, want),
+    check(d && rc == DATASET_CLIP_DAMAGED && one_line(err) && strstr(err, "CRC32 mismatch") && strstr(err, lr_shard) &&
+              strstr(err, want),
           "shards_flipped_byte_raw", "%s", err);
     int others = 0;
     for (int i = 0; d && i < dataset_clips(d); i++)
@@ -450,8 +460,8 @@ static void test_corruption(void) {
     d = dataset_open(dir, err, sizeof err);
     rc = d ? dataset_read_clip(d, zlib_clip, buf, err, sizeof err) : 0;
     snprintf(want, sizeof want, "clip.%d ", lz.index);
-    check(d && rc == -1 && one_line(err) && strstr(err, lz_shard) && strstr(err, want), "shards_flipped_byte_zlib",
-          "%s", err);
+    check(d && rc == DATASET_CLIP_DAMAGED && one_line(err) && strstr(err, lz_shard) && strstr(err, want),
+          "shards_flipped_byte_zlib", "%s", err);
     dataset_close(d);
 
     // a truncated shard: refused at open, naming it
@@ -481,6 +491,23 @@ static void test_corruption(void) {
     check(!d && one_line(err) && strstr(err, "shard-00002.safetensors") && strstr(err, "cannot open"),
           "shards_missing_shard", "%s", err);
     dataset_close(d);
+    // a FIFO in a shard's place, or dataset.json's: refused at once (a plain open would wait for a
+    // writer forever; the alarm ends a test that hangs)
+    const char *fifo_names[] = {"shard-00002.safetensors", "dataset.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/fifo_%d", g_root, i);
+        copy_dir(good, dir);
+        snprintf(path, sizeof path, "%s/%s", dir, fifo_names[i]);
+        if (unlink(path) || mkfifo(path, 0644)) abort();
+        alarm(10);
+        d = dataset_open(dir, err, sizeof err);
+        alarm(0);
+        char label[64];
+        snprintf(label, sizeof label, "shards_fifo_%s", i ? "dataset_json" : "shard");
+        check(!d && one_line(err) && strstr(err, fifo_names[i]) && strstr(err, "not a regular file (a FIFO)"), label,
+              "%s", err);
+        dataset_close(d);
+    }
 
     // damaged dataset.json: each refused with one line naming the file
     char json_path[600];
