@@ -97,7 +97,7 @@ endif
 # ---- sources: found per folder, one folder a layer (docs/architecture.md) ----
 # src/<layer>/ is the library; src/*.c are main and the commands. Every include names its layer
 # (#include "backend/backend.h") from src/, or from the top for the CUDA backend's C header.
-LAYERS   := base formats video backend backend/cpu model dataset train chain
+LAYERS   := base formats video backend backend/cpu model dataset train chain report
 LIB_SRC  := $(filter-out src/video/%,$(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))) $(VIDEO_SRC)
 CMD_SRC  := $(wildcard src/*.c)
 OBJ      := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)

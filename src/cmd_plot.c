@@ -1,0 +1,89 @@
+// cmd_plot.c: `framechain plot`: training curves of runs, or an eval TSV per frame, as a PNG
+// (report/figures.h), without Python.
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "report/figures.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_PLOT =
+    "usage: framechain plot RUN [RUN ...] --out FILE.png [--width W] [--height H] [--overwrite] [--verbose]\n"
+    "       framechain plot --eval FILE.tsv --out FILE.png [--width W] [--height H] [--overwrite] [--verbose]\n"
+    "\n"
+    "Draw a PNG, no Python needed. With runs: each RUN/metrics.jsonl (train's line per step) against the\n"
+    "step in four panels: the loss (smoothed, solid; each step's, light), the learning rate, the gradient\n"
+    "norm and the time a step waited for data. The runs are overlaid, one colour each (at most 9), named\n"
+    "in the legend by their folders. The loss and the gradient norm get a log y axis when their values\n"
+    "span more than a factor of 20 (the panel's title says so). A value that is not finite (a NaN loss)\n"
+    "is left out of its curve; a line that does not parse is an error, but for the unfinished last line\n"
+    "of a run still training (no newline yet), left out with a warning.\n"
+    "With --eval: the TSV of 'framechain eval --tsv': the PSNR of each frame of the chain, one curve per\n"
+    "noise-augmentation level, beside the baselines the TSV has (holding frame 0; copying the last given\n"
+    "frame, when eval was given more than one); then SSIM and the motion per frame (the chain's beside\n"
+    "the real clip's) the same way.\n"
+    "\n"
+    "  --out FILE.png   the image, written to a temporary file in the same folder and renamed\n"
+    "  --overwrite      replace FILE.png when it exists (otherwise refused)\n"
+    "  --width W        its width in pixels (default 1200, 480 to 8000)\n"
+    "  --height H       its height in pixels (default 900, 360 to 8000)\n"
+    "  --verbose        also print each panel's plot area in pixels and its axis limits, one line each:\n"
+    "                   'panel NAME: box X0 Y0 X1 Y1 x XMIN XMAX y YMIN YMAX linear|log' (X0 maps to XMIN,\n"
+    "                   Y1, the bottom, to YMIN; a log axis maps log10 y linearly)\n";
+
+// The options that take a value: what follows them is theirs, not a run.
+static int takes_value(const Opt *opts, const char *a) {
+    if (strncmp(a, "--", 2) || strchr(a, '=')) return 0;
+    for (const Opt *p = opts; p->name; p++)
+        if (!strcmp(p->name, a)) return p->takes_value;
+    return 0;
+}
+
+int cmd_plot(int argc, char **argv, const Backend *be) {
+    (void)be;
+    Opt opts[] = {{"--out", 1}, {"--eval", 1}, {"--width", 1}, {"--height", 1}, {"--overwrite", 0}, {"--verbose", 0},
+                  {NULL}};
+    // The runs are the arguments that are neither options nor their values; the rest goes to parse_opts.
+    const char *runs[CLI_MAX_VALUES];
+    char *rest[CLI_MAX_VALUES * 2 + 8];
+    int nruns = 0, nrest = 0;
+    if (argc > (int)(sizeof rest / sizeof rest[0])) usage_error("too many arguments (%d)", argc);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (i >= 2 && (a[0] != '-' || !a[1])) {
+            if (nruns == CLI_MAX_VALUES) usage_error("more than %d runs", CLI_MAX_VALUES);
+            if (strlen(a) > CLI_MAX_ARG) usage_error("a path of %zu characters: at most %d", strlen(a), CLI_MAX_ARG);
+            runs[nruns++] = a;
+            continue;
+        }
+        rest[nrest++] = argv[i];
+        if (i >= 2 && takes_value(opts, a) && i + 1 < argc) rest[nrest++] = argv[++i];
+    }
+    if (parse_opts(nrest, rest, 2, opts, NULL)) return fputs(HELP_PLOT, stdout), 0;
+
+    const char *out = required(opts, "--out"), *eval = opt(opts, "--eval")->count ? opt(opts, "--eval")->value : NULL;
+    const char *dot = strrchr(out, '.');
+    if (!dot || strcasecmp(dot, ".png")) usage_error("--out %s: the plot is a PNG: give a name ending in .png", out);
+    if (eval && nruns) usage_error("give runs or --eval FILE.tsv, not both");
+    if (!eval && !nruns) usage_error("nothing to plot: give one or more run folders, or --eval FILE.tsv");
+    if (nruns > FIGURE_MAX_RUNS) usage_error("%d runs: at most %d in one plot (one colour each)", nruns, FIGURE_MAX_RUNS);
+    FigureOptions fo = {.width = 1200, .height = 900, .verbose = opt(opts, "--verbose")->count > 0};
+    if (opt(opts, "--width")->count) fo.width = (int)parse_whole("--width", opt(opts, "--width")->value, 480, 8000);
+    if (opt(opts, "--height")->count) fo.height = (int)parse_whole("--height", opt(opts, "--height")->value, 360, 8000);
+    if (!opt(opts, "--overwrite")->count && access(out, F_OK) == 0)
+        fc_die("%s exists: give --overwrite to replace it", out);
+
+    Canvas c;
+    char err[8192];
+    int rc = eval ? figure_eval(&c, eval, &fo, err, sizeof err) : figure_runs(&c, runs, nruns, &fo, err, sizeof err);
+    if (!rc) {
+        rc = canvas_save_png(&c, out, err, sizeof err);
+        canvas_free(&c);
+    }
+    if (rc) fc_die("%s", err);
+    printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
+    return 0;
+}

@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# framechain plot: training curves of synthetic runs whose values follow known curves, and an eval TSV
+# written by hand, drawn as PNGs that are decoded here (Python's zlib, no other module) and checked
+# pixel by pixel against the axis mapping plot --verbose prints: each run's colour lies where its data
+# say and nowhere far from it; an exponential loss is a straight line on the log axis it gets. Bad
+# input gives one line naming the file (and the line), a non-zero exit, and no file.
+set -u
+. "$(dirname "$0")/../lib.sh"
+PYTHON=${PYTHON:-python3}
+
+cat > "$tmp/check.py" <<'PY'
+import math, struct, sys, zlib
+
+BLUE, ORANGE, BLACK, TEAL = (31, 119, 180), (255, 127, 14), (0, 0, 0), (0, 110, 110)
+LIGHT_BLUE = tuple(round(c * 0.35 + 255 * 0.65) for c in BLUE)
+
+# ---- the synthetic data: run a (300 steps, an exponential loss), run b (200 steps, a slow one) ----
+def loss_a(s): return 2 * 0.985 ** s
+def loss_b(s): return 1.5 - 0.003 * s
+def lr_a(s): return 3e-4 * min(1.0, s / 50)
+def lr_b(s): return 1e-4
+NAN_STEP = 150  # run a's line with a NaN loss and grad norm
+
+def write_runs(a, b):
+    with open(a + "/metrics.jsonl", "w") as f:
+        for s in range(1, 301):
+            raw = loss_a(s) * (1.15 if s % 2 else 0.87)
+            loss, grad = ("nan", "-nan") if s == NAN_STEP else ("%.7g" % raw, "%.6g" % (1 + 0.5 * math.sin(s / 20)))
+            f.write('{"step":%d,"loss":%s,"smooth_loss":%.7g,"lr":%.6g,"grad_norm":%s,"nonfinite_grads":0,'
+                    '"data_wait_ms":%.3f,"step_ms":100.000,"ckpt_blocked_ms":0.000}\n'
+                    % (s, loss, loss_a(s), lr_a(s), grad, 2 + s / 100))
+    with open(b + "/metrics.jsonl", "w") as f:
+        for s in range(1, 201):
+            f.write('{"step":%d,"loss":%.7g,"smooth_loss":%.7g,"lr":%.6g,"grad_norm":%.6g,"nonfinite_grads":0,'
+                    '"data_wait_ms":%.3f,"step_ms":100.000,"ckpt_blocked_ms":0.000}\n'
+                    % (s, loss_b(s), loss_b(s), lr_b(s), 0.8, 1.0))
+
+# ---- the eval TSV: frames 1..60, levels 0 and 0.1, holding frame 0 below both ----
+def psnr(level, f): return 32 - 0.1 * f if level == 0 else 27 - 0.05 * f
+def hold0(f): return 24 - 0.15 * f
+def motion(level, f): return 2 + 0.02 * f + level * 10
+MOTION_REAL = 4.5
+
+def write_tsv(path):
+    with open(path, "w") as out:
+        out.write("section\tnoise_aug\tframe\tpsnr_chain\tpsnr_copy\tssim_chain\tssim_copy\tmean\tcontrast\tsharpness\t"
+                  "real_mean\treal_contrast\treal_sharpness\tpsnr_hold0\tssim_hold0\tmotion_chain\tmotion_real\n")
+        for level in (0, 0.1):
+            for f in range(1, 61):
+                out.write("quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\t%.4f\t%.4f\n"
+                          % (level, f, psnr(level, f), hold0(f), 0.9 - 0.002 * f, 0.7, hold0(f), 0.7,
+                             motion(level, f), MOTION_REAL))
+        for level in (0, 0.1):
+            for f in range(0, 20):
+                out.write("drift\t%g\t%d\tnan\tnan\tnan\tnan\t1.0\t0.9\t0.8\t1.0\t1.0\t1.0\tnan\tnan\tnan\tnan\n" % (level, f))
+
+# ---- a PNG, decoded ----
+def load_png(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+            assert (depth, ctype) == (8, 2), "not 8-bit RGB"
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride, rows, prev = zlib.decompress(idat), w * 3, [], bytearray(w * 3)
+    for y in range(h):
+        ft, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - 3] if i >= 3 else 0
+            b, c = prev[i], prev[i - 3] if i >= 3 else 0
+            if ft == 1: line[i] = (line[i] + a) & 255
+            elif ft == 2: line[i] = (line[i] + b) & 255
+            elif ft == 3: line[i] = (line[i] + (a + b) // 2) & 255
+            elif ft == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return w, h, rows
+
+def colour(rows, x, y): return tuple(rows[y][3 * x:3 * x + 3])
+
+def panels(text):
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("panel "):
+            name, rest = line[6:].split(": ", 1)
+            f = rest.split()
+            out[name] = dict(box=[int(v) for v in f[1:5]], x=(float(f[6]), float(f[7])), y=(float(f[9]), float(f[10])),
+                             log=f[11] == "log")
+    return out
+
+def to_px(p, x, y):
+    x0, y0, x1, y1 = p["box"]
+    t = (lambda v: math.log10(v)) if p["log"] else (lambda v: v)
+    return (x0 + (x - p["x"][0]) / (p["x"][1] - p["x"][0]) * (x1 - x0),
+            y1 - (t(y) - t(p["y"][0])) / (t(p["y"][1]) - t(p["y"][0])) * (y1 - y0))
+
+def ys_of(rows, p, col, px):
+    """The rows of column px inside panel p that hold exactly colour col."""
+    x0, y0, x1, y1 = p["box"]
+    return [y for y in range(y0 + 1, y1) if colour(rows, px, y) == col]
+
+def follows(rows, p, col, fn, xs, tol=2, far=4):
+    """At each x, col within tol pixels of the mapped (x, fn(x)) in its column or the two beside, and
+    nothing of it in that column further away than far (plus the curve's own rise over 1.5 columns)."""
+    bad = []
+    for x in xs:
+        px, py = to_px(p, x, fn(x))
+        dx = (p["x"][1] - p["x"][0]) / (p["box"][2] - p["box"][0]) * 1.5
+        rise = max(abs(to_px(p, x + dx, fn(x + dx))[1] - py), abs(to_px(p, x - dx, fn(x - dx))[1] - py))
+        ys = [v for c in (round(px) - 1, round(px), round(px) + 1) for v in ys_of(rows, p, col, c)]
+        near = [v for v in ys if abs(v - py) <= tol]
+        stray = [v for v in ys_of(rows, p, col, round(px)) if abs(v - py) > far + rise]
+        if not near or stray:
+            bad.append("x=%g: expected y~%.1f, found %s" % (x, py, ys[:6]))
+    return bad
+
+def report(name, bad, good):
+    print(("FAIL %s: %s" % (name, "; ".join(bad[:3]))) if bad else ("PASS %s: %s" % (name, good)))
+
+def check_runs(png, verbose, w, h):
+    W, H, rows = load_png(png)
+    report("plot_runs_size", [] if (W, H) == (w, h) else ["%dx%d, asked %dx%d" % (W, H, w, h)], "%dx%d as asked" % (W, H))
+    P = panels(open(verbose).read())
+    if set(P) != {"loss", "lr", "grad_norm", "data_wait"}:
+        return report("plot_runs_panels", ["panels %s" % sorted(P)], "")
+    loss, lr = P["loss"], P["lr"]
+    ok = loss["log"] and not P["lr"]["log"] and loss["y"][0] <= loss_a(300) and loss["y"][1] >= loss_a(0) * 0.99 \
+        and loss["y"][1] < 4 and loss["x"][1] == 300
+    report("plot_runs_loss_axis", [] if ok else ["loss axis %s" % loss], "log y (the loss spans a factor of %.0f), "
+           "limits %.3g..%.3g around the data" % (loss_a(0) / loss_a(300), *loss["y"]))
+    steps = [s for s in range(5, 300, 15) if s != NAN_STEP]
+    report("plot_runs_curve_a", follows(rows, loss, BLUE, loss_a, steps),
+           "run a's smoothed loss in its colour within 2 px of the mapping at %d steps, nothing of it 4 px away" % len(steps))
+    report("plot_runs_curve_b", follows(rows, loss, ORANGE, loss_b, range(5, 200, 15)),
+           "run b's loss in its own colour where its data say")
+    # run b ends at step 200: none of its colour to the right of it
+    x_end = round(to_px(loss, 200, 1)[0])
+    late = [x for x in range(x_end + 4, loss["box"][2]) if ys_of(rows, loss, ORANGE, x)]
+    report("plot_runs_b_ends", ["run b's colour at x=%s" % late[:5]] if late else [],
+           "run b's colour stops at its last step (x=%d)" % x_end)
+    # an exponential on a log axis is a straight line: independent of the printed mapping
+    pts = []
+    for x in range(loss["box"][0] + 3, loss["box"][2] - 2):
+        ys = ys_of(rows, loss, BLUE, x)
+        if ys and max(ys) - min(ys) <= 4: pts.append((x, sum(ys) / len(ys)))
+    n = len(pts)
+    mx, my = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    worst = max(abs(y - (my + slope * (x - mx))) for x, y in pts)
+    report("plot_runs_log_straight", [] if n > 200 and worst <= 2 and slope > 0.2 else
+           ["%d columns, worst residual %.1f px, slope %.2f" % (n, worst, slope)],
+           "run a's exponential loss is a straight falling line on the log axis (%d columns, worst %.1f px)" % (n, worst))
+    light = sum(1 for x in range(loss["box"][0], loss["box"][2]) for _ in ys_of(rows, loss, LIGHT_BLUE, x))
+    report("plot_runs_raw_light", [] if light > 300 else ["%d light pixels" % light],
+           "each step's loss drawn under it in the light colour (%d pixels)" % light)
+    report("plot_runs_lr", follows(rows, lr, BLUE, lr_a, range(3, 300, 20)) +
+           follows(rows, lr, ORANGE, lr_b, range(60, 200, 20)),
+           "both learning rates where the linear axis maps them")
+
+def check_eval(png, verbose, w, h):
+    W, H, rows = load_png(png)
+    report("plot_eval_size", [] if (W, H) == (w, h) else ["%dx%d, asked %dx%d" % (W, H, w, h)], "%dx%d as asked" % (W, H))
+    P = panels(open(verbose).read())
+    if "psnr" not in P or "motion" not in P:
+        return report("plot_eval_panels", ["panels %s" % sorted(P)], "")
+    ps, mo = P["psnr"], P["motion"]
+    frames = range(2, 60, 4)
+    report("plot_eval_psnr", follows(rows, ps, BLUE, lambda f: psnr(0, f), frames) +
+           follows(rows, ps, ORANGE, lambda f: psnr(0.1, f), frames),
+           "one PSNR curve per noise-augmentation level, each in its colour where the TSV says")
+    report("plot_eval_hold0", follows(rows, ps, BLACK, hold0, frames),
+           "holding frame 0 beside them (black)")
+    report("plot_eval_motion", follows(rows, mo, BLUE, lambda f: motion(0, f), frames) +
+           follows(rows, mo, TEAL, lambda f: MOTION_REAL, frames),
+           "motion of the chain beside the real clip's (the newest columns)")
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "write": write_runs(sys.argv[2], sys.argv[3]), write_tsv(sys.argv[4])
+    elif mode == "runs": check_runs(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "eval": check_eval(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+PY
+
+mkdir -p "$tmp/a" "$tmp/b" "$tmp/out"
+"$PYTHON" "$tmp/check.py" write "$tmp/a" "$tmp/b" "$tmp/eval.tsv"
+
+# ---- the runs, overlaid ----
+if "$FC" plot "$tmp/a" "$tmp/b/" --out "$tmp/out/runs.png" --width 900 --height 700 --verbose > "$tmp/runs.log" 2> "$tmp/runs.err"; then
+    "$PYTHON" "$tmp/check.py" runs "$tmp/out/runs.png" "$tmp/runs.log" 900 700
+    if grep -q '^plot: a: 300 steps.*1 loss values missing or not finite, left out; 1 grad_norm' "$tmp/runs.log" &&
+        grep -q '^plot: b: 200 steps' "$tmp/runs.log" && [ ! -s "$tmp/runs.err" ]; then
+        pass plot_runs_nan_skipped "the NaN loss and grad norm of step $((150)) left out of their curves, not fatal"
+    else
+        fail plot_runs_nan_skipped "$(cat "$tmp/runs.log" "$tmp/runs.err" | grep -v '^panel' | head -3)"
+    fi
+else
+    fail plot_runs "$(tail -1 "$tmp/runs.err")"
+fi
+
+# ---- the eval TSV ----
+if "$FC" plot --eval "$tmp/eval.tsv" --out "$tmp/out/eval.png" --width 1000 --height 640 --verbose > "$tmp/eval.log" 2>&1; then
+    "$PYTHON" "$tmp/check.py" eval "$tmp/out/eval.png" "$tmp/eval.log" 1000 640
+else
+    fail plot_eval "$(tail -1 "$tmp/eval.log")"
+fi
+
+# ---- an existing --out: refused, then replaced with --overwrite ----
+before=$(cksum < "$tmp/out/runs.png")
+if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" > /dev/null 2> "$tmp/err"; then
+    fail plot_refuses_existing "an existing --out was replaced without --overwrite"
+elif [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q 'exists: give --overwrite' "$tmp/err" && [ "$(cksum < "$tmp/out/runs.png")" = "$before" ]; then
+    pass plot_refuses_existing "$(cat "$tmp/err")"
+else
+    fail plot_refuses_existing "$(head -2 "$tmp/err")"
+fi
+if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" --overwrite > /dev/null 2>&1 && [ "$(cksum < "$tmp/out/runs.png")" != "$before" ]; then
+    pass plot_overwrite "--overwrite replaced the file"
+else
+    fail plot_overwrite "the file was not replaced"
+fi
+
+# ---- bad input: one line naming the file (and line), a non-zero exit, nothing left under --out ----
+# refused NAME PATTERN ARGS...: plot ARGS --out $tmp/out/bad.png fails so
+refused() {
+    local name=$1 pattern=$2
+    shift 2
+    "$FC" plot "$@" --out "$tmp/out/bad.png" > "$tmp/out.log" 2> "$tmp/err"
+    local rc=$?
+    if [ $rc = 0 ]; then fail "plot_refuses_$name" "exit status 0"
+    elif [ "$(wc -l < "$tmp/err")" != 1 ]; then fail "plot_refuses_$name" "$(wc -l < "$tmp/err") lines on stderr: $(head -3 "$tmp/err")"
+    elif ! grep -qF -- "$pattern" "$tmp/err"; then fail "plot_refuses_$name" "no '$pattern' in: $(cat "$tmp/err")"
+    elif ls -a "$tmp/out" | grep -q 'bad'; then fail "plot_refuses_$name" "left behind: $(ls -a "$tmp/out" | grep bad)"
+    else pass "plot_refuses_$name" "status $rc: $(cat "$tmp/err")"
+    fi
+}
+mkdir -p "$tmp/none" "$tmp/empty" "$tmp/broken" "$tmp/dir.tsv"
+: > "$tmp/empty/metrics.jsonl"
+head -4 "$tmp/a/metrics.jsonl" > "$tmp/broken/metrics.jsonl"
+echo '{"step":5,"loss":}' >> "$tmp/broken/metrics.jsonl"
+head -3 "$tmp/a/metrics.jsonl" >> "$tmp/broken/metrics.jsonl"
+refused missing_metrics "$tmp/none/metrics.jsonl: cannot open" "$tmp/a" "$tmp/none"
+refused empty_metrics "$tmp/empty/metrics.jsonl: empty" "$tmp/empty"
+refused bad_metrics_line "$tmp/broken/metrics.jsonl: line 5 does not parse" "$tmp/broken"
+refused missing_tsv "$tmp/nope.tsv: cannot open" --eval "$tmp/nope.tsv"
+refused unreadable_tsv "$tmp/dir.tsv: cannot read" --eval "$tmp/dir.tsv"
+awk -F'\t' -v OFS='\t' 'NR == 4 { $4 = "abc" } NR <= 6' "$tmp/eval.tsv" > "$tmp/badval.tsv"
+refused bad_tsv_value "$tmp/badval.tsv: line 4 does not parse: column 'psnr_chain'" --eval "$tmp/badval.tsv"
+{ head -5 "$tmp/eval.tsv"; printf 'quality\t0\t5\t30\n'; } > "$tmp/short.tsv"
+refused short_tsv_line "$tmp/short.tsv: line 6 does not parse" --eval "$tmp/short.tsv"
+refused not_a_tsv "$tmp/a/metrics.jsonl: line 1: no column 'section'" --eval "$tmp/a/metrics.jsonl"
+"$FC" plot "$tmp/a" --out "$tmp/out/bad.jpg" > /dev/null 2> "$tmp/err"
+rc=$?
+if [ $rc = 2 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q 'ending in .png' "$tmp/err" && [ ! -e "$tmp/out/bad.jpg" ]; then
+    pass plot_refuses_not_png "status 2: $(cat "$tmp/err")"
+else
+    fail plot_refuses_not_png "status $rc: $(head -2 "$tmp/err")"
+fi
+if ls -a "$tmp/out" | grep -q tmp; then fail plot_no_temporary_files "$(ls -a "$tmp/out")"; else pass plot_no_temporary_files "none left in the output folder"; fi
+
+# ---- a run still writing: its unfinished last line (no newline yet) is left out with a warning ----
+mkdir -p "$tmp/live"
+head -20 "$tmp/a/metrics.jsonl" > "$tmp/live/metrics.jsonl"
+printf '{"step":21,"loss":0.5' >> "$tmp/live/metrics.jsonl"
+if "$FC" plot "$tmp/live" --out "$tmp/out/live.png" > "$tmp/out.log" 2> "$tmp/err" && grep -q 'line 21 is unfinished' "$tmp/err" &&
+    grep -q '^plot: live: 20 steps' "$tmp/out.log"; then
+    pass plot_unfinished_last_line "20 steps drawn; $(cat "$tmp/err")"
+else
+    fail plot_unfinished_last_line "$(cat "$tmp/out.log" "$tmp/err" | head -3)"
+fi
+
+# ---- the command line ----
+if "$FC" plot --help | grep -q '^usage: framechain plot RUN'; then pass plot_help "usage line"; else fail plot_help "no usage line"; fi
+"$FC" plot --out "$tmp/out/x.png" > /dev/null 2> "$tmp/err"
+rc=$?
+if [ $rc = 2 ] && grep -q 'nothing to plot' "$tmp/err"; then pass plot_no_input "status 2: $(cat "$tmp/err")"; else fail plot_no_input "status $rc: $(cat "$tmp/err")"; fi
