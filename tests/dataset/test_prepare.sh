@@ -6,6 +6,25 @@ set -u
 . "$(dirname "$0")/../lib.sh"
 DATA=$SAMPLES
 clips() { sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" | head -1; }
+# kill9_twice RUN DATA EVERY SETS...: tiny training on DATA killed with kill -9 twice, once it has made
+# a step of its own and reached step EVERY, then 2 x EVERY (checkpoint writes held 50 ms half-written),
+# then run to its end (its output in RUN.log); `killed` counts the kills that landed, `why` says
+# what went wrong with any.
+kill9_twice() {
+    local run=$1 data=$2 every=$3 k pid
+    shift 3
+    killed=0 why=""
+    for k in 1 2; do
+        FRAMECHAIN_TEST_WRITE_DELAY_MS=50 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$run" \
+            --data "$data" "$@" > "$run.k$k.log" 2>&1 &
+        pid=$!
+        wait_until 60 $pid trained_past "$run" "$run.k$k.log" $((every * k)) || why="$why; kill $k: $waited"
+        kill -9 $pid 2> /dev/null
+        wait $pid 2> /dev/null
+        [ $? -eq 137 ] && killed=$((killed + 1))
+    done
+    "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$run" --data "$data" "$@" > "$run.log" 2>&1
+}
 
 if [ ! -f "$DATA/vtest.avi" ] || [ ! -f "$DATA/Megamind.avi" ] || ! command -v ffmpeg > /dev/null; then
     fail prepare_inputs "the sample videos or ffmpeg are missing (apt-get install opencv-doc ffmpeg)"
@@ -92,17 +111,7 @@ waits=$(grep -c '"data_wait_ms"' "$tmp/a/metrics.jsonl")
 expect train_on_prepared_clips $(( rc != 0 || waits != 24 )) "status $rc, $(tail -1 "$tmp/a.log"), data wait logged for $waits steps"
 # The kills follow progress: at steps 6 and 12 of 24, each past where that start resumed; checkpoint
 # writes held 50 ms half-written leave 6 of them, 300 ms at least, after the second.
-killed=0 why=""
-for k in 1 2; do
-    FRAMECHAIN_TEST_WRITE_DELAY_MS=50 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/b" \
-        --data "$tmp/real" "${SETS[@]}" > "$tmp/b$k.log" 2>&1 &
-    pid=$!
-    wait_until 60 $pid trained_past "$tmp/b" "$tmp/b$k.log" $((6 * k)) || why="$why; kill $k: $waited"
-    kill -9 $pid 2>/dev/null
-    wait $pid 2>/dev/null
-    [ $? -eq 137 ] && killed=$((killed + 1))
-done
-"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/b" --data "$tmp/real" "${SETS[@]}" > "$tmp/b.log" 2>&1
+kill9_twice "$tmp/b" "$tmp/real" 6 "${SETS[@]}"
 cmp -s "$tmp/a/ckpt-00000024.safetensors" "$tmp/b/ckpt-00000024.safetensors"
 expect train_data_resume_identical $(( $? != 0 || killed != 2 )) \
     "killed twice ($killed kills landed$why), resumed ($(grep -m1 -o 'from step [0-9]*' "$tmp/b.log")): final checkpoint equal to the uninterrupted run's"
@@ -155,17 +164,7 @@ last=0
 expect train_skips_damaged_clip $(( rc != 0 || named != 1 || ${#summary} == 0 || last != 0 )) \
     "status $rc, $named warning naming clip.1; $(echo "${summary:-no summary: $(tail -1 "$tmp/dm_a.err")}" | cut -c1-150)"
 # killed twice (at steps 4 and 8, past where each start resumed) and resumed: the uninterrupted run's bytes
-killed=0 why=""
-for k in 1 2; do
-    FRAMECHAIN_TEST_WRITE_DELAY_MS=50 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_b" \
-        --data "$tmp/dm" "${DM_SETS[@]}" > "$tmp/dm_b$k.log" 2>&1 &
-    pid=$!
-    wait_until 60 $pid trained_past "$tmp/dm_b" "$tmp/dm_b$k.log" $((4 * k)) || why="$why; kill $k: $waited"
-    kill -9 $pid 2>/dev/null
-    wait $pid 2>/dev/null
-    [ $? -eq 137 ] && killed=$((killed + 1))
-done
-"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_b" --data "$tmp/dm" "${DM_SETS[@]}" > "$tmp/dm_b.log" 2>&1
+kill9_twice "$tmp/dm_b" "$tmp/dm" 4 "${DM_SETS[@]}"
 rc=$?
 cmp -s "$tmp/dm_a/ckpt-00000012.safetensors" "$tmp/dm_b/ckpt-00000012.safetensors"
 expect damaged_clip_resume_identical $(( $? != 0 || rc != 0 || killed != 2 )) \
