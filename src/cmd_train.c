@@ -75,7 +75,9 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
         if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
     }
-    lineage_data_identity(data, origin.data, sizeof origin.data);
+    if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
+                                           c.exclude);
+    lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     if (origin.extend && lineage_extend(&c, run, &origin, err, sizeof err)) fc_die("%s", err);
     if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,
                                                                                      sizeof err)))

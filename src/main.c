@@ -23,6 +23,7 @@ static const char *USAGE =
     "  eval      score the chain on held-out clips: PSNR, SSIM against the real frames; drift\n"
     "  inspect   show a config's network (parameters, memory) or a checkpoint's contents\n"
     "  plot      draw training curves of runs, or an eval TSV per frame, as a PNG\n"
+    "  score     each clip of a dataset scored by a run's loss; the worst written as an exclude list\n"
     "\n"
     "global options:\n"
     "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
@@ -39,7 +40,7 @@ static const struct {
     CommandFn run;
 } COMMANDS[] = {
     {"prepare", cmd_prepare}, {"train", cmd_train}, {"generate", cmd_generate}, {"eval", cmd_eval},
-    {"inspect", cmd_inspect}, {"plot", cmd_plot},
+    {"inspect", cmd_inspect}, {"plot", cmd_plot}, {"score", cmd_score},
 };
 
 static CommandFn find_command(const char *name) {
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
         }
         usage_error("unknown option '%s'", a);
     }
-    if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect or plot");
+    if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot or score");
     fc_set_threads(threads ? threads : fc_default_threads());
     const char *cmd = argv[i];
     cli_set_command(cmd);

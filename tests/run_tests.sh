@@ -110,6 +110,7 @@ run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"
 run_suite prepare tests/dataset/test_prepare.sh "$FC"
 run_suite generate tests/chain/test_generate.sh "$FC"
 run_suite eval tests/chain/test_eval.sh "$FC"
+run_suite score tests/chain/test_score.sh "$FC"
 run_suite plot tests/report/test_plot.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"

@@ -14,8 +14,9 @@
 #include "base/common.h"
 #include "base/config.h"
 
-// KEY_INT_AUTO: an int key that also takes `auto`, stored as -1.
-typedef enum { KEY_INT, KEY_INT_AUTO, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM } KeyType;
+// KEY_INT_AUTO: an int key that also takes `auto`, stored as -1. KEY_PATH: a file name (char
+// [CONFIG_MAX_PATH]), `none` stored as "".
+typedef enum { KEY_INT, KEY_INT_AUTO, KEY_LL, KEY_DOUBLE, KEY_PLAN, KEY_ENUM, KEY_PATH } KeyType;
 
 typedef struct {
     const char *name;
@@ -101,6 +102,9 @@ static const KeyDef KEYS[] = {
     {"crop_pan", KEY_DOUBLE, OFF(crop_pan), 0, 4,
      "with crop_zoom > 1: the crop moves at a velocity drawn in [-this, this] pixels a frame on each axis, as far "
      "as the frame has room (a synthetic camera pan over real footage)"},
+    {"exclude", KEY_PATH, OFF(exclude), 0, 0,
+     "training on shards: a file of clips never drawn, one 'shard-NNNNN.safetensors K' a line (score "
+     "--exclude-out writes one), or none"},
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -191,6 +195,20 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
     char *end;
     errno = 0;
     if (k->type == KEY_PLAN) return parse_plan(c, value, why, whylen);
+    if (k->type == KEY_PATH) {
+        // printable ASCII without '#': it goes back through config_write (where '#' starts a comment)
+        // and into checkpoint metadata as it is
+        size_t n = strlen(value);
+        if (n >= CONFIG_MAX_PATH)
+            return fc_errf(why, whylen, "a path of %zu characters (at most %d)", n, CONFIG_MAX_PATH - 1);
+        for (size_t i = 0; i < n; i++)
+            if (value[i] < 32 || value[i] > 126 || value[i] == '#')
+                return fc_errf(why, whylen, "a path of printable ASCII without '#' is needed here");
+        char *path = (char *)c + k->offset;
+        if (!strcmp(value, "none")) path[0] = 0;
+        else memcpy(path, value, n + 1);
+        return 0;
+    }
     if (k->type == KEY_ENUM) {
         for (int i = 0; k->choices[i]; i++)
             if (!strcmp(k->choices[i], value)) {
@@ -404,6 +422,9 @@ int config_equal(const Config *a, const Config *b) {
         case KEY_DOUBLE:
             if (*(const double *)x != *(const double *)y) return 0;
             break;
+        case KEY_PATH:
+            if (strcmp(x, y)) return 0;
+            break;
         case KEY_PLAN:
             if (a->slots != b->slots) return 0;
             for (int s = 0; s < a->slots; s++)
@@ -454,6 +475,7 @@ int config_get(const Config *c, const char *key, char *buf, size_t len) {
     }
     case KEY_PLAN: plan_text(c, buf, len); break;
     case KEY_ENUM: snprintf(buf, len, "%s", k->choices[*(const int *)p]); break;
+    case KEY_PATH: snprintf(buf, len, "%s", *p ? p : "none"); break;
     }
     return 1;
 }

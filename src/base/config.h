@@ -10,6 +10,7 @@
 
 #define MAX_SLOTS 32
 #define CONFIG_MAX_LINE 4096  // the longest line of a config file, in characters
+#define CONFIG_MAX_PATH 1024  // the longest path a key (exclude) holds, with its NUL
 
 enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
 
@@ -70,6 +71,7 @@ typedef struct {
     double fast_fraction;   // this fraction of the windows play their clip at 2x speed (every other frame)
     double crop_zoom;       // footage windows: a crop zoomed by a factor in [1, crop_zoom] (1: whole frames)
     double crop_pan;        // the crop's velocity on each axis in [-crop_pan, crop_pan] pixels a frame
+    char exclude[CONFIG_MAX_PATH];  // a list of clips the loader never draws (loader.h); "": none (written "none")
 } Config;
 
 enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };

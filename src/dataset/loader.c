@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "dataset/loader.h"
+#include "dataset/exclude.h"
 #include "base/philox.h"
 #include "dataset/moving_shapes.h"
 #include "base/clock.h"
@@ -68,6 +69,7 @@ struct Loader {
     int next_get;    // the step loader_get expects
     int held;        // the buffer the trainer holds, -1: none
     int stop;
+    uint8_t *excluded;  // per clip: 1 when the config's exclude list names it (never changes)
     uint8_t *damaged;  // per clip: 1 once a read found its bytes bad
     int ndamaged;      // clips found damaged
     long substituted;  // windows of the batches handed out that showed a substitute clip
@@ -219,14 +221,14 @@ static void note_damaged(Loader *l, int clip, const char *why) {
     pthread_mutex_unlock(&l->mu);
 }
 
-// The clip a group of windows shows, in wk->cache: `clip`, or when it is damaged the next good one in
-// dataset order (clip + 1, clip + 2, ..., wrapping; loader.h); *used = its index. 0, or -1 with err:
-// a read failure other than a damaged clip, or every clip damaged.
+// The clip a group of windows shows, in wk->cache: `clip`, or when it is excluded or damaged the next
+// good one in dataset order (clip + 1, clip + 2, ..., wrapping; loader.h); *used = its index. 0, or -1
+// with err: a read failure other than a damaged clip, or every clip damaged or excluded.
 static int read_good_clip(Worker *wk, int clip, int *used, char *err, size_t errlen) {
     Loader *l = wk->l;
     for (int i = 0; i < l->nclips; i++) {
         int k = (int)(((int64_t)clip + i) % l->nclips);
-        if (is_damaged(l, k)) continue;
+        if (l->excluded[k] || is_damaged(l, k)) continue;
         *used = k;
         if (wk->cached == k) return 0;
         wk->cached = -1;
@@ -238,8 +240,8 @@ static int read_good_clip(Worker *wk, int clip, int *used, char *err, size_t err
         if (rc != DATASET_CLIP_DAMAGED) return -1;
         note_damaged(l, k, err);
     }
-    return fc_errf(err, errlen, "%s: every one of its %d clips fails its check (CRC or zlib data): re-prepare it",
-                   dataset_dir(l->d), l->nclips);
+    return fc_errf(err, errlen, "%s: every one of its %d clips fails its check (CRC or zlib data) or is excluded: "
+                   "re-prepare it", dataset_dir(l->d), l->nclips);
 }
 
 static void *worker_main(void *arg) {
@@ -274,7 +276,7 @@ static void *worker_main(void *arg) {
             for (int i = b->group[g]; i < b->group[g + 1]; i++) make_window(l, b, b->order[i], wk->cache);
 
         pthread_mutex_lock(&l->mu);
-        if (!rc && used != clip) b->substituted += b->group[g + 1] - b->group[g];
+        if (!rc && used != clip && !l->excluded[clip]) b->substituted += b->group[g + 1] - b->group[g];
         if (rc && (!b->failed || g < b->failed_group)) {
             b->failed = 1, b->failed_group = g;
             snprintf(b->err, sizeof b->err, "%s", err);
@@ -297,7 +299,7 @@ static void free_loader(Loader *l) {
     }
     free(l->bat);
     free(l->th);
-    free(l->damaged);
+    free(l->damaged), free(l->excluded);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->work);
     pthread_cond_destroy(&l->ready);
@@ -389,6 +391,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     l->next_sched = l->next_get = first_step;
     l->held = -1;
     l->damaged = fc_calloc((size_t)l->nclips, 1);
+    l->excluded = fc_calloc((size_t)l->nclips, 1);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
     pthread_cond_init(&l->ready, NULL);
@@ -440,7 +443,8 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
         return NULL;
     }
     Loader *l = new_loader(be, d, c, batch, seed, first_step, prefetch, &span);
-    if (start_workers(l, threads, err, errlen)) {
+    if ((c->exclude[0] && exclude_list_read(d, c->exclude, l->excluded, err, errlen) < 0) ||
+        start_workers(l, threads, err, errlen)) {
         free_loader(l);
         return NULL;
     }

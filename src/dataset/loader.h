@@ -19,6 +19,10 @@
 //           clips are damaged is a property of the dataset's bytes, so the window is still a pure
 //           function of (seed, s, b) for a given dataset, and a resumed run sees what the uninterrupted
 //           one saw. Each damaged clip is named once on stderr; loader_stop counts the windows.
+//   excluded clip: a clip the config's exclude list names (exclude.h) is never shown: a window that
+//           draws it shows the next clip in dataset order that is neither excluded nor damaged, by the
+//           rule above, with every other draw unchanged. The list is fixed for the run (its CRC is part
+//           of the run's data identity, lineage.h), so the window stays a pure function of (seed, s, b).
 // and slot f is frame t0 + speed * slot_offset[f] of the clip (offsets are whole numbers of frames and
 // may be negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
 // double, then rounded).
@@ -54,7 +58,8 @@ typedef struct Loader Loader;
 // c->frame_size must be the dataset's, c->channels 3). One more buffer is
 // allocated for the batch the trainer holds, so `prefetch` batches are made ahead of it.
 // NULL with a one-line reason: a plan whose span does not fit in the dataset's clips, an offset
-// that is not a whole number, a frame size or channel count the dataset does not have.
+// that is not a whole number, a frame size or channel count the dataset does not have, an exclude
+// list (c->exclude) that cannot be read, names a clip the dataset does not have or excludes them all.
 Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
                      int threads, int prefetch, char *err, size_t errlen);
 // The batch of `step`: (batch, slots, 3, N, N) values in [-1, 1], channel-planar as shapes_batch

@@ -55,14 +55,9 @@ static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
 // ----------------------------------------------------------------------------
 // the data a run trains on
 
-void lineage_data_identity(const char *data_dir, char *id, size_t idlen) {
-    if (!data_dir) {
-        snprintf(id, idlen, "the built-in moving shapes");
-        return;
-    }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/dataset.json", data_dir);
-    // O_NONBLOCK: a FIFO in its place is refused below by dataset_open, not waited on here
+// "crc32 XXXXXXXX" of the file at path into id, or "unreadable": 0 when it was read.
+static int file_crc(const char *path, char *id, size_t idlen) {
+    // O_NONBLOCK: a FIFO in its place is refused later (dataset_open, the loader), not waited on here
     FILE *f = NULL;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     struct stat sb;
@@ -72,14 +67,40 @@ void lineage_data_identity(const char *data_dir, char *id, size_t idlen) {
     uint8_t buf[65536];
     size_t n;
     while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) crc = crc32(crc, buf, (uInt)n);
-    if (f && !ferror(f)) snprintf(id, idlen, "crc32 %08lx of %.1100s", crc, path);
-    else snprintf(id, idlen, "unreadable %.1100s", path);  // dataset_open says why, and stops the run
+    int ok = f && !ferror(f);
+    if (ok) snprintf(id, idlen, "crc32 %08lx", crc);
+    else snprintf(id, idlen, "unreadable");  // the reader says why, and stops the run
     if (f) fclose(f);
+    return ok ? 0 : -1;
+}
+
+void lineage_data_identity(const char *data_dir, const char *exclude, char *id, size_t idlen) {
+    if (!data_dir) {
+        snprintf(id, idlen, "the built-in moving shapes");
+        return;
+    }
+    char path[4200], crc[32];
+    snprintf(path, sizeof path, "%s/dataset.json", data_dir);
+    file_crc(path, crc, sizeof crc);
+    int len = snprintf(id, idlen, "%s of %.1000s", crc, path);
+    if (exclude && exclude[0] && len >= 0 && (size_t)len < idlen) {
+        file_crc(exclude, crc, sizeof crc);
+        snprintf(id + len, idlen - (size_t)len, "%s%s of %.100s", LINEAGE_EXCLUDE_MARK, crc, exclude);
+    }
     ascii_only(id);
+}
+
+// The exclude list's "crc32 XXXXXXXX" in an identity ("" when it has none).
+static void exclude_part(const char *id, char *out, size_t len) {
+    const char *at = strstr(id, LINEAGE_EXCLUDE_MARK);
+    snprintf(out, len, "%.14s", at ? at + strlen(LINEAGE_EXCLUDE_MARK) : "");
 }
 
 int lineage_same_data(const char *a, const char *b) {
     if (!a[0] || !b[0]) return 1;
+    char xa[16], xb[16];
+    exclude_part(a, xa, sizeof xa), exclude_part(b, xb, sizeof xb);
+    if (strcmp(xa, xb)) return 0;
     if (!strncmp(a, "crc32 ", 6) && !strncmp(b, "crc32 ", 6)) return !strncmp(a, b, 14);
     return !strcmp(a, b);
 }

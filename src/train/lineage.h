@@ -42,10 +42,14 @@ int lineage_fork(const Config *parent_cfg, const Config *c, TrainOrigin *o, char
 int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen);
 
 // What a run trains on, as checkpoints record it: "crc32 XXXXXXXX of DIR/dataset.json" for a prepared
-// dataset (its content, wherever the folder is moved), "the built-in moving shapes" without one.
-void lineage_data_identity(const char *data_dir, char *id, size_t idlen);
-// Whether two identities name the same data (the CRC decides, not the folder's path); an empty one
-// (a checkpoint from before identities were recorded) matches anything.
+// dataset (its content, wherever the folder is moved), "the built-in moving shapes" without one; with
+// an exclude list (config key exclude: NULL or "" for none), "; excluding crc32 YYYYYYYY of FILE" after
+// it (the list's content: a resume with another list is refused, a fork names the change).
+#define LINEAGE_EXCLUDE_MARK "; excluding "
+void lineage_data_identity(const char *data_dir, const char *exclude, char *id, size_t idlen);
+// Whether two identities name the same data (the CRCs decide, not the paths: the dataset's and the
+// exclude list's, where either has one); an empty one (a checkpoint from before identities were
+// recorded) matches anything.
 int lineage_same_data(const char *a, const char *b);
 
 // Append `line` to the lineage text (size bytes), dropping its oldest lines when it would not fit.

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "dataset/loader.h"
+#include "dataset/exclude.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
 #include "train/lineage.h"
@@ -201,6 +202,13 @@ static void open_data(Trainer *t) {
     char err[1024];
     if (!t->data) return;
     if (!(t->dataset = dataset_open(t->data, err, sizeof err))) fc_die("%s", err);
+    if (t->c->exclude[0]) {  // a bad list ends the run here; the loader reads it again for itself
+        uint8_t *mask = fc_malloc((size_t)dataset_clips(t->dataset));
+        int n = exclude_list_read(t->dataset, t->c->exclude, mask, err, sizeof err);
+        free(mask);
+        if (n < 0) fc_die("%s", err);
+        printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
+    }
     int size = dataset_frame_size(t->dataset);
     if (size != t->c->frame_size || t->c->channels != 3)
         fc_die("%s: frames are %dx%d RGB, but the config has frame_size = %d and channels = %d", t->data, size, size,

@@ -1,7 +1,8 @@
 // test_loader.c: the batch loader (loader.c) over a clip dataset: every window against a direct
 // computation from (seed, step, window), across thread counts, prefetch depths and resumes; plans
 // with negative offsets, mirroring, refusals at start, a damaged clip skipped (the next good clip
-// shown, resumes exact), every clip damaged; its throughput.
+// shown, resumes exact), every clip damaged; excluded clips never shown (exclude lists, bad lists
+// refused); its throughput.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -197,6 +198,86 @@ static void test_damaged_clip(int N, int F, int B, uint64_t seed, const Config *
     dataset_close(d);
 }
 
+// The green tag of window w's slot 0 in a batch: the clip it shows (clip_tagged).
+static int shown_clip(const real *batch, const Config *c, int N, int w) {
+    return (int)lrint((batch[(size_t)w * c->slots * 3 * N * N + (size_t)N * N] + 1) * 127.5);
+}
+
+// Clips 2, 5, 6 and 9 of ten excluded (loader.h): no window shows one; a window that drew one shows the
+// next kept clip in dataset order (wrapping: 9 -> 0), every other window is what it is without the list;
+// the same batches for another thread count and a resume; bad lists refused at loader_start in one line.
+static void test_excluded_clips(int N, int F, int B, uint64_t seed, Config c) {
+    char dir[512], err[1024], list[700];
+    folder(dir, sizeof dir, "loader_exclude");
+    if (make_dataset(dir, N, F, "tttttttttt", 4 * (size_t)F * N * N * 3, NULL, NULL, err, sizeof err)) {
+        check(0, "loader_exclude_setup", "%s", err);
+        return;
+    }
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    snprintf(list, sizeof list, "%s/exclude.txt", dir);
+    const int ex[] = {2, 5, 6, 9};
+    uint8_t is_ex[10] = {0};
+    FILE *f = fopen(list, "w");
+    fprintf(f, "# clips never drawn\n\n");
+    for (int i = 0; i < 4; i++) {
+        ClipLocation loc;
+        dataset_clip_location(d, ex[i], &loc);
+        fprintf(f, "%s %d\n", loc.shard, loc.index);
+        is_ex[ex[i]] = 1;
+    }
+    fclose(f);
+    const int steps = 20;
+    size_t per = (size_t)B * c.slots * 3 * N * N;
+    real *plain = run_loader(d, &c, B, seed, 1, steps, 2, 2);
+    snprintf(c.exclude, sizeof c.exclude, "%s", list);
+    real *a = run_loader(d, &c, B, seed, 1, steps, 1, 1);
+    int drew = 0, shown = 0, wrong = 0, changed = 0;
+    for (int s = 0; plain && a && s < steps; s++)
+        for (int w = 0; w < B; w++) {
+            int was = shown_clip(plain + per * s, &c, N, w), is = shown_clip(a + per * s, &c, N, w), want = was;
+            while (is_ex[want]) want = (want + 1) % 10;
+            drew += is_ex[was], shown += is_ex[is], wrong += is != want;
+            size_t win = (size_t)c.slots * 3 * N * N;
+            changed += !is_ex[was] && memcmp(plain + per * s + w * win, a + per * s + w * win, sizeof(real) * win);
+        }
+    check(a && plain && drew > 0 && !shown && !wrong && !changed, "loader_never_shows_excluded",
+          "clips 2, 5, 6, 9 of 10 excluded: %d of %d windows drew one, %d show one, %d show another clip than the "
+          "next kept one, %d windows of kept clips changed", drew, steps * B, shown, wrong, changed);
+    real *b = run_loader(d, &c, B, seed, 1, steps, 3, 4);
+    real *r = run_loader(d, &c, B, seed, 11, steps, 2, 2);
+    check(a && b && r && !memcmp(a, b, sizeof(real) * per * steps) &&
+              !memcmp(a + per * 10, r, sizeof(real) * per * (steps - 10)),
+          "loader_exclude_resume", "3 threads + prefetch 4, and a start at step 11: the same batches bit for bit");
+    free(plain), free(a), free(b), free(r);
+
+    // bad lists: a clip index the shard lacks, a shard the dataset lacks, a malformed line, every clip
+    const struct { const char *text, *want; } bad[] = {
+        {"shard-00000.safetensors 99\n", "has no such clip"},
+        {"shard-00009.safetensors 0\n", "has no such clip"},
+        {"shard-00000.safetensors\n", "expected 'shard-NNNNN.safetensors K'"},
+        {"shard-00000.safetensors 0 1\n", "expected 'shard-NNNNN.safetensors K'"},
+        {"", "excludes every one of the 10 clips"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(list, "w");
+        if (bad[i].text[0]) fputs(bad[i].text, f);
+        else
+            for (int k = 0; k < 10; k++) {
+                ClipLocation loc;
+                dataset_clip_location(d, k, &loc);
+                fprintf(f, "%s %d\n", loc.shard, loc.index);
+            }
+        fclose(f);
+        Loader *l = loader_start(NULL, d, &c, B, seed, 1, 1, 1, err, sizeof err);
+        char label[64];
+        snprintf(label, sizeof label, "loader_exclude_refused_%zu", i);
+        check(!l && one_line(err) && strstr(err, bad[i].want) && strstr(err, list), label, "%s",
+              l ? "accepted" : err);
+        loader_stop(l);
+    }
+    dataset_close(d);
+}
+
 static void test_loader(void) {
     const int N = 12, F = 32, B = 6;
     const uint64_t seed = 1234;
@@ -360,6 +441,7 @@ static void test_loader(void) {
     dataset_close(d);
 
     test_damaged_clip(N, F, B, seed, &c);
+    test_excluded_clips(N, F, B, seed, c);
 
     // every clip damaged: loader_get fails with one line that says so
     {

@@ -1,0 +1,248 @@
+// score.c: clips scored by a model's loss at fixed draws (see score.h).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chain/score.h"
+#include "base/common.h"
+#include "base/philox.h"
+#include "formats/safetensors.h"
+#include "model/flow.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+
+// The standard normal's p quantile, by bisection on its CDF (exact enough for a handful of levels).
+static double normal_quantile(double p) {
+    double lo = -12, hi = 12;
+    for (int i = 0; i < 200; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p) lo = mid; else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+// Whether m's frames and plan fit d: 0, or -1 with one line naming the run.
+static int check_fit(const Model *m, const char *run, const Dataset *d, int *lo, char *err, size_t errlen) {
+    const Config *c = &m->cfg;
+    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), hi = 0;
+    if (c->channels != 3 || c->frame_size != N)
+        return fc_errf(err, errlen, "%s: frames are %dx%d RGB, but %s makes %dx%d frames of %d channels", dataset_dir(d),
+                       N, N, run, c->frame_size, c->frame_size, c->channels);
+    *lo = 0;
+    for (int f = 0; f < c->slots; f++) {
+        float o = c->slot_offset[f];
+        if (o != floorf(o) || fabsf(o) > 1e6f)
+            return fc_errf(err, errlen, "%s: plan slot %d has offset %g, not a whole number of frames", run, f,
+                           (double)o);
+        if (!f || (int)o < *lo) *lo = (int)o;
+        if (!f || (int)o > hi) hi = (int)o;
+    }
+    if (hi - *lo + 1 > CF)
+        return fc_errf(err, errlen, "%s: the plan of %s spans %d frames, more than its clips have (clip_frames %d)",
+                       dataset_dir(d), run, hi - *lo + 1, CF);
+    return 0;
+}
+
+// Window w of the host batch x0 (B, F, 3, N, N) from a clip's frames: its first window (score.h).
+static void first_window(const Config *c, int lo, const uint8_t *clip, real *x0) {
+    int N = c->frame_size;
+    size_t plane = (size_t)N * N;
+    for (int f = 0; f < c->slots; f++) {
+        const uint8_t *frame = clip + (size_t)((int)c->slot_offset[f] - lo) * plane * 3;
+        real *o = x0 + (size_t)f * 3 * plane;
+        for (size_t p = 0; p < plane; p++)
+            for (int ch = 0; ch < 3; ch++) o[ch * plane + p] = (real)(frame[3 * p + ch] / 127.5 - 1.0);
+    }
+}
+
+// The loss of every clip of d under the model of run (loss[i], NAN for a damaged clip; damaged[i] set),
+// at the levels t[0 .. K-1]. 0, or -1 with err.
+static int model_losses(const char *run, const Dataset *d, const Backend *be, int B, const double *tk, int K,
+                        double *loss, int *damaged, char *err, size_t errlen) {
+    char why[1024];
+    int step, lo = 0;
+    Model *m = checkpoint_load_for_generation(run, be, B, &step, why, sizeof why);
+    if (!m) return fc_errf(err, errlen, "%s", why);
+    if (check_fit(m, run, d, &lo, err, errlen)) {
+        free_model(m);
+        return -1;
+    }
+    const Config *c = &m->cfg;
+    int F = c->slots, nclips = dataset_clips(d), S = m->S, rc = 0, targets = 0;
+    size_t E = (size_t)m->E, W = (size_t)F * E;
+    for (int f = 0; f < F; f++) targets += c->slot_kind[f] == SLOT_TARGET;
+    uint8_t *raw = fc_malloc(dataset_clip_bytes(d));
+    real *x0 = fc_malloc(sizeof(real) * W * B), *noise = fc_malloc(sizeof(real) * W * B);
+    real *pred = fc_malloc(sizeof(real) * W * B), *v = fc_malloc(sizeof(real) * W * B);
+    real *lev = fc_malloc(sizeof(real) * 3 * S);  // t, offset, mask
+    real *x0_dev = be->alloc(sizeof(real) * W * B);
+    int *batch_clip = fc_malloc(sizeof(int) * B);
+    double *sum = fc_calloc((size_t)B, sizeof(double));
+    for (int next = 0; next < nclips && !rc;) {
+        int n = 0;  // windows filled in this batch
+        while (n < B && next < nclips) {
+            int k = next++, got = dataset_read_clip(d, k, raw, why, sizeof why);
+            if (got == DATASET_CLIP_DAMAGED) {
+                damaged[k] = 1, loss[k] = NAN;
+                continue;
+            }
+            if (got) {
+                rc = fc_errf(err, errlen, "%s", why);
+                break;
+            }
+            first_window(c, lo, raw, x0 + (size_t)n * W);
+            batch_clip[n++] = k;
+        }
+        if (rc || !n) break;
+        for (int w = n; w < B; w++) memcpy(x0 + (size_t)w * W, x0, sizeof(real) * W);  // padding, not scored
+        flow_delta_targets(c, B, x0);
+        be->upload(x0_dev, x0, sizeof(real) * W * B);
+        memset(sum, 0, sizeof(double) * B);
+        for (int k = 0; k < K; k++) {
+            // the same draws for every window: keyed by the level, never by the clip
+            philox_fill_normal(noise, W, 0, 1, SCORE_SEED, (uint32_t)k, RNG_NOISE, 0);
+            for (int w = 1; w < B; w++) memcpy(noise + (size_t)w * W, noise, sizeof(real) * W);
+            for (int s = 0; s < S; s++) {
+                int f = s % F, target = c->slot_kind[f] == SLOT_TARGET;
+                lev[s] = target ? (real)tk[k] : 0, lev[S + s] = c->slot_offset[f], lev[2 * S + s] = (real)target;
+            }
+            be->upload(m->in.t, lev, sizeof(real) * S);
+            be->upload(m->in.offset, lev + S, sizeof(real) * S);
+            be->upload(m->in.mask, lev + 2 * S, sizeof(real) * S);
+            be->upload(m->in.noise, noise, sizeof(real) * W * B);
+            be->flow_mix(m->in.xt, m->in.v, x0_dev, m->in.noise, m->in.t, S, (long)E);
+            model_forward(m);
+            be->download(pred, m->a.pred, sizeof(real) * W * B);
+            be->download(v, m->in.v, sizeof(real) * W * B);
+            for (int w = 0; w < n; w++) {  // model_loss's masked MSE, one window at a time
+                double se = 0;
+                for (int f = 0; f < F; f++) {
+                    if (c->slot_kind[f] != SLOT_TARGET) continue;
+                    const real *p = pred + (size_t)w * W + f * E, *q = v + (size_t)w * W + f * E;
+                    for (size_t e = 0; e < E; e++) se += ((double)p[e] - q[e]) * ((double)p[e] - q[e]);
+                }
+                sum[w] += se / ((double)targets * E);
+            }
+        }
+        for (int w = 0; w < n; w++) loss[batch_clip[w]] = sum[w] / K;
+    }
+    free(raw), free(x0), free(noise), free(pred), free(v), free(lev), free(batch_clip), free(sum);
+    be->free(x0_dev);
+    free_model(m);
+    return rc;
+}
+
+static int by_score(const void *a, const void *b) {
+    const ClipScore *x = a, *y = b;
+    if (x->damaged != y->damaged) return x->damaged - y->damaged;
+    if (!x->damaged && x->score != y->score) return x->score < y->score ? 1 : -1;
+    return x->clip - y->clip;
+}
+
+int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, ClipScore **scores, char *err,
+                size_t errlen) {
+    int n = dataset_clips(d), K = o->levels, B = o->batch;
+    double tk[SCORE_MAX_LEVELS];
+    if (K < 1 || K > SCORE_MAX_LEVELS || B < 1) return fc_errf(err, errlen, "score: %d levels, batch %d", K, B);
+    // the levels come from the scored run's config: read it once through a batch-1 model
+    char why[1024];
+    int step;
+    Model *m = checkpoint_load_for_generation(o->run, be, 1, &step, why, sizeof why);
+    if (!m) return fc_errf(err, errlen, "%s", why);
+    for (int k = 0; k < K; k++)
+        tk[k] = 1 / (1 + exp(-(m->cfg.t_logit_mean + m->cfg.t_logit_std * normal_quantile((k + 0.5) / K))));
+    free_model(m);
+    double *loss = fc_malloc(sizeof(double) * n), *ref = fc_malloc(sizeof(double) * n);
+    int *damaged = fc_calloc((size_t)n, sizeof(int));
+    int rc = model_losses(o->run, d, be, B, tk, K, loss, damaged, err, errlen);
+    if (!rc && o->reference) rc = model_losses(o->reference, d, be, B, tk, K, ref, damaged, err, errlen);
+    if (!rc) {
+        ClipScore *s = fc_malloc(sizeof(ClipScore) * (n ? n : 1));
+        for (int i = 0; i < n; i++) {
+            double r = o->reference && !damaged[i] ? ref[i] : NAN;
+            s[i] = (ClipScore){i, damaged[i], damaged[i] ? NAN : loss[i], r,
+                               damaged[i] ? NAN : o->reference ? loss[i] - r : loss[i]};
+        }
+        qsort(s, (size_t)n, sizeof *s, by_score);
+        *scores = s;
+    }
+    free(loss), free(ref), free(damaged);
+    return rc;
+}
+
+// A source path as one TSV field: tab, newline, carriage return and backslash escaped (as manifest.tsv).
+static void tsv_field(char *out, size_t len, const char *s) {
+    size_t used = 0;
+    for (; *s && used + 3 < len; s++) {
+        const char *esc = *s == '\t' ? "\\t" : *s == '\n' ? "\\n" : *s == '\r' ? "\\r" : *s == '\\' ? "\\\\" : NULL;
+        if (esc) out[used++] = esc[0], out[used++] = esc[1];
+        else out[used++] = *s;
+    }
+    out[used] = 0;
+}
+
+// Each clip's "source<TAB>first_frame" as manifest.tsv has them (already escaped), read once rather
+// than every shard's header once a clip; an entry stays NULL where the manifest is missing or does not
+// match the shards (dataset_clip_origin answers then).
+static char **manifest_origins(const Dataset *d) {
+    int n = dataset_clips(d), i = 0;
+    char **o = fc_calloc((size_t)(n ? n : 1), sizeof(char *)), path[4200], *line = NULL;
+    size_t cap = 0;
+    snprintf(path, sizeof path, "%s/manifest.tsv", dataset_dir(d));
+    FILE *f = fopen(path, "r");
+    if (f && getline(&line, &cap, f) > 0)  // the header
+        for (ssize_t len; i < n && (len = getline(&line, &cap, f)) > 0; i++) {
+            char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
+            char *tab3 = tab2 ? strchr(tab2 + 1, '\t') : NULL, *tab4 = tab3 ? strchr(tab3 + 1, '\t') : NULL;
+            ClipLocation loc;
+            if (!tab4 || dataset_clip_location(d, i, &loc)) break;
+            *tab1 = 0;
+            if (strcmp(line, loc.shard) || atol(tab1 + 1) != loc.index) break;
+            *tab4 = 0;
+            o[i] = fc_malloc(strlen(tab2 + 1) + 1);
+            strcpy(o[i], tab2 + 1);
+        }
+    if (f) fclose(f);
+    free(line);
+    return o;
+}
+
+int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
+                    size_t errlen) {
+    size_t cap = 256 + (size_t)n * 2400, used = 0;
+    char *text = fc_malloc(cap), **origin = manifest_origins(d);
+    int rc = 0;
+    used += (size_t)snprintf(text, cap, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tnote\n",
+                             with_reference ? "\tref_loss\tscore" : "");
+    for (int i = 0; i < n; i++) {
+        ClipLocation loc;
+        char source[1024], field[2200], why[1024];
+        long first = -1;
+        if (dataset_clip_location(d, s[i].clip, &loc)) {
+            rc = fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), s[i].clip);
+            break;
+        }
+        if (origin[s[i].clip]) {
+            snprintf(field, sizeof field, "%.2100s", origin[s[i].clip]);
+        } else if (!dataset_clip_origin(d, s[i].clip, source, sizeof source, &first, why, sizeof why)) {
+            tsv_field(field, sizeof field - 32, source);
+            snprintf(field + strlen(field), 32, "\t%ld", first);
+        } else {
+            rc = fc_errf(err, errlen, "%s", why);
+            break;
+        }
+        used += (size_t)snprintf(text + used, cap - used, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
+        if (s[i].damaged)
+            used += (size_t)snprintf(text + used, cap - used, "\t%s\tdamaged\n", with_reference ? "\t\t" : "");
+        else if (with_reference)
+            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.6g\t%.6g\t\n", s[i].loss, s[i].ref_loss,
+                                     s[i].score);
+        else
+            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t\n", s[i].loss);
+    }
+    if (!rc) rc = st_write_bytes(path, text, used, err, errlen);
+    for (int i = 0; i < n; i++) free(origin[i]);
+    free(origin), free(text);
+    return rc;
+}

@@ -1,0 +1,82 @@
+// cmd_score.c: `framechain score`: each clip of a dataset scored by a run's loss on it (chain/score.h),
+// and optionally the worst of them written as an exclude list (dataset/exclude.h).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "chain/score.h"
+#include "dataset/exclude.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_SCORE =
+    "usage: framechain score --run RUN --data DIR --out FILE.tsv [--reference RUN2] [--levels K]\n"
+    "                        [--top F --exclude-out FILE] [--batch B] [--overwrite]\n"
+    "\n"
+    "Score every clip of a dataset by RUN's training loss on it (the EMA weights of its newest usable\n"
+    "checkpoint, as generate loads them), at fixed draws so that scores compare and repeat: the clip's\n"
+    "first window (no flip, crop or speed-up), K noise levels t (the (k + 0.5) / K quantiles of the\n"
+    "logit-normal RUN trains with), the same noise for every clip, context frames clean. The loss is\n"
+    "the mean over the levels. With --reference, the score is RUN's loss minus RUN2's (the reducible\n"
+    "loss); without, the loss. Noise, frozen or shuffled clips score high.\n"
+    "\n"
+    "  --out FILE.tsv     one line a clip, highest score first: shard, clip (in the shard), dataset\n"
+    "                     clip, source, first frame, loss[, ref_loss, score], note; damaged clips last,\n"
+    "                     noted, with no numbers. Written through a temporary file, then renamed\n"
+    "  --reference RUN2   a second run (e.g. trained on clean data) whose loss is subtracted\n"
+    "  --levels K         noise levels (default 4, at most 64)\n"
+    "  --top F            with --exclude-out: the fraction F (0 < F < 1) of the scored clips with the\n"
+    "                     highest scores (rounded up) ...\n"
+    "  --exclude-out FILE ... written as an exclude list: 'shard-NNNNN.safetensors K' a line, what\n"
+    "                     'train --set exclude=FILE' reads\n"
+    "  --batch B          windows a forward pass (default 16)\n"
+    "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
+
+static void refuse_existing(const char *flag, const char *path, int overwrite) {
+    struct stat sb;
+    if (!overwrite && !lstat(path, &sb))
+        usage_error("%s %s: the file exists (give --overwrite to replace it)", flag, path);
+}
+
+int cmd_score(int argc, char **argv, const Backend *be) {
+    Opt opts[] = {{"--run", 1}, {"--data", 1}, {"--out", 1}, {"--reference", 1}, {"--levels", 1}, {"--top", 1},
+                  {"--exclude-out", 1}, {"--batch", 1}, {"--overwrite", 0}, {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_SCORE, stdout), 0;
+    ScoreOptions so = {.run = required(opts, "--run"), .levels = SCORE_DEFAULT_LEVELS, .batch = SCORE_DEFAULT_BATCH};
+    const char *data = required(opts, "--data"), *out = required(opts, "--out");
+    if (opt(opts, "--reference")->count) so.reference = opt(opts, "--reference")->value;
+    if (opt(opts, "--levels")->count)
+        so.levels = (int)parse_positive("--levels", opt(opts, "--levels")->value, SCORE_MAX_LEVELS);
+    if (opt(opts, "--batch")->count) so.batch = (int)parse_positive("--batch", opt(opts, "--batch")->value, 4096);
+    int has_top = opt(opts, "--top")->count > 0, has_ex = opt(opts, "--exclude-out")->count > 0;
+    if (has_top != has_ex) usage_error("--top and --exclude-out go together (the fraction, and where its list goes)");
+    double top = has_top ? parse_number("--top", opt(opts, "--top")->value, 0, 1) : 0;
+    if (has_top && (top <= 0 || top >= 1)) usage_error("--top %g: a fraction between 0 and 1, both excluded", top);
+    const char *ex = has_ex ? opt(opts, "--exclude-out")->value : NULL;
+    int overwrite = opt(opts, "--overwrite")->count > 0;
+    refuse_existing("--out", out, overwrite);
+    if (ex) refuse_existing("--exclude-out", ex, overwrite);
+
+    char err[2048];
+    Dataset *d = dataset_open(data, err, sizeof err);
+    if (!d) fc_die("%s", err);
+    ClipScore *s;
+    if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
+    int n = dataset_clips(d), scored = 0;
+    for (int i = 0; i < n; i++) scored += !s[i].damaged;
+    if (score_write_tsv(d, s, n, so.reference != NULL, out, err, sizeof err)) fc_die("%s", err);
+    printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, data, n - scored, so.run,
+           so.reference ? " minus " : "", so.reference ? so.reference : "", out);
+    if (ex) {
+        int k = (int)ceil(top * scored - 1e-9), *clips = malloc(sizeof(int) * (k ? k : 1));
+        if (!clips) fc_die("score: out of host memory");
+        for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
+        if (exclude_list_write(d, ex, clips, k, err, sizeof err)) fc_die("%s", err);
+        printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, ex);
+        free(clips);
+    }
+    free(s);
+    dataset_close(d);
+    return 0;
+}

@@ -1,0 +1,117 @@
+// exclude.c: reading and writing lists of excluded clips (see exclude.h).
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset/exclude.h"
+#include "base/common.h"
+#include "formats/safetensors.h"
+
+// The shards of d in order: each one's file name, first dataset clip and clip count.
+typedef struct {
+    const char *name;
+    int first, clips;
+} ShardRange;
+
+static ShardRange *shard_ranges(const Dataset *d, int *n) {
+    int nclips = dataset_clips(d), ns = 0;
+    ShardRange *r = fc_calloc((size_t)dataset_shards(d) + 1, sizeof *r);
+    for (int i = 0; i < nclips; i++) {
+        ClipLocation loc;
+        if (dataset_clip_location(d, i, &loc)) continue;
+        if (!ns || strcmp(r[ns - 1].name, loc.shard)) r[ns++] = (ShardRange){loc.shard, i, 0};
+        r[ns - 1].clips++;
+    }
+    *n = ns;
+    return r;
+}
+
+// The whole file, NUL-terminated (not waiting on a FIFO). NULL with err.
+static char *read_text(const char *path, size_t *len, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) return fc_errf(err, errlen, "%s: cannot open the exclude list: %s", path, strerror(errno)), NULL;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > EXCLUDE_MAX_BYTES) {
+        close(fd);
+        return fc_errf(err, errlen, "%s: the exclude list is not a regular file of at most %zu MiB", path,
+                       EXCLUDE_MAX_BYTES >> 20), NULL;
+    }
+    char *text = fc_malloc((size_t)sb.st_size + 1);
+    size_t got = 0;
+    ssize_t r = 1;
+    while (got < (size_t)sb.st_size && (r = read(fd, text + got, (size_t)sb.st_size - got)) > 0) got += (size_t)r;
+    close(fd);
+    if (r < 0) {
+        free(text);
+        return fc_errf(err, errlen, "%s: read error: %s", path, strerror(errno)), NULL;
+    }
+    text[got] = 0;
+    *len = got;
+    return text;
+}
+
+int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *err, size_t errlen) {
+    size_t len;
+    char *text = read_text(path, &len, err, errlen);
+    if (!text) return -1;
+    int ns, nclips = dataset_clips(d), count = 0, rc = 0;
+    ShardRange *r = shard_ranges(d, &ns);
+    memset(mask, 0, (size_t)nclips);
+    long lineno = 0;
+    for (char *line = text, *next; line && line < text + len && !rc; line = next) {
+        lineno++;
+        next = memchr(line, '\n', (size_t)(text + len - line));
+        if (next) *next++ = 0;
+        if (strlen(line) != (size_t)((next ? next - 1 : text + len) - line)) {
+            rc = fc_errf(err, errlen, "%s:%ld: NUL byte in the line", path, lineno);
+            break;
+        }
+        char shard[256], extra[2];
+        long k;
+        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        if (!*line || *line == '#') continue;
+        int got = sscanf(line, "%255s %ld %1s", shard, &k, extra);
+        if (got != 2) {
+            rc = fc_errf(err, errlen, "%s:%ld: expected 'shard-NNNNN.safetensors K' (a shard and a clip index in it)",
+                         path, lineno);
+            break;
+        }
+        int s = 0;
+        while (s < ns && strcmp(r[s].name, shard)) s++;
+        if (s == ns || k < 0 || k >= r[s].clips) {
+            rc = fc_errf(err, errlen, "%s:%ld: %.255s %ld: %s has no such clip (a list made for another dataset?)", path,
+                         lineno, shard, k, dataset_dir(d));
+            break;
+        }
+        int clip = r[s].first + (int)k;
+        count += !mask[clip];
+        mask[clip] = 1;
+    }
+    if (!rc && count == nclips)
+        rc = fc_errf(err, errlen, "%s: excludes every one of the %d clips of %s: nothing would be left to train on",
+                     path, nclips, dataset_dir(d));
+    free(r), free(text);
+    return rc ? -1 : count;
+}
+
+int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, char *err, size_t errlen) {
+    size_t cap = 256 + (size_t)n * 64 + strlen(dataset_dir(d)), used = 0;
+    char *text = fc_malloc(cap);
+    used += (size_t)snprintf(text, cap, "# framechain exclude list: %d of the %d clips of %s\n", n, dataset_clips(d),
+                             dataset_dir(d));
+    for (int i = 0; i < n && used < cap; i++) {
+        ClipLocation loc;
+        if (dataset_clip_location(d, clips[i], &loc)) {
+            free(text);
+            return fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), clips[i]);
+        }
+        used += (size_t)snprintf(text + used, cap - used, "%s %d\n", loc.shard, loc.index);
+    }
+    int rc = st_write_bytes(path, text, used, err, errlen);
+    free(text);
+    return rc;
+}

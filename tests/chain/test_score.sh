@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# framechain score and train --set exclude: a dataset from vtest.avi (49 clips of 16 frames at 32x32)
+# with injected bad clips (4 of pure noise, a frozen frame, a real clip's frames shuffled in time),
+# the tiny starter trained on it briefly; score twice gives the same TSV (also at another batch); the
+# noise clips rank first, the ranking printed with how many bad clips land in the top 10%; --top
+# writes that many clips; --reference adds the reducible loss and sorts by it; a damaged clip is noted,
+# not fatal; a dataset of another frame size or too short for the plan, and an existing --out, refused
+# in one line. Then exclude lists: a run that trains with one records the list's CRC in its data
+# identity; a resume with another list is refused, with the same list moved is accepted; a fork with
+# another list is accepted and its lineage names it; bad lists are refused in one line. (That the
+# loader never draws an excluded clip is checked window by window in tests/dataset/test_loader.c.)
+set -u
+. "$(dirname "$0")/../lib.sh"
+VIDEO=$SAMPLES/vtest.avi
+TINY=configs/tiny/starter.conf
+if [ ! -f "$VIDEO" ]; then
+    fail score_inputs "$VIDEO missing (apt-get install opencv-doc)"
+    exit 1
+fi
+fc() { "$FC" --threads 1 "$@"; }
+# one_line_refusal NAME PATTERN CMD...: CMD exits non-zero with one line on stderr matching PATTERN
+one_line_refusal() {
+    local name=$1 pattern=$2 rc
+    shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    if [ $rc -ne 0 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "$pattern" "$tmp/err"; then
+        pass "$name" "exit $rc: $(cat "$tmp/err")"
+    else
+        fail "$name" "exit $rc: $(cat "$tmp/err")"
+    fi
+}
+
+# ---- the bad clips: folders of PNG frames made with the standard library (zlib, struct) ----
+if ! fc prepare --input "$VIDEO" --out "$tmp/real" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then
+    fail score_prepare "$(tail -1 "$tmp/prep.log")"
+    exit 1
+fi
+python3 - "$tmp/real" "$tmp/bad" <<'PY'
+# noise-K: uniform random pixels; frozen: clip 5's first frame 16 times; shuffled: clip 5's frames in a
+# shuffled order; white: all-white frames. 16 frames of 32x32 RGB each, as PNG files.
+import json, os, random, struct, sys, zlib
+src, out = sys.argv[1], sys.argv[2]
+n, F = 32, 16
+rng = random.Random(7)
+
+def png(path, rgb):
+    raw = b"".join(b"\0" + rgb[y * n * 3:(y + 1) * n * 3] for y in range(n))
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", n, n, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+def folder(name, frames):
+    os.makedirs(os.path.join(out, name))
+    for i, fr in enumerate(frames):
+        png(os.path.join(out, name, "f%03d.png" % i), fr)
+
+with open(os.path.join(src, "shard-00000.safetensors"), "rb") as f:  # clip 5, read directly
+    size = struct.unpack("<Q", f.read(8))[0]
+    head = json.loads(f.read(size))
+    start, end = head["clip.5"]["data_offsets"]
+    f.seek(8 + size + start)
+    data = f.read(end - start)
+real = zlib.decompress(data) if head["__metadata__"]["clip.5.encoding"] == "zlib" else data
+frames = [real[i * n * n * 3:(i + 1) * n * n * 3] for i in range(F)]
+for k in range(4):
+    folder("noise-%d" % k, [bytes(rng.randrange(256) for _ in range(n * n * 3)) for _ in range(F)])
+folder("frozen", [frames[0]] * F)
+order = list(range(F))
+rng.shuffle(order)
+folder("shuffled", [frames[i] for i in order])
+folder("white", [b"\xff" * (n * n * 3)] * F)
+PY
+BAD=(--input "$tmp/bad/noise-0" --input "$tmp/bad/noise-1" --input "$tmp/bad/noise-2" --input "$tmp/bad/noise-3"
+     --input "$tmp/bad/frozen" --input "$tmp/bad/shuffled")
+if ! fc prepare --input "$VIDEO" "${BAD[@]}" --out "$tmp/mixed" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then
+    fail score_prepare_mixed "$(tail -1 "$tmp/prep.log")"
+    exit 1
+fi
+
+# ---- a brief run on it (40 steps of 8 windows: the noise clips' loss is then about 1.3, the real
+# clips' below 0.5; at 20 steps of 4 the gap was 1.32 against 1.01) ----
+run=$tmp/run
+if ! fc train --config $TINY --run "$run" --data "$tmp/mixed" --steps 40 --set batch_size=8 --set lr=2e-3 \
+    --set warmup_steps=5 --set checkpoint_every=20 --set keep_checkpoints=2 > "$tmp/train.log" 2>&1; then
+    fail score_train "$(tail -1 "$tmp/train.log")"
+    exit 1
+fi
+
+# ---- score: repeatable, at any batch size ----
+fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" > "$tmp/score.log" 2>&1
+rc1=$?
+fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s2.tsv" --batch 5 > /dev/null 2>&1
+rc2=$?
+rows=$(($(wc -l < "$tmp/s1.tsv") - 1))
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rows = 55 ] && cmp -s "$tmp/s1.tsv" "$tmp/s2.tsv" && ! have "$tmp/s1.tsv.tmp*"; then
+    pass score_repeatable "55 clips; the TSV of a second score (batch 5, not 16) is the same byte for byte"
+else
+    fail score_repeatable "exit $rc1, $rc2; $rows rows; $(tail -1 "$tmp/score.log")"
+fi
+
+# ---- the ranking: the noise clips first ----
+echo "  the ranking (loss, source), top 10 of 55:"
+sed -n '2,11p' "$tmp/s1.tsv" | awk -F'\t' '{ printf "    %2d  %s  %s %s\n", NR, $6, $4, $5 }' | sed "s|$tmp/||"
+top10=$(( (rows + 9) / 10 ))
+bad_in_top=$(sed -n "2,$((top10 + 1))p" "$tmp/s1.tsv" | grep -c '/bad/')
+noise_first=$(sed -n '2,5p' "$tmp/s1.tsv" | grep -c '/bad/noise-')
+echo "  bad clips in the top 10% ($top10 clips): $bad_in_top of 6 (noise: $noise_first of 4 in ranks 1-4;" \
+     "frozen at rank $(grep -n '/bad/frozen' "$tmp/s1.tsv" | cut -d: -f1 | awk '{print $1 - 1}')," \
+     "shuffled at rank $(grep -n '/bad/shuffled' "$tmp/s1.tsv" | cut -d: -f1 | awk '{print $1 - 1}'))"
+sorted=$(tail -n +2 "$tmp/s1.tsv" | cut -f6 | sort -g -r -c 2>&1 && echo yes)
+expect score_noise_ranks_first $(( noise_first != 4 )) "the 4 noise clips rank 1 to 4 of 55 (losses sorted descending: ${sorted:-no})"
+
+# ---- --top writes the top fraction as an exclude list ----
+fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s3.tsv" --top 0.1 --exclude-out "$tmp/top.txt" > /dev/null 2>&1
+rc=$?
+lines=$(grep -vc '^#' "$tmp/top.txt" 2> /dev/null)
+want=$(sed -n "2,7p" "$tmp/s1.tsv" | awk -F'\t' '{ print $1 " " $2 }')
+expect score_top_list $(( rc != 0 || lines != 6 )) "--top 0.1 of 55 clips: $lines lines (ceil(5.5) = 6)"
+expect score_top_list_content $([ "$(grep -v '^#' "$tmp/top.txt")" = "$want" ]; echo $?) \
+    "the list names the first 6 rows of the TSV, as 'shard k'"
+
+# ---- --reference: the reducible loss, sorted by it ----
+cp -r "$run" "$tmp/ref" && rm -f "$tmp/ref"/ckpt-00000040.safetensors  # the same run at step 20
+fc score --run "$run" --reference "$tmp/ref" --data "$tmp/mixed" --out "$tmp/r.tsv" > /dev/null 2>&1
+rc=$?
+check=$(awk -F'\t' 'NR == 1 { ok = ($6 == "loss" && $7 == "ref_loss" && $8 == "score") } NR > 1 {
+        if ($8 - ($6 - $7) > 2e-5 || ($6 - $7) - $8 > 2e-5) ok = 0
+        if (NR > 2 && $8 > prev) ok = 0
+        prev = $8 } END { print ok ? "ok" : "bad" }' "$tmp/r.tsv" 2> /dev/null)
+expect score_reference $(( rc != 0 )) "exit $rc; header loss, ref_loss, score; score = loss - ref_loss, sorted by it: $check"
+[ "$check" = ok ] || fail score_reference_columns "$(head -3 "$tmp/r.tsv")"
+
+# ---- a damaged clip: noted, not scored, not fatal ----
+cp -r "$tmp/mixed" "$tmp/damaged"
+python3 - "$tmp/damaged/shard-00000.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    size = struct.unpack("<Q", f.read(8))[0]
+    start, end = json.loads(f.read(size))["clip.10"]["data_offsets"]
+    f.seek(8 + size + (start + end) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0xff]))
+PY
+fc score --run "$run" --data "$tmp/damaged" --out "$tmp/d.tsv" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,7)
+expect score_damaged_clip $(( rc != 0 )) "exit $rc; the last row: '$last'; $(head -1 "$tmp/out")"
+[ "$last" = "$(printf '10\t\tdamaged')" ] || fail score_damaged_row "$(tail -1 "$tmp/d.tsv")"
+
+# ---- refusals: another frame size, a plan longer than the clips, an existing --out ----
+fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1
+fc prepare --input "$tmp/bad/white" --out "$tmp/short" --size 32 --clip-frames 4 > /dev/null 2>&1
+one_line_refusal score_other_size "frames are 16x16 RGB, but .* makes 32x32" \
+    fc score --run "$run" --data "$tmp/small" --out "$tmp/x.tsv"
+one_line_refusal score_plan_too_long "spans 7 frames, more than its clips have" \
+    fc score --run "$run" --data "$tmp/short" --out "$tmp/x.tsv"
+one_line_refusal score_out_exists "the file exists (give --overwrite" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv"
+fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --overwrite > /dev/null 2>&1
+expect score_overwrite $? "--overwrite replaces it"
+[ ! -e "$tmp/x.tsv" ] || fail score_refusal_wrote "$tmp/x.tsv was written"
+
+# ---- exclude: the list's CRC in the data identity; resume and fork ----
+meta() {  # meta CHECKPOINT KEY: one metadata value
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    print(json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"].get(sys.argv[2], ""))
+PY
+}
+ex=$tmp/ex
+EXSETS=(--set warmup_steps=2 --set checkpoint_every=2 --set lr=1e-3)
+fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/top.txt" \
+    > "$tmp/ex.log" 2>&1
+rc=$?
+crc=$(python3 -c "import zlib, sys; print('%08x' % zlib.crc32(open(sys.argv[1], 'rb').read()))" "$tmp/top.txt")
+data=$(meta "$ex/ckpt-00000004.safetensors" data)
+expect exclude_train $(( rc != 0 )) "exit $rc; $(grep '^exclude:' "$tmp/ex.log")"
+expect exclude_identity $([[ "$data" == *"; excluding crc32 $crc of $tmp/top.txt" ]]; echo $?) "data = $data"
+
+grep -v '^#' "$tmp/top.txt" | head -3 > "$tmp/other.txt"
+one_line_refusal exclude_resume_other_list "written on the data of .*excluding crc32 $crc.* but this run has" \
+    fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/other.txt"
+cp "$tmp/top.txt" "$tmp/moved.txt"
+fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/moved.txt" \
+    > "$tmp/out" 2>&1
+rc=$?
+expect exclude_resume_same_list $(( rc != 0 )) "the same list at another path resumes: $(grep -m1 '^resuming' "$tmp/out")"
+fc train --from "$ex/ckpt-00000004.safetensors" --run "$tmp/fork" --data "$tmp/mixed" --steps 6 \
+    --set exclude="$tmp/other.txt" > "$tmp/out" 2>&1
+rc=$?
+lineage=$(meta "$tmp/fork/ckpt-00000006.safetensors" lineage)
+expect exclude_fork_other_list $(( rc != 0 )) "exit $rc; lineage: $lineage"
+[[ "$lineage" == *"exclude $tmp/top.txt -> $tmp/other.txt"* ]] || fail exclude_fork_names_list "$lineage"
+
+# ---- bad lists: one line, non-zero exit ----
+echo "shard-00000.safetensors 55" > "$tmp/nosuch.txt"
+awk -F'\t' 'NR > 1 { print $1 " " $2 }' "$tmp/mixed/manifest.tsv" > "$tmp/all.txt"
+one_line_refusal exclude_no_such_clip "nosuch.txt:1: shard-00000.safetensors 55: .* has no such clip" \
+    fc train --config $TINY --run "$tmp/bad1" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/nosuch.txt"
+one_line_refusal exclude_every_clip "excludes every one of the 55 clips" \
+    fc train --config $TINY --run "$tmp/bad2" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/all.txt"
+one_line_refusal exclude_missing_file "missing.txt: cannot open the exclude list" \
+    fc train --config $TINY --run "$tmp/bad3" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/missing.txt"
+one_line_refusal exclude_without_data "an exclude list needs --data" \
+    fc train --config $TINY --run "$tmp/bad4" --steps 2 --set exclude="$tmp/top.txt"
