@@ -10,20 +10,20 @@
 
 #include "base/common.h"
 
-// fsync the folder that holds path p (its new name in it). 0, or -1 with errno; a parent that cannot
-// be opened for reading is left as it is.
-static int sync_parent(const char *p) {
-    char parent[4096];
-    const char *slash = strrchr(p, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == p) snprintf(parent, sizeof parent, "/");
-    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - p), p);
-    int fd = open(parent, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return 0;
+int fc_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
     int rc = fsync(fd), e = errno;
     close(fd);
     errno = e;
     return rc;
+}
+
+int fc_fsync_parent(const char *dir) {
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s/..", dir);
+    if (!fc_fsync_dir(parent)) return 0;
+    return errno == EACCES || errno == EPERM ? 0 : -1;
 }
 
 int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
@@ -35,7 +35,7 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
             *s = 0;
             if (mkdir(p, 0755)) {
                 if (errno != EEXIST) return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
-            } else if (sync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
+            } else if (fc_fsync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
                 return fc_errf(err, errlen, "%s: fsync of the folder it is in failed: %s", p, strerror(errno));
             }
             *s = c;

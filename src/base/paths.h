@@ -5,7 +5,13 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-// mkdir -p: create the folder and any missing parents. 0, or -1 with one line in err naming the part
+// fsync a folder, so that the names created, renamed or removed in it are on disk. 0, or -1 with errno.
+int fc_fsync_dir(const char *dir);
+// fsync the folder that holds the folder `dir` (its name there); a parent this process may not read
+// is left as it is (0). 0, or -1 with errno.
+int fc_fsync_parent(const char *dir);
+
+// mkdir -p: create the folder and any missing parents (each new one fsynced in its parent). 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.
 int fc_mkdir_p(const char *dir, char *err, size_t errlen);
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "formats/safetensors_internal.h"
 
 // Byte size of t in *out; 0 when ndim is out of range, a dimension is negative or the size overflows.
@@ -189,13 +190,10 @@ static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int 
     // make the rename itself durable
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd < 0 || fsync(dfd)) {
+    if (fc_fsync_dir(dirname(dir))) {
         fail_errno(err, errlen, path, "fsync of the folder failed");
-        if (dfd >= 0) close(dfd);
         return -1;
     }
-    close(dfd);
     return 0;
 }
 

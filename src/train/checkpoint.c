@@ -12,6 +12,7 @@
 #include "train/checkpoint_internal.h"
 #include "backend/quant8.h"
 #include "formats/safetensors.h"
+#include "base/paths.h"
 
 void checkpoint_path(char *buf, size_t len, const char *run, int step) {
     snprintf(buf, len, "%s/ckpt-%08d.safetensors", run, step);
@@ -165,8 +166,7 @@ static void prune(const char *run, int keep, int written) {
         }
     }
     free(steps);
-    int fd = open(run, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) fsync(fd), close(fd);
+    fc_fsync_dir(run);  // a deletion that does not stick leaves an old checkpoint: nothing is lost
 }
 
 size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {

@@ -42,10 +42,7 @@ static int lock_run(const char *run) {
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) fc_die("%s: another framechain train is using this run folder", run);
-    snprintf(path, sizeof path, "%s/..", run);
-    int parent = open(path, O_RDONLY | O_DIRECTORY);  // a parent we may not read is left as it is
-    if (parent >= 0 && fsync(parent)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
-    if (parent >= 0) close(parent);
+    if (fc_fsync_parent(run)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
     return fd;
 }
 
@@ -86,9 +83,7 @@ static FILE *open_metrics(const char *run, int last) {
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
     // Its name (created, or renamed over by the rewrite above) made durable before any checkpoint of
     // this process can be: a checkpoint that survives a power cut has its metrics file beside it.
-    int dir = open(run, O_RDONLY | O_DIRECTORY);
-    if (dir < 0 || fsync(dir)) fc_die("%s: fsync of the run folder failed: %s", run, strerror(errno));
-    close(dir);
+    if (fc_fsync_dir(run)) fc_die("%s: fsync of the run folder failed: %s", run, strerror(errno));
     return f;
 }
 
