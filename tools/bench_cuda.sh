@@ -7,6 +7,9 @@
 # synchronously. A benchmark, not a test: nothing is asserted.
 #
 # usage: tools/bench_cuda.sh [OUT_DIR] [CONFIG]     (STEPS=N timed steps, default 12)
+#   FC_RUNS picks framechain's rows as recompute:keep_blocks pairs (default "2:auto 2:0 1:0 0:0");
+#   PT_RUNS PyTorch's, comma-separated (default "eager,--checkpointing,--compile,--compile --checkpointing";
+#   empty leaves PyTorch out); CKPT=0 leaves out the checkpoint timing.
 set -u
 OUT=${1:-out/bench-cuda}
 CONF=${2:-configs/starter.conf}
@@ -25,34 +28,54 @@ case "$gpu" in  # dense bf16 tensor-core peak, TFLOP/s, fp32 accumulation
     *4090*) peak=165 ;; *3090*) peak=71 ;; *) peak=0 ;;
 esac
 echo "machine: $gpu (bf16 peak $peak TFLOP/s); $(date -u +%F); $CONF"
-printf '%-58s %10s %10s %10s %8s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB"
-row() {  # row LABEL MS FRAMES_PER_S TFLOPS PEAK_GIB
-    awk -v w="$1" -v ms="$2" -v fps="$3" -v tf="$4" -v pg="$5" -v pk="$peak" 'BEGIN {
-        printf "%-58s %10.1f %10.1f %10.1f %7.1f%% %10.2f\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg }'
+# "peak GiB" is the program's own high-water mark (framechain's device allocations, PyTorch's
+# max_memory_allocated); "card GiB" is the most nvidia-smi saw in use on the card during the run, less
+# what was in use before it: the CUDA context, cuBLAS's workspaces and the allocators' slack counted.
+printf '%-58s %10s %10s %10s %8s %10s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB" "card GiB"
+row() {  # row LABEL MS FRAMES_PER_S TFLOPS PEAK_GIB CARD_GIB
+    awk -v w="$1" -v ms="$2" -v fps="$3" -v tf="$4" -v pg="$5" -v cg="$6" -v pk="$peak" 'BEGIN {
+        printf "%-58s %10.1f %10.1f %10.1f %7.1f%% %10.2f %10.2f\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg, cg }'
+}
+card_watch() {  # card_watch: sample the card's memory in use every 100 ms until card_peak
+    card_idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/card.txt" 2> /dev/null &
+    card_pid=$!
+}
+card_peak() {  # GiB above the idle reading, the most seen since card_watch
+    kill "$card_pid" 2> /dev/null
+    wait "$card_pid" 2> /dev/null
+    awk -v idle="${card_idle:-0}" '$1 + 0 > m { m = $1 + 0 } END { printf "%.2f", (m > idle ? m - idle : 0) / 1024 }' "$OUT/card.txt"
 }
 # recompute:keep_blocks: the presets' (2:auto), then less memory (2:0, 1:0), then none re-run (0)
-for rk in 2:auto 2:0 1:0 0:0; do
+for rk in ${FC_RUNS:-2:auto 2:0 1:0 0:0}; do
     rc=${rk%:*} keep=${rk#*:} budget=24  # auto resolves against the 24 GB card's budget
     [ "$rc" = 0 ] && budget=1000          # keeping everything needs more: measured all the same
     rm -rf "$OUT/run"
+    card_watch
     "$FC" --device cuda train --config "$CONF" --run "$OUT/run" --steps $((STEPS + 2)) --set warmup_steps=2 \
         --set checkpoint_every=100000 --set keep_checkpoints=1 --set recompute=$rc --set keep_blocks=$keep \
         --vram-budget $budget > "$OUT/fc-recompute$rc-keep$keep.log" 2>&1
+    card=$(card_peak)
     l=$(grep '^speed' "$OUT/fc-recompute$rc-keep$keep.log")
     row "framechain (bf16, recompute $rc, keep_blocks $keep)" "$(echo "$l" | sed -nE 's/^speed: ([0-9.]+) ms.*/\1/p')" \
         "$(echo "$l" | sed -nE 's/.* ([0-9.]+) frames\/s.*/\1/p')" "$(echo "$l" | sed -nE 's/.* ([0-9.]+) TFLOP\/s$/\1/p')" \
-        "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$OUT/fc-recompute$rc-keep$keep.log")"
+        "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$OUT/fc-recompute$rc-keep$keep.log")" "$card"
 done
 rm -rf "$OUT/run"
-for opts in "" "--checkpointing" "--compile" "--compile --checkpointing"; do
+IFS=, read -r -a pt_runs <<< "${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}"
+for opts in "${pt_runs[@]}"; do
     [ -n "$PYTHON" ] || break
+    [ "$opts" = eager ] && opts=""
+    card_watch
     "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
-        --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err" || { tail -3 "$OUT/pt.err"; continue; }
+        --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err" || { card_peak > /dev/null; tail -3 "$OUT/pt.err"; continue; }
+    card=$(card_peak)
     j=$(cat "$OUT/pt.json")
     get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
     row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${opts:-eager}" "$(get step_ms)" \
-        "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)"
+        "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" "$card"
 done
+[ "${CKPT:-1}" = 0 ] && exit 0
 echo "checkpoints (training blocked per checkpoint):"
 for mode in async sync; do
     rm -rf "$OUT/run"
