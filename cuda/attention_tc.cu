@@ -652,6 +652,7 @@ static void tc_fwd(bf16 *out, float *lse, const bf16 *qkv16, AttnLayout lay, int
 static size_t g_ds_cap = ATTN_DS_CAP;  // the most bytes of dS held at once (backend_cuda_set_attn_ds_cap)
 
 extern "C" void backend_cuda_set_attn_ds_cap(size_t bytes) { g_ds_cap = bytes ? bytes : ATTN_DS_CAP; }
+size_t fc_attn_ds_cap(void) { return g_ds_cap; }
 
 // Thread p: the operands of pair pair0 + p of the chunk.
 __global__ void tc_dq_pointers_kernel(const void **A, const void **B, void **C, const bf16 *__restrict__ k16,
@@ -733,6 +734,7 @@ static void tc_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnL
     bf16 *out = (bf16 *)out_op;
     if ((uintptr_t)out % 4) fc_die("attn_fwd: the bf16 output is not on 4 bytes (it is stored in pairs)");
     const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    if (fc_attn_gemm_fwd(out, lse, qkv, lay, D, H)) return;  // the attn_gemm route, where it is on
     call.dispatch([&](auto dh) { tc_fwd<decltype(dh)::value>(out, lse, qkv, lay, D, H, call.n_seq); });
 }
 
@@ -742,6 +744,7 @@ static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const 
     if (call.empty() || !dqkv) return;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
     const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    if (fc_attn_gemm_bwd(dqkv, dout, qkv, lse, dvec, lay, D, H)) return;
     call.dispatch([&](auto dh) { tc_bwd<decltype(dh)::value>(dqkv, dout, qkv, lse, dvec, lay, D, H, call.n_seq); });
 }
 

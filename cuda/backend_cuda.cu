@@ -4,6 +4,7 @@
 // cpu_backend.c by tests/cuda/test_cuda.c. Until the table is complete (backend_missing_op) the
 // backend reports itself unavailable rather than run a partial table.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_common.cuh"  // first: it includes the C headers with C linkage
@@ -172,6 +173,53 @@ cublasLtHandle_t fc_cublaslt(void) {
 }
 
 // ----------------------------------------------------------------------------
+// routes (cuda_common.cuh): the defaults are what the hardware measured faster (BENCHMARKS.md)
+
+CudaRoutes fc_routes = {
+    0,  // dgelu_epilogue: H200, the preset's fc2 backward: 0.754 ms fused against 0.555 apart
+    0,  // attn_gemm
+};
+
+static struct {
+    const char *name;
+    int *flag;
+} g_route_names[] = {{"dgelu_epilogue", &fc_routes.dgelu_epilogue}, {"attn_gemm", &fc_routes.attn_gemm}};
+enum { N_ROUTES = sizeof g_route_names / sizeof g_route_names[0] };
+
+extern "C" int backend_cuda_set_route(const char *name, int on) {
+    for (int i = 0; i < N_ROUTES; i++)
+        if (!strcmp(name, g_route_names[i].name)) return *g_route_names[i].flag = !!on, 0;
+    return -1;
+}
+
+extern "C" const char *backend_cuda_routes(void) {
+    static char text[128];
+    size_t n = 0;
+    text[0] = 0;
+    for (int i = 0; i < N_ROUTES; i++)
+        n += snprintf(text + n, sizeof text - n, "%s%s=%d", i ? "," : "", g_route_names[i].name,
+                      *g_route_names[i].flag);
+    return text;
+}
+
+// FRAMECHAIN_CUDA_ROUTES=name=0|1[,name=0|1...]: a malformed list stops the program with one line.
+static void routes_from_env(void) {
+    const char *env = getenv("FRAMECHAIN_CUDA_ROUTES");
+    if (!env || !*env) return;
+    char list[256];
+    if (strlen(env) >= sizeof list) fc_die("FRAMECHAIN_CUDA_ROUTES: longer than %zu characters", sizeof list - 1);
+    strcpy(list, env);
+    for (char *save = NULL, *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq || (strcmp(eq + 1, "0") && strcmp(eq + 1, "1")))
+            fc_die("FRAMECHAIN_CUDA_ROUTES: '%s' is not name=0 or name=1 (routes: %s)", item, backend_cuda_routes());
+        *eq = 0;
+        if (backend_cuda_set_route(item, eq[1] == '1'))
+            fc_die("FRAMECHAIN_CUDA_ROUTES: no route '%s' (routes: %s)", item, backend_cuda_routes());
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the op table: two backends on one GPU that differ only in their GEMMs. "cuda": bf16 operands
 // on the tensor cores (the default); "cuda-fp32": SGEMM without TF32, for comparisons with the CPU
 // to 1e-5 and for debugging.
@@ -247,11 +295,15 @@ extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
         if (why) *why = reason;
         return NULL;
     }
+    routes_from_env();
     for (int k = 0; k < 2; k++) {
         snprintf(g_description[k], sizeof g_description[k], "%s (%s, sm_%d%d, %.1f GiB, %s, CUDA %d.%d)",
                  k ? "cuda" : "cuda-fp32", prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
                  k ? "bf16 GEMMs on tensor cores, fp32 master weights" : "fp32, no TF32", runtime / 1000,
                  runtime % 1000 / 10);
+        if (getenv("FRAMECHAIN_CUDA_ROUTES"))  // a benchmark's log says which way it ran
+            snprintf(g_description[k] + strlen(g_description[k]) - 1, sizeof g_description[k] - strlen(g_description[k]) + 1,
+                     ", routes %s)", backend_cuda_routes());
         fill_table(&cuda_backend[k], k);
         const char *missing = backend_missing_op(&cuda_backend[k]);
         if (missing) {

@@ -125,6 +125,15 @@ __nv_bfloat16 *fc_bf16_mirror_to_write(const float *p, size_t n);
 void fc_gelu_fwd(Operand *y, const real *x, size_t n, int bf16);
 void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n);
 
+// Routes: a second way to run an op, chosen per process (FRAMECHAIN_CUDA_ROUTES, backend_cuda.cu). A
+// route is the default only where hardware measured it faster (BENCHMARKS.md); make test-cuda checks
+// both ways against the CPU (backend_cuda_set_route).
+struct CudaRoutes {
+    int dgelu_epilogue;  // the MLP's GELU backward in cuBLASLt's DGELU epilogue (linear.cu)
+    int attn_gemm;       // long sequences' attention as batched GEMMs (attention_gemm.cu)
+};
+extern CudaRoutes fc_routes;
+
 // Each kernel file fills in its ops; bf16: the "cuda" table (bf16 operands), else "cuda-fp32".
 void cuda_register_linear(Backend *be, int bf16);       // cuda/linear.cu: bf16 or fp32 GEMMs
 void cuda_register_bf16(Backend *be);                   // cuda/bf16.cu: the weights' bf16 mirrors, operands
@@ -138,4 +147,10 @@ void cuda_register_attention_tc(Backend *be);  // cuda/attention_tc.cu: bf16 on 
 // operand (bf16 != 0: bf16). attention.cu.
 int fc_attn_head_dim(int D, int H, const char *op);
 const float *fc_attn_dvec(const float *dout, const Operand *out, AttnLayout lay, int D, int H, int bf16);
+// The attn_gemm route (attention_gemm.cu), bf16 qkv and out: 0 where it does not take the shape (the
+// caller then runs the flash kernels). fc_attn_ds_cap: the bytes of dS attention_tc.cu holds at once.
+int fc_attn_gemm_fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, AttnLayout lay, int D, int H);
+int fc_attn_gemm_bwd(float *dqkv, const float *dout, const __nv_bfloat16 *qkv, const float *lse, const float *dvec,
+                     AttnLayout lay, int D, int H);
+size_t fc_attn_ds_cap(void);
 void cuda_register_optim(Backend *be);        // cuda/optim.cu

@@ -276,8 +276,9 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
 
 // dx = or += dy @ w, dw += dy^T @ x, db += column sums of dy; with gelu_pre (the MLP's second linear,
 // x = GELU(gelu_pre)), dx = (dy @ w) * GELU'(gelu_pre) (dx_mode GRAD_SET). bf16: the bias gradient's
-// pass over dy also rounds it for the GEMMs, and with gelu_pre dx is one cublasLtMatmul with the
-// DGELU epilogue where cuBLASLt has a kernel for it (otherwise the GEMM, then GELU's backward in place).
+// pass over dy also rounds it for the GEMMs. With gelu_pre: the GEMM, then GELU's backward in place;
+// on the dgelu_epilogue route one cublasLtMatmul with the DGELU epilogue where cuBLASLt has a kernel
+// for it (slower on an H200: cuBLASLt picks a slower GEMM kernel for it).
 static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode,
                        const real *dy, const Operand *x, const real *w, const real *gelu_pre, int M, int K, int N) {
     if (M <= 0 || K <= 0) dx = NULL;  // dx is empty
@@ -302,7 +303,7 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
         // op N. Overwriting (beta 0) never reads dx.
         const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K);
-        if (!(kind.bf16 && gelu_pre &&
+        if (!(kind.bf16 && gelu_pre && fc_routes.dgelu_epilogue &&
               lt_matmul(CUBLAS_OP_N, K, M, N, CUBLASLT_EPILOGUE_DGELU, w16, dy16, dx, NULL, (float *)gelu_pre))) {
             gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, w16, K, dy, dy16, N, dx_mode == GRAD_ADD ? 1.0f : 0.0f,
                  dx, K);

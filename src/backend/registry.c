@@ -13,6 +13,8 @@ __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char
 }
 __attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
+__attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }
+__attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }
 
 const Backend *backend_select(const char *name) {
     if (!strcmp(name, "cpu")) return backend_cpu();

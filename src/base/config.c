@@ -52,7 +52,7 @@ static const KeyDef KEYS[] = {
      "gradients); 2: keep its attention outputs too, so that the re-run skips attention (faster, a little more memory)"},
     {"keep_blocks", KEY_INT_AUTO, OFF(keep_blocks), 0, 256,
      "with recompute, the last keep_blocks blocks keep all their activations and are not re-run: the memory "
-     "left on the card buys back time (0 to depth, or auto: as many as keep the GPU's plan 4 GiB under "
+     "left on the card buys back time (0 to depth, or auto: as many as keep the GPU's plan 2 GiB under "
      "--vram-budget; inspect --config prints the plan)"},
     {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},

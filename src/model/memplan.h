@@ -29,7 +29,7 @@ typedef enum { PLAN_CPU, PLAN_GPU_FP32, PLAN_GPU_BF16 } PlanDevice;
 MemPlan memory_plan(const Config *c, int B, PlanDevice dev);
 // keep_blocks = auto: leaves the GPU's plan this far under the budget, for what the plan does not
 // count (the CUDA context, cuBLAS's own workspace, a desktop on the same card).
-#define KEEP_BLOCKS_AUTO_RESERVE_GIB 4.0
+#define KEEP_BLOCKS_AUTO_RESERVE_GIB 2.0
 // Resolves c->keep_blocks = auto for training at batch B on dev against budget_bytes: the most
 // blocks (0 to depth) that keep the plan KEEP_BLOCKS_AUTO_RESERVE_GIB under the budget on a GPU, none
 // on the CPU or without recompute. Returns the number; a set number is left as it is.

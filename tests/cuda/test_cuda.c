@@ -172,6 +172,8 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
 
+static const char *g_attn_route = "";  // ", attn_gemm route" while that route is on
+
 // Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
 // `shift`: qkv (an operand) and dout start that many values into their buffers (unaligned rows).
 static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double std, int shift) {
@@ -180,8 +182,8 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     AttnLayout lay = attn_layout_tokens(B, F, N, temporal);
     Buf qkv = bop(bnormal(T * 3 * D + shift, 0, std)), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
     Buf dout = bnormal(T * D + shift, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
-    WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
-         lay.len, std, shift ? ", unaligned" : "");
+    WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
+         lay.len, std, shift ? ", unaligned" : "", g_attn_route);
     BOTH(be->attn_fwd(P(out), P(lse), PO(qkv, shift), lay, D, H));
     compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
     bshare(&out), bshare(&lse);
@@ -370,12 +372,14 @@ static void linear_cases(int big) {
 // aux matrix's rows are a multiple of 8 (N here); the emulation counts those products, unless
 // `refuse` (its hook's mode, 1 or 2) makes cuBLASLt refuse, when it falls back on the GEMM and the
 // GELU kernel. The forward is never fused (cuda/linear.cu): the emulation counts no GELU products.
+static int g_dgelu_route;  // the dgelu_epilogue route (cuda_common.cuh) in this pass
 static void t_linear_gelu(int M, int K, int N, int bias, int refuse) {
     Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.3), b = bnormal(N, 0, 1);
     Buf pre = bnormal((size_t)M * N, 0, 1), y = bop(bnormal((size_t)M * N, 0, 1));
     Buf w2 = bnormal((size_t)K * N, 0, 0.3), dy = bnormal((size_t)M * K, 0, 1), dpre = bnormal((size_t)M * N, 0, 1);
     Buf dw2 = bnormal((size_t)K * N, 0, 1), db2 = bnormal(K, 0, 1);
-    WHAT("M=%d K=%d N=%d%s%s", M, K, N, bias ? " bias" : "", refuse ? ", cuBLASLt refusing" : "");
+    WHAT("M=%d K=%d N=%d%s%s%s", M, K, N, bias ? " bias" : "", refuse ? ", cuBLASLt refusing" : "",
+         g_dgelu_route ? ", DGELU route" : "");
     int hooked = lt_hooked();
     if (hooked && refuse) fc_emu_cublaslt_hook(refuse);
     long f0 = lt_gelu_products(0), d0 = lt_gelu_products(1);
@@ -386,7 +390,8 @@ static void t_linear_gelu(int M, int K, int N, int bias, int refuse) {
                              P(pre), M, N, K));  // the parameter gradients added into, or overwritten
     compare("cuda_linear_gelu_bwd", "dpre", &dpre, "dw", &dw2, "db", bias ? &db2 : NULL, NULL);
     if (hooked) {
-        long f = lt_gelu_products(0) - f0, d = lt_gelu_products(1) - d0, want = !refuse && N % 8 == 0;
+        long f = lt_gelu_products(0) - f0, d = lt_gelu_products(1) - d0;
+        long want = g_dgelu_route && !refuse && N % 8 == 0;
         if (refuse) fc_emu_cublaslt_hook(0);
         check(f == 0 && d == want, nm("cuda_linear_gelu_epilogue"),
               "%s: GELU epilogue products %ld, DGELU %ld (expected 0 and %ld)", g_what, f, d, want);
@@ -396,10 +401,15 @@ static void t_linear_gelu(int M, int K, int N, int bias, int refuse) {
 
 // The epilogue's shapes (hidden width a multiple of 8), with and without a bias, one whose hidden
 // width is not (the GELU kernels), the small config's MLP, and cuBLASLt refusing in either way.
+// Both ways of the backward: the GEMM then the GELU kernel, and the dgelu_epilogue route.
 static void linear_gelu_cases(void) {
-    t_linear_gelu(300, 96, 200, 1, 0), t_linear_gelu(7, 64, 576, 0, 0), t_linear_gelu(45, 64, 36, 1, 0);
-    t_linear_gelu(896, 128, 512, 1, 0);
-    t_linear_gelu(33, 40, 64, 1, 1), t_linear_gelu(33, 48, 64, 1, 2);
+    for (g_dgelu_route = 0; g_dgelu_route < 2; g_dgelu_route++) {
+        backend_cuda_set_route("dgelu_epilogue", g_dgelu_route);
+        t_linear_gelu(300, 96, 200, 1, 0), t_linear_gelu(7, 64, 576, 0, 0), t_linear_gelu(45, 64, 36, 1, 0);
+        t_linear_gelu(896, 128, 512, 1, 0);
+        t_linear_gelu(33, 40, 64, 1, 1), t_linear_gelu(33, 48, 64, 1, 2);
+    }
+    g_dgelu_route = 0, backend_cuda_set_route("dgelu_epilogue", 0);
 }
 
 // The bf16 forward's fallback: on the emulation, cuBLASLt refuses through the hook as it does for a
@@ -549,6 +559,16 @@ static void section_ops_bf16(void) {
         t_attn(1, 3, 100, 2, 32, 0, 1), t_attn(1, 100, 3, 2, 32, 1, 1);
         backend_cuda_set_attn_ds_cap(0);
     }
+    // The attn_gemm route (cuda/attention_gemm.cu) on every length it takes (over 32 tokens; the
+    // others must still run the flash kernels), then in chunks of 1 and 4 of the 6 pairs.
+    backend_cuda_set_route("attn_gemm", 1), g_attn_route = ", attn_gemm route";
+    attn_cases(!g_quick);
+    for (long per = 1; per <= 4; per += 3) {
+        backend_cuda_set_attn_ds_cap((size_t)per * (8L * 100 * attn_ds_ld(100) + 12 * sizeof(void *)));
+        t_attn(1, 3, 100, 2, 32, 0, 1), t_attn(1, 100, 3, 2, 32, 1, 1);
+        backend_cuda_set_attn_ds_cap(0);
+    }
+    backend_cuda_set_route("attn_gemm", 0), g_attn_route = "";
 }
 
 static void section_ops(void) {
@@ -615,18 +635,21 @@ static void section_determinism(int bf16) {
         size_t T = (size_t)B * F * N;
         Buf qkv = bop(bnormal(T * 3 * D, 0, 1)), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
         Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
-        for (int tf = 0; tf < 2; tf++) {
-            AttnLayout lay = attn_layout_tokens(B, F, N, tf);
-            int same = 1;
-            for (int rep = 0; rep < 2; rep++) {
-                breset(&out), breset(&lse), breset(&dqkv);
-                g_gpu->attn_fwd(out.g, lse.g, qkv.g, lay, D, H);
-                g_gpu->attn_bwd(dqkv.g, dout.g, out.g, qkv.g, lse.g, lay, D, H);
-                same &= det_capture(&out, rep) & det_capture(&lse, rep) & det_capture(&dqkv, rep);
+        for (int route = 0; route < 1 + bf16; route++)  // bf16: the flash kernels, then the attn_gemm route
+            for (int tf = 0; tf < 2 - route; tf++) {
+                AttnLayout lay = attn_layout_tokens(B, F, N, tf);
+                int same = 1;
+                backend_cuda_set_route("attn_gemm", route);
+                for (int rep = 0; rep < 2; rep++) {
+                    breset(&out), breset(&lse), breset(&dqkv);
+                    g_gpu->attn_fwd(out.g, lse.g, qkv.g, lay, D, H);
+                    g_gpu->attn_bwd(dqkv.g, dout.g, out.g, qkv.g, lse.g, lay, D, H);
+                    same &= det_capture(&out, rep) & det_capture(&lse, rep) & det_capture(&dqkv, rep);
+                }
+                backend_cuda_set_route("attn_gemm", 0);
+                check(same, nm("cuda_determinism_attn"), "%s B=%d F=%d N=%d H=%d dh=%d%s: out, lse, dqkv %s",
+                      tf ? "temporal" : "spatial", B, F, N, H, dh, route ? ", attn_gemm route" : "", SAME(same));
             }
-            check(same, nm("cuda_determinism_attn"), "%s B=%d F=%d N=%d H=%d dh=%d: out, lse, dqkv %s",
-                  tf ? "temporal" : "spatial", B, F, N, H, dh, SAME(same));
-        }
         FREE(&qkv, &out, &lse, &dout, &dqkv);
     }
     {  // linear backward, a long reduction over M for dw and db

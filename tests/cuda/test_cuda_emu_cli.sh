@@ -55,3 +55,23 @@ if [ "$same" = 9 ]; then
 else
     fail emu_cli_generate_fp32_is_cpu "$same of 9 frames identical to the CPU's"
 fi
+
+# FRAMECHAIN_CUDA_ROUTES: a route switched on is named in the device's description; an unknown
+# name or a value other than 0 or 1 stops the program with one line that lists the routes.
+desc=$(FRAMECHAIN_CUDA_ROUTES=attn_gemm=1 "$FC" --version 2>&1 | grep '^  cuda (')
+if echo "$desc" | grep -q 'routes dgelu_epilogue=0,attn_gemm=1)'; then
+    pass emu_cli_routes_named "$desc"
+else
+    fail emu_cli_routes_named "no routes in: $desc"
+fi
+for bad in nosuch=1 attn_gemm=2 attn_gemm; do
+    out=$(FRAMECHAIN_CUDA_ROUTES=$bad "$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/routes" \
+        --steps 1 2>&1)
+    rc=$?
+    if [ $rc != 0 ] && [ "$(echo "$out" | grep -c 'FRAMECHAIN_CUDA_ROUTES')" = 1 ] && echo "$out" | grep -q 'routes: ' &&
+        [ ! -e "$tmp/routes" ]; then
+        pass emu_cli_routes_refused_$bad "status $rc: $(echo "$out" | grep FRAMECHAIN_CUDA_ROUTES)"
+    else
+        fail emu_cli_routes_refused_$bad "status $rc: $(echo "$out" | tail -2 | tr '\n' ' ')"
+    fi
+done

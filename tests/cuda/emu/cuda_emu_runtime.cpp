@@ -161,16 +161,35 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     return gemm_bf16(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// The pointer arrays live in device memory (here: the host's), one GEMM per entry.
+// One GEMM of bf16 A and B into bf16 C (the attn_gemm route's attention output): computed in fp32
+// as above, then rounded to nearest even; beta 0 only (the backend never adds into a bf16 C).
+static cublasStatus_t gemm_bf16_out(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                    int k, const void *alpha, const void *A, int lda, const void *B, int ldb,
+                                    const void *beta, void *C, int ldc) {
+    if (*(const float *)beta != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+    float *c = (float *)calloc((size_t)std::max(m, 1) * std::max(n, 1), sizeof(float));
+    cublasStatus_t st = gemm_bf16(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, c, std::max(m, 1));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        for (int col = 0; col < n; col++)
+            for (int r = 0; r < m; r++)
+                ((__nv_bfloat16 *)C)[(size_t)col * ldc + r] = __float2bfloat16_rn(c[(size_t)col * m + r]);
+    free(c);
+    return st;
+}
+
+// The pointer arrays live in device memory (here: the host's), one GEMM per entry; C fp32 or bf16.
 cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                    const void *alpha, const void *const A[], cudaDataType Atype, int lda,
                                    const void *const B[], cudaDataType Btype, int ldb, const void *beta,
                                    void *const C[], cudaDataType Ctype, int ldc, int batch,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-    if (!bf16_types(Atype, Btype, Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    int c16 = Ctype == CUDA_R_16BF;
+    if (!bf16_types(Atype, Btype, c16 ? CUDA_R_32F : Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
     for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = gemm_bf16(h, ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+        cublasStatus_t st = (c16 ? gemm_bf16_out : gemm_bf16)(h, ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta,
+                                                              C[i], ldc);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
