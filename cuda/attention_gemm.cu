@@ -169,31 +169,50 @@ static int route_takes(const AttnLayout &lay, int DH) {
            DH % 8 == 0;
 }
 
-int fc_attn_gemm_fwd(bf16 *out, float *lse, const bf16 *qkv, AttnLayout lay, int D, int H) {
-    int DH = D / H;
-    if (!route_takes(lay, DH)) return 0;
-    long n_seq = (long)lay.n_outer * lay.n_inner, pairs = n_seq * H, rows = n_seq * lay.len;
-    int len = lay.len, lds = scores_ld(len), ldq = (int)(lay.tok_stride * 3 * D), ldo = (int)(lay.tok_stride * D);
-    size_t bytes;
-    long chunk = chunk_pairs(pairs, len, 1, &bytes);
-    char *scratch = (char *)fc_cuda_scratch(SCRATCH_ATTN_DS, bytes);
-    void **ptrs = (void **)scratch;
-    float *scores = (float *)(scratch + (N_PTRS * sizeof(void *) * (size_t)chunk + 255) / 256 * 256);
-    const float scale = attn_scale(DH);
-    for (long p0 = 0; p0 < pairs; p0 += chunk) {
+// What the forward and the backward share: the shapes, the chunking and the scratch of one call.
+struct GemmAttnCall {
+    AttnLayout lay;
+    int D, H, DH, len, lds, ldq;
+    long pairs, rows, chunk;
+    void **ptrs;
+    float *scores;
+    // mats: (len, lds) fp32 matrices a pair (1: S; 2: S and dP).
+    GemmAttnCall(AttnLayout l, int d, int h, int mats)
+        : lay(l), D(d), H(h), DH(d / h), len(l.len), lds(scores_ld(l.len)), ldq((int)(l.tok_stride * 3 * d)) {
+        long n_seq = (long)lay.n_outer * lay.n_inner;
+        pairs = n_seq * H, rows = n_seq * len;
+        size_t bytes;
+        chunk = chunk_pairs(pairs, len, mats, &bytes);
+        char *scratch = (char *)fc_cuda_scratch(SCRATCH_ATTN_DS, bytes);
+        ptrs = (void **)scratch;
+        scores = (float *)(scratch + (N_PTRS * sizeof(void *) * (size_t)chunk + 255) / 256 * 256);
+    }
+    // The pointer arrays of the chunk of pairs from p0; its number of pairs.
+    long fill(long p0, const bf16 *qkv, bf16 *out, const bf16 *dout16, float *dqkv, int with_dp) const {
         long np = pairs - p0 < chunk ? pairs - p0 : chunk;
-        gemm_attn_pointers_kernel<<<fc_cdiv(np, 128), 128>>>(ptrs, qkv, out, nullptr, nullptr, scores, lay, rows, D, H, DH,
-                                                             lds, p0, np, 0);
+        gemm_attn_pointers_kernel<<<fc_cdiv(np, 128), 128>>>(ptrs, qkv, out, dout16, dqkv, scores, lay, rows, D, H, DH,
+                                                             lds, p0, np, with_dp);
         kernelCheck();
-        void **P = ptrs;
+        return np;
+    }
+};
+
+int fc_attn_gemm_fwd(bf16 *out, float *lse, const bf16 *qkv, AttnLayout lay, int D, int H) {
+    if (!route_takes(lay, D / H)) return 0;
+    const GemmAttnCall a(lay, D, H, 1);
+    const int len = a.len, lds = a.lds, ldq = a.ldq, ldo = (int)(lay.tok_stride * D);
+    const float scale = attn_scale(a.DH);
+    for (long p0 = 0; p0 < a.pairs; p0 += a.chunk) {
+        long np = a.fill(p0, qkv, out, nullptr, nullptr, 0);
+        void **P = a.ptrs;
         // S^T (len_k, len_q) = K (len_k, DH) Q^T: row i of S is query i's scores.
-        batched(CUBLAS_OP_T, CUBLAS_OP_N, len, len, DH, scale, P + P_K * np, ldq, P + P_Q * np, ldq, P + P_S * np,
+        batched(CUBLAS_OP_T, CUBLAS_OP_N, len, len, a.DH, scale, P + P_K * np, ldq, P + P_Q * np, ldq, P + P_S * np,
                 lds, 0, np);
-        gemm_attn_softmax_kernel<<<(unsigned)(np * len), ROW_THREADS, sizeof(float) * len>>>(scores, lse, lay, H,
+        gemm_attn_softmax_kernel<<<(unsigned)(np * len), ROW_THREADS, sizeof(float) * len>>>(a.scores, lse, lay, H,
                                                                                               lds, p0);
         kernelCheck();
         // O^T (DH, len_q) = V^T (DH, len_k) P^T (len_k, len_q).
-        batched(CUBLAS_OP_N, CUBLAS_OP_N, DH, len, len, 1.0f, P + P_V * np, ldq, P + P_P16 * np, 2 * lds,
+        batched(CUBLAS_OP_N, CUBLAS_OP_N, a.DH, len, len, 1.0f, P + P_V * np, ldq, P + P_P16 * np, 2 * lds,
                 P + P_O * np, ldo, 1, np);
     }
     return 1;
@@ -201,30 +220,21 @@ int fc_attn_gemm_fwd(bf16 *out, float *lse, const bf16 *qkv, AttnLayout lay, int
 
 int fc_attn_gemm_bwd(float *dqkv, const float *dout, const bf16 *qkv, const float *lse, const float *dvec,
                      AttnLayout lay, int D, int H) {
-    int DH = D / H;
-    if (!route_takes(lay, DH)) return 0;
-    long n_seq = (long)lay.n_outer * lay.n_inner, pairs = n_seq * H, rows = n_seq * lay.len;
-    const bf16 *dout16 = fc_bf16_heads(dout, rows, D, H, DH, SCRATCH_BF16_B);
-    int len = lay.len, lds = scores_ld(len), ldq = (int)(lay.tok_stride * 3 * D), ldo = (int)(lay.tok_stride * DH);
-    size_t bytes;
-    long chunk = chunk_pairs(pairs, len, 2, &bytes);
-    char *scratch = (char *)fc_cuda_scratch(SCRATCH_ATTN_DS, bytes);
-    void **ptrs = (void **)scratch;
-    float *scores = (float *)(scratch + (N_PTRS * sizeof(void *) * (size_t)chunk + 255) / 256 * 256);
+    if (!route_takes(lay, D / H)) return 0;
+    const GemmAttnCall a(lay, D, H, 2);
+    const int len = a.len, lds = a.lds, ldq = a.ldq, DH = a.DH, ldo = (int)(lay.tok_stride * DH);
+    const bf16 *dout16 = fc_bf16_heads(dout, a.rows, D, H, DH, SCRATCH_BF16_B);
     const float scale = attn_scale(DH);
-    for (long p0 = 0; p0 < pairs; p0 += chunk) {
-        long np = pairs - p0 < chunk ? pairs - p0 : chunk;
-        gemm_attn_pointers_kernel<<<fc_cdiv(np, 128), 128>>>(ptrs, qkv, nullptr, dout16, dqkv, scores, lay, rows, D, H,
-                                                             DH, lds, p0, np, 1);
-        kernelCheck();
-        void **P = ptrs;
+    for (long p0 = 0; p0 < a.pairs; p0 += a.chunk) {
+        long np = a.fill(p0, qkv, nullptr, dout16, dqkv, 1);
+        void **P = a.ptrs;
         batched(CUBLAS_OP_T, CUBLAS_OP_N, len, len, DH, scale, P + P_K * np, ldq, P + P_Q * np, ldq, P + P_S * np,
                 lds, 0, np);
         // dP^T (len_k, len_q) = V (len_k, DH) dO^T (DH, len_q).
         batched(CUBLAS_OP_T, CUBLAS_OP_N, len, len, DH, 1.0f, P + P_V * np, ldq, P + P_DO * np, ldo, P + P_DP * np,
                 lds, 0, np);
-        gemm_attn_ds_kernel<<<(unsigned)(np * len), ROW_THREADS, 2 * sizeof(float) * len>>>(scores, lse, dvec, lay, H,
-                                                                                             lds, p0, scale);
+        gemm_attn_ds_kernel<<<(unsigned)(np * len), ROW_THREADS, 2 * sizeof(float) * len>>>(a.scores, lse, dvec, lay,
+                                                                                             H, lds, p0, scale);
         kernelCheck();
         // dV^T (DH, len_k) = dO^T (DH, len_q) P (len_q, len_k); dK^T = Q^T dS; dQ^T (DH, len_q) = K^T dS^T.
         int ldd = (int)(lay.tok_stride * 3 * D);

@@ -32,7 +32,7 @@ static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NUL
 static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
 static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
 static const char *const TARGET_KINDS[] = {"frames", "deltas", NULL};
-static const char *const DELTA_REFERENCES[] = {"nearest", "moved", NULL};
+static const char *const DELTA_REFERENCES[] = {"nearest", "moved", "local", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -67,7 +67,8 @@ static const KeyDef KEYS[] = {
      "targets = deltas: the differences are multiplied by this"},
     {"delta_reference", KEY_ENUM, OFF(delta_reference), 0, 0,
      "targets = deltas: the difference from the nearest given frame (nearest), or from that frame moved along "
-     "the global motion of the given frames, extrapolated to the target's time (moved)", DELTA_REFERENCES},
+     "the global motion of the given frames, extrapolated to the target's time (moved), or each 8x8-pixel tile "
+     "of it carried along its own motion (local)", DELTA_REFERENCES},
     {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
      "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
      "so a made frame's small errors do not carry on along the chain"},
@@ -344,9 +345,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (!targets) return fc_errf(err, errlen, "%s: plan: no target slot (nothing to generate)", origin);
     if (c->keep_blocks != KEEP_BLOCKS_AUTO && c->keep_blocks > c->depth)
         return fc_errf(err, errlen, "%s: keep_blocks %d is more than depth %d", origin, c->keep_blocks, c->depth);
-    if (c->delta_reference == DELTA_REF_MOVED && c->targets != TARGETS_DELTAS)
-        return fc_errf(err, errlen, "%s: delta_reference moved needs targets = deltas (frame targets have no reference)",
-                       origin);
+    if (c->delta_reference != DELTA_REF_NEAREST && c->targets != TARGETS_DELTAS)
+        return fc_errf(err, errlen, "%s: delta_reference %s needs targets = deltas (frame targets have no reference)",
+                       origin, DELTA_REFERENCES[c->delta_reference]);
     if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",
                        origin, c->anchor_snap);

@@ -56,15 +56,21 @@ void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint3
 // The velocity (pixels a frame) of the global motion at reference slot r: from the context slots
 // next to r in time. Not the anchor: the chain gives it the plan's offset whatever its distance
 // (chain_plan.h), so its offset is no time to divide a shift by.
-static void reference_velocity(const Config *c, const real *const *given, const float *offset, int r, double *vx,
-                               double *vy) {
-    int before = -1, after = -1;
+// The context slots next to r in time, one before and one after (-1 where there is none).
+static void context_neighbours(const Config *c, const float *offset, int r, int *before, int *after) {
+    *before = *after = -1;
     for (int i = 0; i < c->slots; i++) {
         if (c->slot_kind[i] != SLOT_CONTEXT || i == r) continue;
         float o = offset[i] - offset[r];
-        if (o < 0 && (before < 0 || o > offset[before] - offset[r])) before = i;
-        if (o > 0 && (after < 0 || o < offset[after] - offset[r])) after = i;
+        if (o < 0 && (*before < 0 || o > offset[*before] - offset[r])) *before = i;
+        if (o > 0 && (*after < 0 || o < offset[*after] - offset[r])) *after = i;
     }
+}
+
+static void reference_velocity(const Config *c, const real *const *given, const float *offset, int r, double *vx,
+                               double *vy) {
+    int before, after;
+    context_neighbours(c, offset, r, &before, &after);
     // Each neighbour g was moved onto r by v * (offset r - offset g): v by least squares.
     double sx = 0, sy = 0, ss = 0;
     for (int k = 0; k < 2; k++) {
@@ -75,6 +81,36 @@ static void reference_velocity(const Config *c, const real *const *given, const 
         sx += dx * gap, sy += dy * gap, ss += gap * gap;
     }
     *vx = ss > 0 ? sx / ss : 0, *vy = ss > 0 ? sy / ss : 0;
+}
+
+// delta_reference = local: the motion of each MOTION_TILE-pixel square of reference slot r, as
+// reference_velocity finds the global one (least squares over the context slots next to r in time),
+// into vx, vy (tiles x tiles).
+#define MOTION_TILE 8
+static void reference_velocity_tiles(const Config *c, const real *const *given, const float *offset, int r, int tiles,
+                                     double *vx, double *vy) {
+    int before, after;
+    context_neighbours(c, offset, r, &before, &after);
+    int n = tiles * tiles;
+    double *dx = fc_malloc(sizeof(double) * 2 * n), *dy = dx + n, ss = 0;
+    for (int t = 0; t < n; t++) vx[t] = vy[t] = 0;
+    for (int k = 0; k < 2; k++) {
+        int g = k ? after : before;
+        if (g < 0) continue;
+        double gap = offset[r] - offset[g];
+        motion_estimate_tiles(given[g], given[r], c->channels, c->frame_size, tiles, dx, dy);
+        for (int t = 0; t < n; t++) vx[t] += dx[t] * gap, vy[t] += dy[t] * gap;
+        ss += gap * gap;
+    }
+    for (int t = 0; t < n; t++) vx[t] = ss > 0 ? vx[t] / ss : 0, vy[t] = ss > 0 ? vy[t] / ss : 0;
+    free(dx);
+}
+
+// The tiles a side of delta_reference = local at this frame size; 0 where the frame is no whole
+// number of tiles (or too small for two), where the global motion stands in.
+static int local_tiles(const Config *c) {
+    int N = c->frame_size;
+    return N % MOTION_TILE == 0 && N >= 2 * MOTION_TILE ? N / MOTION_TILE : 0;
 }
 
 // anchor_snap: each pixel of the reference within the threshold of the anchor's in every channel takes
@@ -97,21 +133,31 @@ void flow_references(const Config *c, const real *const *given, const float *off
     size_t E = (size_t)c->channels * N * N;
     double vx[MAX_SLOTS], vy[MAX_SLOTS];
     int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once
+    int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
+    double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL, *tvy = tvx + MAX_SLOTS * n;
     for (int f = 0; f < c->slots; f++) {
         if (c->slot_kind[f] != SLOT_TARGET) continue;
         int r = config_reference_slot(c, f);
+        double lead = offset[f] - offset[r];
+        if (tiles) {  // delta_reference = local: each tile carried along its own motion
+            if (!measured[r]) reference_velocity_tiles(c, given, offset, r, tiles, tvx + r * n, tvy + r * n);
+            measured[r] = 1;
+            motion_carry_tiles(refs + f * E, given[r], c->channels, N, tiles, tvx + r * n, tvy + r * n, lead);
+            if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
+            continue;
+        }
         if (!measured[r]) {
             vx[r] = vy[r] = 0;
-            if (c->delta_reference == DELTA_REF_MOVED) reference_velocity(c, given, offset, r, &vx[r], &vy[r]);
+            if (c->delta_reference != DELTA_REF_NEAREST) reference_velocity(c, given, offset, r, &vx[r], &vy[r]);
             measured[r] = 1;
         }
-        double lead = offset[f] - offset[r];
         if (vx[r] == 0 && vy[r] == 0)
             memcpy(refs + f * E, given[r], sizeof(real) * E);
         else
             motion_shift(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead);
         if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
     }
+    free(tvx);
 }
 
 void flow_delta_targets(const Config *c, int B, real *x0) {

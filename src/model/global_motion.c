@@ -1,6 +1,9 @@
 // global_motion.c: a global translation by exhaustive search (small frames: a few hundred
-// candidates of a few thousand values each), and the bilinear shift that applies it.
+// candidates of a few thousand values each), and the bilinear shift that applies it; the same per
+// tile, and the forward carry that applies a field of tile motions.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model/global_motion.h"
 
@@ -24,30 +27,36 @@ void motion_shift(real *out, const real *in, int C, int N, double dx, double dy)
     }
 }
 
-// Mean squared difference of to(y, x) and from(y - dy, x - dx) over the pixels `margin` or more
-// from every edge; with |dx|, |dy| <= margin no sample needs the clamp.
-static double shifted_mse(const real *from, const real *to, int C, int N, int margin, double dx, double dy) {
+// The pixels of `to` that a shift is scored on: rows [y0, y1), columns [x0, x1).
+typedef struct {
+    int y0, y1, x0, x1;
+} Window;
+
+// Mean squared difference of to(y, x) and from(y - dy, x - dx) over the window; a sample outside the
+// frame takes the clamped edge (never, for the whole frame's window `radius` from every edge).
+static double shifted_mse(const real *from, const real *to, int C, int N, Window w, double dx, double dy) {
     double sum = 0;
     for (int ch = 0; ch < C; ch++) {
         const real *a = from + (size_t)ch * N * N, *b = to + (size_t)ch * N * N;
-        for (int y = margin; y < N - margin; y++)
-            for (int x = margin; x < N - margin; x++) {
+        for (int y = w.y0; y < w.y1; y++)
+            for (int x = w.x0; x < w.x1; x++) {
                 double d = b[y * N + x] - sample_clamped(a, N, y - dy, x - dx);
                 sum += d * d;
             }
     }
-    return sum / ((double)C * (N - 2 * margin) * (N - 2 * margin));
+    return sum / ((double)C * (w.y1 - w.y0) * (w.x1 - w.x0));
 }
 
-void motion_estimate(const real *from, const real *to, int C, int N, double *dx, double *dy) {
-    int radius = N / 8 > 2 ? N / 8 : 2;
-    *dx = *dy = 0;
-    if (N <= 2 * radius + 2) return;  // too small a frame to tell a shift from new content
-    double still = shifted_mse(from, to, C, N, radius, 0, 0), best = still;
+// The search of motion_estimate over one window: whole pixels within radius, then quarter and
+// sixteenth pixels around the best; (0, 0) unless the best halves the still difference.
+static void search_shift(const real *from, const real *to, int C, int N, Window w, int radius, double *dx,
+                         double *dy) {
+    double still = shifted_mse(from, to, C, N, w, 0, 0), best = still;
     double bx = 0, by = 0;
+    *dx = *dy = 0;
     for (int y = -radius; y <= radius; y++)  // whole pixels
         for (int x = -radius; x <= radius; x++) {
-            double e = shifted_mse(from, to, C, N, radius, x, y);
+            double e = shifted_mse(from, to, C, N, w, x, y);
             if (e < best) best = e, bx = x, by = y;
         }
     for (double step = 0.25; step >= 0.0625; step /= 4) {  // quarter, then sixteenth pixels
@@ -56,9 +65,63 @@ void motion_estimate(const real *from, const real *to, int C, int N, double *dx,
             for (int x = -3; x <= 3; x++) {
                 double sx = cx + x * step, sy = cy + y * step;
                 if (fabs(sx) > radius || fabs(sy) > radius) continue;
-                double e = shifted_mse(from, to, C, N, radius, sx, sy);
+                double e = shifted_mse(from, to, C, N, w, sx, sy);
                 if (e < best) best = e, bx = sx, by = sy;
             }
     }
     if (best < 0.5 * still) *dx = bx, *dy = by;
+}
+
+static int motion_radius(int N) { return N / 8 > 2 ? N / 8 : 2; }
+
+void motion_estimate(const real *from, const real *to, int C, int N, double *dx, double *dy) {
+    int radius = motion_radius(N);
+    *dx = *dy = 0;
+    if (N <= 2 * radius + 2) return;  // too small a frame to tell a shift from new content
+    search_shift(from, to, C, N, (Window){radius, N - radius, radius, N - radius}, radius, dx, dy);
+}
+
+void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double *dx, double *dy) {
+    int side = N / tiles, radius = motion_radius(N);
+    for (int ty = 0; ty < tiles; ty++)
+        for (int tx = 0; tx < tiles; tx++) {
+            Window w = {ty * side, (ty + 1) * side, tx * side, (tx + 1) * side};
+            search_shift(from, to, C, N, w, radius, &dx[ty * tiles + tx], &dy[ty * tiles + tx]);
+        }
+}
+
+void motion_carry_tiles(real *out, const real *in, int C, int N, int tiles, const double *dx, const double *dy,
+                        double scale) {
+    size_t plane = (size_t)N * N;
+    double *acc = calloc(plane * (C + 1), sizeof(double)), *weight = acc + plane * C;
+    if (!acc) fc_die("out of memory (the motion carry of a %dx%d frame)", N, N);
+    int side = N / tiles;
+    for (int y = 0; y < N; y++)
+        for (int x = 0; x < N; x++) {
+            int t = (y / side) * tiles + x / side;
+            if (dx[t] == 0 && dy[t] == 0) continue;  // a still tile: in's own values, below
+            double fy = y + scale * dy[t], fx = x + scale * dx[t];
+            int y0 = (int)floor(fy), x0 = (int)floor(fx);
+            double wy = fy - y0, wx = fx - x0;
+            for (int k = 0; k < 4; k++) {
+                int yy = y0 + (k >> 1), xx = x0 + (k & 1);
+                double w = ((k >> 1) ? wy : 1 - wy) * ((k & 1) ? wx : 1 - wx);
+                if (yy < 0 || yy >= N || xx < 0 || xx >= N || w <= 0) continue;  // carried out of the frame
+                size_t q = (size_t)yy * N + xx;
+                weight[q] += w;
+                for (int ch = 0; ch < C; ch++) acc[ch * plane + q] += w * in[ch * plane + (size_t)y * N + x];
+            }
+        }
+    // Where nothing landed: what comes into view behind content that moved on, taken from behind it
+    // (in at the pixel less its tile's carry, clamped to the frame); in itself on a still tile.
+    for (int y = 0; y < N; y++)
+        for (int x = 0; x < N; x++) {
+            size_t q = (size_t)y * N + x;
+            int t = (y / side) * tiles + x / side;
+            for (int ch = 0; ch < C; ch++)
+                out[ch * plane + q] = weight[q] >= 0.5 ? (real)(acc[ch * plane + q] / weight[q])
+                                                       : (real)sample_clamped(in + ch * plane, N, y - scale * dy[t],
+                                                                              x - scale * dx[t]);
+        }
+    free(acc);
 }

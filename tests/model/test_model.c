@@ -391,6 +391,57 @@ static void test_global_motion(void) {
     free(tex), free(moved), free(noisy), free(win), free(near), free(mov), free(refs), free(back);
 }
 
+// A square of side `side` with its top-left corner at (x0, y0) (fractional: edge pixels take the
+// covered fraction) of value v drawn over plane (N, N) of every channel.
+static void draw_square(real *frame, int C, int N, double x0, double y0, int side, double v) {
+    for (int y = 0; y < N; y++)
+        for (int x = 0; x < N; x++) {
+            double cy = fmax(0, fmin(y + 1, y0 + side) - fmax(y, y0)), cx = fmax(0, fmin(x + 1, x0 + side) - fmax(x, x0));
+            double a = cx * cy;
+            for (int ch = 0; ch < C; ch++) frame[((size_t)ch * N + y) * N + x] = (real)((1 - a) * frame[((size_t)ch * N + y) * N + x] + a * v);
+        }
+}
+
+// delta_reference = local: two squares moving their own ways over a still background (what the
+// global motion cannot follow: it moves one, or neither). Each target's deltas over the whole frame
+// against those of moved and nearest, and the sampler's inverse.
+static void test_local_motion(void) {
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N;
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    c.delta_scale = 1, c.anchor_snap = 0;
+    real *win = fc_malloc(sizeof(real) * c.slots * E), *d = fc_malloc(sizeof(real) * c.slots * E);
+    real *refs = fc_malloc(sizeof(real) * c.slots * E), *back = fc_malloc(sizeof(real) * E);
+    for (int f = 0; f < c.slots; f++) {  // A right at 0.25 pixel a frame, B up at 0.125
+        double o = c.slot_offset[f];
+        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
+        draw_square(win + f * E, C, N, 9 + 0.25 * o, 5, 6, 0.8);
+        draw_square(win + f * E, C, N, 19, 20 - 0.125 * o, 6, 0.2);
+    }
+    const int kinds[3] = {DELTA_REF_NEAREST, DELTA_REF_MOVED, DELTA_REF_LOCAL};
+    double r[3] = {0, 0, 0}, inverse = 0;
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
+    for (int k = 0; k < 3; k++) {
+        c.delta_reference = kinds[k];
+        memcpy(d, win, sizeof(real) * c.slots * E);
+        flow_delta_targets(&c, 1, d);
+        flow_references(&c, given, c.slot_offset, refs);
+        for (int f = 0; f < c.slots; f++) {
+            if (c.slot_kind[f] != SLOT_TARGET) continue;
+            r[k] = fmax(r[k], rms(d + f * E, E));
+            flow_delta_to_frame(&c, back, d + f * E, refs + f * E, E);
+            for (size_t e = 0; e < E; e++) inverse = fmax(inverse, fabs(back[e] - win[f * E + e]));
+        }
+    }
+    check(r[2] < 0.5 * fmin(r[0], r[1]) && inverse < 1e-6, "delta_reference_local",
+          "two squares moving apart: the worst target's delta rms %.4f local against %.4f moved and %.4f from the "
+          "nearest frame; the sampler's inverse within %.1e", r[2], r[1], r[0], inverse);
+    free(win), free(d), free(refs), free(back);
+}
+
 // anchor_snap: a reference pixel within the threshold of the anchor's in every channel takes the
 // anchor's values; one channel past it keeps the pixel as made; no pixel moves by more than it.
 static void test_anchor_snap(void) {
@@ -446,6 +497,7 @@ int main(void) {
     test_flow();
     test_conditioning();
     test_global_motion();
+    test_local_motion();
     test_anchor_snap();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
