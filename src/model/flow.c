@@ -97,8 +97,9 @@ static void reference_velocity_tiles(const Config *c, const real *const *given, 
     for (int k = 0; k < 2; k++) {
         int g = k ? after : before;
         if (g < 0) continue;
-        double gap = offset[r] - offset[g];
-        motion_estimate_tiles(given[g], given[r], c->channels, c->frame_size, tiles, dx, dy);
+        double gap = offset[r] - offset[g], gx, gy;
+        motion_estimate(given[g], given[r], c->channels, c->frame_size, &gx, &gy);  // the camera's, the base
+        motion_estimate_tiles(given[g], given[r], c->channels, c->frame_size, tiles, gx, gy, dx, dy);
         for (int t = 0; t < n; t++) vx[t] += dx[t] * gap, vy[t] += dy[t] * gap;
         ss += gap * gap;
     }
@@ -132,16 +133,22 @@ void flow_references(const Config *c, const real *const *given, const float *off
     int N = c->frame_size;
     size_t E = (size_t)c->channels * N * N;
     double vx[MAX_SLOTS], vy[MAX_SLOTS];
-    int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once
+    int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once (local:
+                                    // 2 where its tiles move apart)
     int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
     double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL, *tvy = tvx + MAX_SLOTS * n;
     for (int f = 0; f < c->slots; f++) {
         if (c->slot_kind[f] != SLOT_TARGET) continue;
         int r = config_reference_slot(c, f);
         double lead = offset[f] - offset[r];
-        if (tiles) {  // delta_reference = local: each tile carried along its own motion
-            if (!measured[r]) reference_velocity_tiles(c, given, offset, r, tiles, tvx + r * n, tvy + r * n);
-            measured[r] = 1;
+        if (tiles && !measured[r]) {  // delta_reference = local: a field of tile motions
+            reference_velocity_tiles(c, given, offset, r, tiles, tvx + r * n, tvy + r * n);
+            int uniform = 1;
+            for (int t = 1; t < n; t++) uniform &= tvx[r * n + t] == tvx[r * n] && tvy[r * n + t] == tvy[r * n];
+            vx[r] = tvx[r * n], vy[r] = tvy[r * n];
+            measured[r] = uniform ? 1 : 2;  // one motion for all tiles: moved's shift
+        }
+        if (measured[r] == 2) {  // each tile carried along its own motion
             motion_carry_tiles(refs + f * E, given[r], c->channels, N, tiles, tvx + r * n, tvy + r * n, lead);
             if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
             continue;

@@ -48,12 +48,12 @@ static double shifted_mse(const real *from, const real *to, int C, int N, Window
 }
 
 // The search of motion_estimate over one window: whole pixels within radius, then quarter and
-// sixteenth pixels around the best; (0, 0) unless the best halves the still difference.
-static void search_shift(const real *from, const real *to, int C, int N, Window w, int radius, double *dx,
-                         double *dy) {
-    double still = shifted_mse(from, to, C, N, w, 0, 0), best = still;
-    double bx = 0, by = 0;
-    *dx = *dy = 0;
+// sixteenth pixels around the best; (base_x, base_y) unless the best halves its difference.
+static void search_shift(const real *from, const real *to, int C, int N, Window w, int radius, double base_x,
+                         double base_y, double *dx, double *dy) {
+    double still = shifted_mse(from, to, C, N, w, base_x, base_y), best = still;
+    double bx = base_x, by = base_y;
+    *dx = base_x, *dy = base_y;
     for (int y = -radius; y <= radius; y++)  // whole pixels
         for (int x = -radius; x <= radius; x++) {
             double e = shifted_mse(from, to, C, N, w, x, y);
@@ -78,15 +78,16 @@ void motion_estimate(const real *from, const real *to, int C, int N, double *dx,
     int radius = motion_radius(N);
     *dx = *dy = 0;
     if (N <= 2 * radius + 2) return;  // too small a frame to tell a shift from new content
-    search_shift(from, to, C, N, (Window){radius, N - radius, radius, N - radius}, radius, dx, dy);
+    search_shift(from, to, C, N, (Window){radius, N - radius, radius, N - radius}, radius, 0, 0, dx, dy);
 }
 
-void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double *dx, double *dy) {
+void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double base_x, double base_y,
+                           double *dx, double *dy) {
     int side = N / tiles, radius = motion_radius(N);
     for (int ty = 0; ty < tiles; ty++)
         for (int tx = 0; tx < tiles; tx++) {
             Window w = {ty * side, (ty + 1) * side, tx * side, (tx + 1) * side};
-            search_shift(from, to, C, N, w, radius, &dx[ty * tiles + tx], &dy[ty * tiles + tx]);
+            search_shift(from, to, C, N, w, radius, base_x, base_y, &dx[ty * tiles + tx], &dy[ty * tiles + tx]);
         }
 }
 

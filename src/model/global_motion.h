@@ -22,10 +22,11 @@ void motion_shift(real *out, const real *in, int C, int N, double dx, double dy)
 
 // The motion of each of the tiles x tiles squares of `to` (tile t = ty * tiles + tx, N / tiles pixels a
 // side; N a multiple of tiles): the shift that best moves `from` onto that square, by the same search
-// and the same rule as motion_estimate over the square's pixels alone, (0, 0) where no shift halves the
-// difference (a still background, a flat square). Used by delta_reference = local: things that move
-// on their own, each at its own speed.
-void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double *dx, double *dy);
+// as motion_estimate over the square's pixels alone, and the base shift (the global motion) where no
+// shift halves the base's difference (the camera's motion, a flat square). Used by delta_reference =
+// local: things that move on their own, each at its own speed.
+void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double base_x, double base_y,
+                           double *dx, double *dy);
 
 // out = in with the pixels of each tile carried scale * (dx, dy) of their tile (forward: each pixel is
 // spread bilinearly over the four pixels around where it lands). A pixel that content lands on takes
