@@ -238,46 +238,51 @@ static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const rea
     }
 }
 
+// The weight gradients' chunks of tokens: fixed by T, not by the thread count, so that the sums are
+// the same bytes with any number of threads.
+enum { QK_NORM_CHUNK = 64 };
+
 static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, const real *dout, const real *qkv,
                             const real *rstd, const real *qw, const real *kw, int T, int D, int H) {
-    int dh = D / H;
-    if (dqkv) {
+    int dh = D / H, nchunks = (T + QK_NORM_CHUNK - 1) / QK_NORM_CHUNK, want_w = dqw || dkw;
+    // part[c] (2, dh): chunk c's sums for dqw and dkw, its tokens and heads in order.
+    double *part = want_w ? calloc((size_t)(nchunks > 0 ? nchunks : 1) * 2 * (dh > 0 ? dh : 1), sizeof(double)) : NULL;
+    if (want_w && !part) fc_die("out of memory (qk_norm_bwd's partial sums)");
 #pragma omp parallel for schedule(static)
-        for (int t = 0; t < T; t++) {
+    for (int c = 0; c < nchunks; c++) {
+        int t1 = (c + 1) * QK_NORM_CHUNK < T ? (c + 1) * QK_NORM_CHUNK : T;
+        for (int t = c * QK_NORM_CHUNK; t < t1; t++) {
             const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
-            real *dxrow = dqkv + (size_t)t * 3 * D;
-            for (int part = 0; part < 2; part++) {
-                const real *w = part ? kw : qw;
+            for (int p = 0; p < 2; p++) {
+                const real *w = p ? kw : qw;
+                double *acc = want_w ? part + ((size_t)c * 2 + p) * dh : NULL;
                 for (int h = 0; h < H; h++) {
-                    const real *x = row + part * D + h * dh, *dy = drow + part * D + h * dh;
-                    double r = rstd[(size_t)t * 2 * H + part * H + h];
+                    const real *x = row + p * D + h * dh, *dy = drow + p * D + h * dh;
+                    double r = rstd[(size_t)t * 2 * H + p * H + h];
+                    if (acc)
+                        for (int i = 0; i < dh; i++) acc[i] += (double)dy[i] * x[i] * r;
+                    if (!dqkv) continue;
                     double dot = 0;
                     for (int i = 0; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
                     double coef = r * r * r * dot / dh;
-                    real *dx = dxrow + part * D + h * dh;
+                    real *dx = dqkv + (size_t)t * 3 * D + p * D + h * dh;
                     for (int i = 0; i < dh; i++) dx[i] = (real)(r * w[i] * dy[i] - x[i] * coef);
                 }
             }
-            memcpy(dxrow + 2 * D, drow + 2 * D, sizeof(real) * D);
+            if (dqkv) memcpy(dqkv + (size_t)t * 3 * D + 2 * D, drow + 2 * D, sizeof(real) * D);
         }
     }
-    // The weight gradients sum over every token and head, each entry in (token, head) order; the
-    // rows are read once, in memory order, all dh sums advancing together.
-    double *acc = fc_malloc(sizeof(double) * (dh > 0 ? dh : 1));
-    for (int part = 0; part < 2; part++) {
-        real *dw = part ? dkw : dqw;
+    // The weight gradients: the chunks' sums added in chunk order.
+    for (int p = 0; p < 2 && want_w; p++) {
+        real *dw = p ? dkw : dqw;
         if (!dw) continue;
-        for (int i = 0; i < dh; i++) acc[i] = 0;
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                size_t off = (size_t)t * 3 * D + part * D + h * dh;
-                const real *a = dout + off, *b = qkv + off;
-                double r = rstd[(size_t)t * 2 * H + part * H + h];
-                for (int i = 0; i < dh; i++) acc[i] += (double)a[i] * b[i] * r;
-            }
-        for (int i = 0; i < dh; i++) dw[i] = pmode == GRAD_ADD ? dw[i] + (real)acc[i] : (real)acc[i];
+        for (int i = 0; i < dh; i++) {
+            double sum = 0;
+            for (int c = 0; c < nchunks; c++) sum += part[((size_t)c * 2 + p) * dh + i];
+            dw[i] = pmode == GRAD_ADD ? dw[i] + (real)sum : (real)sum;
+        }
     }
-    free(acc);
+    free(part);
 }
 
 // ----------------------------------------------------------------------------
