@@ -136,7 +136,8 @@ void flow_references(const Config *c, const real *const *given, const float *off
     int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once (local:
                                     // 2 where its tiles move apart)
     int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
-    double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL, *tvy = tvx + MAX_SLOTS * n;
+    double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL;
+    double *tvy = tiles ? tvx + MAX_SLOTS * n : NULL;
     for (int f = 0; f < c->slots; f++) {
         if (c->slot_kind[f] != SLOT_TARGET) continue;
         int r = config_reference_slot(c, f);
