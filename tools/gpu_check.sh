@@ -2,6 +2,7 @@
 # On a machine with an NVIDIA GPU: build, run the CUDA backend's tests against the CPU backend, the
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
+#   BUNDLE=DIR runs the binaries of tools/gpu_bundle.sh DIR (built on another machine) instead of building.
 #   PART=tests stops after the tests, PART=speed skips them (both build); SKIP_TRAIN_TEST=1 leaves out the
 #   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset. With another checkout in
 #   build/base (git archive REV | tar -x -C build/base), PART=speed ends with tools/compare_builds.sh
@@ -16,19 +17,26 @@ exec > >(tee "$LOG/summary.txt") 2>&1
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc
-echo "== build"
-. tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
-make -j"$(nproc)" framechain build/test_cuda build/bench_ops > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
-grep 'framechain build' "$LOG/build.log"
-./framechain --version
+if [ -n "${BUNDLE:-}" ]; then  # binaries built elsewhere by tools/gpu_bundle.sh: nothing to compile here
+    echo "== bundle $BUNDLE"
+    B=$BUNDLE FC=$PWD/$BUNDLE/framechain
+    export LD_LIBRARY_PATH=$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+    echo "== build"
+    . tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
+    B=build FC=$PWD/framechain
+    make -j"$(nproc)" framechain build/test_cuda build/bench_ops > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+    grep 'framechain build' "$LOG/build.log"
+fi
+"$FC" --version
 PART=${PART:-all}
 if [ "$PART" != speed ]; then
 echo "== make test-cuda"
-make test-cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
+BUILD=$B FRAMECHAIN=$FC tests/run_tests.sh --only cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
 if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
     echo "== kill -9 resume on the GPU (tests/train/test_train.sh, device auto = cuda)"
-    tests/train/test_train.sh ./framechain > "$LOG/test-train.log" 2>&1
+    tests/train/test_train.sh "$FC" > "$LOG/test-train.log" 2>&1
     grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
 fi
 fi
@@ -45,7 +53,7 @@ speed() {
     local name=$1 dev=$2 cfg=$3 steps=$4
     shift 4
     rm -rf "$LOG/run"
-    ./framechain --device "$dev" train --config "$cfg" --run "$LOG/run" --steps "$steps" --set warmup_steps=2 \
+    "$FC" --device "$dev" train --config "$cfg" --run "$LOG/run" --steps "$steps" --set warmup_steps=2 \
         --set checkpoint_every=100000 --set keep_checkpoints=1 "$@" > "$LOG/train-$name-$dev.log" 2>&1
     local tf mfu
     tf=$(sed -nE 's/^speed: .* ([0-9.]+) TFLOP\/s$/\1/p' "$LOG/train-$name-$dev.log")
@@ -66,17 +74,17 @@ speed largest-depth22 cuda configs/starter.conf 8 --set depth=22 --set recompute
 echo "== checkpoints of the preset: training blocked, background write against synchronous"
 for mode in async sync; do
     rm -rf "$LOG/run"
-    ./framechain --device cuda train --config configs/starter.conf --run "$LOG/run" --steps 6 --set warmup_steps=2 \
+    "$FC" --device cuda train --config configs/starter.conf --run "$LOG/run" --steps 6 --set warmup_steps=2 \
         --set checkpoint_every=3 --set keep_checkpoints=1 $([ $mode = sync ] && echo --sync-checkpoints) \
         > "$LOG/ckpt-$mode.log" 2>&1
     echo "$mode: $(grep -E '^checkpoint|^speed|rror' "$LOG/ckpt-$mode.log" | tr '\n' ' ' | tr -s ' ')"
 done
 echo "== where a step's time goes, op by op (make bench-ops)"
-make -j"$(nproc)" build/bench_ops > /dev/null 2>&1 && ./build/bench_ops --device cuda | tee "$LOG/bench-ops.txt" | tail -25
+"$B/bench_ops" --device cuda | tee "$LOG/bench-ops.txt" | tail -25
 if [ "${PROFILE:-0}" = 1 ] && command -v nsys > /dev/null; then
     echo "== nsys: where a preset step's GPU time goes (bf16)"
     rm -rf "$LOG/run"
-    nsys profile -o "$LOG/preset" --force-overwrite true ./framechain --device cuda train --config configs/starter.conf \
+    nsys profile -o "$LOG/preset" --force-overwrite true "$FC" --device cuda train --config configs/starter.conf \
         --run "$LOG/run" --steps 4 > "$LOG/nsys.log" 2>&1  # the default 24 GiB budget: the preset's kept blocks
     nsys stats --report cuda_gpu_kern_sum --format csv "$LOG/preset.nsys-rep" 2> /dev/null |
         awk -F'","' 'NR > 1 { printf "%6s%%  %s\n", $1, substr($NF, 1, 90) }' | sed 's/"//g' | head -20
