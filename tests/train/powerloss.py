@@ -480,24 +480,29 @@ def check(args, cmd):
 
 
 def pick(log, step):
-    """The fsync numbers of the checkpoint of `step` in the log's first process: its file's, its folder's,
-    and the one of metrics.jsonl made before the checkpoint's file was created."""
+    """The fsyncs of the checkpoint of `step` in the log's first process as FC_POWERLOSS_SKIP_FSYNC's
+    K:PATH (the K-th fsync of that path: the checkpoint writer's thread cannot shift another path's
+    count): its file's, its folder's after the rename, and the one of metrics.jsonl made before the
+    checkpoint's file was created."""
     ops = parse_log(log)
     pid = next(op[1] for op in ops if op[0] != "start")
     name = f"ckpt-{step:08d}.safetensors"
     file_n = dir_n = metrics_n = None
     renamed = False
+    count = {}  # path -> its fsyncs so far
     for kind, p, tid, f in ops:
         if p != pid:
             continue
+        if kind == "fsync":
+            count[f[1]] = count.get(f[1], 0) + 1
         if kind == "fsync" and f[1].endswith("/metrics.jsonl") and not file_n:
-            metrics_n = f[2]
+            metrics_n = f"{count[f[1]]}:{f[1]}"
         if kind == "fsync" and name + ".tmp-" in f[1]:
-            file_n = f[2]
+            file_n = f"{count[f[1]]}:{f[1].split('.tmp-')[0]}.tmp-*"
         if kind == "rename" and f[1].endswith("/" + name):
             renamed = True
         elif kind == "fsync" and renamed:
-            dir_n = f[2]
+            dir_n = f"{count[f[1]]}:{f[1]}"
             break
     if not file_n or not dir_n or not metrics_n:
         raise SystemExit(f"powerloss.py: no fsyncs of {name} (or of metrics.jsonl before it) in {log}")

@@ -7,6 +7,8 @@
 //   FC_POWERLOSS_SKIP_FSYNC=K    fault injection: the K-th fsync/fdatasync under DIR (counted from 1
 //                                in this process) does nothing and returns 0; it is logged as
 //                                "skipfsync", never as "fsync", so the replay believes nothing synced
+//   FC_POWERLOSS_SKIP_FSYNC=K:PATH   the same for the K-th fsync of PATH (relative to DIR; PATH* for
+//                                the paths that begin so): a count no other thread's fsyncs can shift
 //
 // Log lines, tab-separated: OP PID TID then the operation's fields; paths are relative to DIR
 // ("." is DIR itself). Only calls that succeeded are logged, and each is done and logged under one
@@ -68,7 +70,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char root[PATH_MAX];
 static size_t root_len;
 static int log_fd = -1, data_fd = -1;
-static long skip_at = -1, n_fsync = 0;
+static long skip_at = -1, n_fsync = 0, n_skip_path = 0;
+static char skip_path[PATH_MAX];  // K:PATH's path ("" for a plain K); a trailing '*' matches any rest
 static char *fd_path[MAX_FD];  // the relative path of each fd opened under root; NULL: not watched
 
 static void init(void);
@@ -113,7 +116,11 @@ __attribute__((constructor)) static void init(void) {
     log_fd = real_open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     data_fd = real_open(data, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0 || data_fd < 0) die(log);
-    if (k && *k) skip_at = atol(k);
+    if (k && *k) {
+        skip_at = atol(k);
+        const char *colon = strchr(k, ':');
+        if (colon) snprintf(skip_path, sizeof skip_path, "%s", colon + 1);
+    }
     char line[64];
     int n = snprintf(line, sizeof line, "start\t%ld\t%ld\n", (long)getpid(), (long)syscall(SYS_gettid));
     if (real_write(log_fd, line, (size_t)n) != n) die("log");
@@ -330,8 +337,14 @@ static int do_fsync(int fd, int data_only) {
     if (!fd_watched(fd)) return data_only ? REAL(fdatasync)(fd) : REAL(fsync)(fd);
     pthread_mutex_lock(&mu);
     long k = ++n_fsync;
-    int rc = 0;
-    if (k == skip_at) {
+    int rc = 0, skip = k == skip_at;
+    if (skip_path[0]) {  // K:PATH: count this path's fsyncs alone
+        size_t n = strlen(skip_path);
+        const char *path = fd_watched(fd);
+        int match = skip_path[n - 1] == '*' ? !strncmp(path, skip_path, n - 1) : !strcmp(path, skip_path);
+        skip = match && ++n_skip_path == skip_at;
+    }
+    if (skip) {
         log_line("%d\t%s\t%ld", "skipfsync", fd, fd_watched(fd), k);  // the call never reaches the disk
     } else {
         rc = data_only ? real_fdatasync(fd) : real_fsync(fd);

@@ -86,12 +86,13 @@ check powerloss_states "$tmp/rec.log" --min-states 200
 # ---- one fsync skipped: the replay must find states that lose a promised checkpoint ----
 # The fsyncs of the checkpoint of step 9 (its file's, then its folder's: prune then deletes the
 # checkpoint of step 3), and the metrics.jsonl fdatasync that comes before it, as the fresh run under
-# the shim numbered them.
+# the shim numbered them, each counted among its own path's fsyncs (K:PATH): the background writer's
+# fsyncs and the training loop's interleave differently from run to run, a path's own do not.
 read -r k_file k_dir k_metrics < <(python3 "$PL" pick "$tmp/fresh.log" 9)
-for fault in "file:$k_file:the fsync of ckpt-00000009.safetensors's data" \
-    "folder:$k_dir:the fsync of the run folder after ckpt-00000009.safetensors's rename" \
-    "metrics:$k_metrics:the fdatasync of metrics.jsonl before the checkpoint of step 9"; do
-    IFS=: read -r what k desc <<< "$fault"
+for fault in "file|$k_file|the fsync of ckpt-00000009.safetensors's data" \
+    "folder|$k_dir|the fsync of the run folder after ckpt-00000009.safetensors's rename" \
+    "metrics|$k_metrics|the fdatasync of metrics.jsonl before the checkpoint of step 9"; do
+    IFS='|' read -r what k desc <<< "$fault"
     mkdir "$tmp/$what"
     recorded "$tmp/$what" "$tmp/$what.log" FC_POWERLOSS_SKIP_FSYNC="$k"
     wait $!
