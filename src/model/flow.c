@@ -53,10 +53,9 @@ void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint3
     free(noise);
 }
 
-// The velocity (pixels a frame) of the global motion at reference slot r: from the context slots
-// next to r in time. Not the anchor: the chain gives it the plan's offset whatever its distance
-// (chain_plan.h), so its offset is no time to divide a shift by.
-// The context slots next to r in time, one before and one after (-1 where there is none).
+// The context slots next to r in time, one before and one after (-1 where there is none). Not the
+// anchor: the chain gives it the plan's offset whatever its distance (chain_plan.h), so its offset is
+// no time to divide a shift by.
 static void context_neighbours(const Config *c, const float *offset, int r, int *before, int *after) {
     *before = *after = -1;
     for (int i = 0; i < c->slots; i++) {
@@ -67,6 +66,8 @@ static void context_neighbours(const Config *c, const float *offset, int r, int 
     }
 }
 
+// The velocity (pixels a frame) of the global motion at reference slot r: from the context slots
+// next to r in time.
 static void reference_velocity(const Config *c, const real *const *given, const float *offset, int r, double *vx,
                                double *vy) {
     int before, after;
