@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "model/memplan.h"
 #include "train/train.h"
+#include "report/preview.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -89,5 +90,15 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
                memory_plan_resolve(&c, c.batch_size, plan_device(be->name, be->precision), budget * 1073741824.0),
                c.depth, be->name);
-    return train_run(&c, run, data, be, &origin, budget * 1073741824.0, opt(opts, "--sync-checkpoints")->count > 0);
+    TrainHooks hooks = {0};
+    Preview *preview = NULL;
+    if (c.sample_every > 0) {  // before the run starts: preview_data that cannot serve ends it here
+        if (!(preview = preview_open(&c, run, data, err, sizeof err))) fc_die("%s", err);
+        printf("previews: %s, into %s/samples/\n", preview_describe(preview), run);
+        hooks = (TrainHooks){preview_take, preview};
+    }
+    int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
+                           opt(opts, "--sync-checkpoints")->count > 0, &hooks);
+    preview_close(preview);
+    return status;
 }

@@ -52,6 +52,10 @@ writing_checkpoint() {
     [ -e "${f[0]}" ] && writing=${f[0]##*/}
 }
 
+# ckpt_tensors CKPT: a digest of a checkpoint's tensors, its header left out (the header's config names
+# keys that change no tensor, such as sample_every)
+ckpt_tensors() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1" | md5sum; }
+
 # have PATTERN: a file matches the glob PATTERN
 have() { compgen -G "$1" > /dev/null; }
 

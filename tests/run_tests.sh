@@ -112,6 +112,7 @@ run_suite generate tests/chain/test_generate.sh "$FC"
 run_suite eval tests/chain/test_eval.sh "$FC"
 run_suite score tests/chain/test_score.sh "$FC"
 run_suite plot tests/report/test_plot.sh "$FC"
+run_suite preview env PYTHON="$PYTHON" tests/report/test_preview.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
 # The CUDA backend's kernels on the CPU (tests/cuda/emu); built wherever the CUDA toolkit's headers are,

@@ -94,6 +94,11 @@ static const KeyDef KEYS[] = {
     {"optimizer", KEY_ENUM, OFF(optimizer), 0, 0, "adamw8bit (8-bit moments) or adamw (fp32 moments)", OPTIMIZERS},
     {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
     {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
+    {"sample_every", KEY_INT, OFF(sample_every), 0, 2e9,
+     "steps between previews: the EMA model samples its windows of held-out footage into RUN/samples/ (0: none)"},
+    {"preview_data", KEY_PATH, OFF(preview_data), 0, 0,
+     "with sample_every: a dataset folder (framechain prepare) the previews' windows come from, footage the run "
+     "does not train on; none: the run's own --data (or, on the built-in shapes, clips no step draws)"},
     {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATA_SOURCES},
     {"mix_shapes", KEY_DOUBLE, OFF(mix_shapes), 0, 1, "training on shards: this fraction of windows are moving shapes"},
     {"fast_fraction", KEY_DOUBLE, OFF(fast_fraction), 0, 1, "this fraction of windows play their clip at 2x speed"},

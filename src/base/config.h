@@ -65,6 +65,9 @@ typedef struct {
     // ---- checkpoints ----
     int checkpoint_every;   // steps between checkpoints
     int keep_checkpoints;   // how many of the newest checkpoints stay on disk
+    // ---- previews (report/preview.h) ----
+    int sample_every;       // steps between previews of the EMA model's samples (0: none)
+    char preview_data[CONFIG_MAX_PATH];  // a dataset folder the previews' windows come from; "": the run's own
     // ---- data ----
     int dataset;            // enum DataSource: the config key "dataset"
     double mix_shapes;      // training on shards: this fraction of the windows are moving shapes instead

@@ -136,62 +136,105 @@ static void drop_given(const Model *m, int index, const SampleOptions *o, const 
     }
 }
 
-// The network's velocity for the window x at levels t, into pred (F, E).
+// The network's velocity for the m->B windows x at levels t, into pred (B, F, E).
 static void predict(Model *m, const real *x, const real *t, real *pred) {
     const Backend *be = m->be;
-    be->upload(m->in.t, t, sizeof(real) * m->F);
-    be->upload(m->in.xt, x, sizeof(real) * m->F * m->E);
+    be->upload(m->in.t, t, sizeof(real) * m->S);
+    be->upload(m->in.xt, x, sizeof(real) * m->S * m->E);
     model_forward(m);
-    be->download(pred, m->a.pred, sizeof(real) * m->F * m->E);
+    be->download(pred, m->a.pred, sizeof(real) * m->S * m->E);
 }
 
-// Sampling scratch: the window, the prediction, and guidance's unconditional window and prediction.
+// Sampling scratch for m->B windows: the windows, the prediction, and guidance's unconditional windows
+// and prediction.
 typedef struct {
-    real *x, *pred, *xu, *pred_u;  // (F, E) each, F the largest window
-    real *reference;               // (F, E): the delta targets' reference frames
+    real *x, *pred, *xu, *pred_u;  // (B, F, E) each, F the largest window
+    real *reference;               // (F, E): one window's delta targets' reference frames
+    real *t, *tu, *off;            // (B, F) each: the slots' levels, guidance's levels, time offsets
 } WindowBuffers;
 
-// One window: targets from pure noise to t = 0 in o->steps (or the model's sample_steps) Euler steps of the velocity the network
-// predicts (v = e - x0, so x moves by -dt * v), the conditioning slots held fixed. With guidance w
-// != 1, v = v_u + w (v_c - v_u), v_u predicted with the given frames dropped. A model trained on
-// deltas makes each target as its reference frame plus the sampled delta / delta_scale.
-static void sample_window(Model *m, const ChainWindow *w, int index, real *const *at, const SampleOptions *o,
-                          WindowBuffers *wb) {
+static void window_buffers_alloc(WindowBuffers *wb, int F, size_t E, int B) {
+    size_t bytes = sizeof(real) * F * E, slots = sizeof(real) * F * B;
+    *wb = (WindowBuffers){fc_malloc(bytes * B), fc_malloc(bytes * B), fc_malloc(bytes * B), fc_malloc(bytes * B),
+                          fc_malloc(bytes),     fc_malloc(slots),     fc_malloc(slots),     fc_malloc(slots)};
+}
+
+static void window_buffers_free(WindowBuffers *wb) {
+    free(wb->x), free(wb->pred), free(wb->xu), free(wb->pred_u), free(wb->reference);
+    free(wb->t), free(wb->tu), free(wb->off);
+}
+
+// The m->B windows w[b] of one model at once (all of its plan, m->F slots; b's noise draws keyed by
+// index[b], its frames at[b]): targets from pure noise to t = 0 in o->steps (or the model's
+// sample_steps) Euler steps of the velocity the network predicts (v = e - x0, so x moves by -dt * v),
+// the conditioning slots held fixed. With guidance w != 1, v = v_u + w (v_c - v_u), v_u predicted with
+// the given frames dropped. A model trained on deltas makes each target as its reference frame plus
+// the sampled delta / delta_scale.
+static void sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
+                           const SampleOptions *o, WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    size_t E = (size_t)m->E;
-    real t[MAX_SLOTS], tu[MAX_SLOTS], off[MAX_SLOTS];
-    real *x = wb->x, *pred = wb->pred;
-    window_start(m, w, index, at, o, x, t, off);
-    be->upload(m->in.offset, off, sizeof(real) * w->slots);
+    int B = m->B, F = m->F;
+    size_t E = (size_t)m->E, W = (size_t)F * E;
+    real *t = wb->t, *tu = wb->tu, *off = wb->off, *x = wb->x, *pred = wb->pred;
+    for (int b = 0; b < B; b++) window_start(m, w[b], index[b], at[b], o, x + b * W, t + b * F, off + b * F);
+    be->upload(m->in.offset, off, sizeof(real) * m->S);
     int guided = o->guidance != 1.0, steps = o->steps ? o->steps : c->sample_steps;
     for (int k = 0; k < steps; k++) {
         double t_now = 1.0 - (double)k / steps, t_next = 1.0 - (double)(k + 1) / steps;
-        for (int i = 0; i < w->slots; i++)
-            if (c->slot_kind[i] == SLOT_TARGET) t[i] = (real)t_now;
+        for (int s = 0; s < m->S; s++)
+            if (c->slot_kind[s % F] == SLOT_TARGET) t[s] = (real)t_now;
         predict(m, x, t, pred);
         if (guided) {
-            drop_given(m, index, o, x, t, wb->xu, tu);
+            for (int b = 0; b < B; b++) drop_given(m, index[b], o, x + b * W, t + b * F, wb->xu + b * W, tu + b * F);
             predict(m, wb->xu, tu, wb->pred_u);
-            for (size_t e = 0; e < (size_t)w->slots * E; e++)
+            for (size_t e = 0; e < (size_t)B * W; e++)
                 pred[e] = (real)(wb->pred_u[e] + o->guidance * (pred[e] - wb->pred_u[e]));
         }
         double dt = t_now - t_next;
-        for (int i = 0; i < w->slots; i++)
-            if (c->slot_kind[i] == SLOT_TARGET)
-                for (size_t e = 0; e < E; e++) x[i * E + e] -= (real)(dt * pred[i * E + e]);
+        for (int s = 0; s < m->S; s++)
+            if (c->slot_kind[s % F] == SLOT_TARGET)
+                for (size_t e = 0; e < E; e++) x[s * E + e] -= (real)(dt * pred[s * E + e]);
     }
-    if (c->targets == TARGETS_DELTAS) {
-        const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
-        for (int i = 0; i < w->slots; i++) given[i] = at[w->frame[i]];
-        flow_references(c, given, w->offset, wb->reference);
-    }
-    for (int i = 0; i < w->slots; i++)
-        if (c->slot_kind[i] == SLOT_TARGET) {
-            real *dst = at[w->frame[i]], *xi = x + i * E;
-            if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
-            for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
+    for (int b = 0; b < B; b++) {
+        real *xb = x + b * W;
+        if (c->targets == TARGETS_DELTAS) {
+            const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
+            for (int i = 0; i < F; i++) given[i] = at[b][w[b]->frame[i]];
+            flow_references(c, given, w[b]->offset, wb->reference);
         }
+        for (int i = 0; i < F; i++)
+            if (c->slot_kind[i] == SLOT_TARGET) {
+                real *dst = at[b][w[b]->frame[i]], *xi = xb + i * E;
+                if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
+                for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
+            }
+    }
+}
+
+void sample_plan_windows(Model *m, real *windows, const SampleOptions *o) {
+    const Config *c = &m->cfg;
+    int B = m->B, F = m->F;
+    size_t E = (size_t)m->E;
+    ChainWindow *w = fc_malloc(sizeof(ChainWindow) * B);
+    const ChainWindow **wp = fc_malloc(sizeof(ChainWindow *) * B);
+    int *index = fc_malloc(sizeof(int) * B);
+    real **frames = fc_malloc(sizeof(real *) * B * F), ***at = fc_malloc(sizeof(real **) * B);
+    for (int b = 0; b < B; b++) {
+        memset(&w[b], 0, sizeof w[b]);
+        w[b].role = c->role, w[b].slots = F;
+        for (int i = 0; i < F; i++) {
+            w[b].frame[i] = i, w[b].kind[i] = c->slot_kind[i], w[b].offset[i] = c->slot_offset[i];
+            w[b].keep[i] = c->slot_kind[i] == SLOT_TARGET;
+            frames[b * F + i] = windows + ((size_t)b * F + i) * E;
+        }
+        wp[b] = &w[b], index[b] = b, at[b] = frames + b * F;
+    }
+    WindowBuffers wb;
+    window_buffers_alloc(&wb, F, E, B);
+    sample_windows(m, wp, index, (real *const *const *)at, o, &wb);
+    window_buffers_free(&wb);
+    free(w), free(wp), free(index), free(frames), free(at);
 }
 
 void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len) {
@@ -340,8 +383,8 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
     size_t E = (size_t)cm->m[0]->E;
     int fmax = 0;
     for (int r = 0; r < 3; r++) fmax = cm->m[r]->F > fmax ? cm->m[r]->F : fmax;
-    size_t bytes = sizeof(real) * fmax * E;
-    WindowBuffers wb = {fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes), fc_malloc(bytes)};
+    WindowBuffers wb;
+    window_buffers_alloc(&wb, fmax, E, 1);
     double t0 = fc_now_s(), t_line = 0;
     int rc = 0, done = 0;  // frames of 0..N-1 made (or given)
     for (int f = 0; f < p->frames; f++) done += st->made[f] < 0;
@@ -352,7 +395,8 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
             rc = -1;
             break;
         }
-        sample_window(cm->m[w->role], w, k, st->at, o, &wb);
+        real *const *at = st->at;
+        sample_windows(cm->m[w->role], &w, &k, &at, o, &wb);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
@@ -366,7 +410,7 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
         rc = store_settle(st, k, emit, ctx, err, errlen);
     }
     if (!o->quiet && tty) fprintf(stderr, "\n");
-    free(wb.x), free(wb.pred), free(wb.xu), free(wb.pred_u), free(wb.reference);
+    window_buffers_free(&wb);
     return rc;
 }
 

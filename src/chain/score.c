@@ -7,6 +7,7 @@
 #include "chain/score.h"
 #include "base/common.h"
 #include "base/philox.h"
+#include "dataset/clip_window.h"
 #include "formats/safetensors.h"
 #include "model/flow.h"
 #include "model/model.h"
@@ -22,40 +23,6 @@ static double normal_quantile(double p) {
     return 0.5 * (lo + hi);
 }
 
-// Whether m's frames and plan fit d: 0, or -1 with one line naming the run.
-static int check_fit(const Model *m, const char *run, const Dataset *d, int *lo, char *err, size_t errlen) {
-    const Config *c = &m->cfg;
-    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), hi = 0;
-    if (c->channels != 3 || c->frame_size != N)
-        return fc_errf(err, errlen, "%s: frames are %dx%d RGB, but %s makes %dx%d frames of %d channels", dataset_dir(d),
-                       N, N, run, c->frame_size, c->frame_size, c->channels);
-    *lo = 0;
-    for (int f = 0; f < c->slots; f++) {
-        float o = c->slot_offset[f];
-        if (o != floorf(o) || fabsf(o) > 1e6f)
-            return fc_errf(err, errlen, "%s: plan slot %d has offset %g, not a whole number of frames", run, f,
-                           (double)o);
-        if (!f || (int)o < *lo) *lo = (int)o;
-        if (!f || (int)o > hi) hi = (int)o;
-    }
-    if (hi - *lo + 1 > CF)
-        return fc_errf(err, errlen, "%s: the plan of %s spans %d frames, more than its clips have (clip_frames %d)",
-                       dataset_dir(d), run, hi - *lo + 1, CF);
-    return 0;
-}
-
-// Window w of the host batch x0 (B, F, 3, N, N) from a clip's frames: its first window (score.h).
-static void first_window(const Config *c, int lo, const uint8_t *clip, real *x0) {
-    int N = c->frame_size;
-    size_t plane = (size_t)N * N;
-    for (int f = 0; f < c->slots; f++) {
-        const uint8_t *frame = clip + (size_t)((int)c->slot_offset[f] - lo) * plane * 3;
-        real *o = x0 + (size_t)f * 3 * plane;
-        for (size_t p = 0; p < plane; p++)
-            for (int ch = 0; ch < 3; ch++) o[ch * plane + p] = (real)(frame[3 * p + ch] / 127.5 - 1.0);
-    }
-}
-
 // The loss of every clip of d under the model of run (loss[i], NAN for a damaged clip; damaged[i] set),
 // at the levels t[0 .. K-1]. 0, or -1 with err.
 static int model_losses(const char *run, const Dataset *d, const Backend *be, int B, const double *tk, int K,
@@ -64,7 +31,7 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
     int step, lo = 0;
     Model *m = checkpoint_load_for_generation(run, be, B, &step, why, sizeof why);
     if (!m) return fc_errf(err, errlen, "%s", why);
-    if (check_fit(m, run, d, &lo, err, errlen)) {
+    if (clip_window_fits(&m->cfg, run, d, &lo, err, errlen)) {
         free_model(m);
         return -1;
     }
@@ -91,7 +58,7 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
                 rc = fc_errf(err, errlen, "%s", why);
                 break;
             }
-            first_window(c, lo, raw, x0 + (size_t)n * W);
+            clip_first_window(c, lo, raw, x0 + (size_t)n * W);
             batch_clip[n++] = k;
         }
         if (rc || !n) break;

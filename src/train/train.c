@@ -184,6 +184,10 @@ typedef struct {
     double ckpt_blocked_ms;
     double t_start, t_last_line, t_timed;
     int t_timed_steps;
+    const TrainHooks *hooks;
+    real *params_aside;  // (n_params) host: the trained weights while the EMA stands in for a preview
+    double preview_s;    // time the previews took, in all
+    int previews;
 } Trainer;
 
 // What one optimizer update measured, for its metrics line.
@@ -242,6 +246,8 @@ static void build_training_state(Trainer *t) {
     be->copy(t->ema, t->m->params_mem, sizeof(real) * t->m->n_params);
 }
 
+static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
+
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_services(Trainer *t) {
     const Config *c = t->c;
@@ -260,6 +266,12 @@ static void start_services(Trainer *t) {
     t->writer = ckpt_writer_start(t->run, t->m, t->ema, t->o, c, t->tty ? NULL : stdout, t->sync_checkpoints);
     printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(t->writer) / 1073741824.0,
            t->on_gpu ? "page-locked " : "", t->sync_checkpoints ? " (synchronous checkpoints)" : "");
+    if (previews_on(t)) {
+        size_t bytes = sizeof(real) * t->m->n_params;
+        t->params_aside = fc_malloc(bytes);
+        printf("previews every %d steps: %.3g GiB of host memory hold the weights while the EMA samples\n",
+               c->sample_every, bytes / 1073741824.0);
+    }
     fflush(stdout);
 }
 
@@ -352,8 +364,12 @@ static void print_progress(Trainer *t, int step, double loss, int last) {
     if (!t->tty && !last && now - t->t_last_line <= 10) return;
     char eta[32];
     fc_format_duration(eta, sizeof eta, (c->steps - step) / rate);
-    printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", t->tty ? "\r" : "", step, c->steps,
-           loss, t->st.smooth_loss, rate, eta, t->tty ? "   " : "\n");
+    char preview[64] = "";
+    if (t->previews)  // the previews' share of the time since this process started training
+        snprintf(preview, sizeof preview, "  previews %.1f s (%.1f%%)", t->preview_s,
+                 100 * t->preview_s / (now - t->t_start));
+    printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s%s", t->tty ? "\r" : "", step, c->steps,
+           loss, t->st.smooth_loss, rate, eta, preview, t->tty ? "   " : "\n");
     fflush(stdout);
     t->t_last_line = now;
 }
@@ -372,6 +388,23 @@ static void submit_checkpoint(Trainer *t) {
                "checkpoints are whole: run the same command to go on)", t->run, t->st.step, strerror(e));
     }
     if (ckpt_writer_submit(t->writer, &t->st, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+}
+
+// A preview of the model at `step` with the EMA weights standing in for the trained ones, which are
+// set aside on the host and put back byte for byte (the GPU's bf16 mirror of them is rebuilt from the
+// same values). The checkpoint being copied reads the weights: its copy is waited for first.
+static void take_preview(Trainer *t, int step) {
+    const Backend *be = t->be;
+    char err[1024];
+    double t0 = fc_now_s(), waited = 0;
+    if (ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
+    size_t bytes = sizeof(real) * t->m->n_params;
+    be->download(t->params_aside, t->m->params_mem, bytes);
+    be->copy(t->m->params_mem, t->ema, bytes);
+    t->hooks->preview(t->hooks->ctx, t->m, step);
+    be->upload(t->m->params_mem, t->params_aside, bytes);
+    t->preview_s += fc_now_s() - t0;
+    t->previews++;
 }
 
 // The hot loop: one optimizer update per iteration. Returns 0 at c->steps, 128 + signal when a stop
@@ -397,6 +430,7 @@ static int run_steps(Trainer *t) {
             if (t->tty) printf("\n");
             submit_checkpoint(t);
         }
+        if (previews_on(t) && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step);
         if (stop) {
             finish_or_die(t->writer);
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
@@ -417,6 +451,9 @@ static void finish_run(Trainer *t) {
         printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
                "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * t->m->B * t->m->F, flops / 1e12, flops / ms / 1e9);
     }
+    if (t->previews)
+        printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
+               t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), t->run);
     if (t->be->memory_peak)  // three decimals: a MiB, for the small configs
         printf("peak %s memory: %.3f GiB measured (plan %.3f GiB)\n", t->be->name,
                t->be->memory_peak() / 1073741824.0, t->plan.total / 1073741824.0);
@@ -428,6 +465,7 @@ static void release(Trainer *t) {
     if (t->dataset) dataset_close(t->dataset);
     if (t->metrics) fclose(t->metrics);
     free(t->host_x0);
+    free(t->params_aside);
     t->be->free(t->x0);
     t->be->free(t->ema);
     free_optimizer(t->o);
@@ -436,12 +474,12 @@ static void release(Trainer *t) {
 }
 
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
-              double vram_budget, int sync_checkpoints) {
+              double vram_budget, int sync_checkpoints, const TrainHooks *hooks) {
     // Start-up has nothing to save: until the loop can checkpoint, a stop signal ends train at once
     // (a large model's set-up takes minutes, and a signal held through it was a signal ignored).
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints};
+    Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints, .hooks = hooks};
     t.on_gpu = strcmp(be->name, "cpu") != 0;
     open_data(&t);
     open_run_folder(&t);

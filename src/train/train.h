@@ -4,7 +4,18 @@
 
 #include "backend/backend.h"
 #include "base/config.h"
+#include "model/model.h"
 #include "train/lineage.h"
+
+// What a command adds to the loop. preview (NULL: none), every c->sample_every steps and at the last
+// step, after the step's checkpoint was handed to the writer: the model then holds the EMA weights
+// (the weights it trains are put back when it returns, byte for byte, so previews change nothing the
+// run computes); it must not write the parameters. Its time is shown in the progress line and summed
+// at the end. A preview that cannot be made is the hook's to report; the run goes on.
+typedef struct {
+    void (*preview)(void *ctx, Model *m, int step);
+    void *ctx;
+} TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in
 // folder `data` (NULL: the built-in moving shapes). Returns the exit status:
@@ -15,7 +26,8 @@
 // Checkpoints are written by a background thread (checkpoint.h) while training goes on;
 // sync_checkpoints: each one is finished before the next step (--sync-checkpoints, to compare).
 // origin: how the command starts the run besides resuming it (lineage.h: --extend, --from); NULL: plain.
+// hooks: NULL, or what the command adds (above).
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
-              double vram_budget, int sync_checkpoints);
+              double vram_budget, int sync_checkpoints, const TrainHooks *hooks);
 
 #endif

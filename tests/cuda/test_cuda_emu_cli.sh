@@ -37,6 +37,18 @@ else
     fail emu_cli_background_checkpoints "no background checkpoint line in the log"
 fi
 
+# previews: the EMA stands in for the weights on the device and they are put back byte for byte (the
+# bf16 mirror rebuilt from them): the same checkpoint as the run without previews, apart from the config
+"$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/preview" --steps 4 --set warmup_steps=2 \
+    --set checkpoint_every=2 --set sample_every=1 > "$tmp/preview.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(ckpt_tensors "$tmp/preview/ckpt-00000004.safetensors")" = "$(ckpt_tensors "$tmp/starter/ckpt-00000004.safetensors")" ] &&
+    [ -f "$tmp/preview/samples/step-00000004.png" ]; then
+    pass emu_cli_preview_restores "a preview after every step on the emulated cuda device: the same step-4 tensors"
+else
+    fail emu_cli_preview_restores "status $rc: $(tail -1 "$tmp/preview.log")"
+fi
+
 # generate: 9 frames with each device; cuda-fp32 against the CPU pixel for pixel
 RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
 for dev in cpu cuda-fp32 cuda; do

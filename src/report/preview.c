@@ -1,0 +1,236 @@
+// preview.c: previews of a training run (see preview.h): the windows chosen once, sampled by the
+// model with its EMA weights, drawn as a PNG.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report/preview.h"
+#include "base/common.h"
+#include "base/paths.h"
+#include "chain/sampler.h"
+#include "dataset/clip_window.h"
+#include "dataset/moving_shapes.h"
+#include "formats/shards.h"
+#include "report/plot.h"
+
+#define PREVIEW_NOISE_AUG 0.1  // the context frames' noise level, as generate's default
+
+struct Preview {
+    Config c;
+    char dir[4200];        // RUN/samples
+    char run[4096];
+    int K;                 // windows shown
+    int order[MAX_SLOTS];  // the slots in time order
+    size_t E;              // values in a frame
+    real *truth;           // (B, F, E): the windows as the footage has them (windows K..B-1 repeat window 0)
+    real *made;            // (B, F, E): the same with the target slots sampled
+    char what[512];        // preview_describe
+};
+
+// ----------------------------------------------------------------------------
+// the windows
+
+// The clip shown as window k of K from a dataset of n clips: evenly spaced, the middle of each share.
+static int spaced_clip(int k, int K, int n) { return (int)(((2 * (long)k + 1) * n) / (2 * (long)K)); }
+
+// Window k from clip `want` of d, or the next clip that is not damaged. Appends its windows.tsv line.
+// 0, or -1 with err (a shard that cannot be read, every clip damaged).
+static int read_window(Preview *p, const Dataset *d, int lo, int k, int want, uint8_t *raw, char *tsv, size_t tsvlen,
+                       char *err, size_t errlen) {
+    int n = dataset_clips(d);
+    for (int tries = 0; tries < n; tries++) {
+        int clip = (want + tries) % n, got = dataset_read_clip(d, clip, raw, err, errlen);
+        if (got == DATASET_CLIP_DAMAGED) continue;
+        if (got) return -1;
+        clip_first_window(&p->c, lo, raw, p->truth + (size_t)k * p->c.slots * p->E);
+        char source[1024] = "?";
+        long first = 0;
+        ClipLocation where = {0};
+        char why[256];
+        if (dataset_clip_origin(d, clip, source, sizeof source, &first, why, sizeof why)) snprintf(source, sizeof source, "?");
+        dataset_clip_location(d, clip, &where);
+        size_t used = strlen(tsv);
+        snprintf(tsv + used, tsvlen - used, "%d\t%s\t%d\t%s\t%ld\n", k, where.shard ? where.shard : "?", where.index,
+                 source, first);
+        return 0;
+    }
+    return fc_errf(err, errlen, "%s: every clip is damaged: no window to preview", dataset_dir(d));
+}
+
+// The windows of a dataset folder into p->truth, their lines into tsv. 0, or -1 with err.
+static int dataset_windows(Preview *p, const char *folder, char *tsv, size_t tsvlen, char *err, size_t errlen) {
+    char why[1024];
+    Dataset *d = dataset_open(folder, why, sizeof why);
+    if (!d) return fc_errf(err, errlen, "preview_data: %s", why);
+    int lo, rc = clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
+    if (rc) fc_errf(err, errlen, "preview_data: %s", why);
+    int n = dataset_clips(d);
+    if (rc == 0) {
+        p->K = p->K < n ? p->K : n;
+        uint8_t *raw = fc_malloc(dataset_clip_bytes(d));
+        snprintf(tsv, tsvlen, "# the windows previewed: the first window of each clip, from %s\n"
+                              "window\tshard\tclip\tsource\tfirst_frame\n", folder);
+        for (int k = 0; k < p->K && rc == 0; k++)
+            rc = read_window(p, d, lo, k, spaced_clip(k, p->K, n), raw, tsv, tsvlen, err, errlen);
+        free(raw);
+    }
+    if (rc == 0)
+        snprintf(p->what, sizeof p->what, "%d window%s of %s (%d clips)", p->K, p->K == 1 ? "" : "s", folder, n);
+    dataset_close(d);
+    return rc;
+}
+
+// windows.tsv as text: written when it is not there or says something else. 0, or -1 with err.
+static int record_windows(const Preview *p, const char *text, char *err, size_t errlen) {
+    char path[4300], tmp[4400];
+    snprintf(path, sizeof path, "%s/windows.tsv", p->dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char old[16384];
+        size_t n = fread(old, 1, sizeof old - 1, f);
+        old[n] = 0;
+        fclose(f);
+        if (!strcmp(old, text)) return 0;
+        printf("previews: the windows differ from those %s names (the data changed): written again\n", path);
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "w");
+    int ok = f && fputs(text, f) >= 0;
+    if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+Preview *preview_open(const Config *c, const char *run, const char *train_data, char *err, size_t errlen) {
+    Preview *p = fc_calloc(1, sizeof *p);
+    p->c = *c;
+    snprintf(p->run, sizeof p->run, "%s", run);
+    snprintf(p->dir, sizeof p->dir, "%s/samples", run);
+    int F = c->slots, B = c->batch_size;
+    p->E = (size_t)c->channels * c->frame_size * c->frame_size;
+    p->K = B < PREVIEW_WINDOWS ? B : PREVIEW_WINDOWS;
+    p->truth = fc_malloc(sizeof(real) * B * F * p->E);
+    p->made = fc_malloc(sizeof(real) * B * F * p->E);
+    for (int i = 0; i < F; i++) p->order[i] = i;
+    for (int i = 1; i < F; i++)  // insertion sort by time offset: the plan may list its slots in any order
+        for (int j = i; j > 0 && c->slot_offset[p->order[j]] < c->slot_offset[p->order[j - 1]]; j--) {
+            int s = p->order[j];
+            p->order[j] = p->order[j - 1], p->order[j - 1] = s;
+        }
+    char tsv[16384];
+    const char *folder = c->preview_data[0] ? c->preview_data : train_data;
+    int rc = 0;
+    if (folder) {
+        rc = dataset_windows(p, folder, tsv, sizeof tsv, err, errlen);
+    } else {  // the moving shapes of step 0: training draws steps 1, 2, ...
+        shapes_batch(p->truth, c, B, (uint64_t)c->seed, 0);
+        snprintf(tsv, sizeof tsv, "# the windows previewed: the built-in moving shapes of seed %lld, step 0 (no "
+                 "training step draws them)\nwindow\tshapes_step\tshapes_window\n", (long long)c->seed);
+        for (int k = 0; k < p->K; k++) {
+            size_t used = strlen(tsv);
+            snprintf(tsv + used, sizeof tsv - used, "%d\t0\t%d\n", k, k);
+        }
+        snprintf(p->what, sizeof p->what, "%d window%s of moving shapes no step draws", p->K, p->K == 1 ? "" : "s");
+    }
+    if (rc == 0) rc = fc_mkdir_p(p->dir, err, errlen);  // only once the data is known to serve
+    if (rc == 0) rc = record_windows(p, tsv, err, errlen);
+    if (rc) {
+        preview_close(p);
+        return NULL;
+    }
+    size_t W = (size_t)F * p->E;
+    for (int b = p->K; b < B; b++) memcpy(p->truth + b * W, p->truth, sizeof(real) * W);  // padding, not shown
+    return p;
+}
+
+const char *preview_describe(const Preview *p) { return p->what; }
+
+void preview_close(Preview *p) {
+    if (!p) return;
+    free(p->truth);
+    free(p->made);
+    free(p);
+}
+
+// ----------------------------------------------------------------------------
+// the image
+
+#define GIVEN_BORDER ((Rgb){150, 150, 150})
+#define MADE_BORDER ((Rgb){235, 120, 20})
+#define REAL_BORDER ((Rgb){60, 60, 60})
+
+// Frame (3, N, N) in [-1, 1] at (x, y), each pixel z x z, inside a 2-pixel border of colour `border`.
+static void draw_frame(Canvas *cv, const real *frame, int N, int z, int x, int y, Rgb border) {
+    canvas_fill(cv, x, y, x + z * N + 3, y + z * N + 3, border);
+    size_t plane = (size_t)N * N;
+    for (int py = 0; py < N; py++)
+        for (int px = 0; px < N; px++) {
+            uint8_t rgb[3];
+            for (int ch = 0; ch < 3; ch++) {
+                double v = (frame[ch * plane + (size_t)py * N + px] + 1.0) * 127.5 + 0.5;
+                rgb[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+            int x0 = x + 2 + px * z, y0 = y + 2 + py * z;
+            canvas_fill(cv, x0, y0, x0 + z - 1, y0 + z - 1, (Rgb){rgb[0], rgb[1], rgb[2]});
+        }
+}
+
+// The preview image of p->made beside p->truth into cv (initialised here). 0, or -1 with err.
+static int draw_preview(const Preview *p, int step, Canvas *cv, char *err, size_t errlen) {
+    const Config *c = &p->c;
+    int N = c->frame_size, F = c->slots, z = N >= 96 ? 1 : (96 + N - 1) / N;
+    int cell = z * N + 4, gap = 6, margin = 10, th = text_height(1);
+    int label_w = text_width("made", 1) + 10;
+    int width = 2 * margin + label_w + F * cell + (F - 1) * gap;
+    char title[512];
+    snprintf(title, sizeof title, "%s, step %d: the EMA model's frames (orange) from those given (grey), above the "
+             "real ones", p->run, step);
+    char line[512];
+    text_fit(line, sizeof line, title, width - 2 * margin, 1);
+    int top = margin + th + 6 + th + 2;  // the title, then the slots' time offsets
+    int height = top + p->K * (2 * cell + 4) + (p->K - 1) * 12 + margin;
+    if (canvas_init(cv, width, height, err, errlen)) return -1;
+    canvas_text(cv, margin, margin, line, RGB_TEXT, 1);
+    for (int j = 0; j < F; j++) {
+        char off[32];
+        snprintf(off, sizeof off, "%+g", (double)c->slot_offset[p->order[j]]);
+        int x = margin + label_w + j * (cell + gap);
+        canvas_text(cv, x + (cell - text_width(off, 1)) / 2, margin + th + 6, off, RGB_TEXT, 1);
+    }
+    size_t W = (size_t)F * p->E;
+    for (int k = 0; k < p->K; k++) {
+        int y = top + k * (2 * cell + 4 + 12);
+        canvas_text(cv, margin, y + (cell - th) / 2, "made", RGB_TEXT, 1);
+        canvas_text(cv, margin, y + cell + 4 + (cell - th) / 2, "real", RGB_TEXT, 1);
+        for (int j = 0; j < F; j++) {
+            int s = p->order[j], x = margin + label_w + j * (cell + gap), target = c->slot_kind[s] == SLOT_TARGET;
+            draw_frame(cv, p->made + k * W + s * p->E, N, z, x, y, target ? MADE_BORDER : GIVEN_BORDER);
+            draw_frame(cv, p->truth + k * W + s * p->E, N, z, x, y + cell + 4, REAL_BORDER);
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// a preview
+
+void preview_take(void *preview, Model *m, int step) {
+    Preview *p = preview;
+    size_t values = (size_t)m->S * m->E;
+    memcpy(p->made, p->truth, sizeof(real) * values);
+    SampleOptions o = {.steps = 0, .seed = (uint64_t)p->c.seed, .noise_aug = PREVIEW_NOISE_AUG, .guidance = 1.0,
+                       .temperature = 1.0, .quiet = 1};
+    sample_plan_windows(m, p->made, &o);
+    Canvas cv = {0};
+    char path[4300], err[4400];
+    snprintf(path, sizeof path, "%s/step-%08d.png", p->dir, step);
+    if (draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, err, sizeof err))
+        fprintf(stderr, "preview of step %d skipped: %s\n", step, err);
+    canvas_free(&cv);
+}
