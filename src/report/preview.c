@@ -60,12 +60,14 @@ static int read_window(Preview *p, const Dataset *d, int lo, int k, int want, ui
 }
 
 // The windows of a dataset folder into p->truth, their lines into tsv. 0, or -1 with err.
-static int dataset_windows(Preview *p, const char *folder, char *tsv, size_t tsvlen, char *err, size_t errlen) {
+// key: where the folder was named ("preview_data", "--data"), for the error line.
+static int dataset_windows(Preview *p, const char *folder, const char *key, char *tsv, size_t tsvlen, char *err,
+                           size_t errlen) {
     char why[1024];
     Dataset *d = dataset_open(folder, why, sizeof why);
-    if (!d) return fc_errf(err, errlen, "preview_data: %s", why);
+    if (!d) return fc_errf(err, errlen, "%s: %s", key, why);
     int lo, rc = clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
-    if (rc) fc_errf(err, errlen, "preview_data: %s", why);
+    if (rc) fc_errf(err, errlen, "%s: %s", key, why);
     int n = dataset_clips(d);
     if (rc == 0) {
         p->K = p->K < n ? p->K : n;
@@ -127,7 +129,7 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
     const char *folder = c->preview_data[0] ? c->preview_data : train_data;
     int rc = 0;
     if (folder) {
-        rc = dataset_windows(p, folder, tsv, sizeof tsv, err, errlen);
+        rc = dataset_windows(p, folder, c->preview_data[0] ? "preview_data" : "--data", tsv, sizeof tsv, err, errlen);
     } else {  // the moving shapes of step 0: training draws steps 1, 2, ...
         shapes_batch(p->truth, c, B, (uint64_t)c->seed, 0);
         snprintf(tsv, sizeof tsv, "# the windows previewed: the built-in moving shapes of seed %lld, step 0 (no "
