@@ -19,11 +19,16 @@ static const char *HELP_SCORE =
     "first window (no flip, crop or speed-up), K noise levels t (the (k + 0.5) / K quantiles of the\n"
     "logit-normal RUN trains with), the same noise for every clip, context frames clean. The loss is\n"
     "the mean over the levels. With --reference, the score is RUN's loss minus RUN2's (the reducible\n"
-    "loss); without, the loss. Noise, frozen or shuffled clips score high.\n"
+    "loss); without, the loss. Noise and scene cuts score high. From the frames alone: motion (the\n"
+    "mean change from one frame to the next, 8-bit values) and order (that change over the change in\n"
+    "4 frames: footage about 0.3-0.4, frames out of order or noise about 1); a clip that does not move\n"
+    "(motion under 0.1) is noted 'frozen', one whose frames change as much in 1 as in 4 (order above\n"
+    "0.6, motion at least 1) 'unordered'. Noted clips come first.\n"
     "\n"
-    "  --out FILE.tsv     one line a clip, highest score first: shard, clip (in the shard), dataset\n"
-    "                     clip, source, first frame, loss[, ref_loss, score], note; damaged clips last,\n"
-    "                     noted, with no numbers. Written through a temporary file, then renamed\n"
+    "  --out FILE.tsv     one line a clip, noted clips first, then by score: shard, clip (in the shard),\n"
+    "                     dataset clip, source, first frame, loss[, ref_loss, score], motion, order, note;\n"
+    "                     damaged clips last, noted, with no numbers. Written through a temporary file,\n"
+    "                     then renamed\n"
     "  --reference RUN2   a second run (e.g. trained on clean data) whose loss is subtracted\n"
     "  --levels K         noise levels (default 4, at most 64)\n"
     "  --top F            with --exclude-out: the fraction F (0 < F < 1) of the scored clips with the\n"
@@ -64,10 +69,13 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     ClipScore *s;
     if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
     int n = dataset_clips(d), scored = 0;
-    for (int i = 0; i < n; i++) scored += !s[i].damaged;
+    int noted[3] = {0};
+    for (int i = 0; i < n; i++) scored += !s[i].damaged, noted[s[i].note]++;
     if (score_write_tsv(d, s, n, so.reference != NULL, out, err, sizeof err)) fc_die("%s", err);
     printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, data, n - scored, so.run,
            so.reference ? " minus " : "", so.reference ? so.reference : "", out);
+    if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
+        printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
     if (ex) {
         int k = (int)ceil(top * scored - 1e-9), *clips = malloc(sizeof(int) * (k ? k : 1));
         if (!clips) fc_die("score: out of host memory");

@@ -23,10 +23,27 @@ static double normal_quantile(double p) {
     return 0.5 * (lo + hi);
 }
 
+// The motion statistics of one clip (score.h) from its bytes (F, N, N, 3), into s.
+static void clip_motion(const uint8_t *clip, int F, int N, ClipScore *s) {
+    size_t frame = (size_t)N * N * 3;
+    double d1 = 0, d4 = 0;
+    for (int f = 0; f + 1 < F; f++)
+        for (size_t i = 0; i < frame; i++) d1 += abs((int)clip[(f + 1) * frame + i] - clip[f * frame + i]);
+    for (int f = 0; f + 4 < F; f++)
+        for (size_t i = 0; i < frame; i++) d4 += abs((int)clip[(f + 4) * frame + i] - clip[f * frame + i]);
+    s->motion = F > 1 ? d1 / ((double)(F - 1) * frame) : 0;
+    d4 = F > 4 ? d4 / ((double)(F - 4) * frame) : 0;
+    s->order = d4 > 0 ? s->motion / d4 : NAN;
+    s->note = s->motion < SCORE_FROZEN_MOTION ? SCORE_NOTE_FROZEN
+              : s->motion >= SCORE_UNORDERED_MOTION && s->order > SCORE_UNORDERED_ORDER ? SCORE_NOTE_UNORDERED
+                                                                                        : SCORE_NOTE_NONE;
+}
+
 // The loss of every clip of d under the model of run (loss[i], NAN for a damaged clip; damaged[i] set),
 // at the levels t[0 .. K-1]. 0, or -1 with err.
+// stats: when not NULL, each clip's motion statistics (clip_motion) into stats[i].
 static int model_losses(const char *run, const Dataset *d, const Backend *be, int B, const double *tk, int K,
-                        double *loss, int *damaged, char *err, size_t errlen) {
+                        double *loss, int *damaged, ClipScore *stats, char *err, size_t errlen) {
     char why[1024];
     int step, lo = 0;
     Model *m = checkpoint_load_for_generation(run, be, B, &step, why, sizeof why);
@@ -59,6 +76,7 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
                 break;
             }
             clip_first_window(c, lo, raw, x0 + (size_t)n * W);
+            if (stats) clip_motion(raw, dataset_clip_frames(d), dataset_frame_size(d), &stats[k]);
             batch_clip[n++] = k;
         }
         if (rc || !n) break;
@@ -103,6 +121,7 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
 static int by_score(const void *a, const void *b) {
     const ClipScore *x = a, *y = b;
     if (x->damaged != y->damaged) return x->damaged - y->damaged;
+    if (!x->damaged && !x->note != !y->note) return x->note ? -1 : 1;
     if (!x->damaged && x->score != y->score) return x->score < y->score ? 1 : -1;
     return x->clip - y->clip;
 }
@@ -122,17 +141,21 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     free_model(m);
     double *loss = fc_malloc(sizeof(double) * n), *ref = fc_malloc(sizeof(double) * n);
     int *damaged = fc_calloc((size_t)n, sizeof(int));
-    int rc = model_losses(o->run, d, be, B, tk, K, loss, damaged, err, errlen);
-    if (!rc && o->reference) rc = model_losses(o->reference, d, be, B, tk, K, ref, damaged, err, errlen);
+    ClipScore *s = fc_malloc(sizeof(ClipScore) * (n ? n : 1));
+    int rc = model_losses(o->run, d, be, B, tk, K, loss, damaged, s, err, errlen);
+    if (!rc && o->reference) rc = model_losses(o->reference, d, be, B, tk, K, ref, damaged, NULL, err, errlen);
     if (!rc) {
-        ClipScore *s = fc_malloc(sizeof(ClipScore) * (n ? n : 1));
         for (int i = 0; i < n; i++) {
             double r = o->reference && !damaged[i] ? ref[i] : NAN;
+            ClipScore motion = s[i];
             s[i] = (ClipScore){i, damaged[i], damaged[i] ? NAN : loss[i], r,
-                               damaged[i] ? NAN : o->reference ? loss[i] - r : loss[i]};
+                               damaged[i] ? NAN : o->reference ? loss[i] - r : loss[i], NAN, NAN, SCORE_NOTE_NONE};
+            if (!damaged[i]) s[i].motion = motion.motion, s[i].order = motion.order, s[i].note = motion.note;
         }
         qsort(s, (size_t)n, sizeof *s, by_score);
         *scores = s;
+    } else {
+        free(s);
     }
     free(loss), free(ref), free(damaged);
     return rc;
@@ -180,8 +203,9 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
     size_t cap = 256 + (size_t)n * 2400, used = 0;
     char *text = fc_malloc(cap), **origin = manifest_origins(d);
     int rc = 0;
-    used += (size_t)snprintf(text, cap, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tnote\n",
+    used += (size_t)snprintf(text, cap, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tmotion\torder\tnote\n",
                              with_reference ? "\tref_loss\tscore" : "");
+    static const char *const NOTES[] = {"", "frozen", "unordered"};
     for (int i = 0; i < n; i++) {
         ClipLocation loc;
         char source[1024], field[2200], why[1024];
@@ -201,12 +225,13 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
         }
         used += (size_t)snprintf(text + used, cap - used, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
         if (s[i].damaged)
-            used += (size_t)snprintf(text + used, cap - used, "\t%s\tdamaged\n", with_reference ? "\t\t" : "");
+            used += (size_t)snprintf(text + used, cap - used, "\t%s\t\t\tdamaged\n", with_reference ? "\t\t" : "");
         else if (with_reference)
-            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.6g\t%.6g\t\n", s[i].loss, s[i].ref_loss,
-                                     s[i].score);
+            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.6g\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss,
+                                     s[i].ref_loss, s[i].score, s[i].motion, s[i].order, NOTES[s[i].note]);
         else
-            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t\n", s[i].loss);
+            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].motion,
+                                     s[i].order, NOTES[s[i].note]);
     }
     if (!rc) rc = st_write_bytes(path, text, used, err, errlen);
     for (int i = 0; i < n; i++) free(origin[i]);

@@ -101,17 +101,24 @@ else
     fail score_repeatable "exit $rc1, $rc2; $rows rows; $(tail -1 "$tmp/score.log")"
 fi
 
-# ---- the ranking: the noise clips first ----
-echo "  the ranking (loss, source), top 10 of 55:"
-sed -n '2,11p' "$tmp/s1.tsv" | awk -F'\t' '{ printf "    %2d  %s  %s %s\n", NR, $6, $4, $5 }' | sed "s|$tmp/||"
+# ---- the ranking: the noted clips (frozen, unordered) first, then the loss ----
+echo "  the ranking (loss, motion, order, note, source), top 10 of 55:"
+sed -n '2,11p' "$tmp/s1.tsv" | awk -F'\t' '{ printf "    %2d  %s  %s  %s  %-9s  %s %s\n", NR, $6, $7, $8, $9, $4, $5 }' |
+    sed "s|$tmp/||"
 top10=$(( (rows + 9) / 10 ))
 bad_in_top=$(sed -n "2,$((top10 + 1))p" "$tmp/s1.tsv" | grep -c '/bad/')
 noise_first=$(sed -n '2,5p' "$tmp/s1.tsv" | grep -c '/bad/noise-')
 echo "  bad clips in the top 10% ($top10 clips): $bad_in_top of 6 (noise: $noise_first of 4 in ranks 1-4;" \
      "frozen at rank $(grep -n '/bad/frozen' "$tmp/s1.tsv" | cut -d: -f1 | awk '{print $1 - 1}')," \
      "shuffled at rank $(grep -n '/bad/shuffled' "$tmp/s1.tsv" | cut -d: -f1 | awk '{print $1 - 1}'))"
-sorted=$(tail -n +2 "$tmp/s1.tsv" | cut -f6 | sort -g -r -c 2>&1 && echo yes)
-expect score_noise_ranks_first $(( noise_first != 4 )) "the 4 noise clips rank 1 to 4 of 55 (losses sorted descending: ${sorted:-no})"
+sorted=$( (awk -F'\t' 'NR > 1 && $9 != ""' "$tmp/s1.tsv" | cut -f6 | sort -g -r -c &&
+          awk -F'\t' 'NR > 1 && $9 == ""' "$tmp/s1.tsv" | cut -f6 | sort -g -r -c) 2>&1 && echo yes)
+expect score_noise_ranks_first $(( noise_first != 4 )) \
+    "the 4 noise clips rank 1 to 4 of 55 (losses sorted descending among the noted and the rest: ${sorted:-no})"
+notes=$(awk -F'\t' 'NR > 1 && $9 != "" { sub(".*/", "", $4); printf "%s=%s ", $4, $9 }' "$tmp/s1.tsv")
+[ $bad_in_top = 6 ] && [ "$(echo "$notes" | tr ' ' '\n' | grep -c .)" = 6 ] && [[ $notes == *frozen=frozen* ]] &&
+    [[ $notes == *shuffled=unordered* ]]
+expect score_bad_clips_top10 $? "$bad_in_top of the 6 injected clips in the top 10%; noted: $notes(no vtest.avi clip)"
 
 # ---- --top writes the top fraction as an exclude list ----
 fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s3.tsv" --top 0.1 --exclude-out "$tmp/top.txt" > /dev/null 2>&1
@@ -128,9 +135,10 @@ fc score --run "$run" --reference "$tmp/ref" --data "$tmp/mixed" --out "$tmp/r.t
 rc=$?
 check=$(awk -F'\t' 'NR == 1 { ok = ($6 == "loss" && $7 == "ref_loss" && $8 == "score") } NR > 1 {
         if ($8 - ($6 - $7) > 2e-5 || ($6 - $7) - $8 > 2e-5) ok = 0
-        if (NR > 2 && $8 > prev) ok = 0
-        prev = $8 } END { print ok ? "ok" : "bad" }' "$tmp/r.tsv" 2> /dev/null)
-expect score_reference $(( rc != 0 )) "exit $rc; header loss, ref_loss, score; score = loss - ref_loss, sorted by it: $check"
+        noted = $11 != ""
+        if (NR > 2 && (noted > pnoted || (noted == pnoted && $8 > prev))) ok = 0
+        prev = $8; pnoted = noted } END { print ok ? "ok" : "bad" }' "$tmp/r.tsv" 2> /dev/null)
+expect score_reference $(( rc != 0 )) "exit $rc; header loss, ref_loss, score; score = loss - ref_loss, sorted by it (noted clips first): $check"
 [ "$check" = ok ] || fail score_reference_columns "$(head -3 "$tmp/r.tsv")"
 
 # ---- a damaged clip: noted, not scored, not fatal ----
@@ -147,7 +155,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 fc score --run "$run" --data "$tmp/damaged" --out "$tmp/d.tsv" > "$tmp/out" 2> "$tmp/err"
 rc=$?
-last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,7)
+last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,9)
 expect score_damaged_clip $(( rc != 0 )) "exit $rc; the last row: '$last'; $(head -1 "$tmp/out")"
 [ "$last" = "$(printf '10\t\tdamaged')" ] || fail score_damaged_row "$(tail -1 "$tmp/d.tsv")"
 
