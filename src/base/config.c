@@ -96,6 +96,9 @@ static const KeyDef KEYS[] = {
     {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
     {"sample_every", KEY_INT, OFF(sample_every), 0, 2e9,
      "steps between previews: the EMA model samples its windows of held-out footage into RUN/samples/ (0: none)"},
+    {"preview_budget", KEY_DOUBLE, OFF(preview_budget), 0.001, 1,
+     "with sample_every: the largest share of the training time previews may take; a preview due while they have "
+     "taken more is put off (with a line) until they fit again"},
     {"preview_data", KEY_PATH, OFF(preview_data), 0, 0,
      "with sample_every: a dataset folder (framechain prepare) the previews' windows come from, footage the run "
      "does not train on; none: the run's own --data (or, on the built-in shapes, clips no step draws)"},
@@ -128,7 +131,7 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
-    c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20;
+    c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20, c->preview_budget = 0.05;
 }
 
 int config_anchor_slot(const Config *c) {

@@ -67,6 +67,7 @@ typedef struct {
     int keep_checkpoints;   // how many of the newest checkpoints stay on disk
     // ---- previews (report/preview.h) ----
     int sample_every;       // steps between previews of the EMA model's samples (0: none)
+    double preview_budget;  // the largest share of the training time previews may take; a preview past it waits
     char preview_data[CONFIG_MAX_PATH];  // a dataset folder the previews' windows come from; "": the run's own
     // ---- data ----
     int dataset;            // enum DataSource: the config key "dataset"

@@ -244,7 +244,9 @@ static int may_differ(const char *key, CkptLoadMode mode) {
     // recompute and keep_blocks change the memory a step takes, not its arithmetic; sample_steps only
     // what generate does with the weights; exclude is a path: the list's content is checked with the data
     // identity (lineage.h); sample_every and preview_data only what the run shows of itself
-    if (!strcmp(key, "exclude") || !strcmp(key, "sample_every") || !strcmp(key, "preview_data")) return 1;
+    if (!strcmp(key, "exclude") || !strcmp(key, "sample_every") || !strcmp(key, "preview_data") ||
+        !strcmp(key, "preview_budget"))
+        return 1;
     return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "recompute") ||
            !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
 }

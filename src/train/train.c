@@ -393,10 +393,19 @@ static void submit_checkpoint(Trainer *t) {
 // A preview of the model at `step` with the EMA weights standing in for the trained ones, which are
 // set aside on the host and put back byte for byte (the GPU's bf16 mirror of them is rebuilt from the
 // same values). The checkpoint being copied reads the weights: its copy is waited for first.
+// A preview due while the previews so far have taken more than preview_budget of the time trained is
+// put off, with a line, to the next step it is due at which they fit again: their cost stays bounded
+// whatever the machine (a slow link to the GPU, a large model), at the price of fewer images.
 static void take_preview(Trainer *t, int step) {
     const Backend *be = t->be;
     char err[1024];
     double t0 = fc_now_s(), waited = 0;
+    if (t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
+        printf("%spreview of step %d put off: the previews have taken %.1f s, %.1f%% of the time trained (preview_budget "
+               "%g)\n", t->tty ? "\n" : "", step, t->preview_s, 100 * t->preview_s / (t0 - t->t_start),
+               t->c->preview_budget);
+        return;
+    }
     if (ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
     size_t bytes = sizeof(real) * t->m->n_params;
     be->download(t->params_aside, t->m->params_mem, bytes);

@@ -40,7 +40,7 @@ fi
 # previews: the EMA stands in for the weights on the device and they are put back byte for byte (the
 # bf16 mirror rebuilt from them): the same checkpoint as the run without previews, apart from the config
 "$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/preview" --steps 4 --set warmup_steps=2 \
-    --set checkpoint_every=2 --set sample_every=1 > "$tmp/preview.log" 2>&1
+    --set checkpoint_every=2 --set sample_every=1 --set preview_budget=1 > "$tmp/preview.log" 2>&1
 rc=$?
 if [ $rc = 0 ] && [ "$(ckpt_tensors "$tmp/preview/ckpt-00000004.safetensors")" = "$(ckpt_tensors "$tmp/starter/ckpt-00000004.safetensors")" ] &&
     [ -f "$tmp/preview/samples/step-00000004.png" ]; then

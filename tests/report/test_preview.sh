@@ -14,7 +14,7 @@ check() { "$PYTHON" "$tmp/preview_check.py" "$@" 2>&1 | tail -1; }
 losses() { sed 's/"data_wait_ms.*//' "$1/metrics.jsonl"; }
 
 # ---- the built-in shapes: previews at steps 10, 20 and 30 ----
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set sample_every=10 --set checkpoint_every=10 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=10 \
     > "$tmp/a.log" 2>&1
 rc=$?
 imgs=$(cd "$tmp/a/samples" 2> /dev/null && ls step-*.png | tr '\n' ' ')
@@ -32,7 +32,7 @@ expect preview_windows_recorded $? "windows.tsv lists ${n:-no} windows of shapes
 # ---- determinism, and nothing changed in the run (the image's title names the run folder: the same
 #      folder each time, the earlier run moved aside) ----
 mv "$tmp/a" "$tmp/a1"
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set sample_every=10 --set checkpoint_every=10 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=10 \
     > /dev/null 2>&1
 same=0
 for s in 10 20 30; do cmp -s "$tmp/a1/samples/step-000000$s.png" "$tmp/a/samples/step-000000$s.png" && same=$((same + 1)); done
@@ -46,20 +46,20 @@ expect preview_changes_nothing $? "the run with previews and the run without: th
 # the EMA samples, not the weights being trained: an EMA that follows the weights exactly (ema_decay 0)
 # trains the same run but previews it otherwise
 rm -rf "$tmp/a"
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set sample_every=10 --set checkpoint_every=10 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=10 \
     --set ema_decay=0 > /dev/null 2>&1
 cmp -s <(losses "$tmp/a1") <(losses "$tmp/a") && ! cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png"
 expect preview_uses_ema $? "ema_decay 0: the same losses, another image at step 30"
 
 # ---- a stop and a resume give the uninterrupted run's images ----
 rm -rf "$tmp/a"
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set sample_every=10 --set checkpoint_every=5 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
     > "$tmp/c1.log" 2>&1 &
 pid=$!
 wait_until 60 $pid trained_past "$tmp/a" "$tmp/c1.log" 12
 kill -TERM $pid 2> /dev/null
 wait $pid
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set sample_every=10 --set checkpoint_every=5 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
     > "$tmp/c2.log" 2>&1
 resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/c2.log")
 cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png" && [ -n "$resumed" ]
@@ -67,7 +67,7 @@ expect preview_resumed_same $? "stopped, resumed from step ${resumed:-?}: step 3
 
 # ---- footage: the windows of --data, and of preview_data ----
 if "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/d" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then
-    "$FC" train --config $TINY/starter.conf --run "$tmp/r" --data "$tmp/d" --steps 10 --set sample_every=10 \
+    "$FC" train --config $TINY/starter.conf --run "$tmp/r" --data "$tmp/d" --steps 10 --set preview_budget=1 --set sample_every=10 \
         --set batch_size=4 > "$tmp/r.log" 2>&1
     out=$(check "$tmp/r/samples/step-00000010.png" 32 3 atttttt 4 "$tmp/d" "$tmp/r/samples/windows.tsv" 0 0,1,2,3,4,5,6)
     [ "${out%% *}" = ok ]
@@ -77,7 +77,7 @@ if "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/d" --size 32 --clip-fr
     expect preview_windows_spaced $? "clips ${clips:-none}of 49"
     # the held-out footage of preview_data: the shapes run of above, continued with other windows
     mkdir -p "$tmp/e"
-    "$FC" train --config $TINY/starter.conf --run "$tmp/e/run" --steps 10 --set sample_every=10 \
+    "$FC" train --config $TINY/starter.conf --run "$tmp/e/run" --steps 10 --set preview_budget=1 --set sample_every=10 \
         --set preview_data="$tmp/d" > "$tmp/e.log" 2>&1
     out=$(check "$tmp/e/run/samples/step-00000010.png" 32 3 atttttt 2 "$tmp/d" "$tmp/e/run/samples/windows.tsv" 0 \
         0,1,2,3,4,5,6)
@@ -87,22 +87,31 @@ else
     fail preview_prepare "$(tail -1 "$tmp/prep.log")"
 fi
 
+# ---- the budget: previews past preview_budget of the time trained are put off, with a line ----
+"$FC" train --config $TINY/starter.conf --run "$tmp/budget" --steps 20 --set sample_every=1 \
+    --set preview_budget=0.001 > "$tmp/budget.log" 2>&1
+rc=$?
+taken=$(ls "$tmp/budget/samples" 2> /dev/null | grep -c '^step-')
+put_off=$(grep -c '^preview of step [0-9]* put off: the previews have taken' "$tmp/budget.log")
+[ $rc -eq 0 ] && [ "$taken" -ge 1 ] && [ $((taken + put_off)) = 20 ] && [ "$put_off" -ge 1 ]
+expect preview_budget $? "exit $rc; 20 previews due at 0.1% of the time: $taken taken, $put_off put off with a line"
+
 # ---- an image that cannot be written: skipped with a line, the run goes on ----
 mkdir -p "$tmp/w/samples/step-00000010.png"  # a folder where the image goes: the rename over it fails
-"$FC" train --config $TINY/starter.conf --run "$tmp/w" --steps 20 --set sample_every=10 > "$tmp/w.log" 2>&1
+"$FC" train --config $TINY/starter.conf --run "$tmp/w" --steps 20 --set preview_budget=1 --set sample_every=10 > "$tmp/w.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q '^preview of step 10 skipped: .*step-00000010.png' "$tmp/w.log" &&
     [ -f "$tmp/w/samples/step-00000020.png" ] && [ -f "$tmp/w/ckpt-00000020.safetensors" ]
 expect preview_unwritable_skipped $? "exit $rc; $(grep -m1 '^preview of step' "$tmp/w.log")"
 
 # ---- preview_data that cannot serve: one line, nothing written ----
-"$FC" train --config $TINY/starter.conf --run "$tmp/bad1" --steps 10 --set sample_every=5 \
+"$FC" train --config $TINY/starter.conf --run "$tmp/bad1" --steps 10 --set preview_budget=1 --set sample_every=5 \
     --set preview_data="$tmp/nowhere" > "$tmp/bad1.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ ! -e "$tmp/bad1" ] && [ "$(wc -l < "$tmp/bad1.log")" = 1 ] && grep -q 'preview_data' "$tmp/bad1.log"
 expect preview_data_missing $? "exit $rc: $(cat "$tmp/bad1.log")"
 if [ -f "$tmp/d/dataset.json" ]; then  # clips of 16 frames, an extrapolate plan of 25
-    "$FC" train --config $TINY/extrapolate.conf --run "$tmp/bad2" --steps 10 --set sample_every=5 \
+    "$FC" train --config $TINY/extrapolate.conf --run "$tmp/bad2" --steps 10 --set preview_budget=1 --set sample_every=5 \
         --set preview_data="$tmp/d" > "$tmp/bad2.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && [ ! -e "$tmp/bad2" ] && grep -q 'preview_data: .*spans 25 frames' "$tmp/bad2.log"
@@ -110,7 +119,7 @@ if [ -f "$tmp/d/dataset.json" ]; then  # clips of 16 frames, an extrapolate plan
 fi
 
 # ---- the extrapolate role: context slots given, on the shapes ----
-"$FC" train --config $TINY/extrapolate.conf --run "$tmp/x" --steps 10 --set sample_every=10 > /dev/null 2>&1
+"$FC" train --config $TINY/extrapolate.conf --run "$tmp/x" --steps 10 --set preview_budget=1 --set sample_every=10 > /dev/null 2>&1
 out=$(check "$tmp/x/samples/step-00000010.png" 32 3 acccttt 2 2>&1)
 [ "${out%% *}" = ok ]
 expect preview_layout_extrapolate $? "$out"
