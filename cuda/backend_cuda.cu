@@ -262,6 +262,7 @@ static void fill_table(Backend *be, int bf16) {
     cuda_register_attention(be);
     if (bf16) cuda_register_attention_tc(be);
     cuda_register_optim(be);
+    cuda_register_conv(be);
 }
 
 // The CUDA backend computing in bf16 (bf16 != 0) or fp32, or NULL with *why.

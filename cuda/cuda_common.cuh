@@ -92,6 +92,7 @@ enum {
     SCRATCH_BF16_W, SCRATCH_BF16_A, SCRATCH_BF16_B,  // bf16 operands of one GEMM (bf16.cu)
     SCRATCH_ATTN_DS,  // attention's stored dS and its dQ GEMM's pointers (attention_tc.cu)
     SCRATCH_COLSUM,   // the chunks' sums of a column sum (colsum.cu)
+    SCRATCH_CONV,     // a convolution's im2col tile (conv.cu)
     SCRATCH_COUNT
 };
 void *fc_cuda_scratch(int which, size_t bytes);
@@ -154,3 +155,4 @@ int fc_attn_gemm_bwd(float *dqkv, const float *dout, const __nv_bfloat16 *qkv, c
                      AttnLayout lay, int D, int H);
 size_t fc_attn_ds_cap(void);
 void cuda_register_optim(Backend *be);        // cuda/optim.cu
+void cuda_register_conv(Backend *be);         // cuda/conv.cu: the autoencoders' ops (forward, fp32)

@@ -52,6 +52,10 @@ static inline AttnLayout attn_layout_tokens(int B, int F, int N, int temporal) {
                         .inner_stride = 0};
 }
 
+// The pointwise functions of act_fwd: SiLU x / (1 + e^-x), ReLU max(x, 0), and 3 tanh(x / 3) (the
+// soft clamp to [-3, 3] the tiny autoencoders' decoders start with).
+enum Act { ACT_SILU = 0, ACT_RELU = 1, ACT_TANH_CLAMP = 2 };
+
 // A GEMM operand: an activation that, once made, is read only by GEMMs and attention (a linear's x,
 // attention's q, k, v and its output, which its backward reads too). It is stored in the backend's
 // operand format, operand_bytes a value: fp32 `real` on the CPU and cuda-fp32, bf16 on cuda, whose
@@ -196,6 +200,26 @@ typedef struct Backend {
 
     // ---- rectified flow: per slot s with level t[s], xt = (1 - t) x0 + t e, v = e - x0; (S, E) ----
     void (*flow_mix)(real *xt, real *v, const real *x0, const real *e, const real *t, int S, long E);
+
+    // ---- the autoencoders' ops: forward only (a per-frame autoencoder reads frames into latents and back,
+    //      docs/autoencoders.md). Images are (B, C, H, W), fp32 `real` in and out. ----
+    // conv2d_fwd: y (B, Cout, Ho, Wo) = b (Cout; NULL: none) + the cross-correlation of x (B, Cin, H, W),
+    //      zero-padded by pad = {top, left, bottom, right}, with w (Cout, Cin, k, k) at stride s:
+    //      Ho = (H + top + bottom - k) / s + 1, Wo = (W + left + right - k) / s + 1 (PyTorch's Conv2d;
+    //      its padding p is {p, p, p, p}; AutoencoderKL's downsampling pads {0, 0, 1, 1}). y != x.
+    void (*conv2d_fwd)(real *y, const real *x, const real *w, const real *b, int B, int Cin, int H, int W, int Cout,
+                       int k, int stride, const int pad[4]);
+    // group_norm_fwd: per image b and group g of C / groups channels, y = (x - mean) / sqrt(var + eps) *
+    //      gamma[c] + beta[c], mean and the biased variance over the group's (C / groups) * HW values
+    //      (PyTorch's GroupNorm); x, y (B, C, HW); y may be x.
+    void (*group_norm_fwd)(real *y, const real *x, const real *gamma, const real *beta, int B, int C, long HW,
+                           int groups, real eps);
+    // act_fwd: y = f(x) elementwise, f by enum Act (below); y may be x.
+    void (*act_fwd)(real *y, const real *x, size_t n, int act);
+    // upsample2x_fwd: y (B, C, 2H, 2W), each value of x (B, C, H, W) copied to its 2 x 2 block (nearest).
+    void (*upsample2x_fwd)(real *y, const real *x, int B, int C, int H, int W);
+    // add_fwd: y = a + b, n values; y may be a or b.
+    void (*add_fwd)(real *y, const real *a, const real *b, size_t n);
 
     // ---- optimizer (src/backend/cpu/cpu_optim.c on the CPU). An element whose gradient is NaN or Inf keeps its
     //      parameter and moments unchanged. ----

@@ -240,6 +240,9 @@ int det_capture(Buf *b, int rep);
 void cuda_optim_cases(void);
 void cuda_optim_determinism(void);
 
+// cuda_conv_checks.c: the autoencoders' ops (section 1, both tables).
+void cuda_conv_cases(void);
+
 // cuda_step_checks.c: section 3 (one whole training step on both backends; returns its failures) and
 // the timings of section 4.
 int cuda_test_train_step(void);

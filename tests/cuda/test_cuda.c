@@ -549,6 +549,7 @@ static void section_ops_bf16(void) {
     t_patchify(14, 3, 32, 32, 4), t_patchify(2, 3, 21, 14, 7);
     t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(37, 30, 1000, 0, 1);
     t_colsum_cancelling(2, 1000, 40);
+    cuda_conv_cases();  // fp32 on this table too
     attn_cases(!g_quick);  // every sequence length on the tensor cores (up to 32 tokens packed)
     // The backward's stored dS in chunks of (sequence, head) pairs: 6 pairs one at a time, then 4 and 2.
     for (long per = 1; per <= 4; per += 3) {
@@ -615,6 +616,7 @@ static void section_ops(void) {
     t_randn(1001, 99, 12, RNG_AUG, (1ull << 33) + 1);
     t_download_async(g_quick ? (size_t)1 << 20 : (size_t)1 << 24);
     cuda_optim_cases();
+    cuda_conv_cases();
 }
 
 // ============================================================================

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_conv.h"
 #include "backend/cpu/cpu_optim.h"
 #include "backend/cpu/exp_poly.h"
 #include "base/philox.h"
@@ -568,6 +569,11 @@ static const Backend cpu_backend = {
     .mse_masked_fwd = cpu_mse_masked_fwd,
     .mse_masked_bwd = cpu_mse_masked_bwd,
     .flow_mix = cpu_flow_mix,
+    .conv2d_fwd = cpu_conv2d_fwd,
+    .group_norm_fwd = cpu_group_norm_fwd,
+    .act_fwd = cpu_act_fwd,
+    .upsample2x_fwd = cpu_upsample2x_fwd,
+    .add_fwd = cpu_add_fwd,
     .adamw_fp32 = cpu_adamw_fp32,
     .adamw_8bit = cpu_adamw_8bit,
     .sum_squares = cpu_sum_squares,

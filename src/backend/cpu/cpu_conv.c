@@ -1,0 +1,132 @@
+// cpu_conv.c: the autoencoder ops of the reference backend (backend.h, "the autoencoders' ops"). A
+// convolution is a GEMM over an im2col tile of output rows (bounded memory at any frame size); the
+// other ops are loops over independent outputs. Sums are in double, one thread a sum: the same bytes
+// for any thread count.
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backend/cpu/cpu_conv.h"
+
+#ifdef FC_DOUBLE
+#define GEMM cblas_dgemm
+#else
+#define GEMM cblas_sgemm
+#endif
+
+#define CONV_TILE_BYTES ((size_t)32 << 20)  // the most an im2col tile takes
+
+// The tile's bytes: CONV_TILE_BYTES, or FRAMECHAIN_TEST_CONV_TILE_BYTES (the tests split small images).
+static size_t tile_bytes(void) {
+    long t = fc_test_hook("CONV_TILE_BYTES");
+    return t > 0 ? (size_t)t : CONV_TILE_BYTES;
+}
+
+// The im2col rows of output rows [r0, r0 + rows) of one image: col (Cin k k, rows Wo), row (ci, ky, kx)
+// holding x at the tap (ky, kx) of channel ci for each output position, 0 in the padding.
+static void im2col(real *col, const real *x, int Cin, int H, int W, int k, int stride, const int pad[4], int r0,
+                   int rows, int Wo) {
+    long K = (long)Cin * k * k, N = (long)rows * Wo;
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < K; q++) {
+        int ci = (int)(q / (k * k)), ky = (int)(q / k % k), kx = (int)(q % k);
+        const real *plane = x + (size_t)ci * H * W;
+        real *out = col + q * N;
+        for (int oy = 0; oy < rows; oy++) {
+            int iy = (r0 + oy) * stride - pad[0] + ky;
+            real *o = out + (long)oy * Wo;
+            if (iy < 0 || iy >= H) {
+                memset(o, 0, sizeof(real) * Wo);
+                continue;
+            }
+            for (int ox = 0; ox < Wo; ox++) {
+                int ix = ox * stride - pad[1] + kx;
+                o[ox] = ix >= 0 && ix < W ? plane[(size_t)iy * W + ix] : 0;
+            }
+        }
+    }
+}
+
+void cpu_conv2d_fwd(real *y, const real *x, const real *w, const real *b, int B, int Cin, int H, int W, int Cout, int k,
+                    int stride, const int pad[4]) {
+    int Ho = (H + pad[0] + pad[2] - k) / stride + 1, Wo = (W + pad[1] + pad[3] - k) / stride + 1;
+    if (B <= 0 || Cout <= 0 || Ho <= 0 || Wo <= 0) return;
+    long K = (long)Cin * k * k;
+    size_t out_plane = (size_t)Ho * Wo;
+    // A 1x1 convolution at stride 1 without padding reads x as it is: its rows are the GEMM's.
+    int direct = k == 1 && stride == 1 && !pad[0] && !pad[1] && !pad[2] && !pad[3];
+    size_t row_bytes = sizeof(real) * (size_t)K * Wo;
+    size_t tile = tile_bytes();
+    int R = direct ? Ho : (int)(tile / row_bytes > 0 ? tile / row_bytes : 1);
+    if (R > Ho) R = Ho;
+    real *col = direct ? NULL : fc_malloc(row_bytes * R);
+    for (int n = 0; n < B; n++) {
+        const real *xn = x + (size_t)n * Cin * H * W;
+        real *yn = y + (size_t)n * Cout * out_plane;
+        for (int r0 = 0; r0 < Ho; r0 += R) {
+            int rows = Ho - r0 < R ? Ho - r0 : R;
+            long N = (long)rows * Wo;
+            real *yt = yn + (size_t)r0 * Wo;
+#pragma omp parallel for schedule(static)
+            for (int co = 0; co < Cout; co++) {  // the bias, which the GEMM adds to
+                real *row = yt + (size_t)co * out_plane, v = b ? b[co] : 0;
+                for (long i = 0; i < N; i++) row[i] = v;
+            }
+            if (direct) {
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, xn + (size_t)r0 * Wo,
+                     (int)out_plane, 1, yt, (int)out_plane);
+            } else {
+                im2col(col, xn, Cin, H, W, k, stride, pad, r0, rows, Wo);
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, col, (int)N, 1, yt,
+                     (int)out_plane);
+            }
+        }
+    }
+    free(col);
+}
+
+void cpu_group_norm_fwd(real *y, const real *x, const real *gamma, const real *beta, int B, int C, long HW, int groups,
+                        real eps) {
+    int cg = C / groups;
+    size_t n = (size_t)cg * HW;
+#pragma omp parallel for schedule(static)
+    for (long bg = 0; bg < (long)B * groups; bg++) {
+        const real *xg = x + (size_t)bg * n;  // the group's channels are contiguous
+        real *yg = y + (size_t)bg * n;
+        double sum = 0, sq = 0;
+        for (size_t i = 0; i < n; i++) sum += xg[i];
+        double mean = sum / (double)n;
+        for (size_t i = 0; i < n; i++) sq += (xg[i] - mean) * (xg[i] - mean);
+        double rstd = 1 / sqrt(sq / (double)n + eps);
+        int c0 = (int)(bg % groups) * cg;
+        for (int c = 0; c < cg; c++) {
+            double scale = rstd * gamma[c0 + c], shift = beta[c0 + c] - mean * scale;
+            for (long i = 0; i < HW; i++) yg[c * HW + i] = (real)(xg[c * HW + i] * scale + shift);
+        }
+    }
+}
+
+void cpu_act_fwd(real *y, const real *x, size_t n, int act) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = (real)(act == ACT_SILU ? v / (1 + exp(-v)) : act == ACT_RELU ? (v > 0 ? v : 0) : 3 * tanh(v / 3));
+    }
+}
+
+void cpu_upsample2x_fwd(real *y, const real *x, int B, int C, int H, int W) {
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < (long)B * C; p++)
+        for (int iy = 0; iy < H; iy++) {
+            const real *in = x + ((size_t)p * H + iy) * W;
+            real *top = y + ((size_t)p * 2 * H + 2 * iy) * 2 * W, *bottom = top + 2 * W;
+            for (int ix = 0; ix < W; ix++) top[2 * ix] = top[2 * ix + 1] = in[ix];
+            memcpy(bottom, top, sizeof(real) * 2 * W);
+        }
+}
+
+void cpu_add_fwd(real *y, const real *a, const real *b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
