@@ -80,6 +80,15 @@ reference_check pytorch_reference_concat --set cond_concat=anchor+nearest \
     --set "plan=anchor:0 context:2 target:4 target:5 target:6"
 fi
 
+# The tiny autoencoder against an independent PyTorch implementation (random weights, width 16).
+if want autoencoder; then
+if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1; then
+    run_suite autoencoder "$BUILD/test_autoencoder" "$tmp/ae"
+else
+    report FAIL autoencoder_reference "tools/autoencoder_reference.py --make failed: $(tail -1 "$tmp/out")"
+fi
+fi
+
 if want determinism; then
 echo "== determinism"
 dump() {  # dump THREADS SEED OUT

@@ -35,7 +35,7 @@ _ST_DTYPES = {
     "U8": (np.dtype("u1"), 1),
     "BOOL": (np.dtype("?"), 1),
 }
-_NP_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32",
+_NP_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<f2"): "F16",
              np.dtype("<i4"): "I32", np.dtype("<i8"): "I64",
              np.dtype("u1"): "U8"}
 

@@ -1,0 +1,45 @@
+// autoencoder.h: the per-frame autoencoders users already have, forward only, written once against
+// the op table (docs/autoencoders.md). A file's family is read from its tensors' names and shapes,
+// never from its name. Families read today:
+//   - the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1: the same network, 4 or 16 latent
+//     channels) in diffusers' AutoencoderTiny layout ("encoder.layers.1.conv.0.weight", ...); a file
+//     may hold the encoder, the decoder or both. They read images in [0, 1] and have no scaling
+//     factor: encode and decode take and give frames in [-1, 1] and convert.
+// Frames and latents cross this interface in host memory, (B, C, H, W) fp32; the weights and the
+// activations live in the backend's memory.
+#ifndef FRAMECHAIN_AUTOENCODER_H
+#define FRAMECHAIN_AUTOENCODER_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+typedef struct Autoencoder Autoencoder;
+
+enum AeFamily { AE_TAESD = 0 };
+
+// The autoencoder in the safetensors file at path (F32, F16 or BF16 tensors) on backend be. NULL with
+// one line in err: a file that cannot be read, no family it matches (what it has instead), a tensor
+// that is missing or misshapen (named, with the shape expected), a value that is not finite.
+Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen);
+void free_autoencoder(Autoencoder *ae);
+
+int autoencoder_family(const Autoencoder *ae);         // enum AeFamily
+int autoencoder_latent_channels(const Autoencoder *ae);
+int autoencoder_factor(const Autoencoder *ae);         // frame side / latent side (8)
+int autoencoder_has_encoder(const Autoencoder *ae);
+int autoencoder_has_decoder(const Autoencoder *ae);
+size_t autoencoder_params(const Autoencoder *ae);      // values in its weights
+// "TAESD: 4 latent channels, 8x, encoder and decoder, width 64, 1.22 M parameters"
+const char *autoencoder_describe(const Autoencoder *ae);
+
+// frames (B, 3, H, W) in [-1, 1] -> latents (B, latent channels, H / factor, W / factor); H and W
+// multiples of the factor. 0, or -1 with one line (no encoder in the file, a size it cannot take).
+int autoencoder_encode(Autoencoder *ae, const real *frames, int B, int H, int W, real *latents, char *err,
+                       size_t errlen);
+// latents (B, latent channels, h, w) -> frames (B, 3, h factor, w factor), in [-1, 1] up to the
+// decoder's own range (not clamped). 0, or -1 with one line (no decoder in the file).
+int autoencoder_decode(Autoencoder *ae, const real *latents, int B, int h, int w, real *frames, char *err,
+                       size_t errlen);
+
+#endif

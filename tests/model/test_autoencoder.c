@@ -1,0 +1,105 @@
+// test_autoencoder.c: the tiny autoencoder (src/model/autoencoder.c) against an independent PyTorch
+// implementation (tools/autoencoder_reference.py --make DIR, random weights at a reduced width): the
+// encoder's latents and the decoder's frames within 1e-4 of PyTorch's (relative to the largest
+// value) from F32 and from F16 weights, on the CPU; the files the loader must refuse, refused in one
+// line naming the tensor; the sizes the encoder cannot take refused.
+// usage: test_autoencoder DIR
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "formats/safetensors.h"
+#include "model/autoencoder.h"
+#include "check.h"
+
+static StFile g_io;
+
+// Tensor `name` of io.safetensors as floats (F32), its element count in *n.
+static const float *io_tensor(const char *name, size_t *n, long shape[4]) {
+    const StEntry *e = st_find(&g_io, name);
+    if (!e || strcmp(e->dtype, "F32") || e->ndim != 4) {
+        fprintf(stderr, "test_autoencoder: io.safetensors has no F32 tensor %s of 4 dimensions\n", name);
+        exit(1);
+    }
+    *n = (size_t)(e->end - e->begin) / 4;
+    for (int i = 0; i < 4; i++) shape[i] = e->shape[i];
+    return st_data(&g_io, e);
+}
+
+// max |a - b| / max |b|
+static double rel_error(const real *a, const float *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(a[i] - b[i]);
+        if (!(e <= d)) d = e;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+static void t_against_pytorch(const char *dir, const char *file, const char *tag) {
+    char path[4096], err[1024], name[64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    Autoencoder *ae = autoencoder_load(path, backend_cpu(), err, sizeof err);
+    check(ae != NULL, "autoencoder_load", "%s: %s", file, ae ? autoencoder_describe(ae) : err);
+    if (!ae) return;
+    size_t nf, nl, ne, nd;
+    long sf[4], sl[4], se[4], sd[4];
+    const float *frames = io_tensor("frames", &nf, sf), *latents = io_tensor("latents", &nl, sl);
+    snprintf(name, sizeof name, "%s.encoded", tag);
+    const float *encoded = io_tensor(name, &ne, se);
+    snprintf(name, sizeof name, "%s.decoded", tag);
+    const float *decoded = io_tensor(name, &nd, sd);
+    real *x = malloc(sizeof(real) * nf), *z = malloc(sizeof(real) * nl), *got_z = calloc(ne, sizeof(real));
+    real *got_x = calloc(nd, sizeof(real));
+    for (size_t i = 0; i < nf; i++) x[i] = frames[i];
+    for (size_t i = 0; i < nl; i++) z[i] = latents[i];
+    int rc = autoencoder_encode(ae, x, (int)sf[0], (int)sf[2], (int)sf[3], got_z, err, sizeof err);
+    double e = rc ? INFINITY : rel_error(got_z, encoded, ne);
+    check(rc == 0 && e <= 1e-4, "autoencoder_encode_pytorch", "%s weights, %ld frames %ldx%ld -> (%ld, %ld, %ld): "
+          "max error %.2e of the largest latent (tol 1e-4)%s%s", tag, sf[0], sf[2], sf[3], se[1], se[2], se[3], e,
+          rc ? ": " : "", rc ? err : "");
+    rc = autoencoder_decode(ae, z, (int)sl[0], (int)sl[2], (int)sl[3], got_x, err, sizeof err);
+    e = rc ? INFINITY : rel_error(got_x, decoded, nd);
+    check(rc == 0 && e <= 1e-4, "autoencoder_decode_pytorch", "%s weights, latents (%ld, %ld, %ld) -> %ldx%ld frames: "
+          "max error %.2e of the largest value (tol 1e-4)%s%s", tag, sl[1], sl[2], sl[3], sd[2], sd[3], e,
+          rc ? ": " : "", rc ? err : "");
+    if (!strcmp(tag, "f32")) {  // sizes the encoder cannot take
+        rc = autoencoder_encode(ae, x, 1, 12, 16, got_z, err, sizeof err);
+        check(rc && strstr(err, "multiples of 8"), "autoencoder_encode_refuses_size", "16x12: %s", rc ? err : "accepted");
+    }
+    free(x), free(z), free(got_z), free(got_x);
+    free_autoencoder(ae);
+}
+
+static void t_refused(const char *dir, const char *file, const char *want) {
+    char path[4096], err[1024] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    Autoencoder *ae = autoencoder_load(path, backend_cpu(), err, sizeof err);
+    int one_line = !strchr(err, '\n');
+    check(!ae && one_line && strstr(err, want), "autoencoder_refused", "%s: %s", file, ae ? "loaded" : err);
+    free_autoencoder(ae);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_autoencoder DIR (made by tools/autoencoder_reference.py --make DIR)\n");
+        return 2;
+    }
+    char path[4096], err[1024];
+    snprintf(path, sizeof path, "%s/io.safetensors", argv[1]);
+    if (st_read(path, &g_io, err, sizeof err)) {
+        fprintf(stderr, "test_autoencoder: %s\n", err);
+        return 1;
+    }
+    t_against_pytorch(argv[1], "taesd.safetensors", "f32");
+    t_against_pytorch(argv[1], "taesd_f16.safetensors", "f16");
+    t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
+    t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
+    t_refused(argv[1], "bad_kl.safetensors", "an AutoencoderKL in diffusers' layout");
+    t_refused(argv[1], "no_such_file.safetensors", "no_such_file");
+    st_free(&g_io);
+    return g_failed != 0;
+}
