@@ -82,10 +82,12 @@ fi
 
 # The tiny autoencoder against an independent PyTorch implementation (random weights, width 16).
 if want autoencoder; then
-if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1; then
+if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1 &&
+    "$PYTHON" tools/taesd_to_safetensors.py "$tmp/ae/taesd_encoder.pth" "$tmp/ae/taesd_decoder.pth" \
+        "$tmp/ae/converted.safetensors" >> "$tmp/out" 2>&1; then
     run_suite autoencoder "$BUILD/test_autoencoder" "$tmp/ae"
 else
-    report FAIL autoencoder_reference "tools/autoencoder_reference.py --make failed: $(tail -1 "$tmp/out")"
+    report FAIL autoencoder_reference "tools/autoencoder_reference.py or taesd_to_safetensors.py failed: $(tail -1 "$tmp/out")"
 fi
 fi
 

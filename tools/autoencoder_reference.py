@@ -10,7 +10,8 @@ diffusers' AutoencoderTiny lays out its tensors), not from framechain's C. With 
 writes DIR/taesd.safetensors (the weights, F32), DIR/taesd_f16.safetensors (the same rounded to F16)
 and DIR/io.safetensors: frames (B, 3, S, S) in [-1, 1] with the latents the encoder makes of them,
 and latents (B, L, S/8, S/8) with the frames the decoder makes of them, for each weight file
-("f32.*" and "f16.*"). Then the broken files the loader must refuse in one line:
+("f32.*" and "f16.*"); DIR/taesd_encoder.pth and DIR/taesd_decoder.pth, the same weights in the
+original repository's layout (for tools/taesd_to_safetensors.py). Then the broken files the loader must refuse in one line:
 DIR/bad_missing.safetensors (a block's tensor left out), DIR/bad_shape.safetensors (one misshapen),
 DIR/bad_kl.safetensors (an AutoencoderKL's first tensors).
 """
@@ -134,6 +135,15 @@ def make(args):
             io[tag + ".decoded"] = decode(latents, w)
     write_safetensors(os.path.join(args.dir, "io.safetensors"),
                       {k: v.numpy().astype(np.float32) for k, v in io.items()})
+    # the original layout's pair of .pth files (tools/taesd_to_safetensors.py turns them into taesd.safetensors)
+    enc = {k[len("encoder.layers."):]: v.float() for k, v in w32.items() if k.startswith("encoder.")}
+    dec = {}
+    for k, v in w32.items():
+        if k.startswith("decoder."):
+            index, rest = k[len("decoder.layers."):].split(".", 1)
+            dec["%d.%s" % (int(index) + 1, rest)] = v.float()  # the original decoder's layer 0 is the clamp
+    torch.save(enc, os.path.join(args.dir, "taesd_encoder.pth"))
+    torch.save(dec, os.path.join(args.dir, "taesd_decoder.pth"))
     # the broken files
     bad = to_np(w32)
     del bad["decoder.layers.7.conv.2.weight"]

@@ -1,9 +1,10 @@
 // test_autoencoder.c: the tiny autoencoder (src/model/autoencoder.c) against an independent PyTorch
 // implementation (tools/autoencoder_reference.py --make DIR, random weights at a reduced width): the
 // encoder's latents and the decoder's frames within 1e-4 of PyTorch's (relative to the largest
-// value) from F32 and from F16 weights, on the CPU; the files the loader must refuse, refused in one
+// value) from F32 and from F16 weights, and from the original .pth pair converted by
+// tools/taesd_to_safetensors.py, on the CPU; the files the loader must refuse, refused in one
 // line naming the tensor; the sizes the encoder cannot take refused.
-// usage: test_autoencoder DIR
+// usage: test_autoencoder DIR (with DIR/converted.safetensors made by taesd_to_safetensors.py)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ static void t_against_pytorch(const char *dir, const char *file, const char *tag
     check(rc == 0 && e <= 1e-4, "autoencoder_decode_pytorch", "%s weights, latents (%ld, %ld, %ld) -> %ldx%ld frames: "
           "max error %.2e of the largest value (tol 1e-4)%s%s", tag, sl[1], sl[2], sl[3], sd[2], sd[3], e,
           rc ? ": " : "", rc ? err : "");
-    if (!strcmp(tag, "f32")) {  // sizes the encoder cannot take
+    if (!strcmp(file, "taesd.safetensors")) {  // sizes the encoder cannot take
         rc = autoencoder_encode(ae, x, 1, 12, 16, got_z, err, sizeof err);
         check(rc && strstr(err, "multiples of 8"), "autoencoder_encode_refuses_size", "16x12: %s", rc ? err : "accepted");
     }
@@ -96,6 +97,7 @@ int main(int argc, char **argv) {
     }
     t_against_pytorch(argv[1], "taesd.safetensors", "f32");
     t_against_pytorch(argv[1], "taesd_f16.safetensors", "f16");
+    t_against_pytorch(argv[1], "converted.safetensors", "f32");  // the .pth pair through taesd_to_safetensors.py
     t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
     t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
     t_refused(argv[1], "bad_kl.safetensors", "an AutoencoderKL in diffusers' layout");
