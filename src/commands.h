@@ -15,5 +15,6 @@ int cmd_eval(int argc, char **argv, const Backend *be);
 int cmd_inspect(int argc, char **argv, const Backend *be);
 int cmd_plot(int argc, char **argv, const Backend *be);
 int cmd_score(int argc, char **argv, const Backend *be);
+int cmd_autoencode(int argc, char **argv, const Backend *be);
 
 #endif

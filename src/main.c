@@ -24,6 +24,7 @@ static const char *USAGE =
     "  inspect   show a config's network (parameters, memory) or a checkpoint's contents\n"
     "  plot      draw training curves of runs, or an eval TSV per frame, as a PNG\n"
     "  score     each clip of a dataset scored by a run's loss; the worst written as an exclude list\n"
+    "  autoencode  an autoencoder's round trip on frames of a video: its PSNR, the decoded frames\n"
     "\n"
     "global options:\n"
     "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
@@ -40,7 +41,7 @@ static const struct {
     CommandFn run;
 } COMMANDS[] = {
     {"prepare", cmd_prepare}, {"train", cmd_train}, {"generate", cmd_generate}, {"eval", cmd_eval},
-    {"inspect", cmd_inspect}, {"plot", cmd_plot}, {"score", cmd_score},
+    {"inspect", cmd_inspect}, {"plot", cmd_plot}, {"score", cmd_score}, {"autoencode", cmd_autoencode},
 };
 
 static CommandFn find_command(const char *name) {

@@ -81,11 +81,12 @@ reference_check pytorch_reference_concat --set cond_concat=anchor+nearest \
 fi
 
 # The tiny autoencoder against an independent PyTorch implementation (random weights, width 16).
-if want autoencoder; then
+if want autoencoder || want autoencode_cli; then
 if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1 &&
     "$PYTHON" tools/taesd_to_safetensors.py "$tmp/ae/taesd_encoder.pth" "$tmp/ae/taesd_decoder.pth" \
         "$tmp/ae/converted.safetensors" >> "$tmp/out" 2>&1; then
     run_suite autoencoder "$BUILD/test_autoencoder" "$tmp/ae"
+    run_suite autoencode_cli env PYTHON="$PYTHON" tests/cli/test_autoencode.sh "$FC" "$tmp/ae"
 else
     report FAIL autoencoder_reference "tools/autoencoder_reference.py or taesd_to_safetensors.py failed: $(tail -1 "$tmp/out")"
 fi

@@ -1,0 +1,89 @@
+// cmd_autoencode.c: `framechain autoencode`: an autoencoder's round trip on a user's own footage
+// (model/autoencoder.h), so that it can be judged before a dataset is prepared with it.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/clock.h"
+#include "base/common.h"
+#include "chain/generate.h"
+#include "chain/metrics.h"
+#include "chain/sampler.h"
+#include "model/autoencoder.h"
+#include "video/video.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *HELP_AUTOENCODE =
+    "usage: framechain autoencode --vae FILE --input VIDEO [--size N] [--frames K] [--out VIDEO] [--overwrite]\n"
+    "\n"
+    "Encode the first K frames of VIDEO (centre-cropped and scaled to N x N, as prepare does) with the\n"
+    "autoencoder in FILE, decode them again, and print the round trip's PSNR against the frames; the\n"
+    "last line is the mean PSNR in dB. The file's family is read from its tensors: the tiny autoencoders\n"
+    "(TAESD, TAESDXL, TAESD3, TAEF1) in diffusers' AutoencoderTiny layout (tools/taesd_to_safetensors.py\n"
+    "converts the original .pth pair). No weights ship with framechain: docs/autoencoders.md says where\n"
+    "to get them.\n"
+    "\n"
+    "  --vae FILE     a .safetensors file of an autoencoder (F32, F16 or BF16)\n"
+    "  --input VIDEO  a video (or a PNG or JPEG: one frame), at least N x N\n"
+    "  --size N       the frames' side, a multiple of 8 (default 256)\n"
+    "  --frames K     how many frames (default 8)\n"
+    "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
+    "                 generate writes its output (temporary name, renamed when whole)\n"
+    "  --overwrite    replace an existing --out\n";
+
+int cmd_autoencode(int argc, char **argv, const Backend *be) {
+    Opt opts[] = {{"--vae", 1}, {"--input", 1}, {"--size", 1}, {"--frames", 1}, {"--out", 1}, {"--overwrite", 0},
+                  {NULL}};
+    if (parse_opts(argc, argv, 2, opts, NULL)) {
+        fputs(HELP_AUTOENCODE, stdout);
+        return 0;
+    }
+    const char *vae = required(opts, "--vae"), *input = required(opts, "--input");
+    int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
+    int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000) : 8;
+    if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
+    const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
+    int overwrite = opt(opts, "--overwrite")->count > 0;
+    char err[4096];
+    if (out_path && generate_check_output(out_path, input, overwrite, err, sizeof err)) fc_die("%s", err);
+    Autoencoder *ae = autoencoder_load(vae, be, err, sizeof err);
+    if (!ae) fc_die("%s", err);
+    if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))
+        fc_die("%s: %s: a round trip needs both the encoder and the decoder", vae, autoencoder_describe(ae));
+    size_t E = (size_t)3 * S * S;
+    real *frames = malloc(sizeof(real) * E * K);
+    if (!frames) fc_die("out of host memory for %d frames of %dx%d: lower --frames", K, S, S);
+    if (load_first_frames(input, S, K, frames, err, sizeof err)) fc_die("%s", err);
+    int L = autoencoder_latent_channels(ae), h = S / autoencoder_factor(ae);
+    printf("autoencode: %s\n", autoencoder_describe(ae));
+    printf("autoencode: %d frames of %dx%d from %s on %s, latents (%d, %d, %d)\n", K, S, S, input, be->name, L, h, h);
+    fflush(stdout);
+    GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, err, sizeof err) : NULL;
+    if (out_path && !out) fc_die("%s", err);
+    real *latent = fc_malloc(sizeof(real) * L * h * h), *back = fc_malloc(sizeof(real) * E);
+    uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
+    double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
+    for (int k = 0; k < K; k++) {  // one frame at a time: memory bounded at any size
+        double t0 = fc_now_s();
+        if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) fc_die("%s", err);
+        double t1 = fc_now_s();
+        if (autoencoder_decode(ae, latent, 1, h, h, back, err, sizeof err)) fc_die("%s", err);
+        t_enc += t1 - t0, t_dec += fc_now_s() - t1;
+        for (size_t i = 0; i < E; i++) back[i] = back[i] < -1 ? -1 : back[i] > 1 ? 1 : back[i];
+        frame_to_rgb(rgb_in, frames + k * E, S);
+        frame_to_rgb(rgb_out, back, S);
+        double p = frame_psnr(rgb_in, rgb_out, S);
+        sum += p, lo = p < lo ? p : lo, hi = p > hi ? p : hi;
+        if (out && generate_output_add(out, back, err, sizeof err)) {
+            generate_output_discard(out);
+            fc_die("%s", err);
+        }
+    }
+    if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
+    printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
+           out_path ? "; decoded frames in " : "", out_path ? out_path : "");
+    printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);
+    free(frames), free(latent), free(back), free(rgb_in), free(rgb_out);
+    free_autoencoder(ae);
+    return 0;
+}
