@@ -2,7 +2,8 @@
 // src/backend/cpu/cpu_conv.c: a convolution as an im2col tile of output rows in scratch and one fp32
 // cuBLAS GEMM a tile (no TF32: the CPU's numbers to fp32 accuracy), GroupNorm with one block a group
 // and compensated float sums in a fixed tree (the same bytes on every run), and flat kernels for
-// the pointwise functions, nearest upsampling and addition. Forward only, fp32 in and out on both
+// the pointwise functions, nearest upsampling and addition, and attention over a map's positions as two
+// SGEMMs around a softmax kernel. Forward only, fp32 in and out on both
 // the "cuda" and "cuda-fp32" tables.
 #include <math.h>
 
@@ -171,6 +172,60 @@ static void cuda_add_fwd(real *y, const real *a, const real *b, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// attention over a map's positions
+
+// Each row of p (rows, N) replaced by its softmax: one block a row, the maximum and the compensated
+// sum of the exponentials in a fixed tree.
+__global__ void softmax_rows_kernel(float *p, long N) {
+    __shared__ float top[GN_THREADS];
+    __shared__ CompSum part[GN_THREADS];
+    float *row = p + (size_t)blockIdx.x * N;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < N; j += GN_THREADS) m = fmaxf(m, row[j]);
+    top[threadIdx.x] = m;
+    __syncthreads();
+    for (int half = GN_THREADS / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half) top[threadIdx.x] = fmaxf(top[threadIdx.x], top[threadIdx.x + half]);
+        __syncthreads();
+    }
+    m = top[0];
+    CompSum s = COMP_SUM_ZERO;
+    for (long j = threadIdx.x; j < N; j += GN_THREADS) s.add(expf(row[j] - m));
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = GN_THREADS / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half) part[threadIdx.x].merge(part[threadIdx.x + half]);
+        __syncthreads();
+    }
+    float inv = 1.f / part[0].value();
+    for (long j = threadIdx.x; j < N; j += GN_THREADS) row[j] = expf(row[j] - m) * inv;
+}
+
+static void cuda_image_attn_fwd(real *out, const real *q, const real *k, const real *v, int B, int C, long N) {
+    if (B <= 0 || C <= 0 || N <= 0) return;
+    size_t tile = tile_bytes(), row_bytes = sizeof(float) * (size_t)N;
+    long R = (long)(tile / row_bytes > 0 ? tile / row_bytes : 1);
+    if (R > N) R = N;
+    float *p = (float *)fc_cuda_scratch(SCRATCH_CONV, row_bytes * R);
+    const float scale = 1.f / sqrtf((float)C), one = 1.f, zero = 0.f;
+    for (int b = 0; b < B; b++) {
+        const float *qb = q + (size_t)b * C * N, *kb = k + (size_t)b * C * N, *vb = v + (size_t)b * C * N;
+        float *ob = out + (size_t)b * C * N;
+        for (long i0 = 0; i0 < N; i0 += R) {
+            int rows = (int)(N - i0 < R ? N - i0 : R);
+            // row-major scores (rows, N) = q[:, i0 ..]^T k scale; column-major: p^T (N, rows) = k^T q[:, i0 ..]
+            cublasCheck(cublasSgemm(fc_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, (int)N, rows, C, &scale, kb, (int)N,
+                                    qb + i0, (int)N, &zero, p, (int)N));
+            softmax_rows_kernel<<<rows, GN_THREADS>>>(p, N);
+            cudaCheck(cudaGetLastError());
+            // row-major out[:, i0 ..] (C, rows) = v p^T; column-major: out^T (rows, C) = p v^T
+            cublasCheck(cublasSgemm(fc_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, rows, C, (int)N, &one, p, (int)N, vb, (int)N,
+                                    &zero, ob + i0, (int)N));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
 
 void cuda_register_conv(Backend *be) {
     be->conv2d_fwd = cuda_conv2d_fwd;
@@ -178,4 +233,5 @@ void cuda_register_conv(Backend *be) {
     be->act_fwd = cuda_act_fwd;
     be->upsample2x_fwd = cuda_upsample2x_fwd;
     be->add_fwd = cuda_add_fwd;
+    be->image_attn_fwd = cuda_image_attn_fwd;
 }

@@ -220,6 +220,10 @@ typedef struct Backend {
     void (*upsample2x_fwd)(real *y, const real *x, int B, int C, int H, int W);
     // add_fwd: y = a + b, n values; y may be a or b.
     void (*add_fwd)(real *y, const real *a, const real *b, size_t n);
+    // image_attn_fwd: one head of attention over the N positions of a map, channels as features (the
+    //      mid-block of AutoencoderKL): out[b, c, i] = sum_j p_ij v[b, c, j], p_ij = softmax over j of
+    //      sum_c' q[b, c', i] k[b, c', j] / sqrt(C). q, k, v, out (B, C, N); out differs from q, k, v.
+    void (*image_attn_fwd)(real *out, const real *q, const real *k, const real *v, int B, int C, long N);
 
     // ---- optimizer (src/backend/cpu/cpu_optim.c on the CPU). An element whose gradient is NaN or Inf keeps its
     //      parameter and moments unchanged. ----

@@ -1,7 +1,7 @@
 // test_conv.c: the CPU backend's autoencoder ops against their definitions written out as loops in
 // double: convolution (kernels 1 and 3, strides 1 and 2, symmetric and asymmetric padding, with and
 // without bias, the output split into im2col tiles of a few rows), GroupNorm, the pointwise
-// functions, nearest upsampling, addition. The CPU ops are the reference the CUDA ops are tested
+// functions, nearest upsampling, addition, attention over a map's positions. The CPU ops are the reference the CUDA ops are tested
 // against (tests/cuda/test_cuda.c): here they are checked themselves.
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +133,37 @@ static void t_upsample(int B, int C, int H, int W) {
     free(x), free(y);
 }
 
+static void t_image_attn(int B, int C, long N, long tile) {
+    size_t n = (size_t)B * C * N;
+    real *q = randn(n, 10), *k = randn(n, 11), *v = randn(n, 12), *out = malloc(sizeof(real) * n);
+    double *want = malloc(sizeof(double) * n), *p = malloc(sizeof(double) * N);
+    for (int b = 0; b < B; b++)
+        for (long i = 0; i < N; i++) {
+            double m = -INFINITY, sum = 0;
+            for (long j = 0; j < N; j++) {
+                double s = 0;
+                for (int c = 0; c < C; c++) s += (double)q[((size_t)b * C + c) * N + i] * k[((size_t)b * C + c) * N + j];
+                p[j] = s / sqrt((double)C);
+                m = fmax(m, p[j]);
+            }
+            for (long j = 0; j < N; j++) sum += p[j] = exp(p[j] - m);
+            for (int c = 0; c < C; c++) {
+                double o = 0;
+                for (long j = 0; j < N; j++) o += p[j] / sum * v[((size_t)b * C + c) * N + j];
+                want[((size_t)b * C + c) * N + i] = o;
+            }
+        }
+    char value[32];
+    snprintf(value, sizeof value, "%ld", tile);
+    if (tile > 0) setenv("FRAMECHAIN_TEST_CONV_TILE_BYTES", value, 1);
+    be->image_attn_fwd(out, q, k, v, B, C, N);
+    unsetenv("FRAMECHAIN_TEST_CONV_TILE_BYTES");
+    double e = worst(out, want, n);
+    check(e < 1e-5, "image_attn", "B=%d C=%d N=%ld%s: worst error %.2e", B, C, N,
+          tile > 0 ? ", queries in chunks of a few rows" : "", e);
+    free(q), free(k), free(v), free(out), free(want), free(p);
+}
+
 int main(void) {
     be = backend_cpu();
     t_conv(2, 3, 9, 7, 5, 3, 1, 1, 1, 1, 1, 1, 0);  // PyTorch padding 1
@@ -148,5 +179,6 @@ int main(void) {
     t_group_norm(1, 32, 5, 32, 0);  // a group per channel
     t_pointwise(1001);
     t_upsample(2, 3, 5, 4);
+    t_image_attn(2, 8, 30, 0), t_image_attn(1, 16, 64, 500);  // the second: 3 query rows a chunk
     return g_failed != 0;
 }

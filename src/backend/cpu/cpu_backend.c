@@ -574,6 +574,7 @@ static const Backend cpu_backend = {
     .act_fwd = cpu_act_fwd,
     .upsample2x_fwd = cpu_upsample2x_fwd,
     .add_fwd = cpu_add_fwd,
+    .image_attn_fwd = cpu_image_attn_fwd,
     .adamw_fp32 = cpu_adamw_fp32,
     .adamw_8bit = cpu_adamw_8bit,
     .sum_squares = cpu_sum_squares,

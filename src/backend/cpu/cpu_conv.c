@@ -130,3 +130,35 @@ void cpu_add_fwd(real *y, const real *a, const real *b, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
+
+// Rows of queries a chunk: their scores (rows, N) take at most CONV_TILE_BYTES.
+void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, int B, int C, long N) {
+    if (B <= 0 || C <= 0 || N <= 0) return;
+    size_t tile = tile_bytes(), row_bytes = sizeof(real) * (size_t)N;
+    long R = (long)(tile / row_bytes > 0 ? tile / row_bytes : 1);
+    if (R > N) R = N;
+    real *p = fc_malloc(row_bytes * R);
+    double scale = 1 / sqrt((double)C);
+    for (int b = 0; b < B; b++) {
+        const real *qb = q + (size_t)b * C * N, *kb = k + (size_t)b * C * N, *vb = v + (size_t)b * C * N;
+        real *ob = out + (size_t)b * C * N;
+        for (long i0 = 0; i0 < N; i0 += R) {
+            long rows = N - i0 < R ? N - i0 : R;
+            // scores (rows, N) = q[:, i0 .. i0 + rows]^T k / sqrt(C)
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)N, C, (real)scale, qb + i0, (int)N, kb, (int)N,
+                 0, p, (int)N);
+#pragma omp parallel for schedule(static)
+            for (long r = 0; r < rows; r++) {  // softmax of each row, in double
+                real *row = p + r * N;
+                double m = row[0], sum = 0;
+                for (long j = 1; j < N; j++) m = row[j] > m ? row[j] : m;
+                for (long j = 0; j < N; j++) sum += exp(row[j] - m);
+                for (long j = 0; j < N; j++) row[j] = (real)(exp(row[j] - m) / sum);
+            }
+            // out[:, i0 .. i0 + rows] = v (C, N) p^T (N, rows)
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, C, (int)rows, (int)N, 1, vb, (int)N, p, (int)N, 0, ob + i0,
+                 (int)N);
+        }
+    }
+    free(p);
+}

@@ -1,5 +1,5 @@
 // cpu_conv.h: the CPU backend's autoencoder ops (convolution, GroupNorm, pointwise functions, nearest
-// upsampling, addition). See backend.h for their contracts.
+// upsampling, addition, attention over a map's positions). See backend.h for their contracts.
 #ifndef FRAMECHAIN_CPU_CONV_H
 #define FRAMECHAIN_CPU_CONV_H
 
@@ -12,5 +12,6 @@ void cpu_group_norm_fwd(real *y, const real *x, const real *gamma, const real *b
 void cpu_act_fwd(real *y, const real *x, size_t n, int act);
 void cpu_upsample2x_fwd(real *y, const real *x, int B, int C, int H, int W);
 void cpu_add_fwd(real *y, const real *a, const real *b, size_t n);
+void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, int B, int C, long N);
 
 #endif
