@@ -161,6 +161,16 @@ static void cuda_upsample2x_fwd(real *y, const real *x, int B, int C, int H, int
     cudaCheck(cudaGetLastError());
 }
 
+__global__ void affine_kernel(float *y, const float *x, size_t n, float a, float b) {
+    GRID_STRIDE_LOOP(i, n) y[i] = x[i] * a + b;
+}
+
+static void cuda_affine_fwd(real *y, const real *x, size_t n, real a, real b) {
+    if (!n) return;
+    affine_kernel<<<flat_grid(n), FLAT_THREADS>>>(y, x, n, a, b);
+    cudaCheck(cudaGetLastError());
+}
+
 __global__ void add_kernel(float *y, const float *a, const float *b, size_t n) {
     GRID_STRIDE_LOOP(i, n) y[i] = a[i] + b[i];
 }
@@ -232,6 +242,7 @@ void cuda_register_conv(Backend *be) {
     be->group_norm_fwd = cuda_group_norm_fwd;
     be->act_fwd = cuda_act_fwd;
     be->upsample2x_fwd = cuda_upsample2x_fwd;
+    be->affine_fwd = cuda_affine_fwd;
     be->add_fwd = cuda_add_fwd;
     be->image_attn_fwd = cuda_image_attn_fwd;
 }

@@ -18,10 +18,11 @@ static const char *HELP_AUTOENCODE =
     "\n"
     "Encode the first K frames of VIDEO (centre-cropped and scaled to N x N, as prepare does) with the\n"
     "autoencoder in FILE, decode them again, and print the round trip's PSNR against the frames; the\n"
-    "last line is the mean PSNR in dB. The file's family is read from its tensors: the tiny autoencoders\n"
-    "(TAESD, TAESDXL, TAESD3, TAEF1) in diffusers' AutoencoderTiny layout (tools/taesd_to_safetensors.py\n"
-    "converts the original .pth pair). No weights ship with framechain: docs/autoencoders.md says where\n"
-    "to get them.\n"
+    "last line is the mean PSNR in dB. The file's family is read from its tensors: AutoencoderKL (Stable\n"
+    "Diffusion 1.x/2.x, SDXL, SD3, FLUX.1) in diffusers' layout or the original single file's, and the\n"
+    "tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1) in diffusers' AutoencoderTiny layout\n"
+    "(tools/taesd_to_safetensors.py converts the original .pth pair). No weights ship with framechain:\n"
+    "docs/autoencoders.md says where to get them.\n"
     "\n"
     "  --vae FILE     a .safetensors file of an autoencoder (F32, F16 or BF16)\n"
     "  --input VIDEO  a video (or a PNG or JPEG: one frame), at least N x N\n"
@@ -50,6 +51,8 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (!ae) fc_die("%s", err);
     if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))
         fc_die("%s: %s: a round trip needs both the encoder and the decoder", vae, autoencoder_describe(ae));
+    if (S % autoencoder_factor(ae))
+        fc_die("--size %d: %s takes sides that are multiples of %d", S, vae, autoencoder_factor(ae));
     size_t E = (size_t)3 * S * S;
     real *frames = malloc(sizeof(real) * E * K);
     if (!frames) fc_die("out of host memory for %d frames of %dx%d: lower --frames", K, S, S);

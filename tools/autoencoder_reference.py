@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """An independent PyTorch implementation of the autoencoders framechain reads, to check it.
 
-Written from the published architecture (the tiny autoencoder of github madebyollin/taesd, as
-diffusers' AutoencoderTiny lays out its tensors), not from framechain's C. With random weights
+Written from the published architectures (the tiny autoencoder of github madebyollin/taesd, as
+diffusers' AutoencoderTiny lays out its tensors; diffusers' AutoencoderKL), not from framechain's C. With random weights
 (none ship), at a reduced width and on small frames:
 
     tools/autoencoder_reference.py --make DIR [--width 16] [--latent 4] [--size 32] [--batch 2] [--seed 1]
@@ -13,7 +13,12 @@ and latents (B, L, S/8, S/8) with the frames the decoder makes of them, for each
 ("f32.*" and "f16.*"); DIR/taesd_encoder.pth and DIR/taesd_decoder.pth, the same weights in the
 original repository's layout (for tools/taesd_to_safetensors.py). Then the broken files the loader must refuse in one line:
 DIR/bad_missing.safetensors (a block's tensor left out), DIR/bad_shape.safetensors (one misshapen),
-DIR/bad_kl.safetensors (an AutoencoderKL's first tensors).
+DIR/bad_unknown.safetensors (no autoencoder at all). The same for AutoencoderKL, written from
+diffusers' architecture: DIR/kl.safetensors (4 latent channels, quant convs, widths 32/32/64, one
+resnet a stage), DIR/kl16.safetensors (16, no quant convs, 32/64, two), kl_original.safetensors (kl's
+weights under the original single file's names and first_stage_model.), kl_legacy.safetensors
+(diffusers' older attention names), bad_kl_missing.safetensors (an attention tensor left out); their
+inputs and outputs in io.safetensors as "kl.*" and "kl16.*" (frames of 16x16).
 """
 
 import argparse
@@ -113,6 +118,162 @@ def decode(latents, w):
     return x * 2 - 1  # [0, 1] to [-1, 1]
 
 
+# ---- AutoencoderKL (diffusers' names; 32 GroupNorm groups, eps 1e-6, SiLU) ----
+
+def kl_weights(ch, layers, latent, quant, gen):
+    """Every tensor of an AutoencoderKL of stage widths ch (encoder order), `layers` resnets a stage."""
+    w = {}
+
+    def conv(name, cout, cin, k=3):
+        std = 0.5 * (2.0 / (cin * k * k)) ** 0.5
+        w[name + ".weight"] = torch.randn(cout, cin, k, k, generator=gen) * std
+        w[name + ".bias"] = torch.randn(cout, generator=gen) * 0.1
+
+    def norm(name, c):
+        w[name + ".weight"] = 1 + 0.2 * torch.randn(c, generator=gen)
+        w[name + ".bias"] = 0.2 * torch.randn(c, generator=gen)
+
+    def resnet(name, cin, cout):
+        norm(name + ".norm1", cin)
+        conv(name + ".conv1", cout, cin)
+        norm(name + ".norm2", cout)
+        conv(name + ".conv2", cout, cout)
+        if cin != cout:
+            conv(name + ".conv_shortcut", cout, cin, 1)
+
+    def mid(part, c):
+        resnet(part + ".mid_block.resnets.0", c, c)
+        norm(part + ".mid_block.attentions.0.group_norm", c)
+        for p in ("to_q", "to_k", "to_v", "to_out.0"):  # Linear: (C, C)
+            w["%s.mid_block.attentions.0.%s.weight" % (part, p)] = torch.randn(c, c, generator=gen) * (0.5 / c ** 0.5)
+            w["%s.mid_block.attentions.0.%s.bias" % (part, p)] = torch.randn(c, generator=gen) * 0.1
+        resnet(part + ".mid_block.resnets.1", c, c)
+
+    n = len(ch)
+    conv("encoder.conv_in", ch[0], 3)
+    prev = ch[0]
+    for i in range(n):
+        for j in range(layers):
+            resnet("encoder.down_blocks.%d.resnets.%d" % (i, j), prev, ch[i])
+            prev = ch[i]
+        if i < n - 1:
+            conv("encoder.down_blocks.%d.downsamplers.0.conv" % i, ch[i], ch[i])
+    mid("encoder", ch[-1])
+    norm("encoder.conv_norm_out", ch[-1])
+    conv("encoder.conv_out", 2 * latent, ch[-1])
+    if quant:
+        conv("quant_conv", 2 * latent, 2 * latent, 1)
+        conv("post_quant_conv", latent, latent, 1)
+    conv("decoder.conv_in", ch[-1], latent)
+    mid("decoder", ch[-1])
+    prev = ch[-1]
+    for i in range(n):
+        c = ch[n - 1 - i]
+        for j in range(layers + 1):
+            resnet("decoder.up_blocks.%d.resnets.%d" % (i, j), prev, c)
+            prev = c
+        if i < n - 1:
+            conv("decoder.up_blocks.%d.upsamplers.0.conv" % i, c, c)
+    norm("decoder.conv_norm_out", ch[0])
+    conv("decoder.conv_out", 3, ch[0])
+    return w
+
+
+def kl_resnet(x, w, name):
+    h = F.conv2d(F.silu(F.group_norm(x, 32, w[name + ".norm1.weight"], w[name + ".norm1.bias"], 1e-6)),
+                 w[name + ".conv1.weight"], w[name + ".conv1.bias"], padding=1)
+    h = F.conv2d(F.silu(F.group_norm(h, 32, w[name + ".norm2.weight"], w[name + ".norm2.bias"], 1e-6)),
+                 w[name + ".conv2.weight"], w[name + ".conv2.bias"], padding=1)
+    if name + ".conv_shortcut.weight" in w:
+        x = F.conv2d(x, w[name + ".conv_shortcut.weight"], w[name + ".conv_shortcut.bias"])
+    return x + h
+
+
+def kl_attention(x, w, name):
+    B, C, H, W = x.shape
+    h = F.group_norm(x, 32, w[name + ".group_norm.weight"], w[name + ".group_norm.bias"], 1e-6)
+    t = h.reshape(B, C, H * W).transpose(1, 2)  # tokens (B, HW, C)
+    q = F.linear(t, w[name + ".to_q.weight"], w[name + ".to_q.bias"])
+    k = F.linear(t, w[name + ".to_k.weight"], w[name + ".to_k.bias"])
+    v = F.linear(t, w[name + ".to_v.weight"], w[name + ".to_v.bias"])
+    p = torch.softmax(q @ k.transpose(1, 2) / C ** 0.5, dim=-1)
+    o = F.linear(p @ v, w[name + ".to_out.0.weight"], w[name + ".to_out.0.bias"])
+    return x + o.transpose(1, 2).reshape(B, C, H, W)
+
+
+def kl_mid(x, w, part):
+    x = kl_resnet(x, w, part + ".mid_block.resnets.0")
+    x = kl_attention(x, w, part + ".mid_block.attentions.0")
+    return kl_resnet(x, w, part + ".mid_block.resnets.1")
+
+
+def kl_encode(frames, w, ch, layers, latent, scale, shift):
+    x = F.conv2d(frames, w["encoder.conv_in.weight"], w["encoder.conv_in.bias"], padding=1)
+    for i in range(len(ch)):
+        for j in range(layers):
+            x = kl_resnet(x, w, "encoder.down_blocks.%d.resnets.%d" % (i, j))
+        if i < len(ch) - 1:
+            x = F.pad(x, (0, 1, 0, 1))
+            x = F.conv2d(x, w["encoder.down_blocks.%d.downsamplers.0.conv.weight" % i],
+                         w["encoder.down_blocks.%d.downsamplers.0.conv.bias" % i], stride=2)
+    x = kl_mid(x, w, "encoder")
+    x = F.silu(F.group_norm(x, 32, w["encoder.conv_norm_out.weight"], w["encoder.conv_norm_out.bias"], 1e-6))
+    x = F.conv2d(x, w["encoder.conv_out.weight"], w["encoder.conv_out.bias"], padding=1)
+    if "quant_conv.weight" in w:
+        x = F.conv2d(x, w["quant_conv.weight"], w["quant_conv.bias"])
+    mean = x[:, :latent]
+    return (mean - shift) * scale
+
+
+def kl_decode(z, w, ch, layers, scale, shift):
+    x = z / scale + shift
+    if "post_quant_conv.weight" in w:
+        x = F.conv2d(x, w["post_quant_conv.weight"], w["post_quant_conv.bias"])
+    x = F.conv2d(x, w["decoder.conv_in.weight"], w["decoder.conv_in.bias"], padding=1)
+    x = kl_mid(x, w, "decoder")
+    n = len(ch)
+    for i in range(n):
+        for j in range(layers + 1):
+            x = kl_resnet(x, w, "decoder.up_blocks.%d.resnets.%d" % (i, j))
+        if i < n - 1:
+            x = F.interpolate(x, scale_factor=2, mode="nearest")
+            x = F.conv2d(x, w["decoder.up_blocks.%d.upsamplers.0.conv.weight" % i],
+                         w["decoder.up_blocks.%d.upsamplers.0.conv.bias" % i], padding=1)
+    x = F.silu(F.group_norm(x, 32, w["decoder.conv_norm_out.weight"], w["decoder.conv_norm_out.bias"], 1e-6))
+    return F.conv2d(x, w["decoder.conv_out.weight"], w["decoder.conv_out.bias"], padding=1)
+
+
+def kl_original_names(w, n, prefix):
+    """The same tensors as the original single file names them (decoder stages numbered from the deepest;
+    the attention's projections as 1x1 convolutions)."""
+    out = {}
+    for name, v in w.items():
+        parts = name.split(".")
+        if parts[1] in ("down_blocks", "up_blocks"):
+            i = int(parts[2])
+            if parts[1] == "up_blocks":
+                i = n - 1 - i
+            head = "%s.%s.%d" % (parts[0], "down" if parts[1] == "down_blocks" else "up", i)
+            if parts[3] == "resnets":
+                rest = ".".join(parts[5:]).replace("conv_shortcut", "nin_shortcut")
+                name = "%s.block.%s.%s" % (head, parts[4], rest)
+            else:  # downsamplers.0.conv / upsamplers.0.conv
+                name = "%s.%s.%s" % (head, "downsample" if parts[3] == "downsamplers" else "upsample", ".".join(parts[5:]))
+        elif parts[1] == "mid_block":
+            if parts[2] == "resnets":
+                name = "%s.mid.block_%d.%s" % (parts[0], int(parts[3]) + 1, ".".join(parts[4:]))
+            else:
+                proj = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_out": "proj_out"}[parts[4]]
+                rest = parts[-1]
+                name = "%s.mid.attn_1.%s.%s" % (parts[0], proj, rest)
+                if proj != "norm" and rest == "weight":
+                    v = v.reshape(v.shape[0], v.shape[1], 1, 1)
+        elif parts[1] == "conv_norm_out":
+            name = "%s.norm_out.%s" % (parts[0], parts[2])
+        out[prefix + name] = v
+    return out
+
+
 def to_np(w):
     return {k: v.detach().double().numpy().astype(np.float32) for k, v in w.items()}
 
@@ -133,8 +294,6 @@ def make(args):
         with torch.no_grad():
             io[tag + ".encoded"] = encode(frames, w)
             io[tag + ".decoded"] = decode(latents, w)
-    write_safetensors(os.path.join(args.dir, "io.safetensors"),
-                      {k: v.numpy().astype(np.float32) for k, v in io.items()})
     # the original layout's pair of .pth files (tools/taesd_to_safetensors.py turns them into taesd.safetensors)
     enc = {k[len("encoder.layers."):]: v.float() for k, v in w32.items() if k.startswith("encoder.")}
     dec = {}
@@ -151,11 +310,35 @@ def make(args):
     bad = to_np(w32)
     bad["encoder.layers.6.weight"] = bad["encoder.layers.6.weight"][:, :-1]
     write_safetensors(os.path.join(args.dir, "bad_shape.safetensors"), bad)
-    write_safetensors(os.path.join(args.dir, "bad_kl.safetensors"),
-                      {"encoder.down_blocks.0.resnets.0.conv1.weight": np.zeros((8, 8, 3, 3), np.float32)})
+    write_safetensors(os.path.join(args.dir, "bad_unknown.safetensors"),
+                      {"model.diffusion_model.input_blocks.0.0.weight": np.zeros((8, 8, 3, 3), np.float32)})
+    # AutoencoderKL: SD-like (4 latent channels, quant convs, 0.18215) at widths 32/32/64 with one resnet a
+    # stage (factor 4), and SD3-like (16, none, 1.5305 and 0.0609) at 32/64 with two (factor 2)
+    kl = {"kl": ((32, 32, 64), 1, 4, True, 0.18215, 0.0), "kl16": ((32, 64), 2, 16, False, 1.5305, 0.0609)}
+    for tag, (ch, layers, L, quant, sc, sh) in kl.items():
+        w = {k: v.double() for k, v in kl_weights(ch, layers, L, quant, gen).items()}
+        write_safetensors(os.path.join(args.dir, tag + ".safetensors"), to_np(w))
+        f = 2 ** (len(ch) - 1)
+        kf = torch.rand(B, 3, 16, 16, generator=gen, dtype=torch.float64) * 2 - 1
+        kz = torch.randn(B, L, 16 // f, 16 // f, generator=gen, dtype=torch.float64)
+        with torch.no_grad():
+            io[tag + ".frames"], io[tag + ".latents"] = kf, kz
+            io[tag + ".encoded"] = kl_encode(kf, w, ch, layers, L, sc, sh)
+            io[tag + ".decoded"] = kl_decode(kz, w, ch, layers, sc, sh)
+        if tag == "kl":
+            write_safetensors(os.path.join(args.dir, "kl_original.safetensors"),
+                              to_np(kl_original_names(w, len(ch), "first_stage_model.")))
+            legacy = {k.replace("to_q.", "query.").replace("to_k.", "key.").replace("to_v.", "value.")
+                      .replace("to_out.0.", "proj_attn."): v for k, v in w.items()}
+            write_safetensors(os.path.join(args.dir, "kl_legacy.safetensors"), to_np(legacy))
+            bad = to_np(w)
+            del bad["decoder.mid_block.attentions.0.to_k.weight"]
+            write_safetensors(os.path.join(args.dir, "bad_kl_missing.safetensors"), bad)
+    write_safetensors(os.path.join(args.dir, "io.safetensors"),
+                      {k: v.numpy().astype(np.float32) for k, v in io.items()})
     scale = {k: float(v.abs().max()) for k, v in io.items()}
     print("autoencoder_reference: width %d, %d latent channels, %d frames of %dx%d in %s; largest |value|: %s"
-          % (args.width, L, B, S, S, args.dir, ", ".join("%s %.3g" % kv for kv in scale.items())))
+          % (args.width, args.latent, B, S, S, args.dir, ", ".join("%s %.3g" % kv for kv in scale.items())))
 
 
 def main():

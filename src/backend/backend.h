@@ -218,6 +218,8 @@ typedef struct Backend {
     void (*act_fwd)(real *y, const real *x, size_t n, int act);
     // upsample2x_fwd: y (B, C, 2H, 2W), each value of x (B, C, H, W) copied to its 2 x 2 block (nearest).
     void (*upsample2x_fwd)(real *y, const real *x, int B, int C, int H, int W);
+    // affine_fwd: y = x * a + b, n values; y may be x.
+    void (*affine_fwd)(real *y, const real *x, size_t n, real a, real b);
     // add_fwd: y = a + b, n values; y may be a or b.
     void (*add_fwd)(real *y, const real *a, const real *b, size_t n);
     // image_attn_fwd: one head of attention over the N positions of a map, channels as features (the

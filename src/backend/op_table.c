@@ -16,7 +16,7 @@ static const struct {
     OP(attn_fwd), OP(attn_bwd), OP(gelu_fwd), OP(gelu_bwd), OP(silu_fwd), OP(silu_bwd), OP(patchify_fwd),
     OP(patchify_bwd), OP(unpatchify_fwd), OP(unpatchify_bwd), OP(sinusoid_fwd), OP(sinusoid_bwd),
     OP(add_pos_time_fwd), OP(add_pos_time_bwd), OP(mse_masked_fwd), OP(mse_masked_bwd), OP(flow_mix),
-    OP(conv2d_fwd), OP(group_norm_fwd), OP(act_fwd), OP(upsample2x_fwd), OP(add_fwd), OP(image_attn_fwd),
+    OP(conv2d_fwd), OP(group_norm_fwd), OP(act_fwd), OP(upsample2x_fwd), OP(affine_fwd), OP(add_fwd), OP(image_attn_fwd),
     OP(adamw_fp32), OP(adamw_8bit), OP(sum_squares), OP(ema_update),
 };
 

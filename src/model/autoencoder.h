@@ -16,7 +16,7 @@
 
 typedef struct Autoencoder Autoencoder;
 
-enum AeFamily { AE_TAESD = 0 };
+enum AeFamily { AE_TAESD = 0, AE_KL = 1 };
 
 // The autoencoder in the safetensors file at path (F32, F16 or BF16 tensors) on backend be. NULL with
 // one line in err: a file that cannot be read, no family it matches (what it has instead), a tensor
@@ -26,12 +26,17 @@ void free_autoencoder(Autoencoder *ae);
 
 int autoencoder_family(const Autoencoder *ae);         // enum AeFamily
 int autoencoder_latent_channels(const Autoencoder *ae);
-int autoencoder_factor(const Autoencoder *ae);         // frame side / latent side (8)
+int autoencoder_factor(const Autoencoder *ae);         // frame side / latent side (8 for the families' usual files)
 int autoencoder_has_encoder(const Autoencoder *ae);
 int autoencoder_has_decoder(const Autoencoder *ae);
 size_t autoencoder_params(const Autoencoder *ae);      // values in its weights
 // "TAESD: 4 latent channels, 8x, encoder and decoder, width 64, 1.22 M parameters"
 const char *autoencoder_describe(const Autoencoder *ae);
+// The latents are (the encoder's mean - shift) * scale: the factors the diffusion models of the family
+// were trained with (AutoencoderKL: 4 latent channels, SD 1.x/2.x's 0.18215 and 0 unless set; 16,
+// SD3's 1.5305 and 0.0609; the tiny autoencoders 1 and 0: their latents are already scaled).
+void autoencoder_scaling(const Autoencoder *ae, double *scale, double *shift);
+void autoencoder_set_scaling(Autoencoder *ae, double scale, double shift);
 
 // frames (B, 3, H, W) in [-1, 1] -> latents (B, latent channels, H / factor, W / factor); H and W
 // multiples of the factor. 0, or -1 with one line (no encoder in the file, a size it cannot take).

@@ -114,6 +114,9 @@ static void t_pointwise(size_t n) {
         double e = worst(y, want, n);
         check(e < 1e-6, names[act], "n=%zu, x ~ N(0, 16): worst error %.2e", n, e);
     }
+    for (size_t i = 0; i < n; i++) want[i] = (double)(x[i] * 0.5f) + 0.25;
+    be->affine_fwd(y, x, n, 0.5f, 0.25f);
+    check(worst(y, want, n) < 1e-6, "affine", "n=%zu, y = x 0.5 + 0.25: worst error %.2e", n, worst(y, want, n));
     for (size_t i = 0; i < n; i++) want[i] = (double)x[i] + a[i];
     be->add_fwd(x, x, a, n);  // in place
     check(worst(x, want, n) < 1e-6, "add", "n=%zu, y aliasing a: worst error %.2e", n, worst(x, want, n));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# framechain autoencode: a tiny autoencoder's round trip on vtest.avi (random weights from
+# framechain autoencode: a tiny autoencoder's round trip on vtest.avi, and an AutoencoderKL's (random weights from
 # tools/autoencoder_reference.py, so the PSNR is low; test_autoencoder checks the numbers against
 # PyTorch): the lines it prints, the decoded frames written, the same output twice; refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
@@ -16,13 +16,19 @@ last=$(tail -1 "$tmp/a.log")
 pngs=$(ls "$tmp/rt" 2> /dev/null | grep -c '^frame-.*\.png$')
 [ $rc -eq 0 ] && [[ $last =~ ^round\ trip:\ mean\ PSNR\ [0-9.]+\ dB\ over\ 5\ frames ]] && [ "$pngs" = 5 ]
 expect autoencode_round_trip $? "exit $rc; $pngs frames written; $last"
-grep -q '^autoencode: TAESD: 4 latent channels, 8x, encoder and decoder, width 16' "$tmp/a.log" &&
+grep -q '^autoencode: TAESD (tiny autoencoder), width 16, 4 latent channels, 8x, encoder and decoder' "$tmp/a.log" &&
     grep -q 'latents (4, 8, 8)' "$tmp/a.log"
 expect autoencode_describes $? "$(head -2 "$tmp/a.log" | tr '\n' ' ')"
 "$FC" autoencode --vae "$dir/taesd_f16.safetensors" --input "$VIDEO" --size 64 --frames 5 > "$tmp/b.log" 2>&1
 "$FC" autoencode --vae "$dir/taesd_f16.safetensors" --input "$VIDEO" --size 64 --frames 5 > "$tmp/c.log" 2>&1
 [ "$(tail -1 "$tmp/b.log")" = "$(tail -1 "$tmp/c.log")" ]
 expect autoencode_repeatable $? "twice: $(tail -1 "$tmp/c.log")"
+
+"$FC" autoencode --vae "$dir/kl_original.safetensors" --input "$VIDEO" --size 32 --frames 2 > "$tmp/kl.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q '^autoencode: AutoencoderKL (original layout, first_stage_model.), widths 32/32/64' "$tmp/kl.log" &&
+    grep -q 'latents (4, 8, 8)' "$tmp/kl.log" && tail -1 "$tmp/kl.log" | grep -q '^round trip: mean PSNR'
+expect autoencode_kl $? "exit $rc; $(head -1 "$tmp/kl.log"); $(tail -1 "$tmp/kl.log")"
 
 refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, no --out left
     local name=$1 want=$2 pattern=$3 rc
@@ -43,6 +49,6 @@ from safetensors_io import read_safetensors, write_safetensors
 t, _ = read_safetensors(sys.argv[1])
 write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("decoder.")})
 PY
-refused autoencode_half 1 "decoder only, width 16, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
+refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
     --vae "$tmp/decoder_only.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"

@@ -43,6 +43,8 @@ static void t_pointwise(size_t n) {
         BOTH(be->act_fwd(P(y), P(x), n, act));
         compare(names[act], "", &y, NULL);
     }
+    BOTH(be->affine_fwd(P(y), P(x), n, 0.18215f, -0.5f));
+    compare("cuda_affine_fwd", "", &y, NULL);
     BOTH(be->add_fwd(P(a), P(a), P(x), n));  // in place
     compare("cuda_add_fwd", "y aliasing a", &a, NULL);
     FREE(&x, &a, &y);

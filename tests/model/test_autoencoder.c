@@ -40,7 +40,9 @@ static double rel_error(const real *a, const float *b, size_t n) {
     return m > 0 ? d / m : d;
 }
 
-static void t_against_pytorch(const char *dir, const char *file, const char *tag) {
+// file's encoder and decoder against io.safetensors: the inputs `in`.frames and `in`.latents (in "":
+// frames and latents), the outputs tag.encoded and tag.decoded.
+static void t_against_pytorch(const char *dir, const char *file, const char *tag, const char *in) {
     char path[4096], err[1024], name[64];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     Autoencoder *ae = autoencoder_load(path, backend_cpu(), err, sizeof err);
@@ -48,7 +50,10 @@ static void t_against_pytorch(const char *dir, const char *file, const char *tag
     if (!ae) return;
     size_t nf, nl, ne, nd;
     long sf[4], sl[4], se[4], sd[4];
-    const float *frames = io_tensor("frames", &nf, sf), *latents = io_tensor("latents", &nl, sl);
+    snprintf(name, sizeof name, "%s%sframes", in, *in ? "." : "");
+    const float *frames = io_tensor(name, &nf, sf);
+    snprintf(name, sizeof name, "%s%slatents", in, *in ? "." : "");
+    const float *latents = io_tensor(name, &nl, sl);
     snprintf(name, sizeof name, "%s.encoded", tag);
     const float *encoded = io_tensor(name, &ne, se);
     snprintf(name, sizeof name, "%s.decoded", tag);
@@ -95,12 +100,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_autoencoder: %s\n", err);
         return 1;
     }
-    t_against_pytorch(argv[1], "taesd.safetensors", "f32");
-    t_against_pytorch(argv[1], "taesd_f16.safetensors", "f16");
-    t_against_pytorch(argv[1], "converted.safetensors", "f32");  // the .pth pair through taesd_to_safetensors.py
+    t_against_pytorch(argv[1], "taesd.safetensors", "f32", "");
+    t_against_pytorch(argv[1], "taesd_f16.safetensors", "f16", "");
+    t_against_pytorch(argv[1], "converted.safetensors", "f32", "");  // the .pth pair through taesd_to_safetensors.py
+    t_against_pytorch(argv[1], "kl.safetensors", "kl", "kl");
+    t_against_pytorch(argv[1], "kl16.safetensors", "kl16", "kl16");
+    t_against_pytorch(argv[1], "kl_original.safetensors", "kl", "kl");  // the same weights, the original names
+    t_against_pytorch(argv[1], "kl_legacy.safetensors", "kl", "kl");    // diffusers' older attention names
     t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
     t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
-    t_refused(argv[1], "bad_kl.safetensors", "an AutoencoderKL in diffusers' layout");
+    t_refused(argv[1], "bad_kl_missing.safetensors", "tensor decoder.mid_block.attentions.0.to_k.weight (64, 64, 1, 1) is missing");
+    t_refused(argv[1], "bad_unknown.safetensors", "no autoencoder this version reads");
     t_refused(argv[1], "no_such_file.safetensors", "no_such_file");
     st_free(&g_io);
     return g_failed != 0;

@@ -573,6 +573,7 @@ static const Backend cpu_backend = {
     .group_norm_fwd = cpu_group_norm_fwd,
     .act_fwd = cpu_act_fwd,
     .upsample2x_fwd = cpu_upsample2x_fwd,
+    .affine_fwd = cpu_affine_fwd,
     .add_fwd = cpu_add_fwd,
     .image_attn_fwd = cpu_image_attn_fwd,
     .adamw_fp32 = cpu_adamw_fp32,

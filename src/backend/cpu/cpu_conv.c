@@ -126,6 +126,11 @@ void cpu_upsample2x_fwd(real *y, const real *x, int B, int C, int H, int W) {
         }
 }
 
+void cpu_affine_fwd(real *y, const real *x, size_t n, real a, real b) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * a + b;
+}
+
 void cpu_add_fwd(real *y, const real *a, const real *b, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];

@@ -1,0 +1,133 @@
+// autoencoder_tiny.c: the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1) in diffusers'
+// AutoencoderTiny layout: their tensors bound, and their encoder and decoder as passes over the op
+// table (docs/autoencoders.md draws both).
+#include <stdio.h>
+
+#include "model/autoencoder_internal.h"
+
+#define ENC_BLOCKS 10  // 1 + 3 + 3 + 3
+#define DEC_BLOCKS 10  // 3 + 3 + 3 + 1
+
+typedef struct {
+    AeConv c0, c2, c4;  // conv, ReLU, conv, ReLU, conv; plus the input (the same width); ReLU
+} TinyBlock;
+
+typedef struct {
+    int width;
+    AeConv enc_in, enc_down[3], enc_out;
+    TinyBlock enc_block[ENC_BLOCKS];
+    AeConv dec_in, dec_up[3], dec_out;
+    TinyBlock dec_block[DEC_BLOCKS];
+} TinyNet;
+
+static void bind_block(AeBinder *bd, TinyBlock *b, const char *part, int index, int C) {
+    char name[96];
+    for (int j = 0; j < 3; j++) {
+        snprintf(name, sizeof name, "%s.layers.%d.conv.%d", part, index, 2 * j);
+        ae_bind_conv(bd, j == 0 ? &b->c0 : j == 1 ? &b->c2 : &b->c4, name, C, C, 3, 1);
+    }
+}
+
+// cur = ReLU(conv4(ReLU(conv2(ReLU(conv0(cur))))) + cur)
+static void block(AeRun *r, const TinyBlock *blk) {
+    const Backend *be = r->be;
+    int pad[4] = {1, 1, 1, 1};
+    size_t n = ae_values(r);
+    real *a = r->t[0], *b = r->t[1];
+    be->conv2d_fwd(a, r->cur, blk->c0.w, blk->c0.b, r->B, r->C, r->H, r->W, r->C, 3, 1, pad);
+    be->act_fwd(a, a, n, ACT_RELU);
+    be->conv2d_fwd(b, a, blk->c2.w, blk->c2.b, r->B, r->C, r->H, r->W, r->C, 3, 1, pad);
+    be->act_fwd(b, b, n, ACT_RELU);
+    be->conv2d_fwd(a, b, blk->c4.w, blk->c4.b, r->B, r->C, r->H, r->W, r->C, 3, 1, pad);
+    be->add_fwd(a, a, r->cur, n);
+    be->act_fwd(a, a, n, ACT_RELU);
+    ae_swap(&r->cur, &r->t[0]);
+}
+
+static void encode(Autoencoder *ae, AeRun *r) {
+    const TinyNet *t = ae->net;
+    r->be->affine_fwd(r->cur, r->cur, ae_values(r), 0.5f, 0.5f);  // the tiny autoencoders read [0, 1]
+    ae_conv(r, &t->enc_in, 1, NULL);
+    int k = 0;
+    for (int stage = 0; stage < 4; stage++) {
+        if (stage) ae_conv(r, &t->enc_down[stage - 1], 2, NULL);
+        for (int j = 0; j < (stage ? 3 : 1); j++) block(r, &t->enc_block[k++]);
+    }
+    ae_conv(r, &t->enc_out, 1, NULL);
+}
+
+static void decode(Autoencoder *ae, AeRun *r) {
+    const TinyNet *t = ae->net;
+    r->be->act_fwd(r->cur, r->cur, ae_values(r), ACT_TANH_CLAMP);  // the soft clamp the decoders start with
+    ae_conv(r, &t->dec_in, 1, NULL);
+    r->be->act_fwd(r->cur, r->cur, ae_values(r), ACT_RELU);
+    int k = 0;
+    for (int stage = 0; stage < 4; stage++) {
+        for (int j = 0; j < (stage < 3 ? 3 : 1); j++) block(r, &t->dec_block[k++]);
+        if (stage < 3) {
+            ae_upsample(r);
+            ae_conv(r, &t->dec_up[stage], 1, NULL);
+        }
+    }
+    ae_conv(r, &t->dec_out, 1, NULL);
+    r->be->affine_fwd(r->cur, r->cur, ae_values(r), 2, -1);  // [0, 1] to [-1, 1]
+}
+
+// The largest map: the width (or the 3 colours) at full resolution.
+static size_t map_values(const Autoencoder *ae, int H, int W) {
+    const TinyNet *t = ae->net;
+    int C = t->width > 3 ? t->width : 3;
+    C = C > ae->latent ? C : ae->latent;
+    return (size_t)C * H * W;
+}
+
+int ae_bind_tiny(Autoencoder *ae, AeBinder *bd) {
+    const StEntry *e0 = st_find(bd->f, "encoder.layers.0.weight"), *d0 = st_find(bd->f, "decoder.layers.0.weight");
+    const StEntry *w = e0 ? e0 : d0;
+    if (w->ndim != 4 || w->shape[0] < 1 || w->shape[0] > 4096 || w->shape[1] < 1 || w->shape[1] > 4096)
+        return fc_errf(bd->err, bd->errlen, "%s: tensor %s is not a convolution's weight (C_out, C_in, 3, 3)", bd->path,
+                       w->name);
+    if (st_find(bd->f, "decoder.layers.2.pool.0.weight") || st_find(bd->f, "decoder.layers.2.pool.1.weight"))
+        return fc_errf(bd->err, bd->errlen, "%s: a tiny decoder whose mid-blocks carry a GroupNorm pool (TAEF2, tensor "
+                       "decoder.layers.2.pool.*), which this version does not read yet", bd->path);
+    int C = (int)w->shape[0], L = e0 ? 0 : (int)d0->shape[1];
+    if (e0) {
+        const StEntry *out = st_find(bd->f, "encoder.layers.14.weight");
+        L = out && out->ndim == 4 ? (int)out->shape[0] : 4;  // a missing one is named by ae_bind below
+    }
+    if (L < 1 || L > 4096) return fc_errf(bd->err, bd->errlen, "%s: %d latent channels", bd->path, L);
+    TinyNet *t = fc_calloc(1, sizeof *t);
+    ae->net = t, t->width = C;
+    ae->family = AE_TAESD, ae->latent = L, ae->factor = 8, ae->has_enc = e0 != NULL, ae->has_dec = d0 != NULL;
+    ae->encode = encode, ae->decode = decode, ae->map_values = map_values;
+    snprintf(ae->what, sizeof ae->what, "TAESD (tiny autoencoder), width %d", C);
+    char name[96];
+    if (ae->has_enc) {
+        ae_bind_conv(bd, &t->enc_in, "encoder.layers.0", C, 3, 3, 1);
+        int index = 1, k = 0;
+        for (int stage = 0; stage < 4; stage++) {
+            if (stage) {
+                snprintf(name, sizeof name, "encoder.layers.%d", index++);
+                ae_bind_conv(bd, &t->enc_down[stage - 1], name, C, C, 3, 0);
+            }
+            for (int j = 0; j < (stage ? 3 : 1); j++) bind_block(bd, &t->enc_block[k++], "encoder", index++, C);
+        }
+        snprintf(name, sizeof name, "encoder.layers.%d", index);
+        ae_bind_conv(bd, &t->enc_out, name, L, C, 3, 1);
+    }
+    if (ae->has_dec) {
+        ae_bind_conv(bd, &t->dec_in, "decoder.layers.0", C, L, 3, 1);
+        int index = 2, k = 0;  // 1 is the ReLU
+        for (int stage = 0; stage < 4; stage++) {
+            for (int j = 0; j < (stage < 3 ? 3 : 1); j++) bind_block(bd, &t->dec_block[k++], "decoder", index++, C);
+            if (stage < 3) {
+                index++;  // the Upsample
+                snprintf(name, sizeof name, "decoder.layers.%d", index++);
+                ae_bind_conv(bd, &t->dec_up[stage], name, C, C, 3, 0);
+            }
+        }
+        snprintf(name, sizeof name, "decoder.layers.%d", index);
+        ae_bind_conv(bd, &t->dec_out, name, 3, C, 3, 1);
+    }
+    return bd->failed;
+}
