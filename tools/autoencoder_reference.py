@@ -6,6 +6,8 @@ diffusers' AutoencoderTiny lays out its tensors; diffusers' AutoencoderKL), not 
 (none ship), at a reduced width and on small frames:
 
     tools/autoencoder_reference.py --make DIR [--width 16] [--latent 4] [--size 32] [--batch 2] [--seed 1]
+    tools/autoencoder_reference.py --full-kl OUT.safetensors      (an SD VAE's shapes, for benchmarks)
+    tools/autoencoder_reference.py --time FILE --size 512 [--frames K] [--threads T]
 
 writes DIR/taesd.safetensors (the weights, F32), DIR/taesd_f16.safetensors (the same rounded to F16)
 and DIR/io.safetensors: frames (B, 3, S, S) in [-1, 1] with the latents the encoder makes of them,
@@ -341,15 +343,66 @@ def make(args):
           % (args.width, args.latent, B, S, S, args.dir, ", ".join("%s %.3g" % kv for kv in scale.items())))
 
 
+def full_kl(path, seed):
+    """Random weights of Stable Diffusion 1.x's VAE shapes (widths 128/256/512/512, two resnets a
+    stage, 4 latent channels, quant convs): 83.7 M parameters, for the benchmarks."""
+    gen = torch.Generator().manual_seed(seed)
+    w = kl_weights((128, 256, 512, 512), 2, 4, True, gen)
+    write_safetensors(path, to_np(w))
+    print("autoencoder_reference: %.1f M parameters of an SD VAE's shapes in %s"
+          % (sum(v.numel() for v in w.values()) / 1e6, path))
+
+
+def time_kl(path, size, frames, threads):
+    """PyTorch (eager, fp32) encode and decode of `frames` random frames through the AutoencoderKL in
+    path, one frame at a time as framechain autoencode runs them; the time a frame of each."""
+    import time
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from safetensors_io import read_safetensors
+    torch.set_num_threads(threads)
+    t, _ = read_safetensors(path)
+    w = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in t.items()}
+    ch, i = [], 0
+    while "encoder.down_blocks.%d.resnets.0.conv1.weight" % i in w:
+        ch.append(w["encoder.down_blocks.%d.resnets.0.conv1.weight" % i].shape[0])
+        i += 1
+    layers = sum(1 for k in w if k.startswith("encoder.down_blocks.0.resnets.") and k.endswith("conv1.weight"))
+    latent = w["encoder.conv_out.weight"].shape[0] // 2
+    gen = torch.Generator().manual_seed(1)
+    enc = dec = 0.0
+    with torch.no_grad():
+        for _ in range(frames):
+            x = torch.rand(1, 3, size, size, generator=gen) * 2 - 1
+            t0 = time.perf_counter()
+            z = kl_encode(x, w, ch, layers, latent, 0.18215, 0.0)
+            t1 = time.perf_counter()
+            kl_decode(z, w, ch, layers, 0.18215, 0.0)
+            enc, dec = enc + t1 - t0, dec + time.perf_counter() - t1
+    print("pytorch %s: encode %.1f ms a frame, decode %.1f ms a frame (%d frames of %dx%d, %d threads)"
+          % (torch.__version__, 1e3 * enc / frames, 1e3 * dec / frames, frames, size, size, threads))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--make", dest="dir", required=True)
+    p.add_argument("--make", dest="dir")
+    p.add_argument("--full-kl", metavar="OUT", help="write random weights of an SD VAE's shapes to OUT")
+    p.add_argument("--time", metavar="FILE", help="time PyTorch's encode and decode with the AutoencoderKL in FILE")
+    p.add_argument("--frames", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--latent", type=int, default=4)
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    make(p.parse_args())
+    args = p.parse_args()
+    if args.full_kl:
+        full_kl(args.full_kl, args.seed)
+    elif args.time:
+        time_kl(args.time, args.size, args.frames, args.threads)
+    elif args.dir:
+        make(args)
+    else:
+        p.error("give --make DIR, --full-kl OUT or --time FILE")
 
 
 if __name__ == "__main__":
