@@ -132,7 +132,7 @@ run_suite cuda "$BUILD/test_cuda"
 # with the sanitizers in the sanitizer build.
 if [ -x "$BUILD/test_cuda_emu" ]; then
     run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
-    run_suite cuda_emulated_cli tests/cuda/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
+    run_suite cuda_emulated_cli env PYTHON="$PYTHON" tests/cuda/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
 elif want cuda_emulated; then
     echo "SKIP cuda_emulated: the CUDA toolkit's headers were not found (CUDA_INC=): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"
 fi

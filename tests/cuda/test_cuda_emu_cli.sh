@@ -2,7 +2,8 @@
 # The CUDA backend through the whole command line, on the CUDA emulation (build/framechain_emu:
 # framechain linked against tests/cuda/emu): train on --device cuda with checkpoints staged through
 # page-locked memory for the background writer, resume byte for byte, and generate with the three
-# models on cuda-fp32 (the same pixels as on the CPU) and on cuda (bf16).
+# models on cuda-fp32 (the same pixels as on the CPU) and on cuda (bf16); an autoencoder's round trip
+# on each device.
 # usage: tests/cuda/test_cuda_emu_cli.sh BUILD/framechain_emu
 set -u
 : "${1:?usage: tests/cuda/test_cuda_emu_cli.sh FRAMECHAIN_EMU}"
@@ -66,6 +67,29 @@ if [ "$same" = 9 ]; then
     pass emu_cli_generate_fp32_is_cpu "all 9 frames of cuda-fp32 identical to the CPU's"
 else
     fail emu_cli_generate_fp32_is_cpu "$same of 9 frames identical to the CPU's"
+fi
+
+# autoencode: an AutoencoderKL and a tiny autoencoder (random weights, tools/autoencoder_reference.py)
+# through the whole program on each device: the round trip's PSNR within 0.01 dB of the CPU's
+PYTHON=${PYTHON:-python3}
+if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/ae.log" 2>&1; then
+    for vae in kl taesd; do
+        size=$([ $vae = kl ] && echo 32 || echo 64)
+        for dev in cpu cuda-fp32 cuda; do
+            "$FC" --device $dev autoencode --vae "$tmp/ae/$vae.safetensors" --input "$SAMPLES/vtest.avi" --size $size \
+                --frames 2 > "$tmp/ae-$vae-$dev.log" 2>&1
+        done
+        psnr() { sed -n 's/^round trip: mean PSNR \([0-9.]*\) dB.*/\1/p' "$tmp/ae-$vae-$1.log"; }
+        cpu=$(psnr cpu) f32=$(psnr cuda-fp32) b16=$(psnr cuda)
+        if [ -n "$cpu" ] && awk -v a="$cpu" -v b="$f32" -v c="$b16" 'BEGIN { d1 = a - b; d2 = a - c;
+            exit !(d1 < 0.01 && d1 > -0.01 && d2 < 0.01 && d2 > -0.01) }'; then
+            pass emu_cli_autoencode_$vae "round trip on cpu, cuda-fp32, cuda: $cpu, $f32, $b16 dB"
+        else
+            fail emu_cli_autoencode_$vae "round trip on cpu, cuda-fp32, cuda: '$cpu', '$f32', '$b16' ($(tail -1 "$tmp/ae-$vae-cuda.log"))"
+        fi
+    done
+else
+    fail emu_cli_autoencode "tools/autoencoder_reference.py --make failed: $(tail -1 "$tmp/ae.log")"
 fi
 
 # FRAMECHAIN_CUDA_ROUTES: a route switched on is named in the device's description; an unknown
