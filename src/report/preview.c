@@ -27,6 +27,8 @@ struct Preview {
     real *truth;           // (B, F, E): the windows as the footage has them (windows K..B-1 repeat window 0)
     real *made;            // (B, F, E): the same with the target slots sampled
     char what[512];        // preview_describe
+    char *tsv;             // windows.tsv's text, written by the first preview (the run's lock is held then)
+    int recorded;
 };
 
 // ----------------------------------------------------------------------------
@@ -140,8 +142,10 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
         }
         snprintf(p->what, sizeof p->what, "%d window%s of moving shapes no step draws", p->K, p->K == 1 ? "" : "s");
     }
-    if (rc == 0) rc = fc_mkdir_p(p->dir, err, errlen);  // only once the data is known to serve
-    if (rc == 0) rc = record_windows(p, tsv, err, errlen);
+    if (rc == 0) {  // nothing is written until the first preview: the run's lock is held then
+        p->tsv = fc_malloc(strlen(tsv) + 1);
+        strcpy(p->tsv, tsv);
+    }
     if (rc) {
         preview_close(p);
         return NULL;
@@ -157,6 +161,7 @@ void preview_close(Preview *p) {
     if (!p) return;
     free(p->truth);
     free(p->made);
+    free(p->tsv);
     free(p);
 }
 
@@ -232,7 +237,13 @@ void preview_take(void *preview, Model *m, int step) {
     Canvas cv = {0};
     char path[4300], err[4400];
     snprintf(path, sizeof path, "%s/step-%08d.png", p->dir, step);
-    if (draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, err, sizeof err))
+    int rc = 0;
+    if (!p->recorded) {  // the folder and the windows' record, once
+        rc = fc_mkdir_p(p->dir, err, sizeof err);
+        if (rc == 0) rc = record_windows(p, p->tsv, err, sizeof err);
+        p->recorded = rc == 0;
+    }
+    if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, err, sizeof err))
         fprintf(stderr, "preview of step %d skipped: %s\n", step, err);
     canvas_free(&cv);
 }

@@ -8,8 +8,8 @@
 // each the first window of one clip (clip_window.h) of preview_data, or of the run's own --data when
 // preview_data is none; the clips evenly spaced over the dataset, a damaged one replaced by the next.
 // On the built-in moving shapes, the clips of step 0, which no training step draws. The choice is a
-// pure function of the data and the config, written to RUN/samples/windows.tsv (rewritten, with a
-// line, when the data changed). The sampling: the model's sample_steps, noise level 0.1 on the context
+// pure function of the data and the config, written to RUN/samples/windows.tsv by the first preview
+// of a process (rewritten, with a line, when the data changed). The sampling: the model's sample_steps, noise level 0.1 on the context
 // frames, guidance 1, temperature 1, the run's seed: the same run gives the same previews.
 #ifndef FRAMECHAIN_PREVIEW_H
 #define FRAMECHAIN_PREVIEW_H
@@ -23,14 +23,15 @@
 
 typedef struct Preview Preview;
 
-// The previews of run for config c: windows chosen and read, windows.tsv written. train_data: the
-// run's --data (NULL: the built-in shapes). NULL with one line in err when the data cannot serve c's
-// plan (a folder that is no dataset, frames of another size, clips shorter than the plan) or
-// windows.tsv cannot be written: train stops before its first step.
+// The previews of run for config c: windows chosen and read; nothing written yet (the run folder is
+// not locked yet). train_data: the run's --data (NULL: the built-in shapes). NULL with one line in err
+// when the data cannot serve c's plan (a folder that is no dataset, frames of another size, clips
+// shorter than the plan): train stops before anything is written.
 Preview *preview_open(const Config *c, const char *run, const char *train_data, char *err, size_t errlen);
 
-// The preview of `step` (TrainHooks.preview): m holds the EMA weights, at c's batch size. An image
-// that cannot be written is skipped with one line on stderr; the run goes on.
+// The preview of `step` (TrainHooks.preview): m holds the EMA weights, at c's batch size. The first
+// also makes RUN/samples and writes windows.tsv. An image (or the record) that cannot be written is
+// skipped with one line on stderr; the run goes on.
 void preview_take(void *preview, Model *m, int step);
 
 // "4 windows of out/data (clips 0, 12, 24, 36)", for train's start-up line.
