@@ -100,19 +100,11 @@ static void resnet(AeRun *r, const Resnet *n) {
     real *a = r->t[0], *b = r->t[1];
     norm_silu(r, a, r->cur, &n->norm1);
     conv_into(r, b, a, &n->conv1);
-    int cin = r->C;
-    r->C = n->conv1.cout;
+    r->C = n->conv1.cout;  // conv_into reads its channels from the convolution
     norm_silu(r, a, b, &n->norm2);
     conv_into(r, b, a, &n->conv2);
-    if (n->shortcut.w) {
-        int cout = r->C;
-        r->C = cin;
-        conv_into(r, a, r->cur, &n->shortcut);
-        r->C = cout;
-        r->be->add_fwd(b, b, a, ae_values(r));
-    } else {
-        r->be->add_fwd(b, b, r->cur, ae_values(r));
-    }
+    if (n->shortcut.w) conv_into(r, a, r->cur, &n->shortcut);
+    r->be->add_fwd(b, b, n->shortcut.w ? a : r->cur, ae_values(r));
     ae_swap(&r->cur, &r->t[1]);
 }
 
