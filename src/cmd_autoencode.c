@@ -72,7 +72,6 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
         double t1 = fc_now_s();
         if (autoencoder_decode(ae, latent, 1, h, h, back, err, sizeof err)) fc_die("%s", err);
         t_enc += t1 - t0, t_dec += fc_now_s() - t1;
-        for (size_t i = 0; i < E; i++) back[i] = back[i] < -1 ? -1 : back[i] > 1 ? 1 : back[i];
         frame_to_rgb(rgb_in, frames + k * E, S);
         frame_to_rgb(rgb_out, back, S);
         double p = frame_psnr(rgb_in, rgb_out, S);
