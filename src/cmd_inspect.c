@@ -114,8 +114,16 @@ static int inspect_dataset(const char *dir) {
     Dataset *d = dataset_open(dir, err, sizeof err);
     if (!d) fc_die("%s", err);
     int n = dataset_clips(d), bad = 0;
-    printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", dir, n, dataset_clip_frames(d),
-           dataset_frame_size(d), dataset_frame_size(d), dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
+    const LatentIdentity *lat = dataset_latent(d);
+    int N = dataset_frame_size(d);
+    if (lat)
+        printf("dataset %s: %d clips of %d frames as latents (%d, %d, %d) of %dx%d frames, each frame also mirrored, "
+               "in %d shard%s\nautoencoder: %s, %dx, scale %g, shift %g, sha256 %s\n",
+               dir, n, dataset_clip_frames(d), lat->channels, N, N, lat->image_size, lat->image_size, dataset_shards(d),
+               dataset_shards(d) == 1 ? "" : "s", lat->family, lat->factor, lat->scale, lat->shift, lat->sha256);
+    else
+        printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", dir, n, dataset_clip_frames(d), N, N,
+               dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
     uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
     for (int k = 0; k < n; k++) {
         if (!dataset_read_clip(d, k, clip, err, sizeof err)) continue;

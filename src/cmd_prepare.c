@@ -1,6 +1,8 @@
 // cmd_prepare.c: `framechain prepare`: videos or folders of frames into training clips (dataset/prepare.h).
 #include <stdio.h>
 
+#include "model/autoencoder.h"
+
 #include "dataset/prepare.h"
 #include "cli.h"
 #include "commands.h"
@@ -8,6 +10,7 @@
 static const char *HELP_PREPARE =
     "usage: framechain prepare --input PATH [--input PATH ...] --out DIR --size N --clip-frames N\n"
     "                          [--fps F] [--overlap K] [--shard-mb M]\n"
+    "                          [--vae FILE [--vae-scale S] [--vae-shift Z]]\n"
     "\n"
     "Decode every input (a video file in any format FFmpeg reads, a folder of videos, or a folder of\n"
     "PNG/JPEG frames taken as one clip), scale (area filter) and centre-crop the frames to N x N RGB,\n"
@@ -20,11 +23,23 @@ static const char *HELP_PREPARE =
     "Synthetic footage, whose truth is known to any length (for eval), is an input too:\n"
     "  shapes:K:N     the built-in moving-shapes clip K (the one --first-frame shapes:K starts), N frames\n"
     "  pan:IMAGE:N    a camera panning 0.5 pixel a frame over IMAGE (scaled to twice the frame size),\n"
-    "                 bouncing off its edges, N frames\n";
+    "                 bouncing off its edges, N frames\n"
+    "\n"
+    "--vae FILE stores latents instead of frames: every frame, and the same frame mirrored (the loader\n"
+    "flips windows, and a flipped latent is not the latent of the flipped frame), goes once through the\n"
+    "encoder of the autoencoder in FILE (the families autoencode reads: docs/autoencoders.md), its mean\n"
+    "kept and scaled as the family's diffusion models expect, stored as F16. dataset.json records the\n"
+    "file's SHA-256, family, channels, factor and scaling; a config trains on it with channels = the\n"
+    "latent channels and frame_size = N / factor. N must be a multiple of the factor. On a GPU\n"
+    "(--device cuda) the encoder runs there. The latents are (mean - Z) S: by default the family's\n"
+    "factors (4 channels: SD 1.x/2.x's S = 0.18215; SDXL's VAE has the same shapes and wants\n"
+    "--vae-scale 0.13025; 16 channels: SD3's 1.5305 and 0.0609, FLUX.1's 0.3611 and 0.1159; the tiny\n"
+    "autoencoders 1 and 0).\n";
 
 int cmd_prepare(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},
-                  {"--overlap", 1}, {"--shard-mb", 1}, {NULL}};
+                  {"--overlap", 1}, {"--shard-mb", 1}, {"--vae", 1}, {"--vae-scale", 1}, {"--vae-shift", 1},
+                  {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_PREPARE, stdout), 0;
     PrepareOptions o = {0};
     required(opts, "--input");
@@ -38,5 +53,22 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     o.max_shard_bytes = (size_t)256 << 20;
     if (opt(opts, "--shard-mb")->count)
         o.max_shard_bytes = (size_t)parse_positive("--shard-mb", opt(opts, "--shard-mb")->value, 1 << 20) << 20;
-    return prepare_run(&o);
+    char err[4096];
+    if (opt(opts, "--vae")->count) {
+        o.vae = opt(opts, "--vae")->value;
+        if (!(o.ae = autoencoder_load(o.vae, be, err, sizeof err))) fc_die("%s", err);
+        if (!autoencoder_has_encoder(o.ae))
+            fc_die("%s: %s: prepare --vae needs the encoder, and this file has none", o.vae, autoencoder_describe(o.ae));
+        double scale, shift;
+        autoencoder_scaling(o.ae, &scale, &shift);
+        if (opt(opts, "--vae-scale")->count) scale = parse_number("--vae-scale", opt(opts, "--vae-scale")->value, 1e-6, 1e6);
+        if (opt(opts, "--vae-shift")->count) shift = parse_number("--vae-shift", opt(opts, "--vae-shift")->value, -1e6, 1e6);
+        autoencoder_set_scaling(o.ae, scale, shift);
+        if (o.size % autoencoder_factor(o.ae))
+            usage_error("--size %d: %s takes sides that are multiples of %d", o.size, o.vae, autoencoder_factor(o.ae));
+    } else if (opt(opts, "--vae-scale")->count || opt(opts, "--vae-shift")->count)
+        usage_error("--vae-scale and --vae-shift go with --vae");
+    int rc = prepare_run(&o);
+    free_autoencoder(o.ae);
+    return rc;
 }

@@ -66,6 +66,8 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     char err[2048];
     Dataset *d = dataset_open(data, err, sizeof err);
     if (!d) fc_die("%s", err);
+    if (dataset_latent(d))
+        fc_die("%s holds latents: score measures frames; score the same footage prepared without --vae", data);
     ClipScore *s;
     if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
     int n = dataset_clips(d), scored = 0;

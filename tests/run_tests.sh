@@ -46,6 +46,7 @@ run_suite safetensors "$BUILD/test_safetensors"
 run_suite video "$BUILD/test_video"
 run_suite shards "$BUILD/test_shards"
 run_suite loader "$BUILD/test_loader"
+run_suite latent_data "$BUILD/test_latent_data"
 run_suite synthetic "$BUILD/test_synthetic"
 run_suite chain "$BUILD/test_chain"
 run_suite metrics "$BUILD/test_metrics"
@@ -81,12 +82,13 @@ reference_check pytorch_reference_concat --set cond_concat=anchor+nearest \
 fi
 
 # The tiny autoencoder against an independent PyTorch implementation (random weights, width 16).
-if want autoencoder || want autoencode_cli; then
+if want autoencoder || want autoencode_cli || want prepare_vae; then
 if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1 &&
     "$PYTHON" tools/taesd_to_safetensors.py "$tmp/ae/taesd_encoder.pth" "$tmp/ae/taesd_decoder.pth" \
         "$tmp/ae/converted.safetensors" >> "$tmp/out" 2>&1; then
     run_suite autoencoder "$BUILD/test_autoencoder" "$tmp/ae"
     run_suite autoencode_cli env PYTHON="$PYTHON" tests/cli/test_autoencode.sh "$FC" "$tmp/ae"
+    run_suite prepare_vae env PYTHON="$PYTHON" tests/dataset/test_prepare_vae.sh "$FC" "$tmp/ae"
 else
     report FAIL autoencoder_reference "tools/autoencoder_reference.py or taesd_to_safetensors.py failed: $(tail -1 "$tmp/out")"
 fi

@@ -187,6 +187,9 @@ static int eval_open(Eval *ev) {
     if (chain_models_load(&ev->cm, o->runs, ev->be, ev->err, sizeof ev->err)) return -1;
     ev->ds = dataset_open(o->data, ev->err, sizeof ev->err);
     if (!ev->ds) return -1;
+    if (dataset_latent(ev->ds))
+        return fc_errf(ev->err, sizeof ev->err, "%s holds latents: eval compares frames; give it the same footage "
+                       "prepared without --vae", o->data);
     ev->S = ev->cm.size, ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
     ev->M = o->long_frames, ev->L = o->n_levels;
     ev->K = o->clips < dataset_clips(ev->ds) ? o->clips : dataset_clips(ev->ds);

@@ -32,7 +32,7 @@ typedef struct {
 } Crop;
 
 typedef struct {
-    real *buf;  // (B, F, 3, N, N)
+    real *buf;  // (B, F, C, N, N)
     int step, state;
     int *clip, *t0;  // per window; clip -1: a moving-shapes window
     uint8_t *flip, *speed;
@@ -50,13 +50,14 @@ typedef struct {
 struct Loader {
     const Backend *be;  // allocates the batch buffers (NULL: plain host memory)
     const Dataset *d;
-    int B, F, N, nclips, starts, first;
+    int B, F, N, C, nclips, starts, first;  // C: 3, or a latent dataset's channels
+    int latent;                              // 1: windows read their own latent frames (no clip cache)
     int starts2, first2;  // the same at 2x speed (starts2 < 1: no clip is long enough for it)
     double mix_shapes, fast_fraction;
     double crop_zoom, crop_pan;  // crop_zoom 1: whole frames
     int off[MAX_SLOTS], lo, span;  // the plan's offsets, the smallest, and the frames from it to the largest
     uint64_t seed;
-    size_t raw, window;  // bytes of a clip; values of a window (F * 3 * N * N)
+    size_t raw, window;  // bytes of a clip; values of a window (F * C * N * N)
     real lut[256];
     Batch *bat;
     int nbat;
@@ -73,6 +74,8 @@ struct Loader {
     uint8_t *damaged;  // per clip: 1 once a read found its bytes bad
     int ndamaged;      // clips found damaged
     long substituted;  // windows of the batches handed out that showed a substitute clip
+    double bytes_read;  // from the shards, by every thread (under mu)
+    long windows_made;
 };
 
 // ----------------------------------------------------------------------------
@@ -195,7 +198,7 @@ static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *c
 
 typedef struct Worker {
     Loader *l;
-    uint8_t *cache;  // the last clip this thread read
+    uint8_t *cache;  // the last clip this thread read (frames); a window's latents as floats (latents)
     int cached;      // its index, -1: none
 } Worker;
 
@@ -233,6 +236,12 @@ static int read_good_clip(Worker *wk, int clip, int *used, char *err, size_t err
         if (wk->cached == k) return 0;
         wk->cached = -1;
         int rc = dataset_read_clip(l->d, k, wk->cache, err, errlen);
+        ClipLocation loc;
+        if (!dataset_clip_location(l->d, k, &loc)) {
+            pthread_mutex_lock(&l->mu);
+            l->bytes_read += (double)loc.stored;
+            pthread_mutex_unlock(&l->mu);
+        }
         if (rc == 0) {
             wk->cached = k;
             return 0;
@@ -242,6 +251,35 @@ static int read_good_clip(Worker *wk, int clip, int *used, char *err, size_t err
     }
     return fc_errf(err, errlen, "%s: every one of its %d clips fails its check (CRC or zlib data) or is excluded: "
                    "re-prepare it", dataset_dir(l->d), l->nclips);
+}
+
+// Latents: window w of batch b read from its own frames of its clip, or, where the clip is excluded or
+// those frames fail their check, of the next clip in dataset order whose are good (loader.h; whether a
+// window's frames are good depends on the dataset's bytes alone, so the window stays a pure function of
+// (seed, step, window)). *used = the clip shown. 0, or -1 with err.
+static int latent_window(Worker *wk, const Batch *b, int w, int *used, char *err, size_t errlen) {
+    Loader *l = wk->l;
+    int frames[MAX_SLOTS];
+    for (int f = 0; f < l->F; f++) frames[f] = b->t0[w] + b->speed[w] * l->off[f];
+    float *vals = (float *)wk->cache;
+    for (int i = 0; i < l->nclips; i++) {
+        int k = (int)(((int64_t)b->clip[w] + i) % l->nclips);
+        if (l->excluded[k]) continue;
+        int rc = dataset_read_latent_frames(l->d, k, l->F, frames, b->flip[w], vals, err, errlen);
+        pthread_mutex_lock(&l->mu);
+        l->bytes_read += (double)dataset_clip_bytes(l->d) / (2.0 * dataset_clip_frames(l->d)) * l->F;
+        pthread_mutex_unlock(&l->mu);
+        if (rc == 0) {
+            real *out = b->buf + (size_t)w * l->window;
+            for (size_t e = 0; e < l->window; e++) out[e] = (real)vals[e];
+            *used = k;
+            return 0;
+        }
+        if (rc != DATASET_CLIP_DAMAGED) return -1;
+        note_damaged(l, k, err);
+    }
+    return fc_errf(err, errlen, "%s: the frames of this window fail their check (CRC) or are excluded in every clip: "
+                   "re-prepare it", dataset_dir(l->d));
 }
 
 static void *worker_main(void *arg) {
@@ -270,13 +308,22 @@ static void *worker_main(void *arg) {
         int g = b->next++;
         pthread_mutex_unlock(&l->mu);
 
-        int rc = 0, first = b->order[b->group[g]], clip = b->clip[first], used = clip;
-        if (clip >= 0) rc = read_good_clip(wk, clip, &used, err, sizeof err);
-        if (!rc)
-            for (int i = b->group[g]; i < b->group[g + 1]; i++) make_window(l, b, b->order[i], wk->cache);
+        int rc = 0, first = b->order[b->group[g]], clip = b->clip[first], used = clip, substituted = 0;
+        if (l->latent) {
+            for (int i = b->group[g]; i < b->group[g + 1] && !rc; i++) {
+                rc = latent_window(wk, b, b->order[i], &used, err, sizeof err);
+                substituted += !rc && used != clip && !l->excluded[clip];
+            }
+        } else {
+            if (clip >= 0) rc = read_good_clip(wk, clip, &used, err, sizeof err);
+            if (!rc)
+                for (int i = b->group[g]; i < b->group[g + 1]; i++) make_window(l, b, b->order[i], wk->cache);
+            if (!rc && used != clip && !l->excluded[clip]) substituted = b->group[g + 1] - b->group[g];
+        }
 
         pthread_mutex_lock(&l->mu);
-        if (!rc && used != clip && !l->excluded[clip]) b->substituted += b->group[g + 1] - b->group[g];
+        b->substituted += substituted;
+        if (!rc) l->windows_made += b->group[g + 1] - b->group[g];
         if (rc && (!b->failed || g < b->failed_group)) {
             b->failed = 1, b->failed_group = g;
             snprintf(b->err, sizeof b->err, "%s", err);
@@ -315,21 +362,39 @@ typedef struct {
     int lo, hi;  // the smallest and largest offset
 } SlotSpan;
 
-// The arguments and the config against the dataset: 0, or -1 with the first that does not fit.
-static int check_request(const Dataset *d, const Config *c, int batch, int first_step, int threads, int prefetch,
-                         char *err, size_t errlen) {
+int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen) {
     int N = dataset_frame_size(d);
-    if (batch < 1 || threads < 1 || threads > LOADER_MAX_THREADS || prefetch < 1 || prefetch > LOADER_MAX_PREFETCH ||
-        first_step < 0)
-        return fc_errf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch,
-                       threads, prefetch, first_step);
-    if (c->channels != 3)
+    const LatentIdentity *lat = dataset_latent(d);
+    if (!lat && c->channels != 3)
         return fc_errf(err, errlen, "%s: the dataset's frames are RGB (3 channels), but the config has channels = %d",
                        dataset_dir(d), c->channels);
-    if (c->frame_size != N)
+    if (lat && c->channels != lat->channels)
+        return fc_errf(err, errlen, "%s: the dataset holds latents of %d channels (%s), but the config has channels = %d",
+                       dataset_dir(d), lat->channels, lat->family, c->channels);
+    if (!lat && c->frame_size != N)
         return fc_errf(err, errlen,
                        "%s: the config's frame_size %d is not the dataset's %d (prepare it with --size %d)",
                        dataset_dir(d), c->frame_size, N, c->frame_size);
+    if (lat && c->frame_size != N)
+        return fc_errf(err, errlen,
+                       "%s: the config's frame_size %d is not the dataset's latent side %d (frames of %d through a %dx "
+                       "autoencoder; prepare it with --size %d)",
+                       dataset_dir(d), c->frame_size, N, lat->image_size, lat->factor, c->frame_size * lat->factor);
+    if (lat && (c->crop_zoom > 1 || c->mix_shapes > 0))
+        return fc_errf(err, errlen, "%s: the dataset holds latents, but the config has %s: both work on frames (set it "
+                       "to %s)", dataset_dir(d), c->crop_zoom > 1 ? "crop_zoom > 1" : "mix_shapes > 0",
+                       c->crop_zoom > 1 ? "crop_zoom = 1" : "mix_shapes = 0");
+    return 0;
+}
+
+// The arguments and the config against the dataset: 0, or -1 with the first that does not fit.
+static int check_request(const Dataset *d, const Config *c, int batch, int first_step, int threads, int prefetch,
+                         char *err, size_t errlen) {
+        if (batch < 1 || threads < 1 || threads > LOADER_MAX_THREADS || prefetch < 1 || prefetch > LOADER_MAX_PREFETCH ||
+        first_step < 0)
+        return fc_errf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch,
+                       threads, prefetch, first_step);
+    if (loader_check_config(d, c, err, errlen)) return -1;
     if (c->slots < 1 || c->slots > MAX_SLOTS)
         return fc_errf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
     return 0;
@@ -364,6 +429,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     int N = dataset_frame_size(d);
     Loader *l = fc_calloc(1, sizeof *l);
     l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
+    l->C = dataset_channels(d), l->latent = dataset_latent(d) != NULL;
     l->starts = dataset_clip_frames(d) - (s->hi - s->lo), l->first = -s->lo, l->seed = seed;
     l->starts2 = dataset_clip_frames(d) - 2 * (s->hi - s->lo), l->first2 = -2 * s->lo;
     l->mix_shapes = c->mix_shapes, l->fast_fraction = c->fast_fraction;
@@ -371,7 +437,7 @@ static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, 
     memcpy(l->off, s->off, sizeof s->off);
     l->lo = s->lo, l->span = s->hi - s->lo;
     l->raw = dataset_clip_bytes(d);
-    l->window = (size_t)l->F * 3 * N * N;
+    l->window = (size_t)l->F * l->C * N * N;
     for (int p = 0; p < 256; p++) l->lut[p] = (real)(p / 127.5 - 1.0);
     l->nbat = prefetch + 1;
     l->bat = fc_calloc((size_t)l->nbat, sizeof(Batch));
@@ -416,7 +482,7 @@ static int start_workers(Loader *l, int threads, char *err, size_t errlen) {
     l->workers = fc_calloc((size_t)threads, sizeof(Worker));
     for (int i = 0; i < threads; i++) {
         Worker *wk = &l->workers[i];
-        *wk = (Worker){l, fc_malloc(l->raw), -1};
+        *wk = (Worker){l, fc_malloc(l->latent ? sizeof(float) * l->window : l->raw), -1};
         int rc = pthread_create(&l->th[i], NULL, worker_main, wk);
         if (rc) {
             fc_errf(err, errlen, "loader: cannot start thread %d of %d: %s", i + 1, threads, strerror(rc));
@@ -436,7 +502,7 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
         slot_span(d, c, &span, err, errlen))
         return NULL;
     int N = dataset_frame_size(d);
-    double bytes = (double)sizeof(real) * c->slots * 3 * N * N * batch * (prefetch + 1);
+    double bytes = (double)sizeof(real) * c->slots * dataset_channels(d) * N * N * batch * (prefetch + 1);
     if (bytes > 64.0 * (1 << 30)) {
         fc_errf(err, errlen, "loader: %d batches of %d windows would take %.0f GiB", prefetch + 1, batch,
                 bytes / (1 << 30));
@@ -492,6 +558,14 @@ const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t er
     l->substituted += b->substituted;
     pthread_mutex_unlock(&l->mu);
     return b->buf;
+}
+
+double loader_bytes_read(Loader *l, long *windows) {
+    pthread_mutex_lock(&l->mu);
+    double b = l->bytes_read;
+    if (windows) *windows = l->windows_made;
+    pthread_mutex_unlock(&l->mu);
+    return b;
 }
 
 long loader_substituted(Loader *l, int *damaged_clips) {

@@ -26,6 +26,11 @@
 // and slot f is frame t0 + speed * slot_offset[f] of the clip (offsets are whole numbers of frames and
 // may be negative; every slot's frame lies inside the clip). Pixel p becomes (real)(p / 127.5 - 1.0) (in
 // double, then rounded).
+//   latents (a dataset made by prepare --vae): slot f is the stored F16 latents of that frame, those of
+//           the mirrored frame when flip, as floats; a window reads only its own frames, each checked
+//           by its CRC. A window whose frames fail their check shows the next clip in dataset order whose
+//           frames at the same times are good (the rule of a damaged clip above, decided by the window's
+//           own frames: a pure function of the dataset's bytes).
 //   crop (crop_zoom > 1, footage windows only), from v(j) = philox_uniform(seed, s, RNG_AUG, 2^51 + 8 b + j):
 //           side = N / (1 + (crop_zoom - 1) v(0)), room = N - side, span = speed (max_offset - min_offset),
 //           vmax = min(crop_pan, room / span) (0 when span is 0), velocity vx = vmax (2 v(1) - 1),
@@ -55,14 +60,19 @@ typedef struct Loader Loader;
 // Start `threads` background threads that fill `prefetch` batch buffers (host memory from
 // be->host_alloc, page-locked on the GPU backend; plain host memory when be is NULL) with the
 // batches of steps first_step, first_step + 1, ... for c's plan (c->slots, c->slot_offset;
-// c->frame_size must be the dataset's, c->channels 3). One more buffer is
+// c->frame_size and c->channels must be the dataset's: 3 for frames, a latent dataset's channels and
+// latent side for latents, which take no crop_zoom and no mix_shapes). One more buffer is
 // allocated for the batch the trainer holds, so `prefetch` batches are made ahead of it.
 // NULL with a one-line reason: a plan whose span does not fit in the dataset's clips, an offset
 // that is not a whole number, a frame size or channel count the dataset does not have, an exclude
 // list (c->exclude) that cannot be read, names a clip the dataset does not have or excludes them all.
 Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
                      int threads, int prefetch, char *err, size_t errlen);
-// The batch of `step`: (batch, slots, 3, N, N) values in [-1, 1], channel-planar as shapes_batch
+// Whether config c can train on dataset d: its channels and frame_size are the dataset's (RGB frames:
+// 3 and their side; latents: the latent channels and side), and a latent dataset meets no crop_zoom
+// or mix_shapes. 0, or -1 with one line naming the dataset and the key.
+int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen);
+// The batch of `step`: (batch, slots, C, N, N) values, in [-1, 1] for frames, channel-planar as shapes_batch
 // makes them. Steps are asked for one after another from first_step. Blocks until the batch is
 // ready; *wait_s (when not NULL) = the seconds it waited. The batch stays valid until the next
 // loader_get or loader_stop. NULL with a one-line reason when a shard cannot be read (gone, changed
@@ -72,6 +82,10 @@ const real *loader_get(Loader *l, int step, double *wait_s, char *err, size_t er
 // The windows of the batches handed out so far that showed a substitute for a damaged clip;
 // *damaged_clips (when not NULL) = the damaged clips found so far.
 long loader_substituted(Loader *l, int *damaged_clips);
+// The bytes read from the shards so far (every read, prefetched batches included), and *windows (when
+// not NULL) the windows made. Frames read whole clips (a thread keeps its last one); latents read only
+// a window's own frames, so their bytes a window do not grow with the clips' length.
+double loader_bytes_read(Loader *l, long *windows);
 // Stop the threads (they finish the window they are on) and free everything; when damaged clips were
 // found, one warning line first: how many, and how many windows showed a substitute. NULL is fine.
 void loader_stop(Loader *l);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/common.h"
+#include "dataset/latents.h"
 #include "dataset/prepare.h"
 #include "dataset/synthetic.h"
 #include "formats/shards.h"
@@ -138,6 +139,7 @@ typedef struct {
     int filled;           // frames in `clip`
     // finished clips waiting to be compressed together (one per thread and then some)
     uint8_t **batch;      // (batch_cap) clips
+    uint8_t **latents;    // (batch_cap) with --vae: their latents, as the shards store them
     long *batch_first;    // (batch_cap) their first frames
     int batch_n, batch_cap;
     long next_index;      // index (in the resampled sequence) of the next frame that goes into a clip
@@ -151,9 +153,15 @@ typedef struct {
 } Cutter;
 
 // Compress and write the waiting clips (in parallel inside the shard writer).
+// With --vae each clip goes through the encoder first.
 static void cutter_flush(Cutter *c) {
+    for (int i = 0; i < c->batch_n && c->o->ae && !c->failed; i++)
+        if (latents_encode_clip(c->o->ae, c->batch[i], c->o->clip_frames, c->o->size, c->latents[i], c->err,
+                                sizeof c->err))
+            c->failed = 1;
+    uint8_t **clips = c->o->ae ? c->latents : c->batch;
     if (c->batch_n && !c->failed &&
-        shard_writer_add_clips(c->w, c->batch_n, (const uint8_t *const *)c->batch, c->source, c->batch_first, c->fps,
+        shard_writer_add_clips(c->w, c->batch_n, (const uint8_t *const *)clips, c->source, c->batch_first, c->fps,
                                c->err, sizeof c->err))
         c->failed = 1;
     c->batch_n = 0;
@@ -270,15 +278,30 @@ int prepare_run(const PrepareOptions *o) {
     for (int i = 0; i < o->n_inputs; i++) unreadable += expand(&ss, o->inputs[i], 0);
     if (!ss.n) fc_die("prepare: none of the inputs holds a file to read");
 
-    ShardWriter *w = shard_writer_open(o->out, o->size, o->clip_frames, o->max_shard_bytes, err, sizeof err);
+    ShardWriter *w;
+    size_t latent_bytes = 0;  // a clip's, with --vae
+    if (o->ae) {
+        LatentIdentity id;
+        if (latent_identity(o->ae, o->vae, o->size, &id, err, sizeof err)) fc_die("%s", err);
+        int n = o->size / id.factor;
+        latent_bytes = (size_t)o->clip_frames * 2 * id.channels * n * n * 2;
+        printf("prepare: latents through %s: %s\n  each frame and its mirror encoded once, stored as F16 (%d, %d, %d) "
+               "a frame; scale %g, shift %g; sha256 %.16s...\n",
+               o->vae, autoencoder_describe(o->ae), id.channels, n, n, id.scale, id.shift, id.sha256);
+        w = shard_writer_open_latents(o->out, &id, n, o->clip_frames, o->max_shard_bytes, err, sizeof err);
+    } else {
+        w = shard_writer_open(o->out, o->size, o->clip_frames, o->max_shard_bytes, err, sizeof err);
+    }
     if (!w) fc_die("%s", err);
     size_t frame_bytes = (size_t)o->size * o->size * 3;
     Cutter c = {.o = o, .w = w, .frame_bytes = frame_bytes};
     c.clip = fc_malloc(frame_bytes * o->clip_frames);
-    c.batch_cap = 2 * fc_threads();
+    c.batch_cap = o->ae ? 1 : 2 * fc_threads();  // the encoder runs its own threads: one clip at a time
     c.batch = fc_malloc(sizeof(uint8_t *) * c.batch_cap);
+    c.latents = fc_calloc((size_t)c.batch_cap, sizeof(uint8_t *));
     c.batch_first = fc_malloc(sizeof(long) * c.batch_cap);
     for (int i = 0; i < c.batch_cap; i++) c.batch[i] = fc_malloc(frame_bytes * o->clip_frames);
+    for (int i = 0; i < c.batch_cap && o->ae; i++) c.latents[i] = fc_malloc(latent_bytes);
     c.prev = fc_malloc(frame_bytes);
     uint8_t *frame = fc_malloc(frame_bytes);
     long total_clips = 0, total_frames = 0;
@@ -310,8 +333,8 @@ int prepare_run(const PrepareOptions *o) {
         }
         fflush(stdout);
     }
-    for (int i = 0; i < c.batch_cap; i++) free(c.batch[i]);
-    free(c.batch), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
+    for (int i = 0; i < c.batch_cap; i++) free(c.batch[i]), free(c.latents[i]);
+    free(c.batch), free(c.latents), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
     int twice = ss.twice;
     for (int i = 0; i < ss.n; i++) free(ss.s[i].path);
     free(ss.s);
@@ -327,9 +350,9 @@ int prepare_run(const PrepareOptions *o) {
     }
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
     double dt = fc_now_s() - t0;
-    printf("prepare: %s: %ld clips of %d frames at %dx%d from %d inputs (%d skipped as unreadable, %d shorter than a "
+    printf("prepare: %s: %ld clips of %d frames at %dx%d%s from %d inputs (%d skipped as unreadable, %d shorter than a "
            "clip, %d cut short by damage, %d given twice); %ld frames in %.1f s, %.0f frames/s\n",
-           o->out, total_clips, o->clip_frames, o->size, o->size, used, skipped + unreadable, short_ones, partial,
+           o->out, total_clips, o->clip_frames, o->size, o->size, o->ae ? " as latents" : "", used, skipped + unreadable, short_ones, partial,
            twice, total_frames, dt, total_frames / dt);
     return 0;
 }

@@ -9,8 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "base/common.h"
+#include "base/half.h"
 #include "base/paths.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
@@ -27,6 +29,7 @@ typedef struct {
 typedef struct {
     uint64_t offset, stored;
     uint32_t crc;
+    uint32_t *unit_crc;  // latents: the 2F units' CRCs
     int shard, k;
     uint8_t zlib;
 } DClip;
@@ -34,6 +37,9 @@ typedef struct {
 struct Dataset {
     char *dir;
     int N, F, nclips, nshards;
+    int C;               // latent channels; 0: RGB frames
+    size_t unit;         // latents: the bytes of one (C, N, N) F16 unit
+    LatentIdentity lat;  // latents: the autoencoder
     size_t raw;
     DShard *shards;
     DClip *clips;
@@ -139,14 +145,54 @@ static int read_shard_list(JsonReader *r, Dataset *d) {
     return more;
 }
 
+// "autoencoder": {...} of a latent dataset (shards.h), every member required, into d->lat.
+static int read_autoencoder(JsonReader *r, Dataset *d) {
+    static const char *const keys[] = {"sha256", "family", "factor", "image_size", "scale", "shift"};
+    enum { NK = 6 };
+    int seen[NK] = {0}, k;
+    uint64_t v;
+    LatentIdentity *id = &d->lat;
+    if (json_expect(r, '{', "'{' (the autoencoder)")) return -1;
+    int more = json_first_item(r, '}');
+    while (more > 0) {
+        if (read_key(r, keys, NK, seen, &k, " in 'autoencoder' (sha256, family, factor, image_size, scale, shift)"))
+            return -1;
+        if (k == 0) {
+            if (read_text(r, id->sha256, sizeof id->sha256, "'sha256'")) return -1;
+            if (strlen(id->sha256) != 64 || strspn(id->sha256, "0123456789abcdef") != 64)
+                return json_fail(r, "'sha256' must be 64 lowercase hex digits");
+        } else if (k == 1) {
+            if (read_text(r, id->family, sizeof id->family, "'family'")) return -1;
+            if (strcmp(id->family, "AutoencoderKL") && strcmp(id->family, "AutoencoderTiny"))
+                return json_fail(r, "'family' '%s' is neither AutoencoderKL nor AutoencoderTiny", SHOWN(id->family));
+        } else if (k == 2 || k == 3) {
+            if (read_uint(r, k == 2 ? 64 : SHARD_MAX_FRAME_SIZE * 64, &v, keys[k])) return -1;
+            if (v < 1) return json_fail(r, "'%s' must be at least 1", keys[k]);
+            *(k == 2 ? &id->factor : &id->image_size) = (int)v;
+        } else {
+            double x;
+            if (json_double(r, &x, k == 4 ? "'scale' (a number)" : "'shift' (a number)")) return -1;
+            if (k == 4 && !(x != 0)) return json_fail(r, "'scale' must not be 0");
+            *(k == 4 ? &id->scale : &id->shift) = x;
+        }
+        more = json_next_item(r, '}', "',' or '}'");
+    }
+    if (more < 0) return -1;
+    for (k = 0; k < NK; k++)
+        if (!seen[k]) return json_fail(r, "'autoencoder' without '%s'", keys[k]);
+    return 0;
+}
+
 // What the top-level object says, before it is checked as a whole.
-enum { KEY_FORMAT, KEY_VERSION, KEY_FRAME_SIZE, KEY_CLIP_FRAMES, KEY_CLIPS, KEY_SHARDS, NKEYS };
+enum { KEY_FORMAT, KEY_VERSION, KEY_FRAME_SIZE, KEY_CLIP_FRAMES, KEY_CLIPS, KEY_SHARDS, KEY_CHANNELS, KEY_AUTOENCODER,
+       NKEYS };
+#define NKEYS_FRAMES KEY_CHANNELS  // the keys a dataset of frames has: the ones before "channels"
 static const char *const DATASET_KEYS[NKEYS] = {"format", "format_version", "frame_size", "clip_frames", "clips",
-                                                "shards"};
+                                                "shards", "channels", "autoencoder"};
 typedef struct {
     int seen[NKEYS];
     char format[64];
-    uint64_t version, N, F, clips;
+    uint64_t version, N, F, clips, C;
 } DatasetJson;
 
 static int read_dataset_member(JsonReader *r, Dataset *d, DatasetJson *dj) {
@@ -159,6 +205,8 @@ static int read_dataset_member(JsonReader *r, Dataset *d, DatasetJson *dj) {
     case KEY_FRAME_SIZE: return read_uint(r, SHARD_MAX_FRAME_SIZE, &dj->N, key);
     case KEY_CLIP_FRAMES: return read_uint(r, SHARD_MAX_CLIP_FRAMES, &dj->F, key);
     case KEY_CLIPS: return read_uint(r, INT_MAX, &dj->clips, key);
+    case KEY_CHANNELS: return read_uint(r, SHARD_MAX_CHANNELS, &dj->C, key);
+    case KEY_AUTOENCODER: return read_autoencoder(r, d);
     default: return read_shard_list(r, d);
     }
 }
@@ -199,15 +247,29 @@ static int check_unique_shards(const Dataset *d, const char *path, char *err, si
 
 // The values read make one valid dataset: d gets its frame size and clip length.
 static int check_dataset_json(const DatasetJson *dj, Dataset *d, const char *path, char *err, size_t errlen) {
-    for (int k = 0; k < NKEYS; k++)
+    for (int k = 0; k < NKEYS_FRAMES; k++)
         if (!dj->seen[k]) return fc_errf(err, errlen, "%s: no '%s'", path, DATASET_KEYS[k]);
     if (strcmp(dj->format, "framechain-dataset"))
         return fc_errf(err, errlen, "%s: format '%s' is not a framechain dataset", path, SHOWN(dj->format));
-    if (dj->version != 1)
-        return fc_errf(err, errlen, "%s: format_version %llu is not supported (this program reads 1)", path,
+    if (dj->version != 1 && dj->version != 2)
+        return fc_errf(err, errlen, "%s: format_version %llu is not supported (this program reads 1 and 2)", path,
                        (unsigned long long)dj->version);
+    int latent = dj->version == 2;
+    for (int k = NKEYS_FRAMES; k < NKEYS; k++)
+        if (dj->seen[k] != latent)
+            return fc_errf(err, errlen, latent ? "%s: no '%s' (a dataset of latents, format_version 2, has one)"
+                                               : "%s: '%s' belongs to a dataset of latents (format_version 2), not 1",
+                           path, DATASET_KEYS[k]);
     if (dj->N < 1 || dj->F < 1) return fc_errf(err, errlen, "%s: frame_size and clip_frames must be at least 1", path);
+    if (latent && dj->C < 1) return fc_errf(err, errlen, "%s: 'channels' must be at least 1", path);
     d->N = (int)dj->N, d->F = (int)dj->F, d->raw = (size_t)dj->F * dj->N * dj->N * 3;
+    if (latent) {
+        d->C = d->lat.channels = (int)dj->C;
+        d->unit = (size_t)dj->C * dj->N * dj->N * 2, d->raw = (size_t)dj->F * 2 * d->unit;
+        if ((uint64_t)d->lat.image_size != dj->N * (uint64_t)d->lat.factor)
+            return fc_errf(err, errlen, "%s: the autoencoder's image_size %d is not frame_size %d times its factor %d",
+                           path, d->lat.image_size, d->N, d->lat.factor);
+    }
     if (d->raw > SHARD_MAX_CLIP_BYTES)
         return fc_errf(err, errlen, "%s: clips of %d frames of %dx%d would be %zu bytes, more than the %zu allowed",
                        path, d->F, d->N, d->N, d->raw, SHARD_MAX_CLIP_BYTES);
@@ -272,6 +334,7 @@ static int load_dataset_json(Dataset *d, const char *path, uint64_t *clips, char
 void dataset_close(Dataset *d) {
     if (!d) return;
     for (int i = 0; i < d->nshards; i++) free(d->shards[i].file);
+    for (int i = 0; i < d->nclips; i++) free(d->clips[i].unit_crc);
     free(d->shards);
     free(d->clips);
     free(d->dir);
@@ -296,13 +359,13 @@ static int load_shard_header(const Dataset *d, int s, ShardInfo *si, char *err, 
     else if (si->N != d->N || si->F != d->F)
         rc = fc_errf(err, errlen, "%s: clips of %d frames of %dx%d, but dataset.json says %d frames of %dx%d", spath,
                      si->F, si->N, si->N, d->F, d->N, d->N);
+    else if (si->C != d->C)
+        rc = fc_errf(err, errlen, "%s: %s, but dataset.json says %s", spath,
+                     si->C ? "latents" : "RGB frames", d->C ? "latents" : "RGB frames");
     else if (si->clips != sh->clips)
         rc = fc_errf(err, errlen, "%s: %d clips, but dataset.json says %d", spath, si->clips, sh->clips);
     st_free(&f);
-    if (rc) {
-        free(si->clip);
-        si->clip = NULL;
-    }
+    if (rc) shard_info_free(si);
     return rc;
 }
 
@@ -320,10 +383,11 @@ static int load_shards(Dataset *d, char *err, size_t errlen) {
         }
         d->shards[s].first = d->nclips;
         for (int k = 0; k < si.clips; k++) {
-            const ClipRec *r = &si.clip[k];
-            d->clips[d->nclips++] = (DClip){r->offset, r->stored, r->crc, s, k, r->zlib};
+            ClipRec *r = &si.clip[k];
+            d->clips[d->nclips++] = (DClip){r->offset, r->stored, r->crc, r->unit_crc, s, k, r->zlib};
+            r->unit_crc = NULL;  // the dataset's now
         }
-        free(si.clip);
+        shard_info_free(&si);
     }
     return 0;
 }
@@ -356,6 +420,8 @@ int dataset_frame_size(const Dataset *d) { return d->N; }
 int dataset_clip_frames(const Dataset *d) { return d->F; }
 int dataset_shards(const Dataset *d) { return d->nshards; }
 size_t dataset_clip_bytes(const Dataset *d) { return d->raw; }
+int dataset_channels(const Dataset *d) { return d->C ? d->C : 3; }
+const LatentIdentity *dataset_latent(const Dataset *d) { return d->C ? &d->lat : NULL; }
 const char *dataset_dir(const Dataset *d) { return d->dir; }
 
 int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out) {
@@ -365,13 +431,13 @@ int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out) {
     return 0;
 }
 
-int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen) {
+// Open clip `clip`'s shard (path filled), checked to be the size it had when the dataset was opened: the
+// descriptor, or -1 with one line.
+static int open_clip_shard(const Dataset *d, int clip, char *path, size_t pathlen, char *err, size_t errlen) {
     if (clip < 0 || clip >= d->nclips)
         return fc_errf(err, errlen, "%s: clip %d does not exist (the dataset has %d)", d->dir, clip, d->nclips);
-    const DClip *c = &d->clips[clip];
-    const DShard *s = &d->shards[c->shard];
-    char path[4096], why[512];
-    snprintf(path, sizeof path, "%s/%s", d->dir, s->file);
+    const DShard *s = &d->shards[d->clips[clip].shard];
+    snprintf(path, pathlen, "%s/%s", d->dir, s->file);
     struct stat st;
     int fd = fc_open_regular(path, &st, err, errlen);
     if (fd < 0) return -1;
@@ -380,6 +446,14 @@ int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_
         return fc_errf(err, errlen, "%s: the file changed since the dataset was opened (%lld bytes, not %llu)", path,
                     (long long)st.st_size, (unsigned long long)s->bytes);
     }
+    return fd;
+}
+
+int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen) {
+    char path[4096], why[512];
+    int fd = open_clip_shard(d, clip, path, sizeof path, err, errlen);
+    if (fd < 0) return -1;
+    const DClip *c = &d->clips[clip];
     Src src = {.mem = NULL, .fd = fd, .offset = c->offset};
     uint32_t crc = 0;
     int rc = decode_clip(&src, c->stored, c->zlib, out, d->raw, &crc, why, sizeof why);
@@ -388,13 +462,50 @@ int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_
         fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): %s", path, c->k, clip, why);
         return rc;  // -1, or DATASET_CLIP_DAMAGED
     }
-    if (crc != c->crc) {
+    int bad = d->C ? first_bad_unit(out, 2 * d->F, d->unit, c->unit_crc) : -1;
+    if (bad >= 0) {
+        fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): frame %d%s: CRC32 mismatch", path, c->k, clip,
+                bad / 2, bad % 2 ? " (mirrored)" : "");
+        return DATASET_CLIP_DAMAGED;
+    }
+    if (!d->C && crc != c->crc) {
         fc_errf(err, errlen,
                 "%s: clip.%d (clip %d of the dataset): CRC32 mismatch: the data gives %08x, the header says %08x", path,
                 c->k, clip, crc, c->crc);
         return DATASET_CLIP_DAMAGED;
     }
     return 0;
+}
+
+int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *frames, int mirror, float *out,
+                               char *err, size_t errlen) {
+    if (!d->C) return fc_errf(err, errlen, "%s: a dataset of frames, not latents", d->dir);
+    char path[4096];
+    int fd = open_clip_shard(d, clip, path, sizeof path, err, errlen);
+    if (fd < 0) return -1;
+    const DClip *c = &d->clips[clip];
+    size_t values = d->unit / 2;
+    uint16_t *buf = malloc(d->unit);
+    int rc = buf ? 0 : fc_errf(err, errlen, "%s: out of memory", path);
+    for (int i = 0; i < n && !rc; i++) {
+        int f = frames[i], u = 2 * f + (mirror != 0);
+        if (f < 0 || f >= d->F) {
+            rc = fc_errf(err, errlen, "%s: clip.%d: frame %d does not exist (clips have %d)", path, c->k, f, d->F);
+        } else if (fc_pread_all(fd, buf, d->unit, c->offset + (uint64_t)u * d->unit)) {
+            rc = fc_errf(err, errlen, "%s: clip.%d: read error: %s", path, c->k, strerror(errno));
+        } else if ((uint32_t)crc32_z(0, (const uint8_t *)buf, d->unit) != c->unit_crc[u]) {
+            fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): frame %d%s: CRC32 mismatch", path, c->k, clip,
+                    f, mirror ? " (mirrored)" : "");
+            rc = DATASET_CLIP_DAMAGED;
+        } else {
+            const uint8_t *b = (const uint8_t *)buf;
+            for (size_t e = 0; e < values; e++)
+                out[(size_t)i * values + e] = half_to_float((uint16_t)(b[2 * e] | b[2 * e + 1] << 8));
+        }
+    }
+    free(buf);
+    close(fd);
+    return rc;
 }
 
 int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,

@@ -1,6 +1,9 @@
 // json.c: the strict JSON reader (see json.h): errors, whitespace and tokens, strings, integers.
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
@@ -284,4 +287,21 @@ int json_uint(JsonReader *r, uint64_t max, uint64_t *v, size_t *start) {
     }
     *v = x;
     return JSON_UINT_OK;
+}
+
+int json_double(JsonReader *r, double *v, const char *expected) {
+    json_skip_ws(r);
+    if (!json_at_number(r)) return unexpected(r, expected);
+    uint64_t ignored;
+    size_t start;
+    if (json_uint(r, UINT64_MAX, &ignored, &start) < 0) return -1;
+    char text[64];
+    size_t len = r->i - start;
+    if (len >= sizeof text) return json_fail_at(r, start, "a number of more than %zu characters", sizeof text - 1);
+    memcpy(text, r->s + start, len);
+    text[len] = 0;
+    errno = 0;
+    *v = strtod(text, NULL);
+    if (errno == ERANGE && fabs(*v) > 1) return json_fail_at(r, start, "number %s is out of range", text);
+    return 0;
 }

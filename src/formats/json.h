@@ -63,6 +63,10 @@ typedef enum { JSON_UINT_OK, JSON_UINT_NEGATIVE, JSON_UINT_FRACTION, JSON_UINT_T
 // a syntax error ("expected a non-negative integer", a leading zero, a malformed number).
 int json_uint(JsonReader *r, uint64_t max, uint64_t *v, size_t *start);
 
+// Skip whitespace, then read a number (any JSON number) as a double into *v: 0, or -1 with a syntax
+// error naming `expected` (no number there, a malformed one) or "out of range" (beyond a double's).
+int json_double(JsonReader *r, double *v, const char *expected);
+
 // The length of the valid UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, at most
 // U+10FFFF) at s, of which n > 0 bytes are available; 0 when it is not one.
 size_t json_utf8_len(const uint8_t *s, size_t n);

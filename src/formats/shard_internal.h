@@ -25,13 +25,16 @@
 typedef struct {
     uint64_t offset;  // of the stored bytes within the file
     uint64_t stored;  // stored bytes
-    uint32_t crc;     // of the raw bytes
+    uint32_t crc;     // of the raw bytes (frames)
+    uint32_t *unit_crc;  // latents: of each of the 2F units (malloc'ed)
     uint8_t zlib;
 } ClipRec;
 
 typedef struct {
     int N, F, clips;
-    size_t raw;  // F * N * N * 3
+    int C;        // latent channels; 0: RGB frames
+    size_t unit;  // latents: the bytes of a (C, N, N) F16 unit
+    size_t raw;   // F * N * N * 3, or latents' F * 2 * unit
     ClipRec *clip;
 } ShardInfo;
 
@@ -42,6 +45,10 @@ static const char *const CLIP_FIELDS[] = {"encoding", "crc32", "source", "first_
 // Check a shard's metadata and tensors (its layout was checked by the safetensors reader) and fill
 // si. `name` (the path) starts every error.
 int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size_t errlen);
+void shard_info_free(ShardInfo *si);
+
+// Latents: the first unit of units [0, n) of `bytes` whose CRC-32 is not crc[unit], or -1 when all match.
+int first_bad_unit(const uint8_t *bytes, int n, size_t unit, const uint32_t *crc);
 
 // ---------------------------------------------------------------------------------------------
 // decoding a clip

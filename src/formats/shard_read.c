@@ -100,15 +100,21 @@ static int shard_counts(const StFile *f, const char *name, ShardInfo *si, char *
     if (strcmp(format, "framechain-shard"))
         return fc_errf(err, errlen, "%s: format '%s' is not a framechain shard", name, SHOWN(format));
     if (!version) return fc_errf(err, errlen, "%s: no 'format_version' in __metadata__", name);
-    if (strcmp(version, "1"))
-        return fc_errf(err, errlen, "%s: format_version '%s' is not supported (this program reads 1)", name,
+    if (strcmp(version, "1") && strcmp(version, "2"))
+        return fc_errf(err, errlen, "%s: format_version '%s' is not supported (this program reads 1 and 2)", name,
                     SHOWN(version));
-    uint64_t N, F, clips;
+    int latent = version[0] == '2';
+    const char *content = st_meta(f, "content");
+    if (latent && (!content || strcmp(content, "latents")))
+        return fc_errf(err, errlen, "%s: format_version 2 needs 'content' = 'latents' in __metadata__", name);
+    uint64_t N, F, clips, C = 0;
     if (meta_count(f, name, "frame_size", 1, SHARD_MAX_FRAME_SIZE, &N, err, errlen) ||
         meta_count(f, name, "clip_frames", 1, SHARD_MAX_CLIP_FRAMES, &F, err, errlen) ||
-        meta_count(f, name, "clips", 1, SHARD_MAX_CLIPS, &clips, err, errlen))
+        meta_count(f, name, "clips", 1, SHARD_MAX_CLIPS, &clips, err, errlen) ||
+        (latent && meta_count(f, name, "channels", 1, SHARD_MAX_CHANNELS, &C, err, errlen)))
         return -1;
-    size_t raw = (size_t)F * N * N * 3;  // below 2^64: 65536 * 8192^2 * 3
+    size_t unit = (size_t)C * N * N * 2;
+    size_t raw = latent ? (size_t)F * 2 * unit : (size_t)F * N * N * 3;  // below 2^64: 65536 * 8192^2 * 2048 * 2
     if (raw > SHARD_MAX_CLIP_BYTES)
         return fc_errf(err, errlen,
                        "%s: clips of %llu frames of %llux%llu would be %zu bytes, more than the %zu allowed", name,
@@ -116,21 +122,45 @@ static int shard_counts(const StFile *f, const char *name, ShardInfo *si, char *
     if ((uint64_t)f->n != clips)
         return fc_errf(err, errlen, "%s: the metadata says %llu clips, but the file holds %d tensors", name,
                     (unsigned long long)clips, f->n);
-    si->N = (int)N, si->F = (int)F, si->clips = (int)clips, si->raw = raw;
+    si->N = (int)N, si->F = (int)F, si->clips = (int)clips, si->raw = raw, si->C = (int)C, si->unit = latent ? unit : 0;
+    return 0;
+}
+
+// A latent clip's "frame_crc32": 2F CRCs of 8 lowercase hex digits each, into c->unit_crc.
+static int unit_crcs(const char *name, const char *key, const char *val, int F, ClipRec *c, char *err, size_t errlen) {
+    size_t n = strlen(val);
+    if (n != (size_t)16 * F)
+        return fc_errf(err, errlen, "%s: %s holds %zu characters, not the %d of 2 x %d CRCs of 8 hex digits", name,
+                       SHOWN(key), n, 16 * F, F);
+    free(c->unit_crc);
+    c->unit_crc = malloc(sizeof(uint32_t) * 2 * (size_t)F);
+    if (!c->unit_crc) return fc_errf(err, errlen, "%s: out of memory", name);
+    for (int u = 0; u < 2 * F; u++) {
+        char digits[9];
+        memcpy(digits, val + 8 * u, 8);
+        digits[8] = 0;
+        if (parse_crc(digits, &c->unit_crc[u]))
+            return fc_errf(err, errlen, "%s: %s: CRC %d '%s' is not 8 lowercase hex digits", name, SHOWN(key), u,
+                           SHOWN(digits));
+    }
     return 0;
 }
 
 // One "clip.<k>.<field>" = val of the metadata: its value checked, and kept in c when needed; *bit = its HAVE_ bit.
-static int clip_field(const char *name, const char *key, const char *field, const char *val, ClipRec *c, int *bit,
-                      char *err, size_t errlen) {
+static int clip_field(const char *name, const char *key, const char *field, const char *val, const ShardInfo *si,
+                      ClipRec *c, int *bit, char *err, size_t errlen) {
     uint64_t first;
     double fps;
     if (!strcmp(field, "encoding")) {
-        if (strcmp(val, "raw") && strcmp(val, "zlib"))
-            return fc_errf(err, errlen, "%s: %s '%s' is neither raw nor zlib", name, SHOWN(key), SHOWN(val));
+        if (strcmp(val, "raw") && (si->C || strcmp(val, "zlib")))
+            return fc_errf(err, errlen, "%s: %s '%s' is %s", name, SHOWN(key), SHOWN(val),
+                           si->C ? "not raw (latents are stored raw)" : "neither raw nor zlib");
         c->zlib = val[0] == 'z';
         *bit = HAVE_ENCODING;
-    } else if (!strcmp(field, "crc32")) {
+    } else if (si->C && !strcmp(field, "frame_crc32")) {
+        if (unit_crcs(name, key, val, si->F, c, err, errlen)) return -1;
+        *bit = HAVE_CRC;
+    } else if (!si->C && !strcmp(field, "crc32")) {
         if (parse_crc(val, &c->crc))
             return fc_errf(err, errlen, "%s: %s '%s' is not 8 lowercase hex digits", name, SHOWN(key), SHOWN(val));
         *bit = HAVE_CRC;
@@ -158,18 +188,20 @@ static int shard_clip_metadata(const StFile *f, const char *name, ShardInfo *si,
         const char *key = f->meta_keys[i], *rest;
         int k, bit = 0;
         if (!strcmp(key, "format") || !strcmp(key, "format_version") || !strcmp(key, "frame_size") ||
-            !strcmp(key, "clip_frames") || !strcmp(key, "clips"))
+            !strcmp(key, "clip_frames") || !strcmp(key, "clips") ||
+            (si->C && (!strcmp(key, "content") || !strcmp(key, "channels"))))
             continue;
         if (clip_key(key, si->clips, &k, &rest) || rest[0] != '.')
             return fc_errf(err, errlen, "%s: unknown metadata key '%s'", name, SHOWN(key));
-        if (clip_field(name, key, rest + 1, f->meta_values[i], &si->clip[k], &bit, err, errlen)) return -1;
+        if (clip_field(name, key, rest + 1, f->meta_values[i], si, &si->clip[k], &bit, err, errlen)) return -1;
         have[k] |= (uint8_t)bit;
     }
     for (int k = 0; k < si->clips; k++)
         if (have[k] != HAVE_ALL) {
             int b = 0;
             while (have[k] >> b & 1) b++;
-            return fc_errf(err, errlen, "%s: no 'clip.%d.%s' in __metadata__", name, k, CLIP_FIELDS[b]);
+            return fc_errf(err, errlen, "%s: no 'clip.%d.%s' in __metadata__", name, k,
+                           b == 1 && si->C ? "frame_crc32" : CLIP_FIELDS[b]);
         }
     return 0;
 }
@@ -184,9 +216,17 @@ static int shard_clip_tensors(const StFile *f, const char *name, ShardInfo *si, 
         if (clip_key(e->name, si->clips, &k, &rest) || *rest)
             return fc_errf(err, errlen, "%s: tensor '%s' is not one of clip.0 .. clip.%d", name, SHOWN(e->name),
                            si->clips - 1);
-        if (strcmp(e->dtype, "U8")) return fc_errf(err, errlen, "%s: clip.%d has dtype %s, not U8", name, k, e->dtype);
         ClipRec *c = &si->clip[k];
         c->offset = f->data_start + e->begin, c->stored = e->end - e->begin;
+        if (si->C) {
+            if (strcmp(e->dtype, "F16")) return fc_errf(err, errlen, "%s: clip.%d has dtype %s, not F16", name, k, e->dtype);
+            if (e->ndim != 5 || e->shape[0] != si->F || e->shape[1] != 2 || e->shape[2] != si->C ||
+                e->shape[3] != si->N || e->shape[4] != si->N)
+                return fc_errf(err, errlen, "%s: clip.%d: latents of shape [%d, 2, %d, %d, %d] are expected", name, k,
+                               si->F, si->C, si->N, si->N);
+            continue;
+        }
+        if (strcmp(e->dtype, "U8")) return fc_errf(err, errlen, "%s: clip.%d has dtype %s, not U8", name, k, e->dtype);
         if (c->zlib) {
             if (e->ndim != 1 || c->stored == 0 || c->stored >= si->raw)
                 return fc_errf(err, errlen,
@@ -219,11 +259,20 @@ int shard_info(const StFile *f, const char *name, ShardInfo *si, char *err, size
     else if (!shard_clip_metadata(f, name, si, have, err, errlen) && !shard_clip_tensors(f, name, si, err, errlen))
         rc = 0;
     free(have);
-    if (rc) {
-        free(si->clip);
-        si->clip = NULL;
-    }
+    if (rc) shard_info_free(si);
     return rc;
+}
+
+void shard_info_free(ShardInfo *si) {
+    for (int k = 0; si->clip && k < si->clips; k++) free(si->clip[k].unit_crc);
+    free(si->clip);
+    si->clip = NULL;
+}
+
+int first_bad_unit(const uint8_t *bytes, int n, size_t unit, const uint32_t *crc) {
+    for (int u = 0; u < n; u++)
+        if ((uint32_t)crc32_z(0, bytes + (size_t)u * unit, unit) != crc[u]) return u;
+    return -1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,13 +433,20 @@ int shard_check_bytes(const uint8_t *bytes, size_t len, char *err, size_t errlen
         const ClipRec *c = &si.clip[k];
         Src src = {.mem = f.bytes + c->offset, .fd = -1};
         uint32_t crc;
-        if (decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why))
+        int bad;
+        if (si.C) {
+            if (c->stored != si.raw) rc = fc_errf(err, errlen, "shard: clip.%d: %llu bytes stored for %zu", k,
+                                                  (unsigned long long)c->stored, si.raw);
+            else if ((bad = first_bad_unit(src.mem, 2 * si.F, si.unit, c->unit_crc)) >= 0)
+                rc = fc_errf(err, errlen, "shard: clip.%d: frame %d%s: CRC32 mismatch", k, bad / 2,
+                             bad % 2 ? " (mirrored)" : "");
+        } else if (decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why))
             rc = fc_errf(err, errlen, "shard: clip.%d: %s", k, why);
         else if (crc != c->crc)
             rc = fc_errf(err, errlen, "shard: clip.%d: CRC32 mismatch: the data gives %08x, the metadata says %08x", k,
                          crc, c->crc);
     }
-    free(si.clip);
+    shard_info_free(&si);
     st_free(&f);
     return rc;
 }

@@ -21,8 +21,9 @@
 #define ZLIB_LEVEL 1  // level 6 saves under 1% more on video frames and costs a third more time
 #define META_PER_SHARD ((size_t)16 << 20)  // header bytes (about) after which a shard is written
 
-// fps as text: an integer as such, else the shortest form that reads back as the same double.
-static void fps_text(double fps, char *buf, size_t len) {
+// A number as text (fps, an autoencoder's factors): an integer as such, else the shortest form that
+// reads back as the same double.
+static void shortest_text(double fps, char *buf, size_t len) {
     if (fps == floor(fps) && fps < 1e15) {
         snprintf(buf, len, "%.0f", fps);
         return;
@@ -41,6 +42,7 @@ typedef struct {
     size_t stored;
     int zlib;
     uint32_t crc;
+    uint32_t *unit_crc;  // latents: the CRC of each of the 2F units (NULL for frames)
     char *source;
     long first;
     double fps;
@@ -56,6 +58,9 @@ struct ShardWriter {
     char *dir;
     int N, F;
     size_t raw, max_bytes;
+    int latent;          // 1: a latent dataset (shards.h)
+    LatentIdentity lat;  // its autoencoder
+    size_t unit;         // latents: the bytes of one (C, n, n) unit
     Pending *cur;  // the clips of the shard being filled
     int ncur, capcur;
     size_t cur_bytes, cur_meta;
@@ -103,8 +108,9 @@ static char *utf8_fixed(const char *s) {
     return o;
 }
 
-ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames, size_t max_shard_bytes, char *err,
-                               size_t errlen) {
+// The checks and the folder of both kinds of dataset: raw = a clip's bytes.
+static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames, size_t raw, size_t max_shard_bytes,
+                                char *err, size_t errlen) {
     if (frame_size < 1 || frame_size > SHARD_MAX_FRAME_SIZE) {
         fc_errf(err, errlen, "%s: frame size %d is not in 1..%d", dir, frame_size, SHARD_MAX_FRAME_SIZE);
         return NULL;
@@ -113,7 +119,6 @@ ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames,
         fc_errf(err, errlen, "%s: clip length %d frames is not in 1..%d", dir, clip_frames, SHARD_MAX_CLIP_FRAMES);
         return NULL;
     }
-    size_t raw = (size_t)clip_frames * frame_size * frame_size * 3;
     if (raw > SHARD_MAX_CLIP_BYTES) {
         fc_errf(err, errlen, "%s: clips of %d frames of %dx%d would be %zu bytes, more than the %zu allowed", dir,
              clip_frames, frame_size, frame_size, raw, SHARD_MAX_CLIP_BYTES);
@@ -164,8 +169,28 @@ ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames,
     return w;
 }
 
+ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames, size_t max_shard_bytes, char *err,
+                               size_t errlen) {
+    size_t raw = frame_size > 0 && clip_frames > 0 ? (size_t)clip_frames * frame_size * frame_size * 3 : 0;
+    return writer_open(dir, frame_size, clip_frames, raw, max_shard_bytes, err, errlen);
+}
+
+ShardWriter *shard_writer_open_latents(const char *dir, const LatentIdentity *id, int latent_size, int clip_frames,
+                                       size_t max_shard_bytes, char *err, size_t errlen) {
+    if (id->channels < 1 || id->channels > SHARD_MAX_CHANNELS) {
+        fc_errf(err, errlen, "%s: %d latent channels is not in 1..%d", dir, id->channels, SHARD_MAX_CHANNELS);
+        return NULL;
+    }
+    size_t unit = latent_size > 0 ? (size_t)id->channels * latent_size * latent_size * 2 : 0;
+    size_t raw = clip_frames > 0 ? (size_t)clip_frames * 2 * unit : 0;
+    ShardWriter *w = writer_open(dir, latent_size, clip_frames, raw, max_shard_bytes, err, errlen);
+    if (!w) return NULL;
+    w->latent = 1, w->lat = *id, w->unit = unit;
+    return w;
+}
+
 static void free_pending(ShardWriter *w) {
-    for (int i = 0; i < w->ncur; i++) free(w->cur[i].data), free(w->cur[i].source);
+    for (int i = 0; i < w->ncur; i++) free(w->cur[i].data), free(w->cur[i].source), free(w->cur[i].unit_crc);
     w->ncur = 0, w->cur_bytes = 0, w->cur_meta = 0;
 }
 
@@ -175,17 +200,20 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     if (!n) return 0;
     typedef struct {
         char name[32], keys[5][48], crc[12], first[24], fps[40];
+        char *frame_crcs;  // latents: 16 F hex digits
     } Text;
     Text *tx = fc_calloc((size_t)n, sizeof(Text));
     StTensor *t = fc_calloc((size_t)n, sizeof(StTensor));
-    StMeta *m = fc_calloc((size_t)5 * n + 5, sizeof(StMeta));
-    char N[16], F[16], count[16];
+    StMeta *m = fc_calloc((size_t)5 * n + 7, sizeof(StMeta));
+    char N[16], F[16], count[16], C[16];
     snprintf(N, sizeof N, "%d", w->N);
     snprintf(F, sizeof F, "%d", w->F);
     snprintf(count, sizeof count, "%d", n);
+    snprintf(C, sizeof C, "%d", w->lat.channels);
     int nm = 0;
     m[nm++] = (StMeta){"format", "framechain-shard"};
-    m[nm++] = (StMeta){"format_version", "1"};
+    m[nm++] = (StMeta){"format_version", w->latent ? "2" : "1"};
+    if (w->latent) m[nm++] = (StMeta){"content", "latents"}, m[nm++] = (StMeta){"channels", C};
     m[nm++] = (StMeta){"frame_size", N};
     m[nm++] = (StMeta){"clip_frames", F};
     m[nm++] = (StMeta){"clips", count};
@@ -193,18 +221,29 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
         const Pending *p = &w->cur[k];
         Text *x = &tx[k];
         snprintf(x->name, sizeof x->name, "clip.%d", k);
-        for (int j = 0; j < 5; j++) snprintf(x->keys[j], sizeof x->keys[j], "clip.%d.%s", k, CLIP_FIELDS[j]);
+        for (int j = 0; j < 5; j++)
+            snprintf(x->keys[j], sizeof x->keys[j], "clip.%d.%s", k, j == 1 && w->latent ? "frame_crc32" : CLIP_FIELDS[j]);
         snprintf(x->crc, sizeof x->crc, "%08x", p->crc);
         snprintf(x->first, sizeof x->first, "%ld", p->first);
-        fps_text(p->fps, x->fps, sizeof x->fps);
+        shortest_text(p->fps, x->fps, sizeof x->fps);
+        if (w->latent) {
+            x->frame_crcs = fc_malloc((size_t)16 * w->F + 1);
+            for (int u = 0; u < 2 * w->F; u++) snprintf(x->frame_crcs + 8 * u, 9, "%08x", p->unit_crc[u]);
+        }
         m[nm++] = (StMeta){x->keys[0], p->zlib ? "zlib" : "raw"};
-        m[nm++] = (StMeta){x->keys[1], x->crc};
+        m[nm++] = (StMeta){x->keys[1], w->latent ? x->frame_crcs : x->crc};
         m[nm++] = (StMeta){x->keys[2], p->source};
         m[nm++] = (StMeta){x->keys[3], x->first};
         m[nm++] = (StMeta){x->keys[4], x->fps};
-        t[k].name = x->name, t[k].dtype = "U8", t[k].data = p->data;
-        if (p->zlib) t[k].ndim = 1, t[k].shape[0] = (long)p->stored;
-        else t[k].ndim = 4, t[k].shape[0] = w->F, t[k].shape[1] = w->N, t[k].shape[2] = w->N, t[k].shape[3] = 3;
+        t[k].name = x->name, t[k].dtype = w->latent ? "F16" : "U8", t[k].data = p->data;
+        if (w->latent) {
+            t[k].ndim = 5, t[k].shape[0] = w->F, t[k].shape[1] = 2, t[k].shape[2] = w->lat.channels;
+            t[k].shape[3] = t[k].shape[4] = w->N;
+        } else if (p->zlib) {
+            t[k].ndim = 1, t[k].shape[0] = (long)p->stored;
+        } else {
+            t[k].ndim = 4, t[k].shape[0] = w->F, t[k].shape[1] = w->N, t[k].shape[2] = w->N, t[k].shape[3] = 3;
+        }
     }
     char file[40], path[4096];
     shard_name(w->ndone, file, sizeof file);
@@ -213,6 +252,7 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     struct stat st;
     if (!rc && stat(path, &st))
         rc = fc_errf(err, errlen, "%s: cannot stat what was written: %s", path, strerror(errno));
+    for (int k = 0; k < n; k++) free(tx[k].frame_crcs);
     free(tx), free(t), free(m);
     if (rc) return -1;
     if (w->ndone == w->capdone) {
@@ -227,9 +267,18 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     return 0;
 }
 
-// Compress (where that saves 10% or more) and checksum one clip into p. Touches nothing shared, so
-// several clips can be encoded at once.
+// Compress (where that saves 10% or more) and checksum one clip into p; latents are stored raw, with
+// a CRC a unit. Touches nothing shared, so several clips can be encoded at once.
 static void encode_clip(const ShardWriter *w, const uint8_t *clip, Pending *p) {
+    if (w->latent) {
+        memset(p, 0, sizeof *p);
+        p->stored = w->raw;
+        p->data = fc_malloc(w->raw);
+        memcpy(p->data, clip, w->raw);
+        p->unit_crc = fc_malloc(sizeof(uint32_t) * 2 * (size_t)w->F);
+        for (int u = 0; u < 2 * w->F; u++) p->unit_crc[u] = (uint32_t)crc32_z(0, clip + (size_t)u * w->unit, w->unit);
+        return;
+    }
     size_t bound = compressBound((uLong)w->raw);
     uint8_t *zbuf = fc_malloc(bound);
     uLongf zlen = (uLongf)bound;
@@ -271,7 +320,7 @@ static int append_clip(ShardWriter *w, Pending p, const char *source, long first
                     w->cur_meta + meta > META_PER_SHARD)) {
         if (flush_shard(w, err, errlen)) {
             w->failed = 1;
-            free(p.data), free(p.source);
+            free(p.data), free(p.source), free(p.unit_crc);
             return -1;
         }
     }
@@ -296,7 +345,7 @@ static int append_clip(ShardWriter *w, Pending p, const char *source, long first
         else e[0] = (char)ch, e[1] = 0;
         manifest_put(w, e, strlen(e));
     }
-    fps_text(fps, fpsb, sizeof fpsb);
+    shortest_text(fps, fpsb, sizeof fpsb);
     snprintf(line, sizeof line, "\t%ld\t%d\t%s\n", first_frame, w->F, fpsb);
     manifest_put(w, line, strlen(line));
     w->cur[w->ncur++] = p;
@@ -325,7 +374,7 @@ int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, c
         if (rc == 0)
             rc = append_clip(w, p[i], source, first_frames[i], fps, err, errlen);
         else
-            free(p[i].data);
+            free(p[i].data), free(p[i].unit_crc);
     }
     free(p);
     return rc;
@@ -359,12 +408,23 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/manifest.tsv", w->dir);
     if (st_write_bytes(path, w->manifest, w->mlen, err, errlen)) goto out;
     {
-        size_t cap = 256 + (size_t)w->ndone * 128;
+        size_t cap = 1024 + (size_t)w->ndone * 128;
         char *j = fc_malloc(cap);
         size_t n = (size_t)snprintf(j, cap,
-                                    "{\"format\": \"framechain-dataset\", \"format_version\": 1, \"frame_size\": %d, "
-                                    "\"clip_frames\": %d, \"clips\": %ld,\n \"shards\": [\n",
-                                    w->N, w->F, w->total);
+                                    "{\"format\": \"framechain-dataset\", \"format_version\": %d, \"frame_size\": %d, "
+                                    "\"clip_frames\": %d, \"clips\": %ld,\n",
+                                    w->latent ? 2 : 1, w->N, w->F, w->total);
+        if (w->latent) {
+            char scale[40], shift[40];
+            shortest_text(w->lat.scale, scale, sizeof scale);
+            shortest_text(w->lat.shift, shift, sizeof shift);
+            n += (size_t)snprintf(j + n, cap - n,
+                                  " \"channels\": %d,\n \"autoencoder\": {\"sha256\": \"%s\", \"family\": \"%s\", "
+                                  "\"factor\": %d, \"image_size\": %d, \"scale\": %s, \"shift\": %s},\n",
+                                  w->lat.channels, w->lat.sha256, w->lat.family, w->lat.factor, w->lat.image_size, scale,
+                                  shift);
+        }
+        n += (size_t)snprintf(j + n, cap - n, " \"shards\": [\n");
         for (int i = 0; i < w->ndone; i++)
             n += (size_t)snprintf(j + n, cap - n, "  {\"file\": \"%s\", \"clips\": %d, \"bytes\": %llu}%s\n",
                                   w->done[i].file, w->done[i].clips, (unsigned long long)w->done[i].bytes,

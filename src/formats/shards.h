@@ -22,6 +22,21 @@
 // manifest.tsv: a header line, then one line per clip: shard, clip (k), source, first_frame,
 //   frames, fps (tab, newline, carriage return and backslash in a source written as \t \n \r \\).
 //
+// A latent dataset (`prepare --vae`: frames encoded once by an autoencoder, the video models train on
+// the latents) has the same files with these differences:
+//   - shards: "format_version" = "2", "content" = "latents", "channels" = C (latent channels),
+//     "frame_size" = n (the latents' side); each "clip.<k>" is an F16 tensor (F, 2, C, n, n), stored
+//     raw: [f][0] the latents of frame f, [f][1] those of frame f mirrored left to right (a flipped
+//     latent is not the latent of the flipped frame), so a window reads only its own frames and
+//     flips; instead of "clip.<k>.crc32", "clip.<k>.frame_crc32" holds the CRC-32 of each of the 2F
+//     (C, n, n) units in that order, 8 lowercase hex digits each, so each unit read is checked alone.
+//     F16 rather than BF16: the scaled latents lie within a few units of 0, where F16's 10 fraction
+//     bits keep 8 times BF16's precision and its range (65504) is ample.
+//   - dataset.json: "format_version": 2, "channels": C, and "autoencoder": {"sha256": the file's
+//     SHA-256, "family": "AutoencoderKL" | "AutoencoderTiny", "factor": frame side / latent side,
+//     "image_size": the frames' side in pixels, "scale": s, "shift": z} (latents = (encoder mean - z) s).
+//   - manifest.tsv: unchanged.
+//
 // Shards are capped by their clip bytes (max_shard_bytes, 256 MiB by default; a single larger clip
 // gets a shard of its own), so that neither the writer nor any reader needs more memory than that.
 #ifndef FRAMECHAIN_SHARDS_H
@@ -32,10 +47,21 @@
 
 #define SHARD_DEFAULT_BYTES ((size_t)256 << 20)  // clip bytes per shard when max_shard_bytes is 0
 #define SHARD_MAX_FRAME_SIZE 8192                 // N at most
+#define SHARD_MAX_CHANNELS 1024                   // latent channels at most
 #define SHARD_MAX_CLIP_FRAMES 65536               // F at most
 #define SHARD_MAX_CLIP_BYTES ((size_t)1 << 31)    // F * N * N * 3 at most
 #define SHARD_MAX_CLIPS 1000000                   // clips in one shard at most
 #define DATASET_JSON_MAX ((size_t)64 << 20)       // the largest dataset.json read
+
+// The autoencoder a latent dataset was made with.
+typedef struct {
+    char sha256[65];      // of its file, lowercase hex
+    char family[32];      // "AutoencoderKL" or "AutoencoderTiny"
+    int channels;         // latent channels
+    int factor;           // frame side / latent side
+    int image_size;       // the frames' side in pixels (latent side * factor)
+    double scale, shift;  // latents = (the encoder's mean - shift) * scale
+} LatentIdentity;
 
 // ---- writing (used by prepare) ----
 typedef struct ShardWriter ShardWriter;
@@ -44,7 +70,11 @@ typedef struct ShardWriter ShardWriter;
 // manifest.tsv.tmp-*) are removed. max_shard_bytes = 0: SHARD_DEFAULT_BYTES.
 ShardWriter *shard_writer_open(const char *dir, int frame_size, int clip_frames, size_t max_shard_bytes, char *err,
                                size_t errlen);
-// Add one clip: F*N*N*3 bytes, frame by frame, row by row, RGB. `source` is stored as given when it
+// The same for a latent dataset: latent_size is n (the latents' side), id->channels C; every clip
+// added is F*2*C*n*n F16 values (little-endian bytes), as the format above lays them out.
+ShardWriter *shard_writer_open_latents(const char *dir, const LatentIdentity *id, int latent_size, int clip_frames,
+                                       size_t max_shard_bytes, char *err, size_t errlen);
+// Add one clip: F*N*N*3 bytes (a latent dataset's: see above), frame by frame, row by row, RGB. `source` is stored as given when it
 // is valid UTF-8 (each invalid byte becomes U+FFFD otherwise); first_frame >= 0; fps >= 0 (0:
 // unknown). Writes a shard when the current one is full. After a failure every later call fails.
 int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, long first_frame, double fps, char *err,
@@ -69,7 +99,10 @@ int dataset_clips(const Dataset *d);
 int dataset_frame_size(const Dataset *d);
 int dataset_clip_frames(const Dataset *d);
 int dataset_shards(const Dataset *d);
-size_t dataset_clip_bytes(const Dataset *d);  // F * N * N * 3
+size_t dataset_clip_bytes(const Dataset *d);  // F * N * N * 3 (latents: F * 2 * C * n * n * 2)
+int dataset_channels(const Dataset *d);       // 3 (RGB frames), or the latent channels
+// The autoencoder of a latent dataset; NULL for a dataset of frames.
+const LatentIdentity *dataset_latent(const Dataset *d);
 const char *dataset_dir(const Dataset *d);    // the folder it was opened from
 // Read clip `clip` (0 .. dataset_clips - 1; the shards' clips in order) into out (F*N*N*3 bytes):
 // pread its stored bytes, inflate them when they are zlib (exactly F*N*N*3 bytes must come out),
@@ -79,6 +112,12 @@ const char *dataset_dir(const Dataset *d);    // the folder it was opened from
 // shard, the clip and the problem. Thread-safe (each call opens the shard file).
 #define DATASET_CLIP_DAMAGED (-2)
 int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen);
+// Latent datasets: frames[0..n-1] of clip `clip` (each a frame index within the clip), mirrored or
+// not, into out (n, C, n, n) as floats: one pread a frame, each unit checked against its CRC. Returns
+// 0, DATASET_CLIP_DAMAGED (a unit's CRC fails: the clip's other frames may still read fine) or -1,
+// with one line naming the shard, the clip and the frame. Thread-safe.
+int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *frames, int mirror, float *out,
+                               char *err, size_t errlen);
 // Where clip `clip` came from, as its shard's metadata records it: its source (the input path, cut to
 // fit) and *first_frame. Reads the shard's header again (for reports, not for training). 0, or -1
 // with one line.

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "model/autoencoder_internal.h"
 
 // ----------------------------------------------------------------------------
@@ -93,9 +94,7 @@ static double element(const StEntry *e, const uint8_t *data, size_t i) {
         memcpy(&v, &u, 4);
         return v;
     }
-    int exp = h >> 10 & 31, mant = h & 1023;  // F16
-    double v = exp == 0 ? ldexp(mant, -24) : exp == 31 ? (mant ? NAN : INFINITY) : ldexp(mant + 1024, exp - 25);
-    return h >> 15 ? -v : v;
+    return half_to_float(h);
 }
 
 // Allocate the weights and upload every bound tensor. 0, or -1 with err (a value that is not finite).

@@ -68,6 +68,12 @@ static int dataset_windows(Preview *p, const char *folder, const char *key, char
     char why[1024];
     Dataset *d = dataset_open(folder, why, sizeof why);
     if (!d) return fc_errf(err, errlen, "%s: %s", key, why);
+    if (dataset_latent(d)) {
+        fc_errf(err, errlen, "%s: %s holds latents: previews show frames, and a run on latents has no decoder to make "
+                "them: set sample_every = 0", key, folder);
+        dataset_close(d);
+        return -1;
+    }
     int lo, rc = clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
     if (rc) fc_errf(err, errlen, "%s: %s", key, why);
     int n = dataset_clips(d);

@@ -208,10 +208,7 @@ static void open_data(Trainer *t) {
         if (n < 0) fc_die("%s", err);
         printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
     }
-    int size = dataset_frame_size(t->dataset);
-    if (size != t->c->frame_size || t->c->channels != 3)
-        fc_die("%s: frames are %dx%d RGB, but the config has frame_size = %d and channels = %d", t->data, size, size,
-               t->c->frame_size, t->c->channels);
+    if (loader_check_config(t->dataset, t->c, err, sizeof err)) fc_die("%s", err);
 }
 
 static void open_run_folder(Trainer *t) {
@@ -460,6 +457,11 @@ static void finish_run(Trainer *t) {
         printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
                "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * t->m->B * t->m->F, flops / 1e12, flops / ms / 1e9);
     }
+    long windows = 0;
+    double bytes = t->loader ? loader_bytes_read(t->loader, &windows) : 0;
+    if (windows)
+        printf("data: %.2f MiB read from the shards for %ld windows, %.1f KiB a window\n", bytes / 1048576, windows,
+               bytes / 1024 / windows);
     if (t->previews)
         printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
                t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), t->run);

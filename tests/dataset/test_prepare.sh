@@ -120,7 +120,7 @@ rc=$?
 expect train_refuses_other_data $(( rc == 0 || $(grep -c "dataset = shards, but this run has dataset = shapes" "$tmp/c.log") != 1 )) "status $rc, $(tail -1 "$tmp/c.log" | cut -c1-110)"
 "$FC" --threads 1 train --config configs/tiny/starter.conf --set frame_size=64 --run "$tmp/d" --data "$tmp/real" > "$tmp/d.log" 2>&1
 rc=$?
-expect train_refuses_other_frame_size $(( rc == 0 || $(grep -c "frames are 32x32" "$tmp/d.log") != 1 )) "status $rc, $(tail -1 "$tmp/d.log" | cut -c1-110)"
+expect train_refuses_other_frame_size $(( rc == 0 || $(grep -c "frame_size 64 is not the dataset.s 32 (prepare it with --size 64)" "$tmp/d.log") != 1 )) "status $rc, $(tail -1 "$tmp/d.log" | cut -c1-110)"
 
 # ---- a damaged clip: one bit flipped in the middle of clip.1's stored bytes ----
 # clip_byte SHARD K: the offset of the middle byte of clip.K's data (safetensors: 8-byte header length,

@@ -522,7 +522,7 @@ static void test_corruption(void) {
         {"empty", NULL, NULL, "expected '{'", 1},
         {"wrong_bytes", "\"bytes\": ", "\"bytes\": 1", "dataset.json says", 0},
         {"wrong_clips_total", "\"clips\": 6,", "\"clips\": 7,", "'clips' says 7", 0},
-        {"version_2", "\"format_version\": 1", "\"format_version\": 2", "format_version 2 is not supported", 0},
+        {"version_3", "\"format_version\": 1", "\"format_version\": 3", "format_version 3 is not supported", 0},
         {"unknown_key", "\"frame_size\"", "\"frame_sise\"", "unknown key 'frame_sise'", 0},
         {"path_in_name", "shard-00000", "../x/00000", "not a plain name", 0},
         {"negative", "\"clip_frames\": ", "\"clip_frames\": -", "non-negative", 0},

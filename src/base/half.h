@@ -1,0 +1,14 @@
+// half.h: IEEE 754 binary16 (F16) values, as latent datasets store them and safetensors files hold
+// them.
+#ifndef FRAMECHAIN_HALF_H
+#define FRAMECHAIN_HALF_H
+
+#include <stdint.h>
+
+// The F16 nearest to v (ties to even); beyond the largest finite F16 (65504) the infinity of its
+// sign, NaN a NaN.
+uint16_t half_from_float(float v);
+// The value of an F16, exactly.
+float half_to_float(uint16_t h);
+
+#endif

@@ -1,0 +1,53 @@
+// latents.c: a clip's frames through an autoencoder's encoder, two images at a time (a frame and its
+// mirror), into the F16 layout of a latent shard.
+#include <math.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "base/half.h"
+#include "base/sha256.h"
+#include "dataset/latents.h"
+
+const char *latent_family_name(const Autoencoder *ae) {
+    return autoencoder_family(ae) == AE_KL ? "AutoencoderKL" : "AutoencoderTiny";
+}
+
+int latent_identity(const Autoencoder *ae, const char *path, int image_size, LatentIdentity *id, char *err,
+                    size_t errlen) {
+    memset(id, 0, sizeof *id);
+    if (sha256_file(path, id->sha256, err, errlen)) return -1;
+    snprintf(id->family, sizeof id->family, "%s", latent_family_name(ae));
+    id->channels = autoencoder_latent_channels(ae);
+    id->factor = autoencoder_factor(ae);
+    id->image_size = image_size;
+    autoencoder_scaling(ae, &id->scale, &id->shift);
+    return 0;
+}
+
+int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint8_t *out, char *err, size_t errlen) {
+    int C = autoencoder_latent_channels(ae), n = S / autoencoder_factor(ae);
+    size_t plane = (size_t)S * S, unit = (size_t)C * n * n;
+    real *pair = fc_malloc(sizeof(real) * 2 * 3 * plane), *lat = fc_malloc(sizeof(real) * 2 * unit);
+    int rc = 0;
+    for (int f = 0; f < F && !rc; f++) {
+        const uint8_t *frame = clip + (size_t)f * plane * 3;
+        for (int ch = 0; ch < 3; ch++)  // [0]: the frame, [1]: mirrored, both (3, S, S) in [-1, 1] as the loader makes them
+            for (int y = 0; y < S; y++)
+                for (int x = 0; x < S; x++) {
+                    real v = (real)(frame[((size_t)y * S + x) * 3 + ch] / 127.5 - 1.0);
+                    pair[(size_t)ch * plane + (size_t)y * S + x] = v;
+                    pair[(3 + (size_t)ch) * plane + (size_t)y * S + (S - 1 - x)] = v;
+                }
+        rc = autoencoder_encode(ae, pair, 2, S, S, lat, err, errlen);
+        for (size_t e = 0; e < 2 * unit && !rc; e++) {
+            if (!(fabs((double)lat[e]) <= 65504))
+                rc = fc_errf(err, errlen, "frame %d: latent value %g is beyond F16's range (65504): is the "
+                             "autoencoder's scale right?", f, (double)lat[e]);
+            uint16_t h = half_from_float((float)lat[e]);
+            uint8_t *o = out + ((size_t)f * 2 * unit + e) * 2;
+            o[0] = (uint8_t)h, o[1] = (uint8_t)(h >> 8);
+        }
+    }
+    free(pair), free(lat);
+    return rc;
+}

@@ -1,0 +1,25 @@
+// latents.h: frames into the latents a latent dataset stores (prepare --vae, formats/shards.h), and the
+// identity of the autoencoder that made them.
+#ifndef FRAMECHAIN_LATENTS_H
+#define FRAMECHAIN_LATENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/shards.h"
+#include "model/autoencoder.h"
+
+// The identity of autoencoder ae, read from `path`, for frames of image_size pixels a side: the file's
+// SHA-256, family, channels, factor, scaling. 0, or -1 with one line.
+int latent_identity(const Autoencoder *ae, const char *path, int image_size, LatentIdentity *id, char *err,
+                    size_t errlen);
+
+// The family's name as a dataset records it: "AutoencoderKL" or "AutoencoderTiny".
+const char *latent_family_name(const Autoencoder *ae);
+
+// A clip of F frames (F, S, S, 3) RGB bytes -> (F, 2, C, S/f, S/f) F16 values (little-endian bytes) in
+// out: each frame's latents, then those of the frame mirrored left to right (the encoder's mean,
+// deterministic; scaled as the family's diffusion models expect). 0, or -1 with one line.
+int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint8_t *out, char *err, size_t errlen);
+
+#endif

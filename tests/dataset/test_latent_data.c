@@ -1,0 +1,348 @@
+// test_latent_data.c: latent datasets (prepare --vae; formats/shards.h): F16 conversion, SHA-256,
+// the latent shard and dataset.json written and read back, a damaged frame found alone by its CRC, the
+// refusals of a dataset.json that mixes the two kinds, and the loader's windows over latents.
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "base/half.h"
+#include "base/sha256.h"
+#include "dataset/loader.h"
+#include "formats/safetensors.h"
+#include "formats/shard_fixture.h"
+#include "formats/shards.h"
+
+// ---- F16 ----
+
+static void test_half(void) {
+    int exact = 0, finite = 0, nan_ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = half_to_float((uint16_t)h);
+        if (isnan(v)) {
+            nan_ok &= isnan(half_to_float(half_from_float(v)));
+            continue;
+        }
+        finite++;
+        exact += half_from_float(v) == h;
+    }
+    check(exact == finite && nan_ok, "half_round_trip", "%d of %d F16 values (infinities and subnormals included) "
+          "come back bit for bit through float; NaN stays NaN", exact, finite);
+    // rounding: the nearest F16 of random floats over the whole range, ties to the even one
+    int nearest = 0, n = 200000;
+    for (int i = 0; i < n; i++) {
+        uint32_t u = philox_u32(3, 0, RNG_TEST, (uint64_t)i);
+        float v = ldexpf((float)(u & 0xFFFFFF) / 16777216.0f + 0.5f, (int)(u >> 24) % 48 - 30) * (u & 1 ? -1 : 1);
+        if (i % 7 == 0) {  // an exact tie between two neighbours: the mean of two consecutive F16s
+            uint16_t a = (uint16_t)(u >> 16 & 0x7BFE);
+            v = (float)(((double)half_to_float(a) + half_to_float((uint16_t)(a + 1))) / 2);
+        }
+        uint16_t h = half_from_float(v);
+        double got = fabs((double)half_to_float(h) - v), best = got;
+        int tie_even = 1;
+        for (int d = -1; d <= 1; d += 2) {
+            uint16_t o = (uint16_t)(h + d);
+            if ((o & 0x7C00) == 0x7C00 || ((o ^ h) & 0x8000)) continue;
+            double e = fabs((double)half_to_float(o) - v);
+            if (e < best) best = e;
+            if (e == got && (h & 1)) tie_even = 0;
+        }
+        if (fabsf(v) >= 65520) nearest += (h & 0x7FFF) == 0x7C00;
+        else nearest += got == best && tie_even;
+    }
+    check(nearest == n, "half_nearest_even", "%d of %d random floats (every 7th an exact tie) go to the nearest F16, "
+          "ties to the even one", nearest, n);
+    check(half_from_float(65519.0f) == 0x7BFF && half_from_float(65520.0f) == 0x7C00 &&
+              half_from_float(-1e-8f) == 0x8000 && half_from_float(5.9604645e-8f) == 0x0001,
+          "half_edges", "65519 -> 65504, 65520 -> infinity, -1e-8 -> -0, 2^-24 -> the smallest subnormal");
+}
+
+// ---- SHA-256 ----
+
+static void test_sha256(void) {
+    static const struct {
+        const char *text;
+        long repeat;
+        const char *hex;
+    } cases[] = {  // FIPS 180-2's examples
+        {"", 1, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", 1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1,
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+    };
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        Sha256 s;
+        sha256_init(&s);
+        size_t len = strlen(cases[i].text);
+        if (cases[i].repeat > 1) {  // fed in uneven pieces: 1, 2, ..., 127 bytes at a time
+            char *buf = fc_malloc(128);
+            memset(buf, 'a', 128);
+            long left = cases[i].repeat;
+            for (long k = 1; left > 0; k = k % 127 + 1) {
+                long take = k < left ? k : left;
+                sha256_update(&s, buf, (size_t)take);
+                left -= take;
+            }
+            free(buf);
+        } else {
+            sha256_update(&s, cases[i].text, len);
+        }
+        char hex[65];
+        sha256_hex(&s, hex);
+        if (!strcmp(hex, cases[i].hex)) ok++;
+        else printf("  case %d: %s\n", i, hex);
+    }
+    check(ok == 4, "sha256_vectors", "%d of 4 FIPS 180-2 examples (the million 'a' fed in pieces of 1 to 127 bytes)",
+          ok);
+}
+
+// ---- the latent dataset ----
+
+enum { LF = 6, LC = 4, LN = 4, LCLIPS = 5 };
+#define UNIT ((size_t)LC * LN * LN)      // values of a (C, n, n) unit
+#define CLIP_VALUES ((size_t)LF * 2 * UNIT)
+
+static const LatentIdentity ID = {"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", "AutoencoderKL",
+                                  LC, 8, 8 * LN, 0.18215, -0.5};
+
+// Clip i's F16 values: random finite ones.
+static void latent_clip(uint16_t *v, int i) {
+    for (size_t e = 0; e < CLIP_VALUES; e++) {
+        uint32_t u = philox_u32(11, (uint32_t)i, RNG_TEST, e);
+        v[e] = half_from_float((float)((int)(u % 20001) - 10000) / 2000.0f);
+    }
+}
+
+static int make_latent_dataset(const char *dir, uint16_t *all, char *err, size_t errlen) {
+    ShardWriter *w = shard_writer_open_latents(dir, &ID, LN, LF, CLIP_VALUES * 2 * 2 + 10, err, errlen);
+    if (!w) return -1;
+    for (int i = 0; i < LCLIPS; i++) {
+        latent_clip(all + CLIP_VALUES * i, i);
+        if (shard_writer_add(w, (const uint8_t *)(all + CLIP_VALUES * i), "in.mp4", 32L * i, 25, err, errlen)) {
+            shard_writer_abort(w);
+            return -1;
+        }
+    }
+    return shard_writer_finish(w, err, errlen);
+}
+
+// Whether out (n units) holds frames[] of clip i, mirrored or not.
+static int units_are(const float *out, const uint16_t *all, int i, int n, const int *frames, int mirror) {
+    for (int k = 0; k < n; k++)
+        for (size_t e = 0; e < UNIT; e++)
+            if (out[k * UNIT + e] != half_to_float(all[CLIP_VALUES * i + (2 * (size_t)frames[k] + mirror) * UNIT + e]))
+                return 0;
+    return 1;
+}
+
+static void test_latent_roundtrip(const char *dir, const uint16_t *all) {
+    char err[1024];
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    check(d != NULL, "latent_open", "%s", d ? "dataset.json (format_version 2) and every latent shard accepted" : err);
+    if (!d) return;
+    const LatentIdentity *id = dataset_latent(d);
+    check(id && dataset_channels(d) == LC && dataset_frame_size(d) == LN && dataset_clips(d) == LCLIPS &&
+              dataset_shards(d) >= 2 && dataset_clip_bytes(d) == CLIP_VALUES * 2,
+          "latent_open_sizes", "%d channels, side %d, %d clips in %d shards, %zu bytes a clip", dataset_channels(d),
+          dataset_frame_size(d), dataset_clips(d), dataset_shards(d), dataset_clip_bytes(d));
+    check(id && !strcmp(id->sha256, ID.sha256) && !strcmp(id->family, ID.family) && id->channels == LC &&
+              id->factor == 8 && id->image_size == 8 * LN && id->scale == ID.scale && id->shift == ID.shift,
+          "latent_identity", "sha256, family, channels, factor, image size, scale %.17g and shift %g as written",
+          id ? id->scale : 0, id ? id->shift : 0);
+    float *out = fc_malloc(sizeof(float) * 3 * UNIT);
+    int frames[3] = {5, 0, 3}, good = 0;
+    for (int i = 0; i < LCLIPS; i++)
+        for (int m = 0; m < 2; m++)
+            good += !dataset_read_latent_frames(d, i, 3, frames, m, out, err, sizeof err) &&
+                    units_are(out, all, i, 3, frames, m);
+    check(good == 2 * LCLIPS, "latent_read_frames", "%d of %d reads of frames 5, 0, 3 (as they are and mirrored) "
+          "give the stored values", good, 2 * LCLIPS);
+    uint8_t *raw = fc_malloc(dataset_clip_bytes(d));
+    int same = 0;
+    for (int i = 0; i < LCLIPS; i++)
+        same += !dataset_read_clip(d, i, raw, err, sizeof err) && !memcmp(raw, all + CLIP_VALUES * i, CLIP_VALUES * 2);
+    check(same == LCLIPS, "latent_read_clip", "%d of %d whole clips byte-exact", same, LCLIPS);
+    free(raw), free(out);
+    dataset_close(d);
+}
+
+// A byte of clip 2's frame 3, mirrored, flipped: that unit alone fails, named; the others read.
+static void test_latent_damage(const char *dir, const uint16_t *all) {
+    char err[1024], bad[1024] = "";
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    if (!d) return;
+    ClipLocation loc;
+    dataset_clip_location(d, 2, &loc);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, loc.shard);
+    flip_byte(path, (long)(loc.offset + (2 * 3 + 1) * UNIT * 2 + 5));
+    float *out = fc_malloc(sizeof(float) * UNIT);
+    int f3 = 3, f2 = 2;
+    int rc_bad = dataset_read_latent_frames(d, 2, 1, &f3, 1, out, bad, sizeof bad);
+    int rc_plain = dataset_read_latent_frames(d, 2, 1, &f3, 0, out, err, sizeof err);
+    int ok_plain = !rc_plain && units_are(out, all, 2, 1, &f3, 0);
+    int rc_other = dataset_read_latent_frames(d, 2, 1, &f2, 1, out, err, sizeof err);
+    check(rc_bad == DATASET_CLIP_DAMAGED && one_line(bad) && strstr(bad, "frame 3 (mirrored): CRC32 mismatch") &&
+              strstr(bad, loc.shard) && ok_plain && rc_other == 0,
+          "latent_damaged_frame", "%s; the same frame unmirrored and frame 2 mirrored read fine", bad);
+    rc_bad = dataset_read_clip(d, 2, (uint8_t *)fc_malloc(dataset_clip_bytes(d)), err, sizeof err);
+    check(rc_bad == DATASET_CLIP_DAMAGED && strstr(err, "frame 3 (mirrored)"), "latent_damaged_clip", "%s", err);
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    int rc = shard_check_bytes(bytes, len, err, sizeof err);
+    check(rc && strstr(err, "frame 3 (mirrored): CRC32 mismatch"), "latent_shard_check", "%s", err);
+    free(bytes), free(out);
+    dataset_close(d);
+}
+
+// dataset.json edited: each a one-line refusal naming the file and what is wrong.
+static void test_latent_refusals(const char *dir) {
+    char path[600], err[1024];
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    size_t jlen;
+    char *json = (char *)test_read_file(path, &jlen);
+    static const struct {
+        const char *name, *from, *to, *expect;
+    } cases[] = {
+        {"no_autoencoder", "\"autoencoder\"", "\"autoencoderX\"", "unknown key 'autoencoderX'"},
+        {"version_1_latents", "\"format_version\": 2", "\"format_version\": 1", "'channels' belongs to a dataset of latents"},
+        {"bad_sha", "\"sha256\": \"0", "\"sha256\": \"", "'sha256' must be 64 lowercase hex digits"},
+        {"bad_family", "AutoencoderKL", "AutoencoderXL", "neither AutoencoderKL nor AutoencoderTiny"},
+        {"image_size", "\"image_size\": 32", "\"image_size\": 33", "image_size 33 is not frame_size 4 times its factor 8"},
+        {"scale_zero", "\"scale\": 0.18215", "\"scale\": 0", "'scale' must not be 0"},
+        {"scale_text", "\"scale\": 0.18215", "\"scale\": \"x\"", "expected 'scale' (a number)"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const char *at = strstr(json, cases[i].from);
+        if (!at) {
+            check(0, cases[i].name, "'%s' not in dataset.json", cases[i].from);
+            continue;
+        }
+        size_t pre = (size_t)(at - json), fl = strlen(cases[i].from), tl = strlen(cases[i].to);
+        char *text = fc_malloc(jlen + tl + 1);
+        memcpy(text, json, pre);
+        memcpy(text + pre, cases[i].to, tl);
+        memcpy(text + pre + tl, at + fl, jlen - pre - fl);
+        FILE *f = fopen(path, "wb");
+        fwrite(text, 1, jlen - fl + tl, f);
+        fclose(f);
+        free(text);
+        Dataset *d = dataset_open(dir, err, sizeof err);
+        char label[96];
+        snprintf(label, sizeof label, "latent_json_%s", cases[i].name);
+        check(!d && one_line(err) && strstr(err, "dataset.json") && strstr(err, cases[i].expect), label, "%s", err);
+        dataset_close(d);
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(json, 1, jlen, f);
+    fclose(f);
+    free(json);
+}
+
+// ---- the loader over latents ----
+
+static Config latent_config(const char *extra) {
+    Config c;
+    char err[512];
+    config_defaults(&c);
+    const char *kv[] = {"frame_size=4", "channels=4", "patch=2", "plan=anchor:-2 context:0 target:1 target:3", extra};
+    for (int i = 0; i < 5; i++)
+        if (kv[i] && config_set_checked(&c, kv[i], "test", err, sizeof err)) fc_die("%s", err);
+    return c;
+}
+
+// Every window of 6 steps of 4 windows shows frames t0-2, t0, t0+1, t0+3 of one clip, mirrored or not, as
+// stored; both flips occur; the same batches again from a loader started at step 4 (resuming).
+static void test_latent_loader(const char *dir, const uint16_t *all) {
+    char err[1024];
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    if (!d) return;
+    Config c = latent_config(NULL);
+    const int B = 4, steps = 6;
+    size_t window = 4 * UNIT;
+    Loader *l = loader_start(NULL, d, &c, B, 9, 1, 2, 2, err, sizeof err);
+    check(l != NULL, "latent_loader_start", "%s", l ? "channels 4, frame_size 4 accepted" : err);
+    if (!l) {
+        dataset_close(d);
+        return;
+    }
+    real *seen = fc_malloc(sizeof(real) * window * B * steps);
+    int found = 0, flips[2] = {0, 0}, flip_as_drawn = 0;
+    for (int s = 1; s <= steps; s++) {
+        const real *b = loader_get(l, s, NULL, err, sizeof err);
+        if (!b) break;
+        memcpy(seen + (size_t)(s - 1) * B * window, b, sizeof(real) * window * B);
+        for (int w = 0; w < B; w++) {
+            float *win = fc_malloc(sizeof(float) * window);
+            for (size_t e = 0; e < window; e++) win[e] = (float)b[w * window + e];
+            int match = 0;
+            for (int i = 0; i < LCLIPS && !match; i++)
+                for (int t0 = 2; t0 + 3 < LF && !match; t0++)
+                    for (int m = 0; m < 2 && !match; m++) {
+                        int frames[4] = {t0 - 2, t0, t0 + 1, t0 + 3};
+                        if (units_are(win, all, i, 4, frames, m)) match = 1, flips[m]++, flip_as_drawn +=
+                            m == (int)(philox_u32(9, (uint32_t)s, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
+                    }
+            found += match;
+            free(win);
+        }
+    }
+    loader_stop(l);
+    check(found == B * steps && flips[0] && flips[1] && flip_as_drawn == found, "latent_loader_windows",
+          "%d of %d windows are a clip's stored latents at the plan's offsets (%d as they are, %d mirrored; %d "
+          "mirrored as the window's flip was drawn)", found, B * steps, flips[0], flips[1], flip_as_drawn);
+    l = loader_start(NULL, d, &c, B, 9, 4, 1, 1, err, sizeof err);
+    int same = 0;
+    for (int s = 4; l && s <= steps; s++) {
+        const real *b = loader_get(l, s, NULL, err, sizeof err);
+        same += b && !memcmp(b, seen + (size_t)(s - 1) * B * window, sizeof(real) * window * B);
+    }
+    loader_stop(l);
+    check(same == 3, "latent_loader_resume", "%d of 3 batches from a loader started at step 4 (1 thread) equal the "
+          "first loader's (2 threads)", same);
+    // what a latent dataset cannot train
+    static const struct {
+        const char *name, *set, *expect;
+    } bad[] = {
+        {"channels", "channels=3", "holds latents of 4 channels (AutoencoderKL), but the config has channels = 3"},
+        {"frame_size", "frame_size=8", "frame_size 8 is not the dataset's latent side 4 (frames of 32 through a 8x"},
+        {"crop_zoom", "crop_zoom=1.5", "crop_zoom > 1: both work on frames"},
+        {"mix_shapes", "mix_shapes=0.5", "mix_shapes > 0: both work on frames"},
+    };
+    for (int i = 0; i < 4; i++) {
+        Config cb = latent_config(bad[i].set);
+        Loader *lb = loader_start(NULL, d, &cb, B, 9, 1, 1, 1, err, sizeof err);
+        char label[64];
+        snprintf(label, sizeof label, "latent_loader_refuses_%s", bad[i].name);
+        check(!lb && one_line(err) && strstr(err, bad[i].expect), label, "%s", lb ? "accepted" : err);
+        loader_stop(lb);
+    }
+    free(seen);
+    dataset_close(d);
+}
+
+static void run_all(void) {
+    test_half();
+    test_sha256();
+    char dir[512], err[1024];
+    folder(dir, sizeof dir, "latents");
+    uint16_t *all = fc_malloc(sizeof(uint16_t) * CLIP_VALUES * LCLIPS);
+    int rc = make_latent_dataset(dir, all, err, sizeof err);
+    check(rc == 0, "latent_write", "%s", rc ? err : "5 clips of 6 frames of (4, 4, 4) latents, each frame also mirrored");
+    if (!rc) {
+        test_latent_roundtrip(dir, all);
+        test_latent_loader(dir, all);
+        test_latent_refusals(dir);
+        test_latent_damage(dir, all);
+    }
+    free(all);
+}
+
+int main(void) { return run_in_scratch("latent_data", run_all); }

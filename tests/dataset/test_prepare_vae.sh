@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# prepare --vae: latent datasets from real footage (the first 50 frames of vtest.avi) through a tiny
+# autoencoder and an AutoencoderKL (random weights from tools/autoencoder_reference.py --make): the
+# stored latents, each frame's and its mirror's, against an independent PyTorch encoder on the frames a
+# plain prepare makes (tests/dataset/latents_check.py); dataset.json's identity; inspect's lines; a
+# tiny model trained on the latents, whose loader reads the same bytes a window whatever the clips'
+# length; refusals in one line, nothing written: a config that does not fit the latents, a size that
+# is no multiple of the factor, a file without an encoder.
+# usage: tests/dataset/test_prepare_vae.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
+set -u
+. "$(dirname "$0")/../lib.sh"
+dir=${2:?usage: test_prepare_vae.sh FRAMECHAIN DIR}
+PYTHON=${PYTHON:-python3}
+ffmpeg -v error -y -i "$SAMPLES/vtest.avi" -frames:v 50 -c:v ffv1 "$tmp/short.mkv"
+
+check_latents() {  # NAME VAE KIND SIZE [SCALE SHIFT]
+    local name=$1 vae=$2 kind=$3 size=$4 rc
+    local scaling=() ref=()
+    [ $# -gt 4 ] && scaling=(--vae-scale "$5" --vae-shift "$6") && ref=("$5" "$6")
+    "$FC" --threads 1 prepare --vae "$vae" "${scaling[@]}" --input "$tmp/short.mkv" --out "$tmp/lat_$kind" --size "$size" \
+        --clip-frames 16 --overlap 8 > "$tmp/p_$kind.log" 2>&1
+    rc=$?
+    "$FC" prepare --input "$tmp/short.mkv" --out "$tmp/pix_$kind" --size "$size" --clip-frames 16 --overlap 8 > /dev/null 2>&1
+    [ $rc -eq 0 ] && tail -1 "$tmp/p_$kind.log" | grep -q "5 clips of 16 frames at ${size}x${size} as latents"
+    expect "${name}_prepare" $? "exit $rc: $(tail -1 "$tmp/p_$kind.log")"
+    "$PYTHON" tests/dataset/latents_check.py "$tmp/lat_$kind" "$tmp/pix_$kind" "$vae" "$kind" "${ref[@]}" > "$tmp/c.log" 2>&1
+    expect "${name}_latents" $? "$(tail -1 "$tmp/c.log")"
+}
+check_latents prepare_vae_tiny "$dir/taesd.safetensors" tiny 64
+check_latents prepare_vae_kl "$dir/kl.safetensors" kl 32
+rm -rf "$tmp/lat_kl" "$tmp/pix_kl"
+check_latents prepare_vae_scaling "$dir/kl.safetensors" kl 32 0.5 -0.25
+
+"$FC" inspect "$tmp/lat_tiny" > "$tmp/i.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q 'latents (4, 8, 8) of 64x64 frames, each frame also mirrored' "$tmp/i.log" &&
+    grep -q "^autoencoder: AutoencoderTiny, 8x, scale 1, shift 0, sha256 $(sha256sum "$dir/taesd.safetensors" | cut -c1-64)" "$tmp/i.log" &&
+    grep -q 'every CRC checks' "$tmp/i.log"
+expect prepare_vae_inspect $? "exit $rc: $(tr '\n' ' ' < "$tmp/i.log")"
+
+# A tiny extrapolate model (a plan of 25 frames) on the latents (4 channels of 8x8: patch 2); clips of 25
+# and of 50 frames give the same bytes a window.
+for len in 25 50; do
+    "$FC" --threads 1 prepare --vae "$dir/taesd.safetensors" --input "$tmp/short.mkv" --out "$tmp/lat_$len" --size 64 \
+        --clip-frames $len > /dev/null 2>&1
+done
+latent=(--config configs/tiny/extrapolate.conf --set frame_size=8 --set channels=4 --set patch=2)
+for data in 25 50; do
+    "$FC" --threads 1 train "${latent[@]}" --data "$tmp/lat_$data" --run "$tmp/run_$data" --steps 10 > "$tmp/t_$data.log" 2>&1
+    echo "exit $?" >> "$tmp/t_$data.log"
+done
+grep -q '^done: .* at step 10' "$tmp/t_25.log" && grep -q '^exit 0' "$tmp/t_25.log"
+expect prepare_vae_train $? "$(grep -E '^(done|exit)' "$tmp/t_25.log" | tr '\n' ' ')"
+a=$(grep -o '[0-9.]* KiB a window' "$tmp/t_25.log"); b=$(grep -o '[0-9.]* KiB a window' "$tmp/t_50.log")
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "3.5 KiB a window" ]
+expect prepare_vae_window_reads $? "clips of 25 frames: ${a:-none}; of 50: ${b:-none} (7 slots of (4, 8, 8) F16: 3.5 KiB)"
+
+refused() {  # NAME STATUS PATTERN CMD...: exit STATUS, one line on stderr matching PATTERN, no dataset.json left
+    local name=$1 want=$2 pattern=$3 rc
+    shift 3
+    rm -rf "$tmp/none"
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq "$want" ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "$pattern" "$tmp/err" && [ ! -e "$tmp/none/dataset.json" ]
+    expect "$name" $? "exit $rc: $(cat "$tmp/err")"
+}
+refused prepare_vae_refuses_channels 1 "holds latents of 4 channels (AutoencoderTiny), but the config has channels = 3" \
+    "$FC" train --config configs/tiny/extrapolate.conf --set frame_size=8 --data "$tmp/lat_tiny" --run "$tmp/none" --steps 1
+refused prepare_vae_refuses_frames_config 1 "frame_size 32 is not the dataset's latent side 8 (frames of 64 through a 8x" \
+    "$FC" train --config configs/tiny/extrapolate.conf --set channels=4 --data "$tmp/lat_tiny" --run "$tmp/none" --steps 1
+refused prepare_vae_refuses_size 2 "size 60: $dir/taesd.safetensors takes sides that are multiples of 8" \
+    "$FC" prepare --vae "$dir/taesd.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 60 --clip-frames 8
+"$PYTHON" - "$dir/taesd.safetensors" "$tmp/decoder_only.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+t, _ = read_safetensors(sys.argv[1])
+write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("decoder.")})
+PY
+refused prepare_vae_refuses_decoder_only 1 "prepare --vae needs the encoder, and this file has none" \
+    "$FC" prepare --vae "$tmp/decoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
+    "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+refused prepare_vae_refuses_previews 1 "holds latents: previews show frames, and a run on latents has no decoder to make them: set sample_every = 0" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1
