@@ -2,19 +2,22 @@
 // frame (chain/sampler.h), written out by chain/generate.h.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/common.h"
 #include "base/clock.h"
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
 #include "chain/generate.h"
+#include "dataset/latents.h"
+#include "model/autoencoder.h"
 #include "cli.h"
 #include "commands.h"
 
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
-    "                           [--given K] [--guidance W] [--temperature T] [--overwrite]\n"
+    "                           [--given K] [--guidance W] [--temperature T] [--overwrite] [--vae FILE]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -42,6 +45,10 @@ static const char *HELP_GENERATE =
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
+    "  --vae FILE         models trained on latents (prepare --vae): the autoencoder they were trained\n"
+    "                     with (its SHA-256 is checked against what their checkpoints record). The first\n"
+    "                     frame is encoded, the chain runs on latents, every frame written is decoded\n"
+    "                     (the given ones too: the output shows the autoencoder's round trip of them)\n"
     "\n"
     "Only the frames later windows still read are kept in memory (a few dozen, whatever N); the\n"
     "header says how many and how much.\n"
@@ -52,7 +59,7 @@ static const char *HELP_GENERATE =
 // What the command line asks for.
 typedef struct {
     const char *runs[3];  // by enum Role
-    const char *first_frame, *out;
+    const char *first_frame, *out, *vae;
     int frames, given, overwrite;
     double fps;
     SampleOptions sample;
@@ -62,7 +69,8 @@ typedef struct {
 static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
-                  {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {"--overwrite", 0}, {NULL}};
+                  {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {"--overwrite", 0}, {"--vae", 1},
+                  {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
@@ -85,15 +93,53 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
                            .first_frame = opt(opts, "--first-frame")->value, .out = opt(opts, "--out")->value,
                            .frames = (int)frames, .fps = fps, .sample = so,
                            .overwrite = opt(opts, "--overwrite")->count > 0,
+                           .vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL,
                            .given = opt(opts, "--given")->count
                                         ? (int)parse_positive("--given", opt(opts, "--given")->value, 1000000)
                                         : 1};
     return 0;
 }
 
+// Where the chain's frames go: the output, through the decoder for latents.
+typedef struct {
+    GenerateOutput *out;
+    Autoencoder *ae;  // NULL: the frames are pixels
+    int n;            // the latents' side
+    real *pixels;     // (3, n f, n f) a decoded frame
+} Emit;
+
 // chain_sample_stream hands the frames over in order, each as soon as it is final: straight to the output.
-static int emit_frame(void *out, int f, const real *frame, char *err, size_t errlen) {
-    return generate_output_add(out, frame, err, errlen);
+static int emit_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
+    Emit *e = ctx;
+    if (!e->ae) return generate_output_add(e->out, frame, err, errlen);
+    if (autoencoder_decode(e->ae, frame, 1, e->n, e->n, e->pixels, err, errlen)) return -1;
+    return generate_output_add(e->out, e->pixels, err, errlen);
+}
+
+// The autoencoder of models trained on latents: --vae loaded, its encoder and decoder there, and the
+// very file they were trained with (by its SHA-256); the scaling they were trained with set. NULL for
+// models trained on frames (refused with --vae). Dies with one line.
+static Autoencoder *load_vae(const GenerateRequest *g, const ChainModels *cm, const Backend *be) {
+    char err[2048];
+    if (!cm->autoencoder[0] && !g->vae) return NULL;
+    if (!cm->autoencoder[0])
+        fc_die("--vae %s: the models were trained on frames, not latents: leave --vae out", g->vae);
+    LatentIdentity want, got;
+    if (latent_identity_parse(cm->autoencoder, &want))
+        fc_die("--starter %s: its checkpoint's record of the autoencoder does not read: %s", g->runs[0], cm->autoencoder);
+    if (!g->vae)
+        fc_die("the models were trained on latents (%s): give --vae FILE, that autoencoder's file", cm->autoencoder);
+    Autoencoder *ae = autoencoder_load(g->vae, be, err, sizeof err);
+    if (!ae) fc_die("%s", err);
+    if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))
+        fc_die("%s: %s: generate needs the encoder (the first frame) and the decoder (every frame)", g->vae,
+               autoencoder_describe(ae));
+    if (latent_identity(ae, g->vae, want.image_size, &got, err, sizeof err)) fc_die("%s", err);
+    if (strcmp(got.sha256, want.sha256))
+        fc_die("--vae %s: not the autoencoder the models were trained with (its sha256 %.16s..., theirs %.16s...: %s)",
+               g->vae, got.sha256, want.sha256, cm->autoencoder);
+    autoencoder_set_scaling(ae, want.scale, want.shift);
+    return ae;
 }
 
 static void format_bytes(char *buf, size_t len, double bytes) {
@@ -102,7 +148,8 @@ static void format_bytes(char *buf, size_t len, double bytes) {
 }
 
 // What the generation holds in memory, from the plan, before anything is sampled.
-static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, const ChainPlan *plan, int held) {
+static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, const ChainPlan *plan, int held,
+                              const Autoencoder *ae) {
     int S = cm->size;
     double weights = 0;
     for (int r = 0; r < 3; r++) weights += (double)cm->m[r]->n_params * sizeof(real);
@@ -110,44 +157,59 @@ static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, c
     double planned = (double)plan->count * sizeof(ChainWindow) +
                      ((double)plan->last_frame + 1) * (3 * sizeof(int) + sizeof(real *));
     char frames_mb[32], weights_mb[32], plan_mb[32];
-    format_bytes(frames_mb, sizeof frames_mb, (double)held * 3 * S * S * sizeof(real));
+    format_bytes(frames_mb, sizeof frames_mb, (double)held * cm->channels * S * S * sizeof(real));
     format_bytes(weights_mb, sizeof weights_mb, weights);
     format_bytes(plan_mb, sizeof plan_mb, planned);
     printf("generate: memory: at most %d of the %d frames held at once (%s of %dx%d frames), %s of model weights, "
            "%s for the plan\n", held, g->frames, frames_mb, S, S, weights_mb, plan_mb);
+    if (ae) {
+        int P = S * autoencoder_factor(ae);
+        char ae_mb[32];
+        format_bytes(ae_mb, sizeof ae_mb, autoencoder_memory_bytes(ae, 1, P, P));
+        printf("generate: memory: the autoencoder %s (weights and a %dx%d frame's activations; convolution scratch of "
+               "at most 64 MB apart)\n", ae_mb, P, P);
+    }
 }
 
 // Sample the chain from the first frame (or frames), each frame written out as it is made. Returns
 // the exit status.
-static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be) {
+static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be,
+                    Autoencoder *ae) {
     char err[2048];
-    int S = cm->size;
-    size_t E = (size_t)3 * S * S;
-    real *first = fc_malloc(sizeof(real) * E * g->given);
-    int held = chain_frames_held(plan);
+    int S = cm->size, P = ae ? S * autoencoder_factor(ae) : S;  // the chain's side, the output's
+    size_t E = (size_t)cm->channels * S * S, EP = (size_t)3 * P * P;
+    real *first = fc_malloc(sizeof(real) * E * g->given), *pixels = fc_malloc(sizeof(real) * EP * g->given);
+    int held = chain_frames_held(plan), rc = 0;
     GenerateOutput *out = NULL;
-    if (load_first_frames(g->first_frame, S, g->given, first, err, sizeof err) ||
+    if (load_first_frames(g->first_frame, P, g->given, ae ? pixels : first, err, sizeof err) ||
         (held < 0 && fc_errf(err, sizeof err, "out of host memory for the bookkeeping of %d frames: lower --frames",
-                             g->frames)) ||
-        !(out = generate_output_open(g->out, S, g->fps, g->overwrite, err, sizeof err))) {
+                             g->frames)))
+        rc = -1;
+    for (int k = 0; k < g->given && ae && !rc; k++)
+        rc = autoencoder_encode(ae, pixels + k * EP, 1, P, P, first + k * E, err, sizeof err);
+    if (rc || !(out = generate_output_open(g->out, P, g->fps, g->overwrite, err, sizeof err))) {
         fprintf(stderr, "framechain: %s\n", err);
-        free(first);
+        free(first), free(pixels);
         return 1;
     }
+    if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
     char steps[128];
     chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
     printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
            "step %d), %s, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name, plan->count,
            cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance);
-    print_memory_plan(g, cm, plan, held);
+    print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);
     double t0 = fc_now_s();
-    int rc = chain_sample_stream(cm, plan, first, g->given, &g->sample, emit_frame, out, err, sizeof err);
+    Emit emit = {out, ae, S, pixels};
+    SampleOptions so = g->sample;
+    so.latent = ae != NULL;
+    rc = chain_sample_stream(cm, plan, first, g->given, &so, emit_frame, &emit, err, sizeof err);
     if (rc) generate_output_discard(out);
     else rc = generate_output_finish(out, err, sizeof err);
     if (rc) fprintf(stderr, "framechain: %s\n", err);
     else printf("generate: wrote %s (%d frames, %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
-    free(first);
+    free(first), free(pixels);
     return rc ? 1 : 0;
 }
 
@@ -172,7 +234,9 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         chain_models_free(&cm);
         return 1;
     }
-    int rc = generate(&g, &cm, &plan, be);
+    Autoencoder *ae = load_vae(&g, &cm, be);
+    int rc = generate(&g, &cm, &plan, be, ae);
+    free_autoencoder(ae);
     chain_free(&plan);
     chain_models_free(&cm);
     return rc;

@@ -185,6 +185,9 @@ static uint64_t clip_seed(uint64_t seed, int k) { return seed + (uint64_t)k * 0x
 static int eval_open(Eval *ev) {
     const EvalOptions *o = ev->o;
     if (chain_models_load(&ev->cm, o->runs, ev->be, ev->err, sizeof ev->err)) return -1;
+    if (ev->cm.autoencoder[0])
+        return fc_errf(ev->err, sizeof ev->err, "the models were trained on latents (%s): eval scores frames, and "
+                       "does not decode latents yet", ev->cm.autoencoder);
     ev->ds = dataset_open(o->data, ev->err, sizeof ev->err);
     if (!ev->ds) return -1;
     if (dataset_latent(ev->ds))

@@ -60,12 +60,12 @@ int load_first_frames(const char *path, int S, int K, real *out, char *err, size
 // the models
 
 // Whether the model loaded from run can serve as role r. Returns 0, or -1 with one line in err.
-static int check_role(const Model *m, int r, const char *run, char *err, size_t errlen) {
+static int check_role(const Model *m, int r, const char *run, const char *autoencoder, char *err, size_t errlen) {
     const Config *c = &m->cfg;
     if (c->role != r)
         return fc_errf(err, errlen, "--%s %s: that run trained a %s model (role = %s in its config)",
                        config_role_name(r), run, config_role_name(c->role), config_role_name(c->role));
-    if (c->channels != 3)
+    if (c->channels != 3 && !autoencoder[0])
         return fc_errf(err, errlen, "--%s %s: the model makes %d-channel frames; generate writes RGB (3 channels)",
                        config_role_name(r), run, c->channels);
     return 0;
@@ -74,15 +74,26 @@ static int check_role(const Model *m, int r, const char *run, char *err, size_t 
 int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend *be, char *err, size_t errlen) {
     memset(cm, 0, sizeof *cm);
     for (int r = 0; r < 3; r++) {
-        char why[1024];
-        cm->m[r] = checkpoint_load_for_generation(runs[r], be, 1, &cm->step[r], why, sizeof why);
+        char why[1024], ae[320];
+        cm->m[r] = checkpoint_load_for_generation(runs[r], be, 1, &cm->step[r], ae, why, sizeof why);
         if (!cm->m[r]) fc_errf(err, errlen, "--%s %s", config_role_name(r), why);
-        if (!cm->m[r] || check_role(cm->m[r], r, runs[r], err, errlen)) {
+        int bad = !cm->m[r] || check_role(cm->m[r], r, runs[r], ae, err, errlen);
+        if (!bad && r == 0) snprintf(cm->autoencoder, sizeof cm->autoencoder, "%s", ae);
+        const Config *c = bad ? NULL : &cm->m[r]->cfg, *c0 = bad ? NULL : &cm->m[0]->cfg;
+        if (!bad && strcmp(ae, cm->autoencoder))
+            bad = fc_errf(err, errlen, "--%s %s was trained on %s%s, the starter on %s%s", config_role_name(r), runs[r],
+                          ae[0] ? "the latents of " : "frames", ae, cm->autoencoder[0] ? "the latents of " : "frames",
+                          cm->autoencoder);
+        else if (!bad && (c->frame_size != c0->frame_size || c->channels != c0->channels))
+            bad = fc_errf(err, errlen, "--%s %s makes %d-channel frames of %dx%d, the starter %d-channel ones of %dx%d",
+                          config_role_name(r), runs[r], c->channels, c->frame_size, c->frame_size, c0->channels,
+                          c0->frame_size, c0->frame_size);
+        if (bad) {
             chain_models_free(cm);
             return -1;
         }
     }
-    cm->size = cm->m[0]->cfg.frame_size, cm->channels = 3;
+    cm->size = cm->m[0]->cfg.frame_size, cm->channels = cm->m[0]->cfg.channels;
     return 0;
 }
 
@@ -207,7 +218,8 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
             if (c->slot_kind[i] == SLOT_TARGET) {
                 real *dst = at[b][w[b]->frame[i]], *xi = xb + i * E;
                 if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
-                for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
+                if (o->latent) memcpy(dst, xi, sizeof(real) * E);
+                else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
             }
     }
 }

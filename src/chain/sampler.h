@@ -21,10 +21,12 @@ typedef struct {
     Model *m[3];    // by enum Role: starter, extrapolate, interpolate (batch 1, EMA weights)
     int step[3];    // the step of the checkpoint each was loaded from
     int size, channels;
+    char autoencoder[320];  // models trained on latents: the autoencoder's identity (dataset/latents.h); "": frames
 } ChainModels;
 
 // Load the three runs (by enum Role) and check that each is the role it is given as and that their
-// frames agree. Returns 0, or -1 with one line in err; nothing is left allocated then.
+// frames agree: the same size and channels, and RGB frames or the latents of one autoencoder for all
+// three. Returns 0, or -1 with one line in err; nothing is left allocated then.
 int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend *be, char *err, size_t errlen);
 void chain_models_free(ChainModels *cm);
 
@@ -41,6 +43,7 @@ typedef struct {
     double noise_aug;  // the level t every context frame is noised to
     double guidance;   // history guidance w: v = v_uncond + w (v_cond - v_uncond); 1: the conditional alone
     double temperature;  // the targets start from noise of this standard deviation (1: the trained prior)
+    int latent;        // the frames are latents: made values are not clamped to [-1, 1] as pixels are
     int quiet;         // no progress line
 } SampleOptions;
 

@@ -46,7 +46,7 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
                         double *loss, int *damaged, ClipScore *stats, char *err, size_t errlen) {
     char why[1024];
     int step, lo = 0;
-    Model *m = checkpoint_load_for_generation(run, be, B, &step, why, sizeof why);
+    Model *m = checkpoint_load_for_generation(run, be, B, &step, NULL, why, sizeof why);
     if (!m) return fc_errf(err, errlen, "%s", why);
     if (clip_window_fits(&m->cfg, run, d, &lo, err, errlen)) {
         free_model(m);
@@ -134,7 +134,7 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     // the levels come from the scored run's config: read it once through a batch-1 model
     char why[1024];
     int step;
-    Model *m = checkpoint_load_for_generation(o->run, be, 1, &step, why, sizeof why);
+    Model *m = checkpoint_load_for_generation(o->run, be, 1, &step, NULL, why, sizeof why);
     if (!m) return fc_errf(err, errlen, "%s", why);
     for (int k = 0; k < K; k++)
         tk[k] = 1 / (1 + exp(-(m->cfg.t_logit_mean + m->cfg.t_logit_std * normal_quantile((k + 0.5) / K))));

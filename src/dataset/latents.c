@@ -24,6 +24,22 @@ int latent_identity(const Autoencoder *ae, const char *path, int image_size, Lat
     return 0;
 }
 
+void latent_identity_text(const LatentIdentity *id, char *buf, size_t len) {
+    snprintf(buf, len, "%s, %d channels, %dx, frames of %d, scale %.17g, shift %.17g, sha256 %s", id->family,
+             id->channels, id->factor, id->image_size, id->scale, id->shift, id->sha256);
+}
+
+int latent_identity_parse(const char *text, LatentIdentity *id) {
+    memset(id, 0, sizeof *id);
+    int used = 0;
+    if (sscanf(text, "%31[A-Za-z], %d channels, %dx, frames of %d, scale %lf, shift %lf, sha256 %64[0-9a-f]%n",
+               id->family, &id->channels, &id->factor, &id->image_size, &id->scale, &id->shift, id->sha256,
+               &used) != 7 ||
+        text[used] || strlen(id->sha256) != 64)
+        return -1;
+    return 0;
+}
+
 int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint8_t *out, char *err, size_t errlen) {
     int C = autoencoder_latent_channels(ae), n = S / autoencoder_factor(ae);
     size_t plane = (size_t)S * S, unit = (size_t)C * n * n;

@@ -14,6 +14,13 @@
 int latent_identity(const Autoencoder *ae, const char *path, int image_size, LatentIdentity *id, char *err,
                     size_t errlen);
 
+// The identity as one line of text, as checkpoints record it (LATENT_ID_TEXT bytes hold it):
+// "AutoencoderKL, 4 channels, 8x, frames of 512, scale 0.18215, shift 0, sha256 <64 hex digits>".
+#define LATENT_ID_TEXT 320
+void latent_identity_text(const LatentIdentity *id, char *buf, size_t len);
+// The same read back: 0, or -1 when text is not such a line.
+int latent_identity_parse(const char *text, LatentIdentity *id);
+
 // The family's name as a dataset records it: "AutoencoderKL" or "AutoencoderTiny".
 const char *latent_family_name(const Autoencoder *ae);
 

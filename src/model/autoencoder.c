@@ -217,6 +217,10 @@ static AeRun run_start(Autoencoder *ae, size_t values, int B, int C, int H, int 
     return (AeRun){ae->be, ae->buf[0], {ae->buf[1], ae->buf[2], ae->buf[3], ae->buf[4], ae->buf[5]}, B, C, H, W};
 }
 
+double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W) {
+    return (double)sizeof(real) * ((double)ae->n_params + 6.0 * B * ae_map_values(ae, H, W));
+}
+
 int autoencoder_encode(Autoencoder *ae, const real *frames, int B, int H, int W, real *latents, char *err,
                        size_t errlen) {
     if (!ae->has_enc) return fc_errf(err, errlen, "the autoencoder has no encoder (its file holds a decoder only)");

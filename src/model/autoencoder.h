@@ -30,6 +30,9 @@ int autoencoder_factor(const Autoencoder *ae);         // frame side / latent si
 int autoencoder_has_encoder(const Autoencoder *ae);
 int autoencoder_has_decoder(const Autoencoder *ae);
 size_t autoencoder_params(const Autoencoder *ae);      // values in its weights
+// The backend memory a pass of B frames of H x W holds: the weights and the six activation buffers
+// (the convolutions' scratch, at most 64 MB, apart).
+double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W);
 // "TAESD: 4 latent channels, 8x, encoder and decoder, width 64, 1.22 M parameters"
 const char *autoencoder_describe(const Autoencoder *ae);
 // The latents are (the encoder's mean - shift) * scale: the factors the diffusion models of the family

@@ -210,6 +210,7 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     if (s->parent[0]) meta[nm++] = (StMeta){"parent", s->parent};
     if (s->data[0]) meta[nm++] = (StMeta){"data", s->data};
     if (s->lineage[0]) meta[nm++] = (StMeta){"lineage", s->lineage};
+    if (s->autoencoder[0]) meta[nm++] = (StMeta){"autoencoder", s->autoencoder};
     for (int i = 0; i < tab->n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
 
     char path[4096];
@@ -416,6 +417,8 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     snprintf(s->parent, sizeof s->parent, "%s", parent ? parent : "");
     snprintf(s->data, sizeof s->data, "%s", data ? data : "");
     snprintf(s->lineage, sizeof s->lineage, "%s", lineage ? lineage : "");
+    const char *ae = st_meta(&f, "autoencoder");
+    snprintf(s->autoencoder, sizeof s->autoencoder, "%s", ae ? ae : "");
 out:
     free(tab.t);
     st_free(&f);
@@ -426,9 +429,11 @@ out:
 // load the EMA weights for generation
 
 // One checkpoint's config and EMA weights: a model with batch B on `be`, or NULL with err.
-static Model *load_ema(const char *path, const Backend *be, int B, char *err, size_t errlen) {
+static Model *load_ema(const char *path, const Backend *be, int B, char *autoencoder, char *err, size_t errlen) {
     StFile f;
     if (st_read(path, &f, err, errlen)) return NULL;
+    const char *ae = st_meta(&f, "autoencoder");
+    if (autoencoder) snprintf(autoencoder, 320, "%s", ae ? ae : "");
     Model *m = NULL;
     const char *format = st_meta(&f, "format"), *config = st_meta(&f, "config");
     char why[1024];
@@ -467,7 +472,7 @@ out:
     return m;
 }
 
-Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *autoencoder, char *err,
                                       size_t errlen) {
     struct stat sb;
     if (stat(run, &sb) || !S_ISDIR(sb.st_mode)) {
@@ -479,7 +484,7 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
     for (int i = 0; i < n && !m; i++) {
         char path[4096];
         checkpoint_path(path, sizeof path, run, steps[i]);
-        m = load_ema(path, be, B, err, errlen);
+        m = load_ema(path, be, B, autoencoder, err, errlen);
         if (!m) fc_warn("skipping %s", err);
         else *step = steps[i];
     }

@@ -24,6 +24,9 @@ typedef struct {
     char parent[1200];   // a fork's parent: "PATH (step N, crc32 XXXXXXXX)"
     char data[1200];     // what it trains on (lineage_data_identity): a resume on other data is refused
     char lineage[4096];  // one line per fork or extension, oldest first
+    // A run on latents (prepare --vae): the autoencoder they were made with (latent_identity_text), so
+    // that generate can refuse another; "" for a run on frames.
+    char autoencoder[320];
 } TrainState;
 
 // What a checkpoint loaded into a run must share with the run's config.
@@ -91,7 +94,8 @@ int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen)
 // For generation: the newest usable checkpoint of RUN (CRCs checked; a bad one is skipped with a
 // warning), as a model of batch B on `be` holding the checkpoint's config and its EMA weights.
 // NULL with one line in err (no such folder, no checkpoint, none usable); *step is its step.
-Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *err,
+// autoencoder (when not NULL, 320 bytes): the checkpoint's TrainState.autoencoder.
+Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *autoencoder, char *err,
                                       size_t errlen);
 
 // Rename a file named like a checkpoint that is not a whole one (why: one line starting with its

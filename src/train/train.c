@@ -19,6 +19,7 @@
 #include "model/optim.h"
 #include "dataset/loader.h"
 #include "dataset/exclude.h"
+#include "dataset/latents.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
 #include "train/lineage.h"
@@ -498,6 +499,9 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     build_training_state(&t);
     TrainOrigin plain = {0};
     int fork_unwritten = start_from(run, t.m, t.ema, t.o, c, origin ? origin : &plain, &t.st);
+    t.st.autoencoder[0] = 0;  // what its checkpoints record from now on: the latents' autoencoder, if any
+    if (t.dataset && dataset_latent(t.dataset))
+        latent_identity_text(dataset_latent(t.dataset), t.st.autoencoder, sizeof t.st.autoencoder);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
     int status = 0;

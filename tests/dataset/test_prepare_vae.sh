@@ -83,3 +83,34 @@ refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused prepare_vae_refuses_previews 1 "holds latents: previews show frames, and a run on latents has no decoder to make them: set sample_every = 0" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1
+
+# generate --vae: the three tiny models on the latents, chained from Megamind.avi's first frame (another
+# scene), every frame decoded: a video of 64x64 frames; refused in one line: no --vae, another file than
+# the one they were trained with, a model trained on frames among them.
+for role in starter interpolate; do
+    "$FC" --threads 1 train --config "configs/tiny/$role.conf" --set frame_size=8 --set channels=4 --set patch=2 \
+        --data "$tmp/lat_25" --run "$tmp/run_$role" --steps 10 > /dev/null 2>&1
+done
+chain=(--starter "$tmp/run_starter" --extrapolate "$tmp/run_25" --interpolate "$tmp/run_interpolate"
+       --first-frame "$SAMPLES/Megamind.avi" --frames 20)
+"$FC" --threads 1 generate "${chain[@]}" --vae "$dir/taesd.safetensors" --out "$tmp/g.mkv" > "$tmp/g.log" 2>&1
+rc=$?
+size=$(ffprobe -v error -count_frames -show_entries stream=width,height,nb_read_frames -of csv=p=0 "$tmp/g.mkv" 2>&1)
+[ $rc -eq 0 ] && [ "$size" = "64,64,20" ] && grep -q 'in the latents of .* (4, 8, 8), decoded to 64x64' "$tmp/g.log" &&
+    grep -q '^generate: memory: the autoencoder' "$tmp/g.log"
+expect generate_vae $? "exit $rc; the video: $size (width, height, frames); $(grep 'latents of' "$tmp/g.log")"
+# frame 0 of the output is the first frame's round trip through the autoencoder, as autoencode makes it
+"$FC" --threads 1 generate "${chain[@]}" --vae "$dir/taesd.safetensors" --out "$tmp/gpng" > /dev/null 2>&1
+"$FC" --threads 1 autoencode --vae "$dir/taesd.safetensors" --input "$SAMPLES/Megamind.avi" --size 64 --frames 1 \
+    --out "$tmp/rt" > /dev/null 2>&1
+cmp -s "$tmp/gpng/frame-000000.png" "$tmp/rt/frame-000000.png"
+expect generate_vae_first_frame $? "generate's frame 0 and autoencode's round trip of the same frame: $(cmp "$tmp/gpng/frame-000000.png" "$tmp/rt/frame-000000.png" 2>&1 || true)"
+refused generate_vae_refuses_none 1 "the models were trained on latents (AutoencoderTiny, 4 channels, 8x, frames of 64, scale 1, shift 0, sha256 $(sha256sum "$dir/taesd.safetensors" | cut -c1-64)): give --vae FILE" \
+    "$FC" generate "${chain[@]}" --out "$tmp/none.mkv"
+refused generate_vae_refuses_other 1 "not the autoencoder the models were trained with" \
+    "$FC" generate "${chain[@]}" --vae "$dir/taesd_f16.safetensors" --out "$tmp/none.mkv"
+"$FC" --threads 1 train --config configs/tiny/interpolate.conf --run "$tmp/run_frames" --steps 2 > /dev/null 2>&1
+refused generate_vae_refuses_mixed 1 "interpolate $tmp/run_frames was trained on frames, the starter on the latents of AutoencoderTiny" \
+    "$FC" generate "${chain[@]/$tmp\/run_interpolate/$tmp/run_frames}" --vae "$dir/taesd.safetensors" --out "$tmp/none.mkv"
+[ ! -e "$tmp/none.mkv" ]
+expect generate_vae_refusals_write_nothing $? "no output left by the refusals"
