@@ -9,7 +9,7 @@
 static const char *HELP_EVAL =
     "usage: framechain eval --starter RUN --extrapolate RUN --interpolate RUN --data DIR [--clips K]\n"
     "                       [--frames N] [--long M] [--noise-aug L1,L2,...] [--steps S] [--seed K] [--tsv FILE]\n"
-    "                       [--given K] [--guidance W] [--temperature T]\n"
+    "                       [--given K] [--guidance W] [--temperature T] [--vae FILE]\n"
     "\n"
     "On held-out clips (a dataset made by 'framechain prepare', at the models' frame size, from footage\n"
     "the models did not train on), start the chain from each clip's real first frame and compare every\n"
@@ -37,13 +37,18 @@ static const char *HELP_EVAL =
     "  --temperature T    the generated frames start from noise of standard deviation T (default 1)\n"
     "  --tsv FILE         also write every per-frame number to FILE (through FILE.tmp): one header, then\n"
     "                     'quality' rows (clip means per frame) and 'drift' rows; nan where there is no number\n"
+    "  --vae FILE         models trained on latents: the autoencoder they were trained with (checked by its\n"
+    "                     SHA-256). DIR holds frames (prepared without --vae at the autoencoder's frame\n"
+    "                     size); the given frames are encoded, every frame made is decoded and scored in\n"
+    "                     pixels, and a line gives the autoencoder's own round trip of the same real frames:\n"
+    "                     the best a chain in its latents can score\n"
     "\n"
     "Each run folder gives the EMA weights of its newest usable checkpoint, as for generate.\n";
 
 int cmd_eval(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--data", 1}, {"--clips", 1},
                   {"--frames", 1}, {"--long", 1}, {"--noise-aug", 1}, {"--steps", 1}, {"--seed", 1}, {"--tsv", 1},
-                  {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {NULL}};
+                  {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {"--vae", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
     EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
                       .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
@@ -72,5 +77,6 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--temperature")->count)
         eo.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
+    if (opt(opts, "--vae")->count) eo.vae = opt(opts, "--vae")->value;
     return eval_run(&eo, be);
 }

@@ -9,7 +9,6 @@
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
 #include "chain/generate.h"
-#include "dataset/latents.h"
 #include "model/autoencoder.h"
 #include "cli.h"
 #include "commands.h"
@@ -116,32 +115,6 @@ static int emit_frame(void *ctx, int f, const real *frame, char *err, size_t err
     return generate_output_add(e->out, e->pixels, err, errlen);
 }
 
-// The autoencoder of models trained on latents: --vae loaded, its encoder and decoder there, and the
-// very file they were trained with (by its SHA-256); the scaling they were trained with set. NULL for
-// models trained on frames (refused with --vae). Dies with one line.
-static Autoencoder *load_vae(const GenerateRequest *g, const ChainModels *cm, const Backend *be) {
-    char err[2048];
-    if (!cm->autoencoder[0] && !g->vae) return NULL;
-    if (!cm->autoencoder[0])
-        fc_die("--vae %s: the models were trained on frames, not latents: leave --vae out", g->vae);
-    LatentIdentity want, got;
-    if (latent_identity_parse(cm->autoencoder, &want))
-        fc_die("--starter %s: its checkpoint's record of the autoencoder does not read: %s", g->runs[0], cm->autoencoder);
-    if (!g->vae)
-        fc_die("the models were trained on latents (%s): give --vae FILE, that autoencoder's file", cm->autoencoder);
-    Autoencoder *ae = autoencoder_load(g->vae, be, err, sizeof err);
-    if (!ae) fc_die("%s", err);
-    if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))
-        fc_die("%s: %s: generate needs the encoder (the first frame) and the decoder (every frame)", g->vae,
-               autoencoder_describe(ae));
-    if (latent_identity(ae, g->vae, want.image_size, &got, err, sizeof err)) fc_die("%s", err);
-    if (strcmp(got.sha256, want.sha256))
-        fc_die("--vae %s: not the autoencoder the models were trained with (its sha256 %.16s..., theirs %.16s...: %s)",
-               g->vae, got.sha256, want.sha256, cm->autoencoder);
-    autoencoder_set_scaling(ae, want.scale, want.shift);
-    return ae;
-}
-
 static void format_bytes(char *buf, size_t len, double bytes) {
     if (bytes >= 1e9) snprintf(buf, len, "%.1f GB", bytes / 1e9);
     else snprintf(buf, len, "%.1f MB", bytes / 1e6);
@@ -234,7 +207,13 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         chain_models_free(&cm);
         return 1;
     }
-    Autoencoder *ae = load_vae(&g, &cm, be);
+    Autoencoder *ae = NULL;
+    if (chain_load_autoencoder(&cm, g.vae, "generate", be, &ae, err, sizeof err)) {
+        fprintf(stderr, "framechain: %s\n", err);
+        chain_free(&plan);
+        chain_models_free(&cm);
+        return 1;
+    }
     int rc = generate(&g, &cm, &plan, be, ae);
     free_autoencoder(ae);
     chain_free(&plan);

@@ -165,6 +165,11 @@ typedef struct {
     ChainModels cm;
     Dataset *ds;
     int S, F, N, M, K, L;  // frame size, clip length, frames per clip, drift frames, clips, levels
+    Autoencoder *ae;       // models trained on latents (--vae), else NULL
+    size_t EC;             // values of one of the chain's frames: 3 S S, or the latents' C n n
+    real *pixels;          // (3, S, S): a frame between the autoencoder and RGB
+    double ceiling_psnr, ceiling_ssim;  // latents: the autoencoder's own round trip of the scored real frames
+    long ceiling_frames;
     int scored, damaged;   // of the first K clips: those scored so far, and those skipped as damaged
     ChainPlan plan, long_plan;
     FILE *tsv;
@@ -173,7 +178,7 @@ typedef struct {
     uint8_t *clip;           // (F, S, S, 3): the clip being scored
     uint8_t *first, *rgb;    // (given, S, S, 3): the drift run's given frames; (2, S, S, 3): a made frame
                              // and the one before it
-    real *video;             // (last_frame + 1, 3, S, S): the chain's frames
+    real *video;             // (last_frame + 1, EC): the chain's frames (latents with --vae)
     char err[2048];
 } Eval;
 
@@ -185,15 +190,15 @@ static uint64_t clip_seed(uint64_t seed, int k) { return seed + (uint64_t)k * 0x
 static int eval_open(Eval *ev) {
     const EvalOptions *o = ev->o;
     if (chain_models_load(&ev->cm, o->runs, ev->be, ev->err, sizeof ev->err)) return -1;
-    if (ev->cm.autoencoder[0])
-        return fc_errf(ev->err, sizeof ev->err, "the models were trained on latents (%s): eval scores frames, and "
-                       "does not decode latents yet", ev->cm.autoencoder);
+    if (chain_load_autoencoder(&ev->cm, o->vae, "eval", ev->be, &ev->ae, ev->err, sizeof ev->err)) return -1;
     ev->ds = dataset_open(o->data, ev->err, sizeof ev->err);
     if (!ev->ds) return -1;
     if (dataset_latent(ev->ds))
         return fc_errf(ev->err, sizeof ev->err, "%s holds latents: eval compares frames; give it the same footage "
                        "prepared without --vae", o->data);
-    ev->S = ev->cm.size, ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
+    ev->S = ev->ae ? ev->cm.size * autoencoder_factor(ev->ae) : ev->cm.size;  // eval scores pixels
+    ev->EC = (size_t)ev->cm.channels * ev->cm.size * ev->cm.size;
+    ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
     ev->M = o->long_frames, ev->L = o->n_levels;
     ev->K = o->clips < dataset_clips(ev->ds) ? o->clips : dataset_clips(ev->ds);
     snprintf(ev->tsv_tmp, sizeof ev->tsv_tmp, "%s.tmp", o->tsv ? o->tsv : "");
@@ -239,12 +244,15 @@ static void print_header(const Eval *ev) {
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
            steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
+    if (ev->ae)
+        printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",
+               ev->cm.channels, ev->cm.size, ev->cm.size, o->vae, ev->S, ev->S);
     fflush(stdout);
 }
 
 static void alloc_buffers(Eval *ev) {
     int L = ev->L, N = ev->N, M = ev->M, S = ev->S;
-    size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;
+    size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;  // a pixel frame's values, bytes
     Results *r = &ev->r;
     *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given};
     r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
@@ -255,7 +263,25 @@ static void alloc_buffers(Eval *ev) {
     r->real = fc_calloc((size_t)r->real_frames + 1, sizeof(FrameStats));
     ev->clip = fc_malloc(dataset_clip_bytes(ev->ds));
     ev->first = fc_malloc(frame_bytes * ev->o->given), ev->rgb = fc_malloc(2 * frame_bytes);
-    ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->plan.last_frame + 1));
+    ev->video = fc_malloc(sizeof(real) * ev->EC * ((size_t)ev->plan.last_frame + 1));
+    ev->pixels = fc_malloc(sizeof(real) * E);
+}
+
+// One of the chain's frames as RGB bytes (S, S, 3): through the decoder for latents.
+static void chain_frame_rgb(Eval *ev, const real *frame, uint8_t *rgb) {
+    if (ev->ae) {
+        if (autoencoder_decode(ev->ae, frame, 1, ev->cm.size, ev->cm.size, ev->pixels, ev->err, sizeof ev->err))
+            fc_die("%s", ev->err);
+        frame = ev->pixels;
+    }
+    frame_to_rgb(rgb, frame, ev->S);
+}
+
+// RGB bytes (S, S, 3) as one of the chain's frames: through the encoder for latents.
+static void rgb_chain_frame(Eval *ev, const uint8_t *rgb, real *frame) {
+    frame_from_rgb(ev->ae ? ev->pixels : frame, rgb, ev->S);
+    if (ev->ae && autoencoder_encode(ev->ae, ev->pixels, 1, ev->S, ev->S, frame, ev->err, sizeof ev->err))
+        fc_die("%s", ev->err);
 }
 
 // The drift run starts from the first clip whose first frame is not flat (ratios to a single colour
@@ -284,30 +310,38 @@ static void score_copy(Eval *ev) {
         ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
         ev->r.motion_real[f] += frame_motion(truth - frame_bytes, truth, ev->S);
     }
+    for (int f = ev->o->given; f < ev->N && ev->ae; f++) {  // the autoencoder's round trip: the ceiling
+        const uint8_t *truth = ev->clip + f * frame_bytes;
+        real *lat = ev->video;  // free until the chain samples
+        rgb_chain_frame(ev, truth, lat);
+        chain_frame_rgb(ev, lat, ev->rgb);
+        ev->ceiling_psnr += frame_psnr(ev->rgb, truth, ev->S), ev->ceiling_ssim += frame_ssim(ev->rgb, truth, ev->S);
+        ev->ceiling_frames++;
+    }
 }
 
 // The chain's frames 0..given-1 from the real ones (S, S, 3 each).
-static void set_given(const Eval *ev, const uint8_t *rgb) {
-    size_t E = (size_t)3 * ev->S * ev->S, frame_bytes = (size_t)ev->S * ev->S * 3;
-    for (int f = 0; f < ev->o->given; f++) frame_from_rgb(ev->video + f * E, rgb + f * frame_bytes, ev->S);
+static void set_given(Eval *ev, const uint8_t *rgb) {
+    size_t frame_bytes = (size_t)ev->S * ev->S * 3;
+    for (int f = 0; f < ev->o->given; f++) rgb_chain_frame(ev, rgb + f * frame_bytes, ev->video + f * ev->EC);
 }
 
 // The chain from clip k's first frame at level l, every made frame scored against the real one.
 static void score_chain(Eval *ev, int k, int l) {
     const EvalOptions *o = ev->o;
     int S = ev->S, N = ev->N;
-    size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;
+    size_t frame_bytes = (size_t)S * S * 3;
     fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
     fflush(stderr);
     double t0 = fc_now_s();
     SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
-                        .guidance = o->guidance, .temperature = o->temperature, .quiet = 1};
+                        .guidance = o->guidance, .temperature = o->temperature, .quiet = 1, .latent = ev->ae != NULL};
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
     for (int f = o->given; f < N; f++) {
         uint8_t *made = ev->rgb + (f & 1) * frame_bytes, *before = ev->rgb + !(f & 1) * frame_bytes;
         if (f == o->given) memcpy(before, ev->clip + (f - 1) * frame_bytes, frame_bytes);  // the last given
-        frame_to_rgb(made, ev->video + f * E, S);
+        chain_frame_rgb(ev, ev->video + f * ev->EC, made);
         ev->r.psnr[(size_t)l * N + f] += frame_psnr(made, ev->clip + f * frame_bytes, S);
         ev->r.ssim[(size_t)l * N + f] += frame_ssim(made, ev->clip + f * frame_bytes, S);
         ev->r.motion[(size_t)l * N + f] += frame_motion(before, made, S);
@@ -358,20 +392,20 @@ static void eval_drift(Eval *ev) {
     const EvalOptions *o = ev->o;
     Results *r = &ev->r;
     int S = ev->S, M = ev->M;
-    size_t E = (size_t)3 * S * S;
     free(ev->video);
-    ev->video = fc_malloc(sizeof(real) * E * ((size_t)ev->long_plan.last_frame + 1));
+    ev->video = fc_malloc(sizeof(real) * ev->EC * ((size_t)ev->long_plan.last_frame + 1));
     for (int l = 0; l < ev->L; l++) {
         fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
         fflush(stderr);
         double t0 = fc_now_s();
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
-                            .guidance = o->guidance, .temperature = o->temperature, .quiet = 1};
+                            .guidance = o->guidance, .temperature = o->temperature, .quiet = 1,
+                            .latent = ev->ae != NULL};
         set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
         FrameStats s0 = {0};
         for (int f = 0; f < M; f++) {
-            frame_to_rgb(ev->rgb, ev->video + f * E, S);
+            chain_frame_rgb(ev, ev->video + f * ev->EC, ev->rgb);
             FrameStats s = frame_stats(ev->rgb, S);
             if (f == 0) s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
             r->drift[(size_t)l * M + f] = frame_stats_ratio(s, s0);
@@ -400,7 +434,8 @@ static int finish_tsv(Eval *ev, int rc) {
 
 static void eval_close(Eval *ev) {
     Results *r = &ev->r;
-    free(ev->video), free(ev->clip), free(ev->first), free(ev->rgb);
+    free(ev->video), free(ev->clip), free(ev->first), free(ev->rgb), free(ev->pixels);
+    free_autoencoder(ev->ae);
     free(r->psnr), free(r->ssim), free(r->psnr_copy), free(r->ssim_copy), free(r->drift), free(r->real);
     free(r->psnr_hold0), free(r->ssim_hold0), free(r->motion), free(r->motion_real);
     chain_free(&ev->plan), chain_free(&ev->long_plan);
@@ -423,6 +458,11 @@ int eval_run(const EvalOptions *o, const Backend *be) {
         if (rc == 0 && ev->M > 0) eval_drift(ev);
         if (rc == 0) {
             print_quality(&ev->r, o->levels, ev->scored);
+            if (ev->ae && ev->ceiling_frames)
+                printf("\nthe autoencoder's own round trip of the same real frames (what a chain that made every "
+                       "frame's latents exactly would score): PSNR %.2f dB, SSIM %.4f\n",
+                       ev->ceiling_psnr / ev->ceiling_frames,
+                       ev->ceiling_ssim / ev->ceiling_frames);
             if (ev->M > 0) print_drift(&ev->r, o->levels, ev->F);
             fflush(stdout);
         }

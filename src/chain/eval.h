@@ -36,6 +36,8 @@ typedef struct {
     uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
                            // clip 0 with seed itself
     const char *tsv;       // every per-frame number, or NULL
+    const char *vae;       // models trained on latents: the autoencoder they were trained with (the chain
+                           // runs on latents, every frame decoded and scored in pixels); NULL for frames
 } EvalOptions;
 
 // Parse "L1,L2,..." (each in [0, max]) into levels. Returns the count, or -1 with one line in err.

@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/philox.h"
 #include "video/video.h"
+#include "dataset/latents.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
 #include "model/flow.h"
@@ -94,6 +95,37 @@ int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend 
         }
     }
     cm->size = cm->m[0]->cfg.frame_size, cm->channels = cm->m[0]->cfg.channels;
+    return 0;
+}
+
+int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *who, const Backend *be, Autoencoder **ae,
+                           char *err, size_t errlen) {
+    *ae = NULL;
+    if (!cm->autoencoder[0] && !vae) return 0;
+    if (!cm->autoencoder[0])
+        return fc_errf(err, errlen, "--vae %s: the models were trained on frames, not latents: leave --vae out", vae);
+    LatentIdentity want, got;
+    if (latent_identity_parse(cm->autoencoder, &want))
+        return fc_errf(err, errlen, "the starter's checkpoint records an autoencoder that does not read: %s",
+                       cm->autoencoder);
+    if (!vae)
+        return fc_errf(err, errlen, "the models were trained on latents (%s): give --vae FILE, that autoencoder's file",
+                       cm->autoencoder);
+    Autoencoder *a = autoencoder_load(vae, be, err, errlen);
+    if (!a) return -1;
+    int rc = 0;
+    if (!autoencoder_has_encoder(a) || !autoencoder_has_decoder(a))
+        rc = fc_errf(err, errlen, "%s: %s: %s needs the encoder (the given frames) and the decoder (the frames made)",
+                     vae, autoencoder_describe(a), who);
+    else if (!(rc = latent_identity(a, vae, want.image_size, &got, err, errlen)) && strcmp(got.sha256, want.sha256))
+        rc = fc_errf(err, errlen, "--vae %s: not the autoencoder the models were trained with (its sha256 %.16s..., "
+                     "theirs %.16s...: %s)", vae, got.sha256, want.sha256, cm->autoencoder);
+    if (rc) {
+        free_autoencoder(a);
+        return -1;
+    }
+    autoencoder_set_scaling(a, want.scale, want.shift);
+    *ae = a;
     return 0;
 }
 

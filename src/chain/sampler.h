@@ -10,6 +10,7 @@
 
 #include "base/common.h"
 #include "backend/backend.h"
+#include "model/autoencoder.h"
 #include "model/model.h"
 #include "chain/chain_plan.h"
 #include "video/video.h"  // frame_from_rgb, frame_to_rgb
@@ -29,6 +30,13 @@ typedef struct {
 // three. Returns 0, or -1 with one line in err; nothing is left allocated then.
 int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend *be, char *err, size_t errlen);
 void chain_models_free(ChainModels *cm);
+
+// The autoencoder of models trained on latents: the file at vae (--vae), with its encoder and decoder,
+// and the very file they were trained with (its SHA-256 against their record), set to the scaling they
+// were trained with, into *ae; *ae NULL for models trained on frames and no vae. 0, or -1 with one line
+// (vae missing, another file, vae given to models of frames). who: the command, for the line.
+int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *who, const Backend *be, Autoencoder **ae,
+                           char *err, size_t errlen);
 
 // ----------------------------------------------------------------------------
 // sampling

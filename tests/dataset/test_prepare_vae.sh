@@ -114,3 +114,18 @@ refused generate_vae_refuses_mixed 1 "interpolate $tmp/run_frames was trained on
     "$FC" generate "${chain[@]/$tmp\/run_interpolate/$tmp/run_frames}" --vae "$dir/taesd.safetensors" --out "$tmp/none.mkv"
 [ ! -e "$tmp/none.mkv" ]
 expect generate_vae_refusals_write_nothing $? "no output left by the refusals"
+
+# eval --vae: the same models scored in pixels on Megamind.avi (frames at 64x64), with the autoencoder's
+# own round trip beside; refused in one line: no --vae, a dataset of latents given as the held-out footage.
+"$FC" prepare --input "$SAMPLES/Megamind.avi" --out "$tmp/held" --size 64 --clip-frames 24 > /dev/null 2>&1
+ev=(--starter "$tmp/run_starter" --extrapolate "$tmp/run_25" --interpolate "$tmp/run_interpolate" --clips 2 --long 30
+    --noise-aug 0.1)
+"$FC" --threads 1 eval "${ev[@]}" --data "$tmp/held" --vae "$dir/taesd.safetensors" > "$tmp/e.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q '^0.1        all ' "$tmp/e.log" && grep -q '^eval: the chain in the latents (4, 8, 8) of .*, each frame decoded to 64x64' "$tmp/e.log" &&
+    grep -Eq "^the autoencoder's own round trip of the same real frames .*: PSNR [0-9.]+ dB, SSIM [0-9.]+$" "$tmp/e.log"
+expect eval_vae $? "exit $rc; $(grep -E '^0.1        all|round trip' "$tmp/e.log" | tr '\n' ' ')"
+refused eval_vae_refuses_none 1 "the models were trained on latents (AutoencoderTiny" \
+    "$FC" eval "${ev[@]}" --data "$tmp/held"
+refused eval_vae_refuses_latent_data 1 "holds latents: eval compares frames" \
+    "$FC" eval "${ev[@]}" --data "$tmp/lat_25" --vae "$dir/taesd.safetensors"
