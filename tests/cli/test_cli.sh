@@ -69,6 +69,14 @@ expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config co
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
     --config configs/starter.conf
+# the presets in latent space (configs/latent/: 512x512 frames as 64x64x4 latents in 2x2 patches): the
+# pixel presets' tokens, planned within 24 GiB on cuda, and a plan over it said so
+for role in starter extrapolate interpolate; do
+    expect "latent_preset_$role" 0 "fits the budget" "$FC" inspect --config "configs/latent/$role.conf"
+done
+expect latent_preset_tokens 0 "1 x 7 slots x 1024 tokens = 7168" "$FC" inspect --config configs/latent/starter.conf
+expect latent_preset_over_budget 0 "EXCEEDS the budget" "$FC" inspect --config configs/latent/extrapolate.conf \
+    --set batch_size=4 --set keep_blocks=0
 expect keep_blocks_not_a_number 1 "keep_blocks=some: not an integer or auto" "$FC" inspect --config configs/starter.conf \
     --set keep_blocks=some
 expect keep_blocks_over_depth 1 "keep_blocks 3 is more than depth 2" "$FC" inspect --config configs/tiny/starter.conf \
