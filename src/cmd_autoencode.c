@@ -20,7 +20,7 @@ static const char *HELP_AUTOENCODE =
     "autoencoder in FILE, decode them again, and print the round trip's PSNR against the frames; the\n"
     "last line is the mean PSNR in dB. The file's family is read from its tensors: AutoencoderKL (Stable\n"
     "Diffusion 1.x/2.x, SDXL, SD3, FLUX.1) in diffusers' layout or the original single file's, and the\n"
-    "tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1) in diffusers' AutoencoderTiny layout\n"
+    "tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, TAEF2) in diffusers' AutoencoderTiny layout\n"
     "(tools/taesd_to_safetensors.py converts the original .pth pair). No weights ship with framechain:\n"
     "docs/autoencoders.md says where to get them.\n"
     "\n"

@@ -85,7 +85,9 @@ fi
 if want autoencoder || want autoencode_cli || want prepare_vae; then
 if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/out" 2>&1 &&
     "$PYTHON" tools/taesd_to_safetensors.py "$tmp/ae/taesd_encoder.pth" "$tmp/ae/taesd_decoder.pth" \
-        "$tmp/ae/converted.safetensors" >> "$tmp/out" 2>&1; then
+        "$tmp/ae/converted.safetensors" >> "$tmp/out" 2>&1 &&
+    "$PYTHON" tools/taesd_to_safetensors.py "$tmp/ae/taef2_encoder.pth" "$tmp/ae/taef2_decoder.pth" \
+        "$tmp/ae/taef2_converted.safetensors" >> "$tmp/out" 2>&1; then
     run_suite autoencoder "$BUILD/test_autoencoder" "$tmp/ae"
     run_suite autoencode_cli env PYTHON="$PYTHON" tests/cli/test_autoencode.sh "$FC" "$tmp/ae"
     run_suite prepare_vae env PYTHON="$PYTHON" tests/dataset/test_prepare_vae.sh "$FC" "$tmp/ae"

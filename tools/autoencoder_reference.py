@@ -20,7 +20,10 @@ diffusers' architecture: DIR/kl.safetensors (4 latent channels, quant convs, wid
 resnet a stage), DIR/kl16.safetensors (16, no quant convs, 32/64, two), kl_original.safetensors (kl's
 weights under the original single file's names and first_stage_model.), kl_legacy.safetensors
 (diffusers' older attention names), bad_kl_missing.safetensors (an attention tensor left out); their
-inputs and outputs in io.safetensors as "kl.*" and "kl16.*" (frames of 16x16).
+inputs and outputs in io.safetensors as "kl.*" and "kl16.*" (frames of 16x16). TAEF2 (the tiny
+network with a GroupNorm pool in the encoder's last three blocks and the decoder's first three, 32
+latent channels): DIR/taef2.safetensors, its .pth pair taef2_encoder.pth and taef2_decoder.pth,
+bad_taef2_missing.safetensors (a pool's GroupNorm bias left out), "taef2.*" in io.safetensors.
 """
 
 import argparse
@@ -38,9 +41,14 @@ ENC_BLOCKS = (1, 3, 3, 3)  # blocks per stage; a stride-2 convolution (no bias) 
 DEC_BLOCKS = (3, 3, 3, 1)  # blocks per stage; 2x nearest upsampling and a convolution (no bias) after stages 0-2
 
 
-def tiny_weights(width, latent, gen):
+POOL_ENC = (11, 12, 13)  # TAEF2: the blocks with a GroupNorm pool, the encoder's deepest stage
+POOL_DEC = (2, 3, 4)     # and the decoder's first (diffusers' numbering: the original's 3, 4, 5)
+
+
+def tiny_weights(width, latent, gen, pool=False):
     """Every tensor of encoder and decoder, by its diffusers name, He-initialised (scaled down so that
-    ten residual blocks keep their activations of order one)."""
+    ten residual blocks keep their activations of order one). pool: TAEF2's GroupNorm pools in the
+    blocks of POOL_ENC and POOL_DEC (1x1 conv to 4 width, GroupNorm of 4 groups, ReLU, 1x1 conv back)."""
     w = {}
 
     def conv(name, cout, cin, bias=True):
@@ -52,6 +60,12 @@ def tiny_weights(width, latent, gen):
     def block(prefix):
         for j in (0, 2, 4):
             conv("%s.conv.%d" % (prefix, j), width, width)
+        index = int(prefix.rsplit(".", 1)[1])
+        if pool and index in (POOL_ENC if prefix.startswith("encoder") else POOL_DEC):
+            w[prefix + ".pool.0.weight"] = torch.randn(4 * width, width, 1, 1, generator=gen) * (1.0 / width) ** 0.5
+            w[prefix + ".pool.1.weight"] = 1 + 0.1 * torch.randn(4 * width, generator=gen)
+            w[prefix + ".pool.1.bias"] = 0.1 * torch.randn(4 * width, generator=gen)
+            w[prefix + ".pool.3.weight"] = torch.randn(width, 4 * width, 1, 1, generator=gen) * 0.5 * (0.5 / width) ** 0.5
 
     i = 0
     conv("encoder.layers.%d" % i, width, 3)
@@ -83,6 +97,10 @@ def conv(x, w, name, stride=1):
 
 
 def block(x, w, prefix):
+    if prefix + ".pool.0.weight" in w:  # TAEF2: x + conv(ReLU(GroupNorm_4(conv(x)))), both 1x1 without bias
+        p = F.conv2d(x, w[prefix + ".pool.0.weight"])
+        p = F.relu(F.group_norm(p, 4, w[prefix + ".pool.1.weight"], w[prefix + ".pool.1.bias"], 1e-5))
+        x = x + F.conv2d(p, w[prefix + ".pool.3.weight"])
     h = F.relu(conv(x, w, prefix + ".conv.0"))
     h = F.relu(conv(h, w, prefix + ".conv.2"))
     return F.relu(conv(h, w, prefix + ".conv.4") + x)
@@ -336,6 +354,25 @@ def make(args):
             bad = to_np(w)
             del bad["decoder.mid_block.attentions.0.to_k.weight"]
             write_safetensors(os.path.join(args.dir, "bad_kl_missing.safetensors"), bad)
+    # TAEF2: the tiny network with GroupNorm pools and 32 latent channels; its .pth pair; one pool tensor missing
+    w = {k: v.double() for k, v in tiny_weights(args.width, 32, gen, pool=True).items()}
+    write_safetensors(os.path.join(args.dir, "taef2.safetensors"), to_np(w))
+    tf = torch.rand(B, 3, S, S, generator=gen, dtype=torch.float64) * 2 - 1
+    tz = torch.randn(B, 32, S // 8, S // 8, generator=gen, dtype=torch.float64) * 2
+    with torch.no_grad():
+        io["taef2.frames"], io["taef2.latents"] = tf, tz
+        io["taef2.encoded"], io["taef2.decoded"] = encode(tf, w), decode(tz, w)
+    torch.save({k[len("encoder.layers."):]: v.float() for k, v in w.items() if k.startswith("encoder.")},
+               os.path.join(args.dir, "taef2_encoder.pth"))
+    dec = {}
+    for k, v in w.items():
+        if k.startswith("decoder."):
+            index, rest = k[len("decoder.layers."):].split(".", 1)
+            dec["%d.%s" % (int(index) + 1, rest)] = v.float()
+    torch.save(dec, os.path.join(args.dir, "taef2_decoder.pth"))
+    bad = to_np(w)
+    del bad["decoder.layers.3.pool.1.bias"]
+    write_safetensors(os.path.join(args.dir, "bad_taef2_missing.safetensors"), bad)
     write_safetensors(os.path.join(args.dir, "io.safetensors"),
                       {k: v.numpy().astype(np.float32) for k, v in io.items()})
     scale = {k: float(v.abs().max()) for k, v in io.items()}

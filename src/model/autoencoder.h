@@ -1,8 +1,8 @@
 // autoencoder.h: the per-frame autoencoders users already have, forward only, written once against
 // the op table (docs/autoencoders.md). A file's family is read from its tensors' names and shapes,
 // never from its name. Families read today:
-//   - the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1: the same network, 4 or 16 latent
-//     channels) in diffusers' AutoencoderTiny layout ("encoder.layers.1.conv.0.weight", ...); a file
+//   - the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, TAEF2: the same network, 4, 16 or 32
+//     latent channels, TAEF2's with GroupNorm pools) in diffusers' AutoencoderTiny layout ("encoder.layers.1.conv.0.weight", ...); a file
 //     may hold the encoder, the decoder or both. They read images in [0, 1] and have no scaling
 //     factor: encode and decode take and give frames in [-1, 1] and convert.
 // Frames and latents cross this interface in host memory, (B, C, H, W) fp32; the weights and the

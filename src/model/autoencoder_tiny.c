@@ -1,6 +1,6 @@
-// autoencoder_tiny.c: the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1) in diffusers'
-// AutoencoderTiny layout: their tensors bound, and their encoder and decoder as passes over the op
-// table (docs/autoencoders.md draws both).
+// autoencoder_tiny.c: the tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, and TAEF2 with its
+// GroupNorm pools) in diffusers' AutoencoderTiny layout: their tensors bound, and their encoder and
+// decoder as passes over the op table (docs/autoencoders.md draws both).
 #include <stdio.h>
 
 #include "model/autoencoder_internal.h"
@@ -10,7 +10,13 @@
 
 typedef struct {
     AeConv c0, c2, c4;  // conv, ReLU, conv, ReLU, conv; plus the input (the same width); ReLU
+    int pool;           // TAEF2: first x + p3(ReLU(GroupNorm_4(p0(x)))), 1x1 convolutions without bias
+    AeConv p0, p3;      // (4C, C, 1, 1), (C, 4C, 1, 1)
+    AeNorm pn;          // (4C)
 } TinyBlock;
+
+#define POOL_GROUPS 4
+#define POOL_EPS 1e-5f  // torch.nn.GroupNorm's default
 
 typedef struct {
     int width;
@@ -20,18 +26,45 @@ typedef struct {
     TinyBlock dec_block[DEC_BLOCKS];
 } TinyNet;
 
+// A block's convolutions, and its pool where the file has one (any of its tensors there binds all three).
 static void bind_block(AeBinder *bd, TinyBlock *b, const char *part, int index, int C) {
     char name[96];
     for (int j = 0; j < 3; j++) {
         snprintf(name, sizeof name, "%s.layers.%d.conv.%d", part, index, 2 * j);
         ae_bind_conv(bd, j == 0 ? &b->c0 : j == 1 ? &b->c2 : &b->c4, name, C, C, 3, 1);
     }
+    static const char *const pool_tensors[] = {"pool.0.weight", "pool.1.weight", "pool.1.bias", "pool.3.weight"};
+    for (int j = 0; j < 4 && !b->pool; j++) {
+        snprintf(name, sizeof name, "%s.layers.%d.%s", part, index, pool_tensors[j]);
+        b->pool = st_find(bd->f, name) != NULL;
+    }
+    if (!b->pool) return;
+    snprintf(name, sizeof name, "%s.layers.%d.pool.0", part, index);
+    ae_bind_conv(bd, &b->p0, name, 4 * C, C, 1, 0);
+    snprintf(name, sizeof name, "%s.layers.%d.pool.1", part, index);
+    ae_bind_norm(bd, &b->pn, name, 4 * C);
+    snprintf(name, sizeof name, "%s.layers.%d.pool.3", part, index);
+    ae_bind_conv(bd, &b->p3, name, C, 4 * C, 1, 0);
+}
+
+// TAEF2's pool: cur += p3(ReLU(GroupNorm(p0(cur)))); the 4C map lives at the block's resolution, 1/8 of
+// the frame's side, so it fits the buffers sized for C channels at full resolution.
+static void pool(AeRun *r, const TinyBlock *blk) {
+    const Backend *be = r->be;
+    int none[4] = {0, 0, 0, 0}, C4 = 4 * r->C;
+    real *a = r->t[0], *b = r->t[1];
+    be->conv2d_fwd(a, r->cur, blk->p0.w, NULL, r->B, r->C, r->H, r->W, C4, 1, 1, none);
+    be->group_norm_fwd(b, a, blk->pn.gamma, blk->pn.beta, r->B, C4, (long)r->H * r->W, POOL_GROUPS, POOL_EPS);
+    be->act_fwd(b, b, (size_t)r->B * C4 * r->H * r->W, ACT_RELU);
+    be->conv2d_fwd(a, b, blk->p3.w, NULL, r->B, C4, r->H, r->W, r->C, 1, 1, none);
+    be->add_fwd(r->cur, r->cur, a, ae_values(r));
 }
 
 // cur = ReLU(conv4(ReLU(conv2(ReLU(conv0(cur))))) + cur)
 static void block(AeRun *r, const TinyBlock *blk) {
     const Backend *be = r->be;
     int pad[4] = {1, 1, 1, 1};
+    if (blk->pool) pool(r, blk);
     size_t n = ae_values(r);
     real *a = r->t[0], *b = r->t[1];
     be->conv2d_fwd(a, r->cur, blk->c0.w, blk->c0.b, r->B, r->C, r->H, r->W, r->C, 3, 1, pad);
@@ -87,9 +120,6 @@ int ae_bind_tiny(Autoencoder *ae, AeBinder *bd) {
     if (w->ndim != 4 || w->shape[0] < 1 || w->shape[0] > 4096 || w->shape[1] < 1 || w->shape[1] > 4096)
         return fc_errf(bd->err, bd->errlen, "%s: tensor %s is not a convolution's weight (C_out, C_in, 3, 3)", bd->path,
                        w->name);
-    if (st_find(bd->f, "decoder.layers.2.pool.0.weight") || st_find(bd->f, "decoder.layers.2.pool.1.weight"))
-        return fc_errf(bd->err, bd->errlen, "%s: a tiny decoder whose mid-blocks carry a GroupNorm pool (TAEF2, tensor "
-                       "decoder.layers.2.pool.*), which this version does not read yet", bd->path);
     int C = (int)w->shape[0], L = e0 ? 0 : (int)d0->shape[1];
     if (e0) {
         const StEntry *out = st_find(bd->f, "encoder.layers.14.weight");
@@ -129,5 +159,11 @@ int ae_bind_tiny(Autoencoder *ae, AeBinder *bd) {
         snprintf(name, sizeof name, "decoder.layers.%d", index);
         ae_bind_conv(bd, &t->dec_out, name, 3, C, 3, 1);
     }
+    int pools = 0;
+    for (int k = 0; k < ENC_BLOCKS; k++) pools += t->enc_block[k].pool;
+    for (int k = 0; k < DEC_BLOCKS; k++) pools += t->dec_block[k].pool;
+    if (pools)
+        snprintf(ae->what, sizeof ae->what, "TAESD (tiny autoencoder) with %d GroupNorm pools (TAEF2), width %d", pools,
+                 C);
     return bd->failed;
 }

@@ -107,10 +107,13 @@ int main(int argc, char **argv) {
     t_against_pytorch(argv[1], "kl16.safetensors", "kl16", "kl16");
     t_against_pytorch(argv[1], "kl_original.safetensors", "kl", "kl");  // the same weights, the original names
     t_against_pytorch(argv[1], "kl_legacy.safetensors", "kl", "kl");    // diffusers' older attention names
+    t_against_pytorch(argv[1], "taef2.safetensors", "taef2", "taef2");  // GroupNorm pools, 32 latent channels
+    t_against_pytorch(argv[1], "taef2_converted.safetensors", "taef2", "taef2");  // its .pth pair converted
     t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
     t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
     t_refused(argv[1], "bad_kl_missing.safetensors", "tensor decoder.mid_block.attentions.0.to_k.weight (64, 64, 1, 1) is missing");
     t_refused(argv[1], "bad_unknown.safetensors", "no autoencoder this version reads");
+    t_refused(argv[1], "bad_taef2_missing.safetensors", "tensor decoder.layers.3.pool.1.bias (64) is missing");
     t_refused(argv[1], "no_such_file.safetensors", "no_such_file");
     st_free(&g_io);
     return g_failed != 0;
