@@ -5,6 +5,7 @@
 
 #include "base/common.h"
 #include "base/config.h"
+#include "model/autoencoder.h"
 #include "model/memplan.h"
 #include "train/train.h"
 #include "report/preview.h"
@@ -13,7 +14,7 @@
 
 static const char *HELP_TRAIN =
     "usage: framechain train --config FILE --run DIR [--data DIR] [--steps N] [--set key=value ...]\n"
-    "                        [--vram-budget GIB] [--sync-checkpoints]\n"
+    "                        [--vram-budget GIB] [--sync-checkpoints] [--vae FILE]\n"
     "       framechain train --config FILE --run DIR --extend --steps N [...]\n"
     "       framechain train --from RUN/ckpt-XXXXXXXX.safetensors --run NEW [--config FILE] [--data DIR]\n"
     "                        [--steps N] [--set key=value ...]\n"
@@ -32,6 +33,10 @@ static const char *HELP_TRAIN =
     "                with --set, --data and --steps over it; keys of the network are refused; the\n"
     "                parent and the keys changed are recorded in the lineage ('framechain inspect' shows\n"
     "                it); rerun the same command to resume the fork\n"
+    "\n"
+    "  --vae FILE    a run on latents (prepare --vae): the autoencoder the data was made with (checked by\n"
+    "                its SHA-256), which decodes the previews (sample_every); it stays on the device for\n"
+    "                the run, and the memory plan counts it\n"
     "\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
     "A checkpoint is copied into page-locked host memory and written by a background thread while\n"
@@ -54,7 +59,8 @@ static Config fork_config(Opt *opts, const Config *parent) {
 
 int cmd_train(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
-                  {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {NULL}};
+                  {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {"--vae", 1},
+                  {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
@@ -92,13 +98,23 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                c.depth, be->name);
     TrainHooks hooks = {0};
     Preview *preview = NULL;
+    const char *vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL;
+    Autoencoder *ae = NULL;
+    if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);
+    if (vae && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
     if (c.sample_every > 0) {  // before the run starts: preview_data that cannot serve ends it here
-        if (!(preview = preview_open(&c, run, data, err, sizeof err))) fc_die("%s", err);
-        printf("previews: %s, into %s/samples/\n", preview_describe(preview), run);
-        hooks = (TrainHooks){preview_take, preview};
+        if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
+        printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
+               ae ? vae : "");
+        hooks = (TrainHooks){preview_take, preview, 0};
+        if (ae) {  // resident for the run: its weights and one frame's activations (the scratch apart)
+            int P = c.frame_size * autoencoder_factor(ae);
+            hooks.resident = autoencoder_memory_bytes(ae, 1, P, P);
+        }
     }
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
     preview_close(preview);
+    free_autoencoder(ae);
     return status;
 }

@@ -102,6 +102,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     line(out, "activations", p->activations);
     line(out, "inputs", p->inputs);
     if (p->workspace > 0) line(out, "workspace", p->workspace);
+    if (p->autoencoder > 0) line(out, "autoencoder", p->autoencoder);
     line(out, "total", p->total);
     if (budget > 0) {
         line(out, "budget", budget);

@@ -16,6 +16,7 @@ typedef struct {
     double activations;  // what the backward pass keeps, plus its gradient scratch
     double inputs;       // the step's windows, noise, targets, positions
     double workspace;    // the backend's scratch (attention statistics, reductions), estimated
+    double autoencoder;  // an autoencoder resident for the previews of a run on latents (train --vae); 0: none
     double total;
     double model;        // of these, what build_model allocates (model_memory_bytes): exact
     size_t params;

@@ -11,6 +11,8 @@
 #include "base/paths.h"
 #include "chain/sampler.h"
 #include "dataset/clip_window.h"
+#include "dataset/latents.h"
+#include "dataset/loader.h"
 #include "dataset/moving_shapes.h"
 #include "formats/shards.h"
 #include "report/plot.h"
@@ -23,11 +25,16 @@ struct Preview {
     char run[4096];
     int K;                 // windows shown
     int order[MAX_SLOTS];  // the slots in time order
-    size_t E;              // values in a frame
+    size_t E;              // values in a frame (the model's: latents for a run on latents)
+    Autoencoder *ae;       // a run on latents: the decoder of its frames; NULL: frames
+    int P;                 // the side of a frame drawn: frame_size, or the decoded frames'
+    real *pixels;          // (3, P, P): a decoded frame
+    real *truth_px;        // (K, F, 3, P, P): the real windows decoded, once
     real *truth;           // (B, F, E): the windows as the footage has them (windows K..B-1 repeat window 0)
     real *made;            // (B, F, E): the same with the target slots sampled
     char what[512];        // preview_describe
     char *tsv;             // windows.tsv's text, written by the first preview (the run's lock is held then)
+    char vae[4096];        // the autoencoder's file
     int recorded;
 };
 
@@ -37,16 +44,63 @@ struct Preview {
 // The clip shown as window k of K from a dataset of n clips: evenly spaced, the middle of each share.
 static int spaced_clip(int k, int K, int n) { return (int)(((2 * (long)k + 1) * n) / (2 * (long)K)); }
 
+// A run on latents: --vae is the file the data was made with (its SHA-256 against dataset.json's). 0, or -1.
+static int check_vae(Preview *p, const Dataset *d, char *err, size_t errlen) {
+    const LatentIdentity *want = dataset_latent(d);
+    LatentIdentity got;
+    if (latent_identity(p->ae, p->vae, want->image_size, &got, err, errlen)) return -1;
+    if (strcmp(got.sha256, want->sha256))
+        return fc_errf(err, errlen, "--vae %s: not the autoencoder %s was made with (its sha256 %.16s..., the data's "
+                       "%.16s...)", p->vae, dataset_dir(d), got.sha256, want->sha256);
+    if (!autoencoder_has_decoder(p->ae))
+        return fc_errf(err, errlen, "--vae %s: %s: previews need the decoder", p->vae, autoencoder_describe(p->ae));
+    autoencoder_set_scaling(p->ae, want->scale, want->shift);
+    p->P = want->image_size;
+    return 0;
+}
+
+// Whether c's plan fits d's latent clips (the loader checked the channels and side): 0 with *lo the earliest
+// offset, or -1 with one line.
+static int latent_window_fits(const Config *c, const Dataset *d, int *lo, char *err, size_t errlen) {
+    if (loader_check_config(d, c, err, errlen)) return -1;
+    int hi = 0;
+    *lo = 0;
+    for (int f = 0; f < c->slots; f++) {
+        int o = (int)c->slot_offset[f];
+        if (!f || o < *lo) *lo = o;
+        if (!f || o > hi) hi = o;
+    }
+    if (hi - *lo + 1 > dataset_clip_frames(d))
+        return fc_errf(err, errlen, "%s: the plan spans %d frames, more than its clips have (clip_frames %d)",
+                       dataset_dir(d), hi - *lo + 1, dataset_clip_frames(d));
+    return 0;
+}
+
+// The first window of latent clip `clip` into window (F, C, n, n): slot f is frame offset[f] - lo, unmirrored.
+static int latent_first_window(Preview *p, const Dataset *d, int lo, int clip, real *window, char *err,
+                               size_t errlen) {
+    int F = p->c.slots, frames[MAX_SLOTS];
+    for (int f = 0; f < F; f++) frames[f] = (int)p->c.slot_offset[f] - lo;
+    float *vals = fc_malloc(sizeof(float) * F * p->E);
+    int rc = dataset_read_latent_frames(d, clip, F, frames, 0, vals, err, errlen);
+    for (size_t e = 0; e < (size_t)F * p->E && rc == 0; e++) window[e] = (real)vals[e];
+    free(vals);
+    return rc;
+}
+
 // Window k from clip `want` of d, or the next clip that is not damaged. Appends its windows.tsv line.
 // 0, or -1 with err (a shard that cannot be read, every clip damaged).
 static int read_window(Preview *p, const Dataset *d, int lo, int k, int want, uint8_t *raw, char *tsv, size_t tsvlen,
                        char *err, size_t errlen) {
     int n = dataset_clips(d);
     for (int tries = 0; tries < n; tries++) {
-        int clip = (want + tries) % n, got = dataset_read_clip(d, clip, raw, err, errlen);
+        int clip = (want + tries) % n;
+        real *window = p->truth + (size_t)k * p->c.slots * p->E;
+        int got = p->ae ? latent_first_window(p, d, lo, clip, window, err, errlen)
+                        : dataset_read_clip(d, clip, raw, err, errlen);
         if (got == DATASET_CLIP_DAMAGED) continue;
         if (got) return -1;
-        clip_first_window(&p->c, lo, raw, p->truth + (size_t)k * p->c.slots * p->E);
+        if (!p->ae) clip_first_window(&p->c, lo, raw, window);
         char source[1024] = "?";
         long first = 0;
         ClipLocation where = {0};
@@ -68,13 +122,19 @@ static int dataset_windows(Preview *p, const char *folder, const char *key, char
     char why[1024];
     Dataset *d = dataset_open(folder, why, sizeof why);
     if (!d) return fc_errf(err, errlen, "%s: %s", key, why);
-    if (dataset_latent(d)) {
-        fc_errf(err, errlen, "%s: %s holds latents: previews show frames, and a run on latents has no decoder to make "
-                "them: set sample_every = 0", key, folder);
+    if (!dataset_latent(d) != !p->ae) {
+        fc_errf(err, errlen, dataset_latent(d) ? "%s: %s holds latents: its previews are decoded by the autoencoder "
+                "it was made with: give train --vae FILE (or set sample_every = 0)" : "%s: %s holds frames: --vae is "
+                "for the previews of a run on latents", key, folder);
         dataset_close(d);
         return -1;
     }
-    int lo, rc = clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
+    if (p->ae && check_vae(p, d, err, errlen)) {
+        dataset_close(d);
+        return -1;
+    }
+    int lo, rc = p->ae ? latent_window_fits(&p->c, d, &lo, why, sizeof why)
+                       : clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
     if (rc) fc_errf(err, errlen, "%s: %s", key, why);
     int n = dataset_clips(d);
     if (rc == 0) {
@@ -117,9 +177,14 @@ static int record_windows(const Preview *p, const char *text, char *err, size_t 
     return 0;
 }
 
-Preview *preview_open(const Config *c, const char *run, const char *train_data, char *err, size_t errlen) {
+Preview *preview_open(const Config *c, const char *run, const char *train_data, Autoencoder *ae, const char *vae,
+                      char *err, size_t errlen) {
     Preview *p = fc_calloc(1, sizeof *p);
     p->c = *c;
+    p->ae = ae, p->P = c->frame_size;
+    if (ae) p->pixels = fc_malloc(sizeof(real) * 3 * (size_t)c->frame_size * autoencoder_factor(ae) *
+                                  c->frame_size * autoencoder_factor(ae));
+    snprintf(p->vae, sizeof p->vae, "%s", vae ? vae : "");
     snprintf(p->run, sizeof p->run, "%s", run);
     snprintf(p->dir, sizeof p->dir, "%s/samples", run);
     int F = c->slots, B = c->batch_size;
@@ -136,7 +201,8 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
     char tsv[16384];
     const char *folder = c->preview_data[0] ? c->preview_data : train_data;
     int rc = 0;
-    if (folder) {
+    if (ae && !folder) rc = fc_errf(err, errlen, "--vae: the previews of a run on latents need its --data");
+    else if (folder) {
         rc = dataset_windows(p, folder, c->preview_data[0] ? "preview_data" : "--data", tsv, sizeof tsv, err, errlen);
     } else {  // the moving shapes of step 0: training draws steps 1, 2, ...
         shapes_batch(p->truth, c, B, (uint64_t)c->seed, 0);
@@ -168,6 +234,7 @@ void preview_close(Preview *p) {
     free(p->truth);
     free(p->made);
     free(p->tsv);
+    free(p->pixels), free(p->truth_px);
     free(p);
 }
 
@@ -194,10 +261,34 @@ static void draw_frame(Canvas *cv, const real *frame, int N, int z, int x, int y
         }
 }
 
+// A run on latents: the real windows decoded into p->truth_px, once. 0, or -1 with err.
+static int decode_truth(Preview *p, char *err, size_t errlen) {
+    if (!p->ae || p->truth_px) return 0;
+    size_t px = (size_t)3 * p->P * p->P;
+    int n = p->c.frame_size, frames = p->K * p->c.slots;
+    p->truth_px = fc_malloc(sizeof(real) * px * frames);
+    for (int i = 0; i < frames; i++)
+        if (autoencoder_decode(p->ae, p->truth + i * p->E, 1, n, n, p->truth_px + i * px, err, errlen)) {
+            free(p->truth_px);
+            p->truth_px = NULL;
+            return -1;
+        }
+    return 0;
+}
+
+// Slot s of window k as the frame drawn (3, P, P): made (the model's) or real; a latent one decoded.
+static const real *shown_frame(Preview *p, int k, int s, int made, char *err, size_t errlen) {
+    size_t W = (size_t)p->c.slots * p->E;
+    if (!p->ae) return (made ? p->made : p->truth) + k * W + s * p->E;
+    if (!made) return p->truth_px + ((size_t)k * p->c.slots + s) * 3 * p->P * p->P;
+    int n = p->c.frame_size;
+    return autoencoder_decode(p->ae, p->made + k * W + s * p->E, 1, n, n, p->pixels, err, errlen) ? NULL : p->pixels;
+}
+
 // The preview image of p->made beside p->truth into cv (initialised here). 0, or -1 with err.
-static int draw_preview(const Preview *p, int step, Canvas *cv, char *err, size_t errlen) {
+static int draw_preview(Preview *p, int step, Canvas *cv, char *err, size_t errlen) {
     const Config *c = &p->c;
-    int N = c->frame_size, F = c->slots, z = N >= 96 ? 1 : (96 + N - 1) / N;
+    int N = p->P, F = c->slots, z = N >= 96 ? 1 : (96 + N - 1) / N;
     int cell = z * N + 4, gap = 6, margin = 10, th = text_height(1);
     int label_w = text_width("made", 1) + 10;
     int width = 2 * margin + label_w + F * cell + (F - 1) * gap;
@@ -216,15 +307,17 @@ static int draw_preview(const Preview *p, int step, Canvas *cv, char *err, size_
         int x = margin + label_w + j * (cell + gap);
         canvas_text(cv, x + (cell - text_width(off, 1)) / 2, margin + th + 6, off, RGB_TEXT, 1);
     }
-    size_t W = (size_t)F * p->E;
+    if (decode_truth(p, err, errlen)) return -1;
     for (int k = 0; k < p->K; k++) {
         int y = top + k * (2 * cell + 4 + 12);
         canvas_text(cv, margin, y + (cell - th) / 2, "made", RGB_TEXT, 1);
         canvas_text(cv, margin, y + cell + 4 + (cell - th) / 2, "real", RGB_TEXT, 1);
         for (int j = 0; j < F; j++) {
             int s = p->order[j], x = margin + label_w + j * (cell + gap), target = c->slot_kind[s] == SLOT_TARGET;
-            draw_frame(cv, p->made + k * W + s * p->E, N, z, x, y, target ? MADE_BORDER : GIVEN_BORDER);
-            draw_frame(cv, p->truth + k * W + s * p->E, N, z, x, y + cell + 4, REAL_BORDER);
+            const real *made = shown_frame(p, k, s, 1, err, errlen);
+            if (!made) return -1;
+            draw_frame(cv, made, N, z, x, y, target ? MADE_BORDER : GIVEN_BORDER);
+            draw_frame(cv, shown_frame(p, k, s, 0, err, errlen), N, z, x, y + cell + 4, REAL_BORDER);
         }
     }
     return 0;
@@ -238,7 +331,7 @@ void preview_take(void *preview, Model *m, int step) {
     size_t values = (size_t)m->S * m->E;
     memcpy(p->made, p->truth, sizeof(real) * values);
     SampleOptions o = {.steps = 0, .seed = (uint64_t)p->c.seed, .noise_aug = PREVIEW_NOISE_AUG, .guidance = 1.0,
-                       .temperature = 1.0, .quiet = 1};
+                       .temperature = 1.0, .quiet = 1, .latent = p->ae != NULL};
     sample_plan_windows(m, p->made, &o);
     Canvas cv = {0};
     char path[4300], err[4400];

@@ -4,6 +4,9 @@
 // each window a row of the frames the model was given and the frames it made, above a row of the real
 // frames, the slots in time order.
 //
+// A run on latents (prepare --vae) shows them decoded: the windows' latents read, sampled in latent
+// space, each frame decoded by the autoencoder train --vae gives (the very file the data was made with).
+//
 // The windows: up to PREVIEW_WINDOWS (and at most batch_size, the batch the model samples at once),
 // each the first window of one clip (clip_window.h) of preview_data, or of the run's own --data when
 // preview_data is none; the clips evenly spaced over the dataset, a damaged one replaced by the next.
@@ -17,6 +20,7 @@
 #include <stddef.h>
 
 #include "base/config.h"
+#include "model/autoencoder.h"
 #include "model/model.h"
 
 #define PREVIEW_WINDOWS 4
@@ -26,8 +30,11 @@ typedef struct Preview Preview;
 // The previews of run for config c: windows chosen and read; nothing written yet (the run folder is
 // not locked yet). train_data: the run's --data (NULL: the built-in shapes). NULL with one line in err
 // when the data cannot serve c's plan (a folder that is no dataset, frames of another size, clips
-// shorter than the plan): train stops before anything is written.
-Preview *preview_open(const Config *c, const char *run, const char *train_data, char *err, size_t errlen);
+// shorter than the plan): train stops before anything is written. ae, vae: for data of latents, the
+// autoencoder and its file (checked against the dataset's record by its SHA-256), kept for the decoding
+// (the caller frees it after preview_close); NULL for frames (refused with latents, and the reverse).
+Preview *preview_open(const Config *c, const char *run, const char *train_data, Autoencoder *ae, const char *vae,
+                      char *err, size_t errlen);
 
 // The preview of `step` (TrainHooks.preview): m holds the EMA weights, at c's batch size. The first
 // also makes RUN/samples and writes windows.tsv. An image (or the record) that cannot be written is

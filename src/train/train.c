@@ -223,6 +223,7 @@ static void open_run_folder(Trainer *t) {
 static void check_memory_plan(Trainer *t, double vram_budget) {
     const Backend *be = t->be;
     t->plan = memory_plan(t->c, t->c->batch_size, plan_device(be->name, be->precision));
+    if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident, t->plan.total += t->hooks->resident;
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (t->on_gpu && t->plan.total > vram_budget)

@@ -15,6 +15,7 @@
 typedef struct {
     void (*preview)(void *ctx, Model *m, int step);
     void *ctx;
+    double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
 } TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in

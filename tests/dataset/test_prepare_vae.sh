@@ -81,8 +81,23 @@ refused prepare_vae_refuses_decoder_only 1 "prepare --vae needs the encoder, and
     "$FC" prepare --vae "$tmp/decoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
-refused prepare_vae_refuses_previews 1 "holds latents: previews show frames, and a run on latents has no decoder to make them: set sample_every = 0" \
+refused prepare_vae_refuses_previews 1 "holds latents: its previews are decoded by the autoencoder it was made with: give train --vae FILE" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1
+
+# previews of a run on latents: train --vae decodes them; the plan counts the resident autoencoder
+"$FC" --threads 1 train "${latent[@]}" --set sample_every=5 --set preview_budget=1 --data "$tmp/lat_25" \
+    --run "$tmp/run_pv" --steps 10 --vae "$dir/taesd.safetensors" > "$tmp/pv.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "decoded by $dir/taesd.safetensors" "$tmp/pv.log" && grep -q '^  autoencoder ' "$tmp/pv.log" &&
+    [ -s "$tmp/run_pv/samples/step-00000005.png" ] && [ -s "$tmp/run_pv/samples/step-00000010.png" ]
+expect train_vae_previews $? "exit $rc; $(grep -E 'decoded by|^  autoencoder' "$tmp/pv.log" | tr '\n' ' '); samples: $(ls "$tmp/run_pv/samples" | tr '\n' ' ')"
+refused train_vae_refuses_other 1 "not the autoencoder $tmp/lat_25 was made with" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd_f16.safetensors"
+refused train_vae_refuses_frames 1 "holds frames: --vae is for the previews of a run on latents" \
+    "$FC" train --config configs/tiny/extrapolate.conf --set sample_every=5 --data "$tmp/pix_tiny" --run "$tmp/none" --steps 1 \
+    --set frame_size=64 --vae "$dir/taesd.safetensors"
+refused train_vae_refuses_no_previews 2 "it decodes the previews, and sample_every is 0" \
+    "$FC" train "${latent[@]}" --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
 
 # generate --vae: the three tiny models on the latents, chained from Megamind.avi's first frame (another
 # scene), every frame decoded: a video of 64x64 frames; refused in one line: no --vae, another file than
