@@ -92,25 +92,24 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
                         : DEFAULT_VRAM_BUDGET_GIB;
-    if (c.keep_blocks == KEEP_BLOCKS_AUTO)
-        printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
-               memory_plan_resolve(&c, c.batch_size, plan_device(be->name, be->precision), budget * 1073741824.0),
-               c.depth, be->name);
-    TrainHooks hooks = {0};
-    Preview *preview = NULL;
     const char *vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL;
     Autoencoder *ae = NULL;
     if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);
     if (vae && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
+    int P = ae ? c.frame_size * autoencoder_factor(ae) : 0;
+    double resident = ae ? autoencoder_memory_bytes(ae, 1, P, P) : 0;  // its weights, one frame's activations
+    if (c.keep_blocks == KEEP_BLOCKS_AUTO)  // what the autoencoder holds is not the blocks' to keep
+        printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
+               memory_plan_resolve(&c, c.batch_size, plan_device(be->name, be->precision),
+                                   budget * 1073741824.0 - resident),
+               c.depth, be->name);
+    TrainHooks hooks = {0};
+    Preview *preview = NULL;
     if (c.sample_every > 0) {  // before the run starts: preview_data that cannot serve ends it here
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
-        hooks = (TrainHooks){preview_take, preview, 0};
-        if (ae) {  // resident for the run: its weights and one frame's activations (the scratch apart)
-            int P = c.frame_size * autoencoder_factor(ae);
-            hooks.resident = autoencoder_memory_bytes(ae, 1, P, P);
-        }
+        hooks = (TrainHooks){preview_take, preview, resident};  // resident for the run (the scratch apart)
     }
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
