@@ -44,6 +44,8 @@ static void print_file_meta(const StFile *f) {
     const char *parent = st_meta(f, "parent"), *lineage = st_meta(f, "lineage");
     const char *data = st_meta(f, "data");
     if (data) printf("%-15s %s\n", "data", data);
+    const char *ae = st_meta(f, "autoencoder");
+    if (ae) printf("%-15s %s\n", "autoencoder", ae);
     if (parent) printf("%-15s %s\n", "parent", parent);
     if (lineage) {  // one line per fork or extension, oldest first
         printf("lineage:\n");

@@ -37,7 +37,7 @@ static const char *const DELTA_REFERENCES[] = {"nearest", "moved", "local", NULL
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
     {"frame_size", KEY_INT, OFF(frame_size), 4, 4096, "frames are frame_size x frame_size pixels"},
-    {"channels", KEY_INT, OFF(channels), 1, 64, "channels per frame (3 for RGB)"},
+    {"channels", KEY_INT, OFF(channels), 1, 64, "channels per frame (3 for RGB; a latent dataset's latent channels)"},
     {"patch", KEY_INT, OFF(patch), 1, 64, "patch side in pixels"},
     {"width", KEY_INT, OFF(width), 4, 16384, "transformer width D"},
     {"depth", KEY_INT, OFF(depth), 1, 256, "number of blocks"},

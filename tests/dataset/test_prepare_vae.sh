@@ -144,3 +144,6 @@ refused eval_vae_refuses_none 1 "the models were trained on latents (Autoencoder
     "$FC" eval "${ev[@]}" --data "$tmp/held"
 refused eval_vae_refuses_latent_data 1 "holds latents: eval compares frames" \
     "$FC" eval "${ev[@]}" --data "$tmp/lat_25" --vae "$dir/taesd.safetensors"
+"$FC" inspect "$tmp/run_starter/ckpt-00000010.safetensors" > "$tmp/ic.log" 2>&1
+grep -q "^autoencoder     AutoencoderTiny, 4 channels, 8x, frames of 64, scale 1, shift 0, sha256 $(sha256sum "$dir/taesd.safetensors" | cut -c1-64)$" "$tmp/ic.log"
+expect inspect_latent_checkpoint $? "$(grep '^autoencoder' "$tmp/ic.log")"
