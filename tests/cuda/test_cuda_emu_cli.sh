@@ -88,6 +88,42 @@ if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/ae.log" 2>&
             fail emu_cli_autoencode_$vae "round trip on cpu, cuda-fp32, cuda: '$cpu', '$f32', '$b16' ($(tail -1 "$tmp/ae-$vae-cuda.log"))"
         fi
     done
+    # latent space: a tiny autoencoder's latents (prepared on the CPU), the three tiny models trained on
+    # them on the emulated device, generate --vae on each device: cuda-fp32 within 40 dB of the CPU's frames
+    "$FC" --device cpu prepare --vae "$tmp/ae/taesd.safetensors" --input "$SAMPLES/vtest.avi" --out "$tmp/lat" \
+        --size 64 --clip-frames 25 > "$tmp/lat.log" 2>&1
+    for role in starter extrapolate interpolate; do
+        "$FC" --device cuda train --config "configs/tiny/$role.conf" --set frame_size=8 --set channels=4 \
+            --set patch=2 --data "$tmp/lat" --run "$tmp/lat-$role" --steps 4 > "$tmp/lat-$role.log" 2>&1
+    done
+    for dev in cpu cuda-fp32 cuda; do
+        "$FC" --device $dev generate --starter "$tmp/lat-starter" --extrapolate "$tmp/lat-extrapolate" \
+            --interpolate "$tmp/lat-interpolate" --first-frame "$SAMPLES/Megamind.avi" --frames 9 --steps 2 \
+            --vae "$tmp/ae/taesd.safetensors" --out "$tmp/lgen-$dev" --quiet > "$tmp/lgen-$dev.log" 2>&1
+    done
+    cmp_frames=$("$PYTHON" - "$tmp/lgen-cpu" "$tmp/lgen-cuda-fp32" "$tmp/lgen-cuda" <<'PY'
+import math, os, sys
+sys.path.insert(0, "tests/report")
+from pngread import load_png
+def psnr(a, b):
+    mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+    return 99.0 if mse == 0 else 10 * math.log10(255 * 255 / mse)
+names = sorted(f for f in os.listdir(sys.argv[1]) if f.endswith(".png"))
+for d in sys.argv[2:]:
+    if sorted(f for f in os.listdir(d) if f.endswith(".png")) != names:
+        print("frames differ in number: %s" % d)
+        sys.exit(1)
+pixels = lambda path: b"".join(load_png(path)[2])
+worst = min(psnr(pixels(os.path.join(sys.argv[1], n)), pixels(os.path.join(sys.argv[2], n))) for n in names)
+print("%d frames; cuda-fp32 against cpu: worst frame %.1f dB" % (len(names), worst))
+sys.exit(0 if len(names) == 9 and worst >= 40 else 1)
+PY
+)
+    if [ $? = 0 ]; then
+        pass emu_cli_latent_generate "trained on latents on the emulated device, generate --vae on cpu, cuda-fp32, cuda: $cmp_frames"
+    else
+        fail emu_cli_latent_generate "$cmp_frames; $(tail -1 "$tmp/lgen-cuda.log")"
+    fi
 else
     fail emu_cli_autoencode "tools/autoencoder_reference.py --make failed: $(tail -1 "$tmp/ae.log")"
 fi
