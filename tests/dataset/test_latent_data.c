@@ -191,7 +191,9 @@ static void test_latent_damage(const char *dir, const uint16_t *all) {
     check(rc_bad == DATASET_CLIP_DAMAGED && one_line(bad) && strstr(bad, "frame 3 (mirrored): CRC32 mismatch") &&
               strstr(bad, loc.shard) && ok_plain && rc_other == 0,
           "latent_damaged_frame", "%s; the same frame unmirrored and frame 2 mirrored read fine", bad);
-    rc_bad = dataset_read_clip(d, 2, (uint8_t *)fc_malloc(dataset_clip_bytes(d)), err, sizeof err);
+    uint8_t *whole = fc_malloc(dataset_clip_bytes(d));
+    rc_bad = dataset_read_clip(d, 2, whole, err, sizeof err);
+    free(whole);
     check(rc_bad == DATASET_CLIP_DAMAGED && strstr(err, "frame 3 (mirrored)"), "latent_damaged_clip", "%s", err);
     size_t len;
     uint8_t *bytes = test_read_file(path, &len);
