@@ -1,7 +1,7 @@
 // fuzz_shard.c: libFuzzer target for the shard checker (shard_check_bytes). Any input may be refused
-// (with one non-empty line); an accepted one must be a valid shard, checked here independently of
-// shards.c (the safetensors reader for the layout, zlib's one-shot uncompress2 and crc32 for the
-// clips): abort() on any violation.
+// (with one non-empty line); an accepted one must be a valid shard, of frames (format_version 1) or of
+// latents (2), checked here independently of shards.c (the safetensors reader for the layout, zlib's
+// one-shot uncompress2 and crc32 for the clips, each latent unit's CRC): abort() on any violation.
 // Byte-level mutations rarely get past the CRCs, so half of the mutations are made on the shard's
 // structure instead (a custom mutator): a metadata value, a clip's stored bytes with its CRC made to
 // match, a clip re-encoded (raw <-> zlib), two clips' names swapped, a size changed.
@@ -27,6 +27,42 @@ static long long number(const char *s, long long max) {
     return v <= max ? v : -1;
 }
 
+// An accepted shard of latents: content, channels, the clips' F16 tensors (F, 2, C, N, N) stored raw,
+// and each of the 2F units matching its CRC in frame_crc32.
+static void check_latent_shard(const StFile *f) {
+    const char *content = st_meta(f, "content");
+    if (!content || strcmp(content, "latents")) abort();
+    long long N = number(st_meta(f, "frame_size"), SHARD_MAX_FRAME_SIZE);
+    long long F = number(st_meta(f, "clip_frames"), SHARD_MAX_CLIP_FRAMES);
+    long long C = number(st_meta(f, "channels"), SHARD_MAX_CHANNELS);
+    long long clips = number(st_meta(f, "clips"), SHARD_MAX_CLIPS);
+    if (N < 1 || F < 1 || C < 1 || clips < 1 || clips != f->n) abort();
+    size_t unit = (size_t)(C * N * N * 2), raw = (size_t)F * 2 * unit;
+    if (raw > SHARD_MAX_CLIP_BYTES) abort();
+    if (f->nmeta != 7 + 5 * clips) abort();
+    for (long long k = 0; k < clips; k++) {
+        char key[64];
+        const char *v[5];
+        static const char *fields[] = {"encoding", "frame_crc32", "source", "first_frame", "fps"};
+        for (int j = 0; j < 5; j++) {
+            snprintf(key, sizeof key, "clip.%lld.%s", k, fields[j]);
+            if (!(v[j] = st_meta(f, key))) abort();
+        }
+        snprintf(key, sizeof key, "clip.%lld", k);
+        const StEntry *e = st_find(f, key);
+        if (!e || strcmp(e->dtype, "F16") || strcmp(v[0], "raw") || e->ndim != 5 || e->shape[0] != F ||
+            e->shape[1] != 2 || e->shape[2] != C || e->shape[3] != N || e->shape[4] != N || e->end - e->begin != raw)
+            abort();
+        if (strlen(v[1]) != (size_t)(16 * F) || strspn(v[1], "0123456789abcdef") != (size_t)(16 * F)) abort();
+        const uint8_t *p = st_data(f, e);
+        for (long long u = 0; u < 2 * F; u++) {
+            char crc[16];
+            snprintf(crc, sizeof crc, "%08lx", crc32(0, p + u * unit, (uInt)unit));
+            if (memcmp(crc, v[1] + 8 * u, 8)) abort();
+        }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[1024] = "";
     if (shard_check_bytes(data, size, err, sizeof err)) {
@@ -36,7 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     StFile f;
     if (st_parse(&f, data, size, err, sizeof err)) abort();  // a shard is a safetensors file
     const char *format = st_meta(&f, "format"), *version = st_meta(&f, "format_version");
-    if (!format || strcmp(format, "framechain-shard") || !version || strcmp(version, "1")) abort();
+    if (!format || strcmp(format, "framechain-shard") || !version) abort();
+    if (!strcmp(version, "2")) {
+        check_latent_shard(&f);
+        st_free(&f);
+        return 0;
+    }
+    if (strcmp(version, "1")) abort();
     long long N = number(st_meta(&f, "frame_size"), SHARD_MAX_FRAME_SIZE);
     long long F = number(st_meta(&f, "clip_frames"), SHARD_MAX_CLIP_FRAMES);
     long long clips = number(st_meta(&f, "clips"), SHARD_MAX_CLIPS);
