@@ -104,7 +104,7 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
     if (!cm->autoencoder[0] && !vae) return 0;
     if (!cm->autoencoder[0])
         return fc_errf(err, errlen, "--vae %s: the models were trained on frames, not latents: leave --vae out", vae);
-    LatentIdentity want, got;
+    LatentIdentity want;
     if (latent_identity_parse(cm->autoencoder, &want))
         return fc_errf(err, errlen, "the starter's checkpoint records an autoencoder that does not read: %s",
                        cm->autoencoder);
@@ -117,14 +117,12 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
     if (!autoencoder_has_encoder(a) || !autoencoder_has_decoder(a))
         rc = fc_errf(err, errlen, "%s: %s: %s needs the encoder (the given frames) and the decoder (the frames made)",
                      vae, autoencoder_describe(a), who);
-    else if (!(rc = latent_identity(a, vae, want.image_size, &got, err, errlen)) && strcmp(got.sha256, want.sha256))
-        rc = fc_errf(err, errlen, "--vae %s: not the autoencoder the models were trained with (its sha256 %.16s..., "
-                     "theirs %.16s...: %s)", vae, got.sha256, want.sha256, cm->autoencoder);
+    else
+        rc = latent_check_file(a, vae, &want, "the models were trained with", err, errlen);
     if (rc) {
         free_autoencoder(a);
         return -1;
     }
-    autoencoder_set_scaling(a, want.scale, want.shift);
     *ae = a;
     return 0;
 }

@@ -4,10 +4,11 @@
 #include "dataset/clip_window.h"
 
 int clip_window_fits(const Config *c, const char *who, const Dataset *d, int *lo, char *err, size_t errlen) {
-    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), hi = 0;
-    if (c->channels != 3 || c->frame_size != N)
-        return fc_errf(err, errlen, "%s: frames are %dx%d RGB, but %s makes %dx%d frames of %d channels", dataset_dir(d),
-                       N, N, who, c->frame_size, c->frame_size, c->channels);
+    int N = dataset_frame_size(d), CF = dataset_clip_frames(d), C = dataset_channels(d), hi = 0;
+    if (c->channels != C || c->frame_size != N)
+        return fc_errf(err, errlen, "%s: %s are %dx%d%s, but %s makes %dx%d frames of %d channels", dataset_dir(d),
+                       dataset_latent(d) ? "latents" : "frames", N, N, dataset_latent(d) ? "" : " RGB", who,
+                       c->frame_size, c->frame_size, c->channels);
     *lo = 0;
     for (int f = 0; f < c->slots; f++) {
         float o = c->slot_offset[f];

@@ -11,9 +11,9 @@
 #include "base/config.h"
 #include "formats/shards.h"
 
-// Whether c's frames and plan fit d's clips: 0 with *lo = the plan's earliest offset, or -1 with one line
-// naming d and `who` (the run or config the plan is of): another frame size or channel count, an offset
-// that is not a whole number of frames, a plan longer than a clip.
+// Whether c's frames and plan fit d's clips (RGB frames, or a latent dataset's latents): 0 with *lo = the
+// plan's earliest offset, or -1 with one line naming d and `who` (the run or config the plan is of): another
+// frame size or channel count, an offset that is not a whole number of frames, a plan longer than a clip.
 int clip_window_fits(const Config *c, const char *who, const Dataset *d, int *lo, char *err, size_t errlen);
 
 // The first window of a clip (F * N * N * 3 bytes as dataset_read_clip gives them) into window

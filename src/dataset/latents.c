@@ -24,6 +24,17 @@ int latent_identity(const Autoencoder *ae, const char *path, int image_size, Lat
     return 0;
 }
 
+int latent_check_file(Autoencoder *ae, const char *path, const LatentIdentity *want, const char *whose, char *err,
+                      size_t errlen) {
+    LatentIdentity got;
+    if (latent_identity(ae, path, want->image_size, &got, err, errlen)) return -1;
+    if (strcmp(got.sha256, want->sha256))
+        return fc_errf(err, errlen, "--vae %s: not the autoencoder %s (its sha256 %.16s..., the one recorded %.16s...)",
+                       path, whose, got.sha256, want->sha256);
+    autoencoder_set_scaling(ae, want->scale, want->shift);
+    return 0;
+}
+
 void latent_identity_text(const LatentIdentity *id, char *buf, size_t len) {
     snprintf(buf, len, "%s, %d channels, %dx, frames of %d, scale %.17g, shift %.17g, sha256 %s", id->family,
              id->channels, id->factor, id->image_size, id->scale, id->shift, id->sha256);

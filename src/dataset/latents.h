@@ -21,6 +21,12 @@ void latent_identity_text(const LatentIdentity *id, char *buf, size_t len);
 // The same read back: 0, or -1 when text is not such a line.
 int latent_identity_parse(const char *text, LatentIdentity *id);
 
+// Whether ae, read from `path`, is the autoencoder `want` records (the file's SHA-256 compared); when it is,
+// its scaling is set to want's. whose: what recorded it, for the line ("the models were trained with").
+// 0, or -1 with one line naming both digests.
+int latent_check_file(Autoencoder *ae, const char *path, const LatentIdentity *want, const char *whose, char *err,
+                      size_t errlen);
+
 // The family's name as a dataset records it: "AutoencoderKL" or "AutoencoderTiny".
 const char *latent_family_name(const Autoencoder *ae);
 

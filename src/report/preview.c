@@ -12,7 +12,6 @@
 #include "chain/sampler.h"
 #include "dataset/clip_window.h"
 #include "dataset/latents.h"
-#include "dataset/loader.h"
 #include "dataset/moving_shapes.h"
 #include "formats/shards.h"
 #include "report/plot.h"
@@ -46,33 +45,12 @@ static int spaced_clip(int k, int K, int n) { return (int)(((2 * (long)k + 1) * 
 
 // A run on latents: --vae is the file the data was made with (its SHA-256 against dataset.json's). 0, or -1.
 static int check_vae(Preview *p, const Dataset *d, char *err, size_t errlen) {
-    const LatentIdentity *want = dataset_latent(d);
-    LatentIdentity got;
-    if (latent_identity(p->ae, p->vae, want->image_size, &got, err, errlen)) return -1;
-    if (strcmp(got.sha256, want->sha256))
-        return fc_errf(err, errlen, "--vae %s: not the autoencoder %s was made with (its sha256 %.16s..., the data's "
-                       "%.16s...)", p->vae, dataset_dir(d), got.sha256, want->sha256);
+    char whose[4200];
+    snprintf(whose, sizeof whose, "%s was made with", dataset_dir(d));
+    if (latent_check_file(p->ae, p->vae, dataset_latent(d), whose, err, errlen)) return -1;
     if (!autoencoder_has_decoder(p->ae))
         return fc_errf(err, errlen, "--vae %s: %s: previews need the decoder", p->vae, autoencoder_describe(p->ae));
-    autoencoder_set_scaling(p->ae, want->scale, want->shift);
-    p->P = want->image_size;
-    return 0;
-}
-
-// Whether c's plan fits d's latent clips (the loader checked the channels and side): 0 with *lo the earliest
-// offset, or -1 with one line.
-static int latent_window_fits(const Config *c, const Dataset *d, int *lo, char *err, size_t errlen) {
-    if (loader_check_config(d, c, err, errlen)) return -1;
-    int hi = 0;
-    *lo = 0;
-    for (int f = 0; f < c->slots; f++) {
-        int o = (int)c->slot_offset[f];
-        if (!f || o < *lo) *lo = o;
-        if (!f || o > hi) hi = o;
-    }
-    if (hi - *lo + 1 > dataset_clip_frames(d))
-        return fc_errf(err, errlen, "%s: the plan spans %d frames, more than its clips have (clip_frames %d)",
-                       dataset_dir(d), hi - *lo + 1, dataset_clip_frames(d));
+    p->P = dataset_latent(d)->image_size;
     return 0;
 }
 
@@ -133,8 +111,7 @@ static int dataset_windows(Preview *p, const char *folder, const char *key, char
         dataset_close(d);
         return -1;
     }
-    int lo, rc = p->ae ? latent_window_fits(&p->c, d, &lo, why, sizeof why)
-                       : clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
+    int lo, rc = clip_window_fits(&p->c, "the run's config", d, &lo, why, sizeof why);
     if (rc) fc_errf(err, errlen, "%s: %s", key, why);
     int n = dataset_clips(d);
     if (rc == 0) {

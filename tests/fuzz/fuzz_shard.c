@@ -27,6 +27,15 @@ static long long number(const char *s, long long max) {
     return v <= max ? v : -1;
 }
 
+// The five metadata values of clip k, fields[j] into v[j]: every one must be there.
+static void clip_fields(const StFile *f, long long k, const char *const fields[5], const char *v[5]) {
+    char key[64];
+    for (int j = 0; j < 5; j++) {
+        snprintf(key, sizeof key, "clip.%lld.%s", k, fields[j]);
+        if (!(v[j] = st_meta(f, key))) abort();
+    }
+}
+
 // An accepted shard of latents: content, channels, the clips' F16 tensors (F, 2, C, N, N) stored raw,
 // and each of the 2F units matching its CRC in frame_crc32.
 static void check_latent_shard(const StFile *f) {
@@ -43,11 +52,8 @@ static void check_latent_shard(const StFile *f) {
     for (long long k = 0; k < clips; k++) {
         char key[64];
         const char *v[5];
-        static const char *fields[] = {"encoding", "frame_crc32", "source", "first_frame", "fps"};
-        for (int j = 0; j < 5; j++) {
-            snprintf(key, sizeof key, "clip.%lld.%s", k, fields[j]);
-            if (!(v[j] = st_meta(f, key))) abort();
-        }
+        static const char *const fields[] = {"encoding", "frame_crc32", "source", "first_frame", "fps"};
+        clip_fields(f, k, fields, v);
         snprintf(key, sizeof key, "clip.%lld", k);
         const StEntry *e = st_find(f, key);
         if (!e || strcmp(e->dtype, "F16") || strcmp(v[0], "raw") || e->ndim != 5 || e->shape[0] != F ||
@@ -89,11 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (long long k = 0; k < clips; k++) {
         char key[64];
         const char *v[5];
-        static const char *fields[] = {"encoding", "crc32", "source", "first_frame", "fps"};
-        for (int j = 0; j < 5; j++) {
-            snprintf(key, sizeof key, "clip.%lld.%s", k, fields[j]);
-            if (!(v[j] = st_meta(&f, key))) abort();
-        }
+        static const char *const fields[] = {"encoding", "crc32", "source", "first_frame", "fps"};
+        clip_fields(&f, k, fields, v);
         snprintf(key, sizeof key, "clip.%lld", k);
         const StEntry *e = st_find(&f, key);
         if (!e || strcmp(e->dtype, "U8")) abort();
