@@ -20,6 +20,7 @@ ifeq ($(SAN),1)
   CFLAGS += $(SAN_FLAGS)
   LDFLAGS += $(SAN_FLAGS)
   NO_CUDA := 1
+  NO_MPI := 1
 endif
 
 # ---- required: OpenBLAS through CBLAS (found by compiling against it, not by asking dpkg) ----
@@ -70,6 +71,24 @@ else
   LDLIBS += -lz $(shell pkg-config --libs $(FFMPEG_LIBS) 2>/dev/null) -lpthread
 endif
 
+# ---- MPI (optional): one run on several ranks, `mpirun -np N framechain train` (src/dist) ----
+# Found by compiling against it (pkg-config's mpi-c, which Open MPI and MPICH both ship, else what
+# mpicc says); NO_MPI=1 leaves it out, as does the sanitizer build (MPI's own allocations at exit are
+# not ours to report). Without it train runs one rank and says how to get more.
+ifneq ($(NO_MPI),1)
+  MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+  MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null || mpicc --showme:link 2>/dev/null)
+  HAVE_MPI   := $(shell printf '$(HASH)include <mpi.h>\nint main(void){return MPI_Init(0,0);}\n' | \
+                  $(CC) -x c - -o /dev/null $(MPI_CFLAGS) $(MPI_LIBS) >/dev/null 2>&1 && echo yes)
+endif
+ifeq ($(HAVE_MPI),yes)
+  CFLAGS     += -DFC_MPI $(MPI_CFLAGS)
+  LDLIBS     += $(MPI_LIBS)
+  MPI_STATUS := yes ($(shell pkg-config --modversion mpi-c 2>/dev/null || echo found))
+else
+  MPI_STATUS := no (one rank: apt-get install libopenmpi-dev openmpi-bin for mpirun)
+endif
+
 # ---- CUDA ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 ifeq ($(NO_CUDA),1)
@@ -89,7 +108,17 @@ ifneq ($(NVCC),)
                  -Xcompiler -fopenmp,-Wall,-Wno-format-truncation $(BLAS_CFLAGS)
   CFLAGS      += -DFC_CUDA
   LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
-  CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN))
+  # NCCL (the toolkit's, or Debian's libnccl-dev): the GPU ranks' collectives (cuda/nccl.cu); without
+  # it they go through host memory and MPI. Found by compiling against it; NO_NCCL=1 leaves it out.
+  ifneq ($(NO_NCCL),1)
+    HAVE_NCCL := $(shell printf '$(HASH)include <nccl.h>\nint main(void){int v;return (int)ncclGetVersion(&v);}\n' | \
+                   $(CC) -x c - -o /dev/null -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lnccl >/dev/null 2>&1 && echo yes)
+  endif
+  ifeq ($(HAVE_NCCL),yes)
+    NVCC_FLAGS += -DFC_NCCL
+    LDLIBS     += -lnccl
+  endif
+  CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN); NCCL $(or $(HAVE_NCCL),no))
 else
   CUDA_STATUS := no (CPU-only build)
 endif
@@ -97,7 +126,7 @@ endif
 # ---- sources: found per folder, one folder a layer (docs/architecture.md) ----
 # src/<layer>/ is the library; src/*.c are main and the commands. Every include names its layer
 # (#include "backend/backend.h") from src/, or from the top for the CUDA backend's C header.
-LAYERS   := base formats video backend backend/cpu model dataset train chain report
+LAYERS   := base formats video backend backend/cpu dist model dataset train chain report
 LIB_SRC  := $(filter-out src/video/%,$(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))) $(VIDEO_SRC)
 CMD_SRC  := $(wildcard src/*.c)
 OBJ      := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
@@ -112,7 +141,7 @@ DEPFLAGS := -MMD -MP
 all: info $(BIN)
 
 info:
-	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | CUDA $(CUDA_STATUS)"
+	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | MPI $(MPI_STATUS) | CUDA $(CUDA_STATUS)"
 
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(@D)
@@ -183,11 +212,11 @@ $(BUILD)/emu/lib_%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h
 $(BUILD)/test_cuda_emu: tests/cuda/test_cuda.c $(TEST_CUDA_PARTS) $(OBJ) $(EMU_OBJ)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/test_cuda_emu.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ \
-	    $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
+	    $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) -lstdc++
 
 # The whole program on the emulated GPU (tests/cuda/test_cuda_emu_cli.sh).
 $(BUILD)/framechain_emu: $(CMD_OBJ) $(OBJ) $(EMU_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(filter-out -lcudart -lcublas -lcublasLt,$(LDLIBS)) -lstdc++
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) -lstdc++
 endif
 
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.

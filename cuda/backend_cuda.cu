@@ -265,6 +265,10 @@ static void fill_table(Backend *be, int bf16) {
     cuda_register_conv(be);
 }
 
+static int g_device_index;  // backend_cuda_set_device
+
+extern "C" void backend_cuda_set_device(int index) { g_device_index = index; }
+
 // The CUDA backend computing in bf16 (bf16 != 0) or fp32, or NULL with *why.
 extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
     static char reason[256];
@@ -278,8 +282,10 @@ extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
         if (why) *why = reason;
         return NULL;
     }
+    int device = g_device_index % count;
+    cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaDriverGetVersion(&driver);

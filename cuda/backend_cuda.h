@@ -14,6 +14,18 @@ extern "C" {
 const Backend *backend_cuda(const char **why);
 // The CUDA backend with bf16 (bf16 != 0) or fp32 GEMMs ("cuda" / "cuda-fp32").
 const Backend *backend_cuda_precision(int bf16, const char **why);
+// The GPU the backend takes, as an index among the visible ones (taken modulo their count): a
+// rank's local rank, so that the ranks on one machine spread over its GPUs. Before the first
+// backend_cuda* call; 0 when never called.
+void backend_cuda_set_device(int index);
+// NCCL for the ranks of a run (cuda/nccl.cu): 0 once every rank has joined (err then names the NCCL
+// version), or -1 with why (a build without NCCL); share(bytes, n) carries rank 0's bytes to every
+// rank (dist_broadcast). Every rank calls it, and then each of the two below, together.
+int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err, size_t errlen);
+// In place over the ranks: the sum of n floats of device memory.
+void backend_cuda_nccl_sum(float *dev, size_t n);
+// ZeRO-1's all-gather, in place: rank r's values [start[r], start[r + 1]) of dev to every rank.
+void backend_cuda_nccl_gather(float *dev, const size_t *start);
 // For tests: a smaller cap on the attention backward's dS scratch (bytes; 0 restores ATTN_DS_CAP,
 // src/backend/attn_scratch.h), to exercise its chunks.
 void backend_cuda_set_attn_ds_cap(size_t bytes);

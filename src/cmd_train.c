@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "model/autoencoder.h"
 #include "model/memplan.h"
+#include "dist/dist.h"
 #include "train/train.h"
 #include "report/preview.h"
 #include "cli.h"
@@ -39,6 +40,9 @@ static const char *HELP_TRAIN =
     "                the run, and the memory plan counts it\n"
     "\n"
     "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
+    "'mpirun -np N framechain train ...' trains the same run on N ranks (a build with MPI: framechain\n"
+    "--version says): each takes batch_size / N windows of every step's batch, the same windows whatever\n"
+    "N is, and a GPU of its machine; rank 0 writes the run folder, whose checkpoints resume on any N.\n"
     "A checkpoint is copied into page-locked host memory and written by a background thread while\n"
     "training goes on; --sync-checkpoints waits for each write instead (the same files; the log's\n"
     "'blocked' figure compares the two).\n"
@@ -100,12 +104,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     double resident = ae ? autoencoder_memory_bytes(ae, 1, P, P) : 0;  // its weights, one frame's activations
     if (c.keep_blocks == KEEP_BLOCKS_AUTO)  // what the autoencoder holds is not the blocks' to keep
         printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
-               memory_plan_resolve(&c, c.batch_size, plan_device(be->name, be->precision),
+               memory_plan_resolve(&c, c.batch_size / dist_size(), plan_device(be->name, be->precision),
                                    budget * 1073741824.0 - resident),
                c.depth, be->name);
-    TrainHooks hooks = {0};
+    TrainHooks hooks = {.resident = resident};
     Preview *preview = NULL;
-    if (c.sample_every > 0) {  // before the run starts: preview_data that cannot serve ends it here
+    // Before the run starts: preview_data that cannot serve ends it here. Rank 0 takes the previews.
+    if (c.sample_every > 0 && dist_rank() == 0) {
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
@@ -115,5 +120,6 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
     preview_close(preview);
     free_autoencoder(ae);
+    dist_end();
     return status;
 }

@@ -5,6 +5,7 @@
 
 #include "base/common.h"
 #include "backend/registry.h"
+#include "dist/dist.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
             fc_set_threads(threads ? threads : fc_default_threads());
             printf("framechain %s\n", FC_VERSION);
             backend_print_versions(stdout);
+            printf("ranks:\n  %s\n", dist_build_info());
             return 0;
         }
         if (!strcmp(a, "--threads") || !strcmp(a, "--device")) {
@@ -77,6 +79,12 @@ int main(int argc, char **argv) {
     fc_set_threads(threads ? threads : fc_default_threads());
     const char *cmd = argv[i];
     cli_set_command(cmd);
+    // Training started by mpirun (or srun) is one rank of several (dist.h); each rank takes a GPU of
+    // its machine by its local rank.
+    if (!strcmp(cmd, "train")) {
+        dist_start();
+        backend_cuda_set_device(dist_local_rank());
+    }
     // A --device that cannot be had ends here, before any work.
     const Backend *be = backend_select(device);
     CommandFn run = find_command(cmd);

@@ -124,6 +124,9 @@ run_suite cli tests/cli/test_cli.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/train/test_train.sh "$FC"
 run_suite powerloss tests/train/test_powerloss.sh "$FC" "$BUILD"
 run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"
+# With the CUDA emulation's program (built wherever the toolkit's headers are) the GPU ranks' path runs too.
+run_suite distributed env PYTHON="$PYTHON" tests/train/test_dist.sh "$FC" \
+    "$([ -x "$BUILD/framechain_emu" ] && echo "$BUILD/framechain_emu")"
 run_suite prepare tests/dataset/test_prepare.sh "$FC"
 run_suite generate tests/chain/test_generate.sh "$FC"
 run_suite eval tests/chain/test_eval.sh "$FC"

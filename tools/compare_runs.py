@@ -19,12 +19,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import read_safetensors  # noqa: E402
 
 
-def losses(run):
+def losses_by_step(run):
+    """A run's loss of each step, from its metrics.jsonl (the last line of a step counts)."""
     out = {}
     with open(os.path.join(run, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
             out[rec["step"]] = rec["loss"]
+    return out
+
+
+def losses(run):
+    out = losses_by_step(run)
     return [out[k] for k in sorted(out)]
 
 

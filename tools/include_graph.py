@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "formats", "video", "backend", "model", "dataset", "train", "chain", "report", "commands"]
+LAYERS = ["base", "formats", "video", "backend", "dist", "model", "dataset", "train", "chain", "report", "commands"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

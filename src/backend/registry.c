@@ -12,6 +12,15 @@ __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char
     return NULL;
 }
 __attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
+__attribute__((weak)) void backend_cuda_set_device(int index) { (void)index; }
+__attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err,
+                                                  size_t errlen) {
+    (void)rank, (void)size, (void)share;
+    snprintf(err, errlen, "this build has no CUDA backend");
+    return -1;
+}
+__attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) { (void)dev, (void)n; }
+__attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *start) { (void)dev, (void)start; }
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
 __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }
 __attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }

@@ -94,6 +94,10 @@ static const KeyDef KEYS[] = {
     {"optimizer", KEY_ENUM, OFF(optimizer), 0, 0, "adamw8bit (8-bit moments) or adamw (fp32 moments)", OPTIMIZERS},
     {"checkpoint_every", KEY_INT, OFF(checkpoint_every), 1, 2e9, "steps between checkpoints"},
     {"keep_checkpoints", KEY_INT, OFF(keep_checkpoints), 1, 1000000, "the newest checkpoints kept on disk"},
+    {"shard_optimizer", KEY_INT, OFF(shard_optimizer), 0, 1,
+     "on several ranks (mpirun): 1: each rank keeps and updates the 8-bit AdamW state and the EMA of its part of the "
+     "weights only, then the ranks gather the updated weights (ZeRO-1: less memory a rank, the same bytes); 0: every "
+     "rank keeps all of it"},
     {"sample_every", KEY_INT, OFF(sample_every), 0, 2e9,
      "steps between previews: the EMA model samples its windows of held-out footage into RUN/samples/ (0: none)"},
     {"preview_budget", KEY_DOUBLE, OFF(preview_budget), 0.001, 1,
@@ -131,6 +135,7 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
+    c->shard_optimizer = 1;
     c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20, c->preview_budget = 0.05;
 }
 

@@ -51,6 +51,7 @@ struct Loader {
     const Backend *be;  // allocates the batch buffers (NULL: plain host memory)
     const Dataset *d;
     int B, F, N, C, nclips, starts, first;  // C: 3, or a latent dataset's channels
+    int b0;  // the global index of window 0: a rank's part of the step's batch (loader.h)
     int latent;                              // 1: windows read their own latent frames (no clip cache)
     int starts2, first2;  // the same at 2x speed (starts2 < 1: no clip is long enough for it)
     double mix_shapes, fast_fraction;
@@ -97,10 +98,10 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// The crop of window w at `step` (loader.h), its clip played at `speed`.
-static void draw_crop(const Loader *l, uint32_t step, int w, int speed, Crop *c) {
+// The crop of global window g at `step` (loader.h), its clip played at `speed`.
+static void draw_crop(const Loader *l, uint32_t step, uint64_t g, int speed, Crop *c) {
     double v[5];
-    for (int j = 0; j < 5; j++) v[j] = philox_uniform(l->seed, step, RNG_AUG, LOADER_CROP_BASE + 8 * (uint64_t)w + j);
+    for (int j = 0; j < 5; j++) v[j] = philox_uniform(l->seed, step, RNG_AUG, LOADER_CROP_BASE + 8 * g + j);
     int span = speed * l->span;
     c->side = l->N / (1 + (l->crop_zoom - 1) * v[0]);
     double room = l->N - c->side;
@@ -115,16 +116,17 @@ static void schedule(Loader *l, Batch *b, int step) {
     b->step = step, b->state = BATCH_FILLING, b->next = 0, b->done = 0, b->failed = 0, b->err[0] = 0;
     b->substituted = 0;
     for (int w = 0; w < l->B; w++) {
-        uint64_t base = (uint64_t)w * LOADER_INDEX_STRIDE;
+        uint64_t g = (uint64_t)l->b0 + (uint64_t)w;  // every draw is the global window's
+        uint64_t base = g * LOADER_INDEX_STRIDE;
         uint32_t s32 = (uint32_t)step;
-        double u_fast = philox_uniform(l->seed, s32, RNG_AUG, LOADER_FAST_BASE + (uint64_t)w);
-        double u_shapes = philox_uniform(l->seed, s32, RNG_AUG, LOADER_SHAPES_BASE + (uint64_t)w);
+        double u_fast = philox_uniform(l->seed, s32, RNG_AUG, LOADER_FAST_BASE + g);
+        double u_shapes = philox_uniform(l->seed, s32, RNG_AUG, LOADER_SHAPES_BASE + g);
         b->speed[w] = u_fast < l->fast_fraction && l->starts2 >= 1 ? 2 : 1;
         b->clip[w] = u_shapes < l->mix_shapes ? -1 : (int)pick(l->seed, s32, base, (uint32_t)l->nclips);
         b->t0[w] = b->speed[w] == 2 ? l->first2 + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts2)
                                     : l->first + (int)pick(l->seed, s32, base + 256, (uint32_t)l->starts);
-        b->flip[w] = (uint8_t)(philox_u32(l->seed, s32, RNG_AUG, LOADER_FLIP_BASE + (uint64_t)w) >> 31);
-        if (l->crop_zoom > 1) draw_crop(l, s32, w, b->speed[w], &b->crop[w]);
+        b->flip[w] = (uint8_t)(philox_u32(l->seed, s32, RNG_AUG, LOADER_FLIP_BASE + g) >> 31);
+        if (l->crop_zoom > 1) draw_crop(l, s32, g, b->speed[w], &b->crop[w]);
         b->keys[w] = (uint64_t)(uint32_t)(b->clip[w] + 1) << 32 | (uint32_t)w;  // shapes windows first
     }
     qsort(b->keys, (size_t)l->B, sizeof(uint64_t), cmp_u64);
@@ -167,10 +169,10 @@ static void make_window(const Loader *l, const Batch *b, int w, const uint8_t *c
     size_t plane = (size_t)N * N;
     real *out = b->buf + (size_t)w * l->window;
     if (b->clip[w] < 0) {
-        uint64_t at = (uint64_t)w * LOADER_INDEX_STRIDE + 511;
-        double start = 100 * philox_uniform(l->seed, (uint32_t)b->step, RNG_DATA, at);
+        uint64_t g = (uint64_t)l->b0 + (uint64_t)w;
+        double start = 100 * philox_uniform(l->seed, (uint32_t)b->step, RNG_DATA, g * LOADER_INDEX_STRIDE + 511);
         for (int f = 0; f < l->F; f++)
-            shapes_frame(out + (size_t)f * 3 * plane, 3, N, l->seed, (uint32_t)b->step, (uint32_t)w, start + l->off[f]);
+            shapes_frame(out + (size_t)f * 3 * plane, 3, N, l->seed, (uint32_t)b->step, (uint32_t)g, start + l->off[f]);
         return;
     }
     for (int f = 0; f < l->F; f++) {
@@ -424,11 +426,11 @@ static int slot_span(const Dataset *d, const Config *c, SlotSpan *s, char *err, 
 }
 
 // The loader with its prefetch + 1 batch buffers; no thread yet.
-static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed,
+static Loader *new_loader(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
                           int first_step, int prefetch, const SlotSpan *s) {
     int N = dataset_frame_size(d);
     Loader *l = fc_calloc(1, sizeof *l);
-    l->be = be, l->d = d, l->B = batch, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
+    l->be = be, l->d = d, l->B = batch, l->b0 = b0, l->F = c->slots, l->N = N, l->nclips = dataset_clips(d);
     l->C = dataset_channels(d), l->latent = dataset_latent(d) != NULL;
     l->starts = dataset_clip_frames(d) - (s->hi - s->lo), l->first = -s->lo, l->seed = seed;
     l->starts2 = dataset_clip_frames(d) - 2 * (s->hi - s->lo), l->first2 = -2 * s->lo;
@@ -495,8 +497,8 @@ static int start_workers(Loader *l, int threads, char *err, size_t errlen) {
     return 0;
 }
 
-Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
-                     int threads, int prefetch, char *err, size_t errlen) {
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
+                     int first_step, int threads, int prefetch, char *err, size_t errlen) {
     SlotSpan span;
     if (check_request(d, c, batch, first_step, threads, prefetch, err, errlen) ||
         slot_span(d, c, &span, err, errlen))
@@ -508,7 +510,7 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
                 bytes / (1 << 30));
         return NULL;
     }
-    Loader *l = new_loader(be, d, c, batch, seed, first_step, prefetch, &span);
+    Loader *l = new_loader(be, d, c, batch, b0, seed, first_step, prefetch, &span);
     if ((c->exclude[0] && exclude_list_read(d, c->exclude, l->excluded, err, errlen) < 0) ||
         start_workers(l, threads, err, errlen)) {
         free_loader(l);

@@ -2,7 +2,9 @@
 // step that needs them.
 //
 // What window b of step s sees is a pure function of (seed, s, b), so a resumed run needs only the
-// step and sees the samples of the uninterrupted one, whatever the thread count or the timing:
+// step and sees the samples of the uninterrupted one, whatever the thread count or the timing (b is
+// the window's index in the step's global batch: a rank that makes windows b0 .. b0 + batch - 1 of
+// it draws them as one rank drawing the whole batch would, dist.h):
 //   u(j)  = philox_u32(seed, s, RNG_DATA, b * 512 + j)
 //   pick(n, j0) = u(j) mod n for the first j = j0, j0 + 1, ... with u(j) < 2^32 - (2^32 mod n)
 //                 (rejection: exactly uniform; after 256 rejections, which never happens, the last u mod n)
@@ -66,8 +68,9 @@ typedef struct Loader Loader;
 // NULL with a one-line reason: a plan whose span does not fit in the dataset's clips, an offset
 // that is not a whole number, a frame size or channel count the dataset does not have, an exclude
 // list (c->exclude) that cannot be read, names a clip the dataset does not have or excludes them all.
-Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, uint64_t seed, int first_step,
-                     int threads, int prefetch, char *err, size_t errlen);
+// b0: the global index of this loader's first window (0 for one rank).
+Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
+                     int first_step, int threads, int prefetch, char *err, size_t errlen);
 // Whether config c can train on dataset d: its channels and frame_size are the dataset's (RGB frames:
 // 3 and their side; latents: the latent channels and side), and a latent dataset meets no crop_zoom
 // or mix_shapes. 0, or -1 with one line naming the dataset and the key.

@@ -52,13 +52,14 @@ void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_
         }
 }
 
-void shapes_batch(real *out, const Config *c, int B, uint64_t seed, uint32_t step) {
+void shapes_batch(real *out, const Config *c, int B, int b0, uint64_t seed, uint32_t step) {
     size_t frame = (size_t)c->channels * c->frame_size * c->frame_size;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int f = 0; f < c->slots; f++) {
-            double start = 100 * clip_uniform(seed, step, (uint32_t)b, 63);
-            shapes_frame(out + ((size_t)b * c->slots + f) * frame, c->channels, c->frame_size, seed, step, (uint32_t)b,
+            uint32_t clip = (uint32_t)(b0 + b);
+            double start = 100 * clip_uniform(seed, step, clip, 63);
+            shapes_frame(out + ((size_t)b * c->slots + f) * frame, c->channels, c->frame_size, seed, step, clip,
                          start + c->slot_offset[f]);
         }
 }

@@ -15,7 +15,8 @@
 void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_t clip, double time);
 
 // The clean windows of one step for a config's plan: (B, F, C, S, S), host memory. Window b is a
-// clip of (seed, step, b) seen at the plan's slot offsets (plus a random start time in the clip).
-void shapes_batch(real *out, const Config *c, int B, uint64_t seed, uint32_t step);
+// clip of (seed, step, b0 + b) seen at the plan's slot offsets (plus a random start time in the clip):
+// the windows b0 .. b0 + B - 1 of the step's global batch (flow.h).
+void shapes_batch(real *out, const Config *c, int B, int b0, uint64_t seed, uint32_t step);
 
 #endif

@@ -7,17 +7,18 @@
 #include "base/philox.h"
 #include "model/global_motion.h"
 
-void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask) {
+void flow_slot_levels(const Config *c, int B, int b0, uint64_t seed, uint32_t step, real *t, real *offset, real *mask) {
     for (int b = 0; b < B; b++) {
-        double z = philox_normal(seed, step, RNG_TIME, (uint64_t)b);
+        uint64_t w = (uint64_t)b0 + (uint64_t)b;  // the window's index in the global batch
+        double z = philox_normal(seed, step, RNG_TIME, w);
         double tb = 1.0 / (1.0 + exp(-(c->t_logit_mean + c->t_logit_std * z)));
-        int drop = c->cond_drop > 0 && philox_uniform(seed, step, RNG_DROP, (uint64_t)b) < c->cond_drop;
+        int drop = c->cond_drop > 0 && philox_uniform(seed, step, RNG_DROP, w) < c->cond_drop;
         for (int f = 0; f < c->slots; f++) {
             int target = c->slot_kind[f] == SLOT_TARGET;
             // Noise augmentation: a context slot (never the anchor) is noised to its own level, so that
             // the model learns not to trust generated conditioning frames blindly.
             double aug = c->slot_kind[f] == SLOT_CONTEXT
-                             ? c->noise_aug_max * philox_uniform(seed, step, RNG_AUG, (uint64_t)b * MAX_SLOTS + f)
+                             ? c->noise_aug_max * philox_uniform(seed, step, RNG_AUG, w * MAX_SLOTS + f)
                              : 0.0;
             t[b * c->slots + f] = target ? (real)tb : drop ? 1 : (real)aug;
             offset[b * c->slots + f] = c->slot_offset[f];
@@ -26,20 +27,20 @@ void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real
     }
 }
 
-void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step) {
+void flow_prepare_batch(Model *m, const real *x0, int b0, uint64_t seed, uint32_t step) {
     const Backend *be = m->be;
     size_t bytes = sizeof(real) * m->S;
     real *host = fc_malloc(3 * bytes);
-    flow_slot_levels(&m->cfg, m->B, seed, step, host, host + m->S, host + 2 * m->S);
+    flow_slot_levels(&m->cfg, m->B, b0, seed, step, host, host + m->S, host + 2 * m->S);
     be->upload(m->in.t, host, bytes);
     be->upload(m->in.offset, host + m->S, bytes);
     be->upload(m->in.mask, host + 2 * m->S, bytes);
     free(host);
-    be->randn(m->in.noise, (size_t)m->S * m->E, 0, 1, seed, step, RNG_NOISE, 0);
+    be->randn(m->in.noise, (size_t)m->S * m->E, 0, 1, seed, step, RNG_NOISE, (uint64_t)b0 * m->F * m->E);
     be->flow_mix(m->in.xt, m->in.v, x0, m->in.noise, m->in.t, m->S, m->E);
 }
 
-void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint32_t step) {
+void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t seed, uint32_t step) {
     if (c->ref_noise <= 0) return;
     size_t E = (size_t)c->channels * c->frame_size * c->frame_size;
     real *noise = fc_malloc(sizeof(real) * E);
@@ -47,7 +48,7 @@ void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint3
         for (int f = 0; f < c->slots; f++) {
             if (c->slot_kind[f] != SLOT_CONTEXT) continue;
             size_t at = ((size_t)b * c->slots + f) * E;
-            philox_fill_normal(noise, E, 0, (real)c->ref_noise, seed, step, RNG_REF, at);
+            philox_fill_normal(noise, E, 0, (real)c->ref_noise, seed, step, RNG_REF, at + (size_t)b0 * c->slots * E);
             for (size_t e = 0; e < E; e++) x0[at + e] += noise[e];
         }
     free(noise);

@@ -11,17 +11,21 @@
 // (seed, step, RNG_AUG, window * MAX_SLOTS + slot) (noise augmentation). With cond_drop, a window
 // whose philox_uniform(seed, step, RNG_DROP, window) < cond_drop has every given slot (the anchor
 // too) at t = 1, pure noise: the unconditional model of guidance. t, offset, mask: (B * F).
-void flow_slot_levels(const Config *c, int B, uint64_t seed, uint32_t step, real *t, real *offset, real *mask);
+// `window` counts from b0: the windows b0 .. b0 + B - 1 of the step's global batch (a rank's part of
+// it, dist.h; 0 for one rank), so that a window's draws do not depend on how many ranks share the batch.
+void flow_slot_levels(const Config *c, int B, int b0, uint64_t seed, uint32_t step, real *t, real *offset, real *mask);
 
 // From the clean windows x0 (backend memory, (B, F, C, H, W)) fill m->in for one training step:
-// the levels above, e from (seed, step, RNG_NOISE), x_t and the target v.
-void flow_prepare_batch(Model *m, const real *x0, uint64_t seed, uint32_t step);
+// the levels above, e from (seed, step, RNG_NOISE) at element b0 * F * E onwards, x_t and the target v;
+// the windows are b0 .. b0 + B - 1 of the global batch (as above).
+void flow_prepare_batch(Model *m, const real *x0, int b0, uint64_t seed, uint32_t step);
 
 // ref_noise: every context slot of the clean windows x0 (host, (B, F, C, H, W)) gets pixel noise
 // of that std, from (seed, step, RNG_REF, (window * F + slot) * E + value), in place, standing in for
 // the errors of the frames the chain made; with targets = deltas the deltas are then taken from the
-// noised frame, so that the network learns to clean it. Nothing when ref_noise is 0.
-void flow_corrupt_context(const Config *c, int B, real *x0, uint64_t seed, uint32_t step);
+// noised frame, so that the network learns to clean it. Nothing when ref_noise is 0. Windows b0 ..
+// b0 + B - 1 of the global batch (as above).
+void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t seed, uint32_t step);
 // The frames the window's delta targets are taken from: for every target slot f, (E) values at
 // refs + f * E (refs: (F, E); other slots not written). With delta_reference = nearest, f's
 // reference slot's frame (config_reference_slot); with moved, that frame shifted by the velocity

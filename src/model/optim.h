@@ -11,18 +11,21 @@
 
 #define OPTIM_MIN_8BIT 4096  // tensors below this many elements keep fp32 moments
 
-// One parameter tensor's optimizer state (backend memory).
+// One parameter tensor's optimizer state (backend memory): of its elements first .. first + count - 1,
+// the part this optimizer updates (all of them, but for ZeRO-1's parts below).
 typedef struct {
     int is8bit;
-    size_t numel, blocks;     // blocks = ceil(numel / ADAM8_BLOCK) when is8bit
-    uint8_t *m8, *v8;         // (numel) codes, when is8bit
-    float *absmax_m, *absmax_v;  // (blocks), when is8bit
-    float *m32, *v32;         // (numel), when !is8bit
+    size_t numel, blocks;     // the whole tensor's; blocks = ceil(numel / ADAM8_BLOCK) when is8bit
+    size_t first, count;      // the part kept here; first is a multiple of ADAM8_BLOCK when is8bit
+    uint8_t *m8, *v8;         // (count) codes, when is8bit
+    float *absmax_m, *absmax_v;  // (ceil(count / ADAM8_BLOCK)), when is8bit
+    float *m32, *v32;         // (count), when !is8bit
     float weight_decay;       // the config's on 2-D weights, 0 on biases and norm weights
 } OptTensor;
 
 typedef struct {
     const Backend *be;
+    size_t lo, hi;            // the part of the flat parameters it updates: [0, n_params) but for a part
     int n;                    // one per model parameter tensor, in the model's order
     OptTensor *t;
     void *mem;                // every tensor's state, one allocation
@@ -32,6 +35,13 @@ typedef struct {
 } Optimizer;
 
 Optimizer *build_optimizer(const Model *m, const Config *c);
+// ZeRO-1 (docs/distributed.md): the state of part `part` of `parts` only. The flat parameters are
+// cut near part * n_params / parts, at a tensor's start or, inside a tensor of 8-bit moments, at a
+// multiple of ADAM8_BLOCK of it (a tensor of fp32 moments stays whole), so that every 8-bit block is
+// one part's and the parts' updates are, byte for byte, those of the whole optimizer.
+Optimizer *build_optimizer_part(const Model *m, const Config *c, int part, int parts);
+// Where part `part` of `parts` begins in the flat parameters (part = parts: n_params).
+size_t optimizer_part_start(const Model *m, const Config *c, int part, int parts);
 void free_optimizer(Optimizer *o);
 
 typedef struct {
@@ -41,8 +51,9 @@ typedef struct {
 } OptStepInfo;
 
 // Update m's parameters from m's gradients: update number t (1-based) with learning rate lr. ema
-// (backend memory, the parameters' layout), unless NULL, is updated in the same pass with the new
-// parameters: ema = ema_decay * ema + (1 - ema_decay) * param.
+// (backend memory, the parameters' layout from o->lo: (o->hi - o->lo) values), unless NULL, is
+// updated in the same pass with the new parameters: ema = ema_decay * ema + (1 - ema_decay) * param.
+// Only the part [o->lo, o->hi) is updated; the gradient norm (for clipping) is the whole gradient's.
 OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, double lr, real *ema, double ema_decay);
 
 // Learning rate of update number t (1-based): linear warmup, then cosine decay to lr * lr_min_ratio at

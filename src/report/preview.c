@@ -182,7 +182,7 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
     else if (folder) {
         rc = dataset_windows(p, folder, c->preview_data[0] ? "preview_data" : "--data", tsv, sizeof tsv, err, errlen);
     } else {  // the moving shapes of step 0: training draws steps 1, 2, ...
-        shapes_batch(p->truth, c, B, (uint64_t)c->seed, 0);
+        shapes_batch(p->truth, c, B, 0, (uint64_t)c->seed, 0);
         snprintf(tsv, sizeof tsv, "# the windows previewed: the built-in moving shapes of seed %lld, step 0 (no "
                  "training step draws them)\nwindow\tshapes_step\tshapes_window\n", (long long)c->seed);
         for (int k = 0; k < p->K; k++) {

@@ -66,38 +66,57 @@ static void add(CkptTable *tab, const char *dtype, int ndim, long d0, long d1, s
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, fmt, name, suffix);
     t->dtype = dtype, t->ndim = ndim, t->shape[0] = d0, t->shape[1] = d1, t->bytes = bytes, t->device = device;
+    t->part_bytes = bytes;
+}
+
+// The last entry added holds only the elements [a, b) of its tensor's n (a, b clamped to it), of
+// `elem` bytes each, starting at part (NULL: none held).
+static void held_part(CkptTable *tab, size_t a, size_t b, size_t elem, void *part) {
+    CkptTensor *t = &tab->t[tab->n - 1];
+    t->part_offset = a < b ? a * elem : 0, t->part_bytes = a < b ? (b - a) * elem : 0;
+    t->device = a < b ? part : NULL;
 }
 
 CkptTable ckpt_build_table(const Model *m, const real *ema, const Optimizer *o, int32_t *block_size) {
     CkptTable tab = {0};
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamInfo *pi = &m->info[i];
-        size_t bytes = sizeof(real) * pi->numel;
-        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, m->params_mem + pi->offset, "model.%s%s",
+        size_t bytes = sizeof(real) * pi->numel, off = pi->offset;
+        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, m->params_mem + off, "model.%s%s",
             pi->name, "");
-        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, (void *)(ema + pi->offset), "ema.%s%s",
-            pi->name, "");
+        add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, NULL, "ema.%s%s", pi->name, "");
+        size_t a = off > o->lo ? off : o->lo, b = off + pi->numel < o->hi ? off + pi->numel : o->hi;
+        held_part(&tab, a - off, b > a ? b - off : 0, sizeof(real), b > a ? (void *)(ema + (a - o->lo)) : NULL);
     }
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamInfo *pi = &m->info[i];
         const OptTensor *t = &o->t[i];
+        size_t a = t->first, b = t->first + t->count;  // the part held (ADAM8_BLOCK-aligned when 8-bit)
         if (t->is8bit) {
-            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, t->m8, "optim.%s%s", pi->name, ".m8");
-            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, t->v8, "optim.%s%s", pi->name, ".v8");
-            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, t->absmax_m, "optim.%s%s", pi->name,
+            size_t ba = a / ADAM8_BLOCK, bb = (b + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, NULL, "optim.%s%s", pi->name, ".m8");
+            held_part(&tab, a, b, 1, t->m8);
+            add(&tab, "U8", pi->ndim, pi->shape[0], pi->shape[1], t->numel, NULL, "optim.%s%s", pi->name, ".v8");
+            held_part(&tab, a, b, 1, t->v8);
+            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, NULL, "optim.%s%s", pi->name,
                 ".m_absmax");
-            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, t->absmax_v, "optim.%s%s", pi->name,
+            held_part(&tab, ba, bb, sizeof(float), t->absmax_m);
+            add(&tab, "F32", 1, (long)t->blocks, 0, sizeof(float) * t->blocks, NULL, "optim.%s%s", pi->name,
                 ".v_absmax");
+            held_part(&tab, ba, bb, sizeof(float), t->absmax_v);
         } else {
             size_t bytes = sizeof(float) * t->numel;
-            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, t->m32, "optim.%s%s", pi->name, ".m");
-            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, t->v32, "optim.%s%s", pi->name, ".v");
+            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, NULL, "optim.%s%s", pi->name, ".m");
+            held_part(&tab, a, b, sizeof(float), t->m32);
+            add(&tab, "F32", pi->ndim, pi->shape[0], pi->shape[1], bytes, NULL, "optim.%s%s", pi->name, ".v");
+            held_part(&tab, a, b, sizeof(float), t->v32);
         }
     }
     add(&tab, "F32", 1, 256, 0, sizeof(float) * 256, o->code_m, "optim.code_signed%s%s", "", "");
     add(&tab, "F32", 1, 256, 0, sizeof(float) * 256, o->code_v, "optim.code_unsigned%s%s", "", "");
     add(&tab, "I32", 1, 1, 0, sizeof(int32_t), NULL, "optim.block_size%s%s", "", "");
     tab.t[tab.n - 1].host = block_size;  // a host value, not in backend memory
+    tab.t[tab.n - 1].host_value = 1;
     return tab;
 }
 
@@ -173,7 +192,7 @@ size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {
     size_t off = 0;
     for (int i = 0; i < tab->n; i++) {
         CkptTensor *t = &tab->t[i];
-        if (!t->device) continue;
+        if (t->host_value) continue;
         if (staging) t->host = staging + off;
         off += t->bytes;
     }
@@ -228,7 +247,8 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
     uint8_t *staging = fc_malloc(ckpt_stage(&tab, NULL));
     ckpt_stage(&tab, staging);
     for (int i = 0; i < tab.n; i++)
-        if (tab.t[i].device) m->be->download(tab.t[i].host, tab.t[i].device, tab.t[i].bytes);
+        if (tab.t[i].device)
+            m->be->download((uint8_t *)tab.t[i].host + tab.t[i].part_offset, tab.t[i].device, tab.t[i].part_bytes);
     int rc = ckpt_write_staged(run, &tab, c, s, err, errlen);
     free(staging), free(tab.t);
     return rc;
@@ -248,7 +268,9 @@ static int may_differ(const char *key, CkptLoadMode mode) {
     if (!strcmp(key, "exclude") || !strcmp(key, "sample_every") || !strcmp(key, "preview_data") ||
         !strcmp(key, "preview_budget"))
         return 1;
-    return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "recompute") ||
+    // shard_optimizer: where the state is kept, not what it is (the same bytes either way)
+    return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "shard_optimizer") ||
+           !strcmp(key, "recompute") ||
            !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
 }
 
@@ -357,14 +379,14 @@ static void recode_moments(const Backend *be, Optimizer *o, const float *their_m
         return;
     for (int i = 0; i < o->n; i++) {
         OptTensor *t = &o->t[i];
-        if (!t->is8bit) continue;
-        uint8_t *q = fc_malloc(t->numel);
+        if (!t->is8bit || !t->count) continue;
+        uint8_t *q = fc_malloc(t->count);
         for (int which = 0; which < 2; which++) {
             const float *theirs_code = which ? their_v : their_m;
             const float *ours = which ? o->host_code_v : o->host_code_m;
-            be->download(q, which ? t->v8 : t->m8, t->numel);
-            for (size_t k = 0; k < t->numel; k++) q[k] = quant8_encode(ours, theirs_code[q[k]]);
-            be->upload(which ? t->v8 : t->m8, q, t->numel);
+            be->download(q, which ? t->v8 : t->m8, t->count);
+            for (size_t k = 0; k < t->count; k++) q[k] = quant8_encode(ours, theirs_code[q[k]]);
+            be->upload(which ? t->v8 : t->m8, q, t->count);
         }
         free(q);
     }
@@ -408,8 +430,9 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     memcpy(&block_size, tab.t[tab.n - 1].host, sizeof block_size);
     if (block_size != ADAM8_BLOCK)
         FAIL(CKPT_REFUSED, "%s: 8-bit blocks of %d; this framechain uses %d", path, (int)block_size, ADAM8_BLOCK);
-    for (int i = 0; i < tab.n; i++)
-        if (tab.t[i].device) m->be->upload(tab.t[i].device, tab.t[i].host, tab.t[i].bytes);
+    for (int i = 0; i < tab.n; i++)  // this process's part of each tensor (all of it, but for ZeRO-1)
+        if (tab.t[i].device)
+            m->be->upload(tab.t[i].device, (const uint8_t *)tab.t[i].host + tab.t[i].part_offset, tab.t[i].part_bytes);
     recode_moments(m->be, o, tab.t[tab.n - 3].host, tab.t[tab.n - 2].host);
     s->step = atoi(step);
     s->smooth_loss = strtod(smooth, NULL);

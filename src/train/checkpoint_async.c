@@ -9,6 +9,7 @@
 
 #include "train/checkpoint_internal.h"
 #include "base/clock.h"
+#include "dist/dist.h"
 
 struct CkptWriter {
     const Backend *be;
@@ -16,6 +17,7 @@ struct CkptWriter {
     Config c;
     FILE *log;
     int synchronous;
+    int part_ranks;      // ZeRO-1: the ranks whose parts of the EMA and optimizer state are gathered (0: none)
     int32_t block_size;  // optim.block_size points here
     CkptTable tab;       // every tensor's host side points into staging
     uint8_t *staging;
@@ -124,6 +126,7 @@ CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, 
     w->staging_bytes = ckpt_stage(&w->tab, NULL);
     w->staging = w->be->host_alloc(w->staging_bytes);  // once, for every checkpoint of the run
     ckpt_stage(&w->tab, w->staging);
+    w->part_ranks = o->lo != 0 || o->hi != m->n_params ? dist_size() : 0;
     w->waited = w->written = w->logged = 1;  // no checkpoint yet
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -156,8 +159,9 @@ int ckpt_writer_submit(CkptWriter *w, const TrainState *s, double *blocked_ms, c
     double t1 = fc_now_s();
     for (int i = 0; i < w->tab.n; i++) {
         const CkptTensor *t = &w->tab.t[i];
-        if (t->device) w->be->download_async(t->host, t->device, t->bytes);
+        if (t->device) w->be->download_async((uint8_t *)t->host + t->part_offset, t->device, t->part_bytes);
     }
+    for (int r = 1; r < w->part_ranks; r++) ckpt_receive_parts(&w->tab, r);  // the other ranks' parts
     double t2 = fc_now_s();
     pthread_mutex_lock(&w->mu);
     w->st = *s;

@@ -1,5 +1,8 @@
 // train.c: the training loop. Every random draw is a function of (seed, step), the optimizer state
 // is in every checkpoint, and so a resumed run repeats the uninterrupted one bit for bit.
+// On several ranks (dist.h) each makes its part of the step's windows and the gradients are summed
+// over them; rank 0 owns the run folder (the lock, the metrics, the checkpoints, the previews) and
+// the others hold the same weights and optimizer state, computing the same update.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +15,7 @@
 #include "train/train.h"
 #include "base/clock.h"
 #include "base/paths.h"
+#include "backend/registry.h"
 #include "formats/shards.h"
 #include "model/flow.h"
 #include "model/memplan.h"
@@ -21,6 +25,7 @@
 #include "dataset/exclude.h"
 #include "dataset/latents.h"
 #include "dataset/moving_shapes.h"
+#include "dist/dist.h"
 #include "train/checkpoint.h"
 #include "train/lineage.h"
 
@@ -91,9 +96,10 @@ static FILE *open_metrics(const char *run, int last) {
 // ----------------------------------------------------------------------------
 // the checkpoints on disk
 
-// Load the newest checkpoint that checks out; returns its step, or 0 when the folder has none.
+// Load the newest checkpoint that checks out; returns 1 (its path in `loaded`), or 0 when the folder
+// has none.
 static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
-                  TrainState *st) {
+                  TrainState *st, char *loaded) {
     int *steps, n = checkpoint_list(run, &steps), resumed = 0;
     char path[4096], err[1024];
     for (int i = 0; i < n && !resumed; i++) {
@@ -112,6 +118,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
             continue;
         }
         printf("resuming %s from step %d (%s)\n", run, st->step, path);
+        snprintf(loaded, 4096, "%s", path);
         resumed = 1;
     }
     free(steps);
@@ -122,10 +129,13 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
 
 // How this command starts the run: from its own newest checkpoint (extended or not), from a fork's
 // parent, or from step 0. Returns 1 when the fork's first checkpoint is still to be written.
+// loaded (4096 bytes): the checkpoint the weights came from ("" for step 0), read in *mode.
 static int start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, const TrainOrigin *origin,
-                      TrainState *st) {
+                      TrainState *st, char *loaded, CkptLoadMode *mode) {
     char err[1024];
-    int resumed = resume(run, m, ema, o, c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, st);
+    *mode = origin->extend ? CKPT_EXTEND : CKPT_CONTINUE;
+    loaded[0] = 0;
+    int resumed = resume(run, m, ema, o, c, *mode, st, loaded);
     if (resumed && origin->from && strncmp(st->parent, origin->from, strlen(origin->from)))
         fc_die("%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run a new folder", run,
                origin->from, st->parent[0] ? st->parent : "it has no parent");
@@ -141,6 +151,8 @@ static int start_from(const char *run, Model *m, real *ema, Optimizer *o, const 
     if (fork_start) {
         CkptStatus s = checkpoint_load(origin->from, m, ema, o, c, CKPT_FORK, st, err, sizeof err);
         if (s) fc_die("%s", err);
+        snprintf(loaded, 4096, "%s", origin->from);
+        *mode = CKPT_FORK;
     }
     snprintf(st->data, sizeof st->data, "%s", origin->data);  // from now on, what its checkpoints record
     if (!fork_start) return 0;
@@ -166,14 +178,21 @@ typedef struct {
     const char *run, *data;
     const Backend *be;
     int on_gpu, sync_checkpoints;
+    int rank, ranks, b0;  // this rank, of ranks; b0: the global index of its first window (dist.h)
+    int shard;            // ZeRO-1 (shard_optimizer on several ranks): o and ema are this rank's part
+    int nccl;             // GPU ranks: the sums and the all-gather by NCCL on device memory (else MPI, host)
+    size_t *part_start;   // (ranks + 1) where each rank's part of the flat parameters begins
+    CkptPartSender *sender;  // ZeRO-1, ranks but 0: their parts to rank 0's checkpoint writer
+    int preview_ranks;    // ZeRO-1 with previews: every rank takes part (the EMA is gathered for them)
     Dataset *dataset;
-    int lock;  // the run folder's lock file
+    int lock;  // the run folder's lock file (rank 0; -1 on the others)
     MemPlan plan;
     Model *m;
     Optimizer *o;
-    real *ema;      // (n_params) EMA of the weights
+    real *ema;      // (n_params) EMA of the weights; ZeRO-1: (hi - lo), this rank's part
     real *x0;       // (B, F, C, H, W) clean windows of the step
     real *host_x0;  // the same, on the host
+    real *host_grads;  // (n_params) host: the gradients (and ZeRO-1's weights) on their way through MPI (GPU ranks)
     TrainState st;
     Loader *loader;
     FILE *metrics;
@@ -214,6 +233,8 @@ static void open_data(Trainer *t) {
 
 static void open_run_folder(Trainer *t) {
     char err[1024];
+    t->lock = -1;
+    if (t->rank > 0) return;  // the folder is rank 0's
     if (fc_mkdir_p(t->run, err, sizeof err)) fc_die("%s", err);
     t->lock = lock_run(t->run);
     remove_stale_temps(t->run);
@@ -222,8 +243,15 @@ static void open_run_folder(Trainer *t) {
 // The plan before any allocation: a config that cannot fit is refused with the plan shown.
 static void check_memory_plan(Trainer *t, double vram_budget) {
     const Backend *be = t->be;
-    t->plan = memory_plan(t->c, t->c->batch_size, plan_device(be->name, be->precision));
+    t->plan = memory_plan(t->c, t->c->batch_size / t->ranks, plan_device(be->name, be->precision));
     if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident, t->plan.total += t->hooks->resident;
+    if (t->ranks > 1)
+        printf("per rank: %d windows of the batch of %d%s\n", t->c->batch_size / t->ranks, t->c->batch_size,
+               t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
+    if (t->shard) {  // near 1/N: the parts are cut at 8-bit blocks and keep fp32-moment tensors whole
+        t->plan.total -= (t->plan.optimizer + t->plan.ema) * (1 - 1.0 / t->ranks);
+        t->plan.optimizer /= t->ranks, t->plan.ema /= t->ranks;
+    }
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (t->on_gpu && t->plan.total > vram_budget)
@@ -235,14 +263,37 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
 static void build_training_state(Trainer *t) {
     const Config *c = t->c;
     const Backend *be = t->be;
-    t->m = build_model(c, be, c->batch_size);
-    t->o = build_optimizer(t->m, c);
+    t->m = build_model(c, be, c->batch_size / t->ranks);
+    t->o = t->shard ? build_optimizer_part(t->m, c, t->rank, t->ranks) : build_optimizer(t->m, c);
+    if (t->shard) {
+        t->part_start = fc_malloc(sizeof(size_t) * (t->ranks + 1));
+        for (int r = 0; r <= t->ranks; r++) t->part_start[r] = optimizer_part_start(t->m, c, r, t->ranks);
+    }
     size_t batch_values = (size_t)t->m->S * t->m->E;
-    t->ema = be->alloc(sizeof(real) * t->m->n_params);
+    t->ema = be->alloc(sizeof(real) * (t->o->hi - t->o->lo));
     t->x0 = be->alloc(sizeof(real) * batch_values);
     t->host_x0 = fc_malloc(sizeof(real) * batch_values);
     model_init(t->m, (uint64_t)c->seed, 0);
-    be->copy(t->ema, t->m->params_mem, sizeof(real) * t->m->n_params);
+    be->copy(t->ema, t->m->params_mem + t->o->lo, sizeof(real) * (t->o->hi - t->o->lo));
+}
+
+// Rank 0 chose where the run starts (its checkpoint, a fork's parent or step 0, the file `loaded` read
+// in `mode`): every other rank reads the same file into its own model, EMA and optimizer (or its part
+// of them), so that all start from the same bytes; the run state is rank 0's.
+static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_unwritten) {
+    if (t->ranks == 1) return;
+    int m = (int)mode;
+    dist_broadcast(loaded, 4096);
+    dist_broadcast(&m, sizeof m);
+    if (t->rank > 0 && loaded[0]) {
+        char err[1024];
+        TrainState st;
+        if (checkpoint_load(loaded, t->m, t->ema, t->o, t->c, (CkptLoadMode)m, &st, err, sizeof err))
+            fc_die("rank %d: %s (every rank reads the checkpoint rank 0 starts from: the run folder must be on a "
+                   "filesystem all of them see)", t->rank, err);
+    }
+    dist_broadcast(&t->st, sizeof t->st);
+    dist_broadcast(fork_unwritten, sizeof *fork_unwritten);
 }
 
 static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
@@ -252,15 +303,32 @@ static void start_services(Trainer *t) {
     const Config *c = t->c;
     char err[1024];
     if (t->data) {
-        t->loader = loader_start(t->be, t->dataset, c, t->m->B, (uint64_t)c->seed, t->st.step + 1, 2, 4, err,
+        t->loader = loader_start(t->be, t->dataset, c, t->m->B, t->b0, (uint64_t)c->seed, t->st.step + 1, 2, 4, err,
                                  sizeof err);
         if (!t->loader) fc_die("%s", err);
         printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
     }
-    t->metrics = open_metrics(t->run, t->st.step);
-    t->tty = isatty(STDOUT_FILENO);
+    if (t->ranks > 1) {
+        char how[256] = "MPI";
+        if (t->on_gpu) {  // NCCL where the build has it; else through host memory
+            char why[256];
+            t->nccl = !backend_cuda_nccl_start(t->rank, t->ranks, dist_broadcast, why, sizeof why);
+            snprintf(how, sizeof how, t->nccl ? "%s" : "MPI through host memory (%s)", why);
+            if (!t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);
+        }
+        printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s%s\n", t->ranks, t->m->B,
+               c->batch_size, how, t->shard ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
+    }
     t->first = t->st.step + 1;
+    // ZeRO-1: the previews and checkpoints need every rank's part of the EMA and optimizer state
+    t->preview_ranks = t->shard && dist_max_int(previews_on(t));
+    if (t->preview_ranks && t->rank > 0) t->params_aside = fc_malloc(sizeof(real) * t->m->n_params);
+    if (t->shard && t->rank > 0) t->sender = ckpt_part_sender_start(t->m, t->ema, t->o);
+    if (t->rank > 0) return;  // the run folder's services are rank 0's
+    t->metrics = open_metrics(t->run, t->st.step);
+    // mpirun hands its ranks a terminal of its own even when its output goes to a file: lines, then.
+    t->tty = isatty(STDOUT_FILENO) && t->ranks == 1;
     // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
     t->writer = ckpt_writer_start(t->run, t->m, t->ema, t->o, c, t->tty ? NULL : stdout, t->sync_checkpoints);
     printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(t->writer) / 1073741824.0,
@@ -291,19 +359,24 @@ static double load_batch(Trainer *t, int step, double t0) {
         }
         memcpy(t->host_x0, batch, bytes);
     } else {
-        shapes_batch(t->host_x0, c, t->m->B, (uint64_t)c->seed, (uint32_t)step);
+        shapes_batch(t->host_x0, c, t->m->B, t->b0, (uint64_t)c->seed, (uint32_t)step);
         t_data = fc_now_s() - t0;
     }
     if (fc_test_hook("NAN_AT_STEP") == step) t->host_x0[0] = NAN;  // a corrupt sample, for the tests
-    flow_corrupt_context(c, t->m->B, t->host_x0, (uint64_t)c->seed, (uint32_t)step);
+    flow_corrupt_context(c, t->m->B, t->b0, t->host_x0, (uint64_t)c->seed, (uint32_t)step);
     flow_delta_targets(c, t->m->B, t->host_x0);
     t->be->upload(t->x0, t->host_x0, bytes);
     return t_data;
 }
 
-// A loss that is not finite ends the run, naming the checkpoint it leaves.
+// A loss that is not finite ends the run, naming the checkpoint it leaves. Every rank sees the same
+// global loss; the others wait for rank 0 to finish its checkpoint and say so (its exit ends them).
 static void die_on_bad_loss(Trainer *t, int step, double loss) {
     if (isfinite(loss)) return;
+    if (t->rank > 0) {
+        dist_barrier();
+        exit(1);
+    }
     finish_or_die(t->writer);  // so that the checkpoint named below is the newest on disk
     int *steps, n = checkpoint_list(t->run, &steps);
     const char *what = isnan(loss) ? "NaN" : "infinite";
@@ -318,23 +391,79 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
            t->c->lr / 2);
 }
 
+// The gradients of the global batch on every rank: each rank's are those of the mean over its own
+// windows, so the global mean is the sum over ranks / ranks. On a GPU they go through host memory.
+static void reduce_gradients(Trainer *t) {
+    if (t->ranks == 1) return;
+    size_t n = t->m->n_params;
+    real *g = t->m->grads_mem;
+    if (t->nccl) {
+        backend_cuda_nccl_sum(g, n);
+        t->be->affine_fwd(g, g, n, (real)1 / (real)t->ranks, 0);
+        return;
+    }
+    if (t->on_gpu) t->be->download(t->host_grads, g, sizeof(real) * n), g = t->host_grads;
+    dist_sum_real(g, n);
+    real scale = (real)1 / (real)t->ranks;
+    for (size_t i = 0; i < n; i++) g[i] *= scale;
+    if (t->on_gpu) t->be->upload(t->m->grads_mem, g, sizeof(real) * n);
+}
+
+// For the tests: FRAMECHAIN_TEST_GRADS_AT_STEP=s writes step s's gradients, as the optimizer gets
+// them (after the sum over ranks), to RUN/grads-s.bin (n_params host reals), from rank 0.
+static void dump_gradients(Trainer *t, int step) {
+    if (t->rank > 0 || fc_test_hook("GRADS_AT_STEP") != step) return;
+    size_t bytes = sizeof(real) * t->m->n_params;
+    real *g = fc_malloc(bytes);
+    t->be->download(g, t->m->grads_mem, bytes);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/grads-%d.bin", t->run, step);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(g, 1, bytes, f) != bytes || fclose(f)) fc_die("%s: cannot write", path);
+    free(g);
+}
+
+// ZeRO-1: every rank's part of src (backend memory, (hi - lo) values of the flat parameters from this
+// rank's lo; the part of m->params_mem itself after an update, or the EMA) gathered into m->params_mem
+// on every rank.
+static void gather_parts(Trainer *t, const real *src) {
+    size_t lo = t->o->lo, n = t->o->hi - lo;
+    real *own = t->m->params_mem + lo;
+    if (!t->on_gpu || t->nccl) {  // the CPU backend's memory is the host's; NCCL's the device's
+        if (src != own) t->be->copy(own, src, sizeof(real) * n);
+        if (t->nccl) backend_cuda_nccl_gather(t->m->params_mem, t->part_start);
+        else dist_allgather_real(t->m->params_mem, t->part_start);
+        return;
+    }
+    t->be->download(t->host_grads + lo, src, sizeof(real) * n);
+    dist_allgather_real(t->host_grads, t->part_start);
+    t->be->upload(t->m->params_mem, t->host_grads, sizeof(real) * t->m->n_params);
+}
+
 // Forward, backward and the optimizer step on the batch in x0.
 static void update_weights(Trainer *t, int step, StepReport *r) {
     const Config *c = t->c;
     char err[1024];
-    flow_prepare_batch(t->m, t->x0, (uint64_t)c->seed, (uint32_t)step);
+    flow_prepare_batch(t->m, t->x0, t->b0, (uint64_t)c->seed, (uint32_t)step);
     model_forward(t->m);
     r->loss = model_loss(t->m);
+    if (t->ranks > 1) {  // the mean over the global batch: every rank has as many windows
+        dist_sum_double(&r->loss, 1);
+        r->loss /= t->ranks;
+    }
     die_on_bad_loss(t, step, r->loss);
     model_backward(t->m);  // overwrites every parameter's gradient: no zeroing pass
+    reduce_gradients(t);
+    dump_gradients(t, step);
     // The optimizer step and the EMA update write what the last checkpoint may still be copying.
-    if (ckpt_writer_wait_copy(t->writer, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
+    if (t->writer && ckpt_writer_wait_copy(t->writer, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
     r->lr = lr_schedule(c, step);
     // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
     // not mostly the zero-initialised weights it started from. It is updated in the optimizer's
     // pass over the parameters (the same bytes as a separate ema_update, one read of them less).
     double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
     r->info = optimizer_step(t->o, t->m, c, step, r->lr, t->ema, decay);
+    if (t->shard) gather_parts(t, t->m->params_mem + t->o->lo);  // each rank updated its part
     t->st.step = step;
     t->st.smooth_loss = step == 1 ? r->loss : 0.98 * t->st.smooth_loss + 0.02 * r->loss;
 }
@@ -395,24 +524,36 @@ static void submit_checkpoint(Trainer *t) {
 // A preview due while the previews so far have taken more than preview_budget of the time trained is
 // put off, with a line, to the next step it is due at which they fit again: their cost stays bounded
 // whatever the machine (a slow link to the GPU, a large model), at the price of fewer images.
+// With ZeRO-1 every rank takes part: rank 0 decides, the EMA's parts are gathered into every rank's
+// weights for the preview (rank 0 samples) and each rank puts its own weights back.
 static void take_preview(Trainer *t, int step) {
     const Backend *be = t->be;
     char err[1024];
     double t0 = fc_now_s(), waited = 0;
-    if (t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
+    int go = 1;
+    if (t->rank == 0 && t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
         printf("%spreview of step %d put off: the previews have taken %.1f s, %.1f%% of the time trained (preview_budget "
                "%g)\n", t->tty ? "\n" : "", step, t->preview_s, 100 * t->preview_s / (t0 - t->t_start),
                t->c->preview_budget);
-        return;
+        go = 0;
     }
-    if (ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
+    if (t->preview_ranks) dist_broadcast(&go, sizeof go);
+    if (!go) return;
+    if (t->writer && ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
     size_t bytes = sizeof(real) * t->m->n_params;
     be->download(t->params_aside, t->m->params_mem, bytes);
-    be->copy(t->m->params_mem, t->ema, bytes);
-    t->hooks->preview(t->hooks->ctx, t->m, step);
+    if (t->shard) gather_parts(t, t->ema);
+    else be->copy(t->m->params_mem, t->ema, bytes);
+    if (t->rank == 0) t->hooks->preview(t->hooks->ctx, t->m, step);
     be->upload(t->m->params_mem, t->params_aside, bytes);
     t->preview_s += fc_now_s() - t0;
     t->previews++;
+}
+
+// A checkpoint of the step just made: rank 0 writes it; with ZeRO-1 the others send it their parts.
+static void checkpoint_now(Trainer *t) {
+    if (t->rank == 0) submit_checkpoint(t);
+    else if (t->sender) ckpt_part_sender_send(t->sender);
 }
 
 // The hot loop: one optimizer update per iteration. Returns 0 at c->steps, 128 + signal when a stop
@@ -430,20 +571,25 @@ static int run_steps(Trainer *t) {
         update_weights(t, step, &r);
         r.t_step = fc_now_s() - t0;
         if (step >= t->first + 2) t->t_timed += r.t_step, t->t_timed_steps++;
-        write_metrics(t, step, &r);
-
-        int last = step == c->steps, stop = g_stop_signal != 0;
-        print_progress(t, step, r.loss, last);
+        // Every rank stops at the same step: a signal any of them has seen counts for all.
+        int sig = t->ranks > 1 ? dist_max_int(g_stop_signal) : g_stop_signal;
+        int last = step == c->steps, stop = sig != 0;
+        if (t->rank == 0) {
+            write_metrics(t, step, &r);
+            print_progress(t, step, r.loss, last);
+        }
         if (step % c->checkpoint_every == 0 || last || stop) {
             if (t->tty) printf("\n");
-            submit_checkpoint(t);
+            checkpoint_now(t);
         }
-        if (previews_on(t) && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step);
+        int previews_here = t->rank == 0 ? previews_on(t) : t->preview_ranks;
+        if (previews_here && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step);
         if (stop) {
             finish_or_die(t->writer);
+            dist_barrier();  // the checkpoint is on disk before any rank ends
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
-                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step);
-            return 128 + g_stop_signal;
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", step);
+            return 128 + sig;
         }
     }
     return 0;
@@ -453,11 +599,19 @@ static int run_steps(Trainer *t) {
 static void finish_run(Trainer *t) {
     const Config *c = t->c;
     finish_or_die(t->writer);
+    dist_barrier();  // no rank ends before the last checkpoint is on disk
     printf("done: %s at step %d, smoothed loss %.4f\n", t->run, t->st.step, t->st.smooth_loss);
     if (t->t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
-        double ms = 1e3 * t->t_timed / t->t_timed_steps, flops = model_step_flops(c, t->m->B);
+        double ms = 1e3 * t->t_timed / t->t_timed_steps, flops = model_step_flops(c, c->batch_size);
         printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
-               "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * t->m->B * t->m->F, flops / 1e12, flops / ms / 1e9);
+               "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * c->batch_size * t->m->F, flops / 1e12,
+               flops / ms / 1e9);
+    }
+    if (t->ranks > 1) {  // rank 0's time in the collectives, over every step this process ran
+        int steps = t->st.step - t->first + 1;
+        double comm_ms = 1e3 * dist_comm_seconds() / steps, step_ms = 1e3 * (fc_now_s() - t->t_start) / steps;
+        printf("communication: %.2f ms per step on rank 0 (%.1f%% of its step), %.3g MiB of gradients summed a step\n",
+               comm_ms, 100 * comm_ms / step_ms, sizeof(real) * t->m->n_params / 1048576.0);
     }
     long windows = 0;
     double bytes = t->loader ? loader_bytes_read(t->loader, &windows) : 0;
@@ -474,16 +628,19 @@ static void finish_run(Trainer *t) {
 
 static void release(Trainer *t) {
     free_ckpt_writer(t->writer);  // before the tensors it copies from
+    free_ckpt_part_sender(t->sender);
+    free(t->part_start);
     if (t->loader) loader_stop(t->loader);
     if (t->dataset) dataset_close(t->dataset);
     if (t->metrics) fclose(t->metrics);
     free(t->host_x0);
+    free(t->host_grads);
     free(t->params_aside);
     t->be->free(t->x0);
     t->be->free(t->ema);
     free_optimizer(t->o);
     free_model(t->m);
-    close(t->lock);
+    if (t->lock >= 0) close(t->lock);
 }
 
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
@@ -494,12 +651,24 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     signal(SIGTERM, SIG_DFL);
     Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints, .hooks = hooks};
     t.on_gpu = strcmp(be->name, "cpu") != 0;
+    t.rank = dist_rank(), t.ranks = dist_size();
+    if (c->batch_size % t.ranks)
+        fc_die("batch_size = %d: %d ranks cannot share it evenly; give a batch_size that is a multiple of %d (--set "
+               "batch_size=%d) or run %s ranks", c->batch_size, t.ranks, t.ranks,
+               (c->batch_size / t.ranks + 1) * t.ranks, c->batch_size < t.ranks ? "fewer" : "another number of");
+    t.b0 = t.rank * (c->batch_size / t.ranks);
+    t.shard = t.ranks > 1 && c->shard_optimizer;
+    if (t.ranks > 1) printf("%s\n", dist_describe());
     open_data(&t);
     open_run_folder(&t);
     check_memory_plan(&t, vram_budget);
     build_training_state(&t);
     TrainOrigin plain = {0};
-    int fork_unwritten = start_from(run, t.m, t.ema, t.o, c, origin ? origin : &plain, &t.st);
+    int fork_unwritten = 0;
+    char loaded[4096] = "";
+    CkptLoadMode mode = CKPT_CONTINUE;
+    if (t.rank == 0) fork_unwritten = start_from(run, t.m, t.ema, t.o, c, origin ? origin : &plain, &t.st, loaded, &mode);
+    share_start(&t, loaded, mode, &fork_unwritten);
     t.st.autoencoder[0] = 0;  // what its checkpoints record from now on: the latents' autoencoder, if any
     if (t.dataset && dataset_latent(t.dataset))
         latent_identity_text(dataset_latent(t.dataset), t.st.autoencoder, sizeof t.st.autoencoder);
@@ -513,7 +682,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         start_services(&t);
         // A fork's first checkpoint, before any step: from now on it resumes on its own, whatever
         // becomes of its parent's file.
-        if (fork_unwritten) submit_checkpoint(&t);
+        if (fork_unwritten) checkpoint_now(&t);
         status = run_steps(&t);
         if (status == 0) finish_run(&t);
     }

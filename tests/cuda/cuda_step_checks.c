@@ -60,7 +60,7 @@ static void section_train_step(void) {
         m[k]->want_input_grad = 1;  // patchify_bwd too
         model_init(m[k], g_seed, 1);
         be->upload(x0[k] = be->alloc(sizeof(real) * nx), hx0, sizeof(real) * nx);
-        flow_prepare_batch(m[k], x0[k], g_seed, 1);  // the same Philox draws on both sides
+        flow_prepare_batch(m[k], x0[k], 0, g_seed, 1);  // the same Philox draws on both sides
         model_forward(m[k]), loss[k] = model_loss(m[k]);
         model_backward(m[k]);
     }
@@ -100,7 +100,7 @@ static void section_train_step(void) {
         Model *mr = build_model(&cr, g_gpu, c.batch_size);
         mr->want_input_grad = 1;
         model_init(mr, g_seed, 1);
-        flow_prepare_batch(mr, x0[1], g_seed, 1);
+        flow_prepare_batch(mr, x0[1], 0, g_seed, 1);
         model_forward(mr);
         real lr = model_loss(mr);
         model_backward(mr);
@@ -178,7 +178,7 @@ static void time_config(const char *path, const char *label) {
     real *ema = be->alloc(sizeof(real) * m->n_params);  // as in training, updated in the optimizer's pass
     philox_fill_uniform(hx0, nx, -1, 1, g_seed, 0, RNG_TEST, 0);
     be->upload(x0, hx0, sizeof(real) * nx);
-    flow_prepare_batch(m, x0, g_seed, 1);
+    flow_prepare_batch(m, x0, 0, g_seed, 1);
     int reps = g_quick ? 3 : 10;
     double t_fb = 0, t_opt = 0;
     for (int it = -2; it < reps; it++) {  // two warmup steps

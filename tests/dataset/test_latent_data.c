@@ -269,7 +269,7 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
     Config c = latent_config(NULL);
     const int B = 4, steps = 6;
     size_t window = 4 * UNIT;
-    Loader *l = loader_start(NULL, d, &c, B, 9, 1, 2, 2, err, sizeof err);
+    Loader *l = loader_start(NULL, d, &c, B, 0, 9, 1, 2, 2, err, sizeof err);
     check(l != NULL, "latent_loader_start", "%s", l ? "channels 4, frame_size 4 accepted" : err);
     if (!l) {
         dataset_close(d);
@@ -300,7 +300,7 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
     check(found == B * steps && flips[0] && flips[1] && flip_as_drawn == found, "latent_loader_windows",
           "%d of %d windows are a clip's stored latents at the plan's offsets (%d as they are, %d mirrored; %d "
           "mirrored as the window's flip was drawn)", found, B * steps, flips[0], flips[1], flip_as_drawn);
-    l = loader_start(NULL, d, &c, B, 9, 4, 1, 1, err, sizeof err);
+    l = loader_start(NULL, d, &c, B, 0, 9, 4, 1, 1, err, sizeof err);
     int same = 0;
     for (int s = 4; l && s <= steps; s++) {
         const real *b = loader_get(l, s, NULL, err, sizeof err);
@@ -320,7 +320,7 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
     };
     for (int i = 0; i < 4; i++) {
         Config cb = latent_config(bad[i].set);
-        Loader *lb = loader_start(NULL, d, &cb, B, 9, 1, 1, 1, err, sizeof err);
+        Loader *lb = loader_start(NULL, d, &cb, B, 0, 9, 1, 1, 1, err, sizeof err);
         char label[64];
         snprintf(label, sizeof label, "latent_loader_refuses_%s", bad[i].name);
         check(!lb && one_line(err) && strstr(err, bad[i].expect), label, "%s", lb ? "accepted" : err);

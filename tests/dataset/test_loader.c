@@ -132,7 +132,7 @@ static long g_run_substituted;
 static real *run_loader(const Dataset *d, const Config *c, int B, uint64_t seed, int first, int last, int threads,
                         int prefetch) {
     char err[1024];
-    Loader *l = loader_start(NULL, d, c, B, seed, first, threads, prefetch, err, sizeof err);
+    Loader *l = loader_start(NULL, d, c, B, 0, seed, first, threads, prefetch, err, sizeof err);
     if (!l) {
         printf("  loader_start: %s\n", err);
         return NULL;
@@ -268,7 +268,7 @@ static void test_excluded_clips(int N, int F, int B, uint64_t seed, Config c) {
                 fprintf(f, "%s %d\n", loc.shard, loc.index);
             }
         fclose(f);
-        Loader *l = loader_start(NULL, d, &c, B, seed, 1, 1, 1, err, sizeof err);
+        Loader *l = loader_start(NULL, d, &c, B, 0, seed, 1, 1, 1, err, sizeof err);
         char label[64];
         snprintf(label, sizeof label, "loader_exclude_refused_%zu", i);
         check(!l && one_line(err) && strstr(err, bad[i].want) && strstr(err, list), label, "%s",
@@ -417,20 +417,20 @@ static void test_loader(void) {
     // refusals at loader_start
     {
         Config e = plan_config(N, "anchor:-20 context:0 target:12");
-        Loader *l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        Loader *l = loader_start(NULL, d, &e, 2, 0, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "spans 33 frames") && strstr(err, "clip_frames 32"),
               "loader_plan_too_long", "%s", err);
         loader_stop(l);
         e = plan_config(N, "anchor:0 target:1.5");
-        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        l = loader_start(NULL, d, &e, 2, 0, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "whole number"), "loader_fractional_offset", "%s", err);
         loader_stop(l);
         e = plan_config(16, "anchor:0 target:1");
-        l = loader_start(NULL, d, &e, 2, 1, 1, 1, 1, err, sizeof err);
+        l = loader_start(NULL, d, &e, 2, 0, 1, 1, 1, 1, err, sizeof err);
         check(!l && one_line(err) && strstr(err, "frame_size 16"), "loader_frame_size_mismatch", "%s", err);
         loader_stop(l);
         // steps come one after another
-        l = loader_start(NULL, d, &c, 2, 1, 5, 2, 2, err, sizeof err);
+        l = loader_start(NULL, d, &c, 2, 0, 1, 5, 2, 2, err, sizeof err);
         double wait = -1;
         const real *x5 = l ? loader_get(l, 5, &wait, err, sizeof err) : NULL;
         const real *x7 = l ? loader_get(l, 7, NULL, err, sizeof err) : NULL;
@@ -456,7 +456,7 @@ static void test_loader(void) {
             snprintf(path, sizeof path, "%s/%s", bad, loc.shard);
             flip_byte(path, (long)(loc.offset + 5));
         }
-        Loader *l = bd ? loader_start(NULL, bd, &c, 4, 1, 1, 2, 2, err, sizeof err) : NULL;
+        Loader *l = bd ? loader_start(NULL, bd, &c, 4, 0, 1, 1, 2, 2, err, sizeof err) : NULL;
         const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
         check(l && !x && one_line(err) && strstr(err, "every one of its 4 clips fails its check") &&
                   strstr(err, "re-prepare"),
@@ -472,7 +472,7 @@ static void test_loader(void) {
         Dataset *cd = dataset_open(cut, err, sizeof err);
         snprintf(path, sizeof path, "%s/shard-00000.safetensors", cut);
         if (!cd || truncate(path, 4096)) abort();
-        Loader *l = loader_start(NULL, cd, &c, 4, 1, 1, 2, 2, err, sizeof err);
+        Loader *l = loader_start(NULL, cd, &c, 4, 0, 1, 1, 2, 2, err, sizeof err);
         const real *x = l ? loader_get(l, 1, NULL, err, sizeof err) : NULL;
         check(l && !x && one_line(err) && strstr(err, "changed since the dataset was opened") &&
                   loader_substituted(l, NULL) == 0,
@@ -499,7 +499,7 @@ static void bench(const char *what, const char *kinds) {
     dataset_clip_location(d, 0, &loc);
     double rate[2] = {0, 0}, waited[2] = {0, 0};
     for (int th = 1; th <= 2; th++) {
-        Loader *l = loader_start(NULL, d, &c, B, 7, 1, th, 4, err, sizeof err);
+        Loader *l = loader_start(NULL, d, &c, B, 0, 7, 1, th, 4, err, sizeof err);
         double start = fc_now_s(), wait_total = 0;
         int steps = 0;
         while (fc_now_s() - start < 0.4) {

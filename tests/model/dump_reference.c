@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     size_t nx = (size_t)m->S * m->E;
     real *x0 = be->alloc(sizeof(real) * nx);
     philox_fill_uniform(x0, nx, -1, 1, seed, 0, RNG_TEST, 0);  // clean frames in [-1, 1]
-    flow_prepare_batch(m, x0, seed, 0);
+    flow_prepare_batch(m, x0, 0, seed, 0);
     model_forward(m);
     model_loss(m);
     model_zero_grad(m);

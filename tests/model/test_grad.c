@@ -351,7 +351,7 @@ static void test_network(const char *config_path, int depth, int recompute, cons
     size_t nx = (size_t)m->S * m->E;
     real *x0 = be->alloc(sizeof(real) * nx);
     philox_fill_uniform(x0, nx, -1, 1, 11, 0, RNG_TEST, 0);
-    flow_prepare_batch(m, x0, 11, 3);
+    flow_prepare_batch(m, x0, 0, 11, 3);
     double loss;
     network_loss_and_grads(m, &loss);
     model_zero_grad(m);

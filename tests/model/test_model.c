@@ -55,7 +55,7 @@ static void test_flow(void) {
     size_t nx = (size_t)m->S * m->E;
     real *x0 = fc_malloc(sizeof(real) * nx);
     philox_fill_uniform(x0, nx, -1, 1, 3, 0, RNG_TEST, 0);
-    flow_prepare_batch(m, x0, 3, 42);
+    flow_prepare_batch(m, x0, 0, 3, 42);
     double worst = 0;
     int levels_ok = 1;
     for (int s = 0; s < m->S; s++) {
@@ -77,7 +77,7 @@ static void test_flow(void) {
     enum { W = 20000 };
     real *t = fc_malloc(sizeof(real) * W * c.slots), *off = fc_malloc(sizeof(real) * W * c.slots);
     real *mask = fc_malloc(sizeof(real) * W * c.slots);
-    flow_slot_levels(&c, W, 5, 0, t, off, mask);
+    flow_slot_levels(&c, W, 0, 5, 0, t, off, mask);
     double sum = 0, sq = 0;
     for (int b = 0; b < W; b++) {
         double z = log(t[b * c.slots + 2] / (1 - t[b * c.slots + 2]));
@@ -153,7 +153,7 @@ static void test_conditioning(void) {
     // ref_noise: pixel noise of that std on the context slots only, the same for the same (seed, step)
     config_set(&c, "ref_noise=0.05", "test");
     memcpy(d, x, sizeof(real) * n);
-    flow_corrupt_context(&c, 2, d, 8, 3);
+    flow_corrupt_context(&c, 2, 0, d, 8, 3);
     double sq = 0;
     long cnt = 0;
     int others_same = 1;
@@ -168,7 +168,7 @@ static void test_conditioning(void) {
         }
     real *again = fc_malloc(sizeof(real) * n);
     memcpy(again, x, sizeof(real) * n);
-    flow_corrupt_context(&c, 2, again, 8, 3);
+    flow_corrupt_context(&c, 2, 0, again, 8, 3);
     double sd = sqrt(sq / cnt);
     check(others_same && fabs(sd - 0.05) < 0.005 && !memcmp(again, d, sizeof(real) * n), "ref_noise_context_only",
           "context slots noised with std %.4f (ref_noise 0.05) over %ld values, the same again; anchor and targets "
@@ -181,9 +181,9 @@ static void test_conditioning(void) {
     real *t = fc_malloc(sizeof(real) * W * c.slots), *t0 = fc_malloc(sizeof(real) * W * c.slots);
     real *off = fc_malloc(sizeof(real) * W * c.slots), *mask = fc_malloc(sizeof(real) * W * c.slots);
     config_set(&c, "cond_drop=0", "test");
-    flow_slot_levels(&c, W, 5, 7, t0, off, mask);
+    flow_slot_levels(&c, W, 0, 5, 7, t0, off, mask);
     config_set(&c, "cond_drop=0.2", "test");
-    flow_slot_levels(&c, W, 5, 7, t, off, mask);
+    flow_slot_levels(&c, W, 0, 5, 7, t, off, mask);
     int dropped = 0, drop_ok = 1;
     for (int b = 0; b < W; b++) {
         const real *tb = t + b * c.slots, *t0b = t0 + b * c.slots;

@@ -23,7 +23,7 @@ static inline Model *tiny_step(int depth, int rc, int keep, real *loss) {
     size_t nx = (size_t)m->S * m->E;
     real *x0 = fc_malloc(sizeof(real) * nx);
     philox_fill_uniform(x0, nx, -1, 1, 21, 0, RNG_TEST, 0);
-    flow_prepare_batch(m, x0, 21, 4);
+    flow_prepare_batch(m, x0, 0, 21, 4);
     free(x0);
     model_forward(m);
     *loss = model_loss(m);

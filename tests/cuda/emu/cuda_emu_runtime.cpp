@@ -68,6 +68,7 @@ cudaError_t cudaGetDeviceCount(int *count) {
     *count = 1;
     return cudaSuccess;
 }
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CUDA emulation on the CPU");

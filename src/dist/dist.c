@@ -1,0 +1,186 @@
+// dist.c: the ranks of a run over MPI (dist.h); one rank where the build has no MPI (FC_MPI unset).
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "base/clock.h"
+
+#ifdef FC_MPI
+#include <mpi.h>
+#endif
+
+static int g_rank = 0, g_size = 1, g_local_rank = 0, g_started = 0;
+static double g_comm_s = 0;
+static char g_describe[256] = "one rank";
+
+// The size a launcher asked for, from its environment (OpenMPI's mpirun, Hydra and Slurm's PMI,
+// PMIx), or 0 when no launcher started this process.
+static int launcher_size(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    if (getenv("PMIX_RANK")) {  // srun --mpi=pmix names the rank, the task count is Slurm's
+        const char *n = getenv("SLURM_NTASKS");
+        return n && atoi(n) > 0 ? atoi(n) : 1;
+    }
+    return 0;
+}
+
+#ifdef FC_MPI
+
+static void mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fc_die("rank %d: %s failed: %s", g_rank, what, msg);
+}
+
+void dist_start(void) {
+    if (g_started || !launcher_size()) return;
+    int provided = 0;
+    // Only the training thread calls MPI (the loader's and the checkpoint writer's threads never do).
+    mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    g_started = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    MPI_Comm node;
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    MPI_Comm_rank(node, &g_local_rank);
+    MPI_Comm_free(&node);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    lib[strcspn(lib, ",\n")] = 0;
+    snprintf(g_describe, sizeof g_describe, "MPI (%s), rank %d of %d", lib, g_rank, g_size);
+    if (g_rank > 0 && !freopen("/dev/null", "w", stdout)) fc_die("rank %d: cannot close stdout", g_rank);
+}
+
+void dist_end(void) {
+    if (!g_started) return;
+    fflush(stdout);
+    MPI_Finalize();
+    g_started = 0;
+}
+
+const char *dist_build_info(void) {
+    static char info[256];
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    lib[strcspn(lib, ",\n")] = 0;
+    snprintf(info, sizeof info, "MPI (%s): mpirun -np N framechain train ... trains on N ranks", lib);
+    return info;
+}
+
+void dist_sum_real(real *buf, size_t n) {
+    if (g_size == 1) return;
+    double t0 = fc_now_s();
+    MPI_Datatype type = sizeof(real) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+    for (size_t at = 0; at < n;) {  // MPI counts are ints
+        int count = n - at > (1u << 30) ? 1 << 30 : (int)(n - at);
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+        at += (size_t)count;
+    }
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_sum_double(double *buf, int n) {
+    if (g_size == 1) return;
+    double t0 = fc_now_s();
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    g_comm_s += fc_now_s() - t0;
+}
+
+int dist_max_int(int v) {
+    if (g_size == 1) return v;
+    double t0 = fc_now_s();
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    g_comm_s += fc_now_s() - t0;
+    return v;
+}
+
+void dist_broadcast(void *buf, size_t bytes) {
+    if (g_size == 1) return;
+    double t0 = fc_now_s();
+    for (size_t at = 0; at < bytes;) {
+        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        mpi_check(MPI_Bcast((char *)buf + at, count, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        at += (size_t)count;
+    }
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_barrier(void) {
+    if (g_size > 1) mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void dist_send(const void *buf, size_t bytes, int to) {
+    double t0 = fc_now_s();
+    for (size_t at = 0; at < bytes;) {
+        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        mpi_check(MPI_Send((const char *)buf + at, count, MPI_BYTE, to, 0, MPI_COMM_WORLD), "MPI_Send");
+        at += (size_t)count;
+    }
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_recv(void *buf, size_t bytes, int from) {
+    double t0 = fc_now_s();
+    for (size_t at = 0; at < bytes;) {
+        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        mpi_check(MPI_Recv((char *)buf + at, count, MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+        at += (size_t)count;
+    }
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_allgather_real(real *buf, const size_t *start) {
+    if (g_size == 1) return;
+    if (start[g_size] > (size_t)1 << 31)  // MPI's counts are ints
+        fc_die("%zu parameters: the all-gather of ZeRO-1 takes at most 2^31 (set shard_optimizer = 0)", start[g_size]);
+    double t0 = fc_now_s();
+    int *counts = fc_malloc(sizeof(int) * g_size), *displs = fc_malloc(sizeof(int) * g_size);
+    for (int r = 0; r < g_size; r++) counts[r] = (int)(start[r + 1] - start[r]), displs[r] = (int)start[r];
+    MPI_Datatype type = sizeof(real) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+    mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, type, MPI_COMM_WORLD),
+              "MPI_Allgatherv");
+    free(counts), free(displs);
+    g_comm_s += fc_now_s() - t0;
+}
+
+#else  // a build without MPI: one rank
+
+void dist_start(void) {
+    int n = launcher_size();
+    if (n > 1)
+        fc_die("started as one of %d ranks, but this framechain was built without MPI: install it (apt-get install "
+               "libopenmpi-dev openmpi-bin) and run make again, or run one framechain without mpirun", n);
+}
+
+void dist_end(void) {}
+
+const char *dist_build_info(void) {
+    return "one rank only (built without MPI: apt-get install libopenmpi-dev openmpi-bin, then make, for mpirun)";
+}
+
+void dist_sum_real(real *buf, size_t n) { (void)buf, (void)n; }
+void dist_sum_double(double *buf, int n) { (void)buf, (void)n; }
+int dist_max_int(int v) { return v; }
+void dist_broadcast(void *buf, size_t bytes) { (void)buf, (void)bytes; }
+void dist_barrier(void) {}
+void dist_send(const void *buf, size_t bytes, int to) { (void)buf, (void)bytes, (void)to; }
+void dist_recv(void *buf, size_t bytes, int from) { (void)buf, (void)bytes, (void)from; }
+void dist_allgather_real(real *buf, const size_t *start) { (void)buf, (void)start; }
+
+#endif
+
+int dist_rank(void) { return g_rank; }
+int dist_size(void) { return g_size; }
+int dist_local_rank(void) { return g_local_rank; }
+const char *dist_describe(void) { return g_describe; }
+double dist_comm_seconds(void) { return g_comm_s; }

@@ -1,0 +1,48 @@
+// dist.h: the ranks of one training run (docs/distributed.md). `mpirun -np N framechain train ...`
+// starts N ranks; each trains on its part of the global batch and the gradients are summed over
+// them, so the run is the one-rank run with its sums in another order.
+//
+// MPI is started only when a launcher started the process (mpirun, or srun with PMI/PMIx: its
+// environment says so); every other command, and train outside a launcher, runs one rank without
+// touching MPI. A build without MPI runs one rank and refuses to be one of several.
+// Every collective below is called by every rank in the same order; with one rank each is a no-op.
+#ifndef FRAMECHAIN_DIST_H
+#define FRAMECHAIN_DIST_H
+
+#include <stddef.h>
+
+#include "base/common.h"
+
+// Start the ranks when a launcher started this process: MPI_Init, then this rank's place. Dies
+// with one line when a launcher asked for several ranks and this build has no MPI. On ranks other
+// than 0, stdout is closed (the run's lines are rank 0's); stderr stays: an error names its rank.
+void dist_start(void);
+// End MPI (every rank, after the last collective); nothing without it.
+void dist_end(void);
+
+int dist_rank(void);        // 0 .. dist_size() - 1
+int dist_size(void);        // 1 without a launcher
+int dist_local_rank(void);  // among the ranks on this machine: the GPU it takes
+// "MPI (Open MPI v4.1.4), rank 0 of 2" or "one rank (...)": for train's first lines.
+const char *dist_describe(void);
+// What this build can do, for --version: "MPI (...)" or "one rank only (built without MPI: ...)".
+const char *dist_build_info(void);
+
+// In place, over all ranks: the sum of buf (n values, host memory). The time is counted
+// (dist_comm_seconds).
+void dist_sum_real(real *buf, size_t n);
+void dist_sum_double(double *buf, int n);
+int dist_max_int(int v);
+// bytes of buf from rank 0 to every rank.
+void dist_broadcast(void *buf, size_t bytes);
+// Point to point: bytes to rank `to`, or from rank `from` (the sender's bytes must be as many).
+void dist_send(const void *buf, size_t bytes, int to);
+void dist_recv(void *buf, size_t bytes, int from);
+// ZeRO-1's all-gather, in place: rank r holds values [start[r], start[r + 1]) of buf (n = start[size]
+// values, host memory) and every rank ends with all of them.
+void dist_allgather_real(real *buf, const size_t *start);
+void dist_barrier(void);
+// Seconds this rank spent in the collectives above, since dist_start.
+double dist_comm_seconds(void);
+
+#endif

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# One run on several ranks (mpirun, src/dist/dist.h) against the same run on one: the same windows,
+# so the same losses and gradients up to the order of the sums; the optimizer state and EMA split over
+# the ranks (ZeRO-1, shard_optimizer = 1, the default) against every rank keeping all of it: the same
+# bytes; checkpoints of one layout that resume on any number of ranks; kill -9 of any one rank, again
+# and again, costing nothing but the steps since the last checkpoint. A build without MPI refuses to
+# be one of several ranks.
+# usage: test_dist.sh FRAMECHAIN [FRAMECHAIN_EMU]: with the second, the program built on the CUDA
+# emulation (tests/cuda/emu), the GPU ranks' path runs too: device memory through the host and MPI.
+set -u
+. "$(dirname "$0")/../lib.sh"
+EMU=${2:-}
+PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
+PYTHON=${PYTHON:-python3}
+TINY=configs/tiny/starter.conf
+CHECK=tests/train/dist_check.py
+
+if ! "$FC" --version | grep -q '^  MPI'; then
+    OMPI_COMM_WORLD_SIZE=2 "$FC" train --config "$TINY" --run "$tmp/lone" > "$tmp/lone.log" 2>&1
+    rc=$?
+    expect no_mpi_refuses_ranks $(( rc == 0 || $(grep -c 'built without MPI' "$tmp/lone.log") != 1 )) \
+        "status $rc: $(tail -1 "$tmp/lone.log")"
+    expect no_mpi_writes_nothing $([ ! -e "$tmp/lone" ]; echo $?) "no run folder made"
+    echo "SKIP distributed: this framechain was built without MPI (apt-get install libopenmpi-dev openmpi-bin; make)"
+    exit 0
+fi
+if ! command -v mpirun > /dev/null; then
+    fail mpirun_found "framechain was built with MPI but there is no mpirun (apt-get install openmpi-bin)"
+    exit 0
+fi
+# Open MPI refuses root unless told (CI runs as root), may lack the kernel's cross-memory attach in a
+# container, and counts cores: two ranks may share one.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+SETS=(--set steps=20 --set checkpoint_every=5 --set keep_checkpoints=10 --set warmup_steps=5 --set lr=1e-3)
+train_on() {  # train_on RANKS RUN [extra args...]; 0 ranks: framechain alone, without mpirun
+    local n=$1 run=$2
+    shift 2
+    if [ "$n" -eq 0 ]; then
+        "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
+    else
+        mpirun -np "$n" "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
+    fi
+}
+check() {  # check NAME RUN_A RUN_B [dist_check options]
+    local name=$1
+    shift
+    "$PYTHON" "$CHECK" "$@" > "$tmp/check.log" 2>&1
+    local rc=$?
+    expect "$name" $rc "$(tr '\n' ' ' < "$tmp/check.log")"
+}
+final() { echo "$1/ckpt-$(printf %08d "${2:-20}").safetensors"; }
+# keep_to RUN STEP COPY: COPY holds RUN as it was at STEP (its later checkpoints never written)
+keep_to() {
+    cp -r "$1" "$3"
+    for f in "$3"/ckpt-*.safetensors; do
+        local s=${f##*/ckpt-}
+        [ $((10#${s%.safetensors})) -gt "$2" ] && rm "$f"
+    done
+}
+
+# ---- one rank against two: the same global batch ----
+export FRAMECHAIN_TEST_GRADS_AT_STEP=1
+train_on 0 "$tmp/one" > "$tmp/one.log" 2>&1
+rc1=$?
+train_on 2 "$tmp/two" > "$tmp/two.log" 2>&1
+rc2=$?
+unset FRAMECHAIN_TEST_GRADS_AT_STEP
+expect two_ranks_train $(( rc1 != 0 || rc2 != 0 || $(grep -c '^ranks: 2, 1 windows of the batch of 2' "$tmp/two.log") != 1 )) \
+    "status $rc1 on one rank, $rc2 on two; $(grep -m1 '^ranks:' "$tmp/two.log"); $(grep '^communication' "$tmp/two.log")"
+check two_ranks_same_losses_gradients_weights "$tmp/one" "$tmp/two" --grads 1 --params-step 20 --layout
+plan_kib() { sed -n "s/^  $2 *\([0-9.]*\) KiB$/\1/p" "$1" | head -1; }
+opt1=$(plan_kib "$tmp/one.log" optimizer) opt2=$(plan_kib "$tmp/two.log" optimizer)
+ema1=$(plan_kib "$tmp/one.log" EMA) ema2=$(plan_kib "$tmp/two.log" EMA)
+expect zero1_plan_per_rank $(awk -v a="$opt1" -v b="$opt2" -v c="$ema1" -v d="$ema2" \
+    'BEGIN { print !(a > 0 && c > 0 && b > 0.45 * a && b < 0.55 * a && d > 0.45 * c && d < 0.55 * c) }') \
+    "memory plan of a rank: optimizer $opt2 KiB (one rank: $opt1), EMA $ema2 KiB (one rank: $ema1); $(grep -m1 '^per rank' "$tmp/two.log")"
+
+# ---- ZeRO-1 against every rank keeping the whole state: the same tensors in every checkpoint ----
+train_on 2 "$tmp/replicated" --set shard_optimizer=0 > "$tmp/replicated.log" 2>&1
+same=0 n=0
+for f in "$tmp/two"/ckpt-*.safetensors; do
+    n=$((n + 1))
+    [ "$(ckpt_tensors "$f")" = "$(ckpt_tensors "$tmp/replicated/${f##*/}")" ] && same=$((same + 1))
+done
+expect zero1_same_bytes_as_replicated $(( n == 0 || same != n )) \
+    "$same of $n checkpoints with the same tensors (weights, EMA, 8-bit moments), byte for byte, with and without ZeRO-1"
+# Previews gather the EMA's parts into the weights and put the weights back: nothing the run computes changes.
+train_on 2 "$tmp/previews" --set sample_every=10 > "$tmp/previews.log" 2>&1
+rc=$?
+[ "$(ckpt_tensors "$(final "$tmp/two")")" = "$(ckpt_tensors "$(final "$tmp/previews")")" ]
+expect zero1_previews_change_nothing $(( rc != 0 || $? != 0 || $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) < 2 )) \
+    "status $rc, $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) previews; the final checkpoint's tensors equal those of the run without previews"
+
+train_on 1 "$tmp/mpi1" > "$tmp/mpi1.log" 2>&1
+cmp -s "$(final "$tmp/one")" "$(final "$tmp/mpi1")"
+expect one_rank_under_mpirun_as_without $? "mpirun -np 1: the final checkpoint equals framechain's alone, byte for byte"
+
+# ---- on footage, every draw of the loader and of the objective: crops, 2x clips, dropped context ----
+"$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/data" --size 32 --clip-frames 50 \
+    > "$tmp/prep.log" 2>&1 || fail prepare_for_ranks "$(tail -1 "$tmp/prep.log")"
+DSETS=(--data "$tmp/data" --set batch_size=4 --set steps=8 --set warmup_steps=2 --set crop_zoom=1.5 --set fast_fraction=0.5
+       --set cond_drop=0.3 --set ref_noise=0.02 --set mix_shapes=0.25)
+for n in 0 2 4; do
+    if [ $n -eq 0 ]; then
+        "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d$n" "${DSETS[@]}" > "$tmp/d$n.log" 2>&1
+    else
+        mpirun -np $n "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d$n" "${DSETS[@]}" \
+            > "$tmp/d$n.log" 2>&1
+    fi
+done
+check footage_two_ranks_same_losses "$tmp/d0" "$tmp/d2" --steps 1-8
+check footage_four_ranks_same_losses "$tmp/d0" "$tmp/d4" --steps 1-8 --params-step 8 --layout
+
+# ---- checkpoints resume on any number of ranks ----
+keep_to "$tmp/two" 10 "$tmp/two_two"
+train_on 2 "$tmp/two_two" > "$tmp/two_two.log" 2>&1
+cmp -s "$(final "$tmp/two")" "$(final "$tmp/two_two")"
+expect resume_two_on_two_bit_exact $? "resumed from step $(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/two_two.log"): the final checkpoint equals the uninterrupted 2-rank run's, byte for byte"
+keep_to "$tmp/two" 10 "$tmp/two_one"
+train_on 0 "$tmp/two_one" > "$tmp/two_one.log" 2>&1
+check resume_two_on_one "$tmp/two" "$tmp/two_one" --steps 1-20 --params-step 20
+keep_to "$tmp/one" 10 "$tmp/one_two"
+train_on 2 "$tmp/one_two" > "$tmp/one_two.log" 2>&1
+check resume_one_on_two "$tmp/one" "$tmp/one_two" --steps 1-20 --params-step 20
+
+# ---- a NaN loss: every rank sees it; rank 0 says it once and keeps the last good checkpoint ----
+FRAMECHAIN_TEST_NAN_AT_STEP=7 train_on 2 "$tmp/nan" > "$tmp/nan.log" 2>&1
+rc=$?
+said=$(grep -c 'the loss is NaN at step 7: stopping; the last good checkpoint, .*ckpt-00000005.safetensors, is kept' "$tmp/nan.log")
+"$FC" inspect "$tmp/nan/ckpt-00000005.safetensors" > "$tmp/nan_inspect.log" 2>&1
+expect nan_loss_two_ranks $(( rc == 0 || said != 1 || $? != 0 )) \
+    "status $rc; $said line naming the kept checkpoint: $(grep -m1 'loss is NaN' "$tmp/nan.log" | cut -c1-120)"
+
+# ---- kill -9 of one rank, ten times, at points chosen by the run's progress ----
+# Kill k (0..9) lands on rank k % 2 once the restarted job has made a step of its own and reached
+# step 4 + 4k (checkpoints every 4 of 60 steps); mpirun then ends the other rank. Each kill must land
+# (the job fails), and the run must still reach its end with the uninterrupted run's bytes.
+SETS=(--set steps=60 --set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
+train_on 2 "$tmp/ref" > "$tmp/ref.log" 2>&1
+rank_pid() {  # rank_pid MPIRUN_PID RANK: the pid of that rank, a child of mpirun
+    local p
+    for p in $(pgrep -P "$1"); do
+        tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p" && return
+    done
+}
+kills=0 starts=0 why=""
+while :; do
+    starts=$((starts + 1))
+    (exec mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/kill" "${SETS[@]}") > "$tmp/kill.log" 2>&1 &
+    pid=$!
+    if [ $kills -lt 10 ]; then
+        wait_until 60 $pid trained_past "$tmp/kill" "$tmp/kill.log" $((4 + 4 * kills))
+        victim=$(rank_pid $pid $((kills % 2)))
+        [ -n "$waited" ] && why="; start $starts: $waited"
+        [ -z "$victim" ] && [ -z "$why" ] && why="; start $starts: no rank $((kills % 2)) under mpirun $pid"
+        [ -n "$victim" ] && kill -9 "$victim" 2> /dev/null
+    fi
+    wait $pid 2> /dev/null
+    rc=$?
+    [ $rc -ne 0 ] && [ $kills -lt 10 ] && [ -z "$why" ] || break
+    kills=$((kills + 1))
+done
+resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/kill.log")
+expect kill9_one_rank_runs_finish $(( rc != 0 || kills < 10 || ${resumed:-0} == 0 )) \
+    "$kills kills of one rank with kill -9, $starts starts, status $rc, the last resumed from step ${resumed:-none}$why"
+cmp -s "$(final "$tmp/ref" 60)" "$(final "$tmp/kill" 60)"
+expect kill9_one_rank_final_checkpoint_identical $? "the final checkpoint equals the uninterrupted 2-rank run's, byte for byte"
+
+# ---- the GPU ranks' path on the CUDA emulation: gradients and weights through host memory ----
+if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
+    ESETS=(--config "$TINY" --steps 4 --set warmup_steps=2 --set checkpoint_every=2 --set keep_checkpoints=5)
+    "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/e1" > "$tmp/e1.log" 2>&1
+    rc1=$?
+    mpirun -np 2 "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/e2" > "$tmp/e2.log" 2>&1
+    rc2=$?
+    expect emulated_gpu_two_ranks_train $(( rc1 != 0 || rc2 != 0 || $(grep -c '^ranks: 2, .*by MPI through host memory (the CUDA emulation has no NCCL)' "$tmp/e2.log") != 1 )) \
+        "status $rc1 on one rank, $rc2 on two: $(grep -m1 '^ranks:' "$tmp/e2.log")"
+    check emulated_gpu_two_ranks_same_losses_weights "$tmp/e1" "$tmp/e2" --steps 1-4 --params-step 4 --layout
+    mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf" > "$tmp/ebf.log" 2>&1
+    mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf0" --set shard_optimizer=0 \
+        > "$tmp/ebf0.log" 2>&1
+    [ "$(ckpt_tensors "$(final "$tmp/ebf" 4)")" = "$(ckpt_tensors "$(final "$tmp/ebf0" 4)")" ]
+    expect emulated_gpu_zero1_same_bytes $? "bf16 on the emulated GPU, 2 ranks: the final tensors with and without ZeRO-1 the same"
+    keep_to "$tmp/ebf" 2 "$tmp/ebf_again"
+    mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf_again" > "$tmp/ebf_again.log" 2>&1
+    cmp -s "$(final "$tmp/ebf" 4)" "$(final "$tmp/ebf_again" 4)"
+    expect emulated_gpu_resume_bit_exact $? "2 ranks on the emulated GPU, resumed from step 2: the final checkpoint byte for byte"
+fi
+
+# ---- a batch the ranks cannot share ----
+mpirun -np 3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/three" > "$tmp/three.log" 2>&1
+rc=$?
+expect batch_not_shared_evenly_refused $(( rc == 0 || $(grep -c 'batch_size = 2: 3 ranks cannot share it evenly' "$tmp/three.log") < 1 )) \
+    "status $rc: $(grep -m1 'cannot share' "$tmp/three.log")"
+expect batch_refused_writes_nothing $([ ! -e "$tmp/three" ]; echo $?) "no run folder made"
+exit 0
