@@ -43,7 +43,8 @@ for p in $(seq "$PAIRS"); do
 done
 med() { tr ' ' '\n' <<< "$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratios=$(paste <(tr ' ' '\n' <<< "$one" | grep .) <(tr ' ' '\n' <<< "$two" | grep .) | awk '{ print $2 / $1 }' | tr '\n' ' ')
-lo=$(tr ' ' '\n' <<< "$ratios" | grep . | sort -g | head -1) hi=$(tr ' ' '\n' <<< "$ratios" | grep . | sort -g | tail -1)
+lo=$(tr ' ' '\n' <<< "$ratios" | grep . | sort -g | head -1 | xargs printf '%.2f')
+hi=$(tr ' ' '\n' <<< "$ratios" | grep . | sort -g | tail -1 | xargs printf '%.2f')
 printf '%-10s %14s %14s %22s %18s\n' ranks "ms a step" "2 ranks / 1" "(min-max over pairs)" "communication"
 printf '%-10s %14.1f\n' 1 "$(med "$one")"
 printf '%-10s %14.1f %13.2fx %22s %11.1f ms (%.1f%%)\n' 2 "$(med "$two")" "$(med "$ratios")" "$lo-$hi" "$(med "$comm")" \

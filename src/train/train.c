@@ -203,6 +203,7 @@ typedef struct {
     // step's line, so its time is on the next step's.
     double ckpt_blocked_ms;
     double t_start, t_last_line, t_timed;
+    double comm_timed;  // of t_timed: the time in the ranks' collectives (dist_comm_seconds)
     int t_timed_steps;
     const TrainHooks *hooks;
     real *params_aside;  // (n_params) host: the trained weights while the EMA stands in for a preview
@@ -566,11 +567,12 @@ static int run_steps(Trainer *t) {
     t->t_start = fc_now_s();
     for (int step = t->first; step <= c->steps; step++) {
         StepReport r;
-        double t0 = fc_now_s();
+        double t0 = fc_now_s(), comm0 = dist_comm_seconds();
         r.t_data = load_batch(t, step, t0);
         update_weights(t, step, &r);
         r.t_step = fc_now_s() - t0;
-        if (step >= t->first + 2) t->t_timed += r.t_step, t->t_timed_steps++;
+        if (step >= t->first + 2)
+            t->t_timed += r.t_step, t->comm_timed += dist_comm_seconds() - comm0, t->t_timed_steps++;
         // Every rank stops at the same step: a signal any of them has seen counts for all.
         int sig = t->ranks > 1 ? dist_max_int(g_stop_signal) : g_stop_signal;
         int last = step == c->steps, stop = sig != 0;
@@ -607,11 +609,11 @@ static void finish_run(Trainer *t) {
                "%.4g TFLOP/s\n", ms, t->t_timed_steps, 1e3 / ms * c->batch_size * t->m->F, flops / 1e12,
                flops / ms / 1e9);
     }
-    if (t->ranks > 1) {  // rank 0's time in the collectives, over every step this process ran
-        int steps = t->st.step - t->first + 1;
-        double comm_ms = 1e3 * dist_comm_seconds() / steps, step_ms = 1e3 * (fc_now_s() - t->t_start) / steps;
-        printf("communication: %.2f ms per step on rank 0 (%.1f%% of its step), %.3g MiB of gradients summed a step\n",
-               comm_ms, 100 * comm_ms / step_ms, sizeof(real) * t->m->n_params / 1048576.0);
+    if (t->ranks > 1 && t->t_timed_steps > 0) {  // rank 0's time in the collectives, over the same steps
+        double comm_ms = 1e3 * t->comm_timed / t->t_timed_steps, ms = 1e3 * t->t_timed / t->t_timed_steps;
+        printf("communication: %.2f ms per step on rank 0 (%.1f%% of its step, waiting for the other ranks "
+               "included), %.3g MiB of gradients summed a step\n", comm_ms, 100 * comm_ms / ms,
+               sizeof(real) * t->m->n_params / 1048576.0);
     }
     long windows = 0;
     double bytes = t->loader ? loader_bytes_read(t->loader, &windows) : 0;
