@@ -124,6 +124,20 @@ keep_to "$tmp/one" 10 "$tmp/one_two"
 train_on 2 "$tmp/one_two" > "$tmp/one_two.log" 2>&1
 check resume_one_on_two "$tmp/one" "$tmp/one_two" --steps 1-20 --params-step 20
 
+# ---- SIGTERM to mpirun: it passes it on; the ranks stop at one step after its checkpoint ----
+(exec mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/term" --steps 3000 --set checkpoint_every=1000) \
+    > "$tmp/term.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/term" "$tmp/term.log" 5
+kill -TERM $pid 2> /dev/null
+wait $pid 2> /dev/null
+rc=$?
+stopped=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\); the checkpoint is written.*/\1/p' "$tmp/term.log")
+whole=1
+[ -n "$stopped" ] && "$FC" inspect "$(final "$tmp/term" "$stopped")" > /dev/null 2>&1 && whole=0
+expect sigterm_mpirun_checkpoint $(( rc == 0 || whole != 0 )) \
+    "mpirun status $rc; stopped at step ${stopped:-none}, its checkpoint $([ $whole -eq 0 ] && echo whole || echo missing or damaged)${waited:+; $waited}"
+
 # ---- a NaN loss: every rank sees it; rank 0 says it once and keeps the last good checkpoint ----
 FRAMECHAIN_TEST_NAN_AT_STEP=7 train_on 2 "$tmp/nan" > "$tmp/nan.log" 2>&1
 rc=$?
