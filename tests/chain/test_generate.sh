@@ -31,6 +31,30 @@ for out in "181.mp4 $tmp/first.png" "181.gif $VIDEO"; do
 done
 if ls -a "$tmp" | grep -q partial; then fail generate_no_partial_files "$(ls -a "$tmp" | grep partial)"; else pass generate_no_partial_files "no temporary file left"; fi
 
+# SIGINT or SIGTERM while frames are being written (once the partial video holds 16 KB, or the partial
+# folder 20 PNGs): status 128 + the signal, the partial output removed, nothing at --out
+mkdir "$tmp/stop"
+for case in "int.mp4 INT 130" "frames TERM 143"; do
+    set -- $case
+    (exec "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 1000 --steps 2 --out "$tmp/stop/$1" \
+        --quiet) > "$tmp/stop.log" 2>&1 &
+    pid=$!
+    partial_written() {
+        [ -n "$(find "$tmp/stop" -maxdepth 1 -type f -name "*partial*" -size +16k 2> /dev/null)" ] ||
+            [ "$(find "$tmp/stop" -mindepth 2 -name '*.png' 2> /dev/null | wc -l)" -ge 20 ]
+    }
+    wait_until 60 $pid partial_written
+    kill -$2 $pid 2> /dev/null
+    wait $pid
+    rc=$?
+    left=$(ls -a "$tmp/stop" | grep -vc '^\.\.\?$')
+    if [ $rc -eq $3 ] && [ "$left" = 0 ] && grep -q "stopped by SIG$2 at frame" "$tmp/stop.log"; then
+        pass "generate_sig$2_removes_partial" "status $rc, nothing left in the output folder: $(tail -1 "$tmp/stop.log")"
+    else
+        fail "generate_sig$2_removes_partial" "status $rc, $left entries left ($(ls -a "$tmp/stop" | tr '\n' ' '))${waited:+, $waited}: $(tail -1 "$tmp/stop.log")"
+    fi
+done
+
 # 1000 frames into a folder of PNGs from a JPEG; the first PNG is the input frame, the others are made
 if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.jpg" --frames 1000 --steps 1 --out "$tmp/frames" > "$tmp/gen.log" 2>&1; then
     n=$(ls "$tmp/frames" | grep -c '^frame-[0-9]*\.png$')
