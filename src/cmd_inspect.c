@@ -16,12 +16,14 @@
 #include "commands.h"
 
 static const char *HELP_INSPECT =
-    "usage: framechain inspect --config FILE [--set key=value ...] [--params]\n"
+    "usage: framechain inspect --config FILE [--set key=value ...] [--params] [--ranks N]\n"
     "       framechain inspect CHECKPOINT.safetensors\n"
     "       framechain inspect DATASET\n"
     "\n"
     "With --config: the network the config describes, its parameter count and the memory one\n"
-    "training step takes on the CPU backend; --params lists every tensor (name, shape).\n"
+    "training step takes on the CPU backend and on a GPU; --params lists every tensor (name, shape);\n"
+    "--ranks N plans one rank of N (mpirun -np N): batch_size / N windows, and with shard_optimizer its\n"
+    "1/N of the optimizer state and EMA (docs/distributed.md).\n"
     "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
     "the exit status is 1 when any CRC fails.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
@@ -148,26 +150,33 @@ static int inspect_dataset(const char *dir) {
 
 // The network's size and the plans that matter: the CPU's, and the GPU's in bf16 against the default
 // budget (each with keep_blocks = auto resolved for it).
-static void print_config_memory(const Config *c, const ModelCounts *k) {
-    int n = c->frame_size / c->patch;
+// With ranks > 1: one rank's (memplan.h, memory_plan_per_rank).
+static void print_config_memory(const Config *c, const ModelCounts *k, int ranks) {
+    int n = c->frame_size / c->patch, B = c->batch_size / ranks;
     printf("%-28s %zu in %d tensors\n", "parameters", k->params, k->n_tensors);
-    printf("%-28s %d x %d slots x %d tokens = %d\n", "tokens per step", c->batch_size, c->slots, n * n,
-           c->batch_size * c->slots * n * n);
+    printf("%-28s %d x %d slots x %d tokens = %d\n", ranks > 1 ? "tokens per step and rank" : "tokens per step", B,
+           c->slots, n * n, B * c->slots * n * n);
     Config on_cpu = *c, on_gpu = *c;
     double budget = DEFAULT_VRAM_BUDGET_GIB * 1073741824.0;
-    memory_plan_resolve(&on_cpu, c->batch_size, PLAN_CPU, 0);
+    memory_plan_resolve(&on_cpu, B, PLAN_CPU, 0);
     if (c->keep_blocks == KEEP_BLOCKS_AUTO)
         printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
-               "none on the CPU\n", "keep_blocks = auto",
-               memory_plan_resolve(&on_gpu, c->batch_size, PLAN_GPU_BF16, budget), c->depth,
-               KEEP_BLOCKS_AUTO_RESERVE_GIB);
-    MemPlan cpu = memory_plan(&on_cpu, c->batch_size, PLAN_CPU);
-    MemPlan gpu = memory_plan(&on_gpu, c->batch_size, PLAN_GPU_BF16);
-    memory_plan_print(stdout, &cpu, "training on the CPU", 0);
-    memory_plan_print(stdout, &gpu, "training on --device cuda, bf16", budget);
+               "none on the CPU\n", "keep_blocks = auto", memory_plan_resolve(&on_gpu, B, PLAN_GPU_BF16, budget),
+               c->depth, KEEP_BLOCKS_AUTO_RESERVE_GIB);
+    MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, PLAN_GPU_BF16);
+    memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);
+    memory_plan_per_rank(&gpu, ranks, c->shard_optimizer);
+    char what[2][96];
+    snprintf(what[0], sizeof what[0], "training on the CPU%s", ranks > 1 ? ", one rank of those" : "");
+    snprintf(what[1], sizeof what[1], "training on --device cuda, bf16%s", ranks > 1 ? ", one rank of those" : "");
+    if (ranks > 1)
+        printf("%-28s %d windows of the batch of %d a rank%s\n", "ranks", B, c->batch_size,
+               c->shard_optimizer ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
+    memory_plan_print(stdout, &cpu, what[0], 0);
+    memory_plan_print(stdout, &gpu, what[1], budget);
 }
 
-static int inspect_config(const Config *c, int list_params) {
+static int inspect_config(const Config *c, int list_params, int ranks) {
     ModelCounts k = model_counts(c, c->batch_size, sizeof(real));  // the layout alone: nothing is allocated
     config_write(c, stdout);
     printf("\n");
@@ -181,7 +190,7 @@ static int inspect_config(const Config *c, int list_params) {
         }
         printf("\n");
     }
-    print_config_memory(c, &k);
+    print_config_memory(c, &k, ranks);
     free(k.info);
     return 0;
 }
@@ -189,7 +198,7 @@ static int inspect_config(const Config *c, int list_params) {
 // ----------------------------------------------------------------------------
 
 int cmd_inspect(int argc, char **argv, const Backend *be) {
-    Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {NULL}};
+    Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {"--ranks", 1}, {NULL}};
     const char *file = NULL;
     if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
     if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
@@ -198,5 +207,9 @@ int cmd_inspect(int argc, char **argv, const Backend *be) {
     if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);
-    return inspect_config(&c, opt(opts, "--params")->count > 0);
+    int ranks = opt(opts, "--ranks")->count ? (int)parse_positive("--ranks", opt(opts, "--ranks")->value, 1 << 20) : 1;
+    if (c.batch_size % ranks)
+        usage_error("--ranks %d: batch_size = %d is not a multiple of it (each rank takes batch_size / N windows)",
+                    ranks, c.batch_size);
+    return inspect_config(&c, opt(opts, "--params")->count > 0, ranks);
 }

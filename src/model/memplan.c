@@ -92,6 +92,12 @@ static void line(FILE *out, const char *what, double bytes) {
     fprintf(out, "  %-14s %9.2f %s\n", what, bytes, unit[u]);
 }
 
+void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
+    if (ranks <= 1 || !shard) return;
+    p->total -= (p->optimizer + p->ema) * (1 - 1.0 / ranks);
+    p->optimizer /= ranks, p->ema /= ranks;
+}
+
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget) {
     fprintf(out, "memory plan (%s, %zu parameters):\n", device, p->params);
     line(out, "weights", p->weights);

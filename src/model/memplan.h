@@ -41,6 +41,11 @@ PlanDevice plan_device(const char *backend_name, const char *precision);
 // x 2 (the usual MFU convention: activation recompute and elementwise work are not counted).
 double model_step_flops(const Config *c, int B);
 
+// One rank's plan of `ranks` (docs/distributed.md), from the plan at its batch (batch_size / ranks):
+// with shard (ZeRO-1, shard_optimizer) its optimizer state and EMA a 1/ranks part (near: the parts
+// are cut at 8-bit blocks and keep fp32-moment tensors whole).
+void memory_plan_per_rank(MemPlan *p, int ranks, int shard);
+
 // The plan as lines on `out`; budget_bytes > 0 adds the budget and the headroom.
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget_bytes);
 

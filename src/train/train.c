@@ -249,10 +249,7 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     if (t->ranks > 1)
         printf("per rank: %d windows of the batch of %d%s\n", t->c->batch_size / t->ranks, t->c->batch_size,
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
-    if (t->shard) {  // near 1/N: the parts are cut at 8-bit blocks and keep fp32-moment tensors whole
-        t->plan.total -= (t->plan.optimizer + t->plan.ema) * (1 - 1.0 / t->ranks);
-        t->plan.optimizer /= t->ranks, t->plan.ema /= t->ranks;
-    }
+    memory_plan_per_rank(&t->plan, t->ranks, t->shard);
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (t->on_gpu && t->plan.total > vram_budget)

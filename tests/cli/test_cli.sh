@@ -65,6 +65,11 @@ long=$(printf 'd%.0s' $(seq 4000))
 expect path_too_long 2 "option --run: a value of 4000 characters" "$FC" train --config configs/tiny/starter.conf \
     --run "$long"
 expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/tiny/starter.conf --set depht=3
+# one rank's plan of N: the 24 GB preset at a global batch of 8 on 8 GPUs, ZeRO-1's parts of the state
+expect inspect_ranks 0 "optimizer         230.77 MiB" "$FC" inspect --config configs/starter.conf --set batch_size=8 \
+    --ranks 8
+expect inspect_ranks_uneven 2 "batch_size = 1 is not a multiple of it" "$FC" inspect --config configs/starter.conf \
+    --ranks 2
 expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
