@@ -161,7 +161,9 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
     memory_plan_resolve(&on_cpu, B, PLAN_CPU, 0);
     if (c->keep_blocks == KEEP_BLOCKS_AUTO)
         printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
-               "none on the CPU\n", "keep_blocks = auto", memory_plan_resolve(&on_gpu, B, PLAN_GPU_BF16, budget),
+               "none on the CPU\n", "keep_blocks = auto",
+               memory_plan_resolve(&on_gpu, B, PLAN_GPU_BF16,
+                                   budget + memory_plan_rank_savings(c, B, PLAN_GPU_BF16, ranks, c->shard_optimizer)),
                c->depth, KEEP_BLOCKS_AUTO_RESERVE_GIB);
     MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, PLAN_GPU_BF16);
     memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);

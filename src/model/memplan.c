@@ -98,6 +98,13 @@ void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
     p->optimizer /= ranks, p->ema /= ranks;
 }
 
+double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard) {
+    MemPlan p = memory_plan(c, B, dev);
+    double whole = p.total;
+    memory_plan_per_rank(&p, ranks, shard);
+    return whole - p.total;
+}
+
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget) {
     fprintf(out, "memory plan (%s, %zu parameters):\n", device, p->params);
     line(out, "weights", p->weights);

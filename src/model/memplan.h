@@ -45,6 +45,9 @@ double model_step_flops(const Config *c, int B);
 // with shard (ZeRO-1, shard_optimizer) its optimizer state and EMA a 1/ranks part (near: the parts
 // are cut at 8-bit blocks and keep fp32-moment tensors whole).
 void memory_plan_per_rank(MemPlan *p, int ranks, int shard);
+// What memory_plan_per_rank takes off a plan of c at batch B on dev: to add to a budget that
+// memory_plan_resolve checks whole plans against, so that keep_blocks = auto counts ZeRO-1's savings.
+double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard);
 
 // The plan as lines on `out`; budget_bytes > 0 adds the budget and the headroom.
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget_bytes);
