@@ -38,6 +38,9 @@ static void mpi_check(int rc, const char *what) {
     fc_die("rank %d: %s failed: %s", g_rank, what, msg);
 }
 
+// MPI counts are ints: the next piece of a buffer with `left` values (or bytes) still to go.
+static int piece(size_t left) { return left > ((size_t)1 << 30) ? 1 << 30 : (int)left; }
+
 void dist_start(void) {
     if (g_started || !launcher_size()) return;
     int provided = 0;
@@ -81,8 +84,8 @@ void dist_sum_real(real *buf, size_t n) {
     if (g_size == 1) return;
     double t0 = fc_now_s();
     MPI_Datatype type = sizeof(real) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
-    for (size_t at = 0; at < n;) {  // MPI counts are ints
-        int count = n - at > (1u << 30) ? 1 << 30 : (int)(n - at);
+    for (size_t at = 0; at < n;) {
+        int count = piece(n - at);
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
         at += (size_t)count;
     }
@@ -108,7 +111,7 @@ void dist_broadcast(void *buf, size_t bytes) {
     if (g_size == 1) return;
     double t0 = fc_now_s();
     for (size_t at = 0; at < bytes;) {
-        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        int count = piece(bytes - at);
         mpi_check(MPI_Bcast((char *)buf + at, count, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
         at += (size_t)count;
     }
@@ -122,7 +125,7 @@ void dist_barrier(void) {
 void dist_send(const void *buf, size_t bytes, int to) {
     double t0 = fc_now_s();
     for (size_t at = 0; at < bytes;) {
-        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        int count = piece(bytes - at);
         mpi_check(MPI_Send((const char *)buf + at, count, MPI_BYTE, to, 0, MPI_COMM_WORLD), "MPI_Send");
         at += (size_t)count;
     }
@@ -132,7 +135,7 @@ void dist_send(const void *buf, size_t bytes, int to) {
 void dist_recv(void *buf, size_t bytes, int from) {
     double t0 = fc_now_s();
     for (size_t at = 0; at < bytes;) {
-        int count = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+        int count = piece(bytes - at);
         mpi_check(MPI_Recv((char *)buf + at, count, MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
         at += (size_t)count;
     }
