@@ -9,7 +9,7 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_size = 1, g_local_rank = 0, g_started = 0;
+static int g_rank = 0, g_size = 1, g_local_rank = 0;
 static double g_comm_s = 0;
 static char g_describe[256] = "one rank";
 
@@ -29,6 +29,8 @@ static int launcher_size(void) {
 }
 
 #ifdef FC_MPI
+
+static int g_started = 0;  // MPI_Init done, MPI_Finalize not yet
 
 static void mpi_check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return;
