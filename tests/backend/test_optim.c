@@ -557,6 +557,48 @@ static void test_fused_ema(void) {
     free(g), free(u);
 }
 
+// The AVX2 form of the 8-bit step (cpu_optim.c) against its scalar reference, byte for byte: 6
+// steps on a tensor with a tail block, a block of zero state, non-finite gradients, gradients whose
+// square overflows (a second moment of +inf, then absmax +inf: NaN when dequantised), and the EMA.
+static void test_adam8_vector_equals_scalar(void) {
+    const size_t n = 4 * ADAM8_BLOCK + 8 * 13 + 5, nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+    real *p[2], *e[2], *g = fc_calloc(n, sizeof(real)), *u = fc_calloc(n, sizeof(real));
+    uint8_t *m8[2], *v8[2];
+    float *am[2], *av[2];
+    for (int r = 0; r < 2; r++) {
+        p[r] = fc_calloc(n, sizeof(real)), e[r] = fc_calloc(n, sizeof(real));
+        m8[r] = fc_calloc(n, 1), v8[r] = fc_calloc(n, 1);
+        am[r] = fc_calloc(nb, sizeof(float)), av[r] = fc_calloc(nb, sizeof(float));
+        init_params(p[r], n, 71), init_params(e[r], n, 72);
+    }
+    int first_diff = -1, inf_v = 0;
+    for (int t = 1; t <= 6 && first_diff < 0; t++) {
+        make_grads(g, u, n, 71, t);
+        for (size_t i = ADAM8_BLOCK; i < 2 * ADAM8_BLOCK; i++) g[i] = 0;  // block 1 stays zero state
+        g[3 * t] = NAN, g[7 * t + 1] = t % 2 ? INFINITY : -INFINITY, g[n - 1 - t] = NAN;
+        if (t == 2) g[2 * ADAM8_BLOCK + 9] = 3e37f;  // its square overflows float
+        AdamHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = t,
+                       .grad_scale = 0.8f, .ema_decay = 0.99f};
+        for (int r = 0; r < 2; r++) {
+            cpu_adamw_8bit_vector(r);  // r = 0: scalar, r = 1: vector (where the CPU has AVX2)
+            h.ema = e[r];
+            cpu_adamw_8bit(p[r], g, m8[r], v8[r], am[r], av[r], g_code_s, g_code_u, n, h);
+        }
+        if (memcmp(p[0], p[1], n * sizeof(real)) || memcmp(e[0], e[1], n * sizeof(real)) || memcmp(m8[0], m8[1], n) ||
+            memcmp(v8[0], v8[1], n) || memcmp(am[0], am[1], nb * sizeof(float)) || memcmp(av[0], av[1], nb * sizeof(float)))
+            first_diff = t;
+        if (t == 2) inf_v = isinf(av[0][2]);
+    }
+    cpu_adamw_8bit_vector(1);
+    check(first_diff < 0 && inf_v, "adamw8bit_vector_equals_scalar",
+          "%zu elements (a tail of %zu), 6 steps with NaN, +-inf and overflowing gradients: %s (block 2's absmax_v "
+          "+inf after step 2: %d)", n, n % ADAM8_BLOCK, first_diff < 0 ? "params, EMA, codes and absmaxes identical" :
+          "differ", inf_v);
+    if (first_diff >= 0) printf("  first difference after step %d\n", first_diff);
+    for (int r = 0; r < 2; r++) free(p[r]), free(e[r]), free(m8[r]), free(v8[r]), free(am[r]), free(av[r]);
+    free(g), free(u);
+}
+
 int main(void) {
     set_threads(fc_default_threads());
     quant8_signed_code(g_code_s), quant8_table(g_code_s);
@@ -567,6 +609,7 @@ int main(void) {
     test_adamw_8bit_tracks_fp32();
     test_nonfinite_gradients();
     test_tail_and_zero_state();
+    test_adam8_vector_equals_scalar();
     test_thread_independence();
     test_ema();
     test_fused_ema();

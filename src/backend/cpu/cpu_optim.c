@@ -41,34 +41,156 @@ void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n,
     }
 }
 
+// One block of 8-bit AdamW (len <= ADAM8_BLOCK elements from i0): dequantise, step, requantise.
+// The scalar form is the reference; adam8_block_avx2 below gives the same bytes.
+static void adam8_block_scalar(const AdamConst *c, real *param, const real *grad, uint8_t *m8, uint8_t *v8,
+                               float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, real *ema,
+                               size_t b, size_t i0, size_t len) {
+    // The block's moments between the dequantisation and the requantisation: the floats fp32
+    // AdamW would hold. A zero absmax (the zero-filled state) dequantises every code to 0.
+    float mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
+    float am = absmax_m[b], av = absmax_v[b];
+    float max_m = 0.0f, max_v = 0.0f;
+    for (size_t j = 0; j < len; j++) {
+        size_t i = i0 + j;
+        float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
+        float g = grad[i];
+        // a non-finite gradient: p unchanged, the moments keep their dequantised values
+        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
+        if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
+        mb[j] = mi, vb[j] = vi;
+        if (fabsf(mi) > max_m) max_m = fabsf(mi);
+        if (vi > max_v) max_v = vi;
+    }
+    absmax_m[b] = max_m, absmax_v[b] = max_v;
+    for (size_t j = 0; j < len; j++) {
+        m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
+        v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FC_DOUBLE)
+#include <immintrin.h>
+#define ADAM8_AVX2 1
+
+// quant8_encode_table for 8 floats at once: the index byte and the threshold by gathers. A byte is
+// gathered as the aligned 4 bytes around it (never past the table's end) and shifted down.
+__attribute__((target("avx2"))) static __m128i quant8_encode8(const float *table, __m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(255));
+    e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(QUANT8_INDEX_EXP0)),
+                         _mm256_set1_epi32(QUANT8_INDEX_EXP0 + QUANT8_INDEX_ROWS - 1));
+    __m256i row = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(u, 31), _mm256_set1_epi32(QUANT8_INDEX_ROWS)),
+                                   _mm256_sub_epi32(e, _mm256_set1_epi32(QUANT8_INDEX_EXP0)));
+    __m256i idx = _mm256_add_epi32(_mm256_slli_epi32(row, 8),
+                                   _mm256_and_si256(_mm256_srli_epi32(u, 15), _mm256_set1_epi32(255)));
+    const int *index = (const int *)(table + QUANT8_ENCODER);
+    __m256i word = _mm256_i32gather_epi32(index, _mm256_andnot_si256(_mm256_set1_epi32(3), idx), 1);
+    __m256i code = _mm256_and_si256(
+        _mm256_srlv_epi32(word, _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(3)), 3)),
+        _mm256_set1_epi32(255));
+    __m256 up = _mm256_i32gather_ps(table + 256, code, 4);
+    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(x, up, _CMP_GE_OQ)));  // true: -1
+    code = _mm256_min_epi32(code, _mm256_set1_epi32(255));
+    code = _mm256_and_si256(code, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_ORD_Q)));  // NaN: 0
+    __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    return _mm_packus_epi16(w16, w16);  // the 8 codes in the low 8 bytes
+}
+
+// adam8_block_scalar, 8 elements a step: the same operations in the same order on each element (no
+// FMA: the avx2 target has none), maxima that skip NaN as the scalar comparisons do (max_ps returns
+// its second operand when either is NaN), the tail by the scalar formula.
+__attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c, real *param, const real *grad,
+                                                             uint8_t *m8, uint8_t *v8, float *absmax_m,
+                                                             float *absmax_v, const float *code_m,
+                                                             const float *code_v, real *ema, size_t b, size_t i0,
+                                                             size_t len) {
+    float mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
+    float am = absmax_m[b], av = absmax_v[b];
+    const __m256 vam = _mm256_set1_ps(am), vav = _mm256_set1_ps(av), scale = _mm256_set1_ps(c->scale);
+    const __m256 b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2), omb1 = _mm256_set1_ps(c->one_m_b1),
+                 omb2 = _mm256_set1_ps(c->one_m_b2), lr_wd = _mm256_set1_ps(c->lr_wd),
+                 step = _mm256_set1_ps(c->step_size), bc2 = _mm256_set1_ps(c->bc2), eps = _mm256_set1_ps(c->eps),
+                 ema_d = _mm256_set1_ps(c->ema_d), ema_w = _mm256_set1_ps(c->ema_w);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i expo = _mm256_set1_epi32(0x7f800000);
+    __m256 vmax_m = _mm256_setzero_ps(), vmax_v = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        size_t i = i0 + j;
+        __m256 mi = _mm256_mul_ps(_mm256_i32gather_ps(code_m, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(m8 + i))), 4), vam);
+        __m256 vi = _mm256_mul_ps(_mm256_i32gather_ps(code_v, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(v8 + i))), 4), vav);
+        __m256 g = _mm256_loadu_ps(grad + i), p = _mm256_loadu_ps(param + i);
+        __m256i gbits = _mm256_castps_si256(g);
+        __m256 finite = _mm256_castsi256_ps(
+            _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(gbits, expo), expo), _mm256_set1_epi32(-1)));
+        __m256 gs = _mm256_mul_ps(g, scale);
+        __m256 mn = _mm256_add_ps(_mm256_mul_ps(b1, mi), _mm256_mul_ps(omb1, gs));
+        __m256 vn = _mm256_add_ps(_mm256_mul_ps(b2, vi), _mm256_mul_ps(_mm256_mul_ps(omb2, gs), gs));
+        __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vn, bc2)), eps);
+        __m256 pn = _mm256_sub_ps(_mm256_sub_ps(p, _mm256_mul_ps(p, lr_wd)), _mm256_div_ps(_mm256_mul_ps(step, mn), den));
+        mi = _mm256_blendv_ps(mi, mn, finite), vi = _mm256_blendv_ps(vi, vn, finite), p = _mm256_blendv_ps(p, pn, finite);
+        _mm256_storeu_ps(param + i, p);
+        if (ema) {
+            __m256 e = _mm256_loadu_ps(ema + i);
+            _mm256_storeu_ps(ema + i, _mm256_add_ps(_mm256_mul_ps(ema_d, e), _mm256_mul_ps(ema_w, p)));
+        }
+        _mm256_storeu_ps(mb + j, mi), _mm256_storeu_ps(vb + j, vi);
+        vmax_m = _mm256_max_ps(_mm256_andnot_ps(sign, mi), vmax_m);
+        vmax_v = _mm256_max_ps(vi, vmax_v);
+    }
+    float lanes_m[8], lanes_v[8], max_m = 0.0f, max_v = 0.0f;
+    _mm256_storeu_ps(lanes_m, vmax_m), _mm256_storeu_ps(lanes_v, vmax_v);
+    for (int l = 0; l < 8; l++) {
+        if (lanes_m[l] > max_m) max_m = lanes_m[l];
+        if (lanes_v[l] > max_v) max_v = lanes_v[l];
+    }
+    for (; j < len; j++) {
+        size_t i = i0 + j;
+        float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
+        float g = grad[i];
+        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
+        if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
+        mb[j] = mi, vb[j] = vi;
+        if (fabsf(mi) > max_m) max_m = fabsf(mi);
+        if (vi > max_v) max_v = vi;
+    }
+    absmax_m[b] = max_m, absmax_v[b] = max_v;
+    const __m256 vmm = _mm256_set1_ps(max_m), vmv = _mm256_set1_ps(max_v);
+    for (j = 0; j + 8 <= len; j += 8) {
+        __m128i qm = max_m > 0.0f ? quant8_encode8(code_m, _mm256_div_ps(_mm256_loadu_ps(mb + j), vmm)) : _mm_setzero_si128();
+        __m128i qv = max_v > 0.0f ? quant8_encode8(code_v, _mm256_div_ps(_mm256_loadu_ps(vb + j), vmv)) : _mm_setzero_si128();
+        _mm_storel_epi64((void *)(m8 + i0 + j), qm);
+        _mm_storel_epi64((void *)(v8 + i0 + j), qv);
+    }
+    for (; j < len; j++) {
+        m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
+        v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
+    }
+}
+#endif
+
+// 1: the AVX2 form of the 8-bit step where the CPU has it (the default); 0: the scalar reference.
+static int g_adam8_vector = 1;
+void cpu_adamw_8bit_vector(int on) { g_adam8_vector = on; }
+
 void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                     const float *code_m, const float *code_v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     size_t nblocks = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+#ifdef ADAM8_AVX2
+    int avx2 = g_adam8_vector && __builtin_cpu_supports("avx2");
+#endif
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nblocks; b++) {
         size_t i0 = b * ADAM8_BLOCK, len = n - i0 < ADAM8_BLOCK ? n - i0 : ADAM8_BLOCK;
-        // The block's moments between the dequantisation and the requantisation: the floats fp32
-        // AdamW would hold. A zero absmax (the zero-filled state) dequantises every code to 0.
-        float mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
-        float am = absmax_m[b], av = absmax_v[b];
-        float max_m = 0.0f, max_v = 0.0f;
-        for (size_t j = 0; j < len; j++) {
-            size_t i = i0 + j;
-            float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
-            float g = grad[i];
-            // a non-finite gradient: p unchanged, the moments keep their dequantised values
-            if (isfinite(g)) param[i] = adam_elem(&c, param[i], g * c.scale, &mi, &vi);
-            if (h.ema) h.ema[i] = ema_elem(c.ema_d, c.ema_w, h.ema[i], param[i]);
-            mb[j] = mi, vb[j] = vi;
-            if (fabsf(mi) > max_m) max_m = fabsf(mi);
-            if (vi > max_v) max_v = vi;
+#ifdef ADAM8_AVX2
+        if (avx2) {
+            adam8_block_avx2(&c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, h.ema, b, i0, len);
+            continue;
         }
-        absmax_m[b] = max_m, absmax_v[b] = max_v;
-        for (size_t j = 0; j < len; j++) {
-            m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
-            v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
-        }
+#endif
+        adam8_block_scalar(&c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, h.ema, b, i0, len);
     }
 }
 
