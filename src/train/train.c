@@ -396,7 +396,9 @@ static void reduce_gradients(Trainer *t) {
     size_t n = t->m->n_params;
     real *g = t->m->grads_mem;
     if (t->nccl) {
+#ifndef FC_DOUBLE  // the GPU is float only: NCCL never starts in the double build (tests/grad)
         backend_cuda_nccl_sum(g, n);
+#endif
         t->be->affine_fwd(g, g, n, (real)1 / (real)t->ranks, 0);
         return;
     }
@@ -429,8 +431,11 @@ static void gather_parts(Trainer *t, const real *src) {
     real *own = t->m->params_mem + lo;
     if (!t->on_gpu || t->nccl) {  // the CPU backend's memory is the host's; NCCL's the device's
         if (src != own) t->be->copy(own, src, sizeof(real) * n);
+#ifndef FC_DOUBLE
         if (t->nccl) backend_cuda_nccl_gather(t->m->params_mem, t->part_start);
-        else dist_allgather_real(t->m->params_mem, t->part_start);
+        else
+#endif
+            dist_allgather_real(t->m->params_mem, t->part_start);
         return;
     }
     t->be->download(t->host_grads + lo, src, sizeof(real) * n);

@@ -48,20 +48,45 @@ static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, u
 // ----------------------------------------------------------------------------
 // linear. OpenBLAS runs single-threaded (common.c); the GEMMs are cut into blocks of a fixed
 // size that OpenMP spreads over the threads. The blocks do not depend on the thread count, so
-// neither do the bytes of the result (OpenBLAS's own threading would change them).
+// neither do the bytes of the result (OpenBLAS's own threading would change them). Every output
+// element is one GEMM's sum over the whole inner dimension, in OpenBLAS's order, whichever block
+// holds it: how the output is cut changes no byte.
 
 #define GEMM_BLOCK 64
 
+// How a (rows, cols) output is cut: blocks of GEMM_BLOCK rows, and where those are few and odd
+// (7 blocks of a 448-token window would keep one of two threads waiting an eighth of the time),
+// each block split into two halves of its columns, so that the tasks come in pairs.
+typedef struct {
+    int row_blocks, col_parts, tasks;
+} GemmTasks;
+
+static GemmTasks gemm_tasks(int rows, int cols) {
+    GemmTasks t = {(rows + GEMM_BLOCK - 1) / GEMM_BLOCK, 1, 0};
+    if (t.row_blocks % 2 && t.row_blocks < 16 && cols >= 32) t.col_parts = 2;
+    t.tasks = t.row_blocks * t.col_parts;
+    return t;
+}
+
+// Task k's rows [*r0, *r0 + *nr) and columns [*c0, *c0 + *nc) (column halves at a multiple of 16).
+static void gemm_task(const GemmTasks *t, int k, int rows, int cols, int *r0, int *nr, int *c0, int *nc) {
+    int blk = k / t->col_parts, part = k % t->col_parts, half = (cols / 2 + 15) / 16 * 16;
+    *r0 = blk * GEMM_BLOCK, *nr = rows - *r0 < GEMM_BLOCK ? rows - *r0 : GEMM_BLOCK;
+    *c0 = t->col_parts == 1 ? 0 : part * half;
+    *nc = t->col_parts == 1 ? cols : part ? cols - half : half;
+}
+
 static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
     const real *x = x_op;
-    int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    GemmTasks t = gemm_tasks(M, N);
 #pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-        int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
+    for (int k = 0; k < t.tasks; k++) {
+        int m0, rows, n0, cols;
+        gemm_task(&t, k, M, N, &m0, &rows, &n0, &cols);
         if (b)
-            for (int m = m0; m < m0 + rows; m++) memcpy(y + (size_t)m * N, b, sizeof(real) * N);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0, x + (size_t)m0 * K, K, w, K, b ? 1.0 : 0.0,
-             y + (size_t)m0 * N, N);
+            for (int m = m0; m < m0 + rows; m++) memcpy(y + (size_t)m * N + n0, b + n0, sizeof(real) * cols);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, K, 1.0, x + (size_t)m0 * K, K, w + (size_t)n0 * K, K,
+             b ? 1.0 : 0.0, y + (size_t)m0 * N + n0, N);
     }
 }
 
@@ -69,25 +94,29 @@ static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradM
                            const Operand *x_op, const real *w, int M, int K, int N) {
     const real *x = x_op;
     if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
-        int nblocks = (M + GEMM_BLOCK - 1) / GEMM_BLOCK;
+        GemmTasks t = gemm_tasks(M, K);
 #pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblocks; blk++) {
-            int m0 = blk * GEMM_BLOCK, rows = M - m0 < GEMM_BLOCK ? M - m0 : GEMM_BLOCK;
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0, dy + (size_t)m0 * N, N, w, K,
-                 dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K, K);
+        for (int k = 0; k < t.tasks; k++) {
+            int m0, rows, k0, cols;
+            gemm_task(&t, k, M, K, &m0, &rows, &k0, &cols);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, N, 1.0, dy + (size_t)m0 * N, N, w + k0, K,
+                 dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K + k0, K);
         }
     }
     real beta = pmode == GRAD_ADD ? 1.0 : 0.0;
     if (dw) {  // dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
-        int by_rows = N >= K, len = by_rows ? N : K, nblocks = (len + GEMM_BLOCK - 1) / GEMM_BLOCK;
+        int by_rows = N >= K;
+        GemmTasks t = by_rows ? gemm_tasks(N, K) : gemm_tasks(K, N);
 #pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblocks; blk++) {
-            int o = blk * GEMM_BLOCK, cnt = len - o < GEMM_BLOCK ? len - o : GEMM_BLOCK;
+        for (int k = 0; k < t.tasks; k++) {
+            int o, cnt, s0, slen;  // o, cnt along the longer side; s0, slen along the other
+            gemm_task(&t, k, by_rows ? N : K, by_rows ? K : N, &o, &cnt, &s0, &slen);
             if (by_rows)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, K, M, 1.0, dy + o, N, x, K, beta, dw + (size_t)o * K,
-                     K);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, slen, M, 1.0, dy + o, N, x + s0, K, beta,
+                     dw + (size_t)o * K + s0, K);
             else
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, N, cnt, M, 1.0, dy, N, x + o, K, beta, dw + o, K);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, slen, cnt, M, 1.0, dy + s0, N, x + o, K, beta,
+                     dw + (size_t)s0 * K + o, K);
         }
     }
     if (db) {
