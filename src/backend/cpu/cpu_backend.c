@@ -282,6 +282,35 @@ static void cpu_gated_add_bwd(real *dx, real *dh, real *dgate, const real *dout,
 // ----------------------------------------------------------------------------
 // RMS norm of the q and k heads
 
+// One head's RMS norm: out = v / rms(v) * w; returns 1 / rms (the sum of squares in eight double lanes).
+CPU_VECTOR_CLONES static real rms_norm_head(real *out, const real *v, const real *w, int dh) {
+    double acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= dh; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += (double)v[i + l] * v[i + l];
+    double sq = lanes_total(acc);
+    for (; i < dh; i++) sq += (double)v[i] * v[i];
+    double r = 1.0 / sqrt(sq / dh + RMS_EPS);
+    for (i = 0; i < dh; i++) out[i] = (real)(v[i] * r) * w[i];
+    return (real)r;
+}
+
+// One head's backward: acc[i] += dy x r (the weight's gradient), and dx = r w dy - x r^3 (dy.w.x) / dh.
+CPU_VECTOR_CLONES static void rms_norm_head_bwd(real *dx, double *acc, const real *dy, const real *x, const real *w,
+                                                double r, int dh) {
+    if (acc)
+        for (int i = 0; i < dh; i++) acc[i] += (double)dy[i] * x[i] * r;
+    if (!dx) return;
+    double lanes[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= dh; i += LANES)
+        for (int l = 0; l < LANES; l++) lanes[l] += (double)dy[i + l] * w[i + l] * x[i + l];
+    double dot = lanes_total(lanes);
+    for (; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
+    double coef = r * r * r * dot / dh;
+    for (i = 0; i < dh; i++) dx[i] = (real)(r * w[i] * dy[i] - x[i] * coef);
+}
+
 static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const real *qw, const real *kw, int T, int D,
                             int H) {
     int dh = D / H;
@@ -291,14 +320,9 @@ static void cpu_qk_norm_fwd(Operand *out, real *rstd, const real *qkv, const rea
         real *orow = (real *)out + (size_t)t * 3 * D;
         for (int part = 0; part < 2; part++) {
             const real *w = part ? kw : qw;
-            for (int h = 0; h < H; h++) {
-                const real *v = row + part * D + h * dh;
-                double sq = 0;
-                for (int i = 0; i < dh; i++) sq += (double)v[i] * v[i];
-                double r = 1.0 / sqrt(sq / dh + RMS_EPS);
-                rstd[(size_t)t * 2 * H + part * H + h] = (real)r;
-                for (int i = 0; i < dh; i++) orow[part * D + h * dh + i] = (real)(v[i] * r) * w[i];
-            }
+            for (int h = 0; h < H; h++)
+                rstd[(size_t)t * 2 * H + part * H + h] = rms_norm_head(orow + part * D + h * dh, row + part * D + h * dh,
+                                                                       w, dh);
         }
         memcpy(orow + 2 * D, row + 2 * D, sizeof(real) * D);
     }
@@ -325,14 +349,7 @@ static void cpu_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, co
                 for (int h = 0; h < H; h++) {
                     const real *x = row + p * D + h * dh, *dy = drow + p * D + h * dh;
                     double r = rstd[(size_t)t * 2 * H + p * H + h];
-                    if (acc)
-                        for (int i = 0; i < dh; i++) acc[i] += (double)dy[i] * x[i] * r;
-                    if (!dqkv) continue;
-                    double dot = 0;
-                    for (int i = 0; i < dh; i++) dot += (double)dy[i] * w[i] * x[i];
-                    double coef = r * r * r * dot / dh;
-                    real *dx = dqkv + (size_t)t * 3 * D + p * D + h * dh;
-                    for (int i = 0; i < dh; i++) dx[i] = (real)(r * w[i] * dy[i] - x[i] * coef);
+                    rms_norm_head_bwd(dqkv ? dqkv + (size_t)t * 3 * D + p * D + h * dh : NULL, acc, dy, x, w, r, dh);
                 }
             }
             if (dqkv) memcpy(dqkv + (size_t)t * 3 * D + 2 * D, drow + 2 * D, sizeof(real) * D);
