@@ -48,12 +48,18 @@ static void test_philox_distributions(void) {
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_TIME, 0) &&
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_NOISE, 1);
     check(differ, "philox_streams_differ", "seed, step, stream and index each change the draw");
-    // the fill is the element-wise function, whatever the offset
-    real buf[64];
-    philox_fill_normal(buf, 64, 0, 1, 9, 3, RNG_NOISE, 1000);
+    // the fill (by blocks of 4 indices) is the element-wise function, whatever the offset and length
+    real buf[67];
+    const uint64_t offsets[] = {1000, 1001, 3, 0, 6};
+    const size_t lens[] = {64, 67, 1, 2, 5};
     int same = 1;
-    for (int i = 0; i < 64; i++) same &= buf[i] == (real)philox_normal(9, 3, RNG_NOISE, 1000 + i);
-    check(same, "philox_fill_matches_elementwise", "64 values at offset 1000");
+    for (int c = 0; c < 5; c++) {
+        philox_fill_normal(buf, lens[c], (real)0.25, (real)1.5, 9, 3, RNG_NOISE, offsets[c]);
+        for (size_t i = 0; i < lens[c]; i++)
+            same &= buf[i] == (real)((real)0.25 + (real)1.5 * philox_normal(9, 3, RNG_NOISE, offsets[c] + i));
+    }
+    check(same, "philox_fill_matches_elementwise", "lengths 64, 67, 1, 2, 5 at offsets 1000, 1001, 3, 0, 6: the same "
+          "bytes as philox_normal value by value");
 }
 
 static void test_config_roundtrip(void) {
