@@ -3,7 +3,8 @@
 # the NVIDIA driver and the CUDA toolkit's libraries but not OpenBLAS or FFmpeg (a bare GPU server),
 # with the shared libraries it lacks in DIR/lib. The target needs a glibc no older than this
 # machine's. No video or image I/O (NO_FFMPEG: training on the built-in shapes or on shards
-# prepared here works). What to copy there: DIR/framechain, DIR/test_cuda, DIR/bench_ops, DIR/lib,
+# prepared here works). What to copy there: DIR/framechain, DIR/libframechain_cuda.so (the CUDA backend,
+# which framechain opens from beside itself), DIR/test_cuda, DIR/bench_ops, DIR/lib,
 # beside a checkout of the same revision; there, `BUNDLE=DIR tools/gpu_check.sh` runs the checks
 # without compiling anything.
 # usage: tools/gpu_bundle.sh [DIR]   (default build-gpu; CUDA_ARCH, default 90: H100/H200; 89: RTX 4090; 86: RTX 3090)
@@ -15,5 +16,5 @@ make BUILD="$DIR" BIN="$DIR/framechain" CUDA_ARCH="${CUDA_ARCH:-90}" NO_FFMPEG=1
 # OpenBLAS and what it loads (Fortran runtime); the C library, libstdc++, OpenMP and CUDA are there
 ldd "$DIR/framechain" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath' |
     while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
-echo "bundle $DIR: $(du -ch "$DIR/framechain" "$DIR/test_cuda" "$DIR/bench_ops" "$DIR/lib" | tail -1 | cut -f1)"
+echo "bundle $DIR: $(du -ch "$DIR/framechain" "$DIR/libframechain_cuda.so" "$DIR/test_cuda" "$DIR/bench_ops" "$DIR/lib" | tail -1 | cut -f1)"
 ls "$DIR/lib"

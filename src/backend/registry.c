@@ -4,8 +4,115 @@
 
 #include "backend/registry.h"
 
-// Without the CUDA backend's objects (a CPU-only build) these answer; cuda/backend_cuda.cu (or its
-// CPU emulation, tests/cuda/emu) defines the real ones, which take precedence at link time.
+#ifdef FC_CUDA_LIB
+// ----------------------------------------------------------------------------
+// The CUDA backend is a shared library of its own (Makefile: libframechain_cuda.so, built from
+// cuda/), opened the first time a command needs it: the CUDA runtime and cuBLAS take about 0.4 s and
+// 200 MB to load, which a run on the CPU, and every command on a machine without an NVIDIA driver,
+// should not pay. Programs linked with the CUDA objects themselves (the tests, the CUDA emulation)
+// get those definitions, which take precedence over these weak ones at link time.
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+static void *g_cuda_lib;
+static char g_cuda_why[PATH_MAX + 512];
+static int g_cuda_device;  // backend_cuda_set_device's index, passed on when the library opens
+
+// The library: FC_CUDA_LIB (the build's absolute path), else libframechain_cuda.so beside the
+// program. NULL with the reason in *why when neither opens.
+static void *cuda_lib(const char **why) {
+    if (!g_cuda_lib && !g_cuda_why[0]) {
+        g_cuda_lib = dlopen(FC_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+        if (!g_cuda_lib) {
+            char first[PATH_MAX + 256], exe[PATH_MAX], path[PATH_MAX + 32];
+            snprintf(first, sizeof first, "%s", dlerror());
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+            if (slash) {
+                *slash = 0;
+                snprintf(path, sizeof path, "%s/libframechain_cuda.so", exe);
+                g_cuda_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            }
+            if (!g_cuda_lib)
+                snprintf(g_cuda_why, sizeof g_cuda_why, "cannot load the CUDA backend: %s (hint: run make, which "
+                         "builds it beside the program)", first);
+        }
+        void (*set_device)(int) = g_cuda_lib ? (void (*)(int))dlsym(g_cuda_lib, "backend_cuda_set_device") : NULL;
+        if (set_device) set_device(g_cuda_device);
+    }
+    if (!g_cuda_lib && why) *why = g_cuda_why;
+    return g_cuda_lib;
+}
+
+// The library's definition of `name`, or NULL (and why) when it cannot be had.
+static void *cuda_fn(const char *name, const char **why) {
+    void *lib = cuda_lib(why), *fn = lib ? dlsym(lib, name) : NULL;
+    if (lib && !fn) {
+        snprintf(g_cuda_why, sizeof g_cuda_why, "the CUDA backend's library has no %s: rebuild it (make)", name);
+        if (why) *why = g_cuda_why;
+    }
+    return fn;
+}
+
+// Whether this machine has an NVIDIA driver at all (Linux, or WSL's /dev/dxg): --device auto asks
+// this before it opens the library.
+static int nvidia_driver_present(void) {
+    return !access("/proc/driver/nvidia/version", F_OK) || !access("/dev/nvidiactl", F_OK) ||
+           !access("/dev/dxg", F_OK);
+}
+
+__attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
+    const Backend *(*fn)(int, const char **) = (const Backend *(*)(int, const char **))cuda_fn(
+        "backend_cuda_precision", why);
+    return fn ? fn(bf16, why) : NULL;
+}
+__attribute__((weak)) const Backend *backend_cuda(const char **why) {
+    if (!g_cuda_lib && !nvidia_driver_present()) {
+        if (why) *why = "no NVIDIA driver on this machine (no /proc/driver/nvidia, /dev/nvidiactl or /dev/dxg)";
+        return NULL;
+    }
+    return backend_cuda_precision(1, why);
+}
+// Remembered, not a reason to open the library: train calls it on every run, the CPU's too.
+__attribute__((weak)) void backend_cuda_set_device(int index) {
+    g_cuda_device = index;
+    void (*fn)(int) = g_cuda_lib ? (void (*)(int))dlsym(g_cuda_lib, "backend_cuda_set_device") : NULL;
+    if (fn) fn(index);
+}
+__attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err,
+                                                  size_t errlen) {
+    const char *why = NULL;
+    int (*fn)(int, int, void (*)(void *, size_t), char *, size_t) =
+        (int (*)(int, int, void (*)(void *, size_t), char *, size_t))cuda_fn("backend_cuda_nccl_start", &why);
+    if (fn) return fn(rank, size, share, err, errlen);
+    snprintf(err, errlen, "%s", why);
+    return -1;
+}
+// The three below run only once the backend is in use, so the library is open.
+__attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) {
+    ((void (*)(float *, size_t))cuda_fn("backend_cuda_nccl_sum", NULL))(dev, n);
+}
+__attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *start) {
+    ((void (*)(float *, const size_t *))cuda_fn("backend_cuda_nccl_gather", NULL))(dev, start);
+}
+__attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) {
+    void (*fn)(size_t) = (void (*)(size_t))cuda_fn("backend_cuda_set_attn_ds_cap", NULL);
+    if (fn) fn(bytes);
+}
+__attribute__((weak)) int backend_cuda_set_route(const char *name, int on) {
+    int (*fn)(const char *, int) = (int (*)(const char *, int))cuda_fn("backend_cuda_set_route", NULL);
+    return fn ? fn(name, on) : -1;
+}
+__attribute__((weak)) const char *backend_cuda_routes(void) {
+    const char *(*fn)(void) = g_cuda_lib ? (const char *(*)(void))dlsym(g_cuda_lib, "backend_cuda_routes") : NULL;
+    return fn ? fn() : "";
+}
+
+#else
+// A CPU-only build: these answer. The CUDA emulation (tests/cuda/emu) defines the real ones, which
+// take precedence at link time.
 __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
     (void)bf16;
     if (why) *why = "this build has no CUDA backend (nvcc was not found when it was built)";
@@ -24,6 +131,7 @@ __attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *st
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
 __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }
 __attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }
+#endif
 
 const Backend *backend_select(const char *name) {
     if (!strcmp(name, "cpu")) return backend_cpu();

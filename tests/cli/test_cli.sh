@@ -41,6 +41,24 @@ expect unknown_command 2 "unknown command 'trian'" "$FC" trian
 expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
 expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
 expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
+
+# The CUDA backend is a library the program opens when a command needs it (src/backend/registry.c):
+# a run on the CPU never loads the CUDA runtime or cuBLAS (glibc's LD_DEBUG lists what is loaded),
+# and --device cuda opens it and answers with what CUDA says (no GPU here, or a GPU).
+if ! "$FC" --version | grep -q "has no CUDA backend"; then
+    LD_DEBUG=files "$FC" --device cpu inspect --config configs/tiny/starter.conf > "$tmp/ld.log" 2>&1
+    loaded=$(grep -cE "file=[^ ]*(libcudart|libcublas|libframechain_cuda)" "$tmp/ld.log")
+    "$FC" --device cuda inspect --config configs/tiny/starter.conf > "$tmp/cuda.log" 2>&1
+    cuda_rc=$?
+    LD_DEBUG=files "$FC" --device cuda inspect --config configs/tiny/starter.conf 2>&1 | \
+        grep -cE "file=[^ ]*libcublas" > "$tmp/ld_cuda.n"
+    if [ "$loaded" -eq 0 ] && [ "$(cat "$tmp/ld_cuda.n")" -gt 0 ] && ! grep -q "cannot load\|has no backend_" "$tmp/cuda.log" \
+        && { [ $cuda_rc -eq 0 ] || grep -q -- "--device cuda: " "$tmp/cuda.log"; }; then
+        echo "PASS cli_cuda_library_on_demand: --device cpu loads none of the CUDA libraries; --device cuda opens them (exit $cuda_rc: $(head -c 90 "$tmp/cuda.log" | head -1))"
+    else
+        echo "FAIL cli_cuda_library_on_demand: CUDA libraries loaded by --device cpu: $loaded; by --device cuda: $(cat "$tmp/ld_cuda.n"); --device cuda said: $(head -1 "$tmp/cuda.log")"
+    fi
+fi
 for cmd in prepare train generate inspect; do
     expect "${cmd}_help" 0 "usage: framechain $cmd" "$FC" "$cmd" --help
 done
