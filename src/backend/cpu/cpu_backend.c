@@ -52,18 +52,23 @@ static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, u
 // element is one GEMM's sum over the whole inner dimension, in OpenBLAS's order, whichever block
 // holds it: how the output is cut changes no byte.
 
-#define GEMM_BLOCK 64
+#define GEMM_BLOCK 128
 
-// How a (rows, cols) output is cut: blocks of GEMM_BLOCK rows, and where those are few and odd
-// (7 blocks of a 448-token window would keep one of two threads waiting an eighth of the time),
-// each block split into two halves of its columns, so that the tasks come in pairs.
+// How a (rows, cols) output is cut: into an even number of equal blocks of rows (at most
+// GEMM_BLOCK, a multiple of 8), so that two or four threads share them evenly; an output of one
+// block (a few rows: the modulation's linears) is cut into two halves of its columns instead. The
+// cut depends on the shape alone, never on the thread count.
 typedef struct {
-    int row_blocks, col_parts, tasks;
+    int rows_per, row_blocks, col_parts, tasks;
 } GemmTasks;
 
 static GemmTasks gemm_tasks(int rows, int cols) {
-    GemmTasks t = {(rows + GEMM_BLOCK - 1) / GEMM_BLOCK, 1, 0};
-    if (t.row_blocks % 2 && t.row_blocks < 16 && cols >= 32) t.col_parts = 2;
+    int nb = (rows + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    if (nb > 1 && nb % 2) nb++;
+    int per = nb > 1 ? ((rows + nb - 1) / nb + 7) / 8 * 8 : rows;
+    GemmTasks t = {per > 0 ? per : 1, 0, 1, 0};
+    t.row_blocks = (rows + t.rows_per - 1) / t.rows_per;
+    if (t.row_blocks == 1 && cols >= 32) t.col_parts = 2;
     t.tasks = t.row_blocks * t.col_parts;
     return t;
 }
@@ -71,7 +76,7 @@ static GemmTasks gemm_tasks(int rows, int cols) {
 // Task k's rows [*r0, *r0 + *nr) and columns [*c0, *c0 + *nc) (column halves at a multiple of 16).
 static void gemm_task(const GemmTasks *t, int k, int rows, int cols, int *r0, int *nr, int *c0, int *nc) {
     int blk = k / t->col_parts, part = k % t->col_parts, half = (cols / 2 + 15) / 16 * 16;
-    *r0 = blk * GEMM_BLOCK, *nr = rows - *r0 < GEMM_BLOCK ? rows - *r0 : GEMM_BLOCK;
+    *r0 = blk * t->rows_per, *nr = rows - *r0 < t->rows_per ? rows - *r0 : t->rows_per;
     *c0 = t->col_parts == 1 ? 0 : part * half;
     *nc = t->col_parts == 1 ? cols : part ? cols - half : half;
 }
