@@ -81,8 +81,13 @@ static void gemm_task(const GemmTasks *t, int k, int rows, int cols, int *r0, in
     *nc = t->col_parts == 1 ? cols : part ? cols - half : half;
 }
 
-static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
-    const real *x = x_op;
+// GELU over a block of a GEMM's output (defined with the activations below): the MLP's linears
+// apply it to each task's block as soon as the block is made, while it is in the cache.
+static void gelu_fwd_block(real *y, const real *pre, int rows, int cols, long ld);
+static void gelu_bwd_block(real *d, const real *pre, int rows, int cols, long ld);
+
+// y (M, N) = x (M, K) @ w^T + b; gelu: also gelu = GELU(y), block by block.
+static void linear_fwd_gelu(real *y, real *gelu, const real *x, const real *w, const real *b, int M, int K, int N) {
     GemmTasks t = gemm_tasks(M, N);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < t.tasks; k++) {
@@ -92,22 +97,39 @@ static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const re
             for (int m = m0; m < m0 + rows; m++) memcpy(y + (size_t)m * N + n0, b + n0, sizeof(real) * cols);
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, K, 1.0, x + (size_t)m0 * K, K, w + (size_t)n0 * K, K,
              b ? 1.0 : 0.0, y + (size_t)m0 * N + n0, N);
+        if (gelu) gelu_fwd_block(gelu + (size_t)m0 * N + n0, y + (size_t)m0 * N + n0, rows, cols, N);
     }
 }
 
+// dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta); gelu_pre:
+// then dx *= GELU'(gelu_pre), block by block.
+static void linear_dx_gelu(real *dx, GradMode dx_mode, const real *dy, const real *w, const real *gelu_pre, int M,
+                           int K, int N) {
+    GemmTasks t = gemm_tasks(M, K);
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < t.tasks; k++) {
+        int m0, rows, k0, cols;
+        gemm_task(&t, k, M, K, &m0, &rows, &k0, &cols);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, N, 1.0, dy + (size_t)m0 * N, N, w + k0, K,
+             dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K + k0, K);
+        if (gelu_pre) gelu_bwd_block(dx + (size_t)m0 * K + k0, gelu_pre + (size_t)m0 * K + k0, rows, cols, K);
+    }
+}
+
+static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
+    linear_fwd_gelu(y, NULL, x_op, w, b, M, K, N);
+}
+
+// The weight and bias gradients of a linear (dx apart: linear_dx_gelu).
+static void linear_dw_db(real *dw, real *db, GradMode pmode, const real *dy, const real *x, int M, int K, int N);
+
 static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
                            const Operand *x_op, const real *w, int M, int K, int N) {
-    const real *x = x_op;
-    if (dx) {  // dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta)
-        GemmTasks t = gemm_tasks(M, K);
-#pragma omp parallel for schedule(static)
-        for (int k = 0; k < t.tasks; k++) {
-            int m0, rows, k0, cols;
-            gemm_task(&t, k, M, K, &m0, &rows, &k0, &cols);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, N, 1.0, dy + (size_t)m0 * N, N, w + k0, K,
-                 dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K + k0, K);
-        }
-    }
+    if (dx) linear_dx_gelu(dx, dx_mode, dy, w, NULL, M, K, N);
+    linear_dw_db(dw, db, pmode, dy, x_op, M, K, N);
+}
+
+static void linear_dw_db(real *dw, real *db, GradMode pmode, const real *dy, const real *x, int M, int K, int N) {
     real beta = pmode == GRAD_ADD ? 1.0 : 0.0;
     if (dw) {  // dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
         int by_rows = N >= K;
@@ -429,16 +451,25 @@ static void cpu_gelu_bwd(real *dx, const real *dy, const real *x, size_t n) {
     }
 }
 
-// The MLP's linears with the GELU between them: the compositions that backend.h defines them as.
+// The MLP's linears with the GELU between them, as backend.h defines them (a linear, then the
+// GELU), the GELU applied to each GEMM task's block while it is in the cache: the same bytes as the
+// two ops apart.
+static void gelu_fwd_block(real *y, const real *pre, int rows, int cols, long ld) {
+    for (int r = 0; r < rows; r++) gelu_fwd_span(y + r * ld, pre + r * ld, (size_t)cols);
+}
+static void gelu_bwd_block(real *d, const real *pre, int rows, int cols, long ld) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c += GELU_SPAN)
+            gelu_bwd_span(d + r * ld + c, d + r * ld + c, pre + r * ld + c, cols - c < GELU_SPAN ? cols - c : GELU_SPAN);
+}
 static void cpu_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
                                 int N) {
-    cpu_linear_fwd(pre, x, w, b, M, K, N);
-    cpu_gelu_fwd(y, pre, (size_t)M * N);
+    linear_fwd_gelu(pre, y, x, w, b, M, K, N);
 }
 static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
                                 const real *w, const real *pre, int M, int K, int N) {
-    cpu_linear_bwd(dpre, GRAD_SET, dw, db, pmode, dy, x, w, M, K, N);
-    cpu_gelu_bwd(dpre, dpre, pre, (size_t)M * K);
+    linear_dx_gelu(dpre, GRAD_SET, dy, w, pre, M, K, N);
+    linear_dw_db(dw, db, pmode, dy, x, M, K, N);
 }
 
 static void cpu_silu_fwd(Operand *y_op, const real *x, size_t n) {
