@@ -41,6 +41,33 @@ void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n,
     }
 }
 
+// Elements j0 .. len-1 of a block (from i0) of 8-bit AdamW: dequantise, step, moments into mb and vb,
+// their maxima into *max_m and *max_v (NaN skipped). A non-finite gradient leaves p unchanged and the
+// moments at their dequantised values; a zero absmax (the zero-filled state) dequantises to 0.
+static inline void adam8_elems(const AdamConst *c, real *param, const real *grad, const uint8_t *m8, const uint8_t *v8,
+                               float am, float av, const float *code_m, const float *code_v, real *ema, size_t i0,
+                               size_t j0, size_t len, float *mb, float *vb, float *max_m, float *max_v) {
+    for (size_t j = j0; j < len; j++) {
+        size_t i = i0 + j;
+        float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
+        float g = grad[i];
+        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
+        if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
+        mb[j] = mi, vb[j] = vi;
+        if (fabsf(mi) > *max_m) *max_m = fabsf(mi);
+        if (vi > *max_v) *max_v = vi;
+    }
+}
+
+// The block's requantisation of elements j0 .. len-1 against the new absmaxes.
+static inline void adam8_encode(uint8_t *m8, uint8_t *v8, const float *mb, const float *vb, float max_m, float max_v,
+                                const float *code_m, const float *code_v, size_t j0, size_t len) {
+    for (size_t j = j0; j < len; j++) {
+        m8[j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
+        v8[j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
+    }
+}
+
 // One block of 8-bit AdamW (len <= ADAM8_BLOCK elements from i0): dequantise, step, requantise.
 // The scalar form is the reference; adam8_block_avx2 below gives the same bytes.
 static void adam8_block_scalar(const AdamConst *c, real *param, const real *grad, uint8_t *m8, uint8_t *v8,
@@ -49,24 +76,11 @@ static void adam8_block_scalar(const AdamConst *c, real *param, const real *grad
     // The block's moments between the dequantisation and the requantisation: the floats fp32
     // AdamW would hold. A zero absmax (the zero-filled state) dequantises every code to 0.
     float mb[ADAM8_BLOCK], vb[ADAM8_BLOCK];
-    float am = absmax_m[b], av = absmax_v[b];
     float max_m = 0.0f, max_v = 0.0f;
-    for (size_t j = 0; j < len; j++) {
-        size_t i = i0 + j;
-        float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
-        float g = grad[i];
-        // a non-finite gradient: p unchanged, the moments keep their dequantised values
-        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
-        if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
-        mb[j] = mi, vb[j] = vi;
-        if (fabsf(mi) > max_m) max_m = fabsf(mi);
-        if (vi > max_v) max_v = vi;
-    }
+    adam8_elems(c, param, grad, m8, v8, absmax_m[b], absmax_v[b], code_m, code_v, ema, i0, 0, len, mb, vb, &max_m,
+                &max_v);
     absmax_m[b] = max_m, absmax_v[b] = max_v;
-    for (size_t j = 0; j < len; j++) {
-        m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
-        v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
-    }
+    adam8_encode(m8 + i0, v8 + i0, mb, vb, max_m, max_v, code_m, code_v, 0, len);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(FC_DOUBLE)
@@ -145,16 +159,7 @@ __attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c,
         if (lanes_m[l] > max_m) max_m = lanes_m[l];
         if (lanes_v[l] > max_v) max_v = lanes_v[l];
     }
-    for (; j < len; j++) {
-        size_t i = i0 + j;
-        float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
-        float g = grad[i];
-        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
-        if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
-        mb[j] = mi, vb[j] = vi;
-        if (fabsf(mi) > max_m) max_m = fabsf(mi);
-        if (vi > max_v) max_v = vi;
-    }
+    adam8_elems(c, param, grad, m8, v8, am, av, code_m, code_v, ema, i0, j, len, mb, vb, &max_m, &max_v);
     absmax_m[b] = max_m, absmax_v[b] = max_v;
     const __m256 vmm = _mm256_set1_ps(max_m), vmv = _mm256_set1_ps(max_v);
     for (j = 0; j + 8 <= len; j += 8) {
@@ -163,10 +168,7 @@ __attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c,
         _mm_storel_epi64((void *)(m8 + i0 + j), qm);
         _mm_storel_epi64((void *)(v8 + i0 + j), qv);
     }
-    for (; j < len; j++) {
-        m8[i0 + j] = max_m > 0.0f ? quant8_encode_table(code_m, mb[j] / max_m) : 0;
-        v8[i0 + j] = max_v > 0.0f ? quant8_encode_table(code_v, vb[j] / max_v) : 0;
-    }
+    adam8_encode(m8 + i0, v8 + i0, mb, vb, max_m, max_v, code_m, code_v, j, len);
 }
 #endif
 
