@@ -46,11 +46,11 @@ static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, u
 }
 
 // ----------------------------------------------------------------------------
-// linear. OpenBLAS runs single-threaded (common.c); the GEMMs are cut into blocks of a fixed
-// size that OpenMP spreads over the threads. The blocks do not depend on the thread count, so
-// neither do the bytes of the result (OpenBLAS's own threading would change them). Every output
-// element is one GEMM's sum over the whole inner dimension, in OpenBLAS's order, whichever block
-// holds it: how the output is cut changes no byte.
+// linear. OpenBLAS runs single-threaded (common.c); the GEMMs are cut into blocks by their shape,
+// which OpenMP spreads over the threads. The blocks do not depend on the thread count, so neither
+// do the bytes of the result (OpenBLAS's own threading would change them). The cut itself does
+// change roundings (OpenBLAS's kernels sum by the block's shape): changing it moves a trained
+// model's figures by hundredths of a dB (README, "Quality").
 
 #define GEMM_BLOCK 128
 
