@@ -90,12 +90,18 @@ __attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*sha
     snprintf(err, errlen, "%s", why);
     return -1;
 }
-// The three below run only once the backend is in use, so the library is open.
+// The library's `name`, which must be there: the two below run only once NCCL has started.
+static void *cuda_need(const char *name) {
+    const char *why = NULL;
+    void *fn = cuda_fn(name, &why);
+    if (!fn) fc_die("%s", why);
+    return fn;
+}
 __attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) {
-    ((void (*)(float *, size_t))cuda_fn("backend_cuda_nccl_sum", NULL))(dev, n);
+    ((void (*)(float *, size_t))cuda_need("backend_cuda_nccl_sum"))(dev, n);
 }
 __attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *start) {
-    ((void (*)(float *, const size_t *))cuda_fn("backend_cuda_nccl_gather", NULL))(dev, start);
+    ((void (*)(float *, const size_t *))cuda_need("backend_cuda_nccl_gather"))(dev, start);
 }
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) {
     void (*fn)(size_t) = (void (*)(size_t))cuda_fn("backend_cuda_set_attn_ds_cap", NULL);
