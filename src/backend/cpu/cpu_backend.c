@@ -101,65 +101,76 @@ static void linear_fwd_gelu(real *y, real *gelu, const real *x, const real *w, c
     }
 }
 
-// dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta); gelu_pre:
-// then dx *= GELU'(gelu_pre), block by block.
-static void linear_dx_gelu(real *dx, GradMode dx_mode, const real *dy, const real *w, const real *gelu_pre, int M,
-                           int K, int N) {
-    GemmTasks t = gemm_tasks(M, K);
-#pragma omp parallel for schedule(static)
-    for (int k = 0; k < t.tasks; k++) {
-        int m0, rows, k0, cols;
-        gemm_task(&t, k, M, K, &m0, &rows, &k0, &cols);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, N, 1.0, dy + (size_t)m0 * N, N, w + k0, K,
-             dx_mode == GRAD_ADD ? 1.0 : 0.0, dx + (size_t)m0 * K + k0, K);
-        if (gelu_pre) gelu_bwd_block(dx + (size_t)m0 * K + k0, gelu_pre + (size_t)m0 * K + k0, rows, cols, K);
-    }
-}
-
 static void cpu_linear_fwd(real *y, const Operand *x_op, const real *w, const real *b, int M, int K, int N) {
     linear_fwd_gelu(y, NULL, x_op, w, b, M, K, N);
 }
 
-// The weight and bias gradients of a linear (dx apart: linear_dx_gelu).
-static void linear_dw_db(real *dw, real *db, GradMode pmode, const real *dy, const real *x, int M, int K, int N);
+// A linear's backward as one parallel region, its tasks independent of each other (none writes what
+// another reads):
+//   dx (M, K) = or += dy (M, N) @ w (N, K), by blocks of rows (N = 0: BLAS scales by beta); with
+//       gelu_pre, then dx *= GELU'(gelu_pre), block by block;
+//   dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side;
+//   db (N) = or += the columns of dy summed, by blocks of 64 columns, each over the rows in order.
+// One region instead of three: at a small width the bias's one or two blocks and the weight's few
+// kept one thread busy while the other waited. Tasks are taken as threads come free; each task's
+// arithmetic is the same whichever thread runs it, so the bytes do not depend on the schedule.
+typedef struct {
+    real *dx, *dw, *db;
+    const real *dy, *x, *w, *gelu_pre;
+    GradMode dx_mode, pmode;
+    int M, K, N, by_rows;
+    GemmTasks tdx, tdw;
+} LinearBwd;
+
+static void linear_bwd_dx_task(const LinearBwd *a, int k) {
+    int m0, rows, k0, cols, K = a->K, N = a->N;
+    gemm_task(&a->tdx, k, a->M, K, &m0, &rows, &k0, &cols);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, N, 1.0, a->dy + (size_t)m0 * N, N, a->w + k0, K,
+         a->dx_mode == GRAD_ADD ? 1.0 : 0.0, a->dx + (size_t)m0 * K + k0, K);
+    if (a->gelu_pre) gelu_bwd_block(a->dx + (size_t)m0 * K + k0, a->gelu_pre + (size_t)m0 * K + k0, rows, cols, K);
+}
+
+static void linear_bwd_dw_task(const LinearBwd *a, int k) {
+    int o, cnt, s0, slen, M = a->M, K = a->K, N = a->N;  // o, cnt along the longer side; s0, slen the other
+    real beta = a->pmode == GRAD_ADD ? 1.0 : 0.0;
+    gemm_task(&a->tdw, k, a->by_rows ? N : K, a->by_rows ? K : N, &o, &cnt, &s0, &slen);
+    if (a->by_rows)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, slen, M, 1.0, a->dy + o, N, a->x + s0, K, beta,
+             a->dw + (size_t)o * K + s0, K);
+    else
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, slen, cnt, M, 1.0, a->dy + s0, N, a->x + o, K, beta,
+             a->dw + (size_t)s0 * K + o, K);
+}
+
+static void linear_bwd_db_task(const LinearBwd *a, int blk) {
+    int N = a->N, n0 = blk * 64, n1 = n0 + 64 < N ? n0 + 64 : N;
+    double acc[64] = {0};
+    for (int m = 0; m < a->M; m++) {
+        const real *row = a->dy + (size_t)m * N;
+        for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
+    }
+    real *db = a->db;
+    for (int n = n0; n < n1; n++) db[n] = a->pmode == GRAD_ADD ? db[n] + (real)acc[n - n0] : (real)acc[n - n0];
+}
+
+static void linear_bwd(real *dx, GradMode dx_mode, const real *gelu_pre, real *dw, real *db, GradMode pmode,
+                       const real *dy, const real *x, const real *w, int M, int K, int N) {
+    LinearBwd a = {dx, dw, db, dy, x, w, gelu_pre, dx_mode, pmode, M, K, N, N >= K, {0}, {0}};
+    int ndx = 0, ndw = 0, ndb = db ? (N + 63) / 64 : 0;
+    if (dx) a.tdx = gemm_tasks(M, K), ndx = a.tdx.tasks;
+    if (dw) a.tdw = a.by_rows ? gemm_tasks(N, K) : gemm_tasks(K, N), ndw = a.tdw.tasks;
+    // The GEMMs' tasks first, the bias's short ones last, to fill in at the end.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < ndx + ndw + ndb; k++) {
+        if (k < ndx) linear_bwd_dx_task(&a, k);
+        else if (k < ndx + ndw) linear_bwd_dw_task(&a, k - ndx);
+        else linear_bwd_db_task(&a, k - ndx - ndw);
+    }
+}
 
 static void cpu_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
                            const Operand *x_op, const real *w, int M, int K, int N) {
-    if (dx) linear_dx_gelu(dx, dx_mode, dy, w, NULL, M, K, N);
-    linear_dw_db(dw, db, pmode, dy, x_op, M, K, N);
-}
-
-static void linear_dw_db(real *dw, real *db, GradMode pmode, const real *dy, const real *x, int M, int K, int N) {
-    real beta = pmode == GRAD_ADD ? 1.0 : 0.0;
-    if (dw) {  // dw (N, K) = or += dy^T (N, M) @ x (M, K), by blocks of dw's longer side
-        int by_rows = N >= K;
-        GemmTasks t = by_rows ? gemm_tasks(N, K) : gemm_tasks(K, N);
-#pragma omp parallel for schedule(static)
-        for (int k = 0; k < t.tasks; k++) {
-            int o, cnt, s0, slen;  // o, cnt along the longer side; s0, slen along the other
-            gemm_task(&t, k, by_rows ? N : K, by_rows ? K : N, &o, &cnt, &s0, &slen);
-            if (by_rows)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, cnt, slen, M, 1.0, dy + o, N, x + s0, K, beta,
-                     dw + (size_t)o * K + s0, K);
-            else
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, slen, cnt, M, 1.0, dy + s0, N, x + o, K, beta,
-                     dw + (size_t)s0 * K + o, K);
-        }
-    }
-    if (db) {
-        // Columns in blocks of 64 per task; each column is summed over the rows in order.
-        int nblocks = (N + 63) / 64;
-#pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblocks; blk++) {
-            int n0 = blk * 64, n1 = n0 + 64 < N ? n0 + 64 : N;
-            double acc[64] = {0};
-            for (int m = 0; m < M; m++) {
-                const real *row = dy + (size_t)m * N;
-                for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
-            }
-            for (int n = n0; n < n1; n++) db[n] = pmode == GRAD_ADD ? db[n] + (real)acc[n - n0] : (real)acc[n - n0];
-        }
-    }
+    linear_bwd(dx, dx_mode, NULL, dw, db, pmode, dy, x_op, w, M, K, N);
 }
 
 // ----------------------------------------------------------------------------
@@ -468,8 +479,7 @@ static void cpu_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const r
 }
 static void cpu_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
                                 const real *w, const real *pre, int M, int K, int N) {
-    linear_dx_gelu(dpre, GRAD_SET, dy, w, pre, M, K, N);
-    linear_dw_db(dw, db, pmode, dy, x, M, K, N);
+    linear_bwd(dpre, GRAD_SET, pre, dw, db, pmode, dy, x, w, M, K, N);
 }
 
 static void cpu_silu_fwd(Operand *y_op, const real *x, size_t n) {
