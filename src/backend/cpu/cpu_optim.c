@@ -29,10 +29,15 @@ static inline float adam_elem(const AdamConst *c, float p, float g, float *m, fl
 // The EMA's step for one element (cpu_ema_update's formula): d ema + w p.
 static inline float ema_elem(float d, float w, float ema, float p) { return d * ema + w * p; }
 
+// Below this many elements an element-wise op runs on the calling thread: the start and join of a
+// parallel region (a few microseconds) cost more than the work (the biases and norm weights, tens
+// to thousands of values each). Element-wise: the same bytes either way.
+#define OPTIM_PARALLEL_MIN 8192
+
 void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     real *ema = h.ema;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];
         // a NaN/Inf gradient leaves p, m and v as they are
@@ -230,6 +235,6 @@ double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
 
 void cpu_ema_update(real *ema, const real *param, float decay, size_t n) {
     float d = decay, w = (float)(1.0 - (double)decay);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) ema[i] = ema_elem(d, w, ema[i], param[i]);
 }
