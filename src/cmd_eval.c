@@ -34,7 +34,8 @@ static const char *HELP_EVAL =
     "                     (7 frames with the shipped plans; the starter is skipped), for motion that one\n"
     "                     frame cannot determine; the baseline then holds frame K-1\n"
     "  --guidance W       history guidance, as for generate (default 1: off)\n"
-    "  --temperature T    the generated frames start from noise of standard deviation T (default 1)\n"
+    "  --temperature T    the generated frames start from noise of standard deviation T (default: each\n"
+    "                     model's sample_temperature, 1 unless its config says otherwise)\n"
     "  --tsv FILE         also write every per-frame number to FILE (through FILE.tmp): one header, then\n"
     "                     'quality' rows (clip means per frame) and 'drift' rows; nan where there is no number\n"
     "  --vae FILE         models trained on latents: the autoencoder they were trained with (checked by its\n"
@@ -52,7 +53,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
     EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
                       .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
-                      .temperature = SAMPLE_DEFAULT_TEMPERATURE};
+                      .temperature = SAMPLE_MODEL_TEMPERATURE};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};
     for (int r = 0; r < 3; r++) eo.runs[r] = required(opts, roles[r]);
     eo.data = required(opts, "--data");

@@ -41,8 +41,9 @@ static const char *HELP_GENERATE =
     "                     0 trusts generated frames fully; SNR = ((1-t)/t)^2)\n"
     "  --guidance W       history guidance: v = v_uncond + W (v_cond - v_uncond), v_uncond with the given\n"
     "                     frames dropped (default 1: off; needs models trained with cond_drop > 0)\n"
-    "  --temperature T    the generated frames start from noise of standard deviation T (default 1, the\n"
-    "                     prior the models were trained from; below 1 trades variety for steadiness)\n"
+    "  --temperature T    the generated frames start from noise of standard deviation T (default: each\n"
+    "                     model's sample_temperature, 1 unless its config says otherwise: the prior the\n"
+    "                     models were trained from; below 1 trades variety for steadiness)\n"
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
@@ -78,7 +79,7 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
     SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
-                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_DEFAULT_TEMPERATURE};
+                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE};
     if (opt(opts, "--guidance")->count)
         so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
     if (opt(opts, "--temperature")->count)
@@ -181,11 +182,12 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
         return 1;
     }
     if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
-    char steps[128];
+    char steps[128], temperature[128];
     chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
+    chain_describe_temperature(cm, g->sample.temperature, temperature, sizeof temperature);
     printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
-           "step %d), %s, noise augmentation %.3g, guidance %.3g\n", g->frames, S, S, be->name, plan->count,
-           cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance);
+           "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, S, S, be->name, plan->count,
+           cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);
     double t0 = fc_now_s();

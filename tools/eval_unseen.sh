@@ -8,7 +8,8 @@
 #           48 frames from the first frame; 1000 frames from the first 7 (eval --given 7), with the
 #           drift of mean, contrast and sharpness over 1000 frames;
 #   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7.
-# The real set is scored twice: sampling from the trained prior, and at temperature 0.7.
+# The real set is scored twice: sampling from the trained prior (temperature 1, whatever the models'
+# sample_temperature), and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
 # EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run;
 # EVAL_STARTER=RUN: chain with that starter instead of training one (to compare the other two roles).
@@ -65,9 +66,13 @@ runs=(--starter "${EVAL_STARTER:-$work/starter}" --extrapolate "$work/extrapolat
 score() {  # name, then eval options
     local name=$1; shift
     echo "== eval_unseen: $name"
+    # temperature 1 unless the run says otherwise: the tables compare with each other, whatever
+    # sample_temperature the models carry (as --steps 10 holds the steps)
+    local temperature=(--temperature 1)
+    case " $* ${EVAL_ARGS:-} " in *" --temperature "*) temperature=() ;; esac
     # shellcheck disable=SC2086
-    "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 --tsv "$work/$name.tsv" "$@" ${EVAL_ARGS:-} \
-        | tee "$work/$name.txt"
+    "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 "${temperature[@]}" --tsv "$work/$name.tsv" "$@" \
+        ${EVAL_ARGS:-} | tee "$work/$name.txt"
 }
 for set in $SETS; do
     case $set in

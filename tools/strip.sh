@@ -2,7 +2,8 @@
 # A strip of frames for the eye: every 20th frame the chain makes from the first frame of a video,
 # above the video's own frames at the same times (black where the video has ended), 4x enlarged.
 # Usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]   (RUN_DIR holds starter/, extrapolate/, interpolate/)
-#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2");
+#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2"; without
+#   --temperature the models sample at their own sample_temperature);
 #   needs ffmpeg
 set -eu
 FC=${FC:-./framechain}

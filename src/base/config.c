@@ -74,6 +74,9 @@ static const KeyDef KEYS[] = {
      "so a made frame's small errors do not carry on along the chain"},
     {"sample_steps", KEY_INT, OFF(sample_steps), 1, 100000,
      "Euler steps per window when generate or eval is not given --steps (the model's own default)"},
+    {"sample_temperature", KEY_DOUBLE, OFF(sample_temperature), 0, 10,
+     "standard deviation of the targets' starting noise when generate or eval is not given --temperature "
+     "(1: the trained prior; lower: nearer the mean, less speckle and less motion)"},
     {"cond_drop", KEY_DOUBLE, OFF(cond_drop), 0, 1,
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
@@ -137,6 +140,7 @@ void config_defaults(Config *c) {
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
     c->shard_optimizer = 1;
     c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20, c->preview_budget = 0.05;
+    c->sample_temperature = 1.0;
 }
 
 int config_anchor_slot(const Config *c) {

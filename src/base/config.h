@@ -49,6 +49,7 @@ typedef struct {
     int delta_reference;   // enum DeltaReference: the reference slot's frame as it is, or moved (global motion)
     double anchor_snap;    // targets = deltas: reference pixels within this of the anchor's become the anchor's
     int sample_steps;      // Euler steps per window that generate and eval use without --steps
+    double sample_temperature;  // the targets' starting noise that generate and eval use without --temperature
     double cond_drop;      // probability that a window's given frames are dropped (noise at t = 1), for guidance
     double ref_noise;      // std of the pixel noise put on context frames in training, before the deltas
     // ---- optimisation ----

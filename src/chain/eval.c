@@ -238,11 +238,12 @@ static void print_header(const Eval *ev) {
     printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
-    char steps[128];
+    char steps[128], temperature[128];
     chain_describe_steps(&ev->cm, o->steps, steps, sizeof steps);
-    printf("\neval: %d frames per clip from %d given, drift over %d, %s, guidance %g, temperature %g, "
+    chain_describe_temperature(&ev->cm, o->temperature, temperature, sizeof temperature);
+    printf("\neval: %d frames per clip from %d given, drift over %d, %s, guidance %g, %s, "
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
-           steps, o->guidance, o->temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
+           steps, o->guidance, temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",

@@ -32,7 +32,8 @@ typedef struct {
     int given;             // the chain starts from each clip's first `given` real frames (1, or the
                            // starter's window: the starter is skipped); the baseline holds the last
     double guidance;       // history guidance w (sampler.h); 1: off
-    double temperature;    // the targets' starting noise (sampler.h); 1: the trained prior
+    double temperature;    // the targets' starting noise (sampler.h); 1: the trained prior; negative: each
+                           // model's sample_temperature
     uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
                            // clip 0 with seed itself
     const char *tsv;       // every per-frame number, or NULL

@@ -43,14 +43,15 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
 
 #define SAMPLE_DEFAULT_NOISE_AUG 0.1
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
-#define SAMPLE_DEFAULT_TEMPERATURE 1.0
+#define SAMPLE_MODEL_TEMPERATURE (-1.0)  // SampleOptions.temperature: each model's sample_temperature
 
 typedef struct {
     int steps;         // Euler steps per window; 0: each model's own (its config's sample_steps)
     uint64_t seed;     // of the sampling noise
     double noise_aug;  // the level t every context frame is noised to
     double guidance;   // history guidance w: v = v_uncond + w (v_cond - v_uncond); 1: the conditional alone
-    double temperature;  // the targets start from noise of this standard deviation (1: the trained prior)
+    double temperature;  // the targets start from noise of this standard deviation (1: the trained prior);
+                         // SAMPLE_MODEL_TEMPERATURE (negative): each model's own (its config's sample_temperature)
     int latent;        // the frames are latents: made values are not clamped to [-1, 1] as pixels are
     int quiet;         // no progress line
 } SampleOptions;
@@ -62,6 +63,9 @@ int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size
 // "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.
 void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len);
+// "temperature 0.85", or with SAMPLE_MODEL_TEMPERATURE and models of different sample_temperature
+// "temperature 1 / 0.85 / 0.85 (starter / extrapolate / interpolate)", as chain_describe_steps.
+void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len);
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
 // given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:

@@ -308,7 +308,7 @@ void preview_take(void *preview, Model *m, int step) {
     size_t values = (size_t)m->S * m->E;
     memcpy(p->made, p->truth, sizeof(real) * values);
     SampleOptions o = {.steps = 0, .seed = (uint64_t)p->c.seed, .noise_aug = PREVIEW_NOISE_AUG, .guidance = 1.0,
-                       .temperature = 1.0, .quiet = 1, .latent = p->ae != NULL};
+                       .temperature = SAMPLE_MODEL_TEMPERATURE, .quiet = 1, .latent = p->ae != NULL};
     sample_plan_windows(m, p->made, &o);
     Canvas cv = {0};
     char path[4300], err[4400];

@@ -13,7 +13,7 @@
 // On the built-in moving shapes, the clips of step 0, which no training step draws. The choice is a
 // pure function of the data and the config, written to RUN/samples/windows.tsv by the first preview
 // of a process (rewritten, with a line, when the data changed). The sampling: the model's sample_steps, noise level 0.1 on the context
-// frames, guidance 1, temperature 1, the run's seed: the same run gives the same previews.
+// frames, guidance 1, the model's sample_temperature, the run's seed: the same run gives the same previews.
 #ifndef FRAMECHAIN_PREVIEW_H
 #define FRAMECHAIN_PREVIEW_H
 

@@ -262,8 +262,8 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 static int may_differ(const char *key, CkptLoadMode mode) {
     if (mode == CKPT_FORK) return !config_key_shapes_network(key);
     if (mode == CKPT_EXTEND && (!strcmp(key, "steps") || !strcmp(key, "schedule_end"))) return 1;
-    // recompute and keep_blocks change the memory a step takes, not its arithmetic; sample_steps only
-    // what generate does with the weights; exclude is a path: the list's content is checked with the data
+    // recompute and keep_blocks change the memory a step takes, not its arithmetic; sample_steps and
+    // sample_temperature only what generate does with the weights; exclude is a path: the list's content is checked with the data
     // identity (lineage.h); sample_every and preview_data only what the run shows of itself
     if (!strcmp(key, "exclude") || !strcmp(key, "sample_every") || !strcmp(key, "preview_data") ||
         !strcmp(key, "preview_budget"))
@@ -271,7 +271,8 @@ static int may_differ(const char *key, CkptLoadMode mode) {
     // shard_optimizer: where the state is kept, not what it is (the same bytes either way)
     return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "shard_optimizer") ||
            !strcmp(key, "recompute") ||
-           !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps");
+           !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps") ||
+           !strcmp(key, "sample_temperature");
 }
 
 int config_key_shapes_network(const char *key) {

@@ -103,6 +103,40 @@ else
     fail train_sample_steps_may_change "$(tail -1 "$tmp/again.log")"
 fi
 
+# without --temperature each model samples with its own sample_temperature: a starter trained as the
+# one above but with sample_temperature = 0.5 makes, without --temperature, the frames the first makes
+# with --temperature 0.5 (the same steps), and not those of its 1
+"$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/starter_t05" --steps 12 --set warmup_steps=2 \
+    --set checkpoint_every=12 --set sample_temperature=0.5 > "$tmp/starter_t05.log" 2>&1
+T05=(--starter "$tmp/starter_t05" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+"$FC" generate "${T05[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --out "$tmp/own_t" > "$tmp/own_t.log" 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --temperature 0.5 --out "$tmp/half" \
+    --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --out "$tmp/one" --quiet > /dev/null 2>&1
+if grep -q 'temperature 0.5 / 1 / 1 (starter / extrapolate / interpolate)' "$tmp/own_t.log" &&
+    diff -r "$tmp/own_t" "$tmp/half" > /dev/null && [ -n "$(ls "$tmp/own_t" 2> /dev/null)" ] &&
+    ! diff -r "$tmp/own_t" "$tmp/one" > /dev/null; then
+    pass generate_model_temperature "sample_temperature = 0.5 in the starter's config: the frames of --temperature 0.5, not of 1; $(grep -o 'temperature [0-9. /]*' "$tmp/own_t.log")"
+else
+    fail generate_model_temperature "$(grep -o 'temperature .*' "$tmp/own_t.log" | head -1); $(tail -1 "$tmp/starter_t05.log")"
+fi
+# --temperature overrides it
+"$FC" generate "${T05[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --temperature 1 --out "$tmp/own_t1" \
+    > "$tmp/own_t1.log" 2>&1
+if grep -q ', temperature 1$' "$tmp/own_t1.log" && diff -r "$tmp/own_t1" "$tmp/one" > /dev/null; then
+    pass generate_temperature_overrides "--temperature 1 over a model's sample_temperature 0.5: the frames of temperature 1"
+else
+    fail generate_temperature_overrides "$(grep -o 'temperature .*' "$tmp/own_t1.log" | head -1)"
+fi
+# sample_temperature changes no training arithmetic either: a finished run takes a new value when rerun
+if "$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/starter" --steps 12 --set warmup_steps=2 \
+    --set checkpoint_every=12 --set sample_temperature=0.85 > "$tmp/again_t.log" 2>&1 &&
+    grep -q 'nothing to do' "$tmp/again_t.log"; then
+    pass train_sample_temperature_may_change "$(tail -1 "$tmp/again_t.log")"
+else
+    fail train_sample_temperature_may_change "$(tail -1 "$tmp/again_t.log")"
+fi
+
 # --given 7: the video's first 7 frames are the output's, whatever the seed; the frames after them
 # are made (another seed, other frames); frame 0 as from one given frame
 for k in 1 7:1 7:2; do
