@@ -100,8 +100,9 @@ int config_key_shapes_network(const char *key);
 // Read a whole checkpoint (format, every CRC and finite weights checked) into f: 0, or -1 with one line in why.
 int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen);
 
-// For generation: the newest usable checkpoint of RUN (CRCs checked; a bad one is skipped with a
-// warning), as a model of batch B on `be` holding the checkpoint's config and its EMA weights.
+// For generation: the newest usable checkpoint of RUN (its header and EMA tensors read, their CRCs
+// and values checked; a bad one is skipped with a warning), as a model of batch B on `be` holding
+// the checkpoint's config and its EMA weights.
 // NULL with one line in err (no such folder, no checkpoint, none usable); *step is its step.
 // autoencoder (when not NULL, 320 bytes): the checkpoint's TrainState.autoencoder.
 Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B, int *step, char *autoencoder, char *err,

@@ -184,6 +184,29 @@ printf 'X' | dd of="$ck" bs=1 seek=20000 conv=notrunc 2> /dev/null
 expect_refusal corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"
 rm -f "$tmp/saved.ckpt"
+# generation reads the header and the EMA tensors only: the newest starter checkpoint with its last
+# byte (8-bit optimizer state, which comes after every F32 tensor) damaged makes the same frames;
+# with a byte of its first EMA tensor damaged (the second tensor of the data: model.patch_embed.weight,
+# then ema.patch_embed.weight) it is refused by that tensor's CRC
+ck=$(ls "$tmp/starter"/ckpt-*.safetensors | tail -1)
+cp "$ck" "$tmp/saved.ckpt"
+size=$(stat -c %s "$ck")
+printf 'X' | dd of="$ck" bs=1 seek=$((size - 1)) conv=notrunc 2> /dev/null
+if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --out "$tmp/optim_damaged" \
+    > "$tmp/optim_damaged.log" 2>&1 && diff -r "$tmp/optim_damaged" "$tmp/one" > /dev/null; then
+    pass generate_reads_ema_only "the optimizer state's last byte damaged: the same frames (train would refuse the file)"
+else
+    fail generate_reads_ema_only "$(tail -1 "$tmp/optim_damaged.log")"
+fi
+cp "$tmp/saved.ckpt" "$ck"
+data_start=$(( $(od -An -tu8 -N8 "$ck" | tr -d ' ') + 8 ))
+first=$("$FC" inspect "$ck" | sed -nE '/^tensors:/,$ s/^ +model\.patch_embed\.weight +F32 +\(([0-9]+), ([0-9]+)\).*/\1 \2/p')
+ema_byte=$(( data_start + 4 * ${first% *} * ${first#* } + 5 ))
+printf 'X' | dd of="$ck" bs=1 seek=$ema_byte conv=notrunc 2> /dev/null
+expect_refusal damaged_ema "tensor ema.patch_embed.weight fails its CRC32 check" "${RUNS[@]}" --first-frame "$tmp/first.png" \
+    --out "$tmp/bad.mp4"
+cp "$tmp/saved.ckpt" "$ck"
+rm -f "$tmp/saved.ckpt"
 # a folder that exists already is not overwritten
 expect_refusal existing_folder "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/frames"
 [ "$(ls "$tmp/frames" | wc -l)" = 1000 ] || fail generate_existing_folder_kept "the existing folder changed"
