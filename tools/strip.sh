@@ -2,8 +2,8 @@
 # A strip of frames for the eye: every 20th frame the chain makes from the first frame of a video,
 # above the video's own frames at the same times (black where the video has ended), 4x enlarged.
 # Usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]   (RUN_DIR holds starter/, extrapolate/, interpolate/)
-#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2"; without
-#   --temperature the models sample at their own sample_temperature);
+#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2"; 10
+#   Euler steps unless they say --steps; without --temperature the models' own sample_temperature);
 #   needs ffmpeg
 set -eu
 FC=${FC:-./framechain}
@@ -11,9 +11,11 @@ runs=$1 video=$2 out=$3 frames=${4:-181}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 size=${SIZE:-32}  # the models' frame size
+steps=(--steps 10)  # as make eval's tables, unless GEN_ARGS says --steps
+case " ${GEN_ARGS:-} " in *" --steps "*) steps=() ;; esac
 # shellcheck disable=SC2086
 "$FC" generate --starter "$runs/starter" --extrapolate "$runs/extrapolate" --interpolate "$runs/interpolate" \
-    --first-frame "$video" --frames "$frames" --steps 10 --out "$tmp/made" --quiet ${GEN_ARGS:-} > /dev/null
+    --first-frame "$video" --frames "$frames" "${steps[@]}" --out "$tmp/made" --quiet ${GEN_ARGS:-} > /dev/null
 mkdir -p "$tmp/real"
 ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
     -frames:v "$frames" "$tmp/real/frame-%06d.png"
