@@ -32,7 +32,8 @@ void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t see
 // of the global motion (global_motion.h) between it and the context slots next to it in time (one
 // on each side, where there is one; least squares over the two; never the anchor) times f's offset
 // from it, the velocity measured once per reference slot. With anchor_snap > 0, every pixel of a
-// reference within anchor_snap of the anchor slot's in every channel then takes the anchor's values.
+// reference within anchor_snap of the anchor slot's in every channel then takes the anchor's values,
+// where the reference stands still (no motion measured; a moved one is not snapped).
 // given[i]: slot i's frame for every given slot of the window (target slots are not read);
 // offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in).
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs);

@@ -488,7 +488,40 @@ static void test_anchor_snap(void) {
     check(wrong == 0 && snapped > pixels / 4 && kept >= pixels / 2 && moved < 0.05, "anchor_snap",
           "%ld of %ld reference pixels snapped to the anchor, %ld kept (the changed half and the noisiest), "
           "%ld wrong; the largest move %.4f (threshold 0.05)", snapped, pixels, kept, wrong, moved);
-    free(win), free(refs);
+
+    // Only a still reference is snapped. The same window with delta_reference = moved: its camera
+    // stands still (no motion measured), so the references are those above. A pan of the texture at
+    // (0.5, -0.25) pixel a frame, the anchor included: its moved references are the same with and
+    // without the snap, though a flat texture would meet the anchor's values by chance.
+    real *still = fc_malloc(sizeof(real) * c.slots * E);
+    memcpy(still, refs, sizeof(real) * c.slots * E);
+    config_set(&c, "delta_reference=moved", "test");
+    flow_references(&c, given, c.slot_offset, refs);
+    long still_same = 0;
+    for (int f = 0; f < c.slots; f++)
+        if (c.slot_kind[f] == SLOT_TARGET) still_same += !memcmp(refs + f * E, still + f * E, sizeof(real) * E);
+    real *tex = fc_malloc(sizeof(real) * E), *no_snap = fc_malloc(sizeof(real) * c.slots * E);
+    make_texture(tex, C, N, 33);
+    for (size_t e = 0; e < E; e++) tex[e] *= 0.05f;  // flat: most of the pan is within 0.05 of the anchor
+    for (int f = 0; f < c.slots; f++) motion_shift(win + f * E, tex, C, N, 0.5 * c.slot_offset[f], -0.25 * c.slot_offset[f]);
+    flow_references(&c, given, c.slot_offset, refs);
+    config_set(&c, "anchor_snap=0", "test");
+    flow_references(&c, given, c.slot_offset, no_snap);
+    long pan_same = 0, near_anchor = 0;
+    for (int f = 0; f < c.slots; f++) {
+        if (c.slot_kind[f] != SLOT_TARGET) continue;
+        pan_same += !memcmp(refs + f * E, no_snap + f * E, sizeof(real) * E);
+        for (size_t p = 0; p < plane; p++) {
+            int near = 1;
+            for (int ch = 0; ch < C; ch++) near &= fabs((double)no_snap[f * E + ch * plane + p] - win[ch * plane + p]) < 0.05;
+            near_anchor += near;
+        }
+    }
+    check(still_same == 3 && pan_same == 3 && near_anchor > pixels / 4, "anchor_snap_still_only",
+          "moved reference, still camera: %ld of 3 targets' references the snapped ones above; a pan: %ld of 3 "
+          "the same with and without the snap, though %ld of their %ld pixels are within 0.05 of the anchor's",
+          still_same, pan_same, near_anchor, pixels);
+    free(win), free(refs), free(still), free(tex), free(no_snap);
 }
 
 int main(void) {
