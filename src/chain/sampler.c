@@ -136,9 +136,10 @@ void chain_models_free(ChainModels *cm) {
 // ----------------------------------------------------------------------------
 // sampling
 
-// The temperature m samples with under o: o's own, or the model's sample_temperature.
-static double sample_temperature_of(const Model *m, const SampleOptions *o) {
-    return o->temperature >= 0 ? o->temperature : m->cfg.sample_temperature;
+// The temperature m samples with when asked for `temperature`: that, or (SAMPLE_MODEL_TEMPERATURE)
+// the model's sample_temperature.
+static double sample_temperature_of(const Model *m, double temperature) {
+    return temperature >= 0 ? temperature : m->cfg.sample_temperature;
 }
 
 // A window's starting point: targets pure noise at t = 1, context frames noised to the fixed level,
@@ -153,7 +154,7 @@ static void window_start(const Model *m, const ChainWindow *w, int index, real *
         const real *src = at[w->frame[i]];
         off[i] = w->offset[i];
         if (c->slot_kind[i] == SLOT_TARGET) {
-            philox_fill_normal(xi, E, 0, (real)sample_temperature_of(m, o), o->seed, (uint32_t)index, RNG_NOISE, i * E);
+            philox_fill_normal(xi, E, 0, (real)sample_temperature_of(m, o->temperature), o->seed, (uint32_t)index, RNG_NOISE, i * E);
             t[i] = 1;
         } else if (c->slot_kind[i] == SLOT_CONTEXT && L > 0) {  // noise augmentation at the fixed level
             philox_fill_normal(xi, E, 0, 1, o->seed, (uint32_t)index, RNG_AUG, i * E);
@@ -293,7 +294,7 @@ void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t le
 
 void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len) {
     double T[3];
-    for (int r = 0; r < 3; r++) T[r] = temperature >= 0 ? temperature : cm->m[r]->cfg.sample_temperature;
+    for (int r = 0; r < 3; r++) T[r] = sample_temperature_of(cm->m[r], temperature);
     if (T[0] == T[1] && T[1] == T[2]) snprintf(buf, len, "temperature %g", T[0]);
     else snprintf(buf, len, "temperature %g / %g / %g (starter / extrapolate / interpolate)", T[0], T[1], T[2]);
 }

@@ -283,18 +283,36 @@ int config_key_shapes_network(const char *key) {
     return 0;
 }
 
+// One tensor's bytes against the CRC32 its checkpoint's metadata records: 0, or -1 with a line in err.
+static int check_tensor_crc(const StFile *f, const char *name, const void *data, size_t len, const char *path,
+                            char *err, size_t errlen) {
+    char key[200];
+    snprintf(key, sizeof key, "crc32.%s", name);
+    const char *want = st_meta(f, key);
+    if (!want || strtoul(want, NULL, 16) != crc32(0L, data, (uInt)len))
+        return fc_errf(err, errlen, "%s: tensor %s fails its CRC32 check", path, name);
+    return 0;
+}
+
+// One F32 tensor's values are all finite: 0, or -1 with a line in err. data need not be aligned.
+static int check_tensor_finite(const char *name, const void *data, size_t len, const char *path, char *err,
+                               size_t errlen) {
+    const uint8_t *p = data;
+    for (size_t k = 0; k < len / 4; k++) {
+        float v;
+        memcpy(&v, p + 4 * k, 4);  // in a whole file, 4-byte aligned only relative to the file's start
+        if (!isfinite(v))
+            return fc_errf(err, errlen, "%s: tensor %s holds %s values: the weights are unusable", path, name,
+                           isnan(v) ? "NaN" : "infinite");
+    }
+    return 0;
+}
+
 // The CRC32 of every tensor against the metadata: 0, or -1 with the first tensor that fails in err.
 static int check_crcs(const StFile *f, const char *path, char *err, size_t errlen) {
     for (int i = 0; i < f->n; i++) {
         const StEntry *e = &f->entries[i];
-        char key[200];
-        snprintf(key, sizeof key, "crc32.%s", e->name);
-        const char *want = st_meta(f, key);
-        unsigned long got = crc32(0L, st_data(f, e), (uInt)(e->end - e->begin));
-        if (!want || strtoul(want, NULL, 16) != got) {
-            snprintf(err, errlen, "%s: tensor %s fails its CRC32 check", path, e->name);
-            return -1;
-        }
+        if (check_tensor_crc(f, e->name, st_data(f, e), e->end - e->begin, path, err, errlen)) return -1;
     }
     return 0;
 }
@@ -306,14 +324,7 @@ static int check_finite(const StFile *f, const char *path, char *err, size_t err
     for (int i = 0; i < f->n; i++) {
         const StEntry *e = &f->entries[i];
         if (strcmp(e->dtype, "F32") || (strncmp(e->name, "model.", 6) && strncmp(e->name, "ema.", 4))) continue;
-        const uint8_t *p = st_data(f, e);
-        for (size_t k = 0; k < (e->end - e->begin) / 4; k++) {
-            float v;
-            memcpy(&v, p + 4 * k, 4);  // the data is 4-byte aligned only relative to the file's start
-            if (!isfinite(v))
-                return fc_errf(err, errlen, "%s: tensor %s holds %s values: the weights are unusable", path, e->name,
-                               isnan(v) ? "NaN" : "infinite");
-        }
+        if (check_tensor_finite(e->name, st_data(f, e), e->end - e->begin, path, err, errlen)) return -1;
     }
     return 0;
 }
@@ -489,11 +500,9 @@ static Model *load_ema(const char *path, const Backend *be, int B, char *autoenc
     host = fc_malloc(sizeof(float) * (largest ? largest : 1));
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamInfo *p = &m->info[i];
-        char name[128], key[200];
+        char name[128];
         snprintf(name, sizeof name, "ema.%s", p->name);
-        snprintf(key, sizeof key, "crc32.%s", name);
         const StEntry *e = st_find(&f, name);
-        const char *want = st_meta(&f, key);
         size_t bytes = sizeof(float) * p->numel;
         if (!e || strcmp(e->dtype, "F32") || e->end - e->begin != bytes) {
             snprintf(err, errlen, "%s: tensor %s is %s", path, name, e ? "of the wrong type or size" : "missing");
@@ -503,16 +512,9 @@ static Model *load_ema(const char *path, const Backend *be, int B, char *autoenc
             snprintf(err, errlen, "%s: read error (or the file changed while it was read): %s", path, strerror(errno));
             goto fail;
         }
-        if (!want || strtoul(want, NULL, 16) != crc32(0L, (const Bytef *)host, (uInt)bytes)) {
-            snprintf(err, errlen, "%s: tensor %s fails its CRC32 check", path, name);
+        if (check_tensor_crc(&f, name, host, bytes, path, err, errlen) ||
+            check_tensor_finite(name, host, bytes, path, err, errlen))
             goto fail;
-        }
-        for (size_t k = 0; k < p->numel; k++)
-            if (!isfinite(host[k])) {
-                snprintf(err, errlen, "%s: tensor %s holds %s values: the weights are unusable", path, name,
-                         isnan(host[k]) ? "NaN" : "infinite");
-                goto fail;
-            }
         if (sizeof(real) == sizeof(float)) {
             be->upload(m->params_mem + p->offset, host, bytes);
         } else {  // a real of another width: converted through a second buffer
