@@ -1,8 +1,9 @@
 // cpu_attention.c: the CPU backend's softmax attention (attn_fwd, attn_bwd; contracts in
 // backend.h). One task per (sequence, head), spread by OpenMP; inside a task the head's q, k, v
 // (and dout, out) are gathered into contiguous (len, dh) matrices and every product is one GEMM
-// (OpenBLAS, single-threaded inside the task; plain loops for the few-token sequences of the
-// temporal attention), with the softmax between them:
+// (OpenBLAS, single-threaded inside the task), with the softmax between them; the few-token
+// sequences of the temporal attention take a path of their own without BLAS (below, "short
+// sequences"), the same bytes:
 //   forward   S = scale Q K^T, P = softmax_rows(S), O = P V, lse = rowmax + log(rowsum)
 //   backward  P = exp(scale Q K^T - lse), dV = P^T dO, dP = dO V^T, dS = P (dP - Dvec) scale,
 //             dQ = dS K, dK = dS^T Q          (Dvec_i = dout_i . out_i, summed in double)
@@ -31,6 +32,66 @@
 // row[k] = e^(row[k] - m) for k < n: the softmax's exponentials, a vectorised loop.
 CPU_VECTOR_CLONES static void exp_shifted(real *row, int n, real m) {
     for (int k = 0; k < n; k++) row[k] = EXP(row[k] - m);
+}
+
+// The largest of row[0 .. n), in eight lanes: the same value as a scan from row[0] that takes each
+// larger one (a NaN is never larger; a NaN at row[0] stays).
+CPU_VECTOR_CLONES static real row_max(const real *row, int n) {
+    real mx = row[0];
+    int k = 0;
+    if (n >= 16) {
+        real m[8];
+        for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+        for (; k + 8 <= n; k += 8)
+            for (int l = 0; l < 8; l++) m[l] = row[k + l] > m[l] ? row[k + l] : m[l];
+        for (int l = 0; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
+    }
+    for (; k < n; k++) mx = row[k] > mx ? row[k] : mx;
+    return mx;
+}
+
+// The softmax of the rows 0 .. L-1 of s (L values each, rows ld apart), kept unnormalised: row j
+// becomes e^(row - mx[j]), mx[j] its largest value, sum[j] its values' sum in double. Each row is
+// summed in order from its first value; four rows at a time, so that four sums are in flight.
+static void softmax_rows(real *s, long ld, int L, real *mx, double *sum) {
+    for (int j = 0; j < L; j++) {
+        real *row = s + (size_t)j * ld;
+        mx[j] = row_max(row, L);
+        exp_shifted(row, L, mx[j]);
+    }
+    int j = 0;
+    for (; j + 4 <= L; j += 4) {
+        const real *r0 = s + (size_t)j * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        double l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+        for (int k = 0; k < L; k++) l0 += r0[k], l1 += r1[k], l2 += r2[k], l3 += r3[k];
+        sum[j] = l0, sum[j + 1] = l1, sum[j + 2] = l2, sum[j + 3] = l3;
+    }
+    for (; j < L; j++) {
+        const real *row = s + (size_t)j * ld;
+        double l = 0;
+        for (int k = 0; k < L; k++) l += row[k];
+        sum[j] = l;
+    }
+}
+
+// dvec[j] = a_j . b_j (rows of n values, ld apart) in double, each summed in order; four rows at a
+// time, so that four sums are in flight.
+static void row_dots(double *dvec, const real *a, const real *b, long ld, int L, int n) {
+    int j = 0;
+    for (; j + 4 <= L; j += 4) {
+        const real *a0 = a + (size_t)j * ld, *b0 = b + (size_t)j * ld;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int c = 0; c < n; c++) {
+            s0 += (double)a0[c] * b0[c], s1 += (double)a0[ld + c] * b0[ld + c];
+            s2 += (double)a0[2 * ld + c] * b0[2 * ld + c], s3 += (double)a0[3 * ld + c] * b0[3 * ld + c];
+        }
+        dvec[j] = s0, dvec[j + 1] = s1, dvec[j + 2] = s2, dvec[j + 3] = s3;
+    }
+    for (; j < L; j++) {
+        double s = 0;
+        for (int c = 0; c < n; c++) s += (double)a[(size_t)j * ld + c] * b[(size_t)j * ld + c];
+        dvec[j] = s;
+    }
 }
 
 // A product under this many multiply-adds (the temporal attention's sequences of a few tokens) runs
@@ -83,39 +144,51 @@ static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
     return o * lay->outer_stride + i * lay->inner_stride + k * lay->tok_stride;
 }
 
-// dst (len, dh) = the columns col .. col+dh-1 of the sequence's rows of src (rows of ld values).
-static void gather(real *dst, const real *src, long ld, long col, const AttnLayout *lay, int o, int i, int dh) {
-    for (int k = 0; k < lay->len; k++) memcpy(dst + (size_t)k * dh, src + attn_row(lay, o, i, k) * ld + col, sizeof(real) * dh);
+// dst (len, dh; rows ldd apart) = the columns col .. col+dh-1 of the sequence's rows of src (rows of
+// ld values). Loops rather than a memcpy a row: a row is a few dozen values, under a call's cost.
+static void gather(real *dst, int ldd, const real *src, long ld, long col, const AttnLayout *lay, int o, int i,
+                   int dh) {
+    for (int k = 0; k < lay->len; k++) {
+        const real *from = src + attn_row(lay, o, i, k) * ld + col;
+        for (int c = 0; c < dh; c++) dst[(size_t)k * ldd + c] = from[c];
+    }
 }
 
-// The columns col .. of the sequence's rows of dst (rows of ld values) = src (len, dh).
-static void scatter(real *dst, const real *src, long ld, long col, const AttnLayout *lay, int o, int i, int dh) {
-    for (int k = 0; k < lay->len; k++) memcpy(dst + attn_row(lay, o, i, k) * ld + col, src + (size_t)k * dh, sizeof(real) * dh);
+// The columns col .. of the sequence's rows of dst (rows of ld values) = src (len, dh; rows lds apart).
+static void scatter(real *dst, const real *src, int lds, long ld, long col, const AttnLayout *lay, int o, int i,
+                    int dh) {
+    for (int k = 0; k < lay->len; k++) {
+        real *to = dst + attn_row(lay, o, i, k) * ld + col;
+        for (int c = 0; c < dh; c++) to[c] = src[(size_t)k * lds + c];
+    }
 }
 
 // Per-thread buffers of one task: five (len, dh) matrices and two (len, len).
 typedef struct {
     real *q, *k, *v, *a, *b;  // (len, dh): q, k, v; dout and out, or results
     real *s, *p;              // (len, len)
+    real *mx;                 // (len): the rows' largest scores
     double *dvec;             // (len)
 } AttnWork;
 
-// The head h's q, k and v of sequence (o, i) into w.q, w.k, w.v.
-static void gather_qkv(AttnWork *w, const real *qkv, const AttnLayout *lay, int o, int i, int h, int D, int dh) {
+// The head h's q, k and v of sequence (o, i) into q, k, v (rows ldd apart).
+static void gather_qkv(real *q, real *k, real *v, int ldd, const real *qkv, const AttnLayout *lay, int o, int i, int h,
+                       int D, int dh) {
     for (int part = 0; part < 3; part++)
-        gather(part == 0 ? w->q : part == 1 ? w->k : w->v, qkv, 3L * D, (long)part * D + (long)h * dh, lay, o, i, dh);
+        gather(part == 0 ? q : part == 1 ? k : v, ldd, qkv, 3L * D, (long)part * D + (long)h * dh, lay, o, i, dh);
 }
 
 static AttnWork work_alloc(int len, int dh) {
     size_t m = (size_t)len * dh, ss = (size_t)len * len;
-    real *mem = fc_malloc(sizeof(real) * (5 * m + 2 * ss));
-    AttnWork w = {mem, mem + m, mem + 2 * m, mem + 3 * m, mem + 4 * m, mem + 5 * m, mem + 5 * m + ss,
-                  fc_malloc(sizeof(double) * len)};
+    real *mem = fc_malloc(sizeof(real) * (5 * m + 2 * ss + len));
+    AttnWork w = {mem,           mem + m,      mem + 2 * m,
+                  mem + 3 * m,   mem + 4 * m,  mem + 5 * m,
+                  mem + 5 * m + ss, mem + 5 * m + 2 * ss, fc_malloc(sizeof(double) * len)};
     return w;
 }
 static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
 
-void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
+void cpu_attn_fwd_long(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     real *out = out_op;
     const real *qkv = qkv_op;
     int dh = D / H, L = lay.len;
@@ -128,16 +201,12 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
         for (long task = 0; task < tasks; task++) {
             int h = (int)(task % H), seq = (int)(task / H);
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
-            gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
+            gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
-            for (int j = 0; j < L; j++) {  // the softmax of row j, kept unnormalised; lse_j
-                real *row = w.s + (size_t)j * L, mx = row[0];
-                for (int k = 1; k < L; k++) mx = row[k] > mx ? row[k] : mx;
-                double l = 0;
-                exp_shifted(row, L, mx);
-                for (int k = 0; k < L; k++) l += row[k];
-                w.dvec[j] = 1.0 / l;
-                lse[attn_row(&lay, o, i, j) * H + h] = (real)(mx + LOG((real)l));
+            softmax_rows(w.s, L, L, w.mx, w.dvec);  // kept unnormalised; lse_j
+            for (int j = 0; j < L; j++) {
+                lse[attn_row(&lay, o, i, j) * H + h] = (real)(w.mx[j] + LOG((real)w.dvec[j]));
+                w.dvec[j] = 1.0 / w.dvec[j];
             }
             attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.v, dh, w.a, dh);
             for (int j = 0; j < L; j++) {
@@ -149,8 +218,8 @@ void cpu_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout 
     }
 }
 
-void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
-                  AttnLayout lay, int D, int H) {
+void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, const Operand *qkv_op, const real *lse,
+                       AttnLayout lay, int D, int H) {
     const real *out = out_op, *qkv = qkv_op;
     int dh = D / H, L = lay.len;
     long tasks = (long)lay.n_outer * lay.n_inner * H;
@@ -162,14 +231,10 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
         for (long task = 0; task < tasks; task++) {
             int h = (int)(task % H), seq = (int)(task / H);
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
-            gather_qkv(&w, qkv, &lay, o, i, h, D, dh);
-            gather(w.a, dout, D, (long)h * dh, &lay, o, i, dh);
-            gather(w.b, out, D, (long)h * dh, &lay, o, i, dh);
-            for (int j = 0; j < L; j++) {
-                double s = 0;
-                for (int c = 0; c < dh; c++) s += (double)w.a[(size_t)j * dh + c] * w.b[(size_t)j * dh + c];
-                w.dvec[j] = s;
-            }
+            gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
+            gather(w.a, dh, dout, D, (long)h * dh, &lay, o, i, dh);
+            gather(w.b, dh, out, D, (long)h * dh, &lay, o, i, dh);
+            row_dots(w.dvec, w.a, w.b, dh, L, dh);
             // P = exp(scale Q K^T - lse) into s; dP = dO V^T into p
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
             for (int j = 0; j < L; j++) {
@@ -179,7 +244,7 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, w.p, L);
             // dV = P^T dO, into b (out is no longer needed)
             attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, w.b, dh);
-            scatter(dqkv, w.b, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.b, dh, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
             for (int j = 0; j < L; j++) {
                 const real *pr = w.s + (size_t)j * L;
@@ -189,9 +254,177 @@ void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out_op, const Ope
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
             attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, w.a, dh);
             attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, w.b, dh);
-            scatter(dqkv, w.a, 3L * D, (long)h * dh, &lay, o, i, dh);
-            scatter(dqkv, w.b, 3L * D, D + (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.a, dh, 3L * D, (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.b, dh, 3L * D, D + (long)h * dh, &lay, o, i, dh);
         }
         work_free(&w);
     }
+}
+
+// ----------------------------------------------------------------------------
+// short sequences: whole tasks without BLAS or gathers by memcpy
+//
+// Where every product of a task is under SMALL_GEMM_MACS (the temporal attention's sequences of a
+// few frames), the long path's cost was not its arithmetic but its overhead per task: a memcpy per
+// row of each gathered matrix, the plain loops of small_gemm one element at a time. Here the rows
+// are copied into buffers padded to whole tiles (the pads zero), the products of two rows (the
+// scores, dP) are dot_rows as small_gemm makes them, and the others (P V, P^T dO, dS K, dS^T Q) are
+// tiles of registers (tile_mm), each element summed over k in order from zero, as small_gemm sums
+// it (neither clone of either fuses a multiply and an add): the same bytes as the long path, which
+// tests/backend/test_attention.c checks.
+
+#define TILE_M 4
+#define TILE_N (64 / (int)sizeof(real))  // two vectors of 32 bytes: 16 floats
+
+static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// C (M, N) = A (M, K) B (K, N). N is a multiple of TILE_N; rows up to M rounded up to TILE_M are
+// read from A and written to C (the pad rows of A are zero, so are those of C). A tile is TILE_M
+// rows of two GCC vectors (32 bytes each), its eight sums named so that they stay in registers.
+typedef real vreal __attribute__((vector_size(32)));
+
+#define VLOAD(v, p) memcpy(&(v), (p), sizeof(v))
+
+CPU_VECTOR_CLONES static void tile_mm(real *C, int ldc, const real *A, int lda, const real *B, int ldb, int M, int N,
+                                      int K) {
+    const int half = TILE_N / 2;
+    for (int i0 = 0; i0 < M; i0 += TILE_M)
+        for (int j0 = 0; j0 < N; j0 += TILE_N) {
+            vreal c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+            const real *a = A + (size_t)i0 * lda, *b = B + j0;
+            for (int k = 0; k < K; k++, b += ldb) {
+                vreal b0, b1;
+                VLOAD(b0, b), VLOAD(b1, b + half);
+                real a0 = a[k], a1 = a[lda + k], a2 = a[2L * lda + k], a3 = a[3L * lda + k];
+                c00 += a0 * b0, c01 += a0 * b1, c10 += a1 * b0, c11 += a1 * b1;
+                c20 += a2 * b0, c21 += a2 * b1, c30 += a3 * b0, c31 += a3 * b1;
+            }
+            real *c = C + (size_t)i0 * ldc + j0;
+            memcpy(c, &c00, sizeof c00), memcpy(c + half, &c01, sizeof c01), c += ldc;
+            memcpy(c, &c10, sizeof c10), memcpy(c + half, &c11, sizeof c11), c += ldc;
+            memcpy(c, &c20, sizeof c20), memcpy(c + half, &c21, sizeof c21), c += ldc;
+            memcpy(c, &c30, sizeof c30), memcpy(c + half, &c31, sizeof c31);
+        }
+}
+
+// dst (cols, rows) = src (rows, cols) transposed.
+static void transpose(real *dst, int ldd, const real *src, int lds, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+// Per-thread buffers of one task, padded: Lp = len rounded up to TILE_N, dhp = dh rounded up to TILE_N.
+typedef struct {
+    int L, Lp, dh, dhp;
+    real *q, *k, *v, *a, *b;  // (Lp, dhp): q, k, v; dout and out, or results
+    real *s, *p, *t;          // (Lp, Lp): scores or P, dP or dS, a transpose
+    real *mx;                 // (len): the rows' largest scores
+    double *dvec;             // (len)
+} ShortWork;
+
+static ShortWork short_alloc(int L, int dh) {
+    ShortWork w = {L, round_up(L, TILE_N), dh, round_up(dh, TILE_N)};
+    size_t m = (size_t)w.Lp * w.dhp, ss = (size_t)w.Lp * w.Lp;
+    real *mem = fc_calloc(5 * m + 3 * ss + (size_t)L, sizeof(real));  // the pads stay zero: only [L, dh) is written
+    w.q = mem, w.k = mem + m, w.v = mem + 2 * m, w.a = mem + 3 * m, w.b = mem + 4 * m;
+    w.s = mem + 5 * m, w.p = w.s + ss, w.t = w.p + ss, w.mx = w.t + ss;
+    w.dvec = fc_malloc(sizeof(double) * L);
+    return w;
+}
+static void short_free(ShortWork *w) { free(w->q), free(w->dvec); }
+
+// C (L, Lp) = alpha A B^T for A, B (L, dhp): each element alpha dot_rows(a_i, b_j), as small_gemm
+// makes it (the same bytes as the products of the long path at these sizes).
+static void short_dots(real *C, int ldc, const real *A, const real *B, const ShortWork *w, real alpha) {
+    for (int i = 0; i < w->L; i++)
+        for (int j = 0; j < w->L; j++)
+            C[(size_t)i * ldc + j] = alpha * dot_rows(A + (size_t)i * w->dhp, B + (size_t)j * w->dhp, w->dh);
+}
+
+static void attn_fwd_short(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
+    int dh = D / H, L = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    real scale = (real)(1.0 / sqrt((double)dh));
+#pragma omp parallel
+    {
+        ShortWork w = short_alloc(L, dh);
+#pragma omp for schedule(static)
+        for (long task = 0; task < tasks; task++) {
+            int h = (int)(task % H), seq = (int)(task / H);
+            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
+            short_dots(w.s, w.Lp, w.q, w.k, &w, scale);
+            softmax_rows(w.s, w.Lp, L, w.mx, w.dvec);  // kept unnormalised; lse_j
+            for (int j = 0; j < L; j++) {
+                lse[attn_row(&lay, o, i, j) * H + h] = (real)(w.mx[j] + LOG((real)w.dvec[j]));
+                w.dvec[j] = 1.0 / w.dvec[j];
+            }
+            tile_mm(w.a, w.dhp, w.s, w.Lp, w.v, w.dhp, L, w.dhp, L);
+            for (int j = 0; j < L; j++) {
+                real *dst = out + attn_row(&lay, o, i, j) * D + (long)h * dh;
+                for (int c = 0; c < dh; c++) dst[c] = (real)(w.a[(size_t)j * w.dhp + c] * w.dvec[j]);
+            }
+        }
+        short_free(&w);
+    }
+}
+
+static void attn_bwd_short(real *dqkv, const real *dout, const real *out, const real *qkv, const real *lse,
+                           AttnLayout lay, int D, int H) {
+    int dh = D / H, L = lay.len;
+    long tasks = (long)lay.n_outer * lay.n_inner * H;
+    real scale = (real)(1.0 / sqrt((double)dh));
+#pragma omp parallel
+    {
+        ShortWork w = short_alloc(L, dh);
+        int Lp = w.Lp, dhp = w.dhp;
+#pragma omp for schedule(static)
+        for (long task = 0; task < tasks; task++) {
+            int h = (int)(task % H), seq = (int)(task / H);
+            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
+            gather(w.a, dhp, dout, D, (long)h * dh, &lay, o, i, dh);
+            gather(w.b, dhp, out, D, (long)h * dh, &lay, o, i, dh);
+            row_dots(w.dvec, w.a, w.b, dhp, L, dh);
+            // P = exp(scale Q K^T - lse) into s (the forward's scores, the same arithmetic)
+            short_dots(w.s, Lp, w.q, w.k, &w, scale);
+            for (int j = 0; j < L; j++) {
+                real m = lse[attn_row(&lay, o, i, j) * H + h], *row = w.s + (size_t)j * Lp;
+                exp_shifted(row, L, m);
+            }
+            // dP = dO V^T into p
+            short_dots(w.p, Lp, w.a, w.v, &w, 1.0);
+            // dV = P^T dO, into b (out is no longer needed)
+            transpose(w.t, Lp, w.s, Lp, L, L);
+            tile_mm(w.b, dhp, w.t, Lp, w.a, dhp, L, dhp, L);
+            scatter(dqkv, w.b, dhp, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
+            // dS = P (dP - Dvec) scale, into p
+            for (int j = 0; j < L; j++) {
+                const real *pr = w.s + (size_t)j * Lp;
+                real *dp = w.p + (size_t)j * Lp, dv = (real)w.dvec[j];
+                for (int k = 0; k < L; k++) dp[k] = pr[k] * (dp[k] - dv) * scale;
+            }
+            // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
+            tile_mm(w.a, dhp, w.p, Lp, w.k, dhp, L, dhp, L);
+            transpose(w.t, Lp, w.p, Lp, L, L);
+            tile_mm(w.b, dhp, w.t, Lp, w.q, dhp, L, dhp, L);
+            scatter(dqkv, w.a, dhp, 3L * D, (long)h * dh, &lay, o, i, dh);
+            scatter(dqkv, w.b, dhp, 3L * D, D + (long)h * dh, &lay, o, i, dh);
+        }
+        short_free(&w);
+    }
+}
+
+// The short path where the long one would make every product with small_gemm.
+static int attn_short(AttnLayout lay, int D, int H) { return (long)lay.len * lay.len * (D / H) <= SMALL_GEMM_MACS; }
+
+void cpu_attn_fwd(Operand *out, real *lse, const Operand *qkv, AttnLayout lay, int D, int H) {
+    if (attn_short(lay, D, H)) attn_fwd_short(out, lse, qkv, lay, D, H);
+    else cpu_attn_fwd_long(out, lse, qkv, lay, D, H);
+}
+
+void cpu_attn_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv, const real *lse, AttnLayout lay,
+                  int D, int H) {
+    if (attn_short(lay, D, H)) attn_bwd_short(dqkv, dout, out, qkv, lse, lay, D, H);
+    else cpu_attn_bwd_long(dqkv, dout, out, qkv, lse, lay, D, H);
 }
