@@ -1,5 +1,6 @@
 // test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's; pruning keeps
-// the newest whole checkpoints, never files that only have their names.
+// the newest whole checkpoints, never files that only have their names; the model generation loads
+// predicts what the saved one did, in its smaller layout.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -141,9 +142,44 @@ static void test_prune_keeps_whole_checkpoints(void) {
     free_model(m);
 }
 
+// Generation loads a checkpoint's EMA into a model whose blocks share one block's activations (it
+// runs forward only): on the same inputs it predicts the same bytes as the model that was saved
+// (here its EMA is its weights), in less activation memory.
+static void test_generation_model_same_outputs(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.depth = 2;
+    const Backend *be = backend_cpu();
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);  // forward from the random init: m->a.pred
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_gen_XXXXXX", err[256] = "", ae[320];
+    int made = mkdtemp(dir) != NULL, step = -1;
+    TrainState st = {.step = 1, .smooth_loss = loss};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    Model *g = saved ? checkpoint_load_for_generation(dir, be, m->B, &step, ae, err, sizeof err) : NULL;
+    int same = 0;
+    size_t n = (size_t)m->S * m->E;
+    if (g) {
+        memcpy(g->inputs_mem, m->inputs_mem, m->inputs_bytes);
+        model_forward(g);
+        same = !memcmp(g->a.pred, m->a.pred, sizeof(real) * n);
+    }
+    check(g && same && step == 1 && g->acts_bytes < m->acts_bytes, "checkpoint_generation_model",
+          "loaded %d (%s): prediction %s; activations %zu bytes, the trained model's %zu", g != NULL, err,
+          same ? "the same bytes" : "differs", g ? g->acts_bytes : 0, m->acts_bytes);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    if (g) free_model(g);
+    free_optimizer(o), free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_checkpoint_other_code_maps();
     test_prune_keeps_whole_checkpoints();
+    test_generation_model_same_outputs();
     return g_failed ? 1 : 0;
 }
