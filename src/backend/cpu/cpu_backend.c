@@ -142,13 +142,18 @@ static void linear_bwd_dw_task(const LinearBwd *a, int k) {
              a->dw + (size_t)s0 * K + o, K);
 }
 
+// (Each column summed over the rows in order; the columns side by side in vectors.)
+CPU_VECTOR_CLONES static void column_sums(double *acc, const real *dy, int M, int N, int n0, int n1) {
+    for (int m = 0; m < M; m++) {
+        const real *row = dy + (size_t)m * N;
+        for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
+    }
+}
+
 static void linear_bwd_db_task(const LinearBwd *a, int blk) {
     int N = a->N, n0 = blk * 64, n1 = n0 + 64 < N ? n0 + 64 : N;
     double acc[64] = {0};
-    for (int m = 0; m < a->M; m++) {
-        const real *row = a->dy + (size_t)m * N;
-        for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
-    }
+    column_sums(acc, a->dy, a->M, N, n0, n1);
     real *db = a->db;
     for (int n = n0; n < n1; n++) db[n] = a->pmode == GRAD_ADD ? db[n] + (real)acc[n - n0] : (real)acc[n - n0];
 }
