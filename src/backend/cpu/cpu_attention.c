@@ -145,22 +145,18 @@ static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
 }
 
 // dst (len, dh; rows ldd apart) = the columns col .. col+dh-1 of the sequence's rows of src (rows of
-// ld values). Loops rather than a memcpy a row: a row is a few dozen values, under a call's cost.
+// ld values).
 static void gather(real *dst, int ldd, const real *src, long ld, long col, const AttnLayout *lay, int o, int i,
                    int dh) {
-    for (int k = 0; k < lay->len; k++) {
-        const real *from = src + attn_row(lay, o, i, k) * ld + col;
-        for (int c = 0; c < dh; c++) dst[(size_t)k * ldd + c] = from[c];
-    }
+    for (int k = 0; k < lay->len; k++)
+        memcpy(dst + (size_t)k * ldd, src + attn_row(lay, o, i, k) * ld + col, sizeof(real) * dh);
 }
 
 // The columns col .. of the sequence's rows of dst (rows of ld values) = src (len, dh; rows lds apart).
 static void scatter(real *dst, const real *src, int lds, long ld, long col, const AttnLayout *lay, int o, int i,
                     int dh) {
-    for (int k = 0; k < lay->len; k++) {
-        real *to = dst + attn_row(lay, o, i, k) * ld + col;
-        for (int c = 0; c < dh; c++) to[c] = src[(size_t)k * lds + c];
-    }
+    for (int k = 0; k < lay->len; k++)
+        memcpy(dst + attn_row(lay, o, i, k) * ld + col, src + (size_t)k * lds, sizeof(real) * dh);
 }
 
 // Per-thread buffers of one task: five (len, dh) matrices and two (len, len).
@@ -262,16 +258,15 @@ void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, cons
 }
 
 // ----------------------------------------------------------------------------
-// short sequences: whole tasks without BLAS or gathers by memcpy
+// short sequences: register tiles instead of small_gemm's loops
 //
 // Where every product of a task is under SMALL_GEMM_MACS (the temporal attention's sequences of a
-// few frames), the long path's cost was not its arithmetic but its overhead per task: a memcpy per
-// row of each gathered matrix, the plain loops of small_gemm one element at a time. Here the rows
-// are copied into buffers padded to whole tiles (the pads zero), the products of two rows (the
-// scores, dP) are dot_rows as small_gemm makes them, and the others (P V, P^T dO, dS K, dS^T Q) are
-// tiles of registers (tile_mm), each element summed over k in order from zero, as small_gemm sums
-// it (neither clone of either fuses a multiply and an add): the same bytes as the long path, which
-// tests/backend/test_attention.c checks.
+// few frames), the long path's cost was not its arithmetic but small_gemm making one element at a
+// time. Here the rows are gathered into buffers padded to whole tiles (the pads zero), the products
+// of two rows (the scores, dP) are dot_rows as small_gemm makes them, and the others (P V, P^T dO,
+// dS K, dS^T Q) are tiles of registers (tile_mm), each element summed over k in order from zero, as
+// small_gemm sums it (neither clone of either fuses a multiply and an add): the same bytes as the
+// long path, which tests/backend/test_attention.c checks.
 
 #define TILE_M 4
 #define TILE_N (64 / (int)sizeof(real))  // two vectors of 32 bytes: 16 floats
