@@ -146,19 +146,15 @@ static void test_prune_keeps_whole_checkpoints(void) {
 // runs forward only): on the same inputs it predicts the same bytes as the model that was saved
 // (here its EMA is its weights), in less activation memory.
 static void test_generation_model_same_outputs(void) {
-    Config c;
-    config_defaults(&c);
-    config_load(&c, "configs/tiny/starter.conf");
-    c.depth = 2;
-    const Backend *be = backend_cpu();
     real loss;
     Model *m = tiny_step(2, 0, 0, &loss);  // forward from the random init: m->a.pred
+    Config c = m->cfg;
     Optimizer *o = build_optimizer(m, &c);
     char dir[] = "/tmp/fc_test_gen_XXXXXX", err[256] = "", ae[320];
     int made = mkdtemp(dir) != NULL, step = -1;
     TrainState st = {.step = 1, .smooth_loss = loss};
     int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
-    Model *g = saved ? checkpoint_load_for_generation(dir, be, m->B, &step, ae, err, sizeof err) : NULL;
+    Model *g = saved ? checkpoint_load_for_generation(dir, backend_cpu(), m->B, &step, ae, err, sizeof err) : NULL;
     int same = 0;
     size_t n = (size_t)m->S * m->E;
     if (g) {

@@ -167,6 +167,26 @@ typedef struct {
     double *dvec;             // (len)
 } AttnWork;
 
+// The forward's softmax of the scores s (rows ld apart), kept unnormalised, with head h's log-sum-exps
+// into lse and each row's 1 / sum into inv.
+static void softmax_lse(real *s, long ld, const AttnLayout *lay, int o, int i, int H, int h, real *mx, double *inv,
+                        real *lse) {
+    softmax_rows(s, ld, lay->len, mx, inv);
+    for (int j = 0; j < lay->len; j++) {
+        lse[attn_row(lay, o, i, j) * H + h] = (real)(mx[j] + LOG((real)inv[j]));
+        inv[j] = 1.0 / inv[j];
+    }
+}
+
+// Head h's columns of the sequence's output rows = the rows of a (rows lda apart) times inv.
+static void write_out(real *out, const real *a, int lda, const double *inv, const AttnLayout *lay, int o, int i, int D,
+                      int h, int dh) {
+    for (int j = 0; j < lay->len; j++) {
+        real *dst = out + attn_row(lay, o, i, j) * D + (long)h * dh;
+        for (int c = 0; c < dh; c++) dst[c] = (real)(a[(size_t)j * lda + c] * inv[j]);
+    }
+}
+
 // The head h's q, k and v of sequence (o, i) into q, k, v (rows ldd apart).
 static void gather_qkv(real *q, real *k, real *v, int ldd, const real *qkv, const AttnLayout *lay, int o, int i, int h,
                        int D, int dh) {
@@ -199,16 +219,9 @@ void cpu_attn_fwd_long(Operand *out_op, real *lse, const Operand *qkv_op, AttnLa
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
             gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
-            softmax_rows(w.s, L, L, w.mx, w.dvec);  // kept unnormalised; lse_j
-            for (int j = 0; j < L; j++) {
-                lse[attn_row(&lay, o, i, j) * H + h] = (real)(w.mx[j] + LOG((real)w.dvec[j]));
-                w.dvec[j] = 1.0 / w.dvec[j];
-            }
+            softmax_lse(w.s, L, &lay, o, i, H, h, w.mx, w.dvec, lse);
             attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.v, dh, w.a, dh);
-            for (int j = 0; j < L; j++) {
-                real *dst = out + attn_row(&lay, o, i, j) * D + (long)h * dh;
-                for (int c = 0; c < dh; c++) dst[c] = (real)(w.a[(size_t)j * dh + c] * w.dvec[j]);
-            }
+            write_out(out, w.a, dh, w.dvec, &lay, o, i, D, h, dh);
         }
         work_free(&w);
     }
@@ -349,16 +362,9 @@ static void attn_fwd_short(real *out, real *lse, const real *qkv, AttnLayout lay
             int o = seq / lay.n_inner, i = seq % lay.n_inner;
             gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
             short_dots(w.s, w.Lp, w.q, w.k, &w, scale);
-            softmax_rows(w.s, w.Lp, L, w.mx, w.dvec);  // kept unnormalised; lse_j
-            for (int j = 0; j < L; j++) {
-                lse[attn_row(&lay, o, i, j) * H + h] = (real)(w.mx[j] + LOG((real)w.dvec[j]));
-                w.dvec[j] = 1.0 / w.dvec[j];
-            }
+            softmax_lse(w.s, w.Lp, &lay, o, i, H, h, w.mx, w.dvec, lse);
             tile_mm(w.a, w.dhp, w.s, w.Lp, w.v, w.dhp, L, w.dhp, L);
-            for (int j = 0; j < L; j++) {
-                real *dst = out + attn_row(&lay, o, i, j) * D + (long)h * dh;
-                for (int c = 0; c < dh; c++) dst[c] = (real)(w.a[(size_t)j * w.dhp + c] * w.dvec[j]);
-            }
+            write_out(out, w.a, w.dhp, w.dvec, &lay, o, i, D, h, dh);
         }
         short_free(&w);
     }
