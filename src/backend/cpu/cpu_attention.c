@@ -144,6 +144,12 @@ static inline long attn_row(const AttnLayout *lay, int o, int i, int k) {
     return o * lay->outer_stride + i * lay->inner_stride + k * lay->tok_stride;
 }
 
+// Task `task`'s head h and sequence (o, i): the tasks run over the heads of each sequence in turn.
+static inline void task_head(const AttnLayout *lay, int H, long task, int *h, int *o, int *i) {
+    int seq = (int)(task / H);
+    *h = (int)(task % H), *o = seq / lay->n_inner, *i = seq % lay->n_inner;
+}
+
 // dst (len, dh; rows ldd apart) = the columns col .. col+dh-1 of the sequence's rows of src (rows of
 // ld values).
 static void gather(real *dst, int ldd, const real *src, long ld, long col, const AttnLayout *lay, int o, int i,
@@ -187,6 +193,20 @@ static void write_out(real *out, const real *a, int lda, const double *inv, cons
     }
 }
 
+// The backward's P = exp(scores - lse) in place, from the forward's log-sum-exps of head h.
+static void probs_from_lse(real *s, long ld, const AttnLayout *lay, int o, int i, int H, int h, const real *lse) {
+    for (int j = 0; j < lay->len; j++) exp_shifted(s + (size_t)j * ld, lay->len, lse[attn_row(lay, o, i, j) * H + h]);
+}
+
+// dS = P (dP - Dvec) scale, into dp (P and dP rows ld apart, L of each).
+static void scores_grad(real *dp, const real *P, long ld, int L, const double *dvec, real scale) {
+    for (int j = 0; j < L; j++) {
+        const real *pr = P + (size_t)j * ld;
+        real *row = dp + (size_t)j * ld, dv = (real)dvec[j];
+        for (int k = 0; k < L; k++) row[k] = pr[k] * (row[k] - dv) * scale;
+    }
+}
+
 // The head h's q, k and v of sequence (o, i) into q, k, v (rows ldd apart).
 static void gather_qkv(real *q, real *k, real *v, int ldd, const real *qkv, const AttnLayout *lay, int o, int i, int h,
                        int D, int dh) {
@@ -215,8 +235,8 @@ void cpu_attn_fwd_long(Operand *out_op, real *lse, const Operand *qkv_op, AttnLa
         AttnWork w = work_alloc(L, dh);
 #pragma omp for schedule(static)
         for (long task = 0; task < tasks; task++) {
-            int h = (int)(task % H), seq = (int)(task / H);
-            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            int h, o, i;
+            task_head(&lay, H, task, &h, &o, &i);
             gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
             softmax_lse(w.s, L, &lay, o, i, H, h, w.mx, w.dvec, lse);
@@ -238,28 +258,21 @@ void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, cons
         AttnWork w = work_alloc(L, dh);
 #pragma omp for schedule(static)
         for (long task = 0; task < tasks; task++) {
-            int h = (int)(task % H), seq = (int)(task / H);
-            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            int h, o, i;
+            task_head(&lay, H, task, &h, &o, &i);
             gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
             gather(w.a, dh, dout, D, (long)h * dh, &lay, o, i, dh);
             gather(w.b, dh, out, D, (long)h * dh, &lay, o, i, dh);
             row_dots(w.dvec, w.a, w.b, dh, L, dh);
             // P = exp(scale Q K^T - lse) into s; dP = dO V^T into p
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
-            for (int j = 0; j < L; j++) {
-                real m = lse[attn_row(&lay, o, i, j) * H + h], *row = w.s + (size_t)j * L;
-                exp_shifted(row, L, m);
-            }
+            probs_from_lse(w.s, L, &lay, o, i, H, h, lse);
             attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, w.p, L);
             // dV = P^T dO, into b (out is no longer needed)
             attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, w.b, dh);
             scatter(dqkv, w.b, dh, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
-            for (int j = 0; j < L; j++) {
-                const real *pr = w.s + (size_t)j * L;
-                real *dp = w.p + (size_t)j * L, dv = (real)w.dvec[j];
-                for (int k = 0; k < L; k++) dp[k] = pr[k] * (dp[k] - dv) * scale;
-            }
+            scores_grad(w.p, w.s, L, L, w.dvec, scale);
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
             attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, w.a, dh);
             attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, w.b, dh);
@@ -333,7 +346,7 @@ typedef struct {
 static ShortWork short_alloc(int L, int dh) {
     ShortWork w = {L, round_up(L, TILE_N), dh, round_up(dh, TILE_N)};
     size_t m = (size_t)w.Lp * w.dhp, ss = (size_t)w.Lp * w.Lp;
-    real *mem = fc_calloc(5 * m + 3 * ss + (size_t)L, sizeof(real));  // the pads stay zero: only [L, dh) is written
+    real *mem = fc_calloc(5 * m + 3 * ss + (size_t)L, sizeof(real));  // the pads start zero and stay zero
     w.q = mem, w.k = mem + m, w.v = mem + 2 * m, w.a = mem + 3 * m, w.b = mem + 4 * m;
     w.s = mem + 5 * m, w.p = w.s + ss, w.t = w.p + ss, w.mx = w.t + ss;
     w.dvec = fc_malloc(sizeof(double) * L);
@@ -358,8 +371,8 @@ static void attn_fwd_short(real *out, real *lse, const real *qkv, AttnLayout lay
         ShortWork w = short_alloc(L, dh);
 #pragma omp for schedule(static)
         for (long task = 0; task < tasks; task++) {
-            int h = (int)(task % H), seq = (int)(task / H);
-            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            int h, o, i;
+            task_head(&lay, H, task, &h, &o, &i);
             gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
             short_dots(w.s, w.Lp, w.q, w.k, &w, scale);
             softmax_lse(w.s, w.Lp, &lay, o, i, H, h, w.mx, w.dvec, lse);
@@ -381,18 +394,15 @@ static void attn_bwd_short(real *dqkv, const real *dout, const real *out, const 
         int Lp = w.Lp, dhp = w.dhp;
 #pragma omp for schedule(static)
         for (long task = 0; task < tasks; task++) {
-            int h = (int)(task % H), seq = (int)(task / H);
-            int o = seq / lay.n_inner, i = seq % lay.n_inner;
+            int h, o, i;
+            task_head(&lay, H, task, &h, &o, &i);
             gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
             gather(w.a, dhp, dout, D, (long)h * dh, &lay, o, i, dh);
             gather(w.b, dhp, out, D, (long)h * dh, &lay, o, i, dh);
             row_dots(w.dvec, w.a, w.b, dhp, L, dh);
             // P = exp(scale Q K^T - lse) into s (the forward's scores, the same arithmetic)
             short_dots(w.s, Lp, w.q, w.k, &w, scale);
-            for (int j = 0; j < L; j++) {
-                real m = lse[attn_row(&lay, o, i, j) * H + h], *row = w.s + (size_t)j * Lp;
-                exp_shifted(row, L, m);
-            }
+            probs_from_lse(w.s, Lp, &lay, o, i, H, h, lse);
             // dP = dO V^T into p
             short_dots(w.p, Lp, w.a, w.v, &w, 1.0);
             // dV = P^T dO, into b (out is no longer needed)
@@ -400,11 +410,7 @@ static void attn_bwd_short(real *dqkv, const real *dout, const real *out, const 
             tile_mm(w.b, dhp, w.t, Lp, w.a, dhp, L, dhp, L);
             scatter(dqkv, w.b, dhp, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
-            for (int j = 0; j < L; j++) {
-                const real *pr = w.s + (size_t)j * Lp;
-                real *dp = w.p + (size_t)j * Lp, dv = (real)w.dvec[j];
-                for (int k = 0; k < L; k++) dp[k] = pr[k] * (dp[k] - dv) * scale;
-            }
+            scores_grad(w.p, w.s, Lp, L, w.dvec, scale);
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
             tile_mm(w.a, dhp, w.p, Lp, w.k, dhp, L, dhp, L);
             transpose(w.t, Lp, w.p, Lp, L, L);
