@@ -11,6 +11,8 @@
 #
 # usage: tools/bench.sh [OUT_DIR]     (THREADS=N, default all cores; PAIRS=N, default 5;
 #                                      CONFIGS="tiny small medium", GENERATE=1)
+# OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
+# the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
 set -u
 OUT=${1:-out/bench}
 FC=${FC:-./framechain}
@@ -43,9 +45,12 @@ row() {
 }
 
 peak=$(build/bench_gemm --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 's/.*: ([0-9.]+) GFLOP.*/\1/p')
+# Both programs call the same OpenBLAS (PyTorch through libblas), whose kernels this line names
+kernels=$(sed -nE "s/.*OpenBLAS's (.*)\)$/\1/p" "$OUT/gemm.txt")
 torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)')
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads; $(date -u +%F)"
 echo "framechain $("$FC" --version | head -1 | cut -d' ' -f2) against PyTorch $torch_version; sgemm peak $peak GFLOP/s"
+echo "OpenBLAS's $kernels (both programs)"
 printf '%-28s %12s %12s %8s %13s %9s %9s %3s\n' "what" "framechain" "pytorch" "ratio" "(min-max)" "fc peak" "pt peak" \
     "n"
 

@@ -1,6 +1,9 @@
 // bench_gemm.c: the CPU's fp32 GEMM peak as OpenBLAS reaches it, the yardstick of make bench:
 // sgemm on large square matrices with the given thread count, best of several runs, in GFLOP/s.
 //
+// OpenBLAS picks its kernels for the CPU when it loads, unless the environment names them
+// (OPENBLAS_CORETYPE): the line says which it runs, since they can differ twofold on one machine.
+//
 // usage: build/bench_gemm [--threads N] [--size N] [--reps N]
 #include <cblas.h>
 #include <stdio.h>
@@ -9,6 +12,7 @@
 #include <time.h>
 
 void openblas_set_num_threads(int n);
+char *openblas_get_corename(void);
 
 static double now(void) {
     struct timespec ts;
@@ -46,8 +50,10 @@ int main(int argc, char **argv) {
         double t = now() - t0;
         if (r > 0 && t < best) best = t;
     }
-    printf("sgemm %dx%dx%d, %d thread%s: %.1f GFLOP/s (best of %d)\n", n, n, n, threads, threads == 1 ? "" : "s",
-           2.0 * n * n * (double)n / best / 1e9, reps);
+    const char *pinned = getenv("OPENBLAS_CORETYPE");
+    printf("sgemm %dx%dx%d, %d thread%s: %.1f GFLOP/s (best of %d; OpenBLAS's %s kernels%s)\n", n, n, n, threads,
+           threads == 1 ? "" : "s", 2.0 * n * n * (double)n / best / 1e9, reps, openblas_get_corename(),
+           pinned && *pinned ? ", as OPENBLAS_CORETYPE names them" : ", chosen for this CPU");
     free(a), free(b), free(c);
     return 0;
 }
