@@ -10,8 +10,10 @@ BUILD   ?= build
 OPT     ?= -O3
 # -fno-trapping-math: no floating-point trap is ever enabled, so comparisons may become selects and
 # loops with range checks vectorise (src/backend/cpu/exp_poly.h); the results are the same IEEE roundings.
+# -ffp-contract=off: a multiply and an add stay two roundings even where the target has FMA (the
+# AVX-512 clones of exp_poly.h), so every clone of a loop gives the same bytes.
 CFLAGS  ?= $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation \
-           -std=gnu11 -fopenmp -fno-trapping-math
+           -std=gnu11 -fopenmp -fno-trapping-math -ffp-contract=off
 LDLIBS  := -lm
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 BIN     ?= framechain

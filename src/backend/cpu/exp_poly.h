@@ -44,12 +44,13 @@ static inline float exp_poly(float x) {
     return x == x ? y : x;
 }
 
-// A loop over such arithmetic in its own function, compiled twice on x86-64: for AVX2 (8 floats a
-// vector) and for the baseline (SSE2, 4), chosen when the program loads. No FMA in either, so both
-// round every operation alike: the same bytes on every x86-64 CPU. (The build's -fno-trapping-math
-// lets the compiler turn the range checks into selects, so that such loops vectorise at all.)
+// A loop over such arithmetic in its own function, compiled three times on x86-64: for AVX-512 (16
+// floats a vector), for AVX2 (8) and for the baseline (SSE2, 4), chosen when the program loads. No
+// FMA in any (the build's -ffp-contract=off keeps the AVX-512 clone from fusing), so all round every
+// operation alike: the same bytes on every x86-64 CPU. (The build's -fno-trapping-math lets the
+// compiler turn the range checks into selects, so that such loops vectorise at all.)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define CPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CPU_VECTOR_CLONES
 #endif
