@@ -10,7 +10,7 @@
 # A benchmark, not a test: nothing is asserted.
 #
 # usage: tools/bench.sh [OUT_DIR]     (THREADS=N, default all cores; PAIRS=N, default 5;
-#                                      CONFIGS="tiny small medium", GENERATE=1)
+#                                      CONFIGS="tiny small medium" (CONFIGS= for none), GENERATE=1)
 # OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
 # the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
 set -u
@@ -18,7 +18,7 @@ OUT=${1:-out/bench}
 FC=${FC:-./framechain}
 THREADS=${THREADS:-$(nproc)}
 PAIRS=${PAIRS:-5}
-CONFIGS=${CONFIGS:-tiny small medium}
+CONFIGS=${CONFIGS-tiny small medium}
 GENERATE=${GENERATE:-1}
 PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
 mkdir -p "$OUT"
