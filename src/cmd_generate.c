@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
+#include "chain/drift_guard.h"
 #include "chain/generate.h"
 #include "model/autoencoder.h"
 #include "cli.h"
@@ -17,7 +18,8 @@
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
-    "                           [--given K] [--guidance W] [--temperature T] [--overwrite] [--vae FILE]\n"
+    "                           [--given K] [--guidance W] [--temperature T] [--sharpness-guard TOL]\n"
+    "                           [--colour-guard TOL] [--overwrite] [--vae FILE]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -44,6 +46,13 @@ static const char *HELP_GENERATE =
     "  --temperature T    the generated frames start from noise of standard deviation T (default: each\n"
     "                     model's sample_temperature, 1 unless its config says otherwise: the prior the\n"
     "                     models were trained from; below 1 trades variety for steadiness)\n"
+    "  --sharpness-guard TOL  hold every frame made at most (1 + TOL) times frame 0's sharpness (mean\n"
+    "                     absolute Laplacian): one past it is blended with its blur, as little as brings\n"
+    "                     it down; stops speckle piling up over a long chain (default 0.05 for frames;\n"
+    "                     0: off; models of latents: off, and refused)\n"
+    "  --colour-guard TOL hold every frame's channel means and contrasts within (1 +- TOL) times frame\n"
+    "                     0's: stops the colours fading over a long chain, but recolours a whole frame\n"
+    "                     when its content changes (default 0: off)\n"
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
@@ -72,14 +81,15 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
                   {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {"--overwrite", 0}, {"--vae", 1},
-                  {NULL}};
+                  {"--sharpness-guard", 1}, {"--colour-guard", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
     SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
-                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE};
+                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE,
+                        .sharpness_guard = SAMPLE_GUARD_DEFAULT, .colour_guard = SAMPLE_GUARD_DEFAULT};
     if (opt(opts, "--guidance")->count)
         so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
     if (opt(opts, "--temperature")->count)
@@ -88,6 +98,10 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
     if (opt(opts, "--noise-aug")->count)
         so.noise_aug = parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 0.95);
+    if (opt(opts, "--sharpness-guard")->count)
+        so.sharpness_guard = parse_number("--sharpness-guard", opt(opts, "--sharpness-guard")->value, 0, DRIFT_GUARD_MAX);
+    if (opt(opts, "--colour-guard")->count)
+        so.colour_guard = parse_number("--colour-guard", opt(opts, "--colour-guard")->value, 0, DRIFT_GUARD_MAX);
     double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
     so.quiet = opt(opts, "--quiet")->count > 0;
     *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
@@ -188,6 +202,9 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
            "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, S, S, be->name, plan->count,
            cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
+    char guards[256];
+    chain_describe_guards(g->sample.sharpness_guard, g->sample.colour_guard, guards, sizeof guards);
+    printf("generate: %s\n", guards);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);
     double t0 = fc_now_s();
@@ -222,7 +239,7 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         return 1;
     }
     ChainPlan plan;
-    if (chain_check_guidance(&cm, g.sample.guidance, err, sizeof err) ||
+    if (chain_settle_options(&cm, &g.sample, err, sizeof err) ||
         chain_build_given(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, g.given, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         chain_models_free(&cm);

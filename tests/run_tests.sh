@@ -51,6 +51,7 @@ run_suite latent_data "$BUILD/test_latent_data"
 run_suite synthetic "$BUILD/test_synthetic"
 run_suite chain "$BUILD/test_chain"
 run_suite metrics "$BUILD/test_metrics"
+run_suite drift_guard "$BUILD/test_drift_guard"
 
 if want reference; then
 echo "== pytorch reference"

@@ -172,6 +172,7 @@ typedef struct {
     long ceiling_frames;
     int scored, damaged;   // of the first K clips: those scored so far, and those skipped as damaged
     ChainPlan plan, long_plan;
+    SampleOptions guards;    // the drift guards asked for, defaults settled for these models
     FILE *tsv;
     char tsv_tmp[4200];
     Results r;
@@ -224,7 +225,9 @@ static int eval_check(Eval *ev) {
                        METRICS_SSIM_MIN_SIZE, METRICS_SSIM_MIN_SIZE);
     const Config *c[3] = {&ev->cm.m[0]->cfg, &ev->cm.m[1]->cfg, &ev->cm.m[2]->cfg};
     if (o->given > N) return fc_errf(err, errlen, "--given %d: more than the %d frames per clip", o->given, N);
-    if (chain_check_guidance(&ev->cm, o->guidance, err, errlen)) return -1;
+    ev->guards = (SampleOptions){.guidance = o->guidance, .sharpness_guard = o->sharpness_guard,
+                                 .colour_guard = o->colour_guard};
+    if (chain_settle_options(&ev->cm, &ev->guards, err, errlen)) return -1;
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
@@ -245,6 +248,9 @@ static void print_header(const Eval *ev) {
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
            steps, o->guidance, temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
+    char guards[256];
+    chain_describe_guards(ev->guards.sharpness_guard, ev->guards.colour_guard, guards, sizeof guards);
+    printf("eval: %s\n", guards);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",
                ev->cm.channels, ev->cm.size, ev->cm.size, o->vae, ev->S, ev->S);
@@ -336,7 +342,9 @@ static void score_chain(Eval *ev, int k, int l) {
     fflush(stderr);
     double t0 = fc_now_s();
     SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
-                        .guidance = o->guidance, .temperature = o->temperature, .quiet = 1, .latent = ev->ae != NULL};
+                        .guidance = o->guidance, .temperature = o->temperature,
+                        .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
+                        .quiet = 1, .latent = ev->ae != NULL};
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
     for (int f = o->given; f < N; f++) {
@@ -400,8 +408,9 @@ static void eval_drift(Eval *ev) {
         fflush(stderr);
         double t0 = fc_now_s();
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
-                            .guidance = o->guidance, .temperature = o->temperature, .quiet = 1,
-                            .latent = ev->ae != NULL};
+                            .guidance = o->guidance, .temperature = o->temperature,
+                            .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
+                            .quiet = 1, .latent = ev->ae != NULL};
         set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
         FrameStats s0 = {0};

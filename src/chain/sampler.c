@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "model/flow.h"
 #include "chain/sampler.h"
+#include "chain/drift_guard.h"
 
 // ----------------------------------------------------------------------------
 // the first frame
@@ -256,6 +257,9 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
                 if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
                 if (o->latent) memcpy(dst, xi, sizeof(real) * E);
                 else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
+                if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3)
+                    drift_guard_apply(dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // frame 0
+                                      o->sharpness_guard, o->colour_guard);
             }
     }
 }
@@ -299,12 +303,30 @@ void chain_describe_temperature(const ChainModels *cm, double temperature, char 
     else snprintf(buf, len, "temperature %g / %g / %g (starter / extrapolate / interpolate)", T[0], T[1], T[2]);
 }
 
-int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size_t errlen) {
-    if (guidance == 1.0) return 0;
+void chain_describe_guards(double sharpness_guard, double colour_guard, char *buf, size_t len) {
+    char sharp[64] = "off", colour[64] = "off";
+    if (sharpness_guard > 0) snprintf(sharp, sizeof sharp, "at most %gx frame 0's", 1 + sharpness_guard);
+    if (colour_guard > 0)
+        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's", 1 - colour_guard,
+                 1 + colour_guard);
+    snprintf(buf, len, "drift guards: sharpness %s, colour %s", sharp, colour);
+}
+
+int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, size_t errlen) {
+    int pixels = !cm->autoencoder[0] && cm->channels == 3;
+    if (o->sharpness_guard == SAMPLE_GUARD_DEFAULT) o->sharpness_guard = pixels ? SAMPLE_DEFAULT_SHARPNESS_GUARD : 0;
+    if (o->colour_guard == SAMPLE_GUARD_DEFAULT) o->colour_guard = pixels ? SAMPLE_DEFAULT_COLOUR_GUARD : 0;
+    if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !pixels)
+        return fc_errf(err, errlen, "--%s-guard %g: the guard holds RGB frames' statistics; these models make %s "
+                       "(--%s-guard 0 turns it off)", o->colour_guard > 0 ? "colour" : "sharpness",
+                       o->colour_guard > 0 ? o->colour_guard : o->sharpness_guard,
+                       cm->autoencoder[0] ? "latents" : "frames of other than 3 channels",
+                       o->colour_guard > 0 ? "colour" : "sharpness");
+    if (o->guidance == 1.0) return 0;
     for (int r = 0; r < 3; r++)
         if (cm->m[r]->cfg.cond_drop <= 0)
             return fc_errf(err, errlen, "--guidance %g: the %s model was trained with cond_drop = 0, so it has no "
-                           "unconditional half to guide with (train with --set cond_drop=0.1)", guidance,
+                           "unconditional half to guide with (train with --set cond_drop=0.1)", o->guidance,
                            config_role_name(r));
     return 0;
 }

@@ -43,6 +43,9 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
 
 #define SAMPLE_DEFAULT_NOISE_AUG 0.1
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
+#define SAMPLE_GUARD_DEFAULT (-1.0)         // SampleOptions' guards: the default for the models (settled below)
+#define SAMPLE_DEFAULT_SHARPNESS_GUARD 0.05  // for frames of pixels; off for latents
+#define SAMPLE_DEFAULT_COLOUR_GUARD 0.0
 #define SAMPLE_MODEL_TEMPERATURE (-1.0)  // SampleOptions.temperature: each model's sample_temperature
 
 typedef struct {
@@ -52,13 +55,20 @@ typedef struct {
     double guidance;   // history guidance w: v = v_uncond + w (v_cond - v_uncond); 1: the conditional alone
     double temperature;  // the targets start from noise of this standard deviation (1: the trained prior);
                          // SAMPLE_MODEL_TEMPERATURE (negative): each model's own (its config's sample_temperature)
+    double sharpness_guard;  // drift_guard.h, frames of pixels only: 0 off, else each made frame's
+                             // sharpness held at most (1 + this) of frame 0's; SAMPLE_GUARD_DEFAULT
+                             // until chain_settle_options
+    double colour_guard;     // 0 off, else each made frame's channel means and contrasts held within
+                             // (1 +- this) of frame 0's; SAMPLE_GUARD_DEFAULT as sharpness_guard
     int latent;        // the frames are latents: made values are not clamped to [-1, 1] as pixels are
     int quiet;         // no progress line
 } SampleOptions;
 
-// "" when every model can sample with o->guidance, else one line naming a model trained without
-// cond_drop (guidance other than 1 needs the unconditional model that cond_drop trains).
-int chain_check_guidance(const ChainModels *cm, double guidance, char *err, size_t errlen);
+// Settle o's defaults for these models (a guard left at SAMPLE_GUARD_DEFAULT: its default for frames of
+// pixels, off for latents) and check that they can sample with it: 0, or -1 with one line: guidance
+// other than 1 needs models trained with cond_drop (the unconditional model it trains); a drift guard
+// asked for needs RGB frames.
+int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, size_t errlen);
 
 // "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.
@@ -66,6 +76,9 @@ void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t le
 // "temperature 0.85", or with SAMPLE_MODEL_TEMPERATURE and models of different sample_temperature
 // "temperature 1 / 0.85 / 0.85 (starter / extrapolate / interpolate)", as chain_describe_steps.
 void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len);
+// "drift guards: sharpness at most 1.05x frame 0's, colour off": the guards of SampleOptions, for the
+// header lines of generate and eval.
+void chain_describe_guards(double sharpness_guard, double colour_guard, char *buf, size_t len);
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
 // given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:

@@ -172,3 +172,29 @@ else
     fail eval_temperature "status $rc, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
 fi
 expect_refusal bad_temperature 2 "temperature" "${GRUNS[@]}" --data "$tmp/held32" --temperature -1 --tsv "$tmp/bad.tsv"
+
+# The drift guards: the barely trained chain speckles and drifts; with both guards at 0.05 every frame
+# of its drift run stays near frame 0's mean, contrast and sharpness (the colour band is per channel on
+# the frames before 8-bit rounding, eval's ratios pooled over channels after it: 0.08 of slack), and
+# the real clip's own columns are the same as without them
+max_dev() {  # the largest |ratio - 1| of the drift rows' mean, contrast and sharpness in a TSV
+    awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
+        $1 == "drift" { for (k = 0; k < 3; k++) { n = k == 0 ? "mean" : k == 1 ? "contrast" : "sharpness";
+            v = $(col[n]) - 1; if (v < 0) v = -v; if (v > m) m = v } } END { printf "%.3f", m }' "$1"
+}
+"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0 --tsv "$tmp/free.tsv" > /dev/null 2>&1
+"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0.05 --colour-guard 0.05 --tsv "$tmp/guard.tsv" \
+    > "$tmp/guard.out" 2> "$tmp/err"
+rc=$?
+free_dev=$(max_dev "$tmp/free.tsv") guard_dev=$(max_dev "$tmp/guard.tsv")
+real_cols() { awk -F'\t' '$1 == "drift" { print $3, $11, $12, $13 }' "$1"; }
+if [ $rc -eq 0 ] && grep -q "^eval: drift guards: sharpness at most 1.05x frame 0's, colour channel means and contrasts within 0.95-1.05x" "$tmp/guard.out" &&
+    awk -v f="$free_dev" -v g="$guard_dev" 'BEGIN { exit !(f > 0.2 && g <= 0.08) }' &&
+    [ "$(real_cols "$tmp/free.tsv")" = "$(real_cols "$tmp/guard.tsv")" ] && [ -n "$(real_cols "$tmp/guard.tsv")" ]; then
+    pass eval_drift_guards "drift run's worst ratio off frame 0's by $free_dev without the guard, $guard_dev with 0.05"
+else
+    fail eval_drift_guards "status $rc, worst ratio off by $free_dev without, $guard_dev with: $(tail -1 "$tmp/err")"
+fi
+expect_refusal bad_sharpness_guard 2 "sharpness-guard" "${GRUNS[@]}" --data "$tmp/held32" --sharpness-guard 1.5 \
+    --tsv "$tmp/bad.tsv"
+expect_refusal bad_colour_guard 2 "colour-guard" "${GRUNS[@]}" --data "$tmp/held32" --colour-guard -0.1 --tsv "$tmp/bad.tsv"

@@ -124,6 +124,8 @@ refused generate_vae_refuses_none 1 "the models were trained on latents (Autoenc
     "$FC" generate "${chain[@]}" --out "$tmp/none.mkv"
 refused generate_vae_refuses_other 1 "not the autoencoder the models were trained with" \
     "$FC" generate "${chain[@]}" --vae "$dir/taesd_f16.safetensors" --out "$tmp/none.mkv"
+refused generate_vae_refuses_colour_guard 1 "the guard holds RGB frames' statistics; these models make latents" \
+    "$FC" generate "${chain[@]}" --vae "$dir/taesd.safetensors" --colour-guard 0.05 --out "$tmp/none.mkv"
 "$FC" --threads 1 train --config configs/tiny/interpolate.conf --run "$tmp/run_frames" --steps 2 > /dev/null 2>&1
 refused generate_vae_refuses_mixed 1 "interpolate $tmp/run_frames was trained on frames, the starter on the latents of AutoencoderTiny" \
     "$FC" generate "${chain[@]/$tmp\/run_interpolate/$tmp/run_frames}" --vae "$dir/taesd.safetensors" --out "$tmp/none.mkv"

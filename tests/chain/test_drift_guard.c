@@ -1,0 +1,124 @@
+// test_drift_guard.c: the chain's drift guard (src/chain/drift_guard.c) on frames whose drift is made
+// by hand: a frame within the band is left byte for byte; a darkened, flattened or speckled frame is
+// brought into the band, and no further than its edge; the guard's sharpness is eval's measure.
+#include <math.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "chain/drift_guard.h"
+#include "chain/metrics.h"
+#include "check.h"
+
+enum { S = 32, P = S * S, N = 3 * P };
+
+static uint64_t rng = 88172645463325252ull;
+static double uniform(void) {  // xorshift64: [0, 1)
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+// A scene: smooth colour gradients and a few soft blobs, values in [-1, 1].
+static void make_scene(real *f) {
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                double v = 0.3 * sin(0.2 * x + c) + 0.25 * cos(0.15 * y - 0.5 * c) +
+                           0.3 * exp(-((x - 10) * (x - 10) + (y - 20) * (y - 20)) / 20.0) - 0.1 * c;
+                f[c * P + y * S + x] = (real)v;
+            }
+}
+
+static double unit(real v) { return 0.5 * ((double)v + 1); }
+
+static void channel_stats(const real *p, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < P; i++) s += unit(p[i]);
+    *mean = s / P;
+    for (int i = 0; i < P; i++) q += (unit(p[i]) - *mean) * (unit(p[i]) - *mean);
+    *sd = sqrt(q / P);
+}
+
+// The largest |ratio - 1| over the channels' means and contrasts of f against a.
+static double worst_stat_ratio(const real *f, const real *a) {
+    double worst = 0;
+    for (int c = 0; c < 3; c++) {
+        double m, sd, m0, sd0;
+        channel_stats(f + c * P, &m, &sd);
+        channel_stats(a + c * P, &m0, &sd0);
+        worst = fmax(worst, fmax(fabs(m / m0 - 1), fabs(sd / sd0 - 1)));
+    }
+    return worst;
+}
+
+static void to_bytes(const real *f, uint8_t *rgb) {  // (3, S, S) in [-1, 1] -> (S, S, 3) 8-bit
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < P; i++) {
+            double u = unit(f[c * P + i]) * 255 + 0.5;
+            rgb[i * 3 + c] = (uint8_t)(u < 0 ? 0 : u > 255 ? 255 : u);
+        }
+}
+
+int main(void) {
+    static real anchor[N], f[N], kept[N];
+    const double tol = 0.05;
+    make_scene(anchor);
+    double s0 = drift_guard_sharpness(anchor, S);
+
+    // within the band: a small shift and a little noise, nothing past 5%
+    for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.004 + 0.002 * (uniform() - 0.5));
+    memcpy(kept, f, sizeof f);
+    DriftGuardAction a = drift_guard_apply(f, anchor, S, tol, tol);
+    check(memcmp(f, kept, sizeof f) == 0 && !a.mean_moved && !a.contrast_moved && !a.smoothed, "drift_guard_within_band",
+          "a frame within %.0f%% of frame 0's statistics left byte for byte (worst ratio %.4f, sharpness %.4f)",
+          tol * 100, worst_stat_ratio(kept, anchor), drift_guard_sharpness(kept, S) / s0);
+
+    // darkened and flattened: values pulled towards black and towards their mean (no new detail)
+    for (int i = 0; i < N; i++) f[i] = (real)(0.5 * (anchor[i] + 1) * 0.6 * 2 - 1) * 0.7f;
+    double before = worst_stat_ratio(f, anchor);
+    a = drift_guard_apply(f, anchor, S, tol, tol);
+    double after = worst_stat_ratio(f, anchor);
+    check(before > 0.2 && after <= tol + 1e-6 && after > tol * 0.9 && a.mean_moved == 3, "drift_guard_mean_contrast",
+          "worst mean/contrast ratio off by %.3f before, %.4f after (band %.2f: brought to its edge, not past it); "
+          "%d means and %d contrasts moved", before, after, tol, a.mean_moved, a.contrast_moved);
+
+    // speckled: frame 0 with strong pixel noise, the chain's drift over a long pan
+    for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
+    double sharp_before = drift_guard_sharpness(f, S) / s0, err_before = 0, err_after = 0;
+    for (int i = 0; i < N; i++) err_before += (f[i] - anchor[i]) * (f[i] - anchor[i]);
+    a = drift_guard_apply(f, anchor, S, tol, tol);
+    double sharp_after = drift_guard_sharpness(f, S) / s0, stats_after = worst_stat_ratio(f, anchor);
+    for (int i = 0; i < N; i++) err_after += (f[i] - anchor[i]) * (f[i] - anchor[i]);
+    // the blur takes the speckle off, not the scene: the frame comes nearer frame 0
+    check(a.smoothed && sharp_before > 2 && sharp_after <= 1 + tol + 1e-3 && sharp_after > 1 + tol - 0.01 &&
+              stats_after <= tol + 1e-6 && err_after < 0.5 * err_before,
+          "drift_guard_sharpness", "speckle at %.2fx frame 0's sharpness brought to %.4fx (band top %.2f, not below "
+          "it by more than 0.01), mean and contrast within %.4f, squared error to frame 0 %.1f -> %.1f",
+          sharp_before, sharp_after, 1 + tol, stats_after, err_before, err_after);
+
+    // each guard alone: the sharpness guard leaves a faded frame (less sharp, not more) byte for byte,
+    // and takes the speckle off without moving a mean or a contrast on purpose
+    for (int i = 0; i < N; i++) f[i] = (real)((anchor[i] + 1) * 0.6 - 1) * 0.7f;
+    memcpy(kept, f, sizeof f);
+    DriftGuardAction faded = drift_guard_apply(f, anchor, S, tol, 0);
+    int faded_kept = memcmp(f, kept, sizeof f) == 0;
+    for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
+    DriftGuardAction speckle = drift_guard_apply(f, anchor, S, tol, 0);
+    double speckle_after = drift_guard_sharpness(f, S) / s0;
+    // and the colour guard alone leaves the speckle's sharpness past the band
+    for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
+    DriftGuardAction colour = drift_guard_apply(f, anchor, S, 0, tol);
+    double colour_after = drift_guard_sharpness(f, S) / s0;
+    check(faded_kept && !faded.smoothed && speckle.smoothed && !speckle.mean_moved && !speckle.contrast_moved &&
+              speckle_after <= 1 + tol + 1e-9 && !colour.smoothed && colour_after > 2,
+          "drift_guard_each_alone", "sharpness guard alone: a faded frame kept byte for byte, speckle brought to "
+          "%.4fx with no channel moved; colour guard alone: the speckle left at %.2fx", speckle_after, colour_after);
+
+    // the guard's sharpness is eval's (metrics.c, on 8-bit frames, luma in 0-255) to within rounding
+    for (int i = 0; i < N; i++) f[i] = (real)(0.8 * anchor[i] + 0.2 * (uniform() - 0.5));
+    static uint8_t rf[N];
+    to_bytes(f, rf);
+    double eval_sharp = frame_stats(rf, S).sharpness, guard_sharp = 255 * drift_guard_sharpness(f, S);
+    check(fabs(eval_sharp / guard_sharp - 1) < 0.02, "drift_guard_sharpness_is_evals",
+          "%.4f by the guard (times 255), %.4f by eval's frame_stats", guard_sharp, eval_sharp);
+    return g_failed ? 1 : 0;
+}
