@@ -35,6 +35,11 @@ static void channel_stats(const real *p, size_t n, double *mean, double *sd) {
 
 static double clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+// A statistic of frame 0 below this (in [0, 1] units: a quarter of an 8-bit step) gives no scale to
+// hold a frame to: a first frame that is black or flat leaves that guard off rather than blurring or
+// darkening every frame towards nothing.
+#define DRIFT_GUARD_FLOOR 1e-3
+
 // Each channel's mean and contrast into the band around the anchor's; the channels moved as bits of
 // *mean_moved and *contrast_moved.
 static void hold_channel_stats(real *f, const real *anchor, int S, double tol, int *mean_moved, int *contrast_moved) {
@@ -44,8 +49,8 @@ static void hold_channel_stats(real *f, const real *anchor, int S, double tol, i
         double m, sd, m0, sd0;
         channel_stats(p, P, &m, &sd);
         channel_stats(anchor + c * P, P, &m0, &sd0);
-        double mt = clamp(m, m0 * (1 - tol), m0 * (1 + tol));
-        double st = sd > 0 ? clamp(sd, sd0 * (1 - tol), sd0 * (1 + tol)) : sd;
+        double mt = m0 > DRIFT_GUARD_FLOOR ? clamp(m, m0 * (1 - tol), m0 * (1 + tol)) : m;
+        double st = sd > 0 && sd0 > DRIFT_GUARD_FLOOR ? clamp(sd, sd0 * (1 - tol), sd0 * (1 + tol)) : sd;
         if (mt == m && st == sd) continue;
         *mean_moved |= (mt != m) << c, *contrast_moved |= (st != sd) << c;
         double k = sd > 0 ? st / sd : 1;
@@ -79,8 +84,8 @@ static void blur3(const real *f, int S, real *blur) {
 // largest a (found by bisection) that meets it; where the blur itself is too sharp, the frame is
 // blurred again first (up to 8 times). Returns 1 when the frame was changed.
 static int hold_sharpness(real *f, const real *anchor, int S, double tol, real *blur, real *trial) {
-    double top = (1 + tol) * drift_guard_sharpness(anchor, S);
-    if (drift_guard_sharpness(f, S) <= top) return 0;
+    double s0 = drift_guard_sharpness(anchor, S), top = (1 + tol) * s0;
+    if (s0 <= DRIFT_GUARD_FLOOR || drift_guard_sharpness(f, S) <= top) return 0;
     size_t n = (size_t)3 * S * S;
     blur3(f, S, blur);
     for (int pass = 1; pass < 8 && drift_guard_sharpness(blur, S) > top; pass++) {

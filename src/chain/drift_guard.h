@@ -29,7 +29,8 @@ typedef struct {
 // and standard deviations are of values mapped to [0, 1]. With both on, a few rounds settle them
 // together and end on the colour: the sharpness is then within its band to a few thousandths. A
 // sharpness under the band is left alone: sharpening would amplify the noise, and nothing restores
-// detail that is not there.
+// detail that is not there. A statistic frame 0 barely has (a black or flat first frame: under a
+// quarter of an 8-bit step) is not held: it gives no scale to hold a frame to.
 DriftGuardAction drift_guard_apply(real *frame, const real *anchor, int S, double sharpness_tol, double colour_tol);
 
 // The frame's sharpness as drift_guard_apply measures it: mean |4 y - up - down - left - right| of

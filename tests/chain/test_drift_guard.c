@@ -113,6 +113,17 @@ int main(void) {
           "drift_guard_each_alone", "sharpness guard alone: a faded frame kept byte for byte, speckle brought to "
           "%.4fx with no channel moved; colour guard alone: the speckle left at %.2fx", speckle_after, colour_after);
 
+    // a black first frame (footage that fades in) gives no scale: a frame made after it is left as it
+    // is by both guards, not blurred or darkened towards nothing
+    static real black[N];
+    for (int i = 0; i < N; i++) black[i] = -1, f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
+    memcpy(kept, f, sizeof f);
+    DriftGuardAction after_black = drift_guard_apply(f, black, S, tol, tol);
+    check(memcmp(f, kept, sizeof f) == 0 && !after_black.smoothed && !after_black.mean_moved &&
+              !after_black.contrast_moved,
+          "drift_guard_black_first_frame", "a speckled frame after a black frame 0 left byte for byte (sharpness "
+          "%.4f against frame 0's %.4f)", drift_guard_sharpness(kept, S), drift_guard_sharpness(black, S));
+
     // the guard's sharpness is eval's (metrics.c, on 8-bit frames, luma in 0-255) to within rounding
     for (int i = 0; i < N; i++) f[i] = (real)(0.8 * anchor[i] + 0.2 * (uniform() - 0.5));
     static uint8_t rf[N];
