@@ -24,6 +24,11 @@ void backend_cuda_set_device(int index);
 int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err, size_t errlen);
 // In place over the ranks: the sum of n floats of device memory.
 void backend_cuda_nccl_sum(float *dev, size_t n);
+// The same without waiting, for the parts of the gradients the backward has made so far (model.h:
+// grads_ready): each is summed once the kernels queued before the call are done, beside the ones
+// queued after it. finish: whatever is queued after it waits for every started sum.
+void backend_cuda_nccl_sum_start(float *dev, size_t n);
+void backend_cuda_nccl_sum_finish(void);
 // ZeRO-1's all-gather, in place: rank r's values [start[r], start[r + 1]) of dev to every rank.
 void backend_cuda_nccl_gather(float *dev, const size_t *start);
 // For tests: a smaller cap on the attention backward's dS scratch (bytes; 0 restores ATTN_DS_CAP,

@@ -10,7 +10,8 @@
 #include <nccl.h>
 
 static ncclComm_t g_comm;
-static cudaStream_t g_stream;  // NCCL's own: the backend's kernels are waited for around each call
+static cudaStream_t g_stream;  // NCCL's own, non-blocking: it runs beside the backend's default stream
+static cudaEvent_t g_made, g_summed;  // ordering between the two streams (the sums started in the backward)
 static int g_size;
 
 #define ncclCheck(call)                                                                                      \
@@ -38,6 +39,8 @@ extern "C" int backend_cuda_nccl_start(int rank, int size, void (*share)(void *b
         fc_die("rank %d: ncclCommInitRank: %s (hint: NCCL_DEBUG=INFO says more)", rank, ncclGetErrorString(r));
     }
     cudaCheck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&g_made, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&g_summed, cudaEventDisableTiming));
     g_size = size;
     int version = 0;
     ncclGetVersion(&version);
@@ -49,6 +52,21 @@ extern "C" void backend_cuda_nccl_sum(float *dev, size_t n) {
     cudaCheck(cudaDeviceSynchronize());  // the backward's kernels have written every gradient
     ncclCheck(ncclAllReduce(dev, dev, n, ncclFloat, ncclSum, g_comm, g_stream));
     cudaCheck(cudaStreamSynchronize(g_stream));
+}
+
+// A part of the gradients, summed on NCCL's stream once the kernels queued so far on the default
+// stream (the backward that made them) are done, while the default stream goes on with the
+// backward of the blocks before it: the host does not wait.
+extern "C" void backend_cuda_nccl_sum_start(float *dev, size_t n) {
+    cudaCheck(cudaEventRecord(g_made, 0));
+    cudaCheck(cudaStreamWaitEvent(g_stream, g_made, 0));
+    ncclCheck(ncclAllReduce(dev, dev, n, ncclFloat, ncclSum, g_comm, g_stream));
+}
+
+// What the default stream queues from now on (the optimizer step) waits for every started sum.
+extern "C" void backend_cuda_nccl_sum_finish(void) {
+    cudaCheck(cudaEventRecord(g_summed, g_stream));
+    cudaCheck(cudaStreamWaitEvent(0, g_summed, 0));
 }
 
 extern "C" void backend_cuda_nccl_gather(float *dev, const size_t *start) {
@@ -74,6 +92,8 @@ extern "C" int backend_cuda_nccl_start(int rank, int size, void (*share)(void *b
     return -1;
 }
 extern "C" void backend_cuda_nccl_sum(float *dev, size_t n) { (void)dev, (void)n; }
+extern "C" void backend_cuda_nccl_sum_start(float *dev, size_t n) { (void)dev, (void)n; }
+extern "C" void backend_cuda_nccl_sum_finish(void) {}
 extern "C" void backend_cuda_nccl_gather(float *dev, const size_t *start) { (void)dev, (void)start; }
 
 #endif

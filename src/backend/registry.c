@@ -100,6 +100,12 @@ static void *cuda_need(const char *name) {
 __attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) {
     ((void (*)(float *, size_t))cuda_need("backend_cuda_nccl_sum"))(dev, n);
 }
+__attribute__((weak)) void backend_cuda_nccl_sum_start(float *dev, size_t n) {
+    ((void (*)(float *, size_t))cuda_need("backend_cuda_nccl_sum_start"))(dev, n);
+}
+__attribute__((weak)) void backend_cuda_nccl_sum_finish(void) {
+    ((void (*)(void))cuda_need("backend_cuda_nccl_sum_finish"))();
+}
 __attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *start) {
     ((void (*)(float *, const size_t *))cuda_need("backend_cuda_nccl_gather"))(dev, start);
 }
@@ -133,6 +139,8 @@ __attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*sha
     return -1;
 }
 __attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) { (void)dev, (void)n; }
+__attribute__((weak)) void backend_cuda_nccl_sum_start(float *dev, size_t n) { (void)dev, (void)n; }
+__attribute__((weak)) void backend_cuda_nccl_sum_finish(void) {}
 __attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *start) { (void)dev, (void)start; }
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
 __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }

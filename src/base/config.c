@@ -101,6 +101,9 @@ static const KeyDef KEYS[] = {
      "on several ranks (mpirun): 1: each rank keeps and updates the 8-bit AdamW state and the EMA of its part of the "
      "weights only, then the ranks gather the updated weights (ZeRO-1: less memory a rank, the same bytes); 0: every "
      "rank keeps all of it"},
+    {"overlap_grads", KEY_INT, OFF(overlap_grads), 0, 1,
+     "on several ranks (mpirun): 1: each block's gradients are summed over the ranks as soon as its backward has "
+     "made them, while the blocks before it compute theirs; 0: one sum after the whole backward"},
     {"sample_every", KEY_INT, OFF(sample_every), 0, 2e9,
      "steps between previews: the EMA model samples its windows of held-out footage into RUN/samples/ (0: none)"},
     {"preview_budget", KEY_DOUBLE, OFF(preview_budget), 0.001, 1,
@@ -138,7 +141,7 @@ void config_defaults(Config *c) {
     c->steps = 1000, c->lr = 3e-4, c->warmup_steps = 100, c->lr_min_ratio = 0.1, c->weight_decay = 0.01;
     c->beta1 = 0.9, c->beta2 = 0.999, c->adam_eps = 1e-8, c->grad_clip = 1.0, c->ema_decay = 0.999;
     c->optimizer = OPT_ADAMW8BIT, c->checkpoint_every = 100, c->keep_checkpoints = 3, c->dataset = DATA_SHAPES;
-    c->shard_optimizer = 1;
+    c->shard_optimizer = 1, c->overlap_grads = 1;
     c->delta_scale = 4.0, c->crop_zoom = 1.0, c->sample_steps = 20, c->preview_budget = 0.05;
     c->sample_temperature = 1.0;
 }

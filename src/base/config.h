@@ -67,6 +67,7 @@ typedef struct {
     int checkpoint_every;   // steps between checkpoints
     int keep_checkpoints;   // how many of the newest checkpoints stay on disk
     int shard_optimizer;    // on several ranks: each keeps the optimizer state and EMA of its part (ZeRO-1)
+    int overlap_grads;      // on several ranks: each block's gradients summed while the backward goes on
     // ---- previews (report/preview.h) ----
     int sample_every;       // steps between previews of the EMA model's samples (0: none)
     double preview_budget;  // the largest share of the training time previews may take; a preview past it waits

@@ -94,6 +94,45 @@ void dist_sum_real(real *buf, size_t n) {
     g_comm_s += fc_now_s() - t0;
 }
 
+// The sums started and not yet waited for (dist_sum_real_start).
+static MPI_Request *g_pending;
+static int g_n_pending, g_cap_pending;
+
+void dist_sum_real_start(real *buf, size_t n) {
+    if (g_size == 1) return;
+    double t0 = fc_now_s();
+    MPI_Datatype type = sizeof(real) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+    for (size_t at = 0; at < n;) {
+        int count = piece(n - at);
+        if (g_n_pending == g_cap_pending) {
+            g_cap_pending = g_cap_pending ? 2 * g_cap_pending : 64;
+            g_pending = realloc(g_pending, sizeof(MPI_Request) * g_cap_pending);
+            if (!g_pending) fc_die("rank %d: out of host memory for the sums' requests", g_rank);
+        }
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + at, count, type, MPI_SUM, MPI_COMM_WORLD, &g_pending[g_n_pending++]),
+                  "MPI_Iallreduce");
+        at += (size_t)count;
+    }
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_sum_progress(void) {
+    if (!g_n_pending) return;
+    double t0 = fc_now_s();
+    int done = 0;
+    mpi_check(MPI_Testall(g_n_pending, g_pending, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done) g_n_pending = 0;
+    g_comm_s += fc_now_s() - t0;
+}
+
+void dist_sum_wait(void) {
+    if (!g_n_pending) return;
+    double t0 = fc_now_s();
+    mpi_check(MPI_Waitall(g_n_pending, g_pending, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    g_n_pending = 0;
+    g_comm_s += fc_now_s() - t0;
+}
+
 void dist_sum_double(double *buf, int n) {
     if (g_size == 1) return;
     double t0 = fc_now_s();
@@ -175,6 +214,9 @@ const char *dist_build_info(void) {
 
 void dist_sum_real(real *buf, size_t n) { (void)buf, (void)n; }
 void dist_sum_double(double *buf, int n) { (void)buf, (void)n; }
+void dist_sum_real_start(real *buf, size_t n) { (void)buf, (void)n; }
+void dist_sum_progress(void) {}
+void dist_sum_wait(void) {}
 int dist_max_int(int v) { return v; }
 void dist_broadcast(void *buf, size_t bytes) { (void)buf, (void)bytes; }
 void dist_barrier(void) {}

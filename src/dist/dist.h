@@ -32,6 +32,13 @@ const char *dist_build_info(void);
 // (dist_comm_seconds).
 void dist_sum_real(real *buf, size_t n);
 void dist_sum_double(double *buf, int n);
+// The same sum, started and left to run (MPI_Iallreduce) while the caller computes: buf must not be
+// read or written until dist_sum_wait. dist_sum_progress lets the started sums move on (MPI moves
+// them only inside its calls); dist_sum_wait ends every started one. The time spent inside these
+// calls is counted, so what dist_comm_seconds says is the time the sums were not hidden.
+void dist_sum_real_start(real *buf, size_t n);
+void dist_sum_progress(void);
+void dist_sum_wait(void);
 int dist_max_int(int v);
 // bytes of buf from rank 0 to every rank.
 void dist_broadcast(void *buf, size_t bytes);

@@ -480,6 +480,14 @@ real model_loss(Model *m) {
 
 static void zero(const Model *m, real *buf, size_t count) { m->be->zero(buf, sizeof(real) * count); }
 
+// The gradients from `from` up to *ready are final: tell m->grads_ready (model.h) and move *ready
+// down to `from`.
+static void grads_ready(Model *m, size_t *ready, const real *from) {
+    size_t lo = (size_t)(from - m->grads_mem);
+    if (m->grads_ready && lo < *ready) m->grads_ready(m->grads_ready_ctx, lo, *ready);
+    *ready = lo;
+}
+
 void model_backward(Model *m) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -488,6 +496,7 @@ void model_backward(Model *m) {
     ParamPtrs *p = &m->p, *g = &m->g;
     int S = m->S, N = m->N, T = m->T, D = m->D, H = m->H, RD = m->RD, Fd = c->freq_dim, sz = c->frame_size;
     long ms = 9L * D;
+    size_t ready = m->n_params;  // the gradients from here on are final
     // Only the gradients that ops add into before anything overwrites them start at zero (the
     // residual stream, the final modulation, the loss's, the time offsets', the input's); every
     // other buffer of the scratch has one producer that overwrites it (backend.h).
@@ -507,6 +516,7 @@ void model_backward(Model *m) {
     // dsc: the final layer's modulation gradient, then every block's adds into it
     be->linear_bwd(d->dsc, GRAD_SET, g->final_ada_w, g->final_ada_b, GRAD_SET, d->dfmod, a->sc, p->final_ada_w, S, D,
                    2 * D);
+    grads_ready(m, &ready, g->final_ada_w);
 
     for (int l = c->depth - 1; l >= 0; l--) {
         BlockParams *bp = &p->blocks[l], *bg = &g->blocks[l];
@@ -540,6 +550,7 @@ void model_backward(Model *m) {
                            S, N, D);
         }
         be->linear_bwd(d->dsc, GRAD_ADD, bg->ada_w, bg->ada_b, GRAD_SET, d->dmod, a->sc, bp->ada_w, S, D, 9 * D);
+        grads_ready(m, &ready, bg->ada_w);  // block l's tensors, from its adaLN on
     }
 
     // embeddings: d->dres now holds d loss / d x0
@@ -555,4 +566,5 @@ void model_backward(Model *m) {
     be->linear_bwd(d->dt1s, GRAD_SET, g->t2_w, g->t2_b, GRAD_SET, d->dc, a->t1s, p->t2_w, S, D, D);
     be->silu_bwd(d->dt1, d->dt1s, a->t1, (size_t)S * D);
     be->linear_bwd(NULL, GRAD_SET, g->t0_w, g->t0_b, GRAD_SET, d->dt1, a->tsin, p->t0_w, S, Fd, D);
+    grads_ready(m, &ready, m->grads_mem);
 }

@@ -167,6 +167,12 @@ typedef struct {
     void *acts_mem, *dscratch_mem, *inputs_mem;
     size_t acts_bytes, dscratch_bytes, inputs_bytes;
     int want_input_grad;
+    // Called by model_backward as each part of the gradients becomes final, so that their sum over
+    // the ranks can start while the backward goes on: the flat values [lo, hi) of grads_mem, in
+    // descending order (the final layer, blocks depth-1 .. 0, then the embeddings), covering
+    // [0, n_params) once. Nothing in the backward writes a part again after its call. NULL: none.
+    void (*grads_ready)(void *ctx, size_t lo, size_t hi);
+    void *grads_ready_ctx;
 } Model;
 
 // What a model of batch B holds without allocating it (the memory plan): parameters in elements,

@@ -268,8 +268,10 @@ static int may_differ(const char *key, CkptLoadMode mode) {
     if (!strcmp(key, "exclude") || !strcmp(key, "sample_every") || !strcmp(key, "preview_data") ||
         !strcmp(key, "preview_budget"))
         return 1;
-    // shard_optimizer: where the state is kept, not what it is (the same bytes either way)
+    // shard_optimizer: where the state is kept, not what it is (the same bytes either way);
+    // overlap_grads: when the sums over the ranks start, not what they sum
     return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "shard_optimizer") ||
+           !strcmp(key, "overlap_grads") ||
            !strcmp(key, "recompute") ||
            !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps") ||
            !strcmp(key, "sample_temperature");

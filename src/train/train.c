@@ -297,6 +297,8 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
 static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
 
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
+static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
+
 static void start_services(Trainer *t) {
     const Config *c = t->c;
     char err[1024];
@@ -315,8 +317,10 @@ static void start_services(Trainer *t) {
             snprintf(how, sizeof how, t->nccl ? "%s" : "MPI through host memory (%s)", why);
             if (!t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);
         }
-        printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s%s\n", t->ranks, t->m->B,
-               c->batch_size, how, t->shard ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
+        if (c->overlap_grads) t->m->grads_ready = start_grad_sum, t->m->grads_ready_ctx = t;
+        printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s, %s%s\n", t->ranks, t->m->B,
+               c->batch_size, how, c->overlap_grads ? "block by block during the backward" : "after the backward",
+               t->shard ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
     }
     t->first = t->st.step + 1;
     // ZeRO-1: the previews and checkpoints need every rank's part of the EMA and optimizer state
@@ -389,21 +393,47 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
            t->c->lr / 2);
 }
 
+// The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them
+// (model.h: grads_ready; overlap_grads), while the backward of the blocks before them goes on. On a
+// GPU without NCCL the part goes through host memory: its download waits for the kernels that made
+// it, not for the ones queued after.
+static void start_grad_sum(void *ctx, size_t lo, size_t hi) {
+    Trainer *t = ctx;
+    real *g = t->m->grads_mem + lo;
+    size_t n = hi - lo;
+#ifndef FC_DOUBLE  // the GPU is float only: NCCL never starts in the double build (tests/grad)
+    if (t->nccl) {
+        backend_cuda_nccl_sum_start(g, n);
+        return;
+    }
+#endif
+    if (t->on_gpu) t->be->download(t->host_grads + lo, g, sizeof(real) * n), g = t->host_grads + lo;
+    dist_sum_real_start(g, n);
+    dist_sum_progress();  // MPI moves the started sums on only inside its calls: one at each block
+}
+
 // The gradients of the global batch on every rank: each rank's are those of the mean over its own
-// windows, so the global mean is the sum over ranks / ranks. On a GPU they go through host memory.
+// windows, so the global mean is the sum over ranks / ranks. On a GPU they go through host memory
+// unless NCCL sums them. With overlap_grads the sums were started during the backward: wait for them.
 static void reduce_gradients(Trainer *t) {
     if (t->ranks == 1) return;
     size_t n = t->m->n_params;
     real *g = t->m->grads_mem;
+    int started = t->m->grads_ready != NULL;
     if (t->nccl) {
-#ifndef FC_DOUBLE  // the GPU is float only: NCCL never starts in the double build (tests/grad)
-        backend_cuda_nccl_sum(g, n);
+#ifndef FC_DOUBLE
+        if (started) backend_cuda_nccl_sum_finish();
+        else backend_cuda_nccl_sum(g, n);
 #endif
         t->be->affine_fwd(g, g, n, (real)1 / (real)t->ranks, 0);
         return;
     }
-    if (t->on_gpu) t->be->download(t->host_grads, g, sizeof(real) * n), g = t->host_grads;
-    dist_sum_real(g, n);
+    if (t->on_gpu) {
+        if (!started) t->be->download(t->host_grads, g, sizeof(real) * n);
+        g = t->host_grads;
+    }
+    if (started) dist_sum_wait();
+    else dist_sum_real(g, n);
     real scale = (real)1 / (real)t->ranks;
     for (size_t i = 0; i < n; i++) g[i] *= scale;
     if (t->on_gpu) t->be->upload(t->m->grads_mem, g, sizeof(real) * n);

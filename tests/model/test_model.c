@@ -524,6 +524,66 @@ static void test_anchor_snap(void) {
     free(win), free(refs), free(still), free(tex), free(no_snap);
 }
 
+// grads_ready (model.h): the parts of the gradients model_backward says are final cover every
+// parameter once, from the end down, one part for the final layer, one per block and one for the
+// embeddings, each at a tensor's start; and they are final: each part is copied and then filled with
+// a sentinel when it is said to be, and after the backward the copies equal the gradients of a
+// backward without the calls while the sentinels are untouched (nothing wrote a part afterwards).
+typedef struct {
+    Model *m;
+    real *copy;
+    size_t lo[16], hi[16];
+    int calls;
+} ReadyLog;
+
+static void log_ready(void *ctx, size_t lo, size_t hi) {
+    ReadyLog *r = ctx;
+    if (r->calls < 16) r->lo[r->calls] = lo, r->hi[r->calls] = hi;
+    r->calls++;
+    memcpy(r->copy + lo, r->m->grads_mem + lo, sizeof(real) * (hi - lo));
+    for (size_t i = lo; i < hi; i++) r->m->grads_mem[i] = (real)1e30;
+}
+
+static void test_grads_ready(int rc) {
+    real l0;
+    int depth = 3;
+    Model *ref = tiny_step(depth, rc, 0, &l0);
+    Config c = ref->cfg;
+    Model *m = build_model(&c, backend_cpu(), c.batch_size);
+    m->want_input_grad = 1;
+    model_init(m, 21, 1);
+    size_t nx = (size_t)m->S * m->E, n = m->n_params;
+    real *x0 = fc_malloc(sizeof(real) * nx);
+    philox_fill_uniform(x0, nx, -1, 1, 21, 0, RNG_TEST, 0);
+    flow_prepare_batch(m, x0, 0, 21, 4);
+    model_forward(m);
+    model_loss(m);
+    ReadyLog r = {m, fc_calloc(n, sizeof(real)), {0}, {0}, 0};
+    m->grads_ready = log_ready, m->grads_ready_ctx = &r;
+    model_backward(m);
+    int order_ok = r.calls == depth + 2 && r.hi[0] == n && r.lo[r.calls - 1] == 0;
+    for (int i = 1; i < r.calls && i < 16; i++) order_ok &= r.hi[i] == r.lo[i - 1] && r.lo[i] < r.hi[i];
+    int at_tensors = 1;
+    for (int i = 0; i < r.calls && i < 16; i++) {
+        int found = 0;
+        for (int k = 0; k < m->n_tensors; k++) found |= m->info[k].offset == r.lo[i];
+        at_tensors &= found;
+    }
+    int untouched = 1;
+    for (size_t i = 0; i < n; i++) untouched &= m->grads_mem[i] == (real)1e30;
+    int same = !memcmp(r.copy, ref->grads_mem, sizeof(real) * n);
+    char name[64];
+    snprintf(name, sizeof name, "grads_ready_parts_final_recompute%d", rc);
+    check(order_ok && at_tensors && untouched && same, name,
+          "%d parts (depth %d + 2), from %zu down to %zu, %s, at tensor starts %s; after its call no part written "
+          "again: %s; the parts as told equal a plain backward's gradients: %s",
+          r.calls, depth, r.calls ? r.hi[0] : 0, r.calls && r.calls <= 16 ? r.lo[r.calls - 1] : 0,
+          order_ok ? "each beginning where the last ended" : "NOT in order", at_tensors ? "yes" : "NO",
+          untouched ? "yes" : "NO", same ? "yes" : "NO");
+    free(x0), free(r.copy);
+    free_model(m), free_model(ref);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
@@ -539,5 +599,6 @@ int main(void) {
     test_recompute_identical(3, 2, 0);
     test_recompute_identical(3, 1, 1), test_recompute_identical(4, 2, 2);  // the last blocks kept
     test_recompute_identical(3, 2, 3);                                     // every block kept
+    test_grads_ready(0), test_grads_ready(1);
     return g_failed ? 1 : 0;
 }

@@ -2,7 +2,7 @@
 # One run on several ranks (mpirun, src/dist/dist.h) against the same run on one: the same windows,
 # so the same losses and gradients up to the order of the sums; the optimizer state and EMA split over
 # the ranks (ZeRO-1, shard_optimizer = 1, the default) against every rank keeping all of it: the same
-# bytes; checkpoints of one layout that resume on any number of ranks; kill -9 of any one rank, again
+# bytes; the sums started block by block during the backward against one sum after it: the same bytes; checkpoints of one layout that resume on any number of ranks; kill -9 of any one rank, again
 # and again, costing nothing but the steps since the last checkpoint. A build without MPI refuses to
 # be one of several ranks.
 # usage: test_dist.sh FRAMECHAIN [FRAMECHAIN_EMU]: with the second, the program built on the CUDA
@@ -85,6 +85,20 @@ for f in "$tmp/two"/ckpt-*.safetensors; do
 done
 expect zero1_same_bytes_as_replicated $(( n == 0 || same != n )) \
     "$same of $n checkpoints with the same tensors (weights, EMA, 8-bit moments), byte for byte, with and without ZeRO-1"
+
+# ---- the sums started block by block during the backward (overlap_grads = 1, the default) against one
+# sum after it: the same sums (a + b on two ranks), so the same tensors in every checkpoint ----
+train_on 2 "$tmp/after" --set overlap_grads=0 > "$tmp/after.log" 2>&1
+rc=$?
+same=0 n=0
+for f in "$tmp/two"/ckpt-*.safetensors; do
+    n=$((n + 1))
+    [ "$(ckpt_tensors "$f")" = "$(ckpt_tensors "$tmp/after/${f##*/}")" ] && same=$((same + 1))
+done
+expect overlapped_sums_same_bytes $(( rc != 0 || n == 0 || same != n ||
+    $(grep -c '^ranks: 2, .*by MPI, block by block during the backward' "$tmp/two.log") != 1 ||
+    $(grep -c '^ranks: 2, .*by MPI, after the backward' "$tmp/after.log") != 1 )) \
+    "status $rc; $same of $n checkpoints with the same tensors, byte for byte, the sums overlapped with the backward and after it; $(grep -m1 '^ranks:' "$tmp/two.log" | cut -d';' -f2)"
 # Previews gather the EMA's parts into the weights and put the weights back: nothing the run computes changes.
 train_on 2 "$tmp/previews" --set sample_every=10 > "$tmp/previews.log" 2>&1
 rc=$?
@@ -196,6 +210,10 @@ if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
         > "$tmp/ebf0.log" 2>&1
     [ "$(ckpt_tensors "$(final "$tmp/ebf" 4)")" = "$(ckpt_tensors "$(final "$tmp/ebf0" 4)")" ]
     expect emulated_gpu_zero1_same_bytes $? "bf16 on the emulated GPU, 2 ranks: the final tensors with and without ZeRO-1 the same"
+    mpirun -np 2 "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/e2after" --set overlap_grads=0 \
+        > "$tmp/e2after.log" 2>&1
+    [ "$(ckpt_tensors "$(final "$tmp/e2" 4)")" = "$(ckpt_tensors "$(final "$tmp/e2after" 4)")" ]
+    expect emulated_gpu_overlapped_sums_same_bytes $? "2 ranks on the emulated GPU: the final tensors with the sums during the backward (each block's gradients downloaded as it is made) and after it the same"
     keep_to "$tmp/ebf" 2 "$tmp/ebf_again"
     mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf_again" > "$tmp/ebf_again.log" 2>&1
     cmp -s "$(final "$tmp/ebf" 4)" "$(final "$tmp/ebf_again" 4)"
