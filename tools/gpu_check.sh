@@ -3,7 +3,8 @@
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
 #   BUNDLE=DIR runs the binaries of tools/gpu_bundle.sh DIR (built on another machine) instead of building.
-#   PART=tests stops after the tests, PART=speed skips them (both build); SKIP_TRAIN_TEST=1 leaves out the
+#   PART=tests stops after the tests, PART=speed skips them, PART=dist runs only the ranks' path
+#   (NCCL on one rank summing over itself; two ranks sharing the GPU with mpirun); SKIP_TRAIN_TEST=1 leaves out the
 #   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset. With another checkout in
 #   build/base (git archive REV | tar -x -C build/base), PART=speed ends with tools/compare_builds.sh
 #   against it on the preset (MAKE_ARGS, e.g. CUDA_ARCH=90, is passed to both builds).
@@ -41,6 +42,47 @@ if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
 fi
 fi
 [ "$PART" = tests ] && exit 0
+if [ "$PART" = all ] || [ "$PART" = dist ]; then
+# The ranks' path on the GPU (docs/distributed.md): NCCL's calls, streams and events on one GPU by
+# one rank summing over itself (FRAMECHAIN_TEST_COLLECTIVES_ALONE), each block's sum during the
+# backward and one after it, against the plain run: the same bytes expected (a sum over one rank is
+# itself). With mpirun, two ranks sharing the GPU through host memory and MPI (NCCL refuses ranks
+# that share a GPU), during and after the backward: the same bytes; with two GPUs, NCCL between them.
+echo "== the ranks' path on the GPU"
+tensors() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1" | md5sum | cut -c1-12; }
+DARGS=(--config configs/small/starter.conf --steps 8 --set warmup_steps=2 --set checkpoint_every=8)
+# dist NAME "LAUNCHER" [train options...]: one run (LAUNCHER: "env VAR=VALUE ..." or "mpirun -np N"),
+# its final tensors
+dist() {
+    local name=$1 launcher=$2
+    shift 2
+    rm -rf "$LOG/d-$name"
+    if $launcher "$FC" --device cuda train "${DARGS[@]}" --run "$LOG/d-$name" "$@" > "$LOG/dist-$name.log" 2>&1; then
+        echo "$name: $(grep -m1 '^ranks:' "$LOG/dist-$name.log" | cut -d';' -f1 || echo one rank); final tensors" \
+            "$(tensors "$LOG/d-$name/ckpt-00000008.safetensors"); $(grep -m1 '^speed' "$LOG/dist-$name.log" | cut -d, -f1)"
+    else
+        echo "$name: FAILED: $(grep -m1 '^framechain: ' "$LOG/dist-$name.log" || tail -1 "$LOG/dist-$name.log")"
+    fi
+}
+alone="env FRAMECHAIN_TEST_COLLECTIVES_ALONE=1"
+dist plain env
+dist nccl-alone "$alone" --set collectives=nccl
+dist nccl-alone-after "$alone" --set collectives=nccl --set overlap_grads=0
+dist mpi-alone "$alone" --set collectives=mpi
+if command -v mpirun > /dev/null && "$FC" --version | grep -q '^  MPI'; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    dist two-mpi "mpirun -np 2" --set collectives=mpi
+    dist two-mpi-after "mpirun -np 2" --set collectives=mpi --set overlap_grads=0
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        dist two-nccl "mpirun -np 2" --set collectives=nccl
+        dist two-nccl-after "mpirun -np 2" --set collectives=nccl --set overlap_grads=0
+    fi
+else
+    echo "(no mpirun, or framechain built without MPI: two ranks not run)"
+fi
+rm -rf "$LOG"/d-*
+[ "$PART" = dist ] && exit 0
+fi
 # The card's dense bf16 tensor-core peak in TFLOP/s (fp32 accumulation), by name.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in

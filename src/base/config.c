@@ -28,6 +28,7 @@ typedef struct {
 } KeyDef;
 
 static const char *const OPTIMIZERS[] = {"adamw8bit", "adamw", NULL};
+static const char *const COLLECTIVES[] = {"auto", "mpi", "nccl", NULL};
 static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NULL};
 static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
 static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
@@ -104,6 +105,9 @@ static const KeyDef KEYS[] = {
     {"overlap_grads", KEY_INT, OFF(overlap_grads), 0, 1,
      "on several ranks (mpirun): 1: each block's gradients are summed over the ranks as soon as its backward has "
      "made them, while the blocks before it compute theirs; 0: one sum after the whole backward"},
+    {"collectives", KEY_ENUM, OFF(collectives), 0, 0,
+     "on several GPU ranks: auto: NCCL on device memory where the build has it, else MPI through host memory; mpi: "
+     "MPI through host memory always (ranks that share a GPU, which NCCL refuses); nccl: NCCL or stop", COLLECTIVES},
     {"sample_every", KEY_INT, OFF(sample_every), 0, 2e9,
      "steps between previews: the EMA model samples its windows of held-out footage into RUN/samples/ (0: none)"},
     {"preview_budget", KEY_DOUBLE, OFF(preview_budget), 0.001, 1,

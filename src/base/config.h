@@ -68,6 +68,7 @@ typedef struct {
     int keep_checkpoints;   // how many of the newest checkpoints stay on disk
     int shard_optimizer;    // on several ranks: each keeps the optimizer state and EMA of its part (ZeRO-1)
     int overlap_grads;      // on several ranks: each block's gradients summed while the backward goes on
+    int collectives;        // enum Collectives: what GPU ranks sum and gather with
     // ---- previews (report/preview.h) ----
     int sample_every;       // steps between previews of the EMA model's samples (0: none)
     double preview_budget;  // the largest share of the training time previews may take; a preview past it waits
@@ -83,6 +84,7 @@ typedef struct {
 
 enum Role { ROLE_STARTER = 0, ROLE_EXTRAPOLATE = 1, ROLE_INTERPOLATE = 2 };
 enum Optimizer { OPT_ADAMW8BIT = 0, OPT_ADAMW = 1 };
+enum Collectives { COLL_AUTO = 0, COLL_MPI = 1, COLL_NCCL = 2 };
 enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving shapes, or prepared shards
 // What every slot's input carries besides its own frame: nothing, the anchor, or the anchor and the
 // slot's reference (config_reference_slot), each as C more channels.

@@ -269,9 +269,9 @@ static int may_differ(const char *key, CkptLoadMode mode) {
         !strcmp(key, "preview_budget"))
         return 1;
     // shard_optimizer: where the state is kept, not what it is (the same bytes either way);
-    // overlap_grads: when the sums over the ranks start, not what they sum
+    // overlap_grads and collectives: when and by what the sums over the ranks are made, not what they sum
     return !strcmp(key, "checkpoint_every") || !strcmp(key, "keep_checkpoints") || !strcmp(key, "shard_optimizer") ||
-           !strcmp(key, "overlap_grads") ||
+           !strcmp(key, "overlap_grads") || !strcmp(key, "collectives") ||
            !strcmp(key, "recompute") ||
            !strcmp(key, "keep_blocks") || !strcmp(key, "sample_steps") ||
            !strcmp(key, "sample_temperature");

@@ -181,6 +181,7 @@ typedef struct {
     int rank, ranks, b0;  // this rank, of ranks; b0: the global index of its first window (dist.h)
     int shard;            // ZeRO-1 (shard_optimizer on several ranks): o and ema are this rank's part
     int nccl;             // GPU ranks: the sums and the all-gather by NCCL on device memory (else MPI, host)
+    int summing;          // the gradients go through the sum over the ranks (several ranks, or the test hook)
     size_t *part_start;   // (ranks + 1) where each rank's part of the flat parameters begins
     CkptPartSender *sender;  // ZeRO-1, ranks but 0: their parts to rank 0's checkpoint writer
     int preview_ranks;    // ZeRO-1 with previews: every rank takes part (the EMA is gathered for them)
@@ -309,11 +310,19 @@ static void start_services(Trainer *t) {
         printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
     }
-    if (t->ranks > 1) {
+    // FRAMECHAIN_TEST_COLLECTIVES_ALONE=1: one rank sums its gradients over itself, so that the path
+    // of several GPU ranks (NCCL's calls, streams and events) runs on a machine with one GPU; the
+    // same bytes as without (tools/gpu_check.sh).
+    t->summing = t->ranks > 1 || fc_test_hook("COLLECTIVES_ALONE") == 1;
+    if (t->summing) {
         char how[256] = "MPI";
-        if (t->on_gpu) {  // NCCL where the build has it; else through host memory
-            char why[256];
-            t->nccl = !backend_cuda_nccl_start(t->rank, t->ranks, dist_broadcast, why, sizeof why);
+        if (t->on_gpu) {  // NCCL where the build has it (collectives = auto or nccl); else through host memory
+            char why[256] = "collectives = mpi";
+            t->nccl = c->collectives != COLL_MPI &&
+                      !backend_cuda_nccl_start(t->rank, t->ranks, dist_broadcast, why, sizeof why);
+            if (!t->nccl && c->collectives == COLL_NCCL)
+                fc_die("collectives = nccl, but NCCL cannot sum the gradients here: %s (collectives = auto or mpi "
+                       "sums them through host memory and MPI)", why);
             snprintf(how, sizeof how, t->nccl ? "%s" : "MPI through host memory (%s)", why);
             if (!t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);
         }
@@ -416,7 +425,7 @@ static void start_grad_sum(void *ctx, size_t lo, size_t hi) {
 // windows, so the global mean is the sum over ranks / ranks. On a GPU they go through host memory
 // unless NCCL sums them. With overlap_grads the sums were started during the backward: wait for them.
 static void reduce_gradients(Trainer *t) {
-    if (t->ranks == 1) return;
+    if (!t->summing) return;
     size_t n = t->m->n_params;
     real *g = t->m->grads_mem;
     int started = t->m->grads_ready != NULL;

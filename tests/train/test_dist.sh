@@ -106,6 +106,13 @@ rc=$?
 expect zero1_previews_change_nothing $(( rc != 0 || $? != 0 || $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) < 2 )) \
     "status $rc, $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) previews; the final checkpoint's tensors equal those of the run without previews"
 
+# One rank summing over itself (the hook tools/gpu_check.sh runs NCCL's path with on one GPU): the
+# same bytes as one rank without it.
+FRAMECHAIN_TEST_COLLECTIVES_ALONE=1 train_on 0 "$tmp/alone" > "$tmp/alone.log" 2>&1
+cmp -s "$(final "$tmp/one")" "$(final "$tmp/alone")"
+expect one_rank_summing_alone_same_bytes $(( $? != 0 || $(grep -c '^ranks: 1, 2 windows .*block by block during the backward' "$tmp/alone.log") != 1 )) \
+    "$(grep -m1 '^ranks:' "$tmp/alone.log" | cut -d';' -f1); the final checkpoint equals one rank's without the sums, byte for byte"
+
 train_on 1 "$tmp/mpi1" > "$tmp/mpi1.log" 2>&1
 cmp -s "$(final "$tmp/one")" "$(final "$tmp/mpi1")"
 expect one_rank_under_mpirun_as_without $? "mpirun -np 1: the final checkpoint equals framechain's alone, byte for byte"
@@ -214,6 +221,16 @@ if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
         > "$tmp/e2after.log" 2>&1
     [ "$(ckpt_tensors "$(final "$tmp/e2" 4)")" = "$(ckpt_tensors "$(final "$tmp/e2after" 4)")" ]
     expect emulated_gpu_overlapped_sums_same_bytes $? "2 ranks on the emulated GPU: the final tensors with the sums during the backward (each block's gradients downloaded as it is made) and after it the same"
+    FRAMECHAIN_TEST_COLLECTIVES_ALONE=1 "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/e1alone" \
+        > "$tmp/e1alone.log" 2>&1
+    cmp -s "$(final "$tmp/e1" 4)" "$(final "$tmp/e1alone" 4)"
+    expect emulated_gpu_one_rank_summing_alone_same_bytes $? "one rank on the emulated GPU summing over itself (each block's gradients through host memory): the final checkpoint equals the plain run's, byte for byte"
+    mpirun -np 2 "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/enccl" --set collectives=nccl \
+        > "$tmp/enccl.log" 2>&1
+    rc=$?
+    expect emulated_gpu_nccl_required_refused $(( rc == 0 || $(grep -c 'collectives = nccl, but NCCL cannot sum the gradients here: the CUDA emulation has no NCCL' "$tmp/enccl.log") < 1 )) \
+        "status $rc: $(grep -m1 'collectives = nccl' "$tmp/enccl.log" | cut -c1-160)"
+    expect emulated_gpu_nccl_refused_writes_no_checkpoint $(have "$tmp/enccl/ckpt-*"; echo $((1 - $?))) "no checkpoint written"
     keep_to "$tmp/ebf" 2 "$tmp/ebf_again"
     mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf_again" > "$tmp/ebf_again.log" 2>&1
     cmp -s "$(final "$tmp/ebf" 4)" "$(final "$tmp/ebf_again" 4)"
