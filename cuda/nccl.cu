@@ -36,7 +36,8 @@ extern "C" int backend_cuda_nccl_start(int rank, int size, void (*share)(void *b
     share(&id, sizeof id);
     r = ncclCommInitRank(&g_comm, size, id, rank);
     if (r != ncclSuccess) {  // a rank that cannot join ends the job: the others would wait for it
-        fc_die("rank %d: ncclCommInitRank: %s (hint: NCCL_DEBUG=INFO says more)", rank, ncclGetErrorString(r));
+        fc_die("rank %d: ncclCommInitRank: %s (hint: ranks that share a GPU need --set collectives=mpi; "
+               "NCCL_DEBUG=INFO says more)", rank, ncclGetErrorString(r));
     }
     cudaCheck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&g_made, cudaEventDisableTiming));
