@@ -177,10 +177,11 @@ expect_refusal given_count "3 given frames: the chain starts from 1" "${RUNS[@]}
 mkdir "$tmp/empty_run"
 expect_refusal empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 rmdir "$tmp/empty_run"
-# a corrupt newest checkpoint is skipped with a warning; with no other, the run is refused
+# a corrupt newest checkpoint is skipped with a warning; with no other, the run is refused (its
+# header's first byte damaged: the JSON does not parse, whatever the header's length)
 ck=$(ls "$tmp/interpolate"/ckpt-*.safetensors | tail -1)
 cp "$ck" "$tmp/saved.ckpt"
-printf 'X' | dd of="$ck" bs=1 seek=20000 conv=notrunc 2> /dev/null
+printf 'X' | dd of="$ck" bs=1 seek=8 conv=notrunc 2> /dev/null
 expect_refusal corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"
 rm -f "$tmp/saved.ckpt"
