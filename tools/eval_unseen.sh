@@ -12,11 +12,16 @@
 # sample_temperature), and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
 # EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run;
-# EVAL_STARTER=RUN: chain with that starter instead of training one (to compare the other two roles).
+# EVAL_STARTER=RUN: chain with that starter instead of training one (to compare the other two roles);
+# EVAL_CONFIGS: the three models' configs (default configs/small; configs/eval64: the larger models
+# of the GPU table, 64x64 frames), EVAL_SIZE: the frames' size of the datasets, which must be the
+# configs' frame_size (default: theirs). The device is framechain's default: a GPU where there is one.
 set -eu
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
 SETS=${EVAL_SETS:-real pans shapes}
+CONFIGS=${EVAL_CONFIGS:-configs/small}
+SIZE=${EVAL_SIZE:-$(sed -nE 's/^frame_size *= *([0-9]+).*/\1/p' "$CONFIGS/starter.conf")}
 work=${1:-out/eval-unseen}
 shift || true
 set_args=()
@@ -30,7 +35,7 @@ mkdir -p "$work"
 # ---- data: training footage, and the three held-out sets ----
 if [ ! -f "$work/train/dataset.json" ]; then
     rm -rf "$work/train"
-    "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/tree.avi" --out "$work/train" --size 32 \
+    "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/tree.avi" --out "$work/train" --size "$SIZE" \
         --clip-frames 32 --overlap 16
 fi
 if [ ! -f "$work/real/dataset.json" ]; then
@@ -40,24 +45,24 @@ if [ ! -f "$work/real/dataset.json" ]; then
         ffmpeg -v error -y -i "$DATA_DIR/Megamind.avi" -vf "select=between(n\,${seg%:*}\,${seg#*:})" -vsync 0 \
             -c:v ffv1 "$work/segments/megamind_${seg%:*}.mkv"
     done
-    "$FC" prepare --input "$work/segments" --out "$work/real" --size 32 --clip-frames 48
+    "$FC" prepare --input "$work/segments" --out "$work/real" --size "$SIZE" --clip-frames 48
 fi
 if [ ! -f "$work/pans/dataset.json" ]; then
     rm -rf "$work/pans"
     pans=()
     for img in fruits building baboon home; do pans+=(--input "pan:$DATA_DIR/$img.jpg:1000"); done
-    "$FC" prepare "${pans[@]}" --out "$work/pans" --size 32 --clip-frames 1000
+    "$FC" prepare "${pans[@]}" --out "$work/pans" --size "$SIZE" --clip-frames 1000
 fi
 if [ ! -f "$work/shapes/dataset.json" ]; then
     rm -rf "$work/shapes"
     "$FC" prepare --input shapes:1000001:1000 --input shapes:1000002:1000 --input shapes:1000003:1000 \
-        --out "$work/shapes" --size 32 --clip-frames 1000
+        --out "$work/shapes" --size "$SIZE" --clip-frames 1000
 fi
 
 # ---- the three models ----
 for role in starter extrapolate interpolate; do
     [ "$role" = starter ] && [ -n "${EVAL_STARTER:-}" ] && continue
-    "$FC" train --config "configs/small/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
+    "$FC" train --config "$CONFIGS/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200 "${set_args[@]}"
 done
 
