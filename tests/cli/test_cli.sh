@@ -34,6 +34,18 @@ printf 'role = starter\nwidth = 64\n# later\nwidth = 96\n' > "$tmp/twice.conf"
 printf 'width = sixty\n' > "$tmp/nan.conf"
 printf 'plan = anchor:0 context:1\n' > "$tmp/notarget.conf"
 
+# Every shipped config reads and plans; a ROLE.conf is that role's.
+for conf in configs/*.conf configs/*/*.conf; do
+    name=${conf#configs/}
+    name=${name%.conf}
+    expect "config_${name//\//_}" 0 "^parameters " "$FC" inspect --config "$conf"
+    role=${conf##*/}
+    role=${role%.conf}
+    case $role in starter|extrapolate|interpolate)
+        expect "config_${name//\//_}_role" 0 "^role *= $role " "$FC" inspect --config "$conf" ;;
+    esac
+done
+
 expect help 0 "usage: framechain" "$FC" --help
 expect version 0 "cpu (fp32" "$FC" --version
 expect no_command 2 "no command given" "$FC"
