@@ -52,12 +52,16 @@ CPU_VECTOR_CLONES static real row_max(const real *row, int n) {
 
 // The softmax of the rows 0 .. L-1 of s (L values each, rows ld apart), kept unnormalised: row j
 // becomes e^(row - mx[j]), mx[j] its largest value, sum[j] its values' sum in double. Each row is
-// summed in order from its first value; four rows at a time, so that four sums are in flight.
+// summed in order from its first value; four rows at a time, so that four sums are in flight. The
+// exponentials run over all ld values of a row: the columns past L are scratch that nothing reads
+// (the short path's pads; ld = L on the long path), and a whole row of vectors is faster than the
+// scalar tail a row of 7 values would be (the same bytes: a value's arithmetic is the same in a
+// vector as alone).
 static void softmax_rows(real *s, long ld, int L, real *mx, double *sum) {
     for (int j = 0; j < L; j++) {
         real *row = s + (size_t)j * ld;
         mx[j] = row_max(row, L);
-        exp_shifted(row, L, mx[j]);
+        exp_shifted(row, (int)ld, mx[j]);
     }
     int j = 0;
     for (; j + 4 <= L; j += 4) {
@@ -193,9 +197,10 @@ static void write_out(real *out, const real *a, int lda, const double *inv, cons
     }
 }
 
-// The backward's P = exp(scores - lse) in place, from the forward's log-sum-exps of head h.
+// The backward's P = exp(scores - lse) in place, from the forward's log-sum-exps of head h (over
+// all ld values of a row, as softmax_rows).
 static void probs_from_lse(real *s, long ld, const AttnLayout *lay, int o, int i, int H, int h, const real *lse) {
-    for (int j = 0; j < lay->len; j++) exp_shifted(s + (size_t)j * ld, lay->len, lse[attn_row(lay, o, i, j) * H + h]);
+    for (int j = 0; j < lay->len; j++) exp_shifted(s + (size_t)j * ld, (int)ld, lse[attn_row(lay, o, i, j) * H + h]);
 }
 
 // dS = P (dP - Dvec) scale, into dp (P and dP rows ld apart, L of each).
@@ -346,7 +351,9 @@ typedef struct {
 static ShortWork short_alloc(int L, int dh) {
     ShortWork w = {L, round_up(L, TILE_N), dh, round_up(dh, TILE_N)};
     size_t m = (size_t)w.Lp * w.dhp, ss = (size_t)w.Lp * w.Lp;
-    real *mem = fc_calloc(5 * m + 3 * ss + (size_t)L, sizeof(real));  // the pads start zero and stay zero
+    // The pads start zero; the pad rows, which tile_mm reads, stay zero (the scores' pad columns are
+    // the softmax's scratch, which nothing reads).
+    real *mem = fc_calloc(5 * m + 3 * ss + (size_t)L, sizeof(real));
     w.q = mem, w.k = mem + m, w.v = mem + 2 * m, w.a = mem + 3 * m, w.b = mem + 4 * m;
     w.s = mem + 5 * m, w.p = w.s + ss, w.t = w.p + ss, w.mx = w.t + ss;
     w.dvec = fc_malloc(sizeof(double) * L);
