@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU: build, run the CUDA backend's tests against the CPU backend, the
 # kill -9 resume test on the GPU, and measure training speed and peak memory of the configs.
 # Usage: tools/gpu_check.sh [LOG_DIR]   (logs and a summary go to LOG_DIR, default out/gpu)
-#   BUNDLE=DIR runs the binaries of tools/gpu_bundle.sh DIR (built on another machine) instead of building.
+#   BUNDLE=DIR runs the binaries of tools/gpu_bundle.sh DIR (built on another machine) instead of building
+#   (a bundle has no MPI: PART=dist then runs the one-rank checks only).
 #   PART=tests stops after the tests, PART=speed skips them, PART=dist runs only the ranks' path
 #   (NCCL on one rank summing over itself; two ranks sharing the GPU with mpirun); SKIP_TRAIN_TEST=1 leaves out the
 #   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset. With another checkout in
