@@ -11,7 +11,7 @@ static const char *HELP_EVAL =
     "usage: framechain eval --starter RUN --extrapolate RUN --interpolate RUN --data DIR [--clips K]\n"
     "                       [--frames N] [--long M] [--noise-aug L1,L2,...] [--steps S] [--seed K] [--tsv FILE]\n"
     "                       [--given K] [--guidance W] [--temperature T] [--vae FILE]\n"
-    "                       [--sharpness-guard TOL] [--colour-guard TOL]\n"
+    "                       [--sharpness-guard TOL] [--colour-guard TOL] [--colour-ramp F]\n"
     "\n"
     "On held-out clips (a dataset made by 'framechain prepare', at the models' frame size, from footage\n"
     "the models did not train on), start the chain from each clip's real first frame and compare every\n"
@@ -38,7 +38,8 @@ static const char *HELP_EVAL =
     "  --guidance W       history guidance, as for generate (default 1: off)\n"
     "  --temperature T    the generated frames start from noise of standard deviation T (default: each\n"
     "                     model's sample_temperature, 1 unless its config says otherwise)\n"
-    "  --sharpness-guard TOL, --colour-guard TOL  the drift guards, as for generate (the same defaults)\n"
+    "  --sharpness-guard TOL, --colour-guard TOL, --colour-ramp F  the drift guards, as for generate\n"
+    "                     (the same defaults)\n"
     "  --tsv FILE         also write every per-frame number to FILE (through FILE.tmp): one header, then\n"
     "                     'quality' rows (clip means per frame) and 'drift' rows; nan where there is no number\n"
     "  --vae FILE         models trained on latents: the autoencoder they were trained with (checked by its\n"
@@ -53,12 +54,12 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--data", 1}, {"--clips", 1},
                   {"--frames", 1}, {"--long", 1}, {"--noise-aug", 1}, {"--steps", 1}, {"--seed", 1}, {"--tsv", 1},
                   {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {"--vae", 1}, {"--sharpness-guard", 1},
-                  {"--colour-guard", 1}, {NULL}};
+                  {"--colour-guard", 1}, {"--colour-ramp", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
     EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
                       .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
                       .temperature = SAMPLE_MODEL_TEMPERATURE, .sharpness_guard = SAMPLE_GUARD_DEFAULT,
-                      .colour_guard = SAMPLE_GUARD_DEFAULT};
+                      .colour_guard = SAMPLE_GUARD_DEFAULT, .colour_ramp = SAMPLE_DEFAULT_COLOUR_RAMP};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};
     for (int r = 0; r < 3; r++) eo.runs[r] = required(opts, roles[r]);
     eo.data = required(opts, "--data");
@@ -86,6 +87,8 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
         eo.sharpness_guard = parse_number("--sharpness-guard", opt(opts, "--sharpness-guard")->value, 0, DRIFT_GUARD_MAX);
     if (opt(opts, "--colour-guard")->count)
         eo.colour_guard = parse_number("--colour-guard", opt(opts, "--colour-guard")->value, 0, DRIFT_GUARD_MAX);
+    if (opt(opts, "--colour-ramp")->count)
+        eo.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
     if (opt(opts, "--vae")->count) eo.vae = opt(opts, "--vae")->value;
     return eval_run(&eo, be);

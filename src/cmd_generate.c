@@ -19,7 +19,7 @@ static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
     "                           [--given K] [--guidance W] [--temperature T] [--sharpness-guard TOL]\n"
-    "                           [--colour-guard TOL] [--overwrite] [--vae FILE]\n"
+    "                           [--colour-guard TOL] [--colour-ramp F] [--overwrite] [--vae FILE]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -51,8 +51,12 @@ static const char *HELP_GENERATE =
     "                     it down; stops speckle piling up over a long chain (default 0.05; 0: off;\n"
     "                     models of latents have no pixels to measure: off, and refused if asked for)\n"
     "  --colour-guard TOL hold every frame's channel means and contrasts within (1 +- TOL) times frame\n"
-    "                     0's: stops the colours fading over a long chain, but recolours a whole frame\n"
-    "                     when its content changes (default 0: off)\n"
+    "                     0's from F frames after the last given one on (--colour-ramp), in a band that\n"
+    "                     narrows to it from 0-2x over those F frames: stops the colours fading over a\n"
+    "                     long chain and leaves the motion the given frames set alone; a shift and a\n"
+    "                     scale of the whole frame (default 0.05; 0: off; off for latents)\n"
+    "  --colour-ramp F    frames after the last given one to the colour guard's full hold (default 96;\n"
+    "                     0: held from the first frame made)\n"
     "  --seed K           seed of the sampling noise (default 1)\n"
     "  --fps F            frame rate of the video written (default 12)\n"
     "  --quiet            no progress line\n"
@@ -81,7 +85,7 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--first-frame", 1},
                   {"--frames", 1}, {"--out", 1}, {"--steps", 1}, {"--seed", 1}, {"--noise-aug", 1}, {"--fps", 1},
                   {"--guidance", 1}, {"--temperature", 1}, {"--given", 1}, {"--quiet", 0}, {"--overwrite", 0}, {"--vae", 1},
-                  {"--sharpness-guard", 1}, {"--colour-guard", 1}, {NULL}};
+                  {"--sharpness-guard", 1}, {"--colour-guard", 1}, {"--colour-ramp", 1}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
@@ -89,7 +93,8 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
     SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
                         .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE,
-                        .sharpness_guard = SAMPLE_GUARD_DEFAULT, .colour_guard = SAMPLE_GUARD_DEFAULT};
+                        .sharpness_guard = SAMPLE_GUARD_DEFAULT, .colour_guard = SAMPLE_GUARD_DEFAULT,
+                        .colour_ramp = SAMPLE_DEFAULT_COLOUR_RAMP};
     if (opt(opts, "--guidance")->count)
         so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
     if (opt(opts, "--temperature")->count)
@@ -102,6 +107,8 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
         so.sharpness_guard = parse_number("--sharpness-guard", opt(opts, "--sharpness-guard")->value, 0, DRIFT_GUARD_MAX);
     if (opt(opts, "--colour-guard")->count)
         so.colour_guard = parse_number("--colour-guard", opt(opts, "--colour-guard")->value, 0, DRIFT_GUARD_MAX);
+    if (opt(opts, "--colour-ramp")->count)
+        so.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
     so.quiet = opt(opts, "--quiet")->count > 0;
     *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
@@ -203,7 +210,7 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
            "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, S, S, be->name, plan->count,
            cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
     char guards[256];
-    chain_describe_guards(g->sample.sharpness_guard, g->sample.colour_guard, guards, sizeof guards);
+    chain_describe_guards(&g->sample, guards, sizeof guards);
     printf("generate: %s\n", guards);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);

@@ -103,6 +103,12 @@ static int hold_sharpness(real *f, const real *anchor, int S, double tol, real *
     return 1;
 }
 
+double drift_guard_colour_band(double tol, int distance, int ramp) {
+    if (!(tol > 0) || ramp <= 0 || distance >= ramp) return tol;  // off stays off
+    double open = 1 - (distance > 0 ? (double)distance : 0) / ramp;  // 1 at the last given frame
+    return tol + (DRIFT_GUARD_MAX - tol) * open;
+}
+
 DriftGuardAction drift_guard_apply(real *frame, const real *anchor, int S, double sharpness_tol, double colour_tol) {
     size_t n = (size_t)3 * S * S;
     real *blur = fc_malloc(sizeof(real) * n * 2), *trial = blur + n;

@@ -226,7 +226,7 @@ static int eval_check(Eval *ev) {
     const Config *c[3] = {&ev->cm.m[0]->cfg, &ev->cm.m[1]->cfg, &ev->cm.m[2]->cfg};
     if (o->given > N) return fc_errf(err, errlen, "--given %d: more than the %d frames per clip", o->given, N);
     ev->guards = (SampleOptions){.guidance = o->guidance, .sharpness_guard = o->sharpness_guard,
-                                 .colour_guard = o->colour_guard};
+                                 .colour_guard = o->colour_guard, .colour_ramp = o->colour_ramp};
     if (chain_settle_options(&ev->cm, &ev->guards, err, errlen)) return -1;
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
@@ -249,7 +249,7 @@ static void print_header(const Eval *ev) {
            steps, o->guidance, temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
     char guards[256];
-    chain_describe_guards(ev->guards.sharpness_guard, ev->guards.colour_guard, guards, sizeof guards);
+    chain_describe_guards(&ev->guards, guards, sizeof guards);
     printf("eval: %s\n", guards);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",
@@ -344,6 +344,7 @@ static void score_chain(Eval *ev, int k, int l) {
     SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
                         .guidance = o->guidance, .temperature = o->temperature,
                         .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
+                        .colour_ramp = ev->guards.colour_ramp,
                         .quiet = 1, .latent = ev->ae != NULL};
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
@@ -410,6 +411,7 @@ static void eval_drift(Eval *ev) {
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
                             .guidance = o->guidance, .temperature = o->temperature,
                             .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
+                        .colour_ramp = ev->guards.colour_ramp,
                             .quiet = 1, .latent = ev->ae != NULL};
         set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);

@@ -35,6 +35,7 @@ typedef struct {
     double temperature;    // the targets' starting noise (sampler.h); 1: the trained prior; negative: each
                            // model's sample_temperature
     double sharpness_guard, colour_guard;  // the drift guards' bands (sampler.h); 0: off; SAMPLE_GUARD_DEFAULT
+    int colour_ramp;       // frames from the last given one to the colour band's full hold (sampler.h)
     uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
                            // clip 0 with seed itself
     const char *tsv;       // every per-frame number, or NULL

@@ -219,7 +219,7 @@ static void window_buffers_free(WindowBuffers *wb) {
 // the given frames dropped. A model trained on deltas makes each target as its reference frame plus
 // the sampled delta / delta_scale.
 static void sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
-                           const SampleOptions *o, WindowBuffers *wb) {
+                           int last_given, const SampleOptions *o, WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = m->B, F = m->F;
@@ -259,7 +259,9 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
                 else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
                 if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3)
                     drift_guard_apply(dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // frame 0
-                                      o->sharpness_guard, o->colour_guard);
+                                      o->sharpness_guard,
+                                      drift_guard_colour_band(o->colour_guard, w[b]->frame[i] - last_given,
+                                                              o->colour_ramp));
             }
     }
 }
@@ -282,9 +284,11 @@ void sample_plan_windows(Model *m, real *windows, const SampleOptions *o) {
         }
         wp[b] = &w[b], index[b] = b, at[b] = frames + b * F;
     }
+    int last_given = 0;  // the plan's given slots come before its targets
+    while (last_given + 1 < F && c->slot_kind[last_given + 1] != SLOT_TARGET) last_given++;
     WindowBuffers wb;
     window_buffers_alloc(&wb, F, E, B);
-    sample_windows(m, wp, index, (real *const *const *)at, o, &wb);
+    sample_windows(m, wp, index, (real *const *const *)at, last_given, o, &wb);
     window_buffers_free(&wb);
     free(w), free(wp), free(index), free(frames), free(at);
 }
@@ -303,12 +307,15 @@ void chain_describe_temperature(const ChainModels *cm, double temperature, char 
     else snprintf(buf, len, "temperature %g / %g / %g (starter / extrapolate / interpolate)", T[0], T[1], T[2]);
 }
 
-void chain_describe_guards(double sharpness_guard, double colour_guard, char *buf, size_t len) {
-    char sharp[64] = "off", colour[64] = "off";
-    if (sharpness_guard > 0) snprintf(sharp, sizeof sharp, "at most %gx frame 0's", 1 + sharpness_guard);
-    if (colour_guard > 0)
-        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's", 1 - colour_guard,
-                 1 + colour_guard);
+void chain_describe_guards(const SampleOptions *o, char *buf, size_t len) {
+    char sharp[64] = "off", colour[160] = "off";
+    if (o->sharpness_guard > 0) snprintf(sharp, sizeof sharp, "at most %gx frame 0's", 1 + o->sharpness_guard);
+    if (o->colour_guard > 0 && o->colour_ramp > 0)
+        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's from %d frames after "
+                 "the last given one (a wider band before)", 1 - o->colour_guard, 1 + o->colour_guard, o->colour_ramp);
+    else if (o->colour_guard > 0)
+        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's", 1 - o->colour_guard,
+                 1 + o->colour_guard);
     snprintf(buf, len, "drift guards: sharpness %s, colour %s", sharp, colour);
 }
 
@@ -465,6 +472,8 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
     double t0 = fc_now_s(), t_line = 0;
     int rc = 0, done = 0;  // frames of 0..N-1 made (or given)
     for (int f = 0; f < p->frames; f++) done += st->made[f] < 0;
+    int last_given = 0;  // the given frames are 0..last_given
+    while (last_given < p->last_frame && st->made[last_given + 1] < 0) last_given++;
     int tty = isatty(STDERR_FILENO);  // one updated line on a terminal, a line every 10 s in a log
     for (int k = 0; k < p->count && rc == 0; k++) {
         const ChainWindow *w = &p->w[k];
@@ -473,7 +482,7 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
             break;
         }
         real *const *at = st->at;
-        sample_windows(cm->m[w->role], &w, &k, &at, o, &wb);
+        sample_windows(cm->m[w->role], &w, &k, &at, last_given, o, &wb);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {

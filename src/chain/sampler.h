@@ -45,7 +45,8 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
 #define SAMPLE_GUARD_DEFAULT (-1.0)         // SampleOptions' guards: the default for the models (settled below)
 #define SAMPLE_DEFAULT_SHARPNESS_GUARD 0.05  // for frames of pixels; off for latents
-#define SAMPLE_DEFAULT_COLOUR_GUARD 0.0
+#define SAMPLE_DEFAULT_COLOUR_GUARD 0.05    // the same; held from SAMPLE_DEFAULT_COLOUR_RAMP frames on
+#define SAMPLE_DEFAULT_COLOUR_RAMP 96        // frames after the last given one to the colour band's full hold
 #define SAMPLE_MODEL_TEMPERATURE (-1.0)  // SampleOptions.temperature: each model's sample_temperature
 
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct {
                              // until chain_settle_options
     double colour_guard;     // 0 off, else each made frame's channel means and contrasts held within
                              // (1 +- this) of frame 0's; SAMPLE_GUARD_DEFAULT as sharpness_guard
+    int colour_ramp;         // the colour band narrows to colour_guard over this many frames after the
+                             // last given frame (drift_guard_colour_band); 0: the full hold at once
     int latent;        // the frames are latents: made values are not clamped to [-1, 1] as pixels are
     int quiet;         // no progress line
 } SampleOptions;
@@ -78,7 +81,7 @@ void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t le
 void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len);
 // "drift guards: sharpness at most 1.05x frame 0's, colour off": the guards of SampleOptions, for the
 // header lines of generate and eval.
-void chain_describe_guards(double sharpness_guard, double colour_guard, char *buf, size_t len);
+void chain_describe_guards(const SampleOptions *o, char *buf, size_t len);
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
 // given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:

@@ -131,5 +131,17 @@ int main(void) {
     double eval_sharp = frame_stats(rf, S).sharpness, guard_sharp = 255 * drift_guard_sharpness(f, S);
     check(fabs(eval_sharp / guard_sharp - 1) < 0.02, "drift_guard_sharpness_is_evals",
           "%.4f by the guard (times 255), %.4f by eval's frame_stats", guard_sharp, eval_sharp);
+
+    // the colour band over the frames after the last given one: open (0-2x) at it, narrowing linearly
+    // to the guard's own band at the ramp's end and staying there; off stays off; ramp 0 holds at once
+    int narrowing = 1;
+    for (int d = 1; d <= 60; d++) narrowing &= drift_guard_colour_band(tol, d, 48) <= drift_guard_colour_band(tol, d - 1, 48);
+    double at0 = drift_guard_colour_band(tol, 0, 48), mid = drift_guard_colour_band(tol, 24, 48);
+    check(narrowing && at0 == DRIFT_GUARD_MAX && fabs(mid - (tol + (1 - tol) / 2)) < 1e-12 &&
+              drift_guard_colour_band(tol, 48, 48) == tol && drift_guard_colour_band(tol, 1000, 48) == tol &&
+              drift_guard_colour_band(tol, 1, 0) == tol && drift_guard_colour_band(0, 1, 48) == 0,
+          "drift_guard_colour_band", "band %.3f at the last given frame, %.4f half way (24 of 48), %.3f from frame 48 "
+          "on; ramp 0: %.3f at once; a guard that is off stays off (%.3f)", at0, mid,
+          drift_guard_colour_band(tol, 48, 48), drift_guard_colour_band(tol, 1, 0), drift_guard_colour_band(0, 1, 48));
     return g_failed ? 1 : 0;
 }

@@ -183,8 +183,8 @@ max_dev() {  # the largest |ratio - 1| of the drift rows' mean, contrast and sha
             v = $(col[n]) - 1; if (v < 0) v = -v; if (v > m) m = v } } END { printf "%.3f", m }' "$1"
 }
 "$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0 --tsv "$tmp/free.tsv" > /dev/null 2>&1
-"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0.05 --colour-guard 0.05 --tsv "$tmp/guard.tsv" \
-    > "$tmp/guard.out" 2> "$tmp/err"
+"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0.05 --colour-guard 0.05 \
+    --colour-ramp 0 --tsv "$tmp/guard.tsv" > "$tmp/guard.out" 2> "$tmp/err"
 rc=$?
 free_dev=$(max_dev "$tmp/free.tsv") guard_dev=$(max_dev "$tmp/guard.tsv")
 real_cols() { awk -F'\t' '$1 == "drift" { print $3, $11, $12, $13 }' "$1"; }
@@ -195,6 +195,25 @@ if [ $rc -eq 0 ] && grep -q "^eval: drift guards: sharpness at most 1.05x frame 
 else
     fail eval_drift_guards "status $rc, worst ratio off by $free_dev without, $guard_dev with: $(tail -1 "$tmp/err")"
 fi
+# The colour band's ramp: with a ramp of 20 frames, the drift run's frames from 20 after the given one
+# on are held as tightly as with no ramp (0.08 of slack, as above), and the frames before it are free
+# to move further (this barely trained chain's colours move past the band there); with the sharpness
+# guard alone, further still
+dev_range() {  # the largest |ratio - 1| of mean and contrast over the drift rows of frames LO..HI
+    awk -F'\t' -v lo="$2" -v hi="$3" '$1 == "drift" && $3 >= lo && $3 <= hi { for (k = 8; k <= 9; k++) {
+        v = $k - 1; if (v < 0) v = -v; if (v > m) m = v } } END { printf "%.3f", m }' "$1"
+}
+"$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 40 --noise-aug 0.1 --sharpness-guard 0.05 --colour-guard 0.05 \
+    --colour-ramp 20 --tsv "$tmp/ramp.tsv" > "$tmp/ramp.out" 2> "$tmp/err"
+rc=$?
+near=$(dev_range "$tmp/ramp.tsv" 1 19) far=$(dev_range "$tmp/ramp.tsv" 20 40) held_near=$(dev_range "$tmp/guard.tsv" 1 19)
+if [ $rc -eq 0 ] && grep -q "colour channel means and contrasts within 0.95-1.05x frame 0's from 20 frames after the last given one" "$tmp/ramp.out" &&
+    awk -v n="$near" -v f="$far" -v h="$held_near" 'BEGIN { exit !(f <= 0.08 && n > 0.08 && n > h) }'; then
+    pass eval_colour_ramp "ramp of 20 frames: mean and contrast off frame 0's by up to $near on frames 1-19 (held from the first: $held_near), $far from frame 20 on"
+else
+    fail eval_colour_ramp "status $rc, off by $near on frames 1-19 (held from the first: $held_near), $far from frame 20: $(tail -1 "$tmp/err")"
+fi
+expect_refusal bad_colour_ramp 2 "colour-ramp" "${GRUNS[@]}" --data "$tmp/held32" --colour-ramp -3 --tsv "$tmp/bad.tsv"
 expect_refusal bad_sharpness_guard 2 "sharpness-guard" "${GRUNS[@]}" --data "$tmp/held32" --sharpness-guard 1.5 \
     --tsv "$tmp/bad.tsv"
 expect_refusal bad_colour_guard 2 "colour-guard" "${GRUNS[@]}" --data "$tmp/held32" --colour-guard -0.1 --tsv "$tmp/bad.tsv"
