@@ -7,7 +7,8 @@
 #   pans:   synthetic camera pans over four photographs (synthetic.h; no still is used in training):
 #           48 frames from the first frame; 1000 frames from the first 7 (eval --given 7), with the
 #           drift of mean, contrast and sharpness over 1000 frames;
-#   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7.
+#   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7,
+#           with the drift over 1000 frames.
 # The real set is scored twice: sampling from the trained prior (temperature 1, whatever the models'
 # sample_temperature), and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
@@ -85,7 +86,7 @@ for set in $SETS; do
           score real_t07 --data "$work/real" --clips 4 --frames 48 --long 181 --temperature 0.7 ;;
     pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
           score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
-    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 0 --given 7 ;;
+    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 1000 --given 7 ;;
     *) echo "eval_unseen: unknown set '$set' (real, pans, shapes)" >&2; exit 2 ;;
     esac
 done

@@ -45,7 +45,7 @@ int chain_load_autoencoder(const ChainModels *cm, const char *vae, const char *w
 #define SAMPLE_DEFAULT_GUIDANCE 1.0
 #define SAMPLE_GUARD_DEFAULT (-1.0)         // SampleOptions' guards: the default for the models (settled below)
 #define SAMPLE_DEFAULT_SHARPNESS_GUARD 0.05  // for frames of pixels; off for latents
-#define SAMPLE_DEFAULT_COLOUR_GUARD 0.05    // the same; held from SAMPLE_DEFAULT_COLOUR_RAMP frames on
+#define SAMPLE_DEFAULT_COLOUR_GUARD 0.0
 #define SAMPLE_DEFAULT_COLOUR_RAMP 96        // frames after the last given one to the colour band's full hold
 #define SAMPLE_MODEL_TEMPERATURE (-1.0)  // SampleOptions.temperature: each model's sample_temperature
 
