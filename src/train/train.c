@@ -9,7 +9,9 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train/train.h"
@@ -64,6 +66,26 @@ static void remove_stale_temps(const char *run) {
         if (!unlink(path)) printf("removed %s, a checkpoint write that was cut off\n", path);
     }
     closedir(d);
+}
+
+// A run folder this train made: if it stops before anything but the lock is in it (a refusal after
+// the folder was made: the memory plan over --vram-budget, collectives = nccl where NCCL cannot
+// start), the folder goes with it at exit, so that a refused start leaves nothing on disk. A folder
+// that held anything, or that was there before, is never removed.
+static char made_run[4096];
+
+static void remove_made_run_if_empty(void) {
+    DIR *d = opendir(made_run);
+    if (!d) return;
+    struct dirent *e;
+    int other = 0;
+    while ((e = readdir(d)))
+        other |= strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".lock");
+    closedir(d);
+    if (other) return;
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/.lock", made_run);
+    if (!unlink(lock)) rmdir(made_run);
 }
 
 // Keep the metrics of steps 1..last only (a killed run may have logged steps past its checkpoint),
@@ -237,7 +259,13 @@ static void open_run_folder(Trainer *t) {
     char err[1024];
     t->lock = -1;
     if (t->rank > 0) return;  // the folder is rank 0's
+    struct stat sb;
+    int existed = stat(t->run, &sb) == 0;
     if (fc_mkdir_p(t->run, err, sizeof err)) fc_die("%s", err);
+    if (!existed && strlen(t->run) < sizeof made_run) {
+        snprintf(made_run, sizeof made_run, "%s", t->run);
+        atexit(remove_made_run_if_empty);
+    }
     t->lock = lock_run(t->run);
     remove_stale_temps(t->run);
 }

@@ -32,6 +32,22 @@ if [ $rc = 0 ] && grep -q "resuming .* from step 2" "$tmp/again.log" &&
 else
     fail emu_cli_resume_identical "status $rc: $(grep -m1 -E 'resuming|rror' "$tmp/again.log"); $(cmp "$tmp/starter/ckpt-00000004.safetensors" "$tmp/again/ckpt-00000004.safetensors" 2>&1)"
 fi
+# a plan over --vram-budget is refused after the run folder is made: the folder made for it goes too,
+# one that was there (with a checkpoint in it) stays as it was
+"$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/over/budget" --steps 2 --vram-budget 0.01 \
+    > "$tmp/over.log" 2>&1
+rc=$?
+before=$(ls -A "$tmp/again" | sort | tr '\n' ' ')
+"$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/again" --steps 6 --vram-budget 0.01 \
+    > "$tmp/over_again.log" 2>&1
+rc2=$?
+after=$(ls -A "$tmp/again" | sort | tr '\n' ' ')
+if [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "exceeds --vram-budget 0.01 GiB" "$tmp/over.log" && [ ! -e "$tmp/over/budget" ] &&
+    [ "$before" = "$after" ]; then
+    pass emu_cli_refused_plan_leaves_nothing "a plan over --vram-budget refused (status 1): the run folder it made removed; an existing one kept as it was ($after)"
+else
+    fail emu_cli_refused_plan_leaves_nothing "status $rc and $rc2; $(ls -A "$tmp/over/budget" 2>&1 | tr '\n' ' '); before: $before, after: $after; $(tail -1 "$tmp/over.log")"
+fi
 if grep -q "^checkpoint .*(blocked .* in the background)" "$tmp/starter.log"; then
     pass emu_cli_background_checkpoints "$(grep -c '^checkpoint .*in the background' "$tmp/starter.log") checkpoints written by the background writer"
 else
