@@ -36,8 +36,8 @@ DriftGuardAction drift_guard_apply(real *frame, const real *anchor, int S, doubl
 // The colour band for a frame made `distance` frames after the last given frame (1: the first made):
 // tol from `ramp` frames after it on (at once with ramp 0), wider nearer the given frames, where the
 // motion they set is still carried: tol + (1 - tol)(1 - distance / ramp), linear from (0, 2x) frame
-// 0's at the last given frame to (1 +- tol) at `ramp`; 0 (off) stays 0 (README, "Quality": the colours a pan brings into
-// view in its first frames are kept, those the chain invents over hundreds are held).
+// 0's at the last given frame to (1 +- tol) at `ramp`; 0 (off) stays 0. README, "Drift guards": the
+// colours a pan brings into view in its first frames are kept, those the chain invents later held.
 double drift_guard_colour_band(double tol, int distance, int ramp);
 
 // The frame's sharpness as drift_guard_apply measures it: mean |4 y - up - down - left - right| of

@@ -411,7 +411,7 @@ static void eval_drift(Eval *ev) {
         SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
                             .guidance = o->guidance, .temperature = o->temperature,
                             .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
-                        .colour_ramp = ev->guards.colour_ramp,
+                            .colour_ramp = ev->guards.colour_ramp,
                             .quiet = 1, .latent = ev->ae != NULL};
         set_given(ev, ev->first);
         chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
