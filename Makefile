@@ -241,6 +241,11 @@ $(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/bench_ops.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
+# the moving shapes' truth for tools/strip.sh
+$(BUILD)/draw_shapes: tools/draw_shapes.c $(OBJ) $(CUDA_OBJ)
+	@mkdir -p $(BUILD)/dep
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/draw_shapes.d $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
 bench-ops: info $(BUILD)/bench_ops
 	$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
@@ -261,7 +266,7 @@ $(BUILD)/powerloss_shim.so: tests/train/powerloss_shim.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -Wall -Wextra -std=gnu11 -fPIC -shared $< -o $@ -ldl -lpthread
 
-TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/powerloss_shim.so $(TEST_EMU)
+TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/draw_shapes $(BUILD)/powerloss_shim.so $(TEST_EMU)
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh

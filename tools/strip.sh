@@ -2,9 +2,10 @@
 # A strip of frames for the eye: every 20th frame the chain makes from the first frame of a video,
 # above the video's own frames at the same times (black where the video has ended), 4x enlarged.
 # Usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]   (RUN_DIR holds starter/, extrapolate/, interpolate/)
-#   SIZE: the models' frame size (default 32); GEN_ARGS: more generate options (e.g. "--guidance 2"; 10
-#   Euler steps unless they say --steps; without --temperature the models' own sample_temperature);
-#   needs ffmpeg
+#   VIDEO: a video file, or shapes:K, the built-in moving-shapes clip K (its truth drawn by
+#   build/draw_shapes); SIZE: the models' frame size (default 32); EVERY: every how many frames
+#   (default 20); GEN_ARGS: more generate options (e.g. "--guidance 2"; 10 Euler steps unless they say
+#   --steps; without --temperature the models' own sample_temperature); needs ffmpeg
 set -eu
 FC=${FC:-./framechain}
 runs=$1 video=$2 out=$3 frames=${4:-181}
@@ -17,11 +18,19 @@ case " ${GEN_ARGS:-} " in *" --steps "*) steps=() ;; esac
 "$FC" generate --starter "$runs/starter" --extrapolate "$runs/extrapolate" --interpolate "$runs/interpolate" \
     --first-frame "$video" --frames "$frames" "${steps[@]}" --out "$tmp/made" --quiet ${GEN_ARGS:-} > /dev/null
 mkdir -p "$tmp/real"
-ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
-    -frames:v "$frames" "$tmp/real/frame-%06d.png"
-n=$(( (frames + 19) / 20 ))
-pick="select='not(mod(n\,20))',scale=$((4 * size)):$((4 * size)):flags=neighbor"
+first=1  # the number of the video's first frame as ffmpeg writes it
+case $video in
+shapes:*)
+    [ -x "${BUILD:-build}/draw_shapes" ] || make -s "${BUILD:-build}/draw_shapes"
+    "${BUILD:-build}/draw_shapes" "${video#shapes:}" "$frames" "$size" "$tmp/real"
+    first=0 ;;
+*)  ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
+        -frames:v "$frames" "$tmp/real/frame-%06d.png" ;;
+esac
+every=${EVERY:-20}
+n=$(( (frames + every - 1) / every ))
+pick="select='not(mod(n\,$every))',scale=$((4 * size)):$((4 * size)):flags=neighbor"
 ffmpeg -v error -y -start_number 0 -i "$tmp/made/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/made.png"
-ffmpeg -v error -y -start_number 1 -i "$tmp/real/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/real.png"
+ffmpeg -v error -y -start_number "$first" -i "$tmp/real/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/real.png"
 ffmpeg -v error -y -i "$tmp/made.png" -i "$tmp/real.png" -filter_complex vstack "$out"
-echo "strip: $out (top: the chain, every 20th of $frames frames; bottom: the video)"
+echo "strip: $out (top: the chain, every ${every}th of $frames frames; bottom: the video)"

@@ -33,7 +33,7 @@ static const char *const ROLES[] = {"starter", "extrapolate", "interpolate", NUL
 static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
 static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
 static const char *const TARGET_KINDS[] = {"frames", "deltas", NULL};
-static const char *const DELTA_REFERENCES[] = {"nearest", "moved", "local", NULL};
+static const char *const DELTA_REFERENCES[] = {"nearest", "moved", "local", "objects", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -69,7 +69,8 @@ static const KeyDef KEYS[] = {
     {"delta_reference", KEY_ENUM, OFF(delta_reference), 0, 0,
      "targets = deltas: the difference from the nearest given frame (nearest), or from that frame moved along "
      "the global motion of the given frames, extrapolated to the target's time (moved), or each 8x8-pixel tile "
-     "of it carried along its own motion where that differs from the global one (local)", DELTA_REFERENCES},
+     "of it carried along its own motion where that differs from the global one (local), or over a flat "
+     "background each object moved along its own motion, elsewhere moved's (objects)", DELTA_REFERENCES},
     {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
      "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
      "so a made frame's small errors do not carry on along the chain"},

@@ -90,7 +90,7 @@ enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving sh
 // slot's reference (config_reference_slot), each as C more channels.
 enum CondConcat { CONCAT_NONE = 0, CONCAT_ANCHOR = 1, CONCAT_ANCHOR_NEAREST = 2 };
 enum Targets { TARGETS_FRAMES = 0, TARGETS_DELTAS = 1 };
-enum DeltaReference { DELTA_REF_NEAREST = 0, DELTA_REF_MOVED = 1, DELTA_REF_LOCAL = 2 };
+enum DeltaReference { DELTA_REF_NEAREST = 0, DELTA_REF_MOVED = 1, DELTA_REF_LOCAL = 2, DELTA_REF_OBJECTS = 3 };
 
 // "starter", "extrapolate", "interpolate".
 const char *config_role_name(int role);

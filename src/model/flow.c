@@ -6,6 +6,7 @@
 #include "model/flow.h"
 #include "base/philox.h"
 #include "model/global_motion.h"
+#include "model/object_motion.h"
 
 void flow_slot_levels(const Config *c, int B, int b0, uint64_t seed, uint32_t step, real *t, real *offset, real *mask) {
     for (int b = 0; b < B; b++) {
@@ -134,6 +135,30 @@ static void snap_to_anchor(const Config *c, real *ref, const real *anchor) {
     }
 }
 
+// delta_reference = objects: reference slot r's frame cut into background and objects, each object's
+// velocity by least squares over the context slots next to r in time (as reference_velocity finds
+// the global one). Returns whether any object moves; s->count < 0 where r has no flat background.
+#define OBJECT_TOL 0.1  // neighbours within this in every channel are one region of like colour
+static int reference_objects(const Config *c, const real *const *given, const float *offset, int r, ObjectScene *s) {
+    int N = c->frame_size;
+    objects_segment(s, given[r], c->channels, N, OBJECT_TOL);
+    if (s->count <= 0) return 0;
+    int before, after, moving = 0;
+    context_neighbours(c, offset, r, &before, &after);
+    double dx[OBJECT_MAX], dy[OBJECT_MAX], ss = 0;
+    for (int k = 0; k < 2; k++) {
+        int g = k ? after : before;
+        if (g < 0) continue;
+        double gap = offset[r] - offset[g];
+        objects_shift(s, given[g], given[r], c->channels, dx, dy);
+        for (int o = 0; o < s->count; o++) s->dx[o] += dx[o] * gap, s->dy[o] += dy[o] * gap;
+        ss += gap * gap;
+    }
+    for (int o = 0; o < s->count; o++) s->dx[o] = ss > 0 ? s->dx[o] / ss : 0, s->dy[o] = ss > 0 ? s->dy[o] / ss : 0;
+    for (int o = 0; o < s->count; o++) moving |= s->dx[o] != 0 || s->dy[o] != 0;
+    return moving;
+}
+
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs) {
     int N = c->frame_size;
     size_t E = (size_t)c->channels * N * N;
@@ -143,10 +168,22 @@ void flow_references(const Config *c, const real *const *given, const float *off
     int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
     double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL;
     double *tvy = tiles ? tvx + MAX_SLOTS * n : NULL;
+    ObjectScene scene[MAX_SLOTS];
+    for (int f = 0; f < c->slots; f++) scene[f].label = NULL;
     for (int f = 0; f < c->slots; f++) {
         if (c->slot_kind[f] != SLOT_TARGET) continue;
         int r = config_reference_slot(c, f);
         double lead = offset[f] - offset[r];
+        if (c->delta_reference == DELTA_REF_OBJECTS && !measured[r]) {  // over a flat background: objects
+            int moving = reference_objects(c, given, offset, r, &scene[r]);
+            if (moving) measured[r] = 3;
+            else if (scene[r].count >= 0) vx[r] = vy[r] = 0, measured[r] = 1;  // a still scene: nearest's
+            // else no flat background: moved's global motion, below
+        }
+        if (measured[r] == 3) {  // each object moved along its own motion
+            objects_carry(refs + f * E, given[r], &scene[r], c->channels, lead);
+            continue;  // its objects move: not snapped
+        }
         if (tiles && !measured[r]) {  // delta_reference = local: a field of tile motions
             reference_velocity_tiles(c, given, offset, r, tiles, tvx + r * n, tvy + r * n);
             int uniform = 1;
@@ -171,6 +208,8 @@ void flow_references(const Config *c, const real *const *given, const float *off
         }
     }
     free(tvx);
+    for (int f = 0; f < c->slots; f++)
+        if (scene[f].label) objects_free(&scene[f]);
 }
 
 void flow_delta_targets(const Config *c, int B, real *x0) {

@@ -153,6 +153,19 @@ else
     fail generate_given "the given frames changed with the seed, or the made ones did not"
 fi
 
+# shapes:K: the given frames are the built-in clip's, as tools/strip.sh draws its truth (build/draw_shapes)
+"$FC" generate "${RUNS[@]}" --first-frame shapes:5 --given 7 --frames 9 --steps 2 --out "$tmp/shapes5" --quiet \
+    > /dev/null 2>&1
+mkdir -p "$tmp/drawn5"
+"${BUILD:-build}/draw_shapes" 5 7 32 "$tmp/drawn5"
+same_drawn=0
+for f in 0 1 2 3 4 5 6; do cmp -s "$tmp/shapes5/frame-00000$f.png" "$tmp/drawn5/frame-00000$f.png" && same_drawn=$((same_drawn + 1)); done
+if [ $same_drawn = 7 ] && ! cmp -s "$tmp/drawn5/frame-000000.png" "$tmp/drawn5/frame-000006.png"; then
+    pass draw_shapes_is_the_clip "build/draw_shapes 5: frames 0-6 the same PNGs as generate --first-frame shapes:5 --given 7 writes"
+else
+    fail draw_shapes_is_the_clip "$same_drawn of the 7 given frames the same PNGs as build/draw_shapes's (or its frames do not move)"
+fi
+
 # expect_refusal NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN,
 # no output
 expect_refusal() {

@@ -12,6 +12,7 @@
 #include "base/philox.h"
 #include "model/flow.h"
 #include "model/global_motion.h"
+#include "model/object_motion.h"
 #include "model/memplan.h"
 #include "model/model.h"
 
@@ -442,6 +443,84 @@ static void test_local_motion(void) {
     free(win), free(d), free(refs), free(back);
 }
 
+// delta_reference = objects: the two squares of test_local_motion and a disc at rest, over a flat
+// background. The frame cut into background and three objects; each target's deltas against those of
+// local, moved and nearest; the sampler's inverse; and a textured pan (no flat background), whose
+// reference is moved's, byte for byte.
+static void test_objects_motion(void) {
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N;
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    c.delta_scale = 1, c.anchor_snap = 0;
+    real *win = fc_malloc(sizeof(real) * c.slots * E), *d = fc_malloc(sizeof(real) * c.slots * E);
+    real *refs = fc_malloc(sizeof(real) * c.slots * E), *back = fc_malloc(sizeof(real) * E);
+    for (int f = 0; f < c.slots; f++) {  // A right at 0.25 pixel a frame, B up at 0.125, a disc still
+        double o = c.slot_offset[f];
+        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
+        draw_square(win + f * E, C, N, 9 + 0.25 * o, 5, 6, 0.8);
+        draw_square(win + f * E, C, N, 19, 20 - 0.125 * o, 6, 0.2);
+        for (int y = 0; y < N; y++)
+            for (int x = 0; x < N; x++)
+                if ((x - 5.5) * (x - 5.5) + (y - 25.5) * (y - 25.5) <= 9)
+                    for (int ch = 0; ch < C; ch++) win[f * E + ((size_t)ch * N + y) * N + x] = ch == 0 ? 0.9f : -0.9f;
+    }
+    ObjectScene scene;
+    objects_segment(&scene, win + 3 * E, C, N, 0.1);  // slot 3: offset 0
+    int objects = scene.count;
+    double bg = scene.background[0];
+    objects_free(&scene);
+    real *ramp = fc_malloc(sizeof(real) * E);  // a gradient whose steps chain into one region: no flat ground
+    for (size_t e = 0; e < E; e++) ramp[e] = (real)(-1 + 0.0625 * (e % N));
+    draw_square(ramp, C, N, 9, 5, 6, 0.8);
+    objects_segment(&scene, ramp, C, N, 0.1);
+    int ramp_objects = scene.count;
+    objects_free(&scene);
+    free(ramp);
+    const int kinds[4] = {DELTA_REF_NEAREST, DELTA_REF_MOVED, DELTA_REF_LOCAL, DELTA_REF_OBJECTS};
+    double r[4] = {0, 0, 0, 0}, inverse = 0;
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
+    for (int k = 0; k < 4; k++) {
+        c.delta_reference = kinds[k];
+        memcpy(d, win, sizeof(real) * c.slots * E);
+        flow_delta_targets(&c, 1, d);
+        flow_references(&c, given, c.slot_offset, refs);
+        for (int f = 0; f < c.slots; f++) {
+            if (c.slot_kind[f] != SLOT_TARGET) continue;
+            r[k] = fmax(r[k], rms(d + f * E, E));
+            flow_delta_to_frame(&c, back, d + f * E, refs + f * E, E);
+            for (size_t e = 0; e < E; e++) inverse = fmax(inverse, fabs(back[e] - win[f * E + e]));
+        }
+    }
+    check(objects == 3 && fabs(bg + 0.5) < 1e-6 && ramp_objects == -1, "objects_segment",
+          "two squares and a disc over a flat ground: %d objects (3), the background's mean %.4f (-0.5); a square "
+          "on a gradient: %d (-1: no flat background)", objects, bg, ramp_objects);
+    check(r[3] < 0.5 * fmin(r[2], fmin(r[0], r[1])) && inverse < 1e-6, "delta_reference_objects",
+          "two squares moving apart, a disc still: the worst target's delta rms %.4f objects against %.4f local, "
+          "%.4f moved and %.4f from the nearest frame; the sampler's inverse within %.1e", r[3], r[2], r[1], r[0],
+          inverse);
+    // a textured pan: no flat background, so moved's reference
+    real *tex = fc_malloc(sizeof(real) * E), *mov = fc_malloc(sizeof(real) * c.slots * E);
+    make_texture(tex, C, N, 24);
+    for (int f = 0; f < c.slots; f++) motion_shift(win + f * E, tex, C, N, 0.3 * c.slot_offset[f], -0.2 * c.slot_offset[f]);
+    c.delta_reference = DELTA_REF_MOVED;
+    flow_references(&c, given, c.slot_offset, mov);
+    c.delta_reference = DELTA_REF_OBJECTS;
+    flow_references(&c, given, c.slot_offset, refs);
+    int same = 1, moved_any = 0;
+    for (int f = 0; f < c.slots; f++) {
+        if (c.slot_kind[f] != SLOT_TARGET) continue;
+        same &= memcmp(refs + f * E, mov + f * E, sizeof(real) * E) == 0;
+        moved_any |= memcmp(mov + f * E, win + 3 * E, sizeof(real) * E) != 0;
+    }
+    check(same && moved_any, "delta_reference_objects_pan",
+          "a textured pan has no flat background: the objects reference is moved's, byte for byte (%s)",
+          same ? "the same" : "differs");
+    free(win), free(d), free(refs), free(back), free(tex), free(mov);
+}
+
 // anchor_snap: a reference pixel within the threshold of the anchor's in every channel takes the
 // anchor's values; one channel past it keeps the pixel as made; no pixel moves by more than it.
 static void test_anchor_snap(void) {
@@ -591,6 +670,7 @@ int main(void) {
     test_conditioning();
     test_global_motion();
     test_local_motion();
+    test_objects_motion();
     test_anchor_snap();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
