@@ -7,23 +7,11 @@
 
 #include "model/global_motion.h"
 
-// in(fy, fx) of one (N, N) plane, bilinear, the coordinates clamped to the plane.
-static double sample_clamped(const real *plane, int N, double fy, double fx) {
-    fy = fy < 0 ? 0 : fy > N - 1 ? N - 1 : fy;
-    fx = fx < 0 ? 0 : fx > N - 1 ? N - 1 : fx;
-    int y0 = (int)fy, x0 = (int)fx;
-    int y1 = y0 + 1 < N ? y0 + 1 : y0, x1 = x0 + 1 < N ? x0 + 1 : x0;
-    double wy = fy - y0, wx = fx - x0;
-    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
-    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
-    return top * (1 - wy) + bottom * wy;
-}
-
 void motion_shift(real *out, const real *in, int C, int N, double dx, double dy) {
     for (int ch = 0; ch < C; ch++) {
         const real *plane = in + (size_t)ch * N * N;
         for (int y = 0; y < N; y++)
-            for (int x = 0; x < N; x++) out[((size_t)ch * N + y) * N + x] = (real)sample_clamped(plane, N, y - dy, x - dx);
+            for (int x = 0; x < N; x++) out[((size_t)ch * N + y) * N + x] = (real)motion_sample(plane, N, y - dy, x - dx);
     }
 }
 
@@ -40,7 +28,7 @@ static double shifted_mse(const real *from, const real *to, int C, int N, Window
         const real *a = from + (size_t)ch * N * N, *b = to + (size_t)ch * N * N;
         for (int y = w.y0; y < w.y1; y++)
             for (int x = w.x0; x < w.x1; x++) {
-                double d = b[y * N + x] - sample_clamped(a, N, y - dy, x - dx);
+                double d = b[y * N + x] - motion_sample(a, N, y - dy, x - dx);
                 sum += d * d;
             }
     }
@@ -135,8 +123,8 @@ void motion_carry_tiles(real *out, const real *in, int C, int N, int tiles, cons
             int t = (y / side) * tiles + x / side;
             for (int ch = 0; ch < C; ch++)
                 out[ch * plane + q] = weight[q] >= 0.5 ? (real)(acc[ch * plane + q] / weight[q])
-                                                       : (real)sample_clamped(in + ch * plane, N, y - scale * dy[t],
-                                                                              x - scale * dx[t]);
+                                                       : (real)motion_sample(in + ch * plane, N, y - scale * dy[t],
+                                                                             x - scale * dx[t]);
         }
     free(acc);
 }

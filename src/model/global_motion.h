@@ -7,6 +7,18 @@
 
 #include "base/common.h"
 
+// in(fy, fx) of one (N, N) plane, bilinear, the coordinates clamped to the plane.
+static inline double motion_sample(const real *plane, int N, double fy, double fx) {
+    fy = fy < 0 ? 0 : fy > N - 1 ? N - 1 : fy;
+    fx = fx < 0 ? 0 : fx > N - 1 ? N - 1 : fx;
+    int y0 = (int)fy, x0 = (int)fx;
+    int y1 = y0 + 1 < N ? y0 + 1 : y0, x1 = x0 + 1 < N ? x0 + 1 : x0;
+    double wy = fy - y0, wx = fx - x0;
+    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
+    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
+    return top * (1 - wy) + bottom * wy;
+}
+
 // The shift (dx, dy) in pixels (x to the right, y down) that best moves `from` onto `to`, both
 // (C, N, N): the one that minimises the mean squared difference between to(y, x) and
 // from(y - dy, x - dx) (bilinear) over the pixels at least R = max(2, N/8) from every edge,

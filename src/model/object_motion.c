@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/global_motion.h"
 #include "model/object_motion.h"
 
 // ----------------------------------------------------------------------------
@@ -101,18 +102,6 @@ void objects_free(ObjectScene *s) {
 // ----------------------------------------------------------------------------
 // each object's shift
 
-// in(fy, fx) of one (N, N) plane, bilinear, the coordinates clamped to the plane.
-static double sample_clamped(const real *plane, int N, double fy, double fx) {
-    fy = fy < 0 ? 0 : fy > N - 1 ? N - 1 : fy;
-    fx = fx < 0 ? 0 : fx > N - 1 ? N - 1 : fx;
-    int y0 = (int)fy, x0 = (int)fx;
-    int y1 = y0 + 1 < N ? y0 + 1 : y0, x1 = x0 + 1 < N ? x0 + 1 : x0;
-    double wy = fy - y0, wx = fx - x0;
-    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
-    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
-    return top * (1 - wy) + bottom * wy;
-}
-
 // Mean squared difference of to(p) and from(p - d) over the listed pixels.
 static double listed_mse(const real *from, const real *to, int C, int N, const int *pix, int count, double dx,
                          double dy) {
@@ -121,7 +110,7 @@ static double listed_mse(const real *from, const real *to, int C, int N, const i
     for (int ch = 0; ch < C; ch++)
         for (int i = 0; i < count; i++) {
             int y = pix[i] / N, x = pix[i] % N;
-            double d = to[ch * plane + pix[i]] - sample_clamped(from + ch * plane, N, y - dy, x - dx);
+            double d = to[ch * plane + pix[i]] - motion_sample(from + ch * plane, N, y - dy, x - dx);
             sum += d * d;
         }
     return sum / ((double)C * count);

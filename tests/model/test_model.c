@@ -403,6 +403,45 @@ static void draw_square(real *frame, int C, int N, double x0, double y0, int sid
         }
 }
 
+// The worst target's delta rms of window `win` (one window of c's plan, (F, E)) with reference `kind`,
+// and the sampler's inverse: the largest |reference + delta / delta_scale - frame| into *inverse (a max).
+static double worst_delta_rms(Config *c, int kind, const real *win, size_t E, double *inverse) {
+    real *d = fc_malloc(sizeof(real) * c->slots * E), *refs = fc_malloc(sizeof(real) * c->slots * E);
+    real *back = fc_malloc(sizeof(real) * E);
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c->slots; f++) given[f] = win + f * E;
+    c->delta_reference = kind;
+    memcpy(d, win, sizeof(real) * c->slots * E);
+    flow_delta_targets(c, 1, d);
+    flow_references(c, given, c->slot_offset, refs);
+    double worst = 0;
+    for (int f = 0; f < c->slots; f++) {
+        if (c->slot_kind[f] != SLOT_TARGET) continue;
+        worst = fmax(worst, rms(d + f * E, E));
+        flow_delta_to_frame(c, back, d + f * E, refs + f * E, E);
+        for (size_t e = 0; e < E; e++) *inverse = fmax(*inverse, fabs(back[e] - win[f * E + e]));
+    }
+    free(d), free(refs), free(back);
+    return worst;
+}
+
+// An extrapolate window (configs/small's plan, delta_scale 1, no snap) of two squares moving their
+// own ways over a flat ground of -0.5: A right at 0.25 pixel a frame, B up at 0.125. (F, C, N, N).
+static real *two_squares_window(Config *c, int C, int N) {
+    size_t E = (size_t)C * N * N;
+    config_defaults(c);
+    config_load(c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    c->delta_scale = 1, c->anchor_snap = 0;
+    real *win = fc_malloc(sizeof(real) * c->slots * E);
+    for (int f = 0; f < c->slots; f++) {
+        double o = c->slot_offset[f];
+        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
+        draw_square(win + f * E, C, N, 9 + 0.25 * o, 5, 6, 0.8);
+        draw_square(win + f * E, C, N, 19, 20 - 0.125 * o, 6, 0.2);
+    }
+    return win;
+}
+
 // delta_reference = local: two squares moving their own ways over a still background (what the
 // global motion cannot follow: it moves one, or neither). Each target's deltas over the whole frame
 // against those of moved and nearest, and the sampler's inverse.
@@ -410,37 +449,14 @@ static void test_local_motion(void) {
     enum { C = 3, N = 32 };
     size_t E = (size_t)C * N * N;
     Config c;
-    config_defaults(&c);
-    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
-    c.delta_scale = 1, c.anchor_snap = 0;
-    real *win = fc_malloc(sizeof(real) * c.slots * E), *d = fc_malloc(sizeof(real) * c.slots * E);
-    real *refs = fc_malloc(sizeof(real) * c.slots * E), *back = fc_malloc(sizeof(real) * E);
-    for (int f = 0; f < c.slots; f++) {  // A right at 0.25 pixel a frame, B up at 0.125
-        double o = c.slot_offset[f];
-        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
-        draw_square(win + f * E, C, N, 9 + 0.25 * o, 5, 6, 0.8);
-        draw_square(win + f * E, C, N, 19, 20 - 0.125 * o, 6, 0.2);
-    }
+    real *win = two_squares_window(&c, C, N);
     const int kinds[3] = {DELTA_REF_NEAREST, DELTA_REF_MOVED, DELTA_REF_LOCAL};
-    double r[3] = {0, 0, 0}, inverse = 0;
-    const real *given[MAX_SLOTS];
-    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
-    for (int k = 0; k < 3; k++) {
-        c.delta_reference = kinds[k];
-        memcpy(d, win, sizeof(real) * c.slots * E);
-        flow_delta_targets(&c, 1, d);
-        flow_references(&c, given, c.slot_offset, refs);
-        for (int f = 0; f < c.slots; f++) {
-            if (c.slot_kind[f] != SLOT_TARGET) continue;
-            r[k] = fmax(r[k], rms(d + f * E, E));
-            flow_delta_to_frame(&c, back, d + f * E, refs + f * E, E);
-            for (size_t e = 0; e < E; e++) inverse = fmax(inverse, fabs(back[e] - win[f * E + e]));
-        }
-    }
+    double r[3], inverse = 0;
+    for (int k = 0; k < 3; k++) r[k] = worst_delta_rms(&c, kinds[k], win, E, &inverse);
     check(r[2] < 0.5 * fmin(r[0], r[1]) && inverse < 1e-6, "delta_reference_local",
           "two squares moving apart: the worst target's delta rms %.4f local against %.4f moved and %.4f from the "
           "nearest frame; the sampler's inverse within %.1e", r[2], r[1], r[0], inverse);
-    free(win), free(d), free(refs), free(back);
+    free(win);
 }
 
 // delta_reference = objects: the two squares of test_local_motion and a disc at rest, over a flat
@@ -451,21 +467,12 @@ static void test_objects_motion(void) {
     enum { C = 3, N = 32 };
     size_t E = (size_t)C * N * N;
     Config c;
-    config_defaults(&c);
-    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
-    c.delta_scale = 1, c.anchor_snap = 0;
-    real *win = fc_malloc(sizeof(real) * c.slots * E), *d = fc_malloc(sizeof(real) * c.slots * E);
-    real *refs = fc_malloc(sizeof(real) * c.slots * E), *back = fc_malloc(sizeof(real) * E);
-    for (int f = 0; f < c.slots; f++) {  // A right at 0.25 pixel a frame, B up at 0.125, a disc still
-        double o = c.slot_offset[f];
-        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
-        draw_square(win + f * E, C, N, 9 + 0.25 * o, 5, 6, 0.8);
-        draw_square(win + f * E, C, N, 19, 20 - 0.125 * o, 6, 0.2);
+    real *win = two_squares_window(&c, C, N), *refs = fc_malloc(sizeof(real) * c.slots * E);
+    for (int f = 0; f < c.slots; f++)  // and a disc still
         for (int y = 0; y < N; y++)
             for (int x = 0; x < N; x++)
                 if ((x - 5.5) * (x - 5.5) + (y - 25.5) * (y - 25.5) <= 9)
                     for (int ch = 0; ch < C; ch++) win[f * E + ((size_t)ch * N + y) * N + x] = ch == 0 ? 0.9f : -0.9f;
-    }
     ObjectScene scene;
     objects_segment(&scene, win + 3 * E, C, N, 0.1);  // slot 3: offset 0
     int objects = scene.count;
@@ -479,21 +486,8 @@ static void test_objects_motion(void) {
     objects_free(&scene);
     free(ramp);
     const int kinds[4] = {DELTA_REF_NEAREST, DELTA_REF_MOVED, DELTA_REF_LOCAL, DELTA_REF_OBJECTS};
-    double r[4] = {0, 0, 0, 0}, inverse = 0;
-    const real *given[MAX_SLOTS];
-    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
-    for (int k = 0; k < 4; k++) {
-        c.delta_reference = kinds[k];
-        memcpy(d, win, sizeof(real) * c.slots * E);
-        flow_delta_targets(&c, 1, d);
-        flow_references(&c, given, c.slot_offset, refs);
-        for (int f = 0; f < c.slots; f++) {
-            if (c.slot_kind[f] != SLOT_TARGET) continue;
-            r[k] = fmax(r[k], rms(d + f * E, E));
-            flow_delta_to_frame(&c, back, d + f * E, refs + f * E, E);
-            for (size_t e = 0; e < E; e++) inverse = fmax(inverse, fabs(back[e] - win[f * E + e]));
-        }
-    }
+    double r[4], inverse = 0;
+    for (int k = 0; k < 4; k++) r[k] = worst_delta_rms(&c, kinds[k], win, E, &inverse);
     check(objects == 3 && fabs(bg + 0.5) < 1e-6 && ramp_objects == -1, "objects_segment",
           "two squares and a disc over a flat ground: %d objects (3), the background's mean %.4f (-0.5); a square "
           "on a gradient: %d (-1: no flat background)", objects, bg, ramp_objects);
@@ -502,6 +496,8 @@ static void test_objects_motion(void) {
           "%.4f moved and %.4f from the nearest frame; the sampler's inverse within %.1e", r[3], r[2], r[1], r[0],
           inverse);
     // a textured pan: no flat background, so moved's reference
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) given[f] = win + f * E;
     real *tex = fc_malloc(sizeof(real) * E), *mov = fc_malloc(sizeof(real) * c.slots * E);
     make_texture(tex, C, N, 24);
     for (int f = 0; f < c.slots; f++) motion_shift(win + f * E, tex, C, N, 0.3 * c.slot_offset[f], -0.2 * c.slot_offset[f]);
@@ -518,7 +514,7 @@ static void test_objects_motion(void) {
     check(same && moved_any, "delta_reference_objects_pan",
           "a textured pan has no flat background: the objects reference is moved's, byte for byte (%s)",
           same ? "the same" : "differs");
-    free(win), free(d), free(refs), free(back), free(tex), free(mov);
+    free(win), free(refs), free(tex), free(mov);
 }
 
 // anchor_snap: a reference pixel within the threshold of the anchor's in every channel takes the
