@@ -8,7 +8,7 @@
 //              frame 0's: a frame past it is blended with its blur, as little as brings it down;
 //   colour:    each channel's mean and standard deviation within (1 +- tol) of frame 0's: a frame
 //              past it is shifted and scaled. Global, so it also recolours what did not drift (the
-//              background of a frame a bright shape has left): README, "Quality", measures the cost.
+//              background of a frame a bright shape has left): docs/quality.md measures the cost.
 #ifndef FRAMECHAIN_DRIFT_GUARD_H
 #define FRAMECHAIN_DRIFT_GUARD_H
 

@@ -122,7 +122,7 @@ static int local_tiles(const Config *c) {
 // made frame's small errors (speckle) wherever the scene has not changed, instead of carrying them on
 // to the next window, and moves no pixel by more than the threshold. Only a reference that stands
 // still is snapped: under a moving camera the anchor's pixel at the same place is another point of
-// the scene, met by chance in flat regions (README, "Quality": +0.55-0.59 dB on the pans in three
+// the scene, met by chance in flat regions (docs/quality.md: +0.55-0.59 dB on the pans in three
 // seeds, the real set as it was).
 static void snap_to_anchor(const Config *c, real *ref, const real *anchor) {
     size_t plane = (size_t)c->frame_size * c->frame_size;

@@ -50,7 +50,7 @@ static void cpu_randn(real *out, size_t n, real mean, real std, uint64_t seed, u
 // which OpenMP spreads over the threads. The blocks do not depend on the thread count, so neither
 // do the bytes of the result (OpenBLAS's own threading would change them). The cut itself does
 // change roundings (OpenBLAS's kernels sum by the block's shape): changing it moves a trained
-// model's figures by hundredths of a dB (README, "Quality").
+// model's figures by hundredths of a dB (docs/quality.md).
 
 #define GEMM_BLOCK 128
 
