@@ -164,7 +164,7 @@ void flow_references(const Config *c, const real *const *given, const float *off
     size_t E = (size_t)c->channels * N * N;
     double vx[MAX_SLOTS], vy[MAX_SLOTS];
     int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once (local:
-                                    // 2 where its tiles move apart)
+                                    // 2 where its tiles move apart; objects: 3 where its objects move)
     int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
     double *tvx = tiles ? fc_malloc(sizeof(double) * 2 * MAX_SLOTS * n) : NULL;
     double *tvy = tiles ? tvx + MAX_SLOTS * n : NULL;

@@ -33,7 +33,9 @@ void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t see
 // on each side, where there is one; least squares over the two; never the anchor) times f's offset
 // from it, the velocity measured once per reference slot. With anchor_snap > 0, every pixel of a
 // reference within anchor_snap of the anchor slot's in every channel then takes the anchor's values,
-// where the reference stands still (no motion measured; a moved one is not snapped).
+// where the reference stands still (no motion measured; a moved one is not snapped). With local,
+// each 8x8 tile carried along its own motion; with objects, over a flat background each object moved
+// along its own (object_motion.h), elsewhere moved's.
 // given[i]: slot i's frame for every given slot of the window (target slots are not read);
 // offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in).
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs);
