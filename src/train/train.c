@@ -358,6 +358,11 @@ static void start_services(Trainer *t) {
         printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s, %s%s\n", t->ranks, t->m->B,
                c->batch_size, how, c->overlap_grads ? "block by block during the backward" : "after the backward",
                t->shard ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
+        // OpenMPI's mpirun sends SIGKILL 1 s after the SIGTERM it passes on, unless told to wait: a step
+        // and its checkpoint that take longer end as kill -9 does (docs/distributed.md)
+        if (getenv("OMPI_COMM_WORLD_SIZE") && !getenv("OMPI_MCA_odls_base_sigkill_timeout"))
+            printf("signals: mpirun sends SIGKILL 1 s after a SIGTERM, before a step longer than that can write its "
+                   "checkpoint; give it time: mpirun --mca odls_base_sigkill_timeout 60 ...\n");
     }
     t->first = t->st.step + 1;
     // ZeRO-1: the previews and checkpoints need every rank's part of the EMA and optimizer state
