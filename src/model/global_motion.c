@@ -35,28 +35,18 @@ static double shifted_mse(const real *from, const real *to, int C, int N, Window
     return sum / ((double)C * (w.y1 - w.y0) * (w.x1 - w.x0));
 }
 
-// The scores of n candidate shifts (NAN where skip[k]), in parallel: each is one thread's serial
-// sum, so the bytes do not depend on the thread count.
-static void score_shifts(const real *from, const real *to, int C, int N, Window w, int n, const double *sx,
-                         const double *sy, double *e) {
-#pragma omp parallel for schedule(dynamic, 1) if (n > 8)
-    for (int k = 0; k < n; k++) e[k] = isnan(sx[k]) ? NAN : shifted_mse(from, to, C, N, w, sx[k], sy[k]);
-}
-
-// The search of motion_estimate over one window: whole pixels within radius, then quarter and
-// sixteenth pixels around the best; (base_x, base_y) unless the best halves its difference. Each
-// stage scores its candidates at once, then takes the first best in the scan order.
-static void search_shift(const real *from, const real *to, int C, int N, Window w, int radius, double base_x,
-                         double base_y, double *dx, double *dy) {
-    double still = shifted_mse(from, to, C, N, w, base_x, base_y), best = still;
-    double bx = base_x, by = base_y;
+void motion_search(ShiftScorer score, const void *ctx, int radius, double bound, double base_x, double base_y,
+                   double *dx, double *dy) {
+    double still, best, bx = base_x, by = base_y;
+    score(ctx, 1, &base_x, &base_y, &still);
+    best = still;
     *dx = base_x, *dy = base_y;
     int side = 2 * radius + 1, n = side * side > 49 ? side * side : 49;
     double *sx = malloc(sizeof(double) * 3 * n), *sy = sx + n, *e = sy + n;
     if (!sx) fc_die("out of memory (the motion search's %d candidates)", n);
     for (int y = -radius, k = 0; y <= radius; y++)  // whole pixels
         for (int x = -radius; x <= radius; x++, k++) sx[k] = x, sy[k] = y;
-    score_shifts(from, to, C, N, w, side * side, sx, sy, e);
+    score(ctx, side * side, sx, sy, e);
     for (int k = 0; k < side * side; k++)
         if (e[k] < best) best = e[k], bx = sx[k], by = sy[k];
     for (double step = 0.25; step >= 0.0625; step /= 4) {  // quarter, then sixteenth pixels
@@ -64,14 +54,36 @@ static void search_shift(const real *from, const real *to, int C, int N, Window 
         for (int y = -3, k = 0; y <= 3; y++)
             for (int x = -3; x <= 3; x++, k++) {
                 sx[k] = cx + x * step, sy[k] = cy + y * step;
-                if (fabs(sx[k]) > radius || fabs(sy[k]) > radius) sx[k] = NAN;
+                if (fabs(sx[k]) > bound || fabs(sy[k]) > bound) sx[k] = NAN;
             }
-        score_shifts(from, to, C, N, w, 49, sx, sy, e);
+        score(ctx, 49, sx, sy, e);
         for (int k = 0; k < 49; k++)
             if (!isnan(e[k]) && e[k] < best) best = e[k], bx = sx[k], by = sy[k];
     }
     free(sx);
     if (best < 0.5 * still) *dx = bx, *dy = by;
+}
+
+// A window's shifts, scored in parallel: each is one thread's serial sum, so the bytes do not
+// depend on the thread count.
+typedef struct {
+    const real *from, *to;
+    int C, N;
+    Window w;
+} WindowShifts;
+
+static void score_window(const void *ctx, int n, const double *sx, const double *sy, double *e) {
+    const WindowShifts *a = ctx;
+#pragma omp parallel for schedule(dynamic, 1) if (n > 8)
+    for (int k = 0; k < n; k++)
+        e[k] = isnan(sx[k]) ? NAN : shifted_mse(a->from, a->to, a->C, a->N, a->w, sx[k], sy[k]);
+}
+
+// The search of motion_estimate over one window.
+static void search_shift(const real *from, const real *to, int C, int N, Window w, int radius, double base_x,
+                         double base_y, double *dx, double *dy) {
+    WindowShifts a = {from, to, C, N, w};
+    motion_search(score_window, &a, radius, radius, base_x, base_y, dx, dy);
 }
 
 static int motion_radius(int N) { return N / 8 > 2 ? N / 8 : 2; }

@@ -19,6 +19,17 @@ static inline double motion_sample(const real *plane, int N, double fy, double f
     return top * (1 - wy) + bottom * wy;
 }
 
+// Scores n candidate shifts (sx[k], sy[k]) into e[k]; NAN where sx[k] is NAN (a candidate skipped).
+typedef void (*ShiftScorer)(const void *ctx, int n, const double *sx, const double *sy, double *e);
+
+// The search every motion here uses, on what `score` measures (a mean squared difference): the score
+// at (base_x, base_y), then whole pixels within radius of (0, 0), then quarter and sixteenth pixels
+// around the best (none past `bound` in x or y: the frame's search stays within its radius, an
+// object's does not), each stage scored at once and its first best in scan order taken;
+// (base_x, base_y) unless the best halves its score.
+void motion_search(ShiftScorer score, const void *ctx, int radius, double bound, double base_x, double base_y,
+                   double *dx, double *dy);
+
 // The shift (dx, dy) in pixels (x to the right, y down) that best moves `from` onto `to`, both
 // (C, N, N): the one that minimises the mean squared difference between to(y, x) and
 // from(y - dy, x - dx) (bilinear) over the pixels at least R = max(2, N/8) from every edge,

@@ -131,28 +131,27 @@ static int object_pixels(const ObjectScene *s, int o, int *pix) {
     return count;
 }
 
+// An object's shifts, scored in parallel (each one thread's serial sum: the same bytes for any
+// thread count).
+typedef struct {
+    const real *from, *to;
+    int C, N, count;
+    const int *pix;
+} ObjectShifts;
+
+static void score_object(const void *ctx, int n, const double *sx, const double *sy, double *e) {
+    const ObjectShifts *a = ctx;
+#pragma omp parallel for schedule(dynamic, 1) if (n > 8)
+    for (int k = 0; k < n; k++)
+        e[k] = isnan(sx[k]) ? NAN : listed_mse(a->from, a->to, a->C, a->N, a->pix, a->count, sx[k], sy[k]);
+}
+
 void objects_shift(const ObjectScene *s, const real *from, const real *to, int C, double *dx, double *dy) {
     int N = s->N, radius = N / 4 > 2 ? N / 4 : 2;
     int *pix = fc_malloc(sizeof(int) * N * N);
     for (int o = 0; o < s->count; o++) {
-        dx[o] = dy[o] = 0;
-        int count = object_pixels(s, o, pix);
-        double still = listed_mse(from, to, C, N, pix, count, 0, 0), best = still, bx = 0, by = 0;
-        for (int y = -radius; y <= radius; y++)  // whole pixels, then quarter and sixteenth pixels
-            for (int x = -radius; x <= radius; x++) {
-                double e = listed_mse(from, to, C, N, pix, count, x, y);
-                if (e < best) best = e, bx = x, by = y;
-            }
-        for (double step = 0.25; step >= 0.0625; step /= 4) {
-            double sx0 = bx, sy0 = by;
-            for (int y = -3; y <= 3; y++)
-                for (int x = -3; x <= 3; x++) {
-                    double sx = sx0 + x * step, sy = sy0 + y * step;
-                    double e = listed_mse(from, to, C, N, pix, count, sx, sy);
-                    if (e < best) best = e, bx = sx, by = sy;
-                }
-        }
-        if (best < 0.5 * still) dx[o] = bx, dy[o] = by;
+        ObjectShifts a = {from, to, C, N, object_pixels(s, o, pix), pix};
+        motion_search(score_object, &a, radius, HUGE_VAL, 0, 0, &dx[o], &dy[o]);
     }
     free(pix);
 }
