@@ -390,15 +390,19 @@ def full_kl(path, seed):
           % (sum(v.numel() for v in w.values()) / 1e6, path))
 
 
-def time_kl(path, size, frames, threads):
+def time_kl(path, size, frames, threads, device="cpu"):
     """PyTorch (eager, fp32) encode and decode of `frames` random frames through the AutoencoderKL in
-    path, one frame at a time as framechain autoencode runs them; the time a frame of each."""
+    path, one frame at a time as framechain autoencode runs them, on the CPU or a GPU (cuda; each
+    time taken after the GPU has finished); the time a frame of each."""
     import time
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from safetensors_io import read_safetensors
     torch.set_num_threads(threads)
     t, _ = read_safetensors(path)
-    w = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in t.items()}
+    w = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)).to(device) for k, v in t.items()}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    # fp32 without TF32 on both sides, as framechain's autoencoder convolutions run
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     ch, i = [], 0
     while "encoder.down_blocks.%d.resnets.0.conv1.weight" % i in w:
         ch.append(w["encoder.down_blocks.%d.resnets.0.conv1.weight" % i].shape[0])
@@ -409,14 +413,18 @@ def time_kl(path, size, frames, threads):
     enc = dec = 0.0
     with torch.no_grad():
         for _ in range(frames):
-            x = torch.rand(1, 3, size, size, generator=gen) * 2 - 1
+            x = (torch.rand(1, 3, size, size, generator=gen) * 2 - 1).to(device)
+            sync()
             t0 = time.perf_counter()
             z = kl_encode(x, w, ch, layers, latent, 0.18215, 0.0)
+            sync()
             t1 = time.perf_counter()
             kl_decode(z, w, ch, layers, 0.18215, 0.0)
+            sync()
             enc, dec = enc + t1 - t0, dec + time.perf_counter() - t1
-    print("pytorch %s: encode %.1f ms a frame, decode %.1f ms a frame (%d frames of %dx%d, %d threads)"
-          % (torch.__version__, 1e3 * enc / frames, 1e3 * dec / frames, frames, size, size, threads))
+    where = "%d threads" % threads if device == "cpu" else device
+    print("pytorch %s: encode %.1f ms a frame, decode %.1f ms a frame (%d frames of %dx%d, %s)"
+          % (torch.__version__, 1e3 * enc / frames, 1e3 * dec / frames, frames, size, size, where))
 
 
 def main():
@@ -426,6 +434,7 @@ def main():
     p.add_argument("--time", metavar="FILE", help="time PyTorch's encode and decode with the AutoencoderKL in FILE")
     p.add_argument("--frames", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="where --time runs: cpu or cuda")
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--latent", type=int, default=4)
     p.add_argument("--size", type=int, default=32)
@@ -435,7 +444,7 @@ def main():
     if args.full_kl:
         full_kl(args.full_kl, args.seed)
     elif args.time:
-        time_kl(args.time, args.size, args.frames, args.threads)
+        time_kl(args.time, args.size, args.frames, args.threads, args.device)
     elif args.dir:
         make(args)
     else:

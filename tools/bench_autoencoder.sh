@@ -3,31 +3,33 @@
 # framechain against PyTorch (eager, fp32) on the same weights and the same machine, run by run in turn
 # (A B A B ...), one frame at a time: each pair's ratio, then the median with its min and max.
 # Usage: tools/bench_autoencoder.sh   (PAIRS, default 5; SIZE, default 512; FRAMES a run, default 1;
-#        THREADS, default 2; DEVICE for framechain, default cpu; PYTHON with torch)
+#        THREADS, default 2; DEVICE, default cpu: cuda runs both on the GPU, fp32 without TF32;
+#        INPUT, default vtest.avi: shapes:0 needs no FFmpeg; PYTHON with torch)
 set -eu
 FC=${FC:-./framechain}
 PYTHON=${PYTHON:-python3}
 PAIRS=${PAIRS:-5} SIZE=${SIZE:-512} FRAMES=${FRAMES:-1} THREADS=${THREADS:-2} DEVICE=${DEVICE:-cpu}
-VIDEO=/usr/share/doc/opencv-doc/examples/data/vtest.avi
+INPUT=${INPUT:-/usr/share/doc/opencv-doc/examples/data/vtest.avi}
 mkdir -p out/bench
 weights=out/bench/sdvae_random.safetensors
 [ -f "$weights" ] || "$PYTHON" tools/autoencoder_reference.py --full-kl "$weights"
 ms() { sed -n "s/.*encode \([0-9.]*\) ms a frame, decode \([0-9.]*\) ms a frame.*/\1 \2/p" "$1" | head -1; }
 : > out/bench/autoencoder_pairs.txt
 for p in $(seq "$PAIRS"); do
-    "$FC" --threads "$THREADS" --device "$DEVICE" autoencode --vae "$weights" --input "$VIDEO" --size "$SIZE" \
+    "$FC" --threads "$THREADS" --device "$DEVICE" autoencode --vae "$weights" --input "$INPUT" --size "$SIZE" \
         --frames "$FRAMES" > out/bench/ae_fc.log
     "$PYTHON" tools/autoencoder_reference.py --time "$weights" --size "$SIZE" --frames "$FRAMES" \
-        --threads "$THREADS" > out/bench/ae_pt.log
+        --threads "$THREADS" --device "$DEVICE" > out/bench/ae_pt.log
     read -r fe fd <<< "$(ms out/bench/ae_fc.log)"
     read -r pe pd <<< "$(ms out/bench/ae_pt.log)"
     echo "$p $fe $fd $pe $pd" | tee -a out/bench/autoencoder_pairs.txt
 done
-"$PYTHON" - out/bench/autoencoder_pairs.txt "$SIZE" "$(head -1 out/bench/ae_pt.log | cut -d: -f1)" <<'PY'
+"$PYTHON" - out/bench/autoencoder_pairs.txt "$SIZE" "$(head -1 out/bench/ae_pt.log | cut -d: -f1)" "$DEVICE" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split()[1:])) for l in open(sys.argv[1]) if l.strip()]
-size, torch = sys.argv[2], sys.argv[3]
-print("AutoencoderKL of SD 1.x's shapes, %sx%s, one frame at a time, %d pairs (framechain, then %s):" % (size, size, len(rows), torch))
+size, torch, device = sys.argv[2], sys.argv[3], sys.argv[4]
+print("AutoencoderKL of SD 1.x's shapes, %sx%s, one frame at a time, on %s, %d pairs (framechain, then %s):"
+      % (size, size, device, len(rows), torch))
 print("| what | framechain | PyTorch | ratio: median (min-max) |")
 print("| --- | --- | --- | --- |")
 for i, what in ((0, "encode, per frame"), (1, "decode, per frame")):

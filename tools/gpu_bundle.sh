@@ -8,14 +8,15 @@
 # beside a checkout of the same revision; there, `BUNDLE=DIR tools/gpu_check.sh` runs the checks
 # without compiling anything.
 # The bundle is built without MPI (NO_MPI=1: a framechain linked to libmpi would not start where Open
-# MPI is not installed; the two-rank checks of gpu_check.sh need a build on the GPU machine); NCCL
-# is kept where this toolkit has it, and the last line says when the target then needs libnccl.so.2
-# (NO_NCCL=1 leaves it out: the ranks' path then goes through host memory).
+# MPI is not installed), unless MPI=1: then the target needs Open MPI 4 (libmpi.so.40, mpirun), and
+# the two-rank checks of gpu_check.sh run there. NCCL is kept where this toolkit has it, and the last
+# line says when the target then needs libnccl.so.2 (NO_NCCL=1 leaves it out: the ranks' path then
+# goes through host memory).
 # usage: tools/gpu_bundle.sh [DIR]   (default build-gpu; CUDA_ARCH, default 90: H100/H200; 89: RTX 4090; 86: RTX 3090)
 set -eu
 DIR=${1:-build-gpu}
 mkdir -p "$DIR/lib"
-make BUILD="$DIR" BIN="$DIR/framechain" CUDA_ARCH="${CUDA_ARCH:-90}" NO_FFMPEG=1 NO_MPI=1 NO_NCCL="${NO_NCCL:-}" \
+make BUILD="$DIR" BIN="$DIR/framechain" CUDA_ARCH="${CUDA_ARCH:-90}" NO_FFMPEG=1 NO_MPI="$([ "${MPI:-0}" = 1 ] && echo 0 || echo 1)" NO_NCCL="${NO_NCCL:-}" \
     -j"$(nproc)" "$DIR/framechain" "$DIR/test_cuda" "$DIR/bench_ops" > "$DIR/build.log" 2>&1 || { tail -20 "$DIR/build.log"; exit 1; }
 # OpenBLAS and what it loads (Fortran runtime); the C library, libstdc++, OpenMP and CUDA are there
 ldd "$DIR/framechain" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath' |
