@@ -83,7 +83,8 @@ score() {  # name, then eval options
 for set in $SETS; do
     case $set in
     real) score real --data "$work/real" --clips 4 --frames 48 --long 181
-          score real_t07 --data "$work/real" --clips 4 --frames 48 --long 181 --temperature 0.7 ;;
+          score real_t07 --data "$work/real" --clips 4 --frames 48 --long 181 --temperature 0.7
+          score real_given7 --data "$work/real" --clips 4 --frames 48 --long 0 --given 7 ;;
     pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
           score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
     shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 1000 --given 7 ;;

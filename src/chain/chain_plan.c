@@ -39,8 +39,9 @@ static int nearest_known(const unsigned char *known, int limit, int f) {
     return 0;  // frame 0 is always known
 }
 
-// Append the window of model c at reference frame n; marks the frames it makes as known.
-static void add_window(ChainPlan *p, const Config *c, int n, unsigned char *known, int limit) {
+// Append the window of model c at reference frame n, its anchor the video frame `anchor`; marks the
+// frames it makes as known.
+static void add_window(ChainPlan *p, const Config *c, int n, int anchor, unsigned char *known, int limit) {
     ChainWindow *w = &p->w[p->count++];
     memset(w, 0, sizeof *w);
     w->role = c->role, w->n = n, w->slots = c->slots;
@@ -48,9 +49,10 @@ static void add_window(ChainPlan *p, const Config *c, int n, unsigned char *know
         int kind = c->slot_kind[i], f = n + (int)c->slot_offset[i];
         w->kind[i] = (unsigned char)kind;
         if (kind == SLOT_ANCHOR) {
-            // The anchor is always the video's first frame; the network is told the plan's offset,
-            // the distance it saw in training.
-            w->frame[i] = 0, w->offset[i] = c->slot_offset[i];
+            // The anchor is the newest given frame (the first frame, or the last of the starter's
+            // window when that is given); the network is told the plan's offset, the distance it
+            // saw in training.
+            w->frame[i] = anchor, w->offset[i] = c->slot_offset[i];
         } else if (kind == SLOT_CONTEXT) {
             w->frame[i] = nearest_known(known, limit, f), w->offset[i] = (float)(w->frame[i] - n);
         } else {
@@ -124,12 +126,17 @@ int chain_build_given(ChainPlan *p, const Config *st, const Config *ex, const Co
         return fc_errf(err, errlen, "%d frames: out of host memory for the chain's plan of %zu windows (%.0f MB)", N,
                        windows, (double)windows * sizeof(ChainWindow) / 1e6);
     }
+    // The anchor: the newest real frame. Given the starter's window, frame n0: the anchor grounds what the
+    // chain makes (anchor_snap, the drift guards), and an older given frame would pull the frames after
+    // n0 back to it, undoing the motion of the given ones.
+    int anchor = given - 1;
     known[0] = 1;
-    if (given == 1) add_window(p, st, 0, known, limit);
+    if (given == 1) add_window(p, st, 0, anchor, known, limit);
     else memset(known, 1, (size_t)n0 + 1);
     for (int r = 0, n = n0; r < rounds; r++, n += advance) {
-        add_window(p, ex, n, known, limit);
-        for (int j = 0; j < e.n_tgt && n + j * stride + 1 <= N - 1; j++) add_window(p, in, n + j * stride, known, limit);
+        add_window(p, ex, n, anchor, known, limit);
+        for (int j = 0; j < e.n_tgt && n + j * stride + 1 <= N - 1; j++)
+            add_window(p, in, n + j * stride, anchor, known, limit);
     }
     free(known);
     return 0;

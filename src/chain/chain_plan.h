@@ -32,8 +32,9 @@ typedef struct {
 int chain_build(ChainPlan *plan, const Config *starter, const Config *extrapolate, const Config *interpolate, int N,
                 char *err, size_t errlen);
 // The same, for a chain given its first `given` frames: 1 (frame 0, as chain_build), or the starter's
-// whole window (1 + its last target), in which case the starter's window is left out and the
-// extrapolate model starts from real frames. Any other count is an error naming both choices.
+// whole window (1 + its last target), in which case the starter's window is left out, the
+// extrapolate model starts from real frames and every window's anchor is the last given frame.
+// Any other count is an error naming both choices.
 int chain_build_given(ChainPlan *plan, const Config *starter, const Config *extrapolate, const Config *interpolate,
                       int N, int given, char *err, size_t errlen);
 void chain_free(ChainPlan *plan);

@@ -258,7 +258,7 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
                 if (o->latent) memcpy(dst, xi, sizeof(real) * E);
                 else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
                 if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3)
-                    drift_guard_apply(dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // frame 0
+                    drift_guard_apply(dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // the anchor
                                       o->sharpness_guard,
                                       drift_guard_colour_band(o->colour_guard, w[b]->frame[i] - last_given,
                                                               o->colour_ramp));

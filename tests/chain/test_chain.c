@@ -17,8 +17,8 @@ static Config load(const char *dir, const char *role) {
     return c;
 }
 
-// Walk the windows in order, frames 0..given-1 known at the start; returns a description of the
-// first violation, or NULL.
+// Walk the windows in order, frames 0..given-1 known at the start, every anchor the last of them;
+// returns a description of the first violation, or NULL.
 static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int given, char *why, size_t len) {
     unsigned char *known = calloc((size_t)p->last_frame + 1, 1);
     int *made = calloc((size_t)N, sizeof(int));
@@ -36,7 +36,7 @@ static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int giv
             } else if (c->slot_kind[i] != SLOT_TARGET) {
                 if (!known[f]) snprintf(why, len, "window %d (%s at n=%d) reads frame %d before it exists", k,
                                         config_role_name(w->role), w->n, f), bad = why;
-                if (c->slot_kind[i] == SLOT_ANCHOR && (f != 0 || w->offset[i] != c->slot_offset[i]))
+                if (c->slot_kind[i] == SLOT_ANCHOR && (f != given - 1 || w->offset[i] != c->slot_offset[i]))
                     snprintf(why, len, "window %d: the anchor is frame %d offset %g", k, f, w->offset[i]), bad = why;
                 if (c->slot_kind[i] == SLOT_CONTEXT && w->offset[i] != (float)(f - w->n))
                     snprintf(why, len, "window %d: context offset %g for frame %d at n=%d", k, w->offset[i], f, w->n),
@@ -120,7 +120,7 @@ int main(void) {
     check(rc == -1 && strstr(err, "at least 7"), "chain_refuses_too_few_frames", "%s", rc ? err : "accepted");
 
     // Started from the starter's whole window (eval --given 7): no starter window, every other frame
-    // made once from frames that exist; other counts are refused.
+    // made once from frames that exist, every anchor frame 6; other counts are refused.
     const Config *cfg[3] = {&st, &ex, &in};
     int given_bad = 0, starter_windows = 0;
     char why[256] = "", first_bad[300] = "";
@@ -135,7 +135,7 @@ int main(void) {
         chain_free(&p);
     }
     check(given_bad == 0 && starter_windows == 0, "chain_given_first_window",
-          "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once%s%s", starter_windows,
+          "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once, anchored on frame 6%s%s", starter_windows,
           given_bad ? "; " : "", first_bad);
     rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
     check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
