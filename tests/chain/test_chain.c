@@ -135,8 +135,8 @@ int main(void) {
         chain_free(&p);
     }
     check(given_bad == 0 && starter_windows == 0, "chain_given_first_window",
-          "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once, anchored on frame 6%s%s", starter_windows,
-          given_bad ? "; " : "", first_bad);
+          "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once, anchored on "
+          "frame 6%s%s", starter_windows, given_bad ? "; " : "", first_bad);
     rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
     check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
           rc ? err : "accepted");
