@@ -83,15 +83,6 @@ struct BwdCfg {
 // One element of q/k/v as fp32 (a bf16 overload would go here).
 __device__ __forceinline__ float load_elem(const float *p) { return *p; }
 
-// Sum over the TPR lanes of a group (aligned inside the warp); every lane gets the same bits.
-// The whole warp must be converged here.
-template <int TPR>
-__device__ __forceinline__ float group_sum(float x) {
-#pragma unroll
-    for (int off = 1; off < TPR; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-    return x;
-}
-
 // Lane t's share of the dot product of its registers a (CPT) with the shared-memory row srow (DH).
 template <int CPT, int TPR>
 __device__ __forceinline__ float dot_own(const float *a, const float *srow, int t) {
@@ -480,6 +471,7 @@ static void attn_bwd_launch(float *dqkv, const float *dout, const float *qkv, co
 static void cuda_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     const AttnCall call(lay, D, H, "attn_fwd");
     if (call.empty()) return;
+    if (fc_attn_short_fwd(out_op, lse, qkv_op, lay, D, H, 0)) return;  // the attn_short route, where it is on
     float *out = (float *)out_op;
     const float *qkv = (const float *)qkv_op;
     call.dispatch([&](auto dh) { attn_fwd_launch<decltype(dh)::value>(out, lse, qkv, lay, D, H, call.n_seq); });
@@ -502,6 +494,7 @@ static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, cons
                           AttnLayout lay, int D, int H) {
     const AttnCall call(lay, D, H, "attn_bwd");
     if (call.empty() || !dqkv) return;
+    if (fc_attn_short_bwd(dqkv, dout, out, qkv_op, lse, lay, D, H, 0)) return;
     const float *qkv = (const float *)qkv_op;
     const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 0);
     call.dispatch([&](auto dh) {

@@ -15,6 +15,15 @@ __device__ __forceinline__ long attn_seq_base(const AttnLayout &lay, Index seq) 
     return (long)(seq / lay.n_inner) * lay.outer_stride + (long)(seq % lay.n_inner) * lay.inner_stride;
 }
 
+// Sum over the TPR lanes of a group (aligned inside the warp); every lane gets the same bits.
+// The whole warp must be converged here.
+template <int TPR>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+    for (int off = 1; off < TPR; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
 // One head's columns of a (T, 3D) matrix laid out as qkv (or its gradient dqkv): q at columns [0, D),
 // k at [D, 2D), v at [2D, 3D), head h owning dh columns of each part; row r of q is q + r * ld.
 template <typename T>

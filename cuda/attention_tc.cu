@@ -734,6 +734,7 @@ static void tc_attn_fwd(Operand *out_op, real *lse, const Operand *qkv_op, AttnL
     bf16 *out = (bf16 *)out_op;
     if ((uintptr_t)out % 4) fc_die("attn_fwd: the bf16 output is not on 4 bytes (it is stored in pairs)");
     const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    if (fc_attn_short_fwd(out_op, lse, (const Operand *)qkv, lay, D, H, 1)) return;  // the attn_short route
     if (fc_attn_gemm_fwd(out, lse, qkv, lay, D, H)) return;  // the attn_gemm route, where it is on
     call.dispatch([&](auto dh) { tc_fwd<decltype(dh)::value>(out, lse, qkv, lay, D, H, call.n_seq); });
 }
@@ -742,8 +743,9 @@ static void tc_attn_bwd(real *dqkv, const real *dout, const Operand *out, const 
                         AttnLayout lay, int D, int H) {
     const AttnCall call(lay, D, H, "attn_bwd");
     if (call.empty() || !dqkv) return;
-    const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
     const bf16 *qkv = tc_qkv(qkv_op, call.n_seq * lay.len, D);
+    if (fc_attn_short_bwd(dqkv, dout, out, (const Operand *)qkv, lse, lay, D, H, 1)) return;
+    const float *dvec = fc_attn_dvec(dout, out, lay, D, H, 1);
     if (fc_attn_gemm_bwd(dqkv, dout, qkv, lse, dvec, lay, D, H)) return;
     call.dispatch([&](auto dh) { tc_bwd<decltype(dh)::value>(dqkv, dout, qkv, lse, dvec, lay, D, H, call.n_seq); });
 }

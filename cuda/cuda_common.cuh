@@ -132,6 +132,7 @@ void fc_gelu_bwd(real *dx, const real *dy, const real *x, size_t n);
 struct CudaRoutes {
     int dgelu_epilogue;  // the MLP's GELU backward in cuBLASLt's DGELU epilogue (linear.cu)
     int attn_gemm;       // long sequences' attention as batched GEMMs (attention_gemm.cu)
+    int attn_short;      // short sequences' attention with a sequence in registers (attention_short.cu)
 };
 extern CudaRoutes fc_routes;
 
@@ -154,5 +155,10 @@ int fc_attn_gemm_fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, A
 int fc_attn_gemm_bwd(float *dqkv, const float *dout, const __nv_bfloat16 *qkv, const float *lse, const float *dvec,
                      AttnLayout lay, int D, int H);
 size_t fc_attn_ds_cap(void);
+// The attn_short route (attention_short.cu), either table (bf16 != 0: bf16 qkv and out): 0 where it
+// does not take the call (the caller then runs its flash kernels).
+int fc_attn_short_fwd(Operand *out, real *lse, const Operand *qkv, AttnLayout lay, int D, int H, int bf16);
+int fc_attn_short_bwd(real *dqkv, const real *dout, const Operand *out, const Operand *qkv, const real *lse,
+                      AttnLayout lay, int D, int H, int bf16);
 void cuda_register_optim(Backend *be);        // cuda/optim.cu
 void cuda_register_conv(Backend *be);         // cuda/conv.cu: the autoencoders' ops (forward, fp32)

@@ -173,6 +173,8 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
 }
 
 static const char *g_attn_route = "";  // ", attn_gemm route" while that route is on
+static int g_attn_short;               // the attn_short route is on: the calls it takes are counted
+#define ATTN_SHORT_MAX 8               // the longest sequence it takes (cuda/attention_short.cu)
 
 // Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
 // `shift`: qkv (an operand) and dout start that many values into their buffers (unaligned rows).
@@ -184,6 +186,7 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     Buf dout = bnormal(T * D + shift, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
     WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
          lay.len, std, shift ? ", unaligned" : "", g_attn_route);
+    long short0 = backend_cuda_attn_short_calls();
     BOTH(be->attn_fwd(P(out), P(lse), PO(qkv, shift), lay, D, H));
     compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
     bshare(&out), bshare(&lse);
@@ -195,6 +198,11 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     if (*g_mode && std > 1) g_tol = TOL_BF16_PEAKED;
     compare("cuda_attn_bwd", "dqkv", &dqkv, NULL);
     g_tol = tol;
+    if (g_attn_short && !shift && g_gpu != g_cpu) {  // aligned: the route takes both passes of a short sequence
+        long taken = backend_cuda_attn_short_calls() - short0, want = lay.len <= ATTN_SHORT_MAX ? 2 : 0;
+        check(taken == want, nm("cuda_attn_short_taken"), "len %d: %ld of the 2 passes through the route (want %ld)",
+              lay.len, taken, want);
+    }
     FREE(&qkv, &out, &lse, &dout, &dqkv);
 }
 static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std) {
@@ -476,6 +484,19 @@ static void attn_cases(int big) {
     t_attn_at(1, 2, 100, 2, 64, 0, 1, 1), t_attn_at(1, 2, 64, 1, 128, 0, 1, 2);  // rows not on 16 bytes
 }
 
+// The attn_short route (cuda/attention_short.cu) on every case: sequences of up to 8 tokens take it,
+// longer ones must still run the flash kernels; then the longest it takes and one past it, a peaked
+// softmax, and an unaligned temporal call (qkv and dout off their 16 bytes: the bf16 table's qkv copy
+// takes it, the rest not).
+static void attn_short_cases(int big) {
+    backend_cuda_set_route("attn_short", 1), g_attn_route = ", attn_short route", g_attn_short = 1;
+    attn_cases(big);
+    t_attn(2, ATTN_SHORT_MAX, 5, 3, 64, 1, 1), t_attn(1, ATTN_SHORT_MAX + 1, 5, 2, 32, 1, 1);
+    t_attn(1, 7, 9, 2, 32, 1, *g_mode ? 1.5 : 3);  // a peaked softmax (attn_cases' is 64 tokens long)
+    t_attn_at(1, 7, 6, 2, 64, 1, 1, 1);
+    backend_cuda_set_route("attn_short", 0), g_attn_route = "", g_attn_short = 0;
+}
+
 // The bf16 mirror of registered weights follows every way the parameters change: a GEMM reading a
 // weight after an upload, an optimizer step (which writes the mirror itself when it is current), a
 // copy or a zero must see the new values. Against the CPU, and byte for byte against the same GEMM
@@ -570,6 +591,7 @@ static void section_ops_bf16(void) {
         backend_cuda_set_attn_ds_cap(0);
     }
     backend_cuda_set_route("attn_gemm", 0), g_attn_route = "";
+    attn_short_cases(!g_quick);
 }
 
 static void section_ops(void) {
@@ -594,6 +616,7 @@ static void section_ops(void) {
     if (big) t_qk_norm(1031, 1536, 12, 0);
 
     attn_cases(big);
+    attn_short_cases(big);
 
     t_activations(100003, 0), t_activations(1, 0), t_activations(896 * 256, 0);  // the last: tiny's MLP
     t_activations(1001, 1);
@@ -637,20 +660,22 @@ static void section_determinism(int bf16) {
         size_t T = (size_t)B * F * N;
         Buf qkv = bop(bnormal(T * 3 * D, 0, 1)), out = bop(bnormal(T * D, 0, 1)), lse = bnormal(T * H, 0, 1);
         Buf dout = bnormal(T * D, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
-        for (int route = 0; route < 1 + bf16; route++)  // bf16: the flash kernels, then the attn_gemm route
-            for (int tf = 0; tf < 2 - route; tf++) {
+        static const char *route_name[] = {"", ", attn_gemm route", ", attn_short route"};
+        for (int route = 0; route < 3; route++)  // the flash kernels, the attn_gemm route (bf16), attn_short
+            for (int tf = route == 2; tf < (route == 1 ? 1 : 2); tf++) {  // attn_gemm: spatial; attn_short: temporal
+                if (route == 1 && !bf16) continue;
                 AttnLayout lay = attn_layout_tokens(B, F, N, tf);
                 int same = 1;
-                backend_cuda_set_route("attn_gemm", route);
+                backend_cuda_set_route("attn_gemm", route == 1), backend_cuda_set_route("attn_short", route == 2);
                 for (int rep = 0; rep < 2; rep++) {
                     breset(&out), breset(&lse), breset(&dqkv);
                     g_gpu->attn_fwd(out.g, lse.g, qkv.g, lay, D, H);
                     g_gpu->attn_bwd(dqkv.g, dout.g, out.g, qkv.g, lse.g, lay, D, H);
                     same &= det_capture(&out, rep) & det_capture(&lse, rep) & det_capture(&dqkv, rep);
                 }
-                backend_cuda_set_route("attn_gemm", 0);
+                backend_cuda_set_route("attn_gemm", 0), backend_cuda_set_route("attn_short", 0);
                 check(same, nm("cuda_determinism_attn"), "%s B=%d F=%d N=%d H=%d dh=%d%s: out, lse, dqkv %s",
-                      tf ? "temporal" : "spatial", B, F, N, H, dh, route ? ", attn_gemm route" : "", SAME(same));
+                      tf ? "temporal" : "spatial", B, F, N, H, dh, route_name[route], SAME(same));
             }
         FREE(&qkv, &out, &lse, &dout, &dqkv);
     }
@@ -721,6 +746,10 @@ int main(int argc, char **argv) {
     section_ops_bf16();
     section_determinism(1);
     g_failed += cuda_test_train_step();
+    // the same step with the temporal attention through the attn_short route (cuda/attention_short.cu)
+    backend_cuda_set_route("attn_short", 1), g_mode = "_bf16_attn_short";
+    g_failed += cuda_test_train_step();
+    backend_cuda_set_route("attn_short", 0), g_mode = "_bf16";
     if (timings) printf("---- 4. timings ----\n");
     for (int k = 0; timings && k < 2; k++) {
         g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
