@@ -30,7 +30,6 @@
 
 #include "cuda_common.cuh"  // first: it includes the C headers with C linkage
 #include "attention_common.cuh"
-#include "backend_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -213,10 +212,6 @@ __global__ void __launch_bounds__(SHORT_WARPS * 32)
 // ----------------------------------------------------------------------------
 // host side
 
-static long g_short_calls;  // passes the route ran (backend_cuda_attn_short_calls, for tests)
-
-extern "C" long backend_cuda_attn_short_calls(void) { return g_short_calls; }
-
 static bool on(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 
 static unsigned short_grid(long pairs, int dh) {
@@ -262,7 +257,7 @@ static void short_bwd(float *dqkv, const float *dout, const Elem *out, const Ele
 int fc_attn_short_fwd(Operand *out, real *lse, const Operand *qkv, AttnLayout lay, int D, int H, int half) {
     const size_t elem = half ? sizeof(bf16) : sizeof(float);
     if (!short_takes(lay, elem, out, qkv, NULL, NULL)) return 0;
-    g_short_calls++;
+    fc_route_calls.attn_short++;
     if (half) short_fwd((bf16 *)out, lse, (const bf16 *)qkv, lay, D, H);
     else short_fwd((float *)out, lse, (const float *)qkv, lay, D, H);
     return 1;
@@ -272,7 +267,7 @@ int fc_attn_short_bwd(real *dqkv, const real *dout, const Operand *out, const Op
                       AttnLayout lay, int D, int H, int half) {
     const size_t elem = half ? sizeof(bf16) : sizeof(float);
     if (!short_takes(lay, elem, out, qkv, dqkv, dout)) return 0;
-    g_short_calls++;
+    fc_route_calls.attn_short++;
     if (half) short_bwd(dqkv, dout, (const bf16 *)out, (const bf16 *)qkv, lse, lay, D, H);
     else short_bwd(dqkv, dout, (const float *)out, (const float *)qkv, lse, lay, D, H);
     return 1;

@@ -133,8 +133,14 @@ struct CudaRoutes {
     int dgelu_epilogue;  // the MLP's GELU backward in cuBLASLt's DGELU epilogue (linear.cu)
     int attn_gemm;       // long sequences' attention as batched GEMMs (attention_gemm.cu)
     int attn_short;      // short sequences' attention with a sequence in registers (attention_short.cu)
+    int qk_norm_fused;   // the q/k norm's backward in one pass over its inputs (norm.cu)
 };
 extern CudaRoutes fc_routes;
+// The calls each route has taken, for tests (backend_cuda_route_calls).
+struct CudaRouteCalls {
+    long attn_short, qk_norm_fused;
+};
+extern CudaRouteCalls fc_route_calls;
 
 // Each kernel file fills in its ops; bf16: the "cuda" table (bf16 operands), else "cuda-fp32".
 void cuda_register_linear(Backend *be, int bf16);       // cuda/linear.cu: bf16 or fp32 GEMMs

@@ -150,6 +150,8 @@ static void t_gated_add(int S, int N, int D, int shift) {
     FREE(&mod, &x, &hb, &out, &alias, &dout, &dx, &dh, &dmod);
 }
 
+static const char *g_norm_route = "";  // ", qk_norm_fused route" while that route is on
+
 static void t_qk_norm(int T, int D, int H, int nulls) {
     int dh = D / H;
     size_t n = (size_t)T * 3 * D;
@@ -157,10 +159,11 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
     Buf out = bop(bnormal(n, 0, 1));  // attention's input, an operand
     Buf rstd = bnormal((size_t)T * 2 * H, 0, 1), dout = bnormal(n, 0, 1), dqkv = bnormal(n, 0, 1);
     Buf dqw = bnormal(dh, 0, 1), dkw = bnormal(dh, 0, 1);
-    WHAT("T=%d D=%d H=%d dh=%d", T, D, H, dh);
+    WHAT("T=%d D=%d H=%d dh=%d%s", T, D, H, dh, g_norm_route);
     BOTH(be->qk_norm_fwd(P(out), P(rstd), P(qkv), P(qw), P(kw), T, D, H));
     compare("cuda_qk_norm_fwd", "out", &out, "rstd", &rstd, NULL);
     bshare(&rstd);
+    long fused0 = backend_cuda_route_calls("qk_norm_fused");
     for (int set = 0; set < 2; set++) {  // dqw, dkw added into (from random values), then overwritten
         breset(&dqkv), breset(&dqw), breset(&dkw);
         GradMode pmode = set ? GRAD_SET : GRAD_ADD;
@@ -168,6 +171,12 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
                              P(rstd), P(qw), P(kw), T, D, H));
         compare(set ? "cuda_qk_norm_bwd_set" : "cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw",
                 OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw), NULL);
+    }
+    if (*g_norm_route && g_gpu != g_cpu) {  // the route takes both calls where its one pass applies
+        long taken = backend_cuda_route_calls("qk_norm_fused") - fused0;
+        long want = T > 0 && dh % 4 == 0 && dh <= 128 && !nulls ? 2 : 0;
+        check(taken == want, nm("cuda_qk_norm_fused_taken"), "T=%d dh=%d: %ld of the 2 backward calls through the "
+              "route (want %ld)", T, dh, taken, want);
     }
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
@@ -186,7 +195,7 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     Buf dout = bnormal(T * D + shift, 0, 1), dqkv = bnormal(T * 3 * D, 0, 1);
     WHAT("%s B=%d F=%d N=%d H=%d dh=%d len=%d qkv std %g%s%s", temporal ? "temporal" : "spatial", B, F, N, H, dh,
          lay.len, std, shift ? ", unaligned" : "", g_attn_route);
-    long short0 = backend_cuda_attn_short_calls();
+    long short0 = backend_cuda_route_calls("attn_short");
     BOTH(be->attn_fwd(P(out), P(lse), PO(qkv, shift), lay, D, H));
     compare("cuda_attn_fwd", "out", &out, "lse", &lse, NULL);
     bshare(&out), bshare(&lse);
@@ -199,7 +208,7 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     compare("cuda_attn_bwd", "dqkv", &dqkv, NULL);
     g_tol = tol;
     if (g_attn_short && !shift && g_gpu != g_cpu) {  // aligned: the route takes both passes of a short sequence
-        long taken = backend_cuda_attn_short_calls() - short0, want = lay.len <= ATTN_SHORT_MAX ? 2 : 0;
+        long taken = backend_cuda_route_calls("attn_short") - short0, want = lay.len <= ATTN_SHORT_MAX ? 2 : 0;
         check(taken == want, nm("cuda_attn_short_taken"), "len %d: %ld of the 2 passes through the route (want %ld)",
               lay.len, taken, want);
     }
@@ -497,6 +506,18 @@ static void attn_short_cases(int big) {
     backend_cuda_set_route("attn_short", 0), g_attn_route = "", g_attn_short = 0;
 }
 
+// The qk_norm_fused route (cuda/norm.cu): the shapes of section 1 with the backward in one pass where
+// it takes them (dh a multiple of 4 up to 128, both gradients asked for), the two passes where not;
+// a token count that leaves the last chunk short.
+static void qk_norm_fused_cases(int big) {
+    backend_cuda_set_route("qk_norm_fused", 1), g_norm_route = ", qk_norm_fused route";
+    t_qk_norm(300, 96, 6, 0), t_qk_norm(896, 64, 4, 0), t_qk_norm(896, 128, 4, 0), t_qk_norm(13, 256, 2, 0);
+    t_qk_norm(77, 256, 2, 0), t_qk_norm(50, 64, 2, NULL_DX), t_qk_norm(61, 128, 2, NULL_DW);
+    t_qk_norm(40, 60, 2, 0), t_qk_norm(20, 512, 2, 0), t_qk_norm(0, 64, 2, 0);
+    if (big) t_qk_norm(1031, 1536, 12, 0);
+    backend_cuda_set_route("qk_norm_fused", 0), g_norm_route = "";
+}
+
 // The bf16 mirror of registered weights follows every way the parameters change: a GEMM reading a
 // weight after an upload, an optimizer step (which writes the mirror itself when it is current), a
 // copy or a zero must see the new values. Against the CPU, and byte for byte against the same GEMM
@@ -614,6 +635,7 @@ static void section_ops(void) {
     t_qk_norm(40, 60, 2, 0), t_qk_norm(20, 512, 2, 0);  // the scalar kernels: dh 30, dh 256
     t_qk_norm(0, 64, 2, 0);                              // no tokens: GRAD_SET must still write dqw, dkw
     if (big) t_qk_norm(1031, 1536, 12, 0);
+    qk_norm_fused_cases(big);
 
     attn_cases(big);
     attn_short_cases(big);
@@ -678,6 +700,24 @@ static void section_determinism(int bf16) {
                       tf ? "temporal" : "spatial", B, F, N, H, dh, route_name[route], SAME(same));
             }
         FREE(&qkv, &out, &lse, &dout, &dqkv);
+    }
+    for (int route = 0; route < 2 && !bf16; route++) {  // the q/k norm's backward (the same on both tables), both ways
+        int T = g_quick ? 300 : 7168, D = g_quick ? 128 : 1536, H = g_quick ? 4 : 12, dh = D / H;
+        size_t n = (size_t)T * 3 * D;
+        Buf qkv = bnormal(n, 0.2, 1.3), qw = buniform(dh, 0.5, 1.5), kw = buniform(dh, 0.5, 1.5);
+        Buf rstd = buniform((size_t)T * 2 * H, 0.5, 1.5), dout = bnormal(n, 0, 1), dqkv = bnormal(n, 0, 1);
+        Buf dqw = bnormal(dh, 0, 1), dkw = bnormal(dh, 0, 1);
+        int same = 1;
+        backend_cuda_set_route("qk_norm_fused", route);
+        for (int rep = 0; rep < 2; rep++) {
+            breset(&dqkv), breset(&dqw), breset(&dkw);
+            g_gpu->qk_norm_bwd(dqkv.g, dqw.g, dkw.g, GRAD_SET, dout.g, qkv.g, rstd.g, qw.g, kw.g, T, D, H);
+            same &= det_capture(&dqkv, rep) & det_capture(&dqw, rep) & det_capture(&dkw, rep);
+        }
+        backend_cuda_set_route("qk_norm_fused", 0);
+        check(same, nm("cuda_determinism_qk_norm_bwd"), "T=%d D=%d H=%d%s: dqkv, dqw, dkw %s", T, D, H,
+              route ? ", qk_norm_fused route" : "", SAME(same));
+        FREE(&qkv, &qw, &kw, &rstd, &dout, &dqkv, &dqw, &dkw);
     }
     {  // linear backward, a long reduction over M for dw and db
         int M = g_quick ? 896 : 7168, K = g_quick ? 256 : 1536, N = 3 * K;
@@ -746,10 +786,11 @@ int main(int argc, char **argv) {
     section_ops_bf16();
     section_determinism(1);
     g_failed += cuda_test_train_step();
-    // the same step with the temporal attention through the attn_short route (cuda/attention_short.cu)
-    backend_cuda_set_route("attn_short", 1), g_mode = "_bf16_attn_short";
+    // the same step through the routes that are not yet the default: the temporal attention in
+    // registers (attn_short), the q/k norm's backward in one pass (qk_norm_fused)
+    backend_cuda_set_route("attn_short", 1), backend_cuda_set_route("qk_norm_fused", 1), g_mode = "_bf16_routes";
     g_failed += cuda_test_train_step();
-    backend_cuda_set_route("attn_short", 0), g_mode = "_bf16";
+    backend_cuda_set_route("attn_short", 0), backend_cuda_set_route("qk_norm_fused", 0), g_mode = "_bf16";
     if (timings) printf("---- 4. timings ----\n");
     for (int k = 0; timings && k < 2; k++) {
         g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
