@@ -9,7 +9,9 @@
 # usage: tools/bench_cuda.sh [OUT_DIR] [CONFIG]     (STEPS=N timed steps, default 12)
 #   FC_RUNS picks framechain's rows as recompute:keep_blocks pairs (default "2:auto 2:0 1:0 0:0");
 #   PT_RUNS PyTorch's, comma-separated (default "eager,--checkpointing,--compile,--compile --checkpointing";
-#   empty leaves PyTorch out); CKPT=0 leaves out the checkpoint timing.
+#   empty leaves PyTorch out); CKPT=0 leaves out the checkpoint timing. PAIRS=N instead alternates the
+#   first of FC_RUNS and the first of PT_RUNS run by run, N pairs, and prints the median ratio with its
+#   min and max (torch.compile's cache, kept between its runs, makes the later compiles short).
 set -u
 OUT=${1:-out/bench-cuda}
 CONF=${2:-configs/starter.conf}
@@ -46,34 +48,73 @@ card_peak() {  # GiB above the idle reading, the most seen since card_watch
     wait "$card_pid" 2> /dev/null
     awk -v idle="${card_idle:-0}" '$1 + 0 > m { m = $1 + 0 } END { printf "%.2f", (m > idle ? m - idle : 0) / 1024 }' "$OUT/card.txt"
 }
-# recompute:keep_blocks: the presets' (2:auto), then less memory (2:0, 1:0), then none re-run (0)
-for rk in ${FC_RUNS:-2:auto 2:0 1:0 0:0}; do
-    rc=${rk%:*} keep=${rk#*:} budget=24  # auto resolves against the 24 GB card's budget
-    [ "$rc" = 0 ] && budget=1000          # keeping everything needs more: measured all the same
+# fc_row RECOMPUTE:KEEP: one framechain run, its row; sets ms
+fc_row() {
+    local rc=${1%:*} keep=${1#*:} budget=24  # auto resolves against the 24 GB card's budget
+    [ "$rc" = 0 ] && budget=1000            # keeping everything needs more: measured all the same
+    local log="$OUT/fc-recompute$rc-keep$keep.log"
     rm -rf "$OUT/run"
     card_watch
     "$FC" --device cuda train --config "$CONF" --run "$OUT/run" --steps $((STEPS + 2)) --set warmup_steps=2 \
         --set checkpoint_every=100000 --set keep_checkpoints=1 --set recompute=$rc --set keep_blocks=$keep \
-        --vram-budget $budget > "$OUT/fc-recompute$rc-keep$keep.log" 2>&1
+        --vram-budget $budget > "$log" 2>&1
+    local card l
     card=$(card_peak)
-    l=$(grep '^speed' "$OUT/fc-recompute$rc-keep$keep.log")
-    row "framechain (bf16, recompute $rc, keep_blocks $keep)" "$(echo "$l" | sed -nE 's/^speed: ([0-9.]+) ms.*/\1/p')" \
+    l=$(grep '^speed' "$log")
+    ms=$(echo "$l" | sed -nE 's/^speed: ([0-9.]+) ms.*/\1/p')
+    row "framechain (bf16, recompute $rc, keep_blocks $keep)" "$ms" \
         "$(echo "$l" | sed -nE 's/.* ([0-9.]+) frames\/s.*/\1/p')" "$(echo "$l" | sed -nE 's/.* ([0-9.]+) TFLOP\/s$/\1/p')" \
-        "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$OUT/fc-recompute$rc-keep$keep.log")" "$card"
-done
-rm -rf "$OUT/run"
-IFS=, read -r -a pt_runs <<< "${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}"
-for opts in "${pt_runs[@]}"; do
-    [ -n "$PYTHON" ] || break
+        "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$log")" "$card"
+    rm -rf "$OUT/run"
+}
+# pt_row OPTIONS: one PyTorch run ("eager" or torch_train.py's options), its row; sets ms (empty if it failed)
+pt_row() {
+    local opts=$1
+    ms=""
     [ "$opts" = eager ] && opts=""
     card_watch
-    "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
-        --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err" || { card_peak > /dev/null; tail -3 "$OUT/pt.err"; continue; }
+    # shellcheck disable=SC2086
+    if ! "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
+        --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err"; then
+        card_peak > /dev/null
+        tail -3 "$OUT/pt.err"
+        return
+    fi
+    local card j
     card=$(card_peak)
     j=$(cat "$OUT/pt.json")
     get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
-    row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${opts:-eager}" "$(get step_ms)" \
+    ms=$(get step_ms)
+    row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${opts:-eager}" "$ms" \
         "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" "$card"
+}
+IFS=, read -r -a pt_runs <<< "${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}"
+if [ "${PAIRS:-0}" -gt 0 ]; then
+    # The first of FC_RUNS against the first of PT_RUNS, alternating run by run, PAIRS times: each
+    # pair's ratio (PyTorch's ms over framechain's), the median with its min and max.
+    fc_first=${FC_RUNS:-2:auto}
+    fc_first=${fc_first%% *}
+    [ -n "$PYTHON" ] && [ ${#pt_runs[@]} -gt 0 ] || { echo "bench-cuda: PAIRS needs PyTorch and PT_RUNS"; exit 1; }
+    fc_ms="" pt_ms=""
+    for p in $(seq "$PAIRS"); do
+        fc_row "$fc_first"
+        fc_ms="$fc_ms ${ms:-0}"
+        pt_row "${pt_runs[0]}"
+        pt_ms="$pt_ms ${ms:-0}"
+    done
+    paste <(tr ' ' '\n' <<< "${fc_ms# }") <(tr ' ' '\n' <<< "${pt_ms# }") | awk -v n_pairs="$PAIRS" '
+        NF == 2 && $1 > 0 && $2 > 0 { n++; r[n] = $2 / $1 }
+        END { if (!n) { print "pairs: none completed"; exit }
+              for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+              printf "pairs: PyTorch over framechain, median %.3fx (%.3f-%.3f over %d of %d pairs)\n",
+                     (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2, r[1], r[n], n, n_pairs }'
+    exit 0
+fi
+# recompute:keep_blocks: the presets' (2:auto), then less memory (2:0, 1:0), then none re-run (0)
+for rk in ${FC_RUNS:-2:auto 2:0 1:0 0:0}; do fc_row "$rk"; done
+for opts in "${pt_runs[@]}"; do
+    [ -n "$PYTHON" ] || break
+    pt_row "$opts"
 done
 [ "${CKPT:-1}" = 0 ] && exit 0
 echo "checkpoints (training blocked per checkpoint):"
