@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine, within a time budget: unpack a bundle built elsewhere, then run the
+# chosen parts in order, each bounded by its own cap and by what is left of the budget, with logs
+# under LOG_DIR (a tar of them at LOG_DIR.tgz, without checkpoints).
+#
+# Here, before the call (a machine with the CUDA toolkit):
+#   MPI=1 tools/gpu_bundle.sh build-gpu
+#   mkdir -p build-carry && tar -cJf build-carry/bundle.txz build-gpu/framechain build-gpu/libframechain_cuda.so \
+#       build-gpu/test_cuda build-gpu/bench_ops build-gpu/lib
+# then carry build-carry (and out/eval64 for the eval64 part) to the GPU machine and run there:
+#   PARTS="tests routes pairs" BUDGET=540 tools/gpu_run.sh $OUT/logs
+#
+# Parts (PARTS, in the order given; default "tests routes bench ops"):
+#   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
+#   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
+#   dist    the ranks' path (tools/gpu_check.sh PART=dist)
+#   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, PAIRS)
+#   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS)
+#   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
+#   ops     bench_ops at the preset
+#   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
+#   eval64  the quality table of configs/eval64 (tools/eval_unseen.sh; EVAL_STEPS, EVAL_SETS; needs
+#           out/eval64's datasets prepared elsewhere: this machine may have no FFmpeg)
+set -u
+T0=$(date +%s)
+LOG=${1:-out/gpu-run}
+mkdir -p "$LOG"
+exec > >(tee "$LOG/summary.txt") 2>&1
+left() { echo $((${BUDGET:-540} - ($(date +%s) - T0))); }
+step() { # step NAME CAP command...: at most CAP seconds, less where the budget is short
+    local name=$1 cap=$2 t s
+    shift 2
+    t=$(($(left) - 10))
+    [ "$t" -gt "$cap" ] && t=$cap
+    if [ "$t" -lt 20 ]; then
+        echo "== $name: skipped ($(left) s left)"
+        return
+    fi
+    echo "== $name (at most $t s; $(($(date +%s) - T0)) s in)"
+    s=$(date +%s)
+    timeout -k 5 "$t" "$@"
+    echo "== $name: rc $? in $(($(date +%s) - s)) s"
+}
+date -u
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+BUNDLE=${BUNDLE:-build-gpu}
+[ -x "$BUNDLE/framechain" ] || tar -xJf build-carry/bundle.txz || { echo "gpu_run: no bundle ($BUNDLE, build-carry/bundle.txz)"; exit 1; }
+nccl=$(find /usr /opt -name 'libnccl.so.2' 2> /dev/null | head -1)
+export LD_LIBRARY_PATH=${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+FC=$PWD/$BUNDLE/framechain
+"$FC" --version || { echo "gpu_run: $FC does not start (a bundle built with MPI=1 needs Open MPI 4)"; exit 1; }
+PY=$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)
+[ -n "$PY" ] && $PY -c 'import torch; print("torch", torch.__version__)'
+for part in ${PARTS:-tests routes bench ops}; do
+    case $part in
+    tests) step test-cuda 200 env BUNDLE="$BUNDLE" PART=tests SKIP_TRAIN_TEST=1 tools/gpu_check.sh "$LOG/tests" ;;
+    train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
+        grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
+    dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
+    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
+    pairs) step pairs 300 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-3}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
+        CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ;;
+    bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
+        PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 tools/bench_cuda.sh "$LOG/bench" ;;
+    ops) step bench-ops 60 sh -c "'$BUNDLE/bench_ops' --device cuda > '$LOG/bench-ops.txt' 2>&1"
+        tail -28 "$LOG/bench-ops.txt" ;;
+    ae) step autoencoder 90 env FC="$FC" DEVICE=cuda INPUT=shapes:0 FRAMES=4 PAIRS=5 PYTHON="$PY" tools/bench_autoencoder.sh
+        cp out/bench/ae_fc.log out/bench/ae_pt.log "$LOG/" 2> /dev/null ;;
+    eval64) step eval64 "$(left)" env FC="$FC" EVAL_CONFIGS=configs/eval64 EVAL_STEPS="${EVAL_STEPS:-600}" \
+        EVAL_SETS="${EVAL_SETS:-real shapes}" tools/eval_unseen.sh out/eval64
+        cp out/eval64/*.txt "$LOG/" 2> /dev/null ;;
+    *) echo "gpu_run: unknown part '$part'" ;;
+    esac
+done
+tar -czf "$LOG.tgz" --exclude='*.safetensors' --exclude='d-*' --exclude=run -C "$(dirname "$LOG")" "$(basename "$LOG")"
+echo "done in $(($(date +%s) - T0)) s"
