@@ -134,11 +134,12 @@ struct CudaRoutes {
     int attn_gemm;       // long sequences' attention as batched GEMMs (attention_gemm.cu)
     int attn_short;      // short sequences' attention with a sequence in registers (attention_short.cu)
     int qk_norm_fused;   // the q/k norm's backward in one pass over its inputs (norm.cu)
+    int ln_mod_fused;    // the modulated LayerNorm's backward in one pass over its inputs (norm.cu)
 };
 extern CudaRoutes fc_routes;
 // The calls each route has taken, for tests (backend_cuda_route_calls).
 struct CudaRouteCalls {
-    long attn_short, qk_norm_fused;
+    long attn_short, qk_norm_fused, ln_mod_fused;
 };
 extern CudaRouteCalls fc_route_calls;
 

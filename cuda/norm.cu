@@ -245,6 +245,99 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
     }
 }
 
+// The ln_mod_fused route: dx and pass 1 of dshift/dscale in one pass over dy and x (the kernels above
+// read both twice). One block of ROW_WARPS warps per (slot s, part p) of LN_ROWS_PER_PART rows: in
+// round k warp w takes row n0 + k * ROW_WARPS + w as ln_mod_bwd_dx_vec_kernel does, then leaves the
+// row's dshift terms (dy) and then its dscale terms in shared memory (ROW_WARPS, D), and each thread
+// adds those of its columns to its sums, rows in order: the same terms in the same order as
+// ln_mod_bwd_cols_kernel, so the same bytes. Each thread owns the columns threadIdx.x + 256 j.
+template <int NV>
+static __global__ void ln_mod_bwd_fused_kernel(real *dx, CompSum *psh, CompSum *psc, const real *dy, const real *x,
+                                               const real *mean, const real *rstd, const real *scale, long ms, int N,
+                                               int D, int nparts) {
+    constexpr int THREADS = ROW_WARPS * WARP, COLS = (4 * WARP * NV + THREADS - 1) / THREADS;
+    extern __shared__ __align__(16) unsigned char smem[];
+    real *terms = (real *)smem;  // (ROW_WARPS, D): one round's rows
+    const int s = blockIdx.x / nparts, p = blockIdx.x % nparts;
+    const int n0 = p * LN_ROWS_PER_PART, n1 = min(N, n0 + LN_ROWS_PER_PART);
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, D4 = D / 4;
+    const float4 *sc = (const float4 *)(scale + s * ms);
+    CompSum ash[COLS], asc[COLS];
+#pragma unroll
+    for (int j = 0; j < COLS; j++) ash[j] = asc[j] = COMP_SUM_ZERO;
+    for (int k = 0; n0 + k * ROW_WARPS < n1; k++) {
+        const int n = n0 + k * ROW_WARPS + warp, in_round = min((int)ROW_WARPS, n1 - n0 - k * ROW_WARPS);
+        const bool valid = n < n1;  // the same in every lane of a warp
+        const long r = (long)s * N + (valid ? n : n0);
+        const float4 *xr = (const float4 *)(x + r * D), *dyr = (const float4 *)(dy + r * D);
+        const stat_t mu = mean[r], rs = rstd[r];
+        const real mean_r = mean[r], rstd_r = rstd[r];
+        float4 xv[NV] = {}, gv[NV] = {};
+        stat_t g_mean = 0, gx_mean = 0;
+#pragma unroll
+        for (int q = 0; q < NV; q++) {
+            int j = lane + WARP * q;
+            if (j >= D4) continue;
+            xv[q] = xr[j], gv[q] = dyr[j];
+            float4 a = sc[j];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                stat_t g = at4(gv[q], e) * ((stat_t)1 + at4(a, e));
+                g_mean += g;
+                gx_mean += g * (at4(xv[q], e) - mu) * rs;
+            }
+        }
+        g_mean = warp_sum(g_mean) / D;
+        gx_mean = warp_sum(gx_mean) / D;
+        float4 *dxr = (float4 *)(dx + r * D);
+#pragma unroll
+        for (int q = 0; q < NV; q++) {
+            int j = lane + WARP * q;
+            if (j >= D4 || !valid) continue;
+            float4 a = sc[j], o = dxr[j];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                stat_t g = at4(gv[q], e) * ((stat_t)1 + at4(a, e));
+                stat_t xhat = (at4(xv[q], e) - mu) * rs;
+                set4(o, e, at4(o, e) + (real)s_mul(rs, s_sub(s_sub(g, g_mean), s_mul(xhat, gx_mean))));
+            }
+            dxr[j] = o;
+        }
+        for (int part = 0; part < 2; part++) {  // the dshift terms, then the dscale terms
+            __syncthreads();                    // the previous terms are added
+            if (valid)
+#pragma unroll
+                for (int q = 0; q < NV; q++) {
+                    int j = lane + WARP * q;
+                    if (j >= D4) continue;
+                    float4 t = gv[q];
+                    if (part)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            set4(t, e, r_mul(r_mul(at4(gv[q], e), r_add(at4(xv[q], e), -mean_r)), rstd_r));
+                    ((float4 *)(terms + (size_t)warp * D))[j] = t;
+                }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < COLS; j++) {
+                int d = threadIdx.x + THREADS * j;
+                if (d >= D) continue;
+                for (int w = 0; w < in_round; w++) {  // a branch, not an indexed pick: the sums stay in registers
+                    if (part) asc[j].add(terms[(size_t)w * D + d]);
+                    else ash[j].add(terms[(size_t)w * D + d]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; j++) {
+        int d = threadIdx.x + THREADS * j;
+        if (d >= D) continue;
+        long idx = ((long)s * nparts + p) * D + d;
+        psh[idx] = ash[j], psc[idx] = asc[j];
+    }
+}
+
 // Registers (float4s per lane) for the vector path of a row of D floats, or 0 when it does not
 // apply: D or the modulation stride not a multiple of 4, a pointer off 16 bytes, or a row longer
 // than 32 * max_nv float4s. max_nv: 16 forward (D <= 2048); 12 backward (D <= 1536), which holds
@@ -293,6 +386,25 @@ static void cuda_ln_mod_bwd(real *dx, real *dshift, real *dscale, const real *dy
                             const real *rstd, const real *scale, long ms, int S, int N, int D) {
     long rows = (long)S * N;
     if (rows <= 0 || D <= 0) return;
+    int fused_nv = fc_routes.ln_mod_fused && dx && (dshift || dscale) ? ln_vec_regs(12, D, ms, dx, dy, x, scale, scale) : 0;
+    if (fused_nv) {  // the ln_mod_fused route: dx and pass 1 in one kernel, then pass 2
+        int nparts = (int)fc_cdiv(N, LN_ROWS_PER_PART);
+        size_t count = (size_t)S * nparts * D, smem = sizeof(real) * ROW_WARPS * D;
+        CompSum *psh = (CompSum *)fc_cuda_scratch(SCRATCH_NORM, 2 * count * sizeof(CompSum)), *psc = psh + count;
+        fc_route_calls.ln_mod_fused++;
+        unsigned grid = (unsigned)(S * nparts);
+        switch (fused_nv) {
+#define LN_FUSED(nv) \
+    case nv: ln_mod_bwd_fused_kernel<nv><<<grid, ROW_WARPS * WARP, smem>>>(dx, psh, psc, dy, x, mean, rstd, scale, ms, N, D, nparts); break;
+            LN_FUSED(1) LN_FUSED(2) LN_FUSED(4) LN_FUSED(8) LN_FUSED(12)
+#undef LN_FUSED
+        }
+        kernelCheck();
+        ln_mod_bwd_cols_sum_kernel<<<fc_cdiv((size_t)S * D, COL_THREADS), COL_THREADS>>>(dshift, dscale, psh, psc,
+                                                                                         ms, S, D, nparts);
+        kernelCheck();
+        return;
+    }
     if (dx) {
         int nv = ln_vec_regs(12, D, ms, dx, dy, x, scale, scale);
         unsigned grid = fc_cdiv(rows, ROW_WARPS);
@@ -501,7 +613,9 @@ static __global__ void qk_norm_bwd_fused_kernel(real *dqkv, CompSum *part_sums, 
             for (int e = 0; e < 4; e++) {
                 set4(d, e, (real)s_sub(s_mul(s_mul(r, (stat_t)wv[e]), (stat_t)at4(dy, e)),
                                        s_mul((stat_t)at4(x, e), coef)));
-                acc[part][e].add(r_mul(r_mul(at4(dy, e), at4(x, e)), rr));
+                const float term = r_mul(r_mul(at4(dy, e), at4(x, e)), rr);
+                if (part) acc[1][e].add(term);  // a branch, not acc[part]: the sums stay in registers
+                else acc[0][e].add(term);
             }
             ((float4 *)(dxrow + off))[lane] = d;
         }

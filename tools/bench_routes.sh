@@ -5,14 +5,14 @@
 # the pairs). What decides whether a route becomes the default. A benchmark: nothing is asserted.
 #
 # usage: tools/bench_routes.sh [OUT_DIR]
-#   ROUTES="attn_short qk_norm_fused" (the routes, each alone), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
+#   ROUTES="attn_short qk_norm_fused ln_mod_fused" (the routes, each alone), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
 #   steps; FC=./framechain, BENCH_OPS=build/bench_ops; DEVICE=cuda (cpu: a dry run of this script,
 #   where no route changes anything); OPS=0 or STEP=0 leaves that part out.
 set -u
 OUT=${1:-out/bench-routes}
 FC=${FC:-./framechain}
 BENCH_OPS=${BENCH_OPS:-build/bench_ops}
-ROUTES=${ROUTES:-attn_short qk_norm_fused}
+ROUTES=${ROUTES:-attn_short qk_norm_fused ln_mod_fused}
 PAIRS=${PAIRS:-3}
 CONFIG=${CONFIG:-configs/starter.conf}
 STEPS=${STEPS:-12}

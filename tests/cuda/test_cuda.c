@@ -112,19 +112,42 @@ static void t_linear_exact(int M, int K, int N, int bias, int shift) {
 
 // The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
 // off + D, off + 2D (ms = 9D: off = 3D, the temporal attention's; ms = 2D, the final layer: off = 0).
+static int g_ln_fused;  // the ln_mod_fused route is on: the calls it takes and its bytes are checked
+
 static void t_ln_mod(int S, int N, int D, int msmul, int nulls) {
     long ms = (long)msmul * D, off = msmul == 9 ? 3L * D : 0;
     size_t T = (size_t)S * N;
     Buf mod = bnormal(S * ms, 0, 0.5), x = bnormal(T * D, 0.3, 1.5), y = bop(bnormal(T * D, 0, 1));
     Buf mean = bnormal(T, 0, 1), rstd = bnormal(T, 0, 1), dy = bnormal(T * D, 0, 1), dx = bnormal(T * D, 0, 1);
     Buf dmod = bnormal(S * ms, 0, 1);
-    WHAT("S=%d N=%d D=%d ms=%ld", S, N, D, ms);
+    WHAT("S=%d N=%d D=%d ms=%ld%s", S, N, D, ms, g_ln_fused ? ", ln_mod_fused route" : "");
+    long fused0 = backend_cuda_route_calls("ln_mod_fused");
     BOTH(be->ln_mod_fwd(P(y), P(mean), P(rstd), P(x), P(mod) + off, P(mod) + off + D, ms, S, N, D));
     compare("cuda_ln_mod_fwd", "y", &y, "mean", &mean, "rstd", &rstd, NULL);
     bshare(&mean), bshare(&rstd);
     BOTH(be->ln_mod_bwd(OPT(NULL_DX, P(dx)), P(dmod) + off, P(dmod) + off + D, P(dy), P(x), P(mean), P(rstd),
                         P(mod) + off + D, ms, S, N, D));
     compare("cuda_ln_mod_bwd", "dx", OPT(NULL_DX, &dx), "dshift,dscale", &dmod, NULL);
+    if (g_ln_fused && g_gpu != g_cpu) {
+        // where it takes the shape (dx asked for, D and the modulation stride multiples of 4, D <= 1536),
+        // the same bytes as the two passes: the same terms summed in the same order
+        long taken = backend_cuda_route_calls("ln_mod_fused") - fused0, want = !nulls && D % 4 == 0 && D <= 1536;
+        check(taken == want, nm("cuda_ln_mod_fused_taken"), "S=%d N=%d D=%d: %ld backward calls through the route "
+              "(want %ld)", S, N, D, taken, want);
+        size_t bx = gbytes(&dx), bm = gbytes(&dmod);
+        unsigned char *on = fc_malloc(bx + bm), *off2 = fc_malloc(bx + bm);
+        g_gpu->download(on, dx.g, bx), g_gpu->download(on + bx, dmod.g, bm);
+        breset(&dx), breset(&dmod);
+        backend_cuda_set_route("ln_mod_fused", 0);
+        g_gpu->ln_mod_bwd(nulls & NULL_DX ? NULL : (real *)dx.g, (real *)dmod.g + off, (real *)dmod.g + off + D,
+                          dy.g, x.g, mean.g, rstd.g, (real *)mod.g + off + D, ms, S, N, D);
+        backend_cuda_set_route("ln_mod_fused", 1);
+        g_gpu->download(off2, dx.g, bx), g_gpu->download(off2 + bx, dmod.g, bm);
+        int same = !memcmp(on, off2, bx + bm);
+        check(same, nm("cuda_ln_mod_fused_same_bytes"), "S=%d N=%d D=%d: dx, dshift and dscale through the route "
+              "and through the two passes %s", S, N, D, SAME(same));
+        free(on), free(off2);
+    }
     FREE(&mod, &x, &y, &mean, &rstd, &dy, &dx, &dmod);
 }
 
@@ -518,6 +541,17 @@ static void qk_norm_fused_cases(int big) {
     backend_cuda_set_route("qk_norm_fused", 0), g_norm_route = "";
 }
 
+// The ln_mod_fused route (cuda/norm.cu) on the shapes of section 1: a part of fewer rows than
+// LN_ROWS_PER_PART (N = 37, 100), rounds of fewer rows than a block's warps, the scalar paths.
+static void ln_mod_fused_cases(int big) {
+    backend_cuda_set_route("ln_mod_fused", 1), g_ln_fused = 1;
+    t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 1, 40, 9, 0), t_ln_mod(7, 100, 48, 2, NULL_DX);
+    t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0), t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 128, 9, 0);
+    t_ln_mod(2, 70, 1536, 9, 0);  // the preset's width: NV 12, shared memory of 48 KiB
+    if (big) t_ln_mod(7, 1024, 1536, 9, 0);
+    backend_cuda_set_route("ln_mod_fused", 0), g_ln_fused = 0;
+}
+
 // The bf16 mirror of registered weights follows every way the parameters change: a GEMM reading a
 // weight after an upload, an optimizer step (which writes the mirror itself when it is current), a
 // copy or a zero must see the new values. Against the CPU, and byte for byte against the same GEMM
@@ -627,6 +661,7 @@ static void section_ops(void) {
     t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0);  // the scalar kernels: D % 4 != 0; D > 2048
     t_ln_mod(14, 64, 64, 9, 0), t_ln_mod(14, 64, 64, 2, 0), t_ln_mod(14, 64, 128, 9, 0);  // tiny (block, final), small
     if (big) t_ln_mod(7, 1024, 1536, 9, 0);
+    ln_mod_fused_cases(big);
     t_gated_add(5, 37, 96, 0), t_gated_add(14, 64, 64, 0), t_gated_add(14, 64, 128, 0);
     t_gated_add(3, 5, 30, 0), t_gated_add(3, 5, 32, 1);  // D % 4 != 0; unaligned
     if (big) t_gated_add(7, 1024, 1536, 0);
@@ -787,10 +822,13 @@ int main(int argc, char **argv) {
     section_determinism(1);
     g_failed += cuda_test_train_step();
     // the same step through the routes that are not yet the default: the temporal attention in
-    // registers (attn_short), the q/k norm's backward in one pass (qk_norm_fused)
-    backend_cuda_set_route("attn_short", 1), backend_cuda_set_route("qk_norm_fused", 1), g_mode = "_bf16_routes";
+    // registers (attn_short), the norms' backward in one pass (qk_norm_fused, ln_mod_fused)
+    static const char *routes[] = {"attn_short", "qk_norm_fused", "ln_mod_fused"};
+    for (int k = 0; k < 3; k++) backend_cuda_set_route(routes[k], 1);
+    g_mode = "_bf16_routes";
     g_failed += cuda_test_train_step();
-    backend_cuda_set_route("attn_short", 0), backend_cuda_set_route("qk_norm_fused", 0), g_mode = "_bf16";
+    for (int k = 0; k < 3; k++) backend_cuda_set_route(routes[k], 0);
+    g_mode = "_bf16";
     if (timings) printf("---- 4. timings ----\n");
     for (int k = 0; timings && k < 2; k++) {
         g_gpu = k ? bf16 : fp32, g_mode = k ? "_bf16" : "";
