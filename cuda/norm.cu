@@ -574,21 +574,22 @@ static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, c
 
 // The qk_norm_fused route: dqkv and pass 1 of dqw/dkw in one pass over dout and qkv (the two kernels
 // above read the q and k parts of both twice). One block per chunk of QK_TOKENS_PER_PART tokens; for
-// each token in order, the warps take its head vectors as qk_norm_bwd_dx_vec_kernel does, and each
-// lane adds its four entries' terms dout * qkv * rstd to its warp's sums of the q and k parts
-// (CompSum: a warp's tokens, then its heads, in order). The block then merges its warps' sums in
-// warp order into the chunk's partial sums for pass 2. A fixed order, not the CPU's: the
-// compensated sums agree with it to float rounding.
+// each token in order, the warps take its head vectors as qk_norm_bwd_dx_vec_kernel does and leave
+// the terms dout * qkv * rstd of the weight gradients in shared memory (2H, dh), and thread (part,
+// entry) adds its heads' terms in order: the same terms in the same order as qk_norm_bwd_w_kernel,
+// so the same bytes. Shared memory: 2D floats (D <= 6144).
 static __global__ void qk_norm_bwd_fused_kernel(real *dqkv, CompSum *part_sums, const real *dout, const real *qkv,
                                                 const real *rstd, const real *qw, const real *kw, int T, int D,
                                                 int H) {
-    __shared__ CompSum warp_sums[QK_THREADS / WARP][2][4 * WARP];  // (warp, part, entry)
+    extern __shared__ __align__(16) unsigned char smem[];
+    real *terms = (real *)smem;  // (2H, dh): one token's
     const int c = blockIdx.x, dh = D / H, dh4 = dh / 4;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int t0 = c * QK_TOKENS_PER_PART, t1 = min(T, t0 + QK_TOKENS_PER_PART);
-    CompSum acc[2][4];
-    for (int p = 0; p < 2; p++)
-        for (int e = 0; e < 4; e++) acc[p][e] = COMP_SUM_ZERO;
+    constexpr int OWN = 2 * 4 * WARP / QK_THREADS;  // (part, entry) pairs a thread owns: 2 dh <= 256
+    CompSum acc[OWN];
+#pragma unroll
+    for (int j = 0; j < OWN; j++) acc[j] = COMP_SUM_ZERO;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int t = t0; t < t1; t++) {
         const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
@@ -608,30 +609,32 @@ static __global__ void qk_norm_bwd_fused_kernel(real *dqkv, CompSum *part_sums, 
             dot = warp_sum(dot);
             const stat_t coef = r * r * r * dot / dh;
             if (lane >= dh4) continue;
-            float4 d;
+            float4 d, term;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 set4(d, e, (real)s_sub(s_mul(s_mul(r, (stat_t)wv[e]), (stat_t)at4(dy, e)),
                                        s_mul((stat_t)at4(x, e), coef)));
-                const float term = r_mul(r_mul(at4(dy, e), at4(x, e)), rr);
-                if (part) acc[1][e].add(term);  // a branch, not acc[part]: the sums stay in registers
-                else acc[0][e].add(term);
+                set4(term, e, r_mul(r_mul(at4(dy, e), at4(x, e)), rr));
             }
             ((float4 *)(dxrow + off))[lane] = d;
+            ((float4 *)(terms + (size_t)hh * dh))[lane] = term;
         }
         const float4 *src = (const float4 *)(drow + 2 * D);
         float4 *dst = (float4 *)(dxrow + 2 * D);
         for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < OWN; j++) {
+            const int idx = threadIdx.x + QK_THREADS * j, part = idx / dh, i = idx % dh;
+            if (idx < 2 * dh)
+                for (int h = 0; h < H; h++) acc[j].add(terms[(size_t)(part * H + h) * dh + i]);
+        }
+        __syncthreads();  // the terms are read before the next token's overwrite them
     }
-    if (lane < dh4)
-        for (int p = 0; p < 2; p++)
-            for (int e = 0; e < 4; e++) warp_sums[warp][p][4 * lane + e] = acc[p][e];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 2 * dh; idx += QK_THREADS) {
-        const int part = idx / dh, i = idx % dh;
-        CompSum s = warp_sums[0][part][i];
-        for (int k = 1; k < QK_THREADS / WARP; k++) s.merge(warp_sums[k][part][i]);
-        part_sums[((long)c * 2 + part) * dh + i] = s;
+#pragma unroll
+    for (int j = 0; j < OWN; j++) {
+        const int idx = threadIdx.x + QK_THREADS * j, part = idx / dh, i = idx % dh;
+        if (idx < 2 * dh) part_sums[((long)c * 2 + part) * dh + i] = acc[j];
     }
 }
 
@@ -659,11 +662,11 @@ static void cuda_qk_norm_bwd(real *dqkv, real *dqw, real *dkw, GradMode pmode, c
         for (real *dw : {dqw, dkw})
             if (dw) cudaCheck(cudaMemset(dw, 0, sizeof(real) * (size_t)(D / H)));
     if (T <= 0 || D <= 0) return;
-    if (fc_routes.qk_norm_fused && dqkv && (dqw || dkw) && qk_vec(D, H, dqkv, dout, qkv)) {
+    if (fc_routes.qk_norm_fused && dqkv && (dqw || dkw) && qk_vec(D, H, dqkv, dout, qkv) && D <= 6144) {
         int dh = D / H, nchunks = (int)fc_cdiv(T, QK_TOKENS_PER_PART);
         CompSum *part_sums = (CompSum *)fc_cuda_scratch(SCRATCH_NORM, (size_t)nchunks * 2 * dh * sizeof(CompSum));
         fc_route_calls.qk_norm_fused++;
-        qk_norm_bwd_fused_kernel<<<nchunks, QK_THREADS>>>(dqkv, part_sums, dout, qkv, rstd, qw, kw, T, D, H);
+        qk_norm_bwd_fused_kernel<<<nchunks, QK_THREADS, sizeof(real) * 2 * D>>>(dqkv, part_sums, dout, qkv, rstd, qw, kw, T, D, H);
         kernelCheck();
         qk_norm_bwd_w_sum_kernel<<<fc_cdiv(2 * dh, COL_THREADS), COL_THREADS>>>(dqw, dkw, part_sums, dh, nchunks,
                                                                                 pmode == GRAD_ADD);

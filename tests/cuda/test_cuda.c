@@ -200,6 +200,24 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
         long want = T > 0 && dh % 4 == 0 && dh <= 128 && !nulls ? 2 : 0;
         check(taken == want, nm("cuda_qk_norm_fused_taken"), "T=%d dh=%d: %ld of the 2 backward calls through the "
               "route (want %ld)", T, dh, taken, want);
+        // the same bytes as the two passes (the same terms summed in the same order)
+        size_t bx = gbytes(&dqkv), bw = gbytes(&dqw);
+        unsigned char *got[2];
+        for (int route = 1; route >= 0; route--) {
+            breset(&dqkv), breset(&dqw), breset(&dkw);
+            backend_cuda_set_route("qk_norm_fused", route);
+            g_gpu->qk_norm_bwd(nulls & NULL_DX ? NULL : (real *)dqkv.g, nulls & NULL_DW ? NULL : (real *)dqw.g,
+                               nulls & NULL_DW ? NULL : (real *)dkw.g, GRAD_ADD, dout.g, qkv.g, rstd.g, qw.g, kw.g, T,
+                               D, H);
+            got[route] = fc_malloc(bx + 2 * bw);
+            g_gpu->download(got[route], dqkv.g, bx), g_gpu->download(got[route] + bx, dqw.g, bw);
+            g_gpu->download(got[route] + bx + bw, dkw.g, bw);
+        }
+        backend_cuda_set_route("qk_norm_fused", 1);
+        int same = !memcmp(got[0], got[1], bx + 2 * bw);
+        check(same, nm("cuda_qk_norm_fused_same_bytes"), "T=%d D=%d H=%d: dqkv, dqw and dkw through the route and "
+              "through the two passes %s", T, D, H, SAME(same));
+        free(got[0]), free(got[1]);
     }
     FREE(&qkv, &qw, &kw, &out, &rstd, &dout, &dqkv, &dqw, &dkw);
 }
