@@ -5,14 +5,16 @@
 # the pairs). What decides whether a route becomes the default. A benchmark: nothing is asserted.
 #
 # usage: tools/bench_routes.sh [OUT_DIR]
-#   ROUTES="attn_short qk_norm_fused ln_mod_fused" (the routes, each alone), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
+#   ROUTES="attn_short,qk_norm_fused,ln_mod_fused" (each word a set of routes switched on together against
+#   none: the default, all three at once, as each changes other ops; "attn_short qk_norm_fused" times
+#   each alone), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
 #   steps; FC=./framechain, BENCH_OPS=build/bench_ops; DEVICE=cuda (cpu: a dry run of this script,
 #   where no route changes anything); OPS=0 or STEP=0 leaves that part out.
 set -u
 OUT=${1:-out/bench-routes}
 FC=${FC:-./framechain}
 BENCH_OPS=${BENCH_OPS:-build/bench_ops}
-ROUTES=${ROUTES:-attn_short qk_norm_fused ln_mod_fused}
+ROUTES=${ROUTES:-attn_short,qk_norm_fused,ln_mod_fused}
 PAIRS=${PAIRS:-3}
 CONFIG=${CONFIG:-configs/starter.conf}
 STEPS=${STEPS:-12}
@@ -37,9 +39,10 @@ step() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 for route in $ROUTES; do
-    echo "== $route=1 against the default"
+    on=$(echo "$route" | sed -E 's/,/=1,/g; s/$/=1/')  # FRAMECHAIN_CUDA_ROUTES's form
+    echo "== $on against the default"
     if [ "${OPS:-1}" = 1 ]; then
-        for p in $(seq "$PAIRS"); do ops default "$p" ""; ops "$route" "$p" "$route=1"; done
+        for p in $(seq "$PAIRS"); do ops default "$p" ""; ops "$route" "$p" "$on"; done
         # each op row: "name ... ms/call x/step ms/step share rate": the name is what precedes ms/call
         printf '%-28s %12s %12s %8s\n' "op (ms a call, medians)" "default" "$route" "ratio"
         for f in "$OUT"/ops-default-*.txt "$OUT"/ops-"$route"-*.txt; do
@@ -61,15 +64,15 @@ for route in $ROUTES; do
         d_ms="" r_ms=""
         for p in $(seq "$PAIRS"); do
             d_ms="$d_ms $(step default "$p" "")"
-            r_ms="$r_ms $(step "$route" "$p" "$route=1")"
+            r_ms="$r_ms $(step "$route" "$p" "$on")"
         done
-        paste <(tr ' ' '\n' <<< "${d_ms# }") <(tr ' ' '\n' <<< "${r_ms# }") | awk -v route="$route" '
+        paste <(tr ' ' '\n' <<< "${d_ms# }") <(tr ' ' '\n' <<< "${r_ms# }") | awk -v route="$on" '
             NF == 2 && $1 > 0 && $2 > 0 { n++; r[n] = $1 / $2 }
             END { if (!n) { print "step: failed (see the step logs)"; exit }
                   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-                  printf "step: the default over %s=1, median %.3fx (%.3f-%.3f over %d pairs)\n", route,
+                  printf "step: the default over %s, median %.3fx (%.3f-%.3f over %d pairs)\n", route,
                          (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2, r[1], r[n], n }'
-        echo "step ms: default ${d_ms# } (median $(tr ' ' '\n' <<< "${d_ms# }" | median)); $route=1 ${r_ms# }" \
+        echo "step ms: default ${d_ms# } (median $(tr ' ' '\n' <<< "${d_ms# }" | median)); $on ${r_ms# }" \
              "(median $(tr ' ' '\n' <<< "${r_ms# }" | median))"
     fi
 done
