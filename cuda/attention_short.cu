@@ -85,6 +85,34 @@ struct ShortPair {
     __device__ bool live(int j) const { return valid && j < len; }
 };
 
+// rows[j] = this lane's four columns of the pair's token j of src (row stride ld); zeros past the
+// sequence and in an idle group.
+template <int DH, typename Elem>
+__device__ __forceinline__ void load_rows(float (&rows)[SHORT_MAX][4], const ShortPair<DH> &a, const Elem *src,
+                                          long ld) {
+#pragma unroll
+    for (int j = 0; j < SHORT_MAX; j++) {
+        for (int e = 0; e < 4; e++) rows[j][e] = 0.f;
+        if (a.live(j)) load4(rows[j], src + a.row(j) * ld);
+    }
+}
+
+// For each token r of the pair: dst's row r (stride ld) = sum_i w(r, i) rows[i], w = P[r][i], or
+// P[i][r] where TRANS, summed in order of i (P is 0 past the sequence).
+template <bool TRANS, int DH>
+__device__ __forceinline__ void store_mix(float *dst, long ld, const float (&P)[SHORT_MAX][SHORT_MAX],
+                                          const float (&rows)[SHORT_MAX][4], const ShortPair<DH> &a) {
+#pragma unroll
+    for (int r = 0; r < SHORT_MAX; r++) {
+        if (r >= a.len) break;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < SHORT_MAX; i++)
+            for (int e = 0; e < 4; e++) acc[e] += (TRANS ? P[i][r] : P[r][i]) * rows[i][e];
+        if (a.valid) store4(dst + a.row(r) * ld, acc);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward: out (T, D), lse (T, H), qkv (T, 3D)
 
@@ -96,11 +124,7 @@ __global__ void __launch_bounds__(SHORT_WARPS * 32)
     const long ld = 3L * D;
     const Elem *q0 = qkv + (long)a.h * DH + 4 * a.t, *k0 = q0 + D, *v0 = q0 + 2L * D;
     float k[SHORT_MAX][4], v[SHORT_MAX][4];
-#pragma unroll
-    for (int j = 0; j < SHORT_MAX; j++) {
-        for (int e = 0; e < 4; e++) k[j][e] = v[j][e] = 0.f;
-        if (a.live(j)) load4(k[j], k0 + a.row(j) * ld), load4(v[j], v0 + a.row(j) * ld);
-    }
+    load_rows(k, a, k0, ld), load_rows(v, a, v0, ld);
 #pragma unroll
     for (int i = 0; i < SHORT_MAX; i++) {
         if (i >= a.len) break;  // the same in every lane: the shuffles below stay uniform
@@ -152,11 +176,7 @@ __global__ void __launch_bounds__(SHORT_WARPS * 32)
     }
     // the keys, and the probabilities from q and lse
     float k[SHORT_MAX][4], P[SHORT_MAX][SHORT_MAX];
-#pragma unroll
-    for (int j = 0; j < SHORT_MAX; j++) {
-        for (int e = 0; e < 4; e++) k[j][e] = 0.f;
-        if (a.live(j)) load4(k[j], k0 + a.row(j) * ld);
-    }
+    load_rows(k, a, k0, ld);
 #pragma unroll
     for (int i = 0; i < SHORT_MAX; i++) {
         float q[4] = {0.f, 0.f, 0.f, 0.f};
@@ -166,47 +186,22 @@ __global__ void __launch_bounds__(SHORT_WARPS * 32)
         for (int j = 0; j < SHORT_MAX; j++)
             P[i][j] = i < a.len && j < a.len ? expf(group_sum<TPR>(dot4(q, k[j])) * scale - L) : 0.f;
     }
-    // dV_j = sum_i p_ij dout_i; then dS in place of P
+    store_mix<true>(dv0, ld, P, dO, a);  // dV_j = sum_i p_ij dout_i
+    // dS in place of P
 #pragma unroll
     for (int j = 0; j < SHORT_MAX; j++) {
         if (j >= a.len) break;
-        float dv[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < SHORT_MAX; i++)
-            for (int e = 0; e < 4; e++) dv[e] += P[i][j] * dO[i][e];  // P is 0 past the sequence
-        if (a.valid) store4(dv0 + a.row(j) * ld, dv);
         float v[4] = {0.f, 0.f, 0.f, 0.f};
         if (a.valid) load4(v, v0 + a.row(j) * ld);
 #pragma unroll
         for (int i = 0; i < SHORT_MAX; i++)
             if (i < a.len) P[i][j] = P[i][j] * (group_sum<TPR>(dot4(dO[i], v)) - Dv[i]) * scale;
     }
-    // dQ_i = sum_j ds_ij k_j
-#pragma unroll
-    for (int i = 0; i < SHORT_MAX; i++) {
-        if (i >= a.len) break;
-        float dq[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < SHORT_MAX; j++)
-            for (int e = 0; e < 4; e++) dq[e] += P[i][j] * k[j][e];
-        if (a.valid) store4(dq0 + a.row(i) * ld, dq);
-    }
+    store_mix<false>(dq0, ld, P, k, a);  // dQ_i = sum_j ds_ij k_j
     // dK_j = sum_i ds_ij q_i: q read again (from the cache) rather than held beside k and dout
     float q[SHORT_MAX][4];
-#pragma unroll
-    for (int i = 0; i < SHORT_MAX; i++) {
-        for (int e = 0; e < 4; e++) q[i][e] = 0.f;
-        if (a.live(i)) load4(q[i], q0 + a.row(i) * ld);
-    }
-#pragma unroll
-    for (int j = 0; j < SHORT_MAX; j++) {
-        if (j >= a.len) break;
-        float dk[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < SHORT_MAX; i++)
-            for (int e = 0; e < 4; e++) dk[e] += P[i][j] * q[i][e];
-        if (a.valid) store4(dk0 + a.row(j) * ld, dk);
-    }
+    load_rows(q, a, q0, ld);
+    store_mix<true>(dk0, ld, P, q, a);
 }
 
 // ----------------------------------------------------------------------------

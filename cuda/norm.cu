@@ -202,21 +202,19 @@ static __global__ void ln_mod_fwd_vec_kernel(OpT *y, real *mean, real *rstd, con
     }
 }
 
+// One row of the vector backward, by one warp: loads the row's x and dy into xv and gv (NV float4s
+// a lane: the fused kernel below reuses them), takes the row's two means and adds d y / d x into
+// dxr where `store` (a warp computing on a stand-in row stores nothing; it still joins the shuffles).
 template <int NV>
-static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const real *x, const real *mean,
-                                                const real *rstd, const real *scale, long ms, long rows, int N,
-                                                int D) {
-    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
-    int lane = threadIdx.x % WARP, D4 = D / 4;
-    if (r >= rows) return;
-    const float4 *xr = (const float4 *)(x + r * D), *dyr = (const float4 *)(dy + r * D);
-    const float4 *sc = (const float4 *)(scale + (r / N) * ms);
-    stat_t mu = mean[r], rs = rstd[r];
-    float4 xv[NV] = {}, gv[NV] = {};
+__device__ __forceinline__ void ln_bwd_row_vec(float4 (&xv)[NV], float4 (&gv)[NV], float4 *dxr, const float4 *xr,
+                                               const float4 *dyr, const float4 *sc, stat_t mu, stat_t rs, int lane,
+                                               int D, bool store) {
+    const int D4 = D / 4;
     stat_t g_mean = 0, gx_mean = 0;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int j = lane + WARP * k;
+        xv[k] = gv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (j >= D4) continue;
         xv[k] = xr[j], gv[k] = dyr[j];
         float4 a = sc[j];
@@ -229,11 +227,10 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
     }
     g_mean = warp_sum(g_mean) / D;
     gx_mean = warp_sum(gx_mean) / D;
-    float4 *dxr = (float4 *)(dx + r * D);
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int j = lane + WARP * k;
-        if (j >= D4) continue;
+        if (j >= D4 || !store) continue;
         float4 a = sc[j], o = dxr[j];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -243,6 +240,17 @@ static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const 
         }
         dxr[j] = o;
     }
+}
+
+template <int NV>
+static __global__ void ln_mod_bwd_dx_vec_kernel(real *dx, const real *dy, const real *x, const real *mean,
+                                                const real *rstd, const real *scale, long ms, long rows, int N,
+                                                int D) {
+    long r = (long)blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    if (r >= rows) return;
+    float4 xv[NV], gv[NV];
+    ln_bwd_row_vec<NV>(xv, gv, (float4 *)(dx + r * D), (const float4 *)(x + r * D), (const float4 *)(dy + r * D),
+                       (const float4 *)(scale + (r / N) * ms), mean[r], rstd[r], threadIdx.x % WARP, D, true);
 }
 
 // The ln_mod_fused route: dx and pass 1 of dshift/dscale in one pass over dy and x (the kernels above
@@ -269,40 +277,10 @@ static __global__ void ln_mod_bwd_fused_kernel(real *dx, CompSum *psh, CompSum *
         const int n = n0 + k * ROW_WARPS + warp, in_round = min((int)ROW_WARPS, n1 - n0 - k * ROW_WARPS);
         const bool valid = n < n1;  // the same in every lane of a warp
         const long r = (long)s * N + (valid ? n : n0);
-        const float4 *xr = (const float4 *)(x + r * D), *dyr = (const float4 *)(dy + r * D);
-        const stat_t mu = mean[r], rs = rstd[r];
         const real mean_r = mean[r], rstd_r = rstd[r];
-        float4 xv[NV] = {}, gv[NV] = {};
-        stat_t g_mean = 0, gx_mean = 0;
-#pragma unroll
-        for (int q = 0; q < NV; q++) {
-            int j = lane + WARP * q;
-            if (j >= D4) continue;
-            xv[q] = xr[j], gv[q] = dyr[j];
-            float4 a = sc[j];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                stat_t g = at4(gv[q], e) * ((stat_t)1 + at4(a, e));
-                g_mean += g;
-                gx_mean += g * (at4(xv[q], e) - mu) * rs;
-            }
-        }
-        g_mean = warp_sum(g_mean) / D;
-        gx_mean = warp_sum(gx_mean) / D;
-        float4 *dxr = (float4 *)(dx + r * D);
-#pragma unroll
-        for (int q = 0; q < NV; q++) {
-            int j = lane + WARP * q;
-            if (j >= D4 || !valid) continue;
-            float4 a = sc[j], o = dxr[j];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                stat_t g = at4(gv[q], e) * ((stat_t)1 + at4(a, e));
-                stat_t xhat = (at4(xv[q], e) - mu) * rs;
-                set4(o, e, at4(o, e) + (real)s_mul(rs, s_sub(s_sub(g, g_mean), s_mul(xhat, gx_mean))));
-            }
-            dxr[j] = o;
-        }
+        float4 xv[NV], gv[NV];
+        ln_bwd_row_vec<NV>(xv, gv, (float4 *)(dx + r * D), (const float4 *)(x + r * D), (const float4 *)(dy + r * D),
+                           sc, mean_r, rstd_r, lane, D, valid);
         for (int part = 0; part < 2; part++) {  // the dshift terms, then the dscale terms
             __syncthreads();                    // the previous terms are added
             if (valid)
@@ -538,12 +516,13 @@ static __global__ void qk_norm_fwd_vec_kernel(OpT *out, real *rstd, const real *
     for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) op_store4(orow + 2 * D + 4 * i, src[i]);
 }
 
-static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
-                                                 const real *qw, const real *kw, int D, int H) {
-    int t = blockIdx.x, dh = D / H, dh4 = dh / 4;
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
-    real *dxrow = dqkv + (size_t)t * 3 * D;
+// One token's q and k head vectors of the vector backward and its v part, by the block: warp w takes
+// the head vectors hh = w, w + 4, ... (dqkv's row dxrow from dout's drow, qkv's row); where terms is
+// not NULL, lane l < dh / 4 also leaves the weight gradients' terms dout * qkv * rstd of its four
+// entries at terms + hh * dh (the fused kernel below).
+__device__ __forceinline__ void qk_bwd_token_vec(real *dxrow, real *terms, const real *row, const real *drow,
+                                                 const real *rs, const real *qw, const real *kw, int D, int H) {
+    const int dh = D / H, dh4 = dh / 4, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
         int part = hh / H, h = hh % H;
         const real *w = (part ? kw : qw) + 4 * lane;
@@ -553,23 +532,33 @@ static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, c
         float4 dy = lane < dh4 ? ((const float4 *)(drow + off))[lane] : zero;
         float wv[4] = {0.f, 0.f, 0.f, 0.f};
         if (lane < dh4) wv[0] = w[0], wv[1] = w[1], wv[2] = w[2], wv[3] = w[3];
-        stat_t r = rstd[(size_t)t * 2 * H + hh];
+        const real rr = rs[hh];
+        stat_t r = rr;
         stat_t dot = 0;
 #pragma unroll
         for (int e = 0; e < 4; e++) dot += (stat_t)at4(dy, e) * wv[e] * at4(x, e);
         dot = warp_sum(dot);
         stat_t coef = r * r * r * dot / dh;
         if (lane >= dh4) continue;
-        float4 d;
+        float4 d, term;
 #pragma unroll
-        for (int e = 0; e < 4; e++)
+        for (int e = 0; e < 4; e++) {
             set4(d, e, (real)s_sub(s_mul(s_mul(r, (stat_t)wv[e]), (stat_t)at4(dy, e)),
-                                       s_mul((stat_t)at4(x, e), coef)));
+                                   s_mul((stat_t)at4(x, e), coef)));
+            set4(term, e, r_mul(r_mul(at4(dy, e), at4(x, e)), rr));
+        }
         ((float4 *)(dxrow + off))[lane] = d;
+        if (terms) ((float4 *)(terms + (size_t)hh * dh))[lane] = term;
     }
     const float4 *src = (const float4 *)(drow + 2 * D);
     float4 *dst = (float4 *)(dxrow + 2 * D);
     for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
+}
+
+static __global__ void qk_norm_bwd_dx_vec_kernel(real *dqkv, const real *dout, const real *qkv, const real *rstd,
+                                                 const real *qw, const real *kw, int D, int H) {
+    size_t t = blockIdx.x;
+    qk_bwd_token_vec(dqkv + t * 3 * D, NULL, qkv + t * 3 * D, dout + t * 3 * D, rstd + t * 2 * H, qw, kw, D, H);
 }
 
 // The qk_norm_fused route: dqkv and pass 1 of dqw/dkw in one pass over dout and qkv (the two kernels
@@ -583,45 +572,15 @@ static __global__ void qk_norm_bwd_fused_kernel(real *dqkv, CompSum *part_sums, 
                                                 int H) {
     extern __shared__ __align__(16) unsigned char smem[];
     real *terms = (real *)smem;  // (2H, dh): one token's
-    const int c = blockIdx.x, dh = D / H, dh4 = dh / 4;
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int c = blockIdx.x, dh = D / H;
     const int t0 = c * QK_TOKENS_PER_PART, t1 = min(T, t0 + QK_TOKENS_PER_PART);
     constexpr int OWN = 2 * 4 * WARP / QK_THREADS;  // (part, entry) pairs a thread owns: 2 dh <= 256
     CompSum acc[OWN];
 #pragma unroll
     for (int j = 0; j < OWN; j++) acc[j] = COMP_SUM_ZERO;
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int t = t0; t < t1; t++) {
-        const real *row = qkv + (size_t)t * 3 * D, *drow = dout + (size_t)t * 3 * D;
-        real *dxrow = dqkv + (size_t)t * 3 * D;
-        for (int hh = warp; hh < 2 * H; hh += QK_THREADS / WARP) {
-            const int part = hh / H, h = hh % H;
-            const real *w = (part ? kw : qw) + 4 * lane;
-            const size_t off = (size_t)part * D + h * dh;
-            const float4 x = lane < dh4 ? ((const float4 *)(row + off))[lane] : zero;
-            const float4 dy = lane < dh4 ? ((const float4 *)(drow + off))[lane] : zero;
-            float wv[4] = {0.f, 0.f, 0.f, 0.f};
-            if (lane < dh4) wv[0] = w[0], wv[1] = w[1], wv[2] = w[2], wv[3] = w[3];
-            const real rr = rstd[(size_t)t * 2 * H + hh];
-            stat_t r = rr, dot = 0;
-#pragma unroll
-            for (int e = 0; e < 4; e++) dot += (stat_t)at4(dy, e) * wv[e] * at4(x, e);
-            dot = warp_sum(dot);
-            const stat_t coef = r * r * r * dot / dh;
-            if (lane >= dh4) continue;
-            float4 d, term;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                set4(d, e, (real)s_sub(s_mul(s_mul(r, (stat_t)wv[e]), (stat_t)at4(dy, e)),
-                                       s_mul((stat_t)at4(x, e), coef)));
-                set4(term, e, r_mul(r_mul(at4(dy, e), at4(x, e)), rr));
-            }
-            ((float4 *)(dxrow + off))[lane] = d;
-            ((float4 *)(terms + (size_t)hh * dh))[lane] = term;
-        }
-        const float4 *src = (const float4 *)(drow + 2 * D);
-        float4 *dst = (float4 *)(dxrow + 2 * D);
-        for (int i = threadIdx.x; i < D / 4; i += QK_THREADS) dst[i] = src[i];
+        qk_bwd_token_vec(dqkv + (size_t)t * 3 * D, terms, qkv + (size_t)t * 3 * D, dout + (size_t)t * 3 * D,
+                         rstd + (size_t)t * 2 * H, qw, kw, D, H);
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < OWN; j++) {
