@@ -4,7 +4,9 @@
 // attention in model FLOPs per second (as MFU counts them: attention's backward twice its
 // forward), every other op in GB/s of the least traffic it could make (each input read once, each
 // output written once, a gradient added into read and written), so that the ops far from the
-// card's peak or bandwidth show. A benchmark, not a test: it asserts nothing.
+// card's peak or bandwidth show. After the table, outside its sum: what a step runs once over all of
+// the parameters (the gradient norm, the 8-bit AdamW step with the EMA). A benchmark, not a test: it
+// asserts nothing.
 //
 // usage (from the repository root): build/bench_ops [--device cpu|cuda|cuda-fp32] [--config PATH] [--reps N]
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include "base/config.h"
 #include "model/memplan.h"
 #include "base/philox.h"
+#include "backend/quant8.h"
 
 static const Backend *g_be;
 static int g_reps = 7;
@@ -161,6 +164,28 @@ int main(int argc, char **argv) {
     TIME("fc2: gelu bwd", 0, 0, 3 * t * rd * f, g_be->gelu_bwd(dx, dx, y, (size_t)T * RD));
 #undef GEMM
 
+    // Also outside the table: what a step runs once over all of the model's parameters, the
+    // gradient norm and the 8-bit AdamW step with the EMA in its pass (and on cuda the weights' bf16
+    // mirror: the parameters are registered). Traffic: the gradient read; the parameters, both
+    // moments and the EMA read and written, the mirror written.
+    size_t np = memory_plan(&c, B, PLAN_CPU).params, nb = (np + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+    real *par = rnd(np), *grad = rnd(np), *ema = rnd(np);
+    uint8_t *m8 = g_be->alloc(np), *v8 = g_be->alloc(np);
+    float *amax = g_be->alloc(sizeof(float) * 2 * nb), *codes = g_be->alloc(sizeof(float) * 2 * QUANT8_TABLE);
+    float host_codes[2][QUANT8_TABLE];
+    quant8_signed_code(host_codes[0]), quant8_table(host_codes[0]);
+    quant8_unsigned_code(host_codes[1]), quant8_table(host_codes[1]);
+    g_be->upload(codes, host_codes, sizeof host_codes);
+    g_be->zero(m8, np), g_be->zero(v8, np), g_be->zero(amax, sizeof(float) * 2 * nb);
+    g_be->register_weights(par, np);
+    AdamHyper hyper = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f, ema, 0.999f};
+    size_t bad;
+    double p_ = (double)np;
+    TIME("grad norm", 0, 0, p_ * f, g_be->sum_squares(grad, np, &bad));
+    TIME("adamw 8-bit + EMA", 0, 0, p_ * (4 * f + f + 4 + (g_be->operand_bytes < f ? o : 0)),
+         g_be->adamw_8bit(par, grad, m8, v8, amax, amax + nb, codes, codes + QUANT8_TABLE, np, hyper));
+    g_be->unregister_weights(par);
+
     double total = 0;
     for (int i = 0; i < nstep; i++) total += g_rows[i].ms * g_rows[i].per_step;
     double flops = model_step_flops(&c, B);
@@ -175,6 +200,12 @@ int main(int argc, char **argv) {
     printf("%-24s %10s %8s %12.2f  (%.3g TFLOP of model FLOPs: %.1f TFLOP/s if a step were only these ops)\n",
            "sum", "", "", total, flops / 1e12, flops / total / 1e9);
     printf("note: the optimizer, the EMA, embeddings and activation recompute are not in the sum\n");
+    printf("once a step over the %zu parameters, outside the sum (ms):", np);
+    for (int i = nstep + 2; i < g_nrows; i++) {
+        printf(" %s %.3f", g_rows[i].name, g_rows[i].ms);
+        print_rate(&g_rows[i]);
+        printf(i + 1 < g_nrows ? ";" : "\n");
+    }
     printf("fc2's backward as the step runs it (ms/call; the dgelu_epilogue route fuses the GELU) against the GEMM "
            "and the GELU kernel timed apart: %.3f against %.3f + %.3f\n",
            g_rows[row_fc2].ms, g_rows[nstep].ms, g_rows[nstep + 1].ms);
