@@ -121,6 +121,10 @@ __attribute__((weak)) const char *backend_cuda_routes(void) {
     const char *(*fn)(void) = g_cuda_lib ? (const char *(*)(void))dlsym(g_cuda_lib, "backend_cuda_routes") : NULL;
     return fn ? fn() : "";
 }
+__attribute__((weak)) long backend_cuda_route_calls(const char *name) {
+    long (*fn)(const char *) = (long (*)(const char *))cuda_fn("backend_cuda_route_calls", NULL);
+    return fn ? fn(name) : -1;
+}
 
 #else
 // A CPU-only build: these answer. The CUDA emulation (tests/cuda/emu) defines the real ones, which
@@ -145,6 +149,7 @@ __attribute__((weak)) void backend_cuda_nccl_gather(float *dev, const size_t *st
 __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)bytes; }
 __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }
 __attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }
+__attribute__((weak)) long backend_cuda_route_calls(const char *name) { return (void)name, -1; }
 #endif
 
 const Backend *backend_select(const char *name) {
