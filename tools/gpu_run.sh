@@ -7,7 +7,9 @@
 #   MPI=1 tools/gpu_bundle.sh build-gpu
 #   mkdir -p build-carry && tar -cJf build-carry/bundle.txz build-gpu/framechain build-gpu/libframechain_cuda.so \
 #       build-gpu/test_cuda build-gpu/bench_ops build-gpu/lib
-# then carry build-carry (and out/eval64 for the eval64 part) to the GPU machine and run there:
+# and, in case the GPU machine has no Open MPI 4, the same without MPI as build-carry/bundle-nompi.txz
+# (`tools/gpu_bundle.sh build-gpu-nompi`, its four files and lib/ under build-gpu-nompi/); then
+# carry build-carry (and out/eval64 for the eval64 part) to the GPU machine and run there:
 #   PARTS="tests routes pairs" BUDGET=540 tools/gpu_run.sh $OUT/logs
 #
 # Parts (PARTS, in the order given; default "tests routes bench ops"):
@@ -47,8 +49,15 @@ BUNDLE=${BUNDLE:-build-gpu}
 [ -x "$BUNDLE/framechain" ] || tar -xJf build-carry/bundle.txz || { echo "gpu_run: no bundle ($BUNDLE, build-carry/bundle.txz)"; exit 1; }
 nccl=$(find /usr /opt -name 'libnccl.so.2' 2> /dev/null | head -1)
 export LD_LIBRARY_PATH=${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# mpirun as root inside a container, over shared memory
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_mca_base_component_show_load_errors=0
 FC=$PWD/$BUNDLE/framechain
+if ! "$FC" --version > /dev/null 2>&1 && [ -f build-carry/bundle-nompi.txz ]; then
+    "$FC" --version 2>&1 | head -2
+    tar -xJf build-carry/bundle-nompi.txz && cp -r build-gpu-nompi/. "$BUNDLE"/ &&
+        echo "gpu_run: the MPI build does not start here: the bundle without MPI (no two-rank checks)"
+fi
 "$FC" --version || { echo "gpu_run: $FC does not start (a bundle built with MPI=1 needs Open MPI 4)"; exit 1; }
 PY=$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)
 [ -n "$PY" ] && $PY -c 'import torch; print("torch", torch.__version__)'
