@@ -30,10 +30,11 @@
 
 #include "cuda_common.cuh"  // first: it includes the C headers with C linkage
 #include "attention_common.cuh"
+#include "backend/attn_scratch.h"
 
 typedef __nv_bfloat16 bf16;
 
-#define SHORT_MAX 8    // the longest sequence the route takes
+#define SHORT_MAX ATTN_SHORT_MAX  // the longest sequence the route takes
 #define SHORT_WARPS 4  // warps per block
 
 // ----------------------------------------------------------------------------

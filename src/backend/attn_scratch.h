@@ -11,6 +11,9 @@
 #include <stddef.h>
 
 #define ATTN_PACK_MAX 32
+// The longest sequence the attn_short route takes (cuda/attention_short.cu: no scratch, a sequence
+// in registers); here so that its tests know it too.
+#define ATTN_SHORT_MAX 8
 #define ATTN_DS_CAP ((size_t)256 << 20)
 
 static inline int attn_ds_ld(int len) { return (len + 7) / 8 * 8; }  // rows of whole 16-byte pieces

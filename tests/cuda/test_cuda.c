@@ -224,7 +224,6 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
 
 static const char *g_attn_route = "";  // ", attn_gemm route" while that route is on
 static int g_attn_short;               // the attn_short route is on: the calls it takes are counted
-#define ATTN_SHORT_MAX 8               // the longest sequence it takes (cuda/attention_short.cu)
 
 // Tokens (B, F, N); heads H of dh; qkv ~ N(0, std^2), so the scores are about N(0, std^4).
 // `shift`: qkv (an operand) and dout start that many values into their buffers (unaligned rows).
