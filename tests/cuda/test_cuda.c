@@ -110,10 +110,10 @@ static void t_linear_exact(int M, int K, int N, int bias, int shift) {
     FREE(&x, &w, &b, &y);
 }
 
-// The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
-// off + D, off + 2D (ms = 9D: off = 3D, the temporal attention's; ms = 2D, the final layer: off = 0).
 static int g_ln_fused;  // the ln_mod_fused route is on: the calls it takes and its bytes are checked
 
+// The modulation matrix (S, ms) as in the model: a sub-layer's shift, scale and gate at columns off,
+// off + D, off + 2D (ms = 9D: off = 3D, the temporal attention's; ms = 2D, the final layer: off = 0).
 static void t_ln_mod(int S, int N, int D, int msmul, int nulls) {
     long ms = (long)msmul * D, off = msmul == 9 ? 3L * D : 0;
     size_t T = (size_t)S * N;
