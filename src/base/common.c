@@ -90,6 +90,15 @@ int fc_default_threads(void) {
 #endif
 }
 
+size_t fc_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    int got = f ? fscanf(f, "%lu %lu", &size, &resident) : 0;
+    if (f) fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return got == 2 && page > 0 ? (size_t)resident * (size_t)page : 0;
+}
+
 long fc_test_hook(const char *name) {
     char var[128];
     snprintf(var, sizeof var, "FRAMECHAIN_TEST_%s", name);

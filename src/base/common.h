@@ -42,6 +42,9 @@ int fc_threads(void);
 // Threads to use when none are asked for: OMP_NUM_THREADS, else every core.
 int fc_default_threads(void);
 
+// The process's resident memory now, in bytes (/proc/self/statm); 0 where it cannot be read.
+size_t fc_resident_bytes(void);
+
 // pread exactly n bytes at offset, retrying on EINTR: 0, or -1 with errno set (EIO when the file
 // ends early).
 int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);

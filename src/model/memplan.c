@@ -31,6 +31,9 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
             opt += 2.0 * sizeof(float) * n;
     }
     p.optimizer = opt;
+    // The checkpoint's tensors (checkpoint.c's table): each tensor's weights and EMA, the moments and
+    // absmax as the optimizer holds them, the two code maps' 256 values (not their encoder tables).
+    p.staging = p.weights + p.ema + opt - 2.0 * QUANT8_TABLE * sizeof(float) + 2.0 * 256 * sizeof(float);
     p.activations = (double)k.acts_bytes + k.dscratch_bytes;
     // the step's clean windows (x0) beside the model's inputs
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
@@ -51,9 +54,17 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
         size_t temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
         p.workspace += (double)(spatial > temporal ? spatial : temporal);
     }
-    p.total = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs + p.workspace;
+    p.previews = c->sample_every > 0 ? p.weights : 0;  // train.c's params_aside
+    p.cpu = dev == PLAN_CPU;
+    memory_plan_sum(&p);
     free(k.info);
     return p;
+}
+
+void memory_plan_sum(MemPlan *p) {
+    p->host = p->staging + p->previews + p->program;
+    p->total = p->weights + p->weights_bf16 + p->gradients + p->optimizer + p->ema + p->activations + p->inputs +
+               p->workspace + p->autoencoder + (p->cpu ? p->host : 0);
 }
 
 int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget) {
@@ -94,8 +105,8 @@ static void line(FILE *out, const char *what, double bytes) {
 
 void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
     if (ranks <= 1 || !shard) return;
-    p->total -= (p->optimizer + p->ema) * (1 - 1.0 / ranks);
-    p->optimizer /= ranks, p->ema /= ranks;
+    p->optimizer /= ranks, p->ema /= ranks;  // rank 0 still stages the whole checkpoint
+    memory_plan_sum(p);
 }
 
 double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard) {
@@ -116,9 +127,16 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     line(out, "inputs", p->inputs);
     if (p->workspace > 0) line(out, "workspace", p->workspace);
     if (p->autoencoder > 0) line(out, "autoencoder", p->autoencoder);
-    line(out, "total", p->total);
-    if (budget > 0) {
-        line(out, "budget", budget);
-        fprintf(out, "  %s\n", p->total <= budget ? "fits the budget" : "EXCEEDS the budget");
+    if (!p->cpu) {  // a GPU's total and budget, then the host's lines
+        line(out, "total", p->total);
+        if (budget > 0) {
+            line(out, "budget", budget);
+            fprintf(out, "  %s\n", p->total <= budget ? "fits the budget" : "EXCEEDS the budget");
+        }
+        fprintf(out, "  on the host:\n");
     }
+    line(out, "ckpt staging", p->staging);
+    if (p->previews > 0) line(out, "previews", p->previews);
+    if (p->program > 0) line(out, "program", p->program);
+    line(out, p->cpu ? "total" : "host total", p->cpu ? p->total : p->host);
 }

@@ -17,7 +17,14 @@ typedef struct {
     double inputs;       // the step's windows, noise, targets, positions
     double workspace;    // the backend's scratch (attention statistics, reductions), estimated
     double autoencoder;  // an autoencoder resident for the previews of a run on latents (train --vae); 0: none
-    double total;
+    // Host memory: on the CPU the same memory as the lines above, counted in the total; on a GPU
+    // printed beside it, as host.
+    double staging;      // the checkpoint's staging buffer: weights, EMA, optimizer state (checkpoint.c)
+    double previews;     // the weights set aside while the EMA samples a preview; 0: no previews
+    double program;      // the process's resident memory when the plan is made (code, libraries); 0: not known
+    double total;        // what the device holds (on the CPU: with the host lines)
+    double host;         // on a GPU: the host lines' sum
+    int cpu;             // a CPU plan: the host lines are the device's
     double model;        // of these, what build_model allocates (model_memory_bytes): exact
     size_t params;
 } MemPlan;
@@ -48,6 +55,9 @@ void memory_plan_per_rank(MemPlan *p, int ranks, int shard);
 // What memory_plan_per_rank takes off a plan of c at batch B on dev: to add to a budget that
 // memory_plan_resolve checks whole plans against, so that keep_blocks = auto counts ZeRO-1's savings.
 double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard);
+
+// The total (and host) again from the lines, after a line was set.
+void memory_plan_sum(MemPlan *p);
 
 // The plan as lines on `out`; budget_bytes > 0 adds the budget and the headroom.
 void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double budget_bytes);

@@ -145,27 +145,68 @@ int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen)
     return -1;
 }
 
-static int checkpoint_whole(const char *path, char *why, size_t whylen) {
-    StFile f;
-    if (checkpoint_read_whole(path, &f, why, whylen)) return 0;
-    st_free(&f);
-    return 1;
+static int check_tensor_crc(const StFile *f, const char *name, const void *data, size_t len, const char *path,
+                            char *err, size_t errlen);
+static int check_tensor_finite(const char *name, const void *data, size_t len, const char *path, char *err,
+                               size_t errlen);
+static int is_weights(const StEntry *e) {
+    return !strcmp(e->dtype, "F32") && (!strncmp(e->name, "model.", 6) || !strncmp(e->name, "ema.", 4));
 }
 
-// The checkpoints this process has read back whole (of one run folder at a time): each is read once,
-// not at every prune. Only the writer calls prune, one checkpoint at a time.
+// checkpoint_read_whole's checks, a tensor at a time: the writer thread verifies an older checkpoint
+// in the memory of its largest tensor, not of the whole file (a second copy of the staging buffer,
+// which the memory plan does not hold). 1 when whole, else 0 with why.
+static int checkpoint_whole(const char *path, char *why, size_t whylen) {
+    StFile f;
+    if (st_read_header(path, &f, why, whylen)) return 0;
+    const char *format = st_meta(&f, "format");
+    int ok = format && !strcmp(format, CKPT_FORMAT);
+    if (!ok) snprintf(why, whylen, "%s: not a framechain checkpoint", path);
+    size_t largest = 1;
+    for (int i = 0; i < f.n; i++)
+        if (f.entries[i].end - f.entries[i].begin > largest) largest = f.entries[i].end - f.entries[i].begin;
+    struct stat st;
+    int fd = ok ? fc_open_regular(path, &st, why, whylen) : -1;
+    uint8_t *buf = fd >= 0 ? malloc(largest) : NULL;
+    if (fd >= 0 && !buf) snprintf(why, whylen, "%s: out of memory for a tensor of %zu bytes", path, largest);
+    ok = buf != NULL && (uint64_t)st.st_size == f.size;  // the size the header was checked against
+    if (buf && !ok) snprintf(why, whylen, "%s: the file changed while it was read", path);
+    for (int i = 0; ok && i < f.n; i++) {
+        const StEntry *e = &f.entries[i];
+        size_t len = e->end - e->begin;
+        if (fc_pread_all(fd, buf, len, f.data_start + e->begin))
+            ok = 0, snprintf(why, whylen, "%s: read error: %s", path, strerror(errno));
+        else
+            ok = !check_tensor_crc(&f, e->name, buf, len, path, why, whylen) &&
+                 !(is_weights(e) && check_tensor_finite(e->name, buf, len, path, why, whylen));
+    }
+    free(buf);
+    if (fd >= 0) close(fd);
+    st_free(&f);
+    return ok;
+}
+
+// The checkpoints this process has written or read back whole (of one run folder at a time): each
+// older one is read once, not at every prune. Only the writer calls prune, one checkpoint at a time.
 static struct {
     char run[4096];
     int n, steps[64];
 } verified;
 
-static int verified_whole(const char *run, int step, const char *path, char *why, size_t whylen) {
+static void remember_whole(const char *run, int step) {
     if (strcmp(verified.run, run)) snprintf(verified.run, sizeof verified.run, "%s", run), verified.n = 0;
     for (int i = 0; i < verified.n; i++)
-        if (verified.steps[i] == step) return 1;
-    if (!checkpoint_whole(path, why, whylen)) return 0;
+        if (verified.steps[i] == step) return;
     if (verified.n == 64) verified.n = 0;
     verified.steps[verified.n++] = step;
+}
+
+static int verified_whole(const char *run, int step, const char *path, char *why, size_t whylen) {
+    if (!strcmp(verified.run, run))
+        for (int i = 0; i < verified.n; i++)
+            if (verified.steps[i] == step) return 1;
+    if (!checkpoint_whole(path, why, whylen)) return 0;
+    remember_whole(run, step);
     return 1;
 }
 
@@ -173,6 +214,7 @@ static int verified_whole(const char *run, int step, const char *path, char *why
 // its bytes came from memory with their CRCs), delete the older ones, and set aside the files that
 // are not whole instead of counting them. The folder is fsynced so that the deletions stick.
 static void prune(const char *run, int keep, int written) {
+    remember_whole(run, written);  // read back at the next prune it would be a second copy in memory
     int *steps, n = checkpoint_list(run, &steps), kept = 0;
     for (int i = 0; i < n; i++) {
         char path[4096], why[1024];
@@ -325,7 +367,7 @@ static int check_crcs(const StFile *f, const char *path, char *err, size_t errle
 static int check_finite(const StFile *f, const char *path, char *err, size_t errlen) {
     for (int i = 0; i < f->n; i++) {
         const StEntry *e = &f->entries[i];
-        if (strcmp(e->dtype, "F32") || (strncmp(e->name, "model.", 6) && strncmp(e->name, "ema.", 4))) continue;
+        if (!is_weights(e)) continue;
         if (check_tensor_finite(e->name, st_data(f, e), e->end - e->begin, path, err, errlen)) return -1;
     }
     return 0;

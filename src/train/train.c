@@ -270,15 +270,22 @@ static void open_run_folder(Trainer *t) {
     remove_stale_temps(t->run);
 }
 
+static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
+
 // The plan before any allocation: a config that cannot fit is refused with the plan shown.
 static void check_memory_plan(Trainer *t, double vram_budget) {
     const Backend *be = t->be;
     t->plan = memory_plan(t->c, t->c->batch_size / t->ranks, plan_device(be->name, be->precision));
-    if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident, t->plan.total += t->hooks->resident;
+    if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident;
+    if (!previews_on(t)) t->plan.previews = 0;
+    // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:
+    // the peak measured at the end is the whole resident set.
+    if (t->plan.cpu) t->plan.program = (double)fc_resident_bytes();
     if (t->ranks > 1)
         printf("per rank: %d windows of the batch of %d%s\n", t->c->batch_size / t->ranks, t->c->batch_size,
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
     memory_plan_per_rank(&t->plan, t->ranks, t->shard);
+    memory_plan_sum(&t->plan);
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (t->on_gpu && t->plan.total > vram_budget)
@@ -323,7 +330,6 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
     dist_broadcast(fork_unwritten, sizeof *fork_unwritten);
 }
 
-static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
 
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
@@ -697,9 +703,11 @@ static void finish_run(Trainer *t) {
     if (t->previews)
         printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
                t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), t->run);
-    if (t->be->memory_peak)  // three decimals: a MiB, for the small configs
-        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB)\n", t->be->name,
-               t->be->memory_peak() / 1073741824.0, t->plan.total / 1073741824.0);
+    if (t->be->memory_peak) {  // three decimals: a MiB, for the small configs; the ratio for any size
+        double peak = (double)t->be->memory_peak();
+        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB; the measure %.3fx the plan)\n", t->be->name,
+               peak / 1073741824.0, t->plan.total / 1073741824.0, peak / t->plan.total);
+    }
 }
 
 static void release(Trainer *t) {

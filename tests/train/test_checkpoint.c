@@ -12,6 +12,8 @@
 #include "base/philox.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_internal.h"
+#include "model/memplan.h"
 
 // A checkpoint written with other 8-bit code maps (a version with another map, say) is re-encoded
 // on load against this build's maps: every moment becomes the index of our code nearest the value
@@ -172,10 +174,34 @@ static void test_generation_model_same_outputs(void) {
     free_optimizer(o), free_model(m);
 }
 
+// The memory plan's checkpoint staging line is the bytes the writer stages (checkpoint.c's table),
+// with 8-bit moments and with fp32 ones, at two sizes.
+static void test_plan_counts_staging(void) {
+    const char *configs[] = {"configs/tiny/starter.conf", "configs/small/extrapolate.conf"};
+    for (int i = 0; i < 4; i++) {
+        Config c;
+        config_defaults(&c);
+        config_load(&c, configs[i / 2]);
+        c.optimizer = i % 2 ? OPT_ADAMW : OPT_ADAMW8BIT;
+        Model *m = build_model(&c, backend_cpu(), 1);
+        Optimizer *o = build_optimizer(m, &c);
+        int32_t block_size = ADAM8_BLOCK;
+        CkptTable tab = ckpt_build_table(m, m->params_mem, o, &block_size);
+        size_t staged = ckpt_stage(&tab, NULL);
+        MemPlan p = memory_plan(&c, 1, PLAN_CPU);
+        char name[64];
+        snprintf(name, sizeof name, "memory_plan_counts_ckpt_staging_%d", i);
+        check((double)staged == p.staging, name, "%s, %s: %zu bytes staged, %.0f planned", configs[i / 2],
+              i % 2 ? "adamw" : "adamw8bit", staged, p.staging);
+        free(tab.t), free_optimizer(o), free_model(m);
+    }
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_checkpoint_other_code_maps();
     test_prune_keeps_whole_checkpoints();
     test_generation_model_same_outputs();
+    test_plan_counts_staging();
     return g_failed ? 1 : 0;
 }

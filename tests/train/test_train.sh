@@ -35,6 +35,11 @@ expect keeps_newest_checkpoints $(( n_ckpt != 3 )) "$n_ckpt checkpoints kept (ke
 first=$(losses "$tmp/ref" | head -10 | awk '{s+=$2} END {print s/NR}')
 last=$(losses "$tmp/ref" | tail -10 | awk '{s+=$2} END {print s/NR}')
 expect loss_goes_down $(awk -v a="$first" -v b="$last" 'BEGIN {print !(b < 0.9 * a)}') "mean loss of steps 1-10 $first, of steps 51-60 $last"
+# The memory plan printed before the first step holds what the run measured at its end: on the CPU
+# the whole resident set (the program, the checkpoint's staging buffer, the threads' scratch).
+ratio=$(sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p' "$tmp/ref.log")
+expect memory_plan_holds_the_peak $(awk -v r="${ratio:-0}" 'BEGIN {print !(r >= 0.9 && r <= 1.05)}') \
+    "$(grep '^peak' "$tmp/ref.log" || echo 'no peak line'); plan: $(grep -E '^  (ckpt staging|program|total) ' "$tmp/ref.log" | tr -s ' ' | tr '\n' ';')"
 
 "$FC" inspect "$(final "$tmp/ref")" > "$tmp/inspect.log" 2>&1
 rc=$?
