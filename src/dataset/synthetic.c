@@ -1,4 +1,4 @@
-// synthetic.c: moving shapes and camera pans as footage (see synthetic.h).
+// synthetic.c: moving shapes, camera pans and zooms as footage (see synthetic.h).
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,16 +10,22 @@
 #include "dataset/moving_shapes.h"
 #include "dataset/synthetic.h"
 
+enum { SHAPES, PAN, ZOOM };
+
 struct SyntheticSource {
-    int pan;         // 0: moving shapes, 1: a pan
+    int kind;        // SHAPES, PAN or ZOOM
     int size, frames;
     uint32_t clip;   // shapes: the clip number
-    uint8_t *world;  // pan: (2 size, 2 size, 3) the image
+    uint8_t *world;  // pan, zoom: (2 size, 2 size, 3) the image
+    uint8_t *half;   // zoom: (size, size, 3) the image at half its size (2x2 means), for the wide crops
     double x0, y0, vx, vy;  // pan: the first crop's corner and its velocity, in pixels
+    double u0, du, fx, fy;  // zoom: the first crop's log side over size, its change a frame, the focus
     real *planes;    // shapes: (3, size, size) scratch
 };
 
-int synthetic_is_spec(const char *text) { return !strncmp(text, "shapes:", 7) || !strncmp(text, "pan:", 4); }
+int synthetic_is_spec(const char *text) {
+    return !strncmp(text, "shapes:", 7) || !strncmp(text, "pan:", 4) || !strncmp(text, "zoom:", 5);
+}
 
 // The text after the last ':' of spec as a frame count in 1 .. SYNTHETIC_MAX_FRAMES; -1 otherwise.
 static long frame_count(const char *spec) {
@@ -44,8 +50,8 @@ static uint64_t name_hash(const char *path, size_t len) {
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen) {
     long n = frame_count(spec);
     if (n < 0) {
-        fc_errf(err, errlen, "%s: expected shapes:K:FRAMES or pan:IMAGE:FRAMES, FRAMES from 1 to %d", spec,
-                SYNTHETIC_MAX_FRAMES);
+        fc_errf(err, errlen, "%s: expected shapes:K:FRAMES, pan:IMAGE:FRAMES or zoom:IMAGE:FRAMES, FRAMES from 1 to %d",
+                spec, SYNTHETIC_MAX_FRAMES);
         return NULL;
     }
     SyntheticSource *s = fc_calloc(1, sizeof *s);
@@ -66,19 +72,37 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
     }
     char path[4096];
     size_t len = (size_t)(last - body);
+    int zoom = !strncmp(spec, "zoom:", 5);
     if (len == 0 || len >= sizeof path) {
-        fc_errf(err, errlen, "%s: expected pan:IMAGE:FRAMES", spec);
+        fc_errf(err, errlen, "%s: expected %s:IMAGE:FRAMES", spec, zoom ? "zoom" : "pan");
         free(s);
         return NULL;
     }
     memcpy(path, body, len), path[len] = 0;
-    s->pan = 1;
+    s->kind = zoom ? ZOOM : PAN;
     s->world = fc_malloc((size_t)4 * size * size * 3);
     if (image_load_square(path, 2 * size, s->world, err, errlen)) {
         free(s->world), free(s);
         return NULL;
     }
     uint64_t h = name_hash(body, len);
+    if (zoom) {
+        // the crop's side is size e^u, u bouncing in [0, ln 2]: a point half the frame from the focus
+        // (the point of the image that stays where it is on the screen) moves SYNTHETIC_PAN_SPEED
+        // pixels a frame; the focus, the first side and the direction are pure functions of IMAGE's name
+        s->u0 = M_LN2 * philox_uniform(h, 0, RNG_DATA, 0);
+        s->du = SYNTHETIC_PAN_SPEED / (size / 2.0) * (philox_uniform(h, 0, RNG_DATA, 3) < 0.5 ? -1 : 1);
+        s->fx = philox_uniform(h, 0, RNG_DATA, 1), s->fy = philox_uniform(h, 0, RNG_DATA, 2);
+        s->half = fc_malloc((size_t)size * size * 3);
+        int W = 2 * size;
+        for (int y = 0; y < size; y++)
+            for (int x = 0; x < size; x++)
+                for (int c = 0; c < 3; c++) {
+                    const uint8_t *p = s->world + ((size_t)(2 * y) * W + 2 * x) * 3 + c;
+                    s->half[((size_t)y * size + x) * 3 + c] = (uint8_t)((p[0] + p[3] + p[3 * W] + p[3 * W + 3] + 2) / 4);
+                }
+        return s;
+    }
     double angle = 2 * M_PI * philox_uniform(h, 0, RNG_DATA, 0);
     s->x0 = size * philox_uniform(h, 0, RNG_DATA, 1), s->y0 = size * philox_uniform(h, 0, RNG_DATA, 2);
     s->vx = SYNTHETIC_PAN_SPEED * cos(angle), s->vy = SYNTHETIC_PAN_SPEED * sin(angle);
@@ -94,11 +118,46 @@ static double bounce(double p, double span) {
     return m <= span ? m : 2 * span - m;
 }
 
+// Channel c of an (n, n, 3) image at (fy, fx), bilinear; the coordinates inside [0, n - 1].
+static double sample_rgb(const uint8_t *img, int n, double fy, double fx, int c) {
+    int y0 = (int)fy, x0 = (int)fx;
+    int y1 = y0 + 1 < n ? y0 + 1 : y0, x1 = x0 + 1 < n ? x0 + 1 : x0;
+    double wy = fy - y0, wx = fx - x0;
+    const uint8_t *r0 = img + (size_t)y0 * n * 3, *r1 = img + (size_t)y1 * n * 3;
+    double top = (1 - wx) * r0[3 * x0 + c] + wx * r0[3 * x1 + c];
+    double bottom = (1 - wx) * r1[3 * x0 + c] + wx * r1[3 * x1 + c];
+    return (1 - wy) * top + wy * bottom;
+}
+
+// A zoom's frame: a crop of side k size (k = e^u in [1, 2]) whose corner is the focus's share of the
+// room left, (2 size - k size) (fx, fy), sampled at the pixels' centres from the image and from its
+// half-size copy, blended by log2 k (a wide crop reads the copy, which has no aliasing at 2:1).
+static void zoom_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
+    int S = s->size;
+    double u = bounce(s->u0 + s->du * index, M_LN2), k = exp(u), blend = u / M_LN2;
+    double cx = (2.0 * S - k * S) * s->fx, cy = (2.0 * S - k * S) * s->fy;
+    for (int y = 0; y < S; y++)
+        for (int x = 0; x < S; x++) {
+            double wy = cy + (y + 0.5) * k, wx = cx + (x + 0.5) * k;  // in the image's units, edges at 0, 2S
+            double fy0 = fmin(fmax(wy - 0.5, 0), 2 * S - 1), fx0 = fmin(fmax(wx - 0.5, 0), 2 * S - 1);
+            double fy1 = fmin(fmax(wy / 2 - 0.5, 0), S - 1), fx1 = fmin(fmax(wx / 2 - 0.5, 0), S - 1);
+            for (int c = 0; c < 3; c++) {
+                double v = (1 - blend) * sample_rgb(s->world, 2 * S, fy0, fx0, c) +
+                           blend * sample_rgb(s->half, S, fy1, fx1, c);
+                rgb[((size_t)y * S + x) * 3 + c] = (uint8_t)lrint(v);
+            }
+        }
+}
+
 void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
     int S = s->size;
-    if (!s->pan) {
+    if (s->kind == SHAPES) {
         shapes_frame(s->planes, 3, S, 1, 0, s->clip, index);
         frame_to_rgb(rgb, s->planes, S);
+        return;
+    }
+    if (s->kind == ZOOM) {
+        zoom_frame(s, index, rgb);
         return;
     }
     // bilinear samples of the world at the crop's sub-pixel corner
@@ -119,5 +178,5 @@ void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
 
 void synthetic_close(SyntheticSource *s) {
     if (!s) return;
-    free(s->world), free(s->planes), free(s);
+    free(s->world), free(s->half), free(s->planes), free(s);
 }

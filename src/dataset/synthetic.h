@@ -5,6 +5,11 @@
 //   pan:IMAGE:N    a camera panning at a constant 0.5 pixel a frame over IMAGE, which fills a square
 //                  of twice the frame size, bouncing off its edges; the direction is a pure function
 //                  of IMAGE's name; N frames
+//   zoom:IMAGE:N   a camera zooming in and out over IMAGE (the same square): the crop's side goes from
+//                  the frame size to twice it and back, exponentially, about a point of the image that
+//                  stays where it is on the screen, a point half the frame from it moving 0.5 pixel a
+//                  frame (22 frames from one end to the other at any size); the point, the first side
+//                  and the direction are pure functions of IMAGE's name; N frames
 #ifndef FRAMECHAIN_SYNTHETIC_H
 #define FRAMECHAIN_SYNTHETIC_H
 
@@ -16,7 +21,7 @@
 
 typedef struct SyntheticSource SyntheticSource;
 
-// 1 when text names a synthetic source (starts with shapes: or pan:), else 0.
+// 1 when text names a synthetic source (starts with shapes:, pan: or zoom:), else 0.
 int synthetic_is_spec(const char *text);
 // The source for frames of size x size. NULL with one line in err naming the spec and what is wrong.
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen);

@@ -1,6 +1,8 @@
 // test_synthetic.c: the synthetic footage of synthetic.h: moving-shapes clips are the built-in
 // clips' frames; a pan over a ramp image moves its crop 0.5 pixel a frame and bounces inside the
-// image for 1000 frames; bad specs are refused with one line naming them.
+// image for 1000 frames; a zoom over it scales its crop between 1x and 2x the frame, as fast as the
+// pan at the frame's edges, about a point that stays where it is; bad specs are refused with one
+// line naming them.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -34,17 +36,21 @@ static void test_shapes(void) {
     synthetic_close(s);
 }
 
-// A world whose red is 8 x column and green 8 x row: the crop's corner reads back from pixel (0, 0).
-static void test_pan(const char *dir) {
-    char path[600], spec[700], err[512];
-    snprintf(path, sizeof path, "%s/ramp.png", dir);
+// A world whose red is 8 x column and green 8 x row: where the crop samples reads back from its pixels.
+static int write_ramp(const char *path) {
     uint8_t world[W * W * 3];
     for (int y = 0; y < W; y++)
         for (int x = 0; x < W; x++) {
             uint8_t *p = world + ((size_t)y * W + x) * 3;
             p[0] = (uint8_t)(8 * x), p[1] = (uint8_t)(8 * y), p[2] = 128;
         }
-    if (image_write_png(path, W, W, world)) {
+    return image_write_png(path, W, W, world);
+}
+
+static void test_pan(const char *dir) {
+    char path[600], spec[700], err[512];
+    snprintf(path, sizeof path, "%s/ramp.png", dir);
+    if (write_ramp(path)) {
         check(0, "synthetic_pan", "cannot write %s", path);
         return;
     }
@@ -76,12 +82,53 @@ static void test_pan(const char *dir) {
     synthetic_close(s);
 }
 
+// On the ramp, bilinear samples (of the image and of its half-size copy alike) are exact: red at
+// column x of a frame is 8 (w - 1/2) where w is where that pixel's centre lies in the image, so the
+// first and last columns give the crop's scale k and offset. The point of the image that stays
+// where it is on the screen: the x at which w_t(x) = w0_t + x k_t is the same for every t.
+static void test_zoom(const char *dir) {
+    char path[600], spec[700], err[512];
+    snprintf(path, sizeof path, "%s/ramp.png", dir);
+    snprintf(spec, sizeof spec, "zoom:%s:%d", path, FRAMES);
+    SyntheticSource *s = synthetic_open(spec, S, err, sizeof err);
+    if (!s) {
+        check(0, "synthetic_zoom", "%s", err);
+        return;
+    }
+    uint8_t rgb[S * S * 3];
+    static double w0[FRAMES], k[FRAMES];
+    double kmin = 1e9, kmax = 0, fastest = 0, fy_gap = 0, mw = 0, mk = 0;
+    for (int f = 0; f < FRAMES; f++) {
+        synthetic_frame(s, f, rgb);
+        double w1 = rgb[3 * (S - 1)] / 8.0 + 0.5, h0 = rgb[1] / 8.0 + 0.5;
+        double h1 = rgb[3 * (size_t)(S - 1) * S + 1] / 8.0 + 0.5;
+        w0[f] = rgb[0] / 8.0 + 0.5, k[f] = (w1 - w0[f]) / (S - 1);
+        kmin = fmin(kmin, k[f]), kmax = fmax(kmax, k[f]), mw += w0[f] / FRAMES, mk += k[f] / FRAMES;
+        fy_gap = fmax(fy_gap, fabs((h1 - h0) / (S - 1) - k[f]));  // square pixels: the same scale down as across
+        // a point half the frame from the one that stays moves S/2 |d ln k| pixels on the screen
+        if (f) fastest = fmax(fastest, S / 2.0 * fabs(log(k[f] / k[f - 1])));
+    }
+    double cov = 0, var = 0, worst = 0;
+    for (int f = 0; f < FRAMES; f++) cov += (w0[f] - mw) * (k[f] - mk), var += (k[f] - mk) * (k[f] - mk);
+    double x = -cov / var, P = mw + x * mk;  // the screen column x whose point of the image P never moves
+    for (int f = 0; f < FRAMES; f++) worst = fmax(worst, fabs(w0[f] + x * k[f] - P));
+    int ok = kmin > 1 - 0.03 && kmin < 1.05 && kmax > 1.95 && kmax < 2 + 0.03 && fastest < 0.5 + 0.15 &&
+             fastest > 0.4 && worst < 0.2 && fy_gap < 0.03;
+    check(ok, "synthetic_zoom", "%d frames: the crop %.3f to %.3f times the frame; a point half the frame from the "
+          "still one moves %.3f pixel a frame at most; square pixels (%.3f); the image's point at screen column "
+          "%.2f stays within %.3f pixel", FRAMES, kmin, kmax, fastest, fy_gap, x, worst);
+    synthetic_close(s);
+}
+
 static void test_refusals(void) {
     const char *bad[][2] = {{"shapes:3", "shapes:K:FRAMES"},
                             {"shapes:3:0", "FRAMES from 1"},
                             {"shapes:x:10", "clip number"},
                             {"pan:/no/such/image.png:10", "/no/such/image.png"},
-                            {"pan::10", "pan:IMAGE:FRAMES"}};
+                            {"pan::10", "pan:IMAGE:FRAMES"},
+                            {"zoom::10", "zoom:IMAGE:FRAMES"},
+                            {"zoom:/no/such/image.png:10", "/no/such/image.png"},
+                            {"zoom:x.png:-3", "zoom:IMAGE:FRAMES"}};
     int ok = 1;
     char why[600] = "";
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -103,6 +150,7 @@ static void run_all(void) {
     mkdir(dir, 0755);
     test_shapes();
     test_pan(dir);
+    test_zoom(dir);
     test_refusals();
 }
 
