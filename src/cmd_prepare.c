@@ -25,7 +25,7 @@ static const char *HELP_PREPARE =
     "  pan:IMAGE:N    a camera panning 0.5 pixel a frame over IMAGE (scaled to twice the frame size),\n"
     "                 bouncing off its edges, N frames\n"
     "  zoom:IMAGE:N   a camera zooming in and out over the same square, the crop from the frame size\n"
-    "                 to twice it and back, a point half the frame from the still one moving 0.5 pixel\n"
+    "                 to twice it and back, a point half the frame from the still one moving 0.25 pixel\n"
     "                 a frame, N frames\n"
     "\n"
     "--vae FILE stores latents instead of frames: every frame, and the same frame mirrored (the loader\n"

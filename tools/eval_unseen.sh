@@ -7,6 +7,7 @@
 #   pans:   synthetic camera pans over four photographs (synthetic.h; no still is used in training):
 #           48 frames from the first frame; 1000 frames from the first 7 (eval --given 7), with the
 #           drift of mean, contrast and sharpness over 1000 frames;
+#   zooms:  synthetic camera zooms over the same photographs, 1000 frames from the first 7, the drift;
 #   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7,
 #           with the drift over 1000 frames.
 # The real set is scored twice: sampling from the trained prior (temperature 1, whatever the models'
@@ -20,7 +21,7 @@
 set -eu
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
-SETS=${EVAL_SETS:-real pans shapes}
+SETS=${EVAL_SETS:-real pans zooms shapes}
 CONFIGS=${EVAL_CONFIGS:-configs/small}
 SIZE=${EVAL_SIZE:-$(sed -nE 's/^frame_size *= *([0-9]+).*/\1/p' "$CONFIGS/starter.conf")}
 work=${1:-out/eval-unseen}
@@ -28,7 +29,7 @@ shift || true
 set_args=()
 for s in "$@"; do set_args+=(--set "$s"); done
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
-for f in vtest.avi tree.avi Megamind.avi fruits.jpg building.jpg baboon.jpg home.jpg; do
+for f in vtest.avi tree.avi Megamind.avi fruits.jpg building.jpg baboon.jpg home.jpg; do  # pans and zooms: the 4 jpgs
     [ -f "$DATA_DIR/$f" ] || { echo "eval_unseen: $DATA_DIR/$f is missing (apt-get install opencv-doc)" >&2; exit 1; }
 done
 mkdir -p "$work"
@@ -53,6 +54,12 @@ if [ ! -f "$work/pans/dataset.json" ]; then
     pans=()
     for img in fruits building baboon home; do pans+=(--input "pan:$DATA_DIR/$img.jpg:1000"); done
     "$FC" prepare "${pans[@]}" --out "$work/pans" --size "$SIZE" --clip-frames 1000
+fi
+if [ ! -f "$work/zooms/dataset.json" ]; then
+    rm -rf "$work/zooms"
+    zooms=()
+    for img in fruits building baboon home; do zooms+=(--input "zoom:$DATA_DIR/$img.jpg:1000"); done
+    "$FC" prepare "${zooms[@]}" --out "$work/zooms" --size "$SIZE" --clip-frames 1000
 fi
 if [ ! -f "$work/shapes/dataset.json" ]; then
     rm -rf "$work/shapes"
@@ -87,7 +94,8 @@ for set in $SETS; do
           score real_given7 --data "$work/real" --clips 4 --frames 48 --long 0 --given 7 ;;
     pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
           score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
+    zooms) score zooms_given7 --data "$work/zooms" --clips 4 --frames 1000 --long 1000 --given 7 ;;
     shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 1000 --given 7 ;;
-    *) echo "eval_unseen: unknown set '$set' (real, pans, shapes)" >&2; exit 2 ;;
+    *) echo "eval_unseen: unknown set '$set' (real, pans, zooms, shapes)" >&2; exit 2 ;;
     esac
 done

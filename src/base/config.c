@@ -71,6 +71,9 @@ static const KeyDef KEYS[] = {
      "the global motion of the given frames, extrapolated to the target's time (moved), or each 8x8-pixel tile "
      "of it carried along its own motion where that differs from the global one (local), or over a flat "
      "background each object moved along its own motion, elsewhere moved's (objects)", DELTA_REFERENCES},
+    {"reference_zoom", KEY_INT, OFF(reference_zoom), 0, 1,
+     "delta_reference moved or objects: the global motion of the given frames is a translation and a zoom (1), "
+     "the zoom found where it halves what the translation alone leaves, or a translation alone (0)"},
     {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
      "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
      "so a made frame's small errors do not carry on along the chain"},
@@ -373,6 +376,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (c->delta_reference != DELTA_REF_NEAREST && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: delta_reference %s needs targets = deltas (frame targets have no reference)",
                        origin, DELTA_REFERENCES[c->delta_reference]);
+    if (c->reference_zoom && c->delta_reference != DELTA_REF_MOVED && c->delta_reference != DELTA_REF_OBJECTS)
+        return fc_errf(err, errlen, "%s: reference_zoom 1 needs delta_reference moved or objects (not %s)", origin,
+                       DELTA_REFERENCES[c->delta_reference]);
     if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",
                        origin, c->anchor_snap);

@@ -88,10 +88,10 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
     uint64_t h = name_hash(body, len);
     if (zoom) {
         // the crop's side is size e^u, u bouncing in [0, ln 2]: a point half the frame from the focus
-        // (the point of the image that stays where it is on the screen) moves SYNTHETIC_PAN_SPEED
+        // (the point of the image that stays where it is on the screen) moves SYNTHETIC_ZOOM_SPEED
         // pixels a frame; the focus, the first side and the direction are pure functions of IMAGE's name
         s->u0 = M_LN2 * philox_uniform(h, 0, RNG_DATA, 0);
-        s->du = SYNTHETIC_PAN_SPEED / (size / 2.0) * (philox_uniform(h, 0, RNG_DATA, 3) < 0.5 ? -1 : 1);
+        s->du = SYNTHETIC_ZOOM_SPEED / (size / 2.0) * (philox_uniform(h, 0, RNG_DATA, 3) < 0.5 ? -1 : 1);
         s->fx = philox_uniform(h, 0, RNG_DATA, 1), s->fy = philox_uniform(h, 0, RNG_DATA, 2);
         s->half = fc_malloc((size_t)size * size * 3);
         int W = 2 * size;

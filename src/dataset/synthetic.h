@@ -7,9 +7,9 @@
 //                  of IMAGE's name; N frames
 //   zoom:IMAGE:N   a camera zooming in and out over IMAGE (the same square): the crop's side goes from
 //                  the frame size to twice it and back, exponentially, about a point of the image that
-//                  stays where it is on the screen, a point half the frame from it moving 0.5 pixel a
-//                  frame (22 frames from one end to the other at any size); the point, the first side
-//                  and the direction are pure functions of IMAGE's name; N frames
+//                  stays where it is on the screen, a point half the frame from it moving 0.25 pixel
+//                  a frame (44 frames from one end to the other at any size); the point, the first
+//                  side and the direction are pure functions of IMAGE's name; N frames
 #ifndef FRAMECHAIN_SYNTHETIC_H
 #define FRAMECHAIN_SYNTHETIC_H
 
@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #define SYNTHETIC_MAX_FRAMES 1000000
-#define SYNTHETIC_PAN_SPEED 0.5  // pixels a frame
+#define SYNTHETIC_PAN_SPEED 0.5   // pixels a frame
+#define SYNTHETIC_ZOOM_SPEED 0.25 // pixels a frame, of a point half the frame from a zoom's still point
 
 typedef struct SyntheticSource SyntheticSource;
 

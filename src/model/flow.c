@@ -68,22 +68,40 @@ static void context_neighbours(const Config *c, const float *offset, int r, int 
     }
 }
 
-// The velocity (pixels a frame) of the global motion at reference slot r: from the context slots
-// next to r in time.
+// The frames' motion over `lead` frames of one that moves by (vx, vy) and zooms by ls a frame, each
+// frame's zoom about the frame's centre: the translation of the whole lead, the zoom's own translations
+// carried by the zooms after them (vx lead where ls = 0).
+static double zoom_lead(double ls, double lead) { return ls == 0 ? lead : expm1(ls * lead) / expm1(ls); }
+
+// The velocity (pixels a frame) and, with reference_zoom, the zoom (ls a frame, global_motion.h) of
+// the global motion at reference slot r: from the context slots next to r in time, by least squares.
 static void reference_velocity(const Config *c, const real *const *given, const float *offset, int r, double *vx,
-                               double *vy) {
+                               double *vy, double *ls) {
     int before, after;
     context_neighbours(c, offset, r, &before, &after);
     // Each neighbour g was moved onto r by v * (offset r - offset g): v by least squares.
-    double sx = 0, sy = 0, ss = 0;
+    double sx = 0, sy = 0, ss = 0, gaps[2] = {0, 0}, dx[2] = {0, 0}, dy[2] = {0, 0}, dl[2] = {0, 0}, sl = 0;
     for (int k = 0; k < 2; k++) {
         int g = k ? after : before;
         if (g < 0) continue;
-        double gap = offset[r] - offset[g], dx, dy;
-        motion_estimate(given[g], given[r], c->channels, c->frame_size, &dx, &dy);
-        sx += dx * gap, sy += dy * gap, ss += gap * gap;
+        double gap = offset[r] - offset[g];
+        if (c->reference_zoom)
+            motion_estimate_zoom(given[g], given[r], c->channels, c->frame_size, &dx[k], &dy[k], &dl[k]);
+        else
+            motion_estimate(given[g], given[r], c->channels, c->frame_size, &dx[k], &dy[k]);
+        sx += dx[k] * gap, sy += dy[k] * gap, ss += gap * gap, sl += dl[k] * gap, gaps[k] = gap;
     }
-    *vx = ss > 0 ? sx / ss : 0, *vy = ss > 0 ? sy / ss : 0;
+    *vx = ss > 0 ? sx / ss : 0, *vy = ss > 0 ? sy / ss : 0, *ls = 0;
+    if (sl == 0 || ss == 0) return;  // no zoom: the translation alone, as it always was
+    // a zoom: neighbour k's translation is v zoom_lead(ls, gap k); v by least squares again
+    *ls = sl / ss;
+    double ux = 0, uy = 0, uu = 0;
+    for (int k = 0; k < 2; k++) {
+        if (gaps[k] == 0) continue;
+        double u = zoom_lead(*ls, gaps[k]);
+        ux += dx[k] * u, uy += dy[k] * u, uu += u * u;
+    }
+    *vx = ux / uu, *vy = uy / uu;
 }
 
 // delta_reference = local: the motion of each MOTION_TILE-pixel square of reference slot r, as
@@ -162,7 +180,7 @@ static int reference_objects(const Config *c, const real *const *given, const fl
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs) {
     int N = c->frame_size;
     size_t E = (size_t)c->channels * N * N;
-    double vx[MAX_SLOTS], vy[MAX_SLOTS];
+    double vx[MAX_SLOTS], vy[MAX_SLOTS], zl[MAX_SLOTS] = {0};  // zl: the zoom, ls a frame (global_motion.h)
     int measured[MAX_SLOTS] = {0};  // targets sharing a reference slot share its motion: measured once (local:
                                     // 2 where its tiles move apart; objects: 3 where its objects move)
     int tiles = c->delta_reference == DELTA_REF_LOCAL ? local_tiles(c) : 0, n = tiles * tiles;
@@ -196,15 +214,19 @@ void flow_references(const Config *c, const real *const *given, const float *off
             continue;  // its tiles move: not snapped
         }
         if (!measured[r]) {
-            vx[r] = vy[r] = 0;
-            if (c->delta_reference != DELTA_REF_NEAREST) reference_velocity(c, given, offset, r, &vx[r], &vy[r]);
+            vx[r] = vy[r] = zl[r] = 0;
+            if (c->delta_reference != DELTA_REF_NEAREST)
+                reference_velocity(c, given, offset, r, &vx[r], &vy[r], &zl[r]);
             measured[r] = 1;
         }
-        if (vx[r] == 0 && vy[r] == 0) {
+        if (vx[r] == 0 && vy[r] == 0 && zl[r] == 0) {
             memcpy(refs + f * E, given[r], sizeof(real) * E);
             if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
-        } else {  // moved: not snapped
+        } else if (zl[r] == 0) {  // moved: not snapped
             motion_shift(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead);
+        } else {  // moved and zoomed: the lead's frames' motions composed
+            double u = zoom_lead(zl[r], lead);
+            motion_zoom(refs + f * E, given[r], c->channels, N, vx[r] * u, vy[r] * u, zl[r] * lead);
         }
     }
     free(tvx);

@@ -1,6 +1,6 @@
 // global_motion.c: a global translation by exhaustive search (small frames: a few hundred
-// candidates of a few thousand values each), and the bilinear shift that applies it; the same per
-// tile, and the forward carry that applies a field of tile motions.
+// candidates of a few thousand values each), and the bilinear shift that applies it; a zoom beside
+// it; the same per tile, and the forward carry that applies a field of tile motions.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +93,93 @@ void motion_estimate(const real *from, const real *to, int C, int N, double *dx,
     *dx = *dy = 0;
     if (N <= 2 * radius + 2) return;  // too small a frame to tell a shift from new content
     search_shift(from, to, C, N, (Window){radius, N - radius, radius, N - radius}, radius, 0, 0, dx, dy);
+}
+
+// ---- zooms: to(p) = from(cen + (p - cen - d) e^-ls), cen the frame's centre ----
+
+// from at the point that lands on (y, x) under the zoom: (fy, fx) = cen + ((y, x) - cen - d) k, k = e^-ls.
+static inline double zoom_sample(const real *plane, int N, double k, double dx, double dy, int y, int x) {
+    double cen = (N - 1) / 2.0;
+    return motion_sample(plane, N, cen + (y - cen - dy) * k, cen + (x - cen - dx) * k);
+}
+
+static double zoomed_mse(const real *from, const real *to, int C, int N, Window w, double dx, double dy, double ls) {
+    double sum = 0, k = exp(-ls);
+    for (int ch = 0; ch < C; ch++) {
+        const real *a = from + (size_t)ch * N * N, *b = to + (size_t)ch * N * N;
+        for (int y = w.y0; y < w.y1; y++)
+            for (int x = w.x0; x < w.x1; x++) {
+                double d = b[y * N + x] - zoom_sample(a, N, k, dx, dy, y, x);
+                sum += d * d;
+            }
+    }
+    return sum / ((double)C * (w.y1 - w.y0) * (w.x1 - w.x0));
+}
+
+// n candidates (dx[i], dy[i], ls[i]) scored in parallel, each one thread's serial sum.
+static void score_zooms(const real *from, const real *to, int C, int N, Window w, int n, const double *dx,
+                        const double *dy, const double *ls, double *e) {
+#pragma omp parallel for schedule(dynamic, 1) if (n > 8)
+    for (int i = 0; i < n; i++) e[i] = zoomed_mse(from, to, C, N, w, dx[i], dy[i], ls[i]);
+}
+
+// The best of n candidates, or the current one (*best its score) where none is lower: 1 if one was.
+static int take_best(int n, const double *dx, const double *dy, const double *ls, const double *e, double *best,
+                     double *bx, double *by, double *bl) {
+    int k = -1;
+    for (int i = 0; i < n; i++)
+        if (e[i] < *best) *best = e[i], k = i;
+    if (k >= 0) *bx = dx[k], *by = dy[k], *bl = ls[k];
+    return k >= 0;
+}
+
+void motion_estimate_zoom(const real *from, const real *to, int C, int N, double *dx, double *dy, double *ls) {
+    motion_estimate(from, to, C, N, dx, dy);
+    *ls = 0;
+    int radius = motion_radius(N), K = N / 4;
+    if (N <= 2 * radius + 2) return;
+    Window w = {radius, N - radius, radius, N - radius};
+    double translated = shifted_mse(from, to, C, N, w, *dx, *dy);  // what the translation leaves
+    enum { MOST = 64 };
+    double cx[MOST], cy[MOST], cl[MOST], e[MOST], best = translated, bx = *dx, by = *dy, bl = 0;
+    // scales at the translation: the frame's edge N/2 from the centre moved by up to N/8 pixels, in
+    // steps of half a pixel (coarser on frames over 128 pixels, for at most MOST candidates)
+    int n = 0, stride = 1 + 2 * K / MOST;
+    for (int k = -K; k <= K; k += stride)
+        if (k) cx[n] = bx, cy[n] = by, cl[n] = (double)k / N, n++;
+    score_zooms(from, to, C, N, w, n, cx, cy, cl, e);
+    if (!take_best(n, cx, cy, cl, e, &best, &bx, &by, &bl)) return;
+    // then the translation at that scale (whole, quarter and sixteenth pixels), then the scale finer
+    for (double step = 1; step >= 0.0625; step /= 4) {
+        n = 0;
+        for (int y = -3; y <= 3; y++)
+            for (int x = -3; x <= 3; x++)
+                if ((x || y) && (step < 1 || (abs(x) <= 1 && abs(y) <= 1)))
+                    cx[n] = bx + x * step, cy[n] = by + y * step, cl[n] = bl, n++;
+        score_zooms(from, to, C, N, w, n, cx, cy, cl, e);
+        take_best(n, cx, cy, cl, e, &best, &bx, &by, &bl);
+    }
+    for (double step = 0.25 / N; step >= 0.0625 / N; step /= 4) {
+        n = 0;
+        for (int k = -3; k <= 3; k++)
+            if (k) cx[n] = bx, cy[n] = by, cl[n] = bl + k * step, n++;
+        score_zooms(from, to, C, N, w, n, cx, cy, cl, e);
+        take_best(n, cx, cy, cl, e, &best, &bx, &by, &bl);
+    }
+    if (best < 0.5 * translated) *dx = bx, *dy = by, *ls = bl;
+}
+
+void motion_zoom(real *out, const real *in, int C, int N, double dx, double dy, double ls) {
+    if (ls == 0) {
+        motion_shift(out, in, C, N, dx, dy);
+        return;
+    }
+    double k = exp(-ls);
+    for (int ch = 0; ch < C; ch++) {
+        const real *plane = in + (size_t)ch * N * N;
+        for (int y = 0; y < N; y++)
+            for (int x = 0; x < N; x++) out[((size_t)ch * N + y) * N + x] = (real)zoom_sample(plane, N, k, dx, dy, y, x);
+    }
 }
 
 void motion_estimate_tiles(const real *from, const real *to, int C, int N, int tiles, double base_x, double base_y,

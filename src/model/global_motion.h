@@ -1,4 +1,4 @@
-// global_motion.h: the global translation between two frames, and a frame moved by one. Used by
+// global_motion.h: the global translation (and zoom) between two frames, and a frame moved by one. Used by
 // targets = deltas with delta_reference = moved (docs/network.md, "Conditioning"): a target's
 // reference is then its nearest given frame moved along the camera's motion, so that a pan's
 // deltas are what the pan cannot explain (new content at an edge, things that move on their own).
@@ -38,6 +38,17 @@ void motion_search(ShiftScorer score, const void *ctx, int radius, double bound,
 // fractional shift, which lowers the difference of noisy frames by up to 3/8 on its own, does not
 // move it.
 void motion_estimate(const real *from, const real *to, int C, int N, double *dx, double *dy);
+
+// The global motion as a zoom and a translation: to(p) = from(cen + (p - cen - d) e^-ls) with cen the
+// frame's centre ((N - 1) / 2 on both axes): ls > 0 zooms in (things grow by e^ls). motion_estimate's
+// translation and ls = 0 unless a zoom (scales whose edge moves up to N/8 pixels, then the
+// translation at that scale to 1/16 pixel, then the scale to 1/16 of 1/N) halves the difference that
+// translation leaves: every motion without a zoom is motion_estimate's, to the bit.
+void motion_estimate_zoom(const real *from, const real *to, int C, int N, double *dx, double *dy, double *ls);
+
+// out(p) = in(cen + (p - cen - d) e^-ls), bilinear, the coordinates clamped to the frame; motion_shift
+// where ls = 0. (C, N, N) each, out != in.
+void motion_zoom(real *out, const real *in, int C, int N, double dx, double dy, double ls);
 
 // out(y, x) = in(y - dy, x - dx), bilinear, the coordinates clamped to the frame (an edge that
 // comes into view repeats the edge pixels); (C, N, N) each, out != in.

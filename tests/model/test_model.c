@@ -392,6 +392,72 @@ static void test_global_motion(void) {
     free(tex), free(moved), free(noisy), free(win), free(near), free(mov), free(refs), free(back);
 }
 
+// A zoom found (its scale to 1/250, its translation to 1/10 pixel), a translation left as
+// motion_estimate finds it to the bit, a noisy still scene still; and an extrapolate window of a
+// camera zooming in while it pans: the moved reference, zoomed, leaves a tenth of the deltas that
+// the nearest frame does in the frame's middle.
+static void test_global_zoom(void) {
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N;
+    real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E), *noisy = fc_malloc(sizeof(real) * E);
+    make_texture(tex, C, N, 31);
+    double zooms[3][3] = {{0, 0, 0.0625}, {0.5, -0.25, -0.05}, {-1.0, 0.75, 0.03}}, worst_l = 0, worst_d = 0;
+    double dx, dy, ls, tx, ty;
+    for (int k = 0; k < 3; k++) {
+        motion_zoom(moved, tex, C, N, zooms[k][0], zooms[k][1], zooms[k][2]);
+        motion_estimate_zoom(tex, moved, C, N, &dx, &dy, &ls);
+        worst_l = fmax(worst_l, fabs(ls - zooms[k][2]));
+        worst_d = fmax(worst_d, fmax(fabs(dx - zooms[k][0]), fabs(dy - zooms[k][1])));
+    }
+    motion_shift(moved, tex, C, N, 1.5, -0.75);
+    motion_estimate_zoom(tex, moved, C, N, &dx, &dy, &ls);
+    motion_estimate(tex, moved, C, N, &tx, &ty);
+    int translation = ls == 0 && dx == tx && dy == ty;
+    philox_fill_normal(noisy, E, 0, 0.1, 32, 0, RNG_TEST, 0);
+    philox_fill_normal(moved, E, 0, 0.1, 33, 0, RNG_TEST, 0);
+    for (size_t e = 0; e < E; e++) noisy[e] += tex[e], moved[e] += tex[e];
+    double sx, sy, sl;
+    motion_estimate_zoom(moved, noisy, C, N, &sx, &sy, &sl);
+    check(worst_l < 0.004 && worst_d < 0.1 && translation && sx == 0 && sy == 0 && sl == 0, "motion_estimate_zoom",
+          "three zooms found within %.4f of their scale and %.3f pixel; a translation: (%g, %g, %g) against "
+          "motion_estimate's (%g, %g); a noisy still scene: (%g, %g, %g)", worst_l, worst_d, dx, dy, ls, tx, ty, sx,
+          sy, sl);
+
+    // the window: the frame at offset o is tex zoomed by 0.015 o about the centre and moved by
+    // (0.2, -0.1) a frame, each frame's motion applied after the last's
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");  // anchor:-12 context:-8 -4 0 target:4 8 12
+    c.delta_scale = 1, c.anchor_snap = 0, c.reference_zoom = 1;
+    real *win = fc_malloc(sizeof(real) * c.slots * E), *near = fc_malloc(sizeof(real) * c.slots * E);
+    real *mov = fc_malloc(sizeof(real) * c.slots * E);
+    for (int f = 0; f < c.slots; f++) {
+        double o = c.slot_offset[f], l = 0.015, u = expm1(l * o) / expm1(l);
+        motion_zoom(win + f * E, tex, C, N, 0.2 * u, -0.1 * u, l * o);
+    }
+    memcpy(near, win, sizeof(real) * c.slots * E), memcpy(mov, win, sizeof(real) * c.slots * E);
+    c.delta_reference = DELTA_REF_NEAREST;
+    flow_delta_targets(&c, 1, near);
+    c.delta_reference = DELTA_REF_MOVED;
+    flow_delta_targets(&c, 1, mov);
+    double r_near = 0, r_mov = 0;
+    for (int f = 0; f < c.slots; f++) {
+        if (c.slot_kind[f] != SLOT_TARGET) continue;
+        double a = 0, b = 0;
+        for (int ch = 0; ch < C; ch++)
+            for (int y = 8; y < 24; y++)
+                for (int x = 8; x < 24; x++) {
+                    size_t at = f * E + ((size_t)ch * N + y) * N + x;
+                    a += (double)near[at] * near[at], b += (double)mov[at] * mov[at];
+                }
+        r_near = fmax(r_near, sqrt(a / (C * 256))), r_mov = fmax(r_mov, sqrt(b / (C * 256)));
+    }
+    check(r_mov < 0.1 * r_near, "delta_reference_moved_zoom",
+          "a zooming pan's deltas in the frame's middle: rms %.4f moved against %.4f from the nearest frame", r_mov,
+          r_near);
+    free(tex), free(moved), free(noisy), free(win), free(near), free(mov);
+}
+
 // A square of side `side` with its top-left corner at (x0, y0) (fractional: edge pixels take the
 // covered fraction) of value v drawn over plane (N, N) of every channel.
 static void draw_square(real *frame, int C, int N, double x0, double y0, int side, double v) {
@@ -665,6 +731,7 @@ int main(void) {
     test_flow();
     test_conditioning();
     test_global_motion();
+    test_global_zoom();
     test_local_motion();
     test_objects_motion();
     test_anchor_snap();
