@@ -99,6 +99,23 @@ size_t fc_resident_bytes(void) {
     return got == 2 && page > 0 ? (size_t)resident * (size_t)page : 0;
 }
 
+size_t fc_machine_memory(int available) {
+    long hook = fc_test_hook(available ? "MEM_AVAILABLE_MIB" : "MEM_TOTAL_MIB");
+    if (hook >= 0) return (size_t)hook << 20;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    const char *want = available ? "MemAvailable:" : "MemTotal:";
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, want, strlen(want))) {
+            kib = strtoull(line + strlen(want), NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kib << 10;
+}
+
 long fc_test_hook(const char *name) {
     char var[128];
     snprintf(var, sizeof var, "FRAMECHAIN_TEST_%s", name);

@@ -44,6 +44,10 @@ int fc_default_threads(void);
 
 // The process's resident memory now, in bytes (/proc/self/statm); 0 where it cannot be read.
 size_t fc_resident_bytes(void);
+// The machine's memory (/proc/meminfo's MemTotal) and what it has available now for a new process
+// without swapping (MemAvailable), in bytes; 0 where unknown. The tests set them with
+// FRAMECHAIN_TEST_MEM_TOTAL_MIB and FRAMECHAIN_TEST_MEM_AVAILABLE_MIB.
+size_t fc_machine_memory(int available);
 
 // pread exactly n bytes at offset, retrying on EINTR: 0, or -1 with errno set (EIO when the file
 // ends early).

@@ -291,6 +291,19 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     if (t->on_gpu && t->plan.total > vram_budget)
         fc_die("%s: the memory plan (%.2f GiB) exceeds --vram-budget %.2f GiB: lower batch_size, frame_size, width "
                "or depth (or raise the budget)", t->run, t->plan.total / 1073741824.0, vram_budget / 1073741824.0);
+    // The host's part (on the CPU all of it): refused where the machine could never hold it, a warning
+    // where it cannot now without swapping (what the process already holds is counted as held).
+    const double GiB = 1073741824.0;
+    double host = t->plan.cpu ? t->plan.total : t->plan.host, held = t->plan.program;
+    double machine = (double)fc_machine_memory(0), available = (double)fc_machine_memory(1);
+    if (machine > 0 && host > machine)
+        fc_die("%s: the memory plan's %.2f GiB of host memory exceed this machine's %.2f GiB: lower batch_size, "
+               "frame_size, width or depth%s", t->run, host / GiB, machine / GiB,
+               t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
+    if (available > 0 && host - held > available)
+        fc_warn("%s: the memory plan's %.2f GiB of host memory are more than the %.2f GiB this machine has "
+                "available now: the run may swap, or be killed when memory runs out", t->run, (host - held) / GiB,
+                available / GiB);
 }
 
 // The model, its optimizer and EMA, and the batch buffers; the weights as a fresh run starts them.

@@ -48,6 +48,16 @@ if [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "exceeds --vram-budget 0.01 GiB" "$tmp
 else
     fail emu_cli_refused_plan_leaves_nothing "status $rc and $rc2; $(ls -A "$tmp/over/budget" 2>&1 | tr '\n' ' '); before: $before, after: $after; $(tail -1 "$tmp/over.log")"
 fi
+# on a GPU the plan's host part (the checkpoint's staging buffer) against the machine's memory
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=1 "$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/host" \
+    --steps 2 > "$tmp/host.log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "of host memory exceed this machine's 0.00 GiB: .*staging buffer" "$tmp/host.log" &&
+    grep -q "^  on the host:" "$tmp/host.log" && [ ! -e "$tmp/host" ]; then
+    pass emu_cli_host_plan_refused "a 1 MiB machine: the host part of the plan refused (status 1), no folder left"
+else
+    fail emu_cli_host_plan_refused "status $rc: $(grep -m1 'framechain:' "$tmp/host.log")"
+fi
 if grep -q "^checkpoint .*(blocked .* in the background)" "$tmp/starter.log"; then
     pass emu_cli_background_checkpoints "$(grep -c '^checkpoint .*in the background' "$tmp/starter.log") checkpoints written by the background writer"
 else

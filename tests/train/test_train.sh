@@ -40,6 +40,21 @@ expect loss_goes_down $(awk -v a="$first" -v b="$last" 'BEGIN {print !(b < 0.9 *
 ratio=$(sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p' "$tmp/ref.log")
 expect memory_plan_holds_the_peak $(awk -v r="${ratio:-0}" 'BEGIN {print !(r >= 0.9 && r <= 1.05)}') \
     "$(grep '^peak' "$tmp/ref.log" || echo 'no peak line'); plan: $(grep -E '^  (ckpt staging|program|total) ' "$tmp/ref.log" | tr -s ' ' | tr '\n' ';')"
+# A plan the machine could never hold is refused before anything is allocated, the run folder it made
+# removed; one over what is available now is a warning and the run goes on.
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=30 "$FC" --threads 1 train --config "$TINY" --run "$tmp/too_big" --steps 2 \
+    > "$tmp/too_big.log" 2>&1
+rc=$?
+FRAMECHAIN_TEST_MEM_AVAILABLE_MIB=10 "$FC" --threads 1 train --config "$TINY" --run "$tmp/tight" --steps 2 \
+    > "$tmp/tight.log" 2>&1
+rc2=$?
+expect memory_plan_over_the_machine $(( rc != 1 || rc2 != 0 )) \
+    "30 MiB machine: status $rc, $(grep -c . "$tmp/too_big.log") lines, folder left: $([ -e "$tmp/too_big" ] && echo yes || echo no)"
+grep -q "exceed this machine's 0.03 GiB" "$tmp/too_big.log" && [ ! -e "$tmp/too_big" ] &&
+    grep -q "warning: .*more than the 0.01 GiB this machine has available now" "$tmp/tight.log" &&
+    grep -q "^done: $tmp/tight at step 2" "$tmp/tight.log"
+expect memory_plan_over_the_machine_lines $? \
+    "$(grep framechain: "$tmp/too_big.log" | head -1); $(grep warning "$tmp/tight.log" | head -1)"
 
 "$FC" inspect "$(final "$tmp/ref")" > "$tmp/inspect.log" 2>&1
 rc=$?
