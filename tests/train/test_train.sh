@@ -36,9 +36,13 @@ first=$(losses "$tmp/ref" | head -10 | awk '{s+=$2} END {print s/NR}')
 last=$(losses "$tmp/ref" | tail -10 | awk '{s+=$2} END {print s/NR}')
 expect loss_goes_down $(awk -v a="$first" -v b="$last" 'BEGIN {print !(b < 0.9 * a)}') "mean loss of steps 1-10 $first, of steps 51-60 $last"
 # The memory plan printed before the first step holds what the run measured at its end: on the CPU
-# the whole resident set (the program, the checkpoint's staging buffer, the threads' scratch).
+# the whole resident set (the program, the checkpoint's staging buffer, the threads' scratch). In the
+# sanitizer build ASan's shadow memory and redzones come on top of every allocation: there only the
+# plan's floor is checked.
 ratio=$(sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p' "$tmp/ref.log")
-expect memory_plan_holds_the_peak $(awk -v r="${ratio:-0}" 'BEGIN {print !(r >= 0.9 && r <= 1.05)}') \
+most=1.05
+if ldd "$FC" 2> /dev/null | grep -q libasan; then most=100; fi
+expect memory_plan_holds_the_peak $(awk -v r="${ratio:-0}" -v m=$most 'BEGIN {print !(r >= 0.9 && r <= m)}') \
     "$(grep '^peak' "$tmp/ref.log" || echo 'no peak line'); plan: $(grep -E '^  (ckpt staging|program|total) ' "$tmp/ref.log" | tr -s ' ' | tr '\n' ';')"
 # A plan the machine could never hold is refused before anything is allocated, the run folder it made
 # removed; one over what is available now is a warning and the run goes on.
