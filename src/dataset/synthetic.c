@@ -99,7 +99,8 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
             for (int x = 0; x < size; x++)
                 for (int c = 0; c < 3; c++) {
                     const uint8_t *p = s->world + ((size_t)(2 * y) * W + 2 * x) * 3 + c;
-                    s->half[((size_t)y * size + x) * 3 + c] = (uint8_t)((p[0] + p[3] + p[3 * W] + p[3 * W + 3] + 2) / 4);
+                    int sum = p[0] + p[3] + p[3 * W] + p[3 * W + 3];
+                    s->half[((size_t)y * size + x) * 3 + c] = (uint8_t)((sum + 2) / 4);
                 }
         return s;
     }

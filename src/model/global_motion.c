@@ -178,7 +178,8 @@ void motion_zoom(real *out, const real *in, int C, int N, double dx, double dy, 
     for (int ch = 0; ch < C; ch++) {
         const real *plane = in + (size_t)ch * N * N;
         for (int y = 0; y < N; y++)
-            for (int x = 0; x < N; x++) out[((size_t)ch * N + y) * N + x] = (real)zoom_sample(plane, N, k, dx, dy, y, x);
+            for (int x = 0; x < N; x++)
+                out[((size_t)ch * N + y) * N + x] = (real)zoom_sample(plane, N, k, dx, dy, y, x);
     }
 }
 

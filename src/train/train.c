@@ -343,7 +343,6 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
     dist_broadcast(fork_unwritten, sizeof *fork_unwritten);
 }
 
-
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
 
