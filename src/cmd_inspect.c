@@ -166,6 +166,8 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
                                    budget + memory_plan_rank_savings(c, B, PLAN_GPU_BF16, ranks, c->shard_optimizer)),
                c->depth, KEEP_BLOCKS_AUTO_RESERVE_GIB);
     MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, PLAN_GPU_BF16);
+    cpu.program = (double)fc_resident_bytes();  // this process, as train measures its own when it starts
+    memory_plan_sum(&cpu);
     memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);
     memory_plan_per_rank(&gpu, ranks, c->shard_optimizer);
     char what[2][96];
