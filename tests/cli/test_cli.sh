@@ -104,6 +104,8 @@ expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config co
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
     --config configs/starter.conf
+# the host memory a GPU run holds beside the card's (the checkpoint's staging buffer and the previews' weights)
+expect preset_host_memory 0 "host total *12.45 GiB" "$FC" inspect --config configs/starter.conf
 # the presets in latent space (configs/latent/: 512x512 frames as 64x64x4 latents in 2x2 patches): the
 # pixel presets' tokens, planned within 24 GiB on cuda, and a plan over it said so
 for role in starter extrapolate interpolate; do
