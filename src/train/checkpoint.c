@@ -136,11 +136,18 @@ void checkpoint_set_aside(const char *path, const char *why) {
 static int check_crcs(const StFile *f, const char *path, char *err, size_t errlen);
 static int check_finite(const StFile *f, const char *path, char *err, size_t errlen);
 
+// Its metadata names this format: 1, else 0 with why.
+static int is_checkpoint(const StFile *f, const char *path, char *why, size_t whylen) {
+    const char *format = st_meta(f, "format");
+    if (format && !strcmp(format, CKPT_FORMAT)) return 1;
+    snprintf(why, whylen, "%s: not a framechain checkpoint", path);
+    return 0;
+}
+
 int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen) {
     if (st_read(path, f, why, whylen)) return -1;
-    const char *format = st_meta(f, "format");
-    if (!format || strcmp(format, CKPT_FORMAT)) snprintf(why, whylen, "%s: not a framechain checkpoint", path);
-    else if (!check_crcs(f, path, why, whylen) && !check_finite(f, path, why, whylen)) return 0;
+    if (is_checkpoint(f, path, why, whylen) && !check_crcs(f, path, why, whylen) && !check_finite(f, path, why, whylen))
+        return 0;
     st_free(f);
     return -1;
 }
@@ -159,9 +166,7 @@ static int is_weights(const StEntry *e) {
 static int checkpoint_whole(const char *path, char *why, size_t whylen) {
     StFile f;
     if (st_read_header(path, &f, why, whylen)) return 0;
-    const char *format = st_meta(&f, "format");
-    int ok = format && !strcmp(format, CKPT_FORMAT);
-    if (!ok) snprintf(why, whylen, "%s: not a framechain checkpoint", path);
+    int ok = is_checkpoint(&f, path, why, whylen);
     size_t largest = 1;
     for (int i = 0; i < f.n; i++)
         if (f.entries[i].end - f.entries[i].begin > largest) largest = f.entries[i].end - f.entries[i].begin;
