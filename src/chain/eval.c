@@ -48,6 +48,9 @@ typedef struct {
     double *psnr_hold0, *ssim_hold0;  // (N): the same for holding frame 0 (the copy itself when given = 1)
     double *motion;            // (L, N): clip sums of the chain's motion from frame f - 1 to f (frame_motion)
     double *motion_real;       // (N): the same for the real clip
+    int K, h0, h1;             // clips; the frames of the headline horizon (horizon())
+    double *clip_chain;        // (L, K): each clip's mean PSNR over the horizon, the chain's
+    double *clip_copy;         // (K): the same for the copy baseline; a damaged clip's: NAN
     FrameStats *drift;         // (L, M): ratios to frame 0
     FrameStats *real;          // (real_frames): ratios to frame 0 of the real clip
 } Results;
@@ -75,6 +78,39 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
            s[3] / d);
     if (r->given > 1) printf(" %11.2f %11.4f", s[4] / d, s[5] / d);
     printf(" %12.2f %11.2f\n", s[6] / d, s[7] / d);
+}
+
+// The frames each clip's own score covers: from more than one given frame the next 40 (when the
+// clips are that long), else all the frames made. Its label into *label.
+static void horizon(const Results *r, int *a, int *b, const char **label) {
+    int last = r->N - 1;
+    if (r->given > 1 && r->given + 39 <= last) *a = r->given, *b = r->given + 39, *label = "the next 40 frames";
+    else *a = r->given, *b = last, *label = "all frames made";
+}
+
+// The spread behind the means: each clip's PSNR over the horizon, chain minus copy, as a mean with its
+// standard error (over clips: the clips differ far more than two runs of one clip), the smallest and
+// largest, and how many clips the chain scores over the copy on.
+static void print_clips(const Results *r, const double *levels) {
+    int a, b;
+    const char *label;
+    horizon(r, &a, &b, &label);
+    printf("\nper clip: PSNR chain - copy over %s (frames %d-%d), dB: the spread behind the means above\n", label,
+           a, b);
+    printf("%-10s %6s %8s %9s %8s %8s %10s\n", "noise-aug", "clips", "mean", "std err", "min", "max", "over copy");
+    for (int l = 0; l < r->L; l++) {
+        int n = 0, over = 0;
+        double sum = 0, sum2 = 0, lo = INFINITY, hi = -INFINITY;
+        for (int k = 0; k < r->K; k++) {
+            double d = r->clip_chain[(size_t)l * r->K + k] - r->clip_copy[k];
+            if (isnan(d)) continue;  // damaged, left out
+            n++, sum += d, sum2 += d * d, over += d > 0;
+            lo = d < lo ? d : lo, hi = d > hi ? d : hi;
+        }
+        double mean = sum / n, var = n > 1 ? (sum2 - n * mean * mean) / (n - 1) : NAN;
+        printf("%-10g %6d %8.2f %9.2f %8.2f %8.2f %4d of %d\n", levels[l], n, mean,
+               n > 1 ? sqrt(var > 0 ? var / n : 0) : NAN, lo, hi, over, n);
+    }
 }
 
 // Frame ranges 1-6, 7-12, 13-24, 25-48, ... (each twice the last), the last cut at N-1, the given
@@ -151,6 +187,13 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
             double v[6] = {d.mean, d.contrast, d.sharpness, q.mean, q.contrast, q.sharpness};
             for (int k = 0; k < 6; k++) fputc('\t', out), print_num(out, v[k]);
             fputs("\tnan\tnan\tnan\tnan\n", out);
+        }
+    for (int l = 0; l < r->L; l++)  // frame: the clip's number in the dataset
+        for (int k = 0; k < r->K; k++) {
+            double chain = r->clip_chain[(size_t)l * r->K + k];
+            if (isnan(chain)) continue;
+            fprintf(out, "clip\t%g\t%d\t%.4f\t%.4f\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\n",
+                    levels[l], k + 1, chain, r->clip_copy[k]);
         }
     return ferror(out) ? -1 : 0;
 }
@@ -261,7 +304,12 @@ static void alloc_buffers(Eval *ev) {
     int L = ev->L, N = ev->N, M = ev->M, S = ev->S;
     size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;  // a pixel frame's values, bytes
     Results *r = &ev->r;
-    *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given};
+    *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given, .K = ev->K};
+    const char *label;
+    horizon(r, &r->h0, &r->h1, &label);
+    r->clip_chain = fc_malloc(sizeof(double) * L * ev->K), r->clip_copy = fc_malloc(sizeof(double) * ev->K);
+    for (size_t i = 0; i < (size_t)L * ev->K; i++) r->clip_chain[i] = NAN;
+    for (int k = 0; k < ev->K; k++) r->clip_copy[k] = NAN;
     r->psnr = fc_calloc((size_t)L * N, sizeof(double)), r->ssim = fc_calloc((size_t)L * N, sizeof(double));
     r->psnr_copy = fc_calloc(N, sizeof(double)), r->ssim_copy = fc_calloc(N, sizeof(double));
     r->psnr_hold0 = fc_calloc(N, sizeof(double)), r->ssim_hold0 = fc_calloc(N, sizeof(double));
@@ -307,16 +355,20 @@ static void note_drift_start(Eval *ev, int k) {
 }
 
 // The baselines: the last known frame held, and frame 0 held.
-static void score_copy(Eval *ev) {
+static void score_copy(Eval *ev, int k) {
     size_t frame_bytes = (size_t)ev->S * ev->S * 3;
     const uint8_t *held = ev->clip + (size_t)(ev->o->given - 1) * frame_bytes;
+    double clip_sum = 0;
     for (int f = ev->o->given; f < ev->N; f++) {
         const uint8_t *truth = ev->clip + f * frame_bytes;
-        ev->r.psnr_copy[f] += frame_psnr(held, truth, ev->S), ev->r.ssim_copy[f] += frame_ssim(held, truth, ev->S);
+        double psnr = frame_psnr(held, truth, ev->S);
+        if (f >= ev->r.h0 && f <= ev->r.h1) clip_sum += psnr;
+        ev->r.psnr_copy[f] += psnr, ev->r.ssim_copy[f] += frame_ssim(held, truth, ev->S);
         ev->r.psnr_hold0[f] += frame_psnr(ev->clip, truth, ev->S);
         ev->r.ssim_hold0[f] += frame_ssim(ev->clip, truth, ev->S);
         ev->r.motion_real[f] += frame_motion(truth - frame_bytes, truth, ev->S);
     }
+    ev->r.clip_copy[k] = clip_sum / (ev->r.h1 - ev->r.h0 + 1);
     for (int f = ev->o->given; f < ev->N && ev->ae; f++) {  // the autoencoder's round trip: the ceiling
         const uint8_t *truth = ev->clip + f * frame_bytes;
         real *lat = ev->video;  // free until the chain samples
@@ -348,14 +400,18 @@ static void score_chain(Eval *ev, int k, int l) {
                         .quiet = 1, .latent = ev->ae != NULL};
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
+    double clip_sum = 0;
     for (int f = o->given; f < N; f++) {
         uint8_t *made = ev->rgb + (f & 1) * frame_bytes, *before = ev->rgb + !(f & 1) * frame_bytes;
         if (f == o->given) memcpy(before, ev->clip + (f - 1) * frame_bytes, frame_bytes);  // the last given
         chain_frame_rgb(ev, ev->video + f * ev->EC, made);
-        ev->r.psnr[(size_t)l * N + f] += frame_psnr(made, ev->clip + f * frame_bytes, S);
+        double psnr = frame_psnr(made, ev->clip + f * frame_bytes, S);
+        if (f >= ev->r.h0 && f <= ev->r.h1) clip_sum += psnr;
+        ev->r.psnr[(size_t)l * N + f] += psnr;
         ev->r.ssim[(size_t)l * N + f] += frame_ssim(made, ev->clip + f * frame_bytes, S);
         ev->r.motion[(size_t)l * N + f] += frame_motion(before, made, S);
     }
+    ev->r.clip_chain[(size_t)l * ev->K + k] = clip_sum / (ev->r.h1 - ev->r.h0 + 1);
     fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
 }
 
@@ -381,7 +437,7 @@ static int eval_quality(Eval *ev) {
         }
         if (rc > 0) continue;
         note_drift_start(ev, k);
-        score_copy(ev);
+        score_copy(ev, k);
         for (int l = 0; l < ev->L; l++) score_chain(ev, k, l);
         ev->scored++;
     }
@@ -450,6 +506,7 @@ static void eval_close(Eval *ev) {
     free_autoencoder(ev->ae);
     free(r->psnr), free(r->ssim), free(r->psnr_copy), free(r->ssim_copy), free(r->drift), free(r->real);
     free(r->psnr_hold0), free(r->ssim_hold0), free(r->motion), free(r->motion_real);
+    free(r->clip_chain), free(r->clip_copy);
     chain_free(&ev->plan), chain_free(&ev->long_plan);
     dataset_close(ev->ds);
     chain_models_free(&ev->cm);
@@ -470,6 +527,7 @@ int eval_run(const EvalOptions *o, const Backend *be) {
         if (rc == 0 && ev->M > 0) eval_drift(ev);
         if (rc == 0) {
             print_quality(&ev->r, o->levels, ev->scored);
+            print_clips(&ev->r, o->levels);
             if (ev->ae && ev->ceiling_frames)
                 printf("\nthe autoencoder's own round trip of the same real frames (what a chain that made every "
                        "frame's latents exactly would score): PSNR %.2f dB, SSIM %.4f\n",

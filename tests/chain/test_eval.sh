@@ -46,14 +46,32 @@ else
     fail eval_drift_table "$(cat "$tmp/out")"
 fi
 
-# the TSV: a header, 2 levels x 23 quality rows, 2 levels x 40 drift rows; no temporary file left
+# the TSV: a header, 2 levels x 23 quality rows, 2 levels x 40 drift rows, 2 levels x 2 clip rows; no
+# temporary file left
 rows=$(wc -l < "$tmp/eval.tsv")
 q=$(grep -c '^quality' "$tmp/eval.tsv")
 d=$(grep -c '^drift' "$tmp/eval.tsv")
-if [ "$rows" = 127 ] && [ "$q" = 46 ] && [ "$d" = 80 ] && [ ! -e "$tmp/eval.tsv.tmp" ]; then
-    pass eval_tsv_rows "1 header + 46 quality + 80 drift rows"
+c=$(grep -c '^clip' "$tmp/eval.tsv")
+if [ "$rows" = 131 ] && [ "$q" = 46 ] && [ "$d" = 80 ] && [ "$c" = 4 ] && [ ! -e "$tmp/eval.tsv.tmp" ]; then
+    pass eval_tsv_rows "1 header + 46 quality + 80 drift + 4 clip rows"
 else
-    fail eval_tsv_rows "$rows lines, $q quality, $d drift rows"
+    fail eval_tsv_rows "$rows lines, $q quality, $d drift, $c clip rows"
+fi
+
+# per clip: each clip's chain - copy over the frames made (frames 1-23 from one given frame); their mean
+# is the means' difference (the TSV's rows, to their 4 decimals), and the table prints it, per level
+bad=""
+for level in 0 0.1; do
+    by_clip=$(awk -F'\t' -v l=$level '$1 == "clip" && $2 == l { s += $4 - $5; n++ } END { printf "%.4f", s / n }' "$tmp/eval.tsv")
+    by_frame=$(awk -F'\t' -v l=$level '$1 == "quality" && $2 == l { s += $4 - $5; n++ } END { printf "%.4f", s / n }' "$tmp/eval.tsv")
+    printed=$(awk -v l=$level '/^per clip/ { on = 1 } on && $1 == l && $2 == 2 && $7 " " $8 " " $9 ~ /^[0-2] of 2$/ { print $3 }' "$tmp/out")
+    awk -v a="$by_clip" -v b="$by_frame" -v p="$printed" 'BEGIN { d = a - b; e = a - p
+        exit !(p != "" && d < 0.002 && d > -0.002 && e < 0.006 && e > -0.006) }' || bad="$bad level $level: clips $by_clip, frames $by_frame, printed '$printed';"
+done
+if [ -z "$bad" ] && grep -q '^per clip: PSNR chain - copy over all frames made (frames 1-23)' "$tmp/out"; then
+    pass eval_per_clip "the clips' mean of chain - copy is the means' difference at both levels, and printed with its spread"
+else
+    fail eval_per_clip "${bad:-no per-clip table}"
 fi
 
 # every PSNR finite and in 3..99 dB (the barely trained chain scores about 5.4 dB on these dark frames,
