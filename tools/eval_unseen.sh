@@ -9,7 +9,9 @@
 #           drift of mean, contrast and sharpness over 1000 frames;
 #   zooms:  synthetic camera zooms over the same photographs, 1000 frames from the first 7, the drift;
 #   shapes: the built-in moving shapes, clips never drawn in training, 1000 frames from the first 7,
-#           with the drift over 1000 frames.
+#           with the drift over 1000 frames; and 48 clips of 48 frames from the first 7, for the next
+#           40 frames over more clips than the long runs can afford (clip to clip their score moves by
+#           about 2 dB: 3 clips cannot tell the mean to better than about 1).
 # The real set is scored twice: sampling from the trained prior (temperature 1, whatever the models'
 # sample_temperature), and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
@@ -66,6 +68,12 @@ if [ ! -f "$work/shapes/dataset.json" ]; then
     "$FC" prepare --input shapes:1000001:1000 --input shapes:1000002:1000 --input shapes:1000003:1000 \
         --out "$work/shapes" --size "$SIZE" --clip-frames 1000
 fi
+if [ ! -f "$work/shapes48/dataset.json" ]; then
+    rm -rf "$work/shapes48"
+    shapes=()
+    for k in $(seq 1000001 1000048); do shapes+=(--input "shapes:$k:48"); done
+    "$FC" prepare "${shapes[@]}" --out "$work/shapes48" --size "$SIZE" --clip-frames 48
+fi
 
 # ---- the three models ----
 for role in starter extrapolate interpolate; do
@@ -95,7 +103,8 @@ for set in $SETS; do
     pans) score pans --data "$work/pans" --clips 4 --frames 48 --long 0
           score pans_given7 --data "$work/pans" --clips 4 --frames 1000 --long 1000 --given 7 ;;
     zooms) score zooms_given7 --data "$work/zooms" --clips 4 --frames 1000 --long 1000 --given 7 ;;
-    shapes) score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 1000 --given 7 ;;
+    shapes) score shapes48_given7 --data "$work/shapes48" --clips 48 --frames 48 --long 0 --given 7
+            score shapes_given7 --data "$work/shapes" --clips 3 --frames 1000 --long 1000 --given 7 ;;
     *) echo "eval_unseen: unknown set '$set' (real, pans, zooms, shapes)" >&2; exit 2 ;;
     esac
 done
