@@ -89,8 +89,8 @@ static void horizon(const Results *r, int *a, int *b, const char **label) {
 }
 
 // The spread behind the means: each clip's PSNR over the horizon, chain minus copy, as a mean with its
-// standard error (over clips: the clips differ far more than two runs of one clip), the smallest and
-// largest, and how many clips the chain scores over the copy on.
+// standard error over the clips (how far the mean could move on other clips of the same kind), the
+// smallest and largest, and how many clips the chain scores over the copy on.
 static void print_clips(const Results *r, const double *levels) {
     int a, b;
     const char *label;

@@ -156,6 +156,30 @@ else
     fail eval_given_window "status $rc, $q quality rows from frame $first: $(tail -1 "$tmp/err")"
 fi
 
+# Clips long enough for the goal's horizon (48 frames from 7 given): each clip's score is over the next
+# 40 frames (7-46), the 'next 40' row's; their mean is that row's chain - copy (moving shapes: synthetic,
+# so quick to make)
+if "$FC" prepare --input shapes:7:48 --input shapes:8:48 --input shapes:9:48 --out "$tmp/shapes48" --size 32 \
+    --clip-frames 48 > "$tmp/prep.log" 2>&1 &&
+    "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/shapes48" --clips 3 --steps 1 --given 7 --long 0 \
+        --noise-aug 0.1 --tsv "$tmp/next40.tsv" > "$tmp/out" 2> "$tmp/err"; then
+    by_clip=$(awk -F'\t' '$1 == "clip" { s += $4 - $5; n++ } END { printf "%.4f %d", s / n, n }' "$tmp/next40.tsv")
+    by_frame=$(awk -F'\t' '$1 == "quality" && $3 >= 7 && $3 <= 46 { s += $4 - $5; n++ } END { printf "%.4f", s / n }' \
+        "$tmp/next40.tsv")
+    row=$(awk '$2 == "next" && $3 == "40" { printf "%.2f", $4 - $5 }' "$tmp/out")
+    printed=$(awk '/^per clip/ { on = 1 } on && $1 == "0.1" && $2 == 3 { print $3 }' "$tmp/out")
+    if grep -q '^per clip: PSNR chain - copy over the next 40 frames (frames 7-46)' "$tmp/out" &&
+        awk -v a="${by_clip% *}" -v b="$by_frame" -v r="$row" -v p="$printed" -v n="${by_clip#* }" 'BEGIN {
+            exit !(n == 3 && p != "" && r != "" && a - b < 0.002 && b - a < 0.002 && a - p < 0.006 && p - a < 0.006 &&
+                   a - r < 0.011 && r - a < 0.011) }'; then
+        pass eval_per_clip_next40 "3 clips scored over frames 7-46: their mean ${by_clip% *} dB is the next 40 row's chain - copy ($row)"
+    else
+        fail eval_per_clip_next40 "clips ${by_clip:-none}, frames $by_frame, next 40 row $row, printed '$printed'"
+    fi
+else
+    fail eval_per_clip_next40 "$(tail -1 "$tmp/prep.log") $(tail -1 "$tmp/err")"
+fi
+
 # Models with the given frames concatenated, delta targets and dropped conditioning, sampled with
 # guidance: the same tables, numbers in range, and guidance 1 differs from guidance 2
 for role in starter extrapolate interpolate; do
