@@ -9,7 +9,9 @@
 #       build-gpu/test_cuda build-gpu/bench_ops build-gpu/lib
 # and, in case the GPU machine has no Open MPI 4, the same without MPI as build-carry/bundle-nompi.txz
 # (`tools/gpu_bundle.sh build-gpu-nompi`, its four files and lib/ under build-gpu-nompi/); then
-# carry build-carry (and out/eval64 for the eval64 part) to the GPU machine and run there:
+# carry build-carry (and, for the eval64 part, out/eval64/train, out/eval64/real, out/eval64/shapes and
+# out/eval64/shapes48: its default sets; the pans' 40 MB would not fit beside the bundle) to the GPU
+# machine and run there:
 #   PARTS="tests routes pairs" BUDGET=540 tools/gpu_run.sh $OUT/logs
 #
 # Parts (PARTS, in the order given; default "tests routes bench ops"):
