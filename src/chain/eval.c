@@ -48,7 +48,8 @@ typedef struct {
     double *psnr_hold0, *ssim_hold0;  // (N): the same for holding frame 0 (the copy itself when given = 1)
     double *motion;            // (L, N): clip sums of the chain's motion from frame f - 1 to f (frame_motion)
     double *motion_real;       // (N): the same for the real clip
-    int K, h0, h1;             // clips; the frames of the headline horizon (horizon())
+    int K, h0, h1;             // clips; the frames of the headline horizon (set_horizon)
+    const char *horizon;       // its name in the per-clip table
     double *clip_chain;        // (L, K): each clip's mean PSNR over the horizon, the chain's
     double *clip_copy;         // (K): the same for the copy baseline; a damaged clip's: NAN
     FrameStats *drift;         // (L, M): ratios to frame 0
@@ -81,22 +82,20 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
 }
 
 // The frames each clip's own score covers: from more than one given frame the next 40 (when the
-// clips are that long), else all the frames made. Its label into *label.
-static void horizon(const Results *r, int *a, int *b, const char **label) {
+// clips are that long), else all the frames made.
+static void set_horizon(Results *r) {
     int last = r->N - 1;
-    if (r->given > 1 && r->given + 39 <= last) *a = r->given, *b = r->given + 39, *label = "the next 40 frames";
-    else *a = r->given, *b = last, *label = "all frames made";
+    r->h0 = r->given;
+    if (r->given > 1 && r->given + 39 <= last) r->h1 = r->given + 39, r->horizon = "the next 40 frames";
+    else r->h1 = last, r->horizon = "all frames made";
 }
 
 // The spread behind the means: each clip's PSNR over the horizon, chain minus copy, as a mean with its
 // standard error over the clips (how far the mean could move on other clips of the same kind), the
 // smallest and largest, and how many clips the chain scores over the copy on.
 static void print_clips(const Results *r, const double *levels) {
-    int a, b;
-    const char *label;
-    horizon(r, &a, &b, &label);
-    printf("\nper clip: PSNR chain - copy over %s (frames %d-%d), dB: the spread behind the means above\n", label,
-           a, b);
+    printf("\nper clip: PSNR chain - copy over %s (frames %d-%d), dB: the spread behind the means above\n",
+           r->horizon, r->h0, r->h1);
     printf("%-10s %6s %8s %9s %8s %8s %10s\n", "noise-aug", "clips", "mean", "std err", "min", "max", "over copy");
     for (int l = 0; l < r->L; l++) {
         int n = 0, over = 0;
@@ -305,8 +304,7 @@ static void alloc_buffers(Eval *ev) {
     size_t E = (size_t)3 * S * S, frame_bytes = (size_t)S * S * 3;  // a pixel frame's values, bytes
     Results *r = &ev->r;
     *r = (Results){.L = L, .N = N, .M = M, .real_frames = ev->F < M ? ev->F : M, .given = ev->o->given, .K = ev->K};
-    const char *label;
-    horizon(r, &r->h0, &r->h1, &label);
+    set_horizon(r);
     r->clip_chain = fc_malloc(sizeof(double) * L * ev->K), r->clip_copy = fc_malloc(sizeof(double) * ev->K);
     for (size_t i = 0; i < (size_t)L * ev->K; i++) r->clip_chain[i] = NAN;
     for (int k = 0; k < ev->K; k++) r->clip_copy[k] = NAN;
