@@ -45,15 +45,17 @@ expect preview_changes_nothing $? "the run with previews and the run without: th
 
 # the EMA samples, not the weights being trained: an EMA that follows the weights exactly (ema_decay 0)
 # trains the same run but previews it otherwise
+# (checkpoint writes of 200 ms, each waiting for the last, keep the run going past the signal)
 rm -rf "$tmp/a"
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=10 \
+FRAMECHAIN_TEST_WRITE_DELAY_MS=200 "$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=10 \
     --set ema_decay=0 > /dev/null 2>&1
 cmp -s <(losses "$tmp/a1") <(losses "$tmp/a") && ! cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png"
 expect preview_uses_ema $? "ema_decay 0: the same losses, another image at step 30"
 
 # ---- a stop and a resume give the uninterrupted run's images ----
+# (checkpoint writes of 200 ms, each waiting for the last, keep the run going past the signal)
 rm -rf "$tmp/a"
-"$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
+FRAMECHAIN_TEST_WRITE_DELAY_MS=200 "$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
     > "$tmp/c1.log" 2>&1 &
 pid=$!
 wait_until 60 $pid trained_past "$tmp/a" "$tmp/c1.log" 12
@@ -62,8 +64,9 @@ wait $pid
 "$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
     > "$tmp/c2.log" 2>&1
 resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/c2.log")
-cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png" && [ -n "$resumed" ]
-expect preview_resumed_same $? "stopped, resumed from step ${resumed:-?}: step 30's image as the uninterrupted run's"
+stopped=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\);.*/\1/p' "$tmp/c1.log")
+cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png" && [ -n "$resumed" ] && [ "${stopped:-30}" -lt 30 ]
+expect preview_resumed_same $? "stopped at step ${stopped:-none}, resumed from step ${resumed:-?}: step 30's image as the uninterrupted run's"
 
 # ---- footage: the windows of --data, and of preview_data ----
 if "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/d" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then
