@@ -33,12 +33,15 @@ sys.exit(0 if a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for 
 PY
 }
 # kill9_at LOG RUN STEP CMD...: start CMD in the background, kill -9 it once it has trained past STEP
+# and RUN holds a checkpoint (checkpoint writes of 200 ms, each waiting for the last, keep a short
+# run going past the kill)
+past_with_checkpoint() { trained_past "$@" && have "$1/ckpt-*.safetensors"; }
 kill9_at() {
     local log=$1 run=$2 step=$3
     shift 3
-    ("$@") > "$log" 2>&1 &
+    (export FRAMECHAIN_TEST_WRITE_DELAY_MS=200; "$@") > "$log" 2>&1 &
     local pid=$!
-    wait_until 60 $pid trained_past "$run" "$log" "$step"
+    wait_until 60 $pid past_with_checkpoint "$run" "$log" "$step"
     kill -9 $pid 2> /dev/null
     wait $pid 2> /dev/null
     killed=$?
