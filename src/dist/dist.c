@@ -9,7 +9,7 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_size = 1, g_local_rank = 0;
+static int g_rank = 0, g_size = 1, g_local_rank = 0, g_local_size = 1;
 static double g_comm_s = 0;
 static char g_describe[256] = "one rank";
 
@@ -31,6 +31,7 @@ static int launcher_size(void) {
 #ifdef FC_MPI
 
 static int g_started = 0;  // MPI_Init done, MPI_Finalize not yet
+static MPI_Comm g_node = MPI_COMM_NULL;  // the ranks on this machine (they share its memory)
 
 static void mpi_check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return;
@@ -52,11 +53,10 @@ void dist_start(void) {
     g_started = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    MPI_Comm node;
-    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node),
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &g_node),
               "MPI_Comm_split_type");
-    MPI_Comm_rank(node, &g_local_rank);
-    MPI_Comm_free(&node);
+    MPI_Comm_rank(g_node, &g_local_rank);
+    MPI_Comm_size(g_node, &g_local_size);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(lib, &len);
@@ -68,6 +68,7 @@ void dist_start(void) {
 void dist_end(void) {
     if (!g_started) return;
     fflush(stdout);
+    MPI_Comm_free(&g_node);
     MPI_Finalize();
     g_started = 0;
 }
@@ -92,6 +93,12 @@ void dist_sum_real(real *buf, size_t n) {
         at += (size_t)count;
     }
     g_comm_s += fc_now_s() - t0;
+}
+
+double dist_local_sum(double v) {
+    if (g_local_size == 1) return v;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, g_node), "MPI_Allreduce (this machine's ranks)");
+    return v;
 }
 
 // The sums started and not yet waited for (dist_sum_real_start).
@@ -218,6 +225,7 @@ void dist_sum_real_start(real *buf, size_t n) { (void)buf, (void)n; }
 void dist_sum_progress(void) {}
 void dist_sum_wait(void) {}
 int dist_max_int(int v) { return v; }
+double dist_local_sum(double v) { return v; }
 void dist_broadcast(void *buf, size_t bytes) { (void)buf, (void)bytes; }
 void dist_barrier(void) {}
 void dist_send(const void *buf, size_t bytes, int to) { (void)buf, (void)bytes, (void)to; }
@@ -229,5 +237,6 @@ void dist_allgather_real(real *buf, const size_t *start) { (void)buf, (void)star
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
 int dist_local_rank(void) { return g_local_rank; }
+int dist_local_size(void) { return g_local_size; }
 const char *dist_describe(void) { return g_describe; }
 double dist_comm_seconds(void) { return g_comm_s; }

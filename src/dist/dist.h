@@ -23,6 +23,7 @@ void dist_end(void);
 int dist_rank(void);        // 0 .. dist_size() - 1
 int dist_size(void);        // 1 without a launcher
 int dist_local_rank(void);  // among the ranks on this machine: the GPU it takes
+int dist_local_size(void);  // the ranks on this machine (they share its memory)
 // "MPI (Open MPI v4.1.4), rank 0 of 2" or "one rank (...)": for train's first lines.
 const char *dist_describe(void);
 // What this build can do, for --version: "MPI (...)" or "one rank only (built without MPI: ...)".
@@ -40,6 +41,8 @@ void dist_sum_real_start(real *buf, size_t n);
 void dist_sum_progress(void);
 void dist_sum_wait(void);
 int dist_max_int(int v);
+// The sum of v over the ranks on this machine (each gets it): what they hold of its memory together.
+double dist_local_sum(double v);
 // bytes of buf from rank 0 to every rank.
 void dist_broadcast(void *buf, size_t bytes);
 // Point to point: bytes to rank `to`, or from rank `from` (the sender's bytes must be as many).

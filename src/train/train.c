@@ -292,18 +292,31 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
         fc_die("%s: the memory plan (%.2f GiB) exceeds --vram-budget %.2f GiB: lower batch_size, frame_size, width "
                "or depth (or raise the budget)", t->run, t->plan.total / 1073741824.0, vram_budget / 1073741824.0);
     // The host's part (on the CPU all of it): refused where the machine could never hold it, a warning
-    // where it cannot now without swapping (what the process already holds is counted as held).
+    // where it cannot now without swapping (what the process already holds is counted as held). The
+    // ranks on one machine share its memory: their plans are summed, and one of them says so.
     const double GiB = 1073741824.0;
+    int local = dist_local_size(), speaker = dist_local_rank() == 0;
     double host = t->plan.cpu ? t->plan.total : t->plan.host, held = t->plan.program;
+    host = dist_local_sum(host), held = dist_local_sum(held);
+    char whose[64] = "";
+    if (local > 1) snprintf(whose, sizeof whose, " (its %d ranks together)", local);
+    if (local > 1 && t->rank == 0)
+        printf("host memory of the %d ranks on this machine: %.3f GiB together\n", local, host / GiB);
     double machine = (double)fc_machine_memory(0), available = (double)fc_machine_memory(1);
-    if (machine > 0 && host > machine)
-        fc_die("%s: the memory plan's %.2f GiB of host memory exceed this machine's %.2f GiB: lower batch_size, "
-               "frame_size, width or depth%s", t->run, host / GiB, machine / GiB,
-               t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
-    if (available > 0 && host - held > available)
-        fc_warn("%s: the memory plan's %.2f GiB of host memory are more than the %.2f GiB this machine has "
+    if (machine > 0 && host > machine) {
+        if (!speaker) {  // this machine's first rank says it; its exit ends the run
+            dist_barrier();
+            exit(1);
+        }
+        fc_die("%s: the memory plan's %.2f GiB of host memory%s exceed this machine's %.2f GiB: lower batch_size, "
+               "frame_size, width or depth%s", t->run, host / GiB, whose, machine / GiB,
+               local > 1 ? ", or run fewer ranks on it"
+               : t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
+    }
+    if (speaker && available > 0 && host - held > available)
+        fc_warn("%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "
                 "available now: the run may swap, or be killed when memory runs out", t->run, (host - held) / GiB,
-                available / GiB);
+                whose, available / GiB);
 }
 
 // The model, its optimizer and EMA, and the batch buffers; the weights as a fresh run starts them.

@@ -82,6 +82,21 @@ expect zero1_plan_per_rank $(awk -v a="$opt1" -v b="$opt2" -v c="$ema1" -v d="$e
     'BEGIN { print !(a > 0 && c > 0 && b > 0.45 * a && b < 0.55 * a && d > 0.45 * c && d < 0.55 * c) }') \
     "memory plan of a rank: optimizer $opt2 KiB (one rank: $opt1), EMA $ema2 KiB (one rank: $ema1); $(grep -m1 '^per rank' "$tmp/two.log")"
 
+# ---- the ranks on one machine share its memory: their plans are summed against it ----
+# A machine of 1.4 times one rank's plan holds one rank, not two (each two-rank plan is most of the
+# one-rank plan: the program itself is the larger part at this size)
+total1=$(sed -n 's/^  total *\([0-9.]*\) MiB$/\1/p' "$tmp/one.log" | head -1)
+mib=$(awk -v t="${total1:-0}" 'BEGIN {printf "%d", 1.4 * t}')
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=$mib train_on 1 "$tmp/mem1" --set steps=6 > "$tmp/mem1.log" 2>&1
+rc1=$?
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=$mib train_on 2 "$tmp/mem2" --set steps=6 > "$tmp/mem2.log" 2>&1
+rc2=$?
+said=$(grep -c "^framechain: $tmp/mem2: the memory plan's [0-9.]* GiB of host memory (its 2 ranks together) exceed this machine's [0-9.]* GiB: .*, or run fewer ranks on it$" "$tmp/mem2.log")
+expect ranks_share_machine_memory $(( rc1 != 0 || rc2 == 0 || said != 1 || $(grep -c '^framechain:' "$tmp/mem2.log") != 1 )) \
+    "a machine of $mib MiB (one rank's plan: ${total1:-?} MiB): one rank status $rc1; two: status $rc2, $(grep -m1 '^framechain:' "$tmp/mem2.log" | cut -c1-200) ($said such line; $(grep -c '^framechain:' "$tmp/mem2.log") in all); $(grep -m1 '^host memory of the' "$tmp/mem1.log" "$tmp/mem2.log" | sed 's/.*log://')"
+[ ! -e "$tmp/mem2" ]
+expect ranks_share_machine_memory_nothing_made $? "the refused run's folder: $([ -e "$tmp/mem2" ] && echo left || echo not made)"
+
 # ---- ZeRO-1 against every rank keeping the whole state: the same tensors in every checkpoint ----
 train_on 2 "$tmp/replicated" --set shard_optimizer=0 > "$tmp/replicated.log" 2>&1
 same=0 n=0
