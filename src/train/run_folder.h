@@ -1,0 +1,30 @@
+// run_folder.h: a training run's folder on disk. One trainer holds it at a time (a lock); a write
+// cut off by a crash leaves only a temporary file, removed at the next start; the metrics file is
+// cut back to the checkpoint the run resumes from, so that a resumed run's reads like an
+// uninterrupted one's; and the run starts from its newest whole checkpoint, a fork's parent or
+// step 0. Rank 0's alone (train.c).
+#ifndef FRAMECHAIN_RUN_FOLDER_H
+#define FRAMECHAIN_RUN_FOLDER_H
+
+#include <stdio.h>
+
+#include "base/config.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "train/checkpoint.h"
+#include "train/lineage.h"
+
+// Make the folder where it is missing (removed again at exit if nothing but the lock ends up in it:
+// a start refused after this leaves nothing on disk), take its lock (dies when another trainer
+// holds it), make the folder's name durable and remove cut-off checkpoint writes. Returns the
+// lock's file descriptor, held until the process ends.
+int run_folder_open(const char *run);
+// metrics.jsonl opened for appending, its lines of steps after `last` dropped first.
+FILE *run_folder_metrics(const char *run, int last);
+// How this command starts the run: from its own newest checkpoint (extended or not), from a fork's
+// parent, or from step 0. Returns 1 when the fork's first checkpoint is still to be written.
+// loaded (4096 bytes): the checkpoint the weights came from ("" for step 0), read in *mode.
+int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
+                          const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode);
+
+#endif
