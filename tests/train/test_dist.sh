@@ -194,7 +194,8 @@ expect nan_loss_two_ranks $(( rc == 0 || said != 1 || $? != 0 )) \
 # ---- kill -9 of one rank, ten times, at points chosen by the run's progress ----
 # Kill k (0..9) lands on rank k % 2 once the restarted job has made a step of its own and reached
 # step 4 + 4k (checkpoints every 4 of 60 steps); mpirun then ends the other rank. Each kill must land
-# (the job fails), and the run must still reach its end with the uninterrupted run's bytes.
+# (the job fails), and the run must still reach its end with the uninterrupted run's bytes. Checkpoint
+# writes held 50 ms (each waiting for the last) keep the job going past the last kill's step.
 SETS=(--set steps=60 --set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
 train_on 2 "$tmp/ref" > "$tmp/ref.log" 2>&1
 rank_pid() {  # rank_pid MPIRUN_PID RANK: the pid of that rank, a child of mpirun
@@ -204,6 +205,7 @@ rank_pid() {  # rank_pid MPIRUN_PID RANK: the pid of that rank, a child of mpiru
     done
 }
 kills=0 starts=0 why=""
+export FRAMECHAIN_TEST_WRITE_DELAY_MS=50
 while :; do
     starts=$((starts + 1))
     (exec mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/kill" "${SETS[@]}") > "$tmp/kill.log" 2>&1 &
@@ -220,6 +222,7 @@ while :; do
     [ $rc -ne 0 ] && [ $kills -lt 10 ] && [ -z "$why" ] || break
     kills=$((kills + 1))
 done
+unset FRAMECHAIN_TEST_WRITE_DELAY_MS
 resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/kill.log")
 expect kill9_one_rank_runs_finish $(( rc != 0 || kills < 10 || ${resumed:-0} == 0 )) \
     "$kills kills of one rank with kill -9, $starts starts, status $rc, the last resumed from step ${resumed:-none}$why"
