@@ -178,6 +178,22 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
                c->shard_optimizer ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
     memory_plan_print(stdout, &cpu, what[0], 0);
     memory_plan_print(stdout, &gpu, what[1], budget);
+    // The ranks on one machine share its host memory: train checks their plans' sum against it (rank
+    // 0's and the others', which write no checkpoint).
+    if (ranks > 1) {
+        MemPlan cpu_other = cpu, gpu_other = gpu;
+        memory_plan_other_rank(&cpu_other, c->shard_optimizer);
+        memory_plan_other_rank(&gpu_other, c->shard_optimizer);
+        double GiB = 1073741824.0, machine = (double)fc_machine_memory(0);
+        char here[64] = "";
+        if (machine > 0) snprintf(here, sizeof here, " (this machine: %.2f GiB)", machine / GiB);
+        char label[64];
+        snprintf(label, sizeof label, "host memory of %d ranks", ranks);
+        printf("%-28s %.2f GiB on one machine training on the CPU, %.2f GiB on %d GPUs (rank 0 stages the whole "
+               "checkpoint; each other rank holds %.2f and %.2f GiB)%s\n", label,
+               (cpu.total + (ranks - 1) * cpu_other.total) / GiB, (gpu.host + (ranks - 1) * gpu_other.host) / GiB,
+               ranks, cpu_other.total / GiB, gpu_other.host / GiB, here);
+    }
 }
 
 static int inspect_config(const Config *c, int list_params, int ranks) {

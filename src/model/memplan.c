@@ -109,6 +109,12 @@ void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
     memory_plan_sum(p);
 }
 
+void memory_plan_other_rank(MemPlan *p, int shard) {
+    p->staging = shard ? p->ema + p->optimizer : 0;  // checkpoint_parts.c: the sender's scratch
+    if (!shard) p->previews = 0;
+    memory_plan_sum(p);
+}
+
 double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard) {
     MemPlan p = memory_plan(c, B, dev);
     double whole = p.total;

@@ -52,6 +52,10 @@ double model_step_flops(const Config *c, int B);
 // with shard (ZeRO-1, shard_optimizer) its optimizer state and EMA a 1/ranks part (near: the parts
 // are cut at 8-bit blocks and keep fp32-moment tensors whole).
 void memory_plan_per_rank(MemPlan *p, int ranks, int shard);
+// The plan of a rank other than rank 0 (after memory_plan_per_rank): it writes no checkpoint, so it
+// stages only its part of the EMA and optimizer state for rank 0 (with shard; nothing without), and
+// holds the weights aside during previews only with shard (rank 0 alone samples them otherwise).
+void memory_plan_other_rank(MemPlan *p, int shard);
 // What memory_plan_per_rank takes off a plan of c at batch B on dev: to add to a budget that
 // memory_plan_resolve checks whole plans against, so that keep_blocks = auto counts ZeRO-1's savings.
 double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard);

@@ -126,6 +126,7 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
         printf("per rank: %d windows of the batch of %d%s\n", t->c->batch_size / t->ranks, t->c->batch_size,
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
     memory_plan_per_rank(&t->plan, t->ranks, t->shard);
+    if (t->rank > 0) memory_plan_other_rank(&t->plan, t->shard);
     memory_plan_sum(&t->plan);
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);

@@ -98,6 +98,19 @@ expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/ti
 # one rank's plan of N: the 24 GB preset at a global batch of 8 on 8 GPUs, ZeRO-1's parts of the state
 expect inspect_ranks 0 "optimizer         230.77 MiB" "$FC" inspect --config configs/starter.conf --set batch_size=8 \
     --ranks 8
+# the host memory of the 8 ranks on one machine: rank 0's plan and 7 others, which stage only their
+# part of the state (the host total is rank 0's)
+"$FC" inspect --config configs/starter.conf --set batch_size=8 --ranks 8 > "$tmp/ranks8.txt" 2>&1
+host0=$(sed -n 's/^  host total *\([0-9.]*\) GiB$/\1/p' "$tmp/ranks8.txt")
+line=$(grep '^host memory of 8 ranks' "$tmp/ranks8.txt")
+all=$(echo "$line" | sed -n 's/.*, \([0-9.]*\) GiB on 8 GPUs.*/\1/p')
+other=$(echo "$line" | sed -n 's/.*each other rank holds [0-9.]* and \([0-9.]*\) GiB.*/\1/p')
+if awk -v h="${host0:-0}" -v a="${all:-0}" -v o="${other:--1}" \
+    'BEGIN { d = a - (h + 7 * o); exit !(h > 0 && o >= 0 && o < h && d * d < 0.05 * 0.05) }'; then
+    echo "PASS cli_inspect_ranks_machine_memory: rank 0's host total $host0 GiB; $line"
+else
+    echo "FAIL cli_inspect_ranks_machine_memory: rank 0's host total ${host0:-?} GiB; ${line:-no line}"
+fi
 expect inspect_ranks_uneven 2 "batch_size = 1 is not a multiple of it" "$FC" inspect --config configs/starter.conf \
     --ranks 2
 expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
