@@ -5,8 +5,6 @@
 #include "base/philox.h"
 #include "dataset/moving_shapes.h"
 
-#define MAX_SHAPES 3
-
 // A clip's random parameters: element k of the Philox stream (seed, step, RNG_DATA) at clip * 64 + k.
 static double clip_uniform(uint64_t seed, uint32_t step, uint32_t clip, int k) {
     return philox_uniform(seed, step, RNG_DATA, (uint64_t)clip * 64 + (uint64_t)k);
@@ -21,13 +19,11 @@ static double bounce(double x0, double speed, double time, double lo, double hi)
     return lo + (p <= span ? p : 2 * span - p);
 }
 
-void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_t clip, double time) {
+int shapes_at(Shape *sh, double *bg, int S, uint64_t seed, uint32_t step, uint32_t clip, double time) {
     int k = 0;
-    double bg[3];
     for (int c = 0; c < 3; c++) bg[c] = 0.6 * clip_uniform(seed, step, clip, k++) - 0.8;  // darkish
-    int nshapes = 1 + (int)(clip_uniform(seed, step, clip, k++) * MAX_SHAPES);
-    if (nshapes > MAX_SHAPES) nshapes = MAX_SHAPES;
-    struct { double x, y, r, colour[3]; int square; } sh[MAX_SHAPES];
+    int nshapes = 1 + (int)(clip_uniform(seed, step, clip, k++) * SHAPES_MAX);
+    if (nshapes > SHAPES_MAX) nshapes = SHAPES_MAX;
     for (int i = 0; i < nshapes; i++) {
         double r = S * (0.08 + 0.12 * clip_uniform(seed, step, clip, k++));
         double x0 = clip_uniform(seed, step, clip, k++) * S, y0 = clip_uniform(seed, step, clip, k++) * S;
@@ -39,6 +35,13 @@ void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_
         sh[i].square = clip_uniform(seed, step, clip, k++) < 0.5;
         for (int c = 0; c < 3; c++) sh[i].colour[c] = 1.6 * clip_uniform(seed, step, clip, k++) - 0.6;  // brightish
     }
+    return nshapes;
+}
+
+void shapes_frame(real *out, int C, int S, uint64_t seed, uint32_t step, uint32_t clip, double time) {
+    double bg[3];
+    Shape sh[SHAPES_MAX];
+    int nshapes = shapes_at(sh, bg, S, seed, step, clip, time);
     for (int y = 0; y < S; y++)
         for (int x = 0; x < S; x++) {
             double px[3] = {bg[0], bg[1], bg[2]};

@@ -9,6 +9,19 @@
 #include "base/common.h"
 #include "base/config.h"
 
+#define SHAPES_MAX 3
+
+// One disc (or square: r is half its side) of a clip at one time: its centre (x, y) in pixels from
+// the frame's top-left corner, its colour in [-1, 1].
+typedef struct {
+    double x, y, r, colour[3];
+    int square;
+} Shape;
+
+// The shapes of frame `time` of clip `clip` of (seed, step) at S x S pixels, in the order they are
+// drawn (later over earlier), and the background colour bg (3): their count, 1 to SHAPES_MAX.
+int shapes_at(Shape *sh, double *bg, int S, uint64_t seed, uint32_t step, uint32_t clip, double time);
+
 // Draw frame `time` (in frames, any real number) of clip `clip` of (seed, step): (C, S, S) values
 // in [-1, 1]. Each clip has a background colour and 1 to 3 discs and squares of their own colour,
 // size and velocity, bouncing off the walls.

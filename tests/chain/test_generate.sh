@@ -165,6 +165,21 @@ if [ $same_drawn = 7 ] && ! cmp -s "$tmp/drawn5/frame-000000.png" "$tmp/drawn5/f
 else
     fail draw_shapes_is_the_clip "$same_drawn of the 7 given frames the same PNGs as build/draw_shapes's (or its frames do not move)"
 fi
+# draw_shapes --events: the bounces and meetings of frames 7-46 are those of 7-26 and 27-46 added; some
+# clips bounce, none bounces in every frame; a range out of order is refused
+DS="${BUILD:-build}/draw_shapes"
+"$DS" --events 1 12 7 46 32 > "$tmp/ev_all.txt" 2>&1
+"$DS" --events 1 12 7 26 32 > "$tmp/ev_a.txt" 2>&1
+"$DS" --events 1 12 27 46 32 > "$tmp/ev_b.txt" 2>&1
+"$DS" --events 1 12 46 7 32 > /dev/null 2>&1
+rc=$?
+summed=$(paste "$tmp/ev_a.txt" "$tmp/ev_b.txt" | awk '{print $1, "bounces", $3 + $8, "meetings", $5 + $10}')
+bounced=$(awk '$3 > 0 && $3 < 40' "$tmp/ev_all.txt" | wc -l)
+if [ "$summed" = "$(cat "$tmp/ev_all.txt")" ] && [ "$(wc -l < "$tmp/ev_all.txt")" = 12 ] && [ "$bounced" -ge 6 ] && [ $rc = 2 ]; then
+    pass draw_shapes_events "clips 1-12, frames 7-46: $(awk '{b += $3; m += $5} END {print b " bounces, " m " frames with shapes meeting"}' "$tmp/ev_all.txt"), the two halves' sums; $bounced clips bounce; FROM > TO refused"
+else
+    fail draw_shapes_events "$(head -2 "$tmp/ev_all.txt" | tr '\n' ';') halves: $(echo "$summed" | head -2 | tr '\n' ';') bouncing clips $bounced; FROM > TO: status $rc"
+fi
 
 # expect_refusal NAME PATTERN ARGS...: non-zero exit, one line on stderr (after any warnings) with PATTERN,
 # no output

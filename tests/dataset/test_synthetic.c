@@ -36,6 +36,56 @@ static void test_shapes(void) {
     synthetic_close(s);
 }
 
+// shapes_at, what draw_shapes --events reads: each shape's centre pixel drawn in its colour (unless a
+// later shape covers it), every shape inside the frame, and every reversal of its motion (sampled
+// every 1/32 frame) at a wall (within two samples' most travel of r or S - r).
+static void test_shapes_at(void) {
+    enum { SUB = 32, CLIPS = 12, STEPS = 40 * SUB };
+    real planes[3 * W * W];
+    int drawn = 1, inside = 1, at_wall = 1, reversals = 0;
+    char why[160] = "";
+    for (uint32_t clip = 1; clip <= CLIPS; clip++) {
+        Shape prev[SHAPES_MAX], cur[SHAPES_MAX];
+        double bg[3], vx[SHAPES_MAX] = {0}, vy[SHAPES_MAX] = {0}, travel[SHAPES_MAX] = {0};
+        int n = shapes_at(prev, bg, W, 1, 0, clip, 0);
+        for (int k = 1; k <= STEPS; k++) {
+            double t = (double)k / SUB;
+            shapes_at(cur, bg, W, 1, 0, clip, t);
+            for (int i = 0; i < n; i++) {
+                double dx = cur[i].x - prev[i].x, dy = cur[i].y - prev[i].y;
+                if (fabs(dx) + fabs(dy) > travel[i]) travel[i] = fabs(dx) + fabs(dy);  // a sample's most
+                inside &= cur[i].x >= cur[i].r && cur[i].x <= W - cur[i].r && cur[i].y >= cur[i].r &&
+                          cur[i].y <= W - cur[i].r;
+                for (int axis = 0; axis < 2; axis++) {
+                    double d = axis ? dy : dx, *v = axis ? &vy[i] : &vx[i], at = axis ? prev[i].y : prev[i].x;
+                    if (*v * d < 0) {  // reversed: the wall was met since the sample before the last
+                        reversals++;
+                        int wall = fabs(at - cur[i].r) <= 2 * travel[i] || fabs(at - (W - cur[i].r)) <= 2 * travel[i];
+                        if (!wall && at_wall)
+                            snprintf(why, sizeof why, "; clip %u shape %d reversed at %.3f, r %.3f", clip, i, at,
+                                     cur[i].r);
+                        at_wall &= wall;
+                    }
+                    if (d != 0) *v = d;
+                }
+            }
+            memcpy(prev, cur, sizeof prev);
+        }
+        shapes_frame(planes, 3, W, 1, 0, clip, 40.0);
+        for (int i = 0; i < n; i++) {
+            int px = (int)cur[i].x, py = (int)cur[i].y, covered = 0;
+            for (int j = i + 1; j < n; j++)
+                covered |= fabs(px + 0.5 - cur[j].x) <= cur[j].r * 1.5 && fabs(py + 0.5 - cur[j].y) <= cur[j].r * 1.5;
+            for (int c = 0; c < 3 && !covered; c++)
+                drawn &= planes[(c * W + py) * W + px] == (real)cur[i].colour[c];
+        }
+    }
+    check(drawn && inside && at_wall && reversals > CLIPS, "synthetic_shapes_state",
+          "%d clips, 40 frames each: centre pixels drawn in the shapes' colours %s, inside the frame %s, %d "
+          "reversals of motion, at a wall %s%s", CLIPS, drawn ? "yes" : "NO", inside ? "yes" : "NO", reversals,
+          at_wall ? "yes" : "NO", why);
+}
+
 // A world whose red is 8 x column and green 8 x row: where the crop samples reads back from its pixels.
 static int write_ramp(const char *path) {
     uint8_t world[W * W * 3];
@@ -150,6 +200,7 @@ static void run_all(void) {
     folder(dir, sizeof dir, "synthetic");
     mkdir(dir, 0755);
     test_shapes();
+    test_shapes_at();
     test_pan(dir);
     test_zoom(dir);
     test_refusals();
