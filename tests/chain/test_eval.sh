@@ -180,6 +180,25 @@ else
     fail eval_per_clip_next40 "$(tail -1 "$tmp/prep.log") $(tail -1 "$tmp/err")"
 fi
 
+# tools/oracle_ceiling.py reads the same shards on its own (numpy): its copy of frame 6 must score what
+# eval's copy scored, clip by clip, and its oracles, which may pick that copy, never less
+PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
+if [ -f "$tmp/next40.tsv" ] &&
+    "${PYTHON:-python3}" tools/oracle_ceiling.py "$tmp/shapes48" --radius 2 --tiles 8 > "$tmp/oracle" 2> "$tmp/err"; then
+    copy_eval=$(awk -F'\t' '$1 == "clip" { printf "%s ", $5 }' "$tmp/next40.tsv")
+    copy_tool=$(awk -F'|' '$2 ~ /repeating the last given frame/ { print $5 }' "$tmp/oracle" | xargs)
+    above=$(awk -F'|' '$2 ~ /best shift a (frame|8x8 tile)/ && $4 + 0 >= 0 { n++ } END { print n + 0 }' "$tmp/oracle")
+    same=$(awk -v a="$copy_tool" -v b="$copy_eval" 'BEGIN { n = split(a, x, " "); m = split(b, y, " ")
+        ok = n == 3 && m == 3; for (i = 1; i <= n; i++) if (x[i] - y[i] > 0.011 || y[i] - x[i] > 0.011) ok = 0; print ok }')
+    if [ "$same" = 1 ] && [ "$above" = 2 ]; then
+        pass oracle_ceiling_copy "the copy of frame 6 per clip as eval scored it ($copy_tool dB); both shift oracles at or over it"
+    else
+        fail oracle_ceiling_copy "tool '$copy_tool', eval '$copy_eval', oracles at or over the copy: $above of 2"
+    fi
+else
+    fail oracle_ceiling_copy "$(tail -1 "$tmp/err")"
+fi
+
 # Models with the given frames concatenated, delta targets and dropped conditioning, sampled with
 # guidance: the same tables, numbers in range, and guidance 1 differs from guidance 2
 for role in starter extrapolate interpolate; do
