@@ -11,6 +11,11 @@ then the mean over frames and clips). Beside repeating the last given frame (eva
                                edges repeated) that is closest to each true frame: the best
                                any camera translation can do
   best shift a tile (oracle)   with --tiles: the same for each TxT tile on its own
+  tiles along measured motion  with --local H,...: each TxT tile of the last given frame moved along
+                               its own motion, measured on the given frames (the shift of 1/4
+                               pixel within 2 a frame that best maps frames K-2..K-4 onto K-1, kept
+                               where it halves standing still's difference), for H frames, then held:
+                               what local motion measured from the given frames alone gives
   selection control            the tile oracle aimed at the frames of another clip: what choosing
                                the best of (2R+1)^2 shifts a tile gains with no motion to find
                                (on the real set about as much as it gains on its own clip: a tile
@@ -92,6 +97,50 @@ def best_shift_tiles(copies, truth, tile):
     return out.reshape(n, n, 3)
 
 
+def bilinear_shift(img, dy, dx):
+    """img (N, N, 3) moved by (dy, dx) pixels, sampled bilinearly, edges repeated."""
+    n = img.shape[0]
+    yy, xx = np.mgrid[0:n, 0:n].astype(np.float64)
+    sy, sx = np.clip(yy - dy, 0, n - 1), np.clip(xx - dx, 0, n - 1)
+    y0, x0 = np.floor(sy).astype(int), np.floor(sx).astype(int)
+    y1, x1 = np.minimum(y0 + 1, n - 1), np.minimum(x0 + 1, n - 1)
+    fy, fx = (sy - y0)[..., None], (sx - x0)[..., None]
+    return (img[y0, x0] * (1 - fy) * (1 - fx) + img[y0, x1] * (1 - fy) * fx +
+            img[y1, x0] * fy * (1 - fx) + img[y1, x1] * fy * fx)
+
+
+def tile_velocities(given, tile, reach=2.0, step=0.25):
+    """Each tile's velocity (pixels a frame) from the last three steps of the given frames: (t, t, 2)."""
+    last, n = given[-1], given[-1].shape[0]
+    t = n // tile
+    candidates = [(vy, vx) for vy in np.arange(-reach, reach + step / 2, step)
+                  for vx in np.arange(-reach, reach + step / 2, step)]
+    errors = np.zeros((len(candidates), t, t))
+    for c, (vy, vx) in enumerate(candidates):
+        for k in range(1, min(3, len(given) - 1) + 1):
+            diff = bilinear_shift(given[-1 - k], k * vy, k * vx) - last
+            errors[c] += (diff ** 2).sum(-1).reshape(t, tile, t, tile).sum(axis=(1, 3))
+    still = errors[candidates.index((0.0, 0.0))]
+    best = np.argmin(errors, axis=0)
+    v = np.zeros((t, t, 2))
+    for i in range(t):
+        for j in range(t):
+            if errors[best[i, j], i, j] <= 0.5 * still[i, j]:  # a motion that halves standing still's
+                v[i, j] = candidates[best[i, j]]
+    return v
+
+
+def carry_tiles(img, v, lead, tile):
+    out = img.copy()
+    for i in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            if v[i, j].any():
+                moved = bilinear_shift(img, lead * v[i, j, 0], lead * v[i, j, 1])
+                out[i * tile:(i + 1) * tile, j * tile:(j + 1) * tile] = \
+                    moved[i * tile:(i + 1) * tile, j * tile:(j + 1) * tile]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dataset")
@@ -99,6 +148,8 @@ def main():
     ap.add_argument("--next", type=int, default=40)
     ap.add_argument("--clips", type=int, default=0, help="the first C clips (0: all)")
     ap.add_argument("--radius", type=int, default=8)
+    ap.add_argument("--local", default="", help="frames H the measured tile motion goes on, e.g. 2,40")
+    ap.add_argument("--local-tile", type=int, default=8)
     ap.add_argument("--tiles", default="", help="tile sizes of the tile oracle, e.g. 16,8 (none by default)")
     a = ap.parse_args()
 
@@ -108,12 +159,17 @@ def main():
         sys.exit(f"{a.dataset}: clips of {clips[0].shape[0] if clips else 0} frames, "
                  f"--given {k} --next {n} needs {k + n}")
     tiles = [int(t) for t in a.tiles.split(",") if t]
+    local = [int(h) for h in a.local.split(",") if h]
+    if a.local_tile < 1 or clips[0].shape[1] % a.local_tile:
+        sys.exit(f"--local-tile: {a.local_tile} does not divide the frame size {clips[0].shape[1]}")
     for t in tiles:
         if t < 1 or clips[0].shape[1] % t:
             sys.exit(f"--tiles: {t} does not divide the frame size {clips[0].shape[1]}")
 
     rows = {"repeating the last given frame": [], "mean of the given frames": [],
             "best still frame (oracle)": [], "best shift a frame (oracle)": []}
+    for h in local:
+        rows[f"{a.local_tile}x{a.local_tile} tiles along their measured motion for {h} frames, then held"] = []
     for t in tiles:
         rows[f"best shift a {t}x{t} tile (oracle)"] = []
         if len(clips) > 1:
@@ -129,6 +185,12 @@ def main():
         rows["best still frame (oracle)"].append(np.mean([psnr(still, f) for f in future]))
         rows["best shift a frame (oracle)"].append(
             np.mean([psnr(best_shift_frame(copies, f), f) for f in future]))
+        if local:
+            v = tile_velocities(clip[:k], a.local_tile)
+            for h in local:
+                rows[f"{a.local_tile}x{a.local_tile} tiles along their measured motion for {h} frames, then held"].append(
+                    np.mean([psnr(carry_tiles(last, v, min(j + 1, h), a.local_tile), f)
+                             for j, f in enumerate(future)]))
         for t in tiles:
             rows[f"best shift a {t}x{t} tile (oracle)"].append(
                 np.mean([psnr(best_shift_tiles(copies, f, t), f) for f in future]))
