@@ -19,11 +19,13 @@ void cli_set_command(const char *cmd) {
 void usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", g_command);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see %s --help)\n", g_command);
+    if (!fc_messages_quiet()) {
+        fprintf(stderr, "%s: ", g_command);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, " (see %s --help)\n", g_command);
+    }
     va_end(ap);
-    exit(2);
+    fc_exit(2);
 }
 
 // ----------------------------------------------------------------------------

@@ -65,6 +65,9 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
                   {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {"--vae", 1},
                   {NULL}};
+    // The command line and the config read alike on every rank of a machine: its first rank says what
+    // is wrong with them, the others only exit (mpirun -np 8 on one machine: one line, not eight).
+    fc_quiet_messages(dist_local_rank() > 0);
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
@@ -88,6 +91,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     }
     if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
                                            c.exclude);
+    fc_quiet_messages(0);  // from here a rank may meet what the others do not (its device, its memory)
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     if (origin.extend && lineage_extend(&c, run, &origin, err, sizeof err)) fc_die("%s", err);
     if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,

@@ -10,8 +10,19 @@
 #endif
 #include <cblas.h>
 
+static int g_quiet;  // fc_quiet_messages
+
+void fc_quiet_messages(int quiet) { g_quiet = quiet; }
+int fc_messages_quiet(void) { return g_quiet; }
+
+void fc_exit(int status) {
+    if (g_quiet) usleep(200000);
+    exit(status);
+}
+
 // "framechain: <prefix><message>" and a newline on stderr.
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
+    if (g_quiet) return;
     fprintf(stderr, "framechain: %s", prefix);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -22,7 +33,7 @@ void fc_die(const char *fmt, ...) {
     va_start(ap, fmt);
     vmessage("", fmt, ap);
     va_end(ap);
-    exit(1);
+    fc_exit(1);
 }
 
 void fc_warn(const char *fmt, ...) {

@@ -23,6 +23,13 @@ typedef float real;
 void fc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Print one line "framechain: warning: <message>" to stderr.
 void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// While quiet, fc_die, fc_warn and usage_error print nothing (they still exit with their status).
+// For the ranks of a machine after its first, while they read what every rank of it reads alike (the
+// command line, the config file): the first rank says it once, not every rank.
+void fc_quiet_messages(int quiet);
+int fc_messages_quiet(void);
+// exit(status); while quiet, 0.2 s later, so that the rank that says why ends first (mpirun then names it).
+void fc_exit(int status) __attribute__((noreturn));
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends

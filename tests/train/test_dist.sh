@@ -97,6 +97,19 @@ expect ranks_share_machine_memory $(( rc1 != 0 || rc2 == 0 || said != 1 || $(gre
 [ ! -e "$tmp/mem2" ]
 expect ranks_share_machine_memory_nothing_made $? "the refused run's folder: $([ -e "$tmp/mem2" ] && echo left || echo not made)"
 
+# ---- a mistake in the command line or the config is said once, by the machine's first rank ----
+printf 'role = starter\nwidth = 64\nbogus_key = 3\n' > "$tmp/bad.conf"
+mpirun -np 3 "$FC" --threads 1 train --config "$tmp/bad.conf" --run "$tmp/badconf" > "$tmp/badconf.log" 2>&1
+rc_conf=$?
+mpirun -np 3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/badconf" --steps -3 > "$tmp/badarg.log" 2>&1
+rc_arg=$?
+expect config_error_said_once $(( rc_conf == 0 || rc_arg == 0 || $(grep -c '^framechain' "$tmp/badconf.log") != 1 ||
+    $(grep -c "^framechain: $tmp/bad.conf:3: unknown key 'bogus_key'" "$tmp/badconf.log") != 1 ||
+    $(grep -c '^framechain' "$tmp/badarg.log") != 1 || $(grep -c '^framechain train: --steps -3' "$tmp/badarg.log") != 1 )) \
+    "3 ranks: status $rc_conf and $rc_arg; $(grep -c '^framechain' "$tmp/badconf.log") and $(grep -c '^framechain' "$tmp/badarg.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/badconf.log"); $(grep -m1 '^framechain' "$tmp/badarg.log" | cut -c1-80)"
+[ ! -e "$tmp/badconf" ]
+expect config_error_nothing_made $? "the run folder: $([ -e "$tmp/badconf" ] && echo left || echo not made)"
+
 # ---- ZeRO-1 against every rank keeping the whole state: the same tensors in every checkpoint ----
 train_on 2 "$tmp/replicated" --set shard_optimizer=0 > "$tmp/replicated.log" 2>&1
 same=0 n=0
