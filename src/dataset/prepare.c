@@ -212,10 +212,12 @@ static const char *without_path(const char *why, const char *path) {
 
 // Decode one source into the cutter. Returns the frames decoded, -1 when the source could not be
 // read at all; *why says what went wrong (also for a source that broke off part-way).
-static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *src_fps, char *why, size_t len) {
+static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *src_fps, int *src_side, char *why,
+                          size_t len) {
     const PrepareOptions *o = c->o;
     long frames = 0;
     why[0] = 0;
+    *src_side = 0;  // a video's shorter side (0: not known)
     if (src->kind == SOURCE_SYNTHETIC) {  // no clock either: one frame per output frame
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
         if (!syn) return -1;
@@ -253,6 +255,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         return -1;
     }
     *src_fps = video_fps(v);
+    *src_side = video_width(v) < video_height(v) ? video_width(v) : video_height(v);
     c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
     double t;
     int r;
@@ -312,7 +315,8 @@ int prepare_run(const PrepareOptions *o) {
         c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
-        long frames = decode_source(src, &c, frame, &src_fps, why, sizeof why);
+        int side;
+        long frames = decode_source(src, &c, frame, &src_fps, &side, why, sizeof why);
         cutter_flush(&c);  // a batch holds the clips of one source
         printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
         if (frames < 0) {
@@ -324,8 +328,11 @@ int prepare_run(const PrepareOptions *o) {
             if (why[0]) partial++;
             short_ones++;
         } else {
-            printf("%ld frames -> %ld clips (%.0f frames/s)%s%s\n", frames, c.clips, frames / (fc_now_s() - ts + 1e-9),
+            printf("%ld frames -> %ld clips (%.0f frames/s)%s%s", frames, c.clips, frames / (fc_now_s() - ts + 1e-9),
                    why[0] ? "; " : "", why);
+            // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
+            if (side > 0 && side < o->size) printf("; upscaled: its shorter side is %d pixels, under --size %d", side, o->size);
+            printf("\n");
             used++;
             partial += why[0] != 0;
             total_clips += c.clips;

@@ -74,6 +74,14 @@ ok=$(grep -E "(good|gray_odd|alpha|frames)[^ ]*: [0-9]+ frames -> [0-9]+ clips" 
 expect prepare_bad_inputs_skipped $(( rc != 0 || skipped < 3 || ok != 4 )) "status $rc; $skipped inputs skipped with a reason; good, grayscale/odd-sized, alpha and a PNG folder converted ($ok of 4)"
 grep -q "notes.mp4: skipped" "$tmp/mixed.log" && grep -q "empty.avi: skipped" "$tmp/mixed.log" && grep -q "short.mp4: skipped: 10 frames" "$tmp/mixed.log"
 expect prepare_skip_reasons $? "$(grep -m1 notes.mp4 "$tmp/mixed.log" | cut -c1-100)"
+# Frames enlarged from a smaller video are said to be (97x61 at --size 64), frames made smaller are not
+"$FC" prepare --input "$tmp/in/gray_odd.mkv" --input "$tmp/in/alpha.mkv" --out "$tmp/up" --size 64 --clip-frames 16 \
+    > "$tmp/up.log" 2>&1
+rc=$?
+grep -q "gray_odd.mkv: 40 frames -> 2 clips (.*); upscaled: its shorter side is 61 pixels, under --size 64$" "$tmp/up.log" &&
+    grep -q "alpha.mkv: 40 frames -> 2 clips (.*); upscaled: its shorter side is 60 pixels, under --size 64$" "$tmp/up.log" &&
+    ! grep -q "upscaled" "$tmp/mixed.log"
+expect prepare_says_upscaled $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 gray_odd "$tmp/up.log" | sed 's/.*clips//')"
 
 "$FC" prepare --input "$tmp/in/notes.mp4" --input "$tmp/in/empty.avi" --input "$tmp/in/short.mp4" --out "$tmp/none" \
     --size 32 --clip-frames 16 > "$tmp/none.log" 2>&1
