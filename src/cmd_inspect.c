@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "base/common.h"
@@ -12,6 +13,7 @@
 #include "formats/shards.h"
 #include "model/memplan.h"
 #include "model/model.h"
+#include "train/checkpoint.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -19,6 +21,7 @@ static const char *HELP_INSPECT =
     "usage: framechain inspect --config FILE [--set key=value ...] [--params] [--ranks N]\n"
     "       framechain inspect CHECKPOINT.safetensors\n"
     "       framechain inspect DATASET\n"
+    "       framechain inspect RUN\n"
     "\n"
     "With --config: the network the config describes, its parameter count and the memory one\n"
     "training step takes on the CPU backend and on a GPU; --params lists every tensor (name, shape);\n"
@@ -27,7 +30,9 @@ static const char *HELP_INSPECT =
     "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
     "the exit status is 1 when any CRC fails.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
-    "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n";
+    "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n"
+    "With a run folder (train --run): its checkpoints' steps and where its metrics end, then its newest\n"
+    "checkpoint as above: the one the same train command resumes from when its CRCs check.\n";
 
 // ----------------------------------------------------------------------------
 // a checkpoint
@@ -216,6 +221,40 @@ static int inspect_config(const Config *c, int list_params, int ranks) {
 }
 
 // ----------------------------------------------------------------------------
+// a run folder
+
+// The last line of RUN/metrics.jsonl's step and smooth_loss, printed; nothing when it has none.
+static void print_metrics_end(const char *run) {
+    char path[4096], line[1024], last[1024] = "";
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    long lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n') && !feof(f)) continue;  // a line longer than the buffer: not a step's
+        lines++;
+        if (strstr(line, "\"step\":")) snprintf(last, sizeof last, "%s", line);
+    }
+    fclose(f);
+    const char *step = strstr(last, "\"step\":"), *loss = strstr(last, "\"smooth_loss\":");
+    if (!step) return;
+    printf("metrics.jsonl   %ld lines, the last at step %ld", lines, strtol(step + 7, NULL, 10));
+    if (loss) printf(", smooth_loss %.6g", strtod(loss + 14, NULL));
+    printf("\n");
+}
+
+static int inspect_run(const char *run, const int *steps, int n) {
+    printf("run %s: %d checkpoint%s, steps", run, n, n == 1 ? "" : "s");
+    for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
+    printf("%s\n", n > 8 ? " ..." : "");
+    print_metrics_end(run);
+    char path[4096];
+    checkpoint_path(path, sizeof path, run, steps[0]);
+    printf("the newest: %s\n\n", path);
+    return inspect_file(path);
+}
+
+// ----------------------------------------------------------------------------
 
 int cmd_inspect(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--set", 1, 1}, {"--params", 0}, {"--ranks", 1}, {NULL}};
@@ -223,7 +262,18 @@ int cmd_inspect(int argc, char **argv, const Backend *be) {
     if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
     if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
     struct stat st;
-    if (file && !stat(file, &st) && S_ISDIR(st.st_mode)) return inspect_dataset(file);
+    if (file && !stat(file, &st) && S_ISDIR(st.st_mode)) {
+        char json[4096];
+        snprintf(json, sizeof json, "%s/dataset.json", file);
+        int *steps = NULL, n = access(json, F_OK) ? checkpoint_list(file, &steps) : 0;
+        char metrics[4096];
+        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", file);
+        if (n == 0 && access(json, F_OK) && !access(metrics, F_OK))
+            fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", file);
+        int rc = n > 0 ? inspect_run(file, steps, n) : inspect_dataset(file);  // a run's, else a dataset's
+        free(steps);
+        return rc;
+    }
     if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);

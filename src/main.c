@@ -22,7 +22,7 @@ static const char *USAGE =
     "  train     train one model (starter, extrapolate or interpolate) from a config; resumes by itself\n"
     "  generate  chain the three models into a long video from one first frame\n"
     "  eval      score the chain on held-out clips: PSNR, SSIM against the real frames; drift\n"
-    "  inspect   show a config's network (parameters, memory) or a checkpoint's contents\n"
+    "  inspect   show a config's network and memory, or a checkpoint, run folder or dataset\n"
     "  plot      draw training curves of runs, or an eval TSV per frame, as a PNG\n"
     "  score     each clip of a dataset scored by a run's loss; the worst written as an exclude list\n"
     "  autoencode  an autoencoder's round trip on frames of a video: its PSNR, the decoded frames\n"

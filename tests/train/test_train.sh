@@ -65,6 +65,20 @@ rc=$?
 bad=$(grep -c "CRC BAD" "$tmp/inspect.log")
 ok=$(grep -c "CRC ok" "$tmp/inspect.log")
 expect inspect_checkpoint $(( rc != 0 || bad != 0 || ok < 100 )) "status $rc, $ok tensors with a good CRC, $bad bad, $(grep -m1 '^step' "$tmp/inspect.log")"
+# The run folder itself: its checkpoints' steps, where its metrics end, then its newest checkpoint as above
+"$FC" inspect "$tmp/ref" > "$tmp/inspect_run.log" 2>&1
+rc=$?
+kept=$(ls "$tmp/ref"/ckpt-*.safetensors | wc -l)
+head -1 "$tmp/inspect_run.log" | grep -q "^run $tmp/ref: $kept checkpoints, steps $STEPS " &&
+    grep -q "^metrics.jsonl   $STEPS lines, the last at step $STEPS, smooth_loss [0-9.]" "$tmp/inspect_run.log" &&
+    grep -q "^the newest: $(final "$tmp/ref")$" "$tmp/inspect_run.log" &&
+    diff <(sed '1,/^the newest/d' "$tmp/inspect_run.log" | sed 1d) "$tmp/inspect.log" > /dev/null
+expect inspect_run_folder $(( rc != 0 || $? != 0 )) "status $rc: $(head -3 "$tmp/inspect_run.log" | tr '\n' ';')"
+mkdir "$tmp/no_ckpt" && head -2 "$tmp/ref/metrics.jsonl" > "$tmp/no_ckpt/metrics.jsonl"
+"$FC" inspect "$tmp/no_ckpt" > "$tmp/no_ckpt.log" 2>&1
+rc=$?
+expect inspect_run_without_checkpoint $(( rc != 1 || $(grep -c . "$tmp/no_ckpt.log") != 1 ||
+    $(grep -c "no_ckpt: a run folder with no checkpoint yet" "$tmp/no_ckpt.log") != 1 )) "status $rc: $(head -1 "$tmp/no_ckpt.log")"
 "$PYTHON" tools/safetensors_io.py "$(final "$tmp/ref")" > "$tmp/py.log" 2>&1
 rc=$?
 expect python_reads_checkpoint $(( rc != 0 || $(grep -c '^optim\.' "$tmp/py.log") == 0 )) \
