@@ -6,7 +6,7 @@
 
 #include "base/config.h"
 
-#define CLI_MAX_VALUES 64  // values a repeatable option may be given
+#define CLI_MAX_VALUES 1024  // values a repeatable option may be given (a shell loop of --input FILE)
 // The longest argument taken: paths are joined with file names into buffers of PATH_MAX (4096), so a
 // longer one is refused here rather than cut short there.
 #define CLI_MAX_ARG 3800

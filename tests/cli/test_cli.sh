@@ -115,6 +115,11 @@ expect inspect_ranks_uneven 2 "batch_size = 1 is not a multiple of it" "$FC" ins
     --ranks 2
 expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
+# A repeatable option takes up to 1024 values (a shell loop of --input FILE); one more is refused
+many=(); for i in $(seq 1024); do many+=(--set depth=3); done
+expect option_1024_values 0 "depth *= 3" "$FC" inspect --config configs/tiny/starter.conf "${many[@]}"
+expect option_too_many_values 2 "option --set given more than 1024 times" "$FC" inspect \
+    --config configs/tiny/starter.conf "${many[@]}" --set depth=3
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
     --config configs/starter.conf
 # the host memory a GPU run holds beside the card's (the checkpoint's staging buffer and the previews' weights)
