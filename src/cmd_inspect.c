@@ -254,6 +254,25 @@ static int inspect_run(const char *run, const int *steps, int n) {
     return inspect_file(path);
 }
 
+// A dataset (dataset.json), else a run folder (its checkpoints); anything else gets the dataset's line,
+// which says what is missing.
+static int inspect_folder(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    if (!access(path, F_OK)) return inspect_dataset(dir);
+    int *steps = NULL, n = checkpoint_list(dir, &steps);
+    if (n > 0) {
+        int rc = inspect_run(dir, steps, n);
+        free(steps);
+        return rc;
+    }
+    free(steps);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (!access(path, F_OK))
+        fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", dir);
+    return inspect_dataset(dir);
+}
+
 // ----------------------------------------------------------------------------
 
 int cmd_inspect(int argc, char **argv, const Backend *be) {
@@ -262,18 +281,7 @@ int cmd_inspect(int argc, char **argv, const Backend *be) {
     if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
     if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
     struct stat st;
-    if (file && !stat(file, &st) && S_ISDIR(st.st_mode)) {
-        char json[4096];
-        snprintf(json, sizeof json, "%s/dataset.json", file);
-        int *steps = NULL, n = access(json, F_OK) ? checkpoint_list(file, &steps) : 0;
-        char metrics[4096];
-        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", file);
-        if (n == 0 && access(json, F_OK) && !access(metrics, F_OK))
-            fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", file);
-        int rc = n > 0 ? inspect_run(file, steps, n) : inspect_dataset(file);  // a run's, else a dataset's
-        free(steps);
-        return rc;
-    }
+    if (file && !stat(file, &st) && S_ISDIR(st.st_mode)) return inspect_folder(file);
     if (file) return inspect_file(file);
     if (!opt(opts, "--config")->count) usage_error("missing a checkpoint or --config");
     Config c = load_config(opts);
