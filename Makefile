@@ -266,7 +266,8 @@ $(BUILD)/powerloss_shim.so: tests/train/powerloss_shim.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -Wall -Wextra -std=gnu11 -fPIC -shared $< -o $@ -ldl -lpthread
 
-TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/draw_shapes $(BUILD)/powerloss_shim.so $(TEST_EMU)
+TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/draw_shapes $(BUILD)/powerloss_shim.so $(TEST_EMU) \
+             $(BUILD)/bench_ops
 
 test: info $(TEST_BINS)
 	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh

@@ -28,9 +28,21 @@ static double now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// Every buffer taken from the backend, given back at the end (the sanitizer build runs this program
+// in make test, and a leak there is a failure).
+static void *g_bufs[64];
+static int g_nbufs;
+static void *buf(size_t bytes) {
+    if (g_nbufs == (int)(sizeof g_bufs / sizeof g_bufs[0])) fc_die("bench_ops: more than 64 buffers");
+    return g_bufs[g_nbufs++] = g_be->alloc(bytes);
+}
+static void free_bufs(void) {
+    while (g_nbufs > 0) g_be->free(g_bufs[--g_nbufs]);
+}
+
 // A random buffer of n values in backend memory (normal, std 0.5: softmax and norms stay tame).
 static real *rnd(size_t n) {
-    real *h = fc_malloc(sizeof(real) * (n ? n : 1)), *d = g_be->alloc(sizeof(real) * (n ? n : 1));
+    real *h = fc_malloc(sizeof(real) * (n ? n : 1)), *d = buf(sizeof(real) * (n ? n : 1));
     philox_fill_normal(h, n, 0, (real)0.5, 1, (uint32_t)n, RNG_TEST, 0);
     g_be->upload(d, h, sizeof(real) * n);
     free(h);
@@ -40,7 +52,7 @@ static real *rnd(size_t n) {
 // The same as an operand (backend.h: bf16 on cuda), n values.
 static Operand *rnd_op(size_t n) {
     real *h = fc_malloc(sizeof(real) * (n ? n : 1));
-    Operand *d = g_be->alloc(g_be->operand_bytes * (n ? n : 1));
+    Operand *d = buf(g_be->operand_bytes * (n ? n : 1));
     philox_fill_normal(h, n, 0, (real)0.5, 1, (uint32_t)n, RNG_TEST, 1);
     g_be->operand_upload(d, h, n);
     free(h);
@@ -170,8 +182,8 @@ int main(int argc, char **argv) {
     // moments and the EMA read and written, the mirror written.
     size_t np = memory_plan(&c, B, PLAN_CPU).params, nb = (np + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
     real *par = rnd(np), *grad = rnd(np), *ema = rnd(np);
-    uint8_t *m8 = g_be->alloc(np), *v8 = g_be->alloc(np);
-    float *amax = g_be->alloc(sizeof(float) * 2 * nb), *codes = g_be->alloc(sizeof(float) * 2 * QUANT8_TABLE);
+    uint8_t *m8 = buf(np), *v8 = buf(np);
+    float *amax = buf(sizeof(float) * 2 * nb), *codes = buf(sizeof(float) * 2 * QUANT8_TABLE);
     float host_codes[2][QUANT8_TABLE];
     quant8_signed_code(host_codes[0]), quant8_table(host_codes[0]);
     quant8_unsigned_code(host_codes[1]), quant8_table(host_codes[1]);
@@ -212,5 +224,6 @@ int main(int argc, char **argv) {
     printf("rates: the GEMMs and attention in model TFLOP/s; the others in GB/s of the least traffic they could "
            "make\n");
     g_be->unregister_weights(w);
+    free_bufs();
     return 0;
 }

@@ -49,41 +49,7 @@ for r in $(seq "$PAIRS"); do
     done
 done
 echo "== op by op ($DEV, $CFG): ms per step, base and this build, medians of $PAIRS run(s) each"
-awk -v pairs="$PAIRS" '
-    # rows of bench_ops: op name (several words), ms/call, x/step, ms/step, share, rate (words)
-    function row(line, a, n, name, i, s) {
-        n = split(line, a, /[ \t]+/)
-        for (s = 5; s <= n && a[s] !~ /^[0-9.]+%$/; s++) {}
-        if (s > n) return ""
-        name = a[1]; for (i = 2; i <= s - 4; i++) name = name " " a[i]
-        return name SUBSEP a[s - 1]
-    }
-    function med(v, n,   i, j, t) {  # sorts v[1..n]; the median
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-        return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
-    # ops-SIDE-PAIR.txt; ops that one build has and the other lacks (fused or split since) get a "-"
-    # on the other side; the sums are each whole table, so they compare the same block of work.
-    FNR == 1 { side = FILENAME; sub(/.*ops-/, "", side); k = side; sub(/-.*/, "", side); sub(/.*-/, "", k); sub(/[.]txt$/, "", k) }
-    { r = row($0); if (r == "") next; split(r, f, SUBSEP)
-      if (!((side, f[1]) in seen)) { seen[side, f[1]] = 1; if (side == "base" || !(("base", f[1]) in seen)) order[++no] = f[1] }
-      ms[side, f[1], k] = f[2]; sum[side, k] += f[2] }
-    function line(name, key,   i, b, t, q, n, mb, mt, mq) {
-        n = 0
-        for (i = 1; i <= pairs; i++) {
-            if (!(("base", key, i) in ms) || !(("this", key, i) in ms)) continue
-            n++; b[n] = ms["base", key, i]; t[n] = ms["this", key, i]; q[n] = t[n] > 0 ? b[n] / t[n] : 0
-        }
-        if (!n) { printf "%-26s %10s %10s\n", name, (("base", key, 1) in ms) ? ms["base", key, 1] : "-",
-                                                   (("this", key, 1) in ms) ? ms["this", key, 1] : "-"; return }
-        mb = med(b, n); mt = med(t, n); mq = med(q, n)
-        printf "%-26s %10.3f %10.3f %7.2fx (%.2f-%.2f)\n", name, mb, mt, mq, q[1], q[n]
-    }
-    BEGIN { printf "%-26s %10s %10s %8s\n", "op", "base", "this", "speedup (min-max)" }
-    END { for (i = 1; i <= no; i++) line(order[i], order[i])
-          for (i = 1; i <= pairs; i++) { ms["base", "\001sum", i] = sum["base", i]; ms["this", "\001sum", i] = sum["this", i] }
-          line("sum (each whole table)", "\001sum") }
-' $(for r in $(seq "$PAIRS"); do echo "$LOG/ops-base-$r.txt" "$LOG/ops-this-$r.txt"; done)
+awk -v pairs="$PAIRS" -f "$HERE/tools/compare_ops.awk" $(for r in $(seq "$PAIRS"); do echo "$LOG/ops-base-$r.txt" "$LOG/ops-this-$r.txt"; done)
 cp "$LOG/ops-this-1.txt" "$LOG/ops-this.txt"
 grep -h "^fc2's backward as the step" "$LOG/ops-this.txt"  # this build's fused op against its parts
 

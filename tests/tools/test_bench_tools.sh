@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The benchmark tools read what bench_ops prints: bench_ops runs on the tiny config and prints one row
+# an op (the ops of a block, their share of the step), and tools/compare_ops.awk, the join behind
+# tools/compare_builds.sh, finds every one of those rows and gives the medians and ratios worked out
+# here for tables of known times. No timing is asserted (a benchmark is not a test): only that the
+# tools still read each other, which a change of bench_ops's columns once broke without a sound.
+set -u
+. "$(dirname "$0")/../lib.sh"
+BUILD=${2:-build}
+JOIN=tools/compare_ops.awk
+
+# ---- bench_ops on the tiny config ----
+"$BUILD/bench_ops" --device cpu --config configs/tiny/starter.conf --reps 2 > "$tmp/ops.txt" 2>&1
+status=$?
+if [ $status -ne 0 ]; then
+    fail bench_ops_tiny "status $status: $(tail -1 "$tmp/ops.txt")"
+    exit 0
+fi
+# an op row: its name, then ms/call, x/step, ms/step and the share (NN.N%), then the rate
+rows=$(grep -cE '^[a-z].* [0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+%' "$tmp/ops.txt")
+for op in "linear fwd qkv" "linear+gelu bwd fc2" "attention fwd temporal" "qk_norm bwd" "gated_add fwd"; do
+    grep -q "^$op " "$tmp/ops.txt" || missing="${missing:-}$op; "
+done
+[ "$rows" -ge 15 ] && [ -z "${missing:-}" ] && grep -q '^sum ' "$tmp/ops.txt"
+expect bench_ops_tiny $? "$rows op rows with their share, and the sum${missing:+; missing: $missing}"
+
+# ---- the join reads every row of two real tables ----
+cp "$tmp/ops.txt" "$tmp/ops-base-1.txt" && cp "$tmp/ops.txt" "$tmp/ops-this-1.txt"
+awk -v pairs=1 -f "$JOIN" "$tmp/ops-base-1.txt" "$tmp/ops-this-1.txt" > "$tmp/join.txt" 2>&1
+# the op rows and the sums' row, each a table against itself: 1.00x, or "-" for an op that takes
+# 0.00 ms a step at the table's resolution
+joined=$(grep -cE ' ([0-9.]+) +\1 +(1\.00x \(1\.00-1\.00\)|-)$' "$tmp/join.txt")
+[ "$joined" -eq $((rows + 1)) ] && grep -qE '^sum .* 1\.00x' "$tmp/join.txt"
+expect compare_ops_reads_bench_ops $? "$joined of $((rows + 1)) rows (the ops and the sum) joined, each beside itself; $(head -2 "$tmp/join.txt" | tail -1 | tr -s ' ')"
+
+# ---- known tables: medians, ratios and their min-max, ops on one side only ----
+table() {  # table FILE QKV_MS PROJ_MS [OTHER_OP OTHER_MS]: a bench_ops table with these ms/step
+    {
+        echo "op                          ms/call   x/step      ms/step   share            rate"
+        echo "linear fwd qkv                0.100        4         $2    5.0%    0.186 TFLOP/s"
+        echo "linear fwd proj               0.100        4         $3    2.0%    0.167 TFLOP/s"
+        [ $# -ge 5 ] && echo "$4                0.100        1         $5    1.0%     16.2 GB/s"
+        echo "sum                                                  9.99  (0.000843 TFLOP of model FLOPs)"
+    } > "$1"
+}
+mkdir -p "$tmp/k"
+table "$tmp/k/ops-base-1.txt" 4.00 1.00 "old op" 0.50
+table "$tmp/k/ops-this-1.txt" 2.00 1.00 "new op" 0.25
+table "$tmp/k/ops-base-2.txt" 6.00 1.00 "old op" 0.50
+table "$tmp/k/ops-this-2.txt" 2.00 0.50 "new op" 0.25
+table "$tmp/k/ops-base-3.txt" 3.00 2.00 "old op" 0.50
+table "$tmp/k/ops-this-3.txt" 1.00 1.00 "new op" 0.25
+awk -v pairs=3 -f "$JOIN" "$tmp"/k/ops-{base,this}-{1,2,3}.txt > "$tmp/known.txt" 2>&1
+# qkv: base 4, 6, 3 (median 4), this 2, 2, 1 (2); ratios 2, 3, 3: 3.00x (2.00-3.00)
+# proj: base 1, 1, 2, this 1, 0.5, 1; ratios 1, 2, 2: 2.00x (1.00-2.00)
+# sums: base 5.5, 7.5, 5.5, this 3.25, 2.75, 2.25; ratios 1.69, 2.73, 2.44: 2.44x (1.69-2.73)
+want="linear fwd qkv 4.000 2.000 3.00x (2.00-3.00)|linear fwd proj 1.000 1.000 2.00x (1.00-2.00)|old op 0.50 -|"
+want+="new op - 0.25|sum (each whole table) 5.500 2.750 2.44x (1.69-2.73)|"
+got=$(tail -n +2 "$tmp/known.txt" | tr -s ' ' | tr '\n' '|')
+[ "$got" = "$want" ]
+expect compare_ops_known_tables $? "$got"
