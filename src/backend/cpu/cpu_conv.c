@@ -33,6 +33,13 @@ static void im2col(real *col, const real *x, int Cin, int H, int W, int k, int s
         int ci = (int)(q / (k * k)), ky = (int)(q / k % k), kx = (int)(q % k);
         const real *plane = x + (size_t)ci * H * W;
         real *out = col + q * N;
+        // The outputs [lo, hi) of a row have their tap ix = ox stride - pad + kx inside it: at
+        // stride 1 one copy, the padding's outputs on either side 0.
+        int shift = kx - pad[1];
+        int lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+        int hi = W - 1 - shift < 0 ? 0 : (W - 1 - shift) / stride + 1;
+        if (hi > Wo) hi = Wo;
+        if (lo > hi) lo = hi;
         for (int oy = 0; oy < rows; oy++) {
             int iy = (r0 + oy) * stride - pad[0] + ky;
             real *o = out + (long)oy * Wo;
@@ -40,10 +47,11 @@ static void im2col(real *col, const real *x, int Cin, int H, int W, int k, int s
                 memset(o, 0, sizeof(real) * Wo);
                 continue;
             }
-            for (int ox = 0; ox < Wo; ox++) {
-                int ix = ox * stride - pad[1] + kx;
-                o[ox] = ix >= 0 && ix < W ? plane[(size_t)iy * W + ix] : 0;
-            }
+            const real *src = plane + (size_t)iy * W;
+            memset(o, 0, sizeof(real) * lo);
+            if (stride == 1) memcpy(o + lo, src + lo + shift, sizeof(real) * (hi - lo));
+            else for (int ox = lo; ox < hi; ox++) o[ox] = src[ox * stride + shift];
+            memset(o + hi, 0, sizeof(real) * (Wo - hi));
         }
     }
 }
