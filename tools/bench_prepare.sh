@@ -2,11 +2,13 @@
 # prepare's speed beside the ffmpeg command line, in one run: both decode the same sample videos
 # (Debian's opencv-doc), scale them with the area filter so the shorter side is SIZE, centre-crop to
 # SIZE x SIZE and produce RGB24 frames (ffmpeg writes them to /dev/null; prepare also cuts clips,
-# compresses and writes shards). Several repetitions, the median. Not a test: it asserts nothing.
+# compresses and writes shards). The two alternate run by run (REPS pairs, default 5): the median
+# frames/s of each, and the median of the pairs' ratios (framechain's speed over ffmpeg's) with its
+# min-max. Not a test: it asserts nothing.
 #   tools/bench_prepare.sh [SIZE ...]      (default: 64 256)
 set -eu
 FC=${FC:-./framechain}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 DATA=/usr/share/doc/opencv-doc/examples/data
 VIDEOS=("$DATA/vtest.avi" "$DATA/Megamind.avi")
 frames=$((795 + 270))
@@ -15,8 +17,8 @@ trap 'rm -rf "$tmp"' EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 seconds() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}'; }
 
-echo "prepare vs ffmpeg: ${VIDEOS[*]##*/} ($frames frames), median of $REPS, $(nproc) cores, $(date -u +%F)"
-printf "%-6s %-14s %-14s %s\n" size "framechain f/s" "ffmpeg f/s" ratio
+echo "prepare vs ffmpeg: ${VIDEOS[*]##*/} ($frames frames), $REPS alternating pairs, $(nproc) cores, $(date -u +%F)"
+printf "%-6s %-14s %-14s %s\n" size "framechain f/s" "ffmpeg f/s" "ratio: median (min-max)"
 for size in ${@:-64 256}; do
     fc_times=() ff_times=()
     for r in $(seq "$REPS"); do
@@ -26,5 +28,8 @@ for size in ${@:-64 256}; do
     done
     fc=$(printf "%s\n" "${fc_times[@]}" | median)
     ff=$(printf "%s\n" "${ff_times[@]}" | median)
-    awk -v s="$size" -v n="$frames" -v a="$fc" -v b="$ff" 'BEGIN {printf "%-6s %-14.0f %-14.0f %.2f\n", s, n / a, n / b, b / a}'
+    ratios=$(for i in "${!fc_times[@]}"; do awk -v a="${fc_times[$i]}" -v b="${ff_times[$i]}" 'BEGIN {print b / a}'; done)
+    r=$(median <<< "$ratios") lo=$(sort -g <<< "$ratios" | head -1) hi=$(sort -g <<< "$ratios" | tail -1)
+    awk -v s="$size" -v n="$frames" -v a="$fc" -v b="$ff" -v r="$r" -v lo="$lo" -v hi="$hi" \
+        'BEGIN {printf "%-6s %-14.0f %-14.0f %.2f (%.2f-%.2f)\n", s, n / a, n / b, r, lo, hi}'
 done
