@@ -50,8 +50,7 @@ for r in $(seq "$PAIRS"); do
 done
 echo "== op by op ($DEV, $CFG): ms per step, base and this build, medians of $PAIRS run(s) each"
 awk -v pairs="$PAIRS" -f "$HERE/tools/compare_ops.awk" $(for r in $(seq "$PAIRS"); do echo "$LOG/ops-base-$r.txt" "$LOG/ops-this-$r.txt"; done)
-cp "$LOG/ops-this-1.txt" "$LOG/ops-this.txt"
-grep -h "^fc2's backward as the step" "$LOG/ops-this.txt"  # this build's fused op against its parts
+grep -h "^fc2's backward as the step" "$LOG/ops-this-1.txt"  # this build's fused op against its parts
 
 echo "== training speed ($DEV, $CFG, $STEPS steps)"
 for r in $(seq "${TRAIN_PAIRS:-1}"); do

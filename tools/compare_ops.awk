@@ -5,6 +5,7 @@
 # the other lacks (fused or split since) get a "-" on the other side; last, the sums of each whole
 # table, which compare the same block of work.
 # usage: awk -v pairs=N -f tools/compare_ops.awk FILES...
+
 # rows of bench_ops: op name (several words), ms/call, x/step, ms/step, share, rate (words)
 function row(line, a, n, name, i, s) {
     n = split(line, a, /[ \t]+/)
