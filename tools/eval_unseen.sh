@@ -15,7 +15,8 @@
 # The real set is scored twice: sampling from the trained prior (temperature 1, whatever the models'
 # sample_temperature), and at temperature 0.7.
 # Usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]   (the keys go to all three models' configs)
-# EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans shapes" to run;
+# EVAL_STEPS: training steps a model (default 800); EVAL_SETS: which of "real pans zooms shapes" to
+# run (only their datasets are prepared, where missing); EVAL_DATA_DIR: opencv-doc's data folder;
 # EVAL_STARTER=RUN: chain with that starter instead of training one (to compare the other two roles);
 # EVAL_CONFIGS: the three models' configs (default configs/small; configs/eval64: the larger models
 # of the GPU table, 64x64 frames), EVAL_SIZE: the frames' size of the datasets, which must be the
@@ -30,19 +31,29 @@ work=${1:-out/eval-unseen}
 shift || true
 set_args=()
 for s in "$@"; do set_args+=(--set "$s"); done
-DATA_DIR=/usr/share/doc/opencv-doc/examples/data
-for f in vtest.avi tree.avi Megamind.avi fruits.jpg building.jpg baboon.jpg home.jpg; do  # pans and zooms: the 4 jpgs
-    [ -f "$DATA_DIR/$f" ] || { echo "eval_unseen: $DATA_DIR/$f is missing (apt-get install opencv-doc)" >&2; exit 1; }
+DATA_DIR=${EVAL_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
+for set in $SETS; do
+    case $set in real | pans | zooms | shapes) ;; *) echo "eval_unseen: unknown set '$set' (real, pans, zooms, shapes)" >&2; exit 2 ;; esac
 done
+# A dataset is prepared only where it is missing and its set is scored, so that datasets prepared
+# elsewhere (a GPU machine may have neither opencv-doc nor FFmpeg) are all a run needs.
+need() {  # the source files of a dataset about to be prepared
+    for f in "$@"; do
+        [ -f "$DATA_DIR/$f" ] || { echo "eval_unseen: $DATA_DIR/$f is missing (apt-get install opencv-doc)" >&2; exit 1; }
+    done
+}
+scored() { case " $SETS " in *" $1 "*) return 0 ;; esac; return 1; }
 mkdir -p "$work"
 
 # ---- data: training footage, and the three held-out sets ----
 if [ ! -f "$work/train/dataset.json" ]; then
+    need vtest.avi tree.avi
     rm -rf "$work/train"
     "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/tree.avi" --out "$work/train" --size "$SIZE" \
         --clip-frames 32 --overlap 16
 fi
-if [ ! -f "$work/real/dataset.json" ]; then
+if scored real && [ ! -f "$work/real/dataset.json" ]; then
+    need Megamind.avi
     rm -rf "$work/real" "$work/segments"
     mkdir -p "$work/segments"
     for seg in 2:97 99:146 201:248; do
@@ -51,24 +62,26 @@ if [ ! -f "$work/real/dataset.json" ]; then
     done
     "$FC" prepare --input "$work/segments" --out "$work/real" --size "$SIZE" --clip-frames 48
 fi
-if [ ! -f "$work/pans/dataset.json" ]; then
+if scored pans && [ ! -f "$work/pans/dataset.json" ]; then
+    need fruits.jpg building.jpg baboon.jpg home.jpg
     rm -rf "$work/pans"
     pans=()
     for img in fruits building baboon home; do pans+=(--input "pan:$DATA_DIR/$img.jpg:1000"); done
     "$FC" prepare "${pans[@]}" --out "$work/pans" --size "$SIZE" --clip-frames 1000
 fi
-if [ ! -f "$work/zooms/dataset.json" ]; then
+if scored zooms && [ ! -f "$work/zooms/dataset.json" ]; then
+    need fruits.jpg building.jpg baboon.jpg home.jpg
     rm -rf "$work/zooms"
     zooms=()
     for img in fruits building baboon home; do zooms+=(--input "zoom:$DATA_DIR/$img.jpg:1000"); done
     "$FC" prepare "${zooms[@]}" --out "$work/zooms" --size "$SIZE" --clip-frames 1000
 fi
-if [ ! -f "$work/shapes/dataset.json" ]; then
+if scored shapes && [ ! -f "$work/shapes/dataset.json" ]; then
     rm -rf "$work/shapes"
     "$FC" prepare --input shapes:1000001:1000 --input shapes:1000002:1000 --input shapes:1000003:1000 \
         --out "$work/shapes" --size "$SIZE" --clip-frames 1000
 fi
-if [ ! -f "$work/shapes48/dataset.json" ]; then
+if scored shapes && [ ! -f "$work/shapes48/dataset.json" ]; then
     rm -rf "$work/shapes48"
     shapes=()
     for k in $(seq 1000001 1000048); do shapes+=(--input "shapes:$k:48"); done

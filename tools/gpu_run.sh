@@ -23,8 +23,11 @@
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
 #   ops     bench_ops at the preset
 #   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
-#   eval64  the quality table of configs/eval64 (tools/eval_unseen.sh; EVAL_STEPS, EVAL_SETS; needs
-#           out/eval64's datasets prepared elsewhere: this machine may have no FFmpeg)
+#   eval64  the quality table of configs/eval64 (tools/eval_unseen.sh; EVAL_SETS; needs out/eval64's
+#           datasets prepared elsewhere: this machine may have no FFmpeg). Without EVAL_STEPS, each
+#           model trains as many steps as the budget holds: a 12-step probe of the starter times a
+#           step, and EVAL_RESERVE seconds (default 150) are kept for the chains' scoring.
+#           EVAL_CONFIGS and EVAL_DIR (default configs/eval64, out/eval64) try it with other models
 set -u
 T0=$(date +%s)
 LOG=${1:-out/gpu-run}
@@ -44,6 +47,12 @@ step() { # step NAME CAP command...: at most CAP seconds, less where the budget 
     s=$(date +%s)
     timeout -k 5 "$t" "$@"
     echo "== $name: rc $? in $(($(date +%s) - s)) s"
+}
+# eval64_steps LEFT RESERVE MS: training steps a model for three models in LEFT - RESERVE seconds at MS
+# ms a step, in hundreds (at least 100; 600 without a speed)
+eval64_steps() {
+    awk -v l="$1" -v r="$2" -v ms="$3" 'BEGIN { s = ms > 0 ? int((l - r) * 1000 / ms / 3 / 100) * 100 : 600
+                                              print s < 100 ? 100 : s }'
 }
 date -u
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -78,9 +87,19 @@ for part in ${PARTS:-tests routes bench ops}; do
         tail -28 "$LOG/bench-ops.txt" ;;
     ae) step autoencoder 90 env FC="$FC" DEVICE=cuda INPUT=shapes:0 FRAMES=4 PAIRS=5 PYTHON="$PY" tools/bench_autoencoder.sh
         cp out/bench/ae_fc.log out/bench/ae_pt.log "$LOG/" 2> /dev/null ;;
-    eval64) step eval64 "$(left)" env FC="$FC" EVAL_CONFIGS=configs/eval64 EVAL_STEPS="${EVAL_STEPS:-600}" \
-        EVAL_SETS="${EVAL_SETS:-real shapes}" tools/eval_unseen.sh out/eval64
-        cp out/eval64/*.txt "$LOG/" 2> /dev/null ;;
+    eval64) cfg=${EVAL_CONFIGS:-configs/eval64} dir=${EVAL_DIR:-out/eval64} steps=${EVAL_STEPS:-}
+        if [ -z "$steps" ]; then  # as many steps as the budget holds, from a 12-step probe's speed line
+            rm -rf "$dir/probe"
+            "$FC" train --config "$cfg/starter.conf" --run "$dir/probe" --data "$dir/train" --steps 12 \
+                --set checkpoint_every=100000 --set sample_every=0 > "$LOG/eval64-probe.log" 2>&1
+            ms=$(sed -nE 's/^speed: ([0-9.]+) ms per step.*/\1/p' "$LOG/eval64-probe.log")
+            steps=$(eval64_steps "$(left)" "${EVAL_RESERVE:-150}" "${ms:-0}")
+            echo "eval64: the probe ${ms:-(no speed line: $LOG/eval64-probe.log)} ms a step; $steps steps a model"
+            rm -rf "$dir/probe"
+        fi
+        step eval64 "$(left)" env FC="$FC" EVAL_CONFIGS="$cfg" EVAL_STEPS="$steps" \
+            EVAL_SETS="${EVAL_SETS:-real shapes}" tools/eval_unseen.sh "$dir"
+        cp "$dir"/*.txt "$LOG/" 2> /dev/null ;;
     *) echo "gpu_run: unknown part '$part'" ;;
     esac
 done
