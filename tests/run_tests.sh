@@ -50,6 +50,7 @@ run_suite loader "$BUILD/test_loader"
 run_suite latent_data "$BUILD/test_latent_data"
 run_suite synthetic "$BUILD/test_synthetic"
 run_suite chain "$BUILD/test_chain"
+run_suite sampler "$BUILD/test_sampler"
 run_suite metrics "$BUILD/test_metrics"
 run_suite drift_guard "$BUILD/test_drift_guard"
 

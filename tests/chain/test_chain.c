@@ -1,6 +1,7 @@
 // test_chain.c: the long-video chain's window order (src/chain/chain_plan.c) for the shipped plans: every
 // frame 0..N-1 is made exactly once, no window reads a frame that does not exist yet, each window
 // gives the network the offsets the plan trained it on; plans that cannot chain are refused.
+#include <stdlib.h>
 #include <string.h>
 
 #include "chain/chain_plan.h"
@@ -17,11 +18,23 @@ static Config load(const char *dir, const char *role) {
     return c;
 }
 
+// The known frame nearest to f (a tie: the earlier), as a context the video does not have yet is read.
+static int nearest_known(const unsigned char *known, int last, int f) {
+    int best = -1;
+    for (int g = 0; g <= last; g++)
+        if (known[g] && (best < 0 || abs(g - f) < abs(best - f))) best = g;
+    return best;
+}
+
 // Walk the windows in order, frames 0..given-1 known at the start, every anchor the last of them;
-// returns a description of the first violation, or NULL.
+// returns a description of the first violation, or NULL. Also checks chain_frame_use against the
+// windows: which one makes each frame and which reads it last.
 static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int given, char *why, size_t len) {
     unsigned char *known = calloc((size_t)p->last_frame + 1, 1);
     int *made = calloc((size_t)N, sizeof(int));
+    int *maker = malloc(sizeof(int) * (p->last_frame + 1)), *reader = malloc(sizeof(int) * (p->last_frame + 1));
+    int *use_made = malloc(sizeof(int) * (p->last_frame + 1)), *use_read = malloc(sizeof(int) * (p->last_frame + 1));
+    for (int f = 0; f <= p->last_frame; f++) maker[f] = reader[f] = -1;
     memset(known, 1, (size_t)given);
     const char *bad = NULL;
     for (int k = 0; k < p->count && !bad; k++) {
@@ -41,6 +54,14 @@ static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int giv
                 if (c->slot_kind[i] == SLOT_CONTEXT && w->offset[i] != (float)(f - w->n))
                     snprintf(why, len, "window %d: context offset %g for frame %d at n=%d", k, w->offset[i], f, w->n),
                         bad = why;
+                // A context reads its planned frame n + offset, or where the video does not have that
+                // frame yet, the known frame nearest to it.
+                int planned = w->n + (int)c->slot_offset[i];
+                int want = planned >= 0 && planned <= p->last_frame && known[planned]
+                               ? planned : nearest_known(known, p->last_frame, planned);
+                if (c->slot_kind[i] == SLOT_CONTEXT && f != want)
+                    snprintf(why, len, "window %d (%s at n=%d): context planned at frame %d reads frame %d, not %d", k,
+                             config_role_name(w->role), w->n, planned, f, want), bad = why;
             } else {
                 if (known[f]) snprintf(why, len, "window %d makes frame %d again", k, f), bad = why;
                 if (w->offset[i] != c->slot_offset[i])
@@ -51,11 +72,19 @@ static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int giv
             }
         }
         for (int i = 0; i < w->slots; i++)
-            if (c->slot_kind[i] == SLOT_TARGET && w->frame[i] >= 0 && w->frame[i] <= p->last_frame) known[w->frame[i]] = 1;
+            if (w->frame[i] >= 0 && w->frame[i] <= p->last_frame) {
+                reader[w->frame[i]] = k;
+                if (c->slot_kind[i] == SLOT_TARGET) known[w->frame[i]] = 1, maker[w->frame[i]] = k;
+            }
     }
     for (int f = given; f < N && !bad; f++)
         if (made[f] != 1) snprintf(why, len, "frame %d made %d times", f, made[f]), bad = why;
-    free(known), free(made);
+    chain_frame_use(p, use_made, use_read);
+    for (int f = 0; f <= p->last_frame && !bad; f++)
+        if (use_made[f] != maker[f] || use_read[f] != reader[f])
+            snprintf(why, len, "chain_frame_use: frame %d made by window %d and read last by %d, not %d and %d", f,
+                     use_made[f], use_read[f], maker[f], reader[f]), bad = why;
+    free(known), free(made), free(maker), free(reader), free(use_made), free(use_read);
     return bad;
 }
 
@@ -99,6 +128,10 @@ int main(void) {
         {"starter with context", "plan", "anchor:0 context:-1 target:1 target:2", "context slots", 0},
         {"starter gap", "plan", "anchor:0 target:1 target:3", "in a row", 0},
         {"uneven keyframes", "plan", "anchor:-12 context:0 target:4 target:9", "s, 2s, 3s", 1},
+        {"extrapolate without context at 0", "plan", "anchor:-12 context:-4 target:4 target:8 target:12",
+         "context slot at offset 0", 1},
+        {"extrapolate with context after 0", "plan", "anchor:-12 context:0 context:2 target:4 target:8 target:12",
+         "none after it", 1},
         {"other frame size", "frame_size", "64", "different sizes", 2},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

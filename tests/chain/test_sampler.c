@@ -1,0 +1,118 @@
+// test_sampler.c: the chain's sampler (src/chain/sampler.c) against what the flow says it must make.
+// A network whose every weight is zero predicts its last layer's bias b at every token, whatever its
+// input: the velocity v = e - x0 is then known, and Euler's steps from t = 1 to 0 must end at
+// x0 = (the starting noise, of the temperature's standard deviation) - b on every target slot; with
+// delta targets, the target's reference frame plus that over delta_scale. So the direction and length
+// of the steps, the noise's draw and scale, and which given frame each target is made from are all
+// checked against numbers the test works out by itself.
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/config.h"
+#include "base/philox.h"
+#include "chain/sampler.h"
+#include "check.h"
+#include "model/model.h"
+
+// The model of config `path` (with `keys` set) for B windows, every parameter zero but the last
+// layer's bias, which is bias[k] = 0.4 sin(k + 1): a value for each of a patch's P*P*C outputs.
+static Model *constant_velocity_model(const char *path, const char *const *keys, int B, real *bias) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, path);
+    for (; keys && *keys; keys++) config_set(&c, *keys, "test");
+    config_validate(&c, path);
+    Model *m = build_model(&c, backend_cpu(), B);
+    memset(m->params_mem, 0, sizeof(real) * m->n_params);
+    const ParamInfo *b = model_find_param(m, "final.linear.bias");
+    for (size_t k = 0; k < b->numel; k++) bias[k] = m->params_mem[b->offset + k] = (real)(0.4 * sin((double)k + 1));
+    return m;
+}
+
+// The velocity the model predicts at pixel e (channel, row, column) of a frame: its bias for the
+// patch element the pixel is (docs/network.md: y[(py*P + px)*C + c]).
+static double velocity_at(const Config *c, const real *bias, size_t e) {
+    int S = c->frame_size, P = c->patch, C = c->channels;
+    int ch = (int)(e / ((size_t)S * S)), y = (int)(e / S % S), x = (int)(e % S);
+    return bias[((y % P) * P + x % P) * C + ch];
+}
+
+static double clamp1(double v) { return v < -1 ? -1 : v > 1 ? 1 : v; }
+
+// The starter (targets are frames): each target slot of window b must end at T e_b - b, clamped, where
+// e_b is the window's noise (seed, window b, RNG_NOISE, at the slot's offset). Returns the worst
+// difference over the windows' target slots.
+static double starter_error(int steps, double temperature) {
+    real bias[256];
+    Model *m = constant_velocity_model("configs/tiny/starter.conf", NULL, 2, bias);
+    size_t E = (size_t)m->E, W = (size_t)m->F * E;
+    real *win = fc_malloc(sizeof(real) * 2 * W), *noise = fc_malloc(sizeof(real) * E);
+    philox_fill_uniform(win, 2 * W, -1, 1, 5, 0, RNG_TEST, 0);  // the anchors; targets overwritten
+    SampleOptions o = {.steps = steps, .seed = 77, .noise_aug = 0.1, .guidance = 1, .temperature = temperature};
+    sample_plan_windows(m, win, &o);
+    double worst = 0;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < m->F; i++) {
+            if (m->cfg.slot_kind[i] != SLOT_TARGET) continue;
+            philox_fill_normal(noise, E, 0, (real)temperature, 77, (uint32_t)b, RNG_NOISE, i * E);
+            for (size_t e = 0; e < E; e++) {
+                double want = clamp1(noise[e] - velocity_at(&m->cfg, bias, e));
+                worst = fmax(worst, fabs(win[b * W + i * E + e] - want));
+            }
+        }
+    free(win), free(noise), free_model(m);
+    return worst;
+}
+
+int main(void) {
+    // Euler's steps: x0 = x1 - v, for any number of steps, from noise of the temperature's scale.
+    double e1 = starter_error(1, 1.0), e5 = starter_error(5, 1.0), e0 = starter_error(5, 0.0),
+           eh = starter_error(3, 0.5);
+    check(e1 < 1e-6 && e5 < 1e-6 && e0 < 1e-6 && eh < 1e-6, "sampler_euler_constant_velocity",
+          "a network predicting v = b everywhere: every target frame ends at T e - b (clamped); worst difference "
+          "%.2g at 1 step, %.2g at 5, %.2g at temperature 0, %.2g at 3 steps and temperature 0.5", e1, e5, e0, eh);
+
+    // Delta targets: each target is made from its nearest given frame (a tie: the earlier one in the
+    // plan) plus the sample over delta_scale. The interpolate plan anchor:-8 context:-1 context:0
+    // context:4 target:1 target:2 target:3: targets 1 and 2 from the context at 0 (2 is a tie with 4),
+    // target 3 from the context at 4. Every given frame a flat value of its own, window 1's others.
+    const char *keys[] = {"delta_reference=nearest", "anchor_snap=0", "delta_scale=8", NULL};
+    real bias[256];
+    Model *m = constant_velocity_model("configs/small/interpolate.conf", keys, 2, bias);
+    size_t E = (size_t)m->E, W = (size_t)m->F * E;
+    real *win = fc_malloc(sizeof(real) * 2 * W);
+    double value[2][8];
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < m->F; i++) {
+            value[b][i] = m->cfg.slot_kind[i] == SLOT_TARGET ? 0 : -0.6 + 0.3 * i + 0.1 * b;
+            for (size_t e = 0; e < E; e++) win[b * W + i * E + e] = (real)value[b][i];
+        }
+    SampleOptions o = {.steps = 4, .seed = 9, .noise_aug = 0.1, .guidance = 1, .temperature = 0};
+    sample_plan_windows(m, win, &o);
+    int from_slot[8] = {0};
+    for (int i = 0; i < m->F; i++) {
+        int best = -1;
+        for (int j = 0; j < m->F; j++)
+            if (m->cfg.slot_kind[j] != SLOT_TARGET &&
+                (best < 0 || fabs(m->cfg.slot_offset[j] - m->cfg.slot_offset[i]) <
+                                 fabs(m->cfg.slot_offset[best] - m->cfg.slot_offset[i])))
+                best = j;
+        from_slot[i] = best;
+    }
+    double worst = 0;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < m->F; i++)
+            if (m->cfg.slot_kind[i] == SLOT_TARGET)
+                for (size_t e = 0; e < E; e++) {
+                    double want = clamp1(value[b][from_slot[i]] - velocity_at(&m->cfg, bias, e) / 8);
+                    worst = fmax(worst, fabs(win[b * W + i * E + e] - want));
+                }
+    int ties_earlier = from_slot[5] == 2 && from_slot[6] == 3;  // target:2 from context:0, target:3 from 4
+    check(worst < 1e-6 && ties_earlier, "sampler_delta_targets_nearest",
+          "interpolate windows of flat given frames at temperature 0: each target is its nearest given frame "
+          "- b / delta_scale, worst difference %.2g (target 2 made from slot %d, target 3 from slot %d)", worst,
+          from_slot[5], from_slot[6]);
+    free(win), free_model(m);
+    return g_failed ? 1 : 0;
+}
