@@ -583,6 +583,75 @@ static void test_objects_motion(void) {
     free(win), free(refs), free(tex), free(mov);
 }
 
+// The rules of objects_segment, objects_shift and objects_carry one at a time, and the tiles' order of
+// motion_estimate_tiles: a background of a quarter to a half of the frame is still one; a speck of
+// OBJECT_MIN pixels is an object and a smaller one is not; an object moved 6 pixels at 32x32 is found
+// (the search reaches N/4); where two moving objects land on each other the smaller is in front;
+// tile t = ty * tiles + tx.
+static void test_objects_details(void) {
+    enum { C = 3, N = 32 };
+    size_t E = (size_t)C * N * N;
+    real *a = fc_malloc(sizeof(real) * E), *b = fc_malloc(sizeof(real) * E), *out = fc_malloc(sizeof(real) * E);
+    ObjectScene s;
+    // two rectangles of 16 x 19 pixels (30% of the frame each) beside a background of 40%
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    for (int y = 0; y < N; y++)
+        for (int x = 0; x < 19; x++)
+            for (int ch = 0; ch < C; ch++) a[((size_t)ch * N + y) * N + x] = y < 16 ? 0.3f : 0.8f;
+    objects_segment(&s, a, C, N, 0.1);
+    int two_fifths = s.count;
+    double bg = s.background[0];
+    objects_free(&s);
+    // specks of 3 and of 2 pixels, apart from each other, on a flat ground
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    for (int ch = 0; ch < C; ch++)
+        for (int k = 0; k < 3; k++) a[((size_t)ch * N + 5) * N + 5 + k] = 0.5f, a[((size_t)ch * N + 20) * N + 20 + k % 2] = 0.5f;
+    objects_segment(&s, a, C, N, 0.1);
+    int specks = s.count, speck_size = s.count > 0 ? s.size[0] : 0;
+    objects_free(&s);
+    // a square of 5 moved 6 pixels right and 1 down
+    for (size_t e = 0; e < E; e++) a[e] = b[e] = -0.5;
+    draw_square(a, C, N, 8, 12, 5, 0.6);
+    draw_square(b, C, N, 14, 13, 5, 0.6);
+    objects_segment(&s, b, C, N, 0.1);
+    double dx[OBJECT_MAX] = {0}, dy[OBJECT_MAX] = {0};
+    if (s.count == 1) objects_shift(&s, a, b, C, dx, dy);
+    int far_count = s.count;
+    objects_free(&s);
+    // a square of 6 moving 8 right onto a square of 3 moving 1 right: where they meet, the small one
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    draw_square(a, C, N, 4, 4, 6, 0.2);
+    draw_square(a, C, N, 13, 6, 3, 0.9);
+    objects_segment(&s, a, C, N, 0.1);
+    for (int k = 0; k < s.count; k++) s.dx[k] = s.size[k] == 36 ? 8 : 1, s.dy[k] = 0;
+    objects_carry(out, a, &s, C, 1.0);
+    int carried = s.count;
+    objects_free(&s);
+    double front = out[(size_t)7 * N + 15], big = out[(size_t)5 * N + 12];  // channel 0, rows 7 and 5
+    check(two_fifths == 2 && fabs(bg + 0.5) < 1e-6 && specks == 1 && speck_size == 3 && far_count == 1 &&
+              fabs(dx[0] - 6) < 1e-6 && fabs(dy[0] - 1) < 1e-6 && carried == 2 && fabs(front - 0.9) < 1e-6 &&
+              fabs(big - 0.2) < 1e-6,
+          "objects_rules",
+          "a background of 40%% beside two rectangles: %d objects (2), its mean %.3f (-0.5); specks of 3 and 2 "
+          "pixels: %d object (1) of %d pixels (3); a square moved (6, 1): %d object, found at (%.4f, %.4f); two "
+          "moving squares meeting: %d objects, the small one in front (%.3f, 0.9), the big one where it alone "
+          "lands (%.3f, 0.2)", two_fifths, bg, specks, speck_size, far_count, dx[0], dy[0], carried, front, big);
+    // tiles: only the top-right of 2 x 2 tiles moves, 2 pixels right
+    real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E);
+    make_texture(tex, C, N, 41);
+    motion_shift(moved, tex, C, N, 2, 0);
+    memcpy(b, tex, sizeof(real) * E);
+    for (int ch = 0; ch < C; ch++)
+        for (int y = 0; y < N / 2; y++)
+            for (int x = N / 2; x < N; x++) b[((size_t)ch * N + y) * N + x] = moved[((size_t)ch * N + y) * N + x];
+    double tdx[4], tdy[4];
+    motion_estimate_tiles(tex, b, C, N, 2, 0, 0, tdx, tdy);
+    check(fabs(tdx[1] - 2) < 0.07 && fabs(tdy[1]) < 0.07 && tdx[0] == 0 && tdx[2] == 0 && tdx[3] == 0 && tdy[2] == 0,
+          "motion_tiles_order", "the top-right tile moved (2, 0): tiles (top-left, top-right, bottom-left, "
+          "bottom-right) dx %.3f %.3f %.3f %.3f, dy of the moved one %.3f", tdx[0], tdx[1], tdx[2], tdx[3], tdy[1]);
+    free(a), free(b), free(out), free(tex), free(moved);
+}
+
 // anchor_snap: a reference pixel within the threshold of the anchor's in every channel takes the
 // anchor's values; one channel past it keeps the pixel as made; no pixel moves by more than it.
 static void test_anchor_snap(void) {
@@ -734,6 +803,7 @@ int main(void) {
     test_global_zoom();
     test_local_motion();
     test_objects_motion();
+    test_objects_details();
     test_anchor_snap();
     test_plan_matches_allocation();
     test_keep_blocks_auto();
