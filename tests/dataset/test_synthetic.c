@@ -86,6 +86,46 @@ static void test_shapes_at(void) {
           at_wall ? "yes" : "NO", why);
 }
 
+// Every pixel of shapes_frame as the shapes of shapes_at say: the background, and over it each shape
+// in order whose area holds the pixel's centre (a square: |dx| and |dy| at most r; a disc: within r).
+// Over 600 clips: 1 to SHAPES_MAX shapes, each count drawn, and motion in every direction (not only
+// along the diagonals: |vx| and |vy| differ by more than 1% for most shapes).
+static void test_shapes_drawn(void) {
+    enum { CLIPS = 600 };
+    real planes[3 * W * W];
+    int wrong = 0, counts[SHAPES_MAX + 2] = {0}, skewed = 0, shapes = 0;
+    for (uint32_t clip = 1; clip <= CLIPS; clip++) {
+        Shape sh[SHAPES_MAX], later[SHAPES_MAX];
+        double bg[3], t = 7.3 * (clip % 13);
+        int n = shapes_at(sh, bg, W, 3, 1, clip, t);
+        counts[n < 0 ? 0 : n > SHAPES_MAX ? SHAPES_MAX + 1 : n]++;
+        shapes_at(later, bg, W, 3, 1, clip, t + 1e-3);
+        for (int i = 0; i < n && i < SHAPES_MAX; i++) {
+            double ax = fabs(later[i].x - sh[i].x), ay = fabs(later[i].y - sh[i].y);
+            skewed += fabs(ax - ay) > 0.01 * (ax + ay), shapes++;
+        }
+        if (clip % 20) continue;  // the pixels of one clip in twenty
+        shapes_frame(planes, 3, W, 3, 1, clip, t);
+        for (int y = 0; y < W; y++)
+            for (int x = 0; x < W; x++) {
+                double want[3] = {bg[0], bg[1], bg[2]};
+                for (int i = 0; i < n; i++) {
+                    double dx = fabs(x + 0.5 - sh[i].x), dy = fabs(y + 0.5 - sh[i].y);
+                    if (sh[i].square ? dx <= sh[i].r && dy <= sh[i].r : dx * dx + dy * dy <= sh[i].r * sh[i].r)
+                        memcpy(want, sh[i].colour, sizeof want);
+                }
+                for (int c = 0; c < 3; c++) wrong += planes[(c * W + y) * W + x] != (real)want[c];
+            }
+    }
+    int every_count = 1;
+    for (int k = 1; k <= SHAPES_MAX; k++) every_count &= counts[k] > 0;
+    check(!wrong && counts[0] == 0 && counts[SHAPES_MAX + 1] == 0 && every_count && 2 * skewed > shapes,
+          "synthetic_shapes_drawn",
+          "%d clips: %d values off the shapes' areas in the frames drawn; shapes a clip: %d with none, %d, %d and %d "
+          "with 1, 2 and 3, %d with more; motion off the diagonals: %d shapes of %d", CLIPS, wrong, counts[0],
+          counts[1], counts[2], counts[3], counts[SHAPES_MAX + 1], skewed, shapes);
+}
+
 // A world whose red is 8 x column and green 8 x row: where the crop samples reads back from its pixels.
 static int write_ramp(const char *path) {
     uint8_t world[W * W * 3];
@@ -201,6 +241,7 @@ static void run_all(void) {
     mkdir(dir, 0755);
     test_shapes();
     test_shapes_at();
+    test_shapes_drawn();
     test_pan(dir);
     test_zoom(dir);
     test_refusals();
