@@ -124,6 +124,19 @@ int main(void) {
           "drift_guard_black_first_frame", "a speckled frame after a black frame 0 left byte for byte (sharpness "
           "%.4f against frame 0's %.4f)", drift_guard_sharpness(kept, S), drift_guard_sharpness(black, S));
 
+    // a flat frame at frame 0's mean colour: no contrast to scale, so the colour guard leaves it byte
+    // for byte and reports no channel moved (its contrast is out of the band, but nothing can bring it in)
+    for (int c = 0; c < 3; c++) {
+        double m, sd;
+        channel_stats(anchor + c * S * S, &m, &sd);
+        for (int i = 0; i < S * S; i++) f[c * S * S + i] = (real)(2 * m - 1);
+    }
+    memcpy(kept, f, sizeof f);
+    DriftGuardAction flat = drift_guard_apply(f, anchor, S, 0, tol);
+    check(memcmp(f, kept, sizeof f) == 0 && !flat.mean_moved && !flat.contrast_moved, "drift_guard_flat_frame",
+          "a flat frame at frame 0's mean colour: left byte for byte, %d channels' mean and %d channels' contrast "
+          "reported moved (0 and 0)", flat.mean_moved, flat.contrast_moved);
+
     // the guard's sharpness is eval's (metrics.c, on 8-bit frames, luma in 0-255) to within rounding
     for (int i = 0; i < N; i++) f[i] = (real)(0.8 * anchor[i] + 0.2 * (uniform() - 0.5));
     static uint8_t rf[N];
