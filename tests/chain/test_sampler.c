@@ -3,21 +3,23 @@
 // input: the velocity v = e - x0 is then known, and Euler's steps from t = 1 to 0 must end at
 // x0 = (the starting noise, of the temperature's standard deviation) - b on every target slot; with
 // delta targets, the target's reference frame plus that over delta_scale. So the direction and length
-// of the steps, the noise's draw and scale, and which given frame each target is made from are all
-// checked against numbers the test works out by itself.
+// of the steps, the noise's draw and scale, which given frame each target is made from, and where a
+// chain given 7 frames opens the colour guard's band are all checked against numbers the test works
+// out by itself.
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/config.h"
 #include "base/philox.h"
+#include "chain/chain_plan.h"
 #include "chain/sampler.h"
 #include "check.h"
 #include "model/model.h"
 
 // The model of config `path` (with `keys` set) for B windows, every parameter zero but the last
-// layer's bias, which is bias[k] = 0.4 sin(k + 1): a value for each of a patch's P*P*C outputs.
-static Model *constant_velocity_model(const char *path, const char *const *keys, int B, real *bias) {
+// layer's bias, which is bias[k] = base + 0.4 sin(k + 1): a value for each of a patch's P*P*C outputs.
+static Model *velocity_model(const char *path, const char *const *keys, int B, double base, real *bias) {
     Config c;
     config_defaults(&c);
     config_load(&c, path);
@@ -26,8 +28,12 @@ static Model *constant_velocity_model(const char *path, const char *const *keys,
     Model *m = build_model(&c, backend_cpu(), B);
     memset(m->params_mem, 0, sizeof(real) * m->n_params);
     const ParamInfo *b = model_find_param(m, "final.linear.bias");
-    for (size_t k = 0; k < b->numel; k++) bias[k] = m->params_mem[b->offset + k] = (real)(0.4 * sin((double)k + 1));
+    for (size_t k = 0; k < b->numel; k++) bias[k] = m->params_mem[b->offset + k] = (real)(base + 0.4 * sin((double)k + 1));
     return m;
+}
+
+static Model *constant_velocity_model(const char *path, const char *const *keys, int B, real *bias) {
+    return velocity_model(path, keys, B, 0, bias);
 }
 
 // The velocity the model predicts at pixel e (channel, row, column) of a frame: its bias for the
@@ -63,6 +69,40 @@ static double starter_error(int steps, double temperature) {
         }
     free(win), free(noise), free_model(m);
     return worst;
+}
+
+// A chain given frames 0-6 (eval --given 7) with the colour guard over a ramp of 4 frames: the band
+// is wide for the frames made just after the given ones and the guard's own from the 4th on, counted
+// from frame 6, the last given one. Models that make every frame near -0.8 (far darker than the
+// given frames): frame 7 is let stay dark, frame 12 is pulled to frame 0's mean.
+static void test_colour_band_from_given(void) {
+    real bias[256];
+    ChainModels cm = {.size = 32, .channels = 3};
+    const char *roles[3] = {"configs/tiny/starter.conf", "configs/tiny/extrapolate.conf", "configs/tiny/interpolate.conf"};
+    for (int r = 0; r < 3; r++) cm.m[r] = velocity_model(roles[r], NULL, 1, 0.8, bias);
+    ChainPlan p;
+    char err[256];
+    int rc = chain_build_given(&p, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, 21, 7, err, sizeof err);
+    size_t E = (size_t)cm.m[0]->E, P = E / 3;
+    real *frames = fc_malloc(sizeof(real) * (p.last_frame + 1) * E);
+    philox_fill_uniform(frames, 7 * E, -0.5, 0.5, 3, 0, RNG_TEST, 0);  // the given frames 0-6
+    SampleOptions o = {.steps = 2, .seed = 4, .noise_aug = 0.1, .guidance = 1, .temperature = 0, .colour_guard = 0.05,
+                       .colour_ramp = 4, .quiet = 1};
+    if (!rc) chain_sample(&cm, &p, frames, &o);
+    double ratio[2];  // the red channel's mean over frame 6's (anchor), values in [0, 1]: frames 7 and 12
+    int at[2] = {7, 12};
+    for (int k = 0; k < 2; k++) {
+        double m = 0, m0 = 0;
+        for (size_t i = 0; i < P; i++) m += 0.5 * (frames[at[k] * E + i] + 1), m0 += 0.5 * (frames[6 * E + i] + 1);
+        ratio[k] = m / m0;
+    }
+    check(!rc && ratio[0] < 0.5 && fabs(ratio[1] - 1) <= 0.05 + 1e-6, "sampler_colour_band_from_given",
+          "given frames 0-6, colour guard 0.05 over 4 frames: frame 7's mean %.3f of frame 6's (the band open "
+          "after the last given frame), frame 12's %.3f (held within 5%%)%s%s", ratio[0], ratio[1], rc ? ": " : "",
+          rc ? err : "");
+    if (!rc) chain_free(&p);
+    free(frames);
+    for (int r = 0; r < 3; r++) free_model(cm.m[r]);
 }
 
 int main(void) {
@@ -114,5 +154,6 @@ int main(void) {
           "- b / delta_scale, worst difference %.2g (target 2 made from slot %d, target 3 from slot %d)", worst,
           from_slot[5], from_slot[6]);
     free(win), free_model(m);
+    test_colour_band_from_given();
     return g_failed ? 1 : 0;
 }
