@@ -636,6 +636,14 @@ static void test_objects_details(void) {
           "pixels: %d object (1) of %d pixels (3); a square moved (6, 1): %d object, found at (%.4f, %.4f); two "
           "moving squares meeting: %d objects, the small one in front (%.3f, 0.9), the big one where it alone "
           "lands (%.3f, 0.2)", two_fifths, bg, specks, speck_size, far_count, dx[0], dy[0], carried, front, big);
+    // like colour is a difference under tol: a square 0.25 from the ground at tol 0.25 is an object
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    draw_square(a, C, N, 10, 10, 3, -0.25);
+    objects_segment(&s, a, C, N, 0.25);
+    int at_tol = s.count;
+    objects_free(&s);
+    check(at_tol == 1, "objects_like_colour", "a square 0.25 from its ground cut at a tolerance of 0.25: %d object "
+          "(1: like colour is a difference under the tolerance)", at_tol);
     // tiles: only the top-right of 2 x 2 tiles moves, 2 pixels right
     real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E);
     make_texture(tex, C, N, 41);
@@ -649,6 +657,32 @@ static void test_objects_details(void) {
     check(fabs(tdx[1] - 2) < 0.07 && fabs(tdy[1]) < 0.07 && tdx[0] == 0 && tdx[2] == 0 && tdx[3] == 0 && tdy[2] == 0,
           "motion_tiles_order", "the top-right tile moved (2, 0): tiles (top-left, top-right, bottom-left, "
           "bottom-right) dx %.3f %.3f %.3f %.3f, dy of the moved one %.3f", tdx[0], tdx[1], tdx[2], tdx[3], tdy[1]);
+    // the carry: the top-left tile (8 pixels at 16x16) moves 0.75 pixel left; its right column then
+    // takes a quarter of a pixel of what lands (under half: not enough), so it shows what was behind,
+    // in at x + 0.75: three quarters of the still tile's first column and a quarter of its own
+    enum { M = 16 };
+    double cdx[4] = {-0.75, 0, 0, 0}, cdy[4] = {0, 0, 0, 0};
+    make_texture(tex, C, M, 43);
+    motion_carry_tiles(out, tex, C, M, 2, cdx, cdy, 1.0);
+    double behind = 0, landed = 0;
+    for (int ch = 0; ch < C; ch++)
+        for (int y = 0; y < M / 2; y++) {
+            size_t q = ((size_t)ch * M + y) * M + 7;
+            behind = fmax(behind, fabs(out[q] - (0.25 * tex[q] + 0.75 * tex[q + 1])));
+            landed = fmax(landed, fabs(out[q - 1] - (0.75 * tex[q] + 0.25 * tex[q - 1])));  // x = 6: weight 1
+        }
+    check(behind < 1e-6 && landed < 1e-6, "motion_carry_tiles_uncovered",
+          "a tile moved 0.75 pixel left: its last column shows what was behind it (worst %.1e), the column before it "
+          "what landed (%.1e)", behind, landed);
+    // a frame too small to tell a shift from new content: no motion (6x6: 2 pixels inside the search's margin)
+    enum { T = 6 };
+    real small[3 * T * T], small_moved[3 * T * T];
+    make_texture(small, C, T, 44);
+    motion_shift(small_moved, small, C, T, 1, 0);
+    double sdx = 9, sdy = 9;
+    motion_estimate(small, small_moved, C, T, &sdx, &sdy);
+    check(sdx == 0 && sdy == 0, "motion_estimate_small_frame", "a 6x6 frame shifted a pixel: (%g, %g), no motion "
+          "measured on so few pixels", sdx, sdy);
     free(a), free(b), free(out), free(tex), free(moved);
 }
 
