@@ -196,6 +196,44 @@ static void test_conditioning(void) {
     check(drop_ok && fabs(dropped / (double)W - 0.2) < 0.01, "cond_drop_windows",
           "%.4f of %d windows dropped (cond_drop 0.2), all their given slots at t = 1, targets unchanged",
           dropped / (double)W, W);
+
+    // noise augmentation: the anchor stays clean (t = 0), each context slot at its own level in
+    // [0, noise_aug_max] (every window not dropped)
+    config_set(&c, "noise_aug_max=0.3", "test");
+    flow_slot_levels(&c, W, 0, 5, 7, t, off, mask);
+    int anchor_clean = 1, in_range = 1;
+    double lo = 1, hi = 0;
+    for (int b = 0; b < W; b++) {
+        const real *tb = t + b * c.slots;
+        int drop = 1;
+        for (int f = 0; f < c.slots; f++) drop &= c.slot_kind[f] == SLOT_TARGET || tb[f] == 1;
+        for (int f = 0; f < c.slots && !drop; f++) {
+            if (c.slot_kind[f] == SLOT_ANCHOR) anchor_clean &= tb[f] == 0;
+            if (c.slot_kind[f] == SLOT_CONTEXT) in_range &= tb[f] >= 0 && tb[f] <= 0.3f, lo = fmin(lo, tb[f]), hi = fmax(hi, tb[f]);
+        }
+    }
+    check(anchor_clean && in_range && lo < 0.01 && hi > 0.29, "noise_aug_levels",
+          "noise_aug_max 0.3: the anchor at t = 0 in every window kept, the context slots' levels from %.4f to %.4f",
+          lo, hi);
+
+    // a window's draws do not depend on where the batch is cut (ranks, dist.h): windows 4-7 of a batch of
+    // 8 are those of a batch of 4 that starts at window 4, levels (dropped or not) and ref_noise alike
+    enum { B8 = 8 };
+    real t8[B8 * MAX_SLOTS], t4[B8 * MAX_SLOTS], o8[B8 * MAX_SLOTS], m8[B8 * MAX_SLOTS];
+    config_set(&c, "cond_drop=0.5", "test");
+    flow_slot_levels(&c, B8, 0, 5, 9, t8, o8, m8);
+    flow_slot_levels(&c, 4, 4, 5, 9, t4, o8, m8);
+    int levels_same = !memcmp(t8 + 4 * c.slots, t4, sizeof(real) * 4 * c.slots);
+    size_t nw = (size_t)c.slots * E;
+    real *x8 = fc_malloc(sizeof(real) * B8 * nw), *x4 = fc_malloc(sizeof(real) * 4 * nw);
+    philox_fill_uniform(x8, B8 * nw, -1, 1, 6, 0, RNG_TEST, 0);
+    memcpy(x4, x8 + 4 * nw, sizeof(real) * 4 * nw);
+    flow_corrupt_context(&c, B8, 0, x8, 8, 3);
+    flow_corrupt_context(&c, 4, 4, x4, 8, 3);
+    int noise_same = !memcmp(x8 + 4 * nw, x4, sizeof(real) * 4 * nw);
+    check(levels_same && noise_same, "flow_windows_by_index", "windows 4-7 of a batch of 8 against a batch of 4 from "
+          "window 4: levels %s, ref_noise %s", levels_same ? "the same" : "DIFFER", noise_same ? "the same" : "DIFFER");
+    free(x8), free(x4);
     free(t), free(t0), free(off), free(mask);
 }
 
