@@ -159,9 +159,9 @@ last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,9)
 expect score_damaged_clip $(( rc != 0 )) "exit $rc; the last row: '$last'; $(head -1 "$tmp/out")"
 [ "$last" = "$(printf '10\t\tdamaged')" ] || fail score_damaged_row "$(tail -1 "$tmp/d.tsv")"
 
-# ---- refusals: another frame size, a plan longer than the clips, an existing --out ----
+# ---- refusals: another frame size, a plan one frame longer than the clips, an existing --out ----
 fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1
-fc prepare --input "$tmp/bad/white" --out "$tmp/short" --size 32 --clip-frames 4 > /dev/null 2>&1
+fc prepare --input "$tmp/bad/white" --out "$tmp/short" --size 32 --clip-frames 6 > /dev/null 2>&1
 one_line_refusal score_other_size "frames are 16x16 RGB, but .* makes 32x32" \
     fc score --run "$run" --data "$tmp/small" --out "$tmp/x.tsv"
 one_line_refusal score_plan_too_long "spans 7 frames, more than its clips have" \
