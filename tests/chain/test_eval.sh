@@ -74,6 +74,27 @@ else
     fail eval_per_clip "${bad:-no per-clip table}"
 fi
 
+# the spread printed under each level's table is the TSV's clip rows': the mean of chain - copy, its
+# standard error (the sample standard deviation over the square root of the clip count), the min and
+# max, and how many clips the chain is over the copy on (each to the table's 2 decimals)
+bad=""
+for level in 0 0.1; do
+    want=$(awk -F'\t' -v l=$level '$1 == "clip" && $2 == l { d[++n] = $4 - $5 }
+        END { for (i = 1; i <= n; i++) { s += d[i]; lo = i == 1 || d[i] < lo ? d[i] : lo; hi = i == 1 || d[i] > hi ? d[i] : hi
+                                          over += d[i] > 0 }
+              m = s / n; for (i = 1; i <= n; i++) v += (d[i] - m) ^ 2
+              printf "%.4f %.4f %.4f %.4f %d %d", m, sqrt(v / (n - 1) / n), lo, hi, over, n }' "$tmp/eval.tsv")
+    got=$(awk -v l=$level '/^per clip/ { on = 1 } on && $1 == l && $2 ~ /^[0-9]+$/ { print $3, $4, $5, $6, $7, $9; exit }' "$tmp/out")
+    awk -v w="$want" -v g="$got" 'BEGIN { nw = split(w, a, " "); ng = split(g, b, " "); if (nw != 6 || ng != 6) exit 1
+        for (i = 1; i <= 4; i++) if (a[i] - b[i] > 0.006 || b[i] - a[i] > 0.006) exit 1
+        exit !(a[5] == b[5] && a[6] == b[6]) }' || bad="$bad level $level: from the TSV '$want', printed '$got';"
+done
+if [ -z "$bad" ]; then
+    pass eval_per_clip_spread "mean, standard error, min, max and the clips over the copy as the TSV's clip rows give them, both levels"
+else
+    fail eval_per_clip_spread "$bad"
+fi
+
 # every PSNR finite and in 3..99 dB (the barely trained chain scores about 5.4 dB on these dark frames,
 # so the floor sits below 5), every SSIM in [-1, 1], every drift ratio finite and positive
 bad=$(awk -F'\t' '
