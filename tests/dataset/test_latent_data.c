@@ -309,6 +309,28 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
     loader_stop(l);
     check(same == 3, "latent_loader_resume", "%d of 3 batches from a loader started at step 4 (1 thread) equal the "
           "first loader's (2 threads)", same);
+    // fast_fraction = 1: every window at twice the speed, frames t0 - 2, t0, t0 + 2 for a plan at -1, 0, 1
+    Config cf = latent_config("fast_fraction=1");
+    config_set(&cf, "plan=anchor:-1 context:0 target:1", "test");
+    l = loader_start(NULL, d, &cf, B, 0, 9, 1, 1, 1, err, sizeof err);
+    int fast = 0, fast_windows = 0;
+    size_t fw = 3 * UNIT;
+    float *win = fc_malloc(sizeof(float) * fw);
+    for (int s = 1; l && s <= steps; s++) {
+        const real *b = loader_get(l, s, NULL, err, sizeof err);
+        for (int w = 0; b && w < B; w++, fast_windows++) {
+            for (size_t e = 0; e < fw; e++) win[e] = (float)b[w * fw + e];
+            int match = 0;
+            for (int i = 0; i < LCLIPS && !match; i++)
+                for (int t0 = 2; t0 + 2 < LF && !match; t0++)
+                    for (int m = 0; m < 2 && !match; m++) match = units_are(win, all, i, 3, (int[]){t0 - 2, t0, t0 + 2}, m);
+            fast += match;
+        }
+    }
+    free(win);
+    loader_stop(l);
+    check(fast == B * steps && fast_windows == B * steps, "latent_loader_fast",
+          "fast_fraction 1: %d of %d windows are a clip's latents at twice the plan's offsets", fast, B * steps);
     // what a latent dataset cannot train
     static const struct {
         const char *name, *set, *expect;
