@@ -109,6 +109,33 @@ else
     fail eval_ranges "$(echo "$bad" | head -3 | tr '\n' ' ')"
 fi
 
+# the real clip's motion at frame f is the mean absolute change of its 8-bit values from
+# frame f - 1 (tools/oracle_ceiling.py's reader of the shards, numpy), averaged over the clips
+if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/eval.tsv" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tools")
+import numpy as np
+from oracle_ceiling import read_clips
+clips = read_clips(sys.argv[1], 2)
+want = {f: np.mean([np.abs(np.rint(c[f] * 255) - np.rint(c[f - 1] * 255)).mean() for c in clips]) for f in range(1, 24)}
+worst, rows = 0.0, 0
+for line in open(sys.argv[2]):
+    col = line.rstrip("\n").split("\t")
+    if col[0] == "quality" and col[1] == "0":
+        worst, rows = max(worst, abs(float(col[16]) - want[int(col[2])])), rows + 1
+print(f"{rows} {worst:.6f}")
+PY
+); then
+    set -- $motion
+    if [ "$1" = 23 ] && awk -v w="$2" 'BEGIN { exit !(w < 1e-3) }'; then
+        pass eval_motion_real "the real clip's motion at each of frames 1-23 as the shards give it (worst difference $2)"
+    else
+        fail eval_motion_real "$motion"
+    fi
+else
+    fail eval_motion_real "$(echo "$motion" | tail -1)"
+fi
+
 # the copy baseline does not depend on the level
 copy0=$(awk -F'\t' '$1 == "quality" && $2 == "0" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
 copy1=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
