@@ -84,10 +84,50 @@ static void test_config_roundtrip(void) {
           "width %d, %d slots, plan '%s'", b.width, b.slots, plan);
 }
 
+// Values a config must refuse, each with a line naming what is wrong, and the edge of one it must take:
+// a plan of 33 slots (the arrays hold 32), two anchors, a double that is not a number, keep_blocks past
+// depth; keep_blocks equal to depth accepted.
+static void test_config_refusals(void) {
+    char plan33[400] = "plan=anchor:0";
+    for (int k = 1; k <= 32; k++) snprintf(plan33 + strlen(plan33), sizeof plan33 - strlen(plan33), " target:%d", k);
+    const struct { const char *kv, *want; } bad[] = {
+        {plan33, "more than 32 slots"},
+        {"plan=anchor:0 anchor:1 target:2", "2 anchor slots, expected exactly one"},
+        {"lr=nan", "not a number"},
+        {"delta_scale=inf", "not a number"},
+        {"keep_blocks=3", "keep_blocks 3 is more than depth 2"},
+    };
+    int refused = 0, n = (int)(sizeof bad / sizeof bad[0]);
+    char err[512], why[700] = "";
+    for (int i = 0; i < n; i++) {
+        Config c;
+        config_defaults(&c);
+        config_load(&c, "configs/tiny/starter.conf");
+        config_set(&c, "recompute=1", "test");
+        Config before = c;
+        int rc = config_set_checked(&c, bad[i].kv, "test", err, sizeof err);
+        int set_refused = rc != 0;  // a value refused by itself leaves the config as it was
+        if (!rc) rc = config_validate_checked(&c, "test", err, sizeof err);  // the keys against each other
+        int ok = rc == -1 && strstr(err, bad[i].want) && (!set_refused || !memcmp(&c, &before, sizeof c));
+        refused += ok;
+        if (!ok && !*why) snprintf(why, sizeof why, "; '%.40s': %s", bad[i].kv, rc ? err : "accepted");
+    }
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    config_set(&c, "recompute=1", "test");
+    int edge = config_set_checked(&c, "keep_blocks=2", "test", err, sizeof err) == 0 && c.keep_blocks == 2 &&
+               config_validate_checked(&c, "test", err, sizeof err) == 0;
+    check(refused == n && edge, "config_refusals", "%d of %d bad values refused with their line (a value bad by "
+          "itself leaving the config unchanged); keep_blocks = depth (2) %s%s", refused, n,
+          edge ? "accepted" : "REFUSED", why);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_philox_kat();
     test_philox_distributions();
     test_config_roundtrip();
+    test_config_refusals();
     return g_failed ? 1 : 0;
 }
