@@ -208,6 +208,30 @@ static void test_lengths(void) {
     b[7] = 0x80;  // 2^63 and more
     reject_bytes("header_length_huge", b, len, "exceeds the limit");
     free(b);
+
+    // the header alone: st_parse_header given fewer bytes than the header's length refuses them (it
+    // must not read past what it was given); st_read_header reads a file that is only a header
+    b = build(GOOD, -1, 11, &len);
+    StFile f;
+    char err[512] = "";
+    int rc = st_parse_header(&f, b, 8 + hlen - 4, len, err, sizeof err);
+    check(rc == -1 && strstr(err, "only") && strstr(err, "bytes were read"), "st_header_cut_short",
+          "%zu of the header's %zu bytes given: %s", hlen - 4, hlen, rc ? err : "accepted");
+    st_free(&f);
+    rc = st_parse_header(&f, b, 8 + hlen, len, err, sizeof err);
+    int whole = rc == 0 && f.n == 2 && st_find(&f, "b") && f.size == len;
+    check(whole, "st_header_whole", "the whole header and no data bytes: %s", rc ? err : "2 tensors, the file's size");
+    st_free(&f);
+    free(b);
+    char path[300];
+    snprintf(path, sizeof path, "%s/header_only.safetensors", g_dir);
+    b = build("{\"__metadata__\":{\"k\":\"v\"}}", -1, 0, &len);
+    rc = st_write_bytes(path, b, len, err, sizeof err);
+    if (!rc) rc = st_read_header(path, &f, err, sizeof err);
+    check(rc == 0 && f.n == 0 && st_meta(&f, "k") && !strcmp(st_meta(&f, "k"), "v"), "st_read_header_only",
+          "a file of %zu bytes that is only its header: %s", len, rc ? err : "read, its metadata found");
+    st_free(&f);
+    free(b);
 }
 
 // Text that is no JSON, or not the JSON of a header.
