@@ -324,6 +324,52 @@ rc=$?
 expect nan_weights_not_generated $(( rc == 0 || $(grep -c "patch_embed.weight holds NaN values" "$tmp/nangen.log") != 1 )) \
     "status $rc, $(grep -m1 -o '[a-z]*.patch_embed.weight holds.*' "$tmp/nangen.log" | cut -c1-80), output written: $([ -e "$tmp/nan.gif" ] && echo yes || echo no)"
 
+# ---- other checkpoints whose CRCs check: NaN in the EMA alone is set aside as NaN in the weights is; a
+# tensor of the right type and the wrong size, and a newer format version, are refused in one line, the
+# file left as it is ----
+for k in emanan short newer; do cp -r "$tmp/ref" "$tmp/$k"; done
+"$PYTHON" - "$(final "$tmp/emanan")" "$(final "$tmp/short")" "$(final "$tmp/newer")" <<'PY'
+import sys, zlib
+sys.path.insert(0, "tools")
+import numpy as np
+from safetensors_io import read_safetensors, write_safetensors
+def edit(path, change):
+    tensors, meta = read_safetensors(path)
+    change(tensors, meta)
+    write_safetensors(path, tensors, meta)
+def put(tensors, meta, name, t):
+    tensors[name] = t
+    meta["crc32." + name] = "%08x" % zlib.crc32(t.tobytes())
+def ema_nan(tensors, meta):
+    t = tensors["ema.patch_embed.weight"].copy()
+    t.flat[3] = np.nan
+    put(tensors, meta, "ema.patch_embed.weight", t)
+def short(tensors, meta):  # one value fewer, stored as it says (shape and CRC agree)
+    put(tensors, meta, "model.patch_embed.weight", tensors["model.patch_embed.weight"].reshape(-1)[:-1].copy())
+def newer(tensors, meta):
+    meta["format_version"] = str(int(meta["format_version"]) + 1)
+edit(sys.argv[1], ema_nan)
+edit(sys.argv[2], short)
+edit(sys.argv[3], newer)
+PY
+(train "$tmp/emanan") > "$tmp/emanan.log" 2>&1
+rc=$?
+expect ema_nan_skipped_on_resume $(( rc != 0 || $(grep -c "tensor ema.patch_embed.weight holds NaN values: the weights are unusable; renamed to" "$tmp/emanan.log") != 1 || $(grep -c "resuming .* from step $((STEPS - 4))" "$tmp/emanan.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/emanan.log"), set aside: $(ls "$tmp/emanan" | grep -c unusable)"
+for k in short newer; do
+    cp "$(final "$tmp/$k")" "$tmp/$k.before"
+    (train "$tmp/$k") > "$tmp/$k.log" 2>&1
+    rc=$?
+    case $k in
+        short) want="tensor model.patch_embed.weight is F32 of [0-9]* bytes, expected F32 of [0-9]*" ;;
+        newer) want="checkpoint format version [0-9]*; this framechain reads version [0-9]*" ;;
+    esac
+    cmp -s "$(final "$tmp/$k")" "$tmp/$k.before"
+    kept=$?
+    expect "checkpoint_${k}_refused" $(( rc == 0 || kept != 0 || $(grep -c "$want" "$tmp/$k.log") != 1 )) \
+        "status $rc, '$(grep -m1 -o "$want" "$tmp/$k.log")', the file unchanged: $((1 - kept))"
+done
+
 # ---- recompute changes the memory a step takes, not its arithmetic ----
 same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their configs differ)
     "$PYTHON" - "$1" "$2" <<'PY'
