@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "chain/chain_plan.h"
+#include "chain/sampler.h"
 #include "check.h"
 #include "base/config.h"
 
@@ -86,6 +87,30 @@ static const char *walk(const ChainPlan *p, const Config *cfg[3], int N, int giv
                      use_made[f], use_read[f], maker[f], reader[f]), bad = why;
     free(known), free(made), free(maker), free(reader), free(use_made), free(use_read);
     return bad;
+}
+
+// The most frames a chain must hold at once, worked out from the plan as the spec says it (sampler.h,
+// chain_sample_stream): the given frames from the start; each window's targets from that window on; a
+// frame let go once it is handed on (frames 0..N-1, in order, each as soon as it and every frame
+// before it are made; frames past N-1 never are) and no window after it reads it.
+static int frames_needed(const ChainPlan *p) {
+    int n = p->last_frame + 1, *made = malloc(sizeof(int) * n), *last_read = malloc(sizeof(int) * n);
+    unsigned char *held = calloc((size_t)n, 1);
+    chain_frame_use(p, made, last_read);
+    int count = 0, peak = 0, next = 0;
+    for (int f = 0; f < p->frames; f++)
+        if (made[f] < 0) held[f] = 1, count++;
+    for (int k = -1; k < p->count; k++) {
+        if (k >= 0)
+            for (int i = 0; i < p->w[k].slots; i++)
+                if (p->w[k].kind[i] == SLOT_TARGET && !held[p->w[k].frame[i]]) held[p->w[k].frame[i]] = 1, count++;
+        peak = count > peak ? count : peak;
+        while (next < p->frames && made[next] <= k) next++;  // handed on
+        for (int f = 0; f < n; f++)
+            if (held[f] && (f < next || f >= p->frames) && last_read[f] <= k) held[f] = 0, count--;
+    }
+    free(made), free(last_read), free(held);
+    return peak;
 }
 
 int main(void) {
@@ -170,6 +195,19 @@ int main(void) {
     check(given_bad == 0 && starter_windows == 0, "chain_given_first_window",
           "7 to 399 frames from 7 given: no starter window (%d), every frame after them made once, anchored on "
           "frame 6%s%s", starter_windows, given_bad ? "; " : "", first_bad);
+    // chain_frames_held, the buffers generate allocates before its first window: what the plan needs
+    int held_bad = 0, held_181 = 0;
+    char held_why[200] = "";
+    for (int g = 1; g <= 7; g += 6)
+        for (int N = 61; N <= 2400; N = N * 3 - 2) {
+            if (chain_build_given(&p, &st, &ex, &in, N, g, err, sizeof err)) continue;
+            int want = frames_needed(&p), got = chain_frames_held(&p);
+            if (g == 1 && N == 181) held_181 = got;
+            if (got != want && !held_bad++) snprintf(held_why, sizeof held_why, "; N=%d from %d: %d, needed %d", N, g, got, want);
+            chain_free(&p);
+        }
+    check(!held_bad && held_181 > 0, "chain_frames_held", "the frames held at once are those the plan needs, 61 to "
+          "1621 frames from 1 and from 7 given (181 from 1: %d)%s", held_181, held_why);
     rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
     check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
           rc ? err : "accepted");
