@@ -370,6 +370,14 @@ for k in short newer; do
         "status $rc, '$(grep -m1 -o "$want" "$tmp/$k.log")', the file unchanged: $((1 - kept))"
 done
 
+# a checkpoint under another step's name (a copy, a rename by hand) is set aside, not resumed from as that step
+cp -r "$tmp/ref" "$tmp/renamed"
+cp "$(final "$tmp/renamed")" "$tmp/renamed/ckpt-$(printf %08d $((STEPS + 4))).safetensors"
+(train "$tmp/renamed") > "$tmp/renamed.log" 2>&1
+rc=$?
+expect checkpoint_other_name_set_aside $(( rc != 0 || $(grep -c "ckpt-$(printf %08d $((STEPS + 4))).safetensors: its metadata says step $STEPS; renamed to" "$tmp/renamed.log") != 1 || $(grep -c "resuming .* from step $STEPS " "$tmp/renamed.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'its metadata says step [0-9]*' "$tmp/renamed.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/renamed.log")"
+
 # ---- recompute changes the memory a step takes, not its arithmetic ----
 same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their configs differ)
     "$PYTHON" - "$1" "$2" <<'PY'
