@@ -155,5 +155,15 @@ int main(void) {
           from_slot[5], from_slot[6]);
     free(win), free_model(m);
     test_colour_band_from_given();
+
+    // the built-in clips as a first frame: clip numbers to 2^32 - 1, the next refused in one line
+    real *first = fc_malloc(sizeof(real) * 3 * 16 * 16);
+    char err[256] = "";
+    int top = load_first_frames("shapes:4294967295", 16, 1, first, err, sizeof err);
+    char err2[256] = "";
+    int past = load_first_frames("shapes:4294967296", 16, 1, first, err2, sizeof err2);
+    check(top == 0 && past == -1 && *err2 && !strchr(err2, '\n'), "first_frame_shapes_range",
+          "shapes:4294967295 %s; shapes:4294967296: %s", top ? err : "read", past ? err2 : "accepted");
+    free(first);
     return g_failed ? 1 : 0;
 }
