@@ -136,6 +136,43 @@ else
     fail eval_motion_real "$(echo "$motion" | tail -1)"
 fi
 
+# the chain's motion column: models that predict v = 0 (one step at lr 0; their last layer starts at 0)
+# sampled at temperature 0 make every frame mid-grey, so the chain's motion is the grey's distance from
+# the given frame 0 at frame 1 (measured from the frame before it, the real one) and 0 after it
+for role in starter extrapolate interpolate; do
+    "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/still/$role" --steps 1 --set lr=0 \
+        --set warmup_steps=0 > "$tmp/still_$role.log" 2>&1 || fail eval_still_train "$(tail -1 "$tmp/still_$role.log")"
+done
+"$FC" --threads 2 eval --starter "$tmp/still/starter" --extrapolate "$tmp/still/extrapolate" \
+    --interpolate "$tmp/still/interpolate" --data "$tmp/held32" --clips 2 --frames 24 --steps 2 --long 0 \
+    --noise-aug 0 --temperature 0 --sharpness-guard 0 --tsv "$tmp/still.tsv" > "$tmp/still.out" 2>&1
+if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/still.tsv" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tools")
+import numpy as np
+from oracle_ceiling import read_clips
+clips = read_clips(sys.argv[1], 2)
+rows = {}
+for line in open(sys.argv[2]):
+    col = line.rstrip("\n").split("\t")
+    if col[0] == "quality":
+        rows[int(col[2])] = float(col[15])
+# the grey: 127 or 128 (0 in [-1, 1] rounded to 8 bits); frame 1's motion from frame 0 at it
+first = min(abs(rows[1] - np.mean([np.abs(g - np.rint(c[0] * 255)).mean() for c in clips])) for g in (127, 128))
+later = max(rows[f] for f in range(2, 24))
+print(f"{len(rows)} {first:.6f} {later:.6f}")
+PY
+); then
+    set -- $motion
+    if [ "$1" = 23 ] && awk -v a="$2" -v b="$3" 'BEGIN { exit !(a < 1e-3 && b == 0) }'; then
+        pass eval_motion_chain "a chain of mid-grey frames: its motion at frame 1 the grey's distance from frame 0 (within $2), 0 after"
+    else
+        fail eval_motion_chain "$motion"
+    fi
+else
+    fail eval_motion_chain "$(echo "$motion" | tail -1)"
+fi
+
 # the copy baseline does not depend on the level
 copy0=$(awk -F'\t' '$1 == "quality" && $2 == "0" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
 copy1=$(awk -F'\t' '$1 == "quality" && $2 == "0.1" { print $3, $5, $7, $17 }' "$tmp/eval.tsv")
