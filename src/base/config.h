@@ -103,8 +103,10 @@ void config_load(Config *c, const char *path);
 // Parse `len` bytes of config text (no final newline needed) into c, over what is there. Returns 0,
 // or -1 with "origin:line: ..." in err; c is then unchanged. A NUL byte in a line is an error.
 int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
-// config_set and config_validate, returning 0, or -1 with their message in err (c is then unchanged).
+// config_set, returning 0, or -1 with its message in err (c is then unchanged): one key's value
+// checked by itself; the keys against each other are config_validate_checked's.
 int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen);
+// config_validate, returning 0, or -1 with its message in err.
 int config_validate_checked(const Config *c, const char *origin, char *err, size_t errlen);
 // Apply one "key=value" override; `origin` names it in errors (e.g. "--set").
 void config_set(Config *c, const char *keyvalue, const char *origin);
