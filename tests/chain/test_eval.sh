@@ -265,6 +265,19 @@ else
     fail eval_per_clip_next40 "$(tail -1 "$tmp/prep.log") $(tail -1 "$tmp/err")"
 fi
 
+# the horizon's edge: 47 frames from 7 given are the first that hold the next 40 (7-46); 46 hold all made
+edge=""
+for n in 47 46; do
+    "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/shapes48" --clips 1 --frames $n --steps 1 --given 7 --long 0 \
+        --noise-aug 0.1 > "$tmp/edge$n.out" 2>&1
+    edge="$edge$(grep -o '^per clip: PSNR chain - copy over [a-z 0-9]* (frames [0-9-]*)' "$tmp/edge$n.out" | cut -d' ' -f8-);"
+done
+if [ "$edge" = "the next 40 frames (frames 7-46);all frames made (frames 7-45);" ]; then
+    pass eval_horizon_edge "47 frames: the next 40 (frames 7-46); 46 frames: all frames made (7-45)"
+else
+    fail eval_horizon_edge "$edge"
+fi
+
 # tools/oracle_ceiling.py reads the same shards on its own (numpy): its copy of frame 6 must score what
 # eval's copy scored, clip by clip, and its oracles, which may pick that copy, never less
 PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy' 2> /dev/null && echo $p && break; done)}
