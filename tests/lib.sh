@@ -59,16 +59,19 @@ ckpt_tensors() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 +
 # have PATTERN: a file matches the glob PATTERN
 have() { compgen -G "$1" > /dev/null; }
 
-# train_roles NAME STEPS WARMUP: the three tiny roles trained STEPS steps each into $tmp/ROLE, one
-# checkpoint at the end; RUNS names them for generate and eval. A failure ends the script.
+# train_roles NAME STEPS WARMUP [DIR [KEY=VALUE...]]: the three tiny roles trained STEPS steps each
+# into DIR/ROLE (default $tmp), one checkpoint at the end, the keys set on each; RUNS names them for
+# generate and eval. A failure ends the script.
 train_roles() {
-    local role
+    local name=$1 steps=$2 warmup=$3 dir=${4:-$tmp} role kv
+    local sets=(--set warmup_steps="$warmup" --set checkpoint_every="$steps")
+    for kv in "${@:5}"; do sets+=(--set "$kv"); done
     for role in starter extrapolate interpolate; do
-        if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps "$2" \
-            --set warmup_steps="$3" --set checkpoint_every="$2" > "$tmp/$role.log" 2>&1; then
-            fail "${1}_train_$role" "$(tail -1 "$tmp/$role.log")"
+        if ! "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$dir/$role" --steps "$steps" \
+            "${sets[@]}" > "$dir/$role.log" 2>&1; then
+            fail "${name}_train_$role" "$(tail -1 "$dir/$role.log")"
             exit 1
         fi
     done
-    RUNS=(--starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate")
+    RUNS=(--starter "$dir/starter" --extrapolate "$dir/extrapolate" --interpolate "$dir/interpolate")
 }

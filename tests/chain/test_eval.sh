@@ -109,21 +109,36 @@ else
     fail eval_ranges "$(echo "$bad" | head -3 | tr '\n' ' ')"
 fi
 
-# the real clip's motion at frame f is the mean absolute change of its 8-bit values from
-# frame f - 1 (tools/oracle_ceiling.py's reader of the shards, numpy), averaged over the clips
-if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/eval.tsv" 2>&1 <<'PY'
+# the motion columns. The real clip's at frame f is the mean absolute change of its 8-bit values from
+# frame f - 1 (tools/oracle_ceiling.py's reader of the shards, numpy), averaged over the clips. The
+# chain's: models that predict v = 0 (one step at lr 0; their last layer starts at 0) sampled at
+# temperature 0 make every frame mid-grey, so their chain's motion is the grey's distance from the
+# given frame 0 at frame 1 (measured from the frame before it, the real one) and 0 after it.
+EVAL_RUNS=("${RUNS[@]}")
+mkdir -p "$tmp/still"
+train_roles eval_still 1 0 "$tmp/still" lr=0
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 2 --frames 24 --steps 2 --long 0 --noise-aug 0 \
+    --temperature 0 --sharpness-guard 0 --tsv "$tmp/still.tsv" > "$tmp/still.out" 2>&1
+RUNS=("${EVAL_RUNS[@]}")
+if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/eval.tsv" "$tmp/still.tsv" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, "tools")
 import numpy as np
 from oracle_ceiling import read_clips
-clips = read_clips(sys.argv[1], 2)
-want = {f: np.mean([np.abs(np.rint(c[f] * 255) - np.rint(c[f - 1] * 255)).mean() for c in clips]) for f in range(1, 24)}
-worst, rows = 0.0, 0
-for line in open(sys.argv[2]):
-    col = line.rstrip("\n").split("\t")
-    if col[0] == "quality" and col[1] == "0":
-        worst, rows = max(worst, abs(float(col[16]) - want[int(col[2])])), rows + 1
-print(f"{rows} {worst:.6f}")
+clips = [np.rint(c * 255) for c in read_clips(sys.argv[1], 2)]
+def column(path, col):  # frame -> value of the level-0 quality rows
+    rows = {}
+    for line in open(path):
+        c = line.rstrip("\n").split("\t")
+        if c[0] == "quality" and c[1] == "0":
+            rows[int(c[2])] = float(c[col])
+    return rows
+real, chain = column(sys.argv[2], 16), column(sys.argv[3], 15)
+real_worst = max(abs(real[f] - np.mean([np.abs(c[f] - c[f - 1]).mean() for c in clips])) for f in range(1, 24))
+# the grey: 127 or 128 (0 in [-1, 1] rounded to 8 bits)
+first = min(abs(chain[1] - np.mean([np.abs(g - c[0]).mean() for c in clips])) for g in (127, 128))
+later = max(chain[f] for f in range(2, 24))
+print(f"{len(real)} {real_worst:.6f} {len(chain)} {first:.6f} {later:.6f}")
 PY
 ); then
     set -- $motion
@@ -132,44 +147,13 @@ PY
     else
         fail eval_motion_real "$motion"
     fi
-else
-    fail eval_motion_real "$(echo "$motion" | tail -1)"
-fi
-
-# the chain's motion column: models that predict v = 0 (one step at lr 0; their last layer starts at 0)
-# sampled at temperature 0 make every frame mid-grey, so the chain's motion is the grey's distance from
-# the given frame 0 at frame 1 (measured from the frame before it, the real one) and 0 after it
-for role in starter extrapolate interpolate; do
-    "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/still/$role" --steps 1 --set lr=0 \
-        --set warmup_steps=0 > "$tmp/still_$role.log" 2>&1 || fail eval_still_train "$(tail -1 "$tmp/still_$role.log")"
-done
-"$FC" --threads 2 eval --starter "$tmp/still/starter" --extrapolate "$tmp/still/extrapolate" \
-    --interpolate "$tmp/still/interpolate" --data "$tmp/held32" --clips 2 --frames 24 --steps 2 --long 0 \
-    --noise-aug 0 --temperature 0 --sharpness-guard 0 --tsv "$tmp/still.tsv" > "$tmp/still.out" 2>&1
-if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/still.tsv" 2>&1 <<'PY'
-import sys
-sys.path.insert(0, "tools")
-import numpy as np
-from oracle_ceiling import read_clips
-clips = read_clips(sys.argv[1], 2)
-rows = {}
-for line in open(sys.argv[2]):
-    col = line.rstrip("\n").split("\t")
-    if col[0] == "quality":
-        rows[int(col[2])] = float(col[15])
-# the grey: 127 or 128 (0 in [-1, 1] rounded to 8 bits); frame 1's motion from frame 0 at it
-first = min(abs(rows[1] - np.mean([np.abs(g - np.rint(c[0] * 255)).mean() for c in clips])) for g in (127, 128))
-later = max(rows[f] for f in range(2, 24))
-print(f"{len(rows)} {first:.6f} {later:.6f}")
-PY
-); then
-    set -- $motion
-    if [ "$1" = 23 ] && awk -v a="$2" -v b="$3" 'BEGIN { exit !(a < 1e-3 && b == 0) }'; then
-        pass eval_motion_chain "a chain of mid-grey frames: its motion at frame 1 the grey's distance from frame 0 (within $2), 0 after"
+    if [ "$3" = 23 ] && awk -v a="$4" -v b="$5" 'BEGIN { exit !(a < 1e-3 && b == 0) }'; then
+        pass eval_motion_chain "a chain of mid-grey frames: its motion at frame 1 the grey's distance from frame 0 (within $4), 0 after"
     else
         fail eval_motion_chain "$motion"
     fi
 else
+    fail eval_motion_real "$(echo "$motion" | tail -1)"
     fail eval_motion_chain "$(echo "$motion" | tail -1)"
 fi
 

@@ -32,9 +32,6 @@ static Model *velocity_model(const char *path, const char *const *keys, int B, d
     return m;
 }
 
-static Model *constant_velocity_model(const char *path, const char *const *keys, int B, real *bias) {
-    return velocity_model(path, keys, B, 0, bias);
-}
 
 // The velocity the model predicts at pixel e (channel, row, column) of a frame: its bias for the
 // patch element the pixel is (docs/network.md: y[(py*P + px)*C + c]).
@@ -51,7 +48,7 @@ static double clamp1(double v) { return v < -1 ? -1 : v > 1 ? 1 : v; }
 // difference over the windows' target slots.
 static double starter_error(int steps, double temperature) {
     real bias[256];
-    Model *m = constant_velocity_model("configs/tiny/starter.conf", NULL, 2, bias);
+    Model *m = velocity_model("configs/tiny/starter.conf", NULL, 2, 0, bias);
     size_t E = (size_t)m->E, W = (size_t)m->F * E;
     real *win = fc_malloc(sizeof(real) * 2 * W), *noise = fc_malloc(sizeof(real) * E);
     philox_fill_uniform(win, 2 * W, -1, 1, 5, 0, RNG_TEST, 0);  // the anchors; targets overwritten
@@ -123,7 +120,7 @@ int main(void) {
     // target 3 from the context at 4. Every given frame a flat value of its own, window 1's others.
     const char *keys[] = {"delta_reference=nearest", "anchor_snap=0", "delta_scale=8", NULL};
     real bias[256];
-    Model *m = constant_velocity_model("configs/small/interpolate.conf", keys, 2, bias);
+    Model *m = velocity_model("configs/small/interpolate.conf", keys, 2, 0, bias);
     size_t E = (size_t)m->E, W = (size_t)m->F * E;
     real *win = fc_malloc(sizeof(real) * 2 * W);
     double value[2][8];
