@@ -20,12 +20,23 @@ void fc_exit(int status) {
     exit(status);
 }
 
-// "framechain: <prefix><message>" and a newline on stderr.
+// "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
+// and this process's own stdout reach one file through pipes, and a line written in pieces could be
+// cut by another's (stdout is flushed first, so what was printed before the message stays before it).
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     if (g_quiet) return;
-    fprintf(stderr, "framechain: %s", prefix);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char line[16384];  // a message quotes at most a path or two (PATH_MAX 4096 each)
+    int head = snprintf(line, sizeof line, "framechain: %s", prefix);
+    int body = head >= 0 && head < (int)sizeof line ? vsnprintf(line + head, sizeof line - head, fmt, ap) : -1;
+    size_t len = body >= 0 && (size_t)head + body + 1 < sizeof line ? (size_t)head + body : sizeof line - 5;
+    if (len == sizeof line - 5) memcpy(line + len - 3, "...", 3);  // cut short (no message is this long)
+    line[len++] = '\n';
+    fflush(stdout);
+    for (size_t at = 0; at < len;) {
+        ssize_t n = write(STDERR_FILENO, line + at, len - at);
+        if (n <= 0 && errno != EINTR) break;
+        if (n > 0) at += (size_t)n;
+    }
 }
 
 void fc_die(const char *fmt, ...) {
