@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dataset/clip_window.h"
 #include "dataset/moving_shapes.h"
 #include "base/common.h"
 #include "base/config.h"
@@ -526,8 +527,89 @@ static void bench(const char *what, const char *kinds) {
     rm_rf(dir);
 }
 
+// ---- a plan's first window, cut whole (clip_window.h: what score and the previews read) ----
+
+// The clip frame each slot of `plan` shows in clip_first_window's window of a tagged clip (red = the
+// frame's index), into got[slot]; -1 where a slot's pixels disagree. The return of clip_window_fits.
+static int first_window_frames(const Dataset *d, const uint8_t *clip, int N, const char *plan, int *got, char *err,
+                               size_t errlen) {
+    Config c = plan_config(N, plan);
+    int lo = 99;
+    if (clip_window_fits(&c, "the test's plan", d, &lo, err, errlen)) return -1;
+    size_t plane = (size_t)N * N;
+    real *w = fc_malloc(sizeof(real) * c.slots * 3 * plane);
+    clip_first_window(&c, lo, clip, w);
+    for (int f = 0; f < c.slots; f++) {
+        const real *red = w + (size_t)f * 3 * plane;
+        got[f] = (int)lround((red[0] + 1.0) * 127.5);
+        for (size_t p = 0; p < plane; p++)
+            if (red[p] != red[0]) got[f] = -1;
+    }
+    free(w);
+    return 0;
+}
+
+static void test_clip_window(void) {
+    const int N = 8, F = 12;
+    char dir[512], err[1024];
+    uint8_t *clips = NULL;
+    folder(dir, sizeof dir, "clip_window");
+    Dataset *d = NULL;
+    if (make_dataset(dir, N, F, "t", 1 << 20, &clips, NULL, err, sizeof err) || !(d = dataset_open(dir, err, sizeof err))) {
+        check(0, "clip_window_setup", "%s", err);
+        free(clips);
+        return;
+    }
+    static const struct {
+        const char *plan;
+        int frames[4];  // the clip frame of each slot: the plan's offsets counted from its earliest
+    } cases[] = {
+        {"target:1 target:2 target:5", {0, 1, 4}},  // every offset after 0: the earliest is 1, not 0
+        {"anchor:-3 context:0 target:2 target:8", {0, 3, 5, 11}},
+        {"target:4 anchor:0 context:2", {4, 0, 2}},  // slots out of order
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int got[8] = {0}, ok = 1;
+        Config c = plan_config(N, cases[k].plan);
+        if (first_window_frames(d, clips, N, cases[k].plan, got, err, sizeof err)) {
+            check(0, "clip_window_frames", "plan %s refused: %s", cases[k].plan, err);
+            continue;
+        }
+        for (int f = 0; f < c.slots; f++) ok &= got[f] == cases[k].frames[f];
+        check(ok, "clip_window_frames", "plan %s: slots show frames %d %d %d %d (expected %d %d %d %d)", cases[k].plan,
+              got[0], got[1], got[2], c.slots > 3 ? got[3] : -1, cases[k].frames[0], cases[k].frames[1],
+              cases[k].frames[2], c.slots > 3 ? cases[k].frames[3] : -1);
+    }
+    {  // a plan one frame longer than the clips, refused; one as long, taken
+        int got[8];
+        int longer = first_window_frames(d, clips, N, "target:1 target:13", got, err, sizeof err);
+        int refused = longer && one_line(err) && strstr(err, "spans 13 frames") && strstr(err, "clip_frames 12");
+        int fits = !first_window_frames(d, clips, N, "target:1 target:12", got, err, sizeof err) && got[1] == 11;
+        check(refused && fits, "clip_window_span", "a plan of 13 frames over clips of 12: %s; of 12: %s",
+              refused ? "refused" : "not refused", fits ? "taken, its last slot the clip's last frame" : err);
+    }
+    {  // an offset between two frames, refused by name
+        Config c = plan_config(N, "target:1 target:2");
+        c.slot_offset[1] = 1.5f;
+        int lo = 0;
+        int refused = clip_window_fits(&c, "run R", d, &lo, err, sizeof err) && one_line(err) &&
+                      strstr(err, "run R") && strstr(err, "not a whole number");
+        check(refused, "clip_window_half_frame", "an offset of 1.5 frames: %s", err);
+    }
+    {  // frames of another size, refused with the dataset's folder named
+        Config c = plan_config(2 * N, "target:1 target:2");
+        int lo = 0;
+        int refused = clip_window_fits(&c, "run R", d, &lo, err, sizeof err) && one_line(err) && strstr(err, dir);
+        check(refused, "clip_window_frame_size", "a 16x16 config over 8x8 clips: %s", err);
+    }
+    dataset_close(d);
+    free(clips);
+    rm_rf(dir);
+}
+
 static void run_all(void) {
     test_loader();
+    test_clip_window();
     bench("zlib", "ssssssssssssssssssss");
     bench("raw", "rrrrrrrrrrrrrrrrrrrr");
 }

@@ -33,9 +33,9 @@ sys.exit(0 if a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for 
 PY
 }
 # kill9_at LOG RUN STEP CMD...: start CMD in the background, kill -9 it once it has trained past STEP
-# and RUN holds a checkpoint (checkpoint writes of 200 ms, each waiting for the last, keep a short
-# run going past the kill)
-past_with_checkpoint() { trained_past "$@" && have "$1/ckpt-*.safetensors"; }
+# and RUN holds a checkpoint (with KILL_CKPT=NNNNNNNN, that step's; checkpoint writes of 200 ms, each
+# waiting for the last, keep a short run going past the kill)
+past_with_checkpoint() { trained_past "$@" && have "$1/ckpt-${KILL_CKPT:-*}.safetensors"; }
 kill9_at() {
     local log=$1 run=$2 step=$3
     shift 3
@@ -113,13 +113,15 @@ expect fork_uses_its_config $(awk -v a="$lr25" -v b="$want" 'BEGIN {print !(a > 
     "step 25 at lr ${lr25:-none}, expected $want (lr = 5e-4, the cosine to step 32; the parent's run ended at 1e-4)"
 
 # ---- kill -9 in a fork, the same command again: it resumes itself, not the parent ----
-kill9_at "$tmp/fork9.log" "$tmp/fork9" 28 fork "$parent" "$tmp/fork9" --steps 32 --set lr=5e-4
+# (killed once it has a checkpoint of its own past the parent's step 24: the rerun must take that one)
+KILL_CKPT=00000028 kill9_at "$tmp/fork9.log" "$tmp/fork9" 29 fork "$parent" "$tmp/fork9" --steps 32 --set lr=5e-4
+newest=$(ls "$tmp/fork9" | sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
 (fork "$parent" "$tmp/fork9" --steps 32 --set lr=5e-4) > "$tmp/fork9b.log" 2>&1
 rc=$?
 cmp -s "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/fork9" 32)"
 same=$?
-expect fork_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || $(grep -c "resuming .* from step 2[4-9]" "$tmp/fork9b.log") != 1 )) \
-    "status $rc (the kill: $killed), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/fork9b.log"); the final checkpoint equals the uninterrupted fork's, byte for byte"
+expect fork_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || ${newest:-0} < 28 || $(grep -c "^resuming $tmp/fork9 from step ${newest:-none} " "$tmp/fork9b.log") != 1 || $(grep -c "^forking" "$tmp/fork9b.log") != 0 )) \
+    "status $rc (the kill: $killed), newest checkpoint at the kill: step ${newest:-none}; the rerun: $(grep -m1 -o '^resuming.*from step [0-9]*\|^forking.*' "$tmp/fork9b.log"); the final checkpoint equals the uninterrupted fork's, byte for byte"
 
 # ---- what a fork refuses ----
 (fork "$parent" "$tmp/wide" --steps 32 --set width=96) > "$tmp/wide.log" 2>&1
