@@ -269,6 +269,15 @@ else
     fail generate_overwrite "status $rc1, $rc2: $(head -1 "$tmp/err")"
 fi
 
+# Nor a folder of frames that holds the --first-frame file: one of its own frames given as the first.
+cp "$tmp/a/frame-000000.png" "$tmp/a_first.png"
+expect_refusal overwrite_folder_holding_input "holds the --first-frame file" "${RUNS[@]}" \
+    --first-frame "$tmp/a/frame-000000.png" --out "$tmp/a" --overwrite
+if ! cmp -s "$tmp/a/frame-000000.png" "$tmp/a_first.png" || [ "$(ls "$tmp/a" | wc -l)" != 12 ]; then
+    fail generate_folder_holding_input_kept "the folder holding the --first-frame file changed: $(ls "$tmp/a" | wc -l) files"
+fi
+rm -f "$tmp/a_first.png"
+
 # The output is checked before the first window: 30000 frames (minutes of sampling) fail at once,
 # with one line naming the path given, not a temporary one, and no header line.
 expect_early() {  # expect_early NAME PATTERN OUT
@@ -358,6 +367,17 @@ if [ "$left" = 1 ] && [ -d "$tmp/cut/other.partial-$dead" ] && [ "$named" = 2 ] 
     pass generate_removes_leftovers "the two leftovers of --out frames and clip.mp4 removed and named; another output's kept"
 else
     fail generate_removes_leftovers "$left .partial names left, $named named: $(ls -a "$tmp/cut" | tr '\n' ' ')"
+fi
+# The temporary name of a process that still runs (this script's shell) is that process's own: kept.
+mkdir -p "$tmp/live"
+: > "$tmp/live/.partial-$$-clip.mp4"
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/live/clip.mp4" --quiet \
+    > "$tmp/live.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ -e "$tmp/live/.partial-$$-clip.mp4" ] && [ -f "$tmp/live/clip.mp4" ] && ! grep -q removed "$tmp/live.log"; then
+    pass generate_keeps_running_partial "the temporary name of running process $$ kept beside the new clip.mp4"
+else
+    fail generate_keeps_running_partial "status $rc, left: $(ls -a "$tmp/live" | tr '\n' ' '); $(head -1 "$tmp/live.log")"
 fi
 
 # ---- a first frame that cannot be one: one line, no output ----

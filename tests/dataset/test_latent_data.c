@@ -1,6 +1,8 @@
-// test_latent_data.c: latent datasets (prepare --vae; formats/shards.h): F16 conversion, SHA-256,
-// the latent shard and dataset.json written and read back, a damaged frame found alone by its CRC, the
-// refusals of a dataset.json that mixes the two kinds, and the loader's windows over latents.
+// test_latent_data.c: latent datasets (prepare --vae; formats/shards.h): F16 conversion, SHA-256 (its
+// padding at the block boundaries too), the autoencoder's identity as text and back, the latent shard
+// and dataset.json written and read back (frames outside a clip refused), a damaged frame found alone
+// by its CRC, a shard whose CRC text is too long, the refusals of a dataset.json that mixes the two
+// kinds or holds a bad autoencoder, and the loader's windows over latents.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "base/config.h"
 #include "base/half.h"
 #include "base/sha256.h"
+#include "dataset/latents.h"
 #include "dataset/loader.h"
 #include "formats/safetensors.h"
 #include "formats/shard_fixture.h"
@@ -100,6 +103,29 @@ static void test_sha256(void) {
     }
     check(ok == 4, "sha256_vectors", "%d of 4 FIPS 180-2 examples (the million 'a' fed in pieces of 1 to 127 bytes)",
           ok);
+    // The lengths where the padding changes shape: 55 bytes is the longest message whose length still fits
+    // in its last block, 56 to 63 need one more; 64 and 119 besides. Digests from Python's hashlib.
+    static const struct {
+        int n;
+        const char *hex;
+    } pads[] = {
+        {55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+        {63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+        {64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+        {119, "31eba51c313a5c08226adf18d4a359cfdfd8d2e816b13f4af952f7ea6584dcfb"},
+    };
+    char a[128], got[5][65];
+    memset(a, 'a', sizeof a);
+    ok = 0;
+    for (int i = 0; i < 4; i++) {
+        Sha256 s;
+        sha256_init(&s);
+        sha256_update(&s, a, (size_t)pads[i].n);
+        sha256_hex(&s, got[i]);
+        ok += !strcmp(got[i], pads[i].hex);
+    }
+    check(ok == 4, "sha256_padding_lengths", "%d of 4 runs of 'a' (55, 63, 64, 119 bytes) give hashlib's digest; "
+          "55: %.16s...", ok, got[0]);
 }
 
 // ---- the latent dataset ----
@@ -163,6 +189,14 @@ static void test_latent_roundtrip(const char *dir, const uint16_t *all) {
                     units_are(out, all, i, 3, frames, m);
     check(good == 2 * LCLIPS, "latent_read_frames", "%d of %d reads of frames 5, 0, 3 (as they are and mirrored) "
           "give the stored values", good, 2 * LCLIPS);
+    // frames outside the clip: refused by number (frame LF would read the next clip's bytes)
+    int outside[2] = {LF, -1}, refused = 0;
+    char why[2][1024] = {"", ""};
+    for (int k = 0; k < 2; k++)
+        refused += dataset_read_latent_frames(d, 0, 1, &outside[k], 0, out, why[k], sizeof why[k]) == -1 &&
+                   one_line(why[k]) && strstr(why[k], "does not exist") != NULL;
+    check(refused == 2, "latent_read_frames_outside", "frames %d and -1 of clips of %d: %s; %s", LF, LF, why[0],
+          why[1]);
     uint8_t *raw = fc_malloc(dataset_clip_bytes(d));
     int same = 0;
     for (int i = 0; i < LCLIPS; i++)
@@ -170,6 +204,62 @@ static void test_latent_roundtrip(const char *dir, const uint16_t *all) {
     check(same == LCLIPS, "latent_read_clip", "%d of %d whole clips byte-exact", same, LCLIPS);
     free(raw), free(out);
     dataset_close(d);
+}
+
+// The identity a checkpoint records (latent_identity_text) reads back as itself; that text with more
+// after it, or with its digest cut short, is refused.
+static void test_identity_text(void) {
+    char text[512], longer[600], cut[512];
+    LatentIdentity back;
+    latent_identity_text(&ID, text, sizeof text);
+    int same = !latent_identity_parse(text, &back) && !strcmp(back.family, ID.family) &&
+               back.channels == ID.channels && back.factor == ID.factor && back.image_size == ID.image_size &&
+               back.scale == ID.scale && back.shift == ID.shift && !strcmp(back.sha256, ID.sha256);
+    snprintf(longer, sizeof longer, "%s, extra", text);
+    snprintf(cut, sizeof cut, "%.*s", (int)strlen(text) - 1, text);
+    int longer_refused = latent_identity_parse(longer, &back) == -1, cut_refused = latent_identity_parse(cut, &back) == -1;
+    check(same && longer_refused && cut_refused, "latent_identity_text_round_trip",
+          "'%s' reads back field for field: %s; with ', extra' after it refused: %s; one digit short refused: %s",
+          text, same ? "yes" : "no", longer_refused ? "yes" : "no", cut_refused ? "yes" : "no");
+}
+
+// A latent shard written again with clip 0's frame_crc32 given one CRC more than its 2F: refused by the
+// shard check, which counts the characters.
+static void test_latent_crc_text(const char *dir) {
+    char path[600], copy[600], err[1024];
+    snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir);
+    snprintf(copy, sizeof copy, "%s/../long_crcs.safetensors", dir);
+    StFile f;
+    if (st_read(path, &f, err, sizeof err)) {
+        check(0, "latent_crc_text_setup", "%s", err);
+        return;
+    }
+    StTensor *t = fc_calloc((size_t)f.n, sizeof *t);
+    for (int i = 0; i < f.n; i++) {
+        const StEntry *e = &f.entries[i];
+        t[i] = (StTensor){e->name, e->dtype, e->ndim, {0}, st_data(&f, e)};
+        memcpy(t[i].shape, e->shape, sizeof e->shape);
+    }
+    StMeta *m = fc_calloc((size_t)f.nmeta, sizeof *m);
+    char *longer = NULL;
+    for (int i = 0; i < f.nmeta; i++) {
+        m[i] = (StMeta){f.meta_keys[i], f.meta_values[i]};
+        if (!strcmp(f.meta_keys[i], "clip.0.frame_crc32")) {
+            longer = fc_malloc(strlen(f.meta_values[i]) + 9);
+            sprintf(longer, "%s%.8s", f.meta_values[i], f.meta_values[i]);
+            m[i].value = longer;
+        }
+    }
+    int rc = longer ? st_write(copy, t, f.n, m, f.nmeta, err, sizeof err) : -1;
+    size_t len = 0;
+    uint8_t *bytes = rc ? NULL : test_read_file(copy, &len);
+    rc = bytes ? shard_check_bytes(bytes, len, err, sizeof err) : 0;
+    check(longer && rc == -1 && one_line(err) && strstr(err, "frame_crc32") && strstr(err, "characters"),
+          "latent_shard_frame_crcs_too_long", "%d CRCs of 8 digits for clips of %d frames: %s", 2 * LF + 1, LF,
+          rc ? err : "accepted");
+    unlink(copy);
+    free(bytes), free(longer), free(m), free(t);
+    st_free(&f);
 }
 
 // A byte of clip 2's frame 3, mirrored, flipped: that unit alone fails, named; the others read.
@@ -219,6 +309,7 @@ static void test_latent_refusals(const char *dir) {
         {"image_size", "\"image_size\": 32", "\"image_size\": 33", "image_size 33 is not frame_size 4 times its factor 8"},
         {"scale_zero", "\"scale\": 0.18215", "\"scale\": 0", "'scale' must not be 0"},
         {"scale_text", "\"scale\": 0.18215", "\"scale\": \"x\"", "expected 'scale' (a number)"},
+        {"scale_beyond_double", "\"scale\": 0.18215", "\"scale\": 1e400", "number 1e400 is out of range"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -355,6 +446,7 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
 static void run_all(void) {
     test_half();
     test_sha256();
+    test_identity_text();
     char dir[512], err[1024];
     folder(dir, sizeof dir, "latents");
     uint16_t *all = fc_malloc(sizeof(uint16_t) * CLIP_VALUES * LCLIPS);
@@ -364,6 +456,7 @@ static void run_all(void) {
         test_latent_roundtrip(dir, all);
         test_latent_loader(dir, all);
         test_latent_refusals(dir);
+        test_latent_crc_text(dir);
         test_latent_damage(dir, all);
     }
     free(all);

@@ -2,7 +2,7 @@
 // computation from (seed, step, window), across thread counts, prefetch depths and resumes; plans
 // with negative offsets, mirroring, refusals at start, a damaged clip skipped (the next good clip
 // shown, resumes exact), every clip damaged; excluded clips never shown (exclude lists, bad lists
-// refused); its throughput.
+// refused, lists over several shards read and written); its throughput.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 #include "dataset/moving_shapes.h"
 #include "base/common.h"
 #include "base/config.h"
+#include "dataset/exclude.h"
 #include "dataset/loader.h"
 #include "base/philox.h"
 #include "formats/shard_fixture.h"
@@ -281,6 +282,70 @@ static void test_excluded_clips(int N, int F, int B, uint64_t seed, Config c) {
     dataset_close(d);
 }
 
+// An exclude list over a dataset of several shards (exclude.h): each line names the clip the dataset
+// has at that shard and index, a clip named twice counts once, an index one past a shard's last clip and
+// a NUL byte in a line are refused, and what exclude_list_write writes reads back as the same clips.
+static void test_exclude_across_shards(int N, int F) {
+    char dir[512], err[1024], list[700], shard0[64];
+    folder(dir, sizeof dir, "exclude_shards");
+    if (make_dataset(dir, N, F, "rrrrrrrrrr", 4 * (size_t)F * N * N * 3, NULL, NULL, err, sizeof err)) {
+        check(0, "exclude_shards_setup", "%s", err);
+        return;
+    }
+    Dataset *d = dataset_open(dir, err, sizeof err);
+    if (!d || dataset_clips(d) != 10) {
+        check(0, "exclude_shards_setup", "%s", d ? "not 10 clips" : err);
+        dataset_close(d);
+        return;
+    }
+    snprintf(list, sizeof list, "%s/list.txt", dir);
+    ClipLocation loc;
+    const int named[] = {1, 5, 9, 5};
+    FILE *f = fopen(list, "w");
+    for (int k = 0; k < 4; k++) {
+        dataset_clip_location(d, named[k], &loc);
+        fprintf(f, "%s %d\n", loc.shard, loc.index);
+    }
+    fclose(f);
+    uint8_t mask[10];
+    char got[11] = "";
+    int count = exclude_list_read(d, list, mask, err, sizeof err), right = count == 3;
+    for (int i = 0; i < 10 && count >= 0; i++) {
+        right &= mask[i] == (i == 1 || i == 5 || i == 9);
+        got[i] = mask[i] ? 'x' : '.';
+    }
+    check(dataset_shards(d) >= 3 && right, "exclude_list_across_shards",
+          "%d shards; clips 1, 5, 9 named (5 twice): %d counted, mask %s%s", dataset_shards(d), count, got,
+          count < 0 ? err : "");
+
+    dataset_clip_location(d, 0, &loc);
+    snprintf(shard0, sizeof shard0, "%s", loc.shard);
+    int in0 = 0;
+    for (int i = 0; i < 10; i++) in0 += !dataset_clip_location(d, i, &loc) && !strcmp(loc.shard, shard0);
+    f = fopen(list, "w");
+    fprintf(f, "%s %d\n", shard0, in0);  // one past its last clip (the next shard's first)
+    fclose(f);
+    count = exclude_list_read(d, list, mask, err, sizeof err);
+    check(count == -1 && one_line(err) && strstr(err, "has no such clip"), "exclude_list_index_past_shard",
+          "%s %d (it holds %d clips): %s", shard0, in0, in0, count < 0 ? err : "accepted");
+
+    f = fopen(list, "wb");
+    fwrite("shard-00000.safetensors 1\0 junk\n", 1, 32, f);  // a NUL byte inside the line
+    fclose(f);
+    count = exclude_list_read(d, list, mask, err, sizeof err);
+    check(count == -1 && one_line(err) && strstr(err, "NUL byte"), "exclude_list_nul_byte", "%s",
+          count < 0 ? err : "accepted");
+
+    const int clips[] = {0, 4, 8};
+    int rc = exclude_list_write(d, list, clips, 3, err, sizeof err);
+    count = rc ? -1 : exclude_list_read(d, list, mask, err, sizeof err);
+    right = count == 3;
+    for (int i = 0; i < 10 && count >= 0; i++) right &= mask[i] == (i == 0 || i == 4 || i == 8);
+    check(right, "exclude_list_write_reads_back", "clips 0, 4, 8 written, %d read back%s%s", count,
+          count < 0 ? ": " : "", count < 0 ? err : "");
+    dataset_close(d);
+}
+
 static void test_loader(void) {
     const int N = 12, F = 32, B = 6;
     const uint64_t seed = 1234;
@@ -445,6 +510,7 @@ static void test_loader(void) {
 
     test_damaged_clip(N, F, B, seed, &c);
     test_excluded_clips(N, F, B, seed, c);
+    test_exclude_across_shards(N, F);
 
     // every clip damaged: loader_get fails with one line that says so
     {

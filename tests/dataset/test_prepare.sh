@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # prepare on real footage (Debian's opencv-doc sample videos) and on broken, short, odd and
-# grayscale inputs; a prepare killed half-way; training on the prepared clips, resumed twice; a
+# grayscale inputs; resampling in time; frame folders with other files, videos folders deep; a
+# prepare killed half-way; training on the prepared clips, resumed twice; a
 # dataset with a damaged clip: train and eval skip it (resumes still exact), inspect names it.
 set -u
 . "$(dirname "$0")/../lib.sh"
 DATA=$SAMPLES
+PYTHON=${PYTHON:-python3}
 clips() { sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" | head -1; }
 # kill9_twice RUN DATA EVERY SETS...: tiny training on DATA killed with kill -9 twice, once it has made
 # a step of its own and reached step EVERY, then 2 x EVERY (checkpoint writes held 50 ms half-written),
@@ -50,6 +52,32 @@ n=$(clips "$tmp/fps")
 # 795 frames at 10 fps resampled to 5 fps: 398 frames; clips of 16 every 8 frames: 48
 expect prepare_fps_and_overlap $(( rc != 0 || n < 47 || n > 49 )) "status $rc, $n clips at 5 fps with 8 frames of overlap (expected about 48)"
 
+# Resampling takes, for each output time, the nearer source frame: 30 frames at 10 fps, each of its own
+# grey, resampled to 3 fps are source frames round(10 k / 3), found among the same video's frames
+# prepared without resampling.
+ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=10:d=3,format=gray,geq=lum='8*N+4'" -c:v ffv1 "$tmp/ramp.mkv"
+"$FC" prepare --input "$tmp/ramp.mkv" --out "$tmp/ramp_all" --size 16 --clip-frames 30 > /dev/null 2>&1
+"$FC" prepare --input "$tmp/ramp.mkv" --out "$tmp/ramp_3fps" --size 16 --clip-frames 9 --fps 3 > /dev/null 2>&1
+"$PYTHON" - "$tmp/ramp_all" "$tmp/ramp_3fps" > "$tmp/ramp.log" 2>&1 <<'PYEOF'
+import sys, zlib
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors
+def frames(folder, F):
+    t, meta = read_safetensors(folder + "/shard-00000.safetensors")
+    raw = t["clip.0"].tobytes()
+    if meta["clip.0.encoding"] == "zlib":
+        raw = zlib.decompress(raw)
+    n = len(raw) // F
+    return [raw[k * n:(k + 1) * n] for k in range(F)]
+src, out = frames(sys.argv[1], 30), frames(sys.argv[2], 9)
+picked = [src.index(f) if f in src else -1 for f in out]
+want = [round(k * 10 / 3) for k in range(9)]
+print("%d distinct source frames; the 3 fps clip holds source frames %s, the nearest to k/3 s are %s"
+      % (len(set(src)), picked, want))
+sys.exit(0 if len(set(src)) == 30 and picked == want else 1)
+PYEOF
+expect prepare_resample_nearest_frame $? "$(tail -1 "$tmp/ramp.log")"
+
 # ---- bad inputs next to good ones: each reported in one line and skipped ----
 mkdir -p "$tmp/in/frames"
 cp "$DATA/Megamind.avi" "$tmp/in/good.avi"
@@ -74,6 +102,24 @@ ok=$(grep -E "(good|gray_odd|alpha|frames)[^ ]*: [0-9]+ frames -> [0-9]+ clips" 
 expect prepare_bad_inputs_skipped $(( rc != 0 || skipped < 3 || ok != 4 )) "status $rc; $skipped inputs skipped with a reason; good, grayscale/odd-sized, alpha and a PNG folder converted ($ok of 4)"
 grep -q "notes.mp4: skipped" "$tmp/mixed.log" && grep -q "empty.avi: skipped" "$tmp/mixed.log" && grep -q "short.mp4: skipped: 10 frames" "$tmp/mixed.log"
 expect prepare_skip_reasons $? "$(grep -m1 notes.mp4 "$tmp/mixed.log" | cut -c1-100)"
+# A frame folder with a file beside its frames that sorts before them (README.txt): every frame read,
+# the file passed over; a video three folders down the input: found
+mkdir -p "$tmp/readme_frames" "$tmp/deep/a/b/c"
+cp "$tmp/in/frames/"*.png "$tmp/readme_frames/"
+echo "frames of Megamind.avi" > "$tmp/readme_frames/README.txt"
+cp "$tmp/in/gray_odd.mkv" "$tmp/deep/a/b/c/"
+"$FC" prepare --input "$tmp/readme_frames" --input "$tmp/deep" --out "$tmp/beside" --size 32 --clip-frames 16 \
+    > "$tmp/beside.log" 2>&1
+rc=$?
+grep -q "readme_frames: 20 frames -> 1 clips" "$tmp/beside.log"
+found=$?
+expect prepare_frame_folder_passes_over_other_files $(( rc != 0 || found != 0 )) \
+    "status $rc: $(grep -m1 readme_frames "$tmp/beside.log" | cut -c1-150)"
+grep -q "deep/a/b/c/gray_odd.mkv: 40 frames -> 2 clips" "$tmp/beside.log"
+found=$?
+expect prepare_finds_videos_folders_deep $(( rc != 0 || found != 0 || $(clips "$tmp/beside") != 3 )) \
+    "status $rc, $(clips "$tmp/beside") clips: $(grep -m1 gray_odd "$tmp/beside.log" | cut -c1-150)"
+
 # Frames enlarged from a smaller video are said to be (97x61 at --size 64), frames made smaller are not
 "$FC" prepare --input "$tmp/in/gray_odd.mkv" --input "$tmp/in/alpha.mkv" --out "$tmp/up" --size 64 --clip-frames 16 \
     > "$tmp/up.log" 2>&1

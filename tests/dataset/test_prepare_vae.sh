@@ -5,7 +5,7 @@
 # plain prepare makes (tests/dataset/latents_check.py); dataset.json's identity; inspect's lines; a
 # tiny model trained on the latents, whose loader reads the same bytes a window whatever the clips'
 # length; refusals in one line, nothing written: a config that does not fit the latents, a size that
-# is no multiple of the factor, a file without an encoder.
+# is no multiple of the factor, a file without an encoder, a scale that takes latents beyond F16.
 # usage: tests/dataset/test_prepare_vae.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -81,6 +81,10 @@ refused prepare_vae_refuses_decoder_only 1 "prepare --vae needs the encoder, and
     "$FC" prepare --vae "$tmp/decoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+# a scale that takes latents beyond F16's largest value: refused, never stored as infinities
+refused prepare_vae_refuses_f16_overflow 1 "latent value .* is beyond F16's range (65504)" \
+    "$FC" prepare --vae "$dir/kl.safetensors" --vae-scale 1e6 --vae-shift 0 --input "$tmp/short.mkv" --out "$tmp/none" \
+    --size 32 --clip-frames 8
 refused prepare_vae_refuses_previews 1 "holds latents: its previews are decoded by the autoencoder it was made with: give train --vae FILE" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1
 

@@ -1,6 +1,7 @@
 // test_safetensors.c: the safetensors writer and strict reader (a round trip, then malformed files
 // built in memory, each of which must be refused with a line naming the problem; failed writes
-// leave nothing behind) and the non-dying config reader.
+// leave nothing behind), the JSON reader's own edges (integer bounds, plain escapes, error lines,
+// UTF-8) and the non-dying config reader.
 #include <dirent.h>
 #include <signal.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "check.h"
 #include "base/common.h"
 #include "base/config.h"
+#include "formats/json.h"
 #include "formats/safetensors.h"
 
 static char g_dir[256];
@@ -23,6 +25,11 @@ static int temp_files(const char *dir) {
     for (struct dirent *e; (e = readdir(d));) n += strstr(e->d_name, ".tmp-") != NULL;
     closedir(d);
     return n;
+}
+
+static void write_text_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f)) abort();
 }
 
 // ---- the round trip ----
@@ -255,6 +262,8 @@ static void test_bad_json(void) {
     reject("json_invalid_utf8", "{\"a\xff\":{}}", 0, "invalid UTF-8");
     reject("json_overlong_utf8", "{\"a\xc0\xaf\":{}}", 0, "invalid UTF-8");
     reject("json_utf8_surrogate", "{\"a\xed\xa0\x80\":{}}", 0, "invalid UTF-8");
+    reject("json_utf8_beyond_10ffff", "{\"a\xf4\x90\x80\x80\":{}}", 0, "invalid UTF-8");
+    reject("json_high_surrogate_then_non_low", "{\"\\ud800\\ue000\":{}}", 0, "unpaired high surrogate");
     reject("json_true", "{\"a\":{\"dtype\":true}}", 0, "dtype must be a string, got true");
     reject("json_null_tensor", "{\"a\":null}", 0, "tensor 'a': expected an object, got null");
     reject("json_nested_array", "{\"a\":{\"shape\":[[2]]}}", 0, "shape must hold integers, got an array");
@@ -303,6 +312,8 @@ static void test_bad_tensors(void) {
         {"lowercase_dtype", "\"f32\"", "[2]", "[0,8]", 8, "unknown dtype 'f32'"},
         {"shape_size_mismatch", "\"F32\"", "[3]", "[0,8]", 8,
          "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12"},
+        {"span_larger_than_shape", "\"F32\"", "[1]", "[0,8]", 8,
+         "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [1] needs 4"},
         {"missing_field", "\"F32\"", NULL, "[0,8]", 8, "tensor 'a': missing field 'shape'"},
         {"empty_entry", NULL, NULL, NULL, 0, "tensor 'a': missing field 'dtype'"},
         {"negative_dimension", "\"F32\"", "[-2]", "[0,8]", 8, "tensor 'a': shape: -2 is negative"},
@@ -344,6 +355,75 @@ static void test_bad_layout(void) {
     // a name with a newline is shown without it, so the message stays one line
     reject("name_with_newline_one_line", "{\"a\\nb\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,0]}}", 0,
            "tensor 'a?b': unknown dtype 'X'");
+}
+
+// ---- the JSON reader itself ----
+
+// A reader over text (NUL-terminated) whose errors go to err and name `path` when given.
+static JsonReader json_reader(const char *text, char *arena, size_t cap, char *err, size_t errlen, const char *path) {
+    return (JsonReader){.s = (const uint8_t *)text, .n = strlen(text), .arena = arena, .cap = cap, .err = err,
+                        .errlen = errlen, .path = path, .syntax_name = "JSON", .end_name = "the end"};
+}
+
+// What the header tests do not reach: integers at exactly their bound, dataset.json's plain escapes, the
+// line an error names, and UTF-8 at the edges of RFC 3629.
+static void test_json_reader(void) {
+    char arena[256], err[512] = "";
+    struct {
+        const char *text;
+        uint64_t max, want;
+        int kind;
+    } ints[] = {
+        {"255", 255, 255, JSON_UINT_OK},
+        {"256", 255, 0, JSON_UINT_TOO_LARGE},
+        {"18446744073709551615", UINT64_MAX, UINT64_MAX, JSON_UINT_OK},
+        {"18446744073709551616", UINT64_MAX, 0, JSON_UINT_TOO_LARGE},
+        {"0", 0, 0, JSON_UINT_OK},
+    };
+    int right = 0;
+    for (int i = 0; i < 5; i++) {
+        JsonReader r = json_reader(ints[i].text, arena, sizeof arena, err, sizeof err, NULL);
+        uint64_t v = 12345;
+        size_t start;
+        int kind = json_uint(&r, ints[i].max, &v, &start);
+        right += kind == ints[i].kind && (kind != JSON_UINT_OK || v == ints[i].want);
+    }
+    check(right == 5, "json_uint_bounds", "%d of 5: 255 and 2^64-1 at their bound read, 256 and 2^64 refused as too "
+          "large, 0 with bound 0 read", right);
+
+    char *out = NULL;
+    JsonReader r = json_reader("\"a\\/c\"", arena, sizeof arena, err, sizeof err, NULL);
+    r.plain_escapes = 1;
+    int slash = !json_string(&r, &out, "a string") && !strcmp(out, "a/c");
+    const char *others[] = {"\"a\\bc\"", "\"a\\fc\"", "\"a\\nc\"", "\"a\\u0041\""};
+    int refused = 0;
+    for (int i = 0; i < 4; i++) {
+        r = json_reader(others[i], arena, sizeof arena, err, sizeof err, NULL);
+        r.plain_escapes = 1;
+        refused += json_string(&r, &out, "a string") == -1 && strstr(err, "unsupported escape") != NULL;
+    }
+    check(slash && refused == 4, "json_plain_escapes", "\\/ read as '/': %s; \\b \\f \\n \\u refused: %d of 4",
+          slash ? "yes" : "no", refused);
+
+    // a raw newline inside a string on line 2: the error is at that newline, still on line 2
+    r = json_reader("{\n\"a\nb\": 1}", arena, sizeof arena, err, sizeof err, "t.json");
+    int rc = json_expect(&r, '{', "'{'") || json_string(&r, &out, "a key");
+    check(rc && strstr(err, "t.json: line 2: control character 0x0a"), "json_error_line", "%s", err);
+
+    static const struct {
+        const char *bytes;
+        size_t want;
+    } utf8[] = {
+        {"\xf4\x8f\xbf\xbf", 4}, {"\xf4\x90\x80\x80", 0},  // U+10FFFF; U+110000, beyond Unicode
+        {"\xf0\x90\x80\x80", 4}, {"\xf0\x8f\xbf\xbf", 0},  // U+10000; U+FFFF in 4 bytes (overlong)
+        {"\xe0\xa0\x80", 3},     {"\xe0\x9f\xbf", 0},      // U+0800; U+07FF in 3 bytes (overlong)
+        {"\xed\x9f\xbf", 3},     {"\xed\xa0\x80", 0},      // U+D7FF; U+D800, a surrogate
+        {"\xc2\x80", 2},         {"\xc1\xbf", 0},          // U+0080; U+007F in 2 bytes (overlong)
+    };
+    int agree = 0;
+    for (int i = 0; i < 10; i++)
+        agree += json_utf8_len((const uint8_t *)utf8[i].bytes, strlen(utf8[i].bytes)) == utf8[i].want;
+    check(agree == 10, "json_utf8_edges", "%d of 10 sequences at the edges of RFC 3629 measured right", agree);
 }
 
 // ---- failed writes ----
@@ -405,6 +485,17 @@ static void test_write_failures(void) {
     check(rc == -1 && strstr(err, "No space left") && same && temp_files(g_dir) == 0, "st_write_full_disk_hook",
           "%s; the old file unchanged, no temporary file left", err);
     free(after);
+
+    // the name taken by a folder: the rename fails, and the temporary file goes with it
+    char taken[600];
+    snprintf(taken, sizeof taken, "%s/taken.safetensors", g_dir);
+    mkdir(taken, 0755);
+    snprintf(path, sizeof path, "%s/taken.safetensors/inside", g_dir);
+    write_text_file(path, "x");
+    rc = st_write(taken, &t, 1, NULL, 0, err, sizeof err);
+    check(rc == -1 && !strchr(err, '\n') && strstr(err, "rename failed") && temp_files(g_dir) == 0,
+          "st_write_rename_failure_leaves_no_temp", "%s; %d temporary files left", err, temp_files(g_dir));
+    snprintf(path, sizeof path, "%s/keep.safetensors", g_dir);
 
     // arguments the reader would refuse are refused before the disk is touched
     StTensor dup[2] = {t, t};
@@ -535,6 +626,7 @@ int main(void) {
     test_bad_json();
     test_bad_tensors();
     test_bad_layout();
+    test_json_reader();
     test_write_failures();
     test_config_text();
     char cmd[600];

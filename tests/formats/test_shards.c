@@ -1,6 +1,8 @@
 // test_shards.c: the clip dataset (shards.c): a round trip across several shards, crash safety
-// (an aborted writer, kill -9 mid-write, stale temporary files), corrupt and truncated files,
-// header-only reads. The loader over such datasets: test_loader.c.
+// (an aborted writer, kill -9 mid-write, stale temporary files and unlisted shards), corrupt,
+// truncated, grown and oversized files, header-only reads, a frame rate that needs 17 digits and the
+// writer's value ranges, and hand-made shards the writer never makes (bad CRC text, key, rate or zlib
+// stream). The loader over such datasets: test_loader.c.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -341,13 +343,29 @@ static void test_crash_safety(void) {
     mkdir(dir2, 0755);
     snprintf(path, sizeof path, "%s/shard-00003.safetensors.tmp-4242", dir2);
     write_text(path, "junk", 4);
+    // whole shards that no dataset.json lists (a writer killed before its dataset.json): removed too;
+    // files that are no shard stay
+    snprintf(path, sizeof path, "%s/shard-00007.safetensors", dir2);
+    write_text(path, "junk", 4);
+    snprintf(path, sizeof path, "%s/notes.txt", dir2);
+    write_text(path, "mine", 4);
     w = shard_writer_open(dir2, N, F, 0, err, sizeof err);
     check(w && !exists(dir2, "shard-00003.safetensors.tmp-4242"), "shards_writer_removes_stale_temps", "%s",
           w ? "removed at open" : err);
+    check(w && !exists(dir2, "shard-00007.safetensors") && exists(dir2, "notes.txt"),
+          "shards_writer_removes_unlisted_shards", "%s",
+          w ? "a shard no dataset.json lists removed at open, notes.txt kept" : err);
     shard_writer_abort(w);
     // a folder that already holds a dataset is refused
     w = shard_writer_open(dir, N, F, 0, err, sizeof err);
     check(!w && one_line(err) && strstr(err, "already holds a dataset"), "shards_writer_refuses_existing", "%s", err);
+    shard_writer_abort(w);
+    // a path that names a file, not a folder
+    snprintf(path, sizeof path, "%s/plain_file", g_root);
+    write_text(path, "x", 1);
+    w = shard_writer_open(path, N, F, 0, err, sizeof err);
+    check(!w && one_line(err) && strstr(err, "not a folder"), "shards_writer_refuses_a_file_as_folder", "%s",
+          w ? "accepted" : err);
     shard_writer_abort(w);
 
     // kill -9 at moments all through a prepare (timed by one run left alone): never a dataset.json
@@ -482,6 +500,17 @@ static void test_corruption(void) {
     check(d && rc == -1 && one_line(err) && strstr(err, lr_shard) && strstr(err, "changed"),
           "shards_truncated_after_open", "%s", err);
     dataset_close(d);
+    // grown after opening (bytes appended to the shard): the read says so too
+    snprintf(dir, sizeof dir, "%s/grown_later", g_root);
+    copy_dir(good, dir);
+    d = dataset_open(dir, err, sizeof err);
+    snprintf(path, sizeof path, "%s/%s", dir, lr_shard);
+    FILE *grow = fopen(path, "ab");
+    if (!grow || fwrite("0123456789", 1, 10, grow) != 10 || fclose(grow)) abort();
+    rc = d ? dataset_read_clip(d, raw_clip, buf, err, sizeof err) : 0;
+    check(d && rc == -1 && one_line(err) && strstr(err, lr_shard) && strstr(err, "changed"),
+          "shards_grown_after_open", "%s", err);
+    dataset_close(d);
     // a missing shard
     snprintf(dir, sizeof dir, "%s/missing", g_root);
     copy_dir(good, dir);
@@ -509,6 +538,16 @@ static void test_corruption(void) {
         dataset_close(d);
     }
 
+    // a dataset.json beyond the largest read (a sparse file): refused by its size, before any reading
+    snprintf(dir, sizeof dir, "%s/json_huge", g_root);
+    copy_dir(good, dir);
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    if (truncate(path, (off_t)DATASET_JSON_MAX + 1)) abort();
+    d = dataset_open(dir, err, sizeof err);
+    check(!d && one_line(err) && strstr(err, "dataset.json") && strstr(err, "more than the"), "dataset_json_too_large",
+          "%s", d ? "accepted" : err);
+    dataset_close(d);
+
     // damaged dataset.json: each refused with one line naming the file
     char json_path[600];
     snprintf(json_path, sizeof json_path, "%s/dataset.json", good);
@@ -517,6 +556,7 @@ static void test_corruption(void) {
     struct {
         const char *name, *from, *to, *expect;
         int cut;
+        const char *from2, *to2;  // a second change, made after the first
     } cases[] = {
         {"truncated", NULL, NULL, "line", (int)jlen / 2},
         {"empty", NULL, NULL, "expected '{'", 1},
@@ -529,6 +569,12 @@ static void test_corruption(void) {
         {"float", "\"frame_size\": 16", "\"frame_size\": 16.0", "must be an integer", 0},
         {"trailing", " ]}\n", " ]}\n}", "after the dataset's object", 0},
         {"wrong_frame_size", "\"frame_size\": 16", "\"frame_size\": 8", "but dataset.json says", 0},
+        // the same shard twice (the total still right): two entries would read the same clips
+        {"shard_listed_twice", "\"file\": \"shard-00001", "\"file\": \"shard-00000", "listed twice", 0},
+        {"hidden_name", "\"file\": \"shard-00000", "\"file\": \".shard-00000", "not a plain name", 0},
+        // shards of 2 clips said to hold 3 and 1: the total is right, each shard's count is not
+        {"clips_moved_between_shards", "\"clips\": 2,", "\"clips\": 3,", "2 clips, but dataset.json says 3", 0,
+         "\"clips\": 2,", "\"clips\": 1,"},
     };
     int ncases = sizeof cases / sizeof cases[0];
     for (int i = 0; i < ncases; i++) {
@@ -544,6 +590,14 @@ static void test_corruption(void) {
             memcpy(text + pre, cases[i].to, tl);
             memcpy(text + pre + tl, at + fl, jlen - pre - fl);
             n = jlen - fl + tl;
+            if (cases[i].from2) {
+                text[n] = 0;
+                char *at2 = strstr(text + pre + tl, cases[i].from2);
+                size_t f2 = strlen(cases[i].from2), t2 = strlen(cases[i].to2);
+                memmove(at2 + t2, at2 + f2, n - (size_t)(at2 - text) - f2);
+                memcpy(at2, cases[i].to2, t2);
+                n = n - f2 + t2;
+            }
         } else {
             n = (size_t)cases[i].cut - 1;
             memcpy(text, json, n);
@@ -559,11 +613,161 @@ static void test_corruption(void) {
     free(buf);
 }
 
+// A rate that needs all 17 significant digits (NTSC's 30000/1001) is written so that it reads back as
+// the same double, in the shard's metadata and in manifest.tsv; rates and first frames beyond what the
+// reader takes are refused by the writer.
+static void test_writer_values(void) {
+    const int N = 4, F = 2;
+    size_t raw = (size_t)F * N * N * 3;
+    char dir[512], err[1024], path[600];
+    folder(dir, sizeof dir, "fps_text");
+    uint8_t *c = fc_calloc(raw, 1);
+    const double fps = 30000.0 / 1001;
+    ShardWriter *w = shard_writer_open(dir, N, F, 0, err, sizeof err);
+    int rc = w ? shard_writer_add(w, c, "ntsc.mp4", 0, fps, err, sizeof err) : -1;
+    if (w && !rc) rc = shard_writer_finish(w, err, sizeof err);
+    else shard_writer_abort(w);
+    StFile f;
+    snprintf(path, sizeof path, "%s/shard-00000.safetensors", dir);
+    if (!rc) rc = st_read_header(path, &f, err, sizeof err);
+    const char *meta = rc ? NULL : st_meta(&f, "clip.0.fps");
+    snprintf(path, sizeof path, "%s/manifest.tsv", dir);
+    size_t len;
+    char *manifest = rc ? NULL : (char *)test_read_file(path, &len);
+    const char *tab = manifest ? strrchr(manifest, '\t') : NULL;  // the last column: fps
+    check(meta && strtod(meta, NULL) == fps && tab && strtod(tab + 1, NULL) == fps, "shards_fps_exact",
+          "30000/1001 written as '%s' in the shard and '%.*s' in manifest.tsv", meta ? meta : err,
+          tab ? (int)strcspn(tab + 1, "\n") : 0, tab ? tab + 1 : "");
+    if (!rc) st_free(&f);
+    free(manifest);
+
+    // values the reader would refuse are refused by shard_writer_add (the dataset stays readable); the
+    // largest ones it reads are accepted
+    folder(dir, sizeof dir, "clip_values");
+    w = shard_writer_open(dir, N, F, 0, err, sizeof err);
+    char why[3][1024] = {"", "", ""};
+    int fps_refused = w && shard_writer_add(w, c, "fast.mp4", 0, 2e6, why[0], sizeof why[0]) == -1 &&
+                      strstr(why[0], "not in [0, 1e6]");
+    int first_refused = w && shard_writer_add(w, c, "long.mp4", (long)(((uint64_t)1 << 62) + 1), 25, why[1],
+                                              sizeof why[1]) == -1 && strstr(why[1], "out of range");
+    int edges_taken = w && !shard_writer_add(w, c, "edge.mp4", (long)((uint64_t)1 << 62), 1e6, why[2], sizeof why[2]);
+    rc = w ? shard_writer_finish(w, err, sizeof err) : -1;
+    Dataset *d = rc ? NULL : dataset_open(dir, err, sizeof err);
+    check(fps_refused && first_refused && edges_taken && d && dataset_clips(d) == 1, "shards_writer_value_ranges",
+          "fps 2e6: %s; first frame 2^62+1: %s; fps 1e6 at first frame 2^62: %s; the dataset: %s", why[0], why[1],
+          edges_taken ? "written" : why[2], d ? "opens with its 1 clip" : err);
+    dataset_close(d);
+    free(c);
+}
+
+// ---- shards made by hand ----
+
+// One clip of a hand-made shard: its key (the tensor's name and its metadata's prefix), its encoding and
+// CRC text, and the bytes stored (1-D when zlib, else (F, N, N, 3)). The writer never makes the bad ones.
+typedef struct {
+    const char *key, *encoding, *crc;
+    const uint8_t *data;
+    size_t stored;
+    const char *fps;  // NULL: 25
+} HandClip;
+
+// shard_check_bytes on a shard of the one clip c, of F frames of NxN: 0, or -1 with err filled.
+static int check_hand_shard(int N, int F, const HandClip *c, char *err, size_t errlen) {
+    char path[600], keys[5][64], Ns[16], Fs[16];
+    static const char *const fields[5] = {"encoding", "crc32", "source", "first_frame", "fps"};
+    snprintf(path, sizeof path, "%s/hand.safetensors", g_root);
+    snprintf(Ns, sizeof Ns, "%d", N);
+    snprintf(Fs, sizeof Fs, "%d", F);
+    for (int j = 0; j < 5; j++) snprintf(keys[j], sizeof keys[j], "%s.%s", c->key, fields[j]);
+    StMeta m[] = {{"format", "framechain-shard"}, {"format_version", "1"}, {"frame_size", Ns},
+                  {"clip_frames", Fs}, {"clips", "1"}, {keys[0], c->encoding}, {keys[1], c->crc},
+                  {keys[2], "hand.mp4"}, {keys[3], "0"}, {keys[4], c->fps ? c->fps : "25"}};
+    StTensor t = {c->key, "U8", 4, {F, N, N, 3}, c->data};
+    if (!strcmp(c->encoding, "zlib")) t.ndim = 1, t.shape[0] = (long)c->stored;
+    if (st_write(path, &t, 1, m, 10, err, errlen)) return -1;
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    int rc = shard_check_bytes(bytes, len, err, errlen);
+    free(bytes);
+    unlink(path);
+    return rc;
+}
+
+// Shards whose header or clip bytes are wrong in ways the writer never makes: each refused, with the
+// reason; the same shard with the right values is accepted.
+static void test_hand_made_shards(void) {
+    const int N = 8, F = 4;
+    size_t raw = (size_t)F * N * N * 3, big = raw + 64;
+    uint8_t *clip = fc_calloc(big, 1), *z = fc_malloc(compressBound((uLong)big) + 8);
+    clip_random(clip, raw / 2, 5);  // half random, half zeros: zlib shrinks it, but not to nothing
+    char crc[16], crc9[16], bigcrc[16], err[1024];
+    snprintf(crc, sizeof crc, "%08x", (unsigned)crc32_z(0, clip, raw));
+    snprintf(crc9, sizeof crc9, "%s0", crc);
+    snprintf(bigcrc, sizeof bigcrc, "%08x", (unsigned)crc32_z(0, clip, big));
+
+    HandClip good = {"clip.0", "raw", crc, clip, raw};
+    int rc = check_hand_shard(N, F, &good, err, sizeof err);
+    check(rc == 0, "shard_hand_made_raw_accepted", "%s", rc ? err : "one raw clip, its CRC right");
+    HandClip c = good;
+    c.crc = crc9;  // the right 8 digits and one more
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "not 8 lowercase hex digits"), "shard_hand_made_crc_of_9_digits",
+          "CRC '%s': %s", crc9, rc ? err : "accepted");
+    c = good;
+    c.fps = "2000000";  // beyond the 1e6 a writer takes
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "not a number in [0, 1e6]"), "shard_hand_made_fps_too_high", "%s",
+          rc ? err : "accepted");
+    c = good;
+    c.key = "clip.00";  // clip 0 under a name with a leading zero
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "clip.00"), "shard_hand_made_leading_zero_key", "%s",
+          rc ? err : "accepted");
+
+    uLongf zlen = compressBound((uLong)raw);
+    compress2(z, &zlen, clip, (uLong)raw, 1);
+    c = (HandClip){"clip.0", "zlib", crc, z, zlen};
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == 0 && zlen < raw, "shard_hand_made_zlib_accepted", "%s",
+          rc ? err : "one zlib clip, its stream and CRC right");
+    memset(z + zlen, 0, 3);  // three bytes after the end of the stream
+    c.stored = zlen + 3;
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "3 bytes follow the end of the zlib stream"),
+          "shard_hand_made_bytes_after_zlib_end", "%s", rc ? err : "accepted");
+    zlen = compressBound((uLong)big);
+    compress2(z, &zlen, clip, (uLong)big, 1);  // a stream of 64 bytes more than a clip, the CRC of them all
+    c = (HandClip){"clip.0", "zlib", bigcrc, z, zlen};
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "inflates to more than"), "shard_hand_made_zlib_too_long", "%s",
+          rc ? err : "accepted");
+    // a stream cut short (its last 6 bytes gone): refused, and soon (the alarm ends a reader that spins)
+    zlen = compressBound((uLong)raw);
+    compress2(z, &zlen, clip, (uLong)raw, 1);
+    c = (HandClip){"clip.0", "zlib", crc, z, zlen - 6};
+    alarm(10);
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    alarm(0);
+    check(rc == -1 && one_line(err) && (strstr(err, "cut short") || strstr(err, "corrupt zlib")),
+          "shard_hand_made_zlib_cut_short", "%s", rc ? err : "accepted");
+    // a zlib tensor as large as the raw clip: refused by the header check, before any inflating
+    zlen = compressBound((uLong)raw);
+    compress2(z, &zlen, clip, (uLong)raw, 1);
+    memset(z + zlen, 0, raw - zlen);
+    c = (HandClip){"clip.0", "zlib", crc, z, raw};
+    rc = check_hand_shard(N, F, &c, err, sizeof err);
+    check(rc == -1 && one_line(err) && strstr(err, "a 1-D tensor of 1 to"), "shard_hand_made_zlib_as_large_as_raw",
+          "%s", rc ? err : "accepted");
+    free(clip), free(z);
+}
+
 static void run_all(void) {
     test_roundtrip();
     test_read_header();
     test_crash_safety();
     test_corruption();
+    test_hand_made_shards();
+    test_writer_values();
 }
 
 int main(void) { return run_in_scratch("shards", run_all); }

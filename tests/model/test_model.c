@@ -1,6 +1,6 @@
 // test_model.c: the model layer: the parameter layout of the network, the flow objective, the memory
-// plan against what build_model allocates, keep_blocks = auto, and recompute against keeping every
-// activation.
+// plan against what build_model allocates, its total and a rank's part of it, keep_blocks = auto, and
+// recompute against keeping every activation.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -256,6 +256,55 @@ static void test_plan_matches_allocation(void) {
         }
 }
 
+// The plan's total is the sum of the lines it prints (on the CPU the host's lines too), its EMA as
+// large as the weights; a rank's part under ZeRO-1 holds 1/N of the optimizer state and EMA, and a
+// rank other than 0 stages only that part for rank 0's checkpoint (nothing without ZeRO-1).
+static void test_plan_lines_and_ranks(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.sample_every = 10;  // previews: the weights set aside on the host
+    const PlanDevice devs[2] = {PLAN_CPU, PLAN_GPU_BF16};
+    for (int d = 0; d < 2; d++) {
+        MemPlan p = memory_plan(&c, 2, devs[d]);
+        p.program = 1e6;  // as train.c sets it on the CPU: the process's own memory
+        memory_plan_sum(&p);
+        double host = p.staging + p.previews + p.program;
+        double sum = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs +
+                     p.workspace + p.autoencoder + (d == 0 ? host : 0);
+        double r = sizeof(real) * (double)p.params;
+        char name[64];
+        snprintf(name, sizeof name, "memory_plan_total_is_its_lines_%s", d ? "gpu" : "cpu");
+        check(fabs(p.total - sum) <= 1e-9 * sum && p.ema == r && p.weights == r && p.previews == r, name,
+              "total %.0f, its lines %.0f; EMA %.0f, weights %.0f, previews %.0f bytes for %zu parameters", p.total, sum,
+              p.ema, p.weights, p.previews, p.params);
+
+        MemPlan whole = p, part = p, plain = p;
+        memory_plan_per_rank(&part, 4, 1);
+        memory_plan_per_rank(&plain, 4, 0);
+        double saved = 0.75 * (whole.optimizer + whole.ema);
+        double savings = memory_plan_rank_savings(&c, 2, devs[d], 4, 1);
+        snprintf(name, sizeof name, "memory_plan_zero1_part_%s", d ? "gpu" : "cpu");
+        check(part.optimizer == whole.optimizer / 4 && part.ema == whole.ema / 4 && part.weights == whole.weights &&
+                  part.staging == whole.staging && fabs(whole.total - part.total - saved) <= 1e-9 * whole.total &&
+                  fabs(savings - saved) <= 1e-9 * whole.total && plain.total == whole.total,
+              name, "4 ranks: optimizer %.0f of %.0f, EMA %.0f of %.0f, total %.0f of %.0f (%.0f saved, savings %.0f); "
+              "without ZeRO-1 %.0f", part.optimizer, whole.optimizer, part.ema, whole.ema, part.total, whole.total, saved,
+              savings, plain.total);
+
+        MemPlan other = part, other_plain = plain;
+        memory_plan_other_rank(&other, 1);
+        memory_plan_other_rank(&other_plain, 0);
+        snprintf(name, sizeof name, "memory_plan_other_rank_%s", d ? "gpu" : "cpu");
+        check(other.staging == part.ema + part.optimizer && other.previews == part.previews &&
+                  other_plain.staging == 0 && other_plain.previews == 0 &&
+                  (d == 0 ? other_plain.total < plain.total : other_plain.total == plain.total),
+              name, "ZeRO-1: stages %.0f (its part: EMA %.0f + optimizer %.0f); without: stages %.0f, previews %.0f, "
+              "total %.0f of rank 0's %.0f", other.staging, part.ema, part.optimizer, other_plain.staging,
+              other_plain.previews, other_plain.total, plain.total);
+    }
+}
+
 // keep_blocks = auto keeps as many blocks as leave the GPU's plan KEEP_BLOCKS_AUTO_RESERVE_GIB under
 // the budget: one more would not, and none are kept on the CPU, without recompute, or when set.
 static void test_keep_blocks_auto(void) {
@@ -406,6 +455,7 @@ int main(void) {
     test_flow();
     test_conditioning();
     test_plan_matches_allocation();
+    test_plan_lines_and_ranks();
     test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);
     test_recompute_identical(3, 1, 0);

@@ -110,6 +110,16 @@ def check_runs(png, verbose, w, h):
         and loss["y"][1] < 4 and loss["x"][1] == 300
     report("plot_runs_loss_axis", [] if ok else ["loss axis %s" % loss], "log y (the loss spans a factor of %.0f), "
            "limits %.3g..%.3g around the data" % (loss_a(0) / loss_a(300), *loss["y"]))
+    # The axes' ends by the rules of a line plot: steps counted from 1 start the x axis at 0; a panel
+    # whose smallest value is at most a fifth of its largest starts at 0, one far from 0 does not.
+    wait_lo, wait_hi = 1.0, 2 + 300 / 100
+    grad_lo = min(1 + 0.5 * math.sin(s / 20) for s in range(1, 301) if s != NAN_STEP)
+    ends = [name for name, ok in (("loss x", loss["x"][0] == 0), ("data_wait y", P["data_wait"]["y"][0] == 0),
+                                  ("grad_norm y", 0 < P["grad_norm"]["y"][0] < grad_lo))
+            if not ok]
+    report("plot_runs_axis_ends", ["%s: %s" % (n, P[n.split()[0]]) for n in ends],
+           "x from 0 (steps 1..300); data wait %g..%g from 0; grad norm from %.3g, not 0 (its least %.3g)"
+           % (wait_lo, wait_hi, P["grad_norm"]["y"][0], grad_lo))
     steps = [s for s in range(5, 300, 15) if s != NAN_STEP]
     report("plot_runs_curve_a", follows(rows, loss, BLUE, loss_a, steps),
            "run a's smoothed loss in its colour within 2 px of the mapping at %d steps, nothing of it 4 px away" % len(steps))
@@ -179,12 +189,33 @@ else
     fail plot_runs "$(tail -1 "$tmp/runs.err")"
 fi
 
+# ---- lines out of step order (a file edited or concatenated): drawn as if sorted by step ----
+mkdir -p "$tmp/shuffled/b"
+awk 'NR % 2' "$tmp/b/metrics.jsonl" > "$tmp/shuffled/b/metrics.jsonl"
+awk '!(NR % 2)' "$tmp/b/metrics.jsonl" >> "$tmp/shuffled/b/metrics.jsonl"
+if "$FC" plot "$tmp/b" --out "$tmp/out/sorted.png" > /dev/null 2>&1 &&
+    "$FC" plot "$tmp/shuffled/b" --out "$tmp/out/shuffled.png" > "$tmp/shuffled.log" 2>&1; then
+    same=$(cmp -s "$tmp/out/sorted.png" "$tmp/out/shuffled.png" && echo 1 || echo 0)
+    expect plot_runs_unsorted_lines $(( same != 1 || $(grep -c '^plot: b: 200 steps, 1 to 200' "$tmp/shuffled.log") != 1 )) \
+        "odd steps then even ones: the same PNG as in order ($same), $(head -1 "$tmp/shuffled.log")"
+else
+    fail plot_runs_unsorted_lines "$(tail -1 "$tmp/shuffled.log")"
+fi
+
 # ---- the eval TSV ----
 if "$FC" plot --eval "$tmp/eval.tsv" --out "$tmp/out/eval.png" --width 1000 --height 640 --verbose > "$tmp/eval.log" 2>&1; then
     "$PYTHON" "$tmp/check.py" eval "$tmp/out/eval.png" "$tmp/eval.log" 1000 640
 else
     fail plot_eval "$(tail -1 "$tmp/eval.log")"
 fi
+
+# quality rows from frame 0 (a whole number >= 0) are frames like any other
+head -1 "$tmp/eval.tsv" > "$tmp/from0.tsv"
+for f in 0 1 2 3; do printf 'quality\t0\t%d\t30\t25\t0.9\t0.8\tnan\tnan\tnan\tnan\tnan\tnan\t24\t0.7\t2\t3\n' $f; done >> "$tmp/from0.tsv"
+"$FC" plot --eval "$tmp/from0.tsv" --out "$tmp/out/from0.png" > "$tmp/from0.log" 2>&1
+rc=$?
+expect plot_eval_frame_zero $(( rc != 0 || $(grep -c 'frames 0 to 3, 1 noise-augmentation level$' "$tmp/from0.log") != 1 )) \
+    "status $rc: $(grep -m1 frames "$tmp/from0.log" || tail -1 "$tmp/from0.log")"
 
 # ---- an existing --out: refused, then replaced with --overwrite ----
 before=$(cksum < "$tmp/out/runs.png")
@@ -223,6 +254,11 @@ head -3 "$tmp/a/metrics.jsonl" >> "$tmp/broken/metrics.jsonl"
 refused missing_metrics "$tmp/none/metrics.jsonl: cannot open" "$tmp/a" "$tmp/none"
 refused empty_metrics "$tmp/empty/metrics.jsonl: empty" "$tmp/empty"
 refused bad_metrics_line "$tmp/broken/metrics.jsonl: line 5 does not parse" "$tmp/broken"
+# a bad last line that ends in a newline is finished, not a run still writing: refused as well
+mkdir -p "$tmp/badlast"
+head -4 "$tmp/a/metrics.jsonl" > "$tmp/badlast/metrics.jsonl"
+echo '{"step":5,"loss":}' >> "$tmp/badlast/metrics.jsonl"
+refused bad_last_line "$tmp/badlast/metrics.jsonl: line 5 does not parse" "$tmp/badlast"
 refused missing_tsv "$tmp/nope.tsv: cannot open" --eval "$tmp/nope.tsv"
 refused unreadable_tsv "$tmp/dir.tsv: cannot read" --eval "$tmp/dir.tsv"
 awk -F'\t' -v OFS='\t' 'NR == 4 { $4 = "abc" } NR <= 6' "$tmp/eval.tsv" > "$tmp/badval.tsv"

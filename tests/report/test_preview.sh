@@ -2,9 +2,9 @@
 # Previews while training (sample_every, report/preview.h): images at the steps asked for, decoded
 # here and checked pixel by pixel (preview_check.py: each frame where the layout puts it, given frames
 # the same in both rows, the real row the clips' own frames); the same run gives the same images,
-# before and after a stop; previews change nothing the run computes; the windows are recorded; a
-# preview that cannot be written is skipped with a line; preview_data that cannot serve stops train
-# before anything is written.
+# before and after a stop; previews change nothing the run computes; the windows are recorded (and
+# left as they are by a resume that shows the same ones); a preview that cannot be written is skipped
+# with a line; preview_data that cannot serve stops train before anything is written.
 set -u
 . "$(dirname "$0")/../lib.sh"
 PYTHON=${PYTHON:-python3}
@@ -61,12 +61,17 @@ pid=$!
 wait_until 60 $pid trained_past "$tmp/a" "$tmp/c1.log" 12
 kill -TERM $pid 2> /dev/null
 wait $pid
+inode=$(stat -c %i "$tmp/a/samples/windows.tsv" 2> /dev/null)
 "$FC" train --config $TINY/starter.conf --run "$tmp/a" --steps 30 --set preview_budget=1 --set sample_every=10 --set checkpoint_every=5 \
     > "$tmp/c2.log" 2>&1
 resumed=$(sed -n 's/^resuming .* from step \([0-9]*\) .*/\1/p' "$tmp/c2.log")
 stopped=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\);.*/\1/p' "$tmp/c1.log")
 cmp -s "$tmp/a1/samples/step-00000030.png" "$tmp/a/samples/step-00000030.png" && [ -n "$resumed" ] && [ "${stopped:-30}" -lt 30 ]
 expect preview_resumed_same $? "stopped at step ${stopped:-none}, resumed from step ${resumed:-?}: step 30's image as the uninterrupted run's"
+# the same windows as the record the first process wrote: the file left as it is, no line about it
+now=$(stat -c %i "$tmp/a/samples/windows.tsv" 2> /dev/null)
+[ -n "$inode" ] && [ "$now" = "$inode" ] && ! grep -q 'windows differ' "$tmp/c2.log"
+expect preview_windows_kept_on_resume $? "windows.tsv inode ${inode:-none} before the resume, ${now:-none} after; $(grep -c 'windows differ' "$tmp/c2.log") lines saying they differ"
 
 # ---- footage: the windows of --data, and of preview_data ----
 if "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/d" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then

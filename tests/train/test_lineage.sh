@@ -93,6 +93,11 @@ cmp -s <(losses "$tmp/ext") <(losses "$tmp/ext9")
 same_losses=$?
 expect extend_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || same_losses != 0 )) \
     "status $rc (the kill: $killed), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/ext9b.log"); the weights, EMA, optimizer state and the 32 losses of the other extension"
+# the same command once more, on the finished extension: nothing to do, not a refusal
+(train "$tmp/ext9" --extend --steps 32) > "$tmp/ext9c.log" 2>&1
+rc=$?
+expect extend_again_to_the_same_end $(( rc != 0 || $(grep -c "is at step 32 of 32: nothing to do" "$tmp/ext9c.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/ext9c.log" | cut -c1-120)"
 
 # ---- a fork: the parent's state, a changed config, its parent named ----
 parent=$(ckpt "$tmp/ref" 24)
@@ -138,6 +143,11 @@ expect fork_into_another_run_refused $(( rc == 0 || $(grep -c "is not a fork of"
 rc=$?
 expect fork_needs_more_steps $(( rc == 0 || $(grep -c "the parent is at step 24, and this run ends at steps = 20" "$tmp/short.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/short.log" | cut -c1-120)"
+# a fork that would end where its parent is makes no step either
+(fork "$parent" "$tmp/even" --steps 24) > "$tmp/even.log" 2>&1
+rc=$?
+expect fork_needs_a_step_past_the_parent $(( rc == 0 || $(grep -c "the parent is at step 24, and this run ends at steps = 24" "$tmp/even.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/even.log" | cut -c1-120)"
 
 # ---- the data a run trains on is recorded: another dataset is refused on resume, a moved one is not,
 # and a fork onto other data says so ----

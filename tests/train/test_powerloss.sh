@@ -4,7 +4,8 @@
 # a power cut could leave at each point (unsynced writes lost or torn at 4 KiB, names not fsynced in
 # their folder lost) and reruns the same train command on each: it must resume from at least the
 # newest checkpoint the writer had promised durable and end with the uninterrupted run's final
-# checkpoint, byte for byte. Then the same with one fsync skipped, which must be seen to fail.
+# checkpoint, byte for byte. Then the same with one fsync skipped, which must be seen to fail. And
+# prepare under the same shim: every file and folder it makes is made durable before it exits.
 # Arguments: the framechain binary, the build folder (with powerloss_shim.so).
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -46,6 +47,43 @@ same=$?
 expect powerloss_shim_transparent $(( rc != 0 || rc_shim != 0 || same != 0 )) \
     "status $rc, under the shim $rc_shim, the same final checkpoint: $((1 - same)), $(grep -c '^fsync' "$tmp/fresh.log") fsyncs logged"
 [ $rc -eq 0 ] && [ -f "$tmp/ref/$FINAL" ] || exit 1
+
+# ---- prepare under the shim: every name it makes durable before it exits 0 ----
+# Each file it renames into place was fsynced after its last write, and an fsync of the folder follows
+# the rename; the dataset's folder, made by prepare, is followed by an fsync of the folder it is in.
+mkdir "$tmp/prep"
+FC_POWERLOSS_ROOT="$tmp/prep" FC_POWERLOSS_LOG="$tmp/prep.log" LD_PRELOAD="$SHIM" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$FC" prepare --input shapes:3:16 --out "$tmp/prep/ds" --size 16 --clip-frames 8 > "$tmp/prep.out" 2>&1
+rc=$?
+python3 - "$tmp/prep.log" > "$tmp/prep.check" 2>&1 <<'PYEOF'
+import os, sys
+ops = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
+last_write, synced, bad = {}, {}, []
+renames = made = 0
+for i, op in enumerate(ops):
+    if op[0] == "write":
+        last_write[op[4]] = i
+    elif op[0] == "fsync":
+        synced.setdefault(op[4], []).append(i)
+    elif op[0] == "rename":
+        renames += 1
+        src, dst = op[3], op[4]
+        if not any(j > last_write.get(src, -1) for j in synced.get(src, []) if j < i):
+            bad.append("%s renamed unsynced" % src)
+        folder = os.path.dirname(dst) or "."
+        if not any(o[0] == "fsync" and o[4] == folder for o in ops[i + 1:]):
+            bad.append("no fsync of %s after %s" % (folder, dst))
+    elif op[0] == "mkdir":
+        made += 1
+        parent = os.path.dirname(op[3]) or "."
+        if not any(o[0] == "fsync" and o[4] == parent for o in ops[i + 1:]):
+            bad.append("no fsync of %s after making %s" % (parent, op[3]))
+print("%d renames, %d folders made; %s" % (renames, made, "; ".join(bad) if bad else "each one made durable"))
+sys.exit(1 if bad or renames < 3 or made < 1 else 0)
+PYEOF
+durable=$?
+expect powerloss_prepare_durable $(( rc != 0 || durable != 0 )) "prepare status $rc: $(tail -1 "$tmp/prep.check")"
 
 # ---- the recording: a run killed with kill -9 while it writes the checkpoint of step 9, then the
 # same command again to the end (its resume: the stale temporary file removed, metrics.jsonl cut

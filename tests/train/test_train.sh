@@ -35,6 +35,15 @@ expect keeps_newest_checkpoints $(( n_ckpt != 3 )) "$n_ckpt checkpoints kept (ke
 first=$(losses "$tmp/ref" | head -10 | awk '{s+=$2} END {print s/NR}')
 last=$(losses "$tmp/ref" | tail -10 | awk '{s+=$2} END {print s/NR}')
 expect loss_goes_down $(awk -v a="$first" -v b="$last" 'BEGIN {print !(b < 0.9 * a)}') "mean loss of steps 1-10 $first, of steps 51-60 $last"
+# Each metrics line's smooth_loss, recomputed from the losses: the first step's loss, then an
+# exponential average with weight 0.02 on each new step's; the steps counted 1, 2, ... without a gap.
+smooth=$(sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"smooth_loss":([^,]+),.*/\1 \2 \3/' "$tmp/ref/metrics.jsonl" |
+    awk '{ want = NR == 1 ? $2 : 0.98 * want + 0.02 * $2; d = $3 - want; if (d < 0) d = -d
+           if (d > 1e-5 * (want < 0 ? -want : want) || $1 != NR) bad++; if (d > worst) worst = d }
+         END { printf "%d %d %.3g", bad, NR, worst }')
+read -r off counted worst <<< "$smooth"
+expect smooth_loss_is_the_average $(( ${off:-1} != 0 || ${counted:-0} != STEPS )) \
+    "${off:-?} of ${counted:-?} lines off the exponential average of their losses (largest difference ${worst:-?})"
 # The memory plan printed before the first step holds what the run measured at its end: on the CPU
 # the whole resident set (the program, the checkpoint's staging buffer, the threads' scratch). In the
 # sanitizer build ASan's shadow memory and redzones come on top of every allocation: there only the
@@ -84,6 +93,32 @@ rc=$?
 expect python_reads_checkpoint $(( rc != 0 || $(grep -c '^optim\.' "$tmp/py.log") == 0 )) \
     "status $rc, $(grep -c . "$tmp/py.log") lines from tools/safetensors_io.py, $(grep -c '^optim\.' "$tmp/py.log") optim.* tensors"
 
+# ---- a short run: its last step checkpointed off the checkpoint_every grid, and the EMA's warm-up ----
+# 3 steps with checkpoint_every = 2: checkpoints at steps 2 and 3. Between them the EMA takes step 3's
+# weights with decay min(ema_decay, (1 + 3) / (10 + 3)) (config.c's ema_decay): fitted over every
+# tensor from the two checkpoints, ema3 - w3 = decay (ema2 - w3).
+(train "$tmp/three_steps" --steps 3 --set checkpoint_every=2) > "$tmp/three_steps.log" 2>&1
+rc=$?
+decay=$("$PYTHON" - "$tmp/three_steps/ckpt-00000002.safetensors" "$tmp/three_steps/ckpt-00000003.safetensors" <<'PY' 2>&1 | tail -1
+import sys
+sys.path.insert(0, "tools")
+import numpy as np
+from safetensors_io import read_safetensors
+a, _ = read_safetensors(sys.argv[1])
+b, _ = read_safetensors(sys.argv[2])
+num = den = 0.0
+for k in (k for k in b if k.startswith("model.")):
+    w3, e2, e3 = (np.asarray(t, np.float64) for t in (b[k], a["ema." + k[6:]], b["ema." + k[6:]]))
+    num += ((e3 - w3) * (e2 - w3)).sum()
+    den += ((e2 - w3) ** 2).sum()
+print("%.6f" % (num / den))
+PY
+)
+expect short_run_checkpoints_last_step $(( rc != 0 || $(ls "$tmp/three_steps" | grep -c '^ckpt-0000000[23].safetensors$') != 2 )) \
+    "status $rc, checkpoints: $(ls "$tmp/three_steps" | grep ckpt | tr '\n' ' ')"
+expect ema_warms_up $(awk -v d="$decay" 'BEGIN { print !(d + 0 > 0 && (d - 4 / 13 < 1e-4 && 4 / 13 - d < 1e-4)) }') \
+    "the EMA's decay at step 3 fitted from checkpoints 2 and 3: $decay (want 4/13 = 0.307692)"
+
 # ---- checkpoints written in the background: what the loop waited for, and the synchronous writer ----
 # Every checkpoint has its line with the time the loop was blocked; a submit's time is on the next
 # step's metrics line, so exactly the steps after a checkpoint (5, 9, ..., 57) have a blocked time.
@@ -105,6 +140,26 @@ same=$?
 n_sync=$(grep -cE "^checkpoint $tmp/sync/ckpt-[0-9]{8}\.safetensors $blocked_re synchronously\)$" "$tmp/sync.log")
 expect sync_checkpoints_identical $(( rc != 0 || same != 0 || n_sync != STEPS / 4 )) \
     "status $rc, $n_sync of $((STEPS / 4)) checkpoints written synchronously, final checkpoint equal to the background writer's: $((1 - same))"
+
+# Slow writes (300 ms each): the background writer waits for a write before it reuses its staging
+# buffer for the next checkpoint (one every step), so its files hold the same tensors as those the
+# synchronous writer makes (one every 2 steps); and the synchronous writer's write is inside the
+# step's blocked time (step 3's line holds the checkpoint of step 2: at least the 300 ms).
+(export FRAMECHAIN_TEST_WRITE_DELAY_MS=300; train "$tmp/slow_bg" --steps 4 --set checkpoint_every=1) > "$tmp/slow_bg.log" 2>&1
+rc1=$?
+(export FRAMECHAIN_TEST_WRITE_DELAY_MS=300; train "$tmp/slow_sync" --steps 4 --set checkpoint_every=2 --sync-checkpoints) \
+    > "$tmp/slow_sync.log" 2>&1
+rc2=$?
+same=0
+for s in 2 4; do
+    f=$(printf ckpt-%08d.safetensors $s)
+    [ -f "$tmp/slow_bg/$f" ] && [ "$(ckpt_tensors "$tmp/slow_bg/$f")" = "$(ckpt_tensors "$tmp/slow_sync/$f")" ] && same=$((same + 1))
+done
+blocked3=$(sed -nE 's/^\{"step":3,.*"ckpt_blocked_ms":([0-9.]+)}$/\1/p' "$tmp/slow_sync/metrics.jsonl")
+expect slow_writes_same_tensors $(( rc1 != 0 || rc2 != 0 || same != 2 )) \
+    "status $rc1, $rc2: $same of 2 checkpoints (steps 2, 4) with the same tensors, written in the background every step and synchronously every 2"
+expect sync_write_is_blocked_time $(awk -v b="${blocked3:-0}" 'BEGIN { print !(b >= 300) }') \
+    "synchronous writes of 300 ms: step 3's ckpt_blocked_ms ${blocked3:-none}"
 
 # ---- kill -9 again and again, rerunning until the run finishes ----
 # The kills follow the run's progress, not the clock: kill k (0..19) comes once the restarted process

@@ -1,5 +1,5 @@
 // test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it writes itself, broken
-// files, still images, the centre crop and uncommon pixel formats (made with the ffmpeg program).
+// files, still images, the centre crop, uncommon pixel formats, colour ranges and matrices (made with the ffmpeg program).
 // One PASS/FAIL line per check, with the measured figure; exit status 1 when any check failed.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -489,12 +489,36 @@ static void test_image_paths(void) {
     check(wrong == 0, "image_is_image_path", "%d of %zu paths classified wrongly", wrong, sizeof ip / sizeof ip[0]);
 }
 
+// An image that must fill frames of a side (image_load_square_min) is refused when either side is
+// shorter, not upscaled; one with both sides long enough is taken.
+static void test_image_min_side(void) {
+    const int grey[3] = {110, 110, 110};
+    const struct { int w, h, ok; } sz[] = {{64, 20, 0}, {20, 64, 0}, {31, 31, 0}, {40, 32, 1}, {32, 32, 1}};
+    int wrong = 0;
+    char what[256] = "";
+    for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
+        char name[32], err[512] = "";
+        snprintf(name, sizeof name, "side_%dx%d.png", sz[k].w, sz[k].h);
+        uint8_t out[32 * 32 * 3];
+        int rc = write_solid(tmp_path(name), sz[k].w, sz[k].h, 3, grey, 0) ? -2
+                 : image_load_square_min(tmp_path(name), 32, 32, out, err, sizeof err);
+        int refused = rc == -1 && strstr(err, "smaller than the 32x32");
+        if (sz[k].ok ? rc != 0 : !refused) {
+            wrong++;
+            snprintf(what, sizeof what, "; %dx%d returns %d %s", sz[k].w, sz[k].h, rc, err);
+        }
+    }
+    check(wrong == 0, "image_min_side", "%d of %zu images at 32x32 frames judged wrongly (64x20, 20x64 and 31x31 "
+          "refused; 40x32 and 32x32 taken)%s", wrong, sizeof sz / sizeof sz[0], what);
+}
+
 static void test_images(void) {
     test_image_solids();
     test_image_roundtrip();
     test_image_crop();
     test_image_bad();
     test_image_paths();
+    test_image_min_side();
 }
 
 // ---- real footage ----
@@ -632,6 +656,16 @@ static void test_pixel_formats(void) {
          0xC0, 0x60, 0x30, 4},
         {"yuvj420p.avi", "-f lavfi -i color=c=0x3060C0:s=64x48:r=10:d=0.5 -pix_fmt yuvj420p -q:v 2 -c:v mjpeg", 0x30,
          0x60, 0xC0, 5},
+        // full-range samples in a plain yuv420p stream, told by the stream's colour range alone
+        {"yuv420p_full_range.mkv",
+         "-f lavfi -i color=c=0x3060C0:s=64x48:r=10:d=0.5 -vf scale=out_range=full -pix_fmt yuv420p -color_range pc "
+         "-c:v ffv1",
+         0x30, 0x60, 0xC0, 4},
+        // HD with no matrix named: BT.709, as players assume (the SD clips above: BT.601)
+        {"hd_unnamed_matrix.mkv",
+         "-f lavfi -i color=c=0xC06030:s=1280x720:r=10:d=0.5 -vf scale=out_color_matrix=bt709 -pix_fmt yuv420p "
+         "-colorspace unknown -c:v ffv1",
+         0xC0, 0x60, 0x30, 5},
     };
     for (size_t k = 0; k < sizeof fm / sizeof fm[0]; k++) {
         char cname[64];
