@@ -1,5 +1,5 @@
 // test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it writes itself, broken
-// files, still images, the centre crop, uncommon pixel formats, colour ranges and matrices (made with the ffmpeg program).
+// files, still images, the centre crop, uncommon pixel formats, colour ranges and matrices, timestamps that repeat (made with the ffmpeg program).
 // One PASS/FAIL line per check, with the measured figure; exit status 1 when any check failed.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -742,6 +742,32 @@ static void test_sample_aspect(void) {
     }
 }
 
+// A clip whose container rounds its timestamps to milliseconds at 2000 frames a second: each time
+// comes twice. The reader's times still increase from frame to frame, a repeated one taking the frame
+// before's plus one frame period, so that resampling in time never sees two frames at one instant.
+static void test_repeated_timestamps(void) {
+    const char *p = tmp_path("ms_rounded.mkv");
+    if (ffmpeg_make("-f lavfi -i testsrc=s=32x32:r=2000:d=0.005 -c:v ffv1", p) < 0) {
+        check(0, "video_repeated_timestamps", "ffmpeg could not make the clip");
+        return;
+    }
+    char err[512] = "";
+    VideoReader *v = video_open(p, err, sizeof err);
+    uint8_t rgb[16 * 16 * 3];
+    double t, last = -1, period = v ? 1 / video_fps(v) : 0;
+    int n = 0, increasing = 1, stepped = 0, rc;
+    while (v && (rc = video_next_frame(v, 16, rgb, &t, err, sizeof err)) == 1) {
+        if (n && !(t > last)) increasing = 0;
+        if (n && fabs(t - last - period) < 1e-9) stepped++;  // a repeated time, moved one period on
+        last = t, n++;
+    }
+    video_close(v);
+    check(v && n == 10 && increasing && stepped >= 4, "video_repeated_timestamps",
+          "10 frames at 2000 fps stored to the millisecond: %d read, times %s, %d of them one period (%.4f s) after "
+          "the frame before%s%s", n, increasing ? "increasing" : "not increasing", stepped, period, err[0] ? ": " : "",
+          err);
+}
+
 static void test_formats(void) {
     if (!have_ffmpeg()) {
         check(0, "video_pixel_formats", "the ffmpeg program is missing: install the Debian package ffmpeg");
@@ -750,6 +776,7 @@ static void test_formats(void) {
     test_pixel_formats();
     test_rotation();
     test_sample_aspect();
+    test_repeated_timestamps();
 }
 
 // ---- bad paths and files for the reader and the writer ----
