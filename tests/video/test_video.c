@@ -1,5 +1,6 @@
-// test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it writes itself, broken
-// files, still images, the centre crop, uncommon pixel formats, colour ranges and matrices, timestamps that repeat (made with the ffmpeg program).
+// test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it
+// writes itself, broken files, still images, the centre crop, uncommon pixel formats, colour ranges
+// and matrices, timestamps that repeat (made with the ffmpeg program).
 // One PASS/FAIL line per check, with the measured figure; exit status 1 when any check failed.
 #define _GNU_SOURCE
 #include <errno.h>
