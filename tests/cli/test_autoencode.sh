@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # framechain autoencode: a tiny autoencoder's round trip on vtest.avi, and an AutoencoderKL's (random weights from
 # tools/autoencoder_reference.py, so the PSNR is low; test_autoencoder checks the numbers against
-# PyTorch): the lines it prints, the decoded frames written, the same output twice; refusals in one
+# PyTorch): the lines it prints, the decoded frames written, the same output twice, the defaults (8
+# frames of 256x256); refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
 # existing --out.
 # usage: tests/cli/test_autoencode.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
@@ -29,6 +30,15 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '^autoencode: AutoencoderKL (original layout, first_stage_model.), widths 32/32/64' "$tmp/kl.log" &&
     grep -q 'latents (4, 8, 8)' "$tmp/kl.log" && tail -1 "$tmp/kl.log" | grep -q '^round trip: mean PSNR'
 expect autoencode_kl $? "exit $rc; $(head -1 "$tmp/kl.log"); $(tail -1 "$tmp/kl.log")"
+
+# without --size and --frames: 8 frames of 256x256 (the PNGs written, read back: their count and header)
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --out "$tmp/defaults" > "$tmp/d.log" 2>&1
+rc=$?
+pngs=$(ls "$tmp/defaults" 2> /dev/null | grep -c '^frame-.*\.png$')
+size=$("$PYTHON" -c 'import struct, sys; print("%dx%d" % struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24]))' \
+    "$tmp/defaults/frame-000000.png" 2> /dev/null)
+[ $rc -eq 0 ] && [ "$pngs" = 8 ] && [ "$size" = 256x256 ] && grep -q 'over 8 frames' "$tmp/d.log"
+expect autoencode_defaults $? "exit $rc; $pngs frames written of ${size:-?} (expected 8 of 256x256); $(tail -1 "$tmp/d.log")"
 
 refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, no --out left
     local name=$1 want=$2 pattern=$3 rc

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The command line: help, version, and one clear line with a non-zero exit for every bad input; a FIFO
-# named like a checkpoint, a shard or dataset.json is refused or skipped, never waited on.
+# The command line: help, version, and one clear line with a non-zero exit for every bad input (the
+# ends of the numeric ranges: the end taken, the next value refused); a FIFO named like a checkpoint, a
+# shard or dataset.json is refused or skipped, never waited on; generate's default seed and frame rate;
+# inspect of a checkpoint: its step, and status 1 when a CRC fails.
 set -u
 FC=${1:-./framechain}
 tmp=$(mktemp -d)
@@ -144,6 +146,44 @@ expect anchor_snap_without_deltas 1 "anchor_snap 0.05 needs targets = deltas" "$
     --config configs/tiny/starter.conf --set anchor_snap=0.05
 expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --config configs/tiny/starter.conf --run r --steps -4
 expect generate_too_few_frames 2 "at least 7 frames" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
+# The ranges' ends: the first value past each is refused with status 2, the end itself gets past the
+# command line (to the missing run folder's status 1, or to the answer)
+expect threads_zero 2 "--threads 0: expected a whole number from 1 to 1024" "$FC" --threads 0 --version
+expect threads_most 0 "^framechain " "$FC" --threads 1024 --version
+expect threads_past_most 2 "--threads 1025: expected a whole number from 1 to 1024" "$FC" --threads 1025 --version
+GEN=(generate --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --first-frame x.png
+     --out "$tmp/gen.mp4")
+expect generate_six_frames 2 "--frames 6: the chain makes at least 7 frames" "$FC" "${GEN[@]}" --frames 6
+expect generate_seven_frames 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7
+expect generate_noise_aug_most 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7 --noise-aug 0.95
+expect generate_noise_aug_past_most 2 "--noise-aug 0.96: expected a number from 0 to 0.95" "$FC" "${GEN[@]}" \
+    --frames 7 --noise-aug 0.96
+expect generate_colour_ramp_zero 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7 --colour-ramp 0
+EVAL=(eval --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --data "$tmp/none")
+expect eval_six_frames 2 "--frames 6: the chain makes at least 7 frames" "$FC" "${EVAL[@]}" --frames 6
+expect eval_long_six 2 "--long 6: at least 7 frames, or 0" "$FC" "${EVAL[@]}" --long 6
+expect eval_long_seven 1 "no such" "$FC" "${EVAL[@]}" --long 7
+expect eval_noise_aug_most 1 "no such" "$FC" "${EVAL[@]}" --noise-aug 0,0.95
+expect eval_noise_aug_past_most 2 "0.96" "$FC" "${EVAL[@]}" --noise-aug 0,0.96
+# score's --top is a fraction strictly inside (0, 1), and comes with --exclude-out; an existing
+# --exclude-out is kept without --overwrite
+SCORE=(score --run "$tmp/none" --data "$tmp/none" --out "$tmp/score.tsv")
+expect score_top_one 2 "--top 1: a fraction between 0 and 1, both excluded" "$FC" "${SCORE[@]}" --top 1 \
+    --exclude-out "$tmp/ex.txt"
+expect score_top_alone 2 "--top and --exclude-out go together" "$FC" "${SCORE[@]}" --top 0.1
+echo "shard-00000.safetensors 0" > "$tmp/kept_ex.txt"
+expect score_exclude_out_exists 2 "--exclude-out $tmp/kept_ex.txt: the file exists" "$FC" "${SCORE[@]}" --top 0.1 \
+    --exclude-out "$tmp/kept_ex.txt"
+# the parser: an option once, a flag without a value, and a value of exactly the longest length taken
+expect option_given_twice 2 "option --config given twice" "$FC" inspect --config configs/tiny/starter.conf \
+    --config configs/tiny/starter.conf
+expect flag_with_value 2 "option --params takes no value" "$FC" inspect --config configs/tiny/starter.conf --params=yes
+longest=$(printf 'd%.0s' $(seq 3800))
+expect value_of_longest_length 1 "nope.conf: cannot open config" "$FC" train --config "$tmp/nope.conf" --run "$longest"
+expect train_extend_and_from 2 "give either --extend or --from, not both" "$FC" train --config configs/tiny/starter.conf \
+    --run "$tmp/r" --extend --steps 4 --from "$tmp/r/ckpt-00000002.safetensors"
+expect train_extend_without_steps 2 "--extend needs --steps N" "$FC" train --config configs/tiny/starter.conf \
+    --run "$tmp/r" --extend
 expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --config configs/tiny/starter.conf --params
 expect inspect_not_a_file 1 "nope.safetensors" "$FC" inspect "$tmp/nope.safetensors"
 # The build: a CUDA toolkit older than 11.8 is refused with one line that says what to do.
@@ -223,5 +263,50 @@ if [ $rc -eq 1 ] && grep -q "fifo_clip.avi: skipped: .*not a regular file" "$tmp
     echo "PASS cli_fifo_prepare_input: status 1, $(grep -m1 -o 'fifo_clip.avi: skipped.*' "$tmp/fp.log" | cut -c1-90)"
 else
     echo "FAIL cli_fifo_prepare_input: status $rc (124: it waited on the FIFO), $(tail -1 "$tmp/fp.log")"
+fi
+
+# ---- generate's defaults, from the three roles: without --seed the frames of --seed 1 (not those of
+# --seed 2); without --fps a video of 12 frames a second (and --fps 25 one of 25)
+GEN_RUNS=(generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate"
+          --first-frame shapes:1 --frames 7 --steps 1 --quiet)
+for seed in default 1 2; do
+    args=(); [ $seed = default ] || args=(--seed $seed)
+    "$FC" --threads 1 "${GEN_RUNS[@]}" "${args[@]}" --out "$tmp/seed_$seed" > /dev/null 2>&1
+done
+if [ "$(ls "$tmp/seed_default" 2> /dev/null | wc -l)" = 7 ] && diff -r "$tmp/seed_default" "$tmp/seed_1" > /dev/null &&
+    ! diff -r "$tmp/seed_default" "$tmp/seed_2" > /dev/null; then
+    echo "PASS cli_generate_default_seed: 7 PNGs without --seed, the same as --seed 1's and not --seed 2's"
+else
+    echo "FAIL cli_generate_default_seed: $(ls "$tmp/seed_default" 2> /dev/null | wc -l) PNGs without --seed; they differ from --seed 1's, or match --seed 2's"
+fi
+if command -v ffprobe > /dev/null; then
+    "$FC" --threads 1 "${GEN_RUNS[@]}" --out "$tmp/fps_default.mp4" > /dev/null 2>&1
+    "$FC" --threads 1 "${GEN_RUNS[@]}" --fps 25 --out "$tmp/fps_25.mp4" > /dev/null 2>&1
+    rate() { ffprobe -v error -select_streams v:0 -show_entries stream=r_frame_rate -of csv=p=0 "$1" 2> /dev/null; }
+    rates="$(rate "$tmp/fps_default.mp4") $(rate "$tmp/fps_25.mp4")"
+    if [ "$rates" = "12/1 25/1" ]; then
+        echo "PASS cli_generate_fps: the video's frame rate $rates (ffprobe) without --fps and with --fps 25"
+    else
+        echo "FAIL cli_generate_fps: frame rates '$rates' (ffprobe), expected 12/1 without --fps and 25/1 with --fps 25"
+    fi
+fi
+
+# ---- inspect of a checkpoint: its step, the exit status its CRCs give, and no --config beside it ----
+ck=$tmp/starter/ckpt-00000003.safetensors
+expect inspect_checkpoint_step 0 "^step  *3$" "$FC" inspect "$ck"
+expect inspect_checkpoint_with_config 2 "give either a checkpoint or --config, not both" "$FC" inspect "$ck" \
+    --config configs/tiny/starter.conf
+# one byte of the last tensor's data flipped (the file's last byte): its CRC fails, status 1
+cp "$ck" "$tmp/damaged.safetensors"
+last=$(( $(stat -c %s "$ck") - 1 ))
+byte=$(od -An -tu1 -j "$last" -N1 "$ck" | tr -d ' ')
+printf "\\$(printf %03o $(( byte ^ 255 )))" | dd of="$tmp/damaged.safetensors" bs=1 seek="$last" conv=notrunc 2> /dev/null
+"$FC" inspect "$tmp/damaged.safetensors" > "$tmp/damaged.log" 2>&1
+rc=$?
+bad=$(grep -c "CRC BAD" "$tmp/damaged.log")
+if [ $rc -eq 1 ] && [ "$bad" -eq 1 ] && grep -q "SOME CRCs FAIL" "$tmp/damaged.log"; then
+    echo "PASS cli_inspect_damaged_checkpoint: status 1, $bad tensor with a bad CRC"
+else
+    echo "FAIL cli_inspect_damaged_checkpoint: status $rc, $bad tensors with a bad CRC (expected status 1, 1)"
 fi
 exit 0

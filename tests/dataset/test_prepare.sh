@@ -2,7 +2,8 @@
 # prepare on real footage (Debian's opencv-doc sample videos) and on broken, short, odd and
 # grayscale inputs; resampling in time; frame folders with other files, videos folders deep; a
 # prepare killed half-way; training on the prepared clips, resumed twice; a
-# dataset with a damaged clip: train and eval skip it (resumes still exact), inspect names it.
+# dataset with a damaged clip: train and eval skip it (resumes still exact), inspect names it; the
+# range of --overlap, and --vae-scale refused without --vae.
 set -u
 . "$(dirname "$0")/../lib.sh"
 DATA=$SAMPLES
@@ -267,4 +268,18 @@ rc=$?
 after=$(ls "$tmp/cut" | grep -c '^shard-')
 expect prepare_removes_orphan_shards $(( rc != 0 || before < 3 || after != 1 || $(grep -c "removed $before shards of an earlier prepare that was cut off" "$tmp/cut.log") != 1 )) \
     "status $rc; $before shards no dataset.json listed, $after after the new prepare: $(head -1 "$tmp/cut.log" | cut -c1-120)"
+
+# ---- the command line: --overlap takes up to clip-frames - 1 (consecutive clips one frame apart: 40
+# frames of 16-frame clips give 40 - 16 + 1 = 25), no more; --vae-scale and --vae-shift only with --vae ----
+"$FC" prepare --input shapes:1:40 --out "$tmp/ov15" --size 16 --clip-frames 16 --overlap 15 > "$tmp/ov15.log" 2>&1
+rc=$?
+"$FC" prepare --input shapes:1:40 --out "$tmp/ov16" --size 16 --clip-frames 16 --overlap 16 > "$tmp/ov16.log" 2>&1
+rc16=$?
+expect prepare_overlap_range $(( rc != 0 || $(clips "$tmp/ov15" 2> /dev/null || echo 0) != 25 || rc16 != 2 || $(grep -c "overlap 16: expected a whole number from 0 to 15" "$tmp/ov16.log") != 1 )) \
+    "--overlap 15: status $rc, $(clips "$tmp/ov15" 2> /dev/null) clips (expected 25); --overlap 16: status $rc16, $(tail -1 "$tmp/ov16.log" | cut -c1-100)"
+"$FC" prepare --input shapes:1:40 --out "$tmp/noscale" --size 16 --clip-frames 16 --vae-scale 0.5 > "$tmp/noscale.log" 2>&1
+rc=$?
+expect prepare_vae_scale_needs_vae $(( rc != 2 || $(grep -c "vae-scale and --vae-shift go with --vae" "$tmp/noscale.log") != 1 || $(ls "$tmp/noscale" 2> /dev/null | wc -l) != 0 )) \
+    "status $rc, $(tail -1 "$tmp/noscale.log" | cut -c1-100)"
+
 exit 0

@@ -3,7 +3,8 @@
 # written by hand, drawn as PNGs that are decoded here (Python's zlib, no other module) and checked
 # pixel by pixel against the axis mapping plot --verbose prints: each run's colour lies where its data
 # say and nowhere far from it; an exponential loss is a straight line on the log axis it gets. Bad
-# input gives one line naming the file (and the line), a non-zero exit, and no file.
+# input gives one line naming the file (and the line), a non-zero exit, and no file. The image's size:
+# 1200 x 900 by default, 480 x 360 the smallest.
 set -u
 . "$(dirname "$0")/../lib.sh"
 PYTHON=${PYTHON:-python3}
@@ -266,6 +267,7 @@ refused bad_tsv_value "$tmp/badval.tsv: line 4 does not parse: column 'psnr_chai
 { head -5 "$tmp/eval.tsv"; printf 'quality\t0\t5\t30\n'; } > "$tmp/short.tsv"
 refused short_tsv_line "$tmp/short.tsv: line 6 does not parse" --eval "$tmp/short.tsv"
 refused not_a_tsv "$tmp/a/metrics.jsonl: line 1: no column 'section'" --eval "$tmp/a/metrics.jsonl"
+refused runs_and_eval "give runs or --eval FILE.tsv, not both" "$tmp/a" --eval "$tmp/eval.tsv"
 "$FC" plot "$tmp/a" --out "$tmp/out/bad.jpg" > /dev/null 2> "$tmp/err"
 rc=$?
 if [ $rc = 2 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q 'ending in .png' "$tmp/err" && [ ! -e "$tmp/out/bad.jpg" ]; then
@@ -285,6 +287,19 @@ if "$FC" plot "$tmp/live" --out "$tmp/out/live.png" > "$tmp/out.log" 2> "$tmp/er
 else
     fail plot_unfinished_last_line "$(cat "$tmp/out.log" "$tmp/err" | head -3)"
 fi
+
+# ---- the image's size: 1200 x 900 by default; the smallest allowed, 480 x 360, drawn; 479 refused ----
+png_size() { "$PYTHON" -c 'import struct, sys; print("%dx%d" % struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24]))' "$1"; }
+"$FC" plot "$tmp/b" --out "$tmp/out/default.png" > /dev/null 2>&1
+rc1=$?
+"$FC" plot "$tmp/b" --out "$tmp/out/least.png" --width 480 --height 360 > /dev/null 2>&1
+rc2=$?
+"$FC" plot "$tmp/b" --out "$tmp/out/narrow.png" --width 479 > /dev/null 2>&1
+rc3=$?
+sizes="$(png_size "$tmp/out/default.png" 2> /dev/null) $(png_size "$tmp/out/least.png" 2> /dev/null)"
+[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 2 ] && [ "$sizes" = "1200x900 480x360" ]
+expect plot_image_size $? \
+    "status $rc1, $rc2: the PNGs' headers say $sizes (expected 1200x900 by default, 480x360 asked); --width 479: status $rc3 (expected 2)"
 
 # ---- the command line ----
 if "$FC" plot --help | grep -q '^usage: framechain plot RUN'; then pass plot_help "usage line"; else fail plot_help "no usage line"; fi
