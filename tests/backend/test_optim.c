@@ -1,7 +1,8 @@
-// test_optim.c: the optimizer ops of the CPU backend (src/backend/cpu/cpu_optim.c) and the 8-bit codes behind
-// them (src/backend/quant8.c): the dynamic code maps and their encoder, fp32 AdamW against a plain-double
-// AdamW written here, 8-bit AdamW against fp32 AdamW, non-finite gradients, tail blocks and the zero
-// state, the same bytes for 1 and 2 threads, the sum of squares and the EMA.
+// test_optim.c: the optimizer ops of the CPU backend (src/backend/cpu/cpu_optim.c) and the 8-bit
+// codes behind them (src/backend/quant8.c): the dynamic code maps (their values as bitsandbytes'
+// create_dynamic_map forms them) and their encoder, fp32 AdamW against a plain-double AdamW written
+// here, 8-bit AdamW against fp32 AdamW, non-finite gradients, tail blocks and the zero state, the same
+// bytes for 1 and 2 threads, the sum of squares and the EMA.
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -96,6 +97,33 @@ static void test_code_maps(void) {
     check(mirror && g_code_s[0] < -0.99f && g_code_s[0] > -1.0f && g_code_s[127] == 0.0f, "code_signed_symmetric",
           "code[k] == -code[254-k] for k < 255: %d; most negative %.8f (bitsandbytes: -0.99296875)", mirror,
           g_code_s[0]);
+
+    // The values themselves, built as bitsandbytes' create_dynamic_map builds them: in decade z, the
+    // midpoints of linspace(0.1, 1, 2^f + 1) times 10^-z, f = B - z; the map is those (and their
+    // negatives when signed), 0 and 1, in order.
+    for (int s = 0; s < 2; s++) {
+        double want[256];
+        int n = 0;
+        for (int z = 0; z <= 6; z++) {
+            int parts = 1 << ((s == 0 ? 6 : 7) - z);
+            for (int k = 0; k < parts; k++) {
+                double lo = 0.1 + 0.9 * k / parts, hi = 0.1 + 0.9 * (k + 1) / parts;
+                want[n++] = pow(10, -z) * (lo + hi) / 2;
+                if (s == 0) want[n] = -want[n - 1], n++;
+            }
+        }
+        want[n++] = 0, want[n++] = 1;
+        for (int i = 1; i < n; i++)  // insertion sort: 256 values
+            for (int j = i; j > 0 && want[j] < want[j - 1]; j--) {
+                double t = want[j];
+                want[j] = want[j - 1], want[j - 1] = t;
+            }
+        const float *c = codes[s];
+        double worst = 0;
+        for (int k = 0; k < 256 && n == 256; k++) worst = fmax(worst, fabs(c[k] - want[k]) / fmax(fabs(want[k]), 1e-30));
+        check(n == 256 && worst < 1e-6, s == 0 ? "code_signed_values" : "code_unsigned_values",
+              "256 values against the decades' linspace midpoints: worst rel. diff %.2e", worst);
+    }
 
     // The encoder against exhaustive search: random values over the range and over the decades, every
     // code value, every midpoint and its neighbours, and values outside the range. The encoder table

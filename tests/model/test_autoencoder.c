@@ -2,8 +2,9 @@
 // implementation (tools/autoencoder_reference.py --make DIR, random weights at a reduced width): the
 // encoder's latents and the decoder's frames within 1e-4 of PyTorch's (relative to the largest
 // value) from F32 and from F16 weights, and from the original .pth pair converted by
-// tools/taesd_to_safetensors.py, on the CPU; the files the loader must refuse, refused in one
-// line naming the tensor; the sizes the encoder cannot take refused.
+// tools/taesd_to_safetensors.py, on the CPU; BF16 weights read as the same numbers as F32 ones; the
+// files the loader must refuse, refused in one line naming the tensor; the sizes the encoder cannot
+// take refused.
 // usage: test_autoencoder DIR (with DIR/converted.safetensors made by taesd_to_safetensors.py)
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +90,68 @@ static void t_refused(const char *dir, const char *file, const char *want) {
     free_autoencoder(ae);
 }
 
+// BF16 weights: every F32 tensor of taesd.safetensors cut to its top 16 bits (a BF16 value exactly), written
+// once as BF16 and once as F32. The two files hold the same numbers, so the encoder must give the same
+// latents from either: a BF16 value read wrongly moves them.
+static void t_bf16_reads_as_f32(const char *dir) {
+    char path[4096], bf16_path[4096], f32_path[4096], err[1024];
+    snprintf(path, sizeof path, "%s/taesd.safetensors", dir);
+    snprintf(bf16_path, sizeof bf16_path, "%s/taesd_bf16_cut.safetensors", dir);
+    snprintf(f32_path, sizeof f32_path, "%s/taesd_f32_cut.safetensors", dir);
+    StFile f;
+    if (st_read(path, &f, err, sizeof err)) {
+        check(0, "autoencoder_bf16_weights", "%s", err);
+        return;
+    }
+    StTensor *as_bf16 = calloc((size_t)f.n, sizeof *as_bf16), *as_f32 = calloc((size_t)f.n, sizeof *as_f32);
+    int n = 0;
+    for (int t = 0; t < f.n; t++) {
+        const StEntry *e = &f.entries[t];
+        if (strcmp(e->dtype, "F32")) continue;
+        size_t count = (size_t)(e->end - e->begin) / 4;
+        const uint8_t *data = st_data(&f, e);
+        uint16_t *hi = malloc(2 * (count ? count : 1));
+        float *cut = malloc(4 * (count ? count : 1));
+        for (size_t i = 0; i < count; i++) {
+            uint32_t u;
+            memcpy(&u, data + 4 * i, 4);
+            hi[i] = (uint16_t)(u >> 16);
+            u &= 0xffff0000u;
+            memcpy(&cut[i], &u, 4);
+        }
+        StTensor base = {e->name, "BF16", e->ndim, {0}, hi};
+        for (int d = 0; d < e->ndim; d++) base.shape[d] = e->shape[d];
+        as_bf16[n] = base;
+        as_f32[n] = base, as_f32[n].dtype = "F32", as_f32[n].data = cut;
+        n++;
+    }
+    int wrote = !st_write(bf16_path, as_bf16, n, NULL, 0, err, sizeof err) &&
+                !st_write(f32_path, as_f32, n, NULL, 0, err, sizeof err);
+    Autoencoder *bf = wrote ? autoencoder_load(bf16_path, backend_cpu(), err, sizeof err) : NULL;
+    Autoencoder *fp = bf ? autoencoder_load(f32_path, backend_cpu(), err, sizeof err) : NULL;
+    double e = INFINITY;
+    size_t nf, ne;
+    long sf[4], se[4];
+    if (bf && fp) {
+        const float *frames = io_tensor("frames", &nf, sf);
+        io_tensor("f32.encoded", &ne, se);
+        real *x = malloc(sizeof(real) * nf), *z_bf = calloc(ne, sizeof(real)), *z_fp = calloc(ne, sizeof(real));
+        for (size_t i = 0; i < nf; i++) x[i] = frames[i];
+        int rc = autoencoder_encode(bf, x, (int)sf[0], (int)sf[2], (int)sf[3], z_bf, err, sizeof err) ||
+                 autoencoder_encode(fp, x, (int)sf[0], (int)sf[2], (int)sf[3], z_fp, err, sizeof err);
+        float *ref = malloc(sizeof(float) * ne);
+        for (size_t i = 0; i < ne; i++) ref[i] = (float)z_fp[i];
+        if (!rc) e = rel_error(z_bf, ref, ne);
+        free(x), free(z_bf), free(z_fp), free(ref);
+    }
+    check(e <= 1e-6, "autoencoder_bf16_weights", "%d tensors cut to BF16, written as BF16 and as F32: latents "
+          "differ by %.2e of the largest (tol 1e-6)%s%s", n, e, isfinite(e) ? "" : ": ", isfinite(e) ? "" : err);
+    free_autoencoder(bf), free_autoencoder(fp);
+    for (int t = 0; t < n; t++) free((void *)as_bf16[t].data), free((void *)as_f32[t].data);
+    free(as_bf16), free(as_f32);
+    st_free(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_autoencoder DIR (made by tools/autoencoder_reference.py --make DIR)\n");
@@ -109,6 +172,7 @@ int main(int argc, char **argv) {
     t_against_pytorch(argv[1], "kl_legacy.safetensors", "kl", "kl");    // diffusers' older attention names
     t_against_pytorch(argv[1], "taef2.safetensors", "taef2", "taef2");  // GroupNorm pools, 32 latent channels
     t_against_pytorch(argv[1], "taef2_converted.safetensors", "taef2", "taef2");  // its .pth pair converted
+    t_bf16_reads_as_f32(argv[1]);
     t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
     t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
     t_refused(argv[1], "bad_kl_missing.safetensors", "tensor decoder.mid_block.attentions.0.to_k.weight (64, 64, 1, 1) is missing");

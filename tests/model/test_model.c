@@ -1,6 +1,6 @@
-// test_model.c: the model layer: the parameter layout of the network, the flow objective, the memory
-// plan against what build_model allocates, its total and a rank's part of it, keep_blocks = auto, and
-// recompute against keeping every activation.
+// test_model.c: the model layer: the parameter layout of the network and its initialisation, the
+// flow objective, the memory plan against what build_model allocates, its total and a rank's part of
+// it, keep_blocks = auto, and recompute against keeping every activation.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +40,51 @@ static void test_param_layout(void) {
     double mx = 0;
     for (size_t i = 0; i < (size_t)m->S * m->E; i++) mx = fmax(mx, fabs(m->a.pred[i]));
     check(mx == 0, "adaln_zero_init_output_is_zero", "max |pred| = %g", mx);
+    free_model(m);
+}
+
+// The initialisation: every Xavier tensor uniform on +-sqrt(6 / (fan_in + fan_out)) of its shape (all
+// inside, the largest near the bound, the mean square bound^2 / 3); with the random init, every norm's
+// weight in [0.9, 1.1] and drawn apart from the others (no two norm tensors the same values).
+static void test_param_init(void) {
+    Config c;
+    config_defaults(&c);
+    Model *m = build_model(&c, backend_cpu(), 1);
+    model_init(m, 5, 0);
+    int xavier = 0, xavier_ok = 1;
+    double worst_ratio = 1;
+    const char *bad = "";
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *pi = &m->info[i];
+        if (pi->init != INIT_XAVIER || pi->ndim != 2 || pi->numel < 1000) continue;
+        double bound = sqrt(6.0 / ((double)pi->shape[0] + pi->shape[1])), mx = 0, sq = 0;
+        const real *w = m->params_mem + pi->offset;
+        for (size_t k = 0; k < pi->numel; k++) mx = fmax(mx, fabs(w[k])), sq += (double)w[k] * w[k];
+        double ms_ratio = sq / pi->numel / (bound * bound / 3);
+        int ok = mx <= bound && mx >= 0.95 * bound && fabs(ms_ratio - 1) < 0.1;
+        if (!ok) xavier_ok = 0, bad = pi->name;
+        worst_ratio = fabs(ms_ratio - 1) > fabs(worst_ratio - 1) ? ms_ratio : worst_ratio;
+        xavier++;
+    }
+    check(xavier > 0 && xavier_ok, "param_init_xavier_bound",
+          "%d Xavier weights of 1000+ values: max |w| in [0.95, 1] x sqrt(6 / (fan_in + fan_out)), mean square / "
+          "(bound^2 / 3) worst %.3f%s%s", xavier, worst_ratio, *bad ? "; wrong: " : "", bad);
+    model_init(m, 5, 1);
+    int norms = 0, in_range = 1, repeats = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *pi = &m->info[i];
+        if (pi->init != INIT_NORM) continue;
+        norms++;
+        const real *w = m->params_mem + pi->offset;
+        for (size_t k = 0; k < pi->numel; k++) in_range &= w[k] >= (real)0.9 && w[k] <= (real)1.1;
+        for (int j = 0; j < i; j++)
+            if (m->info[j].init == INIT_NORM && m->info[j].numel == pi->numel &&
+                !memcmp(w, m->params_mem + m->info[j].offset, sizeof(real) * pi->numel))
+                repeats++;
+    }
+    check(norms > 1 && in_range && repeats == 0, "param_init_random_norms_distinct",
+          "%d norm weights, random init: all in [0.9, 1.1] %d, pairs with identical values %d", norms, in_range,
+          repeats);
     free_model(m);
 }
 
@@ -452,6 +497,7 @@ static void test_grads_ready(int rc) {
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
+    test_param_init();
     test_flow();
     test_conditioning();
     test_plan_matches_allocation();
