@@ -2,7 +2,7 @@
 // on random inputs: convolutions (kernels 1 and 3, strides 1 and 2, PyTorch's and AutoencoderKL's
 // paddings, with and without bias, an output split into several im2col tiles), GroupNorm (in place
 // too, a group per channel, a group of a whole image), the pointwise functions, nearest upsampling,
-// addition, and attention over a map's positions (queries in chunks too). fp32 on both tables (the "cuda" table's GEMMs here are fp32 too): the CPU's numbers
+// addition, and attention over a map's positions (queries in chunks too; scores in the hundreds). fp32 on both tables (the "cuda" table's GEMMs here are fp32 too): the CPU's numbers
 // within the fp32 tolerance on both.
 #include <stdlib.h>
 
@@ -67,6 +67,24 @@ static void t_image_attn(int B, int C, long N) {
     FREE(&q, &k, &v, &out);
 }
 
+// Scores in the hundreds: q and k hold integers (their dot products, and the scores at C = 64, exact
+// in any order of summation), the keys of the second half of the positions 16 times larger. The
+// softmax must subtract the row's true maximum; a maximum taken over part of the row leaves
+// exponentials that overflow.
+static void t_image_attn_peaked(int B, int C, long N) {
+    size_t n = (size_t)B * C * N;
+    Buf q = bnormal(n, 0, 2), k = bnormal(n, 0, 2), v = bnormal(n, 0, 1), out = bnormal(n, 0, 1);
+    for (size_t i = 0; i < n; i++) {
+        R(q)[i] = rintf(R(q)[i]);
+        R(k)[i] = rintf(R(k)[i]) * ((long)(i % N) >= N / 2 ? 16 : 1);
+    }
+    breset(&q), breset(&k);
+    WHAT("B=%d C=%d N=%ld, integer q and k, scores up to some 200", B, C, N);
+    BOTH(be->image_attn_fwd(P(out), P(q), P(k), P(v), B, C, N));
+    compare("cuda_image_attn_fwd_peaked", "", &out, NULL);
+    FREE(&q, &k, &v, &out);
+}
+
 void cuda_conv_cases(void) {
     double tol = g_tol;
     g_tol = TOL;  // fp32 arithmetic on both tables
@@ -85,7 +103,7 @@ void cuda_conv_cases(void) {
     t_group_norm(1, 64, 4096, 32, 0);  // AutoencoderKL's 32 groups
     t_pointwise(100003), t_pointwise(1);
     t_upsample(2, 3, 5, 4), t_upsample(1, 64, 32, 32);
-    t_image_attn(2, 8, 30), t_image_attn(1, 64, 256);
+    t_image_attn(2, 8, 30), t_image_attn(1, 64, 256), t_image_attn_peaked(1, 64, 256);
     setenv("FRAMECHAIN_TEST_CONV_TILE_BYTES", "600", 1);  // queries in chunks of a few rows, both sides
     t_image_attn(1, 16, 64);
     unsetenv("FRAMECHAIN_TEST_CONV_TILE_BYTES");

@@ -10,6 +10,10 @@
 //     Every buffer, outputs included, starts random and ends in a random guard, so an element an op should write but does not, or one it writes past
 //     its end, shows. Backward ops start from random gradients (the += contract); a NULL gradient is
 //     tried in each family. Backward inputs saved by a forward (mean, rstd, lse, out) are the CPU's.
+//     Some cases exist for one way of going wrong: scores in the hundreds (a softmax that does not
+//     subtract the row's true maximum overflows), more slots than a block has threads (the MSE), an
+//     odd sinusoid width, writes over part of the registered weights (their bf16 mirror), dy given
+//     to the CPU already rounded to bf16 (the backward's rounding of it).
 //     The bf16 linear forward runs through cuBLASLt with the bias in its epilogue; on the emulation a
 //     hook counts its products and makes it refuse, to check the fallback to cuBLAS.
 //  2. Determinism: attention, linear forward and backward, the 8-bit AdamW step and the sum of
@@ -108,6 +112,31 @@ static void t_linear_exact(int M, int K, int N, int bias, int shift) {
     compare("cuda_linear_fwd_exact", "", &y, NULL);
     g_tol = tol;
     FREE(&x, &w, &b, &y);
+}
+
+// The backward's rounding of dy to bf16 (round to nearest even, in the bias gradient's pass with
+// db, in a pass of its own without): the CUDA side gets dy as it is, the CPU dy already rounded to
+// the nearest bf16, with x and w bf16 values. Then dx = dy w and dw = dy^T x are the CPU's to fp32
+// accuracy (1e-5), and a rounding of dy other than to nearest shows. ("cuda" only; db, summed from
+// dy unrounded, is not compared.)
+static void t_linear_bwd_rounding(int M, int K, int N, int bias) {
+    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, 1);
+    Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
+    for (size_t i = 0; i < x.n; i++) R(x)[i] = bf16_round(R(x)[i]);
+    for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_round(R(w)[i]);
+    x = bop(x), breset(&w);
+    real *dy_rounded = fc_malloc(bbytes(&dy));
+    for (size_t i = 0; i < dy.n + GUARD; i++) dy_rounded[i] = bf16_round(R(dy)[i]);
+    g_cpu->upload(dy.c, dy_rounded, bbytes(&dy));
+    free(dy_rounded);
+    WHAT("M=%d K=%d N=%d%s, x and w bf16 values, dy rounded to bf16 on the CPU side only", M, K, N,
+         bias ? " bias" : "");
+    BOTH(be->linear_bwd(P(dx), GRAD_SET, P(dw), bias ? P(db) : NULL, GRAD_SET, P(dy), PO(x, 0), P(w), M, K, N));
+    double tol = g_tol;
+    g_tol = TOL;
+    compare("cuda_linear_bwd_rounding", "dx", &dx, "dw", &dw, NULL);
+    g_tol = tol;
+    FREE(&x, &w, &dy, &dx, &dw, &db);
 }
 
 static int g_ln_fused;  // the ln_mod_fused route is on: the calls it takes and its bytes are checked
@@ -256,6 +285,27 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
 }
 static void t_attn(int B, int F, int N, int H, int dh, int temporal, double std) {
     t_attn_at(B, F, N, H, dh, temporal, std, 0);
+}
+
+// A spatial sequence of N tokens whose last 32 keys are 16 times larger than the others: scores of
+// up to some 130 there, about 10 elsewhere. q and k hold integers (exact in bf16; the scores, at
+// dh 64, exact in any order of summation). The softmax must take its exponentials from the row's
+// true maximum: a maximum that misses the last keys leaves exponentials that overflow. Forward only.
+static void t_attn_far_keys(int N, int H) {
+    int dh = 64, D = H * dh;
+    AttnLayout lay = attn_layout_tokens(1, 1, N, 0);
+    Buf qkv = bnormal((size_t)N * 3 * D, 0, 2), out = bop(bnormal((size_t)N * D, 0, 1));
+    Buf lse = bnormal((size_t)N * H, 0, 1);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < 2 * D; c++) {  // the q and k parts; v stays N(0, 4)
+            real *e = &R(qkv)[(size_t)n * 3 * D + c];
+            *e = rintf(*e) * (c >= D && n >= N - 32 ? 16 : 1);
+        }
+    qkv = bop(qkv);
+    WHAT("spatial len=%d H=%d dh=%d, integer q and k, the last 32 keys 16 times larger%s", N, H, dh, g_attn_route);
+    BOTH(be->attn_fwd(P(out), P(lse), PO(qkv, 0), lay, D, H));
+    compare("cuda_attn_fwd_far_keys", "out", &out, "lse", &lse, NULL);
+    FREE(&qkv, &out, &lse);
 }
 
 // shift: x starts that many floats into its buffer (not on 16 bytes: the scalar-access path).
@@ -530,6 +580,7 @@ static void attn_cases(int big) {
         t_attn(1, tf ? 20 : 2, tf ? 5 : 45, 2, 32, tf, 1);                 // len 20: 3 packed; len 45
         if (big) t_attn(4, 7, 256, 4, 64, tf, 1), t_attn(1, tf ? 7 : 2, 1024, 2, 128, tf, 1);  // len 256; preset
     }
+    t_attn_far_keys(256, 2);  // scores in the hundreds at the end of the row
     t_attn_at(1, 2, 100, 2, 64, 0, 1, 1), t_attn_at(1, 2, 64, 1, 128, 0, 1, 2);  // rows not on 16 bytes
 }
 
@@ -622,6 +673,27 @@ static void t_weights_mirror(int M, int K, int N) {
     FREE(&arena, &other, &x, &y, &g, &m, &v, &plain, &y_plain);
 }
 
+// The mirror after writes that overlap the registered parameters only in part: a copy that starts
+// before them and ends inside, a zero that starts inside and runs past their end. Either must
+// make the GEMM see the new values.
+static void t_weights_mirror_straddle(int M, int K, int N) {
+    size_t nw = (size_t)N * K, pre = 128, n = pre + nw + 128;
+    Buf arena = bnormal(n, 0, 0.2), other = bnormal(n, 0, 0.5), x = bop(bnormal((size_t)M * K, 0, 1));
+    Buf y = bnormal((size_t)M * N, 0, 1);
+    BOTH(be->register_weights(P(arena) + pre, nw));
+    const char *how[] = {"first use", "after a copy from before them into their first half",
+                         "after a zero from their second half to past their end"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 1) BOTH(be->copy(P(arena) + pre / 2, P(other), sizeof(real) * (pre / 2 + nw / 2)));
+        if (k == 2) BOTH(be->zero(P(arena) + pre + nw / 2, sizeof(real) * (nw - nw / 2 + 64)));
+        WHAT("M=%d K=%d N=%d, weights registered %zu values into their allocation, %s", M, K, N, pre, how[k]);
+        BOTH(be->linear_fwd(P(y), P(x), P(arena) + pre, NULL, M, K, N));
+        compare("cuda_weights_mirror_straddle", "y", &y, NULL);
+    }
+    BOTH(be->unregister_weights(P(arena) + pre));
+    FREE(&arena, &other, &x, &y);
+}
+
 // The ops that "cuda" computes differently from "cuda-fp32".
 static void section_ops_bf16(void) {
     printf("---- 1b. the ops on bf16 operands (cuda), against the CPU ----\n");
@@ -634,6 +706,8 @@ static void section_ops_bf16(void) {
     t_linear_lt_fallback();
     linear_gelu_cases();
     t_weights_mirror(300, 96, 200), t_weights_mirror(7, 64, 576);
+    t_weights_mirror_straddle(45, 27, 19);
+    t_linear_bwd_rounding(77, 33, 21, 1), t_linear_bwd_rounding(77, 33, 21, 0);
     // The ops whose output is an operand (backend.h), stored in bf16 here: their vector paths and,
     // with D % 4 != 0, D > 2048 or an output off 8 bytes, their scalar ones.
     t_ln_mod(5, 37, 96, 9, 0), t_ln_mod(3, 5, 30, 9, 0), t_ln_mod(2, 3, 2100, 2, 0), t_ln_mod(14, 64, 128, 9, 0);
@@ -699,6 +773,7 @@ static void section_ops(void) {
     if (big) t_patchify(7, 3, 256, 256, 8);
     t_sinusoid(14, 64, 1000, 0, 1), t_sinusoid(14, 64, 1, 0, 6);  // tiny: the noise level, the slot offsets
     t_sinusoid(14, 128, 1000, 0, 1), t_sinusoid(37, 30, 1000, 0, 1), t_sinusoid(3, 2, 1, -5, 5);
+    t_sinusoid(9, 33, 1000, 0, 1);  // an odd width: rows of d values, the last column left alone
     if (big) t_sinusoid(7, 256, 1000, 0, 1);
     t_add_pos_time(14, 64, 64, 0), t_add_pos_time(14, 64, 128, 0);  // tiny, small
     t_add_pos_time(5, 37, 96, NULL_DX), t_add_pos_time(3, 1, 8, 0);
@@ -706,6 +781,7 @@ static void section_ops(void) {
     t_colsum_cancelling(2, 1000, 40), t_colsum_cancelling(3, 100, 33);  // chunks of rows summed in pass 2; one
     t_mse(14, 3072, "0111111", 1), t_mse(14, 12288, "0111111", 1);  // tiny, small with the starter plan
     t_mse(5, 1001, "10110", 0.37), t_mse(4, 17, "0", 1);             // no target slot: loss 0, no gradient
+    t_mse(300, 33, "1101", 0.5);  // more slots than the one-block passes have threads (256)
     if (big) t_mse(7, 196608, "0111111", 1);
     t_flow_mix(14, 3072), t_flow_mix(3, 1001);
 
