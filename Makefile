@@ -200,7 +200,9 @@ $(BUILD)/dump_reference: tests/model/dump_reference.c $(OBJ) $(CUDA_OBJ)
 
 # The CUDA backend's own code on the CPU (tests/cuda/emu): test_cuda's checks without a GPU. Each
 # launch `k<<<grid, block, smem>>>(args)` becomes `fc_emu_launch(k, "k", grid, block, smem)(args)`
-# and `extern __shared__` memory a pointer; the line numbers stay those of cuda/*.cu. It needs only
+# and `extern __shared__` memory a pointer; each static `__shared__` declaration is followed on its
+# line by fc_emu_shared for its names (perl), so that every block finds them undefined; the line
+# numbers stay those of cuda/*.cu. It needs only
 # the toolkit's headers, so the sanitizer build (SAN=1, no nvcc) has it too: there address and
 # undefined-behaviour checks cover the kernels (a misaligned float4 access, a read past a buffer).
 CUDA_INC ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cuda_runtime.h) \
@@ -217,7 +219,7 @@ $(BUILD)/emu/%.cpp: cuda/%.cu
 	@mkdir -p $(@D)
 	@{ echo '#line 1 "$<"'; sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/fc_emu_launch(\1, "\1", \3)(/' \
 	    -e 's/extern __shared__ __align__\(16\) unsigned char ([A-Za-z_]+)\[\];/unsigned char *\1 = fc_emu_dynamic_smem();/' \
-	    $<; } > $@
+	    $< | perl -pe 's{^(\s*__shared__ )(.*);\s*$$}{my ($$d, $$n) = ("$$1$$2;", $$2); $$n =~ s/\[[^\]]*\]//g; $$d . join("", map { / (\w+)\s*$$/ ? " fc_emu_shared(&$$1, sizeof $$1);" : "" } split(/,/, " $$n")) . "\n"}e'; } > $@
 
 $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/cuda/emu/cuda_emu.h
 	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -include tests/cuda/emu/cuda_emu.h -c $< -o $@

@@ -150,6 +150,25 @@ const FcEmuCoords *fc_emu_coords(void) {
 }
 unsigned char *fc_emu_dynamic_smem(void) { return g_smem; }
 
+// The blocks run so far (fc_emu_run_grid counts them), and the block that last filled each static
+// shared variable: a variable is filled once a block, by the first of its threads to declare it.
+static uint64_t g_block_serial;
+enum { MAX_SHARED_VARS = 256 };
+static struct {
+    void *var;
+    uint64_t block;
+} g_shared[MAX_SHARED_VARS];
+
+void fc_emu_shared(void *var, size_t bytes) {
+    if (!g_cur) fc_die("CUDA emulation: a __shared__ variable declared outside a kernel");
+    int i = 0;
+    while (i < MAX_SHARED_VARS && g_shared[i].var && g_shared[i].var != var) i++;
+    if (i == MAX_SHARED_VARS) fc_die("CUDA emulation: more than %d static __shared__ variables", MAX_SHARED_VARS);
+    if (g_shared[i].var == var && g_shared[i].block == g_block_serial) return;
+    g_shared[i].var = var, g_shared[i].block = g_block_serial;
+    memset(var, 0xff, bytes);  // NaN until written
+}
+
 // ----------------------------------------------------------------------------
 // the warp-collective ops
 
@@ -384,6 +403,7 @@ void fc_emu_run_grid(const void *kernel, const char *name, dim3 grid, dim3 block
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 if (smem) memset(smem_buf, 0xff, smem);  // NaN until written
                 g_smem = smem ? smem_buf : NULL;
+                g_block_serial++;  // every static __shared__ variable undefined again (fc_emu_shared)
                 for (int i = 0; i < (int)nthreads; i++) {
                     Fiber *f = &g_fiber[i];
                     f->state = READY;

@@ -1,8 +1,9 @@
 // cuda_emu.h: the CUDA kernel language on the CPU, so that the CUDA backend's own code (cuda/*.cu)
 // runs under tests/cuda/test_cuda.c on a machine without a GPU. The build (Makefile: build/emu/) rewrites
 // every `kernel<<<grid, block, smem>>>(args)` into `fc_emu_launch(kernel, "kernel", grid, block, smem)(args)`
-// and each `extern __shared__ T name[]` into a pointer to the block's dynamic shared memory, then
-// compiles the file as C++ with this header included first.
+// and each `extern __shared__ T name[]` into a pointer to the block's dynamic shared memory, follows
+// each static `__shared__` declaration with fc_emu_shared for its names, then compiles the file as C++
+// with this header included first.
 //
 // Semantics (tests/cuda/emu/cuda_emu.cpp): the blocks of a grid run one after another; the threads
 // of a block are fibers on one host thread, each running until it finishes or waits at
@@ -12,7 +13,8 @@
 // different barriers that can never all be released are reported as a deadlock. The warp ops are
 // computed by the scheduler from the lanes' operands as the PTX ISA defines them. The launch
 // configuration is checked as the driver would (threads per block, grid limits, dynamic shared memory
-// beyond 48 KiB without cudaFuncSetAttribute), and dynamic shared memory starts as NaN bytes.
+// beyond 48 KiB without cudaFuncSetAttribute), and shared memory, dynamic and static, starts each
+// block as NaN bytes.
 //
 // What it cannot show: speed, memory-model races between threads that a real GPU interleaves
 // differently, and anything the PTX text itself gets wrong (the asm blocks have C++ twins here).
@@ -43,8 +45,12 @@ extern "C" void fc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// One block runs at a time, so a function-local static is exactly one block's shared memory.
+// One block runs at a time, so a function-local static is exactly one block's shared memory. The
+// build follows each such declaration with fc_emu_shared for every name it declares: the first thread
+// of a block to pass it fills the variable with NaN bytes, as a new block's shared memory is undefined
+// on a GPU (a read before the block's own write, say past a missing barrier, then shows).
 #define __shared__ static
+void fc_emu_shared(void *var, size_t bytes);
 
 // ---- the current thread's coordinates ----
 struct FcEmuCoords {
