@@ -198,13 +198,11 @@ $(BUILD)/dump_reference: tests/model/dump_reference.c $(OBJ) $(CUDA_OBJ)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/dump_reference.d $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-# The CUDA backend's own code on the CPU (tests/cuda/emu): test_cuda's checks without a GPU. Each
-# launch `k<<<grid, block, smem>>>(args)` becomes `fc_emu_launch(k, "k", grid, block, smem)(args)`
-# and `extern __shared__` memory a pointer; each static `__shared__` declaration is followed on its
-# line by fc_emu_shared for its names (perl), so that every block finds them undefined; the line
-# numbers stay those of cuda/*.cu. It needs only
-# the toolkit's headers, so the sanitizer build (SAN=1, no nvcc) has it too: there address and
-# undefined-behaviour checks cover the kernels (a misaligned float4 access, a read past a buffer).
+# The CUDA backend's own code on the CPU (tests/cuda/emu): test_cuda's checks without a GPU, each
+# .cu file rewritten by tests/cuda/emu/translate.sh (launches, shared memory) and compiled as C++.
+# It needs only the toolkit's headers, so the sanitizer build (SAN=1, no nvcc) has it too: there
+# address and undefined-behaviour checks cover the kernels (a misaligned float4 access, a read past a
+# buffer).
 CUDA_INC ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cuda_runtime.h) \
               /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h)))
 ifneq ($(CUDA_INC),)
@@ -215,11 +213,9 @@ EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)
            $(BUILD)/emu/lib_cuda_emu_runtime.o
 TEST_EMU := $(BUILD)/test_cuda_emu $(BUILD)/framechain_emu
 
-$(BUILD)/emu/%.cpp: cuda/%.cu
+$(BUILD)/emu/%.cpp: cuda/%.cu tests/cuda/emu/translate.sh
 	@mkdir -p $(@D)
-	@{ echo '#line 1 "$<"'; sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/fc_emu_launch(\1, "\1", \3)(/' \
-	    -e 's/extern __shared__ __align__\(16\) unsigned char ([A-Za-z_]+)\[\];/unsigned char *\1 = fc_emu_dynamic_smem();/' \
-	    $< | perl -pe 's{^(\s*__shared__ )(.*);\s*$$}{my ($$d, $$n) = ("$$1$$2;", $$2); $$n =~ s/\[[^\]]*\]//g; $$d . join("", map { / (\w+)\s*$$/ ? " fc_emu_shared(&$$1, sizeof $$1);" : "" } split(/,/, " $$n")) . "\n"}e'; } > $@
+	@tests/cuda/emu/translate.sh $< > $@
 
 $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/cuda/emu/cuda_emu.h
 	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -include tests/cuda/emu/cuda_emu.h -c $< -o $@
