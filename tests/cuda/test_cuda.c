@@ -224,11 +224,13 @@ static void t_qk_norm(int T, int D, int H, int nulls) {
         compare(set ? "cuda_qk_norm_bwd_set" : "cuda_qk_norm_bwd", "dqkv", OPT(NULL_DX, &dqkv), "dqw",
                 OPT(NULL_DW, &dqw), "dkw", OPT(NULL_DW, &dkw), NULL);
     }
-    if (*g_norm_route && g_gpu != g_cpu) {  // the route takes both calls where its one pass applies
+    if (g_gpu != g_cpu) {  // the route takes both calls where its one pass applies, and none while off
         long taken = backend_cuda_route_calls("qk_norm_fused") - fused0;
-        long want = T > 0 && dh % 4 == 0 && dh <= 128 && !nulls ? 2 : 0;
-        check(taken == want, nm("cuda_qk_norm_fused_taken"), "T=%d dh=%d: %ld of the 2 backward calls through the "
-              "route (want %ld)", T, dh, taken, want);
+        long want = *g_norm_route && T > 0 && dh % 4 == 0 && dh <= 128 && !nulls ? 2 : 0;
+        check(taken == want, nm("cuda_qk_norm_fused_taken"), "T=%d dh=%d%s: %ld of the 2 backward calls through the "
+              "route (want %ld)", T, dh, g_norm_route, taken, want);
+    }
+    if (*g_norm_route && g_gpu != g_cpu) {
         // the same bytes as the two passes (the same terms summed in the same order)
         size_t bx = gbytes(&dqkv), bw = gbytes(&dqw);
         unsigned char *got[2];
@@ -276,10 +278,11 @@ static void t_attn_at(int B, int F, int N, int H, int dh, int temporal, double s
     if (*g_mode && std > 1) g_tol = TOL_BF16_PEAKED;
     compare("cuda_attn_bwd", "dqkv", &dqkv, NULL);
     g_tol = tol;
-    if (g_attn_short && !shift && g_gpu != g_cpu) {  // aligned: the route takes both passes of a short sequence
-        long taken = backend_cuda_route_calls("attn_short") - short0, want = lay.len <= ATTN_SHORT_MAX ? 2 : 0;
-        check(taken == want, nm("cuda_attn_short_taken"), "len %d: %ld of the 2 passes through the route (want %ld)",
-              lay.len, taken, want);
+    if ((!g_attn_short || !shift) && g_gpu != g_cpu) {  // aligned: the route takes both passes of a short
+        long taken = backend_cuda_route_calls("attn_short") - short0;  // sequence; none while it is off
+        long want = g_attn_short && lay.len <= ATTN_SHORT_MAX ? 2 : 0;
+        check(taken == want, nm("cuda_attn_short_taken"), "len %d%s: %ld of the 2 passes through the route (want %ld)",
+              lay.len, g_attn_short ? ", attn_short route" : "", taken, want);
     }
     FREE(&qkv, &out, &lse, &dout, &dqkv);
 }
@@ -885,6 +888,19 @@ static void section_determinism(int bf16) {
     cuda_optim_determinism();
 }
 
+// Each route of LIST ("name=0|1,..." as backend_cuda_routes() writes it) set to VALUE, or to its
+// value in LIST where VALUE is -1.
+static void routes_set(const char *list, int value) {
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", list);
+    for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) continue;
+        *eq = 0;
+        backend_cuda_set_route(item, value < 0 ? eq[1] == '1' : value);
+    }
+}
+
 int main(int argc, char **argv) {
     int self = 0, timings = 1;
     for (int i = 1; i < argc; i++) {
@@ -906,6 +922,11 @@ int main(int argc, char **argv) {
     printf("test_cuda: %s and %s against %s, seed %llu%s%s\n", fp32->describe(), bf16->describe(), g_cpu->describe(),
            (unsigned long long)g_seed, g_quick ? ", quick" : "", self ? ", CPU IN CUDA'S PLACE (--cpu-as-cuda)" : "");
     double t0 = now();
+    // Every section runs the kernels the routes replace, whatever the defaults; the route cases
+    // switch theirs on and off again; the training steps below run all off, all on, and as shipped.
+    char shipped[256];
+    snprintf(shipped, sizeof shipped, "%s", backend_cuda_routes());
+    routes_set(shipped, 0);
     g_gpu = fp32;
     section_ops();
     section_determinism(0);
@@ -914,13 +935,16 @@ int main(int argc, char **argv) {
     section_ops_bf16();
     section_determinism(1);
     g_failed += cuda_test_train_step();
-    // the same step through the routes that are not yet the default: the temporal attention in
-    // registers (attn_short), the norms' backward in one pass (qk_norm_fused, ln_mod_fused)
+    // the same step through the routes of the training step: the temporal attention in registers
+    // (attn_short), the norms' backward in one pass (qk_norm_fused, ln_mod_fused); then as shipped
     static const char *routes[] = {"attn_short", "qk_norm_fused", "ln_mod_fused"};
     for (int k = 0; k < 3; k++) backend_cuda_set_route(routes[k], 1);
     g_mode = "_bf16_routes";
     g_failed += cuda_test_train_step();
-    for (int k = 0; k < 3; k++) backend_cuda_set_route(routes[k], 0);
+    routes_set(shipped, -1);
+    g_mode = "_bf16_shipped";
+    printf("INFO cuda routes as shipped: %s\n", backend_cuda_routes());
+    g_failed += cuda_test_train_step();
     g_mode = "_bf16";
     if (timings) printf("---- 4. timings ----\n");
     for (int k = 0; timings && k < 2; k++) {

@@ -157,7 +157,7 @@ fi
 # FRAMECHAIN_CUDA_ROUTES: a route switched on is named in the device's description; an unknown
 # name or a value other than 0 or 1 stops the program with one line that lists the routes.
 desc=$(FRAMECHAIN_CUDA_ROUTES=attn_gemm=1 "$FC" --version 2>&1 | grep '^  cuda (')
-if echo "$desc" | grep -qE 'routes dgelu_epilogue=0,attn_gemm=1(,[a-z_0-9]+=0)*\)$'; then
+if echo "$desc" | grep -qE 'routes dgelu_epilogue=0,attn_gemm=1(,[a-z_0-9]+=[01])*\)$'; then
     pass emu_cli_routes_named "$desc"
 else
     fail emu_cli_routes_named "no routes in: $desc"
