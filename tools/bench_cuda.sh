@@ -11,7 +11,7 @@
 #   PT_RUNS PyTorch's, comma-separated (default "eager,--checkpointing,--compile,--compile --checkpointing";
 #   empty leaves PyTorch out); CKPT=0 leaves out the checkpoint timing. PAIRS=N instead alternates the
 #   first of FC_RUNS and the first of PT_RUNS run by run, N pairs, and prints the median ratio with its
-#   min and max (torch.compile's cache, kept between its runs, makes the later compiles short).
+#   min and max (PyTorch as one process that compiles once: torch_train.py --serve).
 set -u
 OUT=${1:-out/bench-cuda}
 CONF=${2:-configs/starter.conf}
@@ -91,17 +91,42 @@ pt_row() {
 IFS=, read -r -a pt_runs <<< "${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}"
 if [ "${PAIRS:-0}" -gt 0 ]; then
     # The first of FC_RUNS against the first of PT_RUNS, alternating run by run, PAIRS times: each
-    # pair's ratio (PyTorch's ms over framechain's), the median with its min and max.
+    # pair's ratio (PyTorch's ms over framechain's), the median with its min and max. PyTorch runs
+    # as one process that warms up (and compiles) once, then times a round of STEPS steps whenever
+    # told (torch_train.py --serve), idle on the card while framechain runs: torch.compile took 2.5
+    # to 3 minutes a process at the preset on an H200, its cache not shortening the next. Its rows'
+    # "card GiB" is left at 0 (its memory is already held when a round starts).
     fc_first=${FC_RUNS:-2:auto}
     fc_first=${fc_first%% *}
     [ -n "$PYTHON" ] && [ ${#pt_runs[@]} -gt 0 ] || { echo "bench-cuda: PAIRS needs PyTorch and PT_RUNS"; exit 1; }
+    pt_opts=${pt_runs[0]}
+    [ "$pt_opts" = eager ] && pt_opts=""
+    pt_label="pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${pt_opts:-eager}"
+    # shellcheck disable=SC2086
+    coproc PT { "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa \
+        $pt_opts --steps "$STEPS" --warmup 3 --serve --json 2> "$OUT/pt.err"; }
+    pt_in=${PT[1]} pt_out=${PT[0]}
+    t0=$(date +%s)
+    read -r j <&"$pt_out" && [ "$j" = '{"ready": true}' ] || {
+        echo "bench-cuda: PyTorch did not start: $(tail -3 "$OUT/pt.err")"; exit 1; }
+    echo "PyTorch ready (its warm-up and compilation) in $(($(date +%s) - t0)) s"
+    get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
     fc_ms="" pt_ms=""
     for p in $(seq "$PAIRS"); do
         fc_row "$fc_first"
         fc_ms="$fc_ms ${ms:-0}"
-        pt_row "${pt_runs[0]}"
-        pt_ms="$pt_ms ${ms:-0}"
+        echo go >&"$pt_in"
+        if read -r j <&"$pt_out"; then
+            row "$pt_label" "$(get step_ms)" "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" 0
+            pt_ms="$pt_ms $(get step_ms)"
+        else
+            echo "bench-cuda: PyTorch stopped: $(tail -3 "$OUT/pt.err")"
+            pt_ms="$pt_ms 0"
+            break
+        fi
     done
+    echo quit >&"$pt_in" 2> /dev/null
+    wait
     paste <(tr ' ' '\n' <<< "${fc_ms# }") <(tr ' ' '\n' <<< "${pt_ms# }") | awk -v n_pairs="$PAIRS" '
         NF == 2 && $1 > 0 && $2 > 0 { n++; r[n] = $2 / $1 }
         END { if (!n) { print "pairs: none completed"; exit }

@@ -18,7 +18,7 @@
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
-#   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, PAIRS)
+#   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, ROUTE_PAIRS or PAIRS)
 #   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
 #   ops     bench_ops at the preset
@@ -78,8 +78,8 @@ for part in ${PARTS:-tests routes bench ops}; do
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
-    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
-    pairs) step pairs 300 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-3}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
+    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-${PAIRS:-3}}" tools/bench_routes.sh "$LOG/routes" ;;
+    pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-3}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
         CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ;;
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
         PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 tools/bench_cuda.sh "$LOG/bench" ;;

@@ -19,6 +19,10 @@ Usage:
 --checkpointing  recompute each block in the backward pass (torch.utils.checkpoint)
 --sample S       instead of training: the time to sample one window at batch 1 with S Euler
                  steps (S forward passes, no gradients), the median of --steps windows
+--serve          after the warm-up (and torch.compile's compilation) print {"ready": true}, then
+                 time --steps steps for each line "go" read on stdin, one JSON line each, until
+                 "quit" or the end of stdin: a benchmark that alternates this with another program
+                 pays the compilation once (tools/bench_cuda.sh PAIRS)
 
 Prints the median step time over --steps timed steps after --warmup, frames/s,
 model TFLOP/s (the FLOP count of src/model/memplan.c: model_step_flops) and the peak
@@ -136,6 +140,7 @@ def main(argv=None):
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sample", type=int, default=0)
+    ap.add_argument("--serve", action="store_true")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -219,25 +224,37 @@ def main(argv=None):
     for _ in range(a.warmup):
         step()
     sync()
-    if a.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times, loss = [], None
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * statistics.median(times)
     flops = model_step_flops(cfg, B)
-    if a.device == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**30
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
-    res = {"tool": "pytorch", "torch": torch.__version__, "config": a.config, "device": a.device,
-           "threads": torch.get_num_threads(), "bf16": a.bf16, "compile": a.compile, "sdpa": a.sdpa,
-           "checkpointing": a.checkpointing, "params": sum(p.numel() for p in params), "batch": B,
-           "step_ms": ms, "frames_per_s": 1e3 / ms * B * Fs, "tflop_per_step": flops / 1e12,
-           "tflops": flops / ms / 1e9, "peak_gib": peak, "loss": float(loss)}
+
+    def timed_round():  # --steps timed steps: their median and the peak memory over them
+        if a.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times, loss = [], None
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            loss = step()
+            sync()
+            times.append(time.perf_counter() - t0)
+        ms = 1e3 * statistics.median(times)
+        if a.device == "cuda":
+            peak = torch.cuda.max_memory_allocated() / 2**30
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        return {"tool": "pytorch", "torch": torch.__version__, "config": a.config, "device": a.device,
+                "threads": torch.get_num_threads(), "bf16": a.bf16, "compile": a.compile, "sdpa": a.sdpa,
+                "checkpointing": a.checkpointing, "params": sum(p.numel() for p in params), "batch": B,
+                "step_ms": ms, "frames_per_s": 1e3 / ms * B * Fs, "tflop_per_step": flops / 1e12,
+                "tflops": flops / ms / 1e9, "peak_gib": peak, "loss": float(loss)}
+
+    if a.serve:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "go":
+                break
+            print(json.dumps(timed_round()), flush=True)
+        return 0
+    res = timed_round()
+    ms, peak = res["step_ms"], res["peak_gib"]
     if a.json:
         print(json.dumps(res))
     else:

@@ -59,3 +59,41 @@ want+="new op - 0.25|sum (each whole table) 5.500 2.750 2.44x (1.69-2.73)|"
 got=$(tail -n +2 "$tmp/known.txt" | tr -s ' ' | tr '\n' '|')
 [ "$got" = "$want" ]
 expect compare_ops_known_tables $? "$got"
+
+# ---- make bench-cuda's pairs: one PyTorch process that warms up once, timing a round when told ----
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import torch' 2> /dev/null; then
+    echo "SKIP torch_train_serve: no torch for $PY"
+    exit 0
+fi
+printf 'go\ngo\nquit\ngo\n' | "$PY" tools/torch_train.py --config configs/tiny/starter.conf --steps 2 --warmup 1 \
+    --serve --json > "$tmp/serve.txt" 2> "$tmp/serve.err"
+status=$?
+# the ready line, then one result for each "go" before "quit" (none after it), each its own step_ms
+rounds=$(grep -cE '^\{"tool": "pytorch".*"step_ms": [0-9.]+' "$tmp/serve.txt")
+[ $status -eq 0 ] && [ "$(head -1 "$tmp/serve.txt")" = '{"ready": true}' ] && [ "$rounds" = 2 ] &&
+    [ "$(wc -l < "$tmp/serve.txt")" = 3 ]
+expect torch_train_serve $? "status $status, $rounds rounds for the two \"go\" before \"quit\"; $(tail -1 "$tmp/serve.err")"
+
+# bench_cuda.sh PAIRS end to end where the emulated GPU is built: framechain (on the emulation) and
+# PyTorch (on the CPU, through a stand-in for python that trades cuda for cpu) alternate; a stand-in
+# nvidia-smi answers the card's name and memory.
+if [ ! -x "$BUILD/framechain_emu" ]; then
+    echo "SKIP bench_cuda_pairs: no $BUILD/framechain_emu (the CUDA toolkit's headers)"
+    exit 0
+fi
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\ncase "$*" in *name*) echo "NVIDIA H200" ;; *) echo 1000 ;; esac\n' > "$tmp/bin/nvidia-smi"
+{
+    echo '#!/bin/bash'
+    echo 'a=(); for x in "$@"; do case $x in cuda) a+=(cpu) ;; --bf16|--sdpa) ;; *) a+=("$x") ;; esac; done'
+    echo "exec $PY \"\${a[@]}\""
+} > "$tmp/bin/py"
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/bin/py"
+PATH=$tmp/bin:$PATH FC=$BUILD/framechain_emu PYTHON=$tmp/bin/py PAIRS=2 STEPS=1 PT_RUNS=eager CKPT=0 \
+    timeout 300 tools/bench_cuda.sh "$tmp/bc" configs/tiny/starter.conf > "$tmp/bc.txt" 2>&1
+status=$?
+fc_rows=$(grep -c '^framechain (bf16' "$tmp/bc.txt") pt_rows=$(grep -c '^pytorch .* eager ' "$tmp/bc.txt")
+[ $status -eq 0 ] && [ "$fc_rows" = 2 ] && [ "$pt_rows" = 2 ] && grep -q 'PyTorch ready' "$tmp/bc.txt" &&
+    grep -qE '^pairs: PyTorch over framechain, median [0-9.]+x \([0-9.]+-[0-9.]+ over 2 of 2 pairs\)$' "$tmp/bc.txt"
+expect bench_cuda_pairs $? "status $status, $fc_rows framechain and $pt_rows PyTorch rows: $(tail -1 "$tmp/bc.txt")"
