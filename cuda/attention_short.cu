@@ -24,8 +24,8 @@
 // and then dS (SHORT_MAX x SHORT_MAX), Dvec: about 140 floats at SHORT_MAX 8.
 //
 // Taken where the route is on (the default; FRAMECHAIN_CUDA_ROUTES=attn_short=0 turns it off),
-// len <= SHORT_MAX, and every pointer lies on the 16 bytes (fp32) or 8 bytes (bf16) of its four-value loads and stores; else
-// the caller runs its flash kernels.
+// len <= SHORT_MAX, and every pointer lies on the 16 bytes (fp32) or 8 bytes (bf16) of its
+// four-value loads and stores; else the caller runs its flash kernels.
 #include <math.h>
 
 #include "cuda_common.cuh"  // first: it includes the C headers with C linkage
