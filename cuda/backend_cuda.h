@@ -35,13 +35,13 @@ void backend_cuda_nccl_gather(float *dev, const size_t *start);
 // src/backend/attn_scratch.h), to exercise its chunks.
 void backend_cuda_set_attn_ds_cap(size_t bytes);
 // Turn a route (cuda_common.cuh: dgelu_epilogue, attn_gemm, attn_short,
-// qk_norm_fused, ln_mod_fused) on or off: 0, or -1 for an unknown name.
+// qk_norm_fused, ln_mod_fused, adam8_warp) on or off: 0, or -1 for an unknown name.
 // FRAMECHAIN_CUDA_ROUTES=name=0|1[,...] sets them when the backend starts.
 int backend_cuda_set_route(const char *name, int on);
 // The routes as "name=0|1,...", for logs.
 const char *backend_cuda_routes(void);
 // For tests: how many calls a route has taken (attn_short: attention passes, forward or backward;
-// qk_norm_fused, ln_mod_fused: backward calls), or -1 for a route that does not count them.
+// qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls), or -1 for a route that does not count them.
 long backend_cuda_route_calls(const char *name);
 #ifdef __cplusplus
 }

@@ -135,13 +135,16 @@ struct CudaRoutes {
     int attn_short;      // short sequences' attention with a sequence in registers (attention_short.cu)
     int qk_norm_fused;   // the q/k norm's backward in one pass over its inputs (norm.cu)
     int ln_mod_fused;    // the modulated LayerNorm's backward in one pass over its inputs (norm.cu)
+    int adam8_warp;      // the 8-bit AdamW with a warp per quantisation block (optim.cu)
 };
 extern CudaRoutes fc_routes;
 // The calls each route has taken, for tests (backend_cuda_route_calls).
 struct CudaRouteCalls {
-    long attn_short, qk_norm_fused, ln_mod_fused;
+    long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp;
 };
 extern CudaRouteCalls fc_route_calls;
+// The GPU's multiprocessors (backend_cuda.cu, at start), for grids sized to the card.
+extern int fc_sm_count;
 
 // Each kernel file fills in its ops; bf16: the "cuda" table (bf16 operands), else "cuda-fp32".
 void cuda_register_linear(Backend *be, int bf16);       // cuda/linear.cu: bf16 or fp32 GEMMs

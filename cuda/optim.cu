@@ -17,7 +17,7 @@
 
 extern "C" {
 #include "backend/adam_const.h"  // AdamConst, adam_const
-#include "backend/quant8.h"      // QUANT8_ENCODER
+#include "backend/quant8.h"      // QUANT8_ENCODER, QUANT8_TABLE, the index
 }
 
 enum {
@@ -150,13 +150,90 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
     }
 }
 
+// The adam8_warp route: one warp per quantisation block, lane l taking elements l, l + 32, ...,
+// l + 224 of it (each load and store of a warp 32 neighbours), the block's absmax by shuffles alone
+// (no barrier), the encoder by the CPU's index (quant8_encode_table: one lookup and one comparison
+// instead of eight dependent steps), and a grid of at most ADAM8_WARP_BLOCKS_PER_SM blocks of
+// ADAM8_WARPS warps an SM, each loading the two code tables into shared memory once and then
+// walking the quantisation blocks. The same arithmetic as adamw_8bit_kernel, so the same bytes.
+enum { ADAM8_WARPS = 8, ADAM8_WARP_BLOCKS_PER_SM = 8 };
+
+// quant8_encode_table of src/backend/quant8.h on a code table in shared memory.
+static __device__ __forceinline__ uint8_t encode8_index(const float *table, float x) {
+    uint32_t u = __float_as_uint(x);
+    uint32_t e = (u >> 23) & 255, last = QUANT8_INDEX_EXP0 + QUANT8_INDEX_ROWS - 1;
+    e = e < QUANT8_INDEX_EXP0 ? QUANT8_INDEX_EXP0 : e > last ? last : e;
+    const uint8_t *index = (const uint8_t *)(table + QUANT8_ENCODER);
+    unsigned c = index[((u >> 31) * QUANT8_INDEX_ROWS + (e - QUANT8_INDEX_EXP0)) * 256 + ((u >> 15) & 255)];
+    c += (unsigned)(x >= table[256 + c]);
+    c = c < 255 ? c : 255;
+    return (uint8_t)(x == x ? c : 0);
+}
+
+// The maximum over a warp; every lane gets it. Exact (max does not depend on the order).
+static __device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = y > x ? y : x;
+    }
+    return x;
+}
+
+// Arguments as adamw_8bit_kernel's; nb = ceil(n / ADAM8_BLOCK) quantisation blocks.
+static __global__ void __launch_bounds__(ADAM8_WARPS * 32)
+    adamw_8bit_warp_kernel(real *param, __nv_bfloat16 *mirror, real *ema, const real *grad, uint8_t *m8, uint8_t *v8,
+                           float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, size_t n,
+                           size_t nb, AdamConst c) {
+    __shared__ float cm[QUANT8_TABLE], cv[QUANT8_TABLE];  // (QUANT8_TABLE) each: codes, thresholds, index
+    for (int k = threadIdx.x; k < QUANT8_TABLE; k += blockDim.x) cm[k] = code_m[k], cv[k] = code_v[k];
+    __syncthreads();
+    const int lane = threadIdx.x % 32, per = ADAM8_BLOCK / 32;
+    for (size_t b = (size_t)blockIdx.x * ADAM8_WARPS + threadIdx.x / 32; b < nb; b += (size_t)gridDim.x * ADAM8_WARPS) {
+        // every lane reads the old absmax before lane 0 overwrites it (after the shuffles below)
+        float am = absmax_m[b], av = absmax_v[b];
+        float mi[ADAM8_BLOCK / 32], vi[ADAM8_BLOCK / 32], max_m = 0.0f, max_v = 0.0f;
+        for (int k = 0; k < per; k++) {
+            size_t i = b * ADAM8_BLOCK + (size_t)k * 32 + lane;
+            mi[k] = 0.0f, vi[k] = 0.0f;
+            if (i < n) {
+                mi[k] = __fmul_rn(cm[m8[i]], am), vi[k] = __fmul_rn(cv[v8[i]], av);
+                float g = grad[i];
+                float p = param[i];
+                if (isfinite(g))
+                    p = adam_elem(c, p, __fmul_rn(g, c.scale), mi[k], vi[k]), store_param(param, mirror, i, p);
+                if (ema) ema_elem(ema, i, c.ema_d, c.ema_w, p);
+            }
+            // the CPU's running max starts at 0 and takes a value only when it is greater (never a NaN)
+            float abs_m = fabsf(mi[k]);
+            max_m = abs_m > max_m ? abs_m : max_m;
+            max_v = vi[k] > max_v ? vi[k] : max_v;
+        }
+        float new_am = warp_max(max_m), new_av = warp_max(max_v);
+        if (lane == 0) absmax_m[b] = new_am, absmax_v[b] = new_av;
+        for (int k = 0; k < per; k++) {
+            size_t i = b * ADAM8_BLOCK + (size_t)k * 32 + lane;
+            if (i >= n) break;
+            m8[i] = new_am > 0.0f ? encode8_index(cm, __fdiv_rn(mi[k], new_am)) : 0;
+            v8[i] = new_av > 0.0f ? encode8_index(cv, __fdiv_rn(vi[k], new_av)) : 0;
+        }
+    }
+}
+
 static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m,
                             float *absmax_v, const float *code_m, const float *code_v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     if (n == 0) return;
     __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
-    adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, mirror, h.ema, grad, m8, v8, absmax_m, absmax_v,
-                                                                code_m, code_v, n, c);
+    if (fc_routes.adam8_warp) {
+        size_t nb = fc_cdiv(n, ADAM8_BLOCK), blocks = fc_cdiv(nb, ADAM8_WARPS);
+        size_t most = (size_t)fc_sm_count * ADAM8_WARP_BLOCKS_PER_SM;
+        adamw_8bit_warp_kernel<<<blocks < most ? blocks : most, ADAM8_WARPS * 32>>>(
+            param, mirror, h.ema, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, n, nb, c);
+        fc_route_calls.adam8_warp++;
+    } else {
+        adamw_8bit_kernel<<<fc_cdiv(n, ADAM8_BLOCK), ADAM8_BLOCK>>>(param, mirror, h.ema, grad, m8, v8, absmax_m,
+                                                                    absmax_v, code_m, code_v, n, c);
+    }
     kernelCheck();
     mirror_end(mirror, param, n);
 }

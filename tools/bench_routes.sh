@@ -5,16 +5,15 @@
 # the pairs). What decides whether a route becomes the default. A benchmark: nothing is asserted.
 #
 # usage: tools/bench_routes.sh [OUT_DIR]
-#   ROUTES="attn_short,qk_norm_fused,ln_mod_fused" (each word a set of routes switched on together against
-#   none: the default, all three at once, as each changes other ops; "attn_short qk_norm_fused" times
-#   each alone), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
+#   ROUTES="adam8_warp" (each word a set of routes switched on together against the defaults:
+#   "a,b" both at once, "a b" each alone; the routes off by default, docs/cuda.md), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
 #   steps; FC=./framechain, BENCH_OPS=build/bench_ops; DEVICE=cuda (cpu: a dry run of this script,
 #   where no route changes anything); OPS=0 or STEP=0 leaves that part out.
 set -u
 OUT=${1:-out/bench-routes}
 FC=${FC:-./framechain}
 BENCH_OPS=${BENCH_OPS:-build/bench_ops}
-ROUTES=${ROUTES:-attn_short,qk_norm_fused,ln_mod_fused}
+ROUTES=${ROUTES:-adam8_warp}
 PAIRS=${PAIRS:-3}
 CONFIG=${CONFIG:-configs/starter.conf}
 STEPS=${STEPS:-12}
@@ -50,7 +49,9 @@ for route in $ROUTES; do
                 $0 ~ /^(linear|attention|ln_mod|qk_norm|gated_add|zero)/ {
                     for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) break
                     name = $1; for (j = 2; j < i; j++) name = name " " $j
-                    print way "\t" name "\t" $i }' "$f"
+                    print way "\t" name "\t" $i }
+                /^once a step/ && match($0, /adamw 8-bit \+ EMA [0-9.]+/) {  # the optimizer, once a step
+                    v = substr($0, RSTART, RLENGTH); sub(/.* /, "", v); print way "\tadamw 8-bit + EMA (a step)\t" v }' "$f"
         done | awk -F'\t' -v route="$route" '
             { n[$1 SUBSEP $2]++; v[$1 SUBSEP $2 SUBSEP n[$1 SUBSEP $2]] = $3; if (!($2 in seen)) { seen[$2] = ++k; order[k] = $2 } }
             function med(way, op,   c, i, j, t, a) { c = n[way SUBSEP op]

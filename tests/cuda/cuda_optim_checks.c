@@ -86,6 +86,8 @@ void adam8_free(Adam8 *a) { FREE(&a->p, &a->g, &a->m8, &a->v8, &a->am, &a->av, &
 
 // Several steps; each from the same state on both sides (the CUDA side takes the CPU's after the
 // comparison), so that every step is compared on its own.
+static const char *g_adam8_route = "";  // ", adam8_warp route" while that route is on
+
 static void t_adamw_8bit(size_t n, int steps) {
     Adam8 a = adam8_new(n);
     size_t dm = 0, dv = 0;
@@ -106,8 +108,8 @@ static void t_adamw_8bit(size_t n, int steps) {
     double frac = (double)(dm + dv) / (2.0 * n * steps);
     check(!guard && dm + dv == 0 && ep <= g_tol && eam <= g_tol && eav <= g_tol && ee <= g_tol, "cuda_adamw_8bit",
           "n=%zu (tail block of %zu), %d steps (the EMA on odd ones): codes differing m8 %zu v8 %zu of %zu per step "
-          "(%.2e, max %d index; tol 0), absmax rel err m %.1e v %.1e, param rel err %.1e, EMA %.1e (tol %.0e)%s", n,
-          n % ADAM8_BLOCK, steps, dm, dv, n, frac, maxd, eam, eav, ep, ee, g_tol,
+          "(%.2e, max %d index; tol 0), absmax rel err m %.1e v %.1e, param rel err %.1e, EMA %.1e (tol %.0e)%s%s", n,
+          n % ADAM8_BLOCK, steps, dm, dv, n, frac, maxd, eam, eav, ep, ee, g_tol, g_adam8_route,
           guard ? "; WROTE OUTSIDE ITS OUTPUT (guard changed)" : "");
     adam8_free(&a);
 }
@@ -123,11 +125,27 @@ void cuda_optim_cases(void) {
     t_ema(100003, 0.999f);
     t_adamw_fp32(100003, 4), t_adamw_fp32(1000, 2);
     t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3);
+    // the adam8_warp route (cuda/optim.cu): the same cases, a state shorter than one quantisation
+    // block, and more blocks than its grid has warps (each warp then walks several); every call
+    // through the route, none while it is off
+    for (int route = 1; route >= 0; route--) {
+        backend_cuda_set_route("adam8_warp", route);
+        long calls0 = backend_cuda_route_calls("adam8_warp");
+        g_adam8_route = route ? ", adam8_warp route" : "";
+        if (route) t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3), t_adamw_8bit(77, 2);
+        t_adamw_8bit((size_t)ADAM8_BLOCK * 8 * 8 * 3 + 129, 2);  // the emulation's grid: 8 blocks of 8 warps
+        long taken = backend_cuda_route_calls("adam8_warp") - calls0, want = route ? 5 + 3 + 2 + 2 : 0;
+        if (g_gpu != g_cpu)
+            check(taken == want, "cuda_adam8_warp_taken", "%ld of the %d optimizer calls through the route%s (want %ld)",
+                  taken, route ? 12 : 2, g_adam8_route, want);
+    }
+    g_adam8_route = "";
     g_tol = tol;
 }
 
 void cuda_optim_determinism(void) {
-    {  // 8-bit AdamW: two steps from the zero state
+    for (int route = 0; route < 2; route++) {  // 8-bit AdamW: two steps from the zero state, both kernels
+        backend_cuda_set_route("adam8_warp", route);
         Adam8 a = adam8_new((1u << 20) + 77);
         int same = 1;
         for (int rep = 0; rep < 2; rep++) {
@@ -140,8 +158,10 @@ void cuda_optim_determinism(void) {
             same &= det_capture(&a.p, rep) & det_capture(&a.m8, rep) & det_capture(&a.v8, rep) &
                     det_capture(&a.am, rep) & det_capture(&a.av, rep) & det_capture(&a.ema, rep);
         }
-        check(same, "cuda_determinism_adamw_8bit", "n=%zu, 2 steps: param, codes, absmax, EMA %s", a.n, SAME(same));
+        check(same, "cuda_determinism_adamw_8bit", "n=%zu, 2 steps%s: param, codes, absmax, EMA %s", a.n,
+              route ? ", adam8_warp route" : "", SAME(same));
         adam8_free(&a);
+        backend_cuda_set_route("adam8_warp", 0);
     }
     {  // the gradient norm's sum of squares
         Buf x = bnormal(5000011, 0, 1);

@@ -936,9 +936,10 @@ int main(int argc, char **argv) {
     section_determinism(1);
     g_failed += cuda_test_train_step();
     // the same step through the routes of the training step: the temporal attention in registers
-    // (attn_short), the norms' backward in one pass (qk_norm_fused, ln_mod_fused); then as shipped
-    static const char *routes[] = {"attn_short", "qk_norm_fused", "ln_mod_fused"};
-    for (int k = 0; k < 3; k++) backend_cuda_set_route(routes[k], 1);
+    // (attn_short), the norms' backward in one pass (qk_norm_fused, ln_mod_fused), the 8-bit AdamW
+    // with a warp per block (adam8_warp); then as shipped
+    static const char *routes[] = {"attn_short", "qk_norm_fused", "ln_mod_fused", "adam8_warp"};
+    for (int k = 0; k < 4; k++) backend_cuda_set_route(routes[k], 1);
     g_mode = "_bf16_routes";
     g_failed += cuda_test_train_step();
     routes_set(shipped, -1);
