@@ -381,9 +381,12 @@ static size_t smem_allowed(const void *kernel) {
     return 48 << 10;
 }
 
+void fc_emu_default_stream_work(void);  // cuda_emu_runtime.cpp
+
 void fc_emu_run_grid(const void *kernel, const char *name, dim3 grid, dim3 block, size_t smem,
                      const std::function<void()> &body) {
     if (g_cur) fc_die("CUDA emulation: %s launched from inside a kernel", name);
+    fc_emu_default_stream_work();
     unsigned long nthreads = (unsigned long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > MAX_BLOCK_THREADS || block.z > 64 || grid.x == 0 || grid.x > 0x7fffffffu ||
         grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535)

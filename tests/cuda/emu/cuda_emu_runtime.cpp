@@ -1,17 +1,64 @@
 // cuda_emu_runtime.cpp: the CUDA runtime and cuBLAS calls the backend makes, on the CPU, for the
-// emulation build (cuda_emu.h). Device memory is host memory; streams and events are synchronous;
-// the device it reports is an sm_86 card (an RTX 3090: the smallest shared-memory opt-in of the
+// emulation build (cuda_emu.h). Device memory is host memory; the default stream's work runs when
+// it is issued, a non-blocking stream's copies when something waits for them ("streams and
+// events" below); the device it reports is an sm_86 card (an RTX 3090: the smallest shared-memory opt-in of the
 // GPUs framechain targets, 99 KiB). GEMMs run through OpenBLAS: bf16 operands are widened to fp32
 // (exactly) and multiplied with fp32 accumulation, as the tensor cores do.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <mutex>
+#include <vector>
+
 #include "cuda_emu.h"
 
 void fc_emu_allow_smem(const void *kernel, int bytes);
 
 #define EMU_SMEM_OPTIN 101376  // sm_86 and sm_89: 99 KiB of shared memory per block at most
+
+// ----------------------------------------------------------------------------
+// streams and events
+//
+// Work on the legacy default stream (0: kernels, GEMMs, cudaMemcpy, cudaMemset) runs when it is
+// issued. A copy on a non-blocking stream is held until something waits for that stream
+// (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree, or the default stream waiting for an
+// event recorded on it): the latest moment a GPU may run it, so a caller that writes the copy's
+// source, or reads its destination, before waiting gets what a GPU could give it. A GPU may also
+// run such a copy before the default stream's work issued ahead of it, unless the stream waits for
+// an event recorded after that work: a copy without that order stops the program, as a race.
+
+struct EmuCopy {
+    void *dst;
+    const void *src;
+    size_t count;
+};
+struct EmuStream {
+    bool nonblocking;
+    unsigned long ordered;      // the default stream's work counter this stream has waited for
+    std::vector<EmuCopy> held;  // copies issued, not yet run
+};
+struct EmuEvent {
+    EmuStream *stream;     // where it was recorded (NULL: the default stream)
+    unsigned long covers;  // the default stream's work counter when it was recorded
+};
+static std::atomic<unsigned long> g_default_work;  // work issued on the default stream so far
+static std::recursive_mutex g_streams_mutex;      // the checkpoint writer's thread waits too
+static std::vector<EmuStream *> g_streams;
+
+static void default_stream_work(void) { g_default_work++; }
+void fc_emu_default_stream_work(void) { default_stream_work(); }  // a kernel launch (cuda_emu.cpp)
+
+static void run_held(EmuStream *s) {
+    std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
+    for (const EmuCopy &c : s->held) memmove(c.dst, c.src, c.count);
+    s->held.clear();
+}
+static void run_all_held(void) {
+    std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
+    for (EmuStream *s : g_streams) run_held(s);
+}
 
 extern "C" {
 
@@ -20,37 +67,69 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
     return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void *ptr) {
+    run_all_held();  // cudaFree waits for the device
     free(ptr);
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaMalloc(ptr, size); }
 cudaError_t cudaFreeHost(void *ptr) { return cudaFree(ptr); }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    default_stream_work();
     memmove(dst, src, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t s) {
-    memmove(dst, src, count);
+    EmuStream *st = (EmuStream *)s;
+    if (!st || !st->nonblocking) {  // the default stream, or a blocking stream that runs in its order
+        default_stream_work();
+        memmove(dst, src, count);
+        return cudaSuccess;
+    }
+    if (st->ordered < g_default_work)
+        fc_die("CUDA emulation: a copy of %zu bytes on a non-blocking stream is not ordered after the default "
+               "stream's work before it (hint: cudaEventRecord on stream 0, then cudaStreamWaitEvent on this "
+               "stream): a GPU may run it first",
+               count);
+    std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
+    st->held.push_back({dst, src, count});
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *ptr, int value, size_t count) {
+    default_stream_work();
     memset(ptr, value, count);
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    run_all_held();
+    return cudaSuccess;
+}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
-    static int token;
-    *stream = (cudaStream_t)&token;
+    std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
+    EmuStream *s = new EmuStream{(flags & cudaStreamNonBlocking) != 0, 0, {}};
+    g_streams.push_back(s);
+    *stream = (cudaStream_t)s;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-    static int token;
-    *event = (cudaEvent_t)&token;
+    *event = (cudaEvent_t) new EmuEvent{NULL, 0};
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    EmuEvent *e = (EmuEvent *)event;
+    e->stream = (EmuStream *)stream, e->covers = g_default_work;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+    EmuStream *st = (EmuStream *)stream;
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e->stream && st) st->ordered = std::max(st->ordered, e->covers);  // after the default stream's work
+    if (e->stream && !st) run_held(e->stream);  // the default stream after that stream's copies
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (stream) run_held((EmuStream *)stream);
+    return cudaSuccess;
+}
 // A bad launch stops the program where it happens (fc_emu_run_grid), so none is pending here.
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t error) {
@@ -124,6 +203,7 @@ static cublasStatus_t sgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                               float *C, int ldc) {
+    default_stream_work();
     return sgemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 
@@ -158,6 +238,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    default_stream_work();
     if (!bf16_types(Atype, Btype, Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm_bf16(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -185,6 +266,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    const void *const B[], cudaDataType Btype, int ldb, const void *beta,
                                    void *const C[], cudaDataType Ctype, int ldc, int batch,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    default_stream_work();
     int c16 = Ctype == CUDA_R_16BF;
     if (!bf16_types(Atype, Btype, c16 ? CUDA_R_32F : Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
@@ -424,6 +506,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
+    default_stream_work();
     uint64_t m, n, k;
     cublasStatus_t st = lt_problem(desc, a, b, c, d, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
