@@ -93,8 +93,8 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     # The first of FC_RUNS against the first of PT_RUNS, alternating run by run, PAIRS times: each
     # pair's ratio (PyTorch's ms over framechain's), the median with its min and max. PyTorch runs
     # as one process that warms up (and compiles) once, then times a round of STEPS steps whenever
-    # told (torch_train.py --serve), idle on the card while framechain runs: torch.compile took 2.5
-    # to 3 minutes a process at the preset on an H200, its cache not shortening the next. Its rows'
+    # told (torch_train.py --serve), idle on the card while framechain runs: a process with torch.compile
+    # took about 150 s at the preset on an H200, and the next was not done after 94 s. Its rows'
     # "card GiB" is left at 0 (its memory is already held when a round starts).
     fc_first=${FC_RUNS:-2:auto}
     fc_first=${fc_first%% *}
