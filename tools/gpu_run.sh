@@ -12,14 +12,16 @@
 # carry build-carry (and, for the eval64 part, out/eval64/train, out/eval64/real, out/eval64/shapes and
 # out/eval64/shapes48: its default sets; the pans' 40 MB would not fit beside the bundle) to the GPU
 # machine and run there:
-#   PARTS="tests routes pairs" BUDGET=540 tools/gpu_run.sh $OUT/logs
+#   BUDGET=555 tools/gpu_run.sh /tmp/logs; cp /tmp/logs.tgz /tmp/logs/summary.txt $OUT/
 #
-# Parts (PARTS, in the order given; default "tests routes bench ops"):
+# Parts (PARTS, in the order given; default "tests pairs routes train": by 2026-11-28's times, about 31 + 280 + 160 s on an
+# H200, then the kill -9 test with what is left; a second call right after can run the rest):
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
-#   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, ROUTE_PAIRS or PAIRS)
-#   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS)
+#   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, ROUTE_PAIRS, default 3)
+#   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS,
+#           default 5; PyTorch compiles once)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
 #   ops     bench_ops at the preset
 #   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
@@ -72,14 +74,14 @@ fi
 "$FC" --version || { echo "gpu_run: $FC does not start (a bundle built with MPI=1 needs Open MPI 4)"; exit 1; }
 PY=$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)
 [ -n "$PY" ] && $PY -c 'import torch; print("torch", torch.__version__)'
-for part in ${PARTS:-tests routes bench ops}; do
+for part in ${PARTS:-tests pairs routes train}; do
     case $part in
     tests) step test-cuda 200 env BUNDLE="$BUNDLE" PART=tests SKIP_TRAIN_TEST=1 tools/gpu_check.sh "$LOG/tests" ;;
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
-    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-${PAIRS:-3}}" tools/bench_routes.sh "$LOG/routes" ;;
-    pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-3}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
+    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
+    pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
         CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ;;
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
         PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 tools/bench_cuda.sh "$LOG/bench" ;;
