@@ -14,8 +14,9 @@
 # machine and run there:
 #   BUDGET=555 tools/gpu_run.sh /tmp/logs; cp /tmp/logs.tgz /tmp/logs/summary.txt $OUT/
 #
-# Parts (PARTS, in the order given; default "tests pairs routes train": by 2026-11-28's times, about 31 + 280 + 160 s on an
-# H200, then the kill -9 test with what is left; a second call right after can run the rest):
+# Parts (PARTS, in the order given; default "tests pairs routes train": by 2026-11-28's times about
+# 31 + 280 + 160 s on an H200, then the kill -9 test with what is left; a second call right after can
+# run the rest):
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
