@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -24,15 +25,22 @@ void fc_emu_allow_smem(const void *kernel, int bytes);
 // Work on the legacy default stream (0: kernels, GEMMs, cudaMemcpy, cudaMemset) runs when it is
 // issued. A copy on a non-blocking stream is held until something waits for that stream
 // (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree, or the default stream waiting for an
-// event recorded on it): the latest moment a GPU may run it, so a caller that writes the copy's
-// source, or reads its destination, before waiting gets what a GPU could give it. A GPU may also
-// run such a copy before the default stream's work issued ahead of it, unless the stream waits for
-// an event recorded after that work: a copy without that order stops the program, as a race.
+// event recorded on it): the latest moment a GPU may run it, so a caller that reads its
+// destination before waiting gets what a GPU could give it. A GPU may also run such a copy before
+// the default stream's work issued ahead of it, unless the stream waits for an event recorded after
+// that work: a copy without that order stops the program, as a race. And until the thread that
+// issued a copy has waited for it, the copy's source must not change: the default stream's work
+// may not write it, even after another thread's wait ran the copy (a GPU's copy may take longer
+// than this thread's next kernels; the emulation does not follow the threads' own locks, so it
+// asks the issuing thread to wait). Each piece of default-stream work compares the sources of the
+// copies so watched with what they held at the issue; a change stops the program.
 
 struct EmuCopy {
     void *dst;
     const void *src;
     size_t count;
+    std::thread::id issuer;
+    std::vector<unsigned char> issued;  // the source's bytes at the issue, while watched
 };
 struct EmuStream {
     bool nonblocking;
@@ -46,18 +54,44 @@ struct EmuEvent {
 static std::atomic<unsigned long> g_default_work;  // work issued on the default stream so far
 static std::recursive_mutex g_streams_mutex;      // the checkpoint writer's thread waits too
 static std::vector<EmuStream *> g_streams;
+static std::vector<EmuCopy> g_watched;  // copies whose issuing thread has not waited for them yet
 
-static void default_stream_work(void) { g_default_work++; }
+static void check_unchanged(const EmuCopy &c) {
+    if (memcmp(c.src, c.issued.data(), c.count))
+        fc_die("CUDA emulation: the source of a %zu-byte copy on a non-blocking stream was written on the "
+               "default stream before the thread that issued the copy waited for it (hint: "
+               "cudaStreamSynchronize on the copy's stream first): a GPU may still be copying it",
+               c.count);
+}
+static void default_stream_work(void) {
+    g_default_work++;
+    std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
+    for (const EmuStream *s : g_streams)
+        for (const EmuCopy &c : s->held) check_unchanged(c);
+    for (const EmuCopy &c : g_watched) check_unchanged(c);
+}
 void fc_emu_default_stream_work(void) { default_stream_work(); }  // a kernel launch (cuda_emu.cpp)
 
+// The held copies of stream s run (by a wait of this thread); those this thread issued are no
+// longer watched, the others are until their issuer waits.
 static void run_held(EmuStream *s) {
     std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
-    for (const EmuCopy &c : s->held) memmove(c.dst, c.src, c.count);
+    std::thread::id me = std::this_thread::get_id();
+    for (EmuCopy &c : s->held) {
+        memmove(c.dst, c.src, c.count);
+        if (c.issuer != me) g_watched.push_back(std::move(c));
+    }
     s->held.clear();
+    for (size_t i = 0; i < g_watched.size();)
+        if (g_watched[i].issuer == me) g_watched.erase(g_watched.begin() + i);
+        else i++;
 }
+// Every held copy runs, and none is watched any longer (cudaDeviceSynchronize, cudaFree: the
+// device is idle, and a freed source must not be read).
 static void run_all_held(void) {
     std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
     for (EmuStream *s : g_streams) run_held(s);
+    g_watched.clear();
 }
 
 extern "C" {
@@ -91,7 +125,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
                "stream): a GPU may run it first",
                count);
     std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
-    st->held.push_back({dst, src, count});
+    const unsigned char *bytes = (const unsigned char *)src;
+    st->held.push_back(
+        {dst, src, count, std::this_thread::get_id(), std::vector<unsigned char>(bytes, bytes + count)});
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *ptr, int value, size_t count) {
