@@ -236,6 +236,9 @@ typedef struct {
 Adam8 adam8_new(size_t n);
 void adam8_free(Adam8 *a);
 int det_capture(Buf *b, int rep);
+// cuda_determinism_checks.c: section 2 (bf16: the ops that differ from fp32), with det_capture.
+void cuda_determinism_section(int bf16);
+
 // cuda_optim_checks.c: the optimizer's ops at tolerance 0 (section 1) and their determinism (section 2).
 void cuda_optim_cases(void);
 void cuda_optim_determinism(void);
