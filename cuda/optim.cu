@@ -156,7 +156,11 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
 // instead of eight dependent steps), and a grid of at most ADAM8_WARP_BLOCKS_PER_SM blocks of
 // ADAM8_WARPS warps an SM, each loading the two code tables into shared memory once and then
 // walking the quantisation blocks. The same arithmetic as adamw_8bit_kernel, so the same bytes.
-enum { ADAM8_WARPS = 8, ADAM8_WARP_BLOCKS_PER_SM = 8 };
+// 4 blocks of 16 warps: 2048 threads and 116 KiB of tables an SM, all of the grid resident at once
+// on an sm_80 or later card (a block not resident would start its share of the walk late).
+// The default kernel instead reads 4 KiB of tables from L2 for every 256 elements (15 GB a step
+// at the 24 GB preset).
+enum { ADAM8_WARPS = 16, ADAM8_WARP_BLOCKS_PER_SM = 4 };
 
 // quant8_encode_table of src/backend/quant8.h on a code table in shared memory.
 static __device__ __forceinline__ uint8_t encode8_index(const float *table, float x) {

@@ -133,7 +133,7 @@ void cuda_optim_cases(void) {
         long calls0 = backend_cuda_route_calls("adam8_warp");
         g_adam8_route = route ? ", adam8_warp route" : "";
         if (route) t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3), t_adamw_8bit(77, 2);
-        t_adamw_8bit((size_t)ADAM8_BLOCK * 8 * 8 * 3 + 129, 2);  // the emulation's grid: 8 blocks of 8 warps
+        t_adamw_8bit((size_t)ADAM8_BLOCK * 64 * 3 + 129, 2);  // the emulation's grid: 4 blocks of 16 warps
         long taken = backend_cuda_route_calls("adam8_warp") - calls0, want = route ? 5 + 3 + 2 + 2 : 0;
         if (g_gpu != g_cpu)
             check(taken == want, "cuda_adam8_warp_taken", "%ld of the %d optimizer calls through the route%s (want %ld)",
