@@ -31,6 +31,7 @@
 #           model trains as many steps as the budget holds: a 12-step probe of the starter times a
 #           step, and EVAL_RESERVE seconds (default 150) are kept for the chains' scoring.
 #           EVAL_CONFIGS and EVAL_DIR (default configs/eval64, out/eval64) try it with other models
+# CONFIG (default configs/starter.conf, the 24 GB preset) is the network of pairs, routes and bench.
 set -u
 T0=$(date +%s)
 LOG=${1:-out/gpu-run}
@@ -83,9 +84,10 @@ for part in ${PARTS:-tests pairs routes train}; do
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
     routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
     pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
-        CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ;;
+        CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ${CONFIG:+"$CONFIG"} ;;
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
-        PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 tools/bench_cuda.sh "$LOG/bench" ;;
+        PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 \
+        tools/bench_cuda.sh "$LOG/bench" ${CONFIG:+"$CONFIG"} ;;
     ops) step bench-ops 60 sh -c "'$BUNDLE/bench_ops' --device cuda > '$LOG/bench-ops.txt' 2>&1"
         tail -28 "$LOG/bench-ops.txt" ;;
     ae) step autoencoder 90 env FC="$FC" DEVICE=cuda INPUT=shapes:0 FRAMES=4 PAIRS=5 PYTHON="$PY" tools/bench_autoencoder.sh
