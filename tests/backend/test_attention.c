@@ -151,8 +151,37 @@ static void t_attention(const Backend *be, int B, int F, int N, int D, int H, in
     free(qkv), free(dout), free(out), free(lse), free(dqkv);
 }
 
+// Temporal sequences of L tokens (heads of 16) where the first query meets the last key with a
+// score of 120 and every other score is small: exp(120) overflows a float, so a softmax whose
+// maximum leaves out the row's last score (the tail after the 8-lane loops, L = 5, 7, 17) gives
+// inf or NaN. Both paths (short and long) against the reference in double, every value finite.
+static void t_attention_far_last_key(const Backend *be, int L) {
+    int B = 1, N = 3, D = 32, H = 2, dh = D / H;
+    AttnLayout lay = attn_layout_tokens(B, L, N, 1);
+    size_t T = (size_t)B * L * N;
+    real *qkv = randn(T * 3 * D, (uint64_t)(1000 + L), 0.5), *dout = randn(T * D, (uint64_t)(2000 + L), 1);
+    for (int c = 0; c < dh; c++) qkv[c] = 2, qkv[(size_t)(L - 1) * N * 3 * D + D + c] = 15;  // head 0, position 0
+    double *out = malloc(sizeof(double) * T * D), *lse = malloc(sizeof(double) * T * H);
+    double *dqkv = malloc(sizeof(double) * T * 3 * D);
+    reference(out, lse, dqkv, qkv, dout, lay, D, H);
+    for (int long_path = 0; long_path < 2; long_path++) {
+        Result r = run(be, long_path, qkv, dout, lay, D, H, T);
+        double eo = worst(r.out, out, T * D), el = worst(r.lse, lse, T * H), ed = worst(r.dqkv, dqkv, T * 3 * D);
+        int finite = 1;
+        for (size_t i = 0; i < T * D; i++) finite &= isfinite(r.out[i]);
+        for (size_t i = 0; i < T * H; i++) finite &= isfinite(r.lse[i]);
+        check(finite && eo < 1e-4 && el < 1e-4 && ed < 1e-4, "attention_far_last_key",
+              "temporal L=%d dh=%d, %s path, one score of 120: %s; worst error out %.1e, lse %.1e, dqkv %.1e "
+              "(tolerance 1e-4)", L, dh, long_path ? "long" : "the backend's", finite ? "all finite" : "NOT FINITE",
+              eo, el, ed);
+        free_result(&r);
+    }
+    free(qkv), free(dout), free(out), free(lse), free(dqkv);
+}
+
 int main(void) {
     const Backend *be = backend_cpu();
+    t_attention_far_last_key(be, 5), t_attention_far_last_key(be, 7), t_attention_far_last_key(be, 17);
     // The temporal attention of the configs: 7 frames, heads of 16 (tiny), 32 (small), 64 (medium).
     t_attention(be, 2, 7, 16, 64, 4, 1, 1);
     t_attention(be, 1, 7, 9, 128, 4, 1, 1);

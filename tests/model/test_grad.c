@@ -233,16 +233,28 @@ static void test_ops(void) {
         g.args[2] = ARG("gate", c.mod, c.dmod, 72), g.nargs = 3;
         gradcheck(&g, tol);
     }
-    {
-        Ctx c = {.T = 5, .D = 8, .H = 2};
-        c.qkv = randbuf(120, -2, 2), c.qw = randbuf(4, 0.5, 1.5), c.kw = randbuf(4, 0.5, 1.5);
-        c.stats = talloc(20, sizeof(real));
+    {  // a width that is no multiple of the row loops' 8 lanes: their tails
+        Ctx c = {.S = 2, .N = 3, .D = 12, .ms = 36};
+        c.x = randbuf(72, -2, 2), c.mod = randbuf(72, -0.5, 0.5);
+        c.mean = talloc(6, sizeof(real)), c.rstd = talloc(6, sizeof(real));
+        OpCheck k = op("ln_mod_D12", ln_f, ln_b, &c, 72);
+        k.args[0] = ARG("x", c.x, c.dx, 72), k.args[1] = ARG("shift_scale", c.mod, c.dmod, 72), k.nargs = 2;
+        gradcheck(&k, tol);
+    }
+    for (int dh = 4; dh <= 12; dh += 8) {  // heads of 4 (a tail alone) and of 12 (8 lanes and a tail)
+        int T = 5, H = 2, D = H * dh;
+        size_t n = (size_t)T * 3 * D;
+        Ctx c = {.T = T, .D = D, .H = H};
+        c.qkv = randbuf(n, -2, 2), c.qw = randbuf(dh, 0.5, 1.5), c.kw = randbuf(dh, 0.5, 1.5);
+        c.stats = talloc((size_t)T * 2 * H, sizeof(real));
         for (c.pmode = GRAD_SET; c.pmode <= GRAD_ADD; c.pmode++) {  // dqw, dkw overwritten, then added into
-            OpCheck k = op(c.pmode == GRAD_SET ? "qk_norm_set" : "qk_norm", qkn_f, qkn_b, &c, 120);
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", c.pmode == GRAD_SET ? "qk_norm_set" : "qk_norm", dh == 4 ? "" : "_dh12");
+            OpCheck k = op(name, qkn_f, qkn_b, &c, n);
             int set = c.pmode == GRAD_SET;
-            k.args[0] = ARG_SET("qkv", c.qkv, c.dqkv, 120);
-            k.args[1] = (Arg){"qw", c.qw, c.dqw = talloc(4, sizeof(real)), 4, set};
-            k.args[2] = (Arg){"kw", c.kw, c.dkw = talloc(4, sizeof(real)), 4, set}, k.nargs = 3;
+            k.args[0] = ARG_SET("qkv", c.qkv, c.dqkv, n);
+            k.args[1] = (Arg){"qw", c.qw, c.dqw = talloc(dh, sizeof(real)), (size_t)dh, set};
+            k.args[2] = (Arg){"kw", c.kw, c.dkw = talloc(dh, sizeof(real)), (size_t)dh, set}, k.nargs = 3;
             gradcheck(&k, tol);
         }
     }
@@ -306,6 +318,67 @@ static void test_ops(void) {
         for (int i = 0; i < 6; i++) leak += fabs(c.dx[i] - 0.25) + fabs(c.dx[12 + i] - 0.25);
         check(leak == 0, "mse_masked_ignores_conditioning_slots", "gradient on non-target slots: %g", leak);
     }
+}
+
+// ----------------------------------------------------------------------------
+// forwards against their formulas, which finite differences cannot check (a forward and its
+// backward wrong alike agree with each other), and the NULL-gradient contract
+
+// LayerNorm without modulation (shift = scale = 0) against its formula with eps 1e-6, at a width
+// with a tail (12) and on rows whose variance (about 3e-7) is below eps: there eps decides rstd.
+static void test_ln_formula(void) {
+    int S = 1, N = 4, D = 12;
+    real *x = randbuf((size_t)N * D, -1, 1), *y = talloc((size_t)N * D, sizeof(real));
+    real *mod = talloc((size_t)2 * D, sizeof(real)), *mean = talloc(N, sizeof(real)), *rstd = talloc(N, sizeof(real));
+    for (int i = 2 * D; i < N * D; i++) x[i] = 0.5 + 1e-3 * x[i];  // rows 2 and 3: low variance
+    be->ln_mod_fwd(y, mean, rstd, x, mod, mod + D, 2 * D, S, N, D);
+    double worst = 0;
+    for (int r = 0; r < N; r++) {
+        double mu = 0, var = 0;
+        for (int d = 0; d < D; d++) mu += x[r * D + d];
+        mu /= D;
+        for (int d = 0; d < D; d++) var += (x[r * D + d] - mu) * (x[r * D + d] - mu);
+        double rs = 1 / sqrt(var / D + 1e-6);
+        for (int d = 0; d < D; d++) worst = fmax(worst, fabs(y[r * D + d] - (x[r * D + d] - mu) * rs));
+    }
+    check(worst < 1e-9, "ln_mod_forward_formula", "D=%d, two rows of variance under eps: worst |y - (x - mean) / "
+          "sqrt(var + 1e-6)| %.1e (tol 1e-9)", D, worst);
+}
+
+// The sinusoid embedding: out[k] = cos(a), out[half + k] = sin(a), a = x scale 10000^(-k / half).
+static void test_sinusoid_formula(void) {
+    int M = 3, d = 16, half = d / 2;
+    real x[3] = {0.3, -2.0, 7.5}, *out = talloc((size_t)M * d, sizeof(real));
+    be->sinusoid_fwd(out, x, 1.5, M, d);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < half; k++) {
+            double a = x[m] * 1.5 * pow(10000.0, -(double)k / half);
+            worst = fmax(worst, fmax(fabs(out[m * d + k] - cos(a)), fabs(out[m * d + half + k] - sin(a))));
+        }
+    check(worst < 1e-12, "sinusoid_forward_formula", "M=%d d=%d scale 1.5: worst error %.1e (tol 1e-12)", M, d,
+          worst);
+}
+
+// ln_mod_bwd with one of dshift and dscale NULL (backend.h: a NULL gradient is not computed): the
+// other the same bytes as with both, and dx too.
+static void test_ln_null_grads(void) {
+    int S = 2, N = 3, D = 12;
+    long ms = 2 * D;
+    size_t n = (size_t)S * N * D, nm = (size_t)S * ms;
+    real *x = randbuf(n, -2, 2), *dy = randbuf(n, -1, 1), *mod = randbuf(nm, -0.5, 0.5), *y = talloc(n, sizeof(real));
+    real *mean = talloc((size_t)S * N, sizeof(real)), *rstd = talloc((size_t)S * N, sizeof(real));
+    be->ln_mod_fwd(y, mean, rstd, x, mod, mod + D, ms, S, N, D);
+    real *g[3][3];  // [both, shift only, scale only][dx, dshift, dscale]
+    for (int way = 0; way < 3; way++) {
+        for (int k = 0; k < 3; k++) g[way][k] = talloc(k ? nm : n, sizeof(real));
+        be->ln_mod_bwd(g[way][0], way == 2 ? NULL : g[way][1], way == 1 ? NULL : g[way][2], dy, x, mean, rstd,
+                       mod + D, ms, S, N, D);
+    }
+    int same = !memcmp(g[0][0], g[1][0], n * sizeof(real)) && !memcmp(g[0][0], g[2][0], n * sizeof(real)) &&
+               !memcmp(g[0][1], g[1][1], nm * sizeof(real)) && !memcmp(g[0][2], g[2][2], nm * sizeof(real));
+    check(same, "ln_mod_backward_null_gradient", "dshift alone, dscale alone: %s as with both, and dx",
+          same ? "the same bytes" : "NOT the same bytes");
 }
 
 // ----------------------------------------------------------------------------
@@ -422,6 +495,7 @@ int main(int argc, char **argv) {
     fc_set_threads(fc_default_threads());
     be = backend_cpu();
     test_ops();
+    test_ln_formula(), test_sinusoid_formula(), test_ln_null_grads();
     const char *tiny = argc > 1 ? argv[1] : "configs/tiny/starter.conf";
     test_network(tiny, 0, 0, "none");
     test_network(tiny, 3, 1, "none");
