@@ -1,8 +1,8 @@
 // cuda_emu_runtime.cpp: the CUDA runtime and cuBLAS calls the backend makes, on the CPU, for the
 // emulation build (cuda_emu.h). Device memory is host memory; the default stream's work runs when
 // it is issued, a non-blocking stream's copies when something waits for them ("streams and
-// events" below); the device it reports is an sm_86 card (an RTX 3090: the smallest shared-memory opt-in of the
-// GPUs framechain targets, 99 KiB). GEMMs run through OpenBLAS: bf16 operands are widened to fp32
+// events" below); the device it reports is an sm_86 card (an RTX 3090: the smallest shared-memory
+// opt-in of the GPUs framechain targets, 99 KiB). GEMMs run through OpenBLAS: bf16 operands are widened to fp32
 // (exactly) and multiplied with fp32 accumulation, as the tensor cores do.
 #include <cblas.h>
 #include <stdio.h>
