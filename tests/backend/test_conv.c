@@ -66,10 +66,12 @@ static void t_conv(int B, int Cin, int H, int W, int Cout, int k, int stride, in
     free(x), free(w), free(b), free(y), free(want);
 }
 
-static void t_group_norm(int B, int C, long HW, int groups, int in_place) {
+// x ~ 0.7 + N(0, spread^2): off zero, off unit scale; at a spread of 1e-3 a group's variance is
+// about eps (1e-6), which then decides the scale.
+static void t_group_norm(int B, int C, long HW, int groups, int in_place, double spread) {
     size_t n = (size_t)B * C * HW;
     real *x = randn(n, 4), *g = randn(C, 5), *bt = randn(C, 6), *y = malloc(sizeof(real) * n);
-    for (size_t i = 0; i < n; i++) x[i] = x[i] * 2 + 0.7f;  // off zero, off unit scale
+    for (size_t i = 0; i < n; i++) x[i] = (real)(x[i] * spread + 0.7);
     double *want = malloc(sizeof(double) * n);
     int cg = C / groups;
     for (int b = 0; b < B; b++)
@@ -95,8 +97,8 @@ static void t_group_norm(int B, int C, long HW, int groups, int in_place) {
         be->group_norm_fwd(y, x, g, bt, B, C, HW, groups, (real)1e-6);
     }
     double e = worst(y, want, n);
-    check(e < 1e-5, "group_norm", "B=%d C=%d HW=%ld groups=%d%s: worst error %.2e", B, C, HW, groups,
-          in_place ? ", in place" : "", e);
+    check(e < 1e-5, "group_norm", "B=%d C=%d HW=%ld groups=%d%s, x spread %g: worst error %.2e", B, C, HW, groups,
+          in_place ? ", in place" : "", spread, e);
     free(x), free(g), free(bt), free(y), free(want);
 }
 
@@ -177,9 +179,10 @@ int main(void) {
     t_conv(2, 3, 13, 11, 4, 3, 1, 1, 1, 1, 1, 1, 600);  // im2col tiles of 1 or 2 rows
     t_conv(1, 2, 12, 10, 3, 3, 2, 0, 0, 1, 1, 1, 500);
     t_conv(1, 1, 2, 2, 1, 3, 1, 1, 1, 1, 1, 1, 0);  // more padding than image
-    t_group_norm(2, 8, 30, 4, 0);
-    t_group_norm(1, 6, 17, 1, 1);
-    t_group_norm(1, 32, 5, 32, 0);  // a group per channel
+    t_group_norm(2, 8, 30, 4, 0, 2);
+    t_group_norm(1, 6, 17, 1, 1, 2);
+    t_group_norm(1, 32, 5, 32, 0, 2);  // a group per channel
+    t_group_norm(1, 4, 16, 2, 0, 1e-3);  // variance about eps
     t_pointwise(1001);
     t_upsample(2, 3, 5, 4);
     t_image_attn(2, 8, 30, 0), t_image_attn(1, 16, 64, 500);  // the second: 3 query rows a chunk
