@@ -41,7 +41,8 @@ int backend_cuda_set_route(const char *name, int on);
 // The routes as "name=0|1,...", for logs.
 const char *backend_cuda_routes(void);
 // For tests: how many calls a route has taken (attn_short: attention passes, forward or backward;
-// qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls), or -1 for a route that does not count them.
+// qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls), or -1 for a route that
+// does not count them.
 long backend_cuda_route_calls(const char *name);
 #ifdef __cplusplus
 }

@@ -162,18 +162,6 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
 // at the 24 GB preset).
 enum { ADAM8_WARPS = 16, ADAM8_WARP_BLOCKS_PER_SM = 4 };
 
-// quant8_encode_table of src/backend/quant8.h on a code table in shared memory.
-static __device__ __forceinline__ uint8_t encode8_index(const float *table, float x) {
-    uint32_t u = __float_as_uint(x);
-    uint32_t e = (u >> 23) & 255, last = QUANT8_INDEX_EXP0 + QUANT8_INDEX_ROWS - 1;
-    e = e < QUANT8_INDEX_EXP0 ? QUANT8_INDEX_EXP0 : e > last ? last : e;
-    const uint8_t *index = (const uint8_t *)(table + QUANT8_ENCODER);
-    unsigned c = index[((u >> 31) * QUANT8_INDEX_ROWS + (e - QUANT8_INDEX_EXP0)) * 256 + ((u >> 15) & 255)];
-    c += (unsigned)(x >= table[256 + c]);
-    c = c < 255 ? c : 255;
-    return (uint8_t)(x == x ? c : 0);
-}
-
 // The maximum over a warp; every lane gets it. Exact (max does not depend on the order).
 static __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -217,8 +205,8 @@ static __global__ void __launch_bounds__(ADAM8_WARPS * 32)
         for (int k = 0; k < per; k++) {
             size_t i = b * ADAM8_BLOCK + (size_t)k * 32 + lane;
             if (i >= n) break;
-            m8[i] = new_am > 0.0f ? encode8_index(cm, __fdiv_rn(mi[k], new_am)) : 0;
-            v8[i] = new_av > 0.0f ? encode8_index(cv, __fdiv_rn(vi[k], new_av)) : 0;
+            m8[i] = new_am > 0.0f ? quant8_encode_table(cm, __fdiv_rn(mi[k], new_am)) : 0;
+            v8[i] = new_av > 0.0f ? quant8_encode_table(cv, __fdiv_rn(vi[k], new_av)) : 0;
         }
     }
 }

@@ -67,6 +67,14 @@ fc_row() {
         "$(sed -nE 's/^peak .* ([0-9.]+) GiB measured.*/\1/p' "$log")" "$card"
     rm -rf "$OUT/run"
 }
+# pt_json_row OPTIONS JSON CARD_GIB: the row of one torch_train.py --json result; sets ms
+pt_json_row() {
+    local j=$2
+    get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
+    ms=$(get step_ms)
+    row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${1:-eager}" "$ms" \
+        "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" "$3"
+}
 # pt_row OPTIONS: one PyTorch run ("eager" or torch_train.py's options), its row; sets ms (empty if it failed)
 pt_row() {
     local opts=$1
@@ -80,13 +88,9 @@ pt_row() {
         tail -3 "$OUT/pt.err"
         return
     fi
-    local card j
+    local card
     card=$(card_peak)
-    j=$(cat "$OUT/pt.json")
-    get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
-    ms=$(get step_ms)
-    row "pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${opts:-eager}" "$ms" \
-        "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" "$card"
+    pt_json_row "$opts" "$(cat "$OUT/pt.json")" "$card"
 }
 IFS=, read -r -a pt_runs <<< "${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}"
 if [ "${PAIRS:-0}" -gt 0 ]; then
@@ -101,7 +105,6 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     [ -n "$PYTHON" ] && [ ${#pt_runs[@]} -gt 0 ] || { echo "bench-cuda: PAIRS needs PyTorch and PT_RUNS"; exit 1; }
     pt_opts=${pt_runs[0]}
     [ "$pt_opts" = eager ] && pt_opts=""
-    pt_label="pytorch $("$PYTHON" -c 'import torch; print(torch.__version__)') bf16 sdpa ${pt_opts:-eager}"
     # shellcheck disable=SC2086
     coproc PT { "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa \
         $pt_opts --steps "$STEPS" --warmup 3 --serve --json 2> "$OUT/pt.err"; }
@@ -110,15 +113,14 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     read -r j <&"$pt_out" && [ "$j" = '{"ready": true}' ] || {
         echo "bench-cuda: PyTorch did not start: $(tail -3 "$OUT/pt.err")"; exit 1; }
     echo "PyTorch ready (its warm-up and compilation) in $(($(date +%s) - t0)) s"
-    get() { echo "$j" | sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
     fc_ms="" pt_ms=""
     for p in $(seq "$PAIRS"); do
         fc_row "$fc_first"
         fc_ms="$fc_ms ${ms:-0}"
         echo go >&"$pt_in"
         if read -r j <&"$pt_out"; then
-            row "$pt_label" "$(get step_ms)" "$(get frames_per_s)" "$(get tflops)" "$(get peak_gib)" 0
-            pt_ms="$pt_ms $(get step_ms)"
+            pt_json_row "$pt_opts" "$j" 0
+            pt_ms="$pt_ms ${ms:-0}"
         else
             echo "bench-cuda: PyTorch stopped: $(tail -3 "$OUT/pt.err")"
             pt_ms="$pt_ms 0"

@@ -35,8 +35,14 @@ uint8_t quant8_encode(const float code[256], float x);
 void quant8_table(float table[QUANT8_TABLE]);
 
 // quant8_encode(table, x) for every x, by the table's index (tests/backend/test_optim.c checks every 251st
-// float, every threshold and its neighbour, against the midpoint test).
-static inline uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x) {
+// float, every threshold and its neighbour, against the midpoint test). Also the CUDA backend's, on a
+// table in shared memory (cuda/optim.cu, the adam8_warp route).
+#ifdef __CUDACC__
+#define QUANT8_HOST_DEVICE __host__ __device__
+#else
+#define QUANT8_HOST_DEVICE
+#endif
+static inline QUANT8_HOST_DEVICE uint8_t quant8_encode_table(const float table[QUANT8_TABLE], float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     uint32_t e = (u >> 23) & 255, last = QUANT8_INDEX_EXP0 + QUANT8_INDEX_ROWS - 1;

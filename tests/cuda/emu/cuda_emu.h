@@ -103,11 +103,6 @@ static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return sqrt(a); }
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
-static inline unsigned __float_as_uint(float x) {
-    unsigned u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
 using std::max;
 using std::min;
 
