@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -93,6 +94,7 @@ enum {
     SCRATCH_ATTN_DS,  // attention's stored dS and its dQ GEMM's pointers (attention_tc.cu)
     SCRATCH_COLSUM,   // the chunks' sums of a column sum (colsum.cu)
     SCRATCH_CONV,     // a convolution's im2col tile (conv.cu)
+    SCRATCH_FP8_A, SCRATCH_FP8_W, SCRATCH_FP8_MAX,  // the fp8_fwd route's operands and maxima (fp8.cu)
     SCRATCH_COUNT
 };
 void *fc_cuda_scratch(int which, size_t bytes);
@@ -136,11 +138,12 @@ struct CudaRoutes {
     int qk_norm_fused;   // the q/k norm's backward in one pass over its inputs (norm.cu)
     int ln_mod_fused;    // the modulated LayerNorm's backward in one pass over its inputs (norm.cu)
     int adam8_warp;      // the 8-bit AdamW with a warp per quantisation block (optim.cu)
+    int fp8_fwd;         // the bf16 linear forward's GEMM on E4M3 operands, where cuBLASLt has one (linear.cu)
 };
 extern CudaRoutes fc_routes;
 // The calls each route has taken, for tests (backend_cuda_route_calls).
 struct CudaRouteCalls {
-    long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp;
+    long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp, fp8_fwd;
 };
 extern CudaRouteCalls fc_route_calls;
 // The GPU's multiprocessors (backend_cuda.cu, at start), for grids sized to the card.
@@ -153,6 +156,12 @@ void cuda_register_elementwise(Backend *be, int bf16);  // cuda/elementwise.cu
 void cuda_register_norm(Backend *be, int bf16);         // cuda/norm.cu
 void cuda_register_attention(Backend *be);              // cuda/attention.cu: fp32 flash attention
 void cuda_register_attention_tc(Backend *be);  // cuda/attention_tc.cu: bf16 on tensor cores (the "cuda" table)
+
+// The fp8_fwd route's operands (fp8.cu): y (n) = x as E4M3 bytes with one power-of-two scale for the
+// tensor, scale[0] = 2^e (quantise) and scale[1] = 2^-e (dequantise), both in device memory; and
+// a bias (n) in bf16, as cuBLASLt's fp8 kernels read it.
+void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, size_t n);
+void fc_fp8_bias(__nv_bfloat16 *y, const float *b, size_t n);
 
 // The head dimension D / H, or a clear death where no attention kernel has it (16, 32, 64, 128);
 // and the backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch, out an

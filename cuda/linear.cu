@@ -16,6 +16,10 @@
 // ordered (in place behind counters, or in the workspace and then reduced in a separate step, never
 // by atomics), and everything runs on the one default stream with a workspace of its own.
 //
+// The fp8_fwd route (off by default, cuda_common.cuh) runs the bf16 forward's GEMM on E4M3 copies of
+// its two bf16 operands, each with one power-of-two scale (fp8.cu), on the fp8 tensor cores of sm_89
+// and sm_90 (twice the bf16 rate), the bias in the epilogue as before; the backward stays bf16.
+//
 // cuBLAS is column-major. A row-major (R, C) matrix with leading dimension C is, to cuBLAS, the
 // column-major (C, R) matrix: its transpose. Every call below is written in those terms.
 #include <string.h>
@@ -103,7 +107,8 @@ static const __nv_bfloat16 *operand16(GemmKind kind, const Operand *x) {
 // NOT_SUPPORTED): that configuration then always takes the cuBLAS path. The operands' alignments
 // are part of the key, as the heuristic picks kernels that rely on them.
 typedef struct {
-    int used, ta, m, n, k;  // op(A) is CUBLAS_OP_T or _N; B is never transposed
+    int used, fp8, ta, m, n, k;  // fp8: E4M3 A and B (the fp8_fwd route), else bf16; op(A) is CUBLAS_OP_T
+                                 // or _N; B is never transposed
     uint32_t epilogue;
     unsigned align_a, align_b, align_d, align_bias, align_aux;  // bytes, up to 256 (0: not used)
     int lt;
@@ -135,8 +140,17 @@ static void lt_plan_release(LtPlan *p) {
     memset(p, 0, sizeof *p);
 }
 
-// The pointers of one matmul that live in the descriptor: the bias and the aux matrix.
-static void lt_set_pointers(const LtPlan *p, const float *bias, const float *aux) {
+// The fp8_fwd route's scales (fp8.cu), in device memory: A's (the weight's) quantise and dequantise
+// factors, then B's. Made once; every fp8 plan reads its dequantise factors from here.
+static float *g_fp8_scales;
+static float *fp8_scales(void) {
+    if (!g_fp8_scales) g_fp8_scales = (float *)fc_cuda_alloc(4 * sizeof(float));
+    return g_fp8_scales;
+}
+
+// The pointers of one matmul that live in the descriptor: the bias (fp32, bf16 on fp8 plans) and the
+// aux matrix.
+static void lt_set_pointers(const LtPlan *p, const void *bias, const float *aux) {
     if (lt_has_bias(p->epilogue))
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (lt_has_aux(p->epilogue))
@@ -146,7 +160,7 @@ static void lt_set_pointers(const LtPlan *p, const float *bias, const float *aux
 
 // A new plan for `key`: the descriptors, then one heuristic query with the operands' alignments and
 // the bias and aux pointers the matmul will see (the heuristic reads their alignment from the descriptor).
-static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *aux) {
+static LtPlan *lt_plan_new(const LtPlan *key, const void *bias, const float *aux) {
     LtPlan *p = &g_lt_plans[g_lt_next];
     g_lt_next = (g_lt_next + 1) % LT_PLANS;
     lt_plan_release(p);
@@ -160,8 +174,9 @@ static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *au
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     if (lt_has_bias(epilogue)) {
-        // The bias has D's type (fp32) with bf16 A and B; said explicitly rather than left to the default.
-        const int32_t bias_type = CUDA_R_32F;
+        // The bias has D's type (fp32) with bf16 A and B, bf16 with fp8 ones (cuBLASLt's fp8 kernels
+        // with an fp32 D take no other); said explicitly rather than left to the default.
+        const int32_t bias_type = p->fp8 ? CUDA_R_16BF : CUDA_R_32F;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof bias_type));
     }
@@ -170,11 +185,17 @@ static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *au
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                    sizeof aux_ld));
     }
+    if (p->fp8) {  // D = (2^-eA A)(2^-eB B) + bias: the operands' dequantise factors (fp8.cu)
+        const float *sa = fp8_scales() + 1, *sb = fp8_scales() + 3;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    }
     lt_set_pointers(p, bias, aux);
     // A: (k, m) read transposed or (m, k); B: (k, n); C and D: (m, n); all column-major, packed.
     int a_rows = p->ta == CUBLAS_OP_T ? p->k : p->m, a_cols = p->ta == CUBLAS_OP_T ? p->m : p->k;
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)p->k, (uint64_t)p->n, p->k));
+    const cudaDataType ab_type = p->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, ab_type, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, ab_type, (uint64_t)p->k, (uint64_t)p->n, p->k));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->m, (uint64_t)p->n, p->m));
 
     cublasLtMatmulPreference_t pref;
@@ -193,52 +214,91 @@ static LtPlan *lt_plan_new(const LtPlan *key, const float *bias, const float *au
                                                        &result, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     // No kernel for it: NOT_SUPPORTED, or INVALID_VALUE for a combination it does not take. The GELU
-    // epilogues are newer and less common, so any refusal of theirs means the cuBLAS path.
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE && !lt_has_aux(epilogue))
+    // epilogues are newer and less common, and fp8 has no kernels before sm_89, so any refusal of
+    // theirs means the bf16 or cuBLAS path.
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE && !lt_has_aux(epilogue) && !p->fp8)
         fc_cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     p->lt = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (p->lt) p->algo = result.algo;
     return p;
 }
 
-// D (m, n) = op(A) @ B with `epilogue` through cublasLtMatmul (beta 0: D is not read); 0, with
-// nothing written, where this configuration takes the cuBLAS path instead. bias (m) and aux (m, n)
-// as the epilogue needs them.
+// The plan for one configuration (fp8 or bf16 A and B, op(A), the shape, the epilogue, the operands'
+// alignments): the one made before, or a new one (its heuristic query made with these pointers).
+// NULL where that configuration takes the other path. stage: the bias must first be copied to
+// 16 bytes (the alignment the plan is made for is then the scratch's).
+static LtPlan *lt_plan_get(int fp8, int ta, int m, int n, int k, uint32_t epilogue, const void *A, const void *B,
+                           const float *D, const void *bias, const float *aux, int stage) {
+    LtPlan key;
+    memset(&key, 0, sizeof key);
+    key.fp8 = fp8, key.ta = ta, key.m = m, key.n = n, key.k = k, key.epilogue = epilogue;
+    key.align_a = lt_align(A), key.align_b = lt_align(B), key.align_d = lt_align(D);
+    key.align_bias = lt_has_bias(epilogue) ? (stage ? 256 : lt_align(bias)) : 0;  // scratch starts on 256 bytes
+    key.align_aux = lt_has_aux(epilogue) ? lt_align(aux) : 0;
+    for (int i = 0; i < LT_PLANS; i++) {
+        LtPlan *q = &g_lt_plans[i];
+        if (q->used && q->fp8 == fp8 && q->ta == ta && q->m == m && q->n == n && q->k == k &&
+            q->epilogue == epilogue && q->align_a == key.align_a && q->align_b == key.align_b &&
+            q->align_d == key.align_d && q->align_bias == key.align_bias && q->align_aux == key.align_aux)
+            return q->lt ? q : NULL;
+    }
+    LtPlan *p = lt_plan_new(&key, bias, aux);
+    return p->lt ? p : NULL;
+}
+
+// D = op(A) @ B (+ the epilogue) with plan p (beta 0: D is not read); 0, with nothing written, where
+// cublasLtMatmul refuses it after all (remembered: that configuration takes the other path).
+static int lt_run(LtPlan *p, const void *A, const void *B, float *D, const void *bias, float *aux) {
+    lt_set_pointers(p, bias, aux);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
+                                       &p->algo, g_lt_workspace, LT_WORKSPACE_BYTES, 0);
+    // An aux epilogue or fp8 configuration the heuristic offered may still be refused as an invalid
+    // combination of types.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (st == CUBLAS_STATUS_INVALID_VALUE && (lt_has_aux(p->epilogue) || p->fp8)))
+        return p->lt = 0;
+    fc_cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
+    return 1;
+}
+
+// D (m, n) = op(A) @ B with `epilogue` through cublasLtMatmul, bf16 A and B (beta 0: D is not read);
+// 0, with nothing written, where this configuration takes the cuBLAS path instead. bias (m) and
+// aux (m, n) as the epilogue needs them.
 static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
                      float *D, const float *bias, float *aux) {
     if (lt_has_aux(epilogue) && (m % 8 || lt_align(aux) < LT_AUX_ALIGN)) return 0;
-    LtPlan key;
-    memset(&key, 0, sizeof key);
-    key.ta = ta, key.m = m, key.n = n, key.k = k, key.epilogue = epilogue;
-    key.align_a = lt_align(A), key.align_b = lt_align(B), key.align_d = lt_align(D);
     int stage = lt_has_bias(epilogue) && lt_align(bias) < LT_BIAS_ALIGN;
-    key.align_bias = lt_has_bias(epilogue) ? (stage ? 256 : lt_align(bias)) : 0;  // scratch starts on 256 bytes
-    key.align_aux = lt_has_aux(epilogue) ? lt_align(aux) : 0;
-    LtPlan *p = NULL;
-    for (int i = 0; i < LT_PLANS && !p; i++) {
-        LtPlan *q = &g_lt_plans[i];
-        if (q->used && q->ta == ta && q->m == m && q->n == n && q->k == k && q->epilogue == epilogue &&
-            q->align_a == key.align_a && q->align_b == key.align_b && q->align_d == key.align_d &&
-            q->align_bias == key.align_bias && q->align_aux == key.align_aux)
-            p = q;
-    }
-    if (p && !p->lt) return 0;
+    LtPlan *p = lt_plan_get(0, ta, m, n, k, epilogue, A, B, D, bias, aux, stage);
+    if (!p) return 0;
     if (stage) {
         float *copy = (float *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(float) * (size_t)m);
         cudaCheck(cudaMemcpyAsync(copy, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, 0));
         bias = copy;
     }
-    if (!p) p = lt_plan_new(&key, bias, aux);
-    if (!p->lt) return 0;
-    lt_set_pointers(p, bias, aux);
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
-                                       &p->algo, g_lt_workspace, LT_WORKSPACE_BYTES, 0);
-    // Remembered: this configuration takes cuBLAS. (An aux epilogue the heuristic offered may still be
-    // refused as an invalid combination of types.)
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_INVALID_VALUE && lt_has_aux(p->epilogue)))
-        return p->lt = 0;
-    fc_cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
+    return lt_run(p, A, B, D, bias, aux);
+}
+
+// The fp8_fwd route: y^T (N, M) = w8 (N, K) @ x8^T (K, M) (+ b in the epilogue), w8 and x8 the bf16
+// weight and operand as E4M3 with one scale each (fp8.cu), accumulated in fp32 by cuBLASLt. Its fp8
+// kernels read A transposed and B as it is (the forward's layout) with leading dimensions of
+// multiples of 16 bytes: K and N multiples of 16. 0, with nothing written, where it does not take
+// the shape or cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16 GEMM then.
+static int fp8_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16 *w16, const real *b, int M, int K,
+                          int N) {
+    if (K % 16 || N % 16 || M <= 0) return 0;
+    __nv_fp8_storage_t *x8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * K);
+    __nv_fp8_storage_t *w8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
+    __nv_bfloat16 *b16 = b ? (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(__nv_bfloat16) * N) : NULL;
+    uint32_t epilogue = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    LtPlan *p = lt_plan_get(1, CUBLAS_OP_T, N, M, K, epilogue, w8, x8, y, b16, NULL, 0);
+    if (!p) return 0;
+    float *scales = fp8_scales();
+    fc_fp8_quantize(w8, scales, w16, (size_t)N * K);
+    fc_fp8_quantize(x8, scales + 2, x16, (size_t)M * K);
+    if (b) fc_fp8_bias(b16, b, N);
+    if (!lt_run(p, w8, x8, y, b16, NULL)) return 0;
+    fc_route_calls.fp8_fwd++;
     return 1;
 }
 
@@ -255,6 +315,10 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
     const __nv_bfloat16 *w16 = NULL, *x16 = operand16(kind, x);
     if (K > 0) {
         w16 = weight16(kind, w, (size_t)N * K);
+        if (kind.bf16 && fc_routes.fp8_fwd && fp8_linear_fwd(y, x16, w16, b, M, K, N)) {
+            if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);
+            return;
+        }
         if (kind.bf16 && lt_matmul(CUBLAS_OP_T, N, M, K, b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, w16,
                                    x16, y, b, NULL)) {
             if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);

@@ -14,13 +14,15 @@
 # machine and run there:
 #   BUDGET=555 tools/gpu_run.sh /tmp/logs; cp /tmp/logs.tgz /tmp/logs/summary.txt $OUT/
 #
-# Parts (PARTS, in the order given; default "tests pairs routes train": by 2026-11-28's times about
-# 31 + 280 + 160 s on an H200, then the kill -9 test with what is left; a second call right after can
-# run the rest):
+# Parts (PARTS, in the order given; default "tests routes loss pairs train": by 2026-11-28's times about
+# 31 s, then about 300 s for the two routes waiting for hardware, 80 s for fp8's loss curve; pairs
+# (about 280 s) and the kill -9 test are then cut by the budget, for a second call right after):
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
 #   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, ROUTE_PAIRS, default 3)
+#   loss    the training loss with a route against the defaults (tools/route_loss.sh; LOSS_ROUTE, default
+#           fp8_fwd, LOSS_STEPS, default 200)
 #   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS,
 #           default 5; PyTorch compiles once)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
@@ -31,7 +33,7 @@
 #           model trains as many steps as the budget holds: a 12-step probe of the starter times a
 #           step, and EVAL_RESERVE seconds (default 150) are kept for the chains' scoring.
 #           EVAL_CONFIGS and EVAL_DIR (default configs/eval64, out/eval64) try it with other models
-# CONFIG (default configs/starter.conf, the 24 GB preset) is the network of pairs, routes and bench.
+# CONFIG (default configs/starter.conf, the 24 GB preset) is the network of pairs, routes, loss and bench.
 set -u
 T0=$(date +%s)
 LOG=${1:-out/gpu-run}
@@ -76,13 +78,15 @@ fi
 "$FC" --version || { echo "gpu_run: $FC does not start (a bundle built with MPI=1 needs Open MPI 4)"; exit 1; }
 PY=$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)
 [ -n "$PY" ] && $PY -c 'import torch; print("torch", torch.__version__)'
-for part in ${PARTS:-tests pairs routes train}; do
+for part in ${PARTS:-tests routes loss pairs train}; do
     case $part in
     tests) step test-cuda 200 env BUNDLE="$BUNDLE" PART=tests SKIP_TRAIN_TEST=1 tools/gpu_check.sh "$LOG/tests" ;;
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
-    routes) step routes 240 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
+    routes) step routes 360 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
+    loss) step route-loss 150 env FC="$FC" ROUTE="${LOSS_ROUTE:-fp8_fwd}" STEPS="${LOSS_STEPS:-200}" \
+        CONFIG="${CONFIG:-configs/starter.conf}" tools/route_loss.sh "$LOG/loss" ;;
     pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
         CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ${CONFIG:+"$CONFIG"} ;;
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \

@@ -30,6 +30,7 @@ _Static_assert(sizeof(real) == sizeof(float), "test_cuda compares fp32 builds (t
 #define TOL_BF16 2e-2   // an op on bf16 operands
 #define TOL_BF16_PEAKED 3e-2  // attention's backward on bf16 operands with a peaked softmax (test_cuda.c)
 #define TOL_NET_BF16 5e-2  // gradients of the whole network on bf16 operands
+#define TOL_FP8_STEP 3e-1  // a whole training step with the forward's GEMMs on E4M3 operands (fp8_fwd)
 #define GUARD 67        // random elements after every buffer that no op may touch
 #define TINY "configs/tiny/starter.conf"
 #define SMALL "configs/small/starter.conf"
@@ -245,6 +246,9 @@ void cuda_optim_determinism(void);
 
 // cuda_conv_checks.c: the autoencoders' ops (section 1, both tables).
 void cuda_conv_cases(void);
+
+// cuda_fp8_checks.c: the fp8_fwd route's linear forward (section 1, the "cuda" table).
+void cuda_fp8_cases(void);
 
 // cuda_step_checks.c: section 3 (one whole training step on both backends; returns its failures) and
 // the timings of section 4.

@@ -742,6 +742,7 @@ static void section_ops_bf16(void) {
     }
     backend_cuda_set_route("attn_gemm", 0), g_attn_route = "";
     attn_short_cases(!g_quick);
+    cuda_fp8_cases();
 }
 
 static void section_ops(void) {
@@ -850,6 +851,16 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 4; k++) backend_cuda_set_route(routes[k], 1);
     g_mode = "_bf16_routes";
     g_failed += cuda_test_train_step();
+    for (int k = 0; k < 4; k++) backend_cuda_set_route(routes[k], 0);
+    // the forward's GEMMs on E4M3 operands (fp8_fwd): a step's loss and gradients as far from the
+    // CPU's as fp8's 3 bits of mantissa put them (the route's own arithmetic: section 1)
+    if (g_gpu != g_cpu) {
+        backend_cuda_set_route("fp8_fwd", 1);
+        g_mode = "_bf16_fp8", g_tol = TOL_FP8_STEP, g_tol_net = TOL_FP8_STEP;
+        g_failed += cuda_test_train_step();
+        backend_cuda_set_route("fp8_fwd", 0);
+        g_tol = TOL_BF16, g_tol_net = TOL_NET_BF16;
+    }
     routes_set(shipped, -1);
     g_mode = "_bf16_shipped";
     printf("INFO cuda routes as shipped: %s\n", backend_cuda_routes());

@@ -1,9 +1,10 @@
 // cuda_emu_runtime.cpp: the CUDA runtime and cuBLAS calls the backend makes, on the CPU, for the
 // emulation build (cuda_emu.h). Device memory is host memory; the default stream's work runs when
 // it is issued, a non-blocking stream's copies when something waits for them ("streams and
-// events" below); the device it reports is an sm_86 card (an RTX 3090: the smallest shared-memory
-// opt-in of the GPUs framechain targets, 99 KiB). GEMMs run through OpenBLAS: bf16 operands are widened to fp32
-// (exactly) and multiplied with fp32 accumulation, as the tensor cores do.
+// events" below); the device it reports is an sm_89 card (an RTX 4090: the RTX 3090's limits, 99 KiB
+// of shared memory a block at most, the smallest opt-in of the GPUs framechain targets, and fp8
+// tensor cores). GEMMs run through OpenBLAS: bf16 and fp8 operands are widened to fp32 (exactly) and
+// multiplied with fp32 accumulation, as the tensor cores do.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,7 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaE
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CUDA emulation on the CPU");
-    prop->major = 8, prop->minor = 6;
+    prop->major = 8, prop->minor = 9;
     prop->totalGlobalMem = (size_t)24 << 30;
     prop->sharedMemPerBlock = 48 << 10;
     prop->sharedMemPerBlockOptin = EMU_SMEM_OPTIN;
@@ -251,6 +252,16 @@ static float *widen(const void *src, int rows, int ld, int cols) {
     float *d = (float *)calloc(n ? n : 1, sizeof(float));
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < rows && r < ld; r++) d[(size_t)c * ld + r] = __bfloat162float(s[(size_t)c * ld + r]);
+    return d;
+}
+
+// The same for a matrix of E4M3 bytes (cuda_fp8.h's conversion: every E4M3 value is a float).
+static float *widen_fp8(const void *src, int rows, int ld, int cols) {
+    const __nv_fp8_e4m3 *s = (const __nv_fp8_e4m3 *)src;
+    size_t n = (size_t)std::max(ld, 0) * std::max(cols, 0);
+    float *d = (float *)calloc(n ? n : 1, sizeof(float));
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows && r < ld; r++) d[(size_t)c * ld + r] = (float)s[(size_t)c * ld + r];
     return d;
 }
 
@@ -319,7 +330,11 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 // ----------------------------------------------------------------------------
 // cuBLASLt: the subset the linear layer uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
 // compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
-// form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8).
+// form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). And fp8:
+// E4M3 A and B, each with its scale factor in device memory (A_SCALE_POINTER, B_SCALE_POINTER; 1
+// when not set), under the rules cuBLASLt's fp8 kernels have on sm_89 and sm_90: A transposed and B
+// not, leading dimensions and pointers on 16 bytes, an fp32 D with a bf16 bias; D = scale_A
+// scale_B alpha op(A) op(B) + bias, the products of the widened bytes summed in fp32.
 // Descriptors keep their state in the library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
 // chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
 // is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
@@ -340,6 +355,7 @@ struct EmuLtDesc {
     const void *bias;
     const void *aux;
     int64_t aux_ld;
+    const float *scale_a, *scale_b;  // fp8 A and B: device pointers to their scale factors (NULL: 1)
 };
 struct EmuLtLayout {
     cudaDataType_t type;
@@ -360,6 +376,8 @@ struct EmuLtAlgo {
 const uint64_t EMU_LT_ALGO_MAGIC = 0x656d754c74416c67ull;
 const uintptr_t EMU_LT_BIAS_ALIGN = 16;  // fused-bias kernels read the bias vector in 16-byte pieces
 const uintptr_t EMU_LT_AUX_ALIGN = 16;   // and the GELU epilogues' aux matrix in 16-byte pieces
+
+bool lt_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3; }
 
 bool lt_bias_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 bool lt_aux_epilogue(uint32_t e) {
@@ -394,6 +412,7 @@ cublasStatus_t lt_get(T *dst, const void *buf, size_t size) {
 // The test hook's state (fc_emu_cublaslt_hook).
 int g_lt_refuse;
 long g_lt_products, g_lt_gelu_products[2];  // all; with GELU_AUX(_BIAS) and with DGELU
+long g_lt_fp8_products;                     // with E4M3 A and B
 
 // Types and shapes of D = alpha op(A) op(B) + beta C (+ bias): NOT_SUPPORTED for what the backend
 // does not use, INVALID_VALUE for a problem that does not fit together, as cuBLASLt answers.
@@ -403,11 +422,18 @@ cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, c
     const EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
     const EmuLtLayout *A = lt_state<EmuLtLayout>(a), *B = lt_state<EmuLtLayout>(b), *C = lt_state<EmuLtLayout>(c),
                       *D = lt_state<EmuLtLayout>(d);
-    if (s->compute != CUBLAS_COMPUTE_32F || s->scale != CUDA_R_32F || A->type != CUDA_R_16BF ||
-        B->type != CUDA_R_16BF || C->type != CUDA_R_32F || D->type != CUDA_R_32F ||
+    bool fp8 = lt_fp8(A->type) && lt_fp8(B->type);
+    if (s->compute != CUBLAS_COMPUTE_32F || s->scale != CUDA_R_32F || (!fp8 && A->type != CUDA_R_16BF) ||
+        (!fp8 && B->type != CUDA_R_16BF) || C->type != CUDA_R_32F || D->type != CUDA_R_32F ||
         !lt_known_epilogue(s->epilogue) ||
-        (lt_bias_epilogue(s->epilogue) && s->bias_type != -1 && s->bias_type != CUDA_R_32F))
+        (lt_bias_epilogue(s->epilogue) && !fp8 && s->bias_type != -1 && s->bias_type != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    // fp8 (sm_89, sm_90): "TN" only, no GELU epilogues here, a bf16 bias with the fp32 D, leading
+    // dimensions of multiples of 16 bytes; scale factors only on fp8 operands
+    if (fp8 && (s->ta != CUBLAS_OP_T || s->tb != CUBLAS_OP_N || lt_aux_epilogue(s->epilogue) ||
+                (lt_bias_epilogue(s->epilogue) && s->bias_type != CUDA_R_16BF) || A->ld % 16 || B->ld % 16))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!fp8 && (s->scale_a || s->scale_b)) return CUBLAS_STATUS_INVALID_VALUE;
     *m = D->rows, *n = D->cols, *k = s->ta == CUBLAS_OP_N ? A->cols : A->rows;
     uint64_t am = s->ta == CUBLAS_OP_N ? A->rows : A->cols;
     uint64_t bk = s->tb == CUBLAS_OP_N ? B->rows : B->cols, bn = s->tb == CUBLAS_OP_N ? B->cols : B->rows;
@@ -441,6 +467,8 @@ long fc_emu_cublaslt_hook(int mode) {
 }
 // Another test hook: the products computed so far with the GELU epilogue (backward 0) or DGELU (1).
 long fc_emu_cublaslt_gelu_products(int backward) { return g_lt_gelu_products[backward != 0]; }
+// And those with E4M3 A and B (the fp8_fwd route).
+long fc_emu_cublaslt_fp8_products(void) { return g_lt_fp8_products; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
     *handle = new cublasLtContext{0};
@@ -455,7 +483,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
                                         cudaDataType_t scale) {
     *desc = new cublasLtMatmulDescOpaque_t();
     *lt_state<EmuLtDesc>(*desc) = EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, -1,
-                                            NULL, NULL, 0};
+                                            NULL, NULL, 0, NULL, NULL};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -473,6 +501,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return lt_get(&s->bias_type, buf, size);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return lt_get(&s->aux, buf, size);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return lt_get(&s->aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return lt_get(&s->scale_a, buf, size);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return lt_get(&s->scale_b, buf, size);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated: the backend does not set it
     }
 }
@@ -561,22 +591,29 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     float fa = *(const float *)alpha, fb = *(const float *)beta, *dst = (float *)D;
     const float *src = (const float *)C;
     int64_t ld = lc->ld;
+    bool fp8 = lt_fp8(la->type);
+    if (fp8) {  // the scale factors multiply alpha (the kernels' fp32 epilogue: scale_A scale_B alpha)
+        lt_check_align("A", A, 16), lt_check_align("B", B, 16);
+        if (s->scale_a) fa *= *s->scale_a;
+        if (s->scale_b) fa *= *s->scale_b;
+    }
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     // beta C into D first (beta 0: C is not read), then D += alpha op(A) op(B), then the bias per row of D.
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t i = 0; i < m; i++) dst[i + j * ld] = fb == 0.0f ? 0.0f : fb * src[i + j * ld];
     if (k > 0) {
-        float *wa = widen(A, (int)la->rows, (int)la->ld, (int)la->cols);
-        float *wb = widen(B, (int)lb->rows, (int)lb->ld, (int)lb->cols);
+        float *wa = (fp8 ? widen_fp8 : widen)(A, (int)la->rows, (int)la->ld, (int)la->cols);
+        float *wb = (fp8 ? widen_fp8 : widen)(B, (int)lb->rows, (int)lb->ld, (int)lb->cols);
         cblas_sgemm(CblasColMajor, cblas_op((cublasOperation_t)s->ta), cblas_op((cublasOperation_t)s->tb), (int)m,
                     (int)n, (int)k, fa, wa, (int)la->ld, wb, (int)lb->ld, 1.0f, dst, (int)ld);
         free(wa), free(wb);
     }
-    if (lt_bias_epilogue(s->epilogue)) {
-        const float *bias = (const float *)s->bias;
+    if (lt_bias_epilogue(s->epilogue)) {  // fp32, or bf16 with fp8 A and B
         for (uint64_t j = 0; j < n; j++)
-            for (uint64_t i = 0; i < m; i++) dst[i + j * ld] += bias[i];
+            for (uint64_t i = 0; i < m; i++)
+                dst[i + j * ld] += fp8 ? __bfloat162float(((const __nv_bfloat16 *)s->bias)[i]) : ((const float *)s->bias)[i];
     }
+    if (fp8) g_lt_fp8_products++;
     if (lt_aux_epilogue(s->epilogue)) {  // GELU: aux = D, D = GELU(D); DGELU: D *= GELU'(aux)
         float *aux = (float *)const_cast<void *>(s->aux);
         bool dgelu = s->epilogue == CUBLASLT_EPILOGUE_DGELU;

@@ -1,0 +1,176 @@
+// cuda_fp8_checks.c: the fp8_fwd route of test_cuda (see test_cuda.c; cuda/fp8.cu, cuda/linear.cu). The
+// route runs the bf16 linear forward's GEMM on E4M3 copies of x and w, each with one power-of-two
+// scale, where cuBLASLt has fp8 kernels (sm_89, sm_90). Checked on the "cuda" table:
+//  - against a reference of its own arithmetic, written here apart from the kernels: x and w (bf16
+//    values on both sides) scaled by 2^e, e the largest integer that keeps the tensor's absolute
+//    maximum within 448, rounded to the nearest E4M3 value (ties to even), multiplied in double and
+//    scaled back, plus the bias rounded to bf16. The GPU sums the same products in fp32: 1e-5.
+//  - against the CPU's linear on the unrounded values: what fp8 costs (E4M3 keeps 3 bits of
+//    mantissa), within 1e-1 of the output's largest value;
+//  - the calls it takes: every shape with K and N multiples of 16, no other (those take the bf16
+//    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
+//    the call to the bf16 path too;
+//  - a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale follows),
+//    a NaN in x (the output NaN, not silently finite), and the same bytes twice.
+#include <math.h>
+
+#include "cuda/cuda_harness.h"
+
+extern long fc_emu_cublaslt_hook(int mode) __attribute__((weak));
+
+#define TOL_FP8_EXACT 1e-5  // the route against its own arithmetic in double
+#define TOL_FP8 1e-1        // the route against the CPU's fp32 linear
+
+// The nearest E4M3 value to x (ties to even), saturating at +-448: 3 bits of mantissa, the
+// smallest normal 2^-6, subnormals spaced 2^-9. NaN stays NaN.
+static double e4m3_round(double x) {
+    if (x != x) return x;
+    double a = fabs(x);
+    if (a >= 448) return x < 0 ? -448 : 448;
+    int ex;
+    frexp(a, &ex);  // a in [2^(ex-1), 2^ex)
+    int e = ex - 1 < -6 ? -6 : ex - 1;
+    double step = ldexp(1, e - 3);
+    double r = nearbyint(a / step) * step;  // the default rounding: to nearest, ties to even
+    return x < 0 ? -r : r;
+}
+
+// The exponent e of the route's scale 2^e for values v (n): largest with max |v| 2^e <= 448.
+static int fp8_exponent(const real *v, size_t n) {
+    double amax = 0;
+    for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(v[i]));
+    if (amax == 0) return 0;
+    int e = 0;
+    while (ldexp(amax, e + 1) <= 448) e++;
+    while (ldexp(amax, e) > 448) e--;
+    return e;
+}
+
+static float bf16_value(float f) {  // the nearest bf16 value (round to nearest even)
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// y (M, N) as the route computes it, in double, from x (M, K) and w (N, K) (bf16 values) and b (N).
+static void fp8_reference(double *y, const real *x, const real *w, const real *b, int M, int K, int N) {
+    int ex = fp8_exponent(x, (size_t)M * K), ew = fp8_exponent(w, (size_t)N * K);
+    double *qx = fc_malloc(sizeof(double) * ((size_t)M * K + 1)), *qw = fc_malloc(sizeof(double) * ((size_t)N * K + 1));
+    for (size_t i = 0; i < (size_t)M * K; i++) qx[i] = e4m3_round(ldexp(x[i], ex));
+    for (size_t i = 0; i < (size_t)N * K; i++) qw[i] = e4m3_round(ldexp(w[i], ew));
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += qx[(size_t)m * K + k] * qw[(size_t)n * K + k];
+            y[(size_t)m * N + n] = ldexp(s, -ex - ew) + (b ? bf16_value(b[n]) : 0);
+        }
+    free(qx), free(qw);
+}
+
+static double max_rel(const real *got, const double *ref, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]);
+        if (!(e <= d)) d = e;
+        r = fmax(r, fabs(ref[i]));
+    }
+    return r > 0 ? d / r : d;
+}
+
+// One forward at (M, K, N), x ~ N(0, xstd^2) (zero: xstd 0), the MLP's first linear with its GELU
+// when gelu; then the route's calls, its error against its arithmetic and against the CPU's fp32
+// linear, and the same bytes twice. refuse: the emulation's cuBLASLt refuses (hook mode 1).
+static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, int refuse) {
+    Buf x = bop(bnormal((size_t)M * K, 0, xstd > 0 ? xstd : 1)), w = bnormal((size_t)N * K, 0, 0.2);
+    Buf b = bnormal(N, 0, 1), y = bnormal((size_t)M * N, 0, 1), g = bop(bnormal((size_t)M * N, 0, 1));
+    if (xstd == 0) {
+        memset(x.init, 0, sizeof(real) * x.n);
+        x = bop(x);
+    }
+    for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);  // the bf16 mirror is w itself
+    breset(&w);
+    int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && !refuse;
+    WHAT("M=%d K=%d N=%d%s%s, x std %g%s", M, K, N, bias ? " bias" : "", gelu ? " +GELU" : "", xstd,
+         refuse ? ", cuBLASLt refusing" : "");
+    if (refuse) fc_emu_cublaslt_hook(1);
+    long c0 = backend_cuda_route_calls("fp8_fwd");
+    if (gelu) BOTH(be->linear_gelu_fwd(P(y), PO(g, 0), PO(x, 0), P(w), bias ? P(b) : NULL, M, K, N))
+    else BOTH(be->linear_fwd(P(y), PO(x, 0), P(w), bias ? P(b) : NULL, M, K, N))
+    long taken = backend_cuda_route_calls("fp8_fwd") - c0;
+    if (refuse) fc_emu_cublaslt_hook(0);
+    check(taken == takes, nm("cuda_fp8_taken"), "%s: %ld calls through the route (want %d)", g_what, taken, takes);
+    real *got = fetch(g_gpu, y.g, y.n);
+    if (takes) {
+        double *ref = fc_malloc(sizeof(double) * y.n);
+        fp8_reference(ref, R(x), R(w), bias ? R(b) : NULL, M, K, N);
+        double e = max_rel(got, ref, y.n);
+        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_linear_arithmetic"), "%s: rel err %.1e against E4M3 operands "
+              "multiplied in double (tol %.0e)", g_what, e, TOL_FP8_EXACT);
+        free(ref);
+        double tol = g_tol;
+        g_tol = TOL_FP8;
+        compare("cuda_fp8_linear", "y", &y, gelu ? "gelu" : NULL, &g, NULL);
+        g_tol = tol;
+    } else {  // the bf16 GEMM: the same bytes as with the route off
+        backend_cuda_set_route("fp8_fwd", 0);
+        gput(&y, y.init);
+        if (gelu) g_gpu->linear_gelu_fwd(y.g, g.g, x.g, w.g, bias ? b.g : NULL, M, K, N);
+        else g_gpu->linear_fwd(y.g, x.g, w.g, bias ? b.g : NULL, M, K, N);
+        backend_cuda_set_route("fp8_fwd", 1);
+        real *off = fetch(g_gpu, y.g, y.n);
+        int same = !memcmp(off, got, sizeof(real) * y.n);
+        check(same, nm("cuda_fp8_not_taken"), "%s: the output against the route off %s", g_what, SAME(same));
+        free(off);
+    }
+    if (takes) {  // the same bytes again
+        gput(&y, y.init);
+        g_gpu->linear_fwd(y.g, x.g, w.g, bias ? b.g : NULL, M, K, N);
+        real *again = fetch(g_gpu, y.g, y.n);
+        int same = !memcmp(again, got, sizeof(real) * y.n);
+        check(same, nm("cuda_fp8_determinism"), "%s: twice %s", g_what, SAME(same));
+        free(again);
+    }
+    free(got);
+    FREE(&x, &w, &b, &y, &g);
+}
+
+// x with one NaN (or inf): the route's scale is NaN, and so is every output; never finite numbers.
+static void t_fp8_nonfinite(int nan) {
+    int M = 32, K = 32, N = 16;
+    Buf x = bnormal((size_t)M * K, 0, 1), w = bnormal((size_t)N * K, 0, 0.2), y = bnormal((size_t)M * N, 0, 1);
+    R(x)[5 * K + 7] = nan ? NAN : INFINITY;
+    x = bop(x);
+    g_gpu->linear_fwd(y.g, x.g, w.g, NULL, M, K, N);
+    real *got = fetch(g_gpu, y.g, y.n);
+    size_t finite = 0;
+    for (size_t i = 0; i < y.n; i++) finite += isfinite(got[i]) != 0;
+    check(finite == 0, nm("cuda_fp8_nonfinite"), "M=%d K=%d N=%d, one %s in x: %zu of %zu outputs finite (want 0)",
+          M, K, N, nan ? "NaN" : "inf", finite, y.n);
+    free(got);
+    FREE(&x, &w, &y);
+}
+
+void cuda_fp8_cases(void) {
+    if (g_gpu == g_cpu) {
+        printf("INFO cuda_fp8: left out with --cpu-as-cuda (the CPU has no fp8 route)\n");
+        return;
+    }
+    backend_cuda_set_route("fp8_fwd", 1);
+    // the tiny and small configs' linears: qkv, proj, fc1 (with its GELU), fc2; the patch embedding
+    // (K = 48); the final layer (N = 48)
+    t_fp8_linear(896, 64, 192, 1, 0, 1, 0), t_fp8_linear(896, 64, 64, 1, 0, 1, 0);
+    t_fp8_linear(896, 64, 256, 1, 1, 1, 0), t_fp8_linear(896, 256, 64, 1, 0, 1, 0);
+    t_fp8_linear(448, 128, 384, 1, 0, 1, 0), t_fp8_linear(448, 48, 128, 1, 0, 1, 0);
+    t_fp8_linear(448, 128, 48, 1, 0, 1, 0);
+    t_fp8_linear(37, 48, 32, 0, 0, 1, 0), t_fp8_linear(1, 16, 16, 1, 0, 1, 0);   // odd M; one row
+    t_fp8_linear(64, 32, 32, 1, 0, 1e-3, 0), t_fp8_linear(64, 32, 32, 1, 0, 300, 0);  // the scale follows x
+    t_fp8_linear(64, 32, 32, 1, 0, 0, 0);                                           // x zero: the bias
+    t_fp8_linear(33, 40, 32, 1, 0, 1, 0), t_fp8_linear(33, 32, 24, 1, 1, 1, 0);   // K, N off 16: bf16
+    if (fc_emu_cublaslt_hook && !strcmp(g_gpu->name, "cuda")) t_fp8_linear(50, 80, 48, 1, 0, 1, 1);
+    else printf("INFO cuda_fp8_refused_bf16: left out: the cuBLASLt refusal hook is the CUDA emulation's\n");
+    if (!g_quick) t_fp8_linear(1792, 1536, 512, 1, 0, 1, 0);  // the preset's width
+    t_fp8_nonfinite(1), t_fp8_nonfinite(0);
+    backend_cuda_set_route("fp8_fwd", 0);
+}
