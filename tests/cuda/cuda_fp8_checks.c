@@ -11,6 +11,8 @@
 //    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
 //    the call to the bf16 path too;
 //  - a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale follows),
+//    one row far larger than the others (the others' rows then hang on E4M3's subnormals, and on the
+//    scale's exact power of two: each row's error is measured against that row),
 //    a NaN in x (the output NaN, not silently finite), and the same bytes twice.
 #include <math.h>
 
@@ -69,31 +71,42 @@ static void fp8_reference(double *y, const real *x, const real *w, const real *b
     free(qx), free(qw);
 }
 
-static double max_rel(const real *got, const double *ref, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - ref[i]);
-        if (!(e <= d)) d = e;
-        r = fmax(r, fabs(ref[i]));
+// The largest error of a row of got (M, N) against ref relative to that row's largest value: a row
+// of small values (an x row far under the tensor's maximum, near E4M3's subnormals) counts as much
+// as the others.
+static double max_row_rel(const real *got, const double *ref, int M, int N) {
+    double worst = 0;
+    for (int m = 0; m < M; m++) {
+        double d = 0, r = 0;
+        for (int n = 0; n < N; n++) {
+            double e = fabs(got[(size_t)m * N + n] - ref[(size_t)m * N + n]);
+            if (!(e <= d)) d = e;
+            r = fmax(r, fabs(ref[(size_t)m * N + n]));
+        }
+        double e = r > 0 ? d / r : d;
+        if (!(e <= worst)) worst = e;
     }
-    return r > 0 ? d / r : d;
+    return worst;
 }
 
-// One forward at (M, K, N), x ~ N(0, xstd^2) (zero: xstd 0), the MLP's first linear with its GELU
-// when gelu; then the route's calls, its error against its arithmetic and against the CPU's fp32
-// linear, and the same bytes twice. refuse: the emulation's cuBLASLt refuses (hook mode 1).
-static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, int refuse) {
+// One forward at (M, K, N), x ~ N(0, xstd^2) (zero: xstd 0; outlier: its first row 4096 times
+// larger, so that the others lie near E4M3's subnormals once scaled), the MLP's first linear with
+// its GELU when gelu; then the route's calls, its error against its arithmetic (row by row) and
+// against the CPU's fp32 linear, and the same bytes twice. refuse: the emulation's cuBLASLt refuses
+// (hook mode 1).
+static void t_fp8_linear_at(int M, int K, int N, int bias, int gelu, double xstd, int refuse, int outlier) {
     Buf x = bop(bnormal((size_t)M * K, 0, xstd > 0 ? xstd : 1)), w = bnormal((size_t)N * K, 0, 0.2);
     Buf b = bnormal(N, 0, 1), y = bnormal((size_t)M * N, 0, 1), g = bop(bnormal((size_t)M * N, 0, 1));
-    if (xstd == 0) {
-        memset(x.init, 0, sizeof(real) * x.n);
+    if (xstd == 0 || outlier) {
+        if (xstd == 0) memset(x.init, 0, sizeof(real) * x.n);
+        for (int k = 0; outlier && k < K; k++) R(x)[k] *= 4096;
         x = bop(x);
     }
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);  // the bf16 mirror is w itself
     breset(&w);
     int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && !refuse;
-    WHAT("M=%d K=%d N=%d%s%s, x std %g%s", M, K, N, bias ? " bias" : "", gelu ? " +GELU" : "", xstd,
-         refuse ? ", cuBLASLt refusing" : "");
+    WHAT("M=%d K=%d N=%d%s%s, x std %g%s%s", M, K, N, bias ? " bias" : "", gelu ? " +GELU" : "", xstd,
+         outlier ? ", its first row 4096 times larger" : "", refuse ? ", cuBLASLt refusing" : "");
     if (refuse) fc_emu_cublaslt_hook(1);
     long c0 = backend_cuda_route_calls("fp8_fwd");
     if (gelu) BOTH(be->linear_gelu_fwd(P(y), PO(g, 0), PO(x, 0), P(w), bias ? P(b) : NULL, M, K, N))
@@ -105,9 +118,9 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
     if (takes) {
         double *ref = fc_malloc(sizeof(double) * y.n);
         fp8_reference(ref, R(x), R(w), bias ? R(b) : NULL, M, K, N);
-        double e = max_rel(got, ref, y.n);
-        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_linear_arithmetic"), "%s: rel err %.1e against E4M3 operands "
-              "multiplied in double (tol %.0e)", g_what, e, TOL_FP8_EXACT);
+        double e = max_row_rel(got, ref, M, N);
+        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_linear_arithmetic"), "%s: rel err %.1e (the worst row) against "
+              "E4M3 operands multiplied in double (tol %.0e)", g_what, e, TOL_FP8_EXACT);
         free(ref);
         double tol = g_tol;
         g_tol = TOL_FP8;
@@ -134,6 +147,10 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
     }
     free(got);
     FREE(&x, &w, &b, &y, &g);
+}
+
+static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, int refuse) {
+    t_fp8_linear_at(M, K, N, bias, gelu, xstd, refuse, 0);
 }
 
 // x with one NaN (or inf): the route's scale is NaN, and so is every output; never finite numbers.
@@ -167,6 +184,7 @@ void cuda_fp8_cases(void) {
     t_fp8_linear(37, 48, 32, 0, 0, 1, 0), t_fp8_linear(1, 16, 16, 1, 0, 1, 0);   // odd M; one row
     t_fp8_linear(64, 32, 32, 1, 0, 1e-3, 0), t_fp8_linear(64, 32, 32, 1, 0, 300, 0);  // the scale follows x
     t_fp8_linear(64, 32, 32, 1, 0, 0, 0);                                           // x zero: the bias
+    t_fp8_linear_at(64, 32, 32, 0, 0, 1, 0, 1), t_fp8_linear_at(16, 64, 16, 0, 0, 3, 0, 1);  // subnormals
     t_fp8_linear(33, 40, 32, 1, 0, 1, 0), t_fp8_linear(33, 32, 24, 1, 1, 1, 0);   // K, N off 16: bf16
     if (fc_emu_cublaslt_hook && !strcmp(g_gpu->name, "cuda")) t_fp8_linear(50, 80, 48, 1, 0, 1, 1);
     else printf("INFO cuda_fp8_refused_bf16: left out: the cuBLASLt refusal hook is the CUDA emulation's\n");
