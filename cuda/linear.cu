@@ -18,7 +18,8 @@
 //
 // The fp8_fwd route (off by default, cuda_common.cuh) runs the bf16 forward's GEMM on E4M3 copies of
 // its two bf16 operands, each with one power-of-two scale (fp8.cu), on the fp8 tensor cores of sm_89
-// and sm_90 (twice the bf16 rate), the bias in the epilogue as before; the backward stays bf16.
+// and sm_90 (twice the bf16 rate), the bias in the epilogue as before; the fp8_dgrad route the
+// backward's dx GEMM on the weight in E4M3 and the output gradient in E5M2. dw stays bf16.
 //
 // cuBLAS is column-major. A row-major (R, C) matrix with leading dimension C is, to cuBLAS, the
 // column-major (C, R) matrix: its transpose. Every call below is written in those terms.
@@ -107,8 +108,8 @@ static const __nv_bfloat16 *operand16(GemmKind kind, const Operand *x) {
 // NOT_SUPPORTED): that configuration then always takes the cuBLAS path. The operands' alignments
 // are part of the key, as the heuristic picks kernels that rely on them.
 typedef struct {
-    int used, fp8, ta, m, n, k;  // fp8: E4M3 A and B (the fp8_fwd route), else bf16; op(A) is CUBLAS_OP_T
-                                 // or _N; B is never transposed
+    int used, fp8, ta, m, n, k;  // fp8: LT_FP8_FWD or LT_FP8_DGRAD, else 0 (bf16 A and B); op(A) is
+                                 // CUBLAS_OP_T or _N; B is never transposed
     uint32_t epilogue;
     unsigned align_a, align_b, align_d, align_bias, align_aux;  // bytes, up to 256 (0: not used)
     int lt;
@@ -140,12 +141,14 @@ static void lt_plan_release(LtPlan *p) {
     memset(p, 0, sizeof *p);
 }
 
-// The fp8_fwd route's scales (fp8.cu), in device memory: A's (the weight's) quantise and dequantise
+// The fp8 routes' plans: the forward's (E4M3 A and B) and the backward's dx (E4M3 A, E5M2 B).
+enum { LT_FP8_FWD = 1, LT_FP8_DGRAD = 2 };
+// Their scales (fp8.cu), in device memory: for each kind, A's (the weight's) quantise and dequantise
 // factors, then B's. Made once; every fp8 plan reads its dequantise factors from here.
 static float *g_fp8_scales;
-static float *fp8_scales(void) {
-    if (!g_fp8_scales) g_fp8_scales = (float *)fc_cuda_alloc(4 * sizeof(float));
-    return g_fp8_scales;
+static float *fp8_scales(int kind) {
+    if (!g_fp8_scales) g_fp8_scales = (float *)fc_cuda_alloc(8 * sizeof(float));
+    return g_fp8_scales + 4 * (kind - 1);
 }
 
 // The pointers of one matmul that live in the descriptor: the bias (fp32, bf16 on fp8 plans) and the
@@ -186,16 +189,17 @@ static LtPlan *lt_plan_new(const LtPlan *key, const void *bias, const float *aux
                                                    sizeof aux_ld));
     }
     if (p->fp8) {  // D = (2^-eA A)(2^-eB B) + bias: the operands' dequantise factors (fp8.cu)
-        const float *sa = fp8_scales() + 1, *sb = fp8_scales() + 3;
+        const float *sa = fp8_scales(p->fp8) + 1, *sb = fp8_scales(p->fp8) + 3;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
     }
     lt_set_pointers(p, bias, aux);
     // A: (k, m) read transposed or (m, k); B: (k, n); C and D: (m, n); all column-major, packed.
     int a_rows = p->ta == CUBLAS_OP_T ? p->k : p->m, a_cols = p->ta == CUBLAS_OP_T ? p->m : p->k;
-    const cudaDataType ab_type = p->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, ab_type, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, ab_type, (uint64_t)p->k, (uint64_t)p->n, p->k));
+    const cudaDataType a_type = p->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    const cudaDataType b_type = p->fp8 == LT_FP8_DGRAD ? CUDA_R_8F_E5M2 : a_type;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, a_type, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, b_type, (uint64_t)p->k, (uint64_t)p->n, p->k));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->m, (uint64_t)p->n, p->m));
 
     cublasLtMatmulPreference_t pref;
@@ -246,12 +250,13 @@ static LtPlan *lt_plan_get(int fp8, int ta, int m, int n, int k, uint32_t epilog
     return p->lt ? p : NULL;
 }
 
-// D = op(A) @ B (+ the epilogue) with plan p (beta 0: D is not read); 0, with nothing written, where
-// cublasLtMatmul refuses it after all (remembered: that configuration takes the other path).
-static int lt_run(LtPlan *p, const void *A, const void *B, float *D, const void *bias, float *aux) {
+// D = op(A) @ B + beta D (+ the epilogue) with plan p (beta 0: D is not read); 0, with nothing
+// written, where cublasLtMatmul refuses it after all (remembered: that configuration takes the
+// other path).
+static int lt_run(LtPlan *p, const void *A, const void *B, float *D, const void *bias, float *aux, float beta) {
     lt_set_pointers(p, bias, aux);
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
+    const float one = 1.0f;
+    cublasStatus_t st = cublasLtMatmul(fc_cublaslt(), p->desc, &one, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld,
                                        &p->algo, g_lt_workspace, LT_WORKSPACE_BYTES, 0);
     // An aux epilogue or fp8 configuration the heuristic offered may still be refused as an invalid
     // combination of types.
@@ -276,7 +281,7 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
         cudaCheck(cudaMemcpyAsync(copy, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, 0));
         bias = copy;
     }
-    return lt_run(p, A, B, D, bias, aux);
+    return lt_run(p, A, B, D, bias, aux, 0.0f);
 }
 
 // The fp8_fwd route: y^T (N, M) = w8 (N, K) @ x8^T (K, M) (+ b in the epilogue), w8 and x8 the bf16
@@ -291,14 +296,34 @@ static int fp8_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16
     __nv_fp8_storage_t *w8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
     __nv_bfloat16 *b16 = b ? (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(__nv_bfloat16) * N) : NULL;
     uint32_t epilogue = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    LtPlan *p = lt_plan_get(1, CUBLAS_OP_T, N, M, K, epilogue, w8, x8, y, b16, NULL, 0);
+    LtPlan *p = lt_plan_get(LT_FP8_FWD, CUBLAS_OP_T, N, M, K, epilogue, w8, x8, y, b16, NULL, 0);
     if (!p) return 0;
-    float *scales = fp8_scales();
-    fc_fp8_quantize(w8, scales, w16, (size_t)N * K);
-    fc_fp8_quantize(x8, scales + 2, x16, (size_t)M * K);
+    float *scales = fp8_scales(LT_FP8_FWD);
+    fc_fp8_quantize(w8, scales, w16, (size_t)N * K, 0);
+    fc_fp8_quantize(x8, scales + 2, x16, (size_t)M * K, 0);
     if (b) fc_fp8_bias(b16, b, N);
-    if (!lt_run(p, w8, x8, y, b16, NULL)) return 0;
+    if (!lt_run(p, w8, x8, y, b16, NULL, 0.0f)) return 0;
     fc_route_calls.fp8_fwd++;
+    return 1;
+}
+
+// The fp8_dgrad route: dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M), w^T the bf16 weight transposed
+// into E4M3 (cuBLASLt's fp8 kernels read A transposed: w^T's (N, K) column-major bytes) and dy the
+// bf16 output gradient in E5M2 (two bits of mantissa, the range of gradients), each with one scale;
+// fp32 accumulation. K and N multiples of 16; 0, with nothing written, elsewhere or where cuBLASLt
+// has no kernel for it: the bf16 GEMM then.
+static int fp8_linear_dgrad(real *dx, GradMode dx_mode, const __nv_bfloat16 *dy16, const __nv_bfloat16 *w16, int M,
+                            int K, int N) {
+    if (K % 16 || N % 16 || M <= 0) return 0;
+    __nv_fp8_storage_t *dy8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * N);
+    __nv_fp8_storage_t *wt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
+    LtPlan *p = lt_plan_get(LT_FP8_DGRAD, CUBLAS_OP_T, K, M, N, CUBLASLT_EPILOGUE_DEFAULT, wt8, dy8, dx, NULL, NULL, 0);
+    if (!p) return 0;
+    float *scales = fp8_scales(LT_FP8_DGRAD);
+    fc_fp8_quantize_transposed(wt8, scales, w16, N, K);
+    fc_fp8_quantize(dy8, scales + 2, dy16, (size_t)M * N, 1);
+    if (!lt_run(p, wt8, dy8, dx, NULL, NULL, dx_mode == GRAD_ADD ? 1.0f : 0.0f)) return 0;
+    fc_route_calls.fp8_dgrad++;
     return 1;
 }
 
@@ -367,7 +392,9 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
         // op N. Overwriting (beta 0) never reads dx.
         const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K);
-        if (!(kind.bf16 && gelu_pre && fc_routes.dgelu_epilogue &&
+        if (kind.bf16 && fc_routes.fp8_dgrad && fp8_linear_dgrad(dx, dx_mode, dy16, w16, M, K, N)) {
+            if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
+        } else if (!(kind.bf16 && gelu_pre && fc_routes.dgelu_epilogue &&
               lt_matmul(CUBLAS_OP_N, K, M, N, CUBLASLT_EPILOGUE_DGELU, w16, dy16, dx, NULL, (float *)gelu_pre))) {
             gemm(kind, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w, w16, K, dy, dy16, N, dx_mode == GRAD_ADD ? 1.0f : 0.0f,
                  dx, K);

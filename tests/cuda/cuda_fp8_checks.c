@@ -10,6 +10,8 @@
 //  - the calls it takes: every shape with K and N multiples of 16, no other (those take the bf16
 //    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
 //    the call to the bf16 path too;
+// And the fp8_dgrad route (the backward's dx GEMM on E4M3 w and E5M2 dy), the same ways; dw and db
+// keep the bf16 path's bytes.
 //  - a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale follows),
 //    one row far larger than the others (the others' rows then hang on E4M3's subnormals, and on the
 //    scale's exact power of two: each row's error is measured against that row),
@@ -23,30 +25,39 @@ extern long fc_emu_cublaslt_hook(int mode) __attribute__((weak));
 #define TOL_FP8_EXACT 1e-5  // the route against its own arithmetic in double
 #define TOL_FP8 1e-1        // the route against the CPU's fp32 linear
 
-// The nearest E4M3 value to x (ties to even), saturating at +-448: 3 bits of mantissa, the
-// smallest normal 2^-6, subnormals spaced 2^-9. NaN stays NaN.
-static double e4m3_round(double x) {
+// The two fp8 formats: bits of mantissa, the smallest normal exponent, the largest value.
+typedef struct {
+    int mant, emin;
+    double max;
+} Fp8Format;
+static const Fp8Format E4M3 = {3, -6, 448}, E5M2 = {2, -14, 57344};
+
+// The nearest value of format f to x (ties to even), saturating at +-f.max; subnormals spaced
+// 2^(emin - mant). NaN stays NaN.
+static double fp8_round(double x, Fp8Format f) {
     if (x != x) return x;
     double a = fabs(x);
-    if (a >= 448) return x < 0 ? -448 : 448;
+    if (a >= f.max) return x < 0 ? -f.max : f.max;
     int ex;
     frexp(a, &ex);  // a in [2^(ex-1), 2^ex)
-    int e = ex - 1 < -6 ? -6 : ex - 1;
-    double step = ldexp(1, e - 3);
+    int e = ex - 1 < f.emin ? f.emin : ex - 1;
+    double step = ldexp(1, e - f.mant);
     double r = nearbyint(a / step) * step;  // the default rounding: to nearest, ties to even
     return x < 0 ? -r : r;
 }
+static double e4m3_round(double x) { return fp8_round(x, E4M3); }
 
-// The exponent e of the route's scale 2^e for values v (n): largest with max |v| 2^e <= 448.
-static int fp8_exponent(const real *v, size_t n) {
+// The exponent e of the routes' scale 2^e for values v (n): largest with max |v| 2^e <= max.
+static int fp8_exponent_for(const real *v, size_t n, double max) {
     double amax = 0;
     for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(v[i]));
     if (amax == 0) return 0;
     int e = 0;
-    while (ldexp(amax, e + 1) <= 448) e++;
-    while (ldexp(amax, e) > 448) e--;
+    while (ldexp(amax, e + 1) <= max) e++;
+    while (ldexp(amax, e) > max) e--;
     return e;
 }
+static int fp8_exponent(const real *v, size_t n) { return fp8_exponent_for(v, n, 448); }
 
 static float bf16_value(float f) {  // the nearest bf16 value (round to nearest even)
     uint32_t u;
@@ -153,6 +164,68 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
     t_fp8_linear_at(M, K, N, bias, gelu, xstd, refuse, 0);
 }
 
+// The fp8_dgrad route: dx = or += dy w with dy (M, N) rounded to bf16 (as the backward does), then
+// E5M2, and w (N, K) in E4M3, each with its scale; dw and db as with the route off (bf16), byte for
+// byte. dx against the route's arithmetic row by row (1e-5), against the CPU (TOL_FP8_DGRAD), the
+// calls it takes. dystd: the output gradient's size; outlier: its first row 4096 times larger.
+#define TOL_FP8_DGRAD 2e-1  // E5M2 keeps 2 bits of mantissa
+static void t_fp8_dgrad(int M, int K, int N, int bias, GradMode mode, double dystd, int outlier) {
+    Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, dystd);
+    Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
+    for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);
+    for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 4096;
+    breset(&w), breset(&dy);
+    int takes = K % 16 == 0 && N % 16 == 0 && M > 0;
+    WHAT("M=%d K=%d N=%d%s, dx %s, dy std %g%s", M, K, N, bias ? " bias" : "", mode == GRAD_ADD ? "added into" : "set",
+         dystd, outlier ? ", its first row 4096 times larger" : "");
+    long c0 = backend_cuda_route_calls("fp8_dgrad");
+    BOTH(be->linear_bwd(P(dx), mode, P(dw), bias ? P(db) : NULL, GRAD_ADD, P(dy), PO(x, 0), P(w), M, K, N));
+    long taken = backend_cuda_route_calls("fp8_dgrad") - c0;
+    check(taken == takes, nm("cuda_fp8_dgrad_taken"), "%s: %ld calls through the route (want %d)", g_what, taken,
+          takes);
+    real *got = fetch(g_gpu, dx.g, dx.n), *got_dw = fetch(g_gpu, dw.g, dw.n);
+    if (takes) {
+        real *dyb = fc_malloc(sizeof(real) * dy.n);
+        for (size_t i = 0; i < dy.n; i++) dyb[i] = bf16_value(R(dy)[i]);
+        int ed = fp8_exponent_for(dyb, dy.n, E5M2.max), ew = fp8_exponent(R(w), w.n);
+        double *qd = fc_malloc(sizeof(double) * dy.n), *qw = fc_malloc(sizeof(double) * w.n);
+        double *ref = fc_malloc(sizeof(double) * dx.n);
+        for (size_t i = 0; i < dy.n; i++) qd[i] = fp8_round(ldexp(dyb[i], ed), E5M2);
+        for (size_t i = 0; i < w.n; i++) qw[i] = e4m3_round(ldexp(R(w)[i], ew));
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) {
+                double acc = 0;
+                for (int n = 0; n < N; n++) acc += qd[(size_t)m * N + n] * qw[(size_t)n * K + k];
+                ref[(size_t)m * K + k] = ldexp(acc, -ed - ew) + (mode == GRAD_ADD ? R(dx)[(size_t)m * K + k] : 0);
+            }
+        double e = max_row_rel(got, ref, M, K);
+        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_dgrad_arithmetic"), "%s: rel err %.1e (the worst row) against E5M2 "
+              "dy and E4M3 w multiplied in double (tol %.0e)", g_what, e, TOL_FP8_EXACT);
+        free(dyb), free(qd), free(qw), free(ref);
+        double tol = g_tol;
+        g_tol = TOL_FP8_DGRAD;
+        compare("cuda_fp8_dgrad", "dx", &dx, NULL);
+        g_tol = tol;
+    }
+    // dw and db (and dx where the route does not take the shape) as with the route off
+    Buf *outs[] = {&dx, &dw, &db};
+    real *on[3] = {got, got_dw, bias ? fetch(g_gpu, db.g, db.n) : NULL};
+    for (int i = 0; i < 3; i++) gput(outs[i], outs[i]->init);
+    backend_cuda_set_route("fp8_dgrad", 0);
+    g_gpu->linear_bwd(dx.g, mode, dw.g, bias ? db.g : NULL, GRAD_ADD, dy.g, x.g, w.g, M, K, N);
+    backend_cuda_set_route("fp8_dgrad", 1);
+    int same = 1;
+    for (int i = takes ? 1 : 0; i < (bias ? 3 : 2); i++) {
+        real *off = fetch(g_gpu, outs[i]->g, outs[i]->n);
+        same &= !memcmp(off, on[i], sizeof(real) * outs[i]->n);
+        free(off);
+    }
+    check(same, nm("cuda_fp8_dgrad_rest"), "%s: %s against the route off %s", g_what,
+          takes ? "dw and db" : "dx, dw and db", SAME(same));
+    free(on[0]), free(on[1]), free(on[2]);
+    FREE(&x, &w, &dy, &dx, &dw, &db);
+}
+
 // x with one NaN (or inf): the route's scale is NaN, and so is every output; never finite numbers.
 static void t_fp8_nonfinite(int nan) {
     int M = 32, K = 32, N = 16;
@@ -191,4 +264,15 @@ void cuda_fp8_cases(void) {
     if (!g_quick) t_fp8_linear(1792, 1536, 512, 1, 0, 1, 0);  // the preset's width
     t_fp8_nonfinite(1), t_fp8_nonfinite(0);
     backend_cuda_set_route("fp8_fwd", 0);
+
+    backend_cuda_set_route("fp8_dgrad", 1);
+    // the tiny config's qkv, proj, fc1, fc2 backward; dx set and added into; with and without the bias
+    // pass that rounds dy; gradients of 1e-4 and 1e3 (the scale follows); an outlier row; K or N off 16
+    t_fp8_dgrad(896, 64, 192, 1, GRAD_ADD, 1, 0), t_fp8_dgrad(896, 64, 64, 0, GRAD_SET, 1, 0);
+    t_fp8_dgrad(896, 64, 256, 1, GRAD_SET, 1, 0), t_fp8_dgrad(896, 256, 64, 1, GRAD_ADD, 1, 0);
+    t_fp8_dgrad(37, 48, 32, 1, GRAD_ADD, 1e-4, 0), t_fp8_dgrad(64, 32, 32, 0, GRAD_ADD, 1e3, 0);
+    t_fp8_dgrad(64, 32, 48, 1, GRAD_SET, 1, 1), t_fp8_dgrad(16, 64, 16, 0, GRAD_ADD, 3, 1);
+    t_fp8_dgrad(33, 40, 32, 1, GRAD_ADD, 1, 0), t_fp8_dgrad(33, 32, 24, 1, GRAD_SET, 1, 0);
+    if (!g_quick) t_fp8_dgrad(1792, 1536, 512, 1, GRAD_ADD, 1, 0);  // the preset's width
+    backend_cuda_set_route("fp8_dgrad", 0);
 }

@@ -98,7 +98,7 @@ fc_rows=$(grep -c '^framechain (bf16' "$tmp/bc.txt") pt_rows=$(grep -c '^pytorch
     grep -qE '^pairs: PyTorch over framechain, median [0-9.]+x \([0-9.]+-[0-9.]+ over 2 of 2 pairs\)$' "$tmp/bc.txt"
 expect bench_cuda_pairs $? "status $status, $fc_rows framechain and $pt_rows PyTorch rows: $(tail -1 "$tmp/bc.txt")"
 
-# route_loss.sh on the emulated GPU: the fp8_fwd route's losses beside the defaults', step by step,
+# route_loss.sh on the emulated GPU: the fp8 routes' losses beside the defaults', step by step,
 # from the same batches (the first step's loss the same both ways: the final layer starts at zero),
 # and the summary line.
 FC=$BUILD/framechain_emu CONFIG=configs/tiny/starter.conf STEPS=3 EVERY=1 timeout 120 tools/route_loss.sh "$tmp/rl" \
@@ -106,6 +106,6 @@ FC=$BUILD/framechain_emu CONFIG=configs/tiny/starter.conf STEPS=3 EVERY=1 timeou
 status=$?
 rows=$(grep -cE '^ +[123] +[0-9.]+ +[0-9.]+ ' "$tmp/rl.txt")
 [ $status -eq 0 ] && [ "$rows" = 3 ] && grep -qE '^ +1 +([0-9.]+) +\1 ' "$tmp/rl.txt" &&
-    grep -q 'fp8_fwd=1' "$tmp/rl/route.log" && ! grep -q 'fp8_fwd=1' "$tmp/rl/default.log" &&
-    grep -qE '^the smoothed loss over the second half: fp8_fwd=1 against the defaults [-+][0-9.]+%' "$tmp/rl.txt"
+    grep -q 'fp8_fwd=1,fp8_dgrad=1' "$tmp/rl/route.log" && ! grep -q 'fp8_fwd=1' "$tmp/rl/default.log" &&
+    grep -qE '^the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1 against the defaults [-+][0-9.]+%' "$tmp/rl.txt"
 expect route_loss $? "status $status, $rows step rows: $(tail -1 "$tmp/rl.txt")"

@@ -255,13 +255,17 @@ static float *widen(const void *src, int rows, int ld, int cols) {
     return d;
 }
 
-// The same for a matrix of E4M3 bytes (cuda_fp8.h's conversion: every E4M3 value is a float).
-static float *widen_fp8(const void *src, int rows, int ld, int cols) {
-    const __nv_fp8_e4m3 *s = (const __nv_fp8_e4m3 *)src;
+// The same for a matrix of E4M3 or E5M2 bytes (cuda_fp8.h's conversion: every fp8 value is a float).
+static float *widen_fp8(const void *src, int rows, int ld, int cols, bool e5m2) {
+    const __nv_fp8_e4m3 *s4 = (const __nv_fp8_e4m3 *)src;
+    const __nv_fp8_e5m2 *s5 = (const __nv_fp8_e5m2 *)src;
     size_t n = (size_t)std::max(ld, 0) * std::max(cols, 0);
     float *d = (float *)calloc(n ? n : 1, sizeof(float));
     for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows && r < ld; r++) d[(size_t)c * ld + r] = (float)s[(size_t)c * ld + r];
+        for (int r = 0; r < rows && r < ld; r++) {
+            size_t i = (size_t)c * ld + r;
+            d[i] = e5m2 ? (float)s5[i] : (float)s4[i];
+        }
     return d;
 }
 
@@ -331,8 +335,8 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 // cuBLASLt: the subset the linear layer uses (cuda/linear.cu): bf16 A and B, fp32 C and D, fp32
 // compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
 // form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). And fp8:
-// E4M3 A and B, each with its scale factor in device memory (A_SCALE_POINTER, B_SCALE_POINTER; 1
-// when not set), under the rules cuBLASLt's fp8 kernels have on sm_89 and sm_90: A transposed and B
+// E4M3 or E5M2 A and B (not both E5M2), each with its scale factor in device memory
+// (A_SCALE_POINTER, B_SCALE_POINTER; 1 when not set), under the rules cuBLASLt's fp8 kernels have on sm_89 and sm_90: A transposed and B
 // not, leading dimensions and pointers on 16 bytes, an fp32 D with a bf16 bias; D = scale_A
 // scale_B alpha op(A) op(B) + bias, the products of the widened bytes summed in fp32.
 // Descriptors keep their state in the library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
@@ -377,7 +381,7 @@ const uint64_t EMU_LT_ALGO_MAGIC = 0x656d754c74416c67ull;
 const uintptr_t EMU_LT_BIAS_ALIGN = 16;  // fused-bias kernels read the bias vector in 16-byte pieces
 const uintptr_t EMU_LT_AUX_ALIGN = 16;   // and the GELU epilogues' aux matrix in 16-byte pieces
 
-bool lt_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3; }
+bool lt_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
 bool lt_bias_epilogue(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 bool lt_aux_epilogue(uint32_t e) {
@@ -412,7 +416,7 @@ cublasStatus_t lt_get(T *dst, const void *buf, size_t size) {
 // The test hook's state (fc_emu_cublaslt_hook).
 int g_lt_refuse;
 long g_lt_products, g_lt_gelu_products[2];  // all; with GELU_AUX(_BIAS) and with DGELU
-long g_lt_fp8_products;                     // with E4M3 A and B
+long g_lt_fp8_products;                     // with fp8 A and B
 
 // Types and shapes of D = alpha op(A) op(B) + beta C (+ bias): NOT_SUPPORTED for what the backend
 // does not use, INVALID_VALUE for a problem that does not fit together, as cuBLASLt answers.
@@ -422,7 +426,7 @@ cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, c
     const EmuLtDesc *s = lt_state<EmuLtDesc>(desc);
     const EmuLtLayout *A = lt_state<EmuLtLayout>(a), *B = lt_state<EmuLtLayout>(b), *C = lt_state<EmuLtLayout>(c),
                       *D = lt_state<EmuLtLayout>(d);
-    bool fp8 = lt_fp8(A->type) && lt_fp8(B->type);
+    bool fp8 = lt_fp8(A->type) && lt_fp8(B->type) && !(A->type == CUDA_R_8F_E5M2 && B->type == CUDA_R_8F_E5M2);
     if (s->compute != CUBLAS_COMPUTE_32F || s->scale != CUDA_R_32F || (!fp8 && A->type != CUDA_R_16BF) ||
         (!fp8 && B->type != CUDA_R_16BF) || C->type != CUDA_R_32F || D->type != CUDA_R_32F ||
         !lt_known_epilogue(s->epilogue) ||
@@ -467,7 +471,7 @@ long fc_emu_cublaslt_hook(int mode) {
 }
 // Another test hook: the products computed so far with the GELU epilogue (backward 0) or DGELU (1).
 long fc_emu_cublaslt_gelu_products(int backward) { return g_lt_gelu_products[backward != 0]; }
-// And those with E4M3 A and B (the fp8_fwd route).
+// And those with fp8 A and B (the fp8 routes).
 long fc_emu_cublaslt_fp8_products(void) { return g_lt_fp8_products; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
@@ -602,8 +606,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t i = 0; i < m; i++) dst[i + j * ld] = fb == 0.0f ? 0.0f : fb * src[i + j * ld];
     if (k > 0) {
-        float *wa = (fp8 ? widen_fp8 : widen)(A, (int)la->rows, (int)la->ld, (int)la->cols);
-        float *wb = (fp8 ? widen_fp8 : widen)(B, (int)lb->rows, (int)lb->ld, (int)lb->cols);
+        float *wa = fp8 ? widen_fp8(A, (int)la->rows, (int)la->ld, (int)la->cols, la->type == CUDA_R_8F_E5M2)
+                        : widen(A, (int)la->rows, (int)la->ld, (int)la->cols);
+        float *wb = fp8 ? widen_fp8(B, (int)lb->rows, (int)lb->ld, (int)lb->cols, lb->type == CUDA_R_8F_E5M2)
+                        : widen(B, (int)lb->rows, (int)lb->ld, (int)lb->cols);
         cblas_sgemm(CblasColMajor, cblas_op((cublasOperation_t)s->ta), cblas_op((cublasOperation_t)s->tb), (int)m,
                     (int)n, (int)k, fa, wa, (int)la->ld, wb, (int)lb->ld, 1.0f, dst, (int)ld);
         free(wa), free(wb);
