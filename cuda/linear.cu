@@ -274,14 +274,13 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
                      float *D, const float *bias, float *aux) {
     if (lt_has_aux(epilogue) && (m % 8 || lt_align(aux) < LT_AUX_ALIGN)) return 0;
     int stage = lt_has_bias(epilogue) && lt_align(bias) < LT_BIAS_ALIGN;
-    LtPlan *p = lt_plan_get(0, ta, m, n, k, epilogue, A, B, D, bias, aux, stage);
-    if (!p) return 0;
-    if (stage) {
+    if (stage) {  // before the plan: a new one's heuristic query reads the copy's alignment
         float *copy = (float *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(float) * (size_t)m);
         cudaCheck(cudaMemcpyAsync(copy, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, 0));
         bias = copy;
     }
-    return lt_run(p, A, B, D, bias, aux, 0.0f);
+    LtPlan *p = lt_plan_get(0, ta, m, n, k, epilogue, A, B, D, bias, aux, stage);
+    return p && lt_run(p, A, B, D, bias, aux, 0.0f);
 }
 
 // The fp8_fwd route: y^T (N, M) = w8 (N, K) @ x8^T (K, M) (+ b in the epilogue), w8 and x8 the bf16
