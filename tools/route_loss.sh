@@ -34,7 +34,7 @@ for way in default route; do
 done
 # step, loss and smoothed loss each way; the smoothed losses' relative difference
 join "$OUT/default.loss" "$OUT/route.loss" | awk -v every="$EVERY" -v steps="$STEPS" -v on="$on" '
-    BEGIN { printf "%6s %10s %10s %12s %12s %8s\n", "step", "loss", on, "smoothed", on, "diff" }
+    BEGIN { printf "%6s %10s %10s %12s %12s %8s\n", "step", "loss", "route", "smoothed", "route", "diff" }
     { d = $3 != 0 ? ($5 - $3) / $3 : 0; n++
       if ($1 % every == 0 || $1 == steps) printf "%6d %10.4f %10.4f %12.4f %12.4f %+7.2f%%\n", $1, $2, $4, $3, $5, 100 * d
       if (n > steps / 2) { s += d; m++; if (d > hi || m == 1) hi = d; if (d < lo || m == 1) lo = d } }
