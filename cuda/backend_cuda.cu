@@ -184,6 +184,7 @@ CudaRoutes fc_routes = {
     0,  // adam8_warp: not yet timed on hardware (the preset's 8-bit AdamW with the EMA: 14.8 ms a step, H200)
     0,  // fp8_fwd: not yet run on hardware (sm_89 and sm_90 have fp8 tensor cores; the loss against bf16 to be shown)
     0,  // fp8_dgrad: the same
+    0,  // fp8_wgrad: the same
 };
 int fc_sm_count = 1;
 
@@ -200,7 +201,8 @@ static struct {
                      {"ln_mod_fused", &fc_routes.ln_mod_fused, &fc_route_calls.ln_mod_fused},
                      {"adam8_warp", &fc_routes.adam8_warp, &fc_route_calls.adam8_warp},
                      {"fp8_fwd", &fc_routes.fp8_fwd, &fc_route_calls.fp8_fwd},
-                     {"fp8_dgrad", &fc_routes.fp8_dgrad, &fc_route_calls.fp8_dgrad}};
+                     {"fp8_dgrad", &fc_routes.fp8_dgrad, &fc_route_calls.fp8_dgrad},
+                     {"fp8_wgrad", &fc_routes.fp8_wgrad, &fc_route_calls.fp8_wgrad}};
 enum { N_ROUTES = sizeof g_route_names / sizeof g_route_names[0] };
 
 extern "C" long backend_cuda_route_calls(const char *name) {

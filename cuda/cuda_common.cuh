@@ -140,11 +140,12 @@ struct CudaRoutes {
     int adam8_warp;      // the 8-bit AdamW with a warp per quantisation block (optim.cu)
     int fp8_fwd;         // the bf16 linear forward's GEMM on E4M3 operands, where cuBLASLt has one (linear.cu)
     int fp8_dgrad;       // the backward's dx GEMM on E4M3 weights and E5M2 output gradients (linear.cu)
+    int fp8_wgrad;       // the backward's dw GEMM on E4M3 inputs and E5M2 output gradients (linear.cu)
 };
 extern CudaRoutes fc_routes;
 // The calls each route has taken, for tests (backend_cuda_route_calls).
 struct CudaRouteCalls {
-    long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp, fp8_fwd, fp8_dgrad;
+    long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp, fp8_fwd, fp8_dgrad, fp8_wgrad;
 };
 extern CudaRouteCalls fc_route_calls;
 // The GPU's multiprocessors (backend_cuda.cu, at start), for grids sized to the card.
@@ -160,10 +161,11 @@ void cuda_register_attention_tc(Backend *be);  // cuda/attention_tc.cu: bf16 on 
 
 // The fp8 routes' operands (fp8.cu): y (n) = x as E4M3 (e5m2: E5M2) bytes with one power-of-two
 // scale for the tensor, scale[0] = 2^e (quantise) and scale[1] = 2^-e (dequantise), both in device
-// memory; the same for x (rows, cols) written transposed, y (cols, rows), in E4M3; and a bias (n) in
-// bf16, as cuBLASLt's fp8 kernels read it.
+// memory; the same for x (rows, cols) written transposed, y (cols, rows); and a bias (n) in bf16, as
+// cuBLASLt's fp8 kernels read it.
 void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, size_t n, int e5m2);
-void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols);
+void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols,
+                                int e5m2);
 void fc_fp8_bias(__nv_bfloat16 *y, const float *b, size_t n);
 
 // The head dimension D / H, or a clear death where no attention kernel has it (16, 32, 64, 128);

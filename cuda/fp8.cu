@@ -1,4 +1,4 @@
-// fp8.cu: operands of the fp8 routes (linear.cu: fp8_fwd, fp8_dgrad): a bf16 matrix as fp8 bytes,
+// fp8.cu: operands of the fp8 routes (linear.cu: fp8_fwd, fp8_dgrad, fp8_wgrad): a bf16 matrix as fp8 bytes,
 // E4M3 (weights and activations: 3 bits of mantissa, up to 448) or E5M2 (gradients: 2 bits, up to
 // 57344), with one scale for the whole tensor ("current scaling": the scale comes from this tensor's
 // own absolute maximum, not from an earlier step's). The scale is a power of two, 2^e with e the
@@ -6,7 +6,8 @@
 // exact, so each byte is the nearest fp8 value (ties to even, cvt's satfinite) of the bf16 value
 // times 2^e, and cuBLASLt's dequantisation factor 2^-e is exact too. A tensor whose maximum is not
 // finite gets a NaN scale, so that an inf or NaN in it still reaches the GEMM's output as NaN. The
-// weight of the backward's dx GEMM is written transposed (cuBLASLt's fp8 kernels read A transposed).
+// weight of the backward's dx GEMM, and x and dy of its dw GEMM, are written transposed (cuBLASLt's
+// fp8 kernels read A transposed and B as it is).
 //
 // Three kernels on the default stream, no atomics (the same bytes on every run): each block's
 // absolute maximum of a grid-stride slice into scratch, one block for the maximum of those and the
@@ -82,9 +83,9 @@ static __global__ void fp8_cast_kernel(__nv_fp8_storage_t *y, const __nv_bfloat1
 }
 
 // y (cols, rows) = fp8(x^T * scale[0]) for x (rows, cols): a block per 32x32 tile, read along x's
-// rows and written along y's through shared memory (both sides coalesced). E4M3.
+// rows and written along y's through shared memory (both sides coalesced).
 static __global__ void fp8_cast_transpose_kernel(__nv_fp8_storage_t *y, const __nv_bfloat16 *x, const float *scale,
-                                                 int rows, int cols) {
+                                                 int rows, int cols, int e5m2) {
     __shared__ float tile[FP8_TILE][FP8_TILE + 1];
     float s = scale[0];
     int c0 = blockIdx.x * FP8_TILE, r0 = blockIdx.y * FP8_TILE;
@@ -95,7 +96,7 @@ static __global__ void fp8_cast_transpose_kernel(__nv_fp8_storage_t *y, const __
     __syncthreads();
     for (int c = threadIdx.y; c < FP8_TILE; c += blockDim.y) {
         int cc = c0 + c, rr = r0 + threadIdx.x;
-        if (cc < cols && rr < rows) y[(size_t)cc * rows + rr] = to_fp8(tile[threadIdx.x][c], 0);
+        if (cc < cols && rr < rows) y[(size_t)cc * rows + rr] = to_fp8(tile[threadIdx.x][c], e5m2);
     }
 }
 
@@ -117,11 +118,12 @@ void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x
     kernelCheck();
 }
 
-void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols) {
-    fp8_scale(scale, x, (size_t)rows * cols, 0);
+void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols,
+                                int e5m2) {
+    fp8_scale(scale, x, (size_t)rows * cols, e5m2);
     if (rows <= 0 || cols <= 0) return;
     dim3 grid(fc_cdiv(cols, FP8_TILE), fc_cdiv(rows, FP8_TILE)), block(FP8_TILE, 8);
-    fp8_cast_transpose_kernel<<<grid, block>>>(y, x, scale, rows, cols);
+    fp8_cast_transpose_kernel<<<grid, block>>>(y, x, scale, rows, cols, e5m2);
     kernelCheck();
 }
 

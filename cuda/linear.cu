@@ -19,7 +19,8 @@
 // The fp8_fwd route (off by default, cuda_common.cuh) runs the bf16 forward's GEMM on E4M3 copies of
 // its two bf16 operands, each with one power-of-two scale (fp8.cu), on the fp8 tensor cores of sm_89
 // and sm_90 (twice the bf16 rate), the bias in the epilogue as before; the fp8_dgrad route the
-// backward's dx GEMM on the weight in E4M3 and the output gradient in E5M2. dw stays bf16.
+// backward's dx GEMM on the weight in E4M3 and the output gradient in E5M2, and the fp8_wgrad route
+// its dw GEMM on x in E4M3 and the output gradient in E5M2.
 //
 // cuBLAS is column-major. A row-major (R, C) matrix with leading dimension C is, to cuBLAS, the
 // column-major (C, R) matrix: its transpose. Every call below is written in those terms.
@@ -108,7 +109,7 @@ static const __nv_bfloat16 *operand16(GemmKind kind, const Operand *x) {
 // NOT_SUPPORTED): that configuration then always takes the cuBLAS path. The operands' alignments
 // are part of the key, as the heuristic picks kernels that rely on them.
 typedef struct {
-    int used, fp8, ta, m, n, k;  // fp8: LT_FP8_FWD or LT_FP8_DGRAD, else 0 (bf16 A and B); op(A) is
+    int used, fp8, ta, m, n, k;  // fp8: LT_FP8_FWD, _DGRAD or _WGRAD, else 0 (bf16 A and B); op(A) is
                                  // CUBLAS_OP_T or _N; B is never transposed
     uint32_t epilogue;
     unsigned align_a, align_b, align_d, align_bias, align_aux;  // bytes, up to 256 (0: not used)
@@ -141,13 +142,13 @@ static void lt_plan_release(LtPlan *p) {
     memset(p, 0, sizeof *p);
 }
 
-// The fp8 routes' plans: the forward's (E4M3 A and B) and the backward's dx (E4M3 A, E5M2 B).
-enum { LT_FP8_FWD = 1, LT_FP8_DGRAD = 2 };
+// The fp8 routes' plans: the forward's (E4M3 A and B) and the backward's dx and dw (E4M3 A, E5M2 B).
+enum { LT_FP8_FWD = 1, LT_FP8_DGRAD = 2, LT_FP8_WGRAD = 3 };
 // Their scales (fp8.cu), in device memory: for each kind, A's (the weight's) quantise and dequantise
 // factors, then B's. Made once; every fp8 plan reads its dequantise factors from here.
 static float *g_fp8_scales;
 static float *fp8_scales(int kind) {
-    if (!g_fp8_scales) g_fp8_scales = (float *)fc_cuda_alloc(8 * sizeof(float));
+    if (!g_fp8_scales) g_fp8_scales = (float *)fc_cuda_alloc(12 * sizeof(float));
     return g_fp8_scales + 4 * (kind - 1);
 }
 
@@ -197,7 +198,7 @@ static LtPlan *lt_plan_new(const LtPlan *key, const void *bias, const float *aux
     // A: (k, m) read transposed or (m, k); B: (k, n); C and D: (m, n); all column-major, packed.
     int a_rows = p->ta == CUBLAS_OP_T ? p->k : p->m, a_cols = p->ta == CUBLAS_OP_T ? p->m : p->k;
     const cudaDataType a_type = p->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
-    const cudaDataType b_type = p->fp8 == LT_FP8_DGRAD ? CUDA_R_8F_E5M2 : a_type;
+    const cudaDataType b_type = p->fp8 == LT_FP8_DGRAD || p->fp8 == LT_FP8_WGRAD ? CUDA_R_8F_E5M2 : a_type;
     cublasCheck(cublasLtMatrixLayoutCreate(&p->la, a_type, (uint64_t)a_rows, (uint64_t)a_cols, a_rows));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, b_type, (uint64_t)p->k, (uint64_t)p->n, p->k));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->m, (uint64_t)p->n, p->m));
@@ -319,10 +320,30 @@ static int fp8_linear_dgrad(real *dx, GradMode dx_mode, const __nv_bfloat16 *dy1
     LtPlan *p = lt_plan_get(LT_FP8_DGRAD, CUBLAS_OP_T, K, M, N, CUBLASLT_EPILOGUE_DEFAULT, wt8, dy8, dx, NULL, NULL, 0);
     if (!p) return 0;
     float *scales = fp8_scales(LT_FP8_DGRAD);
-    fc_fp8_quantize_transposed(wt8, scales, w16, N, K);
+    fc_fp8_quantize_transposed(wt8, scales, w16, N, K, 0);
     fc_fp8_quantize(dy8, scales + 2, dy16, (size_t)M * N, 1);
     if (!lt_run(p, wt8, dy8, dx, NULL, NULL, dx_mode == GRAD_ADD ? 1.0f : 0.0f)) return 0;
     fc_route_calls.fp8_dgrad++;
+    return 1;
+}
+
+// The fp8_wgrad route: dw^T (K, N) = or += x^T (K, M) @ dy (M, N), x (the bf16 operand) transposed
+// into E4M3 and dy transposed into E5M2 (cuBLASLt's fp8 kernels read A transposed, B as it is: x's
+// and dy's (M, K) and (M, N) column-major bytes), each with one scale; fp32 accumulation over the M
+// tokens. M, K and N multiples of 16; 0, with nothing written, elsewhere or where cuBLASLt has no
+// kernel for it: the bf16 GEMM then.
+static int fp8_linear_wgrad(real *dw, GradMode pmode, const __nv_bfloat16 *x16, const __nv_bfloat16 *dy16, int M, int K,
+                            int N) {
+    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
+    __nv_fp8_storage_t *xt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * K);
+    __nv_fp8_storage_t *dyt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)M * N);
+    LtPlan *p = lt_plan_get(LT_FP8_WGRAD, CUBLAS_OP_T, K, N, M, CUBLASLT_EPILOGUE_DEFAULT, xt8, dyt8, dw, NULL, NULL, 0);
+    if (!p) return 0;
+    float *scales = fp8_scales(LT_FP8_WGRAD);
+    fc_fp8_quantize_transposed(xt8, scales, x16, M, K, 0);
+    fc_fp8_quantize_transposed(dyt8, scales + 2, dy16, M, N, 1);
+    if (!lt_run(p, xt8, dyt8, dw, NULL, NULL, pmode == GRAD_ADD ? 1.0f : 0.0f)) return 0;
+    fc_route_calls.fp8_wgrad++;
     return 1;
 }
 
@@ -400,7 +421,7 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
             if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
         }
     }
-    if (dw && K > 0)
+    if (dw && K > 0 && !(kind.bf16 && fc_routes.fp8_wgrad && fp8_linear_wgrad(dw, pmode, operand16(kind, x), dy16, M, K, N)))
         // dw^T (K, N) = or += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
         // Overwriting (beta 0) never reads dw.
         gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N,

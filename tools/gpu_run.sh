@@ -22,7 +22,7 @@
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
 #   routes  each route against the default, alternating (tools/bench_routes.sh; ROUTES, ROUTE_PAIRS, default 3)
 #   loss    the training loss with a route against the defaults (tools/route_loss.sh; LOSS_ROUTE, default
-#           fp8_fwd,fp8_dgrad, LOSS_STEPS, default 200)
+#           fp8_fwd,fp8_dgrad,fp8_wgrad, LOSS_STEPS, default 200)
 #   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS,
 #           default 5; PyTorch compiles once)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
@@ -85,7 +85,7 @@ for part in ${PARTS:-tests routes loss pairs train}; do
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
     routes) step routes 360 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
-    loss) step route-loss 150 env FC="$FC" ROUTE="${LOSS_ROUTE:-fp8_fwd,fp8_dgrad}" STEPS="${LOSS_STEPS:-200}" \
+    loss) step route-loss 150 env FC="$FC" ROUTE="${LOSS_ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}" STEPS="${LOSS_STEPS:-200}" \
         CONFIG="${CONFIG:-configs/starter.conf}" tools/route_loss.sh "$LOG/loss" ;;
     pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
         CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ${CONFIG:+"$CONFIG"} ;;

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The training loss with a CUDA route (docs/cuda.md, "Routes") against the defaults: the same config,
 # seed and batches, STEPS steps each way, then each step's two losses side by side and how far apart
-# they end up. For a route that changes the arithmetic (fp8_fwd and fp8_dgrad: GEMMs on fp8
+# they end up. For a route that changes the arithmetic (the fp8 routes: GEMMs on fp8
 # operands), this is the curve that says whether training still goes where it went. A benchmark of
 # quality: nothing is asserted.
 #
 # usage: tools/route_loss.sh [OUT_DIR]
-#   ROUTE="fp8_fwd,fp8_dgrad" (FRAMECHAIN_CUDA_ROUTES's names, "a,b" for several at once), STEPS=200,
+#   ROUTE="fp8_fwd,fp8_dgrad,fp8_wgrad" (FRAMECHAIN_CUDA_ROUTES's names, "a,b" for several at once), STEPS=200,
 #   CONFIG=configs/starter.conf, FC=./framechain, DEVICE=cuda, EVERY=20 (the rows printed: every
 #   EVERY-th step, and the last)
 set -u
 OUT=${1:-out/route-loss}
 FC=${FC:-./framechain}
-ROUTE=${ROUTE:-fp8_fwd,fp8_dgrad}
+ROUTE=${ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}
 STEPS=${STEPS:-200}
 CONFIG=${CONFIG:-configs/starter.conf}
 DEVICE=${DEVICE:-cuda}

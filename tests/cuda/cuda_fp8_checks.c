@@ -10,8 +10,8 @@
 //  - the calls it takes: every shape with K and N multiples of 16, no other (those take the bf16
 //    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
 //    the call to the bf16 path too;
-// And the fp8_dgrad route (the backward's dx GEMM on E4M3 w and E5M2 dy), the same ways; dw and db
-// keep the bf16 path's bytes.
+// And the fp8_dgrad and fp8_wgrad routes (the backward's dx and dw GEMMs on E5M2 dy and E4M3 w or
+// x), the same ways; the outputs a route does not make keep the bf16 path's bytes.
 //  - a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale follows),
 //    one row far larger than the others (the others' rows then hang on E4M3's subnormals, and on the
 //    scale's exact power of two: each row's error is measured against that row),
@@ -164,64 +164,71 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
     t_fp8_linear_at(M, K, N, bias, gelu, xstd, refuse, 0);
 }
 
-// The fp8_dgrad route: dx = or += dy w with dy (M, N) rounded to bf16 (as the backward does), then
-// E5M2, and w (N, K) in E4M3, each with its scale; dw and db as with the route off (bf16), byte for
-// byte. dx against the route's arithmetic row by row (1e-5), against the CPU (TOL_FP8_DGRAD), the
+// The backward's fp8 routes, dy (M, N) rounded to bf16 (as the backward does) and then to E5M2 with
+// its scale: fp8_dgrad, dx = or += dy w with w (N, K) in E4M3; fp8_wgrad, dw = or += dy^T x with x
+// (M, K) in E4M3. The output the route makes against its arithmetic row by row (1e-5) and against
+// the CPU (TOL_FP8_BWD); the others (dw and db, or dx and db) the bytes of the route off; the
 // calls it takes. dystd: the output gradient's size; outlier: its first row 4096 times larger.
-#define TOL_FP8_DGRAD 2e-1  // E5M2 keeps 2 bits of mantissa
-static void t_fp8_dgrad(int M, int K, int N, int bias, GradMode mode, double dystd, int outlier) {
+#define TOL_FP8_BWD 2e-1  // E5M2 keeps 2 bits of mantissa
+static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, double dystd, int outlier) {
+    const char *route = wgrad ? "fp8_wgrad" : "fp8_dgrad";
     Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, dystd);
     Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);
     for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 4096;
     breset(&w), breset(&dy);
-    int takes = K % 16 == 0 && N % 16 == 0 && M > 0;
-    WHAT("M=%d K=%d N=%d%s, dx %s, dy std %g%s", M, K, N, bias ? " bias" : "", mode == GRAD_ADD ? "added into" : "set",
-         dystd, outlier ? ", its first row 4096 times larger" : "");
-    long c0 = backend_cuda_route_calls("fp8_dgrad");
-    BOTH(be->linear_bwd(P(dx), mode, P(dw), bias ? P(db) : NULL, GRAD_ADD, P(dy), PO(x, 0), P(w), M, K, N));
-    long taken = backend_cuda_route_calls("fp8_dgrad") - c0;
-    check(taken == takes, nm("cuda_fp8_dgrad_taken"), "%s: %ld calls through the route (want %d)", g_what, taken,
-          takes);
-    real *got = fetch(g_gpu, dx.g, dx.n), *got_dw = fetch(g_gpu, dw.g, dw.n);
+    int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && (!wgrad || M % 16 == 0);
+    Buf *made = wgrad ? &dw : &dx;  // the route's output
+    GradMode dx_mode = wgrad ? GRAD_ADD : mode, pmode = wgrad ? mode : GRAD_ADD;
+    WHAT("%s M=%d K=%d N=%d%s, %s %s, dy std %g%s", route, M, K, N, bias ? " bias" : "", wgrad ? "dw" : "dx",
+         mode == GRAD_ADD ? "added into" : "set", dystd, outlier ? ", its first row 4096 times larger" : "");
+    long c0 = backend_cuda_route_calls(route);
+    BOTH(be->linear_bwd(P(dx), dx_mode, P(dw), bias ? P(db) : NULL, pmode, P(dy), PO(x, 0), P(w), M, K, N));
+    long taken = backend_cuda_route_calls(route) - c0;
+    check(taken == takes, nm("cuda_fp8_bwd_taken"), "%s: %ld calls through the route (want %d)", g_what, taken, takes);
+    Buf *outs[] = {&dx, &dw, &db};
+    real *on[3] = {fetch(g_gpu, dx.g, dx.n), fetch(g_gpu, dw.g, dw.n), bias ? fetch(g_gpu, db.g, db.n) : NULL};
     if (takes) {
         real *dyb = fc_malloc(sizeof(real) * dy.n);
         for (size_t i = 0; i < dy.n; i++) dyb[i] = bf16_value(R(dy)[i]);
-        int ed = fp8_exponent_for(dyb, dy.n, E5M2.max), ew = fp8_exponent(R(w), w.n);
-        double *qd = fc_malloc(sizeof(double) * dy.n), *qw = fc_malloc(sizeof(double) * w.n);
-        double *ref = fc_malloc(sizeof(double) * dx.n);
+        const real *other = wgrad ? R(x) : R(w);  // the E4M3 operand
+        size_t no = wgrad ? x.n : w.n;
+        int ed = fp8_exponent_for(dyb, dy.n, E5M2.max), eo = fp8_exponent(other, no);
+        double *qd = fc_malloc(sizeof(double) * dy.n), *qo = fc_malloc(sizeof(double) * no);
+        double *ref = fc_malloc(sizeof(double) * made->n);
         for (size_t i = 0; i < dy.n; i++) qd[i] = fp8_round(ldexp(dyb[i], ed), E5M2);
-        for (size_t i = 0; i < w.n; i++) qw[i] = e4m3_round(ldexp(R(w)[i], ew));
-        for (int m = 0; m < M; m++)
+        for (size_t i = 0; i < no; i++) qo[i] = e4m3_round(ldexp(other[i], eo));
+        int rows = wgrad ? N : M, inner = wgrad ? M : N;
+        for (int r = 0; r < rows; r++)
             for (int k = 0; k < K; k++) {
                 double acc = 0;
-                for (int n = 0; n < N; n++) acc += qd[(size_t)m * N + n] * qw[(size_t)n * K + k];
-                ref[(size_t)m * K + k] = ldexp(acc, -ed - ew) + (mode == GRAD_ADD ? R(dx)[(size_t)m * K + k] : 0);
+                for (int j = 0; j < inner; j++)  // dx[m,k] = sum_n dy[m,n] w[n,k]; dw[n,k] = sum_m dy[m,n] x[m,k]
+                    acc += wgrad ? qd[(size_t)j * N + r] * qo[(size_t)j * K + k] : qd[(size_t)r * N + j] * qo[(size_t)j * K + k];
+                ref[(size_t)r * K + k] = ldexp(acc, -ed - eo) + (mode == GRAD_ADD ? R(*made)[(size_t)r * K + k] : 0);
             }
-        double e = max_row_rel(got, ref, M, K);
-        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_dgrad_arithmetic"), "%s: rel err %.1e (the worst row) against E5M2 "
-              "dy and E4M3 w multiplied in double (tol %.0e)", g_what, e, TOL_FP8_EXACT);
-        free(dyb), free(qd), free(qw), free(ref);
+        double e = max_row_rel(on[wgrad], ref, rows, K);
+        check(e <= TOL_FP8_EXACT, nm("cuda_fp8_bwd_arithmetic"), "%s: rel err %.1e (the worst row) against E5M2 "
+              "dy and E4M3 %s multiplied in double (tol %.0e)", g_what, e, wgrad ? "x" : "w", TOL_FP8_EXACT);
+        free(dyb), free(qd), free(qo), free(ref);
         double tol = g_tol;
-        g_tol = TOL_FP8_DGRAD;
-        compare("cuda_fp8_dgrad", "dx", &dx, NULL);
+        g_tol = TOL_FP8_BWD;
+        compare("cuda_fp8_bwd", wgrad ? "dw" : "dx", made, NULL);
         g_tol = tol;
     }
-    // dw and db (and dx where the route does not take the shape) as with the route off
-    Buf *outs[] = {&dx, &dw, &db};
-    real *on[3] = {got, got_dw, bias ? fetch(g_gpu, db.g, db.n) : NULL};
+    // the other outputs (all three where the route does not take the shape) as with the route off
     for (int i = 0; i < 3; i++) gput(outs[i], outs[i]->init);
-    backend_cuda_set_route("fp8_dgrad", 0);
-    g_gpu->linear_bwd(dx.g, mode, dw.g, bias ? db.g : NULL, GRAD_ADD, dy.g, x.g, w.g, M, K, N);
-    backend_cuda_set_route("fp8_dgrad", 1);
+    backend_cuda_set_route(route, 0);
+    g_gpu->linear_bwd(dx.g, dx_mode, dw.g, bias ? db.g : NULL, pmode, dy.g, x.g, w.g, M, K, N);
+    backend_cuda_set_route(route, 1);
     int same = 1;
-    for (int i = takes ? 1 : 0; i < (bias ? 3 : 2); i++) {
+    for (int i = 0; i < (bias ? 3 : 2); i++) {
+        if (takes && i == wgrad) continue;
         real *off = fetch(g_gpu, outs[i]->g, outs[i]->n);
         same &= !memcmp(off, on[i], sizeof(real) * outs[i]->n);
         free(off);
     }
-    check(same, nm("cuda_fp8_dgrad_rest"), "%s: %s against the route off %s", g_what,
-          takes ? "dw and db" : "dx, dw and db", SAME(same));
+    check(same, nm("cuda_fp8_bwd_rest"), "%s: %s against the route off %s", g_what,
+          !takes ? "dx, dw and db" : wgrad ? "dx and db" : "dw and db", SAME(same));
     free(on[0]), free(on[1]), free(on[2]);
     FREE(&x, &w, &dy, &dx, &dw, &db);
 }
@@ -265,14 +272,19 @@ void cuda_fp8_cases(void) {
     t_fp8_nonfinite(1), t_fp8_nonfinite(0);
     backend_cuda_set_route("fp8_fwd", 0);
 
-    backend_cuda_set_route("fp8_dgrad", 1);
-    // the tiny config's qkv, proj, fc1, fc2 backward; dx set and added into; with and without the bias
-    // pass that rounds dy; gradients of 1e-4 and 1e3 (the scale follows); an outlier row; K or N off 16
-    t_fp8_dgrad(896, 64, 192, 1, GRAD_ADD, 1, 0), t_fp8_dgrad(896, 64, 64, 0, GRAD_SET, 1, 0);
-    t_fp8_dgrad(896, 64, 256, 1, GRAD_SET, 1, 0), t_fp8_dgrad(896, 256, 64, 1, GRAD_ADD, 1, 0);
-    t_fp8_dgrad(37, 48, 32, 1, GRAD_ADD, 1e-4, 0), t_fp8_dgrad(64, 32, 32, 0, GRAD_ADD, 1e3, 0);
-    t_fp8_dgrad(64, 32, 48, 1, GRAD_SET, 1, 1), t_fp8_dgrad(16, 64, 16, 0, GRAD_ADD, 3, 1);
-    t_fp8_dgrad(33, 40, 32, 1, GRAD_ADD, 1, 0), t_fp8_dgrad(33, 32, 24, 1, GRAD_SET, 1, 0);
-    if (!g_quick) t_fp8_dgrad(1792, 1536, 512, 1, GRAD_ADD, 1, 0);  // the preset's width
-    backend_cuda_set_route("fp8_dgrad", 0);
+    // the backward's routes: the tiny config's qkv, proj, fc1, fc2; the output set and added into;
+    // with and without the bias pass that rounds dy; gradients of 1e-4 and 1e3 (the scale follows);
+    // an outlier row; K or N (wgrad: M) off 16
+    for (int wg = 0; wg < 2; wg++) {
+        const char *route = wg ? "fp8_wgrad" : "fp8_dgrad";
+        backend_cuda_set_route(route, 1);
+        t_fp8_bwd(wg, 896, 64, 192, 1, GRAD_ADD, 1, 0), t_fp8_bwd(wg, 896, 64, 64, 0, GRAD_SET, 1, 0);
+        t_fp8_bwd(wg, 896, 64, 256, 1, GRAD_SET, 1, 0), t_fp8_bwd(wg, 896, 256, 64, 1, GRAD_ADD, 1, 0);
+        t_fp8_bwd(wg, 48, 48, 32, 1, GRAD_ADD, 1e-4, 0), t_fp8_bwd(wg, 64, 32, 32, 0, GRAD_ADD, 1e3, 0);
+        t_fp8_bwd(wg, 64, 32, 48, 1, GRAD_SET, 1, 1), t_fp8_bwd(wg, 16, 64, 16, 0, GRAD_ADD, 3, 1);
+        t_fp8_bwd(wg, 33, 40, 32, 1, GRAD_ADD, 1, 0), t_fp8_bwd(wg, 33, 32, 24, 1, GRAD_SET, 1, 0);
+        t_fp8_bwd(wg, 37, 48, 32, 1, GRAD_ADD, 1, 0);  // M off 16: dgrad takes it, wgrad not
+        if (!g_quick) t_fp8_bwd(wg, 1792, 1536, 512, 1, GRAD_ADD, 1, 0);  // the preset's width
+        backend_cuda_set_route(route, 0);
+    }
 }

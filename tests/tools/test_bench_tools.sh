@@ -106,6 +106,6 @@ FC=$BUILD/framechain_emu CONFIG=configs/tiny/starter.conf STEPS=3 EVERY=1 timeou
 status=$?
 rows=$(grep -cE '^ +[123] +[0-9.]+ +[0-9.]+ ' "$tmp/rl.txt")
 [ $status -eq 0 ] && [ "$rows" = 3 ] && grep -qE '^ +1 +([0-9.]+) +\1 ' "$tmp/rl.txt" &&
-    grep -q 'fp8_fwd=1,fp8_dgrad=1' "$tmp/rl/route.log" && ! grep -q 'fp8_fwd=1' "$tmp/rl/default.log" &&
-    grep -qE '^the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1 against the defaults [-+][0-9.]+%' "$tmp/rl.txt"
+    grep -q 'fp8_fwd=1,fp8_dgrad=1,fp8_wgrad=1' "$tmp/rl/route.log" && ! grep -q 'fp8_fwd=1' "$tmp/rl/default.log" &&
+    grep -qE '^the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1,fp8_wgrad=1 against the defaults [-+][0-9.]+%' "$tmp/rl.txt"
 expect route_loss $? "status $status, $rows step rows: $(tail -1 "$tmp/rl.txt")"
