@@ -4,7 +4,7 @@
 //  - against a reference of its own arithmetic, written here apart from the kernels: x and w (bf16
 //    values on both sides) scaled by 2^e, e the largest integer that keeps the tensor's absolute
 //    maximum within 448, rounded to the nearest E4M3 value (ties to even), multiplied in double and
-//    scaled back, plus the bias rounded to bf16. The GPU sums the same products in fp32: 1e-5.
+//    scaled back, plus the bias rounded to bf16. The GPU sums the same products (TOL_FP8_EXACT).
 //  - against the CPU's linear on the unrounded values: what fp8 costs (E4M3 keeps 3 bits of
 //    mantissa), within 1e-1 of the output's largest value;
 //  - the calls it takes: every shape with K and N multiples of 16, no other (those take the bf16
@@ -22,7 +22,10 @@
 
 extern long fc_emu_cublaslt_hook(int mode) __attribute__((weak));
 
-#define TOL_FP8_EXACT 1e-5  // the route against its own arithmetic in double
+// The route against its own arithmetic in double. The emulation sums the products in fp32 (about
+// 1e-7); Hopper's fp8 tensor cores keep about 14 bits inside an instruction's partial sum before
+// cuBLASLt promotes it to fp32 (DeepSeek-V3's report measured it on an H800), so some 1e-4.
+#define TOL_FP8_EXACT 5e-4
 #define TOL_FP8 1e-1        // the route against the CPU's fp32 linear
 
 // The two fp8 formats: bits of mantissa, the smallest normal exponent, the largest value.
@@ -166,22 +169,23 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
 
 // The backward's fp8 routes, dy (M, N) rounded to bf16 (as the backward does) and then to E5M2 with
 // its scale: fp8_dgrad, dx = or += dy w with w (N, K) in E4M3; fp8_wgrad, dw = or += dy^T x with x
-// (M, K) in E4M3. The output the route makes against its arithmetic row by row (1e-5) and against
+// (M, K) in E4M3. The output the route makes against its arithmetic row by row (TOL_FP8_EXACT) and against
 // the CPU (TOL_FP8_BWD); the others (dw and db, or dx and db) the bytes of the route off; the
-// calls it takes. dystd: the output gradient's size; outlier: its first row 4096 times larger.
+// calls it takes. dystd: the output gradient's size; outlier: its first row 2^26 times larger (E5M2's
+// 32 binades: the other rows then reach its subnormals, where a scale off by a power of two shows).
 #define TOL_FP8_BWD 2e-1  // E5M2 keeps 2 bits of mantissa
 static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, double dystd, int outlier) {
     const char *route = wgrad ? "fp8_wgrad" : "fp8_dgrad";
     Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, dystd);
     Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);
-    for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 4096;
+    for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 67108864;
     breset(&w), breset(&dy);
     int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && (!wgrad || M % 16 == 0);
     Buf *made = wgrad ? &dw : &dx;  // the route's output
     GradMode dx_mode = wgrad ? GRAD_ADD : mode, pmode = wgrad ? mode : GRAD_ADD;
     WHAT("%s M=%d K=%d N=%d%s, %s %s, dy std %g%s", route, M, K, N, bias ? " bias" : "", wgrad ? "dw" : "dx",
-         mode == GRAD_ADD ? "added into" : "set", dystd, outlier ? ", its first row 4096 times larger" : "");
+         mode == GRAD_ADD ? "added into" : "set", dystd, outlier ? ", its first row 2^26 times larger" : "");
     long c0 = backend_cuda_route_calls(route);
     BOTH(be->linear_bwd(P(dx), dx_mode, P(dw), bias ? P(db) : NULL, pmode, P(dy), PO(x, 0), P(w), M, K, N));
     long taken = backend_cuda_route_calls(route) - c0;
