@@ -287,11 +287,13 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
 // The fp8_fwd route: y^T (N, M) = w8 (N, K) @ x8^T (K, M) (+ b in the epilogue), w8 and x8 the bf16
 // weight and operand as E4M3 with one scale each (fp8.cu), accumulated in fp32 by cuBLASLt. Its fp8
 // kernels read A transposed and B as it is (the forward's layout) with leading dimensions of
-// multiples of 16 bytes: K and N multiples of 16. 0, with nothing written, where it does not take
-// the shape or cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16 GEMM then.
+// multiples of 16 bytes: K and N multiples of 16, and M too (as Transformer Engine asks of its fp8
+// GEMMs: the networks' token counts are multiples of 64). 0, with nothing written, where it does
+// not take the shape or cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
+// GEMM then.
 static int fp8_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16 *w16, const real *b, int M, int K,
                           int N) {
-    if (K % 16 || N % 16 || M <= 0) return 0;
+    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
     __nv_fp8_storage_t *x8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * K);
     __nv_fp8_storage_t *w8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
     __nv_bfloat16 *b16 = b ? (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(__nv_bfloat16) * N) : NULL;
@@ -310,11 +312,11 @@ static int fp8_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16
 // The fp8_dgrad route: dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M), w^T the bf16 weight transposed
 // into E4M3 (cuBLASLt's fp8 kernels read A transposed: w^T's (N, K) column-major bytes) and dy the
 // bf16 output gradient in E5M2 (two bits of mantissa, the range of gradients), each with one scale;
-// fp32 accumulation. K and N multiples of 16; 0, with nothing written, elsewhere or where cuBLASLt
-// has no kernel for it: the bf16 GEMM then.
+// fp32 accumulation. M, K and N multiples of 16; 0, with nothing written, elsewhere or where
+// cuBLASLt has no kernel for it: the bf16 GEMM then.
 static int fp8_linear_dgrad(real *dx, GradMode dx_mode, const __nv_bfloat16 *dy16, const __nv_bfloat16 *w16, int M,
                             int K, int N) {
-    if (K % 16 || N % 16 || M <= 0) return 0;
+    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
     __nv_fp8_storage_t *dy8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * N);
     __nv_fp8_storage_t *wt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
     LtPlan *p = lt_plan_get(LT_FP8_DGRAD, CUBLAS_OP_T, K, M, N, CUBLASLT_EPILOGUE_DEFAULT, wt8, dy8, dx, NULL, NULL, 0);

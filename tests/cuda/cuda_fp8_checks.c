@@ -7,7 +7,7 @@
 //    scaled back, plus the bias rounded to bf16. The GPU sums the same products (TOL_FP8_EXACT).
 //  - against the CPU's linear on the unrounded values: what fp8 costs (E4M3 keeps 3 bits of
 //    mantissa), within 1e-1 of the output's largest value;
-//  - the calls it takes: every shape with K and N multiples of 16, no other (those take the bf16
+//  - the calls it takes: every shape with M, K and N multiples of 16, no other (those take the bf16
 //    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
 //    the call to the bf16 path too;
 // And the fp8_dgrad and fp8_wgrad routes (the backward's dx and dw GEMMs on E5M2 dy and E4M3 w or
@@ -118,7 +118,7 @@ static void t_fp8_linear_at(int M, int K, int N, int bias, int gelu, double xstd
     }
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);  // the bf16 mirror is w itself
     breset(&w);
-    int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && !refuse;
+    int takes = M % 16 == 0 && K % 16 == 0 && N % 16 == 0 && M > 0 && !refuse;
     WHAT("M=%d K=%d N=%d%s%s, x std %g%s%s", M, K, N, bias ? " bias" : "", gelu ? " +GELU" : "", xstd,
          outlier ? ", its first row 4096 times larger" : "", refuse ? ", cuBLASLt refusing" : "");
     if (refuse) fc_emu_cublaslt_hook(1);
@@ -181,7 +181,7 @@ static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, d
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);
     for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 67108864;
     breset(&w), breset(&dy);
-    int takes = K % 16 == 0 && N % 16 == 0 && M > 0 && (!wgrad || M % 16 == 0);
+    int takes = M % 16 == 0 && K % 16 == 0 && N % 16 == 0 && M > 0;
     Buf *made = wgrad ? &dw : &dx;  // the route's output
     GradMode dx_mode = wgrad ? GRAD_ADD : mode, pmode = wgrad ? mode : GRAD_ADD;
     WHAT("%s M=%d K=%d N=%d%s, %s %s, dy std %g%s", route, M, K, N, bias ? " bias" : "", wgrad ? "dw" : "dx",
@@ -265,11 +265,12 @@ void cuda_fp8_cases(void) {
     t_fp8_linear(896, 64, 256, 1, 1, 1, 0), t_fp8_linear(896, 256, 64, 1, 0, 1, 0);
     t_fp8_linear(448, 128, 384, 1, 0, 1, 0), t_fp8_linear(448, 48, 128, 1, 0, 1, 0);
     t_fp8_linear(448, 128, 48, 1, 0, 1, 0);
-    t_fp8_linear(37, 48, 32, 0, 0, 1, 0), t_fp8_linear(1, 16, 16, 1, 0, 1, 0);   // odd M; one row
+    t_fp8_linear(48, 48, 32, 0, 0, 1, 0), t_fp8_linear(16, 16, 16, 1, 0, 1, 0);  // small
     t_fp8_linear(64, 32, 32, 1, 0, 1e-3, 0), t_fp8_linear(64, 32, 32, 1, 0, 300, 0);  // the scale follows x
     t_fp8_linear(64, 32, 32, 1, 0, 0, 0);                                           // x zero: the bias
     t_fp8_linear_at(64, 32, 32, 0, 0, 1, 0, 1), t_fp8_linear_at(16, 64, 16, 0, 0, 3, 0, 1);  // subnormals
-    t_fp8_linear(33, 40, 32, 1, 0, 1, 0), t_fp8_linear(33, 32, 24, 1, 1, 1, 0);   // K, N off 16: bf16
+    t_fp8_linear(32, 40, 32, 1, 0, 1, 0), t_fp8_linear(32, 32, 24, 1, 1, 1, 0);   // K, N off 16: bf16
+    t_fp8_linear(37, 48, 32, 0, 0, 1, 0), t_fp8_linear(1, 16, 16, 1, 0, 1, 0);    // M off 16: bf16
     if (fc_emu_cublaslt_hook && !strcmp(g_gpu->name, "cuda")) t_fp8_linear(50, 80, 48, 1, 0, 1, 1);
     else printf("INFO cuda_fp8_refused_bf16: left out: the cuBLASLt refusal hook is the CUDA emulation's\n");
     if (!g_quick) t_fp8_linear(1792, 1536, 512, 1, 0, 1, 0);  // the preset's width
@@ -278,7 +279,7 @@ void cuda_fp8_cases(void) {
 
     // the backward's routes: the tiny config's qkv, proj, fc1, fc2; the output set and added into;
     // with and without the bias pass that rounds dy; gradients of 1e-4 and 1e3 (the scale follows);
-    // an outlier row; K or N (wgrad: M) off 16
+    // an outlier row; M, K or N off 16
     for (int wg = 0; wg < 2; wg++) {
         const char *route = wg ? "fp8_wgrad" : "fp8_dgrad";
         backend_cuda_set_route(route, 1);
@@ -287,7 +288,7 @@ void cuda_fp8_cases(void) {
         t_fp8_bwd(wg, 48, 48, 32, 1, GRAD_ADD, 1e-4, 0), t_fp8_bwd(wg, 64, 32, 32, 0, GRAD_ADD, 1e3, 0);
         t_fp8_bwd(wg, 64, 32, 48, 1, GRAD_SET, 1, 1), t_fp8_bwd(wg, 16, 64, 16, 0, GRAD_ADD, 3, 1);
         t_fp8_bwd(wg, 33, 40, 32, 1, GRAD_ADD, 1, 0), t_fp8_bwd(wg, 33, 32, 24, 1, GRAD_SET, 1, 0);
-        t_fp8_bwd(wg, 37, 48, 32, 1, GRAD_ADD, 1, 0);  // M off 16: dgrad takes it, wgrad not
+        t_fp8_bwd(wg, 37, 48, 32, 1, GRAD_ADD, 1, 0);
         if (!g_quick) t_fp8_bwd(wg, 1792, 1536, 512, 1, GRAD_ADD, 1, 0);  // the preset's width
         backend_cuda_set_route(route, 0);
     }
