@@ -1,21 +1,22 @@
-// cuda_fp8_checks.c: the fp8_fwd route of test_cuda (see test_cuda.c; cuda/fp8.cu, cuda/linear.cu). The
-// route runs the bf16 linear forward's GEMM on E4M3 copies of x and w, each with one power-of-two
-// scale, where cuBLASLt has fp8 kernels (sm_89, sm_90). Checked on the "cuda" table:
-//  - against a reference of its own arithmetic, written here apart from the kernels: x and w (bf16
-//    values on both sides) scaled by 2^e, e the largest integer that keeps the tensor's absolute
-//    maximum within 448, rounded to the nearest E4M3 value (ties to even), multiplied in double and
-//    scaled back, plus the bias rounded to bf16. The GPU sums the same products (TOL_FP8_EXACT).
-//  - against the CPU's linear on the unrounded values: what fp8 costs (E4M3 keeps 3 bits of
-//    mantissa), within 1e-1 of the output's largest value;
-//  - the calls it takes: every shape with M, K and N multiples of 16, no other (those take the bf16
-//    GEMM, the same bytes as with the route off); cuBLASLt refusing (the emulation's hook) sends
-//    the call to the bf16 path too;
-// And the fp8_dgrad and fp8_wgrad routes (the backward's dx and dw GEMMs on E5M2 dy and E4M3 w or
-// x), the same ways; the outputs a route does not make keep the bf16 path's bytes.
-//  - a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale follows),
-//    one row far larger than the others (the others' rows then hang on E4M3's subnormals, and on the
-//    scale's exact power of two: each row's error is measured against that row),
-//    a NaN in x (the output NaN, not silently finite), and the same bytes twice.
+// cuda_fp8_checks.c: the fp8 routes of test_cuda (see test_cuda.c; cuda/fp8.cu, cuda/linear.cu), on
+// the "cuda" table. fp8_fwd runs the linear forward's GEMM on E4M3 copies of x and w, fp8_dgrad the
+// backward's dx GEMM on w in E4M3 and dy in E5M2, fp8_wgrad its dw GEMM on x in E4M3 and dy in
+// E5M2; each copy with one power-of-two scale, where cuBLASLt has fp8 kernels (sm_89, sm_90).
+// Each route is checked
+//  - against a reference of its own arithmetic, written here apart from the kernels: the bf16
+//    values (the same on both sides; dy rounded to bf16 as the backward rounds it) scaled by 2^e,
+//    e the largest integer that keeps the tensor's absolute maximum within the format's largest
+//    value (448, 57344), rounded to the nearest fp8 value (ties to even), multiplied in double and
+//    scaled back, plus the bias rounded to bf16 (TOL_FP8_EXACT), row by row;
+//  - against the CPU's fp32 linear: what fp8 costs (3 or 2 bits of mantissa), within 1e-1 (2e-1 for
+//    E5M2) of the output's largest value;
+//  - for the calls it takes: every shape with M, K and N multiples of 16, no other (those take the
+//    bf16 GEMM, the same bytes as with the route off, as do the outputs a route does not make);
+//    cuBLASLt refusing (the emulation's hook) sends the call to the bf16 path too;
+//  - on a zero x (scale 1: the output is the bias), inputs of very different sizes (the scale
+//    follows), one row far larger than the others (the other rows then reach the format's
+//    subnormals, where a scale off by a power of two shows), a NaN or inf in x (the output NaN,
+//    never silently finite), and for the same bytes twice.
 #include <math.h>
 
 #include "cuda/cuda_harness.h"
