@@ -29,8 +29,8 @@ int latent_check_file(Autoencoder *ae, const char *path, const LatentIdentity *w
     LatentIdentity got;
     if (latent_identity(ae, path, want->image_size, &got, err, errlen)) return -1;
     if (strcmp(got.sha256, want->sha256))
-        return fc_errf(err, errlen, "--vae %s: not the autoencoder %s (its sha256 %.16s..., the one recorded %.16s...)",
-                       path, whose, got.sha256, want->sha256);
+        return fc_errf(err, errlen, "--vae %s: not the autoencoder %s (its sha256 %s, the one recorded %s)", path,
+                       whose, got.sha256, want->sha256);
     autoencoder_set_scaling(ae, want->scale, want->shift);
     return 0;
 }

@@ -97,6 +97,12 @@ rc=$?
 expect train_vae_previews $? "exit $rc; $(grep -E 'decoded by|^  autoencoder' "$tmp/pv.log" | tr '\n' ' '); samples: $(ls "$tmp/run_pv/samples" | tr '\n' ' ')"
 refused train_vae_refuses_other 1 "not the autoencoder $tmp/lat_25 was made with" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd_f16.safetensors"
+# the digest recorded in dataset.json differing from the file's in its last hex digit only: refused
+# too (the whole digest is compared, not a prefix)
+cp -r "$tmp/lat_25" "$tmp/lat_digit"
+perl -pi -e 's/("sha256": *"[0-9a-f]{63})([0-9a-f])"/$1 . ($2 eq "0" ? "1" : "0") . "\""/e' "$tmp/lat_digit/dataset.json"
+refused train_vae_refuses_last_digit 1 "not the autoencoder $tmp/lat_digit was made with" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_digit" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
 refused train_vae_refuses_frames 1 "holds frames: --vae is for the previews of a run on latents" \
     "$FC" train --config configs/tiny/extrapolate.conf --set sample_every=5 --data "$tmp/pix_tiny" --run "$tmp/none" --steps 1 \
     --set frame_size=64 --vae "$dir/taesd.safetensors"
