@@ -284,68 +284,39 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
     return p && lt_run(p, A, B, D, bias, aux, 0.0f);
 }
 
-// The fp8_fwd route: y^T (N, M) = w8 (N, K) @ x8^T (K, M) (+ b in the epilogue), w8 and x8 the bf16
-// weight and operand as E4M3 with one scale each (fp8.cu), accumulated in fp32 by cuBLASLt. Its fp8
-// kernels read A transposed and B as it is (the forward's layout) with leading dimensions of
-// multiples of 16 bytes: K and N multiples of 16, and M too (as Transformer Engine asks of its fp8
-// GEMMs: the networks' token counts are multiples of 64). 0, with nothing written, where it does
-// not take the shape or cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
-// GEMM then.
-static int fp8_linear_fwd(real *y, const __nv_bfloat16 *x16, const __nv_bfloat16 *w16, const real *b, int M, int K,
-                          int N) {
-    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
-    __nv_fp8_storage_t *x8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * K);
-    __nv_fp8_storage_t *w8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
-    __nv_bfloat16 *b16 = b ? (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(__nv_bfloat16) * N) : NULL;
-    uint32_t epilogue = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    LtPlan *p = lt_plan_get(LT_FP8_FWD, CUBLAS_OP_T, N, M, K, epilogue, w8, x8, y, b16, NULL, 0);
-    if (!p) return 0;
-    float *scales = fp8_scales(LT_FP8_FWD);
-    fc_fp8_quantize(w8, scales, w16, (size_t)N * K, 0);
-    fc_fp8_quantize(x8, scales + 2, x16, (size_t)M * K, 0);
-    if (b) fc_fp8_bias(b16, b, N);
-    if (!lt_run(p, w8, x8, y, b16, NULL, 0.0f)) return 0;
-    fc_route_calls.fp8_fwd++;
-    return 1;
+// One operand of an fp8 GEMM: the bf16 matrix x (rows, cols), its fp8 bytes written as they are or
+// transposed (cols, rows), in E4M3 or E5M2.
+typedef struct {
+    const __nv_bfloat16 *x;
+    int rows, cols, transposed, e5m2;
+} Fp8Source;
+static void fp8_convert(__nv_fp8_storage_t *dst, float *scale, Fp8Source s) {
+    if (s.transposed) fc_fp8_quantize_transposed(dst, scale, s.x, s.rows, s.cols, s.e5m2);
+    else fc_fp8_quantize(dst, scale, s.x, (size_t)s.rows * s.cols, s.e5m2);
 }
 
-// The fp8_dgrad route: dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M), w^T the bf16 weight transposed
-// into E4M3 (cuBLASLt's fp8 kernels read A transposed: w^T's (N, K) column-major bytes) and dy the
-// bf16 output gradient in E5M2 (two bits of mantissa, the range of gradients), each with one scale;
-// fp32 accumulation. M, K and N multiples of 16; 0, with nothing written, elsewhere or where
-// cuBLASLt has no kernel for it: the bf16 GEMM then.
-static int fp8_linear_dgrad(real *dx, GradMode dx_mode, const __nv_bfloat16 *dy16, const __nv_bfloat16 *w16, int M,
-                            int K, int N) {
-    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
-    __nv_fp8_storage_t *dy8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * N);
-    __nv_fp8_storage_t *wt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)N * K);
-    LtPlan *p = lt_plan_get(LT_FP8_DGRAD, CUBLAS_OP_T, K, M, N, CUBLASLT_EPILOGUE_DEFAULT, wt8, dy8, dx, NULL, NULL, 0);
+// The fp8 routes' GEMM: D (m, n) = op(A) @ B + beta D (+ bias, m, in the epilogue), column-major, A
+// read transposed and B as it is (the only layout cuBLASLt's fp8 kernels take, with leading
+// dimensions of multiples of 16 bytes), A and B the fp8 bytes of a and b, each with one scale
+// (fp8.cu), fp32 accumulation. m, n and k multiples of 16 (as Transformer Engine asks of its fp8
+// GEMMs; every block's linear of the configs has 64 tokens a frame). 0, with nothing written,
+// elsewhere or where cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
+// GEMM then. calls: the route's counter.
+static int fp8_gemm(int kind, int m, int n, int k, Fp8Source a, Fp8Source b, real *D, const real *bias, float beta,
+                    long *calls) {
+    if (m % 16 || n % 16 || k % 16 || m <= 0 || n <= 0 || k <= 0) return 0;
+    __nv_fp8_storage_t *a8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)a.rows * a.cols);
+    __nv_fp8_storage_t *b8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)b.rows * b.cols);
+    __nv_bfloat16 *b16 = bias ? (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_LINEAR, sizeof(__nv_bfloat16) * m) : NULL;
+    uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    LtPlan *p = lt_plan_get(kind, CUBLAS_OP_T, m, n, k, epilogue, a8, b8, D, b16, NULL, 0);
     if (!p) return 0;
-    float *scales = fp8_scales(LT_FP8_DGRAD);
-    fc_fp8_quantize_transposed(wt8, scales, w16, N, K, 0);
-    fc_fp8_quantize(dy8, scales + 2, dy16, (size_t)M * N, 1);
-    if (!lt_run(p, wt8, dy8, dx, NULL, NULL, dx_mode == GRAD_ADD ? 1.0f : 0.0f)) return 0;
-    fc_route_calls.fp8_dgrad++;
-    return 1;
-}
-
-// The fp8_wgrad route: dw^T (K, N) = or += x^T (K, M) @ dy (M, N), x (the bf16 operand) transposed
-// into E4M3 and dy transposed into E5M2 (cuBLASLt's fp8 kernels read A transposed, B as it is: x's
-// and dy's (M, K) and (M, N) column-major bytes), each with one scale; fp32 accumulation over the M
-// tokens. M, K and N multiples of 16; 0, with nothing written, elsewhere or where cuBLASLt has no
-// kernel for it: the bf16 GEMM then.
-static int fp8_linear_wgrad(real *dw, GradMode pmode, const __nv_bfloat16 *x16, const __nv_bfloat16 *dy16, int M, int K,
-                            int N) {
-    if (M % 16 || K % 16 || N % 16 || M <= 0) return 0;
-    __nv_fp8_storage_t *xt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_A, (size_t)M * K);
-    __nv_fp8_storage_t *dyt8 = (__nv_fp8_storage_t *)fc_cuda_scratch(SCRATCH_FP8_W, (size_t)M * N);
-    LtPlan *p = lt_plan_get(LT_FP8_WGRAD, CUBLAS_OP_T, K, N, M, CUBLASLT_EPILOGUE_DEFAULT, xt8, dyt8, dw, NULL, NULL, 0);
-    if (!p) return 0;
-    float *scales = fp8_scales(LT_FP8_WGRAD);
-    fc_fp8_quantize_transposed(xt8, scales, x16, M, K, 0);
-    fc_fp8_quantize_transposed(dyt8, scales + 2, dy16, M, N, 1);
-    if (!lt_run(p, xt8, dyt8, dw, NULL, NULL, pmode == GRAD_ADD ? 1.0f : 0.0f)) return 0;
-    fc_route_calls.fp8_wgrad++;
+    float *scales = fp8_scales(kind);
+    fp8_convert(a8, scales, a);
+    fp8_convert(b8, scales + 2, b);
+    if (bias) fc_fp8_bias(b16, bias, m);
+    if (!lt_run(p, a8, b8, D, b16, NULL, beta)) return 0;
+    (*calls)++;
     return 1;
 }
 
@@ -362,7 +333,10 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
     const __nv_bfloat16 *w16 = NULL, *x16 = operand16(kind, x);
     if (K > 0) {
         w16 = weight16(kind, w, (size_t)N * K);
-        if (kind.bf16 && fc_routes.fp8_fwd && fp8_linear_fwd(y, x16, w16, b, M, K, N)) {
+        // the fp8_fwd route: y^T (N, M) = w (N, K) @ x^T (K, M), both E4M3
+        if (kind.bf16 && fc_routes.fp8_fwd &&
+            fp8_gemm(LT_FP8_FWD, N, M, K, Fp8Source{w16, N, K, 0, 0}, Fp8Source{x16, M, K, 0, 0}, y, b, 0.0f,
+                     &fc_route_calls.fp8_fwd)) {
             if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);
             return;
         }
@@ -414,7 +388,11 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         // dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M): w is column-major (K, N), dy column-major (N, M), both
         // op N. Overwriting (beta 0) never reads dx.
         const __nv_bfloat16 *w16 = weight16(kind, w, (size_t)N * K);
-        if (kind.bf16 && fc_routes.fp8_dgrad && fp8_linear_dgrad(dx, dx_mode, dy16, w16, M, K, N)) {
+        // the fp8_dgrad route: dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M), w transposed into E4M3,
+        // dy in E5M2 (two bits of mantissa, the range of gradients)
+        if (kind.bf16 && fc_routes.fp8_dgrad &&
+            fp8_gemm(LT_FP8_DGRAD, K, M, N, Fp8Source{w16, N, K, 1, 0}, Fp8Source{dy16, M, N, 0, 1}, dx, NULL,
+                     dx_mode == GRAD_ADD ? 1.0f : 0.0f, &fc_route_calls.fp8_dgrad)) {
             if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
         } else if (!(kind.bf16 && gelu_pre && fc_routes.dgelu_epilogue &&
               lt_matmul(CUBLAS_OP_N, K, M, N, CUBLASLT_EPILOGUE_DGELU, w16, dy16, dx, NULL, (float *)gelu_pre))) {
@@ -423,9 +401,12 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
             if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
         }
     }
-    if (dw && K > 0 && !(kind.bf16 && fc_routes.fp8_wgrad && fp8_linear_wgrad(dw, pmode, operand16(kind, x), dy16, M, K, N)))
-        // dw^T (K, N) = or += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
-        // Overwriting (beta 0) never reads dw.
+    // dw^T (K, N) = or += x^T (K, M) @ dy (M, N): x is column-major (K, M), op N; dy column-major (N, M), op T.
+    // Overwriting (beta 0) never reads dw. The fp8_wgrad route: x and dy transposed into E4M3 and E5M2.
+    if (dw && K > 0 &&
+        !(kind.bf16 && fc_routes.fp8_wgrad &&
+          fp8_gemm(LT_FP8_WGRAD, K, N, M, Fp8Source{operand16(kind, x), M, K, 1, 0}, Fp8Source{dy16, M, N, 1, 1}, dw,
+                   NULL, pmode == GRAD_ADD ? 1.0f : 0.0f, &fc_route_calls.fp8_wgrad)))
         gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N,
              pmode == GRAD_ADD ? 1.0f : 0.0f, dw, K);
     if (db) linear_bias_grad(db, pmode, NULL, dy, M, N);

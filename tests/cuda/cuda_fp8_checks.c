@@ -177,7 +177,8 @@ static void t_fp8_linear(int M, int K, int N, int bias, int gelu, double xstd, i
 #define TOL_FP8_BWD 2e-1  // E5M2 keeps 2 bits of mantissa
 static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, double dystd, int outlier) {
     const char *route = wgrad ? "fp8_wgrad" : "fp8_dgrad";
-    Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, dystd);
+    Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2);
+    Buf dy = bnormal((size_t)M * N, 0, dystd);
     Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
     for (size_t i = 0; i < w.n; i++) R(w)[i] = bf16_value(R(w)[i]);
     for (int n = 0; outlier && n < N; n++) R(dy)[n] *= 67108864;
@@ -208,7 +209,7 @@ static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, d
             for (int k = 0; k < K; k++) {
                 double acc = 0;
                 for (int j = 0; j < inner; j++)  // dx[m,k] = sum_n dy[m,n] w[n,k]; dw[n,k] = sum_m dy[m,n] x[m,k]
-                    acc += wgrad ? qd[(size_t)j * N + r] * qo[(size_t)j * K + k] : qd[(size_t)r * N + j] * qo[(size_t)j * K + k];
+                    acc += qd[wgrad ? (size_t)j * N + r : (size_t)r * N + j] * qo[(size_t)j * K + k];
                 ref[(size_t)r * K + k] = ldexp(acc, -ed - eo) + (mode == GRAD_ADD ? R(*made)[(size_t)r * K + k] : 0);
             }
         double e = max_row_rel(on[wgrad], ref, rows, K);

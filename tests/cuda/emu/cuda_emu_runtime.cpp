@@ -336,9 +336,10 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 // compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
 // form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). And fp8:
 // E4M3 or E5M2 A and B (not both E5M2), each with its scale factor in device memory
-// (A_SCALE_POINTER, B_SCALE_POINTER; 1 when not set), under the rules cuBLASLt's fp8 kernels have on sm_89 and sm_90: A transposed and B
-// not, leading dimensions and pointers on 16 bytes, an fp32 D with a bf16 bias; D = scale_A
-// scale_B alpha op(A) op(B) + bias, the products of the widened bytes summed in fp32.
+// (A_SCALE_POINTER, B_SCALE_POINTER; 1 when not set), under the rules cuBLASLt's fp8 kernels have
+// on sm_89 and sm_90: A transposed and B not, leading dimensions and pointers on 16 bytes, an fp32
+// D with a bf16 bias; D = scale_A scale_B alpha op(A) op(B) + bias, the products of the widened
+// bytes summed in fp32.
 // Descriptors keep their state in the library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
 // chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
 // is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
@@ -617,7 +618,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (lt_bias_epilogue(s->epilogue)) {  // fp32, or bf16 with fp8 A and B
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++)
-                dst[i + j * ld] += fp8 ? __bfloat162float(((const __nv_bfloat16 *)s->bias)[i]) : ((const float *)s->bias)[i];
+                dst[i + j * ld] +=
+                    fp8 ? __bfloat162float(((const __nv_bfloat16 *)s->bias)[i]) : ((const float *)s->bias)[i];
     }
     if (fp8) g_lt_fp8_products++;
     if (lt_aux_epilogue(s->epilogue)) {  // GELU: aux = D, D = GELU(D); DGELU: D *= GELU'(aux)
