@@ -856,10 +856,10 @@ int main(int argc, char **argv) {
     // and E5M2 (fp8_dgrad, fp8_wgrad): a step's loss and gradients as far from the CPU's as fp8's bits
     // of mantissa put them (the routes' own arithmetic: section 1)
     for (int k = 0; k < 2 && g_gpu != g_cpu; k++) {
-        backend_cuda_set_route("fp8_fwd", 1), backend_cuda_set_route("fp8_dgrad", k), backend_cuda_set_route("fp8_wgrad", k);
+        routes_set(k ? "fp8_fwd=1,fp8_dgrad=1,fp8_wgrad=1" : "fp8_fwd=1", -1);
         g_mode = k ? "_bf16_fp8_all" : "_bf16_fp8", g_tol = TOL_FP8_STEP, g_tol_net = TOL_FP8_STEP;
         g_failed += cuda_test_train_step();
-        backend_cuda_set_route("fp8_fwd", 0), backend_cuda_set_route("fp8_dgrad", 0), backend_cuda_set_route("fp8_wgrad", 0);
+        routes_set("fp8_fwd=0,fp8_dgrad=0,fp8_wgrad=0", -1);
         g_tol = TOL_BF16, g_tol_net = TOL_NET_BF16;
     }
     routes_set(shipped, -1);
