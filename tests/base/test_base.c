@@ -28,6 +28,35 @@ static void test_philox_kat(void) {
     }
 }
 
+// The layout docs/network.md ("Randomness") gives, so another implementation can draw the same
+// numbers: counter (index / 4 low and high words, step, stream), key (seed low and high words),
+// word index % 4 of the block; the uniform (w >> 8 + 0.5) 2^-24; the normals r cos a (even index) and
+// r sin a (odd) with r = sqrt(-2 ln u) and a = 2 pi u' from the pair's first and second uniforms.
+static void test_philox_layout(void) {
+    const uint64_t seeds[] = {1, 0x123456789abcdefull};
+    const uint32_t steps[] = {0, 7, 0xfffffffeu}, streams[] = {RNG_NOISE, RNG_TEST};
+    const uint64_t indices[] = {0, 1, 2, 3, 6, 4ull << 32 | 5, (1ull << 34) + 3};
+    int words = 1, uniforms = 1, normals = 1;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++)
+                for (int d = 0; d < 7; d++) {
+                    uint64_t seed = seeds[a], i = indices[d];
+                    uint32_t ctr[4] = {(uint32_t)(i / 4), (uint32_t)(i / 4 >> 32), steps[b], streams[c]};
+                    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
+                    philox4x32_10(ctr, key, w);
+                    words &= philox_u32(seed, steps[b], streams[c], i) == w[i % 4];
+                    uniforms &= philox_uniform(seed, steps[b], streams[c], i) == ((w[i % 4] >> 8) + 0.5) / 16777216.0;
+                    int p = (int)(i % 4) & 2;
+                    double r = sqrt(-2 * log(((w[p] >> 8) + 0.5) / 16777216.0));
+                    double angle = 2 * M_PI * (((w[p + 1] >> 8) + 0.5) / 16777216.0);
+                    normals &= philox_normal(seed, steps[b], streams[c], i) == (i % 2 ? r * sin(angle) : r * cos(angle));
+                }
+    check(words && uniforms && normals, "philox_documented_layout",
+          "words %s, uniforms %s, normals %s the counter, key and formulas of docs/network.md", words ? "follow" : "DO NOT follow",
+          uniforms ? "follow" : "DO NOT follow", normals ? "follow" : "DO NOT follow");
+}
+
 static void test_philox_distributions(void) {
     enum { N = 200000 };
     double su = 0, su2 = 0, sn = 0, sn2 = 0, umin = 1, umax = 0;
@@ -143,6 +172,7 @@ static void test_config_refusals(void) {
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_philox_kat();
+    test_philox_layout();
     test_philox_distributions();
     test_config_roundtrip();
     test_config_refusals();
