@@ -181,7 +181,8 @@ endif
 TEST_SRC   := $(wildcard tests/*/test_*.c)
 TEST_PROGS := $(patsubst %.c,$(BUILD)/%,$(notdir $(TEST_SRC)))
 TEST_CUDA_PARTS := tests/cuda/cuda_step_checks.c tests/cuda/cuda_optim_checks.c tests/cuda/cuda_conv_checks.c \
-                   tests/cuda/cuda_determinism_checks.c tests/cuda/cuda_fp8_checks.c
+                   tests/cuda/cuda_determinism_checks.c tests/cuda/cuda_fp8_checks.c \
+                   tests/cuda/cuda_linear_checks.c
 TEST_CFLAGS = $(CFLAGS) -Itests
 TEST_LIBS_grad := $(OBJ64)
 $(BUILD)/test_grad: CFLAGS := $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE

@@ -247,6 +247,11 @@ void cuda_optim_determinism(void);
 // cuda_conv_checks.c: the autoencoders' ops (section 1, both tables).
 void cuda_conv_cases(void);
 
+// cuda_linear_checks.c: the linear family (section 1): the fp32 table's cases; the bf16 table's, with
+// cuBLASLt's use and fallback, the weights' mirror and dy's rounding. `big`: the 24 GB preset's shapes too.
+void cuda_linear_cases(int big);
+void cuda_linear_bf16_cases(int big);
+
 // cuda_fp8_checks.c: the fp8_fwd route's linear forward (section 1, the "cuda" table).
 void cuda_fp8_cases(void);
 
