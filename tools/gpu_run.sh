@@ -24,7 +24,9 @@
 #   loss    the training loss with a route against the defaults (tools/route_loss.sh; LOSS_ROUTE, default
 #           fp8_fwd,fp8_dgrad,fp8_wgrad, LOSS_STEPS, default 200)
 #   pairs   framechain against PyTorch torch.compile with checkpointing, alternating (tools/bench_cuda.sh PAIRS,
-#           default 5; PyTorch compiles once)
+#           default 5; PyTorch compiles once); framechain with the routes that routes and loss, earlier
+#           in the same call, found faster in every pair and (fp8) training as before (tools/route_winners.sh),
+#           or with PAIR_ROUTES (FRAMECHAIN_CUDA_ROUTES's form; empty: the defaults)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
 #   ops     bench_ops at the preset
 #   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
@@ -84,11 +86,16 @@ for part in ${PARTS:-tests routes loss pairs train}; do
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
-    routes) step routes 360 env FC="$FC" BENCH_OPS="$BUNDLE/bench_ops" PAIRS="${ROUTE_PAIRS:-3}" tools/bench_routes.sh "$LOG/routes" ;;
-    loss) step route-loss 150 env FC="$FC" ROUTE="${LOSS_ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}" STEPS="${LOSS_STEPS:-200}" \
-        CONFIG="${CONFIG:-configs/starter.conf}" tools/route_loss.sh "$LOG/loss" ;;
-    pairs) step pairs 360 env FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" \
-        CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ${CONFIG:+"$CONFIG"} ;;
+    routes) step routes 360 sh -c "env FC='$FC' BENCH_OPS='$BUNDLE/bench_ops' PAIRS='${ROUTE_PAIRS:-3}' \
+        tools/bench_routes.sh '$LOG/routes' | tee '$LOG/routes.txt'" ;;
+    loss) step route-loss 150 sh -c "env FC='$FC' ROUTE='${LOSS_ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}' \
+        STEPS='${LOSS_STEPS:-200}' CONFIG='${CONFIG:-configs/starter.conf}' tools/route_loss.sh '$LOG/loss' | tee '$LOG/loss.txt'" ;;
+    pairs) won=""  # the routes this call measured faster (and, for fp8, training as before), unless PAIR_ROUTES says
+        [ -f "$LOG/routes.txt" ] && won=$(tools/route_winners.sh "$LOG/routes.txt" "$LOG/loss.txt")
+        routes_on=${PAIR_ROUTES-$won}
+        echo "pairs: framechain with ${routes_on:-the default routes}${routes_on:+ on}"
+        step pairs 360 env ${routes_on:+FRAMECHAIN_CUDA_ROUTES=$routes_on} FC="$FC" PYTHON="$PY" PAIRS="${PAIRS:-5}" \
+            FC_RUNS=2:auto PT_RUNS="--compile --checkpointing" CKPT=0 tools/bench_cuda.sh "$LOG/pairs" ${CONFIG:+"$CONFIG"} ;;
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
         PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 \
         tools/bench_cuda.sh "$LOG/bench" ${CONFIG:+"$CONFIG"} ;;

@@ -109,3 +109,35 @@ rows=$(grep -cE '^ +[123] +[0-9.]+ +[0-9.]+ ' "$tmp/rl.txt")
     grep -q 'fp8_fwd=1,fp8_dgrad=1,fp8_wgrad=1' "$tmp/rl/route.log" && ! grep -q 'fp8_fwd=1' "$tmp/rl/default.log" &&
     grep -qE '^the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1,fp8_wgrad=1 against the defaults [-+][0-9.]+%' "$tmp/rl.txt"
 expect route_loss $? "status $status, $rows step rows: $(tail -1 "$tmp/rl.txt")"
+
+# route_winners.sh, which picks the routes gpu_run.sh times against PyTorch: on known outputs of
+# bench_routes.sh and route_loss.sh (a set faster in every pair taken; one pair slower, or fp8
+# without a loss curve, or the loss moved past MAX_LOSS, left), then on bench_routes.sh's own output
+# on the emulated GPU (each set named with the smallest ratio bench_routes printed for it).
+{
+    echo "== adam8_warp=1 against the default"
+    echo "step: the default over adam8_warp=1, median 1.052x (1.041-1.060 over 3 pairs)"
+    echo "== fp8_fwd=1,fp8_dgrad=1 against the default"
+    echo "step: the default over fp8_fwd=1,fp8_dgrad=1, median 1.080x (1.070-1.090 over 3 pairs)"
+    echo "step: the default over qk_norm_fused=1, median 1.010x (0.990-1.020 over 3 pairs)"
+} > "$tmp/won-routes.txt"
+echo "the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1 against the defaults -0.35% on average (-0.9% to +0.1%)" \
+    > "$tmp/won-loss.txt"
+got=$(tools/route_winners.sh "$tmp/won-routes.txt" "$tmp/won-loss.txt" 2> /dev/null)
+strict=$(MAX_LOSS=0.3 tools/route_winners.sh "$tmp/won-routes.txt" "$tmp/won-loss.txt" 2> /dev/null)
+no_curve=$(tools/route_winners.sh "$tmp/won-routes.txt" 2> "$tmp/won.err")
+[ "$got" = "adam8_warp=1,fp8_fwd=1,fp8_dgrad=1" ] && [ "$strict" = "adam8_warp=1" ] && [ "$no_curve" = "adam8_warp=1" ] &&
+    grep -q 'qk_norm_fused=1 left: not faster in every pair (smallest ratio 0.990)' "$tmp/won.err" &&
+    grep -q 'fp8_fwd=1,fp8_dgrad=1 left: .*no loss curve' "$tmp/won.err"
+expect route_winners_known $? "'$got', at MAX_LOSS=0.3 '$strict', without the loss curve '$no_curve'"
+FC=$BUILD/framechain_emu CONFIG=configs/tiny/starter.conf STEPS=1 PAIRS=1 OPS=0 ROUTES="adam8_warp fp8_fwd" \
+    timeout 120 tools/bench_routes.sh "$tmp/br" > "$tmp/br.txt" 2>&1
+status=$?
+won=$(tools/route_winners.sh "$tmp/br.txt" 2> "$tmp/br-won.err")
+ok=1
+for set in adam8_warp=1 fp8_fwd=1; do
+    lo=$(sed -nE "s/^step: the default over $set, median [0-9.]+x \(([0-9.]+)-.*/\1/p" "$tmp/br.txt")
+    grep -q "^route_winners: $set .*smallest ratio $lo" "$tmp/br-won.err" || ok=0
+done
+[ $status -eq 0 ] && [ $ok = 1 ] && ! grep -q fp8 <<< "$won"
+expect route_winners_reads_bench_routes $? "status $status, taken '$won': $(tr '\n' ' ' < "$tmp/br-won.err")"
