@@ -16,7 +16,9 @@
 #
 # Parts (PARTS, in the order given; default "tests routes loss pairs train": by 2026-11-28's times about
 # 31 s, then about 300 s for the two routes waiting for hardware, 80 s for fp8's loss curve; pairs
-# (about 280 s) and the kill -9 test are then cut by the budget, for a second call right after):
+# (about 280 s) and the kill -9 test are then cut by the budget, for a second call right after, with
+# the same LOG_DIR, so that pairs finds the routes' and the loss's outputs the first call left there:
+# PARTS="pairs train" BUDGET=... tools/gpu_run.sh /tmp/logs):
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
 #   dist    the ranks' path (tools/gpu_check.sh PART=dist)
