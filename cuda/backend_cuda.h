@@ -44,6 +44,9 @@ const char *backend_cuda_routes(void);
 // qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls), or -1 for a route that
 // does not count them.
 long backend_cuda_route_calls(const char *name);
+// For tests: the fp8 scratch (backend.h: route_scratch) the fp8 GEMMs taken since the last reset
+// asked for, in bytes; reset != 0 starts counting again.
+size_t backend_cuda_fp8_scratch_seen(int reset);
 #ifdef __cplusplus
 }
 #endif

@@ -167,6 +167,8 @@ void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x
 void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols,
                                 int e5m2);
 void fc_fp8_bias(__nv_bfloat16 *y, const float *b, size_t n);
+// The scratch of the maximum's first pass (SCRATCH_FP8_MAX), whatever the operand's size.
+size_t fc_fp8_max_scratch_bytes(void);
 
 // The head dimension D / H, or a clear death where no attention kernel has it (16, 32, 64, 128);
 // and the backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch, out an

@@ -111,6 +111,8 @@ static void fp8_scale(float *scale, const __nv_bfloat16 *x, size_t n, int e5m2) 
     kernelCheck();
 }
 
+size_t fc_fp8_max_scratch_bytes(void) { return sizeof(float) * FP8_MAX_BLOCKS; }
+
 void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, size_t n, int e5m2) {
     fp8_scale(scale, x, n, e5m2);
     if (!n) return;

@@ -302,6 +302,10 @@ static void fp8_convert(__nv_fp8_storage_t *dst, float *scale, Fp8Source s) {
 // GEMMs; every block's linear of the configs has 64 tokens a frame). 0, with nothing written,
 // elsewhere or where cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
 // GEMM then. calls: the route's counter.
+// The largest operand copies the fp8 GEMMs taken since the last reset asked for: A's (a weight, or
+// x transposed for dw) and B's (x, or dy), in bytes (backend_cuda_fp8_scratch_seen).
+static size_t g_fp8_seen_a, g_fp8_seen_b;
+
 static int fp8_gemm(int kind, int m, int n, int k, Fp8Source a, Fp8Source b, real *D, const real *bias, float beta,
                     long *calls) {
     if (m % 16 || n % 16 || k % 16 || m <= 0 || n <= 0 || k <= 0) return 0;
@@ -317,7 +321,26 @@ static int fp8_gemm(int kind, int m, int n, int k, Fp8Source a, Fp8Source b, rea
     if (bias) fc_fp8_bias(b16, bias, m);
     if (!lt_run(p, a8, b8, D, b16, NULL, beta)) return 0;
     (*calls)++;
+    if ((size_t)a.rows * a.cols > g_fp8_seen_a) g_fp8_seen_a = (size_t)a.rows * a.cols;
+    if ((size_t)b.rows * b.cols > g_fp8_seen_b) g_fp8_seen_b = (size_t)b.rows * b.cols;
     return 1;
+}
+
+// The fp8 routes' scratch (backend.h: route_scratch) for linears whose largest input, output and
+// weight hold in, out and weight values: one byte a value of the largest A (a weight for y and dx,
+// x transposed for dw) and of the largest B (x for y, dy for dx and dw), and the maximum's partials.
+static size_t route_scratch(size_t in, size_t out, size_t weight) {
+    size_t a = 0, b = 0;
+    if (fc_routes.fp8_fwd) a = weight > a ? weight : a, b = in > b ? in : b;
+    if (fc_routes.fp8_dgrad) a = weight > a ? weight : a, b = out > b ? out : b;
+    if (fc_routes.fp8_wgrad) a = in > a ? in : a, b = out > b ? out : b;
+    return a + b ? a + b + fc_fp8_max_scratch_bytes() : 0;
+}
+
+extern "C" size_t backend_cuda_fp8_scratch_seen(int reset) {
+    size_t seen = g_fp8_seen_a + g_fp8_seen_b ? g_fp8_seen_a + g_fp8_seen_b + fc_fp8_max_scratch_bytes() : 0;
+    if (reset) g_fp8_seen_a = g_fp8_seen_b = 0;
+    return seen;
 }
 
 // ----------------------------------------------------------------------------
@@ -437,4 +460,5 @@ void cuda_register_linear(Backend *be, int bf16) {
     be->linear_bwd = bf16 ? table_linear_bwd<1> : table_linear_bwd<0>;
     be->linear_gelu_fwd = bf16 ? table_linear_gelu_fwd<1> : table_linear_gelu_fwd<0>;
     be->linear_gelu_bwd = bf16 ? table_linear_gelu_bwd<1> : table_linear_gelu_bwd<0>;
+    be->route_scratch = bf16 ? route_scratch : NULL;  // the fp8 routes run on the bf16 table only
 }

@@ -106,10 +106,10 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (vae && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
     int P = ae ? c.frame_size * autoencoder_factor(ae) : 0;
     double resident = ae ? autoencoder_memory_bytes(ae, 1, P, P) : 0;  // its weights, one frame's activations
-    if (c.keep_blocks == KEEP_BLOCKS_AUTO) {  // what the autoencoder holds is not the blocks' to keep
+    if (c.keep_blocks == KEEP_BLOCKS_AUTO) {  // what the autoencoder and the routes hold is not the blocks' to keep
         int B = c.batch_size / dist_size();  // a rank's, whose ZeRO-1 parts leave room for more
         PlanDevice dev = plan_device(be->name, be->precision);
-        double room = budget * 1073741824.0 - resident +
+        double room = budget * 1073741824.0 - resident - memory_plan_routes(&c, B, be) +
                       memory_plan_rank_savings(&c, B, dev, dist_size(), c.shard_optimizer);
         printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
                memory_plan_resolve(&c, B, dev, room), c.depth, be->name);

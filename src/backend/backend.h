@@ -111,6 +111,11 @@ typedef struct Backend {
     void (*operand_download)(real *host_dst, const Operand *src, size_t n);
     // The most backend memory held at once so far, in bytes (the CPU: the process's peak RSS).
     size_t (*memory_peak)(void);
+    // The bytes the backend's routes switched on for this process hold beside the memory plan's
+    // lines (the fp8 routes' operand copies, cuda/linear.cu), for a model whose linears' largest
+    // input, output and weight hold in, out and weight values (model.h: ModelCounts); 0 where none is
+    // on. NULL: a backend without such routes.
+    size_t (*route_scratch)(size_t in, size_t out, size_t weight);
     // The model's parameters live at params (n). A backend whose GEMMs read bf16 keeps a bf16 copy
     // of them at the same offsets and rebuilds it after they change (upload, copy, zero and the
     // optimizer ops are seen; nothing else writes parameters). Others do nothing.

@@ -125,6 +125,10 @@ __attribute__((weak)) long backend_cuda_route_calls(const char *name) {
     long (*fn)(const char *) = (long (*)(const char *))cuda_fn("backend_cuda_route_calls", NULL);
     return fn ? fn(name) : -1;
 }
+__attribute__((weak)) size_t backend_cuda_fp8_scratch_seen(int reset) {
+    size_t (*fn)(int) = (size_t (*)(int))cuda_fn("backend_cuda_fp8_scratch_seen", NULL);
+    return fn ? fn(reset) : 0;
+}
 
 #else
 // A CPU-only build: these answer. The CUDA emulation (tests/cuda/emu) defines the real ones, which
@@ -150,6 +154,7 @@ __attribute__((weak)) void backend_cuda_set_attn_ds_cap(size_t bytes) { (void)by
 __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { return (void)name, (void)on, -1; }
 __attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }
 __attribute__((weak)) long backend_cuda_route_calls(const char *name) { return (void)name, -1; }
+__attribute__((weak)) size_t backend_cuda_fp8_scratch_seen(int reset) { return (void)reset, 0; }
 #endif
 
 const Backend *backend_select(const char *name) {

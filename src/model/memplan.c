@@ -3,6 +3,7 @@
 // and the allocation cannot drift apart.
 #include "model/memplan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -64,7 +65,7 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
 void memory_plan_sum(MemPlan *p) {
     p->host = p->staging + p->previews + p->program;
     p->total = p->weights + p->weights_bf16 + p->gradients + p->optimizer + p->ema + p->activations + p->inputs +
-               p->workspace + p->autoencoder + (p->cpu ? p->host : 0);
+               p->workspace + p->routes + p->autoencoder + (p->cpu ? p->host : 0);
 }
 
 int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget) {
@@ -89,6 +90,13 @@ double model_step_flops(const Config *c, int B) {
                    + 2 * (S * N * N * D + (double)B * N * F * F * D);  // scores and weighted sums
     double final = S * D * 2 * D + T * D * PPC;
     return 3 * 2 * (embed + c->depth * block + final);
+}
+
+double memory_plan_routes(const Config *c, int B, const Backend *be) {
+    if (!be->route_scratch) return 0;
+    ModelCounts k = model_counts(c, B, be->operand_bytes);
+    free(k.info);
+    return (double)be->route_scratch(k.linear_in, k.linear_out, k.linear_weight);
 }
 
 PlanDevice plan_device(const char *backend_name, const char *precision) {
@@ -132,6 +140,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     line(out, "activations", p->activations);
     line(out, "inputs", p->inputs);
     if (p->workspace > 0) line(out, "workspace", p->workspace);
+    if (p->routes > 0) line(out, "routes", p->routes);
     if (p->autoencoder > 0) line(out, "autoencoder", p->autoencoder);
     if (!p->cpu) {  // a GPU's total and budget, then the host's lines
         line(out, "total", p->total);

@@ -16,6 +16,7 @@ typedef struct {
     double activations;  // what the backward pass keeps, plus its gradient scratch
     double inputs;       // the step's windows, noise, targets, positions
     double workspace;    // the backend's scratch (attention statistics, reductions), estimated
+    double routes;       // what the backend's routes switched on add (memory_plan_routes); 0: none
     double autoencoder;  // an autoencoder resident for the previews of a run on latents (train --vae); 0: none
     // Host memory: on the CPU the same memory as the lines above, counted in the total; on a GPU
     // printed beside it, as host.
@@ -44,6 +45,11 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev);
 int memory_plan_resolve(Config *c, int B, PlanDevice dev, double budget_bytes);
 // The PlanDevice of a backend.
 PlanDevice plan_device(const char *backend_name, const char *precision);
+// What the routes of backend be (backend.h: route_scratch) hold for training config c at batch B,
+// in bytes, beside the plan's lines: the plan's `routes` line, which memory_plan, from the config
+// alone, leaves at 0.
+struct Backend;
+double memory_plan_routes(const Config *c, int B, const struct Backend *be);
 // The model FLOPs of one training step of config c at batch B: 3x the forward pass's multiply-adds
 // x 2 (the usual MFU convention: activation recompute and elementwise work are not counted).
 double model_step_flops(const Config *c, int B);

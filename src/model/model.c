@@ -268,12 +268,30 @@ static void carve_inputs(Model *m, Carve *ci) {
     carve_add(ci, &m->in.noise, (size_t)m->S * m->E);
 }
 
+// The linears' largest input, output and weight (ModelCounts): the shapes (M, K, N) of the
+// linear_fwd and linear_gelu_fwd calls of model_forward below (their backward calls take the same).
+static void linear_maxima(const Model *m, ModelCounts *k) {
+    const size_t T = m->T, S = m->S, D = m->D, RD = m->RD, Fd = m->cfg.freq_dim;
+    const size_t shapes[][3] = {
+        {S, D, 9 * D}, {T, D, 3 * D}, {T, D, D}, {T, D, RD}, {T, RD, D},  // a block: adaLN, qkv, proj, fc1, fc2
+        {T, m->PPCin, D}, {S, Fd, D}, {S, Fd, D}, {S, D, D},              // patches, offsets, the noise level
+        {S, D, 2 * D}, {T, D, m->PPC},                                     // the final adaLN and linear
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
+        if (M * K > k->linear_in) k->linear_in = M * K;
+        if (M * N > k->linear_out) k->linear_out = M * N;
+        if (N * K > k->linear_weight) k->linear_weight = N * K;
+    }
+}
+
 ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes) {
     Model *m = model_shape(cfg, NULL, B);
     m->p.blocks = fc_calloc(cfg->depth, sizeof(BlockParams));
     m->a.blocks = fc_calloc(cfg->depth, sizeof(BlockActs));
     layout_params(m, &m->p, NULL, 1);
-    ModelCounts k = {m->n_params, 0, 0, 0, m->n_tensors, m->info};
+    ModelCounts k = {m->n_params, 0, 0, 0, m->n_tensors, m->info, 0, 0, 0};
+    linear_maxima(m, &k);
     Carve cv = {.operand_bytes = operand_bytes}, cg = {0}, ci = {0};
     carve_activations(m, &cv);
     carve_grad_scratch(m, &cg);

@@ -181,6 +181,9 @@ typedef struct {
     size_t params, acts_bytes, dscratch_bytes, inputs_bytes;
     int n_tensors;
     ParamInfo *info;  // (n_tensors), malloc'ed: the caller frees it
+    // The largest input (M K), output (M N) and weight (N K), in values, among the linears a step
+    // runs (y (M, N) = x (M, K) w^T): what a backend's routes size their copies of operands by.
+    size_t linear_in, linear_out, linear_weight;
 } ModelCounts;
 ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes);
 

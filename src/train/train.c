@@ -117,6 +117,7 @@ static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview 
 static void check_memory_plan(Trainer *t, double vram_budget) {
     const Backend *be = t->be;
     t->plan = memory_plan(t->c, t->c->batch_size / t->ranks, plan_device(be->name, be->precision));
+    t->plan.routes = memory_plan_routes(t->c, t->c->batch_size / t->ranks, be);
     if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident;
     if (!previews_on(t)) t->plan.previews = 0;
     // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:

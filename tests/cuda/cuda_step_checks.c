@@ -216,9 +216,25 @@ static void plan_matches_allocation(void) {
     }
 }
 
+// The plan's routes line (memory_plan_routes: route_scratch from the model's largest linears)
+// holds the fp8 scratch the step's GEMMs asked for, and is that scratch exactly with all three fp8
+// routes on (the tiny config's largest linears all take them); 0 with none on.
+static void plan_holds_route_scratch(size_t seen) {
+    Config c;
+    if (!load_config(&c, TINY, 1)) return;
+    double planned = memory_plan_routes(&c, c.batch_size, g_gpu);
+    const char *routes = g_gpu == g_cpu ? "" : backend_cuda_routes();
+    int on = !!strstr(routes, "fp8_fwd=1") + !!strstr(routes, "fp8_dgrad=1") + !!strstr(routes, "fp8_wgrad=1");
+    check((double)seen <= planned && (on < 3 || (double)seen == planned) && (on > 0 || planned == 0),
+          nm("cuda_memory_plan_routes"), "%d of the 3 fp8 routes on: %zu bytes of fp8 scratch asked for by the step's "
+          "GEMMs, %.0f planned", on, seen, planned);
+}
+
 int cuda_test_train_step(void) {
     int before = g_failed;
+    backend_cuda_fp8_scratch_seen(1);
     section_train_step();
+    plan_holds_route_scratch(backend_cuda_fp8_scratch_seen(0));
     plan_matches_allocation();
     return g_failed - before;
 }

@@ -301,6 +301,77 @@ static void test_plan_matches_allocation(void) {
         }
 }
 
+// The linears' largest input, output and weight that model_counts gives (what a backend's routes
+// size their operand copies by: memory_plan_routes) are those of the calls a step makes: a spy
+// backend, the CPU's with its linears wrapped, records every call's M K, M N and N K through a
+// forward and a backward, at two batch sizes, on configs where a block's linears, the patches' (the
+// input widened by cond_concat) or the adaLN's weight are the largest. Then the
+// plan's routes line: 0 on the CPU (no route_scratch), what route_scratch answers, in the total.
+static size_t g_spy_in, g_spy_out, g_spy_weight;
+static void spy_shape(int M, int K, int N) {
+    size_t mk = (size_t)M * K, mn = (size_t)M * N, nk = (size_t)N * K;
+    g_spy_in = mk > g_spy_in ? mk : g_spy_in, g_spy_out = mn > g_spy_out ? mn : g_spy_out;
+    g_spy_weight = nk > g_spy_weight ? nk : g_spy_weight;
+}
+static void spy_linear_fwd(real *y, const Operand *x, const real *w, const real *b, int M, int K, int N) {
+    spy_shape(M, K, N), backend_cpu()->linear_fwd(y, x, w, b, M, K, N);
+}
+static void spy_linear_bwd(real *dx, GradMode dx_mode, real *dw, real *db, GradMode pmode, const real *dy,
+                           const Operand *x, const real *w, int M, int K, int N) {
+    spy_shape(M, K, N), backend_cpu()->linear_bwd(dx, dx_mode, dw, db, pmode, dy, x, w, M, K, N);
+}
+static void spy_linear_gelu_fwd(real *pre, Operand *y, const Operand *x, const real *w, const real *b, int M, int K,
+                                int N) {
+    spy_shape(M, K, N), backend_cpu()->linear_gelu_fwd(pre, y, x, w, b, M, K, N);
+}
+static void spy_linear_gelu_bwd(real *dpre, real *dw, real *db, GradMode pmode, const real *dy, const Operand *x,
+                                const real *w, const real *pre, int M, int K, int N) {
+    spy_shape(M, K, N), backend_cpu()->linear_gelu_bwd(dpre, dw, db, pmode, dy, x, w, pre, M, K, N);
+}
+static size_t spy_route_scratch(size_t in, size_t out, size_t weight) { return 3 * in + 5 * out + 7 * weight; }
+
+static void test_linear_maxima(void) {
+    Backend spy = *backend_cpu();
+    spy.linear_fwd = spy_linear_fwd, spy.linear_bwd = spy_linear_bwd;
+    spy.linear_gelu_fwd = spy_linear_gelu_fwd, spy.linear_gelu_bwd = spy_linear_gelu_bwd;
+    for (int k = 0; k < 3; k++) {
+        Config c;
+        config_defaults(&c);
+        config_load(&c, k < 2 ? "configs/tiny/starter.conf" : "configs/small/extrapolate.conf");
+        int B = k == 1 ? 3 : 1;
+        if (k == 1)  // three frames' patches (144 values) wider than the MLP (128): the patches' input the largest
+            c.cond_concat = CONCAT_ANCHOR_NEAREST, c.mlp_ratio = 2;
+        if (k == 2) c.mlp_ratio = 2;  // fc1's output under qkv's, the adaLN's weight the largest
+        Model *m = build_model(&c, &spy, B);
+        model_init(m, 3, 1);
+        g_spy_in = g_spy_out = g_spy_weight = 0;
+        model_forward(m);
+        model_loss(m);
+        model_backward(m);
+        ModelCounts counts = model_counts(&c, B, sizeof(real));
+        char name[64];
+        snprintf(name, sizeof name, "linear_maxima_are_the_calls_%d", k);
+        check(counts.linear_in == g_spy_in && counts.linear_out == g_spy_out && counts.linear_weight == g_spy_weight &&
+                  g_spy_in > 0, name, "batch %d, %s: input %zu, output %zu, weight %zu values (the calls: %zu, %zu, %zu)",
+              B, k == 1 ? "cond_concat, mlp_ratio 2" : k ? "the small extrapolate, mlp_ratio 2" : "the tiny starter", counts.linear_in,
+              counts.linear_out, counts.linear_weight, g_spy_in, g_spy_out, g_spy_weight);
+        if (k == 0) {
+            MemPlan p = memory_plan(&c, B, PLAN_GPU_BF16);
+            double before = p.total, cpu = memory_plan_routes(&c, B, backend_cpu());
+            spy.route_scratch = spy_route_scratch;
+            p.routes = memory_plan_routes(&c, B, &spy);
+            memory_plan_sum(&p);
+            double want = 3.0 * g_spy_in + 5.0 * g_spy_out + 7.0 * g_spy_weight;
+            check(cpu == 0 && p.routes == want && p.total == before + want, "memory_plan_routes",
+                  "the CPU's %.0f; a backend's route_scratch(in, out, weight) = %.0f bytes (expected %.0f), the total "
+                  "%.0f from %.0f", cpu, p.routes, want, p.total, before);
+            spy.route_scratch = NULL;
+        }
+        free(counts.info);
+        free_model(m);
+    }
+}
+
 // The plan's total is the sum of the lines it prints (on the CPU the host's lines too), its EMA as
 // large as the weights; a rank's part under ZeRO-1 holds 1/N of the optimizer state and EMA, and a
 // rank other than 0 stages only that part for rank 0's checkpoint (nothing without ZeRO-1).
@@ -502,6 +573,7 @@ int main(void) {
     test_conditioning();
     test_plan_matches_allocation();
     test_plan_lines_and_ranks();
+    test_linear_maxima();
     test_keep_blocks_auto();
     test_recompute_identical(2, 1, 0);
     test_recompute_identical(3, 1, 0);
