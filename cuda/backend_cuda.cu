@@ -206,6 +206,8 @@ static struct {
 enum { N_ROUTES = sizeof g_route_names / sizeof g_route_names[0] };
 
 extern "C" long backend_cuda_route_calls(const char *name) {
+    if (!strcmp(name, "fp8_dy_scale")) return fc_route_calls.fp8_dy_scale;
+    if (!strcmp(name, "fp8_amax")) return fc_route_calls.fp8_amax;
     for (int i = 0; i < N_ROUTES; i++)
         if (!strcmp(name, g_route_names[i].name)) return g_route_names[i].calls ? *g_route_names[i].calls : -1;
     return -1;

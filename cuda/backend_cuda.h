@@ -41,8 +41,10 @@ int backend_cuda_set_route(const char *name, int on);
 // The routes as "name=0|1,...", for logs.
 const char *backend_cuda_routes(void);
 // For tests: how many calls a route has taken (attn_short: attention passes, forward or backward;
-// qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls), or -1 for a route that
-// does not count them.
+// qk_norm_fused, ln_mod_fused: backward calls; adam8_warp: optimizer calls; fp8_*: GEMMs), or -1 for
+// a route that does not count them; "fp8_dy_scale": the linear backwards whose dy scale for the fp8
+// dx and dw GEMMs came from the bias gradient's pass; "fp8_amax": the fp8 routes' passes over an
+// operand for its maximum.
 long backend_cuda_route_calls(const char *name);
 // For tests: the fp8 scratch (backend.h: route_scratch) the fp8 GEMMs taken since the last reset
 // asked for, in bytes; reset != 0 starts counting again.

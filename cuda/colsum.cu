@@ -30,25 +30,42 @@ static __device__ __forceinline__ void colsum_store(float *out, const CompSum &s
 // +rows_per_chunk). With one chunk the sum goes straight to out, else to partial (S, nchunks, D).
 // a16 (S, N, D), when not NULL, gets a rounded to bf16 on the way (linear.cu: dy for the bf16
 // GEMMs, without a second pass over it).
+// amax, when not NULL, gets the block's largest |a16| at its index in the grid (x fastest, then
+// chunk, then slot), a NaN counted as inf.
 __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__restrict__ out, long ostride, int add,
-                                      __nv_bfloat16 *__restrict__ a16, const float *__restrict__ a,
-                                      const float *__restrict__ b, int N, int D, int rows_per_chunk) {
+                                      __nv_bfloat16 *__restrict__ a16, float *__restrict__ amax,
+                                      const float *__restrict__ a, const float *__restrict__ b, int N, int D,
+                                      int rows_per_chunk) {
     __shared__ CompSum acc[COLSUM_LANES][COLSUM_COLS];
+    __shared__ float big[COLSUM_LANES][COLSUM_COLS];
     int tx = threadIdx.x, ty = threadIdx.y, s = blockIdx.z;
     int d = blockIdx.x * COLSUM_COLS + tx;
     long n0 = (long)blockIdx.y * rows_per_chunk;
     long n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
     size_t base = (size_t)s * N * D;
     CompSum sum = COMP_SUM_ZERO;
+    float m = 0.0f;
     if (d < D)
         for (long n = n0 + ty; n < n1; n += COLSUM_LANES) {
             size_t k = base + (size_t)n * D + d;
             float v = a[k];
-            if (a16) a16[k] = __float2bfloat16_rn(v);
+            if (a16) {
+                __nv_bfloat16 h = __float2bfloat16_rn(v);
+                a16[k] = h;
+                float r = fabsf(__bfloat162float(h));
+                m = r != r ? INFINITY : fmaxf(m, r);
+            }
             sum.add(b ? __fmul_rn(v, b[k]) : v);
         }
     acc[ty][tx] = sum;
+    big[ty][tx] = m;
     __syncthreads();
+    if (amax && ty == 0 && tx == 0) {  // the block's maximum (exact in any order)
+        float b_max = 0.0f;
+        for (int y = 0; y < COLSUM_LANES; y++)
+            for (int x = 0; x < COLSUM_COLS; x++) b_max = fmaxf(b_max, big[y][x]);
+        amax[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = b_max;
+    }
     for (int half = COLSUM_LANES / 2; half > 0; half /= 2) {
         if (ty < half) acc[ty][tx].merge(acc[ty + half][tx]);
         __syncthreads();
@@ -73,19 +90,31 @@ __global__ void colsum_finish_kernel(float *__restrict__ out, long ostride, int 
     }
 }
 
-void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, const float *a, const float *b, int S,
-                    int N, int D, const char *op) {
+// The chunks of rows each column's sum is cut into (pass 1's gridDim.y).
+static int colsum_chunks(int N, long *rows_per_chunk) {
+    long rows = COLSUM_ROWS;
+    while ((N + rows - 1) / rows > 65535) rows *= 2;
+    int nchunks = (int)((N + rows - 1) / rows);
+    if (rows_per_chunk) *rows_per_chunk = rows;
+    return nchunks == 0 ? 1 : nchunks;  // N == 0: one empty chunk, a sum of 0 (as on the CPU)
+}
+
+int fc_cuda_colsum_blocks(int S, int N, int D) {
+    return S <= 0 || D <= 0 ? 0 : (int)fc_cdiv(D, COLSUM_COLS) * colsum_chunks(N, NULL) * S;
+}
+
+void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, float *amax, const float *a,
+                    const float *b, int S, int N, int D, const char *op) {
     if (S <= 0 || D <= 0) return;
     if (S > 65535) fc_die("CUDA %s: %d slots is more than this kernel's grid holds (65535)", op, S);
-    long rows_per_chunk = COLSUM_ROWS;
-    while ((N + rows_per_chunk - 1) / rows_per_chunk > 65535) rows_per_chunk *= 2;
-    int nchunks = (int)((N + rows_per_chunk - 1) / rows_per_chunk);
-    if (nchunks == 0) nchunks = 1;  // N == 0: one empty chunk, a sum of 0 (as on the CPU)
+    long rows_per_chunk;
+    int nchunks = colsum_chunks(N, &rows_per_chunk);
     CompSum *partial = NULL;
     if (nchunks > 1)
         partial = (CompSum *)fc_cuda_scratch(SCRATCH_COLSUM, sizeof(CompSum) * (size_t)S * nchunks * D);
     dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(D, COLSUM_COLS), nchunks, S);
-    colsum_partial_kernel<<<grid, block>>>(partial, out, ostride, add, a16, a, b, N, D, (int)rows_per_chunk);
+    colsum_partial_kernel<<<grid, block>>>(partial, out, ostride, add, a16, a16 ? amax : NULL, a, b, N, D,
+                                           (int)rows_per_chunk);
     kernelCheck();
     if (nchunks > 1) {
         unsigned blocks = fc_cdiv((size_t)S * D, COLSUM_FINISH_THREADS);

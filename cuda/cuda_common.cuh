@@ -83,8 +83,11 @@ struct CompSum {
 
 // out[s * ostride + d] = (add: +=) sum over n < N of a[s, n, d] * (b ? b[s, n, d] : 1), a and b
 // (S, N, D); a16, when not NULL, gets a in bf16. Deterministic; N = 0 gives 0 (colsum.cu).
-void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, const float *a, const float *b, int S,
-                    int N, int D, const char *op);
+// amax, when not NULL (with a16), gets each block's largest |a16| (a NaN as inf), in
+// fc_cuda_colsum_blocks(S, N, D) floats: the fp8 routes' scale of a16 without a pass of their own.
+void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, float *amax, const float *a,
+                    const float *b, int S, int N, int D, const char *op);
+int fc_cuda_colsum_blocks(int S, int N, int D);
 
 // Scratch memory owned by the backend, one buffer per user so that two op families never
 // share one; grows on demand (the device is synchronised first), never shrinks.
@@ -95,6 +98,7 @@ enum {
     SCRATCH_COLSUM,   // the chunks' sums of a column sum (colsum.cu)
     SCRATCH_CONV,     // a convolution's im2col tile (conv.cu)
     SCRATCH_FP8_A, SCRATCH_FP8_W, SCRATCH_FP8_MAX,  // the fp8_fwd route's operands and maxima (fp8.cu)
+    SCRATCH_FP8_DY,   // the backward's dy maxima from its bias pass (linear.cu, colsum.cu)
     SCRATCH_COUNT
 };
 void *fc_cuda_scratch(int which, size_t bytes);
@@ -146,6 +150,8 @@ extern CudaRoutes fc_routes;
 // The calls each route has taken, for tests (backend_cuda_route_calls).
 struct CudaRouteCalls {
     long attn_short, qk_norm_fused, ln_mod_fused, adam8_warp, fp8_fwd, fp8_dgrad, fp8_wgrad;
+    long fp8_dy_scale;  // linear backwards whose dy scale (fp8_dgrad, fp8_wgrad) came from the bias pass
+    long fp8_amax;      // the fp8 routes' passes over an operand for its maximum (fp8.cu)
 };
 extern CudaRouteCalls fc_route_calls;
 // The GPU's multiprocessors (backend_cuda.cu, at start), for grids sized to the card.
@@ -169,6 +175,12 @@ void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_
 void fc_fp8_bias(__nv_bfloat16 *y, const float *b, size_t n);
 // The scratch of the maximum's first pass (SCRATCH_FP8_MAX), whatever the operand's size.
 size_t fc_fp8_max_scratch_bytes(void);
+// scale[0..1] as fc_fp8_quantize makes them, from count partial maxima (fc_cuda_colsum's amax);
+// then, where y is not NULL, y (n) = x in fp8 with it, written as it is or, for x (rows, cols)
+// with transposed, transposed: the conversions of fc_fp8_quantize*, without their maximum's pass.
+void fc_fp8_scale_from(float *scale, const float *partial, int count, int e5m2);
+void fc_fp8_cast(__nv_fp8_storage_t *y, const float *scale, const __nv_bfloat16 *x, int rows, int cols,
+                 int transposed, int e5m2);
 
 // The head dimension D / H, or a clear death where no attention kernel has it (16, 32, 64, 128);
 // and the backward pass's Dvec (n_seq, H, len) = rowwise dout . out per head, in scratch, out an

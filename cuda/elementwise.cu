@@ -201,7 +201,7 @@ static void cuda_silu_bwd(real *dx, const real *dy, const real *x, size_t n) {
 // a and b (S, N, D) (colsum.cu). Used by gated_add_bwd (dgate) and add_pos_time_bwd (dtemb).
 static void slot_colsum(real *out, long ostride, const real *a, const real *b, int S, int N, int D,
                         const char *op) {
-    fc_cuda_colsum(out, ostride, 1, NULL, a, b, S, N, D, op);
+    fc_cuda_colsum(out, ostride, 1, NULL, NULL, a, b, S, N, D, op);
 }
 
 // ----------------------------------------------------------------------------

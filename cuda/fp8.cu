@@ -100,6 +100,11 @@ static __global__ void fp8_cast_transpose_kernel(__nv_fp8_storage_t *y, const __
     }
 }
 
+void fc_fp8_scale_from(float *scale, const float *partial, int count, int e5m2) {
+    fp8_scale_kernel<<<1, FP8_THREADS>>>(scale, partial, count, e5m2);
+    kernelCheck();
+}
+
 // The tensor's scale into scale[0..1] (its maximum in two passes).
 static void fp8_scale(float *scale, const __nv_bfloat16 *x, size_t n, int e5m2) {
     unsigned blocks = fc_cdiv(n ? n : 1, FP8_THREADS);
@@ -107,11 +112,24 @@ static void fp8_scale(float *scale, const __nv_bfloat16 *x, size_t n, int e5m2) 
     float *partial = (float *)fc_cuda_scratch(SCRATCH_FP8_MAX, sizeof(float) * FP8_MAX_BLOCKS);
     fp8_absmax_kernel<<<blocks, FP8_THREADS>>>(partial, x, n);
     kernelCheck();
-    fp8_scale_kernel<<<1, FP8_THREADS>>>(scale, partial, (int)blocks, e5m2);
-    kernelCheck();
+    fc_route_calls.fp8_amax++;
+    fc_fp8_scale_from(scale, partial, (int)blocks, e5m2);
 }
 
 size_t fc_fp8_max_scratch_bytes(void) { return sizeof(float) * FP8_MAX_BLOCKS; }
+
+void fc_fp8_cast(__nv_fp8_storage_t *y, const float *scale, const __nv_bfloat16 *x, int rows, int cols,
+                 int transposed, int e5m2) {
+    if (rows <= 0 || cols <= 0) return;
+    if (transposed) {
+        dim3 grid(fc_cdiv(cols, FP8_TILE), fc_cdiv(rows, FP8_TILE)), block(FP8_TILE, 8);
+        fp8_cast_transpose_kernel<<<grid, block>>>(y, x, scale, rows, cols, e5m2);
+    } else {
+        size_t n = (size_t)rows * cols;
+        fp8_cast_kernel<<<flat_grid(n), FLAT_THREADS>>>(y, x, scale, n, e5m2);
+    }
+    kernelCheck();
+}
 
 void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, size_t n, int e5m2) {
     fp8_scale(scale, x, n, e5m2);
@@ -123,10 +141,7 @@ void fc_fp8_quantize(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x
 void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_bfloat16 *x, int rows, int cols,
                                 int e5m2) {
     fp8_scale(scale, x, (size_t)rows * cols, e5m2);
-    if (rows <= 0 || cols <= 0) return;
-    dim3 grid(fc_cdiv(cols, FP8_TILE), fc_cdiv(rows, FP8_TILE)), block(FP8_TILE, 8);
-    fp8_cast_transpose_kernel<<<grid, block>>>(y, x, scale, rows, cols, e5m2);
-    kernelCheck();
+    fc_fp8_cast(y, scale, x, rows, cols, 1, e5m2);
 }
 
 // The bias of an fp8 GEMM in bf16 (cuBLASLt's fp8 kernels with an fp32 output take a bf16 bias).

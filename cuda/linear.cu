@@ -38,10 +38,12 @@ __global__ void linear_bias_broadcast_kernel(float *__restrict__ y, const float 
     GRID_STRIDE_LOOP(i, M * N) y[i] = b[i % N];
 }
 
-// db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL
-// (colsum.cu: float with compensation, deterministic).
-static void linear_bias_grad(real *db, GradMode pmode, __nv_bfloat16 *dy16, const real *dy, int M, int N) {
-    fc_cuda_colsum(db, 0, pmode == GRAD_ADD, dy16, dy, NULL, 1, M, N, "linear_bwd");
+// db (N) = or += (pmode) column sums of dy (M, N), and dy16 (M, N) = dy in bf16 unless NULL, and
+// then, unless NULL, amax the maxima of |dy16| over the pass's blocks (colsum.cu: float with
+// compensation, deterministic).
+static void linear_bias_grad(real *db, GradMode pmode, __nv_bfloat16 *dy16, float *amax, const real *dy, int M,
+                             int N) {
+    fc_cuda_colsum(db, 0, pmode == GRAD_ADD, dy16, amax, dy, NULL, 1, M, N, "linear_bwd");
 }
 
 // cuBLAS takes alpha and beta from host memory; set it on every call, as the handle is shared.
@@ -285,13 +287,15 @@ static int lt_matmul(int ta, int m, int n, int k, uint32_t epilogue, const __nv_
 }
 
 // One operand of an fp8 GEMM: the bf16 matrix x (rows, cols), its fp8 bytes written as they are or
-// transposed (cols, rows), in E4M3 or E5M2.
+// transposed (cols, rows), in E4M3 or E5M2; scaled: its scale is in the GEMM's slot already (dy's,
+// from the bias pass: linear_bwd), so only the conversion runs.
 typedef struct {
     const __nv_bfloat16 *x;
-    int rows, cols, transposed, e5m2;
+    int rows, cols, transposed, e5m2, scaled;
 } Fp8Source;
 static void fp8_convert(__nv_fp8_storage_t *dst, float *scale, Fp8Source s) {
-    if (s.transposed) fc_fp8_quantize_transposed(dst, scale, s.x, s.rows, s.cols, s.e5m2);
+    if (s.scaled) fc_fp8_cast(dst, scale, s.x, s.rows, s.cols, s.transposed, s.e5m2);
+    else if (s.transposed) fc_fp8_quantize_transposed(dst, scale, s.x, s.rows, s.cols, s.e5m2);
     else fc_fp8_quantize(dst, scale, s.x, (size_t)s.rows * s.cols, s.e5m2);
 }
 
@@ -303,8 +307,14 @@ static void fp8_convert(__nv_fp8_storage_t *dst, float *scale, Fp8Source s) {
 // elsewhere or where cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
 // GEMM then. calls: the route's counter.
 // The largest operand copies the fp8 GEMMs taken since the last reset asked for: A's (a weight, or
-// x transposed for dw) and B's (x, or dy), in bytes (backend_cuda_fp8_scratch_seen).
-static size_t g_fp8_seen_a, g_fp8_seen_b;
+// x transposed for dw) and B's (x, or dy), and the largest of dy's maxima from the bias pass, in
+// bytes (backend_cuda_fp8_scratch_seen).
+static size_t g_fp8_seen_a, g_fp8_seen_b, g_fp8_seen_dy;
+
+// The bytes of dy's maxima from the bias pass (SCRATCH_FP8_DY) for dy (M, N), M and N multiples of
+// 16: a bound on fc_cuda_colsum_blocks(1, M, N) (32 columns by 256 rows a block) from M N alone, so
+// that the memory plan can count it from the largest output (route_scratch).
+static size_t fp8_dy_amax_bytes(size_t mn) { return sizeof(float) * (mn / 256); }
 
 static int fp8_gemm(int kind, int m, int n, int k, Fp8Source a, Fp8Source b, real *D, const real *bias, float beta,
                     long *calls) {
@@ -334,12 +344,14 @@ static size_t route_scratch(size_t in, size_t out, size_t weight) {
     if (fc_routes.fp8_fwd) a = weight > a ? weight : a, b = in > b ? in : b;
     if (fc_routes.fp8_dgrad) a = weight > a ? weight : a, b = out > b ? out : b;
     if (fc_routes.fp8_wgrad) a = in > a ? in : a, b = out > b ? out : b;
-    return a + b ? a + b + fc_fp8_max_scratch_bytes() : 0;
+    size_t dy = fc_routes.fp8_dgrad || fc_routes.fp8_wgrad ? fp8_dy_amax_bytes(out) : 0;
+    return a + b ? a + b + fc_fp8_max_scratch_bytes() + dy : 0;
 }
 
 extern "C" size_t backend_cuda_fp8_scratch_seen(int reset) {
-    size_t seen = g_fp8_seen_a + g_fp8_seen_b ? g_fp8_seen_a + g_fp8_seen_b + fc_fp8_max_scratch_bytes() : 0;
-    if (reset) g_fp8_seen_a = g_fp8_seen_b = 0;
+    size_t ops = g_fp8_seen_a + g_fp8_seen_b;
+    size_t seen = ops ? ops + fc_fp8_max_scratch_bytes() + g_fp8_seen_dy : 0;
+    if (reset) g_fp8_seen_a = g_fp8_seen_b = g_fp8_seen_dy = 0;
     return seen;
 }
 
@@ -358,7 +370,7 @@ static void linear_fwd(GemmKind kind, real *y, Operand *gelu_out, const Operand 
         w16 = weight16(kind, w, (size_t)N * K);
         // the fp8_fwd route: y^T (N, M) = w (N, K) @ x^T (K, M), both E4M3
         if (kind.bf16 && fc_routes.fp8_fwd &&
-            fp8_gemm(LT_FP8_FWD, N, M, K, Fp8Source{w16, N, K, 0, 0}, Fp8Source{x16, M, K, 0, 0}, y, b, 0.0f,
+            fp8_gemm(LT_FP8_FWD, N, M, K, Fp8Source{w16, N, K, 0, 0, 0}, Fp8Source{x16, M, K, 0, 0, 0}, y, b, 0.0f,
                      &fc_route_calls.fp8_fwd)) {
             if (gelu_out) fc_gelu_fwd(gelu_out, y, (size_t)M * N, kind.bf16);
             return;
@@ -397,11 +409,28 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
     }
     if (M <= 0 || N <= 0) return;  // dy is empty: nothing to add
     const __nv_bfloat16 *dy16 = NULL;
+    int dy_scaled = 0;  // dy's E5M2 scale already in the fp8 dx and dw GEMMs' slots
     if ((dx || dw) && K > 0 && kind.bf16) {
         if (db) {  // the bias gradient's pass over dy also rounds it for the GEMMs
             __nv_bfloat16 *out =
                 (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_B, sizeof(__nv_bfloat16) * (size_t)M * N);
-            linear_bias_grad(db, pmode, out, dy, M, N);
+            // and, for the fp8 routes' dx and dw GEMMs, takes dy's maximum: one scale for both, and no
+            // pass of their own over dy for it (the same scale, so the same bytes)
+            int dgrad = dx && fc_routes.fp8_dgrad, wgrad = dw && fc_routes.fp8_wgrad;
+            float *amax = NULL;
+            size_t amax_bytes = fp8_dy_amax_bytes((size_t)M * N);
+            if ((dgrad || wgrad) && M % 16 == 0 && N % 16 == 0 && K % 16 == 0) {
+                if (sizeof(float) * fc_cuda_colsum_blocks(1, M, N) > amax_bytes)
+                    fc_die("CUDA linear_bwd: dy's maxima (%d blocks) beyond their bound", fc_cuda_colsum_blocks(1, M, N));
+                amax = (float *)fc_cuda_scratch(SCRATCH_FP8_DY, amax_bytes);
+            }
+            linear_bias_grad(db, pmode, out, amax, dy, M, N);
+            if (amax) {
+                if (dgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_DGRAD) + 2, amax, fc_cuda_colsum_blocks(1, M, N), 1);
+                if (wgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_WGRAD) + 2, amax, fc_cuda_colsum_blocks(1, M, N), 1);
+                if (amax_bytes > g_fp8_seen_dy) g_fp8_seen_dy = amax_bytes;
+                dy_scaled = 1, fc_route_calls.fp8_dy_scale++;
+            }
             dy16 = out, db = NULL;
         } else {
             dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
@@ -414,7 +443,7 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         // the fp8_dgrad route: dx^T (K, M) = or += w^T (K, N) @ dy^T (N, M), w transposed into E4M3,
         // dy in E5M2 (two bits of mantissa, the range of gradients)
         if (kind.bf16 && fc_routes.fp8_dgrad &&
-            fp8_gemm(LT_FP8_DGRAD, K, M, N, Fp8Source{w16, N, K, 1, 0}, Fp8Source{dy16, M, N, 0, 1}, dx, NULL,
+            fp8_gemm(LT_FP8_DGRAD, K, M, N, Fp8Source{w16, N, K, 1, 0, 0}, Fp8Source{dy16, M, N, 0, 1, dy_scaled}, dx, NULL,
                      dx_mode == GRAD_ADD ? 1.0f : 0.0f, &fc_route_calls.fp8_dgrad)) {
             if (gelu_pre) fc_gelu_bwd(dx, dx, gelu_pre, (size_t)M * K);
         } else if (!(kind.bf16 && gelu_pre && fc_routes.dgelu_epilogue &&
@@ -428,11 +457,11 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
     // Overwriting (beta 0) never reads dw. The fp8_wgrad route: x and dy transposed into E4M3 and E5M2.
     if (dw && K > 0 &&
         !(kind.bf16 && fc_routes.fp8_wgrad &&
-          fp8_gemm(LT_FP8_WGRAD, K, N, M, Fp8Source{operand16(kind, x), M, K, 1, 0}, Fp8Source{dy16, M, N, 1, 1}, dw,
+          fp8_gemm(LT_FP8_WGRAD, K, N, M, Fp8Source{operand16(kind, x), M, K, 1, 0, 0}, Fp8Source{dy16, M, N, 1, 1, dy_scaled}, dw,
                    NULL, pmode == GRAD_ADD ? 1.0f : 0.0f, &fc_route_calls.fp8_wgrad)))
         gemm(kind, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, operand32(kind, x), operand16(kind, x), K, dy, dy16, N,
              pmode == GRAD_ADD ? 1.0f : 0.0f, dw, K);
-    if (db) linear_bias_grad(db, pmode, NULL, dy, M, N);
+    if (db) linear_bias_grad(db, pmode, NULL, NULL, dy, M, N);
 }
 
 template <int BF16>

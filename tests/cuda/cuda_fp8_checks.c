@@ -188,10 +188,11 @@ static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, d
     GradMode dx_mode = wgrad ? GRAD_ADD : mode, pmode = wgrad ? mode : GRAD_ADD;
     WHAT("%s M=%d K=%d N=%d%s, %s %s, dy std %g%s", route, M, K, N, bias ? " bias" : "", wgrad ? "dw" : "dx",
          mode == GRAD_ADD ? "added into" : "set", dystd, outlier ? ", its first row 2^26 times larger" : "");
-    long c0 = backend_cuda_route_calls(route);
+    long c0 = backend_cuda_route_calls(route), s0 = backend_cuda_route_calls("fp8_dy_scale");
     BOTH(be->linear_bwd(P(dx), dx_mode, P(dw), bias ? P(db) : NULL, pmode, P(dy), PO(x, 0), P(w), M, K, N));
-    long taken = backend_cuda_route_calls(route) - c0;
-    check(taken == takes, nm("cuda_fp8_bwd_taken"), "%s: %ld calls through the route (want %d)", g_what, taken, takes);
+    long taken = backend_cuda_route_calls(route) - c0, scaled = backend_cuda_route_calls("fp8_dy_scale") - s0;
+    check(taken == takes && scaled == (takes && bias), nm("cuda_fp8_bwd_taken"), "%s: %ld calls through the route "
+          "(want %d), dy's scale from the bias pass %ld times (want %d)", g_what, taken, takes, scaled, takes && bias);
     Buf *outs[] = {&dx, &dw, &db};
     real *on[3] = {fetch(g_gpu, dx.g, dx.n), fetch(g_gpu, dw.g, dw.n), bias ? fetch(g_gpu, db.g, db.n) : NULL};
     if (takes) {
@@ -236,6 +237,39 @@ static void t_fp8_bwd(int wgrad, int M, int K, int N, int bias, GradMode mode, d
     check(same, nm("cuda_fp8_bwd_rest"), "%s: %s against the route off %s", g_what,
           !takes ? "dx, dw and db" : wgrad ? "dx and db" : "dw and db", SAME(same));
     free(on[0]), free(on[1]), free(on[2]);
+    FREE(&x, &w, &dy, &dx, &dw, &db);
+}
+
+// Both backward routes at once: with the bias, dy's scale comes from the bias gradient's pass (its
+// blocks' maxima) and serves both GEMMs, whose passes for a maximum are then w's and x's alone;
+// without it, from a pass of each GEMM's own. The same scale, so dx and dw must be the same bytes
+// either way: with an outlier (dy's last value 2^26 times larger: the scale set by the bias pass's
+// last block) and with a NaN in dy (every dx and dw value then NaN, never finite).
+static void t_fp8_bwd_shared(int M, int K, int N, int outlier, int nan) {
+    Buf x = bop(bnormal((size_t)M * K, 0, 1)), w = bnormal((size_t)N * K, 0, 0.2), dy = bnormal((size_t)M * N, 0, 1);
+    if (outlier) R(dy)[(size_t)M * N - 1] *= 67108864;
+    if (nan) R(dy)[(size_t)(M / 2) * N + 3] = NAN;
+    breset(&dy);
+    Buf dx = bnormal((size_t)M * K, 0, 1), dw = bnormal((size_t)N * K, 0, 1), db = bnormal(N, 0, 1);
+    long s0 = backend_cuda_route_calls("fp8_dy_scale"), a0 = backend_cuda_route_calls("fp8_amax");
+    g_gpu->linear_bwd(dx.g, GRAD_SET, dw.g, db.g, GRAD_SET, dy.g, x.g, w.g, M, K, N);
+    long scaled = backend_cuda_route_calls("fp8_dy_scale") - s0, passes = backend_cuda_route_calls("fp8_amax") - a0;
+    real *dx1 = fetch(g_gpu, dx.g, dx.n), *dw1 = fetch(g_gpu, dw.g, dw.n);
+    a0 = backend_cuda_route_calls("fp8_amax");
+    g_gpu->linear_bwd(dx.g, GRAD_SET, dw.g, NULL, GRAD_SET, dy.g, x.g, w.g, M, K, N);
+    long passes_alone = backend_cuda_route_calls("fp8_amax") - a0;
+    real *dx2 = fetch(g_gpu, dx.g, dx.n), *dw2 = fetch(g_gpu, dw.g, dw.n);
+    int same = !memcmp(dx1, dx2, sizeof(real) * dx.n) && !memcmp(dw1, dw2, sizeof(real) * dw.n);
+    size_t finite = 0;
+    for (size_t i = 0; i < dx.n; i++) finite += isfinite(dx1[i]) != 0;
+    for (size_t i = 0; i < dw.n; i++) finite += isfinite(dw1[i]) != 0;
+    check(scaled == 1 && passes == 2 && passes_alone == 4 && same && (nan ? finite == 0 : finite == dx.n + dw.n),
+          nm("cuda_fp8_bwd_shared_scale"), "fp8_dgrad and fp8_wgrad M=%d K=%d N=%d%s%s: dy's scale from the bias "
+          "pass %ld times (want 1), passes for a maximum %ld (want 2), without the bias %ld (want 4); dx and dw with "
+          "the bias pass against those without it: %s; %zu of %zu values finite", M, K, N,
+          outlier ? ", dy's last value 2^26 times larger" : "", nan ? ", a NaN in dy" : "", scaled, passes,
+          passes_alone, SAME(same), finite, dx.n + dw.n);
+    free(dx1), free(dw1), free(dx2), free(dw2);
     FREE(&x, &w, &dy, &dx, &dw, &db);
 }
 
@@ -294,4 +328,8 @@ void cuda_fp8_cases(void) {
         if (!g_quick) t_fp8_bwd(wg, 1792, 1536, 512, 1, GRAD_ADD, 1, 0);  // the preset's width
         backend_cuda_set_route(route, 0);
     }
+    backend_cuda_set_route("fp8_dgrad", 1), backend_cuda_set_route("fp8_wgrad", 1);
+    t_fp8_bwd_shared(896, 64, 256, 0, 0), t_fp8_bwd_shared(272, 48, 80, 1, 0), t_fp8_bwd_shared(64, 32, 48, 0, 1);
+    t_fp8_bwd_shared(1040, 16, 48, 0, 0);  // five chunks of rows in the bias pass: their maxima too
+    backend_cuda_set_route("fp8_dgrad", 0), backend_cuda_set_route("fp8_wgrad", 0);
 }
