@@ -16,6 +16,7 @@
 #include "cuda_common.cuh"
 
 #define COLSUM_COLS 32   // threadIdx.x: one column each (a warp reads 128 contiguous bytes of a row)
+static_assert(COLSUM_COLS == 32, "a row of a block's threads is one warp (the maximum's shuffles)");
 #define COLSUM_LANES 8   // threadIdx.y: row lanes, reduced by a fixed tree in shared memory
 #define COLSUM_ROWS 256  // rows per chunk (doubled until the chunks fit in gridDim.y)
 #define COLSUM_FINISH_THREADS 256
@@ -37,7 +38,7 @@ __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__re
                                       const float *__restrict__ a, const float *__restrict__ b, int N, int D,
                                       int rows_per_chunk) {
     __shared__ CompSum acc[COLSUM_LANES][COLSUM_COLS];
-    __shared__ float big[COLSUM_LANES][COLSUM_COLS];
+    __shared__ float big[COLSUM_LANES];
     int tx = threadIdx.x, ty = threadIdx.y, s = blockIdx.z;
     int d = blockIdx.x * COLSUM_COLS + tx;
     long n0 = (long)blockIdx.y * rows_per_chunk;
@@ -57,15 +58,17 @@ __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__re
             }
             sum.add(b ? __fmul_rn(v, b[k]) : v);
         }
-    acc[ty][tx] = sum;
-    big[ty][tx] = m;
-    __syncthreads();
-    if (amax && ty == 0 && tx == 0) {  // the block's maximum (exact in any order)
-        float b_max = 0.0f;
-        for (int y = 0; y < COLSUM_LANES; y++)
-            for (int x = 0; x < COLSUM_COLS; x++) b_max = fmaxf(b_max, big[y][x]);
-        amax[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = b_max;
+    if (amax) {  // the block's maximum (exact in any order): each warp's (one lane row), then the rows'
+        for (int o = COLSUM_COLS / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (tx == 0) big[ty] = m;
+        __syncthreads();
+        if (ty == 0 && tx == 0) {
+            for (int y = 1; y < COLSUM_LANES; y++) m = fmaxf(m, big[y]);
+            amax[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = m;
+        }
     }
+    acc[ty][tx] = sum;
+    __syncthreads();
     for (int half = COLSUM_LANES / 2; half > 0; half /= 2) {
         if (ty < half) acc[ty][tx].merge(acc[ty + half][tx]);
         __syncthreads();
