@@ -175,9 +175,9 @@ void fc_fp8_quantize_transposed(__nv_fp8_storage_t *y, float *scale, const __nv_
 void fc_fp8_bias(__nv_bfloat16 *y, const float *b, size_t n);
 // The scratch of the maximum's first pass (SCRATCH_FP8_MAX), whatever the operand's size.
 size_t fc_fp8_max_scratch_bytes(void);
-// scale[0..1] as fc_fp8_quantize makes them, from count partial maxima (fc_cuda_colsum's amax);
-// then, where y is not NULL, y (n) = x in fp8 with it, written as it is or, for x (rows, cols)
-// with transposed, transposed: the conversions of fc_fp8_quantize*, without their maximum's pass.
+// fc_fp8_scale_from: scale[0..1] as fc_fp8_quantize makes them, from count partial maxima
+// (fc_cuda_colsum's amax). fc_fp8_cast: y = x (rows, cols) in fp8 with scale[0], written as it is
+// or transposed: the conversions of fc_fp8_quantize*, without their maximum's pass.
 void fc_fp8_scale_from(float *scale, const float *partial, int count, int e5m2);
 void fc_fp8_cast(__nv_fp8_storage_t *y, const float *scale, const __nv_bfloat16 *x, int rows, int cols,
                  int transposed, int e5m2);

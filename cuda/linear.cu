@@ -299,13 +299,6 @@ static void fp8_convert(__nv_fp8_storage_t *dst, float *scale, Fp8Source s) {
     else fc_fp8_quantize(dst, scale, s.x, (size_t)s.rows * s.cols, s.e5m2);
 }
 
-// The fp8 routes' GEMM: D (m, n) = op(A) @ B + beta D (+ bias, m, in the epilogue), column-major, A
-// read transposed and B as it is (the only layout cuBLASLt's fp8 kernels take, with leading
-// dimensions of multiples of 16 bytes), A and B the fp8 bytes of a and b, each with one scale
-// (fp8.cu), fp32 accumulation. m, n and k multiples of 16 (as Transformer Engine asks of its fp8
-// GEMMs; every block's linear of the configs has 64 tokens a frame). 0, with nothing written,
-// elsewhere or where cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
-// GEMM then. calls: the route's counter.
 // The largest operand copies the fp8 GEMMs taken since the last reset asked for: A's (a weight, or
 // x transposed for dw) and B's (x, or dy), and the largest of dy's maxima from the bias pass, in
 // bytes (backend_cuda_fp8_scratch_seen).
@@ -316,6 +309,13 @@ static size_t g_fp8_seen_a, g_fp8_seen_b, g_fp8_seen_dy;
 // that the memory plan can count it from the largest output (route_scratch).
 static size_t fp8_dy_amax_bytes(size_t mn) { return sizeof(float) * (mn / 256); }
 
+// The fp8 routes' GEMM: D (m, n) = op(A) @ B + beta D (+ bias, m, in the epilogue), column-major, A
+// read transposed and B as it is (the only layout cuBLASLt's fp8 kernels take, with leading
+// dimensions of multiples of 16 bytes), A and B the fp8 bytes of a and b, each with one scale
+// (fp8.cu), fp32 accumulation. m, n and k multiples of 16 (as Transformer Engine asks of its fp8
+// GEMMs; every block's linear of the configs has 64 tokens a frame). 0, with nothing written,
+// elsewhere or where cuBLASLt has no kernel for it (no fp8 tensor cores before sm_89): the bf16
+// GEMM then. calls: the route's counter.
 static int fp8_gemm(int kind, int m, int n, int k, Fp8Source a, Fp8Source b, real *D, const real *bias, float beta,
                     long *calls) {
     if (m % 16 || n % 16 || k % 16 || m <= 0 || n <= 0 || k <= 0) return 0;
@@ -353,6 +353,28 @@ extern "C" size_t backend_cuda_fp8_scratch_seen(int reset) {
     size_t seen = ops ? ops + fc_fp8_max_scratch_bytes() + g_fp8_seen_dy : 0;
     if (reset) g_fp8_seen_a = g_fp8_seen_b = g_fp8_seen_dy = 0;
     return seen;
+}
+
+// The bias gradient's pass over dy (linear_bias_grad, dy16 its bf16 copy), which for the fp8 routes'
+// dx (dgrad) and dw (wgrad) GEMMs also takes dy's maximum: one E5M2 scale for both, in their slots,
+// and no pass of their own over dy for it (the same maximum, so the same scale and bytes). 1 where
+// it made the scale; 0 where neither route takes the shape (M, K, N multiples of 16).
+static int fp8_bias_pass(real *db, GradMode pmode, __nv_bfloat16 *dy16, const real *dy, int M, int K, int N,
+                         int dgrad, int wgrad) {
+    if (!(dgrad || wgrad) || M % 16 || N % 16 || K % 16) {
+        linear_bias_grad(db, pmode, dy16, NULL, dy, M, N);
+        return 0;
+    }
+    int blocks = fc_cuda_colsum_blocks(1, M, N);
+    size_t bytes = fp8_dy_amax_bytes((size_t)M * N);
+    if (sizeof(float) * blocks > bytes) fc_die("CUDA linear_bwd: dy's maxima (%d blocks) beyond their bound", blocks);
+    float *amax = (float *)fc_cuda_scratch(SCRATCH_FP8_DY, bytes);
+    linear_bias_grad(db, pmode, dy16, amax, dy, M, N);
+    if (dgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_DGRAD) + 2, amax, blocks, 1);
+    if (wgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_WGRAD) + 2, amax, blocks, 1);
+    if (bytes > g_fp8_seen_dy) g_fp8_seen_dy = bytes;
+    fc_route_calls.fp8_dy_scale++;
+    return 1;
 }
 
 // ----------------------------------------------------------------------------
@@ -414,23 +436,7 @@ static void linear_bwd(GemmKind kind, real *dx, GradMode dx_mode, real *dw, real
         if (db) {  // the bias gradient's pass over dy also rounds it for the GEMMs
             __nv_bfloat16 *out =
                 (__nv_bfloat16 *)fc_cuda_scratch(SCRATCH_BF16_B, sizeof(__nv_bfloat16) * (size_t)M * N);
-            // and, for the fp8 routes' dx and dw GEMMs, takes dy's maximum: one scale for both, and no
-            // pass of their own over dy for it (the same scale, so the same bytes)
-            int dgrad = dx && fc_routes.fp8_dgrad, wgrad = dw && fc_routes.fp8_wgrad;
-            float *amax = NULL;
-            size_t amax_bytes = fp8_dy_amax_bytes((size_t)M * N);
-            if ((dgrad || wgrad) && M % 16 == 0 && N % 16 == 0 && K % 16 == 0) {
-                if (sizeof(float) * fc_cuda_colsum_blocks(1, M, N) > amax_bytes)
-                    fc_die("CUDA linear_bwd: dy's maxima (%d blocks) beyond their bound", fc_cuda_colsum_blocks(1, M, N));
-                amax = (float *)fc_cuda_scratch(SCRATCH_FP8_DY, amax_bytes);
-            }
-            linear_bias_grad(db, pmode, out, amax, dy, M, N);
-            if (amax) {
-                if (dgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_DGRAD) + 2, amax, fc_cuda_colsum_blocks(1, M, N), 1);
-                if (wgrad) fc_fp8_scale_from(fp8_scales(LT_FP8_WGRAD) + 2, amax, fc_cuda_colsum_blocks(1, M, N), 1);
-                if (amax_bytes > g_fp8_seen_dy) g_fp8_seen_dy = amax_bytes;
-                dy_scaled = 1, fc_route_calls.fp8_dy_scale++;
-            }
+            dy_scaled = fp8_bias_pass(db, pmode, out, dy, M, K, N, dx && fc_routes.fp8_dgrad, dw && fc_routes.fp8_wgrad);
             dy16 = out, db = NULL;
         } else {
             dy16 = act16(kind, dy, (size_t)M * N, SCRATCH_BF16_B);
