@@ -1,7 +1,7 @@
 // cpu_attention.c: the CPU backend's softmax attention (attn_fwd, attn_bwd; contracts in
-// backend.h). One task per (sequence, head), spread by OpenMP; inside a task the head's q, k, v
-// (and dout, out) are gathered into contiguous (len, dh) matrices and every product is one GEMM
-// (OpenBLAS, single-threaded inside the task), with the softmax between them; the few-token
+// backend.h). One task per (sequence, head), spread by OpenMP; inside a task every product of the
+// head's q, k, v (and dout, out) is one GEMM (OpenBLAS, single-threaded inside the task) on the
+// matrices where they lie, with the softmax between them; the few-token
 // sequences of the temporal attention take a path of their own without BLAS (below, "short
 // sequences"), the same bytes:
 //   forward   S = scale Q K^T, P = softmax_rows(S), O = P V, lse = rowmax + log(rowsum)
@@ -229,10 +229,20 @@ static AttnWork work_alloc(int len, int dh) {
 }
 static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
 
+// The long path's products read q, k, v, dout and out where they lie and write dq, dk, dv there: a
+// sequence's rows are tok_stride rows apart, so a head's (len, dh) matrix is its columns at a leading
+// dimension of tok_stride rows. OpenBLAS packs its operands whatever their leading dimension, and
+// its arithmetic does not depend on it: the same bytes as gathering them into contiguous copies,
+// without the copies.
+static inline long head_at(const AttnLayout *lay, int o, int i, long ld, int h, int dh) {
+    return attn_row(lay, o, i, 0) * ld + (long)h * dh;
+}
+
 void cpu_attn_fwd_long(Operand *out_op, real *lse, const Operand *qkv_op, AttnLayout lay, int D, int H) {
     real *out = out_op;
     const real *qkv = qkv_op;
     int dh = D / H, L = lay.len;
+    int lq = (int)(lay.tok_stride * 3 * D);  // the leading dimension of a head's q, k and v
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));
 #pragma omp parallel
@@ -242,10 +252,10 @@ void cpu_attn_fwd_long(Operand *out_op, real *lse, const Operand *qkv_op, AttnLa
         for (long task = 0; task < tasks; task++) {
             int h, o, i;
             task_head(&lay, H, task, &h, &o, &i);
-            gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
-            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
+            const real *q = qkv + head_at(&lay, o, i, 3L * D, h, dh), *k = q + D, *v = q + 2 * D;
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, q, lq, k, lq, w.s, L);
             softmax_lse(w.s, L, &lay, o, i, H, h, w.mx, w.dvec, lse);
-            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.v, dh, w.a, dh);
+            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, v, lq, w.a, dh);
             write_out(out, w.a, dh, w.dvec, &lay, o, i, D, h, dh);
         }
         work_free(&w);
@@ -256,6 +266,7 @@ void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, cons
                        AttnLayout lay, int D, int H) {
     const real *out = out_op, *qkv = qkv_op;
     int dh = D / H, L = lay.len;
+    int lq = (int)(lay.tok_stride * 3 * D), lo = (int)(lay.tok_stride * D);  // q, k, v and their grads; dout, out
     long tasks = (long)lay.n_outer * lay.n_inner * H;
     real scale = (real)(1.0 / sqrt((double)dh));
 #pragma omp parallel
@@ -265,24 +276,20 @@ void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, cons
         for (long task = 0; task < tasks; task++) {
             int h, o, i;
             task_head(&lay, H, task, &h, &o, &i);
-            gather_qkv(w.q, w.k, w.v, dh, qkv, &lay, o, i, h, D, dh);
-            gather(w.a, dh, dout, D, (long)h * dh, &lay, o, i, dh);
-            gather(w.b, dh, out, D, (long)h * dh, &lay, o, i, dh);
-            row_dots(w.dvec, w.a, w.b, dh, L, dh);
+            long at = head_at(&lay, o, i, 3L * D, h, dh), ato = head_at(&lay, o, i, D, h, dh);
+            const real *q = qkv + at, *k = q + D, *v = q + 2 * D, *dO = dout + ato;
+            real *dq = dqkv + at, *dk = dq + D, *dv = dq + 2 * D;
+            row_dots(w.dvec, dO, out + ato, lo, L, dh);
             // P = exp(scale Q K^T - lse) into s; dP = dO V^T into p
-            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, w.q, dh, w.k, dh, w.s, L);
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, scale, q, lq, k, lq, w.s, L);
             probs_from_lse(w.s, L, &lay, o, i, H, h, lse);
-            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, 1.0, w.a, dh, w.v, dh, w.p, L);
-            // dV = P^T dO, into b (out is no longer needed)
-            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, w.a, dh, w.b, dh);
-            scatter(dqkv, w.b, dh, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
-            // dS = P (dP - Dvec) scale, into p
+            attn_gemm(CblasNoTrans, CblasTrans, L, L, dh, 1.0, dO, lo, v, lq, w.p, L);
+            // dV = P^T dO
+            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.s, L, dO, lo, dv, lq);
+            // dS = P (dP - Dvec) scale, into p; dQ = dS K, dK = dS^T Q
             scores_grad(w.p, w.s, L, L, w.dvec, scale);
-            // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
-            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.k, dh, w.a, dh);
-            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, w.q, dh, w.b, dh);
-            scatter(dqkv, w.a, dh, 3L * D, (long)h * dh, &lay, o, i, dh);
-            scatter(dqkv, w.b, dh, 3L * D, D + (long)h * dh, &lay, o, i, dh);
+            attn_gemm(CblasNoTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, k, lq, dq, lq);
+            attn_gemm(CblasTrans, CblasNoTrans, L, dh, L, 1.0, w.p, L, q, lq, dk, lq);
         }
         work_free(&w);
     }
