@@ -504,6 +504,34 @@ static void test_thread_independence(void) {
           s[2]);
     set_threads(fc_default_threads());
 
+    // the order the code promises (cpu_optim.c: chunks of 4096 summed in order; inside a chunk,
+    // element i into accumulator i mod 4, then (s0 + s1) + (s2 + s3)), one element at a time: the
+    // same bytes as the vector lanes give. A single chunk shows its own rounding (in a long sum a
+    // chunk's last bit is lost in the total's), and accumulators of unlike size (the even elements
+    // 2^20 times the odd ones, those spread over 2^0..2^4) make a change of order show in it.
+    real *w = fc_calloc(4096, sizeof(real));
+    for (size_t i = 0; i < 4096; i++) w[i] = x[i] * (real)ldexp(1.0, i & 1 ? (int)(i % 5) : 20);
+    const size_t sizes[4] = {4096, 4093, 37, ns};
+    int same_order = 1;
+    char got[160] = "";
+    for (int t = 0; t < 4; t++) {
+        const real *src = sizes[t] == ns ? x : w;
+        double order = 0;
+        for (size_t c0 = 0; c0 < sizes[t]; c0 += 4096) {
+            double acc[4] = {0, 0, 0, 0};
+            for (size_t i = c0; i < sizes[t] && i < c0 + 4096; i++)
+                if (isfinite(src[i])) acc[i & 3] += (double)src[i] * src[i];
+            order += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        }
+        size_t nb;
+        double sum = cpu_sum_squares(src, sizes[t], &nb);
+        same_order &= !memcmp(&order, &sum, sizeof(double));
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%zu: %s", t ? ", " : "", sizes[t],
+                 memcmp(&order, &sum, sizeof(double)) ? "differs" : "same");
+    }
+    free(w);
+    check(same_order, "sum_squares_order", "sizes (the last with a NaN and two infinities) %s", got);
+
     // against a long double sum, and the count of non-finite elements
     long double ref = 0;
     size_t ref_bad = 0;

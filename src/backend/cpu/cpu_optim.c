@@ -11,9 +11,11 @@
 // chunks combined in order, so the results are the same bytes for any number of threads.
 #include "backend/cpu/cpu_optim.h"
 
+#include <float.h>
 #include <math.h>
 
 #include "backend/adam_const.h"
+#include "backend/cpu/exp_poly.h"
 #include "backend/quant8.h"
 
 // The step for one element whose gradient g (already scaled) is finite; updates *m, *v and returns
@@ -205,6 +207,31 @@ void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, flo
 // on the stack, then are added in chunk order).
 enum { SS_CHUNK = 4096, SS_GROUP = 256 };
 
+// One chunk's sum of squares in double, in four accumulators in a fixed pattern (element j into
+// accumulator j mod 4: no serial add chain, still a fixed order), the non-finite values counted and
+// left out. The four accumulators are one vector's lanes; a left-out value adds +0, which leaves a
+// sum of squares (never -0) as it is.
+CPU_VECTOR_CLONES static double chunk_squares(const real *x, size_t n, size_t *nonfinite) {
+    double s[4] = {0, 0, 0, 0};
+    size_t nb = 0, j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int l = 0; l < 4; l++) {
+            double xi = x[j + l];
+            int finite = fabs(xi) <= DBL_MAX;  // false for NaN and the infinities
+            s[l] += finite ? xi * xi : 0.0;
+            nb += !finite;
+        }
+    for (; j < n; j++) {
+        double xi = x[j];
+        if (isfinite(xi))
+            s[j & 3] += xi * xi;
+        else
+            nb++;
+    }
+    *nonfinite = nb;
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
     size_t nchunks = (n + SS_CHUNK - 1) / SS_CHUNK, bad = 0;
     double total = 0.0;
@@ -214,18 +241,8 @@ double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite) {
         size_t part_bad[SS_GROUP];
 #pragma omp parallel for schedule(static)
         for (int k = 0; k < count; k++) {
-            size_t i0 = (g0 + k) * SS_CHUNK, i1 = i0 + SS_CHUNK < n ? i0 + SS_CHUNK : n, nb = 0;
-            // four accumulators in a fixed pattern: no serial add chain, still a fixed order
-            double s[4] = {0, 0, 0, 0};
-            for (size_t i = i0; i < i1; i++) {
-                double xi = x[i];
-                if (isfinite(xi))
-                    s[i & 3] += xi * xi;
-                else
-                    nb++;
-            }
-            part[k] = (s[0] + s[1]) + (s[2] + s[3]);
-            part_bad[k] = nb;
+            size_t i0 = (g0 + k) * SS_CHUNK, i1 = i0 + SS_CHUNK < n ? i0 + SS_CHUNK : n;
+            part[k] = chunk_squares(x + i0, i1 - i0, &part_bad[k]);
         }
         for (int k = 0; k < count; k++) total += part[k], bad += part_bad[k];
     }
