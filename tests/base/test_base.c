@@ -78,18 +78,22 @@ static void test_philox_distributions(void) {
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_TIME, 0) &&
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_NOISE, 1);
     check(differ, "philox_streams_differ", "seed, step, stream and index each change the draw");
-    // the fill (by blocks of 4 indices) is the element-wise function, whatever the offset and length
-    real buf[67];
-    const uint64_t offsets[] = {1000, 1001, 3, 0, 6};
-    const size_t lens[] = {64, 67, 1, 2, 5};
+    // the fill (by groups of blocks of 4 indices) is the element-wise function, whatever the offset
+    // and length: within one group, across groups (64 indices each), and where the block counter
+    // carries into its second word
+    static real buf[1031];
+    const uint64_t offsets[] = {1000, 1001, 3, 0, 6, 5, 4 * 0xffffffffull - 37};
+    const size_t lens[] = {64, 67, 1, 2, 5, 1031, 300};
     int same = 1;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 7; c++) {
+        for (size_t i = 0; i < lens[c]; i++) buf[i] = -99;
         philox_fill_normal(buf, lens[c], (real)0.25, (real)1.5, 9, 3, RNG_NOISE, offsets[c]);
         for (size_t i = 0; i < lens[c]; i++)
             same &= buf[i] == (real)((real)0.25 + (real)1.5 * philox_normal(9, 3, RNG_NOISE, offsets[c] + i));
     }
-    check(same, "philox_fill_matches_elementwise", "lengths 64, 67, 1, 2, 5 at offsets 1000, 1001, 3, 0, 6: the same "
-          "bytes as philox_normal value by value");
+    check(same, "philox_fill_matches_elementwise",
+          "lengths 64, 67, 1, 2, 5, 1031, 300 at offsets 1000, 1001, 3, 0, 6, 5 and 2^34 - 41 (the counter's "
+          "carry): the same bytes as philox_normal value by value");
 
     // The ends of (0, 1) are never drawn, even from the extreme words: index 59265826 of seed 1's test
     // stream is a word whose top 24 bits are all 0 and index 2108150 one whose top 24 are all 1 (found by
