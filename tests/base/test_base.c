@@ -78,9 +78,8 @@ static void test_philox_distributions(void) {
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_TIME, 0) &&
                  philox_u32(1, 0, RNG_NOISE, 0) != philox_u32(1, 0, RNG_NOISE, 1);
     check(differ, "philox_streams_differ", "seed, step, stream and index each change the draw");
-    // the fill (by groups of blocks of 4 indices) is the element-wise function, whatever the offset
-    // and length: within one group, across groups (64 indices each), and where the block counter
-    // carries into its second word
+    // the fill (by blocks of 4 indices) is the element-wise function, whatever the offset and
+    // length: over one block or many, and where the block counter carries into its second word
     static real buf[1031];
     const uint64_t offsets[] = {1000, 1001, 3, 0, 6, 5, 4 * 0xffffffffull - 37};
     const size_t lens[] = {64, 67, 1, 2, 5, 1031, 300};
