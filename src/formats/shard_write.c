@@ -34,6 +34,29 @@ static void shortest_text(double fps, char *buf, size_t len) {
     }
 }
 
+// The outermost folder on dir's path that does not exist yet (dir itself, or a parent that
+// fc_mkdir_p will make), malloc'ed; NULL when dir exists.
+static char *missing_top(const char *dir) {
+    struct stat st;
+    if (!stat(dir, &st)) return NULL;
+    char *p = strdup(dir);
+    if (!p) fc_die("out of host memory");
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    for (;;) {  // p does not exist: does its parent?
+        size_t k = n;
+        while (k > 0 && p[k - 1] != '/') k--;
+        while (k > 1 && p[k - 1] == '/') k--;
+        if (k == 0) return p;  // a relative name of one part
+        char c = p[k];
+        p[k] = 0;
+        int there = !stat(p, &st);
+        p[k] = c;
+        if (there) return p;
+        p[k] = 0, n = k;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // writer
 
@@ -70,6 +93,8 @@ struct ShardWriter {
     size_t mlen, mcap;
     long total;
     int failed;
+    char *made_top;     // the outermost folder of dir the writer created (NULL: dir was there)
+    int wrote_manifest; // 1: manifest.tsv is the writer's
 };
 
 static void manifest_put(ShardWriter *w, const char *s, size_t n) {
@@ -128,9 +153,13 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
         fc_errf(err, errlen, "%.200s...: path too long", dir);
         return NULL;
     }
-    if (fc_mkdir_p(dir, err, errlen)) return NULL;
     char path[4096];
     struct stat st;
+    char *made_top = missing_top(dir);
+    if (fc_mkdir_p(dir, err, errlen)) {
+        free(made_top);
+        return NULL;
+    }
     snprintf(path, sizeof path, "%s/dataset.json", dir);
     if (!stat(path, &st)) {
         fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or choose another folder", dir);
@@ -162,7 +191,7 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     ShardWriter *w = fc_calloc(1, sizeof *w);
     w->dir = strdup(dir);
     if (!w->dir) fc_die("out of host memory");
-    w->N = frame_size, w->F = clip_frames, w->raw = raw;
+    w->N = frame_size, w->F = clip_frames, w->raw = raw, w->made_top = made_top;
     w->max_bytes = max_shard_bytes ? max_shard_bytes : SHARD_DEFAULT_BYTES;
     static const char head[] = "shard\tclip\tsource\tfirst_frame\tframes\tfps\n";
     manifest_put(w, head, sizeof head - 1);
@@ -381,6 +410,7 @@ int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, c
 }
 
 static void writer_free(ShardWriter *w) {
+    free(w->made_top);
     free_pending(w);
     free(w->cur);
     free(w->done);
@@ -389,8 +419,36 @@ static void writer_free(ShardWriter *w) {
     free(w);
 }
 
+// A writer that ends without its dataset.json takes back what it wrote: the shards and the manifest
+// (no dataset lists them), and the folder if it made it and nothing else is in it.
+static void writer_remove_written(ShardWriter *w) {
+    char path[4096];
+    for (int i = 0; i < w->ndone; i++) {
+        snprintf(path, sizeof path, "%s/%s", w->dir, w->done[i].file);
+        unlink(path);
+    }
+    if (w->wrote_manifest) {
+        snprintf(path, sizeof path, "%s/manifest.tsv", w->dir);
+        unlink(path);
+    }
+    if (!w->made_top) return;
+    // the folders the writer made, inner to outer (rmdir leaves any that holds something else)
+    char *p = strdup(w->dir);
+    if (!p) return;
+    size_t top = strlen(w->made_top), n = strlen(p);
+    while (n > top && p[n - 1] == '/') p[--n] = 0;
+    for (; n >= top && !rmdir(p) && n > top;) {
+        while (n > top && p[n - 1] != '/') n--;
+        while (n > top && p[n - 1] == '/') n--;
+        p[n] = 0;
+    }
+    free(p);
+}
+
 void shard_writer_abort(ShardWriter *w) {
-    if (w) writer_free(w);
+    if (!w) return;
+    writer_remove_written(w);
+    writer_free(w);
 }
 
 int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
@@ -407,6 +465,7 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
     if (flush_shard(w, err, errlen)) goto out;
     snprintf(path, sizeof path, "%s/manifest.tsv", w->dir);
     if (st_write_bytes(path, w->manifest, w->mlen, err, errlen)) goto out;
+    w->wrote_manifest = 1;
     {
         size_t cap = 1024 + (size_t)w->ndone * 128;
         char *j = fc_malloc(cap);
@@ -435,6 +494,7 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
         free(j);
     }
 out:
+    if (rc) writer_remove_written(w);
     writer_free(w);
     return rc;
 }

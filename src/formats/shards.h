@@ -83,9 +83,11 @@ int shard_writer_add(ShardWriter *w, const uint8_t *clip, const char *source, lo
 int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, const char *source,
                            const long *first_frames, double fps, char *err, size_t errlen);
 // Write the last shard, manifest.tsv, then dataset.json; frees w (whatever happens). Fails when no
-// clip was added (no dataset.json is written then).
+// clip was added (no dataset.json is written then). A failure removes what the writer wrote, as
+// shard_writer_abort does.
 int shard_writer_finish(ShardWriter *w, char *err, size_t errlen);
-// Free w; writes no dataset.json (the shards written so far stay, unlisted). NULL is fine.
+// Free w; writes no dataset.json and removes the shards written so far, and the folder where the
+// writer made it and it is left empty. NULL is fine.
 void shard_writer_abort(ShardWriter *w);
 
 // ---- reading ----

@@ -130,10 +130,11 @@ grep -q "gray_odd.mkv: 40 frames -> 2 clips (.*); upscaled: its shorter side is 
     ! grep -q "upscaled" "$tmp/mixed.log"
 expect prepare_says_upscaled $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 gray_odd "$tmp/up.log" | sed 's/.*clips//')"
 
-"$FC" prepare --input "$tmp/in/notes.mp4" --input "$tmp/in/empty.avi" --input "$tmp/in/short.mp4" --out "$tmp/none" \
+# Nothing usable: a failure, and no folder left behind (the writer takes back the folders it made)
+"$FC" prepare --input "$tmp/in/notes.mp4" --input "$tmp/in/empty.avi" --input "$tmp/in/short.mp4" --out "$tmp/none/x" \
     --size 32 --clip-frames 16 > "$tmp/none.log" 2>&1
 rc=$?
-expect prepare_nothing_usable_fails $(( rc == 0 || $(ls "$tmp/none" 2>/dev/null | grep -c dataset.json) != 0 )) "status $rc, $(tail -1 "$tmp/none.log" | cut -c1-120)"
+expect prepare_nothing_usable_fails $(( rc == 0 || $(ls -d "$tmp/none" 2>/dev/null | wc -l) != 0 )) "status $rc, $(tail -1 "$tmp/none.log" | cut -c1-120); the folder $(ls -d "$tmp/none" > /dev/null 2>&1 && echo left || echo "not made")"
 "$FC" prepare --input "$tmp/in/good.avi" --out "$tmp/real" --size 32 --clip-frames 16 > "$tmp/again.log" 2>&1
 rc=$?
 expect prepare_keeps_existing_dataset $(( rc == 0 )) "status $rc, $(tail -1 "$tmp/again.log" | cut -c1-120)"

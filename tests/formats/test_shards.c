@@ -309,23 +309,42 @@ static void test_crash_safety(void) {
     uint8_t *c = fc_malloc(raw);
     clip_random(c, raw, 9);
 
-    // abort half-way: shards on disk, no dataset.json, a clear refusal
-    folder(dir, sizeof dir, "aborted");
+    // abort half-way: the shards written are taken back with the folders the writer made (three
+    // levels here), and no dataset is left to open
+    char top[512];
+    folder(top, sizeof top, "aborted");
+    snprintf(dir, sizeof dir, "%s/made/by//writer/", top);
     ShardWriter *w = shard_writer_open(dir, N, F, raw, err, sizeof err);
-    int added = 0;
+    int added = 0, written = 0;
     for (int i = 0; w && i < 5; i++) added += !shard_writer_add(w, c, "x.mp4", i, 25, err, sizeof err);
+    written = exists(dir, "shard-00000.safetensors") && exists(dir, "shard-00003.safetensors");
     shard_writer_abort(w);
+    struct stat st;
     Dataset *d = dataset_open(dir, err, sizeof err);
-    check(added == 5 && exists(dir, "shard-00000.safetensors") && !exists(dir, "dataset.json") && !d && one_line(err) &&
-              strstr(err, "no dataset.json"),
-          "shards_abort_leaves_no_dataset", "%s", err);
+    check(added == 5 && written && stat(top, &st) && !d && one_line(err), "shards_abort_takes_back_its_files",
+          "shards 0 and 3 on disk before the abort: %s; after it %s; opening: %s", written ? "yes" : "no",
+          stat(top, &st) ? "no folder" : "the folder is still there", err);
     dataset_close(d);
+    // in a folder that was there before, with a file of the user's: the shards go, the rest stays
+    folder(dir, sizeof dir, "aborted_there");
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    write_text(path, "mine", 4);
+    w = shard_writer_open(dir, N, F, raw, err, sizeof err);
+    for (int i = 0; w && i < 3; i++) shard_writer_add(w, c, "x.mp4", i, 25, err, sizeof err);
+    written = exists(dir, "shard-00001.safetensors");
+    shard_writer_abort(w);
+    check(written && !exists(dir, "shard-00000.safetensors") && !exists(dir, "shard-00001.safetensors") &&
+              exists(dir, "notes.txt"),
+          "shards_abort_keeps_what_was_there", "shards written (%s), then removed; the folder and notes.txt kept",
+          written ? "yes" : "no");
 
-    // no clip at all: finish refuses and writes nothing
+    // no clip at all: finish refuses, writes nothing and takes back the folder it made
     folder(dir, sizeof dir, "empty");
     w = shard_writer_open(dir, N, F, 0, err, sizeof err);
     int rc = w ? shard_writer_finish(w, err, sizeof err) : 0;
-    check(w && rc == -1 && one_line(err) && !exists(dir, "dataset.json"), "shards_finish_without_clips", "%s", err);
+    check(w && rc == -1 && one_line(err) && stat(dir, &st), "shards_finish_without_clips", "%s; the folder %s", err,
+          stat(dir, &st) ? "removed" : "left");
 
     // a stale temporary file is ignored by the reader and removed by the next writer
     folder(dir, sizeof dir, "stale");
