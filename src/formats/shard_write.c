@@ -161,12 +161,13 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
         return NULL;
     }
     snprintf(path, sizeof path, "%s/dataset.json", dir);
-    if (!stat(path, &st)) {
+    if (!stat(path, &st)) {  // dir was there before: made_top is NULL
         fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or choose another folder", dir);
         return NULL;
     }
     if (access(dir, W_OK)) {
         fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno));
+        free(made_top);
         return NULL;
     }
     // What a writer that was killed left: temporary files, and whole shards that no dataset.json lists
