@@ -1,82 +1,13 @@
 // test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it
-// writes itself, broken files, still images, the centre crop, uncommon pixel formats, colour ranges
+// writes itself, broken files, the centre crop, uncommon pixel formats, colour ranges
 // and matrices, timestamps that repeat (made with the ffmpeg program).
 // One PASS/FAIL line per check, with the measured figure; exit status 1 when any check failed.
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <math.h>
-#include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "check.h"
-#include "video/video.h"
-#include "base/clock.h"
-
-// stb_image_write, for the test's own PNGs and JPEGs. Its JPEG bit writer shifts bits out of a signed
-// int (undefined behaviour that compilers wrap, harmless here), which stops the sanitizer build; so
-// its functions carry no_sanitize("undefined"): every standard header it uses is included first, then
-// `static` is a macro that adds the attribute while the header is read.
-#include <assert.h>
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpragmas"
-#ifdef __clang__
-#pragma GCC diagnostic ignored "-Wunknown-warning-option"
-#endif
-#pragma GCC diagnostic ignored "-Wattributes"
-#pragma GCC diagnostic ignored "-Wuse-after-free"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#define STBIW_ASSERT(x) assert(x)
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define static static __attribute__((no_sanitize("undefined")))
-#include <stb/stb_image_write.h>
-#undef static
-#pragma GCC diagnostic pop
+#include "video_fixture.h"
 
 #define OPENCV_DATA "/usr/share/doc/opencv-doc/examples/data"
 #define CLIP_N 40
 #define CLIP_S 96
 #define CLIP_FPS 25.0
-
-static char g_dir[256];
-
-
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "FAIL video_watchdog: the test ran past its time limit (a hang)\n";
-    ssize_t r = write(1, msg, sizeof msg - 1);
-    (void)r;
-    _exit(1);
-}
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", g_dir, name);
-    return p;
-}
-
-static int file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-static int write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = n ? fwrite(data, 1, n, f) : 0;
-    return (fclose(f) == 0 && w == n) ? 0 : -1;
-}
 
 // ---- reading a whole video ----
 
@@ -303,223 +234,6 @@ static void test_broken(const char *clip_name) {
     check_broken(name, tmp_path(file), CLIP_N);
     free(c);
     free(b);
-}
-
-// ---- images ----
-
-static int max_dev(const uint8_t *rgb, int size, int r, int g, int b) {
-    int worst = 0;
-    for (int i = 0; i < size * size; i++) {
-        int d0 = abs(rgb[3 * i] - r), d1 = abs(rgb[3 * i + 1] - g), d2 = abs(rgb[3 * i + 2] - b);
-        int d = d0 > d1 ? d0 : d1;
-        d = d > d2 ? d : d2;
-        if (d > worst) worst = d;
-    }
-    return worst;
-}
-
-// A w x h image with `comp` channels, every pixel `px` (comp values); alpha varies across the image.
-static int write_solid(const char *path, int w, int h, int comp, const int *px, int jpeg) {
-    uint8_t *img = malloc((size_t)w * h * comp);
-    for (int i = 0; i < w * h; i++)
-        for (int c = 0; c < comp; c++) {
-            int alpha = (comp == 2 && c == 1) || (comp == 4 && c == 3);
-            img[(size_t)i * comp + c] = (uint8_t)(alpha ? (i * 7) % 256 : px[c]);
-        }
-    int ok = jpeg ? stbi_write_jpg(path, w, h, comp, img, 95) : stbi_write_png(path, w, h, comp, img, w * comp);
-    free(img);
-    return ok ? 0 : -1;
-}
-
-static void test_image_solid(const char *name, int w, int h, int comp, const int *px, int jpeg, int r, int g, int b) {
-    char err[512] = "", cname[96];
-    const char *path = tmp_path(name);
-    uint8_t rgb[32 * 32 * 3];
-    snprintf(cname, sizeof cname, "image_%s", name);
-    if (write_solid(path, w, h, comp, px, jpeg) < 0) {
-        check(0, cname, "stb_image_write could not write %s", path);
-        return;
-    }
-    int rc = image_load_square(path, 32, rgb, err, sizeof err);
-    int dev = rc == 0 ? max_dev(rgb, 32, r, g, b) : -1;
-    check(rc == 0 && dev <= 2, cname,
-          "%dx%d, %d channel%s %s at 32x32: largest deviation from (%d,%d,%d) %d levels%s%s", w, h, comp,
-          comp > 1 ? "s" : "", jpeg ? "JPEG" : "PNG", r, g, b, dev, rc ? ": " : "", err);
-}
-
-// An RGB picture w x h: grey, blue in the left quarter, green in the right quarter (or top/bottom for a
-// tall one), a red square of side m in the centre.
-static void marker_frame(int i, int w, int h, uint8_t *rgb) {
-    (void)i;
-    int m = (w < h ? w : h) / 6;
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            uint8_t *p = rgb + 3 * ((size_t)y * w + x);
-            int pos = w >= h ? x : y, len = w >= h ? w : h;
-            p[0] = p[1] = p[2] = 110;
-            if (pos < len / 4) p[0] = 20, p[1] = 20, p[2] = 220;
-            if (pos >= len - len / 4) p[0] = 20, p[1] = 220, p[2] = 20;
-            if (abs(2 * x - (w - 1)) < m && abs(2 * y - (h - 1)) < m) p[0] = 230, p[1] = 20, p[2] = 20;
-        }
-}
-
-// Where the red marker is in a square frame, and how many blue or green pixels are left.
-static void marker_stats(const uint8_t *rgb, int size, double *cx, double *cy, int *red, int *stray) {
-    double sx = 0, sy = 0;
-    *red = *stray = 0;
-    for (int y = 0; y < size; y++)
-        for (int x = 0; x < size; x++) {
-            const uint8_t *p = rgb + 3 * ((size_t)y * size + x);
-            if (p[0] > 170 && p[1] < 80 && p[2] < 80) {
-                sx += x;
-                sy += y;
-                (*red)++;
-            }
-            if ((p[2] > 160 && p[0] < 80) || (p[1] > 160 && p[0] < 80)) (*stray)++;
-        }
-    *cx = *red ? sx / *red : -1;
-    *cy = *red ? sy / *red : -1;
-}
-
-static void check_marker(const char *cname, const char *what, const uint8_t *rgb, int size) {
-    double cx, cy;
-    int red, stray;
-    marker_stats(rgb, size, &cx, &cy, &red, &stray);
-    double c = (size - 1) / 2.0;
-    check(red > 0 && fabs(cx - c) <= 1.0 && fabs(cy - c) <= 1.0 && stray == 0, cname,
-          "%s: marker centre (%.2f, %.2f), frame centre %.1f; %d marker pixels, %d blue/green pixels left (want 0)",
-          what, cx, cy, c, red, stray);
-}
-
-static void test_image_solids(void) {
-    int gray[1] = {77}, ga[2] = {200, 0}, rgba[4] = {10, 200, 90, 0}, rgb[3] = {250, 128, 3}, tall[3] = {40, 80, 160};
-    int jrgb[3] = {200, 100, 50}, jgray[1] = {130};
-    test_image_solid("gray.png", 50, 40, 1, gray, 0, 77, 77, 77);
-    test_image_solid("gray_alpha.png", 40, 50, 2, ga, 0, 200, 200, 200);
-    test_image_solid("rgba.png", 64, 64, 4, rgba, 0, 10, 200, 90);
-    test_image_solid("odd_101x67.png", 101, 67, 3, rgb, 0, 250, 128, 3);
-    test_image_solid("tall_30x120.png", 30, 120, 3, tall, 0, 40, 80, 160);
-    test_image_solid("rgb.jpg", 64, 48, 3, jrgb, 1, 200, 100, 50);
-    test_image_solid("gray_33x77.JPEG", 33, 77, 1, jgray, 1, 130, 130, 130);
-}
-
-// Exact round trip at the same size through image_write_png.
-static void test_image_roundtrip(void) {
-    char err[512] = "";
-    int s = 48;
-    uint8_t *img = malloc((size_t)s * s * 3), *back = malloc((size_t)s * s * 3);
-    for (int i = 0; i < s * s * 3; i++) img[i] = (uint8_t)((i * 37) ^ (i >> 5));
-    int rc = image_write_png(tmp_path("roundtrip.png"), s, s, img);
-    int rc2 = rc == 0 ? image_load_square(tmp_path("roundtrip.png"), s, back, err, sizeof err) : -1;
-    int diff = 0;
-    for (int i = 0; rc2 == 0 && i < s * s * 3; i++) diff = abs(img[i] - back[i]) > diff ? abs(img[i] - back[i]) : diff;
-    check(rc == 0 && rc2 == 0 && diff == 0, "image_png_roundtrip",
-          "write %d, load %d, largest difference %d at %dx%d %s", rc, rc2, diff, s, s, err);
-    free(img);
-    free(back);
-}
-
-// Centre crop: a 2:1 and a 1:2 picture with a marker in the middle, at 50x50.
-static void test_image_crop(void) {
-    char err[512] = "";
-    uint8_t out[50 * 50 * 3];
-    const struct { const char *name; int w, h; } mk[2] = {{"wide_200x100.png", 200, 100},
-                                                          {"tall_100x200.png", 100, 200}};
-    for (int k = 0; k < 2; k++) {
-        uint8_t *pic = malloc((size_t)mk[k].w * mk[k].h * 3);
-        marker_frame(0, mk[k].w, mk[k].h, pic);
-        stbi_write_png(tmp_path(mk[k].name), mk[k].w, mk[k].h, 3, pic, mk[k].w * 3);
-        free(pic);
-        int rc = image_load_square(tmp_path(mk[k].name), 50, out, err, sizeof err);
-        char cname[64];
-        snprintf(cname, sizeof cname, "image_crop_%s", k ? "tall" : "wide");
-        if (rc) check(0, cname, "%s", err);
-        else check_marker(cname, mk[k].name, out, 50);
-    }
-}
-
-// Broken and wrong inputs (made from test_image_solids' files): a clean -1 with the file named, or
-// (truncated JPEG) a picture.
-static void test_image_bad(void) {
-    char err[512] = "";
-    uint8_t out[32 * 32 * 3];
-    size_t n = 0;
-    uint8_t *png = test_read_file(tmp_path("odd_101x67.png"), &n);
-    uint8_t *jpg = NULL;
-    size_t nj = 0;
-    jpg = test_read_file(tmp_path("rgb.jpg"), &nj);
-    if (png) write_bytes(tmp_path("truncated.png"), png, n / 2);
-    if (jpg) write_bytes(tmp_path("truncated.jpg"), jpg, nj / 2);
-    write_bytes(tmp_path("text.png"), "this is not an image\n", 21);
-    write_bytes(tmp_path("empty.jpg"), "", 0);
-    const char *bad[5] = {"truncated.png", "text.png", "empty.jpg", "missing.png", ""};
-    for (int k = 0; k < 5; k++) {
-        const char *p = k == 4 ? g_dir : tmp_path(bad[k]);
-        err[0] = 0;
-        int rc = image_load_square(p, 32, out, err, sizeof err);
-        char cname[64];
-        snprintf(cname, sizeof cname, "image_bad_%s", k == 4 ? "directory" : bad[k]);
-        check(rc == -1 && strstr(err, p) && !strchr(err, '\n'), cname, "returns %d: %s", rc, err);
-    }
-    // A Huffman table claiming 512 codes: stb_image 2.27 writes past its tables on this one.
-    int dht = -1;
-    for (size_t i = 0; jpg && i + 21 < nj; i++)
-        if (jpg[i] == 0xFF && jpg[i + 1] == 0xC4) {
-            dht = (int)i;
-            memset(jpg + i + 5, 0x20, 16);
-            break;
-        }
-    if (dht >= 0) write_bytes(tmp_path("bad_huffman.jpg"), jpg, nj);
-    err[0] = 0;
-    int rc = dht >= 0 ? image_load_square(tmp_path("bad_huffman.jpg"), 32, out, err, sizeof err) : 0;
-    check(dht >= 0 && rc == -1 && strstr(err, "bad_huffman.jpg"), "image_bad_huffman.jpg",
-          "table at byte %d, returns %d: %s", dht, rc, err);
-    rc = image_load_square(tmp_path("truncated.jpg"), 32, out, err, sizeof err);
-    check(rc == 0 || (rc == -1 && err[0]), "image_bad_truncated.jpg", "returns %d (%s)", rc,
-          rc ? err : "stb_image fills the missing part");
-    free(png);
-    free(jpg);
-}
-
-static void test_image_paths(void) {
-    const struct { const char *p; int want; } ip[] = {
-        {"a.png", 1}, {"dir/b.PNG", 1}, {"c.JpEg", 1}, {"d.jpg", 1}, {"e.mp4", 0}, {"png", 0}, {"x.png/y", 0},
-        {".png", 0}, {"f.png.txt", 0}, {"g.jpe", 0}};
-    int wrong = 0;
-    for (size_t k = 0; k < sizeof ip / sizeof ip[0]; k++) wrong += is_image_path(ip[k].p) != ip[k].want;
-    check(wrong == 0, "image_is_image_path", "%d of %zu paths classified wrongly", wrong, sizeof ip / sizeof ip[0]);
-}
-
-// An image that must fill frames of a side (image_load_square_min) is refused when either side is
-// shorter, not upscaled; one with both sides long enough is taken.
-static void test_image_min_side(void) {
-    const int grey[3] = {110, 110, 110};
-    const struct { int w, h, ok; } sz[] = {{64, 20, 0}, {20, 64, 0}, {31, 31, 0}, {40, 32, 1}, {32, 32, 1}};
-    int wrong = 0;
-    char what[256] = "";
-    for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
-        char name[32], err[512] = "";
-        snprintf(name, sizeof name, "side_%dx%d.png", sz[k].w, sz[k].h);
-        uint8_t out[32 * 32 * 3];
-        int rc = write_solid(tmp_path(name), sz[k].w, sz[k].h, 3, grey, 0) ? -2
-                 : image_load_square_min(tmp_path(name), 32, 32, out, err, sizeof err);
-        int refused = rc == -1 && strstr(err, "smaller than the 32x32");
-        if (sz[k].ok ? rc != 0 : !refused) {
-            wrong++;
-            snprintf(what, sizeof what, "; %dx%d returns %d %s", sz[k].w, sz[k].h, rc, err);
-        }
-    }
-    check(wrong == 0, "image_min_side", "%d of %zu images at 32x32 frames judged wrongly (64x20, 20x64 and 31x31 "
-          "refused; 40x32 and 32x32 taken)%s", wrong, sizeof sz / sizeof sz[0], what);
-}
-
-static void test_images(void) {
-    test_image_solids();
-    test_image_roundtrip();
-    test_image_crop();
-    test_image_bad();
-    test_image_paths();
-    test_image_min_side();
 }
 
 // ---- real footage ----
@@ -844,22 +558,7 @@ static void test_error_lines(void) {
     if (w) video_writer_close(w, NULL, 0);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-int main(void) {
-    signal(SIGALRM, on_alarm);
-    alarm(180);
-    snprintf(g_dir, sizeof g_dir, "%s/fc_test_video_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        printf("FAIL video_tmpdir: %s: %s\n", g_dir, strerror(errno));
-        return 1;
-    }
-    double t0 = fc_now_s();
+static void run_all(void) {
     test_opencv();
     test_roundtrip("clip.mp4", 28, 0);
     test_roundtrip("clip.avi", 28, 0);
@@ -871,11 +570,8 @@ int main(void) {
     test_broken("clip.mkv");
     test_bad_inputs();
     test_error_lines();
-    test_images();
     test_video_crop();
     test_formats();
-    // The time is shown, not asserted: a loaded machine must not fail the suite.
-    printf("test_video: %.1f s\n", fc_now_s() - t0);
-    if (!getenv("KEEP_TEST_FILES")) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return g_failed ? 1 : 0;
 }
+
+int main(void) { return run_in_scratch("video", run_all); }
