@@ -300,7 +300,8 @@ void cpu_attn_bwd_long(real *dqkv, const real *dout, const Operand *out_op, cons
 //
 // Where every product of a task is under SMALL_GEMM_MACS (the temporal attention's sequences of a
 // few frames), the long path's cost was not its arithmetic but small_gemm making one element at a
-// time. Here the rows are gathered into buffers padded to whole tiles (the pads zero), the products
+// time. Here the rows are read where they lie when a head's columns fill whole tiles, else gathered
+// into buffers padded to whole tiles (the pads zero; short_inputs), the products
 // of two rows (the scores, dP) are dot_rows as small_gemm makes them, and the others (P V, P^T dO,
 // dS K, dS^T Q) are tiles of registers (tile_mm), each element summed over k in order from zero, as
 // small_gemm sums it (neither clone of either fuses a multiply and an add): the same bytes as the
@@ -368,12 +369,37 @@ static ShortWork short_alloc(int L, int dh) {
 }
 static void short_free(ShortWork *w) { free(w->q), free(w->dvec); }
 
-// C (L, Lp) = alpha A B^T for A, B (L, dhp): each element alpha dot_rows(a_i, b_j), as small_gemm
-// makes it (the same bytes as the products of the long path at these sizes).
-static void short_dots(real *C, int ldc, const real *A, const real *B, const ShortWork *w, real alpha) {
+// C (L, Lp) = alpha A B^T for A, B (L, dh; rows lda and ldb apart): each element alpha
+// dot_rows(a_i, b_j), as small_gemm makes it (the same bytes as the products of the long path at
+// these sizes).
+static void short_dots(real *C, int ldc, const real *A, long lda, const real *B, long ldb, const ShortWork *w,
+                       real alpha) {
     for (int i = 0; i < w->L; i++)
         for (int j = 0; j < w->L; j++)
-            C[(size_t)i * ldc + j] = alpha * dot_rows(A + (size_t)i * w->dhp, B + (size_t)j * w->dhp, w->dh);
+            C[(size_t)i * ldc + j] = alpha * dot_rows(A + (size_t)i * lda, B + (size_t)j * ldb, w->dh);
+}
+
+// A task's inputs: where a head's columns fill whole tiles (dh a multiple of TILE_N, as at every
+// shipped width), the products read q, k, v, dout and out where they lie, rows a sequence's row
+// stride apart; else padded copies (gathers). The same values either way, so the same bytes.
+typedef struct {
+    const real *q, *k, *v, *dout, *out;
+    long ld, ldo;  // q, k, v's rows; dout's and out's
+} ShortIn;
+
+static ShortIn short_inputs(ShortWork *w, const real *qkv, const real *dout, const real *out, const AttnLayout *lay,
+                            int o, int i, int h, int D) {
+    int dh = w->dh;
+    if (dh == w->dhp) {
+        long at = attn_row(lay, o, i, 0), step = lay->tok_stride;
+        const real *q = qkv + at * 3 * D + (long)h * dh;
+        return (ShortIn){q, q + D, q + 2 * D, dout ? dout + at * D + (long)h * dh : NULL,
+                         out ? out + at * D + (long)h * dh : NULL, step * 3 * D, step * D};
+    }
+    gather_qkv(w->q, w->k, w->v, w->dhp, qkv, lay, o, i, h, D, dh);
+    if (dout) gather(w->a, w->dhp, dout, D, (long)h * dh, lay, o, i, dh);
+    if (out) gather(w->b, w->dhp, out, D, (long)h * dh, lay, o, i, dh);
+    return (ShortIn){w->q, w->k, w->v, w->a, w->b, w->dhp, w->dhp};
 }
 
 static void attn_fwd_short(real *out, real *lse, const real *qkv, AttnLayout lay, int D, int H) {
@@ -387,10 +413,10 @@ static void attn_fwd_short(real *out, real *lse, const real *qkv, AttnLayout lay
         for (long task = 0; task < tasks; task++) {
             int h, o, i;
             task_head(&lay, H, task, &h, &o, &i);
-            gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
-            short_dots(w.s, w.Lp, w.q, w.k, &w, scale);
+            ShortIn in = short_inputs(&w, qkv, NULL, NULL, &lay, o, i, h, D);
+            short_dots(w.s, w.Lp, in.q, in.ld, in.k, in.ld, &w, scale);
             softmax_lse(w.s, w.Lp, &lay, o, i, H, h, w.mx, w.dvec, lse);
-            tile_mm(w.a, w.dhp, w.s, w.Lp, w.v, w.dhp, L, w.dhp, L);
+            tile_mm(w.a, w.dhp, w.s, w.Lp, in.v, (int)in.ld, L, w.dhp, L);
             write_out(out, w.a, w.dhp, w.dvec, &lay, o, i, D, h, dh);
         }
         short_free(&w);
@@ -410,25 +436,24 @@ static void attn_bwd_short(real *dqkv, const real *dout, const real *out, const 
         for (long task = 0; task < tasks; task++) {
             int h, o, i;
             task_head(&lay, H, task, &h, &o, &i);
-            gather_qkv(w.q, w.k, w.v, w.dhp, qkv, &lay, o, i, h, D, dh);
-            gather(w.a, dhp, dout, D, (long)h * dh, &lay, o, i, dh);
-            gather(w.b, dhp, out, D, (long)h * dh, &lay, o, i, dh);
-            row_dots(w.dvec, w.a, w.b, dhp, L, dh);
+            ShortIn in = short_inputs(&w, qkv, dout, out, &lay, o, i, h, D);
+            int ld = (int)in.ld, ldo = (int)in.ldo;
+            row_dots(w.dvec, in.dout, in.out, ldo, L, dh);
             // P = exp(scale Q K^T - lse) into s (the forward's scores, the same arithmetic)
-            short_dots(w.s, Lp, w.q, w.k, &w, scale);
+            short_dots(w.s, Lp, in.q, ld, in.k, ld, &w, scale);
             probs_from_lse(w.s, Lp, &lay, o, i, H, h, lse);
             // dP = dO V^T into p
-            short_dots(w.p, Lp, w.a, w.v, &w, 1.0);
+            short_dots(w.p, Lp, in.dout, ldo, in.v, ld, &w, 1.0);
             // dV = P^T dO, into b (out is no longer needed)
             transpose(w.t, Lp, w.s, Lp, L, L);
-            tile_mm(w.b, dhp, w.t, Lp, w.a, dhp, L, dhp, L);
+            tile_mm(w.b, dhp, w.t, Lp, in.dout, ldo, L, dhp, L);
             scatter(dqkv, w.b, dhp, 3L * D, 2L * D + (long)h * dh, &lay, o, i, dh);
             // dS = P (dP - Dvec) scale, into p
             scores_grad(w.p, w.s, Lp, L, w.dvec, scale);
             // dQ = dS K, dK = dS^T Q (into a and b: dout and dV are done)
-            tile_mm(w.a, dhp, w.p, Lp, w.k, dhp, L, dhp, L);
+            tile_mm(w.a, dhp, w.p, Lp, in.k, ld, L, dhp, L);
             transpose(w.t, Lp, w.p, Lp, L, L);
-            tile_mm(w.b, dhp, w.t, Lp, w.q, dhp, L, dhp, L);
+            tile_mm(w.b, dhp, w.t, Lp, in.q, ld, L, dhp, L);
             scatter(dqkv, w.a, dhp, 3L * D, (long)h * dh, &lay, o, i, dh);
             scatter(dqkv, w.b, dhp, 3L * D, D + (long)h * dh, &lay, o, i, dh);
         }
