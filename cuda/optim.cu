@@ -230,6 +230,13 @@ static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t 
     mirror_end(mirror, param, n);
 }
 
+// Each job's launch in turn: the kernels are wide enough that a launch a tensor costs little here.
+static void cuda_adamw_8bit_jobs(const Adam8Job *jobs, int njobs, const float *code_m, const float *code_v) {
+    for (int j = 0; j < njobs; j++)
+        cuda_adamw_8bit(jobs[j].param, jobs[j].grad, jobs[j].m8, jobs[j].v8, jobs[j].absmax_m, jobs[j].absmax_v,
+                        code_m, code_v, jobs[j].n, jobs[j].h);
+}
+
 // ----------------------------------------------------------------------------
 // sum of squares: fixed chunks of SS_CHUNK elements, each summed by one block in a fixed order
 // (each thread its elements in order, then a fixed tree over the threads); then one block adds
@@ -325,6 +332,7 @@ static void cuda_ema_update(real *ema, const real *param, float decay, size_t n)
 void cuda_register_optim(Backend *be) {
     be->adamw_fp32 = cuda_adamw_fp32;
     be->adamw_8bit = cuda_adamw_8bit;
+    be->adamw_8bit_jobs = cuda_adamw_8bit_jobs;
     be->sum_squares = cuda_sum_squares;
     be->ema_update = cuda_ema_update;
 }

@@ -81,6 +81,16 @@ typedef struct {
 // 8-bit AdamW quantises the moments in blocks of this many elements, one fp32 absmax per block.
 #define ADAM8_BLOCK 256
 
+// One tensor's 8-bit AdamW step: adamw_8bit's arguments but the code maps, which all share.
+typedef struct {
+    real *param;
+    const real *grad;
+    uint8_t *m8, *v8;
+    float *absmax_m, *absmax_v;
+    size_t n;
+    AdamHyper h;
+} Adam8Job;
+
 typedef struct Backend {
     const char *name;
     const char *precision;          // of the GEMMs: "fp32", or "bf16" (operands rounded, fp32 accumulation)
@@ -241,6 +251,10 @@ typedef struct Backend {
     // (unsigned), scaled per block of ADAM8_BLOCK by absmax_m and absmax_v (ceil(n / ADAM8_BLOCK)).
     void (*adamw_8bit)(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                        const float *code_m, const float *code_v, size_t n, AdamHyper h);
+    // The 8-bit AdamW steps of njobs tensors: the bytes of adamw_8bit on each job, as one pass (the
+    //      CPU: one parallel region over all their blocks, where a call a tensor opened one each; CUDA:
+    //      adamw_8bit's launches one after another).
+    void (*adamw_8bit_jobs)(const Adam8Job *jobs, int njobs, const float *code_m, const float *code_v);
     // Sum of squares of the finite elements of x (n), returned to the host; *nonfinite counts the others.
     double (*sum_squares)(const real *x, size_t n, size_t *nonfinite);
     // ema = decay * ema + (1 - decay) * param (n). Training fuses it into AdamW (AdamHyper.ema).

@@ -17,7 +17,7 @@ static const struct {
     OP(patchify_bwd), OP(unpatchify_fwd), OP(unpatchify_bwd), OP(sinusoid_fwd), OP(sinusoid_bwd),
     OP(add_pos_time_fwd), OP(add_pos_time_bwd), OP(mse_masked_fwd), OP(mse_masked_bwd), OP(flow_mix),
     OP(conv2d_fwd), OP(group_norm_fwd), OP(act_fwd), OP(upsample2x_fwd), OP(affine_fwd), OP(add_fwd), OP(image_attn_fwd),
-    OP(adamw_fp32), OP(adamw_8bit), OP(sum_squares), OP(ema_update),
+    OP(adamw_fp32), OP(adamw_8bit), OP(adamw_8bit_jobs), OP(sum_squares), OP(ema_update),
 };
 
 const char *backend_missing_op(const Backend *be) {

@@ -96,6 +96,9 @@ OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, doubl
     info.lr = lr;
     float scale = 1.0f;
     if (c->grad_clip > 0 && info.grad_norm > c->grad_clip) scale = (float)(c->grad_clip / info.grad_norm);
+    // The 8-bit tensors as one call (one pass over all their blocks), the fp32 ones a call each.
+    Adam8Job *jobs = fc_malloc(sizeof(Adam8Job) * (o->n > 0 ? o->n : 1));
+    int njobs = 0;
     for (int i = 0; i < o->n; i++) {
         OptTensor *ot = &o->t[i];
         if (!ot->count) continue;  // another part's
@@ -105,9 +108,11 @@ OptStepInfo optimizer_step(Optimizer *o, Model *m, const Config *c, int t, doubl
         real *p = m->params_mem + at;
         const real *g = m->grads_mem + at;
         if (ot->is8bit)
-            be->adamw_8bit(p, g, ot->m8, ot->v8, ot->absmax_m, ot->absmax_v, o->code_m, o->code_v, ot->count, h);
+            jobs[njobs++] = (Adam8Job){p, g, ot->m8, ot->v8, ot->absmax_m, ot->absmax_v, ot->count, h};
         else
             be->adamw_fp32(p, g, ot->m32, ot->v32, ot->count, h);
     }
+    be->adamw_8bit_jobs(jobs, njobs, o->code_m, o->code_v);
+    free(jobs);
     return info;
 }

@@ -655,6 +655,56 @@ static void test_adam8_vector_equals_scalar(void) {
     free(g), free(u);
 }
 
+// Several tensors' steps as one call (cpu_adamw_8bit_jobs) against a call each: the same bytes, at 1
+// and 2 threads. Five tensors of unlike sizes (one under a block, partial last blocks, one empty),
+// each with its own weight decay and EMA (one without), gradients with NaN and infinity.
+static void test_adam8_jobs_equal_calls(void) {
+    enum { JOBS = 5 };
+    const size_t n[JOBS] = {3 * ADAM8_BLOCK + 17, 100, 0, 2 * ADAM8_BLOCK, ADAM8_BLOCK + 1};
+    size_t total = 0, off[JOBS], boff[JOBS], nbt = 0;
+    for (int j = 0; j < JOBS; j++) off[j] = total, boff[j] = nbt, total += n[j], nbt += (n[j] + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
+    real *g = fc_calloc(total, sizeof(real)), *u = fc_calloc(total, sizeof(real)), *p[3], *e[3];
+    uint8_t *m8[3], *v8[3];
+    float *am[3], *av[3];
+    for (int r = 0; r < 3; r++) {
+        p[r] = fc_calloc(total, sizeof(real)), e[r] = fc_calloc(total, sizeof(real));
+        m8[r] = fc_calloc(total, 1), v8[r] = fc_calloc(total, 1);
+        am[r] = fc_calloc(nbt, sizeof(float)), av[r] = fc_calloc(nbt, sizeof(float));
+        init_params(p[r], total, 81), init_params(e[r], total, 82);
+    }
+    int same = 1, teams[2];
+    for (int t = 1; t <= 4; t++) {
+        make_grads(g, u, total, 81, t);
+        g[5 * t] = NAN, g[total - 1 - t] = INFINITY;
+        for (int r = 0; r < 3; r++) {  // r = 0: a call each; 1 and 2: one call, on 1 and 2 threads
+            if (r) teams[r - 1] = set_threads(r);
+            Adam8Job jobs[JOBS];
+            for (int j = 0; j < JOBS; j++) {
+                AdamHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = t,
+                               .weight_decay = 0.01f * j, .grad_scale = 0.9f, .ema = j == 3 ? NULL : e[r] + off[j],
+                               .ema_decay = 0.99f};
+                jobs[j] = (Adam8Job){p[r] + off[j], g + off[j], m8[r] + off[j], v8[r] + off[j], am[r] + boff[j],
+                                     av[r] + boff[j], n[j], h};
+                if (!r)
+                    cpu_adamw_8bit(jobs[j].param, jobs[j].grad, jobs[j].m8, jobs[j].v8, jobs[j].absmax_m,
+                                   jobs[j].absmax_v, g_code_s, g_code_u, n[j], h);
+            }
+            if (r) cpu_adamw_8bit_jobs(jobs, JOBS, g_code_s, g_code_u);
+        }
+        for (int r = 1; r < 3; r++)
+            same &= !memcmp(p[0], p[r], total * sizeof(real)) && !memcmp(e[0], e[r], total * sizeof(real)) &&
+                    !memcmp(m8[0], m8[r], total) && !memcmp(v8[0], v8[r], total) &&
+                    !memcmp(am[0], am[r], nbt * sizeof(float)) && !memcmp(av[0], av[r], nbt * sizeof(float));
+    }
+    set_threads(fc_default_threads());
+    check(same && teams[0] == 1 && teams[1] == 2, "adamw8bit_jobs_equal_calls",
+          "5 tensors (%zu elements, one empty, one under a block, partial last blocks), 4 steps with NaN and +inf "
+          "gradients: one call on %d and on %d threads %s a call a tensor", total, teams[0], teams[1],
+          same ? "gives the bytes of" : "differs from");
+    for (int r = 0; r < 3; r++) free(p[r]), free(e[r]), free(m8[r]), free(v8[r]), free(am[r]), free(av[r]);
+    free(g), free(u);
+}
+
 int main(void) {
     set_threads(fc_default_threads());
     quant8_signed_code(g_code_s), quant8_table(g_code_s);
@@ -666,6 +716,7 @@ int main(void) {
     test_nonfinite_gradients();
     test_tail_and_zero_state();
     test_adam8_vector_equals_scalar();
+    test_adam8_jobs_equal_calls();
     test_thread_independence();
     test_ema();
     test_fused_ema();

@@ -55,6 +55,22 @@ static AdamHyper hyper_ema(int t, real *ema) {
     be->adamw_8bit(P((a).p), P((a).g), PU((a).m8), PU((a).v8), P((a).am), P((a).av), P((a).cm), P((a).cv), (a).n, \
                    hyper_ema(t, P((a).ema)))
 
+// The same step through adamw_8bit_jobs: the state cut into two jobs at a block boundary (the second
+// without the EMA), so that the CPU's one pass over both jobs' blocks meets the CUDA side's launches.
+static int g_adam8_jobs;  // 1 while the steps go through adamw_8bit_jobs
+static void adam8_jobs_call(const Backend *be, int side_, Adam8 *a, int t) {
+    size_t cut = (a->nb / 2) * ADAM8_BLOCK, nb1 = a->nb / 2;
+    AdamHyper h = hyper_ema(t, P(a->ema)), h2 = h;
+    h2.ema = NULL, h2.weight_decay = 0.02f;
+    Adam8Job jobs[2] = {
+        {P(a->p), P(a->g), PU(a->m8), PU(a->v8), P(a->am), P(a->av), cut, h},
+        {P(a->p) + cut, P(a->g) + cut, PU(a->m8) + cut, PU(a->v8) + cut, P(a->am) + nb1, P(a->av) + nb1, a->n - cut,
+         h2}};
+    be->adamw_8bit_jobs(jobs, 2, P(a->cm), P(a->cv));
+}
+#define ADAM8_STEP(be, a, t) \
+    (g_adam8_jobs ? adam8_jobs_call(be, side_, &(a), t) : ADAM8_CALL(be, a, t))
+
 // fp32 AdamW from the zero state; each step is compared, then the CUDA side takes the CPU's state.
 static void t_adamw_fp32(size_t n, int steps) {
     Buf p = bnormal(n, 0, 0.1), g = bnormal(n, 0, 1), m = bnormal(n, 0, 1), v = bnormal(n, 0, 1);
@@ -97,7 +113,7 @@ static void t_adamw_8bit(size_t n, int steps) {
         make_grads(&a.g, t);
         if (t == 1 && a.nb > 4)  // a block of zero gradients: its absmax stays 0
             memset(R(a.g) + 3 * ADAM8_BLOCK, 0, ADAM8_BLOCK * sizeof(real)), breset(&a.g);
-        BOTH(ADAM8_CALL(be, a, t));
+        BOTH(ADAM8_STEP(be, a, t));
         ep = fmax(ep, berr(&a.p, &guard)), eam = fmax(eam, berr(&a.am, &guard)), eav = fmax(eav, berr(&a.av, &guard));
         ee = fmax(ee, berr(&a.ema, &guard));
         bget(&a.m8), bget(&a.v8);
@@ -125,6 +141,9 @@ void cuda_optim_cases(void) {
     t_ema(100003, 0.999f);
     t_adamw_fp32(100003, 4), t_adamw_fp32(1000, 2);
     t_adamw_8bit(100003, 5), t_adamw_8bit(4096, 3);
+    g_adam8_jobs = 1, g_adam8_route = ", two jobs in one adamw_8bit_jobs call";
+    t_adamw_8bit(100003, 3), t_adamw_8bit(300, 2);
+    g_adam8_jobs = 0, g_adam8_route = "";
     // the adam8_warp route (cuda/optim.cu): the same cases, a state shorter than one quantisation
     // block, and more blocks than its grid has warps (each warp then walks several); every call
     // through the route, none while it is off

@@ -711,6 +711,7 @@ static const Backend cpu_backend = {
     .image_attn_fwd = cpu_image_attn_fwd,
     .adamw_fp32 = cpu_adamw_fp32,
     .adamw_8bit = cpu_adamw_8bit,
+    .adamw_8bit_jobs = cpu_adamw_8bit_jobs,
     .sum_squares = cpu_sum_squares,
     .ema_update = cpu_ema_update,
 };

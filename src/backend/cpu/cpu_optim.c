@@ -183,24 +183,66 @@ __attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c,
 static int g_adam8_vector = 1;
 void cpu_adamw_8bit_vector(int on) { g_adam8_vector = on; }
 
+// Block b (len elements from i0) of one tensor's 8-bit step, in the AVX2 form where avx2 is set.
+static inline void adam8_block(int avx2, const AdamConst *c, real *param, const real *grad, uint8_t *m8, uint8_t *v8,
+                               float *absmax_m, float *absmax_v, const float *code_m, const float *code_v, real *ema,
+                               size_t b, size_t i0, size_t len) {
+#ifdef ADAM8_AVX2
+    if (avx2) {
+        adam8_block_avx2(c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, ema, b, i0, len);
+        return;
+    }
+#endif
+    (void)avx2;
+    adam8_block_scalar(c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, ema, b, i0, len);
+}
+
+static int adam8_use_avx2(void) {
+#ifdef ADAM8_AVX2
+    return g_adam8_vector && __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                     const float *code_m, const float *code_v, size_t n, AdamHyper h) {
     AdamConst c = adam_const(h);
     size_t nblocks = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
-#ifdef ADAM8_AVX2
-    int avx2 = g_adam8_vector && __builtin_cpu_supports("avx2");
-#endif
+    int avx2 = adam8_use_avx2();
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nblocks; b++) {
         size_t i0 = b * ADAM8_BLOCK, len = n - i0 < ADAM8_BLOCK ? n - i0 : ADAM8_BLOCK;
-#ifdef ADAM8_AVX2
-        if (avx2) {
-            adam8_block_avx2(&c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, h.ema, b, i0, len);
-            continue;
-        }
-#endif
-        adam8_block_scalar(&c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, h.ema, b, i0, len);
+        adam8_block(avx2, &c, param, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, h.ema, b, i0, len);
     }
+}
+
+// The jobs' blocks numbered one after another (first[j]: job j's first), shared out as one loop: a
+// step's many small tensors in one parallel region, their blocks split evenly between the threads.
+// Each block's arithmetic is adamw_8bit's, so the bytes are.
+void cpu_adamw_8bit_jobs(const Adam8Job *jobs, int njobs, const float *code_m, const float *code_v) {
+    if (njobs <= 0) return;
+    size_t *first = fc_malloc(sizeof(size_t) * (njobs + 1));
+    AdamConst *c = fc_malloc(sizeof(AdamConst) * njobs);
+    first[0] = 0;
+    for (int j = 0; j < njobs; j++)
+        first[j + 1] = first[j] + (jobs[j].n + ADAM8_BLOCK - 1) / ADAM8_BLOCK, c[j] = adam_const(jobs[j].h);
+    size_t total = first[njobs];
+    int avx2 = adam8_use_avx2();
+#pragma omp parallel for schedule(static)
+    for (size_t g = 0; g < total; g++) {
+        int lo = 0, hi = njobs - 1;  // the job whose blocks hold g: first[lo] <= g < first[lo + 1]
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (first[mid] <= g) lo = mid;
+            else hi = mid - 1;
+        }
+        const Adam8Job *a = &jobs[lo];
+        size_t b = g - first[lo], i0 = b * ADAM8_BLOCK, len = a->n - i0 < ADAM8_BLOCK ? a->n - i0 : ADAM8_BLOCK;
+        adam8_block(avx2, &c[lo], a->param, a->grad, a->m8, a->v8, a->absmax_m, a->absmax_v, code_m, code_v,
+                    a->h.ema, b, i0, len);
+    }
+    free(first), free(c);
 }
 
 // Chunks of the sum of squares, and how many chunks one parallel pass sums (their partial sums live

@@ -8,7 +8,8 @@
 void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n, AdamHyper h);
 void cpu_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t *v8, float *absmax_m, float *absmax_v,
                     const float *code_m, const float *code_v, size_t n, AdamHyper h);
-// 1 (default): cpu_adamw_8bit takes its AVX2 form where the CPU has one; 0: the scalar reference
+void cpu_adamw_8bit_jobs(const Adam8Job *jobs, int njobs, const float *code_m, const float *code_v);
+// 1 (default): cpu_adamw_8bit and cpu_adamw_8bit_jobs take its AVX2 form where the CPU has one; 0: the scalar reference
 // form only (the tests compare the two byte for byte).
 void cpu_adamw_8bit_vector(int on);
 double cpu_sum_squares(const real *x, size_t n, size_t *nonfinite);
