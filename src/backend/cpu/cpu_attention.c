@@ -169,12 +169,13 @@ static void scatter(real *dst, const real *src, int lds, long ld, long col, cons
         memcpy(dst + attn_row(lay, o, i, k) * ld + col, src + (size_t)k * lds, sizeof(real) * dh);
 }
 
-// Per-thread buffers of one task: five (len, dh) matrices and two (len, len).
+// Per-thread buffers of one task of the long path (its q, k, v, dout, out and gradients stay where
+// they lie): the forward's unnormalised output and two (len, len).
 typedef struct {
-    real *q, *k, *v, *a, *b;  // (len, dh): q, k, v; dout and out, or results
-    real *s, *p;              // (len, len)
-    real *mx;                 // (len): the rows' largest scores
-    double *dvec;             // (len)
+    real *a;       // (len, dh): the forward's P V before the rows' 1 / sum
+    real *s, *p;   // (len, len)
+    real *mx;      // (len): the rows' largest scores
+    double *dvec;  // (len)
 } AttnWork;
 
 // The forward's softmax of the scores s (rows ld apart), kept unnormalised, with head h's log-sum-exps
@@ -221,13 +222,11 @@ static void gather_qkv(real *q, real *k, real *v, int ldd, const real *qkv, cons
 
 static AttnWork work_alloc(int len, int dh) {
     size_t m = (size_t)len * dh, ss = (size_t)len * len;
-    real *mem = fc_malloc(sizeof(real) * (5 * m + 2 * ss + len));
-    AttnWork w = {mem,           mem + m,      mem + 2 * m,
-                  mem + 3 * m,   mem + 4 * m,  mem + 5 * m,
-                  mem + 5 * m + ss, mem + 5 * m + 2 * ss, fc_malloc(sizeof(double) * len)};
+    real *mem = fc_malloc(sizeof(real) * (m + 2 * ss + len));
+    AttnWork w = {mem, mem + m, mem + m + ss, mem + m + 2 * ss, fc_malloc(sizeof(double) * len)};
     return w;
 }
-static void work_free(AttnWork *w) { free(w->q), free(w->dvec); }
+static void work_free(AttnWork *w) { free(w->a), free(w->dvec); }
 
 // The long path's products read q, k, v, dout and out where they lie and write dq, dk, dv there: a
 // sequence's rows are tok_stride rows apart, so a head's (len, dh) matrix is its columns at a leading
@@ -391,10 +390,9 @@ static ShortIn short_inputs(ShortWork *w, const real *qkv, const real *dout, con
                             int o, int i, int h, int D) {
     int dh = w->dh;
     if (dh == w->dhp) {
-        long at = attn_row(lay, o, i, 0), step = lay->tok_stride;
-        const real *q = qkv + at * 3 * D + (long)h * dh;
-        return (ShortIn){q, q + D, q + 2 * D, dout ? dout + at * D + (long)h * dh : NULL,
-                         out ? out + at * D + (long)h * dh : NULL, step * 3 * D, step * D};
+        const real *q = qkv + head_at(lay, o, i, 3L * D, h, dh);
+        long ato = head_at(lay, o, i, D, h, dh), step = lay->tok_stride;
+        return (ShortIn){q, q + D, q + 2 * D, dout ? dout + ato : NULL, out ? out + ato : NULL, step * 3 * D, step * D};
     }
     gather_qkv(w->q, w->k, w->v, w->dhp, qkv, lay, o, i, h, D, dh);
     if (dout) gather(w->a, w->dhp, dout, D, (long)h * dh, lay, o, i, dh);
