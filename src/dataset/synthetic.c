@@ -114,6 +114,7 @@ int synthetic_frames(const SyntheticSource *s) { return s->frames; }
 
 // p folded into [0, span] by reflection at both ends: the camera bounces off the image's edges.
 static double bounce(double p, double span) {
+    if (!(span > 0)) return 0;  // a frame as large as the image (a 1-pixel frame): nowhere to move
     double m = fmod(p, 2 * span);
     if (m < 0) m += 2 * span;
     return m <= span ? m : 2 * span - m;

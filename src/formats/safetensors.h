@@ -27,9 +27,12 @@ typedef struct {
 // rename over `path`, fsync the folder. Wider dtypes come first so every tensor stays aligned.
 // Names, keys and values must be valid UTF-8; tensor names and metadata keys must be unique and
 // no tensor may be called "__metadata__".
-// Returns 0, or -1 with a one-line reason in err (the previous file at `path` is then untouched).
+// Returns 0, or -1 with a one-line reason in err: the previous file at `path` is then untouched, but
+// where only the folder's fsync failed, after the rename (the new file is whole, its name may not
+// survive a power cut; the caller that must not leave it removes it).
 // Test hooks (common.h): FRAMECHAIN_TEST_FAIL_WRITE_AFTER=N fails the write with ENOSPC after N bytes;
-// FRAMECHAIN_TEST_WRITE_DELAY_MS=M pauses M ms half-way through the tensors.
+// FRAMECHAIN_TEST_WRITE_DELAY_MS=M pauses M ms half-way through the tensors;
+// FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF=NAME fails the folder's fsync after a file called NAME with EIO.
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen);
 

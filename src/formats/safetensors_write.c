@@ -152,6 +152,15 @@ typedef struct {
 
 // Write the chunks into a temporary file next to `path`, fsync it, rename it over `path` and fsync
 // the folder. FRAMECHAIN_TEST_WRITE_DELAY_MS pauses before chunk `delay_at` (-1: never).
+// The test hook FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF=NAME: the folder's fsync after writing a file
+// called NAME fails with EIO.
+static int folder_fsync_fails(const char *path) {
+    const char *name = getenv("FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF"), *base = strrchr(path, '/');
+    if (!name || !*name || strcmp(base ? base + 1 : path, name)) return 0;
+    errno = EIO;
+    return 1;
+}
+
 static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
@@ -187,10 +196,10 @@ static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int 
         unlink(tmp);
         return -1;
     }
-    // make the rename itself durable
+    // make the rename itself durable (a failure here leaves the new file in place: the caller decides)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
-    if (fc_fsync_dir(dirname(dir))) {
+    if (folder_fsync_fails(path) || fc_fsync_dir(dirname(dir))) {
         fail_errno(err, errlen, path, "fsync of the folder failed");
         return -1;
     }

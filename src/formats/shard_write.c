@@ -421,9 +421,14 @@ static void writer_free(ShardWriter *w) {
 }
 
 // A writer that ends without its dataset.json takes back what it wrote: the shards and the manifest
-// (no dataset lists them), and the folder if it made it and nothing else is in it.
+// (no dataset lists them), and the folder if it made it and nothing else is in it. A dataset.json
+// there is its own, renamed into place by a write that then failed (the folder's fsync: the rename
+// may not be durable), and goes first: it must never name shards that are gone. (The folder had
+// none when the writer opened it: shard_writer_open refuses one that has.)
 static void writer_remove_written(ShardWriter *w) {
     char path[4096];
+    snprintf(path, sizeof path, "%s/dataset.json", w->dir);
+    unlink(path);
     for (int i = 0; i < w->ndone; i++) {
         snprintf(path, sizeof path, "%s/%s", w->dir, w->done[i].file);
         unlink(path);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -18,15 +19,19 @@ void checkpoint_path(char *buf, size_t len, const char *run, int step) {
     snprintf(buf, len, "%s/ckpt-%08d.safetensors", run, step);
 }
 
-// Parse "ckpt-XXXXXXXX.safetensors" exactly; -1 for any other name.
+// Parse "ckpt-XXXXXXXX.safetensors" exactly (8 digits, or the 9 or 10 that checkpoint_path's %08d
+// writes from step 100,000,000 on); -1 for any other name.
 static int parse_ckpt_name(const char *name) {
-    if (strncmp(name, "ckpt-", 5) || strlen(name) != 5 + 8 + 12 || strcmp(name + 13, ".safetensors")) return -1;
-    int step = 0;
-    for (int i = 5; i < 13; i++) {
+    size_t len = strlen(name), digits = len - 5 - 12;
+    if (strncmp(name, "ckpt-", 5) || len < 5 + 8 + 12 || digits > 10 || strcmp(name + 5 + digits, ".safetensors"))
+        return -1;
+    long long step = 0;
+    for (size_t i = 5; i < 5 + digits; i++) {
         if (name[i] < '0' || name[i] > '9') return -1;
         step = step * 10 + (name[i] - '0');
     }
-    return step;
+    if (digits > 8 && (name[5] == '0' || step > INT_MAX)) return -1;  // not a name checkpoint_path makes
+    return (int)step;
 }
 
 static int cmp_desc(const void *a, const void *b) { return *(const int *)b - *(const int *)a; }
@@ -34,7 +39,10 @@ static int cmp_desc(const void *a, const void *b) { return *(const int *)b - *(c
 int checkpoint_list(const char *run, int **steps) {
     *steps = NULL;
     DIR *d = opendir(run);
-    if (!d) return 0;
+    if (!d) {  // no folder yet: no checkpoints; one that cannot be read must not look empty (a resume from scratch)
+        if (errno == ENOENT) return 0;
+        fc_die("%s: cannot list its checkpoints: %s", run, strerror(errno));
+    }
     int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -256,16 +264,18 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
         const CkptTensor *t = &tab->t[i];
         st[i] = (StTensor){t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1]}, t->host};
         snprintf(crc[i][0], sizeof crc[i][0], "crc32.%s", t->name);
-        snprintf(crc[i][1], sizeof crc[i][1], "%08lx", crc32(0L, t->host, (uInt)t->bytes));
+        snprintf(crc[i][1], sizeof crc[i][1], "%08lx", crc32_z(0L, t->host, t->bytes));
     }
-    char step[32], seed[32], smooth[64], version[16], config_text[8192];
+    char step[32], seed[32], smooth[64], version[16], *config_text = NULL;
+    size_t config_len = 0;
     snprintf(step, sizeof step, "%d", s->step);
     snprintf(seed, sizeof seed, "%lld", c->seed);
     snprintf(smooth, sizeof smooth, "%a", s->smooth_loss);
     snprintf(version, sizeof version, "%d", CKPT_VERSION);
-    FILE *mf = fmemopen(config_text, sizeof config_text, "w");
+    FILE *mf = open_memstream(&config_text, &config_len);  // the whole config, however long its paths
+    if (!mf) fc_die("out of host memory for the checkpoint's config");
     config_write(c, mf);
-    fclose(mf);
+    if (fclose(mf) || !config_text) fc_die("out of host memory for the checkpoint's config");
     meta[nm++] = (StMeta){"format", CKPT_FORMAT};
     meta[nm++] = (StMeta){"format_version", version};
     meta[nm++] = (StMeta){"step", step};
@@ -283,7 +293,7 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     checkpoint_path(path, sizeof path, run, s->step);
     int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
     if (rc == 0) prune(run, c->keep_checkpoints, s->step);
-    free(st), free(meta), free(crc);
+    free(st), free(meta), free(crc), free(config_text);
     return rc;
 }
 
@@ -338,7 +348,7 @@ static int check_tensor_crc(const StFile *f, const char *name, const void *data,
     char key[200];
     snprintf(key, sizeof key, "crc32.%s", name);
     const char *want = st_meta(f, key);
-    if (!want || strtoul(want, NULL, 16) != crc32(0L, data, (uInt)len))
+    if (!want || strtoul(want, NULL, 16) != crc32_z(0L, data, len))
         return fc_errf(err, errlen, "%s: tensor %s fails its CRC32 check", path, name);
     return 0;
 }

@@ -112,7 +112,8 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
 // path) to PATH.unusable, out of every listing, with a warning: never deleted, never counted as kept.
 void checkpoint_set_aside(const char *path, const char *why);
 
-// The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed).
+// The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed); 0 where RUN
+// does not exist, and the program ends with one line where it exists but cannot be read.
 int checkpoint_list(const char *run, int **steps);
 
 // The path of the checkpoint of `step` in `run`.

@@ -149,7 +149,7 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
     if (!rc) {
         o->from = path;
         o->parent_step = atoi(at);
-        unsigned long crc = crc32(0L, f.bytes, (uInt)f.size);
+        unsigned long crc = crc32_z(0L, f.bytes, f.size);
         snprintf(o->parent, sizeof o->parent, "%.1100s (step %d, crc32 %08lx)", path, o->parent_step, crc);
         ascii_only(o->parent);
         const char *data = st_meta(&f, "data");

@@ -235,6 +235,31 @@ static void test_refusals(void) {
           sizeof bad / sizeof bad[0], ok ? "" : "; ", why);
 }
 
+// Every kind at the smallest frame prepare takes (--size 1): a frame of one pixel, its value from
+// the source (the pan's and zoom's image is the ramp), the same every time it is asked for.
+static void test_one_pixel(const char *dir) {
+    char spec[700], err[512], kinds[3][700];
+    snprintf(kinds[0], sizeof kinds[0], "shapes:3:%d", FRAMES);
+    snprintf(kinds[1], sizeof kinds[1], "pan:%s/ramp.png:%d", dir, FRAMES);
+    snprintf(kinds[2], sizeof kinds[2], "zoom:%s/ramp.png:%d", dir, FRAMES);
+    int ok = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(spec, sizeof spec, "%s", kinds[i]);
+        SyntheticSource *s = synthetic_open(spec, 1, err, sizeof err);
+        if (!s) continue;
+        uint8_t a[3], b[3];
+        int same = 1;
+        for (int f = 0; f < FRAMES; f++) {
+            synthetic_frame(s, f, a), synthetic_frame(s, f, b);
+            same &= !memcmp(a, b, 3);
+        }
+        ok += same;
+        synthetic_close(s);
+    }
+    check(ok == 3, "synthetic_one_pixel_frames", "%d of 3 kinds (shapes, pan, zoom) made %d frames of 1x1 pixel", ok,
+          FRAMES);
+}
+
 static void run_all(void) {
     char dir[512];
     folder(dir, sizeof dir, "synthetic");
@@ -244,6 +269,7 @@ static void run_all(void) {
     test_shapes_drawn();
     test_pan(dir);
     test_zoom(dir);
+    test_one_pixel(dir);
     test_refusals();
 }
 

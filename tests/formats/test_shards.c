@@ -346,6 +346,17 @@ static void test_crash_safety(void) {
     check(w && rc == -1 && one_line(err) && stat(dir, &st), "shards_finish_without_clips", "%s; the folder %s", err,
           stat(dir, &st) ? "removed" : "left");
 
+    // dataset.json renamed into place but its folder's fsync failed: finish fails and nothing of the
+    // writer's stays, dataset.json first (it must never name shards that are gone)
+    folder(dir, sizeof dir, "json_not_durable");
+    w = shard_writer_open(dir, N, F, raw, err, sizeof err);
+    for (int i = 0; w && i < 3; i++) shard_writer_add(w, c, "x.mp4", i, 25, err, sizeof err);
+    setenv("FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF", "dataset.json", 1);
+    rc = w ? shard_writer_finish(w, err, sizeof err) : 0;
+    unsetenv("FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF");
+    check(w && rc == -1 && one_line(err) && strstr(err, "dataset.json") && stat(dir, &st), "shards_finish_json_not_durable",
+          "%s; the folder %s", err, stat(dir, &st) ? "removed" : "left");
+
     // a stale temporary file is ignored by the reader and removed by the next writer
     folder(dir, sizeof dir, "stale");
     rc = make_dataset(dir, N, F, "rrr", 0, NULL, NULL, err, sizeof err);

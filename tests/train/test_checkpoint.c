@@ -1,6 +1,6 @@
 // test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's; pruning keeps
-// the newest whole checkpoints, never files that only have their names; the model generation loads
-// predicts what the saved one did, in its smaller layout.
+// the newest whole checkpoints, never files that only have their names; checkpoints past step 10^8
+// are listed; the model generation loads predicts what the saved one did, in its smaller layout.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/config.h"
 #include "base/philox.h"
+#include "formats/safetensors.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_internal.h"
@@ -200,8 +201,71 @@ static void test_plan_counts_staging(void) {
     }
 }
 
+// Names past step 99,999,999 (checkpoint_path's %08d then writes 9 or 10 digits) are listed, in
+// order of their steps; names checkpoint_path never makes are not.
+static void test_list_long_step_names(void) {
+    char dir[] = "/tmp/fc_test_names_XXXXXX", path[256];
+    int made = mkdtemp(dir) != NULL;
+    const int steps_made[] = {99999900, 100000000, 2000000000, 100000100};
+    for (int i = 0; made && i < 4; i++) {
+        checkpoint_path(path, sizeof path, dir, steps_made[i]);
+        FILE *f = fopen(path, "wb");
+        if (f) fclose(f);
+    }
+    const char *others[] = {"ckpt-0100000000.safetensors", "ckpt-99999999999.safetensors", "ckpt-3000000000.safetensors",
+                            "ckpt-1234567.safetensors"};
+    for (int i = 0; made && i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, others[i]);
+        FILE *f = fopen(path, "wb");
+        if (f) fclose(f);
+    }
+    int *steps = NULL, n = made ? checkpoint_list(dir, &steps) : 0;
+    check(n == 4 && steps[0] == 2000000000 && steps[1] == 100000100 && steps[2] == 100000000 && steps[3] == 99999900,
+          "checkpoint_list_long_step_names", "%d listed (4 made by checkpoint_path, 4 other names): %d %d %d %d", n,
+          n > 0 ? steps[0] : -1, n > 1 ? steps[1] : -1, n > 2 ? steps[2] : -1, n > 3 ? steps[3] : -1);
+    free(steps);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+}
+
+// The config a checkpoint carries is whole however long its paths: with preview_data and exclude
+// near their longest it passes 8 KiB, and a resume reads the keys after them too.
+static void test_config_with_long_paths(void) {
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Config c = m->cfg;
+    memset(c.preview_data, 'p', sizeof c.preview_data - 1), c.preview_data[sizeof c.preview_data - 1] = 0;
+    memset(c.exclude, 'x', sizeof c.exclude - 1), c.exclude[sizeof c.exclude - 1] = 0;
+    c.preview_data[0] = c.exclude[0] = '/';
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_cfgtext_XXXXXX", err[256] = "", path[256];
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 3, .smooth_loss = loss};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    StFile f = {0};
+    checkpoint_path(path, sizeof path, dir, 3);
+    int read = saved && st_read(path, &f, err, sizeof err) == 0;
+    const char *text = read ? st_meta(&f, "config") : NULL;
+    Config back;
+    config_defaults(&back);
+    int parsed = text && config_parse_text(&back, text, strlen(text), "checkpoint", err, sizeof err) == 0;
+    check(parsed && strlen(text) > 8192 && !strcmp(back.exclude, c.exclude) && !strcmp(back.preview_data, c.preview_data) &&
+              back.keep_checkpoints == c.keep_checkpoints,
+          "checkpoint_config_long_paths", "the stored config: %zu bytes, %s; exclude %zu of %zu characters back",
+          text ? strlen(text) : 0, parsed ? "parsed" : err, parsed ? strlen(back.exclude) : 0, strlen(c.exclude));
+    if (read) st_free(&f);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    free_optimizer(o);
+    free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
+    test_config_with_long_paths();
+    test_list_long_step_names();
     test_checkpoint_other_code_maps();
     test_prune_keeps_whole_checkpoints();
     test_generation_model_same_outputs();
