@@ -1,6 +1,7 @@
 // prepare.c: `framechain prepare`. Every input is decoded (FFmpeg for videos, stb_image for frame
 // folders), scaled and centre-cropped to size x size, optionally resampled in time, cut into clips
 // and written to shards. A bad input is reported in one line and skipped; the job goes on.
+#define _GNU_SOURCE  // strverscmp
 #include <dirent.h>
 #include <errno.h>
 #include <string.h>
@@ -60,9 +61,12 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     ss->n++;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+// Names in natural order: the numbers in them compared as numbers, so frames named f1.png .. f12.png
+// come in time order (strverscmp; zero-padded names keep their plain order).
+static int cmp_names(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
 
-// The entries of a folder, sorted by name, as full paths (NULL-terminated; free with free_list).
+// The entries of a folder, in natural order of their names, as full paths (NULL-terminated; free with
+// free_list).
 static char **list_folder(const char *dir, int *count) {
     DIR *d = opendir(dir);
     *count = 0;
@@ -83,7 +87,7 @@ static char **list_folder(const char *dir, int *count) {
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof(char *), cmp_str);
+    qsort(names, n, sizeof(char *), cmp_names);
     names[n] = NULL;
     *count = n;
     return names;
@@ -144,10 +148,13 @@ typedef struct {
     int batch_n, batch_cap;
     long next_index;      // index (in the resampled sequence) of the next frame that goes into a clip
     long clips;           // clips written from this source
-    // resampling: the previous decoded frame and the next output time
+    // resampling: the previous decoded frame, the first frame's time and the next output frame's number
     uint8_t *prev;
-    double prev_time, next_time;
+    double prev_time, first_time;
+    long out_n;
     int have_prev;
+    double shift;         // the time taken out of the source by closed gaps
+    int gaps_closed;      // forward jumps of the timestamps longer than RESAMPLE_MAX_GAP_S
     char err[512];
     int failed;           // a shard write failed: the whole job stops
 } Cutter;
@@ -181,20 +188,34 @@ static void cutter_emit(Cutter *c, const uint8_t *frame) {
     c->filled = keep;
 }
 
+// Output times within this of a frame's time count as the frame's: frames timed n / fps (folders of
+// frames, synthetic footage, most videos) meet the output times n / fps though the two roundings
+// differ in the last bit.
+#define RESAMPLE_EPS_S 1e-6
+// A forward jump of the timestamps longer than this is a break in the source (recordings joined
+// end to end), not a still scene: resampling would fill it with copies of one frame. It is closed:
+// the frame after it follows the one before at the output rate.
+#define RESAMPLE_MAX_GAP_S 10.0
+
 // One decoded frame at `time` seconds. Without resampling every frame goes in; with it, every output
-// time up to `time` takes the nearer of the previous and this frame.
+// time (the first frame's time + n / fps) up to `time` takes the nearer of the previous and this frame.
 static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
     if (c->o->fps <= 0) {
         cutter_emit(c, frame);
         return;
     }
+    time -= c->shift;
     if (!c->have_prev) {
-        c->next_time = time;
-        c->have_prev = 1;
+        c->first_time = time, c->out_n = 0, c->have_prev = 1;
     } else {
-        while (c->next_time <= time) {
-            cutter_emit(c, c->next_time - c->prev_time < time - c->next_time ? c->prev : frame);
-            c->next_time += 1.0 / c->o->fps;
+        if (time - c->prev_time > RESAMPLE_MAX_GAP_S) {
+            double closed = time - (c->prev_time + 1.0 / c->o->fps);
+            c->shift += closed, time -= closed, c->gaps_closed++;
+        }
+        for (;; c->out_n++) {
+            double next = c->first_time + (double)c->out_n / c->o->fps;
+            if (next > time + RESAMPLE_EPS_S) break;
+            cutter_emit(c, next - c->prev_time < time - next ? c->prev : frame);
         }
     }
     memcpy(c->prev, frame, c->frame_bytes);
@@ -313,6 +334,7 @@ int prepare_run(const PrepareOptions *o) {
     for (int i = 0; i < ss.n && !c.failed; i++) {
         const Source *src = &ss.s[i];
         c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
+        c.shift = 0, c.gaps_closed = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
         int side;
@@ -332,6 +354,9 @@ int prepare_run(const PrepareOptions *o) {
                    why[0] ? "; " : "", why);
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
             if (side > 0 && side < o->size) printf("; upscaled: its shorter side is %d pixels, under --size %d", side, o->size);
+            if (c.gaps_closed)
+                printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
+                       "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");
             printf("\n");
             used++;
             partial += why[0] != 0;

@@ -79,6 +79,49 @@ sys.exit(0 if len(set(src)) == 30 and picked == want else 1)
 PYEOF
 expect prepare_resample_nearest_frame $? "$(tail -1 "$tmp/ramp.log")"
 
+# Frames timed n / fps meet the output times n / fps: resampling to their own rate keeps every frame,
+# the last one too (a running sum of 1 / fps had passed the last frame's time by a rounding)
+"$FC" prepare --input shapes:0:16 --out "$tmp/same_rate" --size 16 --clip-frames 16 --fps 10 > "$tmp/same_rate.log" 2>&1
+rc=$?
+"$FC" prepare --input "$tmp/ramp.mkv" --out "$tmp/ramp_10fps" --size 16 --clip-frames 30 --fps 10 > "$tmp/ramp10.log" 2>&1
+rc2=$?
+n1=$(clips "$tmp/same_rate" 2> /dev/null) n2=$(clips "$tmp/ramp_10fps" 2> /dev/null)
+expect prepare_resample_keeps_last_frame $(( rc != 0 || rc2 != 0 || ${n1:-0} != 1 || ${n2:-0} != 1 )) \
+    "16 synthetic frames at --fps 10: $(grep -m1 'shapes:0:16' "$tmp/same_rate.log" | sed 's/^.*: //'); 30 frames of a 10 fps video at --fps 10: $(grep -m1 'ramp.mkv' "$tmp/ramp10.log" | sed 's/^.*mkv: //')"
+
+# A folder of frames named without leading zeros (f1.png .. f12.png) is read in the frames' order
+mkdir -p "$tmp/unpadded"
+ffmpeg -v error -i "$tmp/ramp.mkv" -frames:v 12 -start_number 1 "$tmp/unpadded/f%d.png"
+"$FC" prepare --input "$tmp/unpadded" --out "$tmp/unpadded_ds" --size 16 --clip-frames 12 > /dev/null 2>&1
+"$PYTHON" - "$tmp/ramp_all" "$tmp/unpadded_ds" > "$tmp/unpadded.log" 2>&1 <<'PYEOF'
+import sys, zlib
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors
+def frames(folder, F):
+    t, meta = read_safetensors(folder + "/shard-00000.safetensors")
+    raw = t["clip.0"].tobytes()
+    if meta["clip.0.encoding"] == "zlib":
+        raw = zlib.decompress(raw)
+    n = len(raw) // F
+    return [raw[k * n:(k + 1) * n] for k in range(F)]
+src, out = frames(sys.argv[1], 30), frames(sys.argv[2], 12)
+picked = [src.index(f) if f in src else -1 for f in out]
+print("the folder's clip holds the video's frames %s" % picked)
+sys.exit(0 if picked == list(range(12)) else 1)
+PYEOF
+expect prepare_folder_natural_order $? "$(tail -1 "$tmp/unpadded.log")"
+
+# Two recordings joined end to end, the second's clock 3000 s on: with --fps the jump is closed, not
+# filled with 15000 copies of one frame, and the input's line says so
+ffmpeg -v error -f lavfi -i testsrc=size=32x32:rate=25 -frames:v 50 -c:v mpeg2video "$tmp/part1.ts"
+ffmpeg -v error -f lavfi -i testsrc=size=32x32:rate=25 -frames:v 50 -c:v mpeg2video -output_ts_offset 3000 "$tmp/part2.ts"
+cat "$tmp/part1.ts" "$tmp/part2.ts" > "$tmp/joined.ts"
+"$FC" prepare --input "$tmp/joined.ts" --out "$tmp/joined" --size 16 --clip-frames 8 --fps 5 > "$tmp/joined.log" 2>&1
+rc=$?
+n=$(clips "$tmp/joined" 2> /dev/null)
+expect prepare_timestamp_jump_closed $(( rc != 0 || ${n:-0} != 2 || $(grep -c 'jump forward' "$tmp/joined.log") != 1 )) \
+    "status $rc, $n clips of 8 at 5 fps from 4 s of footage: $(grep -m1 'joined.ts' "$tmp/joined.log" | sed 's/^.*ts: //')"
+
 # ---- bad inputs next to good ones: each reported in one line and skipped ----
 mkdir -p "$tmp/in/frames"
 cp "$DATA/Megamind.avi" "$tmp/in/good.avi"
