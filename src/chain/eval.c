@@ -42,6 +42,7 @@ typedef struct {
     int L, N, M, real_frames;  // levels, frames per clip, drift frames, real frames of the drift clip
     int given;                 // frames given to the chain (not scored); the copy baseline holds the last
     int drift_clip;            // which clip the drift run starts from
+    int flat_before;           // clips scored before it, each passed over for its flat first frame
     FrameStats first;          // its first frame's stats, the 1 of every ratio
     double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; the given frames unused
     double *psnr_copy, *ssim_copy;  // (N): clip sums of the copy baseline (the same at every level)
@@ -139,11 +140,10 @@ static void print_drift(const Results *r, const double *levels, int clip_frames)
            r->M, r->drift_clip + 1, clip_frames);
     if (r->first.contrast < EVAL_FLAT_CONTRAST)
         printf("(every first frame is flat, a single colour: ratios to it mean nothing)\n");
-    else if (r->drift_clip == 1)
-        printf("(clip 1's first frame is flat, a single colour: ratios to it would mean nothing)\n");
-    else if (r->drift_clip > 1)
-        printf("(the first frames of clips 1 to %d are flat, a single colour: ratios to them would mean nothing)\n",
-               r->drift_clip);
+    else if (r->flat_before > 0)  // (damaged clips, skipped, are not among them)
+        printf("(the first frame%s of the %d clip%s scored before it %s flat, a single colour: ratios to %s would mean "
+               "nothing)\n", r->flat_before > 1 ? "s" : "", r->flat_before, r->flat_before > 1 ? "s" : "",
+               r->flat_before > 1 ? "are" : "is", r->flat_before > 1 ? "them" : "it");
     printf("frame 0: mean %.2f, contrast %.2f, sharpness %.2f (8-bit values)\n", r->first.mean, r->first.contrast,
            r->first.sharpness);
     printf("%-10s %6s %8s %9s %10s %10s %14s %15s\n", "noise-aug", "frame", "mean", "contrast", "sharpness",
@@ -266,7 +266,9 @@ static int eval_check(Eval *ev) {
         return fc_errf(err, errlen, "the models make %dx%d frames; SSIM needs at least %dx%d", S, S,
                        METRICS_SSIM_MIN_SIZE, METRICS_SSIM_MIN_SIZE);
     const Config *c[3] = {&ev->cm.m[0]->cfg, &ev->cm.m[1]->cfg, &ev->cm.m[2]->cfg};
-    if (o->given > N) return fc_errf(err, errlen, "--given %d: more than the %d frames per clip", o->given, N);
+    if (o->given >= N)
+        return fc_errf(err, errlen, "--given %d: the chain would make none of the %d frames per clip to score (--frames "
+                       "must be more than --given)", o->given, N);
     ev->guards = (SampleOptions){.guidance = o->guidance, .sharpness_guard = o->sharpness_guard,
                                  .colour_guard = o->colour_guard, .colour_ramp = o->colour_ramp};
     if (chain_settle_options(&ev->cm, &ev->guards, err, errlen)) return -1;
@@ -345,7 +347,8 @@ static void note_drift_start(Eval *ev, int k) {
     FrameStats s0 = frame_stats(ev->clip, ev->S);
     int flat = s0.contrast < EVAL_FLAT_CONTRAST;
     if (ev->M > 0 && (ev->scored == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
-        r->drift_clip = k, r->first = s0;
+        // the start moves only while every clip scored so far began flat
+        r->drift_clip = k, r->first = s0, r->flat_before = ev->scored;
         memcpy(ev->first, ev->clip, frame_bytes * ev->o->given);
         for (int f = 0; f < r->real_frames; f++)
             r->real[f] = frame_stats_ratio(frame_stats(ev->clip + f * frame_bytes, ev->S), s0);

@@ -200,11 +200,13 @@ static char **manifest_origins(const Dataset *d) {
 
 int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
                     size_t errlen) {
-    size_t cap = 256 + (size_t)n * 2400, used = 0;
-    char *text = fc_malloc(cap), **origin = manifest_origins(d);
+    char *text = NULL, **origin = manifest_origins(d);
+    size_t used = 0;
+    FILE *out = open_memstream(&text, &used);  // grows as the lines come, however long their names
+    if (!out) fc_die("out of host memory for %s", path);
     int rc = 0;
-    used += (size_t)snprintf(text, cap, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tmotion\torder\tnote\n",
-                             with_reference ? "\tref_loss\tscore" : "");
+    fprintf(out, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tmotion\torder\tnote\n",
+            with_reference ? "\tref_loss\tscore" : "");
     static const char *const NOTES[] = {"", "frozen", "unordered"};
     for (int i = 0; i < n; i++) {
         ClipLocation loc;
@@ -223,16 +225,16 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
             rc = fc_errf(err, errlen, "%s", why);
             break;
         }
-        used += (size_t)snprintf(text + used, cap - used, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
+        fprintf(out, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
         if (s[i].damaged)
-            used += (size_t)snprintf(text + used, cap - used, "\t%s\t\t\tdamaged\n", with_reference ? "\t\t" : "");
+            fprintf(out, "\t%s\t\t\tdamaged\n", with_reference ? "\t\t" : "");
         else if (with_reference)
-            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.6g\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss,
-                                     s[i].ref_loss, s[i].score, s[i].motion, s[i].order, NOTES[s[i].note]);
+            fprintf(out, "\t%.6g\t%.6g\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].ref_loss, s[i].score, s[i].motion,
+                    s[i].order, NOTES[s[i].note]);
         else
-            used += (size_t)snprintf(text + used, cap - used, "\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].motion,
-                                     s[i].order, NOTES[s[i].note]);
+            fprintf(out, "\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].motion, s[i].order, NOTES[s[i].note]);
     }
+    if (fclose(out) || !text) fc_die("out of host memory for %s", path);
     if (!rc) rc = st_write_bytes(path, text, used, err, errlen);
     for (int i = 0; i < n; i++) free(origin[i]);
     free(origin), free(text);

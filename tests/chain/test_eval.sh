@@ -203,8 +203,41 @@ expect_refusal no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" 
 expect_refusal bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
 expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"
 expect_refusal given_count 1 "1 (the first frame) or 7" "${RUNS[@]}" --data "$tmp/held32" --given 3 --tsv "$tmp/bad.tsv"
+expect_refusal given_all_frames 1 "none of the 7 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
+    --tsv "$tmp/bad.tsv"
 expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \
     --tsv "$tmp/bad.tsv"
+
+# The drift run starts from the first scored clip whose first frame is not flat, and says how many it
+# passed over for a flat one; a damaged clip, skipped, is not called flat
+ffmpeg -v error -f lavfi -i color=c=gray:s=32x32:r=25:d=1 -c:v ffv1 "$tmp/flat.mkv"
+"$FC" --threads 2 prepare --input "$tmp/flat.mkv" --input "$SAMPLES/vtest.avi" --out "$tmp/flat_first" --size 32 --clip-frames 24 \
+    > /dev/null 2>&1
+cp -r "$tmp/held32" "$tmp/damaged_first"
+"$PYTHON" - "$tmp/damaged_first/shard-00000.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    size = struct.unpack("<Q", f.read(8))[0]
+    start, end = json.loads(f.read(size))["clip.0"]["data_offsets"]
+    f.seek(8 + size + (start + end) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0xff]))
+PY
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/flat_first" --clips 2 --frames 8 --steps 1 --noise-aug 0 --long 8 \
+    > "$tmp/flat.out" 2> "$tmp/flat.err"
+rc1=$?
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/damaged_first" --clips 2 --frames 8 --steps 1 --noise-aug 0 --long 8 \
+    > "$tmp/dmg.out" 2> "$tmp/dmg.err"
+rc2=$?
+if [ $rc1 -eq 0 ] && grep -q "from clip 2's first frame" "$tmp/flat.out" &&
+    grep -q "the first frame of the 1 clip scored before it is flat" "$tmp/flat.out" &&
+    [ $rc2 -eq 0 ] && grep -q "from clip 2's first frame" "$tmp/dmg.out" && ! grep -q "flat" "$tmp/dmg.out" &&
+    grep -q "damaged\|CRC" "$tmp/dmg.err"; then
+    pass eval_drift_start_notes "a flat first clip passed over and said so; a damaged one skipped and not called flat"
+else
+    fail eval_drift_start_notes "status $rc1 / $rc2: $(grep -m1 '^drift' "$tmp/flat.out"; grep -m1 'flat' "$tmp/flat.out"); damaged: $(grep -m1 '^drift' "$tmp/dmg.out"; grep -m1 'flat' "$tmp/dmg.out")"
+fi
 
 # From the first 7 real frames (the starter skipped): the rows start at frame 7, the baseline holds frame 6
 "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --given 7 --long 30 --noise-aug 0.1 --tsv "$tmp/given.tsv" \
