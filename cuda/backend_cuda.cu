@@ -106,6 +106,8 @@ static void cuda_host_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 // is the caller's: it calls download_wait before it issues the optimizer step.
 static cudaStream_t g_copy_stream;
 static cudaEvent_t g_compute_done;
+static int g_device_index;  // backend_cuda_set_device: this rank's GPU index (modulo the GPUs found)
+static int g_device;        // the GPU the backend opened (the trainer's thread's)
 
 static void cuda_download_async(void *dst, const void *src, size_t n) {
     if (!g_copy_stream) {
@@ -117,9 +119,12 @@ static void cuda_download_async(void *dst, const void *src, size_t n) {
     cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_copy_stream));
 }
 // Synchronising the stream itself (not a shared event) is safe from any host thread: the trainer
-// and the checkpoint writer may both wait.
+// and the checkpoint writer may both wait. The device is per host thread: the writer's thread would
+// otherwise be on GPU 0 and open a second context there for every rank on another GPU.
 static void cuda_download_wait(void) {
-    if (g_copy_stream) cudaCheck(cudaStreamSynchronize(g_copy_stream));
+    if (!g_copy_stream) return;
+    cudaCheck(cudaSetDevice(g_device));
+    cudaCheck(cudaStreamSynchronize(g_copy_stream));
 }
 
 extern "C" size_t cuda_memory_peak(void) { return g_peak; }
@@ -292,8 +297,6 @@ static void fill_table(Backend *be, int bf16) {
     cuda_register_conv(be);
 }
 
-static int g_device_index;  // backend_cuda_set_device
-
 extern "C" void backend_cuda_set_device(int index) { g_device_index = index; }
 
 // The CUDA backend computing in bf16 (bf16 != 0) or fp32, or NULL with *why.
@@ -309,7 +312,7 @@ extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
         if (why) *why = reason;
         return NULL;
     }
-    int device = g_device_index % count;
+    int device = g_device = g_device_index % count;
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));

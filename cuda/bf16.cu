@@ -131,7 +131,7 @@ static __global__ void to_bf16_heads_kernel(__nv_bfloat16 *__restrict__ dst, con
         } else {
             for (int k = 0; k < 8; k++) v[k] = s[k];
         }
-        __nv_bfloat162 h[4];
+        __align__(16) __nv_bfloat162 h[4];  // read back as one uint4
         for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
         *(uint4 *)(dst + e) = *(const uint4 *)h;
     }
