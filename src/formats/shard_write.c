@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -95,7 +97,31 @@ struct ShardWriter {
     int failed;
     char *made_top;     // the outermost folder of dir the writer created (NULL: dir was there)
     int wrote_manifest; // 1: manifest.tsv is the writer's
+    int lock;           // dir/.prepare.lock, held (flock) while the writer lives: one writer a folder
 };
+
+// One writer a folder: two prepares into one folder would take each other's shards for orphans and
+// write over each other's. The lock is released (and its file removed) when the writer ends.
+static int lock_folder(const char *dir, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.prepare.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno)), -1;
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        close(fd);
+        return fc_errf(err, errlen, "%s: another framechain prepare is writing into this folder", dir), -1;
+    }
+    return fd;
+}
+
+static void unlock_folder(ShardWriter *w) {
+    if (w->lock < 0) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.prepare.lock", w->dir);
+    unlink(path);  // before the lock goes: a writer that then opens the name makes a new file, and finds
+    close(w->lock);  // this one's dataset.json (or nothing of it)
+    w->lock = -1;
+}
 
 static void manifest_put(ShardWriter *w, const char *s, size_t n) {
     if (w->mlen + n + 1 > w->mcap) {
@@ -170,6 +196,17 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
         free(made_top);
         return NULL;
     }
+    int lock = lock_folder(dir, err, errlen);
+    if (lock < 0) {
+        free(made_top);
+        return NULL;
+    }
+    if (!stat(path, &st)) {  // another prepare finished here while this one looked
+        fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or choose another folder", dir);
+        snprintf(path, sizeof path, "%s/.prepare.lock", dir);
+        unlink(path), close(lock), free(made_top);
+        return NULL;
+    }
     // What a writer that was killed left: temporary files, and whole shards that no dataset.json lists
     // (written before the kill; this writer's would replace some of them and leave the rest lying about).
     DIR *dd = opendir(dir);
@@ -192,7 +229,7 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     ShardWriter *w = fc_calloc(1, sizeof *w);
     w->dir = strdup(dir);
     if (!w->dir) fc_die("out of host memory");
-    w->N = frame_size, w->F = clip_frames, w->raw = raw, w->made_top = made_top;
+    w->N = frame_size, w->F = clip_frames, w->raw = raw, w->made_top = made_top, w->lock = lock;
     w->max_bytes = max_shard_bytes ? max_shard_bytes : SHARD_DEFAULT_BYTES;
     static const char head[] = "shard\tclip\tsource\tfirst_frame\tframes\tfps\n";
     manifest_put(w, head, sizeof head - 1);
@@ -411,6 +448,7 @@ int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, c
 }
 
 static void writer_free(ShardWriter *w) {
+    unlock_folder(w);
     free(w->made_top);
     free_pending(w);
     free(w->cur);
@@ -438,6 +476,7 @@ static void writer_remove_written(ShardWriter *w) {
         unlink(path);
     }
     if (!w->made_top) return;
+    unlock_folder(w);  // its file would keep the folder from being removed
     // the folders the writer made, inner to outer (rmdir leaves any that holds something else)
     char *p = strdup(w->dir);
     if (!p) return;

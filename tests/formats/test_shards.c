@@ -386,6 +386,24 @@ static void test_crash_safety(void) {
           "shards_writer_removes_unlisted_shards", "%s",
           w ? "a shard no dataset.json lists removed at open, notes.txt kept" : err);
     shard_writer_abort(w);
+    // one writer a folder: a second is refused while the first lives, and takes the folder once it ended;
+    // a finished dataset keeps no lock file
+    char one[512];
+    folder(one, sizeof one, "one_writer");
+    ShardWriter *w1 = shard_writer_open(one, N, F, raw, err, sizeof err);
+    char err2[1024] = "";
+    ShardWriter *w2 = shard_writer_open(one, N, F, raw, err2, sizeof err2);
+    int refused = w1 && !w2 && one_line(err2) && strstr(err2, "another framechain prepare");
+    shard_writer_abort(w2);
+    if (w1) shard_writer_add(w1, c, "x.mp4", 0, 25, err, sizeof err);
+    shard_writer_abort(w1);
+    w2 = shard_writer_open(one, N, F, raw, err, sizeof err);
+    if (w2) shard_writer_add(w2, c, "x.mp4", 0, 25, err, sizeof err);
+    int finished = w2 && !shard_writer_finish(w2, err, sizeof err);
+    check(refused && finished && !exists(one, ".prepare.lock"), "shards_one_writer_a_folder",
+          "the second writer %s (%s); after the first ended it %s; lock file left: %s", refused ? "was refused" : "was not refused",
+          err2, finished ? "finished" : err, exists(one, ".prepare.lock") ? "yes" : "no");
+
     // a folder that already holds a dataset is refused
     w = shard_writer_open(dir, N, F, 0, err, sizeof err);
     check(!w && one_line(err) && strstr(err, "already holds a dataset"), "shards_writer_refuses_existing", "%s", err);
