@@ -123,6 +123,14 @@ static int expand(Sources *ss, const char *path, int depth) {
     for (int i = 0; i < n; i++) images += is_image_path(list[i]);
     if (images) {
         add_source(ss, path, SOURCE_FRAME_FOLDER);
+        // what else is in it is not read: say so, so that a thumbnail beside videos is no mystery
+        int others = 0;
+        struct stat est;
+        for (int i = 0; i < n; i++)
+            others += !is_image_path(list[i]) && !stat(list[i], &est) && (S_ISDIR(est.st_mode) || S_ISREG(est.st_mode));
+        if (others)
+            printf("  %s: read as one clip of its %d image%s; the %d other entr%s in it (videos, folders) not read\n",
+                   path, images, images == 1 ? "" : "s", others, others == 1 ? "y" : "ies");
     } else if (depth < 8) {
         for (int i = 0; i < n; i++) bad += expand(ss, list[i], depth + 1);
     }

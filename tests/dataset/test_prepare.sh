@@ -111,6 +111,14 @@ sys.exit(0 if picked == list(range(12)) else 1)
 PYEOF
 expect prepare_folder_natural_order $? "$(tail -1 "$tmp/unpadded.log")"
 
+# A folder with images is one clip of them: the video beside them is not read, and the output says so
+mkdir -p "$tmp/thumb_beside"
+cp "$tmp/ramp.mkv" "$tmp/thumb_beside/"
+cp "$tmp/unpadded/f1.png" "$tmp/thumb_beside/thumb.png"
+"$FC" prepare --input "$tmp/thumb_beside" --out "$tmp/thumb_ds" --size 16 --clip-frames 1 > "$tmp/thumb.log" 2>&1
+expect prepare_images_hide_others_said $(( $? != 0 || $(grep -c "1 other entry in it (videos, folders) not read" "$tmp/thumb.log") != 1 )) \
+    "$(head -1 "$tmp/thumb.log")"
+
 # Two recordings joined end to end, the second's clock 3000 s on: with --fps the jump is closed, not
 # filled with 15000 copies of one frame, and the input's line says so
 ffmpeg -v error -f lavfi -i testsrc=size=32x32:rate=25 -frames:v 50 -c:v mpeg2video "$tmp/part1.ts"
