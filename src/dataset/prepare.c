@@ -129,7 +129,7 @@ static int expand(Sources *ss, const char *path, int depth) {
         for (int i = 0; i < n; i++)
             others += !is_image_path(list[i]) && !stat(list[i], &est) && (S_ISDIR(est.st_mode) || S_ISREG(est.st_mode));
         if (others)
-            printf("  %s: read as one clip of its %d image%s; the %d other entr%s in it (videos, folders) not read\n",
+            printf("  %s: read as one clip of its %d image%s; the %d other entr%s in it (files, folders) not read\n",
                    path, images, images == 1 ? "" : "s", others, others == 1 ? "y" : "ies");
     } else if (depth < 8) {
         for (int i = 0; i < n; i++) bad += expand(ss, list[i], depth + 1);
@@ -349,7 +349,7 @@ int prepare_run(const PrepareOptions *o) {
         long frames = decode_source(src, &c, frame, &src_fps, &side, why, sizeof why);
         cutter_flush(&c);  // a batch holds the clips of one source
         printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
-        if (frames < 0) {
+        if (frames < 0 || (frames == 0 && why[0])) {  // not a frame out of it: unreadable, whatever stopped it
             printf("skipped: %s\n", why);
             skipped++;
         } else if (c.clips == 0) {

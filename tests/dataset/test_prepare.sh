@@ -116,7 +116,7 @@ mkdir -p "$tmp/thumb_beside"
 cp "$tmp/ramp.mkv" "$tmp/thumb_beside/"
 cp "$tmp/unpadded/f1.png" "$tmp/thumb_beside/thumb.png"
 "$FC" prepare --input "$tmp/thumb_beside" --out "$tmp/thumb_ds" --size 16 --clip-frames 1 > "$tmp/thumb.log" 2>&1
-expect prepare_images_hide_others_said $(( $? != 0 || $(grep -c "1 other entry in it (videos, folders) not read" "$tmp/thumb.log") != 1 )) \
+expect prepare_images_hide_others_said $(( $? != 0 || $(grep -c "1 other entry in it (files, folders) not read" "$tmp/thumb.log") != 1 )) \
     "$(head -1 "$tmp/thumb.log")"
 
 # Two recordings joined end to end, the second's clock 3000 s on: with --fps the jump is closed, not
@@ -135,6 +135,7 @@ mkdir -p "$tmp/in/frames"
 cp "$DATA/Megamind.avi" "$tmp/in/good.avi"
 cp "$DATA/Megamind_bugy.avi" "$tmp/in/bugy.avi"
 head -c $(( $(stat -c %s "$DATA/Megamind.avi") / 2 )) "$DATA/Megamind.avi" > "$tmp/in/truncated.avi"
+head -c 40000 "$DATA/vtest.avi" > "$tmp/in/first_frame_cut.avi"  # its header whole, its first frame not
 cp "$DATA/Megamind.avi" "$tmp/in/overwritten.avi"
 head -c 65536 /dev/urandom | dd of="$tmp/in/overwritten.avi" bs=1 seek=200000 conv=notrunc status=none
 echo "not a video" > "$tmp/in/notes.mp4"
@@ -146,7 +147,7 @@ ffmpeg -v error -i "$DATA/Megamind.avi" -frames:v 20 "$tmp/in/frames/f%03d.png"
 "$FC" prepare --input "$tmp/in" --out "$tmp/mixed" --size 32 --clip-frames 16 > "$tmp/mixed.log" 2>&1
 rc=$?
 cat "$tmp/mixed.log" | sed 's/^/  /'
-for f in bugy truncated overwritten notes empty short gray_odd alpha frames good; do
+for f in bugy truncated first_frame_cut overwritten notes empty short gray_odd alpha frames good; do
     grep -q "$f" "$tmp/mixed.log" || fail "prepare_reports_$f" "no line names $f"
 done
 skipped=$(grep -c "skipped" "$tmp/mixed.log")
@@ -154,6 +155,10 @@ ok=$(grep -E "(good|gray_odd|alpha|frames)[^ ]*: [0-9]+ frames -> [0-9]+ clips" 
 expect prepare_bad_inputs_skipped $(( rc != 0 || skipped < 3 || ok != 4 )) "status $rc; $skipped inputs skipped with a reason; good, grayscale/odd-sized, alpha and a PNG folder converted ($ok of 4)"
 grep -q "notes.mp4: skipped" "$tmp/mixed.log" && grep -q "empty.avi: skipped" "$tmp/mixed.log" && grep -q "short.mp4: skipped: 10 frames" "$tmp/mixed.log"
 expect prepare_skip_reasons $? "$(grep -m1 notes.mp4 "$tmp/mixed.log" | cut -c1-100)"
+# a video that breaks before its first frame is unreadable, not short
+grep -q "first_frame_cut.avi: skipped: decoding error after 0 frames" "$tmp/mixed.log"
+expect prepare_no_frame_is_unreadable $(( $? != 0 || $(grep -c "(3 skipped as unreadable, 1 shorter than a clip, 1 cut short by damage" "$tmp/mixed.log") != 1 )) \
+    "$(grep -m1 first_frame_cut "$tmp/mixed.log" | sed 's/^ *//' | cut -c1-120); $(tail -1 "$tmp/mixed.log" | sed 's/.*inputs (//' | cut -c1-110)"
 # A frame folder with a file beside its frames that sorts before them (README.txt): every frame read,
 # the file passed over; a video three folders down the input: found
 mkdir -p "$tmp/readme_frames" "$tmp/deep/a/b/c"
