@@ -170,10 +170,14 @@ typedef struct {
 // Compress and write the waiting clips (in parallel inside the shard writer).
 // With --vae each clip goes through the encoder first.
 static void cutter_flush(Cutter *c) {
-    for (int i = 0; i < c->batch_n && c->o->ae && !c->failed; i++)
-        if (latents_encode_clip(c->o->ae, c->batch[i], c->o->clip_frames, c->o->size, c->latents[i], c->err,
-                                sizeof c->err))
+    for (int i = 0; i < c->batch_n && c->o->ae && !c->failed; i++) {
+        char why[400];
+        if (latents_encode_clip(c->o->ae, c->batch[i], c->o->clip_frames, c->o->size, c->latents[i], why, sizeof why)) {
+            // the clip's frame numbers count from its first
+            snprintf(c->err, sizeof c->err, "%s, the clip from frame %ld: %s", c->source, c->batch_first[i], why);
             c->failed = 1;
+        }
+    }
     uint8_t **clips = c->o->ae ? c->latents : c->batch;
     if (c->batch_n && !c->failed &&
         shard_writer_add_clips(c->w, c->batch_n, (const uint8_t *const *)clips, c->source, c->batch_first, c->fps,
@@ -380,7 +384,7 @@ int prepare_run(const PrepareOptions *o) {
     free(ss.s);
     if (c.failed) {
         shard_writer_abort(w);
-        fc_die("writing the shards failed: %s", c.err);
+        fc_die("prepare stopped: %s", c.err);
     }
     if (!total_clips) {
         shard_writer_abort(w);

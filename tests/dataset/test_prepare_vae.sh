@@ -82,7 +82,7 @@ refused prepare_vae_refuses_decoder_only 1 "prepare --vae needs the encoder, and
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 # a scale that takes latents beyond F16's largest value: refused, never stored as infinities
-refused prepare_vae_refuses_f16_overflow 1 "latent value .* is beyond F16's range (65504)" \
+refused prepare_vae_refuses_f16_overflow 1 "short.mkv, the clip from frame 0: frame 0: latent value .* is beyond F16's range (65504)" \
     "$FC" prepare --vae "$dir/kl.safetensors" --vae-scale 1e6 --vae-shift 0 --input "$tmp/short.mkv" --out "$tmp/none" \
     --size 32 --clip-frames 8
 refused prepare_vae_refuses_previews 1 "holds latents: its previews are decoded by the autoencoder it was made with: give train --vae FILE" \
