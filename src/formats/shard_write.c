@@ -383,6 +383,7 @@ static int append_clip(ShardWriter *w, Pending p, const char *source, long first
     p.source = utf8_fixed(source);
     p.first = first_frame, p.fps = fps;
     size_t meta = 6 * strlen(p.source) + 256;  // JSON escapes make at most 6 bytes of one
+    if (w->latent) meta += (size_t)16 * 2 * w->F;  // its frame_crc32 list: 8 hex digits, quotes, comma a unit
     if (w->ncur && (w->cur_bytes + p.stored > w->max_bytes || w->ncur >= SHARD_MAX_CLIPS ||
                     w->cur_meta + meta > META_PER_SHARD)) {
         if (flush_shard(w, err, errlen)) {
