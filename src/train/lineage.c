@@ -125,7 +125,11 @@ int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t
         rc = fc_errf(err, errlen, "--extend --steps %d: %s already runs to %d steps (an extension only goes further)",
                      c->steps, run, theirs.steps);
     } else {
-        c->schedule_end = theirs.schedule_end ? theirs.schedule_end : theirs.steps;
+        // the schedule the run was trained with: its warmup (which its own --steps may have cut short, as
+        // this command's --steps would cut it otherwise) and where its decay ends
+        c->warmup_steps = theirs.warmup_steps;
+        c->schedule_end = theirs.schedule_end;
+        if (c->steps > theirs.steps && !c->schedule_end) c->schedule_end = theirs.steps;
         if (c->steps > theirs.steps)
             snprintf(o->note, sizeof o->note, "extended from %d to %d steps at step %d: the cosine decay still ends at "
                      "step %d, then the learning rate stays %g (lr * lr_min_ratio)", theirs.steps, c->steps, step,

@@ -99,6 +99,21 @@ rc=$?
 expect extend_again_to_the_same_end $(( rc != 0 || $(grep -c "is at step 32 of 32: nothing to do" "$tmp/ext9c.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/ext9c.log" | cut -c1-120)"
 
+# ---- --extend of a run whose --steps cut its warmup short (the config's warmup_steps past its end):
+# the extension keeps the run's schedule (that warmup, its decay's end), and the same command with the
+# run's own end is not an extension at all (no schedule_end enters its checkpoints) ----
+exec_short() { exec "$FC" --threads 1 train --config "$TINY" --run "$1" --set checkpoint_every=4 --set lr=1e-3 "${@:2}"; }
+(exec_short "$tmp/cutwarm" --steps 8) > "$tmp/cutwarm.log" 2>&1
+(exec_short "$tmp/cutwarm" --steps 8 --extend) > "$tmp/cutwarm_same.log" 2>&1
+rc_same=$?
+(exec_short "$tmp/cutwarm" --steps 8) > "$tmp/cutwarm_plain.log" 2>&1
+rc_plain=$?
+(exec_short "$tmp/cutwarm" --steps 12 --extend) > "$tmp/cutwarm_ext.log" 2>&1
+rc=$?
+"$FC" inspect "$(ckpt "$tmp/cutwarm" 12)" > "$tmp/cutwarm.inspect" 2>&1
+expect extend_run_with_cut_warmup $(( rc != 0 || rc_same != 0 || rc_plain != 0 || $(grep -c "^  extended from 8 to 12 steps at step 8" "$tmp/cutwarm.inspect") != 1 )) \
+    "status $rc (the same end with --extend: $rc_same, then without: $rc_plain): $(tail -1 "$tmp/cutwarm_ext.log" | cut -c1-120)"
+
 # ---- a fork: the parent's state, a changed config, its parent named ----
 parent=$(ckpt "$tmp/ref" 24)
 (fork "$parent" "$tmp/fork" --steps 32 --set lr=5e-4) > "$tmp/fork.log" 2>&1
