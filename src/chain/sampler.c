@@ -266,7 +266,7 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
     }
 }
 
-void sample_plan_windows(Model *m, real *windows, const SampleOptions *o) {
+void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions *o) {
     const Config *c = &m->cfg;
     int B = m->B, F = m->F;
     size_t E = (size_t)m->E;
@@ -282,7 +282,7 @@ void sample_plan_windows(Model *m, real *windows, const SampleOptions *o) {
             w[b].keep[i] = c->slot_kind[i] == SLOT_TARGET;
             frames[b * F + i] = windows + ((size_t)b * F + i) * E;
         }
-        wp[b] = &w[b], index[b] = b, at[b] = frames + b * F;
+        wp[b] = &w[b], index[b] = first + b, at[b] = frames + b * F;
     }
     int last_given = 0;  // the plan's given slots come before its targets
     while (last_given + 1 < F && c->slot_kind[last_given + 1] != SLOT_TARGET) last_given++;

@@ -89,10 +89,11 @@ void chain_describe_guards(const SampleOptions *o, char *buf, size_t len);
 void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o);
 
 // m->B windows of m's own plan at once, as the chain samples one (the same steps, noise levels and
-// guidance; window b's draws keyed by b as a chain's window k's by k): windows (B, F, C, S, S) host
-// values in [-1, 1], each given slot (anchor, context) holding its frame; every target slot is
-// overwritten with the frame made (clamped to [-1, 1]). Used by the previews of a training run.
-void sample_plan_windows(Model *m, real *windows, const SampleOptions *o);
+// guidance; window b's draws keyed by first + b as a chain's window k's by k, so that windows sampled
+// in groups of m->B get the draws of one batch): windows (B, F, C, S, S) host values in [-1, 1], each
+// given slot (anchor, context) holding its frame; every target slot is overwritten with the frame
+// made (clamped to [-1, 1]). Used by the previews of a training run.
+void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions *o);
 
 // Takes frame f of 0..N-1 (C, S, S values, read only during the call). 0, or -1 with one line in err.
 typedef int (*ChainEmit)(void *ctx, int f, const real *frame, char *err, size_t errlen);

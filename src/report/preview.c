@@ -305,11 +305,13 @@ static int draw_preview(Preview *p, int step, Canvas *cv, char *err, size_t errl
 
 void preview_take(void *preview, Model *m, int step) {
     Preview *p = preview;
-    size_t values = (size_t)m->S * m->E;
-    memcpy(p->made, p->truth, sizeof(real) * values);
+    size_t window = (size_t)p->c.slots * p->E;
+    memcpy(p->made, p->truth, sizeof(real) * p->c.batch_size * window);
     SampleOptions o = {.steps = 0, .seed = (uint64_t)p->c.seed, .noise_aug = PREVIEW_NOISE_AUG, .guidance = 1.0,
                        .temperature = SAMPLE_MODEL_TEMPERATURE, .quiet = 1, .latent = p->ae != NULL};
-    sample_plan_windows(m, p->made, &o);
+    // m holds a rank's share of the batch (m->B windows; the batch on one rank): the K windows shown go
+    // through it m->B at a time (the batch is a multiple of m->B, so the last group stays inside it)
+    for (int k0 = 0; k0 < p->K; k0 += m->B) sample_plan_windows(m, p->made + k0 * window, k0, &o);
     Canvas cv = {0};
     char path[4300], err[4400];
     snprintf(path, sizeof path, "%s/step-%08d.png", p->dir, step);

@@ -53,7 +53,7 @@ static double starter_error(int steps, double temperature) {
     real *win = fc_malloc(sizeof(real) * 2 * W), *noise = fc_malloc(sizeof(real) * E);
     philox_fill_uniform(win, 2 * W, -1, 1, 5, 0, RNG_TEST, 0);  // the anchors; targets overwritten
     SampleOptions o = {.steps = steps, .seed = 77, .noise_aug = 0.1, .guidance = 1, .temperature = temperature};
-    sample_plan_windows(m, win, &o);
+    sample_plan_windows(m, win, 0, &o);
     double worst = 0;
     for (int b = 0; b < 2; b++)
         for (int i = 0; i < m->F; i++) {
@@ -130,7 +130,7 @@ int main(void) {
             for (size_t e = 0; e < E; e++) win[b * W + i * E + e] = (real)value[b][i];
         }
     SampleOptions o = {.steps = 4, .seed = 9, .noise_aug = 0.1, .guidance = 1, .temperature = 0};
-    sample_plan_windows(m, win, &o);
+    sample_plan_windows(m, win, 0, &o);
     int from_slot[8] = {0};
     for (int i = 0; i < m->F; i++) {
         int best = -1;

@@ -139,6 +139,15 @@ rc=$?
 [ "$(ckpt_tensors "$(final "$tmp/two")")" = "$(ckpt_tensors "$(final "$tmp/previews")")" ]
 expect zero1_previews_change_nothing $(( rc != 0 || $? != 0 || $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) < 2 )) \
     "status $rc, $(ls "$tmp/previews/samples" 2> /dev/null | wc -l) previews; the final checkpoint's tensors equal those of the run without previews"
+# The previews of 2 ranks are those of one: every window shown is sampled (a rank holds half the batch),
+# with the draws of one batch. (The same run folder's path: the image's title names it.)
+mv "$tmp/previews" "$tmp/previews_two"
+train_on 0 "$tmp/previews" --set sample_every=10 > "$tmp/previews_one.log" 2>&1
+rc=$?
+same=0
+for f in "$tmp/previews_two/samples/"*.png; do cmp -s "$f" "$tmp/previews/samples/${f##*/}" && same=$((same + 1)); done
+expect previews_same_on_two_ranks $(( rc != 0 || same < 1 || same != $(ls "$tmp/previews_two/samples/"*.png | wc -l) )) \
+    "status $rc; $same of $(ls "$tmp/previews_two/samples/"*.png | wc -l) preview images of 2 ranks the same bytes as one rank's"
 
 # One rank summing over itself (the hook tools/gpu_check.sh runs NCCL's path with on one GPU): the
 # same bytes as one rank without it.
