@@ -121,7 +121,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
-        hooks = (TrainHooks){preview_take, preview, resident};  // resident for the run (the scratch apart)
+        hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run (the scratch apart)
     }
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);

@@ -303,6 +303,13 @@ static int draw_preview(Preview *p, int step, Canvas *cv, char *err, size_t errl
 // ----------------------------------------------------------------------------
 // a preview
 
+int preview_missing(void *preview, int step) {
+    const Preview *p = preview;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/step-%08d.png", p->dir, step);
+    return access(path, F_OK) != 0;
+}
+
 void preview_take(void *preview, Model *m, int step) {
     Preview *p = preview;
     size_t window = (size_t)p->c.slots * p->E;

@@ -41,6 +41,9 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
 // skipped with one line on stderr; the run goes on.
 void preview_take(void *preview, Model *m, int step);
 
+// 1 when the image of `step` is not in RUN/samples (TrainHooks.missing).
+int preview_missing(void *preview, int step);
+
 // "4 windows of out/data (clips 0, 12, 24, 36)", for train's start-up line.
 const char *preview_describe(const Preview *p);
 

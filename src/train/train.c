@@ -499,6 +499,16 @@ static void take_preview(Trainer *t, int step) {
     t->previews++;
 }
 
+// The preview of the step the run resumes from, where it was due and is not on disk: a stop by a
+// signal checkpoints its step but skips its preview (so that the run ends at once).
+static void take_missed_preview(Trainer *t) {
+    int s = t->first - 1, here = t->rank == 0 ? previews_on(t) : t->preview_ranks;
+    if (!here || s < 1 || s % t->c->sample_every) return;
+    int missing = t->rank == 0 && t->hooks->missing && t->hooks->missing(t->hooks->ctx, s);
+    if (t->preview_ranks) dist_broadcast(&missing, sizeof missing);
+    if (missing) take_preview(t, s);
+}
+
 // A checkpoint of the step just made: rank 0 writes it; with ZeRO-1 the others send it their parts.
 static void checkpoint_now(Trainer *t) {
     if (t->rank == 0) submit_checkpoint(t);
@@ -513,6 +523,7 @@ static int run_steps(Trainer *t) {
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     t->t_start = fc_now_s();
+    take_missed_preview(t);
     for (int step = t->first; step <= c->steps; step++) {
         StepReport r;
         double t0 = fc_now_s(), comm0 = dist_comm_seconds();

@@ -11,11 +11,14 @@
 // step, after the step's checkpoint was handed to the writer: the model then holds the EMA weights
 // (the weights it trains are put back when it returns, byte for byte, so previews change nothing the
 // run computes); it must not write the parameters. Its time is shown in the progress line and summed
-// at the end. A preview that cannot be made is the hook's to report; the run goes on.
+// at the end. A preview that cannot be made is the hook's to report; the run goes on. missing (NULL:
+// never asked): whether the preview of `step` is not on disk; a run that resumes from a step whose
+// preview was due draws it first when it is (a stop by a signal skips its step's preview).
 typedef struct {
     void (*preview)(void *ctx, Model *m, int step);
     void *ctx;
     double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
+    int (*missing)(void *ctx, int step);
 } TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in

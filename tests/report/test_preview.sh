@@ -73,6 +73,20 @@ now=$(stat -c %i "$tmp/a/samples/windows.tsv" 2> /dev/null)
 [ -n "$inode" ] && [ "$now" = "$inode" ] && ! grep -q 'windows differ' "$tmp/c2.log"
 expect preview_windows_kept_on_resume $? "windows.tsv inode ${inode:-none} before the resume, ${now:-none} after; $(grep -c 'windows differ' "$tmp/c2.log") lines saying they differ"
 
+# the step the stop lands on had its preview due (one every step): the resumed run draws it first
+rm -rf "$tmp/b"
+B_ARGS=(--config $TINY/starter.conf --run "$tmp/b" --steps 30 --set preview_budget=1 --set sample_every=1 --set checkpoint_every=5)
+FRAMECHAIN_TEST_WRITE_DELAY_MS=200 "$FC" train "${B_ARGS[@]}" > "$tmp/b1.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/b" "$tmp/b1.log" 12
+kill -TERM $pid 2> /dev/null
+wait $pid
+stopped=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\);.*/\1/p' "$tmp/b1.log")
+"$FC" train "${B_ARGS[@]}" > "$tmp/b2.log" 2>&1
+n=$(ls "$tmp/b/samples/" 2> /dev/null | grep -c '^step-.*\.png$')
+expect preview_of_the_stop_step $(( n != 30 || ${stopped:-30} >= 30 )) \
+    "stopped at step ${stopped:-none}; $n of the 30 images after the resume"
+
 # ---- footage: the windows of --data, and of preview_data ----
 if "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/d" --size 32 --clip-frames 16 > "$tmp/prep.log" 2>&1; then
     "$FC" train --config $TINY/starter.conf --run "$tmp/r" --data "$tmp/d" --steps 10 --set preview_budget=1 --set sample_every=10 \
