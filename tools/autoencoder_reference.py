@@ -45,10 +45,11 @@ POOL_ENC = (11, 12, 13)  # TAEF2: the blocks with a GroupNorm pool, the encoder'
 POOL_DEC = (2, 3, 4)     # and the decoder's first (diffusers' numbering: the original's 3, 4, 5)
 
 
-def tiny_weights(width, latent, gen, pool=False):
+def tiny_weights(width, latent, gen, pool=False, pool_at=(POOL_ENC, POOL_DEC)):
     """Every tensor of encoder and decoder, by its diffusers name, He-initialised (scaled down so that
     ten residual blocks keep their activations of order one). pool: TAEF2's GroupNorm pools in the
-    blocks of POOL_ENC and POOL_DEC (1x1 conv to 4 width, GroupNorm of 4 groups, ReLU, 1x1 conv back)."""
+    blocks pool_at names (encoder's, decoder's; TAEF2's: POOL_ENC and POOL_DEC) (1x1 conv to 4 width,
+    GroupNorm of 4 groups, ReLU, 1x1 conv back)."""
     w = {}
 
     def conv(name, cout, cin, bias=True):
@@ -61,7 +62,7 @@ def tiny_weights(width, latent, gen, pool=False):
         for j in (0, 2, 4):
             conv("%s.conv.%d" % (prefix, j), width, width)
         index = int(prefix.rsplit(".", 1)[1])
-        if pool and index in (POOL_ENC if prefix.startswith("encoder") else POOL_DEC):
+        if pool and index in (pool_at[0] if prefix.startswith("encoder") else pool_at[1]):
             w[prefix + ".pool.0.weight"] = torch.randn(4 * width, width, 1, 1, generator=gen) * (1.0 / width) ** 0.5
             w[prefix + ".pool.1.weight"] = 1 + 0.1 * torch.randn(4 * width, generator=gen)
             w[prefix + ".pool.1.bias"] = 0.1 * torch.randn(4 * width, generator=gen)
@@ -373,6 +374,12 @@ def make(args):
     bad = to_np(w)
     del bad["decoder.layers.3.pool.1.bias"]
     write_safetensors(os.path.join(args.dir, "bad_taef2_missing.safetensors"), bad)
+    # pools where TAEF2 has none: the first encoder block and the last decoder block (full resolution,
+    # where the pool's 4 x width map is the largest of the network) and the encoder's second stage
+    w = {k: v.double() for k, v in tiny_weights(args.width, 32, gen, pool=True, pool_at=((1, 3), (17,))).items()}
+    write_safetensors(os.path.join(args.dir, "taef2_anywhere.safetensors"), to_np(w))
+    with torch.no_grad():
+        io["taef2_anywhere.encoded"], io["taef2_anywhere.decoded"] = encode(tf, w), decode(tz, w)
     write_safetensors(os.path.join(args.dir, "io.safetensors"),
                       {k: v.numpy().astype(np.float32) for k, v in io.items()})
     scale = {k: float(v.abs().max()) for k, v in io.items()}

@@ -47,8 +47,8 @@ static void bind_block(AeBinder *bd, TinyBlock *b, const char *part, int index, 
     ae_bind_conv(bd, &b->p3, name, C, 4 * C, 1, 0);
 }
 
-// TAEF2's pool: cur += p3(ReLU(GroupNorm(p0(cur)))); the 4C map lives at the block's resolution, 1/8 of
-// the frame's side, so it fits the buffers sized for C channels at full resolution.
+// TAEF2's pool: cur += p3(ReLU(GroupNorm(p0(cur)))); the 4C map lives at the block's resolution (1/8 of
+// the frame's side in TAEF2's files; map_values sizes the buffers for wherever a file has one).
 static void pool(AeRun *r, const TinyBlock *blk) {
     const Backend *be = r->be;
     int none[4] = {0, 0, 0, 0}, C4 = 4 * r->C;
@@ -106,12 +106,22 @@ static void decode(Autoencoder *ae, AeRun *r) {
     r->be->affine_fwd(r->cur, r->cur, ae_values(r), 2, -1);  // [0, 1] to [-1, 1]
 }
 
-// The largest map: the width (or the 3 colours) at full resolution.
+// The largest map: the width (or the 3 colours) at full resolution, or a pool's 4 x width at its block's.
 static size_t map_values(const Autoencoder *ae, int H, int W) {
     const TinyNet *t = ae->net;
     int C = t->width > 3 ? t->width : 3;
     C = C > ae->latent ? C : ae->latent;
-    return (size_t)C * H * W;
+    size_t most = (size_t)C * H * W;
+    for (int k = 0; k < ENC_BLOCKS + DEC_BLOCKS; k++) {
+        int enc = k < ENC_BLOCKS, j = enc ? k : k - ENC_BLOCKS;
+        if (!(enc ? t->enc_block[j] : t->dec_block[j]).pool) continue;
+        // the block's stage: encoder blocks 0 | 1-3 | 4-6 | 7-9 at 1, 1/2, 1/4, 1/8 of the side;
+        // decoder blocks 0-2 | 3-5 | 6-8 | 9 at 1/8, 1/4, 1/2, 1
+        int stage = enc ? (j + 2) / 3 : 3 - j / 3, f = 1 << stage;
+        size_t pooled = (size_t)4 * t->width * ((H + f - 1) / f) * ((W + f - 1) / f);
+        most = pooled > most ? pooled : most;
+    }
+    return most;
 }
 
 int ae_bind_tiny(Autoencoder *ae, AeBinder *bd) {

@@ -241,13 +241,16 @@ static Model *model_shape(const Config *cfg, const Backend *be, int B) {
     m->cfg = *cfg;
     m->be = be;
     int n = cfg->frame_size / cfg->patch;
+    // the step's tokens times its widest row, in double before any of it is stored in an int
+    double tokens = (double)B * cfg->slots * n * n, widest = fmax(fmax((double)cfg->mlp_ratio, 3.0) * cfg->width,
+                                                                  (double)cfg->patch * cfg->patch * 3 * cfg->channels);
+    if (tokens * widest > 2e9) fc_die("config: batch_size x window x tokens x width is too large for one step");
     m->B = B, m->F = cfg->slots, m->N = n * n, m->S = B * cfg->slots, m->T = m->S * m->N;
     m->D = cfg->width, m->H = cfg->heads, m->RD = cfg->mlp_ratio * cfg->width;
     m->PPC = cfg->patch * cfg->patch * cfg->channels;
     m->E = cfg->channels * cfg->frame_size * cfg->frame_size;
     m->Cin = config_input_channels(cfg);
     m->PPCin = cfg->patch * cfg->patch * m->Cin, m->Ein = m->E * config_input_frames(cfg);
-    if ((double)m->T * m->RD > 2e9) fc_die("config: batch_size x window x tokens x width is too large for one step");
     return m;
 }
 

@@ -55,6 +55,9 @@ expect unknown_command 2 "unknown command 'trian'" "$FC" trian
 expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
 expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
 expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
+# a step whose token count passes an int (37 x 7 x 4096^2) is refused, not planned from a wrapped count
+expect step_too_large 1 "too large for one step" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
+    --set patch=1 --set width=4 --set heads=1 --set mlp_ratio=1 --set batch_size=37
 
 # The CUDA backend is a library the program opens when a command needs it (src/backend/registry.c):
 # a run on the CPU never loads the CUDA runtime or cuBLAS (glibc's LD_DEBUG lists what is loaded),

@@ -172,6 +172,7 @@ int main(int argc, char **argv) {
     t_against_pytorch(argv[1], "kl_legacy.safetensors", "kl", "kl");    // diffusers' older attention names
     t_against_pytorch(argv[1], "taef2.safetensors", "taef2", "taef2");  // GroupNorm pools, 32 latent channels
     t_against_pytorch(argv[1], "taef2_converted.safetensors", "taef2", "taef2");  // its .pth pair converted
+    t_against_pytorch(argv[1], "taef2_anywhere.safetensors", "taef2_anywhere", "taef2");  // pools at full resolution
     t_bf16_reads_as_f32(argv[1]);
     t_refused(argv[1], "bad_missing.safetensors", "tensor decoder.layers.7.conv.2.weight (16, 16, 3, 3) is missing");
     t_refused(argv[1], "bad_shape.safetensors", "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected");
