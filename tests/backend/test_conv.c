@@ -1,7 +1,8 @@
 // test_conv.c: the CPU backend's autoencoder ops against their definitions written out as loops in
 // double: convolution (kernels 1 and 3, strides 1 and 2, symmetric and asymmetric padding, with and
 // without bias, the output split into im2col tiles of a few rows), GroupNorm, the pointwise
-// functions, nearest upsampling, addition, attention over a map's positions. The CPU ops are the reference the CUDA ops are tested
+// functions, nearest upsampling, addition, attention over a map's positions; the same bytes on any
+// number of threads. The CPU ops are the reference the CUDA ops are tested
 // against (tests/cuda/test_cuda.c): here they are checked themselves.
 #include <math.h>
 #include <stdio.h>
@@ -169,8 +170,34 @@ static void t_image_attn(int B, int C, long N, long tile) {
     free(q), free(k), free(v), free(out), free(want), free(p);
 }
 
+// The same bytes on 1 and 2 threads, at sizes where OpenBLAS would cut a product by the threads on its
+// own (conv2d's GEMM of 32 x 1024 x 72, image attention's of 1024 x 1024 x 64).
+static void t_thread_count(void) {
+    int pad[4] = {1, 1, 1, 1}, Cin = 8, H = 32, Cout = 32, C = 64;
+    long N = 1024;
+    real *x = randn((size_t)Cin * H * H, 20), *w = randn((size_t)Cout * Cin * 9, 21), *b = randn(Cout, 22);
+    real *q = randn((size_t)C * N, 23), *k = randn((size_t)C * N, 24), *v = randn((size_t)C * N, 25);
+    size_t ny = (size_t)Cout * H * H, no = (size_t)C * N;
+    real *y[2] = {malloc(sizeof(real) * ny), malloc(sizeof(real) * ny)}, *o[2] = {malloc(sizeof(real) * no),
+                                                                                 malloc(sizeof(real) * no)};
+    int threads = fc_threads();
+    for (int t = 0; t < 2; t++) {
+        fc_set_threads(t + 1);
+        be->conv2d_fwd(y[t], x, w, b, 1, Cin, H, H, Cout, 3, 1, pad);
+        be->image_attn_fwd(o[t], q, k, v, 1, C, N);
+    }
+    fc_set_threads(threads);
+    size_t dy = 0, dout = 0;
+    for (size_t i = 0; i < ny; i++) dy += memcmp(&y[0][i], &y[1][i], sizeof(real)) != 0;
+    for (size_t i = 0; i < no; i++) dout += memcmp(&o[0][i], &o[1][i], sizeof(real)) != 0;
+    check(dy == 0 && dout == 0, "conv_image_attn_thread_count", "1 thread against 2: %zu of %zu convolution outputs and "
+          "%zu of %zu attention outputs differ", dy, ny, dout, no);
+    free(x), free(w), free(b), free(q), free(k), free(v), free(y[0]), free(y[1]), free(o[0]), free(o[1]);
+}
+
 int main(void) {
     be = backend_cpu();
+    t_thread_count();
     t_conv(2, 3, 9, 7, 5, 3, 1, 1, 1, 1, 1, 1, 0);  // PyTorch padding 1
     t_conv(2, 4, 8, 8, 6, 3, 2, 0, 0, 1, 1, 1, 0);  // AutoencoderKL's downsampling
     t_conv(1, 4, 9, 9, 3, 3, 2, 1, 1, 1, 1, 0, 0);  // TAESD's, no bias

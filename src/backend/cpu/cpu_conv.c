@@ -1,7 +1,7 @@
 // cpu_conv.c: the autoencoder ops of the reference backend (backend.h, "the autoencoders' ops"). A
-// convolution is a GEMM over an im2col tile of output rows (bounded memory at any frame size); the
-// other ops are loops over independent outputs. Sums are in double, one thread a sum: the same bytes
-// for any thread count.
+// convolution is a GEMM over an im2col tile of output rows (bounded memory at any frame size), cut
+// into blocks of columns independent of the thread count; the other ops are loops over independent
+// outputs. Sums are in double, one thread a sum: the same bytes for any thread count.
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +16,23 @@
 #endif
 
 #define CONV_TILE_BYTES ((size_t)32 << 20)  // the most an im2col tile takes
+
+// C (M, N) = alpha op(A) op(B) + beta C (row-major), cut into blocks of GEMM_COLS columns of C that
+// OpenMP spreads over the threads, each a GEMM of its own (OpenBLAS runs one thread inside a parallel
+// region). The cut depends on the shape alone, so the bytes do not depend on the thread count: called
+// outside a parallel region, the OpenMP build of OpenBLAS would take every thread and cut the product
+// by their number, and its kernels round by the shape of what each thread gets.
+#define GEMM_COLS 256
+static void gemm_by_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, real alpha, const real *A,
+                            int lda, const real *B, int ldb, real beta, real *C, int ldc) {
+    int parts = (N + GEMM_COLS - 1) / GEMM_COLS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) {
+        int c0 = p * GEMM_COLS, nc = N - c0 < GEMM_COLS ? N - c0 : GEMM_COLS;
+        const real *Bp = tb == CblasNoTrans ? B + c0 : B + (size_t)c0 * ldb;
+        GEMM(CblasRowMajor, ta, tb, M, nc, K, alpha, A, lda, Bp, ldb, beta, C + c0, ldc);
+    }
+}
 
 // The tile's bytes: CONV_TILE_BYTES, or FRAMECHAIN_TEST_CONV_TILE_BYTES (the tests split small images).
 static size_t tile_bytes(void) {
@@ -82,12 +99,12 @@ void cpu_conv2d_fwd(real *y, const real *x, const real *w, const real *b, int B,
                 for (long i = 0; i < N; i++) row[i] = v;
             }
             if (direct) {
-                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, xn + (size_t)r0 * Wo,
-                     (int)out_plane, 1, yt, (int)out_plane);
+                gemm_by_columns(CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, xn + (size_t)r0 * Wo,
+                                (int)out_plane, 1, yt, (int)out_plane);
             } else {
                 im2col(col, xn, Cin, H, W, k, stride, pad, r0, rows, Wo);
-                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, col, (int)N, 1, yt,
-                     (int)out_plane);
+                gemm_by_columns(CblasNoTrans, CblasNoTrans, Cout, (int)N, (int)K, 1, w, (int)K, col, (int)N, 1, yt,
+                                (int)out_plane);
             }
         }
     }
@@ -158,8 +175,8 @@ void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, 
         for (long i0 = 0; i0 < N; i0 += R) {
             long rows = N - i0 < R ? N - i0 : R;
             // scores (rows, N) = q[:, i0 .. i0 + rows]^T k / sqrt(C)
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)N, C, (real)scale, qb + i0, (int)N, kb, (int)N,
-                 0, p, (int)N);
+            gemm_by_columns(CblasTrans, CblasNoTrans, (int)rows, (int)N, C, (real)scale, qb + i0, (int)N, kb, (int)N, 0,
+                            p, (int)N);
 #pragma omp parallel for schedule(static)
             for (long r = 0; r < rows; r++) {  // softmax of each row, in double
                 real *row = p + r * N;
@@ -169,8 +186,8 @@ void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, 
                 for (long j = 0; j < N; j++) row[j] = (real)(exp(row[j] - m) / sum);
             }
             // out[:, i0 .. i0 + rows] = v (C, N) p^T (N, rows)
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, C, (int)rows, (int)N, 1, vb, (int)N, p, (int)N, 0, ob + i0,
-                 (int)N);
+            gemm_by_columns(CblasNoTrans, CblasTrans, C, (int)rows, (int)N, 1, vb, (int)N, p, (int)N, 0, ob + i0,
+                            (int)N);
         }
     }
     free(p);
