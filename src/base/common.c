@@ -91,9 +91,11 @@ static int g_threads = 1;
 void fc_set_threads(int n) {
     if (n < 1) n = 1;
     g_threads = n;
-    // OpenBLAS stays single-threaded: cpu_backend.c splits the GEMMs itself, in blocks that do not
-    // depend on the thread count, so results are the same bytes for any thread count. This comes
-    // first: the OpenMP build of OpenBLAS sets OpenMP's thread count too.
+    // The CPU backend splits every GEMM itself, in blocks that do not depend on the thread count, and
+    // calls OpenBLAS inside OpenMP parallel regions, where it runs one thread: so results are the same
+    // bytes for any thread count. This alone would not do: the OpenMP build of OpenBLAS, called outside
+    // a parallel region, takes OpenMP's thread count whatever it was told here. It comes first: that
+    // build sets OpenMP's thread count too.
     openblas_set_num_threads(1);
 #ifdef _OPENMP
     omp_set_num_threads(n);
