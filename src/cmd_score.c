@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 
+#include "base/paths.h"
 #include "chain/score.h"
 #include "dataset/exclude.h"
 #include "cli.h"
@@ -38,11 +38,6 @@ static const char *HELP_SCORE =
     "  --batch B          windows a forward pass (default 16)\n"
     "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
 
-static void refuse_existing(const char *flag, const char *path, int overwrite) {
-    struct stat sb;
-    if (!overwrite && !lstat(path, &sb))
-        usage_error("%s %s: the file exists (give --overwrite to replace it)", flag, path);
-}
 
 int cmd_score(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--run", 1}, {"--data", 1}, {"--out", 1}, {"--reference", 1}, {"--levels", 1}, {"--top", 1},
@@ -60,10 +55,13 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (has_top && (top <= 0 || top >= 1)) usage_error("--top %g: a fraction between 0 and 1, both excluded", top);
     const char *ex = has_ex ? opt(opts, "--exclude-out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
-    refuse_existing("--out", out, overwrite);
-    if (ex) refuse_existing("--exclude-out", ex, overwrite);
-
     char err[2048];
+    // both outputs checked before any scoring (a bad path would cost the whole run, or leave one file)
+    if (fc_check_output_file("--out", out, overwrite, err, sizeof err) ||
+        (ex && fc_check_output_file("--exclude-out", ex, overwrite, err, sizeof err)))
+        usage_error("%s", err);
+    if (ex && fc_same_file_name(out, ex)) usage_error("--out and --exclude-out name one file: %s", out);
+
     Dataset *d = dataset_open(data, err, sizeof err);
     if (!d) fc_die("%s", err);
     if (dataset_latent(d))

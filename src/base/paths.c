@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -87,4 +89,39 @@ int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
         return close_failed(fd, errno);
     }
     return fd;
+}
+
+// The folder part of path ("." when it has none) into dir (PATH_MAX).
+static void folder_of(char *dir, size_t len, const char *path) {
+    snprintf(dir, len, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, len, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+}
+
+int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen) {
+    char dir[PATH_MAX];
+    struct stat sd, sp;
+    size_t n = strlen(path);
+    if (!n || path[n - 1] == '/') return fc_errf(err, errlen, "%s '%s': a file name is needed", flag, path);
+    folder_of(dir, sizeof dir, path);
+    if (stat(dir, &sd))
+        return errno == ENOENT ? fc_errf(err, errlen, "%s %s: the folder %s does not exist", flag, path, dir)
+                               : fc_errf(err, errlen, "%s %s: the folder %s: %s", flag, path, dir, strerror(errno));
+    if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s %s: %s is not a folder", flag, path, dir);
+    if (access(dir, W_OK | X_OK))
+        return fc_errf(err, errlen, "%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
+    if (lstat(path, &sp)) return 0;
+    if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
+    if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
+    return 0;
+}
+
+int fc_same_file_name(const char *a, const char *b) {
+    char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
+    folder_of(da, sizeof da, a), folder_of(db, sizeof db, b);
+    if (!realpath(da, ra) || !realpath(db, rb) || strcmp(ra, rb)) return 0;
+    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+    return !strcmp(na ? na + 1 : a, nb ? nb + 1 : b);
 }

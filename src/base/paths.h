@@ -22,4 +22,12 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen);
 // open) or "PATH: not a regular file (a FIFO)" (errno EINVAL).
 int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
 
+// An output file about to be written (through a temporary file beside it): its folder exists and can
+// be written in, and path is not a folder, nor (replace 0) an existing file. 0, or -1 with one line in
+// err naming the flag and the path. Checked before the work, so that a bad path costs nothing.
+int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen);
+
+// 1 when the paths a and b (existing or not) name one file: the same folder, resolved, and last name.
+int fc_same_file_name(const char *a, const char *b);
+
 #endif

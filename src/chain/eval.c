@@ -13,6 +13,7 @@
 #include "chain/metrics.h"
 #include "chain/sampler.h"
 #include "chain/eval.h"
+#include "base/paths.h"
 
 // ----------------------------------------------------------------------------
 // options
@@ -244,7 +245,7 @@ static int eval_open(Eval *ev) {
     ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
     ev->M = o->long_frames, ev->L = o->n_levels;
     ev->K = o->clips < dataset_clips(ev->ds) ? o->clips : dataset_clips(ev->ds);
-    snprintf(ev->tsv_tmp, sizeof ev->tsv_tmp, "%s.tmp", o->tsv ? o->tsv : "");
+    snprintf(ev->tsv_tmp, sizeof ev->tsv_tmp, "%s.tmp-%ld", o->tsv ? o->tsv : "", (long)getpid());
     return 0;
 }
 
@@ -275,6 +276,7 @@ static int eval_check(Eval *ev) {
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
+    if (o->tsv && fc_check_output_file("--tsv", o->tsv, 1, err, errlen)) return -1;  // an existing file is replaced
     if (o->tsv && !(ev->tsv = fopen(ev->tsv_tmp, "w")))
         return fc_errf(err, errlen, "%s: cannot create: %s", ev->tsv_tmp, strerror(errno));
     return 0;

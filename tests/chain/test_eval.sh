@@ -203,6 +203,8 @@ expect_refusal no_dataset 1 "no such folder" "${RUNS[@]}" --data "$tmp/nothing" 
 expect_refusal bad_levels 2 "noise-aug" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0,x --tsv "$tmp/bad.tsv"
 expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --tsv "$tmp/bad.tsv"
 expect_refusal given_count 1 "1 (the first frame) or 7" "${RUNS[@]}" --data "$tmp/held32" --given 3 --tsv "$tmp/bad.tsv"
+mkdir -p "$tmp/a_folder"
+expect_refusal tsv_is_a_folder 1 "--tsv .*a_folder: is a folder" "${RUNS[@]}" --data "$tmp/held32" --tsv "$tmp/a_folder"
 expect_refusal given_all_frames 1 "none of the 7 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
     --tsv "$tmp/bad.tsv"
 expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \

@@ -170,6 +170,14 @@ one_line_refusal score_out_exists "the file exists (give --overwrite" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv"
 fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --overwrite > /dev/null 2>&1
 expect score_overwrite $? "--overwrite replaces it"
+# outputs that cannot be: refused before any scoring (the output file never written)
+one_line_refusal score_out_same_as_exclude_out "name one file" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/same.tsv" --top 0.5 --exclude-out "$tmp/../$(basename "$tmp")/same.tsv"
+one_line_refusal score_exclude_out_no_folder "the folder .*nodir does not exist" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s5.tsv" --top 0.5 --exclude-out "$tmp/nodir/x.txt"
+[ ! -e "$tmp/s5.tsv" ] && [ ! -e "$tmp/same.tsv" ]
+expect score_refusals_write_nothing $? "neither --out was written"
+one_line_refusal score_out_is_a_folder "is a folder" fc score --run "$run" --data "$tmp/mixed" --out "$tmp/bad" --overwrite
 [ ! -e "$tmp/x.tsv" ] || fail score_refusal_wrote "$tmp/x.tsv was written"
 
 # ---- exclude: the list's CRC in the data identity; resume and fork ----
