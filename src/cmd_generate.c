@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/common.h"
 #include "base/clock.h"
@@ -112,6 +113,10 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (opt(opts, "--colour-ramp")->count)
         so.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
+    const char *out = opt(opts, "--out")->value, *ext = out ? strrchr(out, '.') : NULL;
+    if (ext && !strcasecmp(ext, ".gif") && fps > VIDEO_GIF_MAX_FPS)  // before any sampling
+        usage_error("--fps %g: a GIF's frame delays are whole hundredths of a second, at least 2, so at most %d frames "
+                    "a second (or write an .mp4)", fps, VIDEO_GIF_MAX_FPS);
     so.quiet = opt(opts, "--quiet")->count > 0;
     *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
                                     opt(opts, "--interpolate")->value},

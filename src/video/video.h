@@ -78,6 +78,10 @@ int image_write_png(const char *path, int w, int h, const uint8_t *rgb);
 void frame_from_rgb(real *dst, const uint8_t *rgb, int S);
 void frame_to_rgb(uint8_t *rgb, const real *src, int S);
 
+// A GIF's frame delays are whole hundredths of a second, and players show delays under 2 as 10: a .gif
+// plays at most 50 frames a second (video_writer_open refuses more).
+#define VIDEO_GIF_MAX_FPS 50
+
 typedef struct VideoWriter VideoWriter;
 // Encode width x height RGB24 frames at `fps` into `path`; the container comes from the extension:
 // .mp4/.m4v/.mov (moov at the front), .mkv, .avi: H.264 (libx264, CRF 18, 4:2:0, or 4:4:4 when a side

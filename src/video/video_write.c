@@ -229,6 +229,9 @@ static int writer_check_request(const char *path, int width, int height, double 
         return fc_errf(err, errlen, "%s: frame size %dx%d is out of range", path, width, height);
     if (!(fps > 0 && fps <= 1000))
         return fc_errf(err, errlen, "%s: frame rate %g is out of range (0, 1000]", path, fps);
+    if (kind->gif && fps > VIDEO_GIF_MAX_FPS)
+        return fc_errf(err, errlen, "%s: frame rate %g: a GIF's frame delays are whole hundredths of a second, at "
+                       "least 2, so at most %d frames a second", path, fps, VIDEO_GIF_MAX_FPS);
     return 0;
 }
 
