@@ -96,8 +96,10 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", out, dir, strerror(errno));
     if (stat(out, &so)) {
-        if (errno == ENOENT) return 0;
-        return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
+        if (errno != ENOENT) return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
+        if (!lstat(out, &so))  // a link whose target is not there: the output could not be renamed onto it
+            return fc_errf(err, errlen, "%s: a symbolic link to nothing; remove it or give another name", out);
+        return 0;
     }
     int have_input = input && !stat(input, &si);
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)

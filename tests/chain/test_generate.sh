@@ -199,6 +199,9 @@ expect_refusal missing_run "no such run folder" --starter "$tmp/nope" --extrapol
 expect_refusal wrong_role "trained a starter model" --starter "$tmp/starter" --extrapolate "$tmp/starter" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 expect_refusal small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
 expect_refusal unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
+ln -s "$tmp/nowhere" "$tmp/dangling.mp4"
+expect_refusal dangling_link "a symbolic link to nothing" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/dangling.mp4"
+rm -f "$tmp/dangling.mp4"
 expect_refusal gif_too_fast "at most 50 frames a second" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.GIF" --fps 60
 expect_refusal missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
 expect_refusal given_image "an image is one frame; 7 given frames need a video" "${RUNS[@]}" --first-frame "$tmp/first.png" --given 7 --out "$tmp/bad.mp4"
