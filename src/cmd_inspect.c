@@ -280,6 +280,9 @@ int cmd_inspect(int argc, char **argv, const Backend *be) {
     const char *file = NULL;
     if (parse_opts(argc, argv, 2, opts, &file)) return fputs(HELP_INSPECT, stdout), 0;
     if (file && opt(opts, "--config")->count) usage_error("give either a checkpoint or --config, not both");
+    static const char *const config_only[] = {"--set", "--params", "--ranks"};
+    for (int i = 0; file && i < 3; i++)  // they shape a config's plan: a file or folder would ignore them
+        if (opt(opts, config_only[i])->count) usage_error("%s goes with --config, not with %s", config_only[i], file);
     struct stat st;
     if (file && !stat(file, &st) && S_ISDIR(st.st_mode)) return inspect_folder(file);
     if (file) return inspect_file(file);

@@ -298,6 +298,7 @@ static int parse_text(Config *c, const char *text, size_t len, const char *origi
         if (memchr(start, 0, n)) return fc_errf(err, errlen, "%s:%ld: NUL byte in the line", origin, lineno);
         memcpy(line, start, n);
         line[n] = 0;
+        if (lineno == 1 && !strncmp(line, "\xEF\xBB\xBF", 3)) memmove(line, line + 3, n - 2);  // a UTF-8 BOM (Notepad)
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         char *s = trim(line);

@@ -55,6 +55,12 @@ expect unknown_command 2 "unknown command 'trian'" "$FC" trian
 expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
 expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
 expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
+# a config saved with a UTF-8 byte order mark (as Notepad saves it) reads as without one
+printf '\xef\xbb\xbf' > "$tmp/bom.conf"
+cat configs/tiny/starter.conf >> "$tmp/bom.conf"
+expect config_with_bom 0 "^role *= starter" "$FC" inspect --config "$tmp/bom.conf"
+# options that shape a config's plan are refused beside a checkpoint or a folder, not ignored
+expect inspect_file_with_set 2 "--set goes with --config" "$FC" inspect "$tmp/bom.conf" --set width=8
 # a step whose token count passes an int (37 x 7 x 4096^2) is refused, not planned from a wrapped count
 expect step_too_large 1 "too large for one step" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
     --set patch=1 --set width=4 --set heads=1 --set mlp_ratio=1 --set batch_size=37
