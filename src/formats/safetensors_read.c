@@ -125,6 +125,9 @@ static int header_length(const uint8_t *bytes, size_t have, size_t len, size_t *
         return fc_errf(err, errlen, "internal error: %zu bytes of a file of %zu given", have, len);
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
+    // a length no file could have and no JSON after it: another kind of file (an image, a config, a .pth)
+    if ((n > ST_MAX_HEADER || n > len - 8) && have > 8 && bytes[8] != '{')
+        return fc_errf(err, errlen, "not a safetensors file (no header length and JSON object at its start)");
     if (n < 2)
         return fc_errf(err, errlen, "header length %llu is too small (at least 2, for '{}')", (unsigned long long)n);
     if (n > ST_MAX_HEADER)

@@ -211,6 +211,11 @@ static void test_lengths(void) {
     b = build(GOOD, 1, 11, &len);
     reject_bytes("header_length_1", b, len, "too small");
     free(b);
+    // another kind of file: a JPEG's first bytes, a config's text
+    static const uint8_t jpeg[] = {0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01, 0x01, 0x00};
+    reject_bytes("a_jpeg", jpeg, sizeof jpeg, "not a safetensors file");
+    static const char conf[] = "# the tiny starter\nrole = starter\n";
+    reject_bytes("a_config", (const uint8_t *)conf, sizeof conf - 1, "not a safetensors file");
     b = build(GOOD, -1, 11, &len);
     b[7] = 0x80;  // 2^63 and more
     reject_bytes("header_length_huge", b, len, "exceeds the limit");
