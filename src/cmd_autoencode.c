@@ -1,5 +1,6 @@
 // cmd_autoencode.c: `framechain autoencode`: an autoencoder's round trip on a user's own footage
 // (model/autoencoder.h), so that it can be judged before a dataset is prepared with it.
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,7 +31,23 @@ static const char *HELP_AUTOENCODE =
     "  --frames K     how many frames (default 8)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
-    "  --overwrite    replace an existing --out\n";
+    "  --overwrite    replace an existing --out\n"
+    "SIGINT or SIGTERM, or an error, removes the partial --out; a signal exits with 128 + the signal.\n";
+
+// SIGINT or SIGTERM: the frame being made is the last; the partial output is removed. A second signal
+// ends the program at once.
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    signal(sig, SIG_DFL);
+}
+
+// An error once the output is open: it goes first, then the one line.
+static void die_discarding(GenerateOutput *out, const char *err) {
+    if (out) generate_output_discard(out);
+    fc_die("%s", err);
+}
 
 int cmd_autoencode(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--vae", 1}, {"--input", 1}, {"--size", 1}, {"--frames", 1}, {"--out", 1}, {"--overwrite", 0},
@@ -66,22 +83,31 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     real *latent = fc_malloc(sizeof(real) * L * h * h), *back = fc_malloc(sizeof(real) * E);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     for (int k = 0; k < K; k++) {  // one frame at a time: memory bounded at any size
+        if (g_stop_signal) {
+            if (out) generate_output_discard(out);
+            printf("autoencode: stopped by %s after %d of %d frames%s\n", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                   k, K, out ? "; the partial output removed" : "");
+            return 128 + g_stop_signal;
+        }
         double t0 = fc_now_s();
-        if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) fc_die("%s", err);
+        if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) die_discarding(out, err);
         double t1 = fc_now_s();
-        if (autoencoder_decode(ae, latent, 1, h, h, back, err, sizeof err)) fc_die("%s", err);
+        if (autoencoder_decode(ae, latent, 1, h, h, back, err, sizeof err)) die_discarding(out, err);
         t_enc += t1 - t0, t_dec += fc_now_s() - t1;
         frame_to_rgb(rgb_in, frames + k * E, S);
         frame_to_rgb(rgb_out, back, S);
         double p = frame_psnr(rgb_in, rgb_out, S);
         sum += p, lo = p < lo ? p : lo, hi = p > hi ? p : hi;
         if (out && generate_output_add(out, back, err, sizeof err)) {
-            generate_output_discard(out);
-            fc_die("%s", err);
+            die_discarding(out, err);
         }
     }
     if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
            out_path ? "; decoded frames in " : "", out_path ? out_path : "");
     printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);

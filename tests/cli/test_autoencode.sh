@@ -62,3 +62,17 @@ PY
 refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
     --vae "$tmp/decoder_only.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
+
+# SIGINT part-way (once the first frames are decoded into the output): exit 130, nothing of --out left
+mkdir -p "$tmp/stop"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 256 --frames 400 --out "$tmp/stop/int.mp4" \
+    > "$tmp/stop.log" 2>&1 &
+pid=$!
+started() { ls -a "$tmp/stop" | grep -q partial; }
+wait_until 60 $pid started
+kill -INT $pid 2> /dev/null
+wait $pid
+rc=$?
+left=$(ls -A "$tmp/stop" | wc -l)
+expect autoencode_sigint_removes_output $(( rc != 130 || left != 0 || $(grep -c '^autoencode: stopped by SIGINT' "$tmp/stop.log") != 1 )) \
+    "exit $rc, $left files left in the output's folder: $(tail -1 "$tmp/stop.log")"
