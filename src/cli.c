@@ -131,6 +131,8 @@ Config load_config(Opt *opts) {
     config_load(&c, path);
     Opt *set = opt(opts, "--set");
     for (int i = 0; i < set->count; i++) config_set(&c, set->values[i], "--set");
-    config_validate(&c, path);
+    char origin[4200];  // a value out of line may be the file's or a --set's
+    snprintf(origin, sizeof origin, "%s%s", path, set->count ? " with its --set" : "");
+    config_validate(&c, origin);
     return c;
 }

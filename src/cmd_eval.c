@@ -83,7 +83,8 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     eo.n_levels = eval_parse_levels(levels, 0.95, eo.levels, EVAL_MAX_LEVELS, err, sizeof err);
     if (eo.n_levels < 0) usage_error("%s", err);
     if (opt(opts, "--steps")->count) eo.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
-    if (opt(opts, "--seed")->count) eo.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
+    if (opt(opts, "--seed")->count) eo.seed = 
+            (uint64_t)parse_whole("--seed", opt(opts, "--seed")->value, 0, 9000000000000000L);
     if (opt(opts, "--given")->count) eo.given = (int)parse_positive("--given", opt(opts, "--given")->value, 1000000);
     if (opt(opts, "--guidance")->count)
         eo.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);

@@ -103,7 +103,8 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (opt(opts, "--temperature")->count)
         so.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
     if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
-    if (opt(opts, "--seed")->count) so.seed = (uint64_t)parse_number("--seed", opt(opts, "--seed")->value, 0, 9e15);
+    if (opt(opts, "--seed")->count) so.seed = 
+            (uint64_t)parse_whole("--seed", opt(opts, "--seed")->value, 0, 9000000000000000L);
     if (opt(opts, "--noise-aug")->count)
         so.noise_aug = parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 0.95);
     if (opt(opts, "--sharpness-guard")->count)

@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         }
         usage_error("unknown option '%s'", a);
     }
-    if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot or score");
+    if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot, score or autoencode");
     fc_set_threads(threads ? threads : fc_default_threads());
     const char *cmd = argv[i];
     cli_set_command(cmd);

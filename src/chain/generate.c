@@ -103,7 +103,7 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     }
     int have_input = input && !stat(input, &si);
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
-        return fc_errf(err, errlen, "%s: is the --first-frame file %s; give the output another name (--overwrite "
+        return fc_errf(err, errlen, "%s: is the input file %s; give the output another name (--overwrite "
                        "never replaces the input)", out, input);
     if (!overwrite)
         return fc_errf(err, errlen, "%s: already exists%s; give a new name, or --overwrite to replace it", out,

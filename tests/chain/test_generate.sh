@@ -253,9 +253,9 @@ cp "$VIDEO" "$tmp/input.avi"
 ln "$tmp/input.avi" "$tmp/link.avi"
 expect_refusal existing_video "already exists" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/keep.mp4"
 cmp -s "$tmp/keep.mp4" "$tmp/first.png" || fail generate_existing_video_kept "the existing file was replaced"
-expect_refusal input_as_output "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi"
-expect_refusal input_as_output_overwrite "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi" --overwrite
-expect_refusal input_by_another_name "is the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
+expect_refusal input_as_output "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi"
+expect_refusal input_as_output_overwrite "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi" --overwrite
+expect_refusal input_by_another_name "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
 cmp -s "$tmp/input.avi" "$VIDEO" || fail generate_input_kept "the --first-frame file changed"
 mkdir "$tmp/mixed" && touch "$tmp/mixed/notes.txt"
 expect_refusal overwrite_other_folder "holds notes.txt" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/mixed" --overwrite
