@@ -57,7 +57,7 @@ expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
 expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
 # a seed is a whole number (1.5 was taken as 1)
 expect seed_fraction 2 "--seed 1.5: expected a whole number" "$FC" generate --starter a --extrapolate b --interpolate c \
-    --first-frame shapes:1 --out "$tmp/never.mp4" --seed 1.5
+    --first-frame shapes:1 --frames 8 --out "$tmp/never.mp4" --seed 1.5
 # a config saved with a UTF-8 byte order mark (as Notepad saves it) reads as without one
 printf '\xef\xbb\xbf' > "$tmp/bom.conf"
 cat configs/tiny/starter.conf >> "$tmp/bom.conf"
