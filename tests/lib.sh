@@ -75,3 +75,18 @@ train_roles() {
     done
     RUNS=(--starter "$dir/starter" --extrapolate "$dir/extrapolate" --interpolate "$dir/interpolate")
 }
+
+# damage_clip SHARD CLIP: one byte in the middle of clip number CLIP's data in the shard file flipped
+# (its CRC then fails: a damaged clip, as a bad disk leaves one)
+damage_clip() {
+    "${PYTHON:-python3}" - "$1" "$2" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    size = struct.unpack("<Q", f.read(8))[0]
+    start, end = json.loads(f.read(size))["clip.%d" % int(sys.argv[2])]["data_offsets"]
+    f.seek(8 + size + (start + end) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0xff]))
+PY
+}

@@ -216,16 +216,7 @@ ffmpeg -v error -f lavfi -i color=c=gray:s=32x32:r=25:d=1 -c:v ffv1 "$tmp/flat.m
 "$FC" --threads 2 prepare --input "$tmp/flat.mkv" --input "$SAMPLES/vtest.avi" --out "$tmp/flat_first" --size 32 --clip-frames 24 \
     > /dev/null 2>&1
 cp -r "$tmp/held32" "$tmp/damaged_first"
-"$PYTHON" - "$tmp/damaged_first/shard-00000.safetensors" <<'PY'
-import json, struct, sys
-with open(sys.argv[1], "r+b") as f:
-    size = struct.unpack("<Q", f.read(8))[0]
-    start, end = json.loads(f.read(size))["clip.0"]["data_offsets"]
-    f.seek(8 + size + (start + end) // 2)
-    b = f.read(1)
-    f.seek(-1, 1)
-    f.write(bytes([b[0] ^ 0xff]))
-PY
+damage_clip "$tmp/damaged_first/shard-00000.safetensors" 0
 "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/flat_first" --clips 2 --frames 8 --steps 1 --noise-aug 0 --long 8 \
     > "$tmp/flat.out" 2> "$tmp/flat.err"
 rc1=$?

@@ -143,16 +143,7 @@ expect score_reference $(( rc != 0 )) "exit $rc; header loss, ref_loss, score; s
 
 # ---- a damaged clip: noted, not scored, not fatal ----
 cp -r "$tmp/mixed" "$tmp/damaged"
-python3 - "$tmp/damaged/shard-00000.safetensors" <<'PY'
-import json, struct, sys
-with open(sys.argv[1], "r+b") as f:
-    size = struct.unpack("<Q", f.read(8))[0]
-    start, end = json.loads(f.read(size))["clip.10"]["data_offsets"]
-    f.seek(8 + size + (start + end) // 2)
-    b = f.read(1)
-    f.seek(-1, 1)
-    f.write(bytes([b[0] ^ 0xff]))
-PY
+damage_clip "$tmp/damaged/shard-00000.safetensors" 10
 fc score --run "$run" --data "$tmp/damaged" --out "$tmp/d.tsv" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,9)

@@ -59,7 +59,10 @@ expect prepare_fps_and_overlap $(( rc != 0 || n < 47 || n > 49 )) "status $rc, $
 ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=10:d=3,format=gray,geq=lum='8*N+4'" -c:v ffv1 "$tmp/ramp.mkv"
 "$FC" prepare --input "$tmp/ramp.mkv" --out "$tmp/ramp_all" --size 16 --clip-frames 30 > /dev/null 2>&1
 "$FC" prepare --input "$tmp/ramp.mkv" --out "$tmp/ramp_3fps" --size 16 --clip-frames 9 --fps 3 > /dev/null 2>&1
-"$PYTHON" - "$tmp/ramp_all" "$tmp/ramp_3fps" > "$tmp/ramp.log" 2>&1 <<'PYEOF'
+# picked SRC SRC_FRAMES OUT OUT_FRAMES: for each frame of OUT's first clip, the index of the same frame
+# in SRC's first clip (-1: none), as a Python list
+picked() {
+    "$PYTHON" - "$@" <<'PYEOF'
 import sys, zlib
 sys.path.insert(0, "tools")
 from safetensors_io import read_safetensors
@@ -70,14 +73,14 @@ def frames(folder, F):
         raw = zlib.decompress(raw)
     n = len(raw) // F
     return [raw[k * n:(k + 1) * n] for k in range(F)]
-src, out = frames(sys.argv[1], 30), frames(sys.argv[2], 9)
-picked = [src.index(f) if f in src else -1 for f in out]
-want = [round(k * 10 / 3) for k in range(9)]
-print("%d distinct source frames; the 3 fps clip holds source frames %s, the nearest to k/3 s are %s"
-      % (len(set(src)), picked, want))
-sys.exit(0 if len(set(src)) == 30 and picked == want else 1)
+src, out = frames(sys.argv[1], int(sys.argv[2])), frames(sys.argv[3], int(sys.argv[4]))
+print([src.index(f) if f in src else -1 for f in out], len(set(src)))
 PYEOF
-expect prepare_resample_nearest_frame $? "$(tail -1 "$tmp/ramp.log")"
+}
+got=$(picked "$tmp/ramp_all" 30 "$tmp/ramp_3fps" 9 2>&1)
+want="[$(for k in $(seq 0 8); do awk -v k=$k 'BEGIN { printf "%d", int(k * 10 / 3 + 0.5) }'; [ $k -lt 8 ] && printf ', '; done)] 30"
+[ "$got" = "$want" ]
+expect prepare_resample_nearest_frame $? "the 3 fps clip holds source frames (and the source's distinct frames) $got, the nearest to k/3 s $want"
 
 # Frames timed n / fps meet the output times n / fps: resampling to their own rate keeps every frame,
 # the last one too (a running sum of 1 / fps had passed the last frame's time by a rounding)
@@ -93,23 +96,9 @@ expect prepare_resample_keeps_last_frame $(( rc != 0 || rc2 != 0 || ${n1:-0} != 
 mkdir -p "$tmp/unpadded"
 ffmpeg -v error -i "$tmp/ramp.mkv" -frames:v 12 -start_number 1 "$tmp/unpadded/f%d.png"
 "$FC" prepare --input "$tmp/unpadded" --out "$tmp/unpadded_ds" --size 16 --clip-frames 12 > /dev/null 2>&1
-"$PYTHON" - "$tmp/ramp_all" "$tmp/unpadded_ds" > "$tmp/unpadded.log" 2>&1 <<'PYEOF'
-import sys, zlib
-sys.path.insert(0, "tools")
-from safetensors_io import read_safetensors
-def frames(folder, F):
-    t, meta = read_safetensors(folder + "/shard-00000.safetensors")
-    raw = t["clip.0"].tobytes()
-    if meta["clip.0.encoding"] == "zlib":
-        raw = zlib.decompress(raw)
-    n = len(raw) // F
-    return [raw[k * n:(k + 1) * n] for k in range(F)]
-src, out = frames(sys.argv[1], 30), frames(sys.argv[2], 12)
-picked = [src.index(f) if f in src else -1 for f in out]
-print("the folder's clip holds the video's frames %s" % picked)
-sys.exit(0 if picked == list(range(12)) else 1)
-PYEOF
-expect prepare_folder_natural_order $? "$(tail -1 "$tmp/unpadded.log")"
+got=$(picked "$tmp/ramp_all" 30 "$tmp/unpadded_ds" 12 2>&1)
+[ "$got" = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] 30" ]
+expect prepare_folder_natural_order $? "the folder's clip holds the video's frames (and its distinct frames) $got"
 
 # A folder with images is one clip of them: the video beside them is not read, and the output says so
 mkdir -p "$tmp/thumb_beside"
