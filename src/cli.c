@@ -130,7 +130,11 @@ Config load_config(Opt *opts) {
     const char *path = required(opts, "--config");
     config_load(&c, path);
     Opt *set = opt(opts, "--set");
-    for (int i = 0; i < set->count; i++) config_set(&c, set->values[i], "--set");
+    for (int i = 0; i < set->count; i++) {  // KEY=VALUE, in order: a key given again overrides (scripts build on a base)
+        const char *kv = set->values[i], *eq = strchr(kv, '=');
+        if (!eq || eq == kv) usage_error("--set %s: expected KEY=VALUE", kv);
+        config_set(&c, kv, "--set");
+    }
     char origin[4200];  // a value out of line may be the file's or a --set's
     snprintf(origin, sizeof origin, "%s%s", path, set->count ? " with its --set" : "");
     config_validate(&c, origin);

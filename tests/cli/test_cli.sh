@@ -54,7 +54,7 @@ expect no_command 2 "no command given" "$FC"
 expect unknown_command 2 "unknown command 'trian'" "$FC" trian
 expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
 expect bad_threads 2 "--threads zero" "$FC" --threads zero --version
-expect unknown_device 1 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
+expect unknown_device 2 "--device tpu" "$FC" --device tpu inspect --config configs/tiny/starter.conf
 # a seed is a whole number (1.5 was taken as 1)
 expect seed_fraction 2 "--seed 1.5: expected a whole number" "$FC" generate --starter a --extrapolate b --interpolate c \
     --first-frame shapes:1 --frames 8 --out "$tmp/never.mp4" --seed 1.5
