@@ -22,6 +22,10 @@ static void check(int ok, const char *name, const char *fmt, ...) {
     if (!ok) g_failed++;
 }
 
+// The larger of a running worst error w and a new error e, a NaN (or a NaN among the values e came
+// from) counting as infinitely bad: fmax(w, NaN) is w, so a NaN gradient would pass a tolerance.
+static inline double worse(double w, double e) { return e <= w ? w : e == e ? e : 1.0 / 0.0; }
+
 // The whole file at `path` (malloc'ed, with a NUL after the last byte), its length in *len; NULL
 // when it cannot be opened or memory runs out.
 static inline uint8_t *test_read_file(const char *path, size_t *len) {

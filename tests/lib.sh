@@ -54,7 +54,12 @@ writing_checkpoint() {
 
 # ckpt_tensors CKPT: a digest of a checkpoint's tensors, its header left out (the header's config names
 # keys that change no tensor, such as sample_every)
-ckpt_tensors() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1" | md5sum; }
+ckpt_tensors() {  # (a missing file gives a line of its own: two missing files are not the same tensors)
+    [ -f "$1" ] || { echo "missing: $1"; return 1; }
+    local n
+    n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+    tail -c +$((9 + n)) "$1" | md5sum
+}
 
 # have PATTERN: a file matches the glob PATTERN
 have() { compgen -G "$1" > /dev/null; }

@@ -17,7 +17,9 @@ report() {  # report PASS|FAIL name message
     echo "$1 $2: $3" | tee -a "$tmp/all"
 }
 
-# run_suite NAME CMD...: the command prints PASS/FAIL lines; a crash without one is a failure.
+# run_suite NAME CMD...: the command prints PASS/FAIL lines. A failure too: a non-zero exit without a
+# FAIL line, a crash (a signal) even after FAIL lines, and an error of a shell suite's own (bash's
+# "FILE.sh: line N: ..."): an arithmetic error in an expect line skips that check without a word.
 run_suite() {
     local name=$1
     shift
@@ -29,6 +31,13 @@ run_suite() {
     cat "$tmp/out"
     if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
         report FAIL "$name" "exited with status $rc without reporting a failure"
+    elif [ $rc -gt 128 ]; then
+        report FAIL "$name" "ended by signal $((rc - 128)) after the checks above"
+    fi
+    local shell_errors
+    shell_errors=$(grep -cE '\.sh: line [0-9]+: ' "$tmp/out")
+    if [ "$shell_errors" -gt 0 ]; then
+        report FAIL "$name" "$shell_errors error(s) of the suite's own shell code, checks lost: $(grep -m1 -E '\.sh: line [0-9]+: ' "$tmp/out")"
     fi
 }
 

@@ -120,7 +120,7 @@ static void test_code_maps(void) {
             }
         const float *c = codes[s];
         double worst = 0;
-        for (int k = 0; k < 256 && n == 256; k++) worst = fmax(worst, fabs(c[k] - want[k]) / fmax(fabs(want[k]), 1e-30));
+        for (int k = 0; k < 256 && n == 256; k++) worst = worse(worst, fabs(c[k] - want[k]) / fmax(fabs(want[k]), 1e-30));
         check(n == 256 && worst < 1e-6, s == 0 ? "code_signed_values" : "code_unsigned_values",
               "256 values against the decades' linspace midpoints: worst rel. diff %.2e", worst);
     }
@@ -329,7 +329,7 @@ static void test_adamw_8bit_tracks_fp32(void) {
 
         cpu_adamw_fp32(rs.p32, g, rs.m, rs.v, n, h);
         cpu_adamw_8bit(rs.p8, g, rs.m8, rs.v8, rs.am, rs.av, g_code_s, g_code_u, n, h);
-        worst = fmax(worst, mean_rel_diff(rs.p8, rs.p32, n));
+        worst = worse(worst, mean_rel_diff(rs.p8, rs.p32, n));
         // the states against fp32's moments, which started this step from the same (dequantised) values
         for (size_t b = 0; b < nb; b++) {
             double mx_m = 0, mx_v = 0, am = rs.am[b], av = rs.av[b];

@@ -45,7 +45,7 @@ static double worst_stat_ratio(const real *f, const real *a) {
         double m, sd, m0, sd0;
         channel_stats(f + c * P, &m, &sd);
         channel_stats(a + c * P, &m0, &sd0);
-        worst = fmax(worst, fmax(fabs(m / m0 - 1), fabs(sd / sd0 - 1)));
+        worst = worse(worst, worse(fabs(m / m0 - 1), fabs(sd / sd0 - 1)));
     }
     return worst;
 }

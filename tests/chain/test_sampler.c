@@ -61,7 +61,7 @@ static double starter_error(int steps, double temperature) {
             philox_fill_normal(noise, E, 0, (real)temperature, 77, (uint32_t)b, RNG_NOISE, i * E);
             for (size_t e = 0; e < E; e++) {
                 double want = clamp1(noise[e] - velocity_at(&m->cfg, bias, e));
-                worst = fmax(worst, fabs(win[b * W + i * E + e] - want));
+                worst = worse(worst, fabs(win[b * W + i * E + e] - want));
             }
         }
     free(win), free(noise), free_model(m);
@@ -147,7 +147,7 @@ int main(void) {
             if (m->cfg.slot_kind[i] == SLOT_TARGET)
                 for (size_t e = 0; e < E; e++) {
                     double want = clamp1(value[b][from_slot[i]] - velocity_at(&m->cfg, bias, e) / 8);
-                    worst = fmax(worst, fabs(win[b * W + i * E + e] - want));
+                    worst = worse(worst, fabs(win[b * W + i * E + e] - want));
                 }
     int ties_earlier = from_slot[5] == 2 && from_slot[6] == 3;  // target:2 from context:0, target:3 from 4
     check(worst < 1e-6 && ties_earlier, "sampler_delta_targets_nearest",

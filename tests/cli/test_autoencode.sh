@@ -21,8 +21,11 @@ grep -q '^autoencode: TAESD (tiny autoencoder), width 16, 4 latent channels, 8x,
     grep -q 'latents (4, 8, 8)' "$tmp/a.log"
 expect autoencode_describes $? "$(head -2 "$tmp/a.log" | tr '\n' ' ')"
 "$FC" autoencode --vae "$dir/taesd_f16.safetensors" --input "$VIDEO" --size 64 --frames 5 > "$tmp/b.log" 2>&1
+rc_b=$?
 "$FC" autoencode --vae "$dir/taesd_f16.safetensors" --input "$VIDEO" --size 64 --frames 5 > "$tmp/c.log" 2>&1
-[ "$(tail -1 "$tmp/b.log")" = "$(tail -1 "$tmp/c.log")" ]
+rc_c=$?
+[ $rc_b -eq 0 ] && [ $rc_c -eq 0 ] && tail -1 "$tmp/b.log" | grep -q '^round trip: mean PSNR' &&
+    [ "$(tail -1 "$tmp/b.log")" = "$(tail -1 "$tmp/c.log")" ]
 expect autoencode_repeatable $? "twice: $(tail -1 "$tmp/c.log")"
 
 "$FC" autoencode --vae "$dir/kl_original.safetensors" --input "$VIDEO" --size 32 --frames 2 > "$tmp/kl.log" 2>&1

@@ -8,7 +8,11 @@ set -u
 . "$(dirname "$0")/../lib.sh"
 DATA=$SAMPLES
 PYTHON=${PYTHON:-python3}
-clips() { sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" | head -1; }
+clips() {  # a dataset's clip count, 0 when it has no dataset.json (a number always: it goes into $(( )))
+    local n
+    n=$(sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" 2> /dev/null | head -1)
+    echo "${n:-0}"
+}
 # kill9_twice RUN DATA EVERY SETS...: tiny training on DATA killed with kill -9 twice, once it has made
 # a step of its own and reached step EVERY, then 2 x EVERY (checkpoint writes held 50 ms half-written),
 # then run to its end (its output in RUN.log); `killed` counts the kills that landed, `why` says

@@ -202,7 +202,7 @@ static void test_zoom(const char *dir) {
     double cov = 0, var = 0, worst = 0;
     for (int f = 0; f < FRAMES; f++) cov += (w0[f] - mw) * (k[f] - mk), var += (k[f] - mk) * (k[f] - mk);
     double x = -cov / var, P = mw + x * mk;  // the screen column x whose point of the image P never moves
-    for (int f = 0; f < FRAMES; f++) worst = fmax(worst, fabs(w0[f] + x * k[f] - P));
+    for (int f = 0; f < FRAMES; f++) worst = worse(worst, fabs(w0[f] + x * k[f] - P));
     int ok = kmin > 1 - 0.03 && kmin < 1.05 && kmax > 1.95 && kmax < 2 + 0.03 && speed < SYNTHETIC_ZOOM_SPEED * 1.05 &&
              speed > SYNTHETIC_ZOOM_SPEED * 0.85 && worst < 0.2 && fy_gap < 0.03;
     check(ok, "synthetic_zoom", "%d frames: the crop %.3f to %.3f times the frame; a point half the frame from the "

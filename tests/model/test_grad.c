@@ -86,7 +86,7 @@ static void gradcheck(OpCheck *c, double tol) {
             double lm = loss_of(c);
             g->x[i] = orig;
             double num = (lp - lm) / (2 * h), ana = g->dx[i] - (g->overwrite ? 0 : 0.25);
-            worst = fmax(worst, fabs(num - ana));
+            worst = worse(worst, fabs(num - ana));
             scale = fmax(scale, fmax(fabs(num), fabs(ana)));
         }
         char name[128];
@@ -336,7 +336,7 @@ static void test_ln_formula(void) {
         mu /= D;
         for (int d = 0; d < D; d++) var += (x[r * D + d] - mu) * (x[r * D + d] - mu);
         double rs = 1 / sqrt(var / D + 1e-6);
-        for (int d = 0; d < D; d++) worst = fmax(worst, fabs(y[r * D + d] - (x[r * D + d] - mu) * rs));
+        for (int d = 0; d < D; d++) worst = worse(worst, fabs(y[r * D + d] - (x[r * D + d] - mu) * rs));
     }
     check(worst < 1e-9, "ln_mod_forward_formula", "D=%d, two rows of variance under eps: worst |y - (x - mean) / "
           "sqrt(var + 1e-6)| %.1e (tol 1e-9)", D, worst);
@@ -351,7 +351,7 @@ static void test_sinusoid_formula(void) {
     for (int m = 0; m < M; m++)
         for (int k = 0; k < half; k++) {
             double a = x[m] * 1.5 * pow(10000.0, -(double)k / half);
-            worst = fmax(worst, fmax(fabs(out[m * d + k] - cos(a)), fabs(out[m * d + half + k] - sin(a))));
+            worst = worse(worst, worse(fabs(out[m * d + k] - cos(a)), fabs(out[m * d + half + k] - sin(a))));
         }
     check(worst < 1e-12, "sinusoid_forward_formula", "M=%d d=%d scale 1.5: worst error %.1e (tol 1e-12)", M, d,
           worst);
@@ -449,7 +449,7 @@ static void test_network(const char *config_path, int depth, int recompute, cons
             network_loss_and_grads(m, &lm);
             x[i] = orig;
             double num = (lp - lm) / (2 * h);
-            worst = fmax(worst, fabs(num - g[i]));
+            worst = worse(worst, fabs(num - g[i]));
             scale = fmax(scale, fmax(fabs(num), fabs(g[i])));
         }
         double rel = worst / scale;

@@ -110,8 +110,8 @@ static void test_flow(void) {
         for (long e = 0; e < m->E; e++) {
             size_t k = (size_t)s * m->E + e;
             double noise = philox_normal(3, 42, RNG_NOISE, k);
-            worst = fmax(worst, fabs(m->in.xt[k] - ((1 - t) * x0[k] + t * noise)));
-            worst = fmax(worst, fabs(m->in.v[k] - (noise - x0[k])));
+            worst = worse(worst, fabs(m->in.xt[k] - ((1 - t) * x0[k] + t * noise)));
+            worst = worse(worst, fabs(m->in.v[k] - (noise - x0[k])));
             if (!target && m->in.xt[k] != x0[k]) levels_ok = 0;  // t = 0 slots are the clean frames, exactly
         }
     }
@@ -187,9 +187,9 @@ static void test_conditioning(void) {
                 continue;
             }
             const real *ref = x + ((size_t)b * c.slots + want[f]) * E;
-            for (size_t k = 0; k < E; k++) worst = fmax(worst, fabs(df[k] - 4 * (xf[k] - ref[k])));
+            for (size_t k = 0; k < E; k++) worst = worse(worst, fabs(df[k] - 4 * (xf[k] - ref[k])));
             flow_delta_to_frame(&c, back, df, ref, E);
-            for (size_t k = 0; k < E; k++) worst = fmax(worst, fabs(back[k] - xf[k]));
+            for (size_t k = 0; k < E; k++) worst = worse(worst, fabs(back[k] - xf[k]));
         }
     check(given_same && worst < 1e-6, "delta_targets",
           "targets = 4 (x - x[ref]) and back within %.1e; the given slots untouched", worst);

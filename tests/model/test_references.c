@@ -48,7 +48,7 @@ static void test_global_motion(void) {
     for (int k = 0; k < 3; k++) {
         motion_shift(moved, tex, C, N, shifts[k][0], shifts[k][1]);
         motion_estimate(tex, moved, C, N, &dx, &dy);
-        worst = fmax(worst, fmax(fabs(dx - shifts[k][0]), fabs(dy - shifts[k][1])));
+        worst = worse(worst, worse(fabs(dx - shifts[k][0]), fabs(dy - shifts[k][1])));
     }
     check(worst < 1.0 / 32, "motion_estimate_shifts", "three shifts up to 3 pixels found within %.4f pixel", worst);
     double sx, sy;
@@ -192,7 +192,7 @@ static double worst_delta_rms(Config *c, int kind, const real *win, size_t E, do
     double worst = 0;
     for (int f = 0; f < c->slots; f++) {
         if (c->slot_kind[f] != SLOT_TARGET) continue;
-        worst = fmax(worst, rms(d + f * E, E));
+        worst = worse(worst, rms(d + f * E, E));
         flow_delta_to_frame(c, back, d + f * E, refs + f * E, E);
         for (size_t e = 0; e < E; e++) *inverse = fmax(*inverse, fabs(back[e] - win[f * E + e]));
     }
