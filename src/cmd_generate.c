@@ -68,8 +68,8 @@ static const char *HELP_GENERATE =
     "                     frame is encoded, the chain runs on latents, every frame written is decoded\n"
     "                     (the given ones too: the output shows the autoencoder's round trip of them)\n"
     "\n"
-    "Only the frames later windows still read are kept in memory (a few dozen, whatever N); the\n"
-    "header says how many and how much.\n"
+    "Only the frames later windows still read are kept in memory (9 with the shipped plans, whatever\n"
+    "N); the header says how many and how much.\n"
     "\n"
     "Each run folder gives the EMA weights of its newest usable checkpoint; the runs must have been\n"
     "trained with role = starter, extrapolate and interpolate, on frames of one size.\n";
