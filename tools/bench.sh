@@ -67,7 +67,11 @@ for cfg in $CONFIGS; do
         rm -rf "$tmp/run"
         "$FC" --threads "$THREADS" --device cpu train --config "$conf" --run "$tmp/run" --steps $steps \
             --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1
-        fc_ms="$fc_ms $(sed -nE 's/^speed: ([0-9.]+) ms per step.*/\1/p' "$tmp/fc.log")"
+        # the median step after 2 (metrics.jsonl's step_ms), as PyTorch's below: the speed line's mean
+        # would let one slow step of a noisy machine count against framechain alone
+        ms=$(sed -nE 's/.*"step":([0-9]+),.*"step_ms":([0-9.]+).*/\1 \2/p' "$tmp/run/metrics.jsonl" 2> /dev/null |
+            awk '$1 >= 3 { print $2 }' | median)
+        fc_ms="$fc_ms ${ms:-0}"
         tflop=$(sed -nE 's/^speed: .* ([0-9.e+-]+) TFLOP per step.*/\1/p' "$tmp/fc.log")
         # PyTorch times steps - 2 steps after 2 of warm-up, as framechain's steady state leaves out 2
         "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$conf" --threads "$THREADS" --steps $((steps - 2)) \
@@ -117,6 +121,6 @@ EOF
     echo "(generation: $frames frames = $windows windows of $euler Euler steps; PyTorch samples the same number of windows at batch 1)"
 fi
 echo "(ratio: PyTorch's time over framechain's in each of n alternating pairs, the median and the min-max; the times:"
-echo " medians; framechain's step time is its steady state after 2 steps, PyTorch's after 2 warm-up steps; peak: % of the"
+echo " medians; a step time is the median step after 2 warm-up steps, framechain's and PyTorch's alike; peak: % of the"
 echo " sgemm peak the model FLOPs reach)"
 cat "$tmp/notes" 2> /dev/null

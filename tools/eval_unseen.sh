@@ -89,8 +89,13 @@ if scored shapes && [ ! -f "$work/shapes48/dataset.json" ]; then
 fi
 
 # ---- the three models ----
+# A rerun goes on from the runs it finds (a finished one has nothing to do): models trained by an
+# earlier build are scored as they are. Said here, so that no table passes for this build's by mistake.
 for role in starter extrapolate interpolate; do
     [ "$role" = starter ] && [ -n "${EVAL_STARTER:-}" ] && continue
+    if ls "$work/$role"/ckpt-*.safetensors > /dev/null 2>&1; then
+        echo "eval_unseen: $work/$role holds checkpoints already (the newest of $(stat -c %y "$(ls "$work/$role"/ckpt-*.safetensors | tail -1)" | cut -d. -f1)): going on from them; remove $work to train with this build from nothing"
+    fi
     "$FC" train --config "$CONFIGS/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200 "${set_args[@]}"
 done

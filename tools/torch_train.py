@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch peer of `framechain train`, for side-by-side benchmarks.
 
-The same network (tools/reference.py, written from docs/network.md), the same
+The same network (tools/reference.py, written from docs/network.md, its LayerNorm, RMS norm, GELU
+and SiLU swapped for PyTorch's fused functions of the same values), the same
 objective and batch: rectified flow with a logit-normal t on target slots,
 context slots noised to t ~ U[0, noise_aug_max], the anchor clean, masked MSE
 over the targets, gradient-norm clipping, an EMA of the weights; torch's AdamW
@@ -165,6 +166,13 @@ def main(argv=None):
         if not hasattr(F, "scaled_dot_product_attention"):
             sys.exit("--sdpa needs torch 2.x (this is %s)" % torch.__version__)
         reference.SelfAttention.forward = sdpa_forward
+    # PyTorch's own fused ops where reference.py writes an op out (it is written from docs/network.md
+    # to check framechain against, not for speed): the same values (LayerNorm without affine, eps inside
+    # the root; GELU's tanh form; SiLU; the RMS norm with rsqrt), PyTorch at its fastest
+    reference.layer_norm = lambda x, eps=1e-6: F.layer_norm(x, x.shape[-1:], eps=eps)
+    reference.gelu_tanh = lambda x: F.gelu(x, approximate="tanh")
+    reference.silu = F.silu
+    reference.RMSNorm.forward = lambda self, x: x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6) * self.weight
     torch.manual_seed(int(raw["seed"]))
     model = reference.FramechainDiT(cfg)
     reference.init_random_(model, torch.Generator().manual_seed(1))  # on the CPU, then moved
