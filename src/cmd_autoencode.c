@@ -85,13 +85,8 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
-    for (int k = 0; k < K; k++) {  // one frame at a time: memory bounded at any size
-        if (g_stop_signal) {
-            if (out) generate_output_discard(out);
-            printf("autoencode: stopped by %s after %d of %d frames%s\n", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                   k, K, out ? "; the partial output removed" : "");
-            return 128 + g_stop_signal;
-        }
+    int k = 0;
+    for (; k < K && !g_stop_signal; k++) {  // one frame at a time: memory bounded at any size
         double t0 = fc_now_s();
         if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) die_discarding(out, err);
         double t1 = fc_now_s();
@@ -105,13 +100,20 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
             die_discarding(out, err);
         }
     }
-    if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
+    int stopped = g_stop_signal;
+    if (stopped) {
+        if (out) generate_output_discard(out);
+        printf("autoencode: stopped by %s after %d of %d frames%s\n", stopped == SIGINT ? "SIGINT" : "SIGTERM", k, K,
+               out ? "; the partial output removed" : "");
+    } else {
+        if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
+        printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
+               out_path ? "; decoded frames in " : "", out_path ? out_path : "");
+        printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
-           out_path ? "; decoded frames in " : "", out_path ? out_path : "");
-    printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);
     free(frames), free(latent), free(back), free(rgb_in), free(rgb_out);
     free_autoencoder(ae);
-    return 0;
+    return stopped ? 128 + stopped : 0;
 }
