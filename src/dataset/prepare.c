@@ -61,13 +61,16 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     ss->n++;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 // Names in natural order: the numbers in them compared as numbers, so frames named f1.png .. f12.png
 // come in time order (strverscmp; zero-padded names keep their plain order).
-static int cmp_names(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_natural(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
 
-// The entries of a folder, in natural order of their names, as full paths (NULL-terminated; free with
-// free_list).
-static char **list_folder(const char *dir, int *count) {
+// The entries of a folder as full paths (NULL-terminated; free with free_list), sorted by name: in
+// natural order for a folder's frames (natural 1), in plain byte order for its videos and folders,
+// whose order is only the dataset's order of clips (kept as it was: a dataset prepared again from
+// the same folder holds the same clips in the same places).
+static char **list_folder(const char *dir, int *count, int natural) {
     DIR *d = opendir(dir);
     *count = 0;
     if (!d) return NULL;
@@ -87,7 +90,7 @@ static char **list_folder(const char *dir, int *count) {
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof(char *), cmp_names);
+    qsort(names, n, sizeof(char *), natural ? cmp_natural : cmp_str);
     names[n] = NULL;
     *count = n;
     return names;
@@ -115,7 +118,7 @@ static int expand(Sources *ss, const char *path, int depth) {
         return 0;
     }
     int n, images = 0, bad = 0;
-    char **list = list_folder(path, &n);
+    char **list = list_folder(path, &n, 0);
     if (!list) {
         printf("  %s: skipped: cannot read the folder: %s\n", path, strerror(errno));
         return 1;
@@ -264,7 +267,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     }
     if (src->kind == SOURCE_FRAME_FOLDER) {
         int n;
-        char **list = list_folder(src->path, &n);
+        char **list = list_folder(src->path, &n, 1);
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
         c->fps = *src_fps;
