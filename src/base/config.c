@@ -299,7 +299,10 @@ static int parse_text(Config *c, const char *text, size_t len, const char *origi
         memcpy(line, start, n);
         line[n] = 0;
         if (lineno == 1 && !strncmp(line, "\xEF\xBB\xBF", 3)) memmove(line, line + 3, n - 2);  // a UTF-8 BOM (Notepad)
-        char *hash = strchr(line, '#');
+        // a comment starts at a '#' that begins the line or follows a space or tab: one inside a value
+        // (a path) stays in it, where the key's own check refuses it, rather than cutting the value short
+        char *hash = line;
+        while ((hash = strchr(hash, '#')) && hash > line && hash[-1] != ' ' && hash[-1] != '\t') hash++;
         if (hash) *hash = 0;
         char *s = trim(line);
         if (!*s) continue;

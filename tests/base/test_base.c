@@ -172,6 +172,24 @@ static void test_config_refusals(void) {
           edge ? "accepted" : "REFUSED", why);
 }
 
+// A config file's comments: '#' at a line's start or after a space or tab starts one; a '#' inside a
+// value stays in it (a path with one is then refused by its key, never cut short to another path).
+static void test_config_comments(void) {
+    static const char ok_text[] = "# a comment\nlr = 3e-4   # after a space\nseed = 7\t# after a tab\n";
+    static const char path_text[] = "preview_data = /tmp/a#b\n";
+    Config c;
+    config_defaults(&c);
+    char err[512] = "";
+    int ok = config_parse_text(&c, ok_text, sizeof ok_text - 1, "test.conf", err, sizeof err) == 0 && c.lr == 3e-4 &&
+             c.seed == 7;
+    config_defaults(&c);
+    char err2[512] = "";
+    int refused = config_parse_text(&c, path_text, sizeof path_text - 1, "test.conf", err2, sizeof err2) != 0 &&
+                  strstr(err2, "/tmp/a#b") && !c.preview_data[0];
+    check(ok && refused, "config_comments", "comments after a space and a tab: %s; a value with '#' in it: %s",
+          ok ? "read" : err, refused ? err2 : "cut short and taken");
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_philox_kat();
@@ -179,5 +197,6 @@ int main(void) {
     test_philox_distributions();
     test_config_roundtrip();
     test_config_refusals();
+    test_config_comments();
     return g_failed ? 1 : 0;
 }
