@@ -1,5 +1,6 @@
-// config.h: run configuration. A config file holds `key = value` lines (# at a line's start or after a space starts a comment);
-// `--set key=value` overrides a key. Unknown keys and bad values end the program with one
+// config.h: run configuration. A config file holds `key = value` lines (a '#' at a line's start or
+// after a space starts a comment); `--set key=value` overrides a key. Unknown keys and bad values end
+// the program with one
 // line naming the file, the line and the key. The *_checked functions and config_parse_text do the
 // same work without ending the program: they return -1 with that line in `err`.
 #ifndef FRAMECHAIN_CONFIG_H
