@@ -1,8 +1,8 @@
 // config.h: run configuration. A config file holds `key = value` lines (a '#' at a line's start or
 // after a space starts a comment); `--set key=value` overrides a key. Unknown keys and bad values end
-// the program with one
-// line naming the file, the line and the key. The *_checked functions and config_parse_text do the
-// same work without ending the program: they return -1 with that line in `err`.
+// the program with one line naming the file, the line and the key. The *_checked functions and
+// config_parse_text do the same work without ending the program: they return -1 with that line in
+// `err`.
 #ifndef FRAMECHAIN_CONFIG_H
 #define FRAMECHAIN_CONFIG_H
 
