@@ -38,7 +38,6 @@ static const char *HELP_SCORE =
     "  --batch B          windows a forward pass (default 16)\n"
     "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
 
-
 int cmd_score(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--run", 1}, {"--data", 1}, {"--out", 1}, {"--reference", 1}, {"--levels", 1}, {"--top", 1},
                   {"--exclude-out", 1}, {"--batch", 1}, {"--overwrite", 0}, {NULL}};

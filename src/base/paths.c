@@ -91,8 +91,7 @@ int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
     return fd;
 }
 
-// The folder part of path ("." when it has none) into dir (PATH_MAX).
-static void folder_of(char *dir, size_t len, const char *path) {
+void fc_folder_of(char *dir, size_t len, const char *path) {
     snprintf(dir, len, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, len, ".");
@@ -105,7 +104,7 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     struct stat sd, sp;
     size_t n = strlen(path);
     if (!n || path[n - 1] == '/') return fc_errf(err, errlen, "%s '%s': a file name is needed", flag, path);
-    folder_of(dir, sizeof dir, path);
+    fc_folder_of(dir, sizeof dir, path);
     if (stat(dir, &sd))
         return errno == ENOENT ? fc_errf(err, errlen, "%s %s: the folder %s does not exist", flag, path, dir)
                                : fc_errf(err, errlen, "%s %s: the folder %s: %s", flag, path, dir, strerror(errno));
@@ -120,7 +119,7 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
 
 int fc_same_file_name(const char *a, const char *b) {
     char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
-    folder_of(da, sizeof da, a), folder_of(db, sizeof db, b);
+    fc_folder_of(da, sizeof da, a), fc_folder_of(db, sizeof db, b);
     if (!realpath(da, ra) || !realpath(db, rb) || strcmp(ra, rb)) return 0;
     const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
     return !strcmp(na ? na + 1 : a, nb ? nb + 1 : b);

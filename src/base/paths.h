@@ -22,6 +22,9 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen);
 // open) or "PATH: not a regular file (a FIFO)" (errno EINVAL).
 int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
 
+// The folder a path lies in, into dir (len bytes): "." for a bare name, "/" for one at the root.
+void fc_folder_of(char *dir, size_t len, const char *path);
+
 // An output file about to be written (through a temporary file beside it): its folder exists and can
 // be written in, and path is not a folder, nor (replace 0) an existing file. 0, or -1 with one line in
 // err naming the flag and the path. Checked before the work, so that a bad path costs nothing.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "video/video.h"
 #include "chain/sampler.h"
 #include "chain/generate.h"
@@ -34,14 +35,6 @@ static int clean_path(char *dst, const char *out) {
     if (n == 0 || n >= PATH_LEN) return -1;
     memcpy(dst, out, n), dst[n] = 0;
     return 0;
-}
-
-// The folder a path lies in: "." for a bare name, "/" for one at the root.
-static void parent_of(char *dir, const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == path) strcpy(dir, "/");
-    else snprintf(dir, PATH_LEN, "%.*s", (int)(slash - path), path);
 }
 
 static int is_frame_name(const char *name) {
@@ -87,7 +80,7 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     char out[PATH_LEN], dir[PATH_LEN];
     if (clean_path(out, out_arg)) return fc_errf(err, errlen, "--out '%s': not a usable path", out_arg);
     int video = is_video_path(out);
-    parent_of(dir, out);
+    fc_folder_of(dir, PATH_LEN, out);
     struct stat sd, so, si, sp;
     if (stat(dir, &sd))
         return errno == ENOENT ? fc_errf(err, errlen, "%s: the folder %s does not exist", out, dir)
@@ -115,7 +108,7 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
                        "output is a folder of PNGs, and --overwrite replaces only such a folder", out);
     if (!video && have_input) {  // the folder replaced must not hold the input
         char in_dir[PATH_LEN];
-        parent_of(in_dir, input);
+        fc_folder_of(in_dir, PATH_LEN, input);
         if (!stat(in_dir, &sp) && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
             return fc_errf(err, errlen, "%s: holds the --first-frame file %s; give the output another name "
                            "(--overwrite never replaces the input)", out, input);
@@ -166,7 +159,7 @@ static int leftover_of(const char *name, const char *base, long *pid) {
 // are left alone.
 static void remove_leftovers(const char *out) {
     char dir[PATH_LEN], path[2 * PATH_LEN];
-    parent_of(dir, out);
+    fc_folder_of(dir, PATH_LEN, out);
     const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
     DIR *d = opendir(dir);
     if (!d) return;
@@ -290,7 +283,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         return -1;
     }
     char dir[PATH_LEN];
-    parent_of(dir, g->out);
+    fc_folder_of(dir, PATH_LEN, g->out);
     sync_path(dir);  // the rename itself to disk; not every file system syncs a folder
     free(g->rgb), free(g);
     return 0;
