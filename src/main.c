@@ -86,10 +86,7 @@ int main(int argc, char **argv) {
         backend_cuda_set_device(dist_local_rank());
     }
     // A --device that cannot be had ends here, before any work (a name it does not know: a bad command line).
-    static const char *const devices[] = {"cpu", "cuda", "cuda-fp32", "auto"};
-    int known = 0;
-    for (int d = 0; d < 4; d++) known |= !strcmp(device, devices[d]);
-    if (!known) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
+    if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
     const Backend *be = backend_select(device);
     CommandFn run = find_command(cmd);
     if (!run) {

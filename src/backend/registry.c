@@ -157,6 +157,14 @@ __attribute__((weak)) long backend_cuda_route_calls(const char *name) { return (
 __attribute__((weak)) size_t backend_cuda_fp8_scratch_seen(int reset) { return (void)reset, 0; }
 #endif
 
+static const char *const DEVICES[] = {"cpu", "cuda", "cuda-fp32", "auto"};
+
+int backend_device_known(const char *name) {
+    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+        if (!strcmp(name, DEVICES[i])) return 1;
+    return 0;
+}
+
 const Backend *backend_select(const char *name) {
     if (!strcmp(name, "cpu")) return backend_cpu();
     const char *why = NULL;

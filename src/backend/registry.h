@@ -12,6 +12,8 @@
 
 // Backend by name ("cpu", "cuda", "cuda-fp32", "auto"); dies with one clear line when it cannot be had.
 const Backend *backend_select(const char *name);
+// 1 when name is a --device backend_select knows (cpu, cuda, cuda-fp32, auto), whether or not it can be had.
+int backend_device_known(const char *name);
 // Which backends this build has, for --version.
 void backend_print_versions(FILE *out);
 
