@@ -34,15 +34,6 @@ static const char *HELP_AUTOENCODE =
     "  --overwrite    replace an existing --out\n"
     "SIGINT or SIGTERM, or an error, removes the partial --out; a signal exits with 128 + the signal.\n";
 
-// SIGINT or SIGTERM: the frame being made is the last; the partial output is removed. A second signal
-// ends the program at once.
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    g_stop_signal = sig;
-    signal(sig, SIG_DFL);
-}
-
 // An error once the output is open: it goes first, then the one line.
 static void die_discarding(GenerateOutput *out, const char *err) {
     if (out) generate_output_discard(out);
@@ -83,10 +74,9 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     real *latent = fc_malloc(sizeof(real) * L * h * h), *back = fc_malloc(sizeof(real) * E);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    fc_catch_stop_signals();  // the frame being made is the last; the partial output is removed
     int k = 0;
-    for (; k < K && !g_stop_signal; k++) {  // one frame at a time: memory bounded at any size
+    for (; k < K && !fc_stop_signal(); k++) {  // one frame at a time: memory bounded at any size
         double t0 = fc_now_s();
         if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) die_discarding(out, err);
         double t1 = fc_now_s();
@@ -100,7 +90,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
             die_discarding(out, err);
         }
     }
-    int stopped = g_stop_signal;
+    int stopped = fc_stop_signal();
     if (stopped) {
         if (out) generate_output_discard(out);
         printf("autoencode: stopped by %s after %d of %d frames%s\n", stopped == SIGINT ? "SIGINT" : "SIGTERM", k, K,
@@ -111,8 +101,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
                out_path ? "; decoded frames in " : "", out_path ? out_path : "");
         printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);
     }
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    fc_release_stop_signals();
     free(frames), free(latent), free(back), free(rgb_in), free(rgb_out);
     free_autoencoder(ae);
     return stopped ? 128 + stopped : 0;

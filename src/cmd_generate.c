@@ -143,18 +143,12 @@ typedef struct {
 // SIGINT or SIGTERM while the chain is sampled: the frame being handed out is the last; the partial
 // output is removed and generate exits with 128 + the signal. A second signal ends it at once (the
 // next generate into the same folder removes what that leaves).
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    g_stop_signal = sig;
-    signal(sig, SIG_DFL);
-}
 
 static int emit_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
     Emit *e = ctx;
-    if (g_stop_signal)
+    if (fc_stop_signal())
         return fc_errf(err, errlen, "stopped by %s at frame %d: the partial output is removed, nothing written",
-                       g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", f);
+                       fc_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", f);
     if (!e->ae) return generate_output_add(e->out, frame, err, errlen);
     if (autoencoder_decode(e->ae, frame, 1, e->n, e->n, e->pixels, err, errlen)) return -1;
     return generate_output_add(e->out, e->pixels, err, errlen);
@@ -226,17 +220,15 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     Emit emit = {out, ae, S, pixels};
     SampleOptions so = g->sample;
     so.latent = ae != NULL;
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    fc_catch_stop_signals();
     rc = chain_sample_stream(cm, plan, first, g->given, &so, emit_frame, &emit, err, sizeof err);
     if (rc) generate_output_discard(out);
     else rc = generate_output_finish(out, err, sizeof err);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    fc_release_stop_signals();
     if (rc) fprintf(stderr, "framechain: %s\n", err);
     else printf("generate: wrote %s (%d frames, %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
     free(first), free(pixels);
-    return rc && g_stop_signal ? 128 + g_stop_signal : rc ? 1 : 0;
+    return rc && fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }
 
 int cmd_generate(int argc, char **argv, const Backend *be) {

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -163,3 +164,22 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
     }
     return 0;
 }
+
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    signal(sig, SIG_DFL);  // a second one ends the program at once
+}
+
+void fc_catch_stop_signals(void) {
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+}
+
+void fc_release_stop_signals(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+}
+
+int fc_stop_signal(void) { return g_stop_signal; }

@@ -65,4 +65,11 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 // bad on purpose.
 long fc_test_hook(const char *name);
 
+// SIGINT and SIGTERM, caught while a long command runs (train, generate, autoencode): the work
+// stops at its next safe point, fc_stop_signal() saying which came (0: none); a second one ends the
+// program at once (the default action again). fc_release_stop_signals restores the default.
+void fc_catch_stop_signals(void);
+void fc_release_stop_signals(void);
+int fc_stop_signal(void);
+
 #endif

@@ -27,13 +27,6 @@
 #include "train/lineage.h"
 #include "train/run_folder.h"
 
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    g_stop_signal = sig;
-    signal(sig, SIG_DFL);  // a second Ctrl-C ends at once; the checkpoint files are safe either way
-}
-
 // Before the run ends, for whatever reason: the checkpoint being written is completed (a failed
 // write is the error to report: it came first).
 static void finish_or_die(CkptWriter *w) {
@@ -520,8 +513,7 @@ static void checkpoint_now(Trainer *t) {
 static int run_steps(Trainer *t) {
     const Config *c = t->c;
     // From here on a stop signal lets the current step finish and be checkpointed.
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    fc_catch_stop_signals();  // a second Ctrl-C ends at once; the checkpoint files are safe either way
     t->t_start = fc_now_s();
     take_missed_preview(t);
     for (int step = t->first; step <= c->steps; step++) {
@@ -533,7 +525,7 @@ static int run_steps(Trainer *t) {
         if (step >= t->first + 2)
             t->t_timed += r.t_step, t->comm_timed += dist_comm_seconds() - comm0, t->t_timed_steps++;
         // Every rank stops at the same step: a signal any of them has seen counts for all.
-        int sig = t->ranks > 1 ? dist_max_int(g_stop_signal) : g_stop_signal;
+        int sig = t->ranks > 1 ? dist_max_int(fc_stop_signal()) : fc_stop_signal();
         int last = step == c->steps, stop = sig != 0;
         if (t->rank == 0) {
             write_metrics(t, step, &r);
@@ -610,8 +602,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
               double vram_budget, int sync_checkpoints, const TrainHooks *hooks) {
     // Start-up has nothing to save: until the loop can checkpoint, a stop signal ends train at once
     // (a large model's set-up takes minutes, and a signal held through it was a signal ignored).
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    fc_release_stop_signals();
     Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints, .hooks = hooks};
     t.on_gpu = strcmp(be->name, "cpu") != 0;
     t.rank = dist_rank(), t.ranks = dist_size();
