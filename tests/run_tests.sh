@@ -157,7 +157,8 @@ run_suite cuda "$BUILD/test_cuda"
 # The CUDA backend's kernels on the CPU (tests/cuda/emu); built wherever the CUDA toolkit's headers are,
 # with the sanitizers in the sanitizer build.
 if [ -x "$BUILD/test_cuda_emu" ]; then
-    run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings
+    # on the emulation's second GPU, as rank 1 of a machine: a thread that forgets to select it stops the run
+    run_suite cuda_emulated "$BUILD/test_cuda_emu" --quick --no-timings --gpu 1
     run_suite cuda_emulated_cli env PYTHON="$PYTHON" tests/cuda/test_cuda_emu_cli.sh "$BUILD/framechain_emu"
 elif want cuda_emulated; then
     echo "SKIP cuda_emulated: the CUDA toolkit's headers were not found (CUDA_INC=): no $BUILD/test_cuda_emu" | tee -a "$tmp/all"

@@ -30,10 +30,13 @@
 // Without a usable CUDA backend it prints "SKIP cuda: <why>" and exits 0. Built against
 // tests/cuda/emu (build/test_cuda_emu) the same checks run the CUDA backend's code on the CPU.
 //
-// usage (from the repository root): test_cuda [--quick] [--no-timings] [--seed N] [--cpu-as-cuda]
+// usage (from the repository root): test_cuda [--quick] [--no-timings] [--seed N] [--gpu N] [--cpu-as-cuda]
+//   --gpu N opens GPU N (modulo the GPUs found), as rank N of a machine does;
 //   --quick leaves out the long reductions and the 24 GB preset's shapes (the CPU reference is the slow
 //   side); --no-timings leaves out section 4; --cpu-as-cuda puts the CPU backend in CUDA's place, to try this harness on a machine
 //   without a GPU (every error is then 0; use --quick with it). On an H100 the whole run takes 15 s.
+#include <pthread.h>
+
 #include "cuda/cuda_harness.h"
 
 const Backend *g_cpu, *g_gpu;
@@ -346,24 +349,36 @@ static void t_randn(size_t n, uint64_t seed, uint32_t step, uint32_t stream, uin
     bfree(&o);
 }
 
+// download_wait from a thread of its own, as the checkpoint writer waits (checkpoint_async.c).
+static void *wait_in_thread(void *arg) {
+    (void)arg;
+    g_gpu->download_wait();
+    return NULL;
+}
+
 // The checkpoint writer's download: ordered after the kernel issued just before it (no sync in
 // between: the copy runs on a side stream), in two pieces in flight at once, the same bytes as a
-// plain download. Three rounds, each over the last one's values, so that a stale copy shows.
+// plain download. Four rounds, each over the last one's values, so that a stale copy shows; the
+// last one waited for by another thread, which must wait on this process's GPU (with --gpu 1 on the
+// emulation, a thread that stays on GPU 0 stops the program: cuda_emu_runtime.cpp).
 static void t_download_async(size_t n) {
     real *dev = g_gpu->alloc(sizeof(real) * n), *ref = fc_malloc(sizeof(real) * n);
     real *pinned = g_gpu->host_alloc(sizeof(real) * n);
     size_t half = n / 2, bad = 0;
-    for (uint32_t k = 0; k < 3; k++) {
+    for (uint32_t k = 0; k < 4; k++) {
         g_gpu->randn(dev, n, 0, 1, g_seed, 1000 + k, RNG_TEST, 0);
         g_gpu->download_async(pinned, dev, sizeof(real) * half);
         g_gpu->download_async(pinned + half, dev + half, sizeof(real) * (n - half));
-        g_gpu->download_wait();
+        pthread_t waiter;
+        if (k < 3) g_gpu->download_wait();
+        else if (pthread_create(&waiter, NULL, wait_in_thread, NULL) || pthread_join(waiter, NULL))
+            fc_die("test_cuda: cannot start a thread");
         g_gpu->download(ref, dev, sizeof(real) * n);
         for (size_t i = 0; i < n; i++) bad += memcmp(&pinned[i], &ref[i], sizeof(real)) != 0;
     }
     check(bad == 0, "cuda_download_async",
-          "n=%zu, 3 rounds of randn then two copies without a sync: %zu elements differ from a plain download", n,
-          bad);
+          "n=%zu, 4 rounds of randn then two copies without a sync, the last waited for by another thread: %zu "
+          "elements differ from a plain download", n, bad);
     g_gpu->host_free(pinned), g_gpu->free(dev), free(ref);
 }
 
@@ -530,7 +545,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-timings")) timings = 0;
         else if (!strcmp(argv[i], "--cpu-as-cuda")) self = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
-        else fc_die("usage: test_cuda [--quick] [--no-timings] [--seed N] [--cpu-as-cuda] (unknown option %s)", argv[i]);
+        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc) backend_cuda_set_device(atoi(argv[++i]));
+        else fc_die("usage: test_cuda [--quick] [--no-timings] [--seed N] [--gpu N] [--cpu-as-cuda] (unknown option %s)",
+                    argv[i]);
     }
     fc_set_threads(fc_default_threads());
     const char *why = NULL;

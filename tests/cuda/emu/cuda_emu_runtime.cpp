@@ -1,9 +1,10 @@
 // cuda_emu_runtime.cpp: the CUDA runtime and cuBLAS calls the backend makes, on the CPU, for the
 // emulation build (cuda_emu.h). Device memory is host memory; the default stream's work runs when
 // it is issued, a non-blocking stream's copies when something waits for them ("streams and
-// events" below); the device it reports is an sm_89 card (an RTX 4090: the RTX 3090's limits, 99 KiB
+// events" below); the devices it reports are sm_89 cards (an RTX 4090: the RTX 3090's limits, 99 KiB
 // of shared memory a block at most, the smallest opt-in of the GPUs framechain targets, and fp8
-// tensor cores). GEMMs run through OpenBLAS: bf16 and fp8 operands are widened to fp32 (exactly) and
+// tensor cores), two of them, so that ranks of one machine each take their own ("devices and host
+// threads" below). GEMMs run through OpenBLAS: bf16 and fp8 operands are widened to fp32 (exactly) and
 // multiplied with fp32 accumulation, as the tensor cores do.
 #include <cblas.h>
 #include <stdio.h>
@@ -19,6 +20,40 @@
 void fc_emu_allow_smem(const void *kernel, int bytes);
 
 #define EMU_SMEM_OPTIN 101376  // sm_86 and sm_89: 99 KiB of shared memory per block at most
+
+// ----------------------------------------------------------------------------
+// devices and host threads
+//
+// A host thread starts on GPU 0 and stays on the GPU its last cudaSetDevice chose; its first call
+// that works on a GPU opens that GPU's context for the process (several hundred MiB of that GPU's
+// memory). framechain is one GPU a process (a rank), so a second GPU's context is always a bug: a
+// thread that forgot cudaSetDevice (the checkpoint writer, a loader) working for a rank on GPU 1
+// opens a context on GPU 0, and every rank's does: the first GPU fills up on a machine of eight. The
+// emulation stops the program at that call. FRAMECHAIN_EMU_GPUS sets how many it reports (1 to 8).
+
+static thread_local int t_device;               // this host thread's current GPU
+static std::atomic<int> g_context_device{-1};  // the GPU whose context the process opened (-1: none yet)
+
+static int emu_gpu_count(void) {
+    static int count;
+    if (!count) {
+        const char *env = getenv("FRAMECHAIN_EMU_GPUS");
+        int n = env ? atoi(env) : 2;
+        if (n < 1 || n > 8) fc_die("FRAMECHAIN_EMU_GPUS=%s: the CUDA emulation reports 1 to 8 GPUs", env);
+        count = n;
+    }
+    return count;
+}
+
+// A call of this thread that works on its current GPU (call: what it is, for the message).
+static void on_device(const char *call) {
+    int expected = -1;
+    if (g_context_device.compare_exchange_strong(expected, t_device) || expected == t_device) return;
+    fc_die("CUDA emulation: %s on GPU %d from a host thread that did not select this process's GPU %d: the CUDA "
+           "runtime opens a second context there, on a GPU another rank may use (hint: cudaSetDevice(%d) in "
+           "this thread first: the current GPU is per host thread)",
+           call, t_device, expected, expected);
+}
 
 // ----------------------------------------------------------------------------
 // streams and events
@@ -64,14 +99,15 @@ static void check_unchanged(const EmuCopy &c) {
                "cudaStreamSynchronize on the copy's stream first): a GPU may still be copying it",
                c.count);
 }
-static void default_stream_work(void) {
+static void default_stream_work(const char *call) {
+    on_device(call);
     g_default_work++;
     std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
     for (const EmuStream *s : g_streams)
         for (const EmuCopy &c : s->held) check_unchanged(c);
     for (const EmuCopy &c : g_watched) check_unchanged(c);
 }
-void fc_emu_default_stream_work(void) { default_stream_work(); }  // a kernel launch (cuda_emu.cpp)
+void fc_emu_default_stream_work(void) { default_stream_work("a kernel launch"); }  // cuda_emu.cpp
 
 // The held copies of stream s run (by a wait of this thread); those this thread issued are no
 // longer watched, the others are until their issuer waits.
@@ -98,10 +134,12 @@ static void run_all_held(void) {
 extern "C" {
 
 cudaError_t cudaMalloc(void **ptr, size_t size) {
+    on_device("cudaMalloc");
     *ptr = aligned_alloc(256, (size + 255) / 256 * 256);
     return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void *ptr) {
+    on_device("cudaFree");
     run_all_held();  // cudaFree waits for the device
     free(ptr);
     return cudaSuccess;
@@ -109,14 +147,15 @@ cudaError_t cudaFree(void *ptr) {
 cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaMalloc(ptr, size); }
 cudaError_t cudaFreeHost(void *ptr) { return cudaFree(ptr); }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
-    default_stream_work();
+    default_stream_work("cudaMemcpy");
     memmove(dst, src, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t s) {
     EmuStream *st = (EmuStream *)s;
+    on_device("cudaMemcpyAsync");
     if (!st || !st->nonblocking) {  // the default stream, or a blocking stream that runs in its order
-        default_stream_work();
+        default_stream_work("cudaMemcpyAsync");
         memmove(dst, src, count);
         return cudaSuccess;
     }
@@ -132,15 +171,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *ptr, int value, size_t count) {
-    default_stream_work();
+    default_stream_work("cudaMemset");
     memset(ptr, value, count);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    on_device("cudaDeviceSynchronize");
     run_all_held();
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    on_device("cudaStreamCreateWithFlags");
     std::lock_guard<std::recursive_mutex> lock(g_streams_mutex);
     EmuStream *s = new EmuStream{(flags & cudaStreamNonBlocking) != 0, 0, {}};
     g_streams.push_back(s);
@@ -148,15 +189,18 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) 
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    on_device("cudaEventCreateWithFlags");
     *event = (cudaEvent_t) new EmuEvent{NULL, 0};
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    on_device("cudaEventRecord");
     EmuEvent *e = (EmuEvent *)event;
     e->stream = (EmuStream *)stream, e->covers = g_default_work;
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+    on_device("cudaStreamWaitEvent");
     EmuStream *st = (EmuStream *)stream;
     EmuEvent *e = (EmuEvent *)event;
     if (!e->stream && st) st->ordered = std::max(st->ordered, e->covers);  // after the default stream's work
@@ -164,6 +208,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    on_device("cudaStreamSynchronize");
     if (stream) run_held((EmuStream *)stream);
     return cudaSuccess;
 }
@@ -181,11 +226,16 @@ cudaError_t cudaDriverGetVersion(int *version) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int *count) {
-    *count = 1;
+    *count = emu_gpu_count();
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= emu_gpu_count()) return cudaErrorInvalidDevice;
+    t_device = device;
+    return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device < 0 || device >= emu_gpu_count()) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CUDA emulation on the CPU");
     prop->major = 8, prop->minor = 9;
@@ -198,6 +248,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    on_device("cudaFuncSetAttribute");
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
     if (value > EMU_SMEM_OPTIN) return cudaErrorInvalidValue;  // as an sm_86 or sm_89 card answers
     fc_emu_allow_smem(func, value);
@@ -212,6 +263,7 @@ struct cublasContext {
 };
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
+    on_device("cublasCreate");
     *handle = new cublasContext{CUBLAS_POINTER_MODE_HOST};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -240,7 +292,7 @@ static cublasStatus_t sgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                               float *C, int ldc) {
-    default_stream_work();
+    default_stream_work("a cuBLAS call");
     return sgemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 
@@ -289,7 +341,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-    default_stream_work();
+    default_stream_work("a cuBLAS call");
     if (!bf16_types(Atype, Btype, Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm_bf16(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -317,7 +369,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    const void *const B[], cudaDataType Btype, int ldb, const void *beta,
                                    void *const C[], cudaDataType Ctype, int ldc, int batch,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-    default_stream_work();
+    default_stream_work("a cuBLAS call");
     int c16 = Ctype == CUDA_R_16BF;
     if (!bf16_types(Atype, Btype, c16 ? CUDA_R_32F : Ctype, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
@@ -476,6 +528,7 @@ long fc_emu_cublaslt_gelu_products(int backward) { return g_lt_gelu_products[bac
 long fc_emu_cublaslt_fp8_products(void) { return g_lt_fp8_products; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+    on_device("cublasLtCreate");
     *handle = new cublasLtContext{0};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -577,7 +630,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
-    default_stream_work();
+    default_stream_work("a cuBLAS call");
     uint64_t m, n, k;
     cublasStatus_t st = lt_problem(desc, a, b, c, d, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
