@@ -28,7 +28,7 @@ static const char *HELP_AUTOENCODE =
     "  --vae FILE     a .safetensors file of an autoencoder (F32, F16 or BF16)\n"
     "  --input VIDEO  a video (or a PNG or JPEG: one frame), at least N x N\n"
     "  --size N       the frames' side, a multiple of 8 (default 256)\n"
-    "  --frames K     how many frames (default 8)\n"
+    "  --frames K     how many frames (default 8; an image: 1)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
     "  --overwrite    replace an existing --out\n"
@@ -49,7 +49,11 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     }
     const char *vae = required(opts, "--vae"), *input = required(opts, "--input");
     int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
-    int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000) : 8;
+    // an image is one frame: its default; more of it is refused below, by name
+    int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000)
+                                         : is_image_path(input) ? 1 : 8;
+    if (K > 1 && is_image_path(input))
+        usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video)", K, input);
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
@@ -99,7 +103,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
         if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
         printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
                out_path ? "; decoded frames in " : "", out_path ? out_path : "");
-        printf("round trip: mean PSNR %.2f dB over %d frames (min %.2f, max %.2f)\n", sum / K, K, lo, hi);
+        printf("round trip: mean PSNR %.2f dB over %d frame%s (min %.2f, max %.2f)\n", sum / K, K, K == 1 ? "" : "s", lo, hi);
     }
     fc_release_stop_signals();
     free(frames), free(latent), free(back), free(rgb_in), free(rgb_out);

@@ -212,7 +212,7 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
            "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, S, S, be->name, plan->count,
            cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
     char guards[256];
-    chain_describe_guards(&g->sample, guards, sizeof guards);
+    chain_describe_guards(&g->sample, g->given, guards, sizeof guards);
     printf("generate: %s\n", guards);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);

@@ -28,7 +28,7 @@ static const char *HELP_INSPECT =
     "--ranks N plans one rank of N (mpirun -np N): batch_size / N windows, and with shard_optimizer its\n"
     "1/N of the optimizer state and EMA (docs/distributed.md).\n"
     "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
-    "the exit status is 1 when any CRC fails.\n"
+    "the exit status is 1 when any CRC fails; a dataset's shard file: each clip read and checked alike.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
     "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n"
     "With a run folder (train --run): its checkpoints' steps and where its metrics end, then its newest\n"
@@ -67,11 +67,29 @@ static void print_file_meta(const StFile *f) {
     if (config) printf("config:\n%s", config);
 }
 
+// A shard's clips: why each fails its check (NULL: it checks), by clip number.
+typedef struct {
+    char **why;
+    int n;
+} ShardVerdicts;
+static int note_clip(int k, const char *why, void *ctx) {
+    ShardVerdicts *v = ctx;
+    if (k < v->n && why) v->why[k] = memcpy(fc_malloc(strlen(why) + 1), why, strlen(why) + 1);
+    return 0;
+}
+
 // A checkpoint (or any safetensors file): its trainer state, its config, every tensor and its CRC.
+// A dataset's shard: every clip inflated and checked against its CRC32, as the dataset's check does.
 static int inspect_file(const char *path) {
     StFile f;
     char err[1024];
     if (st_read(path, &f, err, sizeof err)) fc_die("%s", err);
+    const char *format = st_meta(&f, "format");
+    ShardVerdicts shard = {NULL, 0};
+    if (format && !strcmp(format, "framechain-shard")) {
+        shard.n = f.n, shard.why = fc_calloc((size_t)f.n + 1, sizeof(char *));
+        if (shard_check_clips(&f, path, note_clip, &shard, err, sizeof err) < 0) fc_die("%s", err);
+    }
     print_file_meta(&f);
     int bad = 0, unchecked = 0;
     size_t bytes = 0;
@@ -82,7 +100,11 @@ static int inspect_file(const char *path) {
         snprintf(key, sizeof key, "crc32.%s", e->name);
         const char *want = st_meta(&f, key);
         const char *status = "no CRC";
-        if (want) {
+        int k = -1;
+        if (shard.why && sscanf(e->name, "clip.%d", &k) == 1 && k >= 0 && k < shard.n) {
+            status = shard.why[k] ? "CRC BAD" : "CRC ok";
+            bad += shard.why[k] != NULL;
+        } else if (want) {
             unsigned long got = crc32_z(0L, st_data(&f, e), (z_size_t)(e->end - e->begin));
             status = strtoul(want, NULL, 16) == got ? "CRC ok" : "CRC BAD";
             bad += status[4] == 'B';
@@ -93,11 +115,14 @@ static int inspect_file(const char *path) {
         for (int d = 0; d < e->ndim && used < sizeof shape; d++)
             used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%ld", d ? ", " : "", e->shape[d]);
         if (used < sizeof shape - 1) strcat(shape, ")");
-        printf("  %-48s %-4s %-16s %s\n", e->name, e->dtype, shape, status);
+        printf("  %-48s %-4s %-16s %s%s%s\n", e->name, e->dtype, shape, status, k >= 0 && shard.why && shard.why[k] ? ": " : "",
+               k >= 0 && shard.why && shard.why[k] ? shard.why[k] : "");
         bytes += e->end - e->begin;
     }
     printf("%d tensors, %zu bytes of data: %s\n", f.n, bytes,
            bad ? "SOME CRCs FAIL" : unchecked ? "no CRC for some tensors" : "every CRC checks");
+    for (int k = 0; k < shard.n; k++) free(shard.why[k]);
+    free(shard.why);
     st_free(&f);
     return bad ? 1 : 0;
 }

@@ -58,7 +58,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     // both outputs checked before any scoring (a bad path would cost the whole run, or leave one file)
     if (fc_check_output_file("--out", out, overwrite, err, sizeof err) ||
         (ex && fc_check_output_file("--exclude-out", ex, overwrite, err, sizeof err)))
-        usage_error("%s", err);
+        fc_die("%s", err);  // a file that is there, or a folder that is not: 1, as generate says it
     if (ex && fc_same_file_name(out, ex)) usage_error("--out and --exclude-out name one file: %s", out);
 
     Dataset *d = dataset_open(data, err, sizeof err);

@@ -75,6 +75,8 @@ int main(int argc, char **argv) {
         }
         usage_error("unknown option '%s'", a);
     }
+    // A --device it does not know: a bad command line, whatever follows (--device is framechain's option).
+    if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
     if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot, score or autoencode");
     fc_set_threads(threads ? threads : fc_default_threads());
     const char *cmd = argv[i];
@@ -85,9 +87,10 @@ int main(int argc, char **argv) {
         dist_start();
         backend_cuda_set_device(dist_local_rank());
     }
-    // A --device that cannot be had ends here, before any work (a name it does not know: a bad command line).
-    if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
-    const Backend *be = backend_select(device);
+    // A device that cannot be had ends here, before any work; a command's --help needs none.
+    int help = 0;
+    for (int j = i + 1; j < argc; j++) help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
+    const Backend *be = help ? backend_cpu() : backend_select(device);
     CommandFn run = find_command(cmd);
     if (!run) {
         cli_set_command(NULL);

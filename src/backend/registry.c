@@ -56,25 +56,25 @@ static void *cuda_fn(const char *name, const char **why) {
     return fn;
 }
 
-// Whether this machine has an NVIDIA driver at all (Linux, or WSL's /dev/dxg): --device auto asks
-// this before it opens the library.
+// Whether this machine has an NVIDIA driver at all (Linux, or WSL's /dev/dxg): asked before the
+// library is opened. FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 opens it anyway (tests/cli/test_cli.sh:
+// the library loads and answers without a driver, as CUDA does).
 static int nvidia_driver_present(void) {
     return !access("/proc/driver/nvidia/version", F_OK) || !access("/dev/nvidiactl", F_OK) ||
-           !access("/dev/dxg", F_OK);
+           !access("/dev/dxg", F_OK) || fc_test_hook("ASSUME_NVIDIA_DRIVER") == 1;
 }
 
+// Without a driver the runtime's own answer would be that the driver is too old: said plainly instead.
 __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
-    const Backend *(*fn)(int, const char **) = (const Backend *(*)(int, const char **))cuda_fn(
-        "backend_cuda_precision", why);
-    return fn ? fn(bf16, why) : NULL;
-}
-__attribute__((weak)) const Backend *backend_cuda(const char **why) {
     if (!g_cuda_lib && !nvidia_driver_present()) {
         if (why) *why = "no NVIDIA driver on this machine (no /proc/driver/nvidia, /dev/nvidiactl or /dev/dxg)";
         return NULL;
     }
-    return backend_cuda_precision(1, why);
+    const Backend *(*fn)(int, const char **) = (const Backend *(*)(int, const char **))cuda_fn(
+        "backend_cuda_precision", why);
+    return fn ? fn(bf16, why) : NULL;
 }
+__attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }
 // Remembered, not a reason to open the library: train calls it on every run, the CPU's too.
 __attribute__((weak)) void backend_cuda_set_device(int index) {
     g_cuda_device = index;

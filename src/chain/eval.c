@@ -295,7 +295,7 @@ static void print_header(const Eval *ev) {
            steps, o->guidance, temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
     char guards[256];
-    chain_describe_guards(&ev->guards, guards, sizeof guards);
+    chain_describe_guards(&ev->guards, o->given, guards, sizeof guards);
     printf("eval: %s\n", guards);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",

@@ -307,15 +307,17 @@ void chain_describe_temperature(const ChainModels *cm, double temperature, char 
     else snprintf(buf, len, "temperature %g / %g / %g (starter / extrapolate / interpolate)", T[0], T[1], T[2]);
 }
 
-void chain_describe_guards(const SampleOptions *o, char *buf, size_t len) {
-    char sharp[64] = "off", colour[160] = "off";
-    if (o->sharpness_guard > 0) snprintf(sharp, sizeof sharp, "at most %gx frame 0's", 1 + o->sharpness_guard);
+void chain_describe_guards(const SampleOptions *o, int given, char *buf, size_t len) {
+    char sharp[64] = "off", colour[160] = "off", anchor[32];
+    snprintf(anchor, sizeof anchor, "frame %d's", given > 1 ? given - 1 : 0);  // the anchor of the windows
+    if (o->sharpness_guard > 0) snprintf(sharp, sizeof sharp, "at most %gx %s", 1 + o->sharpness_guard, anchor);
     if (o->colour_guard > 0 && o->colour_ramp > 0)
-        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's from %d frames after "
-                 "the last given one (a wider band before)", 1 - o->colour_guard, 1 + o->colour_guard, o->colour_ramp);
+        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx %s from %d frames after "
+                 "the last given one (a wider band before)", 1 - o->colour_guard, 1 + o->colour_guard, anchor,
+                 o->colour_ramp);
     else if (o->colour_guard > 0)
-        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx frame 0's", 1 - o->colour_guard,
-                 1 + o->colour_guard);
+        snprintf(colour, sizeof colour, "channel means and contrasts within %g-%gx %s", 1 - o->colour_guard,
+                 1 + o->colour_guard, anchor);
     snprintf(buf, len, "drift guards: sharpness %s, colour %s", sharp, colour);
 }
 

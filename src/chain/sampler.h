@@ -80,8 +80,8 @@ void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t le
 // "temperature 1 / 0.85 / 0.85 (starter / extrapolate / interpolate)", as chain_describe_steps.
 void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len);
 // "drift guards: sharpness at most 1.05x frame 0's, colour off": the guards of SampleOptions, for the
-// header lines of generate and eval.
-void chain_describe_guards(const SampleOptions *o, char *buf, size_t len);
+// header lines of generate and eval; from `given` frames, the anchor is the last of them (frame 6's).
+void chain_describe_guards(const SampleOptions *o, int given, char *buf, size_t len);
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
 // given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:

@@ -253,7 +253,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     const PrepareOptions *o = c->o;
     long frames = 0;
     why[0] = 0;
-    *src_side = 0;  // a video's shorter side (0: not known)
+    *src_side = 0;  // the source's shorter side (0: not known); a frame folder's: its smallest frame's
     if (src->kind == SOURCE_SYNTHETIC) {  // no clock either: one frame per output frame
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
         if (!syn) return -1;
@@ -274,10 +274,12 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         for (int i = 0; list && i < n; i++) {
             if (!is_image_path(list[i])) continue;
             char err[512];
-            if (image_load_square(list[i], o->size, frame, err, sizeof err)) {
+            int side;
+            if (image_load_square_side(list[i], o->size, frame, &side, err, sizeof err)) {
                 snprintf(why, len, "stopped at a bad frame: %s", err);  // names the frame's file
                 break;
             }
+            if (!*src_side || side < *src_side) *src_side = side;
             cutter_frame(c, frame, frames * dt);
             frames++;
         }
@@ -368,7 +370,9 @@ int prepare_run(const PrepareOptions *o) {
             printf("%ld frames -> %ld clips (%.0f frames/s)%s%s", frames, c.clips, frames / (fc_now_s() - ts + 1e-9),
                    why[0] ? "; " : "", why);
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
-            if (side > 0 && side < o->size) printf("; upscaled: its shorter side is %d pixels, under --size %d", side, o->size);
+            if (side > 0 && side < o->size)
+                printf("; upscaled: its %sshorter side is %d pixels, under --size %d",
+                       src->kind == SOURCE_FRAME_FOLDER ? "smallest frame's " : "", side, o->size);
             if (c.gaps_closed)
                 printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
                        "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");

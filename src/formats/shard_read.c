@@ -419,34 +419,48 @@ int decode_clip(const Src *src, uint64_t stored, int zlib, uint8_t *out, size_t 
     return decode_raw(src, stored, out, raw, crc, why, whylen);
 }
 
+int shard_check_clips(const StFile *f, const char *name, ShardClipFn each, void *ctx, char *err, size_t errlen) {
+    ShardInfo si;
+    if (shard_info(f, name, &si, err, errlen)) return -1;
+    int bad = 0;
+    for (int k = 0; k < si.clips; k++) {
+        const ClipRec *c = &si.clip[k];
+        Src src = {.mem = f->bytes + c->offset, .fd = -1};
+        char why[512] = "";
+        uint32_t crc;
+        int unit;
+        if (si.C) {
+            if (c->stored != si.raw)
+                snprintf(why, sizeof why, "%llu bytes stored for %zu", (unsigned long long)c->stored, si.raw);
+            else if ((unit = first_bad_unit(src.mem, 2 * si.F, si.unit, c->unit_crc)) >= 0)
+                snprintf(why, sizeof why, "frame %d%s: CRC32 mismatch", unit / 2, unit % 2 ? " (mirrored)" : "");
+        } else if (!decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why) && crc != c->crc) {
+            snprintf(why, sizeof why, "CRC32 mismatch: the data gives %08x, the metadata says %08x", crc, c->crc);
+        }
+        bad += why[0] != 0;
+        if (each && each(k, why[0] ? why : NULL, ctx)) break;
+    }
+    shard_info_free(&si);
+    return bad;
+}
+
+// shard_check_bytes stops at the first bad clip, its reason in err.
+typedef struct {
+    char *err;
+    size_t errlen;
+} FirstBad;
+static int stop_at_bad(int k, const char *why, void *ctx) {
+    FirstBad *fb = ctx;
+    if (why) fc_errf(fb->err, fb->errlen, "shard: clip.%d: %s", k, why);
+    return why != NULL;
+}
+
 int shard_check_bytes(const uint8_t *bytes, size_t len, char *err, size_t errlen) {
     StFile f;
     char why[512];
     if (st_parse(&f, bytes, len, why, sizeof why)) return fc_errf(err, errlen, "shard: %s", why);
-    ShardInfo si;
-    if (shard_info(&f, "shard", &si, err, errlen)) {
-        st_free(&f);
-        return -1;
-    }
-    int rc = 0;
-    for (int k = 0; k < si.clips && !rc; k++) {
-        const ClipRec *c = &si.clip[k];
-        Src src = {.mem = f.bytes + c->offset, .fd = -1};
-        uint32_t crc;
-        int bad;
-        if (si.C) {
-            if (c->stored != si.raw) rc = fc_errf(err, errlen, "shard: clip.%d: %llu bytes stored for %zu", k,
-                                                  (unsigned long long)c->stored, si.raw);
-            else if ((bad = first_bad_unit(src.mem, 2 * si.F, si.unit, c->unit_crc)) >= 0)
-                rc = fc_errf(err, errlen, "shard: clip.%d: frame %d%s: CRC32 mismatch", k, bad / 2,
-                             bad % 2 ? " (mirrored)" : "");
-        } else if (decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why))
-            rc = fc_errf(err, errlen, "shard: clip.%d: %s", k, why);
-        else if (crc != c->crc)
-            rc = fc_errf(err, errlen, "shard: clip.%d: CRC32 mismatch: the data gives %08x, the metadata says %08x", k,
-                         crc, c->crc);
-    }
-    shard_info_free(&si);
+    FirstBad fb = {err, errlen};
+    int bad = shard_check_clips(&f, "shard", stop_at_bad, &fb, err, errlen);
     st_free(&f);
-    return rc;
+    return bad ? -1 : 0;
 }

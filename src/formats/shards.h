@@ -45,6 +45,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats/safetensors.h"
+
 #define SHARD_DEFAULT_BYTES ((size_t)256 << 20)  // clip bytes per shard when max_shard_bytes is 0
 #define SHARD_MAX_FRAME_SIZE 8192                 // N at most
 #define SHARD_MAX_CHANNELS 1024                   // latent channels at most
@@ -137,6 +139,13 @@ typedef struct {
     uint32_t crc32;     // of the raw bytes
 } ClipLocation;
 int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out);
+
+// Every clip of a shard file that was read (st_read or st_parse; name starts the errors) inflated in
+// bounded memory and checked against its CRC32s; each(k, why, ctx) for clip.k, why NULL when it
+// checks (a non-zero return stops). The number of bad clips, or -1 with err when the shard's
+// metadata is not a shard's.
+typedef int (*ShardClipFn)(int k, const char *why, void *ctx);
+int shard_check_clips(const StFile *f, const char *name, ShardClipFn each, void *ctx, char *err, size_t errlen);
 
 // Validate a whole shard held in memory (for the fuzzer and tests): the safetensors layout, the
 // metadata, every clip inflated (in bounded memory) and CRC-checked. Returns 0, or -1 with a

@@ -138,11 +138,19 @@ static unsigned long be32(const uint8_t *p) {
     return (unsigned long)p[0] << 24 | (unsigned long)p[1] << 16 | (unsigned long)p[2] << 8 | p[3];
 }
 
+static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *side, char *err, size_t errlen);
+
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
-    return image_load_square_min(path, size, 0, rgb, err, errlen);
+    return load_square(path, size, 0, rgb, NULL, err, errlen);
+}
+int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
+    return load_square(path, size, min_side, rgb, NULL, err, errlen);
+}
+int image_load_square_side(const char *path, int size, uint8_t *rgb, int *side, char *err, size_t errlen) {
+    return load_square(path, size, 0, rgb, side, err, errlen);
 }
 
-int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
+static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *side, char *err, size_t errlen) {
     quiet_ffmpeg();
     if (!path || !*path) return fc_errf(err, errlen, "image: empty path");
     if (size < 1 || size > VIDEO_MAX_SIZE || !rgb)
@@ -185,6 +193,7 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
         free(bytes);
         return -1;
     }
+    if (side) *side = w < h ? w : h;
     uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, 3);
     free(bytes);
     if (!px) return fc_errf(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());

@@ -141,8 +141,12 @@ fi
 # are made (another seed, other frames); frame 0 as from one given frame
 for k in 1 7:1 7:2; do
     "$FC" generate "${RUNS[@]}" --first-frame "$VIDEO" --given ${k%:*} --seed ${k#*:} --frames 16 --steps 2 \
-        --out "$tmp/given$k" --quiet > /dev/null 2>&1
+        --out "$tmp/given$k" --quiet > "$tmp/given$k.log" 2>&1
 done
+# the guards' line names the frame they hold to: the windows' anchor, frame 6 from 7 given
+grep -q "^generate: drift guards: sharpness at most 1.05x frame 0's" "$tmp/given1.log" &&
+    grep -q "^generate: drift guards: sharpness at most 1.05x frame 6's" "$tmp/given7:1.log"
+expect generate_given_guard_anchor $? "$(grep -h 'drift guards' "$tmp/given1.log" "$tmp/given7:1.log" | tr '\n' ' ')"
 same_given=1
 for f in 0 1 2 3 4 5 6; do cmp -s "$tmp/given7:1/frame-00000$f.png" "$tmp/given7:2/frame-00000$f.png" || same_given=0; done
 if [ $same_given = 1 ] && cmp -s "$tmp/given1/frame-000000.png" "$tmp/given7:1/frame-000000.png" &&

@@ -24,6 +24,7 @@ one_line_refusal() {
     shift 2
     "$@" > "$tmp/out" 2> "$tmp/err"
     rc=$?
+    refusal_rc=$rc
     if [ $rc -ne 0 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "$pattern" "$tmp/err"; then
         pass "$name" "exit $rc: $(cat "$tmp/err")"
     else
@@ -159,6 +160,7 @@ one_line_refusal score_plan_too_long "spans 7 frames, more than its clips have" 
     fc score --run "$run" --data "$tmp/short" --out "$tmp/x.tsv"
 one_line_refusal score_out_exists "the file exists (give --overwrite" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv"
+expect score_out_exists_status_1 $(( refusal_rc != 1 )) "status $refusal_rc: 1 for a file, as generate's --out (2: a bad command line)"
 fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --overwrite > /dev/null 2>&1
 expect score_overwrite $? "--overwrite replaces it"
 # outputs that cannot be: refused before any scoring (the output file never written)

@@ -43,6 +43,13 @@ size=$("$PYTHON" -c 'import struct, sys; print("%dx%d" % struct.unpack(">II", op
 [ $rc -eq 0 ] && [ "$pngs" = 8 ] && [ "$size" = 256x256 ] && grep -q 'over 8 frames' "$tmp/d.log"
 expect autoencode_defaults $? "exit $rc; $pngs frames written of ${size:-?} (expected 8 of 256x256); $(tail -1 "$tmp/d.log")"
 
+# an image is one frame: without --frames, that frame; with --frames 3, refused by name
+ffmpeg -v error -i "$VIDEO" -frames:v 1 "$tmp/first.png"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 > "$tmp/img.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && tail -1 "$tmp/img.log" | grep -q 'over 1 frame (min'
+expect autoencode_image_one_frame $? "exit $rc; $(tail -1 "$tmp/img.log")"
+
 refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, no --out left
     local name=$1 want=$2 pattern=$3 rc
     shift 3
@@ -64,6 +71,8 @@ write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("deco
 PY
 refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
     --vae "$tmp/decoder_only.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
 
 # SIGINT part-way (once the first frames are decoded into the output): exit 130, nothing of --out left

@@ -171,11 +171,13 @@ expect prepare_finds_videos_folders_deep $(( rc != 0 || found != 0 || $(clips "$
     "status $rc, $(clips "$tmp/beside") clips: $(grep -m1 gray_odd "$tmp/beside.log" | cut -c1-150)"
 
 # Frames enlarged from a smaller video are said to be (97x61 at --size 64), frames made smaller are not
-"$FC" prepare --input "$tmp/in/gray_odd.mkv" --input "$tmp/in/alpha.mkv" --out "$tmp/up" --size 64 --clip-frames 16 \
-    > "$tmp/up.log" 2>&1
+# (a folder of 16x16 frames too)
+"$FC" prepare --input "$tmp/in/gray_odd.mkv" --input "$tmp/in/alpha.mkv" --input "$tmp/unpadded" --out "$tmp/up" \
+    --size 64 --clip-frames 6 > "$tmp/up.log" 2>&1
 rc=$?
-grep -q "gray_odd.mkv: 40 frames -> 2 clips (.*); upscaled: its shorter side is 61 pixels, under --size 64$" "$tmp/up.log" &&
-    grep -q "alpha.mkv: 40 frames -> 2 clips (.*); upscaled: its shorter side is 60 pixels, under --size 64$" "$tmp/up.log" &&
+grep -q "gray_odd.mkv: 40 frames -> 6 clips (.*); upscaled: its shorter side is 61 pixels, under --size 64$" "$tmp/up.log" &&
+    grep -q "alpha.mkv: 40 frames -> 6 clips (.*); upscaled: its shorter side is 60 pixels, under --size 64$" "$tmp/up.log" &&
+    grep -q "unpadded: 12 frames -> 2 clips (.*); upscaled: its smallest frame's shorter side is 16 pixels, under --size 64$" "$tmp/up.log" &&
     ! grep -q "upscaled" "$tmp/mixed.log"
 expect prepare_says_upscaled $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 gray_odd "$tmp/up.log" | sed 's/.*clips//')"
 
@@ -257,6 +259,14 @@ rc=$?
 bad=$(grep "BAD shard-00000.safetensors clip.1 (clip 1 of the dataset), from .*vtest.avi at frame 200: " "$tmp/dm_ib.log")
 expect inspect_dataset_names_damaged_clip $(( rc == 0 || $(grep -c BAD "$tmp/dm_ib.log") != 1 || ${#bad} == 0 || $(grep -c "1 of 3 clips FAIL.*prepare" "$tmp/dm_ib.log") != 1 )) \
     "status $rc: $(echo "$bad" | cut -c1-150)"
+# the shard file itself: its clips checked as the dataset's are (not the checkpoints' crc32.NAME keys)
+"$FC" inspect "$tmp/dm_good/shard-00000.safetensors" > "$tmp/dm_sg.log" 2>&1
+rc=$?
+"$FC" inspect "$tmp/dm/shard-00000.safetensors" > "$tmp/dm_sb.log" 2>&1
+rc2=$?
+expect inspect_shard_file_checks_clips $(( rc != 0 || rc2 != 1 || $(grep -c ' CRC ok$' "$tmp/dm_sg.log") != 3 ||
+    $(grep -c '^  clip.1 .* CRC BAD: ' "$tmp/dm_sb.log") != 1 || $(grep -c ' CRC ok$' "$tmp/dm_sb.log") != 2 )) \
+    "status $rc and $rc2: $(tail -1 "$tmp/dm_sg.log"); $(grep -m1 'CRC BAD' "$tmp/dm_sb.log" | tr -s ' ' | cut -c1-120)"
 
 # train: the windows that draw clip 1 show clip 2 instead; one warning names it, the end counts them
 DM_SETS=(--set steps=12 --set warmup_steps=2 --set checkpoint_every=2)
