@@ -82,7 +82,12 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     const char *run = required(opts, "--run");
     char err[4096];
     Config parent;
-    if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) fc_die("%s", err);
+    if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) {
+        // the fork resumes on its own, whatever became of its parent's file
+        if (lineage_resume_fork(run, from, &parent, &origin)) fc_die("%s", err);
+        printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
+               "in for the parent's\n", run, from);
+    }
     Config c = from ? fork_config(opts, &parent) : load_config(opts);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused

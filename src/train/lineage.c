@@ -163,6 +163,27 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
     return rc;
 }
 
+int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, TrainOrigin *o) {
+    char path[4096], why[CONFIG_MAX_LINE + 512];
+    StFile f;
+    if (!read_newest(run, &f, path, sizeof path)) return -1;
+    const char *parent = st_meta(&f, "parent"), *at;
+    size_t len = strlen(from);
+    int rc = -1;
+    // its parent is "FROM (step N, crc32 X)": FROM exactly, not a longer name that starts with it
+    if (parent && !strncmp(parent, from, len) && !strncmp(parent + len, " (step ", 7) &&
+        !read_config(&f, path, parent_cfg, why, sizeof why)) {
+        at = parent + len + 7;
+        o->from = from;
+        o->parent_step = atoi(at);
+        snprintf(o->parent, sizeof o->parent, "%s", parent);
+        o->parent_data[0] = 0;
+        rc = 0;
+    }
+    st_free(&f);
+    return rc;
+}
+
 int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen) {
     char path[4096];
     StFile f;

@@ -32,6 +32,12 @@ int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t
 // one line in err (not a whole checkpoint).
 int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, char *err, size_t errlen);
 
+// train --from PATH when PATH cannot be read (a parent that went on training pruned it): a rerun of
+// the command resumes the fork from its own checkpoints. When run's newest whole checkpoint names PATH
+// as its parent, its config (the command's --set already applied) stands in for the parent's and o
+// holds the parent's identity as that checkpoint records it: 0; else -1 (nothing changed).
+int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, TrainOrigin *o);
+
 // The fork's line in o->note, naming the keys c changes against the parent's config; -1 with one line
 // in err when one of them shapes the network (a fork keeps the network) or c ends at or before the
 // parent's step.

@@ -143,6 +143,22 @@ same=$?
 expect fork_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || ${newest:-0} < 28 || $(grep -c "^resuming $tmp/fork9 from step ${newest:-none} " "$tmp/fork9b.log") != 1 || $(grep -c "^forking" "$tmp/fork9b.log") != 0 )) \
     "status $rc (the kill: $killed), newest checkpoint at the kill: step ${newest:-none}; the rerun: $(grep -m1 -o '^resuming.*from step [0-9]*\|^forking.*' "$tmp/fork9b.log"); the final checkpoint equals the uninterrupted fork's, byte for byte"
 
+# ---- a fork whose parent's file is gone (a parent that trains on prunes it): the same command resumes it ----
+cp -r "$tmp/ref" "$tmp/ref_gone"
+(fork "$(ckpt "$tmp/ref_gone" 24)" "$tmp/orphan" --steps 32 --set lr=5e-4) > "$tmp/orphan.log" 2>&1
+rm -f "$(ckpt "$tmp/orphan" 32)" "$(ckpt "$tmp/ref_gone" 24)"
+(fork "$(ckpt "$tmp/ref_gone" 24)" "$tmp/orphan" --steps 32 --set lr=5e-4) > "$tmp/orphan2.log" 2>&1
+rc=$?
+same_tensors "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/orphan" 32)"
+same=$?
+expect fork_resumes_without_parent $(( rc != 0 || same != 0 || $(grep -c "^resuming $tmp/orphan from step 28 " "$tmp/orphan2.log") != 1 )) \
+    "status $rc; $(grep -m1 -o '^resuming.*from step [0-9]*\|framechain:.*' "$tmp/orphan2.log" | cut -c1-150); step 32's tensors those of the uninterrupted fork: $([ $same = 0 ] && echo yes || echo no)"
+# with neither the parent nor a checkpoint of the fork: the parent's file named
+(fork "$(ckpt "$tmp/ref_gone" 24)" "$tmp/orphan_new" --steps 32) > "$tmp/orphan3.log" 2>&1
+rc=$?
+expect fork_without_parent_refused $(( rc == 0 || $(grep -c "^framechain: --from .*ref_gone/ckpt-00000024.safetensors: not a whole checkpoint" "$tmp/orphan3.log") != 1 )) \
+    "status $rc: $(tail -1 "$tmp/orphan3.log" | cut -c1-150)"
+
 # ---- what a fork refuses ----
 (fork "$parent" "$tmp/wide" --steps 32 --set width=96) > "$tmp/wide.log" 2>&1
 rc=$?
