@@ -62,6 +62,8 @@ static void remove_frame_folder(const char *dir) {
 // ----------------------------------------------------------------------------
 // the checks before sampling
 
+static void remove_leftovers(const char *out);
+
 // An existing folder that --overwrite may replace: nothing in it but frame PNGs. 0, or -1 with err.
 static int check_replaceable_folder(const char *out, char *err, size_t errlen) {
     DIR *d = opendir(out);
@@ -88,6 +90,7 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s: %s is not a folder", out, dir);
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", out, dir, strerror(errno));
+    remove_leftovers(out);  // first: an output a cut-off generate had moved aside is back before the checks
     if (stat(out, &so)) {
         if (errno != ENOENT) return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
         if (!lstat(out, &so))  // a link whose target is not there: the output could not be renamed onto it
@@ -106,9 +109,9 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (!video && !S_ISDIR(so.st_mode))
         return fc_errf(err, errlen, "%s: exists and is not a folder; without a video extension (.mp4, .gif, ...) the "
                        "output is a folder of PNGs, and --overwrite replaces only such a folder", out);
-    if (!video && have_input) {  // the folder replaced must not hold the input
-        char in_dir[PATH_LEN];
-        fc_folder_of(in_dir, PATH_LEN, input);
+    if (!video && have_input) {  // the folder replaced must not hold the input (a link's target included)
+        char in_dir[PATH_LEN], real[PATH_MAX];
+        fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);
         if (!stat(in_dir, &sp) && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
             return fc_errf(err, errlen, "%s: holds the --first-frame file %s; give the output another name "
                            "(--overwrite never replaces the input)", out, input);
@@ -171,6 +174,13 @@ static void remove_leftovers(const char *out) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat sb;
         if (lstat(path, &sb)) continue;
+        // a folder moved aside for one that never took its place: the output it was, back in place
+        if (S_ISDIR(sb.st_mode) && !strncmp(e->d_name, base, strlen(base)) &&
+            !strncmp(e->d_name + strlen(base), ".replaced-", 10) && lstat(out, &sb) && errno == ENOENT &&
+            !rename(path, out)) {
+            printf("generate: restored %s from %s, where a generate of it that was cut off had moved it\n", out, path);
+            continue;
+        }
         if (S_ISDIR(sb.st_mode)) remove_frame_folder(path);
         else unlink(path);
         if (lstat(path, &sb)) printf("generate: removed %s, left by a generate of %s that was cut off\n", path, out);
@@ -246,11 +256,21 @@ static int rename_new(const char *from, const char *to) {
     return rename(from, to);
 }
 
-// The folder of PNGs into place; with overwrite an old folder of frames is moved aside first and
-// removed once the new one is in place. 0, or -1 with errno.
+// The folder of PNGs into place; with overwrite the old folder of frames and the new one swap names
+// in one step (--out names one of the two whole folders at every moment, a kill or a power cut
+// between two renames would leave none), then the old one is removed; where the file system cannot
+// swap, the old folder is moved aside first (remove_leftovers puts it back if that is all that is
+// left). 0, or -1 with errno.
 static int place_folder(GenerateOutput *g) {
     struct stat sb;
     if (!g->overwrite || lstat(g->out, &sb)) return rename_new(g->tmp, g->out);
+#ifdef RENAME_EXCHANGE
+    if (!renameat2(AT_FDCWD, g->tmp, AT_FDCWD, g->out, RENAME_EXCHANGE)) {
+        remove_frame_folder(g->tmp);  // the old frames, under the temporary name
+        return 0;
+    }
+    if (errno != EINVAL && errno != ENOSYS) return -1;
+#endif
     char old[PATH_LEN + 32];
     snprintf(old, sizeof old, "%s.replaced-%d", g->out, (int)getpid());
     if (rename_new(g->out, old)) return -1;

@@ -261,6 +261,10 @@ expect_refusal input_as_output "is the input file" "${RUNS[@]}" --first-frame "$
 expect_refusal input_as_output_overwrite "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi" --overwrite
 expect_refusal input_by_another_name "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
 cmp -s "$tmp/input.avi" "$VIDEO" || fail generate_input_kept "the --first-frame file changed"
+ln -s "$tmp/a/frame-000000.png" "$tmp/first_link.png"  # a link into the folder --overwrite would replace
+expect_refusal overwrite_folder_of_linked_input "holds the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/first_link.png" \
+    --out "$tmp/a" --overwrite
+rm -f "$tmp/first_link.png"
 mkdir "$tmp/mixed" && touch "$tmp/mixed/notes.txt"
 expect_refusal overwrite_other_folder "holds notes.txt" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/mixed" --overwrite
 rm -rf "$tmp/mixed" "$tmp/link.avi"
@@ -376,6 +380,19 @@ if [ "$left" = 1 ] && [ -d "$tmp/cut/other.partial-$dead" ] && [ "$named" = 2 ] 
 else
     fail generate_removes_leftovers "$left .partial names left, $named named: $(ls -a "$tmp/cut" | tr '\n' ' ')"
 fi
+# An output moved aside by an --overwrite cut off before the new one took its place (where the file
+# system cannot swap two folders in one step) is put back, not removed; then it is an output like any
+mkdir -p "$tmp/cut2/frames.replaced-$dead" "$tmp/cut2/frames.partial-$dead"
+cp "$tmp/first.png" "$tmp/cut2/frames.replaced-$dead/frame-000000.png"
+: > "$tmp/cut2/frames.partial-$dead/frame-000000.png"
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/cut2/frames" --quiet \
+    > "$tmp/cut2.log" 2>&1
+rc=$?
+expect generate_restores_moved_output $(( rc == 0 || $(grep -c "restored $tmp/cut2/frames from " "$tmp/cut2.log") != 1 ||
+    $(grep -c "already exists" "$tmp/cut2.log") != 1 || $(ls -a "$tmp/cut2" | grep -c 'partial\|replaced') != 0 )) \
+    "status $rc: $(tr '\n' ' ' < "$tmp/cut2.log" | cut -c1-200); left: $(ls -a "$tmp/cut2" | tr '\n' ' ')"
+cmp -s "$tmp/first.png" "$tmp/cut2/frames/frame-000000.png"
+expect generate_restored_output_whole $? "the old output's frame back in place, byte for byte"
 # The temporary name of a process that still runs (this script's shell) is that process's own: kept.
 mkdir -p "$tmp/live"
 : > "$tmp/live/.partial-$$-clip.mp4"
