@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "report/figures.h"
 #include "cli.h"
 #include "commands.h"
@@ -73,11 +74,9 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     FigureOptions fo = {.width = 1200, .height = 900, .verbose = opt(opts, "--verbose")->count > 0};
     if (opt(opts, "--width")->count) fo.width = (int)parse_whole("--width", opt(opts, "--width")->value, 480, 8000);
     if (opt(opts, "--height")->count) fo.height = (int)parse_whole("--height", opt(opts, "--height")->value, 360, 8000);
-    if (!opt(opts, "--overwrite")->count && access(out, F_OK) == 0)
-        fc_die("%s exists: give --overwrite to replace it", out);
-
     Canvas c;
     char err[8192];
+    if (fc_check_output_file("--out", out, opt(opts, "--overwrite")->count > 0, err, sizeof err)) fc_die("%s", err);
     int rc = eval ? figure_eval(&c, eval, &fo, err, sizeof err) : figure_runs(&c, runs, nruns, &fo, err, sizeof err);
     if (!rc) {
         rc = canvas_save_png(&c, out, err, sizeof err);

@@ -1,9 +1,11 @@
 // paths.c: folders and files on disk (paths.h).
 #include "base/paths.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,31 @@ void fc_folder_of(char *dir, size_t len, const char *path) {
     else *slash = 0;
 }
 
+int fc_remove_stale_temps(const char *path) {
+    char dir[PATH_MAX], full[2 * PATH_MAX];
+    fc_folder_of(dir, sizeof dir, path);
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t n = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, base, n) || strncmp(e->d_name + n, ".tmp-", 5)) continue;
+        long pid = strtol(e->d_name + n + 5, &end, 10);
+        if (end == e->d_name + n + 5 || *end || pid <= 0 || pid == (long)getpid()) continue;
+        if (!kill((pid_t)pid, 0) || errno != ESRCH) continue;  // its writer still runs
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(full, &sb) || !S_ISREG(sb.st_mode) || unlink(full)) continue;
+        printf("removed %s, left by a write of %s that was cut off\n", full, path);
+        removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen) {
     char dir[PATH_MAX];
     struct stat sd, sp;
@@ -111,6 +138,7 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s %s: %s is not a folder", flag, path, dir);
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
+    fc_remove_stale_temps(path);
     if (lstat(path, &sp)) return 0;
     if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
     if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);

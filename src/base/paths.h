@@ -25,9 +25,14 @@ int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
 // The folder a path lies in, into dir (len bytes): "." for a bare name, "/" for one at the root.
 void fc_folder_of(char *dir, size_t len, const char *path);
 
+// The temporary files "PATH.tmp-PID" beside path (written first, renamed onto it when whole) of
+// processes that no longer run (a kill -9, a power cut): removed, each with a line. How many.
+int fc_remove_stale_temps(const char *path);
+
 // An output file about to be written (through a temporary file beside it): its folder exists and can
 // be written in, and path is not a folder, nor (replace 0) an existing file. 0, or -1 with one line in
-// err naming the flag and the path. Checked before the work, so that a bad path costs nothing.
+// err naming the flag and the path. Checked before the work, so that a bad path costs nothing; the
+// temporary files of earlier writes of path that were cut off go first (fc_remove_stale_temps).
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen);
 
 // 1 when the paths a and b (existing or not) name one file: the same folder, resolved, and last name.

@@ -216,7 +216,6 @@ typedef struct {
     int scored, damaged;   // of the first K clips: those scored so far, and those skipped as damaged
     ChainPlan plan, long_plan;
     SampleOptions guards;    // the drift guards asked for, defaults settled for these models
-    FILE *tsv;
     char tsv_tmp[4200];
     Results r;
     uint8_t *clip;           // (F, S, S, 3): the clip being scored
@@ -277,8 +276,6 @@ static int eval_check(Eval *ev) {
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
     if (o->tsv && fc_check_output_file("--tsv", o->tsv, 1, err, errlen)) return -1;  // an existing file is replaced
-    if (o->tsv && !(ev->tsv = fopen(ev->tsv_tmp, "w")))
-        return fc_errf(err, errlen, "%s: cannot create: %s", ev->tsv_tmp, strerror(errno));
     return 0;
 }
 
@@ -485,22 +482,25 @@ static void eval_drift(Eval *ev) {
     }
 }
 
-// The TSV written (when the run went well), synced and renamed into place; its temporary file
-// removed otherwise. Returns the exit status.
+// The TSV written (when the run went well) into its temporary file, synced and renamed into place;
+// the temporary file exists only for that moment, so an eval stopped part-way leaves none. Returns the
+// exit status.
 static int finish_tsv(Eval *ev, int rc) {
     const EvalOptions *o = ev->o;
-    if (!ev->tsv) return rc;
-    int bad = rc || write_tsv(ev->tsv, &ev->r, o->levels, ev->scored);
-    bad |= fflush(ev->tsv) != 0 || fsync(fileno(ev->tsv)) != 0;
-    bad |= fclose(ev->tsv) != 0;
-    ev->tsv = NULL;
-    if (rc == 0 && (bad || rename(ev->tsv_tmp, o->tsv))) {
-        fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
-        rc = 1;
+    if (!o->tsv || rc) return rc;
+    FILE *f = fopen(ev->tsv_tmp, "w");
+    int bad = !f || write_tsv(f, &ev->r, o->levels, ev->scored);
+    if (f) {
+        bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+        bad |= fclose(f) != 0;
     }
-    if (rc) unlink(ev->tsv_tmp);
-    else printf("\neval: wrote %s\n", o->tsv);
-    return rc;
+    if (bad || rename(ev->tsv_tmp, o->tsv)) {
+        fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
+        unlink(ev->tsv_tmp);
+        return 1;
+    }
+    printf("\neval: wrote %s\n", o->tsv);
+    return 0;
 }
 
 static void eval_close(Eval *ev) {

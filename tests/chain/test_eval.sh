@@ -175,6 +175,20 @@ else
     fail eval_real_drift "$(echo "$real0" | grep -c nan) nan rows"
 fi
 
+# --tsv: an eval stopped part-way leaves no temporary file (it exists only while the table is
+# written); one left by a writer that no longer runs (a PID past pid_max) is removed by the next eval
+dead=$(( $(cat /proc/sys/kernel/pid_max) + 1 ))
+: > "$tmp/cut.tsv.tmp-$dead"
+"$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 40 --tsv "$tmp/cut.tsv" > "$tmp/cut.out" 2>&1 &
+pid=$!
+wait_until 60 $pid grep -q '^eval: the first' "$tmp/cut.out"
+kill -TERM $pid 2> /dev/null
+wait $pid
+rc=$?
+expect eval_stopped_leaves_no_temporary $(( rc != 143 || $(ls -a "$tmp" | grep -c 'cut.tsv') != 0 ||
+    $(grep -c "^removed $tmp/cut.tsv.tmp-$dead, left by a write of $tmp/cut.tsv that was cut off" "$tmp/cut.out") != 1 )) \
+    "status $rc (SIGTERM part-way)${waited:+, $waited}; left: $(ls -a "$tmp" | grep cut.tsv | tr '\n' ' ')"
+
 # the same seed gives the same numbers (one level, no drift run, to keep it quick)
 "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --tsv "$tmp/again.tsv" > /dev/null 2>&1
 if diff <(grep '^quality.0\.1' "$tmp/eval.tsv") <(grep '^quality' "$tmp/again.tsv") > /dev/null; then

@@ -222,7 +222,7 @@ expect plot_eval_frame_zero $(( rc != 0 || $(grep -c 'frames 0 to 3, 1 noise-aug
 before=$(cksum < "$tmp/out/runs.png")
 if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" > /dev/null 2> "$tmp/err"; then
     fail plot_refuses_existing "an existing --out was replaced without --overwrite"
-elif [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q 'exists: give --overwrite' "$tmp/err" && [ "$(cksum < "$tmp/out/runs.png")" = "$before" ]; then
+elif [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q 'the file exists (give --overwrite' "$tmp/err" && [ "$(cksum < "$tmp/out/runs.png")" = "$before" ]; then
     pass plot_refuses_existing "$(cat "$tmp/err")"
 else
     fail plot_refuses_existing "$(head -2 "$tmp/err")"
