@@ -311,8 +311,11 @@ int prepare_run(const PrepareOptions *o) {
     char path[4096], err[1024];
     snprintf(path, sizeof path, "%s/dataset.json", o->out);
     struct stat st;
-    if (!stat(path, &st))
-        fc_die("%s already holds a dataset (dataset.json); choose another --out or remove it first", o->out);
+    if (!stat(path, &st)) {
+        shard_folder_stale_lock(o->out);
+        fc_die("%s already holds a whole dataset (dataset.json; framechain inspect %s checks it): nothing prepared; "
+               "to prepare it again, give another --out", o->out, o->out);
+    }
 
     Sources ss = {0};
     int unreadable = 0;

@@ -114,6 +114,19 @@ static int lock_folder(const char *dir, char *err, size_t errlen) {
     return fd;
 }
 
+int shard_folder_stale_lock(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.prepare.lock", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC), removed = 0;
+    if (fd < 0) return 0;
+    if (!flock(fd, LOCK_EX | LOCK_NB)) {  // no writer holds it: the lock of one that was cut off
+        removed = !unlink(path);
+        if (removed) printf("removed %s, the lock of a prepare that was cut off\n", path);
+    }
+    close(fd);
+    return removed;
+}
+
 static void unlock_folder(ShardWriter *w) {
     if (w->lock < 0) return;
     char path[4096];

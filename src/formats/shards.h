@@ -88,6 +88,9 @@ int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, c
 // clip was added (no dataset.json is written then). A failure removes what the writer wrote, as
 // shard_writer_abort does.
 int shard_writer_finish(ShardWriter *w, char *err, size_t errlen);
+// A folder's .prepare.lock that no writer holds (a prepare killed after its dataset.json was in
+// place): removed with a line; 1 when it was.
+int shard_folder_stale_lock(const char *dir);
 // Free w; writes no dataset.json and removes the shards written so far, and the folder where the
 // writer made it and it is left empty. NULL is fine.
 void shard_writer_abort(ShardWriter *w);

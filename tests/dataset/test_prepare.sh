@@ -259,6 +259,16 @@ rc=$?
 bad=$(grep "BAD shard-00000.safetensors clip.1 (clip 1 of the dataset), from .*vtest.avi at frame 200: " "$tmp/dm_ib.log")
 expect inspect_dataset_names_damaged_clip $(( rc == 0 || $(grep -c BAD "$tmp/dm_ib.log") != 1 || ${#bad} == 0 || $(grep -c "1 of 3 clips FAIL.*prepare" "$tmp/dm_ib.log") != 1 )) \
     "status $rc: $(echo "$bad" | cut -c1-150)"
+# a prepare killed once its dataset.json was in place left its lock: the same command again removes
+# it and says the dataset is whole (one line, the dataset untouched)
+before=$(cat "$tmp/dm_good"/* | cksum)
+: > "$tmp/dm_good/.prepare.lock"
+"$FC" prepare --input "$DATA/vtest.avi" --out "$tmp/dm_good" --size 32 --clip-frames 200 > "$tmp/dm_again.log" 2>&1
+rc=$?
+expect prepare_again_removes_stale_lock $(( rc == 0 || $(grep -c "^removed $tmp/dm_good/.prepare.lock, the lock of a prepare that was cut off" "$tmp/dm_again.log") != 1 ||
+    $(grep -c "already holds a whole dataset" "$tmp/dm_again.log") != 1 )) "status $rc: $(tr '\n' ' ' < "$tmp/dm_again.log" | cut -c1-200)"
+[ ! -e "$tmp/dm_good/.prepare.lock" ] && [ "$(cat "$tmp/dm_good"/* | cksum)" = "$before" ]
+expect prepare_again_keeps_dataset $? "the lock gone, the dataset's files the same bytes"
 # the shard file itself: its clips checked as the dataset's are (not the checkpoints' crc32.NAME keys)
 "$FC" inspect "$tmp/dm_good/shard-00000.safetensors" > "$tmp/dm_sg.log" 2>&1
 rc=$?
