@@ -4,8 +4,12 @@
 
 CC      ?= gcc
 COMMA   := ,
-# The Python with numpy and torch for the reference checks: Debian's, else the one on PATH.
-PYTHON  ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import numpy' 2>/dev/null && echo $$p && break; done)
+# make clean and make help need none of the checks below (OpenBLAS, zlib, nvcc).
+NO_CHECKS := $(filter help clean,$(MAKECMDGOALS))
+# The Python with numpy and torch for the reference checks: Debian's, else the one on PATH; else one
+# with numpy alone (the suites that need torch then say so).
+PYTHON  ?= $(shell for m in 'numpy, torch' numpy; do for p in /usr/bin/python3 python3; do \
+             $$p -c "import $$m" 2>/dev/null && echo $$p && exit; done; done)
 BUILD   ?= build
 OPT     ?= -O3
 # -fno-trapping-math: no floating-point trap is ever enabled, so comparisons may become selects and
@@ -37,7 +41,7 @@ HASH := \#
 HAVE_BLAS := $(shell printf '$(HASH)include <cblas.h>\nint main(void){openblas_set_num_threads(1);return 0;}\n' | \
                $(CC) -x c - -o /dev/null $(BLAS_CFLAGS) $(BLAS_LIBS) >/dev/null 2>&1 && echo yes)
 ifneq ($(HAVE_BLAS),yes)
-  ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+  ifeq ($(NO_CHECKS),)
     $(error OpenBLAS (CBLAS) not found: install it with 'apt-get install libopenblas-dev pkg-config')
   endif
 endif
@@ -47,24 +51,31 @@ LDLIBS += $(BLAS_LIBS)
 # ---- zlib (checkpoint CRCs, shard compression), FFmpeg (video in and out), stb_image (PNG/JPEG) ----
 HAVE_ZLIB   := $(shell printf '$(HASH)include <zlib.h>\nint main(void){return (int)crc32(0,0,0);}\n' | \
                $(CC) -x c - -o /dev/null -lz >/dev/null 2>&1 && echo yes || echo no)
+HAVE_PKGCONFIG := $(shell command -v pkg-config >/dev/null 2>&1 && echo yes || echo no)
 HAVE_FFMPEG := $(shell pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null && echo yes || echo no)
 STB_DIR     := $(firstword $(dir $(wildcard /usr/include/stb/stb_image.h /usr/local/include/stb/stb_image.h)))
-ifeq ($(filter help clean,$(MAKECMDGOALS)),)
+ifeq ($(NO_CHECKS),)
   ifneq ($(HAVE_ZLIB),yes)
     $(error zlib not found: install it with 'apt-get install zlib1g-dev pkg-config')
   endif
 endif
 # Without the FFmpeg libraries or stb (NO_FFMPEG=1 forces it) the build has no video or image I/O:
 # src/video/video_none.c says so at run time. Training on the built-in shapes still works (GPU servers).
-ifeq ($(HAVE_FFMPEG)$(if $(STB_DIR),yes,no),yesyes)
-  NO_FFMPEG ?= 0
-else
-  NO_FFMPEG := 1
+# What is missing, for the build line: pkg-config finds FFmpeg, so without it FFmpeg looks absent.
+FFMPEG_MISSING := $(strip $(if $(filter no,$(HAVE_PKGCONFIG)),pkg-config,$(if $(filter no,$(HAVE_FFMPEG)),\
+                    libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)) $(if $(STB_DIR),,libstb-dev))
+ifeq ($(NO_FFMPEG),1)
+  FFMPEG_STATUS := no (NO_FFMPEG=1)
+else ifneq ($(FFMPEG_MISSING),)
+  ifeq ($(NO_FFMPEG)$(NO_CHECKS),0)
+    $(error NO_FFMPEG=0, but $(if $(filter no,$(HAVE_PKGCONFIG)),pkg-config (which finds FFmpeg),FFmpeg or stb_image) is not found: apt-get install $(FFMPEG_MISSING))
+  endif
+  override NO_FFMPEG := 1
+  FFMPEG_STATUS := no (video and image I/O disabled: $(if $(filter no,$(HAVE_PKGCONFIG)),pkg-config not found; )apt-get install $(FFMPEG_MISSING))
 endif
 FFMPEG_LIBS := libavformat libavcodec libswscale libavutil
 ifeq ($(NO_FFMPEG),1)
   VIDEO_SRC := src/video/video_none.c src/video/frame_convert.c
-  FFMPEG_STATUS := no (video and image I/O disabled: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libstb-dev)
   LDLIBS += -lz -lpthread
 else
   VIDEO_SRC := $(filter-out src/video/video_none.c,$(wildcard src/video/*.c))
@@ -92,20 +103,33 @@ else
 endif
 
 # ---- CUDA ----
+# An NVCC given (NVCC=..., or in the environment) that does not work stops the build; one found on
+# its own that is too old leaves the build CPU-only, with a note in the build line.
+NVCC_GIVEN := $(filter-out undefined,$(origin NVCC))
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 ifeq ($(NO_CUDA),1)
   override NVCC :=
 endif
 CUDA_ARCH ?= 86 89 90
 ifneq ($(NVCC),)
+  NVCC_FOUND := $(shell p=$$(command -v '$(NVCC)' 2>/dev/null) && test -x "$$p" && echo "$$p")
   # bf16 tensor cores and sm_89/sm_90 need CUDA 11.8: an older toolkit is refused with one line.
-  NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -nE 's/.*release ([0-9]+)\.([0-9]+).*/\1.\2/p')
+  NVCC_RELEASE := $(if $(NVCC_FOUND),$(shell '$(NVCC_FOUND)' --version 2>/dev/null | sed -nE 's/.*release ([0-9]+)\.([0-9]+).*/\1.\2/p'))
   NVCC_OK := $(shell echo "$(NVCC_RELEASE)" | awk -F. '{ print ($$1 > 11 || ($$1 == 11 && $$2 >= 8)) ? "yes" : "no" }')
+  NVCC_WRONG := $(if $(NVCC_FOUND),$(NVCC) is CUDA $(or $(NVCC_RELEASE),of unknown version ($(NVCC) --version names no release)): \
+                  the CUDA backend needs CUDA 11.8 or newer (bf16 tensor cores$(COMMA) sm_89 and sm_90),$(NVCC): not found or not executable)
   ifneq ($(NVCC_OK),yes)
-    $(error $(NVCC) is CUDA $(or $(NVCC_RELEASE),of unknown version): the CUDA backend needs CUDA 11.8 or newer (bf16 tensor cores, sm_89 and sm_90); make NO_CUDA=1 builds for the CPU only)
+    ifneq ($(NVCC_GIVEN),)
+      ifeq ($(NO_CHECKS),)
+        $(error NVCC=$(NVCC_WRONG); make NO_CUDA=1 builds for the CPU only)
+      endif
+    endif
+    CUDA_NOTE := ; $(NVCC_WRONG)
+    override NVCC :=
   endif
-  CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-  HAVE_CUDNN  := $(shell test -f $(CUDA_HOME)/include/cudnn.h -o -f /usr/include/cudnn.h && echo yes || echo no)
+endif
+ifneq ($(NVCC),)
+  CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC_FOUND))
   NVCC_FLAGS  := -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                  -Xcompiler -fopenmp,-fPIC,-Wall,-Wno-format-truncation $(BLAS_CFLAGS)
   CFLAGS      += -DFC_CUDA
@@ -122,9 +146,9 @@ ifneq ($(NVCC),)
     CUDA_LIBS  += -lnccl
     LDLIBS     += -lnccl
   endif
-  CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); cuDNN $(HAVE_CUDNN); NCCL $(or $(HAVE_NCCL),no))
+  CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); NCCL $(or $(HAVE_NCCL),no))
 else
-  CUDA_STATUS := no (CPU-only build)
+  CUDA_STATUS := no (CPU-only build$(CUDA_NOTE))
 endif
 
 # ---- sources: found per folder, one folder a layer (docs/architecture.md) ----
@@ -146,33 +170,55 @@ BIN_LDLIBS := $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) $(if $
 CFLAGS   += -Isrc -I.
 DEPFLAGS := -MMD -MP
 
-.PHONY: all demo eval test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize clean info
+.PHONY: all demo eval test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize \
+        clean info help
 all: info $(BIN)
 
 info:
 	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | MPI $(MPI_STATUS) | CUDA $(CUDA_STATUS)"
 
-$(BUILD)/obj/%.o: src/%.c
+help:
+	@echo "make [all]         build ./framechain (make info: what it finds)"
+	@echo "make test          the test suite; test-cuda, test-cuda-emu: the CUDA backend's checks; sanitize: under ASan/UBSan"
+	@echo "make demo, eval    the README's demo and quality table; bench, bench-cuda, bench-ops, bench-prepare: benchmarks"
+	@echo "make fuzz          libFuzzer targets (FUZZ_SECONDS); make clean: remove what the build made"
+	@echo "options: NO_CUDA=1 NO_MPI=1 NO_NCCL=1 NO_FFMPEG=1 NVCC=path CUDA_ARCH='86 89 90' OPT=-O3 SAN=1 BUILD=dir BIN=path"
+
+# ---- the build options in stamps ----
+# NO_MPI, NO_CUDA, NO_FFMPEG, OPT, SAN, CUDA_ARCH, NO_NCCL... change the flags, never the sources. Each
+# stamp holds one compiler's flags; when they differ from the last build's (see the end of this file)
+# it is written anew, newer than every object built with the old ones, so those are rebuilt.
+FLAGS_c    := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) $(BIN_LDLIBS) NO_FFMPEG=$(if $(filter 1,$(NO_FFMPEG)),1,0)
+FLAGS_cuda := $(NVCC) $(NVCC_FLAGS) $(CUDA_LIBS)
+STAMP_c    := $(BUILD)/flags-c.txt
+STAMP_cuda := $(BUILD)/flags-cuda.txt
+STAMP_emu  := $(BUILD)/flags-emu.txt
+sq = $(subst ','\'',$(1))
+$(STAMP_c) $(STAMP_cuda) $(STAMP_emu): $(BUILD)/flags-%.txt:
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(call sq,$(FLAGS_$*))' > $@
+
+$(BUILD)/obj/%.o: src/%.c $(STAMP_c)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/f64/%.o: src/%.c
+$(BUILD)/f64/%.o: src/%.c $(STAMP_c)
 	@mkdir -p $(@D)
 	$(CC) $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/cuda/%.o: cuda/%.cu
+$(BUILD)/cuda/%.o: cuda/%.cu $(STAMP_cuda)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -Isrc -I. $(DEPFLAGS) -c $< -o $@
 
-$(BIN): $(CMD_OBJ) $(OBJ) $(CUDA_SO)
+$(BIN): $(CMD_OBJ) $(OBJ) $(CUDA_SO) $(STAMP_c)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(CMD_OBJ) $(OBJ) -o $@ $(BIN_LDLIBS)
 
 ifneq ($(CUDA_SO),)
 $(BUILD)/obj/backend/registry.o: CFLAGS += -DFC_CUDA_LIB='"$(abspath $(CUDA_SO))"'
 # -Bsymbolic: the library's calls among its own functions stay its own (the program has weak
 # stand-ins of the same names, which open the library).
-$(CUDA_SO): $(CUDA_OBJ)
-	$(CC) -shared -fopenmp -Wl,-Bsymbolic -Wl,--as-needed $(LDFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+$(CUDA_SO): $(CUDA_OBJ) $(STAMP_c)
+	$(CC) -shared -fopenmp -Wl,-Bsymbolic -Wl,--as-needed $(LDFLAGS) $(CUDA_OBJ) -o $@ $(CUDA_LIBS) $(LDLIBS)
 endif
 
 # ---- tests: tests/<layer>/test_*.c, one program each, built by one rule ----
@@ -188,17 +234,17 @@ TEST_LIBS_grad := $(OBJ64)
 $(BUILD)/test_grad: CFLAGS := $(filter-out -DFC_CUDA,$(CFLAGS)) -DFC_DOUBLE
 $(BUILD)/test_cuda: $(TEST_CUDA_PARTS)
 
-# Nothing built is an intermediate to delete (the emulation's rewritten sources, the objects reached
-# through pattern rules): make's removal of them would print after the test count.
-.SECONDARY:
+# A recipe that fails leaves no target behind: translate.sh's output goes to its target through a
+# redirect, which a failure would leave truncated but newer than its sources.
+.DELETE_ON_ERROR:
 .SECONDEXPANSION:
-$(BUILD)/test_%: $$(wildcard tests/*/test_$$*.c) $$(or $$(TEST_LIBS_$$*),$$(OBJ) $$(CUDA_OBJ))
+$(BUILD)/test_%: $$(wildcard tests/*/test_$$*.c) $$(or $$(TEST_LIBS_$$*),$$(OBJ) $$(CUDA_OBJ)) $(STAMP_c)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(TEST_CFLAGS) -MMD -MP -MF $(BUILD)/dep/test_$*.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
-$(BUILD)/dump_reference: tests/model/dump_reference.c $(OBJ) $(CUDA_OBJ)
+$(BUILD)/dump_reference: tests/model/dump_reference.c $(OBJ) $(CUDA_OBJ) $(STAMP_c)
 	@mkdir -p $(BUILD)/dep
-	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/dump_reference.d $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/dump_reference.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 # The CUDA backend's own code on the CPU (tests/cuda/emu): test_cuda's checks without a GPU, each
 # .cu file rewritten by tests/cuda/emu/translate.sh (launches, shared memory) and compiled as C++.
@@ -211,51 +257,58 @@ ifneq ($(CUDA_INC),)
 EMU_CXXFLAGS := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2) -g -std=c++17 -ffp-contract=off -fno-strict-aliasing \
                 -DFC_EMU -Icuda -Isrc -I. -I$(CUDA_INC) $(BLAS_CFLAGS) -Wall -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-format-truncation
-EMU_OBJ := $(patsubst cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard cuda/*.cu)) $(BUILD)/emu/lib_cuda_emu.o \
-           $(BUILD)/emu/lib_cuda_emu_runtime.o
+EMU_CPP := $(patsubst cuda/%.cu,$(BUILD)/emu/%.cpp,$(wildcard cuda/*.cu))
+EMU_OBJ := $(EMU_CPP:.cpp=.o) $(BUILD)/emu/lib_cuda_emu.o $(BUILD)/emu/lib_cuda_emu_runtime.o
+FLAGS_emu := $(CXX) $(EMU_CXXFLAGS)
 TEST_EMU := $(BUILD)/test_cuda_emu $(BUILD)/framechain_emu
 
 $(BUILD)/emu/%.cpp: cuda/%.cu tests/cuda/emu/translate.sh
 	@mkdir -p $(@D)
 	@tests/cuda/emu/translate.sh $< > $@
 
-$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/cuda/emu/cuda_emu.h
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/cuda/emu/cuda_emu.h $(STAMP_emu)
 	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -include tests/cuda/emu/cuda_emu.h -c $< -o $@
 
-$(BUILD)/emu/lib_%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h
+$(BUILD)/emu/lib_%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h $(STAMP_emu)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_CXXFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/test_cuda_emu: tests/cuda/test_cuda.c $(TEST_CUDA_PARTS) $(OBJ) $(EMU_OBJ)
+$(BUILD)/test_cuda_emu: tests/cuda/test_cuda.c $(TEST_CUDA_PARTS) $(OBJ) $(EMU_OBJ) $(STAMP_c)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/test_cuda_emu.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ \
 	    $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) -lstdc++
 
 # The whole program on the emulated GPU (tests/cuda/test_cuda_emu_cli.sh).
-$(BUILD)/framechain_emu: $(CMD_OBJ) $(OBJ) $(EMU_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) -lstdc++
+$(BUILD)/framechain_emu: $(CMD_OBJ) $(OBJ) $(EMU_OBJ) $(STAMP_c)
+	$(CC) $(CFLAGS) $(LDFLAGS) $(filter %.o,$^) -o $@ $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) -lstdc++
 endif
 
+# The intermediates (the emulation's rewritten sources, the double-precision objects only test_grad
+# names) are kept: make's removal of them would print after the test count. Only those: a secondary
+# file that is missing is not remade, and the CUDA backend's library, which nothing links, would stay
+# missing.
+.SECONDARY: $(OBJ64) $(EMU_CPP)
+
 # Where a step's time goes, op by op (tools/bench_ops.c); a benchmark, not a test.
-$(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ)
+$(BUILD)/bench_ops: tools/bench_ops.c $(OBJ) $(CUDA_OBJ) $(STAMP_c)
 	@mkdir -p $(BUILD)/dep
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/bench_ops.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 # the moving shapes' truth for tools/strip.sh
-$(BUILD)/draw_shapes: tools/draw_shapes.c $(OBJ) $(CUDA_OBJ)
+$(BUILD)/draw_shapes: tools/draw_shapes.c $(OBJ) $(CUDA_OBJ) $(STAMP_c)
 	@mkdir -p $(BUILD)/dep
-	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/draw_shapes.d $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -MF $(BUILD)/dep/draw_shapes.d $(LDFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 
 bench-ops: info $(BUILD)/bench_ops
 	$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
-$(BUILD)/bench_gemm: tools/bench_gemm.c
+$(BUILD)/bench_gemm: tools/bench_gemm.c $(STAMP_c)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
 
 # framechain against PyTorch, side by side in one run (BENCHMARKS.md): on the CPU, and on a GPU.
 bench: info $(BIN) $(BUILD)/bench_gemm
-	@PYTHON=$(PYTHON) tools/bench.sh
+	@BUILD='$(BUILD)' FC='./$(BIN)' PYTHON='$(PYTHON)' tools/bench.sh
 
 bench-cuda: info $(BIN)
 	@tools/bench_cuda.sh
@@ -270,29 +323,29 @@ TEST_BINS := $(BIN) $(TEST_PROGS) $(BUILD)/dump_reference $(BUILD)/draw_shapes $
              $(BUILD)/bench_ops
 
 test: info $(TEST_BINS)
-	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) PYTHON=$(PYTHON) tests/run_tests.sh
+	@BUILD='$(BUILD)' FRAMECHAIN='$(abspath $(BIN))' PYTHON='$(PYTHON)' tests/run_tests.sh
 
 # The CUDA backend against the CPU backend, op by op and on whole training steps; says loudly
 # that it skipped when there is no GPU. make test runs it too.
 test-cuda: info $(BIN) $(BUILD)/test_cuda
-	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda
+	@BUILD='$(BUILD)' FRAMECHAIN='$(abspath $(BIN))' tests/run_tests.sh --only cuda
 
 # The same checks on the CUDA emulation (tests/cuda/emu), on any machine with the CUDA toolkit.
 test-cuda-emu: info $(TEST_EMU)
-	@BUILD=$(BUILD) FRAMECHAIN=$(abspath $(BIN)) tests/run_tests.sh --only cuda_emulated,cuda_emulated_cli
+	@BUILD='$(BUILD)' FRAMECHAIN='$(abspath $(BIN))' tests/run_tests.sh --only cuda_emulated,cuda_emulated_cli
 
 # The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
 demo: info $(BIN)
-	FC=./$(BIN) tools/demo.sh
+	FC='./$(BIN)' tools/demo.sh
 
 # The chain on scenes it never saw (README, "Quality"): the demo's three models trained on two
 # videos, scored on another, on synthetic pans and on moving shapes.
 eval: info $(BIN)
-	FC=./$(BIN) tools/eval_unseen.sh out/eval-unseen $(EVAL_KEYS)
+	FC='./$(BIN)' tools/eval_unseen.sh out/eval-unseen $(EVAL_KEYS)
 
 # Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
 bench-prepare: $(BIN)
-	FC=./$(BIN) tools/bench_prepare.sh
+	FC='./$(BIN)' tools/bench_prepare.sh
 
 # The sanitizer build: address and undefined behaviour, CPU only, the whole suite.
 sanitize test-sanitize:
@@ -319,8 +372,19 @@ fuzz: build-fuzz/fuzz_safetensors build-fuzz/fuzz_config build-fuzz/fuzz_shard
 	    if [ $$status -ne 0 ]; then echo "fuzz_$$t failed: build-fuzz/fuzz_$$t.log"; exit 1; fi; \
 	done
 
+# What the build made: this BUILD and BIN, the default ones, the sanitizer's and the fuzzers' folders,
+# and tools/gpu_bundle.sh's (a make BUILD=build-gpu). build-carry is not the build's: the bundles
+# copied there by hand for a GPU machine (tools/gpu_run.sh).
 clean:
-	rm -rf build build-san build-fuzz framechain
+	rm -rf '$(BUILD)' '$(BIN)' build build-san build-fuzz build-gpu build-gpu-nompi framechain
+
+# A stamp whose flags differ from this build's is out of date: its rule above writes it anew (make -n
+# only says so).
+ifeq ($(NO_CHECKS),)
+$(foreach s,c cuda emu,$(if $(shell printf '%s\n' '$(call sq,$(FLAGS_$(s)))' | cmp -s - '$(BUILD)/flags-$(s).txt' || \
+                                      echo differs),$(eval $(BUILD)/flags-$(s).txt: FORCE)))
+endif
+FORCE:
 
 # Each object depends on the headers it includes (-MMD -MP), not on every header.
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find '$(BUILD)' -name '*.d' 2>/dev/null)

@@ -13,19 +13,33 @@
 #                                      CONFIGS="tiny small medium" (CONFIGS= for none), GENERATE=1)
 # OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
 # the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
+# BUILD: the build folder that holds bench_gemm (make bench passes its own).
 set -u
+usage="usage: tools/bench.sh [OUT_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "bench: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "bench: too many arguments; $usage" >&2; exit 2; }
 OUT=${1:-out/bench}
 FC=${FC:-./framechain}
+BUILD=${BUILD:-build}
 THREADS=${THREADS:-$(nproc)}
 PAIRS=${PAIRS:-5}
 CONFIGS=${CONFIGS-tiny small medium}
 GENERATE=${GENERATE:-1}
 PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
-mkdir -p "$OUT"
+[ -x "$FC" ] || { echo "bench: $FC is not there or not executable (make bench builds it)" >&2; exit 1; }
+[ -x "$BUILD/bench_gemm" ] || { echo "bench: $BUILD/bench_gemm is not there (make bench builds it; BUILD names the build folder)" >&2; exit 1; }
+# Whatever PYTHON says (make passes the first Python with numpy), it must import torch.
+[ -n "$PYTHON" ] || { echo "bench: no python3 with torch on this machine (apt-get install python3-torch)" >&2; exit 1; }
+if ! err=$("$PYTHON" -c 'import torch' 2>&1); then
+    echo "bench: $PYTHON cannot import torch ($(tail -1 <<< "$err")): apt-get install python3-torch, or PYTHON=a python with torch" >&2
+    exit 1
+fi
+mkdir -p -- "$OUT"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-[ -x "$FC" ] && [ -x build/bench_gemm ] || { echo "bench: build first (make bench does)"; exit 1; }
-[ -n "$PYTHON" ] || { echo "bench: no python3 with torch (apt-get install python3-torch)"; exit 1; }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # row WHAT FC_TIMES PT_TIMES FLOP_PER_UNIT: one line of the table from the pairs' times (same units;
@@ -44,7 +58,7 @@ row() {
                    100 * fl / (mf / 1e3) / (pk * 1e9), 100 * fl / (mp / 1e3) / (pk * 1e9), n }'
 }
 
-peak=$(build/bench_gemm --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 's/.*: ([0-9.]+) GFLOP.*/\1/p')
+peak=$("$BUILD/bench_gemm" --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 's/.*: ([0-9.]+) GFLOP.*/\1/p')
 # Both programs call the same OpenBLAS (PyTorch through libblas), whose kernels this line names
 kernels=$(sed -nE "s/.*OpenBLAS's (.*)\)$/\1/p" "$OUT/gemm.txt")
 torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)')
@@ -66,7 +80,8 @@ for cfg in $CONFIGS; do
     for r in $(seq "$PAIRS"); do
         rm -rf "$tmp/run"
         "$FC" --threads "$THREADS" --device cpu train --config "$conf" --run "$tmp/run" --steps $steps \
-            --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1
+            --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1 ||
+            echo "bench: framechain's $cfg run failed: $(tail -1 "$tmp/fc.log")" >&2
         # the median step after 2 (metrics.jsonl's step_ms), as PyTorch's below: the speed line's mean
         # would let one slow step of a noisy machine count against framechain alone
         ms=$(sed -nE 's/.*"step":([0-9]+),.*"step_ms":([0-9.]+).*/\1 \2/p' "$tmp/run/metrics.jsonl" 2> /dev/null |
@@ -75,7 +90,8 @@ for cfg in $CONFIGS; do
         tflop=$(sed -nE 's/^speed: .* ([0-9.e+-]+) TFLOP per step.*/\1/p' "$tmp/fc.log")
         # PyTorch times steps - 2 steps after 2 of warm-up, as framechain's steady state leaves out 2
         "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$conf" --threads "$THREADS" --steps $((steps - 2)) \
-            --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err"
+            --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err" ||
+            echo "bench: PyTorch's $cfg run failed: $(tail -1 "$tmp/pt.err")" >&2
         pt_ms="$pt_ms $(sed -nE 's/.*"step_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pt.json" | awk '{ printf "%.2f", $1 }')"
     done
     params=$("$FC" inspect --config "$conf" | sed -nE 's/^parameters +([0-9]+) .*/\1/p')
@@ -96,12 +112,14 @@ if [ "$GENERATE" = 1 ]; then
         rm -rf "$tmp/gen"
         "$FC" --threads "$THREADS" --device cpu generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" \
             --interpolate "$tmp/interpolate" --first-frame shapes:1 --frames $frames --steps $euler --out "$tmp/gen" \
-            --sharpness-guard 0 --quiet > "$tmp/gen.log" 2>&1  # the guard: not in the PyTorch sampler
+            --sharpness-guard 0 --quiet > "$tmp/gen.log" 2>&1 ||  # the guard: not in the PyTorch sampler
+            echo "bench: framechain's generation run failed: $(tail -1 "$tmp/gen.log")" >&2
         s=$(sed -nE 's/.*\(([0-9]+) frames, ([0-9.]+) s\).*/\2/p' "$tmp/gen.log")
         windows=$(sed -nE 's/.*: ([0-9]+) windows.*/\1/p' "$tmp/gen.log")
         fc_frame="$fc_frame $(awk -v s="${s:-0}" -v n=$frames 'BEGIN { print 1e3 * s / n }')"
         "$PYTHON" tools/torch_train.py --framechain "$FC" --config configs/small/starter.conf --threads "$THREADS" \
-            --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err"
+            --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err" ||
+            echo "bench: PyTorch's generation run failed: $(tail -1 "$tmp/pts.err")" >&2
         w=$(sed -nE 's/.*"window_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pts.json")
         pt_frame="$pt_frame $(awk -v w="${w:-0}" -v k="${windows:-0}" -v n=$frames 'BEGIN { print w * k / n }')"
     done

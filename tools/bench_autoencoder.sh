@@ -6,8 +6,20 @@
 #        THREADS, default 2; DEVICE, default cpu: cuda runs both on the GPU, fp32 without TF32;
 #        INPUT, default vtest.avi: shapes:0 needs no FFmpeg; PYTHON with torch)
 set -eu
+usage="usage: tools/bench_autoencoder.sh"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    ?*) echo "bench_autoencoder: takes no arguments (the environment sets its options); $usage" >&2; exit 2 ;;
+esac
+[ $# -eq 0 ] || { echo "bench_autoencoder: takes no arguments; $usage" >&2; exit 2; }
 FC=${FC:-./framechain}
-PYTHON=${PYTHON:-python3}
+# The Python with torch and numpy, Debian's first (as make bench's); a PYTHON given must have them.
+PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import numpy, torch' 2> /dev/null && echo $p && break; done)}
+[ -n "$PYTHON" ] || { echo "bench_autoencoder: no python3 with torch and numpy (apt-get install python3-torch python3-numpy)" >&2; exit 1; }
+if ! err=$("$PYTHON" -c 'import numpy, torch' 2>&1); then
+    echo "bench_autoencoder: $PYTHON cannot import numpy and torch ($(tail -1 <<< "$err")): apt-get install python3-torch python3-numpy, or PYTHON=a python with them" >&2
+    exit 1
+fi
 PAIRS=${PAIRS:-5} SIZE=${SIZE:-512} FRAMES=${FRAMES:-1} THREADS=${THREADS:-2} DEVICE=${DEVICE:-cpu}
 INPUT=${INPUT:-/usr/share/doc/opencv-doc/examples/data/vtest.avi}
 mkdir -p out/bench

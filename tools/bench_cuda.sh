@@ -13,6 +13,12 @@
 #   first of FC_RUNS and the first of PT_RUNS run by run, N pairs, and prints the median ratio with its
 #   min and max (PyTorch as one process that compiles once: torch_train.py --serve).
 set -u
+usage="usage: tools/bench_cuda.sh [OUT_DIR] [CONFIG]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "bench_cuda: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 2 ] || { echo "bench_cuda: too many arguments; $usage" >&2; exit 2; }
 OUT=${1:-out/bench-cuda}
 CONF=${2:-configs/starter.conf}
 FC=${FC:-./framechain}

@@ -11,6 +11,12 @@
 # usage: tools/bench_dist.sh [OUT_DIR]   (CONFIG=configs/small/starter.conf, STEPS=30, PAIRS=5,
 #                                         THREADS=all cores, SETS="--set key=value ...", VS="--set ...")
 set -u
+usage="usage: tools/bench_dist.sh [OUT_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "bench_dist: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "bench_dist: too many arguments; $usage" >&2; exit 2; }
 OUT=${1:-out/bench-dist}
 FC=${FC:-./framechain}
 CONFIG=${CONFIG:-configs/small/starter.conf}
@@ -43,20 +49,26 @@ if [ -n "$VS" ]; then
 else
     echo "$CONFIG, $STEPS steps a run $SETS; 1 rank x $THREADS threads against 2 ranks x $half"
 fi
-one="" two="" comm="" share="" vcomm="" vshare=""
+one="" two="" comm="" share="" vcomm="" vshare="" failed=0
 for p in $(seq "$PAIRS"); do
     if [ -n "$VS" ]; then
         a=$(run 2 "$OUT/a-$p.log") b=$(run 2 "$OUT/b-$p.log" "$VS")
         c=$(comm_of "$OUT/a-$p.log") d=$(comm_of "$OUT/b-$p.log")
         echo "pair $p: ${a:-failed} ms a step (communication ${c% *} ms), with $VS ${b:-failed} ms (${d% *} ms)"
-        vcomm="$vcomm ${d% *}" vshare="$vshare ${d#* }"
     else
         a=$(run 1 "$OUT/one-$p.log") b=$(run 2 "$OUT/two-$p.log")
         c=$(comm_of "$OUT/two-$p.log")
         echo "pair $p: 1 rank ${a:-failed} ms, 2 ranks ${b:-failed} ms a step; communication ${c% *} ms (${c#* }%)"
     fi
+    # only pairs whose two runs both finished: a failed run's empty time would shift the pairing
+    if [ -z "$a" ] || [ -z "$b" ]; then failed=$((failed + 1)); continue; fi
     one="$one $a" two="$two $b" comm="$comm ${c% *}" share="$share ${c#* }"
+    [ -z "$VS" ] || vcomm="$vcomm ${d% *}" vshare="$vshare ${d#* }"
 done
+if [ "$failed" -eq "$PAIRS" ]; then
+    echo "bench_dist: no pair finished (see the logs in $OUT: $(ls "$OUT"/*.log | head -2 | tr '\n' ' '))" >&2
+    exit 1
+fi
 med() { tr ' ' '\n' <<< "$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratios=$(paste <(tr ' ' '\n' <<< "$one" | grep .) <(tr ' ' '\n' <<< "$two" | grep .) | awk '{ print $2 / $1 }' | tr '\n' ' ')
 lo=$(tr ' ' '\n' <<< "$ratios" | grep . | sort -g | head -1 | xargs printf '%.2f')
@@ -66,9 +78,13 @@ if [ -n "$VS" ]; then
     printf '%-34s %14.1f %14s %22s %11.1f ms (%.1f%%)\n' "2 ranks" "$(med "$one")" "" "" "$(med "$comm")" "$(med "$share")"
     printf '%-34s %14.1f %13.2fx %22s %11.1f ms (%.1f%%)\n' "2 ranks, $VS" "$(med "$two")" "$(med "$ratios")" "$lo-$hi" \
         "$(med "$vcomm")" "$(med "$vshare")"
-    exit 0
+else
+    printf '%-10s %14s %14s %22s %18s\n' ranks "ms a step" "2 ranks / 1" "(min-max over pairs)" "communication"
+    printf '%-10s %14.1f\n' 1 "$(med "$one")"
+    printf '%-10s %14.1f %13.2fx %22s %11.1f ms (%.1f%%)\n' 2 "$(med "$two")" "$(med "$ratios")" "$lo-$hi" "$(med "$comm")" \
+        "$(med "$share")"
 fi
-printf '%-10s %14s %14s %22s %18s\n' ranks "ms a step" "2 ranks / 1" "(min-max over pairs)" "communication"
-printf '%-10s %14.1f\n' 1 "$(med "$one")"
-printf '%-10s %14.1f %13.2fx %22s %11.1f ms (%.1f%%)\n' 2 "$(med "$two")" "$(med "$ratios")" "$lo-$hi" "$(med "$comm")" \
-    "$(med "$share")"
+if [ "$failed" -gt 0 ]; then
+    echo "bench_dist: $failed of $PAIRS pairs failed, left out of the table (see the logs in $OUT)" >&2
+    exit 1
+fi

@@ -10,6 +10,12 @@
 #   steps; FC=./framechain, BENCH_OPS=build/bench_ops; DEVICE=cuda (cpu: a dry run of this script,
 #   where no route changes anything); OPS=0 or STEP=0 leaves that part out.
 set -u
+usage="usage: tools/bench_routes.sh [OUT_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "bench_routes: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "bench_routes: too many arguments; $usage" >&2; exit 2; }
 OUT=${1:-out/bench-routes}
 FC=${FC:-./framechain}
 BENCH_OPS=${BENCH_OPS:-build/bench_ops}

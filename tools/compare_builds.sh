@@ -10,12 +10,19 @@
 #   DEVICE    cpu, cuda or cuda-fp32 (default cuda)      CONFIG  default configs/starter.conf
 #   STEPS     training steps for the speed line (default 12; the speed counts from the third)
 # Environment: MAKE_JOBS (default nproc), MAKE_ARGS (for both builds: CUDA_ARCH=90, NO_CUDA=1, ...;
-# make does not rebuild what it built with other arguments: make clean in both first when they
-# change), LOG (folder for the logs, default out/compare), PAIRS (default 1: each build once; N > 1
+# make rebuilds what other arguments change (the flags are kept in BUILD/flags-*.txt); a BASE_DIR
+# whose Makefile predates that needs make clean there when they change), LOG (folder for the logs,
+# default out/compare), PAIRS (default 1: each build once; N > 1
 # alternates them base, this, base, this, ... N times, for a noisy machine, and the table shows each
 # op's median ms per step of either build and the median of the N pairs' ratios with its min-max),
 # OPS_ARGS (more options for bench_ops, say --reps 8), TRAIN_PAIRS (default 1: the speed lines, alternating).
 set -u
+usage="usage: tools/compare_builds.sh BASE_DIR [DEVICE] [CONFIG] [STEPS]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "compare_builds: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -ge 1 ] && [ $# -le 4 ] || { echo "compare_builds: wants 1 to 4 arguments, not $#; $usage" >&2; exit 2; }
 BASE=${1:?usage: tools/compare_builds.sh BASE_DIR [DEVICE] [CONFIG] [STEPS]}
 DEV=${2:-cuda}
 CFG=${3:-configs/starter.conf}

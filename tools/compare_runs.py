@@ -13,7 +13,11 @@ import json
 import os
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # one line naming the module and the Python, not a traceback
+    sys.exit("%s: %s cannot import %s (apt-get install python3-%s, or run it with a Python that has it)"
+             % (os.path.basename(sys.argv[0]), sys.executable, e.name, (e.name or "?").split(".")[0]))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import read_safetensors  # noqa: E402

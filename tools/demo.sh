@@ -5,6 +5,12 @@
 # when there is one, else the CPU, and chains them from one first frame. Rerunning resumes: the
 # runs under out/demo/ continue from their checkpoints, a finished one is skipped.
 set -eu
+usage="usage: tools/demo.sh"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    ?*) echo "demo: takes no arguments (the environment sets its options); $usage" >&2; exit 2 ;;
+esac
+[ $# -eq 0 ] || { echo "demo: takes no arguments; $usage" >&2; exit 2; }
 FC=${FC:-./framechain}
 STEPS=${DEMO_STEPS:-800}
 OUT=${DEMO_OUT:-out}

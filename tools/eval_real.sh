@@ -5,7 +5,14 @@
 # compares the chain with the real continuation (PSNR, SSIM, beside copying the first frame), and
 # measures drift over a long generation, with noise augmentation off and on.
 # Usage: tools/eval_real.sh [WORK_DIR]   (needs ffmpeg; EVAL_STEPS sets the training steps)
-set -eu
+# pipefail: a failing `framechain eval` is the pipeline's status, not tee's.
+set -euo pipefail
+usage="usage: tools/eval_real.sh [WORK_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "eval_real: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "eval_real: too many arguments; $usage" >&2; exit 2; }
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
 work=${1:-out/eval}

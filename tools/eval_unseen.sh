@@ -21,7 +21,16 @@
 # EVAL_CONFIGS: the three models' configs (default configs/small; configs/eval64: the larger models
 # of the GPU table, 64x64 frames), EVAL_SIZE: the frames' size of the datasets, which must be the
 # configs' frame_size (default: theirs). The device is framechain's default: a GPU where there is one.
-set -eu
+# pipefail: a failing `framechain eval` is the pipeline's status, not tee's.
+set -euo pipefail
+usage="usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "eval_unseen: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+for kv in "${@:2}"; do
+    case $kv in *=*) ;; *) echo "eval_unseen: '$kv' is not key=value; $usage" >&2; exit 2 ;; esac
+done
 FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
 SETS=${EVAL_SETS:-real pans zooms shapes}

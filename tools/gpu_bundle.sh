@@ -14,6 +14,12 @@
 # goes through host memory).
 # usage: tools/gpu_bundle.sh [DIR]   (default build-gpu; CUDA_ARCH, default 90: H100/H200; 89: RTX 4090; 86: RTX 3090)
 set -eu
+usage="usage: tools/gpu_bundle.sh [DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "gpu_bundle: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "gpu_bundle: too many arguments; $usage" >&2; exit 2; }
 DIR=${1:-build-gpu}
 mkdir -p "$DIR/lib"
 make BUILD="$DIR" BIN="$DIR/framechain" CUDA_ARCH="${CUDA_ARCH:-90}" NO_FFMPEG=1 NO_MPI="$([ "${MPI:-0}" = 1 ] && echo 0 || echo 1)" NO_NCCL="${NO_NCCL:-}" \

@@ -13,6 +13,12 @@
 # Works where only the CUDA toolkit, a C compiler, zlib and OpenBLAS are installed (no FFmpeg:
 # video I/O is left out, training on the built-in shapes is enough for all of this).
 set -u
+usage="usage: tools/gpu_check.sh [LOG_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "gpu_check: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "gpu_check: too many arguments; $usage" >&2; exit 2; }
 LOG=${1:-out/gpu}
 mkdir -p "$LOG"
 exec > >(tee "$LOG/summary.txt") 2>&1

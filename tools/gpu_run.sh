@@ -39,6 +39,12 @@
 #           EVAL_CONFIGS and EVAL_DIR (default configs/eval64, out/eval64) try it with other models
 # CONFIG (default configs/starter.conf, the 24 GB preset) is the network of pairs, routes, loss and bench.
 set -u
+usage="usage: tools/gpu_run.sh [LOG_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "gpu_run: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "gpu_run: too many arguments; $usage" >&2; exit 2; }
 T0=$(date +%s)
 LOG=${1:-out/gpu-run}
 mkdir -p "$LOG"

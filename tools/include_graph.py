@@ -145,6 +145,9 @@ def layer_edges(graph):
 
 
 def main(argv):
+    if any(a not in ("--check", "--files") for a in argv) or len(argv) > 1:
+        print("usage: tools/include_graph.py [--files | --check]", file=sys.stdout if "--help" in argv else sys.stderr)
+        return 0 if argv in (["--help"], ["-h"]) else 2
     root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     graph, problems = build_graph(root)
     if "--check" not in argv:

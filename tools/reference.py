@@ -29,9 +29,13 @@ import struct
 import sys
 import tempfile
 
-import numpy as np
-import torch
-import torch.nn as nn
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+except ImportError as e:  # one line naming the module and the Python, not a traceback
+    sys.exit("%s: %s cannot import %s (apt-get install python3-%s, or run it with a Python that has it)"
+             % (os.path.basename(sys.argv[0]), sys.executable, e.name, (e.name or "?").split(".")[0]))
 
 from safetensors_io import SafetensorsError, read_safetensors, write_safetensors
 

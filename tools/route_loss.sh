@@ -10,6 +10,12 @@
 #   CONFIG=configs/starter.conf, FC=./framechain, DEVICE=cuda, EVERY=20 (the rows printed: every
 #   EVERY-th step, and the last)
 set -u
+usage="usage: tools/route_loss.sh [OUT_DIR]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "route_loss: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "route_loss: too many arguments; $usage" >&2; exit 2; }
 OUT=${1:-out/route-loss}
 FC=${FC:-./framechain}
 ROUTE=${ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}

@@ -10,6 +10,12 @@
 #
 # usage: tools/route_winners.sh ROUTES_OUTPUT [LOSS_OUTPUT]
 set -u
+usage="usage: tools/route_winners.sh ROUTES_OUTPUT [LOSS_OUTPUT]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "route_winners: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "route_winners: wants 1 to 2 arguments, not $#; $usage" >&2; exit 2; }
 routes=${1:?usage: tools/route_winners.sh ROUTES_OUTPUT [LOSS_OUTPUT]}
 loss=${2:-/dev/null}
 [ -r "$routes" ] || { echo "route_winners: cannot read $routes" >&2; exit 1; }

@@ -8,10 +8,15 @@ Run as a script, it lists a file's tensors (name, dtype, shape) and metadata.
 """
 
 import json
+import os
 import struct
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # one line naming the module and the Python, not a traceback
+    sys.exit("%s: %s cannot import %s (apt-get install python3-%s, or run it with a Python that has it)"
+             % (os.path.basename(sys.argv[0]), sys.executable, e.name, (e.name or "?").split(".")[0]))
 
 
 class SafetensorsError(Exception):
@@ -166,9 +171,10 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: safetensors_io.py FILE.safetensors", file=sys.stderr)
-        return 2
+    if len(argv) != 2 or argv[1].startswith("-"):
+        help_asked = argv[1:] in (["--help"], ["-h"])
+        print("usage: tools/safetensors_io.py FILE.safetensors", file=sys.stdout if help_asked else sys.stderr)
+        return 0 if help_asked else 2
     try:
         tensors, meta = read_safetensors(argv[1])
     except (OSError, SafetensorsError) as e:

@@ -14,15 +14,29 @@ import os
 import subprocess
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # one line naming the module and the Python, not a traceback
+    sys.exit("%s: %s cannot import %s (apt-get install python3-%s, or run it with a Python that has it)"
+             % (os.path.basename(sys.argv[0]), sys.executable, e.name, (e.name or "?").split(".")[0]))
 
 
 def main():
+    args = sys.argv[1:]
+    if args in (["--help"], ["-h"]):
+        print(__doc__.strip())
+        return
+    if len(args) > 2 or any(a.startswith("-") for a in args) or (len(args) == 2 and not args[1].isdigit()):
+        sys.exit("usage: tools/shapes_events.py [TSV] [FIRST_CLIP]")
     tsv = sys.argv[1] if len(sys.argv) > 1 else "out/eval-unseen/shapes48_given7.tsv"
     first = int(sys.argv[2]) if len(sys.argv) > 2 else 1000001
     gain = {}
-    for line in open(tsv):
-        f = line.rstrip("\n").split("\t")
+    try:
+        rows = open(tsv).read().splitlines()
+    except OSError as e:
+        sys.exit("%s: %s (make eval writes it; or name an eval TSV)" % (tsv, e.strerror))
+    for line in rows:
+        f = line.split("\t")
         if f[0] == "clip":
             gain[int(f[2])] = float(f[3]) - float(f[4])
     if not gain:

@@ -7,6 +7,12 @@
 #   (default 20); GEN_ARGS: more generate options (e.g. "--guidance 2"; 10 Euler steps unless they say
 #   --steps; without --temperature the models' own sample_temperature); needs ffmpeg
 set -eu
+usage="usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]"
+case "${1:-}" in
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) echo "strip: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+[ $# -ge 3 ] && [ $# -le 4 ] || { echo "strip: wants 3 to 4 arguments, not $#; $usage" >&2; exit 2; }
 FC=${FC:-./framechain}
 runs=$1 video=$2 out=$3 frames=${4:-181}
 tmp=$(mktemp -d)

@@ -41,9 +41,13 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-import torch.utils.checkpoint
+try:
+    import torch
+    import torch.nn.functional as F
+    import torch.utils.checkpoint
+except ImportError as e:  # one line naming the module and the Python, not a traceback
+    sys.exit("%s: %s cannot import %s (apt-get install python3-%s, or run it with a Python that has it)"
+             % (os.path.basename(sys.argv[0]), sys.executable, e.name, (e.name or "?").split(".")[0]))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
