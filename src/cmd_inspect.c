@@ -1,5 +1,6 @@
 // cmd_inspect.c: `framechain inspect`: a config's network and memory plan, a checkpoint's contents, or
 // a prepared dataset's clips checked.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,11 +10,13 @@
 
 #include "base/common.h"
 #include "base/config.h"
+#include "base/paths.h"
 #include "formats/safetensors.h"
 #include "formats/shards.h"
 #include "model/memplan.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -27,12 +30,15 @@ static const char *HELP_INSPECT =
     "training step takes on the CPU backend and on a GPU; --params lists every tensor (name, shape);\n"
     "--ranks N plans one rank of N (mpirun -np N): batch_size / N windows, and with shard_optimizer its\n"
     "1/N of the optimizer state and EMA (docs/distributed.md).\n"
-    "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks;\n"
-    "the exit status is 1 when any CRC fails; a dataset's shard file: each clip read and checked alike.\n"
+    "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks,\n"
+    "then what a resume would say of it (the metadata's CRC and values, finite weights and optimizer\n"
+    "state, every tensor of its network there in its shape); the exit status is 1 when any check fails;\n"
+    "a dataset's shard file: each clip read and checked alike.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
     "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n"
-    "With a run folder (train --run): its checkpoints' steps and where its metrics end, then its newest\n"
-    "checkpoint as above: the one the same train command resumes from when its CRCs check.\n";
+    "With a run folder (train --run): its checkpoints' steps and where its metrics end, each newer\n"
+    "checkpoint a rerun would set aside and why, then the one the same train command resumes from, as\n"
+    "above; the exit status is 1 when any of them fails its checks.\n";
 
 // ----------------------------------------------------------------------------
 // a checkpoint
@@ -121,6 +127,15 @@ static int inspect_file(const char *path) {
     }
     printf("%d tensors, %zu bytes of data: %s\n", f.n, bytes,
            bad ? "SOME CRCs FAIL" : unchecked ? "no CRC for some tensors" : "every CRC checks");
+    // A checkpoint whose CRCs check may still be one train will not resume from: say so as it would.
+    if (!bad && format && !strcmp(format, CKPT_FORMAT)) {
+        CkptStatus verdict = checkpoint_check(path, NULL, err, sizeof err);
+        if (verdict == CKPT_CORRUPT)
+            printf("UNUSABLE: %s; a resume sets it aside and goes back to the checkpoint before\n", err);
+        else if (verdict == CKPT_REFUSED)
+            printf("NOT RESUMABLE: %s; a resume stops at it\n", err);
+        bad += verdict != CKPT_OK;
+    }
     for (int k = 0; k < shard.n; k++) free(shard.why[k]);
     free(shard.why);
     st_free(&f);
@@ -250,10 +265,13 @@ static int inspect_config(const Config *c, int list_params, int ranks) {
 
 // The last line of RUN/metrics.jsonl's step and smooth_loss, printed; nothing when it has none.
 static void print_metrics_end(const char *run) {
-    char path[4096], line[1024], last[1024] = "";
+    char path[4096], line[1024], last[1024] = "", err[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
+    int fd = fc_open_regular(path, NULL, err, sizeof err);  // a FIFO is refused, not waited on
+    if (fd < 0 && errno == ENOENT) return;
+    if (fd < 0) fc_die("%s", err);
+    FILE *f = fdopen(fd, "r");
+    if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
     long lines = 0;
     while (fgets(line, sizeof line, f)) {
         if (!strchr(line, '\n') && !feof(f)) continue;  // a line longer than the buffer: not a step's
@@ -268,15 +286,34 @@ static void print_metrics_end(const char *run) {
     printf("\n");
 }
 
+// The run's checkpoints as a rerun of train goes through them, newest first: each one it would set
+// aside (named, with why), then the one it resumes from (or stops at), shown as inspect_file shows it.
 static int inspect_run(const char *run, const int *steps, int n) {
     printf("run %s: %d checkpoint%s, steps", run, n, n == 1 ? "" : "s");
     for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
     printf("%s\n", n > 8 ? " ..." : "");
     print_metrics_end(run);
-    char path[4096];
-    checkpoint_path(path, sizeof path, run, steps[0]);
-    printf("the newest: %s\n\n", path);
-    return inspect_file(path);
+    int aside = run_folder_set_aside(run), damaged = 0;
+    if (aside) printf("set aside       %d damaged checkpoint%s (ckpt-*.unusable)\n", aside, aside == 1 ? "" : "s");
+    char path[4096], why[1024];
+    for (int i = 0; i < n; i++) {
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        int step = -1;
+        CkptStatus s = checkpoint_check(path, &step, why, sizeof why);
+        if (s == CKPT_OK && step != steps[i])
+            snprintf(why, sizeof why, "%s: its metadata says step %d", path, step), s = CKPT_CORRUPT;
+        if (s == CKPT_CORRUPT) {
+            printf("UNUSABLE: %s; a rerun of train sets it aside\n", why);
+            damaged++;
+            continue;
+        }
+        printf("%s: %s\n\n", s ? "a rerun of train stops at" : i == 0 ? "the newest" : "a rerun of train resumes from",
+               path);
+        return inspect_file(path) || damaged ? 1 : 0;
+    }
+    printf("none of its %d checkpoints can be resumed from: a rerun of train sets them aside and refuses to start "
+           "the run again from step 0\n", n);
+    return 1;
 }
 
 // A dataset (dataset.json), else a run folder (its checkpoints); anything else gets the dataset's line,
@@ -292,6 +329,10 @@ static int inspect_folder(const char *dir) {
         return rc;
     }
     free(steps);
+    int aside = run_folder_set_aside(dir);
+    if (aside)
+        fc_die("%s: a run folder with no checkpoint to resume from: %d damaged one%s set aside as ckpt-*.unusable (a "
+               "rerun of train refuses to start the run again from step 0)", dir, aside, aside == 1 ? "" : "s");
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (!access(path, F_OK))
         fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", dir);

@@ -92,8 +92,12 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
     if (opt(opts, "--steps")->count) {
-        c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, INT_MAX);
-        if (c.warmup_steps > c.steps) c.warmup_steps = c.steps;
+        // the steps key's own range: every checkpoint's config is read back against it
+        c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, CONFIG_MAX_STEPS);
+        if (c.warmup_steps > c.steps) {
+            printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, c.warmup_steps, c.steps);
+            c.warmup_steps = c.steps;
+        }
     }
     if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
                                            c.exclude);

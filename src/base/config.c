@@ -86,7 +86,7 @@ static const KeyDef KEYS[] = {
      "probability that a window's given frames are dropped to noise (trains the unconditional half of guidance)"},
     {"ref_noise", KEY_DOUBLE, OFF(ref_noise), 0, 0.5,
      "std of pixel noise on context frames in training (deltas taken from them): learn to clean made frames"},
-    {"steps", KEY_INT, OFF(steps), 1, 2e9, "optimizer steps of the whole run"},
+    {"steps", KEY_INT, OFF(steps), 1, CONFIG_MAX_STEPS, "optimizer steps of the whole run"},
     {"lr", KEY_DOUBLE, OFF(lr), 0, 1, "peak learning rate"},
     {"warmup_steps", KEY_INT, OFF(warmup_steps), 0, 2e9, "linear learning-rate warmup"},
     {"lr_min_ratio", KEY_DOUBLE, OFF(lr_min_ratio), 0, 1, "the cosine decay ends at lr * lr_min_ratio"},
@@ -95,7 +95,9 @@ static const KeyDef KEYS[] = {
      "--extend sets it to the old end)"},
     {"weight_decay", KEY_DOUBLE, OFF(weight_decay), 0, 10, "decoupled weight decay of the 2-D weights"},
     {"beta1", KEY_DOUBLE, OFF(beta1), 0, 0.99999, "AdamW first-moment decay"},
-    {"beta2", KEY_DOUBLE, OFF(beta2), 0, 0.99999999, "AdamW second-moment decay"},
+    // at most the largest value under 1 that stays under 1 in float (0.99999999 rounds to 1: the bias
+    // correction 1 - beta2^t would be 0)
+    {"beta2", KEY_DOUBLE, OFF(beta2), 0, 0.9999999, "AdamW second-moment decay"},
     {"adam_eps", KEY_DOUBLE, OFF(adam_eps), 1e-30, 1, "AdamW epsilon"},
     {"grad_clip", KEY_DOUBLE, OFF(grad_clip), 0, 1e9, "clip the gradient norm to this (0: off)"},
     {"ema_decay", KEY_DOUBLE, OFF(ema_decay), 0, 1, "decay of the weights' EMA (used for generation); step t uses min(this, (1+t)/(10+t))"},
@@ -254,7 +256,7 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         // an underflow gives 0 or a subnormal, which is the value meant (and what config_write gives back)
         if (errno == ERANGE && fabs(v) < 1) errno = 0;
         if (end == value || *end || errno || !isfinite(v)) return fc_errf(why, whylen, "not a number");
-        if (v < k->min || v > k->max) return fc_errf(why, whylen, "%g is out of range [%g, %g]", v, k->min, k->max);
+        if (v < k->min || v > k->max) return fc_errf(why, whylen, "%.10g is out of range [%.10g, %.10g]", v, k->min, k->max);
         *(double *)((char *)c + k->offset) = v;
         return 0;
     }
@@ -265,7 +267,9 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
     long long v = strtoll(value, &end, 10);
     if (end == value || *end || errno) return fc_errf(why, whylen, k->type == KEY_INT_AUTO ? "not an integer or auto"
                                                                                        : "not an integer");
-    if (v < k->min || v > k->max) return fc_errf(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
+    // compared as integers: a 64-bit value next to the bound rounds to it as a double
+    if (v < (long long)k->min || v > (long long)k->max)
+        return fc_errf(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
     if (k->type == KEY_INT || k->type == KEY_INT_AUTO)
         *(int *)((char *)c + k->offset) = (int)v;
     else

@@ -12,6 +12,7 @@
 #define MAX_SLOTS 32
 #define CONFIG_MAX_LINE 4096  // the longest line of a config file, in characters
 #define CONFIG_MAX_PATH 1024  // the longest path a key (exclude) holds, with its NUL
+#define CONFIG_MAX_STEPS 2000000000  // the steps of a run at most (the key steps, train --steps)
 
 enum SlotKind { SLOT_ANCHOR = 0, SLOT_CONTEXT = 1, SLOT_TARGET = 2 };
 

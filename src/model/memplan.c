@@ -45,6 +45,14 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     // a linear backward converts its output gradient into scratch, or attention's its (tokens,
     // width): at most (tokens, max(mlp ratio, 3) width).
     p.workspace = dev != PLAN_CPU ? 64.0 * 1048576 : 0;
+    if (dev == PLAN_CPU) {
+        // attention over a sequence of L tokens holds (L, dh) + 2 (L, L) + L reals and L doubles in each
+        // thread (cpu_attention.c's work_alloc), for the longer of the two attentions: at 4096 tokens a
+        // frame, 128 MiB a thread
+        double L = (double)(c->frame_size / c->patch) * (c->frame_size / c->patch);
+        if (c->slots > L) L = c->slots;
+        p.workspace = fc_threads() * (r * (L * (c->width / c->heads) + 2 * L * L + L) + sizeof(double) * L);
+    }
     if (dev == PLAN_GPU_BF16) {
         double tokens = (double)B * c->slots * (c->frame_size / c->patch) * (c->frame_size / c->patch);
         p.weights_bf16 = 2.0 * k.params;

@@ -4,8 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "report/figures.h"
 #include "report/plot.h"
 
@@ -105,8 +107,13 @@ static int row(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
 }
 
 static int read_tsv(Tsv *t, char *err, size_t errlen) {
-    FILE *f = fopen(t->path, "r");
-    if (!f) return fc_errf(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
+    int fd = fc_open_regular(t->path, NULL, err, errlen);  // a FIFO is refused, not waited on
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return fc_errf(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
+    }
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, rc = 0;

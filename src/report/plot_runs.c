@@ -5,8 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "report/figures.h"
 #include "report/plot.h"
 
@@ -101,8 +103,13 @@ static int by_step(const void *a, const void *b) {
 
 static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     snprintf(r->path, sizeof r->path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(r->path, "r");
-    if (!f) return fc_errf(err, errlen, "%s: cannot open: %s", r->path, strerror(errno));
+    int fd = fc_open_regular(r->path, NULL, err, errlen);  // a FIFO is refused, not waited on
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return fc_errf(err, errlen, "%s: cannot open: %s", r->path, strerror(errno));
+    }
     char *line = NULL, why[256];
     size_t cap = 0;
     ssize_t len;

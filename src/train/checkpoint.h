@@ -1,7 +1,8 @@
 // checkpoint.h: training checkpoints. RUN/ckpt-XXXXXXXX.safetensors (the step, 8 digits) holds the
 // fp32 master weights (model.*), their EMA (ema.*), the whole optimizer state (optim.*: the 8-bit
 // moments with their absmax and code maps, or fp32 moments) and the trainer state with a CRC32 per
-// tensor in __metadata__. There is no way to write one without the optimizer state.
+// tensor in __metadata__, and one of the metadata itself (CKPT_META_CRC). There is no way to write one
+// without the optimizer state.
 #ifndef FRAMECHAIN_CHECKPOINT_H
 #define FRAMECHAIN_CHECKPOINT_H
 
@@ -14,6 +15,9 @@
 
 #define CKPT_FORMAT "framechain-checkpoint"
 #define CKPT_VERSION 1
+// The metadata key of the CRC32 (8 hex digits) that covers every other metadata entry but the
+// crc32.* ones, sorted by key, each as KEY NUL VALUE NUL. Checkpoints of earlier builds have none.
+#define CKPT_META_CRC "crc32.__metadata__"
 
 // What the trainer carries across a restart besides the tensors.
 typedef struct {
@@ -38,8 +42,12 @@ typedef enum {
 
 typedef enum {
     CKPT_OK = 0,
-    CKPT_CORRUPT = 1,  // torn, truncated, a CRC that fails, NaN weights, not a checkpoint: skip it, try an older one
-    CKPT_REFUSED = 2,  // whole, but not a continuation of this run (other config, no optimizer state)
+    // torn, truncated, a CRC that fails (of a tensor or of the metadata), a value that is not finite (weights,
+    // EMA or optimizer state), a metadata value that does not read, not a checkpoint: skip it, try an older one
+    CKPT_CORRUPT = 1,
+    // whole, but not a continuation of this run (other config, no optimizer state, a tensor missing, of
+    // another shape or not the network's, another format version)
+    CKPT_REFUSED = 2,
 } CkptStatus;
 
 // Write the checkpoint of state s crash-safely (temp file, fsync, rename, fsync the folder), then
@@ -97,8 +105,16 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);
 
-// Read a whole checkpoint (format, every CRC and finite weights checked) into f: 0, or -1 with one line in why.
+// Read a whole checkpoint (checkpoint_check's checks) into f: 0, or -1 with one line in why.
 int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen);
+
+// What a resume would say of the file by itself, whatever the run: its metadata (format, its CRC,
+// version, step, smoothed loss, config), every tensor's CRC and values, and its tensors against the
+// network of its own config (names, types, shapes; none missing, none extra). Read a tensor at a
+// time. CKPT_OK with the step of its metadata in *step (may be NULL), or CKPT_CORRUPT (a resume sets
+// it aside and goes back to the checkpoint before) or CKPT_REFUSED (a resume stops at it) with one
+// line in why.
+CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whylen);
 
 // For generation: the newest usable checkpoint of RUN (its header and EMA tensors read, their CRCs
 // and values checked; a bad one is skipped with a warning), as a model of batch B on `be` holding
@@ -109,7 +125,8 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
                                       size_t errlen);
 
 // Rename a file named like a checkpoint that is not a whole one (why: one line starting with its
-// path) to PATH.unusable, out of every listing, with a warning: never deleted, never counted as kept.
+// path) to PATH.unusable (PATH.unusable.1, ... where that name is taken), out of every listing, with a
+// warning: never deleted, never counted as kept.
 void checkpoint_set_aside(const char *path, const char *why);
 
 // The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed); 0 where RUN

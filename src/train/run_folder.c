@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -30,16 +31,37 @@ static int lock_run(const char *run) {
     return fd;
 }
 
-// Temporary files left by a writer that was killed: never a checkpoint, always safe to remove.
+// A temporary file NAME.tmp-PID (how a preview is written) of a process that no longer runs.
+static int dead_writers_temp(const char *name) {
+    const char *tag = strstr(name, ".tmp-");
+    if (!tag) return 0;
+    for (const char *next; (next = strstr(tag + 1, ".tmp-"));) tag = next;
+    char *end;
+    long pid = strtol(tag + 5, &end, 10);
+    if (end == tag + 5 || *end || pid <= 0 || pid == (long)getpid()) return 0;
+    return kill((pid_t)pid, 0) && errno == ESRCH;
+}
+
+// Temporary files left by a writer that was killed: never a checkpoint, always safe to remove. The
+// checkpoints' are this run's (the lock says no other trainer runs); a preview's in RUN/samples is
+// removed once the process that wrote it is gone.
 static void remove_stale_temps(const char *run) {
     DIR *d = opendir(run);
     if (!d) return;
     struct dirent *e;
-    char path[4096];
+    char path[4096], samples[4096];
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "ckpt-", 5) || !strstr(e->d_name, ".safetensors.tmp-")) continue;
         snprintf(path, sizeof path, "%s/%s", run, e->d_name);
         if (!unlink(path)) printf("removed %s, a checkpoint write that was cut off\n", path);
+    }
+    closedir(d);
+    snprintf(samples, sizeof samples, "%s/samples", run);
+    if (!(d = opendir(samples))) return;
+    while ((e = readdir(d))) {
+        if (!dead_writers_temp(e->d_name)) continue;
+        snprintf(path, sizeof path, "%s/%s", samples, e->d_name);
+        if (!unlink(path)) printf("removed %s, a preview write that was cut off\n", path);
     }
     closedir(d);
 }
@@ -78,12 +100,24 @@ int run_folder_open(const char *run) {
     return lock;
 }
 
+// RUN/metrics.jsonl opened for reading: NULL where there is none; a FIFO or anything else that is not
+// a regular file is refused in one line (an open of a FIFO would wait for a writer for good).
+static FILE *open_metrics(const char *path) {
+    char err[4300];
+    int fd = fc_open_regular(path, NULL, err, sizeof err);
+    if (fd < 0 && errno == ENOENT) return NULL;
+    if (fd < 0) fc_die("%s", err);
+    FILE *f = fdopen(fd, "r");
+    if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    return f;
+}
+
 // A killed run may have logged steps past its checkpoint: they go.
 FILE *run_folder_metrics(const char *run, int last) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *in = fopen(path, "r");
+    FILE *in = open_metrics(path);
     if (in) {
         FILE *out = fopen(tmp, "w");
         if (!out) fc_die("%s: cannot write: %s", tmp, strerror(errno));
@@ -93,8 +127,14 @@ FILE *run_folder_metrics(const char *run, int last) {
             if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= last && strchr(line, '\n')) fputs(line, out);
         }
         fclose(in);
-        if (fflush(out) || fsync(fileno(out)) || fclose(out) || rename(tmp, path))
-            fc_die("%s: cannot rewrite: %s", path, strerror(errno));
+        int failed = fflush(out) || ferror(out) || fsync(fileno(out)), e = errno;
+        if (fclose(out) && !failed) failed = 1, e = errno;
+        if (!failed && rename(tmp, path)) failed = 1, e = errno;
+        if (failed) {  // the partial copy goes: on a full disk it holds space the rerun needs
+            unlink(tmp);
+            fc_die("%s: cannot rewrite: %s; stopping (the checkpoints are whole: free space and run the same command "
+                   "to go on)", path, strerror(e));
+        }
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
@@ -107,8 +147,55 @@ FILE *run_folder_metrics(const char *run, int last) {
 // ----------------------------------------------------------------------------
 // where the run starts: its checkpoints, a fork's parent, or step 0
 
+// The checkpoints of RUN set aside as damaged (checkpoint_set_aside: ckpt-*.safetensors.unusable*).
+int run_folder_set_aside(const char *run) {
+    DIR *d = opendir(run);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += !strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".safetensors.unusable") != NULL;
+    closedir(d);
+    return n;
+}
+
+// The highest step of RUN/metrics.jsonl's lines; 0 when it has none.
+static long metrics_last_step(const char *run) {
+    char path[4096], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = open_metrics(path);
+    long last = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        long step;
+        if (sscanf(line, "{\"step\":%ld", &step) == 1 && step > last) last = step;
+    }
+    if (f) fclose(f);
+    return last;
+}
+
+// A run that starts at `start` (0, or a fork's parent's step) in a folder where no checkpoint can be
+// resumed from: the folder must not hold a run trained before, which a start from scratch would throw
+// away without a word (its metrics.jsonl cut back to `start`). What says it was: checkpoints set aside
+// as damaged, or metrics lines past start + 2 checkpoint_every (a step after the second checkpoint is
+// logged only once the first is on disk: a power cut before it leaves fewer lines); damaged: how many
+// this start found. Ends the program with one line saying what to do.
+static void refuse_if_trained_before(const char *run, int start, const Config *c, int damaged) {
+    int aside = run_folder_set_aside(run);
+    aside = aside > damaged ? aside : damaged;  // (a file that could not be renamed aside counts too)
+    long last = metrics_last_step(run);
+    if (!aside && last <= start + 2LL * c->checkpoint_every) return;
+    char held[160] = "";
+    if (aside)
+        snprintf(held, sizeof held, "%d damaged checkpoint%s set aside as ckpt-*.unusable%s", aside,
+                 aside == 1 ? "" : "s", last > start ? ", " : "");
+    if (last > start) snprintf(held + strlen(held), sizeof held - strlen(held), "metrics.jsonl up to step %ld", last);
+    fc_die("%s: no checkpoint here can be resumed from, but the run was trained before (%s): starting it again from "
+           "step %d would lose it; fork a checkpoint you trust into a new run (train --from CKPT --run NEW), or, to "
+           "start from step %d here on purpose, move the .unusable files and metrics.jsonl out of %s", run, held,
+           start, start, run);
+}
+
 // Load the newest checkpoint that checks out; returns 1 (its path in `loaded`), or 0 when the folder
-// has none.
+// has none. A folder whose checkpoints are all damaged ends the program (refuse_if_trained_before).
 static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
                   TrainState *st, char *loaded) {
     int *steps, n = checkpoint_list(run, &steps), resumed = 0;
@@ -133,8 +220,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
         resumed = 1;
     }
     free(steps);
-    if (n && !resumed)
-        fc_die("%s: none of its %d checkpoints is usable (see above); move them away to start the run again", run, n);
+    if (n && !resumed) refuse_if_trained_before(run, 0, c, n);  // (it ends the program)
     return resumed;
 }
 
@@ -162,6 +248,7 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
         snprintf(loaded, 4096, "%s", origin->from);
         *mode = CKPT_FORK;
     }
+    if (!resumed) refuse_if_trained_before(run, fork_start ? st->step : 0, c, 0);
     snprintf(st->data, sizeof st->data, "%s", origin->data);  // from now on, what its checkpoints record
     if (!fork_start) return 0;
     snprintf(st->parent, sizeof st->parent, "%s", origin->parent);

@@ -19,12 +19,18 @@
 // holds it), make the folder's name durable and remove cut-off checkpoint writes. Returns the
 // lock's file descriptor, held until the process ends.
 int run_folder_open(const char *run);
-// metrics.jsonl opened for appending, its lines of steps after `last` dropped first.
+// metrics.jsonl opened for appending, its lines of steps after `last` dropped first (a FIFO in its
+// place is refused; a rewrite that fails leaves no temporary file).
 FILE *run_folder_metrics(const char *run, int last);
 // How this command starts the run: from its own newest checkpoint (extended or not), from a fork's
 // parent, or from step 0. Returns 1 when the fork's first checkpoint is still to be written.
 // loaded (4096 bytes): the checkpoint the weights came from ("" for step 0), read in *mode.
+// A run folder with no checkpoint it can resume from that was trained before (checkpoints set aside
+// as .unusable, metrics lines past the start) is refused in one line, never started again from scratch.
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode);
+
+// How many of RUN's checkpoints were set aside as damaged (ckpt-*.safetensors.unusable*).
+int run_folder_set_aside(const char *run);
 
 #endif

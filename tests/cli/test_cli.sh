@@ -58,6 +58,16 @@ expect unknown_device 2 "--device tpu" "$FC" --device tpu inspect --config confi
 # a seed is a whole number (1.5 was taken as 1)
 expect seed_fraction 2 "--seed 1.5: expected a whole number" "$FC" generate --starter a --extrapolate b --interpolate c \
     --first-frame shapes:1 --frames 8 --out "$tmp/never.mp4" --seed 1.5
+# --steps within the steps key's range (every checkpoint's config is read back against it); integer
+# bounds compared as integers; a beta2 that rounds to 1 in float (a NaN bias correction) refused
+expect steps_past_key_range 2 "--steps 2100000000: expected a whole number from 1 to 2000000000" "$FC" train \
+    --config configs/tiny/starter.conf --run "$tmp/never" --steps 2100000000
+expect seed_past_range 1 "9000000000000000001 is out of range" "$FC" inspect --config configs/tiny/starter.conf \
+    --set seed=9000000000000000001
+expect beta2_rounding_to_one 1 "0.99999999 is out of range \[0, 0.9999999\]" "$FC" inspect \
+    --config configs/tiny/starter.conf --set beta2=0.99999999
+expect steps_cut_warmup_said 0 "^--steps 2: warmup_steps 10 cut to 2" "$FC" --threads 1 train --config configs/tiny/starter.conf \
+    --run "$tmp/cutwarm" --steps 2 --set warmup_steps=10
 # a config saved with a UTF-8 byte order mark (as Notepad saves it) reads as without one
 printf '\xef\xbb\xbf' > "$tmp/bom.conf"
 cat configs/tiny/starter.conf >> "$tmp/bom.conf"

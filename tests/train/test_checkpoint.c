@@ -262,6 +262,37 @@ static void test_config_with_long_paths(void) {
     free_model(m);
 }
 
+// A checkpoint as written passes every check a resume makes of the file by itself (checkpoint_check:
+// its metadata's CRC and values, its tensors against the network of its own config), with 8-bit and
+// with fp32 moments; and it carries the metadata's CRC.
+static void test_written_checkpoint_checks(void) {
+    for (int i = 0; i < 2; i++) {
+        real loss;
+        Model *m = tiny_step(2, 0, 0, &loss);
+        Config c = m->cfg;
+        c.optimizer = i ? OPT_ADAMW : OPT_ADAMW8BIT;
+        Optimizer *o = build_optimizer(m, &c);
+        char dir[] = "/tmp/fc_test_check_XXXXXX", err[512] = "", path[256];
+        int made = mkdtemp(dir) != NULL, step = -1;
+        TrainState st = {.step = 7, .smooth_loss = loss};
+        int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+        checkpoint_path(path, sizeof path, dir, 7);
+        CkptStatus s = saved ? checkpoint_check(path, &step, err, sizeof err) : CKPT_CORRUPT;
+        StFile f = {0};
+        int has_crc = saved && st_read(path, &f, err, sizeof err) == 0 && st_meta(&f, CKPT_META_CRC) != NULL;
+        st_free(&f);
+        char name[64];
+        snprintf(name, sizeof name, "written_checkpoint_checks_%s", i ? "adamw" : "adamw8bit");
+        check(s == CKPT_OK && step == 7 && has_crc, name, "saved %d, check %d (%s), step %d, %s present: %d", saved,
+              (int)s, s ? err : "ok", step, CKPT_META_CRC, has_crc);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+        free_optimizer(o);
+        free_model(m);
+    }
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_config_with_long_paths();
@@ -270,5 +301,6 @@ int main(void) {
     test_prune_keeps_whole_checkpoints();
     test_generation_model_same_outputs();
     test_plan_counts_staging();
+    test_written_checkpoint_checks();
     return g_failed ? 1 : 0;
 }

@@ -53,6 +53,12 @@ most=1.05
 if ldd "$FC" 2> /dev/null | grep -q libasan; then most=100; fi
 expect memory_plan_holds_the_peak $(awk -v r="${ratio:-0}" -v m=$most 'BEGIN {print !(r >= 0.9 && r <= m)}') \
     "$(grep '^peak' "$tmp/ref.log" || echo 'no peak line'); plan: $(grep -E '^  (ckpt staging|program|total) ' "$tmp/ref.log" | tr -s ' ' | tr '\n' ';')"
+# Attention's scratch is each thread's (L, L) scores and their gradients: with 1024 tokens a frame
+# (frame_size 32, patch 1) 8 MiB a thread, which the plan counts for the threads the run has
+ratio2=$("$FC" --threads 2 train --config "$TINY" --run "$tmp/long_attn" --steps 1 --set warmup_steps=0 --set frame_size=32 \
+    --set patch=1 --set batch_size=1 2>&1 | sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p')
+expect memory_plan_holds_attention_scratch $(awk -v r="${ratio2:-0}" -v m=$most 'BEGIN {print !(r >= 0.9 && r <= m)}') \
+    "1024 tokens a frame on 2 threads: the measure ${ratio2:-?}x the plan"
 # A plan the machine could never hold is refused before anything is allocated, the run folder it made
 # removed; one over what is available now is a warning and the run goes on.
 FRAMECHAIN_TEST_MEM_TOTAL_MIB=30 "$FC" --threads 1 train --config "$TINY" --run "$tmp/too_big" --steps 2 \
@@ -391,6 +397,9 @@ from safetensors_io import read_safetensors, write_safetensors
 def edit(path, change):
     tensors, meta = read_safetensors(path)
     change(tensors, meta)
+    if "crc32.__metadata__" in meta:  # the metadata's CRC (README, "Checkpoints") made to check again
+        meta["crc32.__metadata__"] = "%08x" % zlib.crc32(b"".join(
+            k.encode() + b"\0" + v.encode() + b"\0" for k, v in sorted(meta.items()) if not k.startswith("crc32.")))
     write_safetensors(path, tensors, meta)
 def put(tensors, meta, name, t):
     tensors[name] = t
@@ -432,6 +441,226 @@ cp "$(final "$tmp/renamed")" "$tmp/renamed/ckpt-$(printf %08d $((STEPS + 4))).sa
 rc=$?
 expect checkpoint_other_name_set_aside $(( rc != 0 || $(grep -c "ckpt-$(printf %08d $((STEPS + 4))).safetensors: its metadata says step $STEPS; renamed to" "$tmp/renamed.log") != 1 || $(grep -c "resuming .* from step $STEPS " "$tmp/renamed.log") != 1 )) \
     "status $rc, $(grep -m1 -o 'its metadata says step [0-9]*' "$tmp/renamed.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/renamed.log")"
+
+# ---- damaged checkpoints of a short run (4 steps, a checkpoint every 2): ckpt-2 and ckpt-4 ----
+short() {  # short RUN [extra args...]
+    "$FC" --threads 1 train --config "$TINY" --run "$1" --set steps=4 --set checkpoint_every=2 --set warmup_steps=1 "${@:2}"
+}
+# stedit FILE MODE PYTHON: rewrite a checkpoint; PYTHON edits `meta` (a dict) and `T` ([name, dtype, shape,
+# bytes] each). Every tensor's crc32.NAME is recomputed; the metadata's CRC (crc32.__metadata__) too with
+# MODE crc, left as it was with MODE stale (a flipped bit), dropped with MODE old (an earlier build's file).
+stedit() {
+    "$PYTHON" - "$@" <<'PY'
+import sys, struct, json, zlib
+p, mode, code = sys.argv[1:4]
+b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
+meta = h.pop('__metadata__', {})
+T = [[k, v['dtype'], v['shape'], data[v['data_offsets'][0]:v['data_offsets'][1]]] for k, v in h.items()]
+exec(code)
+out, off, blob = {'__metadata__': meta}, 0, b''
+for name, dt, shape, by in T:
+    out[name] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(by)]}; off += len(by); blob += by
+    meta['crc32.' + name] = '%08x' % zlib.crc32(by)
+if mode == 'old':
+    meta.pop('crc32.__metadata__', None)
+elif mode == 'crc':
+    meta['crc32.__metadata__'] = '%08x' % zlib.crc32(b''.join(
+        k.encode() + b'\0' + v.encode() + b'\0' for k, v in sorted(meta.items()) if not k.startswith('crc32.')))
+s = json.dumps(out, separators=(',', ':')).encode(); s += b' ' * ((8 - len(s) % 8) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(s)) + s + blob)
+PY
+}
+D=$tmp/dmg
+short "$D/ref" > "$tmp/dmg_ref.log" 2>&1 || { fail damaged_setup "$(tail -1 "$tmp/dmg_ref.log")"; exit 1; }
+ck2=ckpt-00000002.safetensors ck4=ckpt-00000004.safetensors
+fresh() { rm -rf "$D/$1"; cp -r "$D/ref" "$D/$1"; }  # fresh NAME: a copy of the finished short run
+
+# A run whose checkpoints are all damaged: every rerun stops with the same line, never starts it again
+# from step 0 (its metrics.jsonl and files as they were); a run killed before its first checkpoint still does.
+fresh all
+rm "$D/all/$ck4"
+printf '\xff' | dd of="$D/all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+before=$(md5sum < "$D/all/metrics.jsonl")
+short "$D/all" > "$tmp/all1.log" 2>&1
+rc1=$?
+short "$D/all" > "$tmp/all2.log" 2>&1
+rc2=$?
+left=$(cd "$D/all" && ls | tr '\n' ' ')
+want="all: no checkpoint here can be resumed from, but the run was trained before (1 damaged checkpoint set aside"
+expect all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$want" "$tmp/all1.log") != 1 ||
+    $(grep -c "$want" "$tmp/all2.log") != 1 || $(grep -c '^resuming\|^step ' "$tmp/all2.log") != 0 )) \
+    "status $rc1 then $rc2; $(grep -m1 -o 'all: no checkpoint.*' "$tmp/all2.log" | cut -c1-150); left: $left"
+[ "$before" = "$(md5sum < "$D/all/metrics.jsonl")" ] && [ "$left" = "$ck2.unusable metrics.jsonl " ]
+expect all_damaged_keeps_metrics $? "metrics.jsonl unchanged, no checkpoint written: $left"
+mkdir "$D/early" && head -2 "$D/ref/metrics.jsonl" > "$D/early/metrics.jsonl"
+short "$D/early" > "$tmp/early.log" 2>&1
+expect killed_before_first_checkpoint_restarts $? "$(tail -1 "$tmp/early.log")"
+
+# Optimizer state that is not finite, or a negative second moment, behind CRCs that check: set aside as
+# NaN weights are, the checkpoint before resumed, the run ends on the uninterrupted run's bytes.
+for k in m_nan code_nan v_neg; do
+    fresh "$k"
+    case $k in
+        m_nan) edit="T=[[a,d,s,struct.pack('<f',float('nan'))*(len(by)//4) if a=='optim.patch_embed.weight.m' else by] for a,d,s,by in T]"
+            want="tensor optim.patch_embed.weight.m holds NaN values: the optimizer state is unusable; renamed to" ;;
+        code_nan) edit="T=[[a,d,s,struct.pack('<256f',*[float('nan')]*256) if a=='optim.code_signed' else by] for a,d,s,by in T]"
+            want="tensor optim.code_signed holds NaN values: the optimizer state is unusable; renamed to" ;;
+        v_neg) edit="T=[[a,d,s,struct.pack('<f',-1.0)+by[4:] if a=='optim.patch_embed.bias.v' else by] for a,d,s,by in T]"
+            want="tensor optim.patch_embed.bias.v holds negative values: the optimizer state is unusable; renamed to" ;;
+    esac
+    stedit "$D/$k/$ck4" crc "$edit"
+    short "$D/$k" > "$tmp/$k.log" 2>&1
+    rc=$?
+    cmp -s "$D/ref/$ck4" "$D/$k/$ck4"
+    same=$?
+    expect "optimizer_state_${k}_set_aside" $(( rc != 0 || same != 0 || $(grep -c "$want" "$tmp/$k.log") != 1 ||
+        $(grep -c "^resuming .* from step 2 " "$tmp/$k.log") != 1 )) \
+        "status $rc, $(grep -m1 -o 'tensor optim.*unusable' "$tmp/$k.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/$k.log"), final checkpoint the uninterrupted run's: $((1 - same))"
+done
+
+# A tensor in another shape of the same size (transposed), or one the network does not have: refused
+# in one line by train, skipped by generate, never loaded.
+fresh shape; fresh extra
+stedit "$D/shape/$ck4" crc "T=[[a,d,[s[1],s[0]] if a.endswith('patch_embed.weight') and not a.startswith('optim') else s,by] for a,d,s,by in T]"
+stedit "$D/extra/$ck4" crc "T.append(['model.extra','F32',[1],b'\0'*4])"
+short "$D/shape" --steps 6 --extend > "$tmp/shape.log" 2>&1
+rc1=$?
+short "$D/extra" --steps 6 --extend > "$tmp/extra.log" 2>&1
+rc2=$?
+expect checkpoint_shape_refused $(( rc1 != 1 || rc2 != 1 ||
+    $(grep -c "$ck4: tensor model.patch_embed.weight has shape (48, 64), this network's is (64, 48)" "$tmp/shape.log") != 1 ||
+    $(grep -c "$ck4: holds a tensor model.extra, which this network does not have" "$tmp/extra.log") != 1 )) \
+    "status $rc1, $rc2: $(grep -m1 -o 'tensor model.patch_embed.weight has shape.*' "$tmp/shape.log"); $(grep -m1 -o 'holds a tensor.*' "$tmp/extra.log")"
+mkdir "$D/shape_only" && cp "$D/shape/$ck4" "$D/shape_only/"
+"$FC" generate --starter "$D/shape_only" --extrapolate "$D/shape_only" --interpolate "$D/shape_only" \
+    --first-frame shapes:1 --frames 9 --out "$tmp/shape.gif" > "$tmp/shapegen.log" 2>&1
+rc=$?
+expect checkpoint_shape_not_generated $(( rc == 0 || $(grep -c "skipping .*$ck4: tensor model.patch_embed.weight has shape (48, 64)" "$tmp/shapegen.log") < 1 )) \
+    "status $rc, $(grep -m1 -o 'skipping.*' "$tmp/shapegen.log" | cut -c1-150)"
+
+# A config copy that claims a huge network (an earlier build's checkpoint, no metadata CRC): generate
+# checks it against the tensors before allocating anything, skips the file and uses the one before.
+fresh huge
+stedit "$D/huge/$ck4" old "meta['config']=meta['config'].replace('width         = 64','width         = 16384').replace('depth         = 2','depth         = 48')"
+"$FC" generate --starter "$D/huge" --extrapolate "$D/huge" --interpolate "$D/huge" \
+    --first-frame shapes:1 --frames 9 --out "$tmp/huge.gif" > "$tmp/huge.log" 2>&1
+rc=$?
+expect lying_config_checked_before_allocation $(( $(grep -c "skipping .*$ck4: tensor model.patch_embed.weight is F32 of 12288 bytes, expected F32 of 3145728$" "$tmp/huge.log") < 1 ||
+    $(grep -c "out of host memory" "$tmp/huge.log") != 0 || $(grep -c "$ck2" "$tmp/huge.log") != 0 )) \
+    "status $rc, $(grep -m1 -o 'skipping.*' "$tmp/huge.log" | cut -c1-160); $(grep -m1 'out of host memory' "$tmp/huge.log")"
+
+# Setting a damaged checkpoint aside never renames over one set aside before: the first keeps its bytes.
+fresh twice
+for seek in 60000 70000; do
+    printf '\xff' | dd of="$D/twice/$ck4" bs=1 seek=$seek conv=notrunc status=none
+    [ $seek = 60000 ] && first=$(md5sum < "$D/twice/$ck4")
+    short "$D/twice" > "$tmp/twice_$seek.log" 2>&1
+done
+[ "$first" = "$(md5sum < "$D/twice/$ck4.unusable" 2> /dev/null)" ] && [ -f "$D/twice/$ck4.unusable.1" ] &&
+    grep -q "renamed to $D/twice/$ck4.unusable.1$" "$tmp/twice_70000.log"
+expect set_aside_never_overwrites $? "set aside: $(cd "$D/twice" && ls | grep unusable | tr '\n' ' ')"
+
+# Metadata values read strictly (the metadata's CRC made to check): a bad one makes the file unusable,
+# named with its key, and the checkpoint before is resumed.
+for k in smooth_nan smooth_word step_junk step_overflow version_text; do
+    fresh "$k"
+    case $k in
+        smooth_nan) edit="meta['smooth_loss']='nan'" want="smooth_loss \"nan\" is not a finite number" ;;
+        smooth_word) edit="meta['smooth_loss']='hello'" want="smooth_loss \"hello\" is not a finite number" ;;
+        step_junk) edit="meta['step']='4garbage'" want="step \"4garbage\" is not a whole number of steps (0 to 2147483647)" ;;
+        step_overflow) edit="meta['step']='4294967300'" want="step \"4294967300\" is not a whole number of steps (0 to 2147483647)" ;;
+        version_text) edit="meta['format_version']='1.9-beta'" want="format_version \"1.9-beta\" is not a whole number" ;;
+    esac
+    stedit "$D/$k/$ck4" crc "$edit"
+    short "$D/$k" > "$tmp/$k.log" 2>&1
+    rc=$?
+    cmp -s "$D/ref/$ck4" "$D/$k/$ck4"
+    same=$?
+    expect "metadata_${k}_unusable" $(( rc != 0 || same != 0 || $(grep -c "$ck4: its metadata's $want; renamed to" "$tmp/$k.log") != 1 ||
+        $(grep -c "^resuming .* from step 2 " "$tmp/$k.log") != 1 )) \
+        "status $rc, $(grep -m1 -o "its metadata's.*; renamed" "$tmp/$k.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/$k.log")"
+done
+
+# One flipped bit in the config copy: the metadata's CRC fails, the file is set aside as damaged and the
+# checkpoint before resumed; in an earlier build's file (no metadata CRC) a config copy that contradicts
+# its own tensors is damage too; and such a file loads as before when it is whole.
+fresh flip; fresh oldflip; fresh old
+stedit "$D/flip/$ck4" stale "meta['config']=meta['config'].replace('width         = 64','width         = 44')"
+stedit "$D/oldflip/$ck4" old "meta['config']=meta['config'].replace('depth         = 2','depth         = 3')"
+stedit "$D/old/$ck2" old ""
+rm "$D/old/$ck4"
+for k in flip oldflip old; do short "$D/$k" > "$tmp/$k.log" 2>&1; echo $? > "$tmp/$k.rc"; done
+ok=0
+for k in flip oldflip old; do
+    cmp -s "$D/ref/$ck4" "$D/$k/$ck4" && [ "$(cat "$tmp/$k.rc")" = 0 ] && grep -q "^resuming .* from step 2 " "$tmp/$k.log" || ok=1
+done
+grep -q "$ck4: its metadata (step, config, ...) fails its CRC32 check; renamed to" "$tmp/flip.log" &&
+    grep -q "$ck4: its config copy describes another network than its tensors (tensor model.blocks.2.*), while they are this run's network's: its metadata is damaged; renamed to" "$tmp/oldflip.log" || ok=1
+expect metadata_crc_flip_set_aside $ok \
+    "$(grep -m1 -o 'its metadata (step.*check' "$tmp/flip.log"); $(grep -m1 -o 'its config copy.*damaged' "$tmp/oldflip.log" | cut -c1-120); a checkpoint without the metadata CRC: $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/old.log")"
+
+# inspect says what a resume would: not finite values and missing tensors behind CRCs that check; and of
+# a run whose newest checkpoint is cut short, the one a rerun sets aside and the one it resumes from.
+fresh inf; fresh missing; fresh cut
+stedit "$D/inf/$ck4" crc "T=[[a,d,s,struct.pack('<f',float('inf'))+by[4:] if a=='ema.final.linear.bias' else by] for a,d,s,by in T]"
+stedit "$D/missing/$ck4" crc "T=[t for t in T if t[0]!='model.final.linear.bias']"
+truncate -s -1 "$D/cut/$ck4"
+"$FC" inspect "$D/inf/$ck4" > "$tmp/inf.log" 2>&1
+rc1=$?
+"$FC" inspect "$D/missing" > "$tmp/missing.log" 2>&1
+rc2=$?
+"$FC" inspect "$D/cut" > "$tmp/cut.log" 2>&1
+rc3=$?
+expect inspect_says_what_resume_would $(( rc1 != 1 || rc2 != 1 || rc3 != 1 ||
+    $(grep -c "^UNUSABLE: .*$ck4: tensor ema.final.linear.bias holds infinite values" "$tmp/inf.log") != 1 ||
+    $(grep -c "^NOT RESUMABLE: .*$ck4: tensor model.final.linear.bias is missing" "$tmp/missing.log") != 1 ||
+    $(grep -c "^UNUSABLE: .*$ck4: .*; a rerun of train sets it aside$" "$tmp/cut.log") != 1 ||
+    $(grep -c "^a rerun of train resumes from: $D/cut/$ck2$" "$tmp/cut.log") != 1 ||
+    $(grep -c "^step  *2$" "$tmp/cut.log") != 1 )) \
+    "status $rc1, $rc2, $rc3: $(grep -m1 -o 'UNUSABLE.*holds infinite values' "$tmp/inf.log"); $(grep -m1 -o 'NOT RESUMABLE.*' "$tmp/missing.log" | cut -c1-100); $(grep -m1 -o 'a rerun of train resumes from.*' "$tmp/cut.log")"
+
+# A FIFO in place of metrics.jsonl or of an eval TSV: refused in one line, never waited on.
+fresh fifo
+rm "$D/fifo/metrics.jsonl" "$D/fifo/$ck4"
+mkfifo "$D/fifo/metrics.jsonl" "$tmp/fifo.tsv"
+bad=""
+for cmd in train inspect plot plot_eval; do
+    case $cmd in
+        train) timeout -k 2 10 "$FC" --threads 1 train --config "$TINY" --run "$D/fifo" --set steps=4 --set checkpoint_every=2 \
+            --set warmup_steps=1 > "$tmp/fifo_$cmd.log" 2>&1 ;;
+        inspect) timeout -k 2 10 "$FC" inspect "$D/fifo" > "$tmp/fifo_$cmd.log" 2>&1 ;;
+        plot) timeout -k 2 10 "$FC" plot "$D/fifo" --out "$tmp/fifo.png" > "$tmp/fifo_$cmd.log" 2>&1 ;;
+        plot_eval) timeout -k 2 10 "$FC" plot --eval "$tmp/fifo.tsv" --out "$tmp/fifo.png" > "$tmp/fifo_$cmd.log" 2>&1 ;;
+    esac
+    rc=$?
+    [ $rc = 1 ] && grep -q "\(metrics.jsonl\|fifo.tsv\): not a regular file (a FIFO)" "$tmp/fifo_$cmd.log" || bad="$bad $cmd: status $rc, $(tail -1 "$tmp/fifo_$cmd.log" | cut -c1-80);"
+done
+expect fifo_metrics_refused $(( ${#bad} != 0 )) "${bad:-train, inspect, plot RUN and plot --eval refuse a FIFO in one line}"
+
+# A metrics.jsonl that cannot be rewritten (a 4 KiB file-size limit standing in for a full disk): one
+# line, and no metrics.jsonl.tmp left behind.
+cp -r "$tmp/ref" "$tmp/mtmp"
+rm "$(final "$tmp/mtmp")"
+(trap '' XFSZ; ulimit -f 4; train "$tmp/mtmp") > "$tmp/mtmp.log" 2>&1
+rc=$?
+expect metrics_rewrite_failure_leaves_no_temp $(( rc == 0 || $(grep -c "metrics.jsonl: cannot rewrite: .*free space and run the same command" "$tmp/mtmp.log") != 1 ||
+    $(ls "$tmp/mtmp" | grep -c 'metrics.jsonl.tmp') != 0 )) \
+    "status $rc, $(grep -m1 -o 'metrics.jsonl: cannot rewrite.*' "$tmp/mtmp.log" | cut -c1-100); left: $(ls "$tmp/mtmp" | grep tmp)"
+
+# A preview's temporary file of a process that is gone is removed at the next start; one of a process
+# that still runs is not.
+fresh samples
+rm "$D/samples/$ck4"
+mkdir "$D/samples/samples"
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+touch "$D/samples/samples/step-00000002.png.tmp-$dead" "$D/samples/samples/step-00000002.png.tmp-$$"
+short "$D/samples" > "$tmp/samples.log" 2>&1
+rc=$?
+[ $rc = 0 ] && [ ! -e "$D/samples/samples/step-00000002.png.tmp-$dead" ] && [ -e "$D/samples/samples/step-00000002.png.tmp-$$" ] &&
+    grep -q "^removed $D/samples/samples/step-00000002.png.tmp-$dead, a preview write that was cut off$" "$tmp/samples.log"
+expect stale_preview_temp_removed $? "status $rc, left in samples/: $(ls "$D/samples/samples" | tr '\n' ' ')"
 
 # ---- recompute changes the memory a step takes, not its arithmetic ----
 same_tensors() {  # same_tensors A B: every tensor of two checkpoints byte for byte (their configs differ)
