@@ -291,15 +291,24 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
     finish_or_die(t->writer);  // so that the checkpoint named below is the newest on disk
     int *steps, n = checkpoint_list(t->run, &steps);
     const char *what = isnan(loss) ? "NaN" : "infinite";
-    if (!n)
-        fc_die("the loss is %s at step %d: stopping; no checkpoint was written before it, so there is nothing to go on "
-               "from: lower lr (or raise warmup_steps) and train again", what, step);
+    // The weights of the step just before are the ones whose forward gave this loss: a fork from them
+    // meets it again at any learning rate. The checkpoint named is an older one.
+    int k = 0;
+    while (k < n && steps[k] >= step - 1) k++;
+    if (k == n) {
+        free(steps);
+        fc_die("the loss is %s at step %d: stopping; %s, so there is nothing to go on from: lower lr (or raise "
+               "warmup_steps) and train again", what, step,
+               n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
+                 : "no checkpoint was written before it");
+    }
     char last[4096];
-    checkpoint_path(last, sizeof last, t->run, steps[0]);
+    checkpoint_path(last, sizeof last, t->run, steps[k]);
     free(steps);
-    fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept; to go on from it with a "
-           "lower learning rate: framechain train --from %s --run NEW_RUN --set lr=%g", what, step, last, last,
-           t->c->lr / 2);
+    fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept%s; to go on from it with a "
+           "lower learning rate: framechain train --from %s --run NEW_RUN --set lr=%g", what, step, last,
+           k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
+             : "", last, t->c->lr / 2);
 }
 
 // The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them

@@ -209,6 +209,16 @@ set -- $cmd
 rc2=$?
 expect nan_names_fork_command $(( rc == 0 || ${#cmd} == 0 || rc2 != 0 || $(grep -c "^done: .* at step 24" "$tmp/nanfork.log") != 1 )) \
     "status $rc: '${cmd:-no command named}'; that command (with a new run folder): status $rc2, $(tail -1 "$tmp/nanfork.log" | cut -c1-80)"
+# the checkpoint of the step just before holds the weights whose forward gave the NaN (lowering the
+# rate cannot change it): the one before it is named, or none
+(FRAMECHAIN_TEST_NAN_AT_STEP=9 train "$tmp/nan9" --steps 24) > "$tmp/nan9.log" 2>&1
+rc=$?
+(FRAMECHAIN_TEST_NAN_AT_STEP=5 train "$tmp/nan5" --steps 24) > "$tmp/nan5.log" 2>&1
+rc2=$?
+expect nan_names_checkpoint_before_the_step_before $(( rc == 0 || rc2 == 0 ||
+    $(grep -c "the last good checkpoint, $tmp/nan9/ckpt-00000004.safetensors, is kept (the newer one holds" "$tmp/nan9.log") != 1 ||
+    $(grep -c "the only checkpoint holds the weights of the step just before" "$tmp/nan5.log") != 1 )) \
+    "status $rc and $rc2: $(grep -m1 -o 'the loss is.*' "$tmp/nan9.log" | cut -c1-140); $(grep -m1 -o 'the loss is.*' "$tmp/nan5.log" | cut -c1-140)"
 (FRAMECHAIN_TEST_NAN_AT_STEP=2 train "$tmp/nan0" --steps 24) > "$tmp/nan0.log" 2>&1
 rc=$?
 expect nan_without_checkpoint_says_so $(( rc == 0 || $(grep -c "no checkpoint was written before it" "$tmp/nan0.log") != 1 )) \
