@@ -86,10 +86,24 @@ static int note_clip(int k, const char *why, void *ctx) {
 
 // A checkpoint (or any safetensors file): its trainer state, its config, every tensor and its CRC.
 // A dataset's shard: every clip inflated and checked against its CRC32, as the dataset's check does.
-static int inspect_file(const char *path) {
+// INSPECT_GONE: the file is no longer there (pruned by a train that runs; vanish_ok only).
+#define INSPECT_GONE 2
+static int inspect_file_or_gone(const char *path, int vanish_ok) {
     StFile f;
     char err[1024];
-    if (st_read(path, &f, err, sizeof err)) fc_die("%s", err);
+    if (st_read(path, &f, err, sizeof err)) {
+        if (vanish_ok && access(path, F_OK) && errno == ENOENT) return INSPECT_GONE;
+        fc_die("%s", err);
+    }
+    // what a resume would say of it, before anything is printed (it reads the file again)
+    char verdict_why[1024];
+    const char *fmt = st_meta(&f, "format");
+    CkptStatus verdict = fmt && !strcmp(fmt, CKPT_FORMAT) ? checkpoint_check(path, NULL, verdict_why, sizeof verdict_why)
+                                                          : CKPT_OK;
+    if (verdict != CKPT_OK && vanish_ok && access(path, F_OK) && errno == ENOENT) {
+        st_free(&f);
+        return INSPECT_GONE;
+    }
     const char *format = st_meta(&f, "format");
     ShardVerdicts shard = {NULL, 0};
     if (format && !strcmp(format, "framechain-shard")) {
@@ -129,11 +143,10 @@ static int inspect_file(const char *path) {
            bad ? "SOME CRCs FAIL" : unchecked ? "no CRC for some tensors" : "every CRC checks");
     // A checkpoint whose CRCs check may still be one train will not resume from: say so as it would.
     if (!bad && format && !strcmp(format, CKPT_FORMAT)) {
-        CkptStatus verdict = checkpoint_check(path, NULL, err, sizeof err);
         if (verdict == CKPT_CORRUPT)
-            printf("UNUSABLE: %s; a resume sets it aside and goes back to the checkpoint before\n", err);
+            printf("UNUSABLE: %s; a resume sets it aside and goes back to the checkpoint before\n", verdict_why);
         else if (verdict == CKPT_REFUSED)
-            printf("NOT RESUMABLE: %s; a resume stops at it\n", err);
+            printf("NOT RESUMABLE: %s; a resume stops at it\n", verdict_why);
         bad += verdict != CKPT_OK;
     }
     for (int k = 0; k < shard.n; k++) free(shard.why[k]);
@@ -141,6 +154,8 @@ static int inspect_file(const char *path) {
     st_free(&f);
     return bad ? 1 : 0;
 }
+
+static int inspect_file(const char *path) { return inspect_file_or_gone(path, 0); }
 
 // ----------------------------------------------------------------------------
 // a dataset
@@ -288,18 +303,29 @@ static void print_metrics_end(const char *run) {
 
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set
 // aside (named, with why), then the one it resumes from (or stops at), shown as inspect_file shows it.
-static int inspect_run(const char *run, const int *steps, int n) {
+static int inspect_run(const char *run, int *steps, int n) {
     printf("run %s: %d checkpoint%s, steps", run, n, n == 1 ? "" : "s");
     for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
     printf("%s\n", n > 8 ? " ..." : "");
     print_metrics_end(run);
-    int aside = run_folder_set_aside(run), damaged = 0;
+    int aside = run_folder_set_aside(run), damaged = 0, relisted = 0;
     if (aside) printf("set aside       %d damaged checkpoint%s (ckpt-*.unusable)\n", aside, aside == 1 ? "" : "s");
     char path[4096], why[1024];
     for (int i = 0; i < n; i++) {
         checkpoint_path(path, sizeof path, run, steps[i]);
         int step = -1;
         CkptStatus s = checkpoint_check(path, &step, why, sizeof why);
+        // A file that went away since the listing was pruned by a train that runs (a newer one took its
+        // place): list the folder again, a bounded number of times, rather than call it unusable.
+        if (s != CKPT_OK && access(path, F_OK) && errno == ENOENT && relisted < 100) {
+            int *again, m = checkpoint_list(run, &again);
+            if (m > 0) {
+                free(steps);
+                steps = again, n = m, i = -1, relisted++;
+                continue;
+            }
+            free(again);
+        }
         if (s == CKPT_OK && step != steps[i])
             snprintf(why, sizeof why, "%s: its metadata says step %d", path, step), s = CKPT_CORRUPT;
         if (s == CKPT_CORRUPT) {
@@ -309,8 +335,21 @@ static int inspect_run(const char *run, const int *steps, int n) {
         }
         printf("%s: %s\n\n", s ? "a rerun of train stops at" : i == 0 ? "the newest" : "a rerun of train resumes from",
                path);
-        return inspect_file(path) || damaged ? 1 : 0;
+        int rc = inspect_file_or_gone(path, relisted < 100);
+        if (rc == INSPECT_GONE) {  // pruned between its check and now: the newest again
+            printf("(%s was pruned by the train that writes the run while it was read: the run again)\n", path);
+            int *again, m = checkpoint_list(run, &again);
+            if (m > 0) {
+                free(steps);
+                steps = again, n = m, i = -1, relisted++;
+                continue;
+            }
+            free(again);
+        }
+        free(steps);
+        return rc || damaged ? 1 : 0;
     }
+    free(steps);
     printf("none of its %d checkpoints can be resumed from: a rerun of train sets them aside and refuses to start "
            "the run again from step 0\n", n);
     return 1;
@@ -323,11 +362,7 @@ static int inspect_folder(const char *dir) {
     snprintf(path, sizeof path, "%s/dataset.json", dir);
     if (!access(path, F_OK)) return inspect_dataset(dir);
     int *steps = NULL, n = checkpoint_list(dir, &steps);
-    if (n > 0) {
-        int rc = inspect_run(dir, steps, n);
-        free(steps);
-        return rc;
-    }
+    if (n > 0) return inspect_run(dir, steps, n);  // it frees steps
     free(steps);
     int aside = run_folder_set_aside(dir);
     if (aside)

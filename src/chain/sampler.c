@@ -45,7 +45,15 @@ int load_first_frames(const char *path, int S, int K, real *out, char *err, size
         unsigned long clip = strtoul(path + 7, &end, 10);  // which would take "-1" as the largest number
         if (*end || end == path + 7 || path[7] < '0' || path[7] > '9' || errno || clip > 0xffffffffUL)
             return fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
-        for (int k = 0; k < K; k++) shapes_frame(out + k * E, 3, S, 1, 0, (uint32_t)clip, k);
+        // through 8 bits, as an image or a video is read and as the output writes it: the frame the chain
+        // starts from is the one it writes as frame 0, and a prepared clip of these shapes gives it too
+        uint8_t *rgb = fc_malloc(E);
+        for (int k = 0; k < K; k++) {
+            shapes_frame(out + k * E, 3, S, 1, 0, (uint32_t)clip, k);
+            frame_to_rgb(rgb, out + k * E, S);
+            frame_from_rgb(out + k * E, rgb, S);
+        }
+        free(rgb);
         return 0;
     }
     if (K > 1 && is_image_path(path))

@@ -779,7 +779,9 @@ out:
 // header and the EMA tensors are read, each checked against its CRC and for finite values: a
 // checkpoint of the 24 GB preset is 8.9 GiB, of which generation needs the 3.8 GiB of EMA, one
 // tensor in host memory at a time (the weights and the optimizer state are for train to check).
-static Model *load_ema(const char *path, const Backend *be, int B, char *autoencoder, char *err, size_t errlen) {
+// The EMA of the checkpoint at path, named for step `named` (its metadata must say that step).
+static Model *load_ema(const char *path, const Backend *be, int B, int named, char *autoencoder, char *err,
+                       size_t errlen) {
     StFile f;
     if (st_read_header(path, &f, err, errlen)) return NULL;
     const char *ae = st_meta(&f, "autoencoder");
@@ -792,7 +794,12 @@ static Model *load_ema(const char *path, const Backend *be, int B, char *autoenc
     // allocation that fails or takes the machine's memory.
     Config c;
     CkptTable tab = {0};
-    if (check_metadata(&f, path, NULL, NULL, err, errlen) || file_config(&f, path, &c, err, errlen)) goto out;
+    int step = -1;
+    if (check_metadata(&f, path, &step, NULL, err, errlen) || file_config(&f, path, &c, err, errlen)) goto out;
+    if (step != named) {  // a copy of another step's file under this name: not the newest weights
+        snprintf(err, errlen, "%s: its metadata says step %d", path, step);
+        goto out;
+    }
     tab = layout_of(&c);
     int fits = check_layout(&f, &tab, 1, path, err, errlen) == CKPT_OK;
     free(tab.t);
@@ -852,15 +859,24 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
                                       size_t errlen) {
     struct stat sb;
     if (stat(run, &sb) || !S_ISDIR(sb.st_mode)) {
-        snprintf(err, errlen, "%s: no such run folder", run);
+        snprintf(err, errlen, !stat(run, &sb) ? "%s: a file, not a run folder (give the folder of train --run)"
+                                               : "%s: no such run folder", run);
         return NULL;
     }
-    int *steps, n = checkpoint_list(run, &steps);
+    int *steps, n = checkpoint_list(run, &steps), relisted = 0;
     Model *m = NULL;
     for (int i = 0; i < n && !m; i++) {
         char path[4096];
         checkpoint_path(path, sizeof path, run, steps[i]);
-        m = load_ema(path, be, B, autoencoder, err, errlen);
+        m = load_ema(path, be, B, steps[i], autoencoder, err, errlen);
+        // gone since the listing: pruned by a train that writes the run (a newer one took its place),
+        // not damaged: the folder listed again, a bounded number of times
+        if (!m && access(path, F_OK) && errno == ENOENT && relisted < 100) {
+            int *again, k = checkpoint_list(run, &again);
+            free(steps);
+            steps = again, n = k, i = -1, relisted++;
+            continue;
+        }
         if (!m) fc_warn("skipping %s", err);
         else *step = steps[i];
     }

@@ -31,6 +31,23 @@ for out in "181.mp4 $tmp/first.png" "181.gif $VIDEO"; do
 done
 if ls -a "$tmp" | grep -q partial; then fail generate_no_partial_files "$(ls -a "$tmp" | grep partial)"; else pass generate_no_partial_files "no temporary file left"; fi
 
+# shapes:N as the first frame is the 8-bit frame generate writes as frame 0: the chain from that PNG
+# is the same chain, byte for byte
+"$FC" generate "${RUNS[@]}" --first-frame shapes:1 --frames 9 --steps 2 --out "$tmp/sh1" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/sh1/frame-000000.png" --frames 9 --steps 2 --out "$tmp/sh1png" --quiet \
+    > /dev/null 2>&1
+diff -r "$tmp/sh1" "$tmp/sh1png" > /dev/null && [ "$(ls "$tmp/sh1" | wc -l)" = 9 ]
+expect generate_shapes_first_frame_as_written $? "shapes:1 and its frame 0 as a PNG: $(diff -rq "$tmp/sh1" "$tmp/sh1png" 2>&1 | wc -l) frames differ"
+# a checkpoint named for a newer step than its metadata holds (a copy under another name) is passed
+# over for the newest true one, as train passes it over; a checkpoint file given as the run is named
+cp -r "$tmp/starter" "$tmp/renamed"
+cp "$tmp/starter/ckpt-00000012.safetensors" "$tmp/renamed/ckpt-00000020.safetensors"
+"$FC" generate --starter "$tmp/renamed" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" \
+    --first-frame shapes:1 --frames 9 --steps 2 --out "$tmp/renamed_out" > "$tmp/renamed.log" 2>&1
+rc=$?
+expect generate_skips_misnamed_checkpoint $(( rc != 0 || $(grep -c "skipping .*ckpt-00000020.safetensors: its metadata says step 12" "$tmp/renamed.log") != 1 ||
+    $(grep -c "(starter step 12," "$tmp/renamed.log") != 1 )) "status $rc: $(grep -m2 'skipping\|starter step' "$tmp/renamed.log" | cut -c1-120 | tr '\n' ' ')"
+
 # SIGINT or SIGTERM while frames are being written (once the partial video holds 16 KB, or the partial
 # folder 20 PNGs): status 128 + the signal, the partial output removed, nothing at --out
 mkdir "$tmp/stop"
@@ -259,6 +276,8 @@ expect_refusal existing_video "already exists" "${RUNS[@]}" --first-frame "$tmp/
 cmp -s "$tmp/keep.mp4" "$tmp/first.png" || fail generate_existing_video_kept "the existing file was replaced"
 expect_refusal input_as_output "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi"
 expect_refusal input_as_output_overwrite "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/input.avi" --overwrite
+expect_refusal checkpoint_as_run "ckpt-00000012.safetensors: a file, not a run folder" --starter "$tmp/starter/ckpt-00000012.safetensors" \
+    --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 expect_refusal input_by_another_name "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
 cmp -s "$tmp/input.avi" "$VIDEO" || fail generate_input_kept "the --first-frame file changed"
 ln -s "$tmp/a/frame-000000.png" "$tmp/first_link.png"  # a link into the folder --overwrite would replace
