@@ -110,7 +110,8 @@ double parse_number(const char *flag, const char *text, double lo, double hi) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || *end || errno || !(v >= lo && v <= hi))
+    // decimal only: strtod also reads hexadecimal (0x10 as 16) and words (infinity)
+    if (end == text || *end || errno || !(v >= lo && v <= hi) || strspn(text, "0123456789.eE+-") != strlen(text))
         usage_error("%s %s: expected a number from %g to %g", flag, text, lo, hi);
     return v;
 }

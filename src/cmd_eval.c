@@ -71,8 +71,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     eo.data = required(opts, "--data");
     if (opt(opts, "--clips")->count) eo.clips = (int)parse_positive("--clips", opt(opts, "--clips")->value, 1000000);
     if (opt(opts, "--frames")->count) {
-        eo.frames = (int)parse_positive("--frames", opt(opts, "--frames")->value, 1000000);
-        if (eo.frames < 7) usage_error("--frames %d: the chain makes at least 7 frames", eo.frames);
+        eo.frames = (int)parse_whole("--frames", opt(opts, "--frames")->value, 7, 1000000);  // the starter's window
     }
     if (opt(opts, "--long")->count) {
         eo.long_frames = (int)parse_whole("--long", opt(opts, "--long")->value, 0, 1000000);

@@ -92,8 +92,7 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
-    long frames = parse_positive("--frames", required(opts, "--frames"), 1000000);
-    if (frames < 7) usage_error("--frames %ld: the chain makes at least 7 frames", frames);
+    long frames = parse_whole("--frames", required(opts, "--frames"), 7, 1000000);  // the starter's window at least
     SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
                         .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE,
                         .sharpness_guard = SAMPLE_GUARD_DEFAULT, .colour_guard = SAMPLE_GUARD_DEFAULT,

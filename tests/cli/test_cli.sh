@@ -179,7 +179,7 @@ expect moved_reference_without_deltas 1 "delta_reference moved needs targets = d
 expect anchor_snap_without_deltas 1 "anchor_snap 0.05 needs targets = deltas" "$FC" inspect \
     --config configs/tiny/starter.conf --set anchor_snap=0.05
 expect steps_not_a_number 2 "--steps -4: expected a whole number" "$FC" train --config configs/tiny/starter.conf --run r --steps -4
-expect generate_too_few_frames 2 "at least 7 frames" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
+expect generate_too_few_frames 2 "--frames 3: expected a whole number from 7 to 1000000" "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --out o.mp4 --frames 3
 # The ranges' ends: the first value past each is refused with status 2, the end itself gets past the
 # command line (to the missing run folder's status 1, or to the answer)
 expect threads_zero 2 "--threads 0: expected a whole number from 1 to 1024" "$FC" --threads 0 --version
@@ -187,14 +187,15 @@ expect threads_most 0 "^framechain " "$FC" --threads 1024 --version
 expect threads_past_most 2 "--threads 1025: expected a whole number from 1 to 1024" "$FC" --threads 1025 --version
 GEN=(generate --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --first-frame x.png
      --out "$tmp/gen.mp4")
-expect generate_six_frames 2 "--frames 6: the chain makes at least 7 frames" "$FC" "${GEN[@]}" --frames 6
+expect generate_six_frames 2 "--frames 6: expected a whole number from 7 to 1000000" "$FC" "${GEN[@]}" --frames 6
 expect generate_seven_frames 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7
 expect generate_noise_aug_most 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7 --noise-aug 0.95
 expect generate_noise_aug_past_most 2 "--noise-aug 0.96: expected a number from 0 to 0.95" "$FC" "${GEN[@]}" \
     --frames 7 --noise-aug 0.96
 expect generate_colour_ramp_zero 1 "no such run folder" "$FC" "${GEN[@]}" --frames 7 --colour-ramp 0
 EVAL=(eval --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --data "$tmp/none")
-expect eval_six_frames 2 "--frames 6: the chain makes at least 7 frames" "$FC" "${EVAL[@]}" --frames 6
+expect eval_six_frames 2 "--frames 6: expected a whole number from 7 to 1000000" "$FC" "${EVAL[@]}" --frames 6
+expect generate_fps_hex 2 "--fps 0x10: expected a number" "$FC" "${GEN[@]}" --frames 8 --fps 0x10
 expect eval_long_six 2 "--long 6: at least 7 frames, or 0" "$FC" "${EVAL[@]}" --long 6
 expect eval_long_seven 1 "no such" "$FC" "${EVAL[@]}" --long 7
 expect eval_noise_aug_most 1 "no such" "$FC" "${EVAL[@]}" --noise-aug 0,0.95
