@@ -303,6 +303,16 @@ static void print_metrics_end(const char *run) {
 
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set
 // aside (named, with why), then the one it resumes from (or stops at), shown as inspect_file shows it.
+// The run's checkpoints listed again into *steps (freed and replaced) and *n: 1, or 0 when it holds
+// none now (*steps left as it was).
+static int list_again(const char *run, int **steps, int *n) {
+    int *again, m = checkpoint_list(run, &again);
+    if (m <= 0) return free(again), 0;
+    free(*steps);
+    *steps = again, *n = m;
+    return 1;
+}
+
 static int inspect_run(const char *run, int *steps, int n) {
     printf("run %s: %d checkpoint%s, steps", run, n, n == 1 ? "" : "s");
     for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
@@ -317,14 +327,9 @@ static int inspect_run(const char *run, int *steps, int n) {
         CkptStatus s = checkpoint_check(path, &step, why, sizeof why);
         // A file that went away since the listing was pruned by a train that runs (a newer one took its
         // place): list the folder again, a bounded number of times, rather than call it unusable.
-        if (s != CKPT_OK && access(path, F_OK) && errno == ENOENT && relisted < 100) {
-            int *again, m = checkpoint_list(run, &again);
-            if (m > 0) {
-                free(steps);
-                steps = again, n = m, i = -1, relisted++;
-                continue;
-            }
-            free(again);
+        if (s != CKPT_OK && access(path, F_OK) && errno == ENOENT && relisted < 100 && list_again(run, &steps, &n)) {
+            i = -1, relisted++;
+            continue;
         }
         if (s == CKPT_OK && step != steps[i])
             snprintf(why, sizeof why, "%s: its metadata says step %d", path, step), s = CKPT_CORRUPT;
@@ -338,13 +343,10 @@ static int inspect_run(const char *run, int *steps, int n) {
         int rc = inspect_file_or_gone(path, relisted < 100);
         if (rc == INSPECT_GONE) {  // pruned between its check and now: the newest again
             printf("(%s was pruned by the train that writes the run while it was read: the run again)\n", path);
-            int *again, m = checkpoint_list(run, &again);
-            if (m > 0) {
-                free(steps);
-                steps = again, n = m, i = -1, relisted++;
+            if (list_again(run, &steps, &n)) {
+                i = -1, relisted++;
                 continue;
             }
-            free(again);
         }
         free(steps);
         return rc || damaged ? 1 : 0;

@@ -498,6 +498,15 @@ expect killed_before_first_checkpoint_restarts $? "$(tail -1 "$tmp/early.log")"
 
 # Optimizer state that is not finite, or a negative second moment, behind CRCs that check: set aside as
 # NaN weights are, the checkpoint before resumed, the run ends on the uninterrupted run's bytes.
+# edit_then_resume K EDIT: $D/K's ckpt-4 edited (its CRCs made to check again), the short run rerun on
+# it: its status in rc, and in same whether it ended on the uninterrupted run's final checkpoint
+edit_then_resume() {
+    stedit "$D/$1/$ck4" crc "$2"
+    short "$D/$1" > "$tmp/$1.log" 2>&1
+    rc=$?
+    cmp -s "$D/ref/$ck4" "$D/$1/$ck4"
+    same=$?
+}
 for k in m_nan code_nan v_neg; do
     fresh "$k"
     case $k in
@@ -508,11 +517,7 @@ for k in m_nan code_nan v_neg; do
         v_neg) edit="T=[[a,d,s,struct.pack('<f',-1.0)+by[4:] if a=='optim.patch_embed.bias.v' else by] for a,d,s,by in T]"
             want="tensor optim.patch_embed.bias.v holds negative values: the optimizer state is unusable; renamed to" ;;
     esac
-    stedit "$D/$k/$ck4" crc "$edit"
-    short "$D/$k" > "$tmp/$k.log" 2>&1
-    rc=$?
-    cmp -s "$D/ref/$ck4" "$D/$k/$ck4"
-    same=$?
+    edit_then_resume "$k" "$edit"
     expect "optimizer_state_${k}_set_aside" $(( rc != 0 || same != 0 || $(grep -c "$want" "$tmp/$k.log") != 1 ||
         $(grep -c "^resuming .* from step 2 " "$tmp/$k.log") != 1 )) \
         "status $rc, $(grep -m1 -o 'tensor optim.*unusable' "$tmp/$k.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/$k.log"), final checkpoint the uninterrupted run's: $((1 - same))"
@@ -571,11 +576,7 @@ for k in smooth_nan smooth_word step_junk step_overflow version_text; do
         step_overflow) edit="meta['step']='4294967300'" want="step \"4294967300\" is not a whole number of steps (0 to 2147483647)" ;;
         version_text) edit="meta['format_version']='1.9-beta'" want="format_version \"1.9-beta\" is not a whole number" ;;
     esac
-    stedit "$D/$k/$ck4" crc "$edit"
-    short "$D/$k" > "$tmp/$k.log" 2>&1
-    rc=$?
-    cmp -s "$D/ref/$ck4" "$D/$k/$ck4"
-    same=$?
+    edit_then_resume "$k" "$edit"
     expect "metadata_${k}_unusable" $(( rc != 0 || same != 0 || $(grep -c "$ck4: its metadata's $want; renamed to" "$tmp/$k.log") != 1 ||
         $(grep -c "^resuming .* from step 2 " "$tmp/$k.log") != 1 )) \
         "status $rc, $(grep -m1 -o "its metadata's.*; renamed" "$tmp/$k.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/$k.log")"
