@@ -777,7 +777,7 @@ out:
 
 // One checkpoint's config and EMA weights: a model with batch B on `be`, or NULL with err. Only the
 // header and the EMA tensors are read, each checked against its CRC and for finite values: a
-// checkpoint of the 24 GB preset is 8.9 GiB, of which generation needs the 3.8 GiB of EMA, one
+// checkpoint of the 24 GB preset is 8.9 GiB, of which generation needs the 3.55 GiB of EMA, one
 // tensor in host memory at a time (the weights and the optimizer state are for train to check).
 // The EMA of the checkpoint at path, named for step `named` (its metadata must say that step).
 static Model *load_ema(const char *path, const Backend *be, int B, int named, char *autoencoder, char *err,
