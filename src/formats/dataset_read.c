@@ -359,9 +359,12 @@ static int load_shard_header(const Dataset *d, int s, ShardInfo *si, char *err, 
     else if (si->N != d->N || si->F != d->F)
         rc = fc_errf(err, errlen, "%s: clips of %d frames of %dx%d, but dataset.json says %d frames of %dx%d", spath,
                      si->F, si->N, si->N, d->F, d->N, d->N);
-    else if (si->C != d->C)
-        rc = fc_errf(err, errlen, "%s: %s, but dataset.json says %s", spath,
-                     si->C ? "latents" : "RGB frames", d->C ? "latents" : "RGB frames");
+    else if (si->C != d->C) {
+        char theirs[32], ours[32];
+        snprintf(theirs, sizeof theirs, si->C ? "latents of %d channels" : "RGB frames", si->C);
+        snprintf(ours, sizeof ours, d->C ? "latents of %d channels" : "RGB frames", d->C);
+        rc = fc_errf(err, errlen, "%s: %s, but dataset.json says %s", spath, theirs, ours);
+    }
     else if (si->clips != sh->clips)
         rc = fc_errf(err, errlen, "%s: %d clips, but dataset.json says %d", spath, si->clips, sh->clips);
     st_free(&f);

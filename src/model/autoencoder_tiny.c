@@ -87,10 +87,14 @@ static void encode(Autoencoder *ae, AeRun *r) {
         for (int j = 0; j < (stage ? 3 : 1); j++) block(r, &t->enc_block[k++]);
     }
     ae_conv(r, &t->enc_out, 1, NULL);
+    if (ae->scale != 1 || ae->shift != 0)  // --vae-scale, --vae-shift (the family's own: 1 and 0, as it is)
+        r->be->affine_fwd(r->cur, r->cur, ae_values(r), (real)ae->scale, (real)(-ae->shift * ae->scale));
 }
 
 static void decode(Autoencoder *ae, AeRun *r) {
     const TinyNet *t = ae->net;
+    if (ae->scale != 1 || ae->shift != 0)
+        r->be->affine_fwd(r->cur, r->cur, ae_values(r), (real)(1 / ae->scale), (real)ae->shift);
     r->be->act_fwd(r->cur, r->cur, ae_values(r), ACT_TANH_CLAMP);  // the soft clamp the decoders start with
     ae_conv(r, &t->dec_in, 1, NULL);
     r->be->act_fwd(r->cur, r->cur, ae_values(r), ACT_RELU);

@@ -54,6 +54,29 @@ static int check_vae(Preview *p, const Dataset *d, char *err, size_t errlen) {
     return 0;
 }
 
+// A run on latents previewed on other data (preview_data): those latents were made as the training
+// data's were (the same file, frame size and scaling), or the previews would feed the model inputs
+// of another kind and decode its outputs with another autoencoder. 0, or -1 with err.
+static int same_latents_as_data(const char *preview_data, const char *data, char *err, size_t errlen) {
+    char why[1024], a[LATENT_ID_TEXT], b[LATENT_ID_TEXT];
+    Dataset *dp = dataset_open(preview_data, why, sizeof why), *dt = dp ? dataset_open(data, why, sizeof why) : NULL;
+    int rc = 0;
+    if (!dp || !dt) rc = fc_errf(err, errlen, "%s", why);
+    else if (!dataset_latent(dt) || !dataset_latent(dp))
+        rc = fc_errf(err, errlen, "preview_data %s and --data %s: one holds latents, the other frames", preview_data,
+                     data);
+    else {
+        latent_identity_text(dataset_latent(dp), a, sizeof a);
+        latent_identity_text(dataset_latent(dt), b, sizeof b);
+        if (strcmp(a, b))
+            rc = fc_errf(err, errlen, "preview_data %s holds latents of %s; --data %s of %s: the previews need "
+                         "latents made as the training data", preview_data, a, data, b);
+    }
+    if (dp) dataset_close(dp);
+    if (dt) dataset_close(dt);
+    return rc;
+}
+
 // The first window of latent clip `clip` into window (F, C, n, n): slot f is frame offset[f] - lo, unmirrored.
 static int latent_first_window(Preview *p, const Dataset *d, int lo, int clip, real *window, char *err,
                                size_t errlen) {
@@ -181,6 +204,8 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
     if (ae && !folder) rc = fc_errf(err, errlen, "--vae: the previews of a run on latents need its --data");
     else if (folder) {
         rc = dataset_windows(p, folder, c->preview_data[0] ? "preview_data" : "--data", tsv, sizeof tsv, err, errlen);
+        if (rc == 0 && ae && c->preview_data[0] && train_data)
+            rc = same_latents_as_data(c->preview_data, train_data, err, errlen);
     } else {  // the moving shapes of step 0: training draws steps 1, 2, ...
         shapes_batch(p->truth, c, B, 0, (uint64_t)c->seed, 0);
         snprintf(tsv, sizeof tsv, "# the windows previewed: the built-in moving shapes of seed %lld, step 0 (no "

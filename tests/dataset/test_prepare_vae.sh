@@ -30,6 +30,10 @@ check_latents prepare_vae_tiny "$dir/taesd.safetensors" tiny 64
 check_latents prepare_vae_kl "$dir/kl.safetensors" kl 32
 rm -rf "$tmp/lat_kl" "$tmp/pix_kl"
 check_latents prepare_vae_scaling "$dir/kl.safetensors" kl 32 0.5 -0.25
+# --vae-scale and --vae-shift on a tiny autoencoder too (its own are 1 and 0): recorded and applied
+cp -r "$tmp/lat_tiny" "$tmp/keep_lat_tiny" && cp -r "$tmp/pix_tiny" "$tmp/keep_pix_tiny" && rm -rf "$tmp/lat_tiny" "$tmp/pix_tiny"
+check_latents prepare_vae_tiny_scaling "$dir/taesd.safetensors" tiny 64 0.5 -0.25
+rm -rf "$tmp/lat_tiny" "$tmp/pix_tiny" && mv "$tmp/keep_lat_tiny" "$tmp/lat_tiny" && mv "$tmp/keep_pix_tiny" "$tmp/pix_tiny"
 
 "$FC" inspect "$tmp/lat_tiny" > "$tmp/i.log" 2>&1
 rc=$?
@@ -106,6 +110,13 @@ refused train_vae_refuses_last_digit 1 "not the autoencoder $tmp/lat_digit was m
 refused train_vae_refuses_frames 1 "holds frames: --vae is for the previews of a run on latents" \
     "$FC" train --config configs/tiny/extrapolate.conf --set sample_every=5 --data "$tmp/pix_tiny" --run "$tmp/none" --steps 1 \
     --set frame_size=64 --vae "$dir/taesd.safetensors"
+# preview_data made by the same file at another scaling than --data: not the model's inputs (the file
+# was checked against preview_data alone)
+"$FC" --threads 1 prepare --vae "$dir/taesd.safetensors" --vae-scale 0.5 --input "$tmp/short.mkv" --out "$tmp/lat_25s" \
+    --size 64 --clip-frames 25 > /dev/null 2>&1
+refused train_vae_refuses_other_preview_latents 1 "the previews need latents made as the training data" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --set preview_data="$tmp/lat_25s" --data "$tmp/lat_25" --run "$tmp/none" \
+    --steps 1 --vae "$dir/taesd.safetensors"
 refused train_vae_refuses_no_previews 2 "it decodes the previews, and sample_every is 0" \
     "$FC" train "${latent[@]}" --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
 
