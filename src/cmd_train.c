@@ -91,13 +91,11 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     Config c = from ? fork_config(opts, &parent) : load_config(opts);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
+    int cut_warmup = 0;  // said when the run starts, not before a refusal's one line
     if (opt(opts, "--steps")->count) {
         // the steps key's own range: every checkpoint's config is read back against it
         c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, CONFIG_MAX_STEPS);
-        if (c.warmup_steps > c.steps) {
-            printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, c.warmup_steps, c.steps);
-            c.warmup_steps = c.steps;
-        }
+        if (c.warmup_steps > c.steps) cut_warmup = c.warmup_steps, c.warmup_steps = c.steps;
     }
     if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
                                            c.exclude);
@@ -133,6 +131,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                ae ? vae : "");
         hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run (the scratch apart)
     }
+    if (cut_warmup) printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, cut_warmup, c.steps);
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
     preview_close(preview);

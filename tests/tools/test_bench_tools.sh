@@ -66,8 +66,8 @@ if ! "$PY" -c 'import torch' 2> /dev/null; then
     echo "SKIP torch_train_serve: no torch for $PY"
     exit 0
 fi
-printf 'go\ngo\nquit\ngo\n' | "$PY" tools/torch_train.py --config configs/tiny/starter.conf --steps 2 --warmup 1 \
-    --serve --json > "$tmp/serve.txt" 2> "$tmp/serve.err"
+printf 'go\ngo\nquit\ngo\n' | "$PY" tools/torch_train.py --framechain "$FC" --config configs/tiny/starter.conf --steps 2 \
+    --warmup 1 --serve --json > "$tmp/serve.txt" 2> "$tmp/serve.err"
 status=$?
 # the ready line, then one result for each "go" before "quit" (none after it), each its own step_ms
 rounds=$(grep -cE '^\{"tool": "pytorch".*"step_ms": [0-9.]+' "$tmp/serve.txt")
