@@ -60,8 +60,8 @@ expect seed_fraction 2 "--seed 1.5: expected a whole number" "$FC" generate --st
     --first-frame shapes:1 --frames 8 --out "$tmp/never.mp4" --seed 1.5
 # --steps within the steps key's range (every checkpoint's config is read back against it); integer
 # bounds compared as integers; a beta2 that rounds to 1 in float (a NaN bias correction) refused
-expect steps_past_key_range 2 "--steps 2100000000: expected a whole number from 1 to 2000000000" "$FC" train \
-    --config configs/tiny/starter.conf --run "$tmp/never" --steps 2100000000
+expect steps_past_key_range 2 "--steps 2100000000: expected a whole number from 1 to 2000000000" timeout 20 "$FC" train \
+    --config configs/tiny/starter.conf --run "$tmp/never" --steps 2100000000  # (a regression would train for ever)
 expect seed_past_range 1 "9000000000000000001 is out of range" "$FC" inspect --config configs/tiny/starter.conf \
     --set seed=9000000000000000001
 expect beta2_rounding_to_one 1 "0.99999999 is out of range \[0, 0.9999999\]" "$FC" inspect \
