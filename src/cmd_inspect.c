@@ -282,11 +282,9 @@ static int inspect_config(const Config *c, int list_params, int ranks) {
 static void print_metrics_end(const char *run) {
     char path[4096], line[1024], last[1024] = "", err[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    int fd = fc_open_regular(path, NULL, err, sizeof err);  // a FIFO is refused, not waited on
-    if (fd < 0 && errno == ENOENT) return;
-    if (fd < 0) fc_die("%s", err);
-    FILE *f = fdopen(fd, "r");
-    if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    FILE *f = fc_fopen_regular(path, err, sizeof err);  // a FIFO is refused, not waited on
+    if (!f && errno == ENOENT) return;
+    if (!f) fc_die("%s", err);
     long lines = 0;
     while (fgets(line, sizeof line, f)) {
         if (!strchr(line, '\n') && !feof(f)) continue;  // a line longer than the buffer: not a step's

@@ -93,6 +93,19 @@ int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
     return fd;
 }
 
+FILE *fc_fopen_regular(const char *path, char *err, size_t errlen) {
+    int fd = fc_open_regular(path, NULL, err, errlen);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+    }
+    return f;
+}
+
 void fc_folder_of(char *dir, size_t len, const char *path) {
     snprintf(dir, len, "%s", path);
     char *slash = strrchr(dir, '/');

@@ -3,6 +3,7 @@
 #define FRAMECHAIN_PATHS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 // fsync a folder, so that the names created, renamed or removed in it are on disk. 0, or -1 with errno.
@@ -21,6 +22,10 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen);
 // filled (st may be NULL), or -1 with one line in err: "PATH: cannot open: why" (errno kept from
 // open) or "PATH: not a regular file (a FIFO)" (errno EINVAL).
 int fc_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
+
+// fc_open_regular as a stdio stream for reading (the descriptor closed when fdopen fails): NULL with
+// one line in err (errno kept from the open: ENOENT for a file that is not there).
+FILE *fc_fopen_regular(const char *path, char *err, size_t errlen);
 
 // The folder a path lies in, into dir (len bytes): "." for a bare name, "/" for one at the root.
 void fc_folder_of(char *dir, size_t len, const char *path);

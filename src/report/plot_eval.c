@@ -107,13 +107,8 @@ static int row(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
 }
 
 static int read_tsv(Tsv *t, char *err, size_t errlen) {
-    int fd = fc_open_regular(t->path, NULL, err, errlen);  // a FIFO is refused, not waited on
-    if (fd < 0) return -1;
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        close(fd);
-        return fc_errf(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
-    }
+    FILE *f = fc_fopen_regular(t->path, err, errlen);  // a FIFO is refused, not waited on
+    if (!f) return -1;
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, rc = 0;

@@ -103,13 +103,8 @@ static int by_step(const void *a, const void *b) {
 
 static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     snprintf(r->path, sizeof r->path, "%s/metrics.jsonl", dir);
-    int fd = fc_open_regular(r->path, NULL, err, errlen);  // a FIFO is refused, not waited on
-    if (fd < 0) return -1;
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        close(fd);
-        return fc_errf(err, errlen, "%s: cannot open: %s", r->path, strerror(errno));
-    }
+    FILE *f = fc_fopen_regular(r->path, err, errlen);  // a FIFO is refused, not waited on
+    if (!f) return -1;
     char *line = NULL, why[256];
     size_t cap = 0;
     ssize_t len;

@@ -104,11 +104,9 @@ int run_folder_open(const char *run) {
 // a regular file is refused in one line (an open of a FIFO would wait for a writer for good).
 static FILE *open_metrics(const char *path) {
     char err[4300];
-    int fd = fc_open_regular(path, NULL, err, sizeof err);
-    if (fd < 0 && errno == ENOENT) return NULL;
-    if (fd < 0) fc_die("%s", err);
-    FILE *f = fdopen(fd, "r");
-    if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    FILE *f = fc_fopen_regular(path, err, sizeof err);
+    if (!f && errno == ENOENT) return NULL;
+    if (!f) fc_die("%s", err);
     return f;
 }
 
