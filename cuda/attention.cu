@@ -425,10 +425,13 @@ static unsigned attn_grid(long n_seq, int H, int ntiles) {
     return (unsigned)blocks;
 }
 
+// The head sizes the kernels are instantiated for (HeadDimCall's dispatch).
+static int cuda_attn_head_dim_ok(int dh) { return dh == 16 || dh == 32 || dh == 64 || dh == 128; }
+
 int fc_attn_head_dim(int D, int H, const char *op) {
     if (H <= 0 || D % H != 0) fc_die("%s: D = %d is not a multiple of H = %d", op, D, H);
     int dh = D / H;
-    if (dh != 16 && dh != 32 && dh != 64 && dh != 128)
+    if (!cuda_attn_head_dim_ok(dh))
         fc_die("%s: head dim %d (D = %d, H = %d) is not supported by the CUDA backend (16, 32, 64 or 128)", op, dh,
                D, H);
     return dh;
@@ -505,4 +508,5 @@ static void cuda_attn_bwd(real *dqkv, const real *dout, const Operand *out, cons
 void cuda_register_attention(Backend *be) {
     be->attn_fwd = cuda_attn_fwd;
     be->attn_bwd = cuda_attn_bwd;
+    be->attn_head_dim_ok = cuda_attn_head_dim_ok;  // the tensor-core kernels dispatch on the same sizes
 }

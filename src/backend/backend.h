@@ -179,6 +179,10 @@ typedef struct Backend {
     //      H) holds each query's log-sum-exp so that backward recomputes the probabilities (never
     //      stored). Backward: dqkv = (overwritten) ----
     void (*attn_fwd)(Operand *out, real *lse, const Operand *qkv, AttnLayout lay, int D, int H);
+    // Whether attn_fwd and attn_bwd take heads of dh values (D / H): a backend whose kernels are
+    // built for a few head sizes says so before a model is allocated (model_backend_check).
+    // NULL: any size.
+    int (*attn_head_dim_ok)(int dh);
     void (*attn_bwd)(real *dqkv, const real *dout, const Operand *out, const Operand *qkv, const real *lse,
                      AttnLayout lay, int D, int H);
 

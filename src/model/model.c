@@ -304,6 +304,17 @@ ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes) {
     return k;
 }
 
+int model_backend_check(const Config *cfg, const Backend *be, char *err, size_t errlen) {
+    int dh = cfg->heads > 0 ? cfg->width / cfg->heads : 0;
+    if (!be->attn_head_dim_ok || be->attn_head_dim_ok(dh)) return 0;
+    char sizes[128] = "";  // the sizes it takes, from the backend itself
+    for (int d = 1, n = 0; d <= 1024 && n < (int)sizeof sizes - 8; d++)
+        if (be->attn_head_dim_ok(d)) n += snprintf(sizes + n, sizeof sizes - n, "%s%d", n ? ", " : "", d);
+    snprintf(err, errlen, "width = %d, heads = %d: heads of %d values, and the %s backend's attention takes heads "
+             "of %s (width / heads)", cfg->width, cfg->heads, dh, be->name, sizes);
+    return -1;
+}
+
 Model *build_model(const Config *cfg, const Backend *be, int B) {
     Model *m = model_shape(cfg, be, B);
     int n = cfg->frame_size / cfg->patch;

@@ -187,6 +187,11 @@ typedef struct {
 } ModelCounts;
 ModelCounts model_counts(const Config *cfg, int B, size_t operand_bytes);
 
+// 0 where the backend runs the network cfg describes; else -1 and one line in err naming the key
+// (a backend's kernels may take only some head sizes: width / heads). Checked before anything is
+// allocated or written, so that a run refused on a GPU costs nothing.
+int model_backend_check(const Config *cfg, const Backend *be, char *err, size_t errlen);
+
 // Allocate the parameters, gradients, activations for batch B, and the fixed positions.
 Model *build_model(const Config *cfg, const Backend *be, int B);
 void free_model(Model *m);

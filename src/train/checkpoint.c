@@ -780,8 +780,10 @@ out:
 // checkpoint of the 24 GB preset is 8.9 GiB, of which generation needs the 3.55 GiB of EMA, one
 // tensor in host memory at a time (the weights and the optimizer state are for train to check).
 // The EMA of the checkpoint at path, named for step `named` (its metadata must say that step).
-static Model *load_ema(const char *path, const Backend *be, int B, int named, char *autoencoder, char *err,
-                       size_t errlen) {
+// *refused: a whole checkpoint whose network the backend cannot run (no other checkpoint of the run
+// would do better: it is the run's shape, not damage).
+static Model *load_ema(const char *path, const Backend *be, int B, int named, char *autoencoder, int *refused,
+                       char *err, size_t errlen) {
     StFile f;
     if (st_read_header(path, &f, err, errlen)) return NULL;
     const char *ae = st_meta(&f, "autoencoder");
@@ -804,6 +806,12 @@ static Model *load_ema(const char *path, const Backend *be, int B, int named, ch
     int fits = check_layout(&f, &tab, 1, path, err, errlen) == CKPT_OK;
     free(tab.t);
     if (!fits) goto out;
+    char why[256];
+    if (model_backend_check(&c, be, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        *refused = 1;
+        goto out;
+    }
     struct stat sb;
     if ((fd = fc_open_regular(path, &sb, err, errlen)) < 0) goto out;
     if ((uint64_t)sb.st_size != f.size) {
@@ -863,12 +871,16 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
                                                : "%s: no such run folder", run);
         return NULL;
     }
-    int *steps, n = checkpoint_list(run, &steps), relisted = 0;
+    int *steps, n = checkpoint_list(run, &steps), relisted = 0, refused = 0;
     Model *m = NULL;
     for (int i = 0; i < n && !m; i++) {
         char path[4096];
         checkpoint_path(path, sizeof path, run, steps[i]);
-        m = load_ema(path, be, B, steps[i], autoencoder, err, errlen);
+        m = load_ema(path, be, B, steps[i], autoencoder, &refused, err, errlen);
+        if (refused) {
+            free(steps);
+            return NULL;
+        }
         // gone since the listing: pruned by a train that writes the run (a newer one took its place),
         // not damaged: the folder listed again, a bounded number of times
         if (!m && access(path, F_OK) && errno == ENOENT && relisted < 100) {

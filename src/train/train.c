@@ -614,6 +614,8 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     fc_release_stop_signals();
     Trainer t = {.c = c, .run = run, .data = data, .be = be, .sync_checkpoints = sync_checkpoints, .hooks = hooks};
     t.on_gpu = strcmp(be->name, "cpu") != 0;
+    char why[256];
+    if (model_backend_check(c, be, why, sizeof why)) fc_die("%s", why);  // before the run folder is touched
     t.rank = dist_rank(), t.ranks = dist_size();
     if (c->batch_size % t.ranks)
         fc_die("batch_size = %d: %d ranks cannot share it evenly; give a batch_size that is a multiple of %d (--set "

@@ -48,6 +48,27 @@ if [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "exceeds --vram-budget 0.01 GiB" "$tmp
 else
     fail emu_cli_refused_plan_leaves_nothing "status $rc and $rc2; $(ls -A "$tmp/over/budget" 2>&1 | tr '\n' ' '); before: $before, after: $after; $(tail -1 "$tmp/over.log")"
 fi
+# heads of 24 values (width 96, 4 heads): the CPU trains them, the CUDA kernels take 16, 32, 64 or 128;
+# refused before the run folder is made or a model allocated, and a checkpoint of such a model is
+# refused by generate on cuda with one line naming it, nothing written
+"$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/dh24/run" --steps 1 --set width=96 \
+    --set heads=4 > "$tmp/dh24.log" 2>&1
+rc=$?
+"$FC" --device cpu train --config configs/tiny/starter.conf --run "$tmp/dh24cpu" --steps 1 --set width=96 \
+    --set heads=4 > "$tmp/dh24cpu.log" 2>&1
+rc_cpu=$?
+"$FC" --device cuda generate --starter "$tmp/dh24cpu" --extrapolate "$tmp/dh24cpu" --interpolate "$tmp/dh24cpu" \
+    --first-frame shapes:0 --frames 7 --steps 1 --out "$tmp/dh24gen" \
+    > "$tmp/dh24gen.log" 2>&1
+rc_gen=$?
+if [ $rc = 1 ] && [ "$(grep -c 'framechain:' "$tmp/dh24.log")" = 1 ] &&
+    grep -q 'width = 96, heads = 4: heads of 24 values.*16, 32, 64, 128' "$tmp/dh24.log" && [ ! -e "$tmp/dh24" ] &&
+    [ $rc_cpu = 0 ] && [ $rc_gen = 1 ] && grep -q "dh24cpu/ckpt-00000001.safetensors: width = 96, heads = 4" "$tmp/dh24gen.log" &&
+    [ ! -e "$tmp/dh24gen" ]; then
+    pass emu_cli_head_dim_refused "train and generate on cuda: $(grep 'framechain:' "$tmp/dh24gen.log")"
+else
+    fail emu_cli_head_dim_refused "train status $rc ($(ls -A "$tmp/dh24" 2>&1 | tr '\n' ' '); $(tail -1 "$tmp/dh24.log")), cpu $rc_cpu, generate $rc_gen: $(tail -1 "$tmp/dh24gen.log")"
+fi
 # on a GPU the plan's host part (the checkpoint's staging buffer) against the machine's memory
 FRAMECHAIN_TEST_MEM_TOTAL_MIB=1 "$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/host" \
     --steps 2 > "$tmp/host.log" 2>&1
