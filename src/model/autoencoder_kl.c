@@ -248,6 +248,14 @@ int ae_bind_kl(Autoencoder *ae, AeBinder *bd) {
     ae->encode = encode, ae->decode = decode, ae->map_values = map_values;
     ae->scale = L == 4 ? 0.18215 : L == 16 ? 1.5305 : 1, ae->shift = L == 16 ? 0.0609 : 0;
     char name[160];
+    // The quant convs come as a pair or not at all (SD3's and FLUX's autoencoders have neither): a
+    // file of both halves with one of them is damaged, and its latents would be silently wrong.
+    int has_quant = ae_find(bd, "quant_conv.weight") != NULL, has_post = ae_find(bd, "post_quant_conv.weight") != NULL;
+    if (ae->has_enc && ae->has_dec && has_quant != has_post && !bd->failed)
+        bd->failed = fc_errf(bd->err, bd->errlen, "%s: tensor %s%s is missing, where %s%s is there (an autoencoder has "
+                             "both quant convs or neither)", bd->path, bd->prefix,
+                             has_quant ? "post_quant_conv.weight" : "quant_conv.weight", bd->prefix,
+                             has_quant ? "quant_conv.weight" : "post_quant_conv.weight");
     if (ae->has_enc) {
         ae_bind_conv(bd, &k->enc_in, "encoder.conv_in", k->ch[0], 3, 3, 1);
         for (int i = 0; i < n; i++) {
