@@ -175,10 +175,11 @@ static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, c
            "%s for the plan\n", held, g->frames, frames_mb, S, S, weights_mb, plan_mb);
     if (ae) {
         int P = S * autoencoder_factor(ae);
-        char ae_mb[32];
+        char ae_mb[32], scratch_mb[32];
         format_bytes(ae_mb, sizeof ae_mb, autoencoder_memory_bytes(ae, 1, P, P));
-        printf("generate: memory: the autoencoder %s (weights and a %dx%d frame's activations; convolution scratch of "
-               "at most 64 MB apart)\n", ae_mb, P, P);
+        format_bytes(scratch_mb, sizeof scratch_mb, autoencoder_scratch_bytes(ae, P, P));
+        printf("generate: memory: the autoencoder %s (weights and a %dx%d frame's activations) and %s of its "
+               "convolutions' scratch\n", ae_mb, P, P, scratch_mb);
     }
 }
 

@@ -62,6 +62,43 @@ static Config fork_config(Opt *opts, const Config *parent) {
     return c;
 }
 
+// Every rank runs the same command on the same files: a rank with another config, run folder, data or
+// autoencoder would train another run than the one rank 0 records in its checkpoints. The rank that
+// differs says where; every rank ends before anything is written.
+static void check_ranks_agree(const Config *c, const char *run, const char *data_identity, const char *vae,
+                              const char *from, int extend) {
+    if (dist_size() == 1) return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) fc_die("out of memory");
+    fprintf(f, "--run = %s\n--data = %s\n--vae = %s\n--from = %s\n--extend = %d\n", run, data_identity,
+            vae ? vae : "", from ? from : "", extend);
+    config_write(c, f);
+    fclose(f);
+    // "key = value" alone: config_write's alignment and comments are not what a line that differs shows
+    char *out = text;
+    for (const char *in = text; *in; in++) {
+        if (*in == ' ' && in[1] == '#') {  // a comment (config.c: '#' after a space) to the end of its line
+            while (in[1] && in[1] != '\n') in++;
+            continue;
+        }
+        if (*in == ' ') {  // a run of spaces as one, none at a line's end
+            if (out > text && out[-1] != ' ' && out[-1] != '\n') *out++ = ' ';
+            continue;
+        }
+        if (*in == '\n' && out > text && out[-1] == ' ') out--;
+        *out++ = *in;
+    }
+    *out = 0;
+    char err[512];
+    int differ = dist_same_text(text, err, sizeof err);
+    free(text);
+    if (!differ) return;
+    if (err[0]) fc_die("%s (every rank of a run is started with the same command, config and files)", err);
+    fc_exit(1);  // another rank said what differs
+}
+
 int cmd_train(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
                   {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {"--vae", 1},
@@ -101,6 +138,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                                            c.exclude);
     fc_quiet_messages(0);  // from here a rank may meet what the others do not (its device, its memory)
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
+    check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
+                      origin.extend);
     if (origin.extend && lineage_extend(&c, run, &origin, err, sizeof err)) fc_die("%s", err);
     if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,
                                                                                      sizeof err)))
@@ -111,9 +150,11 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     const char *vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL;
     Autoencoder *ae = NULL;
     if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);
-    if (vae && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
+    // it decodes the previews, which rank 0 takes: the other ranks neither load it nor hold it on their GPUs
+    if (vae && dist_rank() == 0 && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
     int P = ae ? c.frame_size * autoencoder_factor(ae) : 0;
-    double resident = ae ? autoencoder_memory_bytes(ae, 1, P, P) : 0;  // its weights, one frame's activations
+    // its weights, one frame's activations and its convolutions' scratch
+    double resident = ae ? autoencoder_memory_bytes(ae, 1, P, P) + autoencoder_scratch_bytes(ae, P, P) : 0;
     if (c.keep_blocks == KEEP_BLOCKS_AUTO) {  // what the autoencoder and the routes hold is not the blocks' to keep
         int B = c.batch_size / dist_size();  // a rank's, whose ZeRO-1 parts leave room for more
         PlanDevice dev = plan_device(be->name, be->precision);
@@ -129,7 +170,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
-        hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run (the scratch apart)
+        hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run, its scratch counted
     }
     if (cut_warmup) printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, cut_warmup, c.steps);
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,

@@ -234,6 +234,37 @@ void dist_allgather_real(real *buf, const size_t *start) { (void)buf, (void)star
 
 #endif
 
+// The line of `text` that starts at byte `at`, into out (a line too long for it cut with "...").
+static void line_at(const char *text, size_t at, char *out, size_t outlen) {
+    const char *end = strchr(text + at, '\n');
+    size_t n = end ? (size_t)(end - text) - at : strlen(text + at);
+    snprintf(out, outlen, "%.*s%s", (int)(n < outlen - 4 ? n : outlen - 4), text + at, n < outlen - 4 ? "" : "...");
+}
+
+int dist_same_text(const char *text, char *err, size_t errlen) {
+    if (errlen) err[0] = 0;
+    if (dist_size() == 1) return 0;
+    size_t n = strlen(text) + 1;  // rank 0's length, then its bytes
+    dist_broadcast(&n, sizeof n);
+    char *first = fc_malloc(n);
+    if (dist_rank() == 0) memcpy(first, text, n);
+    dist_broadcast(first, n);
+    size_t at = 0, line = 0;  // the first byte that differs, and the start of its line
+    while (first[at] && text[at] == first[at]) {
+        if (text[at] == '\n') line = at + 1;
+        at++;
+    }
+    int differs = text[at] != first[at];
+    if (differs && errlen) {
+        char here[160], there[160];
+        line_at(text, line, here, sizeof here), line_at(first, line, there, sizeof there);
+        snprintf(err, errlen, "rank %d: '%s' where rank 0 has '%s'", dist_rank(), here[0] ? here : "(nothing)",
+                 there[0] ? there : "(nothing)");
+    }
+    free(first);
+    return dist_max_int(differs) ? -1 : 0;
+}
+
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
 int dist_local_rank(void) { return g_local_rank; }

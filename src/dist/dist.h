@@ -52,6 +52,10 @@ void dist_recv(void *buf, size_t bytes, int from);
 // values, host memory) and every rank ends with all of them.
 void dist_allgather_real(real *buf, const size_t *start);
 void dist_barrier(void);
+// Every rank's text (lines "what = value") against rank 0's: 0 where all ranks hold the same; else
+// -1 on every rank, and on a rank that differs err names its first line that differs beside rank 0's
+// (err "" on the others). A collective: every rank calls it.
+int dist_same_text(const char *text, char *err, size_t errlen);
 // Seconds this rank spent in the collectives above, since dist_start.
 double dist_comm_seconds(void);
 

@@ -221,6 +221,15 @@ double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W) {
     return (double)sizeof(real) * ((double)ae->n_params + 6.0 * B * ae_map_values(ae, H, W));
 }
 
+double autoencoder_scratch_bytes(const Autoencoder *ae, int H, int W) {
+    // CONV_TILE_BYTES of src/backend/cpu/cpu_conv.c and of cuda/conv.cu
+    double tile = strcmp(ae->be->name, "cpu") ? 64.0 * 1048576 : 32.0 * 1048576;
+    double conv = 9.0 * sizeof(real) * (double)ae_map_values(ae, H, W);  // Cin k k x Ho Wo <= 9 x a map
+    double n = (double)(H / ae->factor) * (W / ae->factor);             // the mid block's tokens
+    double need = conv > sizeof(real) * n * n ? conv : sizeof(real) * n * n;
+    return need < tile ? need : tile;
+}
+
 int autoencoder_encode(Autoencoder *ae, const real *frames, int B, int H, int W, real *latents, char *err,
                        size_t errlen) {
     if (!ae->has_enc) return fc_errf(err, errlen, "the autoencoder has no encoder (its file holds a decoder only)");

@@ -110,6 +110,28 @@ expect config_error_said_once $(( rc_conf == 0 || rc_arg == 0 || $(grep -c '^fra
 [ ! -e "$tmp/badconf" ]
 expect config_error_nothing_made $? "the run folder: $([ -e "$tmp/badconf" ] && echo left || echo not made)"
 
+# ---- ranks started with different configs or data (mpirun's MPMD form: -np 1 A : -np 1 B) are
+# refused before anything is written, by the rank that differs, naming the line ----
+mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mpmd" "${SETS[@]}" : \
+    -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mpmd" "${SETS[@]}" --set seed=7 > "$tmp/mpmd.log" 2>&1
+rc_seed=$?
+mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mpmd" "${SETS[@]}" : \
+    -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mpmd_other" "${SETS[@]}" > "$tmp/mpmd_run.log" 2>&1
+rc_run=$?
+expect ranks_differ_refused $(( rc_seed == 0 || rc_run == 0 ||
+    $(grep -c "^framechain: rank 1: 'seed = 7' where rank 0 has 'seed = 1" "$tmp/mpmd.log") != 1 ||
+    $(grep -c "^framechain: rank 1: '--run = $tmp/mpmd_other' where rank 0 has '--run = $tmp/mpmd'" "$tmp/mpmd_run.log") != 1 )) \
+    "status $rc_seed and $rc_run: $(grep -m1 '^framechain' "$tmp/mpmd.log"); $(grep -m1 '^framechain' "$tmp/mpmd_run.log" | cut -c1-160)"
+[ ! -e "$tmp/mpmd" ] && [ ! -e "$tmp/mpmd_other" ]
+expect ranks_differ_nothing_made $? "the run folders: $(ls -d "$tmp"/mpmd* 2> /dev/null | tr '\n' ' ')"
+
+# --vae decodes rank 0's previews: only rank 0 loads it, so a file that cannot be read is said once
+mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/vae_missing" "${SETS[@]}" --set sample_every=5 \
+    --vae "$tmp/no_such_vae.safetensors" > "$tmp/vae_missing.log" 2>&1
+rc=$?
+expect vae_error_said_once $(( rc == 0 || $(grep -c "^framechain: .*no_such_vae.safetensors" "$tmp/vae_missing.log") != 1 )) \
+    "status $rc, $(grep -c "^framechain: .*no_such_vae" "$tmp/vae_missing.log") lines: $(grep -m1 '^framechain' "$tmp/vae_missing.log")"
+
 # ---- ZeRO-1 against every rank keeping the whole state: the same tensors in every checkpoint ----
 train_on 2 "$tmp/replicated" --set shard_optimizer=0 > "$tmp/replicated.log" 2>&1
 same=0 n=0
