@@ -192,6 +192,8 @@ CudaRoutes fc_routes = {
     0,  // fp8_wgrad: the same
 };
 int fc_sm_count = 1;
+int fc_sm_threads = 0;
+size_t fc_sm_smem = 0;
 
 CudaRouteCalls fc_route_calls;
 
@@ -317,6 +319,7 @@ extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     fc_sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    fc_sm_threads = prop.maxThreadsPerMultiProcessor, fc_sm_smem = prop.sharedMemPerMultiprocessor;
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaDriverGetVersion(&driver);

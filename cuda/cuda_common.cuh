@@ -156,6 +156,10 @@ struct CudaRouteCalls {
 extern CudaRouteCalls fc_route_calls;
 // The GPU's multiprocessors (backend_cuda.cu, at start), for grids sized to the card.
 extern int fc_sm_count;
+// The SM's most resident threads and shared memory (cudaDeviceProp): what a grid meant to be resident
+// at once sizes itself by (0: not known).
+extern int fc_sm_threads;
+extern size_t fc_sm_smem;
 
 // Each kernel file fills in its ops; bf16: the "cuda" table (bf16 operands), else "cuda-fp32".
 void cuda_register_linear(Backend *be, int bf16);       // cuda/linear.cu: bf16 or fp32 GEMMs

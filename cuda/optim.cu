@@ -156,8 +156,9 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
 // instead of eight dependent steps), and a grid of at most ADAM8_WARP_BLOCKS_PER_SM blocks of
 // ADAM8_WARPS warps an SM, each loading the two code tables into shared memory once and then
 // walking the quantisation blocks. The same arithmetic as adamw_8bit_kernel, so the same bytes.
-// 4 blocks of 16 warps: 2048 threads and 116 KiB of tables an SM, all of the grid resident at once
-// on an sm_80 or later card (a block not resident would start its share of the walk late).
+// Up to 4 blocks of 16 warps an SM (2048 threads and 116 KiB of tables: an H100's), as many as its
+// threads and shared memory hold at once (3 on an RTX 3090 or 4090: 1536 threads, 100 KiB), so that
+// all of the grid is resident (a block not resident would start its share of the walk late).
 // The default kernel instead reads 4 KiB of tables from L2 for every 256 elements (15 GB a step
 // at the 24 GB preset).
 enum { ADAM8_WARPS = 16, ADAM8_WARP_BLOCKS_PER_SM = 4 };
@@ -218,7 +219,11 @@ static void cuda_adamw_8bit(real *param, const real *grad, uint8_t *m8, uint8_t 
     __nv_bfloat16 *mirror = fc_bf16_mirror_to_write(param, n);
     if (fc_routes.adam8_warp) {
         size_t nb = fc_cdiv(n, ADAM8_BLOCK), blocks = fc_cdiv(nb, ADAM8_WARPS);
-        size_t most = (size_t)fc_sm_count * ADAM8_WARP_BLOCKS_PER_SM;
+        size_t per_sm = ADAM8_WARP_BLOCKS_PER_SM, table = 2 * sizeof(float) * QUANT8_TABLE + 1024;  // + the runtime's
+        if (fc_sm_threads > 0 && (size_t)fc_sm_threads / (ADAM8_WARPS * 32) < per_sm)
+            per_sm = (size_t)fc_sm_threads / (ADAM8_WARPS * 32);
+        if (fc_sm_smem > 0 && fc_sm_smem / table < per_sm) per_sm = fc_sm_smem / table;
+        size_t most = (size_t)fc_sm_count * (per_sm > 0 ? per_sm : 1);
         adamw_8bit_warp_kernel<<<blocks < most ? blocks : most, ADAM8_WARPS * 32>>>(
             param, mirror, h.ema, grad, m8, v8, absmax_m, absmax_v, code_m, code_v, n, nb, c);
         fc_route_calls.adam8_warp++;

@@ -245,6 +245,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     prop->maxThreadsPerBlock = 1024;
     prop->warpSize = 32;
     prop->multiProcessorCount = 1;
+    prop->maxThreadsPerMultiProcessor = 1536;  // an sm_89 card's (RTX 4090)
+    prop->sharedMemPerMultiprocessor = 100 << 10;
     return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
