@@ -143,6 +143,7 @@ run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"
 run_suite distributed env PYTHON="$PYTHON" tests/train/test_dist.sh "$FC" \
     "$([ -x "$BUILD/framechain_emu" ] && echo "$BUILD/framechain_emu")"
 run_suite prepare tests/dataset/test_prepare.sh "$FC"
+run_suite prepare_media env PYTHON="$PYTHON" tests/dataset/test_prepare_media.sh "$FC"
 run_suite generate tests/chain/test_generate.sh "$FC"
 run_suite eval tests/chain/test_eval.sh "$FC"
 run_suite score tests/chain/test_score.sh "$FC"

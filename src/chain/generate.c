@@ -19,13 +19,26 @@
 
 #define PATH_LEN 4200
 
-static int is_video_path(const char *path) {
+static int has_extension(const char *path, const char *const *ext, size_t n) {
     const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
     if (!dot || (slash && dot < slash)) return 0;
-    const char *ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".avi", ".gif"};
-    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+    for (size_t i = 0; i < n; i++)
         if (!strcasecmp(dot, ext[i])) return 1;
     return 0;
+}
+
+// The containers written (video_writer_open).
+static int is_video_path(const char *path) {
+    static const char *const ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".avi", ".gif"};
+    return has_extension(path, ext, sizeof ext / sizeof ext[0]);
+}
+
+// Video extensions that are not written: such a name would get a folder of PNGs, surely not what was
+// meant, so it is refused.
+static int is_unwritten_video_path(const char *path) {
+    static const char *const ext[] = {".webm", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts", ".flv", ".wmv", ".asf",
+                                      ".ogv", ".ogg", ".3gp", ".vob", ".y4m", ".webp", ".apng"};
+    return has_extension(path, ext, sizeof ext / sizeof ext[0]);
 }
 
 // out without trailing slashes ("frames/" is the folder frames). -1 when nothing is left of it.
@@ -82,6 +95,9 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     char out[PATH_LEN], dir[PATH_LEN];
     if (clean_path(out, out_arg)) return fc_errf(err, errlen, "--out '%s': not a usable path", out_arg);
     int video = is_video_path(out);
+    if (is_unwritten_video_path(out))
+        return fc_errf(err, errlen, "%s: %s is not a format written here; give .mp4, .m4v, .mov, .mkv, .avi or .gif "
+                       "for a video, or a name without a video extension for a folder of PNGs", out, strrchr(out, '.'));
     fc_folder_of(dir, PATH_LEN, out);
     struct stat sd, so, si, sp;
     if (stat(dir, &sd))

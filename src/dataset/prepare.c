@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -61,6 +62,21 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     ss->n++;
 }
 
+// A path as printed in a progress line: control characters (a newline in a file name) escaped as in
+// manifest.tsv, so that one input's line stays one line. A static buffer: one use per printf.
+static const char *shown(const char *path) {
+    static char buf[4096 * 4 + 1];
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)path; *p && k + 5 < sizeof buf; p++) {
+        if (*p == '\n') buf[k++] = '\\', buf[k++] = 'n';
+        else if (*p == '\t') buf[k++] = '\\', buf[k++] = 't';
+        else if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, 5, "\\x%02x", *p);
+        else buf[k++] = (char)*p;
+    }
+    buf[k] = 0;
+    return buf;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 // Names in natural order: the numbers in them compared as numbers, so frames named f1.png .. f12.png
 // come in time order (strverscmp; zero-padded names keep their plain order).
@@ -101,8 +117,35 @@ static void free_list(char **list) {
     free(list);
 }
 
-// A folder whose files include images is one clip's frames; otherwise every file is a video and
-// every subfolder is looked into the same way. Returns how many inputs could not be read at all.
+static int has_extension(const char *path, const char *const *ext) {
+    const char *base = strrchr(path, '/'), *dot;
+    base = base ? base + 1 : path;
+    dot = strrchr(base, '.');
+    for (int i = 0; dot && dot != base && ext[i]; i++)
+        if (!strcasecmp(dot, ext[i])) return 1;
+    return 0;
+}
+// Video files by their extension: a folder holding one is a folder of videos, whatever images lie
+// beside them (a cover.jpg, a thumbnail); unknown files there are still tried as videos.
+static int is_video_file(const char *path) {
+    static const char *const ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts",
+                                      ".mts", ".m2ts", ".flv", ".wmv", ".asf", ".ogv", ".3gp", ".y4m", ".gif",
+                                      ".mxf", ".vob", ".dv", ".nut", ".divx", ".rm", ".rmvb", NULL};
+    return has_extension(path, ext);
+}
+// Stills that FFmpeg reads as one-frame videos but a frame folder does not take (stb_image reads PNG and
+// JPEG only): a folder of them gets one line, not a "fewer than one clip" line per file.
+static const char *other_still(const char *path) {
+    static const char *const ext[] = {".bmp", ".webp", ".tif", ".tiff", ".tga", ".ppm", ".pgm", ".pbm", ".pnm",
+                                      ".exr", ".dpx", ".jxl", ".avif", ".heic", ".heif", ".jp2", ".psd", NULL};
+    return has_extension(path, ext) ? strrchr(path, '.') : NULL;
+}
+
+#define MAX_DEPTH 8  // folders below an input that are searched
+
+// A folder with PNG or JPEG images and no video file is one clip's frames; otherwise every other file
+// is a video and every subfolder is looked into the same way, and its images are not read (one line).
+// Returns how many inputs could not be read at all (an input folder with nothing in it counts).
 static int expand(Sources *ss, const char *path, int depth) {
     if (depth == 0 && synthetic_is_spec(path)) {  // shapes:K:N, pan:IMAGE:N (synthetic.h)
         add_source(ss, path, SOURCE_SYNTHETIC);
@@ -117,16 +160,21 @@ static int expand(Sources *ss, const char *path, int depth) {
         add_source(ss, path, SOURCE_VIDEO);
         return 0;
     }
-    int n, images = 0, bad = 0;
+    int n, images = 0, stills = 0, videos = 0, bad = 0, said = 0, before = ss->n, twice = ss->twice;
+    const char *still_ext = NULL;
     char **list = list_folder(path, &n, 0);
     if (!list) {
         printf("  %s: skipped: cannot read the folder: %s\n", path, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < n; i++) images += is_image_path(list[i]);
-    if (images) {
+    for (int i = 0; i < n; i++) {
+        images += is_image_path(list[i]);
+        videos += is_video_file(list[i]);
+        if (other_still(list[i])) stills++, still_ext = other_still(list[i]);
+    }
+    if (images && !videos) {
         add_source(ss, path, SOURCE_FRAME_FOLDER);
-        // what else is in it is not read: say so, so that a thumbnail beside videos is no mystery
+        // what else is in it is not read: say so, so that a file beside the frames is no mystery
         int others = 0;
         struct stat est;
         for (int i = 0; i < n; i++)
@@ -134,8 +182,26 @@ static int expand(Sources *ss, const char *path, int depth) {
         if (others)
             printf("  %s: read as one clip of its %d image%s; the %d other entr%s in it (files, folders) not read\n",
                    path, images, images == 1 ? "" : "s", others, others == 1 ? "y" : "ies");
-    } else if (depth < 8) {
-        for (int i = 0; i < n; i++) bad += expand(ss, list[i], depth + 1);
+    } else {
+        if (stills && !images && !videos) {
+            printf("  %s: skipped: its %d %s image%s not read: frames in a folder must be PNG or JPEG\n", path, stills,
+                   still_ext, stills == 1 ? " is" : "s are");
+            bad++, said = 1;
+        } else if (images + stills) {
+            printf("  %s: its %d image%s not read: a folder with videos in it is read for its videos, not as "
+                   "frames\n", path, images + stills, images + stills == 1 ? " is" : "s are");
+        }
+        if (depth < MAX_DEPTH) {
+            for (int i = 0; i < n; i++)
+                if (!is_image_path(list[i]) && !other_still(list[i])) bad += expand(ss, list[i], depth + 1);
+        } else if (n > images + stills) {
+            printf("  %s: skipped: deeper than %d folders\n", path, MAX_DEPTH);
+            said = 1;
+        }
+    }
+    if (depth == 0 && !said && !bad && ss->n == before && ss->twice == twice) {
+        printf("  %s: skipped: no video or frames in it\n", path);
+        bad++;
     }
     free_list(list);
     return bad;
@@ -166,6 +232,7 @@ typedef struct {
     int have_prev;
     double shift;         // the time taken out of the source by closed gaps
     int gaps_closed;      // forward jumps of the timestamps longer than RESAMPLE_MAX_GAP_S
+    double rate_lo, rate_hi, rate_mid;  // a variable frame rate without --fps (fps; 0: an even rate)
     char err[512];
     int failed;           // a shard write failed: the whole job stops
 } Cutter;
@@ -214,6 +281,8 @@ static void cutter_emit(Cutter *c, const uint8_t *frame) {
 
 // One decoded frame at `time` seconds. Without resampling every frame goes in; with it, every output
 // time (the first frame's time + n / fps) up to `time` takes the nearer of the previous and this frame.
+// An output time midway between the two (within RESAMPLE_EPS_S) takes the previous one (sample and
+// hold): left to the last bit of two doubles, 15 -> 30 fps would repeat frames 1, 2 or 3 times.
 static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
     if (c->o->fps <= 0) {
         cutter_emit(c, frame);
@@ -230,7 +299,7 @@ static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
         for (;; c->out_n++) {
             double next = c->first_time + (double)c->out_n / c->o->fps;
             if (next > time + RESAMPLE_EPS_S) break;
-            cutter_emit(c, next - c->prev_time < time - next ? c->prev : frame);
+            cutter_emit(c, next - c->prev_time <= time - next + RESAMPLE_EPS_S ? c->prev : frame);
         }
     }
     memcpy(c->prev, frame, c->frame_bytes);
@@ -244,6 +313,42 @@ static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
 static const char *without_path(const char *why, const char *path) {
     size_t n = strlen(path);
     return !strncmp(why, path, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
+}
+
+// The intervals between a video's frames, to tell a variable frame rate.
+typedef struct {
+    float *d;
+    size_t n, cap;
+} Intervals;
+
+static void intervals_add(Intervals *iv, double dt) {
+    if (iv->n == iv->cap) {
+        iv->cap = iv->cap ? 2 * iv->cap : 1024;
+        iv->d = realloc(iv->d, sizeof(float) * iv->cap);
+        if (!iv->d) fc_die("out of host memory timing the frames");
+    }
+    iv->d[iv->n++] = (float)dt;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+// A frame rate that varies (phone footage slows down in low light): without --fps every frame goes
+// in, so the same number of frames spans different times. Variable when the intervals' 5th or 95th
+// percentile lies more than 10% (and a millisecond, Matroska's tick) from their median; a dropped frame
+// or two is not. Sets c->rate_lo/hi/mid (fps), 0 when the rate is even. Frees the intervals.
+static void variable_rate(Cutter *c, Intervals *iv) {
+    c->rate_lo = c->rate_hi = c->rate_mid = 0;
+    if (iv->n >= 8) {
+        qsort(iv->d, iv->n, sizeof(float), cmp_float);
+        double mid = iv->d[iv->n / 2], lo = iv->d[iv->n * 5 / 100], hi = iv->d[iv->n - 1 - iv->n * 5 / 100];
+        if (mid > 0 && lo > 0 && (hi > 1.1 * mid + 1e-3 || lo < 0.9 * mid - 1e-3))
+            c->rate_lo = 1 / hi, c->rate_hi = 1 / lo, c->rate_mid = 1 / mid;
+    }
+    free(iv->d);
+    *iv = (Intervals){0};
 }
 
 // Decode one source into the cutter. Returns the frames decoded, -1 when the source could not be
@@ -295,12 +400,16 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     *src_fps = video_fps(v);
     *src_side = video_width(v) < video_height(v) ? video_width(v) : video_height(v);
     c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
-    double t;
+    double t, last = 0;
     int r;
+    Intervals iv = {0};
     while ((r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
+        if (frames && o->fps <= 0) intervals_add(&iv, t - last);  // with --fps the clips are evenly timed
+        last = t;
         cutter_frame(c, frame, t);
         frames++;
     }
+    variable_rate(c, &iv);
     if (r < 0) snprintf(why, len, "%s", without_path(err, src->path));
     video_close(v);
     return frames;
@@ -320,7 +429,12 @@ int prepare_run(const PrepareOptions *o) {
     Sources ss = {0};
     int unreadable = 0;
     for (int i = 0; i < o->n_inputs; i++) unreadable += expand(&ss, o->inputs[i], 0);
-    if (!ss.n) fc_die("prepare: none of the inputs holds a file to read");
+    if (!ss.n) {
+        char names[1024] = "";
+        for (int i = 0; i < o->n_inputs && i < 3; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", o->inputs[i]);
+        fc_die("prepare: none of the inputs holds a file to read: %s%s", names, o->n_inputs > 3 ? ", ..." : "");
+    }
 
     ShardWriter *w;
     size_t latent_bytes = 0;  // a clip's, with --vae
@@ -354,13 +468,13 @@ int prepare_run(const PrepareOptions *o) {
     for (int i = 0; i < ss.n && !c.failed; i++) {
         const Source *src = &ss.s[i];
         c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
-        c.shift = 0, c.gaps_closed = 0;
+        c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
         int side;
         long frames = decode_source(src, &c, frame, &src_fps, &side, why, sizeof why);
         cutter_flush(&c);  // a batch holds the clips of one source
-        printf("[%d/%d] %s: ", i + 1, ss.n, src->path);
+        printf("[%d/%d] %s: ", i + 1, ss.n, shown(src->path));
         if (frames < 0 || (frames == 0 && why[0])) {  // not a frame out of it: unreadable, whatever stopped it
             printf("skipped: %s\n", why);
             skipped++;
@@ -379,6 +493,9 @@ int prepare_run(const PrepareOptions *o) {
             if (c.gaps_closed)
                 printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
                        "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");
+            if (c.rate_mid > 0)
+                printf("; variable frame rate (%.3g to %.3g fps): --fps %.3g gives evenly timed clips", c.rate_lo,
+                       c.rate_hi, c.rate_mid);
             printf("\n");
             used++;
             partial += why[0] != 0;

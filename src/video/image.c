@@ -92,6 +92,55 @@ static int jpeg_huffman_tables_sane(const uint8_t *b, size_t n) {
     return 1;
 }
 
+static unsigned rd16(const uint8_t *p, int le) { return le ? p[0] | p[1] << 8 : p[0] << 8 | p[1]; }
+static unsigned long rd32(const uint8_t *p, int le) {
+    return le ? (unsigned long)rd16(p + 2, 1) << 16 | rd16(p, 1) : (unsigned long)rd16(p, 0) << 16 | rd16(p + 2, 0);
+}
+
+// The Orientation tag (0x0112, a SHORT of 1-8) in IFD0 of an Exif block's TIFF data t[0..n); 0 when
+// there is none or the block is damaged. Every read is checked against n.
+static int tiff_orientation(const uint8_t *t, size_t n) {
+    int le;
+    if (n < 8) return 0;
+    if (!memcmp(t, "II*\0", 4)) le = 1;
+    else if (!memcmp(t, "MM\0*", 4)) le = 0;
+    else return 0;
+    unsigned long ifd = rd32(t + 4, le);
+    if (ifd < 8 || ifd > n - 2) return 0;
+    unsigned entries = rd16(t + ifd, le);
+    for (unsigned k = 0; k < entries; k++) {
+        size_t e = ifd + 2 + (size_t)k * 12;
+        if (e + 12 > n) return 0;
+        if (rd16(t + e, le) != 0x0112) continue;
+        unsigned v = rd16(t + e + 8, le);
+        return rd16(t + e + 2, le) == 3 && rd32(t + e + 4, le) == 1 && v >= 1 && v <= 8 ? (int)v : 0;
+    }
+    return 0;
+}
+
+// A JPEG's EXIF orientation (1-8; 1, upright, when there is none or its Exif block is damaged): the
+// APP1 "Exif" segment among those before the first scan, each walked by its length within the file.
+static int jpeg_exif_orientation(const uint8_t *b, size_t n) {
+    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 1;
+    size_t i = 2;
+    while (i + 4 <= n && b[i] == 0xFF) {
+        uint8_t m = b[i + 1];
+        if (m == 0xFF) {  // a fill byte
+            i++;
+            continue;
+        }
+        if (m == 0xDA || m == 0xD9) break;  // the first scan, or the end: no metadata after
+        size_t len = (size_t)b[i + 2] << 8 | b[i + 3];
+        if (len < 2 || len > n - i - 2) break;
+        if (m == 0xE1 && len >= 2 + 6 + 8 && !memcmp(b + i + 4, "Exif\0\0", 6)) {
+            int o = tiff_orientation(b + i + 10, len - 8);
+            if (o) return o;
+        }
+        i += 2 + len;
+    }
+    return 1;
+}
+
 // The whole file in memory (so the check above and stb see the same bytes). NULL with why.
 static uint8_t *read_file_bytes(const char *path, size_t max, size_t *n, const char **why) {
     FILE *f = fopen(path, "rb");
@@ -194,7 +243,11 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
         return -1;
     }
     if (side) *side = w < h ? w : h;
-    uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, 3);
+    // EXIF orientation 1-8 as a left-right mirror and then a clockwise turn (2, 4, 5, 7 are mirrored)
+    static const int turn[9] = {0, 0, 0, 180, 180, 270, 90, 90, 270}, mirrored[9] = {0, 0, 1, 0, 1, 1, 0, 1, 0};
+    int orient = jpeg_exif_orientation(bytes, nbytes);
+    int comp = n == 2 || n == 4 ? 4 : 3;  // with alpha: composited over black below
+    uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, comp);
     free(bytes);
     if (!px) return fc_errf(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());
     // Into a padded buffer: swscale's vector code may read a little past the end of a row.
@@ -209,12 +262,21 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
     if (ret < 0) {
         fc_errf(err, errlen, "%s: out of memory for a %dx%d image", path, w, h);
     } else {
-        for (int y = 0; y < h; y++)
-            memcpy(f->data[0] + (size_t)y * f->linesize[0], px + (size_t)y * w * 3, (size_t)w * 3);
+        for (int y = 0; y < h; y++) {
+            uint8_t *o = f->data[0] + (size_t)y * f->linesize[0];
+            const uint8_t *p = px + (size_t)y * w * comp;
+            if (comp == 3) {
+                memcpy(o, p, (size_t)w * 3);
+                continue;
+            }
+            // the colour stored under a transparent pixel is not what anyone sees: over black, c * a / 255
+            for (int x = 0; x < w; x++)
+                for (int c = 0; c < 3; c++) o[3 * x + c] = (uint8_t)((p[4 * x + c] * p[4 * x + 3] + 127) / 255);
+        }
         Scaler sc = {0};
         char msg[256];
-        ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, 1, 0,
-                           size, rgb, msg, sizeof msg);
+        ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, 1,
+                           turn[orient], mirrored[orient], size, rgb, msg, sizeof msg);
         if (ret < 0) fc_errf(err, errlen, "%s: %s", path, msg);
         scaler_free(&sc);
     }

@@ -23,7 +23,9 @@ typedef struct {
 
 void scaler_free(Scaler *sc) {
     sws_freeContext(sc->sws);
+    sws_freeContext(sc->flat_sws);
     av_free(sc->out);
+    av_free(sc->flat);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -123,6 +125,43 @@ static int scaler_fit_context(Scaler *sc, const AVPixFmtDescriptor *d, enum AVPi
     return 0;
 }
 
+// A crop with alpha made RGB24 over black in sc->flat, at its own size: swscale to RGBA, then each
+// colour times alpha / 255, rounded. Before the resampling, so that averaging never mixes the colour
+// stored under a transparent pixel (often garbage, or a keying colour) into a visible one. 0, or -1.
+static int flatten_alpha(Scaler *sc, const AVPixFmtDescriptor *d, enum AVPixelFormat fmt, const uint8_t *const src[4],
+                         const int stride[4], const ScalePlan *p, char *why, size_t whylen) {
+    if (!sc->flat_sws || sc->flat_w != p->cw || sc->flat_h != p->ch || sc->flat_fmt != (int)fmt ||
+        sc->flat_cs != p->cs || sc->flat_full != p->full) {
+        sws_freeContext(sc->flat_sws);
+        av_free(sc->flat);
+        sc->flat_stride = FFALIGN(p->cw * 4, 64) + 64;
+        sc->flat = av_malloc((size_t)sc->flat_stride * (p->ch + 2));
+        sc->flat_sws = sws_getContext(p->cw, p->ch, fmt, p->cw, p->ch, AV_PIX_FMT_RGBA,
+                                      SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_FULL_CHR_H_INP, NULL,
+                                      NULL, NULL);
+        sc->flat_w = sc->flat_sws && sc->flat ? p->cw : 0;  // a failure is made again next time
+        if (!sc->flat_w) return fc_errf(why, whylen, "cannot convert %s %dx%d to RGBA", d->name, p->cw, p->ch);
+        if (p->yuv)
+            sws_setColorspaceDetails(sc->flat_sws, sws_getCoefficients(p->cs), p->full,
+                                     sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+        sc->flat_h = p->ch, sc->flat_fmt = fmt, sc->flat_cs = p->cs, sc->flat_full = p->full;
+    }
+    uint8_t *dst[4] = {sc->flat, NULL, NULL, NULL};
+    int dstride[4] = {sc->flat_stride, 0, 0, 0};
+    if (sws_scale(sc->flat_sws, src, stride, 0, p->ch, dst, dstride) != p->ch)
+        return fc_errf(why, whylen, "converting %s %dx%d to RGBA failed", d->name, p->cw, p->ch);
+    for (int y = 0; y < p->ch; y++) {
+        uint8_t *row = sc->flat + (size_t)y * sc->flat_stride;
+        for (int x = 0; x < p->cw; x++) {  // in place: pixel x's RGB lands at or before its RGBA
+            unsigned r = row[4 * x], g = row[4 * x + 1], b = row[4 * x + 2], a = row[4 * x + 3];
+            row[3 * x] = (uint8_t)((r * a + 127) / 255);
+            row[3 * x + 1] = (uint8_t)((g * a + 127) / 255);
+            row[3 * x + 2] = (uint8_t)((b * a + 127) / 255);
+        }
+    }
+    return 0;
+}
+
 // The output rows, with room to spare after each row and after the last one.
 static int scaler_fit_output(Scaler *sc, int size, char *why, size_t whylen) {
     if (sc->out_size == size) return 0;
@@ -133,17 +172,21 @@ static int scaler_fit_output(Scaler *sc, int size, char *why, size_t whylen) {
     return sc->out ? 0 : fc_errf(why, whylen, "out of memory");
 }
 
-// Copy the scaled square into rgb, turned clockwise by rot degrees (0, 90, 180, 270).
-static void copy_rotated(const uint8_t *src, int stride, int size, int rot, uint8_t *rgb) {
+// Copy the scaled square into rgb, mirrored left to right first when asked, then turned clockwise by
+// rot degrees (0, 90, 180, 270).
+static void copy_rotated(const uint8_t *src, int stride, int size, int rot, int mirror, uint8_t *rgb) {
     for (int y = 0; y < size; y++) {
         uint8_t *o = rgb + (size_t)y * size * 3;
-        if (rot == 0) {
+        if (rot == 0 && !mirror) {
             memcpy(o, src + (size_t)y * stride, (size_t)size * 3);
             continue;
         }
         for (int x = 0; x < size; x++) {
             int sy, sx;
-            if (rot == 90) {
+            if (rot == 0) {
+                sy = y;
+                sx = x;
+            } else if (rot == 90) {
                 sy = size - 1 - x;
                 sx = y;
             } else if (rot == 180) {
@@ -153,6 +196,7 @@ static void copy_rotated(const uint8_t *src, int stride, int size, int rot, uint
                 sy = x;
                 sx = size - 1 - y;
             }
+            if (mirror) sx = size - 1 - sx;
             const uint8_t *p = src + (size_t)sy * stride + (size_t)sx * 3;
             o[3 * x] = p[0];
             o[3 * x + 1] = p[1];
@@ -162,8 +206,8 @@ static void copy_rotated(const uint8_t *src, int stride, int size, int rot, uint
 }
 
 int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
-                 AVRational sar, int colorspace, int full_range, int rot, int size, uint8_t *rgb, char *why,
-                 size_t whylen) {
+                 AVRational sar, int colorspace, int full_range, int rot, int mirror, int size, uint8_t *rgb,
+                 char *why, size_t whylen) {
     const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(fmt);
     if (!d || (d->flags & AV_PIX_FMT_FLAG_HWACCEL) || !sws_isSupportedInput(fmt))
         return fc_errf(why, whylen, "unsupported pixel format %s", d ? d->name : "(none)");
@@ -172,13 +216,22 @@ int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w,
     plan_crop(d, w, h, sar, &plan);
     plan_conversion(d, fmt, w, h, colorspace, full_range, size, &plan);
     const uint8_t *src[4];
+    int sstride[4] = {stride[0], stride[1], stride[2], stride[3]};
     crop_planes(d, data, stride, &plan, src);
+    if (d->flags & AV_PIX_FMT_FLAG_ALPHA) {  // over black first; the crop is then RGB24 of the same size
+        if (flatten_alpha(sc, d, fmt, src, stride, &plan, why, whylen) < 0) return -1;
+        fmt = AV_PIX_FMT_RGB24;
+        d = av_pix_fmt_desc_get(fmt);
+        src[0] = sc->flat, src[1] = src[2] = src[3] = NULL;
+        sstride[0] = sc->flat_stride, sstride[1] = sstride[2] = sstride[3] = 0;
+        plan.yuv = plan.cs = plan.full = 0;
+    }
     if (scaler_fit_context(sc, d, fmt, &plan, size, why, whylen) < 0) return -1;
     if (scaler_fit_output(sc, size, why, whylen) < 0) return -1;
     uint8_t *dst[4] = {sc->out, NULL, NULL, NULL};
     int dstride[4] = {sc->out_stride, 0, 0, 0};
-    if (sws_scale(sc->sws, src, stride, 0, plan.ch, dst, dstride) != size)
+    if (sws_scale(sc->sws, src, sstride, 0, plan.ch, dst, dstride) != size)
         return fc_errf(why, whylen, "scaling %s %dx%d failed", d->name, plan.cw, plan.ch);
-    copy_rotated(sc->out, sc->out_stride, size, rot, rgb);
+    copy_rotated(sc->out, sc->out_stride, size, rot, mirror, rgb);
     return 0;
 }

@@ -16,16 +16,22 @@ typedef struct {
     int cw, ch, fmt, size, flags, cs, full;  // what sws was made for
     uint8_t *out;                            // size rows of out_stride bytes, padded
     int out_stride, out_size;
+    // a picture with alpha: its crop made RGB over black first, at its own size (scale.c flatten_alpha)
+    struct SwsContext *flat_sws;
+    int flat_w, flat_h, flat_fmt, flat_cs, flat_full, flat_stride;
+    uint8_t *flat;
 } Scaler;
 
 void scaler_free(Scaler *sc);
 
 // Crop the centred display square of a w x h picture (planes data/stride in pixel format fmt, sample
-// aspect ratio sar) and resample it to size x size RGB24 in rgb, turned clockwise by rot degrees (0,
-// 90, 180, 270). colorspace is an AVColorSpace, full_range whether YUV samples use the full 0..255
-// range. 0, or -1 with why.
+// aspect ratio sar) and resample it to size x size RGB24 in rgb, mirrored left to right when mirror
+// is set, then turned clockwise by rot degrees (0, 90, 180, 270: EXIF orientations 2, 4, 5 and 7
+// are a mirror and a turn). colorspace is an AVColorSpace, full_range whether YUV samples use the full 0..255
+// range. A format with alpha is composited over black (c * a / 255) before it is resampled, so the
+// colour stored under transparent pixels never shows. 0, or -1 with why.
 int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
-                 AVRational sar, int colorspace, int full_range, int rot, int size, uint8_t *rgb, char *why,
-                 size_t whylen);
+                 AVRational sar, int colorspace, int full_range, int rot, int mirror, int size, uint8_t *rgb,
+                 char *why, size_t whylen);
 
 #endif

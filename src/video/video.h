@@ -9,7 +9,8 @@
 // geometry: a non-square sample aspect ratio is honoured) and that square is resampled to size x size
 // with swscale, SWS_AREA when shrinking and SWS_BICUBIC when enlarging. This gives the same result as
 // "scale so that the shorter side becomes size, then crop the centre", without scaling the part that
-// is thrown away. A rotation of 90/180/270 degrees stored in the stream (phone videos) is applied.
+// is thrown away. A rotation of 90/180/270 degrees stored in the stream (phone videos) is applied. A
+// pixel format with alpha is composited over black first (scale.h).
 // Output rows are top to bottom, pixels R, G, B, no padding.
 #ifndef FRAMECHAIN_VIDEO_H
 #define FRAMECHAIN_VIDEO_H
@@ -46,8 +47,10 @@ int video_rotation(const VideoReader *v);
 // Returns 1 with a frame, 0 at the end of the stream, -1 on an error (one line in err, naming the
 // file, the frames read and the time). Damage the decoder detects is an error (FFmpeg's
 // AV_EF_EXPLODE), not a concealed picture: the frames returned before it are good, none after it
-// comes. A file cut short ends early (0) or fails (-1), depending on the container. After 0 or -1
-// every later call returns the same. `size` may change between calls.
+// comes. A file cut short fails (-1) where it ends, or, where the container takes the cut for the end
+// (Matroska, WebM), after its last frame when that is well short (under 95%) of the frame count or
+// duration its header states ("...: the file looks cut short"); a container that states no length
+// (MPEG-TS) ends early (0). After 0 or -1 every later call returns the same. `size` may change between calls.
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen);
 // Frames returned so far.
 long video_frames_read(const VideoReader *v);
@@ -59,8 +62,10 @@ void video_set_decoder_threads(int n);
 
 // A PNG or JPEG (stb_image: 8- and 16-bit PNG, gray, gray+alpha, RGB, RGBA, palette; baseline and
 // progressive JPEG), as size x size RGB24 cropped and resampled as above with the same swscale path.
-// Gray is replicated to R, G, B; alpha is dropped (the stored colour is kept, as for video). EXIF
-// orientation is not applied. Up to 100 megapixels. A JPEG Huffman table with over 256 codes is
+// Gray is replicated to R, G, B; alpha is composited over black (each colour times alpha / 255,
+// rounded, at the image's own size: the colour stored under a transparent pixel never shows; video
+// frames with alpha the same, scale.h). A JPEG's EXIF orientation (1-8, mirrors included) is applied;
+// a damaged Exif block is ignored. Up to 100 megapixels. A JPEG Huffman table with over 256 codes is
 // refused before stb_image sees it (stb_image 2.27 writes out of bounds on one). Returns 0, or -1 with
 // one line in err.
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen);

@@ -46,6 +46,8 @@ struct VideoReader {
     int width, height, rotation;
     double fps;
     long count_estimate;
+    long stated_frames;  // the length the header states (video.h: a cut-short file); 0: none stated
+    double stated_s;
     int state;
     long frames;         // returned so far
     int64_t start_pts;   // the stream's origin in tb units
@@ -120,9 +122,19 @@ static int reader_open_input(VideoReader *v, char *err, size_t errlen) {
     int ret = avformat_open_input(&v->fmt, url, NULL, &opts);
     av_dict_free(&opts);
     free(url);
+    // FFmpeg's codes say little here ("Device or resource busy" for an absurd frame size): what the
+    // file system says is passed on, a file that ends inside its header is called cut short, and the
+    // rest is an unknown format or a damaged file, FFmpeg's word in brackets.
+    if (ret == AVERROR(ENOENT) || ret == AVERROR(EACCES) || ret == AVERROR(EISDIR) || ret == AVERROR(EIO))
+        return fc_errf(err, errlen, "%s: cannot open: %s", v->path, averr(ret, eb, sizeof eb));
+    if (ret == AVERROR_EOF)
+        return fc_errf(err, errlen, "%s: cannot open: the file ends before its header or index (an MP4's moov) is "
+                       "whole: cut short", v->path);
+    if (ret == AVERROR_INVALIDDATA)
+        return fc_errf(err, errlen, "%s: cannot open: unknown format or damaged file", v->path);
     if (ret < 0)
-        return fc_errf(err, errlen, "%s: cannot open: %s", v->path,
-                       ret == AVERROR_INVALIDDATA ? "unknown format or damaged file" : averr(ret, eb, sizeof eb));
+        return fc_errf(err, errlen, "%s: cannot open: unknown format or damaged file (%s)", v->path,
+                       averr(ret, eb, sizeof eb));
     ret = avformat_find_stream_info(v->fmt, NULL);
     if (ret < 0) return fc_errf(err, errlen, "%s: cannot read the streams: %s", v->path, averr(ret, eb, sizeof eb));
     return 0;
@@ -192,6 +204,24 @@ static long frame_count_estimate(const AVFormatContext *fmt, const AVStream *st,
     return (est >= 0 && est < 1e12) ? (long)llround(est) : -1;
 }
 
+// The length the container states for the stream: its frame count, else its duration in seconds:
+// the stream's DURATION tag (Matroska, WebM: per track, so a longer audio track is no matter), else
+// the header's duration. A duration FFmpeg estimated is no statement: one from the bitrate is a guess,
+// one from the last timestamps (MPEG-TS) moves with the cut.
+static void stated_length(VideoReader *v, const AVStream *st) {
+    int h, m;
+    double sec;
+    const AVDictionaryEntry *tag = av_dict_get(st->metadata, "DURATION", NULL, 0);
+    if (st->nb_frames > 0)
+        v->stated_frames = (long)st->nb_frames;
+    else if (tag && sscanf(tag->value, "%d:%d:%lf", &h, &m, &sec) == 3 && h >= 0 && m >= 0 && sec >= 0)
+        v->stated_s = h * 3600.0 + m * 60.0 + sec;
+    else if (v->fmt->duration_estimation_method == AVFMT_DURATION_FROM_STREAM && v->fmt->duration > 0 &&
+             v->fmt->duration != AV_NOPTS_VALUE)
+        v->stated_s = v->fmt->duration / (double)AV_TIME_BASE;
+    if (!(v->stated_s < 1e9)) v->stated_s = 0;
+}
+
 // What video.h tells about the stream before a frame is read: size, rate, length, rotation, and
 // where its time starts. 0, or -1 with why.
 static int reader_describe(VideoReader *v, char *err, size_t errlen) {
@@ -203,6 +233,7 @@ static int reader_describe(VideoReader *v, char *err, size_t errlen) {
     v->fps = stream_fps(st);
     v->count_estimate = frame_count_estimate(v->fmt, st, v->fps);
     v->rotation = stream_rotation(st);
+    stated_length(v, st);
     if (st->start_time != AV_NOPTS_VALUE) {
         v->start_pts = st->start_time;
         v->have_start = 1;
@@ -243,6 +274,21 @@ static int reader_fail(VideoReader *v, char *err, size_t errlen, const char *fmt
     return -1;
 }
 
+// At the end of the stream: a file that ends well short (under 95%, and 3 frames or more) of the length
+// its header states was cut short (a copy or download broken off). Some demuxers (Matroska, WebM)
+// take the cut for the end, so this is the only sign of it. 0, or -1 with why.
+#define CUT_SHORT_FRACTION 0.95
+static int reader_check_length(VideoReader *v, char *err, size_t errlen) {
+    double covered = v->frames ? v->last_time + 1.0 / v->fps : 0;
+    if (v->stated_frames > 0 && v->frames < CUT_SHORT_FRACTION * v->stated_frames && v->stated_frames - v->frames >= 3)
+        return reader_fail(v, err, errlen, "ended after %ld of the %ld frames its header states: the file looks cut "
+                           "short", v->frames, v->stated_frames);
+    if (v->stated_s > 0 && covered < CUT_SHORT_FRACTION * v->stated_s && v->stated_s - covered >= 3.0 / v->fps)
+        return reader_fail(v, err, errlen, "ended after %ld frames (%.3f s) of the %.3f s its header states: the "
+                           "file looks cut short", v->frames, covered, v->stated_s);
+    return 0;
+}
+
 static double frame_time(VideoReader *v, const AVFrame *f) {
     int64_t ts = f->best_effort_timestamp;
     if (ts == AV_NOPTS_VALUE) ts = f->pts;
@@ -276,7 +322,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
             char why[256];
             AVRational sar = av_guess_sample_aspect_ratio(v->fmt, v->fmt->streams[v->stream], f);
             if (scale_square(&v->sc, f->data, f->linesize, f->width, f->height, (enum AVPixelFormat)f->format, sar,
-                             f->colorspace, f->color_range == AVCOL_RANGE_JPEG, v->rotation, size, rgb, why,
+                             f->colorspace, f->color_range == AVCOL_RANGE_JPEG, v->rotation, 0, size, rgb, why,
                              sizeof why) < 0)
                 return reader_fail(v, err, errlen, "frame %ld: %s", v->frames, why);
             double t = frame_time(v, f);
@@ -288,6 +334,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
             return 1;
         }
         if (ret == AVERROR_EOF || (ret == AVERROR(EAGAIN) && v->state == RD_DRAINING)) {
+            if (reader_check_length(v, err, errlen)) return -1;
             v->state = RD_END;
             return 0;
         }

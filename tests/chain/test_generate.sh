@@ -326,6 +326,9 @@ expect_early() {  # expect_early NAME PATTERN OUT
 expect_early missing_folder "the folder $tmp/nope does not exist" "$tmp/nope/x.mp4"
 expect_early file_as_folder "$tmp/first.png is not a folder" "$tmp/first.png/x.mp4"
 expect_early existing_folder "already exists" "$tmp/frames"
+# a video extension that is not written (it would be a folder of PNGs named x.webm): refused, nothing made
+expect_early video_extension_not_written ".webm is not a format written here; give .mp4" "$tmp/x.webm"
+[ ! -e "$tmp/x.webm" ] || fail generate_video_extension_nothing_made "$tmp/x.webm was made"
 
 # A full disk: generate onto a 200 KB tmpfs, mounted in a private mount namespace (no root needed
 # where user namespaces are allowed, nothing to unmount). 400 frames of PNGs or of MPEG-4 do not

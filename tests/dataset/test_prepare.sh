@@ -104,13 +104,21 @@ got=$(picked "$tmp/ramp_all" 30 "$tmp/unpadded_ds" 12 2>&1)
 [ "$got" = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] 30" ]
 expect prepare_folder_natural_order $? "the folder's clip holds the video's frames (and its distinct frames) $got"
 
-# A folder with images is one clip of them: the video beside them is not read, and the output says so
+# A folder with a video in it is a folder of videos: a thumbnail beside the video is not read (and the
+# output says so), the video is; a folder of frames with a text file beside them is one clip of them
 mkdir -p "$tmp/thumb_beside"
 cp "$tmp/ramp.mkv" "$tmp/thumb_beside/"
 cp "$tmp/unpadded/f1.png" "$tmp/thumb_beside/thumb.png"
 "$FC" prepare --input "$tmp/thumb_beside" --out "$tmp/thumb_ds" --size 16 --clip-frames 1 > "$tmp/thumb.log" 2>&1
-expect prepare_images_hide_others_said $(( $? != 0 || $(grep -c "1 other entry in it (files, folders) not read" "$tmp/thumb.log") != 1 )) \
-    "$(head -1 "$tmp/thumb.log")"
+expect prepare_thumbnail_beside_video_said $(( $? != 0 || $(clips "$tmp/thumb_ds") != 30 ||
+    $(grep -c "thumb_beside: its 1 image is not read: a folder with videos in it" "$tmp/thumb.log") != 1 )) \
+    "$(clips "$tmp/thumb_ds") clips: $(head -1 "$tmp/thumb.log")"
+mkdir -p "$tmp/frames_note"
+cp "$tmp/unpadded/"*.png "$tmp/frames_note/"
+echo "12 frames" > "$tmp/frames_note/notes.txt"
+"$FC" prepare --input "$tmp/frames_note" --out "$tmp/frames_note_ds" --size 16 --clip-frames 12 > "$tmp/note.log" 2>&1
+expect prepare_images_hide_others_said $(( $? != 0 || $(grep -c "1 other entry in it (files, folders) not read" "$tmp/note.log") != 1 )) \
+    "$(head -1 "$tmp/note.log")"
 
 # Two recordings joined end to end, the second's clock 3000 s on: with --fps the jump is closed, not
 # filled with 15000 copies of one frame, and the input's line says so
@@ -148,9 +156,11 @@ ok=$(grep -E "(good|gray_odd|alpha|frames)[^ ]*: [0-9]+ frames -> [0-9]+ clips" 
 expect prepare_bad_inputs_skipped $(( rc != 0 || skipped < 3 || ok != 4 )) "status $rc; $skipped inputs skipped with a reason; good, grayscale/odd-sized, alpha and a PNG folder converted ($ok of 4)"
 grep -q "notes.mp4: skipped" "$tmp/mixed.log" && grep -q "empty.avi: skipped" "$tmp/mixed.log" && grep -q "short.mp4: skipped: 10 frames" "$tmp/mixed.log"
 expect prepare_skip_reasons $? "$(grep -m1 notes.mp4 "$tmp/mixed.log" | cut -c1-100)"
-# a video that breaks before its first frame is unreadable, not short
-grep -q "first_frame_cut.avi: skipped: decoding error after 0 frames" "$tmp/mixed.log"
-expect prepare_no_frame_is_unreadable $(( $? != 0 || $(grep -c "(3 skipped as unreadable, 1 shorter than a clip, 1 cut short by damage" "$tmp/mixed.log") != 1 )) \
+# a video that breaks before its first frame is unreadable, not short; one that ends at half of the
+# frames its header states (truncated.avi) and one damaged part-way are cut short
+grep -q "first_frame_cut.avi: skipped: decoding error after 0 frames" "$tmp/mixed.log" &&
+    grep -q "truncated.avi: .* clips .*; ended after [0-9]* of the 270 frames its header states: the file looks cut short" "$tmp/mixed.log"
+expect prepare_no_frame_is_unreadable $(( $? != 0 || $(grep -c "(3 skipped as unreadable, 1 shorter than a clip, 2 cut short by damage" "$tmp/mixed.log") != 1 )) \
     "$(grep -m1 first_frame_cut "$tmp/mixed.log" | sed 's/^ *//' | cut -c1-120); $(tail -1 "$tmp/mixed.log" | sed 's/.*inputs (//' | cut -c1-110)"
 # A frame folder with a file beside its frames that sorts before them (README.txt): every frame read,
 # the file passed over; a video three folders down the input: found

@@ -1,17 +1,18 @@
 // test_image.c: still images (src/video/image.c): PNG and JPEG in every channel layout stb_image
 // reads, made by the test itself, loaded as square frames; the centre crop; an exact PNG round trip;
 // broken and wrong files, named in one line; which paths are images; the smallest side a frame may
-// be cut from. One PASS/FAIL line per check, with the measured figure; exit status 1 when any check
-// failed.
+// be cut from; transparency over black; EXIF orientation. One PASS/FAIL line per check, with the
+// measured figure; exit status 1 when any check failed.
 #include "video_fixture.h"
 
-// A w x h image with `comp` channels, every pixel `px` (comp values); alpha varies across the image.
+// A w x h image with `comp` channels, every pixel `px` (comp values); alpha, where there is one, is
+// opaque (transparency: test_image_alpha).
 static int write_solid(const char *path, int w, int h, int comp, const int *px, int jpeg) {
     uint8_t *img = malloc((size_t)w * h * comp);
     for (int i = 0; i < w * h; i++)
         for (int c = 0; c < comp; c++) {
             int alpha = (comp == 2 && c == 1) || (comp == 4 && c == 3);
-            img[(size_t)i * comp + c] = (uint8_t)(alpha ? (i * 7) % 256 : px[c]);
+            img[(size_t)i * comp + c] = (uint8_t)(alpha ? 255 : px[c]);
         }
     int ok = jpeg ? stbi_write_jpg(path, w, h, comp, img, 95) : stbi_write_png(path, w, h, comp, img, w * comp);
     free(img);
@@ -35,7 +36,8 @@ static void test_image_solid(const char *name, int w, int h, int comp, const int
 }
 
 static void test_image_solids(void) {
-    int gray[1] = {77}, ga[2] = {200, 0}, rgba[4] = {10, 200, 90, 0}, rgb[3] = {250, 128, 3}, tall[3] = {40, 80, 160};
+    int gray[1] = {77}, ga[2] = {200, 255}, rgba[4] = {10, 200, 90, 255}, rgb[3] = {250, 128, 3};
+    int tall[3] = {40, 80, 160};
     int jrgb[3] = {200, 100, 50}, jgray[1] = {130};
     test_image_solid("gray.png", 50, 40, 1, gray, 0, 77, 77, 77);
     test_image_solid("gray_alpha.png", 40, 50, 2, ga, 0, 200, 200, 200);
@@ -156,6 +158,117 @@ static void test_image_min_side(void) {
           "refused; 40x32 and 32x32 taken)%s", wrong, sizeof sz / sizeof sz[0], what);
 }
 
+// Transparency is composited over black: a 64x64 RGBA PNG whose left half is transparent over a stored
+// magenta, its right half opaque green but for the bottom-right quarter at alpha 128; and a gray+alpha
+// one, transparent over white on its left. At the same size every pixel is exact (c * a / 255, rounded).
+static void test_image_alpha(void) {
+    uint8_t rgba[64 * 64 * 4], ga[64 * 64 * 2], out[64 * 64 * 3];
+    for (int y = 0; y < 64; y++)
+        for (int x = 0; x < 64; x++) {
+            uint8_t *p = rgba + 4 * (y * 64 + x), *q = ga + 2 * (y * 64 + x);
+            p[0] = x < 32 ? 255 : 0, p[1] = x < 32 ? 0 : 255, p[2] = x < 32 ? 255 : 0;
+            p[3] = x < 32 ? 0 : y >= 32 ? 128 : 255;
+            q[0] = 255, q[1] = x < 32 ? 0 : 255;
+        }
+    int bad = 0, rc[2];
+    char err[512] = "", first[128] = "";
+    stbi_write_png(tmp_path("hidden_magenta.png"), 64, 64, 4, rgba, 64 * 4);
+    stbi_write_png(tmp_path("hidden_white.png"), 64, 64, 2, ga, 64 * 2);
+    for (int k = 0; k < 2; k++) {
+        rc[k] = image_load_square(tmp_path(k ? "hidden_white.png" : "hidden_magenta.png"), 64, out, err, sizeof err);
+        for (int i = 0; rc[k] == 0 && i < 64 * 64; i++) {
+            int x = i % 64, y = i / 64;
+            int want[3] = {0, 0, 0};
+            if (k == 0 && x >= 32) want[1] = y >= 32 ? 128 : 255;  // 255 * 128 / 255
+            if (k == 1 && x >= 32) want[0] = want[1] = want[2] = 255;
+            if (out[3 * i] != want[0] || out[3 * i + 1] != want[1] || out[3 * i + 2] != want[2]) {
+                if (!bad++)
+                    snprintf(first, sizeof first, "; first wrong: image %d (%d, %d) = %d,%d,%d, want %d,%d,%d", k, x,
+                             y, out[3 * i], out[3 * i + 1], out[3 * i + 2], want[0], want[1], want[2]);
+            }
+        }
+    }
+    check(rc[0] == 0 && rc[1] == 0 && bad == 0, "image_alpha_over_black",
+          "load %d, %d; %d pixels not the colour over black%s %s", rc[0], rc[1], bad, first, err);
+}
+
+// A JPEG with an APP1 Exif block right after SOI holding only Orientation = o, in big-endian (MM) or
+// little-endian (II) TIFF order; `damage` points IFD0 past the block's end instead.
+static int write_exif_jpeg(const char *path, const uint8_t *jpg, size_t n, int o, int le, int damage) {
+    uint8_t app[36] = {0xFF, 0xE1, 0, 34, 'E', 'x', 'i', 'f', 0, 0};
+    uint8_t *t = app + 10;  // 26 bytes of TIFF: header, IFD0 of one entry, no next IFD
+    const uint8_t head[2][8] = {{'M', 'M', 0, 42, 0, 0, 0, 8}, {'I', 'I', 42, 0, 8, 0, 0, 0}};
+    memcpy(t, head[le], 8);
+    if (damage) t[le ? 4 : 7] = 200;
+    uint8_t entry[14] = {0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, (uint8_t)o, 0, 0};  // big-endian
+    if (le) {
+        const uint8_t little[14] = {1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, (uint8_t)o, 0, 0, 0};
+        memcpy(entry, little, 14);
+    }
+    memcpy(t + 8, entry, 14);
+    uint8_t *buf = malloc(n + sizeof app);
+    memcpy(buf, jpg, 2);
+    memcpy(buf + 2, app, sizeof app);
+    memcpy(buf + 2 + sizeof app, jpg + 2, n - 2);
+    int rc = write_bytes(path, buf, n + sizeof app);
+    free(buf);
+    return rc;
+}
+
+// EXIF orientation is applied: a 64x48 JPEG of four coloured quadrants with Orientation 6 (turn 90
+// degrees clockwise), 3 (180), 2 (mirrored) and 5 (transposed), in both byte orders, equals the
+// plain JPEG's frame turned by hand; a damaged Exif block is ignored (the plain frame).
+static void test_image_exif(void) {
+    const int S = 32;
+    uint8_t pic[64 * 48 * 3], plain[32 * 32 * 3], got[32 * 32 * 3];
+    for (int y = 0; y < 48; y++)
+        for (int x = 0; x < 64; x++) {
+            uint8_t *p = pic + 3 * (y * 64 + x);
+            int q = (y >= 24) * 2 + (x >= 32);
+            p[0] = q == 0 || q == 3 ? 230 : 20, p[1] = q == 1 || q == 3 ? 230 : 20, p[2] = q == 2 || q == 3 ? 230 : 20;
+            if (x < 40 && y < 10) p[0] = p[1] = p[2] = 0;  // a bar along the top: no quadrant turn is a mirror
+        }
+    char err[512] = "";
+    size_t n = 0;
+    stbi_write_jpg(tmp_path("plain.jpg"), 64, 48, 3, pic, 95);
+    uint8_t *jpg = test_read_file(tmp_path("plain.jpg"), &n);
+    if (!jpg || image_load_square(tmp_path("plain.jpg"), S, plain, err, sizeof err)) {
+        check(0, "image_exif_orientation", "the plain JPEG: %s", err);
+        free(jpg);
+        return;
+    }
+    const struct { int o, le, damage; } cs[] = {{6, 0, 0}, {3, 1, 0}, {2, 1, 0}, {5, 0, 0}, {6, 1, 1}};
+    char what[512] = "";
+    int wrong = 0;
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "exif%d_%s%s.jpg", cs[k].o, cs[k].le ? "II" : "MM", cs[k].damage ? "_bad" : "");
+        int rc = write_exif_jpeg(tmp_path(name), jpg, n, cs[k].o, cs[k].le, cs[k].damage) ? -2
+                 : image_load_square(tmp_path(name), S, got, err, sizeof err);
+        int diff = 0;
+        for (int y = 0; rc == 0 && y < S; y++)
+            for (int x = 0; x < S; x++) {
+                int sy = y, sx = x;  // the plain frame's pixel that (x, y) shows
+                if (!cs[k].damage && cs[k].o == 6) sy = S - 1 - x, sx = y;
+                if (!cs[k].damage && cs[k].o == 3) sy = S - 1 - y, sx = S - 1 - x;
+                if (!cs[k].damage && cs[k].o == 2) sx = S - 1 - x;
+                if (!cs[k].damage && cs[k].o == 5) sy = x, sx = y;
+                for (int c = 0; c < 3; c++) {
+                    int d = abs(got[3 * (y * S + x) + c] - plain[3 * (sy * S + sx) + c]);
+                    diff = d > diff ? d : diff;
+                }
+            }
+        if (rc != 0 || diff > 0) {
+            wrong++;
+            snprintf(what + strlen(what), sizeof what - strlen(what), "; %s: load %d, largest difference %d %s", name,
+                     rc, diff, rc ? err : "");
+        }
+    }
+    check(wrong == 0, "image_exif_orientation", "%d of %zu JPEGs (orientation 6 MM, 3 II, 2 II, 5 MM, a damaged "
+          "block) not the plain frame turned by hand%s", wrong, sizeof cs / sizeof cs[0], what);
+    free(jpg);
+}
+
 static void test_images(void) {
     test_image_solids();
     test_image_roundtrip();
@@ -163,6 +276,8 @@ static void test_images(void) {
     test_image_bad();
     test_image_paths();
     test_image_min_side();
+    test_image_alpha();
+    test_image_exif();
 }
 
 int main(void) { return run_in_scratch("image", test_images); }

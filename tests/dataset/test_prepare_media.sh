@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# prepare on the user media that is easy to get wrong without a word: resampling ties (15 -> 30 fps),
+# a Matroska file cut short, a cover image among videos, transparency, variable frame rate, folders
+# that give nothing (empty, too deep), and a folder of BMP stills. Every input is made here with ffmpeg
+# or Python's standard library.
+set -u
+. "$(dirname "$0")/../lib.sh"
+PYTHON=${PYTHON:-python3}
+clips() {  # a dataset's clip count, 0 when it has no dataset.json
+    local n
+    n=$(sed -n 's/.*"clips": *\([0-9]*\).*/\1/p' "$1/dataset.json" 2> /dev/null | head -1)
+    echo "${n:-0}"
+}
+# pixels DATASET X Y: the R,G,B of pixel (X, Y) of every frame of every clip, in the dataset's order
+pixels() {
+    "$PYTHON" - "$@" <<'PYEOF'
+import glob, json, sys, zlib
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors
+folder, x, y = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+size = json.load(open(folder + "/dataset.json"))["frame_size"]
+out = []
+for shard in sorted(glob.glob(folder + "/shard-*.safetensors")):
+    t, meta = read_safetensors(shard)
+    for k in sorted((int(n[5:]) for n in t if n.startswith("clip.")), key=int):
+        raw = t["clip.%d" % k].tobytes()
+        if meta["clip.%d.encoding" % k] == "zlib":
+            raw = zlib.decompress(raw)
+        frame = size * size * 3
+        for f in range(len(raw) // frame):
+            p = f * frame + (y * size + x) * 3
+            out.append("%d,%d,%d" % tuple(raw[p:p + 3]))
+print(" ".join(out))
+PYEOF
+}
+# rgba_png PATH: a 64x64 RGBA PNG (Python's zlib only): the left half transparent (alpha 0) over a
+# stored magenta, the right half opaque green, the bottom-right quarter green at alpha 128
+rgba_png() {
+    "$PYTHON" - "$1" <<'PYEOF'
+import struct, sys, zlib
+rows = b""
+for y in range(64):
+    row = b"\0"
+    for x in range(64):
+        row += bytes([255, 0, 255, 0]) if x < 32 else bytes([0, 255, 0, 128 if y >= 32 else 255])
+    rows += row
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 6, 0, 0, 0))
+png += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+open(sys.argv[1], "wb").write(png)
+PYEOF
+}
+
+if ! command -v ffmpeg > /dev/null; then
+    fail prepare_media_inputs "ffmpeg is missing (apt-get install ffmpeg)"
+    exit 0
+fi
+
+# ---- 1. resampling ties: an output time midway between two frames takes the earlier one ----
+# Each frame's grey is 4 N + 2 (N its number); AVI's clock ticks 1 / fps, so the ties are exact.
+ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=15,format=gray,geq=lum='4*N+2'" -frames:v 30 -c:v ffv1 "$tmp/idx15.avi"
+ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=25,format=gray,geq=lum='4*N+2'" -frames:v 50 -c:v ffv1 "$tmp/idx25.avi"
+index_of() {  # the source frame numbers of a dataset's frames, space-separated
+    pixels "$1" 0 0 | tr ' ' '\n' | awk -F, 'NF { printf "%s%d", (n++ ? " " : ""), ($1 - 2) / 4 }'
+}
+"$FC" prepare --input "$tmp/idx15.avi" --out "$tmp/r30" --size 16 --clip-frames 1 --fps 30 > "$tmp/r30.log" 2>&1
+rc=$?
+got=$(index_of "$tmp/r30")
+want=$(seq 0 58 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 / 2) }')
+[ "$rc" = 0 ] && [ "$got" = "$want" ]
+expect prepare_fps_ties_15_to_30 $? "status $rc; source frames of the 30 fps clips: $(echo "$got" | cut -c1-80)... (want 0 0 1 1 2 2 ...)"
+"$FC" prepare --input "$tmp/idx25.avi" --out "$tmp/r10" --size 16 --clip-frames 1 --fps 10 > "$tmp/r10.log" 2>&1
+rc=$?
+got=$(index_of "$tmp/r10")
+want=$(seq 0 19 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 * 5 / 2) }')
+[ "$rc" = 0 ] && [ "$got" = "$want" ]
+expect prepare_fps_ties_25_to_10 $? "status $rc; source frames of the 10 fps clips: $got (want $want)"
+
+# ---- 2. a Matroska file cut short: its frames kept, its line and the summary say so ----
+ffmpeg -v error -f lavfi -i testsrc2=size=64x48:rate=25 -frames:v 200 -c:v mpeg4 -q:v 3 "$tmp/long.mkv"
+head -c $(( $(stat -c %s "$tmp/long.mkv") * 6 / 10 )) "$tmp/long.mkv" > "$tmp/cut.mkv"
+"$FC" prepare --input "$tmp/cut.mkv" --out "$tmp/cut" --size 16 --clip-frames 8 > "$tmp/cut.log" 2>&1
+rc=$?
+line=$(grep -m1 'cut.mkv:' "$tmp/cut.log")
+[ "$rc" = 0 ] && [ "$(clips "$tmp/cut")" -ge 10 ] && echo "$line" | grep -q 'cut short' &&
+    grep -q ' 1 cut short by damage' "$tmp/cut.log"
+expect prepare_truncated_mkv_said $? "status $rc, $(clips "$tmp/cut") clips: $line | $(tail -1 "$tmp/cut.log" | sed 's/.*inputs (//' | cut -c1-90)"
+"$FC" prepare --input "$tmp/long.mkv" --out "$tmp/whole" --size 16 --clip-frames 8 > "$tmp/whole.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && [ "$(clips "$tmp/whole")" = 25 ] && ! grep 'long.mkv:' "$tmp/whole.log" | grep -q 'cut short' &&
+    grep -q ' 0 cut short by damage' "$tmp/whole.log"
+expect prepare_whole_mkv_not_cut_short $? "status $rc, $(clips "$tmp/whole") clips: $(grep -m1 'long.mkv:' "$tmp/whole.log")"
+
+# ---- 3. a cover image among videos: the videos are read, the image is not (one line) ----
+mkdir -p "$tmp/videos/sub"
+cp "$tmp/long.mkv" "$tmp/videos/a.mkv"
+ffmpeg -v error -f lavfi -i testsrc=size=48x48:rate=25 -frames:v 40 -c:v mpeg4 "$tmp/videos/sub/b.mp4"
+ffmpeg -v error -f lavfi -i testsrc=size=64x64 -frames:v 1 "$tmp/videos/cover.jpg"
+"$FC" prepare --input "$tmp/videos" --out "$tmp/videos_ds" --size 16 --clip-frames 8 > "$tmp/videos.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && [ "$(clips "$tmp/videos_ds")" = 30 ] && [ "$(grep -c 'its 1 image .*not read' "$tmp/videos.log")" = 1 ]
+expect prepare_cover_image_among_videos $? "status $rc, $(clips "$tmp/videos_ds") clips (25 + 5 expected): $(grep -v '^\[' "$tmp/videos.log" | head -2 | tr '\n' ' ' | cut -c1-200)"
+
+# ---- 4. transparency: composited over black, the colour stored under alpha 0 never shows ----
+mkdir -p "$tmp/alpha_frames"
+rgba_png "$tmp/alpha.png"
+for i in 1 2 3 4; do cp "$tmp/alpha.png" "$tmp/alpha_frames/f$i.png"; done
+ffmpeg -v error -loop 1 -i "$tmp/alpha.png" -frames:v 8 -c:v ffv1 -pix_fmt yuva420p "$tmp/alpha.mkv"
+"$FC" prepare --input "$tmp/alpha_frames" --input "$tmp/alpha.mkv" --out "$tmp/alpha_ds" --size 32 --clip-frames 4 \
+    > "$tmp/alpha.log" 2>&1
+rc=$?
+left=$(pixels "$tmp/alpha_ds" 4 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+right=$(pixels "$tmp/alpha_ds" 24 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+half=$(pixels "$tmp/alpha_ds" 24 24 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+# the video goes through 4:2:0 YUV: within 6 levels; the PNG is exact (0 * 128 / 255 and 255 * 128 / 255 = 128)
+close_to() {  # close_to "R,G,B ..." R G B TOLERANCE: every triple within TOLERANCE of R,G,B
+    echo "$1" | tr ' ' '\n' | awk -F, -v r="$2" -v g="$3" -v b="$4" -v t="$5" \
+        'function a(x) { return x < 0 ? -x : x } NF && (a($1 - r) > t || a($2 - g) > t || a($3 - b) > t) { bad = 1 } END { exit bad }'
+}
+[ "$rc" = 0 ] && [ "$(clips "$tmp/alpha_ds")" = 3 ] && close_to "$left" 0 0 0 6 && close_to "$right" 0 255 0 6 &&
+    close_to "$half" 0 128 0 6 && [ "$(pixels "$tmp/alpha_ds" 4 4 | cut -d' ' -f1)" = "0,0,0" ]
+expect prepare_alpha_over_black $? "status $rc, $(clips "$tmp/alpha_ds") clips; transparent left: $left; opaque right: $right; alpha 128: $half"
+
+# ---- 6. variable frame rate without --fps: said once in the input's line ----
+ffmpeg -v error -f lavfi -i testsrc=size=64x48:rate=25 -frames:v 40 \
+    -vf "setpts='if(lt(N,20),N/25/TB,(0.8+(N-20)/5)/TB)'" -fps_mode passthrough -c:v ffv1 "$tmp/vfr.mkv" 2> /dev/null ||
+    ffmpeg -v error -f lavfi -i testsrc=size=64x48:rate=25 -frames:v 40 \
+        -vf "setpts='if(lt(N,20),N/25/TB,(0.8+(N-20)/5)/TB)'" -vsync passthrough -c:v ffv1 "$tmp/vfr.mkv"
+"$FC" prepare --input "$tmp/vfr.mkv" --input "$tmp/long.mkv" --out "$tmp/vfr" --size 16 --clip-frames 8 > "$tmp/vfr.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && [ "$(grep 'vfr.mkv:' "$tmp/vfr.log" | grep -c 'variable frame rate (5 to 25 fps): --fps 25 gives evenly timed clips')" = 1 ] &&
+    [ "$(grep -c 'variable frame rate' "$tmp/vfr.log")" = 1 ]
+expect prepare_variable_frame_rate_said $? "status $rc: $(grep -m1 'vfr.mkv:' "$tmp/vfr.log" | sed 's/.*vfr.mkv: //')"
+
+# ---- 7. folders that give nothing: an empty one, and one past the depth limit, each named ----
+mkdir -p "$tmp/emptyd" "$tmp/deep/1/2/3/4/5/6/7/8/9"
+cp "$tmp/long.mkv" "$tmp/deep/1/2/3/4/5/6/7/8/9/x.mkv"
+cp "$tmp/long.mkv" "$tmp/deep/top.mkv"
+"$FC" prepare --input "$tmp/emptyd" --input "$tmp/deep" --out "$tmp/deep_ds" --size 16 --clip-frames 8 > "$tmp/deep.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && grep -q "^  $tmp/emptyd: skipped: no video or frames in it$" "$tmp/deep.log" &&
+    grep -q "^  $tmp/deep/1/2/3/4/5/6/7/8: skipped: deeper than 8 folders" "$tmp/deep.log"
+expect prepare_empty_and_deep_folders_said $? "status $rc: $(grep -v '^\[' "$tmp/deep.log" | grep -v '^prepare:' | tr '\n' ' ' | cut -c1-220)"
+"$FC" prepare --input "$tmp/emptyd" --out "$tmp/none_ds" --size 16 --clip-frames 8 > "$tmp/none.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] && grep -q "none of the inputs holds a file to read: $tmp/emptyd" "$tmp/none.log"
+expect prepare_no_input_names_them $? "status $rc: $(tail -1 "$tmp/none.log")"
+
+# ---- 8. a folder of BMP stills: one line, frames in a folder must be PNG or JPEG ----
+mkdir -p "$tmp/bmps"
+for i in 1 2 3 4 5; do ffmpeg -v error -f lavfi -i testsrc=size=32x32 -frames:v 1 "$tmp/bmps/f$i.bmp"; done
+"$FC" prepare --input "$tmp/bmps" --out "$tmp/bmps_ds" --size 16 --clip-frames 4 > "$tmp/bmps.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] && [ "$(grep -c 'must be PNG or JPEG' "$tmp/bmps.log")" = 1 ] && ! grep -q 'fewer than one clip' "$tmp/bmps.log"
+expect prepare_bmp_folder_one_line $? "status $rc, $(wc -l < "$tmp/bmps.log") lines: $(head -2 "$tmp/bmps.log" | tr '\n' ' ' | cut -c1-200)"
+
+# ---- 10. the lines themselves: an MP4 cut inside its index, and a file name with a newline ----
+ffmpeg -v error -f lavfi -i testsrc=size=48x48:rate=25 -frames:v 50 -c:v mpeg4 "$tmp/moov_last.mp4"
+head -c $(( $(stat -c %s "$tmp/moov_last.mp4") - 100 )) "$tmp/moov_last.mp4" > "$tmp/no_moov.mp4"  # its moov, last, cut
+cp "$tmp/long.mkv" "$tmp/new
+line.mkv"
+"$FC" prepare --input "$tmp/no_moov.mp4" --input "$tmp/new
+line.mkv" --out "$tmp/lines" --size 16 --clip-frames 8 > "$tmp/lines.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && grep -q "no_moov.mp4: skipped: cannot open: the file ends before its header or index (an MP4's moov) is whole: cut short" "$tmp/lines.log" &&
+    grep -qF "[2/2] $tmp/new\nline.mkv: 200 frames -> 25 clips" "$tmp/lines.log"
+expect prepare_lines_say_cut_and_stay_one $? "status $rc: $(grep -v '^prepare' "$tmp/lines.log" | tr '\n' '|' | cut -c1-250)"
+
+exit 0
