@@ -106,7 +106,89 @@ static void test_colour_band_from_given(void) {
     for (int r = 0; r < 3; r++) free_model(cm.m[r]);
 }
 
+// What the sampler feeds the network (the zero network ignores it, so the tests above cannot see it):
+// after the last predict of an extrapolate window (anchor:-12, context at -8, -4 and 0, three targets)
+// at 2 Euler steps, the anchor clean at t = 0, each context frame noised to the augmentation level L
+// and told t = L (the level training showed it: docs/chain.md), the targets at the last step's 0.5.
+// With guidance, the last predict is the unconditional one: every given slot noise at t = 1, as
+// cond_drop trains it. Returns the worst difference of the inputs from these.
+static double fed_error(double guidance, double *worst_t) {
+    real bias[256];
+    Model *m = velocity_model("configs/tiny/extrapolate.conf", NULL, 1, 0, bias);
+    size_t E = (size_t)m->E, W = (size_t)m->F * E;
+    real *win = fc_malloc(sizeof(real) * W), *given = fc_malloc(sizeof(real) * W), *noise = fc_malloc(sizeof(real) * E);
+    philox_fill_uniform(given, W, -1, 1, 6, 0, RNG_TEST, 0);
+    memcpy(win, given, sizeof(real) * W);
+    const double L = 0.2;
+    SampleOptions o = {.steps = 2, .seed = 31, .noise_aug = L, .guidance = guidance, .temperature = 1};
+    sample_plan_windows(m, win, 0, &o);
+    double worst = 0;
+    *worst_t = 0;
+    for (int i = 0; i < m->F; i++) {
+        int kind = m->cfg.slot_kind[i];
+        double want_t = kind == SLOT_TARGET ? 0.5 : guidance != 1 ? 1 : kind == SLOT_CONTEXT ? L : 0;
+        *worst_t = worse(*worst_t, fabs(m->in.t[i] - want_t));
+        if (kind == SLOT_TARGET) continue;
+        if (guidance != 1) philox_fill_normal(noise, E, 0, 1, 31, 0, RNG_DROP, i * E);
+        else if (kind == SLOT_CONTEXT) philox_fill_normal(noise, E, 0, 1, 31, 0, RNG_AUG, i * E);
+        for (size_t e = 0; e < E; e++) {
+            double g = given[i * E + e];
+            double want = guidance != 1 ? noise[e] : kind == SLOT_CONTEXT ? (1 - L) * g + L * noise[e] : g;
+            worst = worse(worst, fabs(m->in.xt[i * E + e] - want));
+        }
+    }
+    free(win), free(given), free(noise), free_model(m);
+    return worst;
+}
+
+// Guidance: v = v_u + w (v_c - v_u). At one Euler step from t = 1 a target ends at e - v, so the
+// frames made at w = 0 (the unconditional prediction alone), 1 (no guidance: the conditional one) and
+// 2 lie on a line: f1 - f0 = f2 - f1 = -(v_c - v_u), element by element where none is clamped. A
+// starter with random weights, so that the two predictions differ.
+static void test_guidance_line(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    config_validate(&c, "configs/tiny/starter.conf");
+    Model *m = build_model(&c, backend_cpu(), 1);
+    size_t E = (size_t)m->E, W = (size_t)m->F * E;
+    real *f[3];
+    for (int w = 0; w < 3; w++) {
+        model_init(m, 12, 1);  // every parameter non-zero: the last layer is zero at a real init
+        f[w] = fc_malloc(sizeof(real) * W);
+        philox_fill_uniform(f[w], W, -1, 1, 8, 0, RNG_TEST, 0);
+        SampleOptions o = {.steps = 1, .seed = 5, .noise_aug = 0, .guidance = w, .temperature = 0.5};
+        sample_plan_windows(m, f[w], 0, &o);
+    }
+    double worst = 0, gap = 0;
+    long used = 0, targets = 0;
+    for (int i = 0; i < m->F; i++) {
+        if (m->cfg.slot_kind[i] != SLOT_TARGET) continue;
+        for (size_t e = i * E; e < (i + 1) * E; e++, targets++) {
+            if (fabs(f[0][e]) > 0.99 || fabs(f[1][e]) > 0.99 || fabs(f[2][e]) > 0.99) continue;  // clamped
+            worst = worse(worst, fabs((f[1][e] - f[0][e]) - (f[2][e] - f[1][e])));
+            gap = worse(gap, fabs(f[1][e] - f[0][e]));
+            used++;
+        }
+    }
+    check(worst < 1e-5 && gap > 1e-3 && used > targets / 2, "sampler_guidance_line",
+          "one Euler step at w = 0, 1, 2: (f1 - f0) - (f2 - f1) at most %.2g over %ld of %ld target values (the "
+          "others clamped); the conditional and unconditional frames differ by up to %.3f", worst, used, targets,
+          gap);
+    for (int w = 0; w < 3; w++) free(f[w]);
+    free_model(m);
+}
+
 int main(void) {
+    double wt1, wt2, wx1 = fed_error(1, &wt1), wx2 = fed_error(2, &wt2);
+    check(wx1 < 1e-6 && wt1 < 1e-7, "sampler_feeds_levels",
+          "the network's inputs at the last step: the anchor clean at t = 0, context frames noised to 0.2 and "
+          "told t = 0.2, targets at 0.5: worst level off by %.2g, worst input value by %.2g", wt1, wx1);
+    check(wx2 < 1e-6 && wt2 < 1e-7, "sampler_guidance_drops_given",
+          "guidance 2, the unconditional pass: every given slot noise told t = 1: worst level off by %.2g, worst "
+          "input value by %.2g", wt2, wx2);
+    test_guidance_line();
+
     // Euler's steps: x0 = x1 - v, for any number of steps, from noise of the temperature's scale.
     double e1 = starter_error(1, 1.0), e5 = starter_error(5, 1.0), e0 = starter_error(5, 0.0),
            eh = starter_error(3, 0.5);
