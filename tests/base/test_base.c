@@ -134,7 +134,8 @@ static void test_config_roundtrip(void) {
 
 // Values a config must refuse, each with a line naming what is wrong, and the edge of one it must take:
 // a plan of 33 slots (the arrays hold 32), two anchors, a double that is not a number, keep_blocks past
-// depth; keep_blocks equal to depth accepted.
+// depth, an odd freq_dim, a plan offset one past 10^6 either way; keep_blocks equal to depth and plan
+// offsets of exactly +-10^6 accepted.
 static void test_config_refusals(void) {
     char plan33[400] = "plan=anchor:0";
     for (int k = 1; k <= 32; k++) snprintf(plan33 + strlen(plan33), sizeof plan33 - strlen(plan33), " target:%d", k);
@@ -144,6 +145,9 @@ static void test_config_refusals(void) {
         {"lr=nan", "not a number"},
         {"delta_scale=inf", "not a number"},
         {"keep_blocks=3", "keep_blocks 3 is more than depth 2"},
+        {"freq_dim=63", "freq_dim 63 is not even"},  // the sinusoid fills 2 x (d / 2) inputs
+        {"plan=anchor:0 target:1000001", "is out of range [-1e+06, 1e+06]"},  // one past the largest offset
+        {"plan=anchor:0 target:-1000001", "is out of range [-1e+06, 1e+06]"},
     };
     int refused = 0, n = (int)(sizeof bad / sizeof bad[0]);
     char err[512], why[700] = "";
@@ -167,9 +171,18 @@ static void test_config_refusals(void) {
     config_set(&c, "recompute=1", "test");
     int edge = config_set_checked(&c, "keep_blocks=2", "test", err, sizeof err) == 0 && c.keep_blocks == 2 &&
                config_validate_checked(&c, "test", err, sizeof err) == 0;
-    check(refused == n && edge, "config_refusals", "%d of %d bad values refused with their line (a value bad by "
-          "itself leaving the config unchanged); keep_blocks = depth (2) %s%s", refused, n,
-          edge ? "accepted" : "REFUSED", why);
+    // the largest slot offset, 10^6, is taken (both signs), and its slot holds exactly that offset
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    char err2[512] = "";
+    int edge_offset = config_set_checked(&c, "plan=anchor:0 context:-1000000 target:1000000", "test", err2,
+                                         sizeof err2) == 0 &&
+                      config_validate_checked(&c, "test", err2, sizeof err2) == 0 && c.slots == 3 &&
+                      c.slot_offset[1] == -1e6f && c.slot_offset[2] == 1e6f;
+    check(refused == n && edge && edge_offset, "config_refusals", "%d of %d bad values refused with their line (a "
+          "value bad by itself leaving the config unchanged); keep_blocks = depth (2) %s; plan offsets +-10^6 %s%s%s",
+          refused, n, edge ? "accepted" : "REFUSED", edge_offset ? "accepted" : "REFUSED: ", edge_offset ? "" : err2,
+          why);
 }
 
 // A config file's comments: '#' at a line's start or after a space or tab starts one; a '#' inside a

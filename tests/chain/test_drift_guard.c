@@ -81,6 +81,29 @@ int main(void) {
           "worst mean/contrast ratio off by %.3f before, %.4f after (band %.2f: brought to its edge, not past it); "
           "%d means and %d contrasts moved", before, after, tol, a.mean_moved, a.contrast_moved);
 
+    // brighter and with more contrast: each channel's deviation from its mean scaled by 1.5 and its mean
+    // raised 15%, so both are above the band; the colour guard alone brings each down to the band's
+    // top, (1 + tol) times frame 0's, exactly (no further, and not to a looser ceiling)
+    for (int c = 0; c < 3; c++) {
+        double m0, sd0;
+        channel_stats(anchor + c * P, &m0, &sd0);
+        for (int i = 0; i < P; i++) f[c * P + i] = (real)(2 * (1.15 * m0 + 1.5 * (unit(anchor[c * P + i]) - m0)) - 1);
+    }
+    int inside = 1;  // the made frame is in [-1, 1], so no value was clipped to make it
+    for (int i = 0; i < N; i++) inside &= f[i] >= -1 && f[i] <= 1;
+    a = drift_guard_apply(f, anchor, S, 0, tol);
+    double mean_off = 0, sd_off = 0;  // the largest |ratio - (1 + tol)| over the channels
+    for (int c = 0; c < 3; c++) {
+        double m, sd, m0, sd0;
+        channel_stats(f + c * P, &m, &sd);
+        channel_stats(anchor + c * P, &m0, &sd0);
+        mean_off = worse(mean_off, fabs(m / m0 - (1 + tol))), sd_off = worse(sd_off, fabs(sd / sd0 - (1 + tol)));
+    }
+    check(inside && a.mean_moved == 3 && a.contrast_moved == 3 && mean_off < 1e-5 && sd_off < 1e-5,
+          "drift_guard_ceiling", "a frame 15%% brighter with 1.5x the contrast: %d means and %d contrasts moved, each "
+          "brought to %.2f x frame 0's within %.1e (mean) and %.1e (contrast) (tol 1e-5)", a.mean_moved,
+          a.contrast_moved, 1 + tol, mean_off, sd_off);
+
     // speckled: frame 0 with strong pixel noise, the chain's drift over a long pan
     for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
     double sharp_before = drift_guard_sharpness(f, S) / s0, err_before = 0, err_after = 0;
@@ -147,14 +170,21 @@ int main(void) {
 
     // the colour band over the frames after the last given one: open (0-2x) at it, narrowing linearly
     // to the guard's own band at the ramp's end and staying there; off stays off; ramp 0 holds at once
+    // (strictly narrower at every frame of the ramp, from the first one made on: no flat step; then flat)
     int narrowing = 1;
-    for (int d = 1; d <= 60; d++) narrowing &= drift_guard_colour_band(tol, d, 48) <= drift_guard_colour_band(tol, d - 1, 48);
+    for (int d = 1; d <= 60; d++) {
+        double band = drift_guard_colour_band(tol, d, 48), prev = drift_guard_colour_band(tol, d - 1, 48);
+        narrowing &= d <= 48 ? band < prev : band == prev;
+    }
     double at0 = drift_guard_colour_band(tol, 0, 48), mid = drift_guard_colour_band(tol, 24, 48);
+    double at1 = drift_guard_colour_band(tol, 1, 48);
     check(narrowing && at0 == DRIFT_GUARD_MAX && fabs(mid - (tol + (1 - tol) / 2)) < 1e-12 &&
+              fabs(at1 - (tol + (1 - tol) * 47.0 / 48)) < 1e-12 &&
               drift_guard_colour_band(tol, 48, 48) == tol && drift_guard_colour_band(tol, 1000, 48) == tol &&
               drift_guard_colour_band(tol, 1, 0) == tol && drift_guard_colour_band(0, 1, 48) == 0,
-          "drift_guard_colour_band", "band %.3f at the last given frame, %.4f half way (24 of 48), %.3f from frame 48 "
-          "on; ramp 0: %.3f at once; a guard that is off stays off (%.3f)", at0, mid,
-          drift_guard_colour_band(tol, 48, 48), drift_guard_colour_band(tol, 1, 0), drift_guard_colour_band(0, 1, 48));
+          "drift_guard_colour_band", "band %.3f at the last given frame, %.4f at the first made (1 of 48), %.4f half "
+          "way (24 of 48), %.3f from frame 48 on (narrowing strictly before: %d); ramp 0: %.3f at once; a guard that "
+          "is off stays off (%.3f)", at0, at1, mid,
+          drift_guard_colour_band(tol, 48, 48), narrowing, drift_guard_colour_band(tol, 1, 0), drift_guard_colour_band(0, 1, 48));
     return g_failed ? 1 : 0;
 }

@@ -342,6 +342,33 @@ static void test_ln_formula(void) {
           "sqrt(var + 1e-6)| %.1e (tol 1e-9)", D, worst);
 }
 
+// The q/k RMS norm against its formula with eps 1e-6, y = x / sqrt(mean(x^2) + 1e-6) w per head, at a
+// head size with a tail (12, past the 8 lanes) and on rows whose mean square (about 3e-7) is below
+// eps: there eps decides the scale. The v part is copied as it is.
+static void test_rms_formula(void) {
+    int T = 4, H = 2, D = 24, dh = D / H;
+    real *qkv = randbuf((size_t)T * 3 * D, -1, 1), *y = talloc((size_t)T * 3 * D, sizeof(real));
+    real *qw = randbuf(dh, 0.5, 1.5), *kw = randbuf(dh, 0.5, 1.5), *rstd = talloc((size_t)T * 2 * H, sizeof(real));
+    for (int i = 2 * 3 * D; i < T * 3 * D; i++) qkv[i] *= 1e-3;  // tokens 2 and 3: mean square ~3e-7
+    be->qk_norm_fwd(y, rstd, qkv, qw, kw, T, D, H);
+    double worst = 0;
+    int v_copied = 1;
+    for (int t = 0; t < T; t++) {
+        for (int part = 0; part < 2; part++)
+            for (int h = 0; h < H; h++) {
+                const real *x = qkv + (size_t)t * 3 * D + part * D + h * dh, *w = part ? kw : qw;
+                const real *out = y + (size_t)t * 3 * D + part * D + h * dh;
+                double ms = 0;
+                for (int d = 0; d < dh; d++) ms += (double)x[d] * x[d];
+                double r = 1 / sqrt(ms / dh + 1e-6);
+                for (int d = 0; d < dh; d++) worst = worse(worst, fabs(out[d] - x[d] * r * w[d]));
+            }
+        v_copied &= !memcmp(y + (size_t)t * 3 * D + 2 * D, qkv + (size_t)t * 3 * D + 2 * D, sizeof(real) * D);
+    }
+    check(worst < 1e-9 && v_copied, "qk_rmsnorm_forward_formula", "dh=%d, two tokens of mean square under eps: worst "
+          "|y - x / sqrt(mean(x^2) + 1e-6) w| %.1e (tol 1e-9); v copied: %d", dh, worst, v_copied);
+}
+
 // The sinusoid embedding: out[k] = cos(a), out[half + k] = sin(a), a = x scale 10000^(-k / half).
 static void test_sinusoid_formula(void) {
     int M = 3, d = 16, half = d / 2;
@@ -492,7 +519,7 @@ int main(int argc, char **argv) {
     fc_set_threads(fc_default_threads());
     be = backend_cpu();
     test_ops();
-    test_ln_formula(), test_sinusoid_formula(), test_ln_null_grads();
+    test_ln_formula(), test_rms_formula(), test_sinusoid_formula(), test_ln_null_grads();
     const char *tiny = argc > 1 ? argv[1] : "configs/tiny/starter.conf";
     test_network(tiny, 0, 0, "none");
     test_network(tiny, 3, 1, "none");

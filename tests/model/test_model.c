@@ -88,6 +88,59 @@ static void test_param_init(void) {
     free_model(m);
 }
 
+// The training init against docs/network.md's rules, each tensor classed by its name (not by the
+// rule the layout gave it, so that a tensor bound to the wrong rule is caught too): the t_embed MLP
+// weights normal with std 0.02 (the sample std within 5%, the mean within 0.1 std); adaLN,
+// final.adaLN and final.linear weights and every bias exactly 0; q_norm and k_norm weights exactly 1;
+// every other weight Xavier-uniform, inside +-sqrt(6 / (fan_in + fan_out)).
+static void test_param_init_rules(void) {
+    Config c;
+    config_defaults(&c);
+    Model *m = build_model(&c, backend_cpu(), 1);
+    model_init(m, 5, 0);
+    int n_normal = 0, n_zero = 0, n_one = 0, n_xavier = 0, bad_count = 0;
+    double worst_sd = 0;  // the largest |std / 0.02 - 1| of the normal tensors
+    char bad[300] = "";
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamInfo *pi = &m->info[i];
+        const char *nm = pi->name;
+        const real *w = m->params_mem + pi->offset;
+        size_t len = strlen(nm);
+        int bias = len > 5 && !strcmp(nm + len - 5, ".bias");
+        int ok = 1;
+        char what[120] = "";
+        if (bias || (strstr(nm, "adaLN.") || !strncmp(nm, "final.linear.", 13))) {
+            for (size_t k = 0; k < pi->numel; k++) ok &= w[k] == 0;
+            n_zero++;
+            snprintf(what, sizeof what, "not all 0");
+        } else if (strstr(nm, ".q_norm.") || strstr(nm, ".k_norm.")) {
+            for (size_t k = 0; k < pi->numel; k++) ok &= w[k] == 1;
+            n_one++;
+            snprintf(what, sizeof what, "not all 1");
+        } else if (!strncmp(nm, "t_embed.mlp.", 12)) {
+            double sum = 0, sq = 0;
+            for (size_t k = 0; k < pi->numel; k++) sum += w[k], sq += (double)w[k] * w[k];
+            double mean = sum / pi->numel, sd = sqrt(sq / pi->numel - mean * mean);
+            ok = fabs(sd / 0.02 - 1) < 0.05 && fabs(mean) < 0.002 && pi->numel >= 1000;
+            worst_sd = worse(worst_sd, fabs(sd / 0.02 - 1));
+            n_normal++;
+            snprintf(what, sizeof what, "std %.4f, mean %.5f of %zu values", sd, mean, pi->numel);
+        } else {
+            double bound = sqrt(6.0 / ((double)pi->shape[0] + pi->shape[1])), mx = 0;
+            for (size_t k = 0; k < pi->numel; k++) mx = fmax(mx, fabs(w[k]));
+            ok = pi->ndim == 2 && mx <= bound && mx >= 0.5 * bound;
+            n_xavier++;
+            snprintf(what, sizeof what, "max |w| %.4f, bound %.4f", mx, bound);
+        }
+        if (!ok && bad_count++ < 2)
+            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "; %s: %s", nm, what);
+    }
+    check(bad_count == 0 && n_normal == 2 && n_zero > 0 && n_one > 0 && n_xavier > 0, "param_init_rules",
+          "%d tensors: %d normal (std 0.02, worst off by %.1f%%), %d zero, %d one, %d Xavier; %d wrong%s",
+          m->n_tensors, n_normal, 100 * worst_sd, n_zero, n_one, n_xavier, bad_count, bad);
+    free_model(m);
+}
+
 static void test_flow(void) {
     Config c;
     config_defaults(&c);
@@ -569,6 +622,7 @@ int main(void) {
     fc_set_threads(fc_default_threads());
     test_param_layout();
     test_param_init();
+    test_param_init_rules();
     test_flow();
     test_conditioning();
     test_plan_matches_allocation();

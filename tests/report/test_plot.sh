@@ -175,11 +175,13 @@ if __name__ == "__main__":
 PY
 
 mkdir -p "$tmp/a" "$tmp/b" "$tmp/out"
-"$PYTHON" "$tmp/check.py" write "$tmp/a" "$tmp/b" "$tmp/eval.tsv"
+# check.py prints its own PASS/FAIL lines; a crash of it (a PNG it cannot parse, a changed --verbose
+# format) would drop the checks after it without a word, so its exit status is checked too
+"$PYTHON" "$tmp/check.py" write "$tmp/a" "$tmp/b" "$tmp/eval.tsv" || fail plot_check_py_write "check.py write exited $?"
 
 # ---- the runs, overlaid ----
 if "$FC" plot "$tmp/a" "$tmp/b/" --out "$tmp/out/runs.png" --width 900 --height 700 --verbose > "$tmp/runs.log" 2> "$tmp/runs.err"; then
-    "$PYTHON" "$tmp/check.py" runs "$tmp/out/runs.png" "$tmp/runs.log" 900 700
+    "$PYTHON" "$tmp/check.py" runs "$tmp/out/runs.png" "$tmp/runs.log" 900 700 || fail plot_check_py_runs "check.py runs exited $?"
     if grep -q '^plot: a: 300 steps.*1 loss values missing or not finite, left out; 1 grad_norm' "$tmp/runs.log" &&
         grep -q '^plot: b: 200 steps' "$tmp/runs.log" && [ ! -s "$tmp/runs.err" ]; then
         pass plot_runs_nan_skipped "the NaN loss and grad norm of step $((150)) left out of their curves, not fatal"
@@ -205,7 +207,7 @@ fi
 
 # ---- the eval TSV ----
 if "$FC" plot --eval "$tmp/eval.tsv" --out "$tmp/out/eval.png" --width 1000 --height 640 --verbose > "$tmp/eval.log" 2>&1; then
-    "$PYTHON" "$tmp/check.py" eval "$tmp/out/eval.png" "$tmp/eval.log" 1000 640
+    "$PYTHON" "$tmp/check.py" eval "$tmp/out/eval.png" "$tmp/eval.log" 1000 640 || fail plot_check_py_eval "check.py eval exited $?"
 else
     fail plot_eval "$(tail -1 "$tmp/eval.log")"
 fi

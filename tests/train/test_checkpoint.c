@@ -1,8 +1,14 @@
 // test_checkpoint.c: a checkpoint written with other 8-bit code maps than this build's; pruning keeps
 // the newest whole checkpoints, never files that only have their names; checkpoints past step 10^8
-// are listed; the model generation loads predicts what the saved one did, in its smaller layout.
+// are listed; the model generation loads predicts what the saved one did, in its smaller layout; a
+// resume refuses a config that changes the run's arithmetic (seed, lr, ...) and takes one that only
+// changes its bookkeeping; checkpoint_check refuses a file that grew while it was read.
+#include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -293,6 +299,120 @@ static void test_written_checkpoint_checks(void) {
     }
 }
 
+// A file that grows while checkpoint_check reads it: this program's own open() (it takes the place of
+// libc's for the library's calls) appends bytes to grow_path at its second open, the one after
+// st_read_header has read the header and the file's size, before the tensors are read. Nothing else
+// can provoke that race deterministically. Unarmed (grow_path NULL) it is libc's open.
+static const char *grow_path;
+static int grow_opens;
+int open(const char *path, int flags, ...) {
+    int mode = 0;
+    int has_mode = flags & O_CREAT;
+#ifdef __O_TMPFILE
+    has_mode |= (flags & __O_TMPFILE) == __O_TMPFILE;
+#endif
+    if (has_mode) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, int);
+        va_end(ap);
+    }
+    if (grow_path && !strcmp(path, grow_path) && ++grow_opens == 2) {
+        int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        static const char more[16] = "appended";
+        if (fd < 0 || write(fd, more, sizeof more) != (ssize_t)sizeof more)
+            fprintf(stderr, "test_checkpoint: could not append to %s\n", path);
+        if (fd >= 0) close(fd);
+    }
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+// checkpoint_check on a file that grew between its header's read and its tensors': CKPT_CORRUPT with
+// "the file changed while it was read" (the header was checked against the old size), never a
+// checkpoint counted as whole while it is being rewritten (pruning relies on that).
+static void test_check_file_changed(void) {
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Config c = m->cfg;
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_changed_XXXXXX", err[512] = "", path[256];
+    int made = mkdtemp(dir) != NULL, step = -1;
+    TrainState st = {.step = 4, .smooth_loss = loss};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    checkpoint_path(path, sizeof path, dir, 4);
+    off_t size0 = -1, size1 = -1;
+    struct stat sb;
+    if (saved && !stat(path, &sb)) size0 = sb.st_size;
+    grow_path = path, grow_opens = 0;
+    CkptStatus s = saved ? checkpoint_check(path, &step, err, sizeof err) : CKPT_OK;
+    int opens = grow_opens;
+    grow_path = NULL;
+    if (saved && !stat(path, &sb)) size1 = sb.st_size;
+    check(saved && s == CKPT_CORRUPT && strstr(err, "the file changed while it was read") && opens == 2 &&
+              size1 == size0 + 16,
+          "checkpoint_check_file_changed", "16 bytes appended (%lld -> %lld) between the header's read and the "
+          "tensors' (%d opens): status %d, %s", (long long)size0, (long long)size1, opens, (int)s, s ? err : "whole");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    free_optimizer(o);
+    free_model(m);
+}
+
+// Resuming (CKPT_CONTINUE) with a config other than the checkpoint's: a key that changes the run's
+// arithmetic (seed: every data draw and noise; lr; noise_aug_max; plan) is refused with its line, so
+// that a resumed run repeats the uninterrupted one bit for bit; a key that only changes bookkeeping
+// (checkpoint_every, sample_steps, keep_checkpoints: checkpoint.c's may_differ) is taken.
+static void test_resume_keys(void) {
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Config c = m->cfg;
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_resume_keys_XXXXXX", err[1024] = "", path[256];
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 3, .smooth_loss = loss}, back = {0};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    checkpoint_path(path, sizeof path, dir, 3);
+    real *ema = backend_cpu()->alloc(sizeof(real) * m->n_params);
+    const struct { const char *kv, *want; } cases[] = {  // want NULL: accepted
+        {"seed=12345", "but this run has seed = 12345"},
+        {"lr=0.000123", "but this run has lr = "},
+        {"noise_aug_max=0.25", "but this run has noise_aug_max = "},
+        {"plan=anchor:0 context:4 target:8", "but this run has plan = "},
+        {"checkpoint_every=7", NULL},
+        {"sample_steps=3", NULL},
+        {"keep_checkpoints=5", NULL},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]), right = 0;
+    char why[1200] = "";
+    for (int i = 0; saved && i < n; i++) {
+        Config c2 = c;
+        char key[64], before[256], after[256];
+        snprintf(key, sizeof key, "%.*s", (int)(strchr(cases[i].kv, '=') - cases[i].kv), cases[i].kv);
+        config_get(&c2, key, before, sizeof before);
+        config_set(&c2, cases[i].kv, "test");
+        config_get(&c2, key, after, sizeof after);
+        err[0] = 0;
+        CkptStatus s = checkpoint_load(path, m, ema, o, &c2, CKPT_CONTINUE, &back, err, sizeof err);
+        // the value must really differ from the checkpoint's, or the case tests nothing
+        int ok = strcmp(before, after) && (cases[i].want ? s == CKPT_REFUSED && strstr(err, cases[i].want)
+                                                          : s == CKPT_OK && back.step == 3);
+        right += ok;
+        if (!ok && strlen(why) < 600)
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; %s (was %s): status %d %s", cases[i].kv, before,
+                     (int)s, s ? err : "accepted");
+    }
+    check(saved && right == n, "resume_refuses_other_keys",
+          "%d of %d right: seed, lr, noise_aug_max and plan changed on resume refused with their line; "
+          "checkpoint_every, sample_steps and keep_checkpoints taken%s%s", right, n, saved ? "" : err, why);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    backend_cpu()->free(ema);
+    free_optimizer(o);
+    free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_config_with_long_paths();
@@ -302,5 +422,7 @@ int main(void) {
     test_generation_model_same_outputs();
     test_plan_counts_staging();
     test_written_checkpoint_checks();
+    test_resume_keys();
+    test_check_file_changed();
     return g_failed ? 1 : 0;
 }
