@@ -20,7 +20,8 @@ diffusers' architecture: DIR/kl.safetensors (4 latent channels, quant convs, wid
 resnet a stage), DIR/kl16.safetensors (16, no quant convs, 32/64, two), kl_original.safetensors (kl's
 weights under the original single file's names and first_stage_model.), kl_legacy.safetensors
 (diffusers' older attention names), bad_kl_missing.safetensors (an attention tensor left out),
-bad_kl_half_quant.safetensors (quant_conv without post_quant_conv); their
+bad_kl_half_quant.safetensors (quant_conv without post_quant_conv), bad_kl_both_names.safetensors
+(kl's weights under both naming schemes at once); their
 inputs and outputs in io.safetensors as "kl.*" and "kl16.*" (frames of 16x16). TAEF2 (the tiny
 network with a GroupNorm pool in the encoder's last three blocks and the decoder's first three, 32
 latent channels): DIR/taef2.safetensors, its .pth pair taef2_encoder.pth and taef2_decoder.pth,
@@ -363,6 +364,9 @@ def make(args):
             bad = to_np(w)
             del bad["post_quant_conv.weight"], bad["post_quant_conv.bias"]
             write_safetensors(os.path.join(args.dir, "bad_kl_half_quant.safetensors"), bad)
+            both = to_np(w)
+            both.update(to_np(kl_original_names(w, len(ch), "first_stage_model.")))
+            write_safetensors(os.path.join(args.dir, "bad_kl_both_names.safetensors"), both)
     # TAEF2: the tiny network with GroupNorm pools and 32 latent channels; its .pth pair; one pool tensor missing
     w = {k: v.double() for k, v in tiny_weights(args.width, 32, gen, pool=True).items()}
     write_safetensors(os.path.join(args.dir, "taef2.safetensors"), to_np(w))

@@ -133,11 +133,17 @@ Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, si
     AeBinder *bd = fc_calloc(1, sizeof *bd);
     *bd = (AeBinder){.f = &f, .path = path, .prefix = "", .err = err, .errlen = errlen};
     int rc;
-    if (st_find(&f, "encoder.layers.0.weight") || st_find(&f, "decoder.layers.0.weight")) {
+    int tiny = st_find(&f, "encoder.layers.0.weight") || st_find(&f, "decoder.layers.0.weight");
+    int kl = st_find(&f, "encoder.conv_in.weight") || st_find(&f, "decoder.conv_in.weight");
+    int kl_prefixed = st_find(&f, "first_stage_model.encoder.conv_in.weight") ||
+                      st_find(&f, "first_stage_model.decoder.conv_in.weight");
+    if (tiny + kl + kl_prefixed > 1) {  // one would be read and the other ignored: which one was meant?
+        rc = fc_errf(err, errlen, "%s: holds the tensors of two autoencoders, %s and %s: a file must hold one", path,
+                     tiny ? "a tiny autoencoder (encoder.layers.*)" : "an AutoencoderKL (encoder.conv_in.*)",
+                     kl_prefixed ? "an AutoencoderKL under first_stage_model.*" : "an AutoencoderKL (encoder.conv_in.*)");
+    } else if (tiny) {
         rc = ae_bind_tiny(ae, bd);
-    } else if (st_find(&f, "encoder.conv_in.weight") || st_find(&f, "decoder.conv_in.weight") ||
-               st_find(&f, "first_stage_model.encoder.conv_in.weight") ||
-               st_find(&f, "first_stage_model.decoder.conv_in.weight")) {
+    } else if (kl || kl_prefixed) {
         rc = ae_bind_kl(ae, bd);
     } else if (st_find(&f, "1.conv.0.weight")) {
         rc = fc_errf(err, errlen, "%s: a TAESD encoder or decoder as the original .pth layout has it: convert the pair "

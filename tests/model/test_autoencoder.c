@@ -179,6 +179,9 @@ int main(int argc, char **argv) {
     t_refused(argv[1], "bad_kl_missing.safetensors", "tensor decoder.mid_block.attentions.0.to_k.weight (64, 64, 1, 1) is missing");
     t_refused(argv[1], "bad_kl_half_quant.safetensors",
               "tensor post_quant_conv.weight is missing, where quant_conv.weight is there");
+    t_refused(argv[1], "bad_kl_both_names.safetensors",
+              "holds the tensors of two autoencoders, an AutoencoderKL (encoder.conv_in.*) and an AutoencoderKL under "
+              "first_stage_model.*");
     t_refused(argv[1], "bad_unknown.safetensors", "no autoencoder this version reads");
     t_refused(argv[1], "bad_taef2_missing.safetensors", "tensor decoder.layers.3.pool.1.bias (64) is missing");
     t_refused(argv[1], "no_such_file.safetensors", "no_such_file");
