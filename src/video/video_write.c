@@ -250,6 +250,8 @@ static int writer_alloc_parts(VideoWriter *w, const OutputKind *kind, const AVCo
                               size_t errlen) {
     int ret = avformat_alloc_output_context2(&w->oc, NULL, kind->muxer, NULL);
     if (ret < 0 || !w->oc) return fc_errf(err, errlen, "%s: this FFmpeg cannot write %s files", w->path, kind->muxer);
+    // the same frames, the same file: Matroska's writer otherwise draws random segment and track IDs
+    w->oc->flags |= AVFMT_FLAG_BITEXACT;
     *codec = find_encoder(kind->gif);
     if (!*codec)
         return fc_errf(err, errlen, "%s: this FFmpeg has no %s encoder", w->path,

@@ -174,6 +174,19 @@ else
     fail generate_given "the given frames changed with the seed, or the made ones did not"
 fi
 
+# a generation is a pure function of the models, the first frame and the seed: the same video file
+# twice, byte for byte, in each container written (Matroska's IDs were random)
+same_files=""
+for ext in mkv mp4 avi; do
+    for k in 1 2; do
+        "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/twice$k.$ext" \
+            --quiet > /dev/null 2>&1
+    done
+    cmp -s "$tmp/twice1.$ext" "$tmp/twice2.$ext" && [ -s "$tmp/twice1.$ext" ] && same_files="$same_files $ext"
+done
+[ "$same_files" = " mkv mp4 avi" ]
+expect generate_video_files_reproducible $? "the same bytes twice:${same_files:- none} (of mkv mp4 avi)"
+
 # shapes:K: the given frames are the built-in clip's, as tools/strip.sh draws its truth (build/draw_shapes)
 "$FC" generate "${RUNS[@]}" --first-frame shapes:5 --given 7 --frames 9 --steps 2 --out "$tmp/shapes5" --quiet \
     > /dev/null 2>&1
