@@ -486,18 +486,36 @@ static int checkpoint_whole(const char *path, char *why, size_t whylen) {
 }
 
 // The checkpoints this process has written or read back whole (of one run folder at a time): each
-// older one is read once, not at every prune. Only the writer calls prune, one checkpoint at a time.
+// older one is read once, not at every prune, however many keep_checkpoints keeps (a record of a
+// fixed size, wiped when full, had every kept file read again at every checkpoint past it). Only the
+// writer calls prune, one checkpoint at a time; prune drops the steps no longer on disk.
 static struct {
     char run[4096];
-    int n, steps[64];
+    int n, cap, *steps;
 } verified;
 
 static void remember_whole(const char *run, int step) {
     if (strcmp(verified.run, run)) snprintf(verified.run, sizeof verified.run, "%s", run), verified.n = 0;
     for (int i = 0; i < verified.n; i++)
         if (verified.steps[i] == step) return;
-    if (verified.n == 64) verified.n = 0;
+    if (verified.n == verified.cap) {
+        verified.cap = verified.cap ? 2 * verified.cap : 64;
+        verified.steps = realloc(verified.steps, sizeof(int) * (size_t)verified.cap);
+        if (!verified.steps) fc_die("out of host memory for the list of whole checkpoints");
+    }
     verified.steps[verified.n++] = step;
+}
+
+// The record holds only the steps of `listed` (n, the folder as prune found it): what was deleted or
+// set aside needs no record, so it never grows past keep_checkpoints and a few.
+static void forget_gone(const int *listed, int n) {
+    int kept = 0;
+    for (int i = 0; i < verified.n; i++) {
+        int there = 0;
+        for (int j = 0; j < n && !there; j++) there = listed[j] == verified.steps[i];
+        if (there) verified.steps[kept++] = verified.steps[i];
+    }
+    verified.n = kept;
 }
 
 static int verified_whole(const char *run, int step, const char *path, char *why, size_t whylen) {
@@ -515,6 +533,7 @@ static int verified_whole(const char *run, int step, const char *path, char *why
 static void prune(const char *run, int keep, int written) {
     remember_whole(run, written);  // read back at the next prune it would be a second copy in memory
     int *steps, n = checkpoint_list(run, &steps), kept = 0;
+    if (!strcmp(verified.run, run)) forget_gone(steps, n);
     for (int i = 0; i < n; i++) {
         char path[4096], why[1024];
         checkpoint_path(path, sizeof path, run, steps[i]);

@@ -305,7 +305,13 @@ static void test_written_checkpoint_checks(void) {
 // can provoke that race deterministically. Unarmed (grow_path NULL) it is libc's open.
 static const char *grow_path;
 static int grow_opens;
+static const char *read_prefix;  // read-only opens of checkpoints under it are counted
+static int read_opens;
 int open(const char *path, int flags, ...) {
+    size_t len = strlen(path);  // a checkpoint, not the folder (opened to fsync it)
+    if (read_prefix && (flags & O_ACCMODE) == O_RDONLY && !strncmp(path, read_prefix, strlen(read_prefix)) &&
+        len > 12 && !strcmp(path + len - 12, ".safetensors"))
+        read_opens++;
     int mode = 0;
     int has_mode = flags & O_CREAT;
 #ifdef __O_TMPFILE
@@ -413,12 +419,42 @@ static void test_resume_keys(void) {
     free_model(m);
 }
 
+// Pruning reads back an older checkpoint once a process, not at every checkpoint: 70 checkpoints
+// written by this process with keep_checkpoints = 80 are never opened to be read (a record of 64
+// steps, wiped when full, had every kept one read again from the 65th checkpoint on).
+static void test_prune_reads_once(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.keep_checkpoints = 80;
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_reads_XXXXXX", err[256] = "";
+    int made = mkdtemp(dir) != NULL, saved = made, steps_saved = 0;
+    read_prefix = dir, read_opens = 0;
+    for (int step = 1; saved && step <= 70; step++, steps_saved++) {
+        TrainState st = {.step = step, .smooth_loss = loss};
+        saved = checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    }
+    read_prefix = NULL;
+    check(saved && steps_saved == 70 && read_opens == 0, "prune_reads_back_once",
+          "%d checkpoints written, keep_checkpoints = 80: %d of them opened to be read back (want 0)%s%s",
+          steps_saved, read_opens, saved ? "" : ": ", saved ? "" : err);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    free_optimizer(o);
+    free_model(m);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_config_with_long_paths();
     test_list_long_step_names();
     test_checkpoint_other_code_maps();
     test_prune_keeps_whole_checkpoints();
+    test_prune_reads_once();
     test_generation_model_same_outputs();
     test_plan_counts_staging();
     test_written_checkpoint_checks();
