@@ -29,6 +29,19 @@ static void ascii_only(char *s) {
         if ((unsigned char)*s < 32 || (unsigned char)*s > 126) *s = '?';
 }
 
+// A parent as its checkpoints record it: the path cut at 1100 bytes, in printable ASCII.
+static void parent_path_shown(const char *path, char *out, size_t len) {
+    snprintf(out, len, "%.1100s", path);
+    ascii_only(out);
+}
+
+int lineage_names_parent(const char *parent, const char *from) {
+    char shown[1200];
+    parent_path_shown(from, shown, sizeof shown);
+    size_t len = strlen(shown);  // "FROM (step N, crc32 X)": FROM exactly, not a longer name that starts with it
+    return parent && !strncmp(parent, shown, len) && !strncmp(parent + len, " (step ", 7);
+}
+
 void lineage_append(char *lineage, size_t size, const char *line) {
     size_t need = strlen(line) + 2;
     while (lineage[0] && strlen(lineage) + need > size) {  // drop the oldest line
@@ -154,8 +167,9 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
         o->from = path;
         o->parent_step = atoi(at);
         unsigned long crc = crc32_z(0L, f.bytes, f.size);
-        snprintf(o->parent, sizeof o->parent, "%.1100s (step %d, crc32 %08lx)", path, o->parent_step, crc);
-        ascii_only(o->parent);
+        char shown[1200];
+        parent_path_shown(path, shown, sizeof shown);
+        snprintf(o->parent, sizeof o->parent, "%s (step %d, crc32 %08lx)", shown, o->parent_step, crc);
         const char *data = st_meta(&f, "data");
         snprintf(o->parent_data, sizeof o->parent_data, "%s", data ? data : "");
     }
@@ -167,15 +181,11 @@ int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, T
     char path[4096], why[CONFIG_MAX_LINE + 512];
     StFile f;
     if (!read_newest(run, &f, path, sizeof path)) return -1;
-    const char *parent = st_meta(&f, "parent"), *at;
-    size_t len = strlen(from);
+    const char *parent = st_meta(&f, "parent");
     int rc = -1;
-    // its parent is "FROM (step N, crc32 X)": FROM exactly, not a longer name that starts with it
-    if (parent && !strncmp(parent, from, len) && !strncmp(parent + len, " (step ", 7) &&
-        !read_config(&f, path, parent_cfg, why, sizeof why)) {
-        at = parent + len + 7;
+    if (lineage_names_parent(parent, from) && !read_config(&f, path, parent_cfg, why, sizeof why)) {
         o->from = from;
-        o->parent_step = atoi(at);
+        o->parent_step = atoi(strstr(parent, " (step ") + 7);
         snprintf(o->parent, sizeof o->parent, "%s", parent);
         o->parent_data[0] = 0;
         rc = 0;
@@ -190,7 +200,7 @@ int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t
     if (!read_newest(run, &f, path, sizeof path)) return 0;
     const char *parent = st_meta(&f, "parent");
     int rc = 0;
-    if (!parent || strncmp(parent, o->from, strlen(o->from)))
+    if (!lineage_names_parent(parent, o->from))
         rc = fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run "
                      "a new folder", run, o->from, parent ? parent : "its checkpoints name no parent");
     st_free(&f);

@@ -46,6 +46,9 @@ int lineage_fork(const Config *parent_cfg, const Config *c, TrainOrigin *o, char
 // A fork's run folder: 0 when it holds no checkpoint or those of this fork (a rerun of the command:
 // it resumes), else -1 with one line in err.
 int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen);
+// Whether a checkpoint's parent metadata ("PATH (step N, crc32 X)") names --from: PATH as the
+// checkpoints record it (non-ASCII bytes as '?', cut at 1100 bytes), so a fork from any path resumes.
+int lineage_names_parent(const char *parent, const char *from);
 
 // What a run trains on, as checkpoints record it: "crc32 XXXXXXXX of DIR/dataset.json" for a prepared
 // dataset (its content, wherever the folder is moved), "the built-in moving shapes" without one; with

@@ -228,7 +228,7 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
     *mode = origin->extend ? CKPT_EXTEND : CKPT_CONTINUE;
     loaded[0] = 0;
     int resumed = resume(run, m, ema, o, c, *mode, st, loaded);
-    if (resumed && origin->from && strncmp(st->parent, origin->from, strlen(origin->from)))
+    if (resumed && origin->from && !lineage_names_parent(st->parent, origin->from))
         fc_die("%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run a new folder", run,
                origin->from, st->parent[0] ? st->parent : "it has no parent");
     if (resumed && !lineage_same_data(st->data, origin->data))

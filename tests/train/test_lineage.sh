@@ -153,6 +153,20 @@ same_tensors "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/orphan" 32)"
 same=$?
 expect fork_resumes_without_parent $(( rc != 0 || same != 0 || $(grep -c "^resuming $tmp/orphan from step 28 " "$tmp/orphan2.log") != 1 )) \
     "status $rc; $(grep -m1 -o '^resuming.*from step [0-9]*\|framechain:.*' "$tmp/orphan2.log" | cut -c1-150); step 32's tensors those of the uninterrupted fork: $([ $same = 0 ] && echo yes || echo no)"
+# a parent in a folder whose name is not ASCII (recorded with '?' for those bytes): the fork resumes by
+# its own command, with the parent's file there and without it
+cp -r "$tmp/ref" "$tmp/ref Vidéos 日本"
+uparent=$(ckpt "$tmp/ref Vidéos 日本" 24)
+(fork "$uparent" "$tmp/ufork" --steps 32 --set lr=5e-4) > "$tmp/ufork.log" 2>&1
+rm -f "$(ckpt "$tmp/ufork" 32)"
+(fork "$uparent" "$tmp/ufork" --steps 32 --set lr=5e-4) > "$tmp/ufork2.log" 2>&1
+rc=$?
+rm -f "$(ckpt "$tmp/ufork" 32)" "$uparent"
+(fork "$uparent" "$tmp/ufork" --steps 32 --set lr=5e-4) > "$tmp/ufork3.log" 2>&1
+rc3=$?
+expect fork_resumes_from_non_ascii_parent $(( rc != 0 || rc3 != 0 || $(grep -c "^resuming $tmp/ufork from step 28 " "$tmp/ufork2.log") != 1 ||
+    $(grep -c "^resuming $tmp/ufork from step 28 " "$tmp/ufork3.log") != 1 )) \
+    "status $rc and $rc3: $(grep -h -m1 -o '^resuming.*from step [0-9]*\|framechain:.*' "$tmp/ufork2.log" "$tmp/ufork3.log" | cut -c1-150 | tr '\n' ' ')"
 # with neither the parent nor a checkpoint of the fork: the parent's file named
 (fork "$(ckpt "$tmp/ref_gone" 24)" "$tmp/orphan_new" --steps 32) > "$tmp/orphan3.log" 2>&1
 rc=$?
