@@ -88,14 +88,27 @@ static void remove_made_run_if_empty(void) {
 
 int run_folder_open(const char *run) {
     char err[1024];
-    struct stat sb;
-    int existed = stat(run, &sb) == 0;
-    if (fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
-    if (!existed && strlen(run) < sizeof made_run) {
+    // Made by this process only where its own mkdir made it: two trains started at once on a new
+    // folder both found it missing, and the one the lock then refused removed the other's lock file
+    // and folder at its exit.
+    int made = mkdir(run, 0755) == 0;
+    if (!made && errno == ENOENT) {  // its parents first, then the folder itself
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", run);
+        char *slash = strrchr(parent, '/');
+        while (slash && slash > parent && slash[1] == 0) *slash = 0, slash = strrchr(parent, '/');  // "a/b/"
+        if (slash && slash > parent) {
+            *slash = 0;
+            if (fc_mkdir_p(parent, err, sizeof err)) fc_die("%s", err);
+            made = mkdir(run, 0755) == 0;
+        }
+    }
+    if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
+    int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
+    if (made && strlen(run) < sizeof made_run) {
         snprintf(made_run, sizeof made_run, "%s", run);
         atexit(remove_made_run_if_empty);
     }
-    int lock = lock_run(run);
     remove_stale_temps(run);
     return lock;
 }

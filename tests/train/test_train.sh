@@ -702,6 +702,24 @@ wait $pid 2>/dev/null
 expect one_trainer_per_run $(( rc == 0 || ${#waited} != 0 || $(grep -c "another framechain train is using" "$tmp/lock.log") != 1 )) \
     "status $rc${waited:+; the first trainer: $waited}"
 
+# two trains started at once on a folder that does not exist yet: one trains, the other is refused by
+# the lock and leaves the winner's folder and lock alone (the refused one removed them at its exit, as
+# if it had made the folder, in about half the tries: the winner then died). 8 tries.
+bad_tries=""
+for try in 1 2 3 4 5 6 7 8; do
+    bg_train "$tmp/race$try.a.log" "$tmp/race$try" --steps 3
+    pa=$!
+    bg_train "$tmp/race$try.b.log" "$tmp/race$try" --steps 3
+    pb=$!
+    wait $pa; ra=$?
+    wait $pb; rb=$?
+    ok=$(( (ra == 0 && rb == 1) || (ra == 1 && rb == 0) ))
+    [ $ok = 1 ] && [ -f "$tmp/race$try/ckpt-00000003.safetensors" ] &&
+        [ "$(cat "$tmp/race$try.a.log" "$tmp/race$try.b.log" | grep -c 'another framechain train is using')" = 1 ] ||
+        bad_tries="$bad_tries $try (status $ra/$rb: $(cat "$tmp/race$try.a.log" "$tmp/race$try.b.log" | grep -m1 '^framechain' | cut -c1-120))"
+done
+expect two_trainers_race_new_folder $([ -z "$bad_tries" ]; echo $?) "${bad_tries:-8 of 8 tries: one trained to step 3, the other refused by the lock}"
+
 # ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
 for opt in adamw adamw8bit; do
     "$FC" --threads 2 train --config "$TINY" --run "$tmp/$opt" --set optimizer=$opt --set steps=200 --set warmup_steps=10 \
