@@ -46,13 +46,18 @@ static Opt *find_opt(Opt *opts, const char *a, char *name, size_t size) {
 }
 
 int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional) {
+    int options_end = 0;  // after "--" every argument is a path, even one that starts with '-'
     for (; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        if (!options_end && !strcmp(a, "--")) {
+            options_end = 1;
+            continue;
+        }
+        if (!options_end && (!strcmp(a, "-h") || !strcmp(a, "--help"))) return 1;
         if (strlen(a) > CLI_MAX_ARG)
             usage_error("an argument of %zu characters ('%.40s...'): paths and values are limited to %d", strlen(a), a,
                         CLI_MAX_ARG);
-        if (a[0] != '-' || a[1] == 0) {
+        if (options_end || a[0] != '-' || a[1] == 0) {
             if (!positional) usage_error("unexpected argument '%s'", a);
             if (*positional) usage_error("unexpected second argument '%s'", a);
             *positional = a;

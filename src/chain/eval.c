@@ -453,13 +453,30 @@ static int eval_quality(Eval *ev) {
     return 0;
 }
 
-// Drift: one long chain per level from the drift clip's first frame, with that clip's seed.
-static void eval_drift(Eval *ev) {
+// Drift: one long chain per level from the drift clip's first frame, with that clip's seed, streamed:
+// each frame's statistics are taken as it is made, and only the frames the chain still reads are
+// held (a drift run of --long 100000 at 256x256 frames would have held 75 GiB).
+typedef struct {
+    Eval *ev;
+    int l;
+    FrameStats s0;
+} DriftRun;
+
+static int drift_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    DriftRun *d = ctx;
+    Eval *ev = d->ev;
+    chain_frame_rgb(ev, frame, ev->rgb);
+    FrameStats s = frame_stats(ev->rgb, ev->S);
+    if (f == 0) d->s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
+    ev->r.drift[(size_t)d->l * ev->M + f] = frame_stats_ratio(s, d->s0);
+    return 0;
+}
+
+static int eval_drift(Eval *ev) {
     const EvalOptions *o = ev->o;
     Results *r = &ev->r;
-    int S = ev->S, M = ev->M;
-    free(ev->video);
-    ev->video = fc_malloc(sizeof(real) * ev->EC * ((size_t)ev->long_plan.last_frame + 1));
+    int M = ev->M;
     for (int l = 0; l < ev->L; l++) {
         fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
         fflush(stderr);
@@ -469,17 +486,16 @@ static void eval_drift(Eval *ev) {
                             .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
                             .colour_ramp = ev->guards.colour_ramp,
                             .quiet = 1, .latent = ev->ae != NULL};
-        set_given(ev, ev->first);
-        chain_sample(&ev->cm, &ev->long_plan, ev->video, &so);
-        FrameStats s0 = {0};
-        for (int f = 0; f < M; f++) {
-            chain_frame_rgb(ev, ev->video + f * ev->EC, ev->rgb);
-            FrameStats s = frame_stats(ev->rgb, S);
-            if (f == 0) s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
-            r->drift[(size_t)l * M + f] = frame_stats_ratio(s, s0);
+        set_given(ev, ev->first);  // into the first frames of ev->video: the chain's given frames
+        DriftRun d = {ev, l, {0}};
+        char err[512];
+        if (chain_sample_stream(&ev->cm, &ev->long_plan, ev->video, o->given, &so, drift_frame, &d, err, sizeof err)) {
+            fprintf(stderr, "\nframechain: eval: the drift run: %s\n", err);
+            return 1;
         }
         fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
     }
+    return 0;
 }
 
 // The TSV written (when the run went well) into its temporary file, synced and renamed into place;
@@ -527,7 +543,7 @@ int eval_run(const EvalOptions *o, const Backend *be) {
         print_header(ev);
         alloc_buffers(ev);
         rc = eval_quality(ev);
-        if (rc == 0 && ev->M > 0) eval_drift(ev);
+        if (rc == 0 && ev->M > 0) rc = eval_drift(ev);
         if (rc == 0) {
             print_quality(&ev->r, o->levels, ev->scored);
             print_clips(&ev->r, o->levels);

@@ -281,6 +281,11 @@ term_wait fifo_sigterm_ends_train
     echo "FAIL cli_fifo_dataset_setup: $(tail -1 "$tmp/ds.log")"
 mkdir "$tmp/ds_json" && cp "$tmp/ds"/shard-* "$tmp/ds_json/" && mkfifo "$tmp/ds_json/dataset.json"
 cp -r "$tmp/ds" "$tmp/ds_shard" && rm "$tmp/ds_shard/shard-00000.safetensors" && mkfifo "$tmp/ds_shard/shard-00000.safetensors"
+# a path that starts with '-' goes after --, which ends the options
+cp -r "$tmp/ds" "$tmp/-ds"
+fc_abs=$(cd "$(dirname "$FC")" && pwd)/$(basename "$FC")
+expect inspect_dash_path_after_options_end 0 "^dataset -ds: 2 clips" sh -c 'cd "$0" && exec "$@"' "$tmp" "$fc_abs" inspect -- -ds
+expect dash_path_without_options_end 2 "unknown option '-ds'" sh -c 'cd "$0" && exec "$@"' "$tmp" "$fc_abs" inspect -ds
 expect fifo_dataset_json_train 1 "dataset.json: not a regular file (a FIFO)" \
     timeout -k 2 10 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/r_json" --data "$tmp/ds_json"
 expect fifo_shard_train 1 "shard-00000.safetensors: not a regular file (a FIFO)" \
