@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,18 +115,48 @@ void fc_folder_of(char *dir, size_t len, const char *path) {
     else *slash = 0;
 }
 
+void fc_temp_base(char *dst, size_t len, const char *base, size_t extra, size_t tail) {
+    size_t n = strlen(base);
+    if (n + extra <= NAME_MAX || len < 16) {
+        snprintf(dst, len, "%s", base);
+        return;
+    }
+    uint32_t h = 2166136261u;  // FNV-1a: names that share the kept prefix still get their own temporary
+    for (const unsigned char *p = (const unsigned char *)base; *p; p++) h = (h ^ *p) * 16777619u;
+    size_t room = NAME_MAX > extra + 9 ? NAME_MAX - extra - 9 : 0;  // 9: "~" and the hash
+    if (room > len - 10) room = len - 10;
+    if (tail > n || tail > room / 2) tail = 0;
+    size_t keep = room - tail;
+    if (keep > n - tail) keep = n - tail;
+    while (keep > 0 && ((unsigned char)base[keep] & 0xC0) == 0x80) keep--;  // not inside a UTF-8 character
+    snprintf(dst, len, "%.*s~%08x%s", (int)keep, base, (unsigned)h, base + n - tail);
+}
+
+int fc_temp_name(char *dst, size_t len, const char *path, const char *tag) {
+    char short_base[NAME_MAX + 1];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    fc_temp_base(short_base, sizeof short_base, base, strlen(tag) + FC_PID_DIGITS, 0);
+    int n = snprintf(dst, len, "%.*s%s%s%ld", (int)(base - path), path, short_base, tag, (long)getpid());
+    return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
 int fc_remove_stale_temps(const char *path) {
-    char dir[PATH_MAX], full[2 * PATH_MAX];
+    char dir[PATH_MAX], full[2 * PATH_MAX], short_base[NAME_MAX + 1];
     fc_folder_of(dir, sizeof dir, path);
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    size_t n = strlen(base);
+    fc_temp_base(short_base, sizeof short_base, base, strlen(".tmp-") + FC_PID_DIGITS, 0);
     DIR *d = opendir(dir);
     if (!d) return 0;
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         char *end;
-        if (strncmp(e->d_name, base, n) || strncmp(e->d_name + n, ".tmp-", 5)) continue;
+        // "BASE.tmp-PID", or the shortened base fc_temp_name makes for a long name
+        size_t n = strlen(base);
+        if (strncmp(e->d_name, base, n) || strncmp(e->d_name + n, ".tmp-", 5)) {
+            n = strlen(short_base);
+            if (strncmp(e->d_name, short_base, n) || strncmp(e->d_name + n, ".tmp-", 5)) continue;
+        }
         long pid = strtol(e->d_name + n + 5, &end, 10);
         if (end == e->d_name + n + 5 || *end || pid <= 0 || pid == (long)getpid()) continue;
         if (!kill((pid_t)pid, 0) || errno != ESRCH) continue;  // its writer still runs
@@ -152,7 +183,8 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
     fc_remove_stale_temps(path);
-    if (lstat(path, &sp)) return 0;
+    if (lstat(path, &sp))  // a name the file system cannot hold is said now, not after the work
+        return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno)) : 0;
     if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
     if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
     return 0;

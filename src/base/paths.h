@@ -30,7 +30,22 @@ FILE *fc_fopen_regular(const char *path, char *err, size_t errlen);
 // The folder a path lies in, into dir (len bytes): "." for a bare name, "/" for one at the root.
 void fc_folder_of(char *dir, size_t len, const char *path);
 
-// The temporary files "PATH.tmp-PID" beside path (written first, renamed onto it when whole) of
+// The most digits a process id takes in a temporary name (pid_t is an int).
+#define FC_PID_DIGITS 10
+
+// The base name the temporaries of the file or folder `base` are named after, into dst (len bytes):
+// base itself, or where base and a tag of `extra` bytes (".tmp-PID": 5 + FC_PID_DIGITS) would pass
+// NAME_MAX, a prefix of base (whole UTF-8 characters), "~", 8 hex digits of a hash of all of base and
+// base's last `tail` bytes (an extension that must stay): a legal output name of 240-255 bytes must not
+// fail for its temporary's name. The same for the same base, so that cleanups find what a killed
+// process left.
+void fc_temp_base(char *dst, size_t len, const char *base, size_t extra, size_t tail);
+
+// The temporary name "PATH<tag>PID" of this process for path (tag ".tmp-"), in path's folder, the base
+// shortened by fc_temp_base where it would be too long. 0, or -1 when dst (len bytes) is too small.
+int fc_temp_name(char *dst, size_t len, const char *path, const char *tag);
+
+// The temporary files "PATH.tmp-PID" (fc_temp_name) beside path (written first, renamed onto it when whole) of
 // processes that no longer run (a kill -9, a power cut): removed, each with a line. How many.
 int fc_remove_stale_temps(const char *path);
 

@@ -244,7 +244,8 @@ static int eval_open(Eval *ev) {
     ev->F = dataset_clip_frames(ev->ds), ev->N = o->frames ? o->frames : ev->F;
     ev->M = o->long_frames, ev->L = o->n_levels;
     ev->K = o->clips < dataset_clips(ev->ds) ? o->clips : dataset_clips(ev->ds);
-    snprintf(ev->tsv_tmp, sizeof ev->tsv_tmp, "%s.tmp-%ld", o->tsv ? o->tsv : "", (long)getpid());
+    if (o->tsv && fc_temp_name(ev->tsv_tmp, sizeof ev->tsv_tmp, o->tsv, ".tmp-"))
+        return fc_errf(ev->err, sizeof ev->err, "--tsv %.200s...: path too long", o->tsv);
     return 0;
 }
 

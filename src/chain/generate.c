@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +60,14 @@ static void png_name(char *name, size_t size, const char *dir, int f) {
     snprintf(name, size, "%s/frame-%06d.png", dir, f);
 }
 
-// Remove a folder of frame PNGs (one generate made: nothing else is in it) and the folder.
+// Remove a folder of frame PNGs (one generate made: nothing else is in it) and the folder. A symbolic
+// link there (an --out that was one, swapped aside) goes itself: the frames it points to are not ours.
 static void remove_frame_folder(const char *dir) {
+    struct stat sb;
+    if (!lstat(dir, &sb) && S_ISLNK(sb.st_mode)) {
+        unlink(dir);
+        return;
+    }
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -125,6 +132,14 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (!video && !S_ISDIR(so.st_mode))
         return fc_errf(err, errlen, "%s: exists and is not a folder; without a video extension (.mp4, .gif, ...) the "
                        "output is a folder of PNGs, and --overwrite replaces only such a folder", out);
+    // a folder is replaced by renaming the new one onto its name: through a link that would replace the
+    // link, not the frames it points to, which is neither meaning of the command
+    if (!video && !lstat(out, &sp) && S_ISLNK(sp.st_mode)) {
+        char real[PATH_MAX];
+        return fc_errf(err, errlen, "%s: is a symbolic link to the folder %s; --overwrite replaces a folder of frames "
+                       "only by its own name: give that folder, or remove the link", out,
+                       realpath(out, real) ? real : "it names");
+    }
     if (!video && have_input) {  // the folder replaced must not hold the input (a link's target included)
         char in_dir[PATH_LEN], real[PATH_MAX];
         fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);
@@ -156,8 +171,18 @@ static int name_user_path(const GenerateOutput *g, char *err, size_t errlen) {
     return -1;
 }
 
-// Whether `name` is base's temporary name for the process pid: "<base>.partial-PID" or
-// "<base>.replaced-PID" (a folder), ".partial-PID-<base>" (a video).
+// The most a temporary's tag adds to the name: ".replaced-PID", or ".partial-PID-" before a video's.
+#define TEMP_TAG_LEN (10 + FC_PID_DIGITS)
+
+// The base name of out's temporaries (fc_temp_base: shortened where the tag would pass NAME_MAX);
+// a video's keeps its extension, which picks the container.
+static void temp_base(char *dst, size_t len, const char *out) {
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out, *dot = strrchr(base, '.');
+    fc_temp_base(dst, len, base, TEMP_TAG_LEN, is_video_path(out) && dot ? strlen(dot) : 0);
+}
+
+// Whether `name` is base's temporary name for the process pid: 1 for "<base>.partial-PID" (a folder)
+// or ".partial-PID-<base>" (a video), 2 for "<base>.replaced-PID" (a folder moved aside), else 0.
 static int leftover_of(const char *name, const char *base, long *pid) {
     char *end;
     size_t n = strlen(base);
@@ -167,33 +192,35 @@ static int leftover_of(const char *name, const char *base, long *pid) {
     }
     if (strncmp(name, base, n)) return 0;
     const char *rest = name + n;
-    const char *tag = !strncmp(rest, ".partial-", 9) ? rest + 9 : !strncmp(rest, ".replaced-", 10) ? rest + 10 : NULL;
-    if (!tag) return 0;
+    int kind = !strncmp(rest, ".partial-", 9) ? 1 : !strncmp(rest, ".replaced-", 10) ? 2 : 0;
+    if (!kind) return 0;
+    const char *tag = rest + (kind == 1 ? 9 : 10);
     *pid = strtol(tag, &end, 10);
-    return end > tag && !*end;
+    return end > tag && !*end ? kind : 0;
 }
 
 // What a generate of the same --out that was cut off (Ctrl-C, kill, a power cut) left beside it:
 // its temporary video or folder of frames, removed with a line. Those of a process still running
 // are left alone.
 static void remove_leftovers(const char *out) {
-    char dir[PATH_LEN], path[2 * PATH_LEN];
+    char dir[PATH_LEN], path[2 * PATH_LEN], short_base[NAME_MAX + 1];
     fc_folder_of(dir, PATH_LEN, out);
     const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    temp_base(short_base, sizeof short_base, out);
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         long pid;
-        if (!leftover_of(e->d_name, base, &pid) || pid <= 0 || pid == getpid()) continue;
+        int kind = leftover_of(e->d_name, base, &pid);
+        if (!kind && strcmp(short_base, base)) kind = leftover_of(e->d_name, short_base, &pid);
+        if (!kind || pid <= 0 || pid == getpid()) continue;
         if (!kill((pid_t)pid, 0) || errno != ESRCH) continue;  // its writer still runs
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat sb;
         if (lstat(path, &sb)) continue;
         // a folder moved aside for one that never took its place: the output it was, back in place
-        if (S_ISDIR(sb.st_mode) && !strncmp(e->d_name, base, strlen(base)) &&
-            !strncmp(e->d_name + strlen(base), ".replaced-", 10) && lstat(out, &sb) && errno == ENOENT &&
-            !rename(path, out)) {
+        if (S_ISDIR(sb.st_mode) && kind == 2 && lstat(out, &sb) && errno == ENOENT && !rename(path, out)) {
             printf("generate: restored %s from %s, where a generate of it that was cut off had moved it\n", out, path);
             continue;
         }
@@ -216,14 +243,16 @@ GenerateOutput *generate_output_open(const char *out, int S, double fps, int ove
     g->rgb = fc_malloc((size_t)S * S * 3);
     remove_leftovers(g->out);
     int ok;
+    const char *slash = strrchr(g->out, '/'), *base = slash ? slash + 1 : g->out;
+    char short_base[NAME_MAX + 1];
+    temp_base(short_base, sizeof short_base, g->out);
     if (g->video) {  // the temporary name keeps the extension: it picks the container
-        const char *slash = strrchr(g->out, '/'), *base = slash ? slash + 1 : g->out;
-        snprintf(g->tmp, sizeof g->tmp, "%.*s.partial-%d-%s", (int)(base - g->out), g->out, (int)getpid(), base);
+        snprintf(g->tmp, sizeof g->tmp, "%.*s.partial-%d-%s", (int)(base - g->out), g->out, (int)getpid(), short_base);
         g->vw = video_writer_open(g->tmp, S, S, fps, err, errlen);
         ok = g->vw != NULL;
         if (!ok) name_user_path(g, err, errlen);
     } else {
-        snprintf(g->tmp, sizeof g->tmp, "%s.partial-%d", g->out, (int)getpid());
+        snprintf(g->tmp, sizeof g->tmp, "%.*s%s.partial-%d", (int)(base - g->out), g->out, short_base, (int)getpid());
         ok = mkdir(g->tmp, 0777) == 0;
         if (!ok) fc_errf(err, errlen, "%s: cannot create a folder beside it (%s): %s", g->out, g->tmp, strerror(errno));
     }
@@ -287,8 +316,10 @@ static int place_folder(GenerateOutput *g) {
     }
     if (errno != EINVAL && errno != ENOSYS) return -1;
 #endif
-    char old[PATH_LEN + 32];
-    snprintf(old, sizeof old, "%s.replaced-%d", g->out, (int)getpid());
+    char old[PATH_LEN + 32], short_base[NAME_MAX + 1];
+    const char *slash = strrchr(g->out, '/'), *base = slash ? slash + 1 : g->out;
+    temp_base(short_base, sizeof short_base, g->out);
+    snprintf(old, sizeof old, "%.*s%s.replaced-%d", (int)(base - g->out), g->out, short_base, (int)getpid());
     if (rename_new(g->out, old)) return -1;
     if (rename_new(g->tmp, g->out)) {
         int e = errno;

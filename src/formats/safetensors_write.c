@@ -93,26 +93,54 @@ static int write_all(Out *o, const void *data, size_t n) {
     return 0;
 }
 
-// Refuse what the reader would refuse, before anything touches the disk.
+// A name and where it stands, sorted by name, then place.
+typedef struct {
+    const char *s;
+    int i;
+} Named;
+
+static int named_cmp(const void *a, const void *b) {
+    const Named *x = a, *y = b;
+    int c = strcmp(x->s, y->s);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static const char *tensor_name(const void *v, int i) { return ((const StTensor *)v)[i].name; }
+static const char *meta_key(const void *v, int i) { return ((const StMeta *)v)[i].key; }
+
+// The smallest i whose name(items, i) equals an earlier one's, or -1: sorted, not each against every
+// earlier one (a shard's tens of thousands of metadata keys made that quadratic: a minute a shard).
+static int first_repeat(int n, const char *(*name)(const void *, int), const void *items) {
+    if (n < 2) return -1;
+    Named *v = fc_malloc(sizeof *v * (size_t)n);
+    for (int i = 0; i < n; i++) v[i] = (Named){name(items, i), i};
+    qsort(v, (size_t)n, sizeof *v, named_cmp);
+    int first = -1;
+    for (int k = 1; k < n; k++)
+        if (!strcmp(v[k].s, v[k - 1].s) && (first < 0 || v[k].i < first)) first = v[k].i;
+    free(v);
+    return first;
+}
+
+// Refuse what the reader would refuse, before anything touches the disk. Of several faults, the one
+// at the first entry is named (a name is at fault where an earlier entry has it too).
 static int check_write_args(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta,
                             char *err, size_t errlen) {
-    for (int i = 0; i < n; i++) {
+    int bad = n;  // the first tensor at fault in itself (its line in err), n: none
+    for (int i = 0; i < n && bad == n; i++) {
         const StTensor *t = &tensors[i];
         size_t bytes;
-        if (!t->name || !st_valid_utf8(t->name)) {
+        bad = i;
+        if (!t->name || !st_valid_utf8(t->name))
             snprintf(err, errlen, "%s: tensor %d: the name is not valid UTF-8", path, i);
-            return -1;
-        }
-        if (!strcmp(t->name, "__metadata__")) {
+        else if (!strcmp(t->name, "__metadata__"))
             snprintf(err, errlen, "%s: a tensor may not be called '__metadata__'", path);
-            return -1;
-        }
-        if (!t->dtype || !st_dtype_size(t->dtype)) {
+        else if (!t->dtype || !st_dtype_size(t->dtype))
             snprintf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, SHOWN(t->name),
                      t->dtype ? SHOWN(t->dtype) : "(null)");
-            return -1;
-        }
-        if (!tensor_bytes(t, &bytes)) {
+        else if (tensor_bytes(t, &bytes))
+            bad = n;
+        else {
             int d = 0;
             while (d < t->ndim && d < ST_MAX_DIMS && t->shape[d] >= 0) d++;
             if (t->ndim < 0 || t->ndim > ST_MAX_DIMS)
@@ -122,26 +150,27 @@ static int check_write_args(const char *path, const StTensor *tensors, int n, co
                 snprintf(err, errlen, "%s: tensor '%s': negative dimension %ld", path, SHOWN(t->name), t->shape[d]);
             else
                 snprintf(err, errlen, "%s: tensor '%s': the shape is too large", path, SHOWN(t->name));
-            return -1;
         }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(t->name, tensors[j].name)) {
-                snprintf(err, errlen, "%s: duplicate tensor name '%s'", path, SHOWN(t->name));
-                return -1;
-            }
     }
-    for (int i = 0; i < nmeta; i++) {
+    // the first repeated name of the valid ones before `bad`: refused as the entry-by-entry check would
+    int dup = first_repeat(bad, tensor_name, tensors);
+    if (dup >= 0) {
+        snprintf(err, errlen, "%s: duplicate tensor name '%s'", path, SHOWN(tensors[dup].name));
+        return -1;
+    }
+    if (bad < n) return -1;
+    bad = nmeta;
+    for (int i = 0; i < nmeta && bad == nmeta; i++)
         if (!meta[i].key || !meta[i].value || !st_valid_utf8(meta[i].key) || !st_valid_utf8(meta[i].value)) {
             snprintf(err, errlen, "%s: metadata entry %d is not valid UTF-8", path, i);
-            return -1;
+            bad = i;
         }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(meta[i].key, meta[j].key)) {
-                snprintf(err, errlen, "%s: duplicate metadata key '%s'", path, SHOWN(meta[i].key));
-                return -1;
-            }
+    dup = first_repeat(bad, meta_key, meta);
+    if (dup >= 0) {
+        snprintf(err, errlen, "%s: duplicate metadata key '%s'", path, SHOWN(meta[dup].key));
+        return -1;
     }
-    return 0;
+    return bad < nmeta ? -1 : 0;
 }
 
 // Pieces of a file to write, in order.
@@ -163,7 +192,7 @@ static int folder_fsync_fails(const char *path) {
 
 static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *err, size_t errlen) {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+    if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) {
         snprintf(err, errlen, "%.200s...: path too long", path);
         return -1;
     }

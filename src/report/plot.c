@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "report/font.h"
 #include "video/video.h"
 
@@ -110,7 +111,7 @@ void text_fit(char *out, size_t outlen, const char *s, int maxw, int scale) {
 
 int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) return fc_errf(err, errlen, "%.200s...: path too long", path);
     errno = 0;
     if (image_write_png(tmp, c->w, c->h, c->px)) {
         int e = errno;

@@ -188,6 +188,16 @@ rc=$?
 expect eval_stopped_leaves_no_temporary $(( rc != 143 || $(ls -a "$tmp" | grep -c 'cut.tsv') != 0 ||
     $(grep -c "^removed $tmp/cut.tsv.tmp-$dead, left by a write of $tmp/cut.tsv that was cut off" "$tmp/cut.out") != 1 )) \
     "status $rc (SIGTERM part-way)${waited:+, $waited}; left: $(ls -a "$tmp" | grep cut.tsv | tr '\n' ' ')"
+# a legal --tsv name of 250 bytes, where its temporary "NAME.tmp-PID" would pass NAME_MAX (255):
+# written through a shorter temporary name, none left
+long=$(printf 'n%.0s' $(seq 246)).tsv
+mkdir "$tmp/long"
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
+    --tsv "$tmp/long/$long" > /dev/null 2> "$tmp/long.err"
+rc=$?
+expect eval_250_byte_tsv_name $(( rc != 0 || $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') != 1 || $(grep -c '^quality' "$tmp/long/$long" 2> /dev/null) < 1 )) \
+    "status $rc: $(tail -1 "$tmp/long.err" | cut -c1-60); $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') file(s) in its folder"
+rm -rf "$tmp/long"
 
 # the same seed gives the same numbers (one level, no drift run, to keep it quick)
 "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --tsv "$tmp/again.tsv" > /dev/null 2>&1

@@ -322,6 +322,47 @@ if ! cmp -s "$tmp/a/frame-000000.png" "$tmp/a_first.png" || [ "$(ls "$tmp/a" | w
 fi
 rm -f "$tmp/a_first.png"
 
+# An --out that is a symbolic link to a folder of frames: --overwrite renames the new folder onto the
+# name it is given, so through a link it would replace the link and empty the folder it points to.
+# Refused in one line naming the link and its folder, before any model loads; both kept as they were.
+ln -s "$tmp/a" "$tmp/alink"
+expect_refusal overwrite_folder_through_link "alink: is a symbolic link to the folder .*/a; --overwrite" "${RUNS[@]}" \
+    --first-frame "$tmp/first.png" --out "$tmp/alink/" --overwrite
+expect generate_folder_through_link_kept $(( $([ -L "$tmp/alink" ] && echo 0 || echo 1) || $(ls "$tmp/a" | wc -l) != 12 ||
+    $(grep -c 'starter step' "$tmp/out") != 0 )) "the link, and the 12 frames it points to, kept; no model loaded"
+rm -rf "$tmp/alink"
+
+# Output names of 250 bytes (legal: NAME_MAX is 255) where the temporary "NAME.partial-PID" would be
+# too long: a video and a folder, new and --overwrite, written through shorter temporary names in the
+# same folder, none left; a killed generate's temporary of such a name is removed by the next one.
+long=$(printf 'n%.0s' $(seq 246))
+mkdir "$tmp/long"
+rcs=""
+for out in "$long.mp4" "${long}nnnn" "$long.mp4" "${long}nnnn"; do
+    "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/long/$out" --overwrite \
+        --quiet > "$tmp/long.log" 2>&1
+    rcs="$rcs$? "
+done
+n=$(count_frames "$tmp/long/$long.mp4")
+expect generate_250_byte_names $(( $([ "$rcs" = "0 0 0 0 " ] && echo 0 || echo 1) || ${n:-0} != 9 ||
+    $(ls "$tmp/long/${long}nnnn" 2> /dev/null | wc -l) != 9 || $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') != 2 )) \
+    "status $rcs; $(tail -1 "$tmp/long.log" | cut -c1-40); left: $(ls -a "$tmp/long" | cut -c1-10 | tr '\n' ' ')"
+(exec "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 1000 --steps 2 --out "$tmp/long/${long}kill" \
+    --quiet) > /dev/null 2>&1 &
+pid=$!
+killed_partial() { [ "$(find "$tmp/long" -mindepth 2 -name '*.png' -path '*partial*' 2> /dev/null | wc -l)" -ge 5 ]; }
+wait_until 60 $pid killed_partial
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+left=$(ls -a "$tmp/long" | grep -c "partial-$pid")
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/long/${long}kill" \
+    --quiet > "$tmp/long.log" 2>&1
+rc=$?
+expect generate_250_byte_name_leftover_removed $(( rc != 0 || left != 1 || $(ls -a "$tmp/long" | grep -c partial) != 0 ||
+    $(grep -c "removed .*partial-$pid, left by a generate of .* that was cut off" "$tmp/long.log") != 1 )) \
+    "status $rc; the killed generate left $left temporary folder(s), removed by the next: $(grep -c removed "$tmp/long.log") line"
+rm -rf "$tmp/long"
+
 # The output is checked before the first window: 30000 frames (minutes of sampling) fail at once,
 # with one line naming the path given, not a temporary one, and no header line.
 expect_early() {  # expect_early NAME PATTERN OUT

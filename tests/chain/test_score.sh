@@ -163,6 +163,16 @@ one_line_refusal score_out_exists "the file exists (give --overwrite" \
 expect score_out_exists_status_1 $(( refusal_rc != 1 )) "status $refusal_rc: 1 for a file, as generate's --out (2: a bad command line)"
 fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --overwrite > /dev/null 2>&1
 expect score_overwrite $? "--overwrite replaces it"
+# legal names of 250 and 251 bytes, where the temporary "NAME.tmp-PID" would pass NAME_MAX (255): both
+# outputs written (through shorter temporary names), nothing else left
+long=$(printf 'n%.0s' $(seq 246)).tsv
+mkdir "$tmp/long"
+fc score --run "$run" --data "$tmp/mixed" --out "$tmp/long/$long" --top 0.5 --exclude-out "$tmp/long/x$long" \
+    > /dev/null 2> "$tmp/err"
+rc=$?
+expect score_250_byte_names $(( rc != 0 || $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') != 2 || $(wc -l < "$tmp/long/$long") < 2 )) \
+    "status $rc: $(head -1 "$tmp/err" | cut -c1-60); $(ls "$tmp/long" | wc -l) files: the TSV and the exclude list"
+rm -rf "$tmp/long"
 # outputs that cannot be: refused before any scoring (the output file never written)
 one_line_refusal score_out_same_as_exclude_out "name one file" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/same.tsv" --top 0.5 --exclude-out "$tmp/../$(basename "$tmp")/same.tsv"

@@ -7,11 +7,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "base/common.h"
 #include "base/config.h"
+#include "base/paths.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
 
@@ -538,6 +540,72 @@ static void test_write_failures(void) {
     free(before);
 }
 
+// Duplicate names among many (checked sorted, not each against every earlier one): still refused with
+// the name of the first entry that repeats an earlier one, and a fault of an earlier entry named first.
+static void test_duplicates_among_many(void) {
+    enum { N = 5000 };
+    float x[4] = {1, 2, 3, 4};
+    StTensor t = {"x", "F32", 1, {4}, x};
+    static StMeta meta[N];
+    static char keys[N][16];
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/many.safetensors", g_dir);
+    for (int i = 0; i < N; i++) snprintf(keys[i], sizeof keys[i], "clip-%d", i), meta[i] = (StMeta){keys[i], "v"};
+    int rc = st_write(path, &t, 1, meta, N, err, sizeof err);
+    check(rc == 0, "st_write_many_distinct_keys", "%s", rc ? err : "5000 distinct metadata keys written");
+    meta[4000].key = keys[5], meta[3000].key = keys[1700];  // 'clip-1700' repeats first (entry 3000)
+    rc = st_write(path, &t, 1, meta, N, err, sizeof err);
+    check(rc == -1 && !strchr(err, '\n') && strstr(err, "many.safetensors: duplicate metadata key 'clip-1700'"),
+          "st_write_refuses_first_duplicate_key_among_many", "%s", err);
+    meta[2000].value = NULL;  // an earlier entry at fault is named instead
+    rc = st_write(path, &t, 1, meta, N, err, sizeof err);
+    check(rc == -1 && strstr(err, "metadata entry 2000 is not valid UTF-8"), "st_write_names_the_earlier_fault",
+          "%s", err);
+    meta[2000].value = "v", meta[1000].key = keys[999];  // adjacent repeats too
+    rc = st_write(path, &t, 1, meta, N, err, sizeof err);
+    check(rc == -1 && strstr(err, "duplicate metadata key 'clip-999'"), "st_write_refuses_adjacent_duplicate_key",
+          "%s", err);
+
+    StTensor ts[4] = {{"a", "F32", 1, {4}, x}, {"b", "F32", 1, {4}, x}, {"a", "F32", 1, {4}, x},
+                      {"c", "F17", 1, {4}, x}};
+    rc = st_write(path, ts, 4, NULL, 0, err, sizeof err);
+    check(rc == -1 && strstr(err, "duplicate tensor name 'a'"), "st_write_duplicate_before_later_fault", "%s", err);
+    ts[1].dtype = "F17";
+    rc = st_write(path, ts, 4, NULL, 0, err, sizeof err);
+    check(rc == -1 && strstr(err, "tensor 'b': unknown dtype 'F17'"), "st_write_fault_before_later_duplicate", "%s",
+          err);
+    check(temp_files(g_dir) == 0, "st_write_duplicates_leave_no_temp", "%d temporary files", temp_files(g_dir));
+}
+
+// A legal name of 250 bytes, where "NAME.tmp-PID" would pass NAME_MAX (255): written (through a
+// shorter temporary name in the same folder), and the temporary of such a write that was killed is
+// found and removed by the next write's cleanup (fc_remove_stale_temps).
+static void test_long_name(void) {
+    float x[4] = {1, 2, 3, 4};
+    StTensor t = {"x", "F32", 1, {4}, x};
+    char name[251], path[600], err[512];
+    memset(name, 'n', 250), name[250] = 0;
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    struct stat sb;
+    int rc = st_write(path, &t, 1, NULL, 0, err, sizeof err);
+    check(rc == 0 && !stat(path, &sb) && temp_files(g_dir) == 0, "st_write_250_byte_name", "%s",
+          rc ? err : "written, no temporary file left");
+
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FRAMECHAIN_TEST_WRITE_DELAY_MS", "20000", 1);  // killed while it waits, mid-write
+        st_write(path, &t, 1, NULL, 0, err, sizeof err);
+        _exit(0);
+    }
+    for (int i = 0; i < 500 && temp_files(g_dir) == 0; i++) usleep(10000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    int left = temp_files(g_dir), removed = fc_remove_stale_temps(path);
+    check(left == 1 && removed == 1 && temp_files(g_dir) == 0, "stale_temp_of_250_byte_name_removed",
+          "a killed write left %d temporary file(s); the cleanup removed %d, %d left", left, removed, temp_files(g_dir));
+    unlink(path);
+}
+
 // ---- the config reader without exiting ----
 
 static void test_config_text(void) {
@@ -633,6 +701,8 @@ int main(void) {
     test_bad_layout();
     test_json_reader();
     test_write_failures();
+    test_duplicates_among_many();
+    test_long_name();
     test_config_text();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -234,6 +234,14 @@ if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" --overwrite > /dev/null 2>&1 &&
 else
     fail plot_overwrite "the file was not replaced"
 fi
+# a legal --out name of 250 bytes, where its temporary "NAME.tmp-PID" would pass NAME_MAX (255)
+long=$(printf 'n%.0s' $(seq 246)).png
+mkdir "$tmp/long"
+"$FC" plot "$tmp/b" --out "$tmp/long/$long" > /dev/null 2> "$tmp/err"
+rc=$?
+expect plot_250_byte_name $(( rc != 0 || $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') != 1 )) \
+    "status $rc: $(head -1 "$tmp/err" | cut -c1-60); $(ls "$tmp/long" 2> /dev/null | wc -l) file written, no temporary left"
+rm -rf "$tmp/long"
 
 # ---- bad input: one line naming the file (and line), a non-zero exit, nothing left under --out ----
 # refused NAME PATTERN ARGS...: plot ARGS --out $tmp/out/bad.png fails so
