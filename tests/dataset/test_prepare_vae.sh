@@ -101,8 +101,11 @@ rc=$?
 expect train_vae_previews $? "exit $rc; $(grep -E 'decoded by|^  autoencoder' "$tmp/pv.log" | tr '\n' ' '); samples: $(ls "$tmp/run_pv/samples" | tr '\n' ' ')"
 # the plan holds what was measured: the autoencoder's weights, activations and convolution scratch
 # counted (the scratch left out, the measure was 1.12x the plan here, 1.5x at 256x256)
+# (in the sanitizer build ASan's shadow memory comes on top: there only the plan's floor is checked)
 ratio=$(sed -n 's/^peak cpu memory: .*the measure \([0-9.]*\)x the plan.*/\1/p' "$tmp/pv.log")
-awk -v r="${ratio:-0}" 'BEGIN { exit !(r >= 0.9 && r <= 1.1) }'
+most=1.1
+if ldd "$FC" 2> /dev/null | grep -q libasan; then most=100; fi
+awk -v r="${ratio:-0}" -v m=$most 'BEGIN { exit !(r >= 0.9 && r <= m) }'
 expect train_vae_plan_holds_peak $? "$(grep -E '^peak cpu memory' "$tmp/pv.log")"
 refused train_vae_refuses_other 1 "not the autoencoder $tmp/lat_25 was made with" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd_f16.safetensors"
