@@ -22,6 +22,13 @@
 #include "train/checkpoint_internal.h"
 #include "model/memplan.h"
 
+// A test's temporary folder and what is in it, where the test made it (mkdtemp).
+static void remove_test_dir(const char *dir, int made) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+}
+
 // A checkpoint written with other 8-bit code maps (a version with another map, say) is re-encoded
 // on load against this build's maps: every moment becomes the index of our code nearest the value
 // its code stood for, and our encoder tables (values and rounding thresholds) stay whole on the
@@ -77,9 +84,7 @@ static void test_checkpoint_other_code_maps(void) {
           "checkpoint_other_code_maps",
           "saved %d loaded %d (%s); %zu 8-bit moments, %zu not the nearest of our codes to theirs, %zu changed "
           "index; our encoder tables on the backend whole: %d", saved, loaded, err, n8, wrong, moved, tables_whole);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     be->free(ema2);
     free_optimizer(o), free_optimizer(o2);
     free_model(m), free_model(m2);
@@ -144,9 +149,7 @@ static void test_prune_keeps_whole_checkpoints(void) {
     check(pruned && k15 && k10 && !k5 && aside == 3 && left == 0 && n == 2, "prune_keeps_whole_checkpoints",
           "saved %d (%s); kept 15: %d, 10: %d, deleted 5: %d; of the 3 unusable files %d set aside, %d still "
           "listed; %d checkpoints listed (keep_checkpoints = 2)", pruned, err, k15, k10, !k5, aside, left, n);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     free_optimizer(o);
     free_model(m);
 }
@@ -174,9 +177,7 @@ static void test_generation_model_same_outputs(void) {
     check(g && same && step == 1 && g->acts_bytes < m->acts_bytes, "checkpoint_generation_model",
           "loaded %d (%s): prediction %s; activations %zu bytes, the trained model's %zu", g != NULL, err,
           same ? "the same bytes" : "differs", g ? g->acts_bytes : 0, m->acts_bytes);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     if (g) free_model(g);
     free_optimizer(o), free_model(m);
 }
@@ -230,9 +231,7 @@ static void test_list_long_step_names(void) {
           "checkpoint_list_long_step_names", "%d listed (4 made by checkpoint_path, 4 other names): %d %d %d %d", n,
           n > 0 ? steps[0] : -1, n > 1 ? steps[1] : -1, n > 2 ? steps[2] : -1, n > 3 ? steps[3] : -1);
     free(steps);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
 }
 
 // The config a checkpoint carries is whole however long its paths: with preview_data and exclude
@@ -261,9 +260,7 @@ static void test_config_with_long_paths(void) {
           "checkpoint_config_long_paths", "the stored config: %zu bytes, %s; exclude %zu of %zu characters back",
           text ? strlen(text) : 0, parsed ? "parsed" : err, parsed ? strlen(back.exclude) : 0, strlen(c.exclude));
     if (read) st_free(&f);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     free_optimizer(o);
     free_model(m);
 }
@@ -291,9 +288,7 @@ static void test_written_checkpoint_checks(void) {
         snprintf(name, sizeof name, "written_checkpoint_checks_%s", i ? "adamw" : "adamw8bit");
         check(s == CKPT_OK && step == 7 && has_crc, name, "saved %d, check %d (%s), step %d, %s present: %d", saved,
               (int)s, s ? err : "ok", step, CKPT_META_CRC, has_crc);
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+        remove_test_dir(dir, made);
         free_optimizer(o);
         free_model(m);
     }
@@ -358,9 +353,7 @@ static void test_check_file_changed(void) {
               size1 == size0 + 16,
           "checkpoint_check_file_changed", "16 bytes appended (%lld -> %lld) between the header's read and the "
           "tensors' (%d opens): status %d, %s", (long long)size0, (long long)size1, opens, (int)s, s ? err : "whole");
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     free_optimizer(o);
     free_model(m);
 }
@@ -411,9 +404,7 @@ static void test_resume_keys(void) {
     check(saved && right == n, "resume_refuses_other_keys",
           "%d of %d right: seed, lr, noise_aug_max and plan changed on resume refused with their line; "
           "checkpoint_every, sample_steps and keep_checkpoints taken%s%s", right, n, saved ? "" : err, why);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     backend_cpu()->free(ema);
     free_optimizer(o);
     free_model(m);
@@ -441,9 +432,7 @@ static void test_prune_reads_once(void) {
     check(saved && steps_saved == 70 && read_opens == 0, "prune_reads_back_once",
           "%d checkpoints written, keep_checkpoints = 80: %d of them opened to be read back (want 0)%s%s",
           steps_saved, read_opens, saved ? "" : ": ", saved ? "" : err);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (made && system(cmd) != 0) fprintf(stderr, "test_checkpoint: could not remove %s\n", dir);
+    remove_test_dir(dir, made);
     free_optimizer(o);
     free_model(m);
 }
