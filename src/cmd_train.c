@@ -74,23 +74,10 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     if (!f) fc_die("out of memory");
     fprintf(f, "--run = %s\n--data = %s\n--vae = %s\n--from = %s\n--extend = %d\n", run, data_identity,
             vae ? vae : "", from ? from : "", extend);
-    config_write(c, f);
+    char value[CONFIG_MAX_LINE];
+    for (const char *const *key = config_keys(); *key; key++)
+        if (config_get(c, *key, value, sizeof value)) fprintf(f, "%s = %s\n", *key, value);
     fclose(f);
-    // "key = value" alone: config_write's alignment and comments are not what a line that differs shows
-    char *out = text;
-    for (const char *in = text; *in; in++) {
-        if (*in == ' ' && in[1] == '#') {  // a comment (config.c: '#' after a space) to the end of its line
-            while (in[1] && in[1] != '\n') in++;
-            continue;
-        }
-        if (*in == ' ') {  // a run of spaces as one, none at a line's end
-            if (out > text && out[-1] != ' ' && out[-1] != '\n') *out++ = ' ';
-            continue;
-        }
-        if (*in == '\n' && out > text && out[-1] == ' ') out--;
-        *out++ = *in;
-    }
-    *out = 0;
     char err[512];
     int differ = dist_same_text(text, err, sizeof err);
     free(text);

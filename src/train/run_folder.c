@@ -94,14 +94,9 @@ int run_folder_open(const char *run) {
     int made = mkdir(run, 0755) == 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
         char parent[4096];
-        snprintf(parent, sizeof parent, "%s", run);
-        char *slash = strrchr(parent, '/');
-        while (slash && slash > parent && slash[1] == 0) *slash = 0, slash = strrchr(parent, '/');  // "a/b/"
-        if (slash && slash > parent) {
-            *slash = 0;
-            if (fc_mkdir_p(parent, err, sizeof err)) fc_die("%s", err);
-            made = mkdir(run, 0755) == 0;
-        }
+        fc_folder_of(parent, sizeof parent, run);
+        if (fc_mkdir_p(parent, err, sizeof err)) fc_die("%s", err);
+        made = mkdir(run, 0755) == 0;
     }
     if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
     int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
