@@ -245,4 +245,5 @@ void cuda_register_conv(Backend *be) {
     be->affine_fwd = cuda_affine_fwd;
     be->add_fwd = cuda_add_fwd;
     be->image_attn_fwd = cuda_image_attn_fwd;
+    be->conv_tile_bytes = tile_bytes;
 }

@@ -245,6 +245,9 @@ typedef struct Backend {
     //      mid-block of AutoencoderKL): out[b, c, i] = sum_j p_ij v[b, c, j], p_ij = softmax over j of
     //      sum_c' q[b, c', i] k[b, c', j] / sqrt(C). q, k, v, out (B, C, N); out differs from q, k, v.
     void (*image_attn_fwd)(real *out, const real *q, const real *k, const real *v, int B, int C, long N);
+    // The most scratch one conv2d_fwd or image_attn_fwd call takes (its im2col tile, its chunk of
+    // scores), in bytes: what a memory plan counts beside an autoencoder's maps.
+    size_t (*conv_tile_bytes)(void);
 
     // ---- optimizer (src/backend/cpu/cpu_optim.c on the CPU). An element whose gradient is NaN or Inf keeps its
     //      parameter and moments unchanged. ----

@@ -228,8 +228,7 @@ double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W) {
 }
 
 double autoencoder_scratch_bytes(const Autoencoder *ae, int H, int W) {
-    // CONV_TILE_BYTES of src/backend/cpu/cpu_conv.c and of cuda/conv.cu
-    double tile = strcmp(ae->be->name, "cpu") ? 64.0 * 1048576 : 32.0 * 1048576;
+    double tile = (double)ae->be->conv_tile_bytes();
     double conv = 9.0 * sizeof(real) * (double)ae_map_values(ae, H, W);  // Cin k k x Ho Wo <= 9 x a map
     double n = (double)(H / ae->factor) * (W / ae->factor);             // the mid block's tokens
     double need = conv > sizeof(real) * n * n ? conv : sizeof(real) * n * n;

@@ -34,8 +34,8 @@ size_t autoencoder_params(const Autoencoder *ae);      // values in its weights
 // (the convolutions' scratch, at most 64 MB, apart).
 double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W);
 // The most scratch a pass of one H x W frame takes besides: the im2col tile of a convolution, or a
-// chunk of the mid-block attention's scores, each at most the backend's tile (32 MiB on the CPU,
-// 64 MiB on CUDA) and at most what the whole frame needs.
+// chunk of the mid-block attention's scores, each at most the backend's tile (conv_tile_bytes: 32 MiB
+// on the CPU, 64 MiB on CUDA) and at most what the whole frame needs.
 double autoencoder_scratch_bytes(const Autoencoder *ae, int H, int W);
 // "TAESD: 4 latent channels, 8x, encoder and decoder, width 64, 1.22 M parameters"
 const char *autoencoder_describe(const Autoencoder *ae);

@@ -709,6 +709,7 @@ static const Backend cpu_backend = {
     .affine_fwd = cpu_affine_fwd,
     .add_fwd = cpu_add_fwd,
     .image_attn_fwd = cpu_image_attn_fwd,
+    .conv_tile_bytes = cpu_conv_tile_bytes,
     .adamw_fp32 = cpu_adamw_fp32,
     .adamw_8bit = cpu_adamw_8bit,
     .adamw_8bit_jobs = cpu_adamw_8bit_jobs,

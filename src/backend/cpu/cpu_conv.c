@@ -35,7 +35,7 @@ static void gemm_by_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
 }
 
 // The tile's bytes: CONV_TILE_BYTES, or FRAMECHAIN_TEST_CONV_TILE_BYTES (the tests split small images).
-static size_t tile_bytes(void) {
+size_t cpu_conv_tile_bytes(void) {
     long t = fc_test_hook("CONV_TILE_BYTES");
     return t > 0 ? (size_t)t : CONV_TILE_BYTES;
 }
@@ -82,7 +82,7 @@ void cpu_conv2d_fwd(real *y, const real *x, const real *w, const real *b, int B,
     // A 1x1 convolution at stride 1 without padding reads x as it is: its rows are the GEMM's.
     int direct = k == 1 && stride == 1 && !pad[0] && !pad[1] && !pad[2] && !pad[3];
     size_t row_bytes = sizeof(real) * (size_t)K * Wo;
-    size_t tile = tile_bytes();
+    size_t tile = cpu_conv_tile_bytes();
     int R = direct ? Ho : (int)(tile / row_bytes > 0 ? tile / row_bytes : 1);
     if (R > Ho) R = Ho;
     real *col = direct ? NULL : fc_malloc(row_bytes * R);
@@ -164,7 +164,7 @@ void cpu_add_fwd(real *y, const real *a, const real *b, size_t n) {
 // Rows of queries a chunk: their scores (rows, N) take at most CONV_TILE_BYTES.
 void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, int B, int C, long N) {
     if (B <= 0 || C <= 0 || N <= 0) return;
-    size_t tile = tile_bytes(), row_bytes = sizeof(real) * (size_t)N;
+    size_t tile = cpu_conv_tile_bytes(), row_bytes = sizeof(real) * (size_t)N;
     long R = (long)(tile / row_bytes > 0 ? tile / row_bytes : 1);
     if (R > N) R = N;
     real *p = fc_malloc(row_bytes * R);

@@ -13,6 +13,7 @@ void cpu_act_fwd(real *y, const real *x, size_t n, int act);
 void cpu_upsample2x_fwd(real *y, const real *x, int B, int C, int H, int W);
 void cpu_affine_fwd(real *y, const real *x, size_t n, real a, real b);
 void cpu_add_fwd(real *y, const real *a, const real *b, size_t n);
+size_t cpu_conv_tile_bytes(void);
 void cpu_image_attn_fwd(real *out, const real *q, const real *k, const real *v, int B, int C, long N);
 
 #endif
