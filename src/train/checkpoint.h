@@ -68,15 +68,6 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 // Only one thread may call these functions.
 typedef struct CkptWriter CkptWriter;
 
-// ZeRO-1 (optim.h): every rank but 0 keeps a part of the EMA and optimizer state; at each checkpoint
-// rank 0's writer (whose optimizer is a part too) receives the others' parts into its staging buffer
-// inside ckpt_writer_submit, and each other rank calls ckpt_part_sender_send at the same step, so the
-// file is the one a one-rank run writes. m, ema and o must outlive the sender.
-typedef struct CkptPartSender CkptPartSender;
-CkptPartSender *ckpt_part_sender_start(const Model *m, const real *ema, const Optimizer *o);
-void ckpt_part_sender_send(CkptPartSender *s);
-void free_ckpt_part_sender(CkptPartSender *s);
-
 // m, ema, o and c must outlive the writer. log: where a line per checkpoint goes when it is written
 // (NULL: nowhere), with the time the training loop was blocked and the time the write took.
 // synchronous: every submit also waits for its write (to compare with the asynchronous writer).
@@ -96,6 +87,16 @@ int ckpt_writer_wait_copy(CkptWriter *w, double *blocked_ms, char *err, size_t e
 int ckpt_writer_finish(CkptWriter *w, double *blocked_ms, char *err, size_t errlen);
 // Finishes a pending write, ends the thread and frees the staging buffer; NULL is allowed.
 void free_ckpt_writer(CkptWriter *w);
+
+// ---- the other ranks' parts (checkpoint_parts.c) ----
+// ZeRO-1 (optim.h): every rank but 0 keeps a part of the EMA and optimizer state; at each checkpoint
+// rank 0's writer (whose optimizer is a part too) receives the others' parts into its staging buffer
+// inside ckpt_writer_submit, and each other rank calls ckpt_part_sender_send at the same step, so the
+// file is the one a one-rank run writes. m, ema and o must outlive the sender.
+typedef struct CkptPartSender CkptPartSender;
+CkptPartSender *ckpt_part_sender_start(const Model *m, const real *ema, const Optimizer *o);
+void ckpt_part_sender_send(CkptPartSender *s);
+void free_ckpt_part_sender(CkptPartSender *s);
 
 // Load one checkpoint into m, ema and o after checking every CRC and that it continues this run (as
 // `mode` says).

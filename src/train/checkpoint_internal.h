@@ -1,13 +1,15 @@
-// checkpoint_internal.h: private to checkpoint.c and checkpoint_async.c (the pieces of the
-// checkpoint module); nothing else may include it. What they share: the table of a checkpoint's
-// tensors and the writing of a staged table, so that the synchronous checkpoint_save and the
-// background writer produce the same file.
+// checkpoint_internal.h: private to the pieces of the checkpoint module (checkpoint.c,
+// checkpoint_verify.c, checkpoint_async.c, checkpoint_parts.c) and their test (tests/train/
+// test_checkpoint.c); nothing else may include it. What they share: the table of a checkpoint's
+// tensors, the writing of a staged table (so that the synchronous checkpoint_save and the
+// background writer produce the same file) and the checks a file passes before it is believed.
 #ifndef FRAMECHAIN_CHECKPOINT_INTERNAL_H
 #define FRAMECHAIN_CHECKPOINT_INTERNAL_H
 
 #include <stdint.h>
 
 #include "train/checkpoint.h"
+#include "formats/safetensors.h"
 
 typedef struct {
     char name[160];
@@ -34,6 +36,10 @@ typedef struct {
 // from o->lo), and the EMA and optimizer tensors say which bytes of theirs are held here.
 CkptTable ckpt_build_table(const Model *m, const real *ema, const Optimizer *o, int32_t *block_size);
 
+// The tensors a checkpoint of config c holds, as ckpt_build_table names them (types, shapes and sizes;
+// no host or device bytes), from the config alone.
+CkptTable ckpt_layout_of(const Config *c);
+
 // Points the host side of every backend tensor into `staging`, one after another; returns the bytes
 // that takes. staging NULL: only counts.
 size_t ckpt_stage(CkptTable *tab, uint8_t *staging);
@@ -52,5 +58,30 @@ void ckpt_receive_parts(CkptTable *tab, int from);
 // backend into `scratch` (ckpt_parts_bytes of it).
 void ckpt_send_parts(const Backend *be, const CkptTable *tab, uint8_t *scratch);
 size_t ckpt_parts_bytes(const CkptTable *tab);
+
+// ---- checkpoint_verify.c: each check returns 0 (CKPT_OK) or, with one line naming the file in err,
+// -1 or the status it gives
+
+// The CRC32 of a checkpoint's metadata, every entry but the crc32.* ones, in the order of their keys.
+unsigned long ckpt_metadata_crc(const StMeta *meta, int n);
+// The metadata as resume reads it (format, metadata CRC, format version, step, smoothed loss):
+// CKPT_CORRUPT for a damaged file, CKPT_REFUSED for another version of the format. step and smooth
+// may be NULL.
+CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, double *smooth, char *err,
+                               size_t errlen);
+// One tensor's bytes against the CRC32 the metadata records for it.
+int ckpt_check_tensor_crc(const StFile *f, const char *name, const void *data, size_t len, const char *path,
+                          char *err, size_t errlen);
+// One tensor's values usable: every F32 finite, the optimizer's magnitudes not negative.
+int ckpt_check_tensor_values(const char *name, const char *dtype, const void *data, size_t len,
+                             const char *path, char *err, size_t errlen);
+// Both checks above on every tensor of a file read whole.
+int ckpt_check_tensors(const StFile *f, const char *path, char *err, size_t errlen);
+// Every tensor of tab in f, of its type, size and shape, and nothing else in f (ema_only: the tensors
+// of tab other than the EMA's may be missing): CKPT_OK or CKPT_REFUSED.
+CkptStatus ckpt_check_layout(const StFile *f, const CkptTable *tab, int ema_only, const char *path, char *err,
+                             size_t errlen);
+// The config a checkpoint carries, parsed and validated into c.
+int ckpt_file_config(const StFile *f, const char *path, Config *c, char *err, size_t errlen);
 
 #endif
