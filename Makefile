@@ -223,7 +223,7 @@ endif
 
 # ---- tests: tests/<layer>/test_*.c, one program each, built by one rule ----
 # A test program is $(BUILD)/test_NAME from tests/*/test_NAME.c, linked with the library. The
-# gradient checks (test_grad) take the double-precision objects; test_cuda has two more sources.
+# gradient checks (test_grad) take the double-precision objects; test_cuda has the sources of TEST_CUDA_PARTS too.
 TEST_SRC   := $(wildcard tests/*/test_*.c)
 TEST_PROGS := $(patsubst %.c,$(BUILD)/%,$(notdir $(TEST_SRC)))
 TEST_CUDA_PARTS := tests/cuda/cuda_step_checks.c tests/cuda/cuda_optim_checks.c tests/cuda/cuda_conv_checks.c \

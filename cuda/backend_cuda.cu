@@ -1,6 +1,6 @@
 // backend_cuda.cu: the CUDA backend's core: device discovery, memory, the cuBLAS handles, scratch
-// buffers, and the assembly of the op table from the kernel files (one file per kernel family:
-// linear.cu, elementwise.cu, norm.cu, attention.cu, optim.cu). Every op is checked against
+// buffers, and the assembly of the op table from the kernel files (cuda/*.cu, one file per kernel
+// family). Every op is checked against
 // cpu_backend.c by tests/cuda/test_cuda.c. Until the table is complete (backend_missing_op) the
 // backend reports itself unavailable rather than run a partial table.
 #include <stdio.h>
@@ -127,8 +127,7 @@ static void cuda_download_wait(void) {
     cudaCheck(cudaStreamSynchronize(g_copy_stream));
 }
 
-extern "C" size_t cuda_memory_peak(void) { return g_peak; }
-extern "C" size_t cuda_memory_in_use(void) { return g_in_use; }
+static size_t cuda_memory_peak(void) { return g_peak; }
 
 // ----------------------------------------------------------------------------
 // shared resources of the kernel files

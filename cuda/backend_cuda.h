@@ -20,7 +20,7 @@ const Backend *backend_cuda_precision(int bf16, const char **why);
 void backend_cuda_set_device(int index);
 // NCCL for the ranks of a run (cuda/nccl.cu): 0 once every rank has joined (err then names the NCCL
 // version), or -1 with why (a build without NCCL); share(bytes, n) carries rank 0's bytes to every
-// rank (dist_broadcast). Every rank calls it, and then each of the two below, together.
+// rank (dist_broadcast). Every rank calls it, and then each of the four below, together.
 int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err, size_t errlen);
 // In place over the ranks: the sum of n floats of device memory.
 void backend_cuda_nccl_sum(float *dev, size_t n);
@@ -34,8 +34,8 @@ void backend_cuda_nccl_gather(float *dev, const size_t *start);
 // For tests: a smaller cap on the attention backward's dS scratch (bytes; 0 restores ATTN_DS_CAP,
 // src/backend/attn_scratch.h), to exercise its chunks.
 void backend_cuda_set_attn_ds_cap(size_t bytes);
-// Turn a route (cuda_common.cuh: dgelu_epilogue, attn_gemm, attn_short,
-// qk_norm_fused, ln_mod_fused, adam8_warp) on or off: 0, or -1 for an unknown name.
+// Turn a route (cuda_common.cuh's list: dgelu_epilogue, attn_gemm, attn_short, qk_norm_fused,
+// ln_mod_fused, adam8_warp, fp8_fwd, fp8_dgrad, fp8_wgrad) on or off: 0, or -1 for an unknown name.
 // FRAMECHAIN_CUDA_ROUTES=name=0|1[,...] sets them when the backend starts.
 int backend_cuda_set_route(const char *name, int on);
 // The routes as "name=0|1,...", for logs.

@@ -149,12 +149,6 @@ const __nv_bfloat16 *fc_bf16_heads(const float *src, long rows, long ld, int nhe
     return dst;
 }
 
-size_t fc_bf16_mirror_bytes(void) {
-    size_t sum = 0;
-    for (int i = 0; i < MAX_ARENAS; i++) sum += sizeof(__nv_bfloat16) * g_arena[i].n;
-    return sum;
-}
-
 // Operands from and to the host: converted there (round to nearest even), one transfer each way.
 static void cuda_operand_upload(Operand *dst, const real *src, size_t n) {
     __nv_bfloat16 *h = (__nv_bfloat16 *)fc_malloc(sizeof(__nv_bfloat16) * (n ? n : 1));

@@ -1,4 +1,5 @@
 // cli.c: the option parser the commands share (see cli.h).
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ void usage_error(const char *fmt, ...) {
 // ----------------------------------------------------------------------------
 // options
 
+int cli_is_option(const char *a) { return a[0] == '-' && (a[1] == '-' || isalpha((unsigned char)a[1])); }
+
 // The declared option a (without any "=value") names; a usage error when there is none.
 static Opt *find_opt(Opt *opts, const char *a, char *name, size_t size) {
     const char *eq = strchr(a, '=');
@@ -41,11 +44,61 @@ static Opt *find_opt(Opt *opts, const char *a, char *name, size_t size) {
     Opt *o = NULL;
     for (Opt *p = opts; p && p->name; p++)
         if (!strcmp(p->name, name)) o = p;
+    // main.c's options, which a command does not know: say where they go
+    if (!o && (!strcmp(name, "--threads") || !strcmp(name, "--device")))
+        usage_error("%s is framechain's option: give it before the command (framechain %s %s%s ...)", name, name,
+                    name[2] == 't' ? "N" : "D", g_command + strlen("framechain"));
     if (!o) usage_error("unknown option '%s'", name);
     return o;
 }
 
+const char *option_value(int argc, char **argv, int *i, const char *name) {
+    if (*i + 1 >= argc) usage_error("option %s needs a value", name);
+    const char *next = argv[*i + 1];
+    // a forgotten value would take the next option as a path ("--out --quiet"); negative numbers
+    // ("-3") are not options, and reach their range check
+    if (cli_is_option(next))
+        usage_error("option %s needs a value (the next argument, %s, %s; write %s=%s for such a value)", name, next,
+                    strcmp(next, "--") ? "is an option" : "ends the options", name, next);
+    return argv[++*i];
+}
+
+int parse_opt(int argc, char **argv, int i, Opt *opts) {
+    const char *a = argv[i];
+    char name[64];
+    Opt *o = find_opt(opts, a, name, sizeof name);
+    const char *eq = strchr(a, '='), *value = NULL;
+    if (o->takes_value) {
+        value = eq ? eq + 1 : option_value(argc, argv, &i, name);
+        if (!value[0]) usage_error("option %s needs a value (it was given an empty one)", name);
+        if (strlen(value) > CLI_MAX_ARG)
+            usage_error("option %s: a value of %zu characters ('%.40s...'): paths and values are limited to %d", name,
+                        strlen(value), value, CLI_MAX_ARG);
+    } else if (eq) {
+        usage_error("option %s takes no value", name);
+    }
+    if (o->count && !o->repeatable) usage_error("option %s given twice", name);
+    if (o->count >= CLI_MAX_VALUES) usage_error("option %s given more than %d times", name, CLI_MAX_VALUES);
+    o->values[o->count++] = value;
+    o->value = value ? value : "1";
+    return i;
+}
+
+// -h or --help among argv[i..] (up to "--"), but not as the value of an option (the option's error
+// then): help asked for is given whatever else is wrong on the line.
+static int help_asked(int argc, char **argv, int i, const Opt *opts) {
+    for (; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        if (a[0] != '-' || strchr(a, '=')) continue;
+        for (const Opt *p = opts; p && p->name; p++)
+            if (!strcmp(p->name, a) && p->takes_value) i++;
+    }
+    return 0;
+}
+
 int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional) {
+    if (help_asked(argc, argv, i, opts)) return 1;
     int options_end = 0;  // after "--" every argument is a path, even one that starts with '-'
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -53,7 +106,6 @@ int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional)
             options_end = 1;
             continue;
         }
-        if (!options_end && (!strcmp(a, "-h") || !strcmp(a, "--help"))) return 1;
         if (strlen(a) > CLI_MAX_ARG)
             usage_error("an argument of %zu characters ('%.40s...'): paths and values are limited to %d", strlen(a), a,
                         CLI_MAX_ARG);
@@ -63,24 +115,7 @@ int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional)
             *positional = a;
             continue;
         }
-        char name[64];
-        Opt *o = find_opt(opts, a, name, sizeof name);
-        const char *eq = strchr(a, '='), *value = NULL;
-        if (o->takes_value) {
-            if (eq) value = eq + 1;
-            else if (i + 1 < argc) value = argv[++i];
-            else usage_error("option %s needs a value", name);
-            if (!value[0]) usage_error("option %s needs a value (it was given an empty one)", name);
-            if (strlen(value) > CLI_MAX_ARG)
-                usage_error("option %s: a value of %zu characters ('%.40s...'): paths and values are limited to %d",
-                            name, strlen(value), value, CLI_MAX_ARG);
-        } else if (eq) {
-            usage_error("option %s takes no value", name);
-        }
-        if (o->count && !o->repeatable) usage_error("option %s given twice", name);
-        if (o->count >= CLI_MAX_VALUES) usage_error("option %s given more than %d times", name, CLI_MAX_VALUES);
-        o->values[o->count++] = value;
-        o->value = value ? value : "1";
+        i = parse_opt(argc, argv, i, opts);
     }
     return 0;
 }
@@ -104,7 +139,8 @@ long parse_whole(const char *flag, const char *text, long lo, long hi) {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end || errno || v < lo || v > hi)
+    // strtol skips leading blanks; trailing ones are refused (*end), so leading ones are too
+    if (isspace((unsigned char)text[0]) || end == text || *end || errno || v < lo || v > hi)
         usage_error("%s %s: expected a whole number from %ld to %ld", flag, text, lo, hi);
     return v;
 }
@@ -130,17 +166,24 @@ void print_config_keys(void) {
     config_write(&c, stdout);
 }
 
+void apply_sets(Config *c, Opt *opts) {
+    Opt *set = opt(opts, "--set");
+    char err[CONFIG_MAX_LINE + 512];
+    for (int i = 0; i < set->count; i++) {  // KEY=VALUE, in order: a key given again overrides (scripts build on a base)
+        const char *kv = set->values[i], *eq = strchr(kv, '=');
+        if (!eq || eq == kv) usage_error("--set %s: expected KEY=VALUE", kv);
+        // a key or value of the command line: a bad command line (a config file's stays a runtime error)
+        if (config_set_checked(c, kv, "--set", err, sizeof err)) usage_error("%s", err);
+    }
+}
+
 Config load_config(Opt *opts) {
     Config c;
     config_defaults(&c);
     const char *path = required(opts, "--config");
     config_load(&c, path);
+    apply_sets(&c, opts);
     Opt *set = opt(opts, "--set");
-    for (int i = 0; i < set->count; i++) {  // KEY=VALUE, in order: a key given again overrides (scripts build on a base)
-        const char *kv = set->values[i], *eq = strchr(kv, '=');
-        if (!eq || eq == kv) usage_error("--set %s: expected KEY=VALUE", kv);
-        config_set(&c, kv, "--set");
-    }
     char origin[4200];  // a value out of line may be the file's or a --set's
     snprintf(origin, sizeof origin, "%s%s", path, set->count ? " with its --set" : "");
     config_validate(&c, origin);

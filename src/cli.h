@@ -1,6 +1,7 @@
 // cli.h: the option parser every command shares. Each command declares its options in a table;
-// anything else on its command line is an error. A bad command line ends the program with status 2
-// and one line naming the command; a bad file or value (load_config) with status 1.
+// anything else on its command line is an error. A bad command line (a --set's key or value included)
+// ends the program with status 2 and one line naming the command; a bad config file (load_config)
+// with status 1.
 #ifndef FRAMECHAIN_CLI_H
 #define FRAMECHAIN_CLI_H
 
@@ -26,8 +27,18 @@ void cli_set_command(const char *cmd);
 // "<command>: <message> (see <command> --help)" on stderr, then exit with status 2.
 void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+// 1 when a looks like an option ("--", "--name", "-x"), which an option's value from the next argument
+// may not be; "-3" and "-" are values.
+int cli_is_option(const char *a);
+// The value of option `name` at argv[*i] from the next argument, *i moved onto it; a usage error when
+// there is none or it looks like an option (such a value goes as name=VALUE).
+const char *option_value(int argc, char **argv, int *i, const char *name);
+// Parse the one option at argv[i] (with its value: "--name=VALUE" or the next argument) into opts;
+// returns the index of the last argument taken.
+int parse_opt(int argc, char **argv, int i, Opt *opts);
 // Parse argv[i..] into opts (ended by a {NULL} entry); positional arguments go to *positional (at
-// most one allowed when positional != NULL). Returns 1 when --help was asked for.
+// most one allowed when positional != NULL). Returns 1 when --help was asked for (anywhere before "--",
+// even after a bad option).
 int parse_opts(int argc, char **argv, int i, Opt *opts, const char **positional);
 
 // The declared option name (dies when it is not declared: a mistake in the command's table).
@@ -42,6 +53,8 @@ double parse_number(const char *flag, const char *text, double lo, double hi);
 
 // Load --config and apply every --set, in order; dies with one clear line on any problem.
 Config load_config(Opt *opts);
+// Apply every --set KEY=VALUE of opts to c, in order; a bad one is a usage error (status 2).
+void apply_sets(Config *c, Opt *opts);
 // Every config key with its default, as a config file would hold it.
 void print_config_keys(void);
 

@@ -32,7 +32,8 @@ static const char *HELP_AUTOENCODE =
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
     "  --overwrite    replace an existing --out\n"
-    "SIGINT or SIGTERM, or an error, removes the partial --out; a signal exits with 128 + the signal.\n";
+    "SIGINT, SIGTERM or SIGHUP, or an error, removes the partial --out; a signal exits with 128 + the\n"
+    "signal.\n";
 
 // An error once the output is open: it goes first, then the one line.
 static void die_discarding(GenerateOutput *out, const char *err) {
@@ -57,6 +58,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
+    if (overwrite && !out_path) usage_error("--overwrite: it goes with --out VIDEO (autoencode writes no other file)");
     char err[4096];
     if (out_path && generate_check_output(out_path, input, overwrite, err, sizeof err)) fc_die("%s", err);
     Autoencoder *ae = autoencoder_load(vae, be, err, sizeof err);
@@ -97,7 +99,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     int stopped = fc_stop_signal();
     if (stopped) {
         if (out) generate_output_discard(out);
-        printf("autoencode: stopped by %s after %d of %d frames%s\n", stopped == SIGINT ? "SIGINT" : "SIGTERM", k, K,
+        printf("autoencode: stopped by %s after %d of %d frames%s\n", fc_signal_name(stopped), k, K,
                out ? "; the partial output removed" : "");
     } else {
         if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);

@@ -9,7 +9,8 @@
 
 static const char *HELP_EVAL =
     "usage: framechain eval --starter RUN --extrapolate RUN --interpolate RUN --data DIR [--clips K]\n"
-    "                       [--frames N] [--long M] [--noise-aug L1,L2,...] [--steps S] [--seed K] [--tsv FILE]\n"
+    "                       [--frames N] [--long M] [--noise-aug L1,L2,...] [--steps S] [--seed K]\n"
+    "                       [--tsv FILE [--overwrite]]\n"
     "                       [--given K] [--guidance W] [--temperature T] [--vae FILE]\n"
     "                       [--sharpness-guard TOL] [--colour-guard TOL] [--colour-ramp F]\n"
     "\n"
@@ -43,8 +44,8 @@ static const char *HELP_EVAL =
     "                     model's sample_temperature, 1 unless its config says otherwise)\n"
     "  --sharpness-guard TOL, --colour-guard TOL, --colour-ramp F  the drift guards, as for generate\n"
     "                     (the same defaults)\n"
-    "  --tsv FILE         also write every per-frame number to FILE (replaced if it exists; through a\n"
-    "                     temporary file beside it): one header, then\n"
+    "  --tsv FILE         also write every per-frame number to FILE (through a temporary file beside it;\n"
+    "                     an existing FILE is refused unless --overwrite is given): one header, then\n"
     "                     'quality' rows (clip means per frame), 'drift' rows and 'clip' rows (each clip's\n"
     "                     mean PSNR over the horizon above, chain and baseline; frame: the clip's number);\n"
     "                     nan where there is no number\n"
@@ -60,7 +61,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--starter", 1}, {"--extrapolate", 1}, {"--interpolate", 1}, {"--data", 1}, {"--clips", 1},
                   {"--frames", 1}, {"--long", 1}, {"--noise-aug", 1}, {"--steps", 1}, {"--seed", 1}, {"--tsv", 1},
                   {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {"--vae", 1}, {"--sharpness-guard", 1},
-                  {"--colour-guard", 1}, {"--colour-ramp", 1}, {NULL}};
+                  {"--colour-guard", 1}, {"--colour-ramp", 1}, {"--overwrite", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
     EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
                       .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
@@ -85,6 +86,9 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--seed")->count) eo.seed = 
             (uint64_t)parse_whole("--seed", opt(opts, "--seed")->value, 0, 9000000000000000L);
     if (opt(opts, "--given")->count) eo.given = (int)parse_positive("--given", opt(opts, "--given")->value, 1000000);
+    if (eo.frames && eo.given >= eo.frames)
+        usage_error("--frames %d: not more than --given %d: the chain would make no frame to score", eo.frames,
+                    eo.given);
     if (opt(opts, "--guidance")->count)
         eo.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
     if (opt(opts, "--temperature")->count)
@@ -96,6 +100,8 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--colour-ramp")->count)
         eo.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
+    eo.overwrite = opt(opts, "--overwrite")->count > 0;
+    if (eo.overwrite && !eo.tsv) usage_error("--overwrite: it goes with --tsv FILE (eval writes no other file)");
     if (opt(opts, "--vae")->count) eo.vae = opt(opts, "--vae")->value;
     return eval_run(&eo, be);
 }

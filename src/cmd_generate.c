@@ -13,6 +13,7 @@
 #include "chain/drift_guard.h"
 #include "chain/generate.h"
 #include "model/autoencoder.h"
+#include "video/video.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -20,7 +21,8 @@ static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
     "                           --frames N --out PATH [--steps S] [--seed K] [--noise-aug L]\n"
     "                           [--given K] [--guidance W] [--temperature T] [--sharpness-guard TOL]\n"
-    "                           [--colour-guard TOL] [--colour-ramp F] [--overwrite] [--vae FILE]\n"
+    "                           [--colour-guard TOL] [--colour-ramp F] [--fps F] [--quiet] [--overwrite]\n"
+    "                           [--vae FILE]\n"
     "\n"
     "From one first frame, the starter makes the first window, the extrapolate model jumps ahead in\n"
     "keyframes at a stride of 4 and the interpolate model fills the gaps, until N frames exist.\n"
@@ -32,7 +34,8 @@ static const char *HELP_GENERATE =
     "                     name: a new folder of numbered PNGs; written as the frames are made, under a\n"
     "                     temporary name in the same folder, renamed into place when whole; checked\n"
     "                     before sampling: its folder must exist, and PATH must not (see --overwrite);\n"
-    "                     SIGINT or SIGTERM removes what was written and exits with 128 + the signal\n"
+    "                     SIGINT, SIGTERM or SIGHUP removes what was written and exits with 128 + the\n"
+    "                     signal\n"
     "  --overwrite        replace an existing PATH: a file by a video, or a folder of frame PNGs by a new\n"
     "                     one (never the --first-frame file, nor a folder holding it)\n"
     "  --frames N         exactly N frames (at least 7)\n"
@@ -127,6 +130,8 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
                            .given = opt(opts, "--given")->count
                                         ? (int)parse_positive("--given", opt(opts, "--given")->value, 1000000)
                                         : 1};
+    if (g->given >= g->frames)  // the output would hold the given frames alone
+        usage_error("--frames %d: not more than --given %d: there is nothing to generate", g->frames, g->given);
     return 0;
 }
 
@@ -139,7 +144,7 @@ typedef struct {
 } Emit;
 
 // chain_sample_stream hands the frames over in order, each as soon as it is final: straight to the output.
-// SIGINT or SIGTERM while the chain is sampled: the frame being handed out is the last; the partial
+// SIGINT, SIGTERM or SIGHUP while the chain is sampled: the frame being handed out is the last; the partial
 // output is removed and generate exits with 128 + the signal. A second signal ends it at once (the
 // next generate into the same folder removes what that leaves).
 
@@ -147,7 +152,7 @@ static int emit_frame(void *ctx, int f, const real *frame, char *err, size_t err
     Emit *e = ctx;
     if (fc_stop_signal())
         return fc_errf(err, errlen, "stopped by %s at frame %d: the partial output is removed, nothing written",
-                       fc_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", f);
+                       fc_signal_name(fc_stop_signal()), f);
     if (!e->ae) return generate_output_add(e->out, frame, err, errlen);
     if (autoencoder_decode(e->ae, frame, 1, e->n, e->n, e->pixels, err, errlen)) return -1;
     return generate_output_add(e->out, e->pixels, err, errlen);

@@ -52,16 +52,20 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     char *rest[CLI_MAX_VALUES * 2 + 8];
     int nruns = 0, nrest = 0;
     if (argc > (int)(sizeof rest / sizeof rest[0])) usage_error("too many arguments (%d)", argc);
+    int options_end = 0;  // after "--" every argument is a run, even one that starts with '-'
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (i >= 2 && (a[0] != '-' || !a[1])) {
+        if (i >= 2 && (options_end || a[0] != '-' || !a[1])) {
             if (nruns == CLI_MAX_VALUES) usage_error("more than %d runs", CLI_MAX_VALUES);
             if (strlen(a) > CLI_MAX_ARG) usage_error("a path of %zu characters: at most %d", strlen(a), CLI_MAX_ARG);
             runs[nruns++] = a;
             continue;
         }
-        rest[nrest++] = argv[i];
-        if (i >= 2 && takes_value(opts, a) && i + 1 < argc) rest[nrest++] = argv[++i];
+        rest[nrest++] = argv[i];  // "--" too: parse_opts then refuses it as an option's value, as every command does
+        if (i >= 2 && !strcmp(a, "--")) options_end = 1;
+        // an option's value is the next argument unless that is an option (parse_opts says what is wrong)
+        else if (i >= 2 && takes_value(opts, a) && i + 1 < argc && !cli_is_option(argv[i + 1]))
+            rest[nrest++] = argv[++i];
     }
     if (parse_opts(nrest, rest, 2, opts, NULL)) return fputs(HELP_PLOT, stdout), 0;
 

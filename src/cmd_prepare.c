@@ -4,6 +4,7 @@
 #include "model/autoencoder.h"
 
 #include "dataset/prepare.h"
+#include "dataset/synthetic.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -47,6 +48,10 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     PrepareOptions o = {0};
     required(opts, "--input");
     o.inputs = opt(opts, "--input")->values, o.n_inputs = opt(opts, "--input")->count;
+    char err[4096];
+    for (int i = 0; i < o.n_inputs; i++)  // a mistyped spec is the command line's, not a damaged input
+        if (synthetic_is_spec(o.inputs[i]) && synthetic_check_spec(o.inputs[i], err, sizeof err))
+            usage_error("--input %s", err);
     o.out = required(opts, "--out");
     o.size = (int)parse_positive("--size", required(opts, "--size"), 4096);
     o.clip_frames = (int)parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
@@ -56,7 +61,6 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     o.max_shard_bytes = (size_t)256 << 20;
     if (opt(opts, "--shard-mb")->count)
         o.max_shard_bytes = (size_t)parse_positive("--shard-mb", opt(opts, "--shard-mb")->value, 1 << 20) << 20;
-    char err[4096];
     if (opt(opts, "--vae")->count) {
         o.vae = opt(opts, "--vae")->value;
         if (!(o.ae = autoencoder_load(o.vae, be, err, sizeof err))) fc_die("%s", err);

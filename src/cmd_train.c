@@ -40,7 +40,8 @@ static const char *HELP_TRAIN =
     "                its SHA-256), which decodes the previews (sample_every); it stays on the device for\n"
     "                the run, and the memory plan counts it\n"
     "\n"
-    "SIGINT or SIGTERM writes a checkpoint and exits with 128 + the signal number.\n"
+    "SIGINT, SIGTERM or SIGHUP (the terminal closed) writes a checkpoint and exits with 128 + the\n"
+    "signal number.\n"
     "'mpirun -np N framechain train ...' trains the same run on N ranks (a build with MPI: framechain\n"
     "--version says): each takes batch_size / N windows of every step's batch, the same windows whatever\n"
     "N is, and a GPU of its machine; rank 0 writes the run folder, whose checkpoints resume on any N.\n"
@@ -56,8 +57,7 @@ static const char *HELP_TRAIN =
 static Config fork_config(Opt *opts, const Config *parent) {
     if (opt(opts, "--config")->count) return load_config(opts);
     Config c = *parent;
-    Opt *set = opt(opts, "--set");
-    for (int i = 0; i < set->count; i++) config_set(&c, set->values[i], "--set");
+    apply_sets(&c, opts);
     config_validate(&c, "--set");
     return c;
 }

@@ -32,7 +32,7 @@ static const char *USAGE =
     "  --device D    cpu, cuda (bf16 GEMMs, fp32 master weights), cuda-fp32 (fp32 throughout) or auto\n"
     "                (default auto: cuda where a GPU is found)\n"
     "  --version     version and the backends this build has\n"
-    "  -h, --help    this text; 'framechain <command> --help' for a command\n";
+    "  -h, --help    this text; 'framechain <command> --help' (or 'framechain help <command>') for a command\n";
 
 // ----------------------------------------------------------------------------
 // the command table
@@ -53,33 +53,50 @@ static CommandFn find_command(const char *name) {
 
 // ----------------------------------------------------------------------------
 
+// A command's help, as `framechain CMD --help` gives it (for `framechain --help CMD`, `framechain help CMD`).
+static int command_help(int argc, char **argv, int i) {
+    if (i >= argc) return fputs(USAGE, stdout), 0;
+    if (i + 1 < argc) usage_error("unexpected argument '%s' after %s %s", argv[i + 1], argv[i - 1], argv[i]);
+    CommandFn run = find_command(argv[i]);
+    if (!run) usage_error("unknown command '%s'", argv[i]);
+    cli_set_command(argv[i]);
+    char *help_argv[] = {argv[0], argv[i], "--help", NULL};
+    return run(3, help_argv, backend_cpu());
+}
+
+// --threads N, or all cores.
+static int thread_count(const Opt *threads) {
+    return threads->count ? (int)parse_positive("--threads", threads->value, 1024) : fc_default_threads();
+}
+
 int main(int argc, char **argv) {
-    int threads = 0;
-    const char *device = "auto";
+    fc_process_start();  // descriptors 0-2 open, SIGXFSZ a write error: before anything is opened
+    // parsed as a command's options are: --threads=N too, a repeat refused, a value that is an option refused
+    Opt globals[] = {{"--threads", 1}, {"--device", 1}, {NULL}};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(USAGE, stdout), 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return command_help(argc, argv, i + 1);
         if (!strcmp(a, "--version")) {
-            fc_set_threads(threads ? threads : fc_default_threads());
+            fc_set_threads(thread_count(&globals[0]));
             printf("framechain %s\n", FC_VERSION);
             backend_print_versions(stdout);
             printf("ranks:\n  %s\n", dist_build_info());
-            return 0;
+            return fc_finish_stdout(0);
         }
-        if (!strcmp(a, "--threads") || !strcmp(a, "--device")) {
-            if (i + 1 >= argc) usage_error("option %s needs a value", a);
-            if (a[2] == 't') threads = (int)parse_positive("--threads", argv[++i], 1024);
-            else device = argv[++i];
-            continue;
-        }
-        usage_error("unknown option '%s'", a);
+        i = parse_opt(argc, argv, i, globals);
     }
+    int threads = thread_count(&globals[0]);
+    const char *device = globals[1].count ? globals[1].value : "auto";
     // A --device it does not know: a bad command line, whatever follows (--device is framechain's option).
     if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
     if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot, score or autoencode");
-    fc_set_threads(threads ? threads : fc_default_threads());
+    if (!strcmp(argv[i], "help")) return command_help(argc, argv, i + 1);
     const char *cmd = argv[i];
+    // A command that does not exist is a bad command line: said before any device is opened.
+    CommandFn run = find_command(cmd);
+    if (!run) usage_error("unknown command '%s'", cmd);
+    fc_set_threads(threads);
     cli_set_command(cmd);
     // Training started by mpirun (or srun) is one rank of several (dist.h); each rank takes a GPU of
     // its machine by its local rank.
@@ -89,13 +106,9 @@ int main(int argc, char **argv) {
     }
     // A device that cannot be had ends here, before any work; a command's --help needs none.
     int help = 0;
-    for (int j = i + 1; j < argc; j++) help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
+    for (int j = i + 1; j < argc && strcmp(argv[j], "--"); j++)  // after "--", a path
+        help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
     const Backend *be = help ? backend_cpu() : backend_select(device);
-    CommandFn run = find_command(cmd);
-    if (!run) {
-        cli_set_command(NULL);
-        usage_error("unknown command '%s'", cmd);
-    }
     // The command sees its own name as argv[1].
-    return run(argc - (i - 1), argv + (i - 1), be);
+    return fc_finish_stdout(run(argc - (i - 1), argv + (i - 1), be));
 }

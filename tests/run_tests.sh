@@ -46,6 +46,7 @@ run_suite() {
 run_suite layers "$PYTHON" tools/include_graph.py --check
 run_suite base "$BUILD/test_base"
 run_suite exp_poly "$BUILD/test_exp_poly"
+run_suite op_table "$BUILD/test_op_table"
 run_suite model "$BUILD/test_model"
 run_suite references "$BUILD/test_references"
 run_suite checkpoint "$BUILD/test_checkpoint"
@@ -136,6 +137,7 @@ fi
 fi
 
 run_suite cli tests/cli/test_cli.sh "$FC"
+run_suite process tests/cli/test_process.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/train/test_train.sh "$FC"
 run_suite powerloss tests/train/test_powerloss.sh "$FC" "$BUILD"
 run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"

@@ -1,10 +1,11 @@
-// common.c: error reporting, checked allocation, thread count.
+// common.c: error reporting, checked allocation, thread count, stop signals, the process start.
 #include "base/common.h"
 
 #include <stdarg.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -99,6 +100,11 @@ void fc_set_threads(int n) {
     // build sets OpenMP's thread count too.
     openblas_set_num_threads(1);
 #ifdef _OPENMP
+    // A team of fewer threads than asked for (OMP_THREAD_LIMIT, or OMP_DYNAMIC under load) is not an
+    // active parallel region, and OpenBLAS called from its one thread splits its GEMM over threads
+    // the team never gets: the step waits for good. Teams are the size asked for, at most the limit.
+    omp_set_dynamic(0);
+    if (n > omp_get_thread_limit()) n = g_threads = omp_get_thread_limit();
     omp_set_num_threads(n);
 #endif
 }
@@ -166,6 +172,10 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
 }
 
 static volatile sig_atomic_t g_stop_signal = 0;
+static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_STOP_SIGNALS (int)(sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0])
+static struct sigaction g_stop_before[N_STOP_SIGNALS];
+static int g_stop_caught[N_STOP_SIGNALS];
 
 static void on_stop_signal(int sig) {
     g_stop_signal = sig;
@@ -173,13 +183,42 @@ static void on_stop_signal(int sig) {
 }
 
 void fc_catch_stop_signals(void) {
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    for (int i = 0; i < N_STOP_SIGNALS; i++) {
+        if (g_stop_caught[i] || sigaction(STOP_SIGNALS[i], NULL, &g_stop_before[i])) continue;
+        // SIGHUP ignored is nohup's: the run goes on after the terminal closes. (SIGINT ignored is
+        // every background job of a script's, whose kill -INT is still meant to stop it.)
+        if (STOP_SIGNALS[i] == SIGHUP && g_stop_before[i].sa_handler == SIG_IGN) continue;
+        struct sigaction sa = {0};
+        sa.sa_handler = on_stop_signal;
+        sa.sa_flags = SA_RESTART;  // reads and writes go on; the work stops at its next check
+        sigemptyset(&sa.sa_mask);
+        g_stop_caught[i] = sigaction(STOP_SIGNALS[i], &sa, NULL) == 0;
+    }
 }
 
 void fc_release_stop_signals(void) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    for (int i = 0; i < N_STOP_SIGNALS; i++)
+        if (g_stop_caught[i]) sigaction(STOP_SIGNALS[i], &g_stop_before[i], NULL), g_stop_caught[i] = 0;
 }
 
 int fc_stop_signal(void) { return g_stop_signal; }
+
+const char *fc_signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+void fc_process_start(void) {
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int got = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+            if (got != fd) _exit(1);  // the lowest free number is fd: anything else cannot be said anywhere
+        }
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+int fc_finish_stdout(int rc) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    int e = errno;
+    fprintf(stderr, "framechain: write error on standard output: %s\n", e ? strerror(e) : "output cut short");
+    return rc ? rc : 1;
+}

@@ -65,11 +65,25 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 // bad on purpose.
 long fc_test_hook(const char *name);
 
-// SIGINT and SIGTERM, caught while a long command runs (train, generate, autoencode): the work
-// stops at its next safe point, fc_stop_signal() saying which came (0: none); a second one ends the
-// program at once (the default action again). fc_release_stop_signals restores the default.
+// SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session), caught while a long command runs
+// (train, generate, autoencode, prepare): the work stops at its next safe point, fc_stop_signal()
+// saying which came (0: none); a second one ends the program at once (the default action again).
+// SIGHUP, where the process was started with it ignored (nohup), stays ignored.
+// fc_release_stop_signals restores what was there before.
 void fc_catch_stop_signals(void);
 void fc_release_stop_signals(void);
 int fc_stop_signal(void);
+// "SIGINT", "SIGTERM" or "SIGHUP" (another number: "a signal").
+const char *fc_signal_name(int sig);
+
+// What every command needs of its process before anything else: file descriptors 0, 1 and 2 open
+// (on /dev/null where a caller closed them: else the first file opened takes the number, and the
+// progress lines written to it land inside an output video or a checkpoint), and SIGXFSZ ignored (a
+// file size limit then fails the write that meets it, which the writers report and clean up after,
+// instead of killing the process with its temporaries left).
+void fc_process_start(void);
+// The exit status rc, or 1 with a line on stderr when what was written to stdout did not all reach
+// it (a full disk under a redirection): called as the program ends.
+int fc_finish_stdout(int rc);
 
 #endif

@@ -183,6 +183,38 @@ static const KeyDef *find_key_n(const char *name, size_t len) {
 
 static const KeyDef *find_key(const char *name) { return find_key_n(name, strlen(name)); }
 
+// "did you mean 'KEY'?; " for the key nearest to an unknown name (edit distance, a swap of two
+// neighbours counted as one) when it is at most 2 away, else "": a typo's fix said at once.
+static const char *key_hint(const char *name, size_t len, char *buf, size_t buflen) {
+    enum { MAXLEN = 40 };  // past the longest key by more than 2: no key is near
+    buf[0] = 0;
+    if (len > MAXLEN) return buf;
+    int best = 3;
+    for (int k = 0; k < NKEYS; k++) {
+        const char *key = KEYS[k].name;
+        size_t kl = strlen(key);
+        if (kl > MAXLEN) continue;
+        int d[MAXLEN + 1][MAXLEN + 1];
+        for (size_t i = 0; i <= len; i++) d[i][0] = (int)i;
+        for (size_t j = 0; j <= kl; j++) d[0][j] = (int)j;
+        for (size_t i = 1; i <= len; i++)
+            for (size_t j = 1; j <= kl; j++) {
+                int v = d[i - 1][j - 1] + (name[i - 1] != key[j - 1]);
+                if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+                if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+                if (i > 1 && j > 1 && name[i - 1] == key[j - 2] && name[i - 2] == key[j - 1] && d[i - 2][j - 2] + 1 < v)
+                    v = d[i - 2][j - 2] + 1;
+                d[i][j] = v;
+            }
+        // not a name that shares nothing with the key ("ab" for "lr")
+        if (d[len][kl] < best && (size_t)d[len][kl] < len) {
+            best = d[len][kl];
+            snprintf(buf, buflen, "did you mean '%s'?; ", key);
+        }
+    }
+    return buf;
+}
+
 // The largest |slot offset|: beyond it a float cannot hold the offset (and no window spans more).
 #define MAX_SLOT_OFFSET 1e6
 
@@ -221,6 +253,9 @@ static int parse_plan(Config *c, const char *text, char *why, size_t whylen) {
     return 0;
 }
 
+// Set while config_parse_text_lenient runs on this thread: the keys' ranges go unchecked.
+static _Thread_local int g_ranges_unchecked;
+
 // Set one key from text; returns 0, or -1 with the reason in `why`.
 static int set_key(Config *c, const KeyDef *k, const char *value, char *why, size_t whylen) {
     char *end;
@@ -256,7 +291,8 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         // an underflow gives 0 or a subnormal, which is the value meant (and what config_write gives back)
         if (errno == ERANGE && fabs(v) < 1) errno = 0;
         if (end == value || *end || errno || !isfinite(v)) return fc_errf(why, whylen, "not a number");
-        if (v < k->min || v > k->max) return fc_errf(why, whylen, "%.10g is out of range [%.10g, %.10g]", v, k->min, k->max);
+        if (!g_ranges_unchecked && (v < k->min || v > k->max))
+            return fc_errf(why, whylen, "%.10g is out of range [%.10g, %.10g]", v, k->min, k->max);
         *(double *)((char *)c + k->offset) = v;
         return 0;
     }
@@ -268,7 +304,7 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
     if (end == value || *end || errno) return fc_errf(why, whylen, k->type == KEY_INT_AUTO ? "not an integer or auto"
                                                                                        : "not an integer");
     // compared as integers: a 64-bit value next to the bound rounds to it as a double
-    if (v < (long long)k->min || v > (long long)k->max)
+    if (!g_ranges_unchecked && (v < (long long)k->min || v > (long long)k->max))
         return fc_errf(why, whylen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
     if (k->type == KEY_INT || k->type == KEY_INT_AUTO)
         *(int *)((char *)c + k->offset) = (int)v;
@@ -315,9 +351,10 @@ static int parse_text(Config *c, const char *text, size_t len, const char *origi
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
         const KeyDef *k = find_key(key);
+        char hint[64];
         if (!k)
-            return fc_errf(err, errlen, "%s:%ld: unknown key '%s' (framechain train --help lists the keys)", origin,
-                        lineno, key);
+            return fc_errf(err, errlen, "%s:%ld: unknown key '%s' (%sframechain train --help lists the keys)", origin,
+                           lineno, key, key_hint(key, strlen(key), hint, sizeof hint));
         if (!*value) return fc_errf(err, errlen, "%s:%ld: %s has no value", origin, lineno, key);
         if (first[k - KEYS])
             return fc_errf(err, errlen, "%s:%ld: %s is set a second time (first on line %ld); which one was meant?",
@@ -335,6 +372,13 @@ int config_parse_text(Config *c, const char *text, size_t len, const char *origi
     return parse_text(c, text, len, origin, NULL, err, errlen);
 }
 
+int config_parse_text_lenient(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
+    g_ranges_unchecked = 1;
+    int rc = parse_text(c, text, len, origin, NULL, err, errlen);
+    g_ranges_unchecked = 0;
+    return rc;
+}
+
 int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen) {
     const char *eq = strchr(keyvalue, '=');
     if (!eq) return fc_errf(err, errlen, "%s %s: expected key=value", origin, keyvalue);
@@ -342,7 +386,10 @@ int config_set_checked(Config *c, const char *keyvalue, const char *origin, char
     while (key < kend && isspace((unsigned char)*key)) key++;
     while (kend > key && isspace((unsigned char)kend[-1])) kend--;
     const KeyDef *k = find_key_n(key, (size_t)(kend - key));
-    if (!k) return fc_errf(err, errlen, "%s %s: unknown key '%.*s'", origin, keyvalue, (int)(kend - key), key);
+    char hint[64];
+    if (!k)
+        return fc_errf(err, errlen, "%s %s: unknown key '%.*s' (%sframechain train --help lists the keys)", origin,
+                       keyvalue, (int)(kend - key), key, key_hint(key, (size_t)(kend - key), hint, sizeof hint));
     char *value = malloc(strlen(eq + 1) + 1), why[256];  // trimmed, as in a file
     if (!value) return fc_errf(err, errlen, "%s %s: out of host memory", origin, keyvalue);
     strcpy(value, eq + 1);

@@ -105,6 +105,10 @@ void config_load(Config *c, const char *path);
 // Parse `len` bytes of config text (no final newline needed) into c, over what is there. Returns 0,
 // or -1 with "origin:line: ..." in err; c is then unchanged. A NUL byte in a line is an error.
 int config_parse_text(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
+// config_parse_text without the keys' ranges: whether text is a config at all (every line a known
+// key with a value of its type), whatever ranges the framechain that wrote it had. Never use what
+// it parses into a Config: it may break the checks everything else relies on.
+int config_parse_text_lenient(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
 // config_set, returning 0, or -1 with its message in err (c is then unchanged): one key's value
 // checked by itself; the keys against each other are config_validate_checked's.
 int config_set_checked(Config *c, const char *keyvalue, const char *origin, char *err, size_t errlen);

@@ -24,6 +24,26 @@ int fc_fsync_dir(const char *dir) {
     return rc;
 }
 
+int fc_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd), e = errno;
+    if (close(fd) && rc == 0) return -1;
+    errno = e;
+    return rc;
+}
+
+int fc_commit_file(FILE *f, const char *tmp, const char *path) {
+    int failed = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, e = errno;
+    if (fclose(f) && !failed) failed = 1, e = errno;
+    if (!failed && rename(tmp, path)) failed = 1, e = errno;
+    if (!failed) return 0;
+    unlink(tmp);
+    if (!e) e = EIO;  // ferror without an errno of its own
+    errno = e;
+    return -1;
+}
+
 int fc_fsync_parent(const char *dir) {
     char parent[4200];
     snprintf(parent, sizeof parent, "%s/..", dir);

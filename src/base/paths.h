@@ -11,6 +11,12 @@ int fc_fsync_dir(const char *dir);
 // fsync the folder that holds the folder `dir` (its name there); a parent this process may not read
 // is left as it is (0). 0, or -1 with errno.
 int fc_fsync_parent(const char *dir);
+// fsync a file (or a folder) by its path. 0, or -1 with errno.
+int fc_fsync_path(const char *path);
+// The end of a crash-safe write (the temporary tmp beside path, then its name): f, open on tmp with
+// everything written, flushed, synced and closed, then tmp renamed onto path. A write error that f
+// recorded (ferror) fails it too. On any failure tmp is removed. 0, or -1 with errno.
+int fc_commit_file(FILE *f, const char *tmp, const char *path);
 
 // mkdir -p: create the folder and any missing parents (each new one fsynced in its parent). 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.

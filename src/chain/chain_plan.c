@@ -109,8 +109,8 @@ int chain_build_given(ChainPlan *p, const Config *st, const Config *ex, const Co
         if (t.tgt[i] != i + 1) return fc_errf(err, errlen, "the interpolate plan: its targets must be at 1 .. %d", stride - 1);
     if (N < n0 + 1) return fc_errf(err, errlen, "%d frames: the chain makes at least %d (the starter's window)", N, n0 + 1);
     if (given != 1 && given != n0 + 1)
-        return fc_errf(err, errlen, "%d given frames: the chain starts from 1 (the first frame) or %d (the starter's "
-                       "window)", given, n0 + 1);
+        return fc_errf(err, errlen, "--given %d: the chain starts from 1 (the first frame) or %d (the starter's "
+                       "window, for these models)", given, n0 + 1);
 
     // Keyframes at n0 + j * stride; each extrapolate window makes e.n_tgt of them.
     int advance = e.tgt[e.n_tgt - 1];

@@ -13,6 +13,7 @@
 #include "chain/metrics.h"
 #include "chain/sampler.h"
 #include "chain/eval.h"
+#include "video/video.h"
 #include "base/paths.h"
 
 // ----------------------------------------------------------------------------
@@ -24,11 +25,15 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
     for (;;) {
         char *end;
         errno = 0;
-        double v = strtod(p, &end);
-        if (end == p || (*end && *end != ',') || errno || !(v >= 0 && v <= max))
+        // decimal only, as every other number of the command line: strtod alone takes hex and blanks
+        size_t len = strcspn(p, ","), digits = strspn(p, "0123456789.eE+-");
+        double v = digits == len ? strtod(p, &end) : 0;
+        if (digits != len || end == p || (*end && *end != ',') || errno || !(v >= 0 && v <= max))
             return fc_errf(err, errlen, "--noise-aug %s: expected levels from 0 to %g separated by commas", text,
                            max);
         if (n == cap) return fc_errf(err, errlen, "--noise-aug %s: at most %d levels", text, cap);
+        for (int k = 0; k < n; k++)
+            if (levels[k] == v) return fc_errf(err, errlen, "--noise-aug %s: level %g given twice", text, v);
         levels[n++] = v;
         if (!*end) return n;
         p = end + 1;
@@ -276,7 +281,6 @@ static int eval_check(Eval *ev) {
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
-    if (o->tsv && fc_check_output_file("--tsv", o->tsv, 1, err, errlen)) return -1;  // an existing file is replaced
     return 0;
 }
 
@@ -506,14 +510,9 @@ static int finish_tsv(Eval *ev, int rc) {
     const EvalOptions *o = ev->o;
     if (!o->tsv || rc) return rc;
     FILE *f = fopen(ev->tsv_tmp, "w");
-    int bad = !f || write_tsv(f, &ev->r, o->levels, ev->scored);
-    if (f) {
-        bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-        bad |= fclose(f) != 0;
-    }
-    if (bad || rename(ev->tsv_tmp, o->tsv)) {
+    if (f) write_tsv(f, &ev->r, o->levels, ev->scored);  // its write errors stay in ferror(f)
+    if (!f || fc_commit_file(f, ev->tsv_tmp, o->tsv)) {
         fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
-        unlink(ev->tsv_tmp);
         return 1;
     }
     printf("\neval: wrote %s\n", o->tsv);
@@ -537,7 +536,9 @@ int eval_run(const EvalOptions *o, const Backend *be) {
     Eval *ev = fc_calloc(1, sizeof *ev);
     ev->o = o, ev->be = be;
     int rc = 0;
-    if (eval_open(ev) || eval_check(ev)) {
+    // the output first: a path refused after the models and the data had loaded would cost their time
+    if ((o->tsv && fc_check_output_file("--tsv", o->tsv, o->overwrite, ev->err, sizeof ev->err)) || eval_open(ev) ||
+        eval_check(ev)) {
         fprintf(stderr, "framechain: %s\n", ev->err);
         rc = 1;
     } else {

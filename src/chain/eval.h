@@ -39,6 +39,7 @@ typedef struct {
     uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
                            // clip 0 with seed itself
     const char *tsv;       // every per-frame number, or NULL
+    int overwrite;         // an existing tsv file is replaced (else refused before any work)
     const char *vae;       // models trained on latents: the autoencoder they were trained with (the chain
                            // runs on latents, every frame decoded and scored in pixels); NULL for frames
 } EvalOptions;

@@ -279,17 +279,6 @@ int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t 
     return 0;
 }
 
-// fsync on a path (a file, or a folder's entries). 0, or -1 with errno.
-static int sync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    if (close(fd) && rc == 0) return -1;
-    errno = e;
-    return rc;
-}
-
 // rename without replacing what may have appeared at `to` since the checks. 0, or -1 with errno.
 static int rename_new(const char *from, const char *to) {
 #ifdef RENAME_NOREPLACE
@@ -332,15 +321,18 @@ static int place_folder(GenerateOutput *g) {
 
 int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
     int rc = 0;
+    struct stat old;
+    // a file or folder replaced keeps its permissions (a user's chmod 600 is not widened to the umask's)
+    if (g->overwrite && !stat(g->out, &old)) chmod(g->tmp, old.st_mode & 07777);
     if (g->video) {
         rc = video_writer_close(g->vw, err, errlen) ? name_user_path(g, err, errlen) : 0;
         g->vw = NULL;
-        if (rc == 0 && sync_path(g->tmp))
+        if (rc == 0 && fc_fsync_path(g->tmp))
             rc = fc_errf(err, errlen, "%s: cannot flush it to disk: %s", g->out, strerror(errno));
         if (rc == 0 && (g->overwrite ? rename(g->tmp, g->out) : rename_new(g->tmp, g->out)))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
     } else {
-        if (sync_path(g->tmp))
+        if (fc_fsync_path(g->tmp))
             rc = fc_errf(err, errlen, "%s: cannot flush the folder to disk: %s", g->out, strerror(errno));
         if (rc == 0 && place_folder(g))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
@@ -351,7 +343,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
     }
     char dir[PATH_LEN];
     fc_folder_of(dir, PATH_LEN, g->out);
-    sync_path(dir);  // the rename itself to disk; not every file system syncs a folder
+    fc_fsync_path(dir);  // the rename itself to disk; not every file system syncs a folder
     free(g->rgb), free(g);
     return 0;
 }

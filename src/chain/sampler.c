@@ -304,7 +304,7 @@ void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions
 void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len) {
     int s[3];
     for (int r = 0; r < 3; r++) s[r] = steps ? steps : cm->m[r]->cfg.sample_steps;
-    if (s[0] == s[1] && s[1] == s[2]) snprintf(buf, len, "%d Euler steps", s[0]);
+    if (s[0] == s[1] && s[1] == s[2]) snprintf(buf, len, "%d Euler step%s", s[0], s[0] == 1 ? "" : "s");
     else snprintf(buf, len, "Euler steps %d / %d / %d (starter / extrapolate / interpolate)", s[0], s[1], s[2]);
 }
 

@@ -13,7 +13,6 @@
 #include "model/autoencoder.h"
 #include "model/model.h"
 #include "chain/chain_plan.h"
-#include "video/video.h"  // frame_from_rgb, frame_to_rgb
 
 // ----------------------------------------------------------------------------
 // the three models

@@ -284,6 +284,11 @@ static void cutter_emit(Cutter *c, const uint8_t *frame) {
 // An output time midway between the two (within RESAMPLE_EPS_S) takes the previous one (sample and
 // hold): left to the last bit of two doubles, 15 -> 30 fps would repeat frames 1, 2 or 3 times.
 static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
+    if (fc_stop_signal() && !c->failed) {  // the failure's path: the shards so far go, nothing is left
+        snprintf(c->err, sizeof c->err, "stopped by %s", fc_signal_name(fc_stop_signal()));
+        c->failed = 1;
+    }
+    if (c->failed) return;
     if (c->o->fps <= 0) {
         cutter_emit(c, frame);
         return;
@@ -363,7 +368,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
         if (!syn) return -1;
         *src_fps = c->fps = o->fps > 0 ? o->fps : 25.0;
-        for (; frames < synthetic_frames(syn); frames++) {
+        for (; frames < synthetic_frames(syn) && !c->failed; frames++) {
             synthetic_frame(syn, (int)frames, frame);
             cutter_frame(c, frame, frames / c->fps);
         }
@@ -376,7 +381,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
         c->fps = *src_fps;
-        for (int i = 0; list && i < n; i++) {
+        for (int i = 0; list && i < n && !c->failed; i++) {
             if (!is_image_path(list[i])) continue;
             char err[512];
             int side;
@@ -403,7 +408,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     double t, last = 0;
     int r;
     Intervals iv = {0};
-    while ((r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
+    while (!c->failed && (r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
         if (frames && o->fps <= 0) intervals_add(&iv, t - last);  // with --fps the clips are evenly timed
         last = t;
         cutter_frame(c, frame, t);
@@ -426,6 +431,7 @@ int prepare_run(const PrepareOptions *o) {
                "to prepare it again, give another --out", o->out, o->out);
     }
 
+    fc_catch_stop_signals();  // a stop takes the failure's path: what was written goes
     Sources ss = {0};
     int unreadable = 0;
     for (int i = 0; i < o->n_inputs; i++) unreadable += expand(&ss, o->inputs[i], 0);
@@ -511,12 +517,19 @@ int prepare_run(const PrepareOptions *o) {
     free(ss.s);
     if (c.failed) {
         shard_writer_abort(w);
+        int sig = fc_stop_signal();
+        if (sig) {
+            printf("prepare: stopped by %s: the shards written so far removed, nothing prepared\n", fc_signal_name(sig));
+            fflush(stdout);
+            return 128 + sig;
+        }
         fc_die("prepare stopped: %s", c.err);
     }
     if (!total_clips) {
         shard_writer_abort(w);
-        printf("prepare: no usable clip came out of %d inputs (%d unreadable, %d shorter than one clip)\n",
-               ss.n + unreadable, skipped + unreadable, short_ones);
+        fflush(stdout);  // the inputs' lines before the verdict, where both go to one terminal
+        fprintf(stderr, "framechain: prepare: no usable clip came out of %d input%s (%d unreadable, %d shorter than "
+                "one clip)\n", ss.n + unreadable, ss.n + unreadable == 1 ? "" : "s", skipped + unreadable, short_ones);
         return 1;
     }
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);

@@ -47,37 +47,46 @@ static uint64_t name_hash(const char *path, size_t len) {
     return h;
 }
 
-SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen) {
-    long n = frame_count(spec);
-    if (n < 0) {
-        fc_errf(err, errlen, "%s: expected shapes:K:FRAMES, pan:IMAGE:FRAMES or zoom:IMAGE:FRAMES, FRAMES from 1 to %d",
-                spec, SYNTHETIC_MAX_FRAMES);
-        return NULL;
+// A shapes spec's clip number K (shapes:K:FRAMES): 0 with *clip, else -1.
+static int shapes_clip(const char *spec, uint32_t *clip) {
+    const char *body = spec + 7, *last = strrchr(spec, ':');
+    char *end;
+    errno = 0;
+    unsigned long k = strtoul(body, &end, 10);
+    if (end == body || end != last || errno || k > 0xffffffffu || *body < '0' || *body > '9') return -1;
+    *clip = (uint32_t)k;
+    return 0;
+}
+
+int synthetic_check_spec(const char *spec, char *err, size_t errlen) {
+    if (frame_count(spec) < 0)
+        return fc_errf(err, errlen, "%s: expected shapes:K:FRAMES, pan:IMAGE:FRAMES or zoom:IMAGE:FRAMES, FRAMES from "
+                       "1 to %d", spec, SYNTHETIC_MAX_FRAMES);
+    uint32_t clip;
+    if (!strncmp(spec, "shapes:", 7)) {
+        if (shapes_clip(spec, &clip)) return fc_errf(err, errlen, "%s: expected shapes:K:FRAMES with K a clip number", spec);
+        return 0;
     }
+    const char *body = strchr(spec, ':') + 1;
+    size_t len = (size_t)(strrchr(spec, ':') - body);
+    if (len == 0 || len >= 4096)
+        return fc_errf(err, errlen, "%s: expected %s:IMAGE:FRAMES", spec, strncmp(spec, "zoom:", 5) ? "pan" : "zoom");
+    return 0;
+}
+
+SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen) {
+    if (synthetic_check_spec(spec, err, errlen)) return NULL;
     SyntheticSource *s = fc_calloc(1, sizeof *s);
-    s->size = size, s->frames = (int)n;
+    s->size = size, s->frames = (int)frame_count(spec);
     const char *body = strchr(spec, ':') + 1, *last = strrchr(spec, ':');
     if (!strncmp(spec, "shapes:", 7)) {
-        char *end;
-        errno = 0;
-        unsigned long k = strtoul(body, &end, 10);
-        if (end == body || end != last || errno || k > 0xffffffffu) {
-            fc_errf(err, errlen, "%s: expected shapes:K:FRAMES with K a clip number", spec);
-            free(s);
-            return NULL;
-        }
-        s->clip = (uint32_t)k;
+        shapes_clip(spec, &s->clip);
         s->planes = fc_malloc(sizeof(real) * 3 * size * size);
         return s;
     }
     char path[4096];
     size_t len = (size_t)(last - body);
     int zoom = !strncmp(spec, "zoom:", 5);
-    if (len == 0 || len >= sizeof path) {
-        fc_errf(err, errlen, "%s: expected %s:IMAGE:FRAMES", spec, zoom ? "zoom" : "pan");
-        free(s);
-        return NULL;
-    }
     memcpy(path, body, len), path[len] = 0;
     s->kind = zoom ? ZOOM : PAN;
     s->world = fc_malloc((size_t)4 * size * size * 3);

@@ -24,6 +24,9 @@ typedef struct SyntheticSource SyntheticSource;
 
 // 1 when text names a synthetic source (starts with shapes:, pan: or zoom:), else 0.
 int synthetic_is_spec(const char *text);
+// The spec's form alone (its frame count, a shapes clip number, an image named), nothing read:
+// 0, or -1 with one line in err naming the spec and what is wrong.
+int synthetic_check_spec(const char *spec, char *err, size_t errlen);
 // The source for frames of size x size. NULL with one line in err naming the spec and what is wrong.
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen);
 int synthetic_frames(const SyntheticSource *s);

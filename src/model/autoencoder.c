@@ -181,7 +181,6 @@ int autoencoder_latent_channels(const Autoencoder *ae) { return ae->latent; }
 int autoencoder_factor(const Autoencoder *ae) { return ae->factor; }
 int autoencoder_has_encoder(const Autoencoder *ae) { return ae->has_enc; }
 int autoencoder_has_decoder(const Autoencoder *ae) { return ae->has_dec; }
-size_t autoencoder_params(const Autoencoder *ae) { return ae->n_params; }
 const char *autoencoder_describe(const Autoencoder *ae) { return ae->what; }
 void autoencoder_scaling(const Autoencoder *ae, double *scale, double *shift) { *scale = ae->scale, *shift = ae->shift; }
 void autoencoder_set_scaling(Autoencoder *ae, double scale, double shift) { ae->scale = scale, ae->shift = shift; }

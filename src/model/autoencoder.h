@@ -29,7 +29,6 @@ int autoencoder_latent_channels(const Autoencoder *ae);
 int autoencoder_factor(const Autoencoder *ae);         // frame side / latent side (8 for the families' usual files)
 int autoencoder_has_encoder(const Autoencoder *ae);
 int autoencoder_has_decoder(const Autoencoder *ae);
-size_t autoencoder_params(const Autoencoder *ae);      // values in its weights
 // The backend memory a pass of B frames of H x W holds: the weights and the six activation buffers
 // (the convolutions' scratch, at most 64 MB, apart).
 double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W);

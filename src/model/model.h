@@ -69,8 +69,9 @@ typedef struct {
     real *proj;  // (T, D)
 } AttnActs;
 
-// One block's activations. With cfg.recompute each block owns only mod and res[2]; every other
-// field of every block points at one shared set, which model_backward refills block by block. The
+// One block's activations. With cfg.recompute each block owns only mod and res[2] (recompute = 2:
+// also its attention outputs and log-sum-exps, attn[].att and attn[].lse); every other field of
+// every block points at one shared set, which model_backward refills block by block. The
 // last cfg.keep_blocks blocks own all of theirs and are not re-made.
 typedef struct {
     real *mod;       // (S, 9D)  adaLN output: shift/scale/gate x (spatial, temporal, mlp)

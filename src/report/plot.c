@@ -120,7 +120,7 @@ int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen)
                                "libstb-dev and the FFmpeg libraries, then rebuild)", path);
         return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
     }
-    if (rename(tmp, path)) {
+    if (fc_fsync_path(tmp) || rename(tmp, path)) {  // synced first: a power cut leaves the old plot or the new
         int e = errno;
         unlink(tmp);
         return fc_errf(err, errlen, "%s: cannot write (renaming %s over it): %s", path, tmp, strerror(e));
@@ -366,10 +366,6 @@ static int legend_layout(Canvas *c, int x, int y, int maxw, const LegendItem *it
 
 int legend_draw(Canvas *c, int x, int y, int maxw, const LegendItem *items, int n, int scale) {
     return legend_layout(c, x, y, maxw, items, n, scale);
-}
-
-int legend_height(int maxw, const LegendItem *items, int n, int scale) {
-    return legend_layout(NULL, 0, 0, maxw, items, n, scale);
 }
 
 // ----------------------------------------------------------------------------

@@ -99,7 +99,6 @@ typedef struct {
 // The items in rows from (x, y), wrapped at width maxw: a short thick line of each colour and its
 // label. Returns the height used.
 int legend_draw(Canvas *c, int x, int y, int maxw, const LegendItem *items, int n, int scale);
-int legend_height(int maxw, const LegendItem *items, int n, int scale);
 
 // ---- a figure ----
 

@@ -167,13 +167,8 @@ static int record_windows(const Preview *p, const char *text, char *err, size_t 
     }
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     f = fopen(tmp, "w");
-    int ok = f && fputs(text, f) >= 0;
-    if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
-    }
+    if (f) fputs(text, f);  // a failure stays in ferror(f)
+    if (!f || fc_commit_file(f, tmp, path)) return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     return 0;
 }
 

@@ -291,18 +291,20 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
         snprintf(crc[i][0], sizeof crc[i][0], "crc32.%s", t->name);
         snprintf(crc[i][1], sizeof crc[i][1], "%08lx", crc32_z(0L, t->host, t->bytes));
     }
-    char step[32], seed[32], smooth[64], version[16], *config_text = NULL;
+    char step[32], seed[32], smooth[64], version[16], revision[16], *config_text = NULL;
     size_t config_len = 0;
     snprintf(step, sizeof step, "%d", s->step);
     snprintf(seed, sizeof seed, "%lld", c->seed);
     snprintf(smooth, sizeof smooth, "%a", s->smooth_loss);
     snprintf(version, sizeof version, "%d", CKPT_VERSION);
+    snprintf(revision, sizeof revision, "%d", CKPT_REVISION);
     FILE *mf = open_memstream(&config_text, &config_len);  // the whole config, however long its paths
     if (!mf) fc_die("out of host memory for the checkpoint's config");
     config_write(c, mf);
     if (fclose(mf) || !config_text) fc_die("out of host memory for the checkpoint's config");
     meta[nm++] = (StMeta){"format", CKPT_FORMAT};
     meta[nm++] = (StMeta){"format_version", version};
+    meta[nm++] = (StMeta){"revision", revision};
     meta[nm++] = (StMeta){"step", step};
     meta[nm++] = (StMeta){"seed", seed};
     meta[nm++] = (StMeta){"data_cursor", step};  // the data a step sees is a function of (seed, step)
@@ -378,7 +380,8 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
     Config theirs;
     config_defaults(&theirs);
     if (config_parse_text(&theirs, config, strlen(config), path, why, sizeof why)) {
-        fc_errf(err, errlen, "%s: its config does not parse: %s", path, why);
+        fc_errf(err, errlen, "%s: its config breaks a rule of this framechain's (an earlier one may have written it): "
+                "%s", path, why);
         return CKPT_REFUSED;
     }
     for (const char *const *k = config_keys(); *k; k++) {
@@ -392,6 +395,10 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
         else if (!strcmp(*k, "steps") || !strcmp(*k, "schedule_end"))
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; to train a run past its end "
                     "on purpose: train --extend --steps N", path, *k, b, *k, a);
+        else if (config_key_shapes_network(*k))  // a fork keeps these: advising one would end in a refusal
+            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
+                    "its own run (if the config file changed since the run started, give --set %s=%s to go on; "
+                    "a new --run trains the new network)", path, *k, b, *k, a, *k, b);
         else
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
                     "its own run (train --from %s --run NEW --set %s=%s forks it)", path, *k, b, *k, a, path, *k, a);
@@ -410,7 +417,9 @@ static CkptStatus find_tensors(const StFile *f, const char *path, CkptTable *tab
 
 // An older checkpoint, written without the metadata's CRC, whose config copy does not parse or does
 // not describe its own tensors while this run's network does: a damaged config copy, not another
-// run's checkpoint. 1 with a line in err, else 0.
+// run's checkpoint. 1 with a line in err, else 0. A copy that is a config but breaks a rule of this
+// framechain's (a range narrowed since an earlier one wrote it) is not damage: the checks after this
+// refuse it, naming the key, and the file is not set aside.
 static int config_copy_damaged(const StFile *f, const char *path, const Model *m, const real *ema, const Optimizer *o,
                                char *err, size_t errlen) {
     Config theirs;
@@ -419,9 +428,13 @@ static int config_copy_damaged(const StFile *f, const char *path, const Model *m
     if (st_meta(f, CKPT_META_CRC) || !text) return 0;
     config_defaults(&theirs);
     const char *how = "does not parse";
-    int contradicts = config_parse_text(&theirs, text, strlen(text), "config", why, sizeof why) ||
-                      config_validate_checked(&theirs, "config", why, sizeof why);
+    int contradicts = config_parse_text_lenient(&theirs, text, strlen(text), "config", why, sizeof why);
     if (!contradicts) {
+        char rule[1024];
+        config_defaults(&theirs);
+        if (config_parse_text(&theirs, text, strlen(text), "config", rule, sizeof rule) ||
+            config_validate_checked(&theirs, "config", rule, sizeof rule))
+            return 0;
         CkptTable own = ckpt_layout_of(&theirs);
         contradicts = ckpt_check_layout(f, &own, 0, "config", why, sizeof why) != CKPT_OK;
         how = "describes another network than its tensors";

@@ -15,6 +15,12 @@
 
 #define CKPT_FORMAT "framechain-checkpoint"
 #define CKPT_VERSION 1
+// What the file's config and tensors mean, beside the format they are stored in: raised whenever a
+// config key's meaning or range changes, so that a later framechain can tell a file written before
+// the change from one written after (README, "Upgrading": what each revision changed). Checkpoints
+// record it as "revision"; those of earlier builds have none (revision 0). A file of a later
+// revision than this framechain's is refused: it may mean what this one cannot know.
+#define CKPT_REVISION 1
 // The metadata key of the CRC32 (8 hex digits) that covers every other metadata entry but the
 // crc32.* ones, sorted by key, each as KEY NUL VALUE NUL. Checkpoints of earlier builds have none.
 #define CKPT_META_CRC "crc32.__metadata__"

@@ -130,12 +130,13 @@ CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, 
     w->waited = w->written = w->logged = 1;  // no checkpoint yet
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    // SIGINT and SIGTERM are the trainer's (they stop the run after a checkpoint): the writer's
-    // thread never takes them.
+    // SIGINT, SIGTERM and SIGHUP are the trainer's (they stop the run after a checkpoint): the
+    // writer's thread never takes them.
     sigset_t stop, old;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
     int rc = pthread_create(&w->thread, NULL, writer_main, w);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

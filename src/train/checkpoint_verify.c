@@ -84,6 +84,17 @@ CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, dou
                 version ? version : "(none)", CKPT_VERSION);
         return CKPT_REFUSED;
     }
+    const char *revision = st_meta(f, "revision");
+    int r = 0;
+    if (revision && parse_count(revision, &r)) {
+        fc_errf(err, errlen, "%s: its metadata's revision \"%s\" is not a whole number", path, ST_SHOWN(revision));
+        return CKPT_CORRUPT;
+    }
+    if (r > CKPT_REVISION) {
+        fc_errf(err, errlen, "%s: written by a later framechain (revision %d; this one knows up to %d): update "
+                "framechain to read it", path, r, CKPT_REVISION);
+        return CKPT_REFUSED;
+    }
     const char *s = st_meta(f, "step"), *loss = st_meta(f, "smooth_loss");
     if (!s || !loss || !st_meta(f, "config")) {
         fc_errf(err, errlen, "%s: the trainer state is missing from the metadata", path);

@@ -87,7 +87,11 @@ static void remove_made_run_if_empty(void) {
 }
 
 int run_folder_open(const char *run) {
-    char err[1024];
+    char err[1024], dataset[4200];
+    // a dataset given as the run folder (--run D --data D) would get checkpoints among its shards
+    snprintf(dataset, sizeof dataset, "%s/dataset.json", run);
+    if (!access(dataset, F_OK))
+        fc_die("%s: holds dataset.json: a dataset folder, not a run folder (give --run a folder of its own)", run);
     // Made by this process only where its own mkdir made it: two trains started at once on a new
     // folder both found it missing, and the one the lock then refused removed the other's lock file
     // and folder at its exit.
@@ -133,14 +137,9 @@ FILE *run_folder_metrics(const char *run, int last) {
             if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= last && strchr(line, '\n')) fputs(line, out);
         }
         fclose(in);
-        int failed = fflush(out) || ferror(out) || fsync(fileno(out)), e = errno;
-        if (fclose(out) && !failed) failed = 1, e = errno;
-        if (!failed && rename(tmp, path)) failed = 1, e = errno;
-        if (failed) {  // the partial copy goes: on a full disk it holds space the rerun needs
-            unlink(tmp);
+        if (fc_commit_file(out, tmp, path))  // the partial copy goes: on a full disk it holds space the rerun needs
             fc_die("%s: cannot rewrite: %s; stopping (the checkpoints are whole: free space and run the same command "
-                   "to go on)", path, strerror(e));
-        }
+                   "to go on)", path, strerror(errno));
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
@@ -243,6 +242,14 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
         fc_die("%s: written on the data of %s, but this run has %s; a checkpoint continues only its own run (train "
                "--from %s/ckpt-%08d.safetensors --run NEW --data ... forks it onto other data)", run, st->data,
                origin->data, run, st->step);
+    if (resumed && !st->data[0] && origin->data[0]) {  // an earlier build's checkpoint, before the data record
+        char note[600];
+        snprintf(note, sizeof note, "data recorded from step %d on (its earlier checkpoints have none): %.500s",
+                 st->step, origin->data);
+        fc_warn("%s: its checkpoints do not record the data they were trained on (an earlier framechain wrote "
+                "them): resuming on %s unchecked", run, origin->data);
+        lineage_append(st->lineage, sizeof st->lineage, note);
+    }
     if (resumed && origin->extend && origin->note[0]) {
         lineage_append(st->lineage, sizeof st->lineage, origin->note);
         printf("%s: %s\n", run, origin->note);

@@ -550,7 +550,7 @@ static int run_steps(Trainer *t) {
             finish_or_die(t->writer);
             dist_barrier();  // the checkpoint is on disk before any rank ends
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM", step);
+                   fc_signal_name(sig), step);
             return 128 + sig;
         }
     }

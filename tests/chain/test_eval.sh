@@ -229,8 +229,25 @@ expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --
 expect_refusal given_count 1 "1 (the first frame) or 7" "${RUNS[@]}" --data "$tmp/held32" --given 3 --tsv "$tmp/bad.tsv"
 mkdir -p "$tmp/a_folder"
 expect_refusal tsv_is_a_folder 1 "--tsv .*a_folder: is a folder" "${RUNS[@]}" --data "$tmp/held32" --tsv "$tmp/a_folder"
-expect_refusal given_all_frames 1 "none of the 7 frames" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
+expect_refusal given_all_frames 2 "not more than --given 7" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
     --tsv "$tmp/bad.tsv"
+expect_refusal given_all_clip_frames 1 "none of the 24 frames" "${RUNS[@]}" --data "$tmp/held32" --given 24 --tsv "$tmp/bad.tsv"
+expect_refusal levels_hex 2 "noise-aug 0x0.1: expected levels" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0x0.1 --tsv "$tmp/bad.tsv"
+expect_refusal levels_twice 2 "level 0.1 given twice" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0.1,0,0.1 --tsv "$tmp/bad.tsv"
+expect_refusal overwrite_without_tsv 2 "overwrite: it goes with --tsv" "${RUNS[@]}" --data "$tmp/held32" --overwrite
+# --tsv onto an existing file (another run's metrics.jsonl, an earlier table): refused before any work,
+# the file kept; --overwrite replaces it
+echo keep > "$tmp/exists.tsv"
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
+    --tsv "$tmp/exists.tsv" > "$tmp/exists.out" 2> "$tmp/exists.err"
+rc1=$?
+kept=$(cat "$tmp/exists.tsv")
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
+    --tsv "$tmp/exists.tsv" --overwrite > /dev/null 2> "$tmp/exists2.err"
+rc2=$?
+expect eval_tsv_exists_needs_overwrite $(( rc1 != 1 || rc2 != 0 || $(grep -c "exists.tsv: the file exists (give --overwrite to replace it)" "$tmp/exists.err") != 1 ||
+    $(grep -c "loading\|clip 1" "$tmp/exists.err") != 0 || ${#kept} != 4 || $(grep -c '^quality' "$tmp/exists.tsv") < 1 )) \
+    "status $rc1 then $rc2 with --overwrite: $(tail -1 "$tmp/exists.err" | cut -c1-100); kept '$kept' until --overwrite"
 expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \
     --tsv "$tmp/bad.tsv"
 

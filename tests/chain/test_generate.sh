@@ -239,7 +239,12 @@ rm -f "$tmp/dangling.mp4"
 expect_refusal gif_too_fast "at most 50 frames a second" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.GIF" --fps 60
 expect_refusal missing_image "cannot open" "${RUNS[@]}" --first-frame "$tmp/none.png" --out "$tmp/bad.mp4"
 expect_refusal given_image "an image is one frame; 7 given frames need a video" "${RUNS[@]}" --first-frame "$tmp/first.png" --given 7 --out "$tmp/bad.mp4"
-expect_refusal given_count "3 given frames: the chain starts from 1" "${RUNS[@]}" --first-frame "$VIDEO" --given 3 --out "$tmp/bad.mp4"
+expect_refusal given_count "--given 3: the chain starts from 1" "${RUNS[@]}" --first-frame "$VIDEO" --given 3 --out "$tmp/bad.mp4"
+# as many frames as it is given: nothing to generate, a bad command line (before any model is read)
+"$FC" generate "${RUNS[@]}" --first-frame "$VIDEO" --given 7 --frames 7 --out "$tmp/bad.mp4" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+expect generate_refuses_frames_not_past_given $(( rc != 2 || $(grep -c -- "--frames 7: not more than --given 7" "$tmp/err") != 1 ||
+    $(ls -a "$tmp" | grep -c 'bad\|partial') != 0 )) "status $rc: $(head -1 "$tmp/err")"
 mkdir "$tmp/empty_run"
 expect_refusal empty_run "holds no checkpoint" --starter "$tmp/empty_run" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 rmdir "$tmp/empty_run"

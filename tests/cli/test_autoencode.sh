@@ -74,6 +74,8 @@ refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs b
 refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
     --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
+refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
+    --size 64 --overwrite
 
 # SIGINT part-way (once the first frames are decoded into the output): exit 130, nothing of --out left
 mkdir -p "$tmp/stop"

@@ -5,6 +5,7 @@
 # inspect of a checkpoint: its step, and status 1 when a CRC fails.
 set -u
 FC=${1:-./framechain}
+fc_abs=$(cd "$(dirname "$FC")" && pwd)/$(basename "$FC")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -62,9 +63,9 @@ expect seed_fraction 2 "--seed 1.5: expected a whole number" "$FC" generate --st
 # bounds compared as integers; a beta2 that rounds to 1 in float (a NaN bias correction) refused
 expect steps_past_key_range 2 "--steps 2100000000: expected a whole number from 1 to 2000000000" timeout 20 "$FC" train \
     --config configs/tiny/starter.conf --run "$tmp/never" --steps 2100000000  # (a regression would train for ever)
-expect seed_past_range 1 "9000000000000000001 is out of range" "$FC" inspect --config configs/tiny/starter.conf \
+expect seed_past_range 2 "9000000000000000001 is out of range" "$FC" inspect --config configs/tiny/starter.conf \
     --set seed=9000000000000000001
-expect beta2_rounding_to_one 1 "0.99999999 is out of range \[0, 0.9999999\]" "$FC" inspect \
+expect beta2_rounding_to_one 2 "0.99999999 is out of range \[0, 0.9999999\]" "$FC" inspect \
     --config configs/tiny/starter.conf --set beta2=0.99999999
 expect steps_cut_warmup_said 0 "^--steps 2: warmup_steps 10 cut to 2" "$FC" --threads 1 train --config configs/tiny/starter.conf \
     --run "$tmp/cutwarm" --steps 2 --set warmup_steps=10
@@ -109,6 +110,17 @@ for cmd in prepare train generate inspect; do
 done
 # a command's --help needs no device; a device it does not know is framechain's option, with or without a command
 expect help_without_device 0 "usage: framechain inspect" "$FC" --device cuda inspect --help
+# an unknown command is a bad command line, said before a device is opened (the CUDA library not loaded)
+FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld_bogus" "$FC" --device cuda bogus \
+    > /dev/null 2> "$tmp/bogus.err"
+rc=$?
+loaded=$(cat "$tmp"/ld_bogus.* 2> /dev/null | grep -cE "file=[^ ]*(libcudart|libcublas|libframechain_cuda)")
+if [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/bogus.err")" -eq 1 ] && grep -q "^framechain: unknown command 'bogus'" "$tmp/bogus.err" &&
+    [ "$loaded" -eq 0 ]; then
+    echo "PASS cli_unknown_command_before_device: status 2, $(cat "$tmp/bogus.err")"
+else
+    echo "FAIL cli_unknown_command_before_device: status $rc, CUDA libraries loaded: $loaded, $(head -1 "$tmp/bogus.err")"
+fi
 expect unknown_device_no_command 2 "--device tpu: unknown device.*(see framechain --help)" "$FC" --device tpu
 expect train_help_lists_keys 0 "t_logit_std" "$FC" train --help
 expect train_unknown_flag 2 "unknown option '--lr'" "$FC" train --lr 3
@@ -130,7 +142,18 @@ expect empty_value 2 "option --out needs a value (it was given an empty one)" "$
 long=$(printf 'd%.0s' $(seq 4000))
 expect path_too_long 2 "option --run: a value of 4000 characters" "$FC" train --config configs/tiny/starter.conf \
     --run "$long"
-expect set_unknown_key 1 "unknown key 'depht'" "$FC" inspect --config configs/tiny/starter.conf --set depht=3
+# a --set's key or value is a bad command line (status 2, the command named), with or without --from
+# below; a typo's nearest key is named (a config file's bad line stays a runtime error, status 1)
+expect set_unknown_key 2 "^framechain inspect: --set depht=3: unknown key 'depht' (did you mean 'depth'?" "$FC" inspect \
+    --config configs/tiny/starter.conf --set depht=3
+expect set_unknown_key_far 2 "unknown key 'bogus' (framechain train --help lists the keys)" "$FC" inspect \
+    --config configs/tiny/starter.conf --set bogus=3
+expect set_not_a_number 2 "^framechain train: --set lr==1: not a number" "$FC" train --config configs/tiny/starter.conf \
+    --run "$tmp/never" --set lr==1
+expect set_without_value 2 "^framechain train: --set lr: expected KEY=VALUE" "$FC" train --config configs/tiny/starter.conf \
+    --run "$tmp/never" --set lr
+expect config_unknown_key_hint 1 "typo.conf:2: unknown key 'widht' (did you mean 'width'?" "$FC" inspect \
+    --config "$tmp/typo.conf"
 # one rank's plan of N: the 24 GB preset at a global batch of 8 on 8 GPUs, ZeRO-1's parts of the state
 expect inspect_ranks 0 "optimizer         230.77 MiB" "$FC" inspect --config configs/starter.conf --set batch_size=8 \
     --ranks 8
@@ -149,7 +172,7 @@ else
 fi
 expect inspect_ranks_uneven 2 "batch_size = 1 is not a multiple of it" "$FC" inspect --config configs/starter.conf \
     --ranks 2
-expect set_out_of_range 1 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
+expect set_out_of_range 2 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
 expect set_applies 0 "depth *= 5" "$FC" inspect --config configs/tiny/starter.conf --set depth=5
 # A repeatable option takes up to 1024 values (a shell loop of --input FILE); one more is refused
 many=(); for i in $(seq 1024); do many+=(--set depth=3); done
@@ -168,7 +191,7 @@ done
 expect latent_preset_tokens 0 "1 x 7 slots x 1024 tokens = 7168" "$FC" inspect --config configs/latent/starter.conf
 expect latent_preset_over_budget 0 "EXCEEDS the budget" "$FC" inspect --config configs/latent/extrapolate.conf \
     --set batch_size=4 --set keep_blocks=0
-expect keep_blocks_not_a_number 1 "keep_blocks=some: not an integer or auto" "$FC" inspect --config configs/starter.conf \
+expect keep_blocks_not_a_number 2 "keep_blocks=some: not an integer or auto" "$FC" inspect --config configs/starter.conf \
     --set keep_blocks=some
 expect keep_blocks_over_depth 1 "keep_blocks 3 is more than depth 2" "$FC" inspect --config configs/tiny/starter.conf \
     --set recompute=1 --set keep_blocks=3
@@ -185,6 +208,48 @@ expect generate_too_few_frames 2 "--frames 3: expected a whole number from 7 to 
 expect threads_zero 2 "--threads 0: expected a whole number from 1 to 1024" "$FC" --threads 0 --version
 expect threads_most 0 "^framechain " "$FC" --threads 1024 --version
 expect threads_past_most 2 "--threads 1025: expected a whole number from 1 to 1024" "$FC" --threads 1025 --version
+# whole numbers: a leading blank refused as a trailing one is
+expect whole_leading_blank 2 "--ranks  2: expected a whole number" "$FC" inspect --config configs/tiny/starter.conf \
+    --ranks " 2"
+expect whole_trailing_blank 2 "--ranks 2 : expected a whole number" "$FC" inspect --config configs/tiny/starter.conf \
+    --ranks "2 "
+expect threads_leading_blank 2 "--threads  2: expected a whole number" "$FC" --threads " 2" --version
+# the global options parse as a command's do: --opt=VALUE, a repeat refused; after the command, where they go
+expect global_threads_equals 0 "^framechain " "$FC" --threads=2 --version
+expect global_device_equals 0 "^role *= starter" "$FC" --device=cpu inspect --config configs/tiny/starter.conf
+expect global_threads_twice 2 "^framechain: option --threads given twice" "$FC" --threads 2 --threads 3 --version
+expect global_device_twice 2 "^framechain: option --device given twice" "$FC" --device cpu --device cuda-fp32 \
+    inspect --config configs/tiny/starter.conf
+expect global_after_command 2 "^framechain inspect: --threads is framechain's option: give it before the command" \
+    "$FC" inspect --config configs/tiny/starter.conf --threads 2
+expect global_device_after_command 2 "^framechain inspect: --device is framechain's option: give it before the command" \
+    "$FC" inspect --config configs/tiny/starter.conf --device=cpu
+# a value from the next argument that is an option is a forgotten value, not a name (--out --quiet made a
+# folder "--quiet"); --opt=VALUE passes such a value; a negative number is a value, and reaches its range check
+expect value_is_option 2 "option --out needs a value (the next argument, --quiet, is an option; write --out=--quiet" \
+    "$FC" generate --starter a --extrapolate b --interpolate c --first-frame x.png --frames 8 --out --quiet
+expect value_is_options_end 2 "option --out needs a value (the next argument, --, ends the options; write --out=--" \
+    "$FC" prepare --input x.png --out -- -x --size 32 --clip-frames 1
+expect value_is_short_option 2 "option --config needs a value (the next argument, -h, is an option" "$FC" inspect \
+    --config -h
+expect value_is_help 2 "option --config needs a value (the next argument, --help, is an option" "$FC" train \
+    --config --help --run "$tmp/never"
+expect value_option_by_equals 1 "^framechain: -x: cannot open config" "$FC" inspect --config=-x
+expect value_negative_number 2 "--ranks -3: expected a whole number from 1" "$FC" inspect \
+    --config configs/tiny/starter.conf --ranks -3
+expect global_value_is_option 2 "^framechain: option --threads needs a value (the next argument, --version, is an option" \
+    "$FC" --threads --version
+expect global_device_value_is_option 2 "option --device needs a value (the next argument, --threads, is an option" \
+    "$FC" --device --threads 2 inspect --config configs/tiny/starter.conf
+expect plot_value_is_option 2 "^framechain plot: option --out needs a value (the next argument, --verbose, is an option" \
+    "$FC" plot --out --verbose "$tmp/none"
+# help asked for is given wherever it stands, also after a bad option; --help CMD and help [CMD] give CMD's
+expect help_after_bad_option 0 "usage: framechain generate" "$FC" generate --bogus --help
+expect help_after_bad_value 0 "usage: framechain inspect" "$FC" inspect --ranks x --help
+expect help_before_command 0 "usage: framechain train" "$FC" --help train
+expect help_command 0 "usage: framechain \[--threads N\]" "$FC" help
+expect help_command_of 0 "usage: framechain plot" "$FC" help plot
+expect help_command_unknown 2 "^framechain: unknown command 'bogus'" "$FC" help bogus
 GEN=(generate --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --first-frame x.png
      --out "$tmp/gen.mp4")
 expect generate_six_frames 2 "--frames 6: expected a whole number from 7 to 1000000" "$FC" "${GEN[@]}" --frames 6
@@ -235,6 +300,28 @@ for role in starter extrapolate interpolate; do
     "$FC" --threads 1 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 3 --set warmup_steps=1 \
         > "$tmp/$role.log" 2>&1 || echo "FAIL cli_fifo_setup: $role: $(tail -1 "$tmp/$role.log")"
 done
+# a forgotten value before an option: refused, nothing made under the name of the option
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && exec "$fc_abs" --threads 1 generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" \
+    --interpolate "$tmp/interpolate" --first-frame shapes:1 --frames 7 --steps 1 --out --quiet) > /dev/null 2> "$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && [ -z "$(ls -A "$tmp/cwd")" ] && grep -q "option --out needs a value" "$tmp/err"; then
+    echo "PASS cli_value_is_option_writes_nothing: status 2, $(cut -c1-100 "$tmp/err")"
+else
+    echo "FAIL cli_value_is_option_writes_nothing: status $rc, made: $(ls -A "$tmp/cwd" | head -3 | tr '\n' ' ')$(head -1 "$tmp/err")"
+fi
+# a fork's --set: the same usage errors as without --from
+ck3=$tmp/starter/ckpt-00000003.safetensors
+expect fork_set_without_value 2 "^framechain train: --set lr: expected KEY=VALUE" "$FC" --threads 1 train --from "$ck3" \
+    --run "$tmp/fork" --set lr
+expect fork_set_empty_key 2 "^framechain train: --set =1: expected KEY=VALUE" "$FC" --threads 1 train --from "$ck3" \
+    --run "$tmp/fork" --set =1
+expect fork_set_unknown_key 2 "^framechain train: --set warmup_step=1: unknown key 'warmup_step' (did you mean 'warmup_steps'?" \
+    "$FC" --threads 1 train --from "$ck3" --run "$tmp/fork" --set warmup_step=1
+expect fork_set_not_a_number 2 "^framechain train: --set lr=fast: not a number" "$FC" --threads 1 train --from "$ck3" \
+    --run "$tmp/fork" --set lr=fast
+[ -e "$tmp/fork" ] && echo "FAIL cli_fork_set_writes_nothing: $tmp/fork was made" ||
+    echo "PASS cli_fork_set_writes_nothing: no fork folder made by the refused --set"
 # made again before each command: train may rename it aside as not a checkpoint
 fifo() { [ -p "$tmp/starter/ckpt-00000099.safetensors" ] || mkfifo "$tmp/starter/ckpt-00000099.safetensors"; }
 fifo
@@ -283,7 +370,6 @@ mkdir "$tmp/ds_json" && cp "$tmp/ds"/shard-* "$tmp/ds_json/" && mkfifo "$tmp/ds_
 cp -r "$tmp/ds" "$tmp/ds_shard" && rm "$tmp/ds_shard/shard-00000.safetensors" && mkfifo "$tmp/ds_shard/shard-00000.safetensors"
 # a path that starts with '-' goes after --, which ends the options
 cp -r "$tmp/ds" "$tmp/-ds"
-fc_abs=$(cd "$(dirname "$FC")" && pwd)/$(basename "$FC")
 expect inspect_dash_path_after_options_end 0 "^dataset -ds: 2 clips" sh -c 'cd "$0" && exec "$@"' "$tmp" "$fc_abs" inspect -- -ds
 expect dash_path_without_options_end 2 "unknown option '-ds'" sh -c 'cd "$0" && exec "$@"' "$tmp" "$fc_abs" inspect -ds
 expect fifo_dataset_json_train 1 "dataset.json: not a regular file (a FIFO)" \

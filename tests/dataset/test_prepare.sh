@@ -361,5 +361,20 @@ expect prepare_overlap_range $(( rc != 0 || $(clips "$tmp/ov15" 2> /dev/null || 
 rc=$?
 expect prepare_vae_scale_needs_vae $(( rc != 2 || $(grep -c "vae-scale and --vae-shift go with --vae" "$tmp/noscale.log") != 1 || $(ls "$tmp/noscale" 2> /dev/null | wc -l) != 0 )) \
     "status $rc, $(tail -1 "$tmp/noscale.log" | cut -c1-100)"
+# a mistyped synthetic input is the command line's mistake (not an unreadable input skipped while the
+# others make a dataset): refused before any input is read, nothing written
+ok=0
+for spec in shapes:x:4 shapes:-1:4 shapes:1:0 pan::8 zoom:x.png; do
+    "$FC" prepare --input "$DATA/vtest.avi" --input "$spec" --out "$tmp/badspec" --size 16 --clip-frames 8 > "$tmp/badspec.out" 2> "$tmp/badspec.err"
+    rc=$?
+    { [ $rc -eq 2 ] && grep -q -- "--input $spec: expected" "$tmp/badspec.err" && [ ! -e "$tmp/badspec" ] && [ ! -s "$tmp/badspec.out" ]; } ||
+        { ok=1; echo "  $spec: status $rc, $(cat "$tmp/badspec.err")"; }
+done
+expect prepare_bad_synthetic_spec_refused $ok "5 mistyped specs, each status 2 before any input is read: $(head -1 "$tmp/badspec.err" | cut -c1-100)"
+# no usable clip at all: the verdict on stderr, as every failure's
+"$FC" prepare --input shapes:1:4 --out "$tmp/noclip" --size 16 --clip-frames 8 > "$tmp/noclip.out" 2> "$tmp/noclip.err"
+rc=$?
+expect prepare_no_clip_said_on_stderr $(( rc != 1 || $(grep -c "^framechain: prepare: no usable clip came out of 1 input (0 unreadable, 1 shorter than one clip)" "$tmp/noclip.err") != 1 ||
+    $(ls "$tmp/noclip" 2> /dev/null | wc -l) != 0 )) "status $rc: $(cat "$tmp/noclip.err")"
 
 exit 0

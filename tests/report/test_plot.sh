@@ -234,6 +234,13 @@ if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" --overwrite > /dev/null 2>&1 &&
 else
     fail plot_overwrite "the file was not replaced"
 fi
+# "--" ends the options: a run folder whose name starts with '-' goes after it
+mkdir -p "$tmp/dash" && cp -r "$tmp/b" "$tmp/dash/-b"
+fc_abs=$(cd "$(dirname "$FC")" && pwd)/$(basename "$FC")
+(cd "$tmp/dash" && exec "$fc_abs" plot --out dash.png -- -b) > "$tmp/dash.log" 2>&1
+rc=$?
+expect plot_dash_run_after_options_end $(( rc != 0 || $(grep -c '^plot: -b: 200 steps' "$tmp/dash.log") != 1 )) \
+    "status $rc: $(head -1 "$tmp/dash.log")"
 # a legal --out name of 250 bytes, where its temporary "NAME.tmp-PID" would pass NAME_MAX (255)
 long=$(printf 'n%.0s' $(seq 246)).png
 mkdir "$tmp/long"

@@ -1,6 +1,6 @@
 // exp_poly.h: e^x in float for the CPU backend's hot loops (GELU, the softmax of attention), in
 // plain arithmetic that the compiler vectorises: a call to the C library's expf keeps a loop
-// scalar. Within 2 ulp of the exact value over the whole float range (tests/model/test_units.c checks
+// scalar. Within 2 ulp of the exact value over the whole float range (tests/backend/test_exp_poly.c checks
 // it against exp in double), the same bytes on every machine and C library.
 //
 // e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (in two parts, ln 2 = LN2_HI + LN2_LO, LN2_HI

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The process a command runs in, as users' shells, schedulers and wrappers leave it: stdout closed or
+# on a full disk, the terminal closed (SIGHUP) or ignored (nohup), a file size limit, OpenMP's
+# thread limit, prepare stopped part-way.
+# usage: tests/cli/test_process.sh FRAMECHAIN
+set -u
+. "$(dirname "$0")/../lib.sh"
+TINY=configs/tiny/starter.conf
+train() { "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 "$@"; }
+
+# stdout closed (a daemon, a cron job): the first file opened would take descriptor 1 and the log
+# would land in it; here the run folder's lock file, which must stay empty
+train --run "$tmp/closed" --steps 2 >&-
+rc=$?
+lock=$(wc -c < "$tmp/closed/.lock" 2> /dev/null || echo missing)
+expect stdout_closed_log_lands_nowhere $(( rc != 0 || lock != 0 )) "status $rc, .lock holds $lock bytes"
+
+# what stdout was given did not all arrive (a full disk under a redirection): said, status 1
+"$FC" inspect --config "$TINY" --params > /dev/full 2> "$tmp/full.err"
+rc=$?
+expect stdout_write_error_said $(( rc != 1 || $(grep -c "^framechain: write error on standard output" "$tmp/full.err") != 1 )) \
+    "status $rc: $(head -1 "$tmp/full.err")"
+
+# SIGHUP (the terminal or ssh session closed) stops a train as SIGTERM does: a checkpoint of the step
+# under way, status 129
+"$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 --run "$tmp/hup" --steps 100000 --set checkpoint_every=100000 \
+    > "$tmp/hup.log" 2>&1 &
+pid=$!
+wait_until 120 $pid trained_past "$tmp/hup" "$tmp/hup.log" 2
+kill -HUP $pid
+wait $pid
+rc=$?
+expect sighup_checkpoints_and_stops $(( rc != 129 || $(grep -c "^stopped by SIGHUP at step [0-9]*; the checkpoint is written" "$tmp/hup.log") != 1 ||
+    $(ls "$tmp/hup" | grep -c '^ckpt-') != 1 )) "status $rc, $(tail -1 "$tmp/hup.log" | cut -c1-80) $waited"
+
+# started with SIGHUP ignored (nohup): it stays ignored; SIGTERM still stops the run
+(trap '' HUP; exec "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 --run "$tmp/nohup" --steps 100000 \
+    --set checkpoint_every=100000 > "$tmp/nohup.log" 2>&1) &
+pid=$!
+wait_until 120 $pid trained_past "$tmp/nohup" "$tmp/nohup.log" 2
+kill -HUP $pid
+sleep 0.5
+alive=$(kill -0 $pid 2> /dev/null && echo 1 || echo 0)
+kill -TERM $pid
+wait $pid
+rc=$?
+expect nohup_keeps_sighup_ignored $(( alive != 1 || rc != 143 || $(grep -c "^stopped by SIGTERM" "$tmp/nohup.log") != 1 )) \
+    "alive after SIGHUP: $alive; status $rc after SIGTERM: $(tail -1 "$tmp/nohup.log" | cut -c1-60) $waited"
+
+# a file size limit met while a checkpoint is written: the write fails with a line (not SIGXFSZ), the
+# temporary goes, the checkpoint before stays
+train --run "$tmp/fsize" --steps 2 > /dev/null 2>&1
+(ulimit -f 200; exec "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 --run "$tmp/fsize" --extend --steps 4) \
+    > "$tmp/fsize.log" 2>&1
+rc=$?
+expect file_size_limit_is_a_write_error $(( rc != 1 || $(grep -c "File too large" "$tmp/fsize.log") < 1 ||
+    $(ls -a "$tmp/fsize" | grep -c 'tmp-') != 0 || $(ls "$tmp/fsize" | grep -c '^ckpt-00000002') != 1 )) \
+    "status $rc: $(grep -m1 -o 'checkpoint at step.*' "$tmp/fsize.log" | cut -c1-120); $(ls -a "$tmp/fsize" | grep -c 'tmp-') temporaries left"
+
+# OpenMP's thread limit below --threads (a batch system's OMP_THREAD_LIMIT=1): the teams take the
+# limit; a GEMM split for two threads in a team of one had waited for good
+OMP_THREAD_LIMIT=1 timeout -k 5 120 "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 --run "$tmp/limit" \
+    --steps 2 > "$tmp/limit.log" 2>&1
+rc=$?
+expect omp_thread_limit_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/limit/metrics.jsonl" 2> /dev/null) != 1 )) \
+    "status $rc (124: it hung): $(tail -1 "$tmp/limit.log" | cut -c1-80)"
+
+# prepare stopped part-way: what it wrote goes (the folder it made too), status 128 + the signal
+"$FC" prepare --input shapes:1:1000000 --out "$tmp/cut" --size 16 --clip-frames 8 --shard-mb 1 > "$tmp/cut.log" 2>&1 &
+pid=$!
+wait_until 120 $pid have "$tmp/cut/shard-0000[1-9]*"
+kill -INT $pid
+wait $pid
+rc=$?
+expect prepare_sigint_removes_what_it_wrote $(( rc != 130 || $(grep -c "^prepare: stopped by SIGINT: the shards written so far removed" "$tmp/cut.log") != 1 ||
+    $(ls -a "$tmp" | grep -c '^cut$') != 0 )) "status $rc: $(tail -1 "$tmp/cut.log" | cut -c1-100); left: $(ls -A "$tmp/cut" 2> /dev/null | tr '\n' ' ') $waited"
+exit 0
