@@ -33,4 +33,4 @@ for role in starter extrapolate interpolate; do
 done
 "$FC" eval --starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate" \
     --data "$work/heldout" --clips 4 --frames 48 --long 181 --noise-aug 0,0.1,0.3 --steps 10 --tsv "$work/eval.tsv" \
-    | tee "$work/eval.txt"
+    --overwrite | tee "$work/eval.txt"

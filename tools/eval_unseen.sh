@@ -119,7 +119,8 @@ score() {  # name, then eval options
     local temperature=(--temperature 1)
     case " $* ${EVAL_ARGS:-} " in *" --temperature "*) temperature=() ;; esac
     # shellcheck disable=SC2086
-    "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 "${temperature[@]}" --tsv "$work/$name.tsv" "$@" \
+    # --overwrite: a rerun writes its tables again
+    "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 "${temperature[@]}" --tsv "$work/$name.tsv" --overwrite "$@" \
         ${EVAL_ARGS:-} | tee "$work/$name.txt"
 }
 for set in $SETS; do
