@@ -1,5 +1,6 @@
 // cmd_inspect.c: `framechain inspect`: a config's network and memory plan, a checkpoint's contents, or
 // a prepared dataset's clips checked.
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,11 @@ static void print_file_meta(const StFile *f) {
     }
     const char *config = st_meta(f, "config");
     if (config) printf("config:\n%s", config);
+    char unset[8192];
+    int n = config ? config_unset_keys(config, strlen(config), unset, sizeof unset) : 0;
+    if (n > 0)  // an earlier build's file: what a resume or generation takes for the keys added since
+        printf("keys its config does not set (%d; an earlier framechain wrote it), taken at their defaults:\n%s", n,
+               unset);
 }
 
 // A shard's clips: why each fails its check (NULL: it checks), by clip number.
@@ -372,6 +378,14 @@ static int inspect_folder(const char *dir) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (!access(path, F_OK))
         fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", dir);
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    int shards = 0;  // shard files without dataset.json: a prepare cut off, which inspect_dataset says
+    DIR *d = access(path, F_OK) ? opendir(dir) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) shards += !strncmp(e->d_name, "shard-", 6);
+    if (d) closedir(d);
+    if (access(path, F_OK) && !shards)
+        fc_die("%s: neither a run folder (no ckpt-*.safetensors, no metrics.jsonl) nor a dataset (no dataset.json, no "
+               "shards): give a run folder, a dataset or a checkpoint", dir);
     return inspect_dataset(dir);
 }
 

@@ -372,6 +372,30 @@ int config_parse_text(Config *c, const char *text, size_t len, const char *origi
     return parse_text(c, text, len, origin, NULL, err, errlen);
 }
 
+int config_unset_keys(const char *text, size_t len, char *buf, size_t buflen) {
+    Config c;
+    config_defaults(&c);
+    long seen[NKEYS];
+    char err[512];
+    g_ranges_unchecked = 1;
+    int rc = parse_text(&c, text, len, "config", seen, err, sizeof err);
+    g_ranges_unchecked = 0;
+    if (buflen) buf[0] = 0;
+    if (rc) return -1;
+    Config d;
+    config_defaults(&d);
+    int n = 0;
+    size_t used = 0;
+    for (int k = 0; k < NKEYS; k++) {
+        if (seen[k]) continue;
+        char value[CONFIG_MAX_LINE];
+        config_get(&d, KEYS[k].name, value, sizeof value);
+        if (used < buflen) used += (size_t)snprintf(buf + used, buflen - used, "  %s = %s\n", KEYS[k].name, value);
+        n++;
+    }
+    return n;
+}
+
 int config_parse_text_lenient(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen) {
     g_ranges_unchecked = 1;
     int rc = parse_text(c, text, len, origin, NULL, err, errlen);

@@ -108,6 +108,10 @@ int config_parse_text(Config *c, const char *text, size_t len, const char *origi
 // config_parse_text without the keys' ranges: whether text is a config at all (every line a known
 // key with a value of its type), whatever ranges the framechain that wrote it had. Never use what
 // it parses into a Config: it may break the checks everything else relies on.
+// The keys a config text does not set (they take their defaults: for a checkpoint of an earlier
+// build, the keys added since), as "key = default" lines into buf (len bytes; "" when it sets every
+// key). The count, or -1 when the text does not parse (ranges unchecked, as for an older file).
+int config_unset_keys(const char *text, size_t len, char *buf, size_t buflen);
 int config_parse_text_lenient(Config *c, const char *text, size_t len, const char *origin, char *err, size_t errlen);
 // config_set, returning 0, or -1 with its message in err (c is then unchanged): one key's value
 // checked by itself; the keys against each other are config_validate_checked's.

@@ -435,4 +435,7 @@ if [ $rc -eq 1 ] && [ "$bad" -eq 1 ] && grep -q "SOME CRCs FAIL" "$tmp/damaged.l
 else
     echo "FAIL cli_inspect_damaged_checkpoint: status $rc, $bad tensors with a bad CRC (expected status 1, 1)"
 fi
+# a folder that is neither a run folder nor a dataset (one that holds run folders, say) is named as such
+mkdir -p "$tmp/runs/starter"
+expect inspect_neither_run_nor_dataset 1 "runs: neither a run folder .* nor a dataset" "$FC" inspect "$tmp/runs"
 exit 0

@@ -624,6 +624,16 @@ expect later_revision_refused $(( rc != 1 || $(grep -c "$ck4: written by a later
     $(ls "$D/laterrev" | grep -c unusable) != 0 || $(grep -c '^revision  *1$' "$tmp/rev.inspect") != 1 )) \
     "status $rc, $(grep -m1 -o "written by a later.*" "$tmp/laterrev.log" | cut -c1-100); inspect: $(grep -m1 '^revision' "$tmp/rev.inspect")"
 
+# inspect of an earlier build's checkpoint names the keys its config does not set (added since) and
+# the defaults a resume or generation takes for them
+fresh predates
+stedit "$D/predates/$ck4" old "import re; meta['config']=re.sub(r'(?m)^(cond_drop|anchor_snap) .*\n', '', meta['config'])"
+"$FC" inspect "$D/predates/$ck4" > "$tmp/predates.log" 2>&1
+"$FC" inspect "$D/ref/$ck4" > "$tmp/predates_ref.log" 2>&1
+expect inspect_names_keys_a_file_predates $(( $(grep -c "^keys its config does not set (2; an earlier framechain wrote it)" "$tmp/predates.log") != 1 ||
+    $(grep -c '^  anchor_snap = 0$' "$tmp/predates.log") != 1 || $(grep -c '^  cond_drop = 0$' "$tmp/predates.log") != 1 ||
+    $(grep -c "^keys its config does not set" "$tmp/predates_ref.log") != 0 )) "$(grep -A2 '^keys its config' "$tmp/predates.log" | tr '\n' ' ')"
+
 # A checkpoint of a build before the data record: the resume says it cannot check the data
 fresh nodata
 stedit "$D/nodata/$ck4" crc "meta.pop('data', None)"
