@@ -28,6 +28,15 @@ static int parse_count(const char *s, int *v) {
     return 0;
 }
 
+// A metadata entry that is a whole number (parse_count), into *v; an absent one leaves *v. 0, or -1
+// with a line in err.
+static int meta_count(const StFile *f, const char *key, int *v, const char *path, char *err, size_t errlen) {
+    const char *text = st_meta(f, key);
+    if (text && parse_count(text, v))
+        return fc_errf(err, errlen, "%s: its metadata's %s \"%s\" is not a whole number", path, key, ST_SHOWN(text));
+    return 0;
+}
+
 static int cmp_meta_key(const void *a, const void *b) {
     return strcmp(((const StMeta *)a)->key, ((const StMeta *)b)->key);
 }
@@ -75,21 +84,14 @@ CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, dou
     }
     const char *version = st_meta(f, "format_version");
     int v = 0;
-    if (version && parse_count(version, &v)) {
-        fc_errf(err, errlen, "%s: its metadata's format_version \"%s\" is not a whole number", path, ST_SHOWN(version));
-        return CKPT_CORRUPT;
-    }
+    if (meta_count(f, "format_version", &v, path, err, errlen)) return CKPT_CORRUPT;
     if (!version || v != CKPT_VERSION) {
         fc_errf(err, errlen, "%s: checkpoint format version %s; this framechain reads version %d", path,
                 version ? version : "(none)", CKPT_VERSION);
         return CKPT_REFUSED;
     }
-    const char *revision = st_meta(f, "revision");
-    int r = 0;
-    if (revision && parse_count(revision, &r)) {
-        fc_errf(err, errlen, "%s: its metadata's revision \"%s\" is not a whole number", path, ST_SHOWN(revision));
-        return CKPT_CORRUPT;
-    }
+    int r = 0;  // none: written before revisions were recorded
+    if (meta_count(f, "revision", &r, path, err, errlen)) return CKPT_CORRUPT;
     if (r > CKPT_REVISION) {
         fc_errf(err, errlen, "%s: written by a later framechain (revision %d; this one knows up to %d): update "
                 "framechain to read it", path, r, CKPT_REVISION);
