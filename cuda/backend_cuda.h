@@ -49,6 +49,12 @@ long backend_cuda_route_calls(const char *name);
 // For tests: the fp8 scratch (backend.h: route_scratch) the fp8 GEMMs taken since the last reset
 // asked for, in bytes; reset != 0 starts counting again.
 size_t backend_cuda_fp8_scratch_seen(int reset);
+// The first fp8 GEMM cuBLASLt refused since the start ("" where none): the route, the call and its
+// status, the plan. A route on such a card runs its GEMMs in bf16 (and says so once on stderr).
+const char *backend_cuda_fp8_refusal(void);
+// Which fp8 GEMMs this card's cuBLASLt takes: the routes' configuration and its neighbours on one
+// small problem, "name: answer; ..." into out (n bytes; cuda/fp8_probe.cu). For tests and logs.
+void backend_cuda_fp8_probe(char *out, size_t n);
 #ifdef __cplusplus
 }
 #endif

@@ -24,10 +24,26 @@ static inline void fc_cuda_check(cudaError_t err, const char *what, const char *
         fc_die("CUDA error at %s:%d: %s: %s (hint: check nvidia-smi and the driver version)", file, line, what,
                cudaGetErrorString(err));
 }
+// A cuBLAS status by its name (the number where it has none here).
+static inline const char *fc_cublas_status_name(cublasStatus_t st) {
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "LICENSE_ERROR";
+    default: return "(unknown status)";
+    }
+}
 static inline void fc_cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
     if (st != CUBLAS_STATUS_SUCCESS)
-        fc_die("cuBLAS error at %s:%d: %s: status %d (hint: an unsupported shape or an old cuBLAS)", file, line,
-               what, (int)st);
+        fc_die("cuBLAS error at %s:%d: %s: status %d %s (hint: an unsupported shape or an old cuBLAS)", file, line,
+               what, (int)st, fc_cublas_status_name(st));
 }
 
 static inline unsigned fc_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }

@@ -154,6 +154,20 @@ static float *fp8_scales(int kind) {
     return g_fp8_scales + 4 * (kind - 1);
 }
 
+// The first refusal of an fp8 plan by cuBLASLt since the start (backend_cuda_fp8_refusal): which
+// call answered what, for which plan; a route on whose GEMMs all take the bf16 path says so once.
+static char g_fp8_refusal[256];
+static void fp8_refused(const LtPlan *p, const char *call, cublasStatus_t st, int found) {
+    if (!p->fp8 || g_fp8_refusal[0]) return;
+    static const char *routes[] = {"", "fp8_fwd", "fp8_dgrad", "fp8_wgrad"};
+    snprintf(g_fp8_refusal, sizeof g_fp8_refusal, "%s: %s answered %s%s (E4M3 x %s into fp32, m %d n %d k %d%s)",
+             routes[p->fp8], call, fc_cublas_status_name(st), found ? "" : ", no algorithm",
+             p->fp8 == LT_FP8_FWD ? "E4M3" : "E5M2", p->m, p->n, p->k, lt_has_bias(p->epilogue) ? ", bf16 bias" : "");
+    fc_warn("CUDA: the %s route is on, but cuBLASLt refused its GEMM (%s %s): such GEMMs run in bf16",
+            routes[p->fp8], call, fc_cublas_status_name(st));
+}
+extern "C" const char *backend_cuda_fp8_refusal(void) { return g_fp8_refusal; }
+
 // The pointers of one matmul that live in the descriptor: the bias (fp32, bf16 on fp8 plans) and the
 // aux matrix.
 static void lt_set_pointers(const LtPlan *p, const void *bias, const float *aux) {
@@ -227,6 +241,7 @@ static LtPlan *lt_plan_new(const LtPlan *key, const void *bias, const float *aux
         fc_cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     p->lt = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (p->lt) p->algo = result.algo;
+    else fp8_refused(p, "cublasLtMatmulAlgoGetHeuristic", st == CUBLAS_STATUS_SUCCESS ? result.state : st, found);
     return p;
 }
 
@@ -264,8 +279,10 @@ static int lt_run(LtPlan *p, const void *A, const void *B, float *D, const void 
     // An aux epilogue or fp8 configuration the heuristic offered may still be refused as an invalid
     // combination of types.
     if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-        (st == CUBLAS_STATUS_INVALID_VALUE && (lt_has_aux(p->epilogue) || p->fp8)))
+        (st == CUBLAS_STATUS_INVALID_VALUE && (lt_has_aux(p->epilogue) || p->fp8))) {
+        fp8_refused(p, "cublasLtMatmul", st, 1);
         return p->lt = 0;
+    }
     fc_cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
     return 1;
 }

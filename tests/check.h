@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int g_failed;
+// The program's FAIL count: one counter for all of its files (test_cuda is several), so weak (each
+// file's definition is the same one).
+__attribute__((weak)) int g_failed;
 
 static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void check(int ok, const char *name, const char *fmt, ...) {

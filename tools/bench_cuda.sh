@@ -42,7 +42,8 @@ echo "machine: $gpu (bf16 peak $peak TFLOP/s); $(date -u +%F); $CONF"
 printf '%-58s %10s %10s %10s %8s %10s %10s\n' "what" "ms/step" "frames/s" "TFLOP/s" "MFU" "peak GiB" "card GiB"
 row() {  # row LABEL MS FRAMES_PER_S TFLOPS PEAK_GIB CARD_GIB
     awk -v w="$1" -v ms="$2" -v fps="$3" -v tf="$4" -v pg="$5" -v cg="$6" -v pk="$peak" 'BEGIN {
-        printf "%-58s %10.1f %10.1f %10.1f %7.1f%% %10.2f %10.2f\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg, cg }'
+        printf "%-58s %10.1f %10.1f %10.1f %7.1f%% %10.2f %10s\n", w, ms, fps, tf, (pk > 0 ? 100 * tf / pk : 0), pg,
+               (cg == "-" ? "-" : sprintf("%.2f", cg)) }'
 }
 card_watch() {  # card_watch: sample the card's memory in use every 100 ms until card_peak
     card_idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
@@ -105,7 +106,7 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     # as one process that warms up (and compiles) once, then times a round of STEPS steps whenever
     # told (torch_train.py --serve), idle on the card while framechain runs: a process with torch.compile
     # took about 150 s at the preset on an H200, and the next was not done after 94 s. Its rows'
-    # "card GiB" is left at 0 (its memory is already held when a round starts).
+    # "card GiB" is "-" (its memory is already held when a round starts).
     fc_first=${FC_RUNS:-2:auto}
     fc_first=${fc_first%% *}
     [ -n "$PYTHON" ] && [ ${#pt_runs[@]} -gt 0 ] || { echo "bench-cuda: PAIRS needs PyTorch and PT_RUNS"; exit 1; }
@@ -125,7 +126,7 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
         fc_ms="$fc_ms ${ms:-0}"
         echo go >&"$pt_in"
         if read -r j <&"$pt_out"; then
-            pt_json_row "$pt_opts" "$j" 0
+            pt_json_row "$pt_opts" "$j" -
             pt_ms="$pt_ms ${ms:-0}"
         else
             echo "bench-cuda: PyTorch stopped: $(tail -3 "$OUT/pt.err")"

@@ -5,7 +5,7 @@
 # the pairs). What decides whether a route becomes the default. A benchmark: nothing is asserted.
 #
 # usage: tools/bench_routes.sh [OUT_DIR]
-#   ROUTES="adam8_warp fp8_fwd,fp8_dgrad,fp8_wgrad" (each word a set of routes switched on together against the defaults:
+#   ROUTES="fp8_fwd,fp8_dgrad,fp8_wgrad" (each word a set of routes switched on together against the defaults:
 #   "a,b" both at once, "a b" each alone; the routes off by default, docs/cuda.md), PAIRS=3, CONFIG=configs/starter.conf, STEPS=12 timed
 #   steps; FC=./framechain, BENCH_OPS=build/bench_ops; DEVICE=cuda (cpu: a dry run of this script,
 #   where no route changes anything); OPS=0 or STEP=0 leaves that part out.
@@ -19,7 +19,7 @@ esac
 OUT=${1:-out/bench-routes}
 FC=${FC:-./framechain}
 BENCH_OPS=${BENCH_OPS:-build/bench_ops}
-ROUTES=${ROUTES:-adam8_warp fp8_fwd,fp8_dgrad,fp8_wgrad}
+ROUTES=${ROUTES:-fp8_fwd,fp8_dgrad,fp8_wgrad}
 PAIRS=${PAIRS:-3}
 CONFIG=${CONFIG:-configs/starter.conf}
 STEPS=${STEPS:-12}

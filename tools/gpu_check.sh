@@ -42,13 +42,14 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
 echo "== make test-cuda"
 BUILD=$B FRAMECHAIN=$FC tests/run_tests.sh --only cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
+grep -q '^FAIL' "$LOG/test-cuda.log" && tests_failed=1  # this script's status says so (the pipe's is head's)
 if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
     echo "== kill -9 resume on the GPU (tests/train/test_train.sh, device auto = cuda)"
     tests/train/test_train.sh "$FC" > "$LOG/test-train.log" 2>&1
     grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
 fi
 fi
-[ "$PART" = tests ] && exit 0
+[ "$PART" = tests ] && exit "${tests_failed:-0}"
 if [ "$PART" = all ] || [ "$PART" = dist ]; then
 # The ranks' path on the GPU (docs/distributed.md): NCCL's calls, streams and events on one GPU by
 # one rank summing over itself (FRAMECHAIN_TEST_COLLECTIVES_ALONE), each block's sum during the
@@ -147,3 +148,4 @@ if [ -f build/base/Makefile ]; then
     sed -E 's/^recompute *= *2/recompute  = 1/; /^keep_blocks/d' configs/starter.conf > "$LOG/starter-recompute1.conf"
     LOG="$LOG/compare" tools/compare_builds.sh build/base cuda "$LOG/starter-recompute1.conf"
 fi
+exit "${tests_failed:-0}"

@@ -255,9 +255,9 @@ void cuda_linear_bf16_cases(int big);
 // cuda_fp8_checks.c: the fp8_fwd route's linear forward (section 1, the "cuda" table).
 void cuda_fp8_cases(void);
 
-// cuda_step_checks.c: section 3 (one whole training step on both backends; returns its failures) and
+// cuda_step_checks.c: section 3 (one whole training step on both backends) and
 // the timings of section 4.
-int cuda_test_train_step(void);
+void cuda_test_train_step(void);
 void cuda_time_config(const char *path, const char *label);
 
 #endif

@@ -390,10 +390,12 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
 // compute and scale, the default, bias, GELU_AUX(_BIAS) and DGELU epilogues (the GELU in its tanh
 // form, in float; the aux matrix fp32, D's shape, its leading dimension a multiple of 8). And fp8:
 // E4M3 or E5M2 A and B (not both E5M2), each with its scale factor in device memory
-// (A_SCALE_POINTER, B_SCALE_POINTER; 1 when not set), under the rules cuBLASLt's fp8 kernels have
-// on sm_89 and sm_90: A transposed and B not, leading dimensions and pointers on 16 bytes, an fp32
-// D with a bf16 bias; D = scale_A scale_B alpha op(A) op(B) + bias, the products of the widened
-// bytes summed in fp32.
+// (A_SCALE_POINTER, B_SCALE_POINTER; 1 when not set), under the rules cuBLAS's documentation gives
+// its fp8 kernels on sm_89 and sm_90: A transposed and B not, leading dimensions and pointers on 16
+// bytes, an fp32 D with a bf16 bias; D = scale_A scale_B alpha op(A) op(B) + bias, the products of
+// the widened bytes summed in fp32. An H200 with CUDA 13.0's cuBLASLt refused every such GEMM of
+// test_cuda (2026-11-29) for a reason these rules do not know yet: test_cuda's cuda_fp8_probe line
+// shows on a card which of the configuration's neighbours it takes, the rule to add here.
 // Descriptors keep their state in the library's own opaque storage. The heuristic offers one algorithm, which remembers what it was
 // chosen for (the problem and the minimum alignments of the preference); a matmul it does not fit
 // is refused (INVALID_VALUE), and an operand less aligned than the algorithm was chosen for stops
