@@ -1,11 +1,10 @@
 // cmd_eval.c: `framechain eval`: the chain scored on held-out clips (chain/eval.h).
 #include <stdio.h>
 
-#include "chain/sampler.h"
-#include "chain/drift_guard.h"
 #include "chain/eval.h"
 #include "cli.h"
 #include "commands.h"
+#include "sample_opts.h"
 
 static const char *HELP_EVAL =
     "usage: framechain eval --starter RUN --extrapolate RUN --interpolate RUN --data DIR [--clips K]\n"
@@ -63,10 +62,8 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
                   {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {"--vae", 1}, {"--sharpness-guard", 1},
                   {"--colour-guard", 1}, {"--colour-ramp", 1}, {"--overwrite", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
-    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .steps = 0,
-                      .seed = 1, .given = 1, .guidance = SAMPLE_DEFAULT_GUIDANCE,
-                      .temperature = SAMPLE_MODEL_TEMPERATURE, .sharpness_guard = SAMPLE_GUARD_DEFAULT,
-                      .colour_guard = SAMPLE_GUARD_DEFAULT, .colour_ramp = SAMPLE_DEFAULT_COLOUR_RAMP};
+    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .given = 1,
+                      .sample = parse_sample_options(opts)};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};
     for (int r = 0; r < 3; r++) eo.runs[r] = required(opts, roles[r]);
     eo.data = required(opts, "--data");
@@ -82,23 +79,10 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     const char *levels = opt(opts, "--noise-aug")->count ? opt(opts, "--noise-aug")->value : EVAL_DEFAULT_LEVELS;
     eo.n_levels = eval_parse_levels(levels, 0.95, eo.levels, EVAL_MAX_LEVELS, err, sizeof err);
     if (eo.n_levels < 0) usage_error("%s", err);
-    if (opt(opts, "--steps")->count) eo.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
-    if (opt(opts, "--seed")->count) eo.seed = 
-            (uint64_t)parse_whole("--seed", opt(opts, "--seed")->value, 0, 9000000000000000L);
     if (opt(opts, "--given")->count) eo.given = (int)parse_positive("--given", opt(opts, "--given")->value, 1000000);
     if (eo.frames && eo.given >= eo.frames)
         usage_error("--frames %d: not more than --given %d: the chain would make no frame to score", eo.frames,
                     eo.given);
-    if (opt(opts, "--guidance")->count)
-        eo.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
-    if (opt(opts, "--temperature")->count)
-        eo.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
-    if (opt(opts, "--sharpness-guard")->count)
-        eo.sharpness_guard = parse_number("--sharpness-guard", opt(opts, "--sharpness-guard")->value, 0, DRIFT_GUARD_MAX);
-    if (opt(opts, "--colour-guard")->count)
-        eo.colour_guard = parse_number("--colour-guard", opt(opts, "--colour-guard")->value, 0, DRIFT_GUARD_MAX);
-    if (opt(opts, "--colour-ramp")->count)
-        eo.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
     eo.overwrite = opt(opts, "--overwrite")->count > 0;
     if (eo.overwrite && !eo.tsv) usage_error("--overwrite: it goes with --tsv FILE (eval writes no other file)");

@@ -10,12 +10,12 @@
 #include "base/clock.h"
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
-#include "chain/drift_guard.h"
 #include "chain/generate.h"
 #include "model/autoencoder.h"
 #include "video/video.h"
 #include "cli.h"
 #include "commands.h"
+#include "sample_opts.h"
 
 static const char *HELP_GENERATE =
     "usage: framechain generate --starter RUN --extrapolate RUN --interpolate RUN --first-frame IMG\n"
@@ -96,25 +96,9 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
     long frames = parse_whole("--frames", required(opts, "--frames"), 7, 1000000);  // the starter's window at least
-    SampleOptions so = {.steps = 0, .seed = 1, .noise_aug = SAMPLE_DEFAULT_NOISE_AUG,
-                        .guidance = SAMPLE_DEFAULT_GUIDANCE, .temperature = SAMPLE_MODEL_TEMPERATURE,
-                        .sharpness_guard = SAMPLE_GUARD_DEFAULT, .colour_guard = SAMPLE_GUARD_DEFAULT,
-                        .colour_ramp = SAMPLE_DEFAULT_COLOUR_RAMP};
-    if (opt(opts, "--guidance")->count)
-        so.guidance = parse_number("--guidance", opt(opts, "--guidance")->value, 0, 100);
-    if (opt(opts, "--temperature")->count)
-        so.temperature = parse_number("--temperature", opt(opts, "--temperature")->value, 0, 10);
-    if (opt(opts, "--steps")->count) so.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, 100000);
-    if (opt(opts, "--seed")->count) so.seed = 
-            (uint64_t)parse_whole("--seed", opt(opts, "--seed")->value, 0, 9000000000000000L);
+    SampleOptions so = parse_sample_options(opts);
     if (opt(opts, "--noise-aug")->count)
         so.noise_aug = parse_number("--noise-aug", opt(opts, "--noise-aug")->value, 0, 0.95);
-    if (opt(opts, "--sharpness-guard")->count)
-        so.sharpness_guard = parse_number("--sharpness-guard", opt(opts, "--sharpness-guard")->value, 0, DRIFT_GUARD_MAX);
-    if (opt(opts, "--colour-guard")->count)
-        so.colour_guard = parse_number("--colour-guard", opt(opts, "--colour-guard")->value, 0, DRIFT_GUARD_MAX);
-    if (opt(opts, "--colour-ramp")->count)
-        so.colour_ramp = (int)parse_whole("--colour-ramp", opt(opts, "--colour-ramp")->value, 0, 1000000);
     double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 12;
     const char *out = opt(opts, "--out")->value, *ext = out ? strrchr(out, '.') : NULL;
     if (ext && !strcasecmp(ext, ".gif") && fps > VIDEO_GIF_MAX_FPS)  // before any sampling

@@ -220,7 +220,7 @@ typedef struct {
     long ceiling_frames;
     int scored, damaged;   // of the first K clips: those scored so far, and those skipped as damaged
     ChainPlan plan, long_plan;
-    SampleOptions guards;    // the drift guards asked for, defaults settled for these models
+    SampleOptions sample;    // the sampling options asked for, the drift guards' defaults settled for these models
     char tsv_tmp[4200];
     Results r;
     uint8_t *clip;           // (F, S, S, 3): the clip being scored
@@ -233,6 +233,13 @@ typedef struct {
 // Each clip its own sampling noise; the first clip the seed itself, so that `framechain generate
 // --seed K` from its first frame makes the very frames scored here.
 static uint64_t clip_seed(uint64_t seed, int k) { return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; }
+
+// One chain's sampling options: those asked for, with this run's seed and noise-augmentation level.
+static SampleOptions sample_run_options(const Eval *ev, uint64_t seed, double noise_aug) {
+    SampleOptions so = ev->sample;
+    so.seed = seed, so.noise_aug = noise_aug, so.quiet = 1, so.latent = ev->ae != NULL;
+    return so;
+}
 
 // The models, then the dataset. Returns 0, or -1 with ev->err.
 static int eval_open(Eval *ev) {
@@ -275,9 +282,8 @@ static int eval_check(Eval *ev) {
     if (o->given >= N)
         return fc_errf(err, errlen, "--given %d: the chain would make none of the %d frames per clip to score (--frames "
                        "must be more than --given)", o->given, N);
-    ev->guards = (SampleOptions){.guidance = o->guidance, .sharpness_guard = o->sharpness_guard,
-                                 .colour_guard = o->colour_guard, .colour_ramp = o->colour_ramp};
-    if (chain_settle_options(&ev->cm, &ev->guards, err, errlen)) return -1;
+    ev->sample = o->sample;
+    if (chain_settle_options(&ev->cm, &ev->sample, err, errlen)) return -1;
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
@@ -290,14 +296,14 @@ static void print_header(const Eval *ev) {
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
     char steps[128], temperature[128];
-    chain_describe_steps(&ev->cm, o->steps, steps, sizeof steps);
-    chain_describe_temperature(&ev->cm, o->temperature, temperature, sizeof temperature);
+    chain_describe_steps(&ev->cm, o->sample.steps, steps, sizeof steps);
+    chain_describe_temperature(&ev->cm, o->sample.temperature, temperature, sizeof temperature);
     printf("\neval: %d frames per clip from %d given, drift over %d, %s, guidance %g, %s, "
            "seed %llu, on %s; starter step %d, extrapolate step %d, interpolate step %d\n", ev->N, o->given, ev->M,
-           steps, o->guidance, temperature, (unsigned long long)o->seed, ev->be->name, ev->cm.step[0],
+           steps, o->sample.guidance, temperature, (unsigned long long)o->sample.seed, ev->be->name, ev->cm.step[0],
            ev->cm.step[1], ev->cm.step[2]);
     char guards[256];
-    chain_describe_guards(&ev->guards, o->given, guards, sizeof guards);
+    chain_describe_guards(&ev->sample, o->given, guards, sizeof guards);
     printf("eval: %s\n", guards);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",
@@ -398,11 +404,7 @@ static void score_chain(Eval *ev, int k, int l) {
     fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
     fflush(stderr);
     double t0 = fc_now_s();
-    SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, k), .noise_aug = o->levels[l],
-                        .guidance = o->guidance, .temperature = o->temperature,
-                        .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
-                        .colour_ramp = ev->guards.colour_ramp,
-                        .quiet = 1, .latent = ev->ae != NULL};
+    SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, k), o->levels[l]);
     set_given(ev, ev->clip);
     chain_sample(&ev->cm, &ev->plan, ev->video, &so);
     double clip_sum = 0;
@@ -486,11 +488,7 @@ static int eval_drift(Eval *ev) {
         fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
         fflush(stderr);
         double t0 = fc_now_s();
-        SampleOptions so = {.steps = o->steps, .seed = clip_seed(o->seed, r->drift_clip), .noise_aug = o->levels[l],
-                            .guidance = o->guidance, .temperature = o->temperature,
-                            .sharpness_guard = ev->guards.sharpness_guard, .colour_guard = ev->guards.colour_guard,
-                            .colour_ramp = ev->guards.colour_ramp,
-                            .quiet = 1, .latent = ev->ae != NULL};
+        SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, r->drift_clip), o->levels[l]);
         set_given(ev, ev->first);  // into the first frames of ev->video: the chain's given frames
         DriftRun d = {ev, l, {0}};
         char err[512];

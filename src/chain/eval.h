@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "chain/sampler.h"
 
 #define EVAL_FLAT_CONTRAST 1.0  // a frame whose contrast is under this is flat (one colour): no drift start
 #define EVAL_MAX_LEVELS 16
@@ -28,16 +29,12 @@ typedef struct {
                            // flat); 0: no drift run
     int n_levels;          // noise-augmentation levels, each evaluated on its own
     double levels[EVAL_MAX_LEVELS];
-    int steps;             // Euler steps per window; 0: each model's sample_steps
     int given;             // the chain starts from each clip's first `given` real frames (1, or the
                            // starter's window: the starter is skipped); the baseline holds the last
-    double guidance;       // history guidance w (sampler.h); 1: off
-    double temperature;    // the targets' starting noise (sampler.h); 1: the trained prior; negative: each
-                           // model's sample_temperature
-    double sharpness_guard, colour_guard;  // the drift guards' bands (sampler.h); 0: off; SAMPLE_GUARD_DEFAULT
-    int colour_ramp;       // frames from the last given one to the colour band's full hold (sampler.h)
-    uint64_t seed;         // clip k (and a drift run from it) samples with a seed made from (seed, k);
-                           // clip 0 with seed itself
+    SampleOptions sample;  // Euler steps, guidance, temperature and the drift guards, as generate takes
+                           // them; clip k (and a drift run from it) samples with a seed made from
+                           // (sample.seed, k), clip 0 with sample.seed itself; each run sets its own
+                           // noise_aug (levels), quiet and latent
     const char *tsv;       // every per-frame number, or NULL
     int overwrite;         // an existing tsv file is replaced (else refused before any work)
     const char *vae;       // models trained on latents: the autoencoder they were trained with (the chain
