@@ -184,7 +184,9 @@ static const KeyDef *find_key_n(const char *name, size_t len) {
 static const KeyDef *find_key(const char *name) { return find_key_n(name, strlen(name)); }
 
 // "did you mean 'KEY'?; " for the key nearest to an unknown name (edit distance, a swap of two
-// neighbours counted as one) when it is at most 2 away, else "": a typo's fix said at once.
+// neighbours counted as one) when it is at most 2 away; else for the one key the name begins with
+// or begins ("lrate": 'lr'; "warmup": 'warmup_steps'), at least 2 characters shared; else "": a
+// typo's fix said at once.
 static const char *key_hint(const char *name, size_t len, char *buf, size_t buflen) {
     enum { MAXLEN = 40 };  // past the longest key by more than 2: no key is near
     buf[0] = 0;
@@ -212,6 +214,14 @@ static const char *key_hint(const char *name, size_t len, char *buf, size_t bufl
             snprintf(buf, buflen, "did you mean '%s'?; ", key);
         }
     }
+    if (buf[0]) return buf;
+    const char *only = NULL;
+    int count = 0;
+    for (int k = 0; k < NKEYS; k++) {
+        size_t kl = strlen(KEYS[k].name), shared = kl < len ? kl : len;
+        if (shared >= 2 && !memcmp(KEYS[k].name, name, shared)) only = KEYS[k].name, count++;
+    }
+    if (count == 1) snprintf(buf, buflen, "did you mean '%s'?; ", only);
     return buf;
 }
 

@@ -148,6 +148,13 @@ expect set_unknown_key 2 "^framechain inspect: --set depht=3: unknown key 'depht
     --config configs/tiny/starter.conf --set depht=3
 expect set_unknown_key_far 2 "unknown key 'bogus' (framechain train --help lists the keys)" "$FC" inspect \
     --config configs/tiny/starter.conf --set bogus=3
+# too far for a typo, but the one key it begins with (or that begins with it) is named; several: none
+expect set_unknown_key_prefix 2 "unknown key 'lrate' (did you mean 'lr'?" "$FC" inspect \
+    --config configs/tiny/starter.conf --set lrate=1
+expect set_unknown_key_prefix_of 2 "unknown key 'warmup' (did you mean 'warmup_steps'?" "$FC" inspect \
+    --config configs/tiny/starter.conf --set warmup=1
+expect set_unknown_key_ambiguous 2 "unknown key 'sample' (framechain train --help lists the keys)" "$FC" inspect \
+    --config configs/tiny/starter.conf --set sample=1
 expect set_not_a_number 2 "^framechain train: --set lr==1: not a number" "$FC" train --config configs/tiny/starter.conf \
     --run "$tmp/never" --set lr==1
 expect set_without_value 2 "^framechain train: --set lr: expected KEY=VALUE" "$FC" train --config configs/tiny/starter.conf \
