@@ -31,14 +31,15 @@ static __device__ __forceinline__ void colsum_store(float *out, const CompSum &s
 // +rows_per_chunk). With one chunk the sum goes straight to out, else to partial (S, nchunks, D).
 // a16 (S, N, D), when not NULL, gets a rounded to bf16 on the way (linear.cu: dy for the bf16
 // GEMMs, without a second pass over it).
-// amax, when not NULL, gets the block's largest |a16| at its index in the grid (x fastest, then
-// chunk, then slot), a NaN counted as inf.
+// AMAX (a16 given): amax gets the block's largest |a16| at its index in the grid (x fastest, then
+// chunk, then slot), a NaN counted as inf. A template, so that the sums without it (every bias
+// gradient but an fp8 route's) run the loop without the maximum's instructions.
+template <bool AMAX>
 __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__restrict__ out, long ostride, int add,
                                       __nv_bfloat16 *__restrict__ a16, float *__restrict__ amax,
                                       const float *__restrict__ a, const float *__restrict__ b, int N, int D,
                                       int rows_per_chunk) {
     __shared__ CompSum acc[COLSUM_LANES][COLSUM_COLS];
-    __shared__ float big[COLSUM_LANES];
     int tx = threadIdx.x, ty = threadIdx.y, s = blockIdx.z;
     int d = blockIdx.x * COLSUM_COLS + tx;
     long n0 = (long)blockIdx.y * rows_per_chunk;
@@ -53,12 +54,15 @@ __global__ void colsum_partial_kernel(CompSum *__restrict__ partial, float *__re
             if (a16) {
                 __nv_bfloat16 h = __float2bfloat16_rn(v);
                 a16[k] = h;
-                float r = fabsf(__bfloat162float(h));
-                m = r != r ? INFINITY : fmaxf(m, r);
+                if (AMAX) {
+                    float r = fabsf(__bfloat162float(h));
+                    m = r != r ? INFINITY : fmaxf(m, r);
+                }
             }
             sum.add(b ? __fmul_rn(v, b[k]) : v);
         }
-    if (amax) {  // the block's maximum (exact in any order): each warp's (one lane row), then the rows'
+    if (AMAX) {  // the block's maximum (exact in any order): each warp's (one lane row), then the rows'
+        __shared__ float big[COLSUM_LANES];
         for (int o = COLSUM_COLS / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         if (tx == 0) big[ty] = m;
         __syncthreads();
@@ -116,8 +120,11 @@ void fc_cuda_colsum(float *out, long ostride, int add, __nv_bfloat16 *a16, float
     if (nchunks > 1)
         partial = (CompSum *)fc_cuda_scratch(SCRATCH_COLSUM, sizeof(CompSum) * (size_t)S * nchunks * D);
     dim3 block(COLSUM_COLS, COLSUM_LANES), grid(fc_cdiv(D, COLSUM_COLS), nchunks, S);
-    colsum_partial_kernel<<<grid, block>>>(partial, out, ostride, add, a16, a16 ? amax : NULL, a, b, N, D,
-                                           (int)rows_per_chunk);
+    int rows = (int)rows_per_chunk;
+    if (a16 && amax)
+        colsum_partial_kernel<true><<<grid, block>>>(partial, out, ostride, add, a16, amax, a, b, N, D, rows);
+    else
+        colsum_partial_kernel<false><<<grid, block>>>(partial, out, ostride, add, a16, (float *)NULL, a, b, N, D, rows);
     kernelCheck();
     if (nchunks > 1) {
         unsigned blocks = fc_cdiv((size_t)S * D, COLSUM_FINISH_THREADS);

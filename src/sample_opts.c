@@ -17,6 +17,7 @@ SampleOptions parse_sample_options(Opt *opts) {
         so.sharpness_guard = parse_number("--sharpness-guard", o->value, 0, DRIFT_GUARD_MAX);
     if ((o = opt(opts, "--colour-guard"))->count)
         so.colour_guard = parse_number("--colour-guard", o->value, 0, DRIFT_GUARD_MAX);
-    if ((o = opt(opts, "--colour-ramp"))->count) so.colour_ramp = (int)parse_whole("--colour-ramp", o->value, 0, 1000000);
+    if ((o = opt(opts, "--colour-ramp"))->count)
+        so.colour_ramp = (int)parse_whole("--colour-ramp", o->value, 0, 1000000);
     return so;
 }

@@ -130,7 +130,7 @@ static void t_fp8_linear_at(int M, int K, int N, int bias, int gelu, double xstd
     if (refuse) fc_emu_cublaslt_hook(0);
     check(taken == takes, nm("cuda_fp8_taken"), "%s: %ld calls through the route (want %d)", g_what, taken, takes);
     if (refuse)  // the shape the route takes, refused by cuBLASLt: the refusal is on record
-        check(strstr(backend_cuda_fp8_refusal(), "fp8_fwd: cublasLtMatmulAlgoGetHeuristic answered NOT_SUPPORTED") != NULL,
+        check(!!strstr(backend_cuda_fp8_refusal(), "fp8_fwd: cublasLtMatmulAlgoGetHeuristic answered NOT_SUPPORTED"),
               nm("cuda_fp8_refusal"), "%s: the refusal on record: '%s'", g_what, backend_cuda_fp8_refusal());
     real *got = fetch(g_gpu, y.g, y.n);
     if (takes) {
