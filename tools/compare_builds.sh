@@ -16,6 +16,10 @@
 # alternates them base, this, base, this, ... N times, for a noisy machine, and the table shows each
 # op's median ms per step of either build and the median of the N pairs' ratios with its min-max),
 # OPS_ARGS (more options for bench_ops, say --reps 8), TRAIN_PAIRS (default 1: the speed lines, alternating).
+# Prebuilt (a GPU machine that compiles nothing): BASE_DIR a bundle folder holding framechain and
+# bench_ops (tools/gpu_bundle.sh, built here from the base revision) and THIS_BUNDLE this build's
+# (default build-gpu); nothing is built then, and CONFIG must be one both builds read (an older
+# build refuses the keys added since: the base revision's own config, say).
 set -u
 usage="usage: tools/compare_builds.sh BASE_DIR [DEVICE] [CONFIG] [STEPS]"
 case "${1:-}" in
@@ -29,7 +33,15 @@ CFG=${3:-configs/starter.conf}
 STEPS=${4:-12}
 LOG=${LOG:-out/compare}
 JOBS=${MAKE_JOBS:-$(nproc)}
-[ -f "$BASE/Makefile" ] && [ -d "$BASE/src" ] || { echo "compare_builds: $BASE is not a framechain checkout"; exit 2; }
+prebuilt=0
+if [ -x "$BASE/framechain" ] && [ -x "$BASE/bench_ops" ] && [ ! -f "$BASE/Makefile" ]; then
+    prebuilt=1
+    THIS_BUNDLE=${THIS_BUNDLE:-build-gpu}
+    [ -x "$THIS_BUNDLE/framechain" ] && [ -x "$THIS_BUNDLE/bench_ops" ] ||
+        { echo "compare_builds: $BASE is a bundle, and THIS_BUNDLE ($THIS_BUNDLE) holds no framechain and bench_ops"; exit 2; }
+fi
+[ "$prebuilt" = 1 ] || { [ -f "$BASE/Makefile" ] && [ -d "$BASE/src" ]; } ||
+    { echo "compare_builds: $BASE is neither a framechain checkout nor a bundle"; exit 2; }
 [ -f "$CFG" ] || { echo "compare_builds: $CFG: no such config"; exit 2; }
 mkdir -p "$LOG"
 . tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
@@ -39,19 +51,27 @@ LOG=$(cd "$LOG" && pwd)
 CFG=$(cd "$(dirname "$CFG")" && pwd)/$(basename "$CFG")
 
 PAIRS=${PAIRS:-1}
-for side in base this; do
-    dir=$([ $side = base ] && echo "$BASE" || echo "$HERE")
-    echo "== build ($side: $dir)"
-    # shellcheck disable=SC2086  # MAKE_ARGS is a list of assignments
-    (cd "$dir" && make -j"$JOBS" ${MAKE_ARGS:-} framechain build/bench_ops) > "$LOG/build-$side.log" 2>&1 ||
-        { tail -20 "$LOG/build-$side.log"; exit 1; }
-done
+if [ "$prebuilt" = 1 ]; then
+    fc_base=$BASE/framechain ops_base=$BASE/bench_ops
+    fc_this=$(cd "$THIS_BUNDLE" && pwd)/framechain ops_this=$(cd "$THIS_BUNDLE" && pwd)/bench_ops
+    echo "== prebuilt: base $BASE, this $THIS_BUNDLE"
+else
+    fc_base=$BASE/framechain ops_base=$BASE/build/bench_ops fc_this=$HERE/framechain ops_this=$HERE/build/bench_ops
+    for side in base this; do
+        dir=$([ $side = base ] && echo "$BASE" || echo "$HERE")
+        echo "== build ($side: $dir)"
+        # shellcheck disable=SC2086  # MAKE_ARGS is a list of assignments
+        (cd "$dir" && make -j"$JOBS" ${MAKE_ARGS:-} framechain build/bench_ops) > "$LOG/build-$side.log" 2>&1 ||
+            { tail -20 "$LOG/build-$side.log"; exit 1; }
+    done
+fi
+side_fc() { if [ "$1" = base ]; then echo "$fc_base"; else echo "$fc_this"; fi; }
+side_ops() { if [ "$1" = base ]; then echo "$ops_base"; else echo "$ops_this"; fi; }
 # bench_ops alternating, the config by absolute path: the base checkout may not have it
 for r in $(seq "$PAIRS"); do
     for side in base this; do
-        dir=$([ $side = base ] && echo "$BASE" || echo "$HERE")
         # shellcheck disable=SC2086  # OPS_ARGS is a list of options
-        (cd "$dir" && ./build/bench_ops --device "$DEV" --config "$CFG" ${OPS_ARGS:-}) > "$LOG/ops-$side-$r.txt" 2>&1 ||
+        "$(side_ops $side)" --device "$DEV" --config "$CFG" ${OPS_ARGS:-} > "$LOG/ops-$side-$r.txt" 2>&1 ||
             { tail -5 "$LOG/ops-$side-$r.txt"; exit 1; }
     done
 done
@@ -62,10 +82,9 @@ grep -h "^fc2's backward as the step" "$LOG/ops-this-1.txt"  # this build's fuse
 echo "== training speed ($DEV, $CFG, $STEPS steps)"
 for r in $(seq "${TRAIN_PAIRS:-1}"); do
     for side in base this; do
-        dir=$([ $side = base ] && echo "$BASE" || echo "$HERE")
         rm -rf "$LOG/run"
-        (cd "$dir" && ./framechain --device "$DEV" train --config "$CFG" --run "$LOG/run" --steps "$STEPS" \
-            --set warmup_steps=2 --set checkpoint_every=100000 --set keep_checkpoints=1) > "$LOG/train-$side.log" 2>&1
+        "$(side_fc $side)" --device "$DEV" train --config "$CFG" --run "$LOG/run" --steps "$STEPS" \
+            --set warmup_steps=2 --set checkpoint_every=100000 --set keep_checkpoints=1 > "$LOG/train-$side.log" 2>&1
         echo "$side: $(grep -E '^speed|^peak|rror' "$LOG/train-$side.log" | tr '\n' ' ' | tr -s ' ')"
     done
 done

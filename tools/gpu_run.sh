@@ -31,6 +31,12 @@
 #           in the same call, found faster in every pair and (fp8) training as before (tools/route_winners.sh),
 #           or with PAIR_ROUTES (FRAMECHAIN_CUDA_ROUTES's form; empty: the defaults)
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
+#   compare this bundle against build-base, a bundle of another revision (unpacked from
+#           build-carry/bundle-base.txz, made here: `git worktree add /tmp/base REV && (cd /tmp/base &&
+#           tools/gpu_bundle.sh build-base && cp configs/starter.conf build-base/) && tar -C /tmp/base -cJf
+#           build-carry/bundle-base.txz build-base/framechain build-base/libframechain_cuda.so build-base/bench_ops
+#           build-base/starter.conf`), op by op and the base's preset's step, alternating (tools/compare_builds.sh;
+#           COMPARE_PAIRS, default 3): whether a change of the code or the card moved the step
 #   ops     bench_ops at the preset
 #   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
 #   eval64  the quality table of configs/eval64 (tools/eval_unseen.sh; EVAL_SETS; needs out/eval64's
@@ -108,6 +114,10 @@ for part in ${PARTS:-tests train routes loss pairs}; do
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
         PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 \
         tools/bench_cuda.sh "$LOG/bench" ${CONFIG:+"$CONFIG"} ;;
+    compare) [ -x build-base/framechain ] || tar -xJf build-carry/bundle-base.txz ||
+            { echo "gpu_run: compare: no build-base (build-carry/bundle-base.txz)"; continue; }
+        step compare 300 env THIS_BUNDLE="$BUNDLE" LOG="$LOG/compare" PAIRS="${COMPARE_PAIRS:-3}" \
+            TRAIN_PAIRS="${COMPARE_PAIRS:-3}" tools/compare_builds.sh build-base cuda build-base/starter.conf ;;
     ops) step bench-ops 60 sh -c "'$BUNDLE/bench_ops' --device cuda > '$LOG/bench-ops.txt' 2>&1"
         tail -28 "$LOG/bench-ops.txt" ;;
     ae) step autoencoder 90 env FC="$FC" DEVICE=cuda INPUT=shapes:0 FRAMES=4 PAIRS=5 PYTHON="$PY" tools/bench_autoencoder.sh

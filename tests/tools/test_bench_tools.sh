@@ -141,3 +141,18 @@ for set in adam8_warp=1 fp8_fwd=1; do
 done
 [ $status -eq 0 ] && [ $ok = 1 ] && ! grep -q fp8 <<< "$won"
 expect route_winners_reads_bench_routes $? "status $status, taken '$won': $(tr '\n' ' ' < "$tmp/br-won.err")"
+
+# ---- compare_builds.sh on two prebuilt bundles (a GPU machine compiles nothing): both sides' tables
+# joined and both speed lines, the config by absolute path; a missing THIS_BUNDLE refused by name ----
+mkdir -p "$tmp/cb-base" "$tmp/cb-this"
+cp "$FC" "$BUILD/bench_ops" "$tmp/cb-base/" && cp "$FC" "$BUILD/bench_ops" "$tmp/cb-this/"
+THIS_BUNDLE=$tmp/cb-this LOG=$tmp/cb-log OPS_ARGS="--reps 1" timeout 300 tools/compare_builds.sh "$tmp/cb-base" cpu \
+    configs/tiny/starter.conf 3 > "$tmp/cb.txt" 2>&1
+status=$?
+[ $status -eq 0 ] && grep -q '^== prebuilt: base' "$tmp/cb.txt" && grep -qE '^linear fwd qkv +[0-9.]+ +[0-9.]+ ' "$tmp/cb.txt" &&
+    grep -q '^base: speed: ' "$tmp/cb.txt" && grep -q '^this: speed: ' "$tmp/cb.txt"
+expect compare_builds_prebuilt $? "status $status: $(grep -E '^(== prebuilt|base:|this:)' "$tmp/cb.txt" | cut -c1-60 | tr '\n' ' ')"
+THIS_BUNDLE=$tmp/nowhere LOG=$tmp/cb-log tools/compare_builds.sh "$tmp/cb-base" cpu configs/tiny/starter.conf > "$tmp/cb2.txt" 2>&1
+status=$?
+[ $status -eq 2 ] && grep -q "THIS_BUNDLE ($tmp/nowhere) holds no framechain and bench_ops" "$tmp/cb2.txt"
+expect compare_builds_prebuilt_missing $? "status $status: $(head -1 "$tmp/cb2.txt")"
