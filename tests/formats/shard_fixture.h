@@ -62,6 +62,32 @@ static inline int run_in_scratch(const char *name, void (*tests)(void)) {
     return g_failed != 0;
 }
 
+// ---- files ----
+
+static inline int exists(const char *dir, const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+static inline long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+static inline void write_text(const char *path, const char *text, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+static inline void copy_dir(const char *from, const char *to) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
+    if (system(cmd)) abort();
+}
+
 // ---- clip content ----
 
 // Random bytes: zlib cannot shrink them, so the clip is stored raw.
