@@ -14,11 +14,12 @@
 # machine and run there:
 #   BUDGET=555 tools/gpu_run.sh /tmp/logs; cp /tmp/logs.tgz /tmp/logs/summary.txt $OUT/
 #
-# Parts (PARTS, in the order given; default "tests train routes loss pairs": by 2026-11-29's times on
-# an H200, the machine's start about 30 s, unpacking 12 s, tests 57 s, the kill -9 test at most 150 s,
-# routes about 180 s a set of routes at 3 pairs, the loss 101 s, pairs 261 s at 4 pairs (PyTorch
-# ready in 135 s of it); whatever the budget cuts goes to a second call right after, with the same
-# LOG_DIR, so that pairs finds the routes' and the loss's outputs the first call left there:
+# Parts (PARTS, in the order given; default "tests train compare pairs", compare left out without a
+# base bundle: by 2026-11-29's times on an H200, the machine's start about 30 s, unpacking 12 s, tests
+# 57 s, the kill -9 test at most 150 s, compare about 270 s at 3 pairs, pairs 261 s at 4 pairs
+# (PyTorch ready in 135 s of it), routes about 180 s a set of routes at 3 pairs, the loss 101 s;
+# whatever the budget cuts goes to a second call right after, with the same LOG_DIR, so that pairs
+# finds the outputs of routes and loss, when they ran, that the first call left there:
 # PARTS="pairs" BUDGET=... tools/gpu_run.sh /tmp/logs):
 #   tests   make test-cuda (tools/gpu_check.sh PART=tests, without the kill -9 test)
 #   train   the kill -9 resume test on the GPU (tests/train/test_train.sh)
@@ -95,7 +96,7 @@ fi
 "$FC" --version || { echo "gpu_run: $FC does not start (a bundle built with MPI=1 needs Open MPI 4)"; exit 1; }
 PY=$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)
 [ -n "$PY" ] && $PY -c 'import torch; print("torch", torch.__version__)'
-for part in ${PARTS:-tests train routes loss pairs}; do
+for part in ${PARTS:-tests train compare pairs}; do
     case $part in
     tests) step test-cuda 200 env BUNDLE="$BUNDLE" PART=tests SKIP_TRAIN_TEST=1 tools/gpu_check.sh "$LOG/tests" ;;
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
