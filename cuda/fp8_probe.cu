@@ -33,46 +33,48 @@ static void probe_one(const Fp8Variant *v, void *a, void *b, void *d, void *bias
     const float *sa = scales, *sb = scales + 1;
     const uint64_t ws64 = ws_bytes;
     const uint32_t align = 256;
-    // each setting in turn, stopping at the first that cuBLASLt does not take
-#define PROBE_STEP(call)       \
+    // each setting in turn, stopping at the first that cuBLASLt does not take (its name then reported)
+#define PROBE_STEP(label, call)        \
     if (st == CUBLAS_STATUS_SUCCESS) { \
-        st = (call);           \
-        stage = #call;         \
+        st = (call);                   \
+        stage = label;                 \
     }
-    PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+#define DESC_SET(attr, value) \
+    PROBE_STEP(#attr, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_##attr, &value, sizeof value))
+#define PREF_SET(attr, value) \
+    PROBE_STEP(#attr, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_##attr, &value, sizeof value))
+#define LAYOUT(label, layout, type) \
+    PROBE_STEP(label, cublasLtMatrixLayoutCreate(&layout, type, PROBE_DIM, PROBE_DIM, PROBE_DIM))
+    DESC_SET(TRANSA, ta);
+    DESC_SET(TRANSB, tb);
+    DESC_SET(EPILOGUE, epilogue);
     if (v->bias) {
-        PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                  sizeof bias_type));
-        PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        DESC_SET(BIAS_DATA_TYPE, bias_type);
+        DESC_SET(BIAS_POINTER, bias);
     }
     if (v->scales) {
-        PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
-        PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+        DESC_SET(A_SCALE_POINTER, sa);
+        DESC_SET(B_SCALE_POINTER, sb);
     }
-    if (v->fast_accum)
-        PROBE_STEP(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
-    PROBE_STEP(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, PROBE_DIM, PROBE_DIM, PROBE_DIM));
-    PROBE_STEP(cublasLtMatrixLayoutCreate(&lb, v->b_type, PROBE_DIM, PROBE_DIM, PROBE_DIM));
-    PROBE_STEP(cublasLtMatrixLayoutCreate(&lc, v->c_type, PROBE_DIM, PROBE_DIM, PROBE_DIM));
-    PROBE_STEP(cublasLtMatrixLayoutCreate(&ld, v->d_type, PROBE_DIM, PROBE_DIM, PROBE_DIM));
-    PROBE_STEP(cublasLtMatmulPreferenceCreate(&pref));
-    PROBE_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64,
-                                                    sizeof ws64));
+    if (v->fast_accum) DESC_SET(FAST_ACCUM, fast);
+    LAYOUT("the A layout", la, CUDA_R_8F_E4M3);
+    LAYOUT("the B layout", lb, v->b_type);
+    LAYOUT("the C layout", lc, v->c_type);
+    LAYOUT("the D layout", ld, v->d_type);
+    PROBE_STEP("the preference", cublasLtMatmulPreferenceCreate(&pref));
+    PREF_SET(MAX_WORKSPACE_BYTES, ws64);
     if (v->align_prefs) {
-        PROBE_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
-                                                        sizeof align));
-        PROBE_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
-                                                        sizeof align));
-        PROBE_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
-                                                        sizeof align));
-        PROBE_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
-                                                        sizeof align));
+        PREF_SET(MIN_ALIGNMENT_A_BYTES, align);
+        PREF_SET(MIN_ALIGNMENT_B_BYTES, align);
+        PREF_SET(MIN_ALIGNMENT_C_BYTES, align);
+        PREF_SET(MIN_ALIGNMENT_D_BYTES, align);
     }
+#undef LAYOUT
+#undef PREF_SET
+#undef DESC_SET
 #undef PROBE_STEP
     if (st != CUBLAS_STATUS_SUCCESS) {
-        snprintf(out, n, "%s: %s at %.40s", v->name, fc_cublas_status_name(st), stage);
+        snprintf(out, n, "%s: %s at %s", v->name, fc_cublas_status_name(st), stage);
     } else {
         cublasLtMatmulHeuristicResult_t result;
         memset(&result, 0, sizeof result);
@@ -124,6 +126,7 @@ extern "C" void backend_cuda_fp8_probe(char *out, size_t n) {
     cudaCheck(cudaMemset(bias, 0, PROBE_DIM * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMemcpy(scales, ones, sizeof ones, cudaMemcpyHostToDevice));
     size_t used = 0;
+    if (n == 0) return;
     out[0] = 0;
     for (size_t i = 0; i < sizeof variants / sizeof variants[0] && used + 1 < n; i++) {
         char one[160];

@@ -155,7 +155,8 @@ static float *fp8_scales(int kind) {
 }
 
 // The first refusal of an fp8 plan by cuBLASLt since the start (backend_cuda_fp8_refusal): which
-// call answered what, for which plan; a route on whose GEMMs all take the bf16 path says so once.
+// call answered what, for which plan; said once on stderr (for the three routes together: one card,
+// one cuBLASLt), after which each refused shape takes the bf16 path quietly.
 static char g_fp8_refusal[256];
 static void fp8_refused(const LtPlan *p, const char *call, cublasStatus_t st, int found) {
     if (!p->fp8 || g_fp8_refusal[0]) return;
@@ -163,8 +164,8 @@ static void fp8_refused(const LtPlan *p, const char *call, cublasStatus_t st, in
     snprintf(g_fp8_refusal, sizeof g_fp8_refusal, "%s: %s answered %s%s (E4M3 x %s into fp32, m %d n %d k %d%s)",
              routes[p->fp8], call, fc_cublas_status_name(st), found ? "" : ", no algorithm",
              p->fp8 == LT_FP8_FWD ? "E4M3" : "E5M2", p->m, p->n, p->k, lt_has_bias(p->epilogue) ? ", bf16 bias" : "");
-    fc_warn("CUDA: the %s route is on, but cuBLASLt refused its GEMM (%s %s): such GEMMs run in bf16",
-            routes[p->fp8], call, fc_cublas_status_name(st));
+    fc_warn("CUDA: the %s route is on, but cuBLASLt refused its GEMM (%s %s%s): such GEMMs run in bf16",
+            routes[p->fp8], call, fc_cublas_status_name(st), found ? "" : ", no algorithm");
 }
 extern "C" const char *backend_cuda_fp8_refusal(void) { return g_fp8_refusal; }
 

@@ -62,8 +62,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
                   {"--given", 1}, {"--guidance", 1}, {"--temperature", 1}, {"--vae", 1}, {"--sharpness-guard", 1},
                   {"--colour-guard", 1}, {"--colour-ramp", 1}, {"--overwrite", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_EVAL, stdout), 0;
-    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .given = 1,
-                      .sample = parse_sample_options(opts)};
+    EvalOptions eo = {.clips = EVAL_DEFAULT_CLIPS, .long_frames = EVAL_DEFAULT_LONG, .given = 1};
     const char *roles[3] = {"--starter", "--extrapolate", "--interpolate"};
     for (int r = 0; r < 3; r++) eo.runs[r] = required(opts, roles[r]);
     eo.data = required(opts, "--data");
@@ -79,6 +78,7 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     const char *levels = opt(opts, "--noise-aug")->count ? opt(opts, "--noise-aug")->value : EVAL_DEFAULT_LEVELS;
     eo.n_levels = eval_parse_levels(levels, 0.95, eo.levels, EVAL_MAX_LEVELS, err, sizeof err);
     if (eo.n_levels < 0) usage_error("%s", err);
+    eo.sample = parse_sample_options(opts);
     if (opt(opts, "--given")->count) eo.given = (int)parse_positive("--given", opt(opts, "--given")->value, 1000000);
     if (eo.frames && eo.given >= eo.frames)
         usage_error("--frames %d: not more than --given %d: the chain would make no frame to score", eo.frames,

@@ -47,6 +47,7 @@ if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
     echo "== kill -9 resume on the GPU (tests/train/test_train.sh, device auto = cuda)"
     tests/train/test_train.sh "$FC" > "$LOG/test-train.log" 2>&1
     grep -E '^(PASS|FAIL)' "$LOG/test-train.log"
+    grep -q '^FAIL' "$LOG/test-train.log" && tests_failed=1
 fi
 fi
 [ "$PART" = tests ] && exit "${tests_failed:-0}"

@@ -129,6 +129,15 @@ __attribute__((weak)) size_t backend_cuda_fp8_scratch_seen(int reset) {
     size_t (*fn)(int) = (size_t (*)(int))cuda_fn("backend_cuda_fp8_scratch_seen", NULL);
     return fn ? fn(reset) : 0;
 }
+__attribute__((weak)) const char *backend_cuda_fp8_refusal(void) {
+    const char *(*fn)(void) = (const char *(*)(void))cuda_fn("backend_cuda_fp8_refusal", NULL);
+    return fn ? fn() : "";
+}
+__attribute__((weak)) void backend_cuda_fp8_probe(char *out, size_t n) {
+    void (*fn)(char *, size_t) = (void (*)(char *, size_t))cuda_fn("backend_cuda_fp8_probe", NULL);
+    if (fn) fn(out, n);
+    else if (n) snprintf(out, n, "no CUDA backend loaded");
+}
 
 #else
 // A CPU-only build: these answer. The CUDA emulation (tests/cuda/emu) defines the real ones, which
@@ -155,6 +164,10 @@ __attribute__((weak)) int backend_cuda_set_route(const char *name, int on) { ret
 __attribute__((weak)) const char *backend_cuda_routes(void) { return ""; }
 __attribute__((weak)) long backend_cuda_route_calls(const char *name) { return (void)name, -1; }
 __attribute__((weak)) size_t backend_cuda_fp8_scratch_seen(int reset) { return (void)reset, 0; }
+__attribute__((weak)) const char *backend_cuda_fp8_refusal(void) { return ""; }
+__attribute__((weak)) void backend_cuda_fp8_probe(char *out, size_t n) {
+    if (n) snprintf(out, n, "this build has no CUDA backend");
+}
 #endif
 
 static const char *const DEVICES[] = {"cpu", "cuda", "cuda-fp32", "auto"};

@@ -1,6 +1,7 @@
-// shard_fixture.h: what the dataset's tests (test_shards.c, test_loader.c) share: their main (a
-// scratch folder under g_root), damaging a file in place, clip content (random, tagged, smooth) and
-// writing a dataset of such clips.
+// shard_fixture.h: what the dataset's tests (test_shards.c, test_shard_damage.c, test_loader.c,
+// test_latent_data.c, test_synthetic.c) share: their main (a scratch folder under g_root), damaging
+// a file in place, small file helpers, clip content (random, tagged, smooth) and writing a dataset
+// of such clips.
 #ifndef FRAMECHAIN_TEST_SHARD_FIXTURE_H
 #define FRAMECHAIN_TEST_SHARD_FIXTURE_H
 
