@@ -27,6 +27,10 @@ make BUILD="$DIR" BIN="$DIR/framechain" CUDA_ARCH="${CUDA_ARCH:-90}" NO_FFMPEG=1
 # OpenBLAS and what it loads (Fortran runtime); the C library, libstdc++, OpenMP and CUDA are there
 ldd "$DIR/framechain" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath' |
     while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
+# the commit it was built from, "+changes" when the tree had uncommitted ones (gpu_run.sh prints it)
+rev=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+git diff --quiet HEAD 2> /dev/null || rev="$rev+changes"
+echo "$rev" > "$DIR/REVISION"
 echo "bundle $DIR: $(du -ch "$DIR/framechain" "$DIR/libframechain_cuda.so" "$DIR/test_cuda" "$DIR/bench_ops" "$DIR/lib" | tail -1 | cut -f1)"
 ls "$DIR/lib"
 if ldd "$DIR/libframechain_cuda.so" | grep -q libnccl; then

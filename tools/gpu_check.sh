@@ -43,6 +43,10 @@ echo "== make test-cuda"
 BUILD=$B FRAMECHAIN=$FC tests/run_tests.sh --only cuda 2>&1 | tee "$LOG/test-cuda.log" | grep -E '^(FAIL|SKIP|INFO)|passed,' | head -40
 grep -E '^PASS' "$LOG/test-cuda.log" | sed -E 's/.*rel err ([0-9.e+-]+).*/\1/' | sort -g | tail -1 | sed 's/^/worst rel err among PASS lines: /'
 grep -q '^FAIL' "$LOG/test-cuda.log" && tests_failed=1  # this script's status says so (the pipe's is head's)
+if grep -q '^SKIP cuda' "$LOG/test-cuda.log"; then  # on a GPU machine a skip is a failure (a library missing?)
+    echo "gpu_check: the CUDA checks were skipped: $(grep -m1 '^SKIP cuda' "$LOG/test-cuda.log")"
+    tests_failed=1
+fi
 if [ "${SKIP_TRAIN_TEST:-0}" != 1 ]; then
     echo "== kill -9 resume on the GPU (tests/train/test_train.sh, device auto = cuda)"
     tests/train/test_train.sh "$FC" > "$LOG/test-train.log" 2>&1

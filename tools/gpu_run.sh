@@ -6,9 +6,12 @@
 # Here, before the call (a machine with the CUDA toolkit):
 #   MPI=1 tools/gpu_bundle.sh build-gpu
 #   mkdir -p build-carry && tar -cJf build-carry/bundle.txz build-gpu/framechain build-gpu/libframechain_cuda.so \
-#       build-gpu/test_cuda build-gpu/bench_ops build-gpu/lib
+#       build-gpu/test_cuda build-gpu/bench_ops build-gpu/lib build-gpu/REVISION
+# (REVISION: the commit the bundle was built from, which this script prints: a bundle older than the
+# checkout's last CUDA change shows there. Every call unpacks the carried bundles afresh, as a warm
+# machine keeps the folders of the call before.)
 # and, in case the GPU machine has no Open MPI 4, the same without MPI as build-carry/bundle-nompi.txz
-# (`tools/gpu_bundle.sh build-gpu-nompi`, its four files and lib/ under build-gpu-nompi/); then
+# (`tools/gpu_bundle.sh build-gpu-nompi`, its four files, lib/ and REVISION under build-gpu-nompi/); then
 # carry build-carry (and, for the eval64 part, out/eval64/train, out/eval64/real, out/eval64/shapes and
 # out/eval64/shapes48: its default sets; the pans' 40 MB would not fit beside the bundle) to the GPU
 # machine and run there:
@@ -34,9 +37,9 @@
 #   bench   make bench-cuda's rows (FC_RUNS, PT_RUNS)
 #   compare this bundle against build-base, a bundle of another revision (unpacked from
 #           build-carry/bundle-base.txz, made here: `git worktree add /tmp/base REV && (cd /tmp/base &&
-#           tools/gpu_bundle.sh build-base && cp configs/starter.conf build-base/) && tar -C /tmp/base -cJf
-#           build-carry/bundle-base.txz build-base/framechain build-base/libframechain_cuda.so build-base/bench_ops
-#           build-base/starter.conf`), op by op and the base's preset's step, alternating (tools/compare_builds.sh;
+#           tools/gpu_bundle.sh build-base && cp configs/starter.conf build-base/ && git rev-parse HEAD >
+#           build-base/REVISION) && tar -C /tmp/base -cJf build-carry/bundle-base.txz build-base/framechain
+#           build-base/libframechain_cuda.so build-base/bench_ops build-base/starter.conf build-base/REVISION`), op by op and the base's preset's step, alternating (tools/compare_builds.sh;
 #           COMPARE_PAIRS, default 3): whether a change of the code or the card moved the step
 #   ops     bench_ops at the preset
 #   ae      the SD VAE against PyTorch (tools/bench_autoencoder.sh)
@@ -81,7 +84,12 @@ eval64_steps() {
 date -u
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 BUNDLE=${BUNDLE:-build-gpu}
-[ -x "$BUNDLE/framechain" ] || tar -xJf build-carry/bundle.txz || { echo "gpu_run: no bundle ($BUNDLE, build-carry/bundle.txz)"; exit 1; }
+if [ "$BUNDLE" = build-gpu ] && [ -f build-carry/bundle.txz ]; then  # afresh: not the last call's
+    rm -rf build-gpu build-gpu-nompi build-base
+    tar -xJf build-carry/bundle.txz || { echo "gpu_run: build-carry/bundle.txz does not unpack"; exit 1; }
+fi
+[ -x "$BUNDLE/framechain" ] || { echo "gpu_run: no bundle ($BUNDLE, build-carry/bundle.txz)"; exit 1; }
+echo "bundle: $BUNDLE, built from $(cat "$BUNDLE/REVISION" 2> /dev/null || echo "an unknown revision (no REVISION)")"
 nccl=$(find /usr /opt -name 'libnccl.so.2' 2> /dev/null | head -1)
 export LD_LIBRARY_PATH=${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # mpirun as root inside a container, over shared memory
@@ -102,9 +110,9 @@ for part in ${PARTS:-tests train compare pairs}; do
     train) step kill9 150 sh -c "tests/train/test_train.sh '$FC' > '$LOG/test-train.log' 2>&1"
         grep -E '^(PASS|FAIL)' "$LOG/test-train.log" | cut -c1-160 ;;
     dist) step dist 90 env BUNDLE="$BUNDLE" PART=dist tools/gpu_check.sh "$LOG/dist" ;;
-    routes) step routes 360 sh -c "env FC='$FC' BENCH_OPS='$BUNDLE/bench_ops' PAIRS='${ROUTE_PAIRS:-3}' \
+    routes) step routes 360 bash -c "set -o pipefail; env FC='$FC' BENCH_OPS='$BUNDLE/bench_ops' PAIRS='${ROUTE_PAIRS:-3}' \
         tools/bench_routes.sh '$LOG/routes' | tee '$LOG/routes.txt'" ;;
-    loss) step route-loss 150 sh -c "env FC='$FC' ROUTE='${LOSS_ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}' \
+    loss) step route-loss 150 bash -c "set -o pipefail; env FC='$FC' ROUTE='${LOSS_ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}' \
         STEPS='${LOSS_STEPS:-200}' CONFIG='${CONFIG:-configs/starter.conf}' tools/route_loss.sh '$LOG/loss' | tee '$LOG/loss.txt'" ;;
     pairs) won=""  # the routes this call measured faster (and, for fp8, training as before), unless PAIR_ROUTES says
         [ -f "$LOG/routes.txt" ] && won=$(tools/route_winners.sh "$LOG/routes.txt" "$LOG/loss.txt")
@@ -115,8 +123,9 @@ for part in ${PARTS:-tests train compare pairs}; do
     bench) step bench-cuda 230 env FC="$FC" PYTHON="$PY" FC_RUNS="${FC_RUNS:-2:auto 2:0 0:0}" \
         PT_RUNS="${PT_RUNS-eager,--checkpointing,--compile,--compile --checkpointing}" CKPT=0 \
         tools/bench_cuda.sh "$LOG/bench" ${CONFIG:+"$CONFIG"} ;;
-    compare) [ -x build-base/framechain ] || tar -xJf build-carry/bundle-base.txz ||
+    compare) [ -x build-base/framechain ] || { [ -f build-carry/bundle-base.txz ] && tar -xJf build-carry/bundle-base.txz; } ||
             { echo "gpu_run: compare: no build-base (build-carry/bundle-base.txz)"; continue; }
+        echo "compare: base built from $(cat build-base/REVISION 2> /dev/null || echo "an unknown revision")"
         step compare 300 env THIS_BUNDLE="$BUNDLE" LOG="$LOG/compare" PAIRS="${COMPARE_PAIRS:-3}" \
             TRAIN_PAIRS="${COMPARE_PAIRS:-3}" tools/compare_builds.sh build-base cuda build-base/starter.conf ;;
     ops) step bench-ops 60 sh -c "'$BUNDLE/bench_ops' --device cuda > '$LOG/bench-ops.txt' 2>&1"

@@ -31,6 +31,7 @@ awk -v max_loss="${MAX_LOSS:-1}" '
     # route_loss.sh: "the smoothed loss over the second half: a=1,b=1 against the defaults +X% on average ..."
     file == 2 && /^the smoothed loss over the second half: / {
         set = $8; d = $12; sub(/%$/, "", d); moved[set] = d + 0
+        if (d !~ /^[-+]?[0-9]+([.][0-9]*)?$/) bad[set] = d  # nan, inf: the route diverged
     }
     END {
         for (i = 1; i <= n; i++) {
@@ -38,6 +39,8 @@ awk -v max_loss="${MAX_LOSS:-1}" '
             if (!(lo[set] > 1)) { printf "route_winners: %s left: not faster in every pair (smallest ratio %.3f)\n", set, lo[set] > "/dev/stderr"; continue }
             if (set ~ /fp8/ && !(set in moved)) {  # fp8 changes the arithmetic: no curve, no route
                 printf "route_winners: %s left: faster (smallest ratio %.3f), but no loss curve for it\n", set, lo[set] > "/dev/stderr"; continue }
+            if (set in bad) {
+                printf "route_winners: %s left: faster (smallest ratio %.3f) but its loss curve is not a number (%s)\n", set, lo[set], bad[set] > "/dev/stderr"; continue }
             if ((set in moved) && (moved[set] > max_loss || moved[set] < -max_loss)) {
                 printf "route_winners: %s left: faster (smallest ratio %.3f) but the smoothed loss moved %+.2f%%\n", set, lo[set], moved[set] > "/dev/stderr"; continue }
             printf "route_winners: %s taken: faster in every pair (smallest ratio %.3f)%s\n", set, lo[set],

@@ -130,6 +130,12 @@ no_curve=$(tools/route_winners.sh "$tmp/won-routes.txt" 2> "$tmp/won.err")
     grep -q 'qk_norm_fused=1 left: not faster in every pair (smallest ratio 0.990)' "$tmp/won.err" &&
     grep -q 'fp8_fwd=1,fp8_dgrad=1 left: .*no loss curve' "$tmp/won.err"
 expect route_winners_known $? "'$got', at MAX_LOSS=0.3 '$strict', without the loss curve '$no_curve'"
+# a loss curve that diverged (NaN) leaves its route out, whatever its speed
+echo "the smoothed loss over the second half: fp8_fwd=1,fp8_dgrad=1 against the defaults -nan% on average (-nan% to -nan%)" \
+    > "$tmp/won-nan.txt"
+got=$(tools/route_winners.sh "$tmp/won-routes.txt" "$tmp/won-nan.txt" 2> "$tmp/won-nan.err")
+[ "$got" = "adam8_warp=1" ] && grep -q 'fp8_fwd=1,fp8_dgrad=1 left: .*not a number (-nan)' "$tmp/won-nan.err"
+expect route_winners_nan_loss $? "'$got': $(grep fp8 "$tmp/won-nan.err")"
 FC=$BUILD/framechain_emu CONFIG=configs/tiny/starter.conf STEPS=1 PAIRS=1 OPS=0 ROUTES="adam8_warp fp8_fwd" \
     timeout 120 tools/bench_routes.sh "$tmp/br" > "$tmp/br.txt" 2>&1
 status=$?
