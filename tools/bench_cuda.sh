@@ -55,11 +55,12 @@ card_peak() {  # GiB above the idle reading, the most seen since card_watch
     wait "$card_pid" 2> /dev/null
     awk -v idle="${card_idle:-0}" '$1 + 0 > m { m = $1 + 0 } END { printf "%.2f", (m > idle ? m - idle : 0) / 1024 }' "$OUT/card.txt"
 }
-# fc_row RECOMPUTE:KEEP: one framechain run, its row; sets ms
+# fc_row RECOMPUTE:KEEP [SUFFIX]: one framechain run, its row, its log fc-recomputeR-keepK[SUFFIX].log
+# (pairs: one a pair); sets ms
 fc_row() {
     local rc=${1%:*} keep=${1#*:} budget=24  # auto resolves against the 24 GB card's budget
     [ "$rc" = 0 ] && budget=1000            # keeping everything needs more: measured all the same
-    local log="$OUT/fc-recompute$rc-keep$keep.log"
+    local log="$OUT/fc-recompute$rc-keep$keep${2:-}.log"
     rm -rf "$OUT/run"
     card_watch
     "$FC" --device cuda train --config "$CONF" --run "$OUT/run" --steps $((STEPS + 2)) --set warmup_steps=2 \
@@ -122,7 +123,7 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     echo "PyTorch ready (its warm-up and compilation) in $(($(date +%s) - t0)) s"
     fc_ms="" pt_ms=""
     for p in $(seq "$PAIRS"); do
-        fc_row "$fc_first"
+        fc_row "$fc_first" "-pair$p"
         fc_ms="$fc_ms ${ms:-0}"
         echo go >&"$pt_in"
         if read -r j <&"$pt_out"; then

@@ -96,6 +96,7 @@ static void print_rate(const Row *r) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // each op's line as it is measured: a run cut short keeps them
     const char *device = "auto", *path = "configs/starter.conf";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];

@@ -84,8 +84,8 @@ for r in $(seq "${TRAIN_PAIRS:-1}"); do
     for side in base this; do
         rm -rf "$LOG/run"
         "$(side_fc $side)" --device "$DEV" train --config "$CFG" --run "$LOG/run" --steps "$STEPS" \
-            --set warmup_steps=2 --set checkpoint_every=100000 --set keep_checkpoints=1 > "$LOG/train-$side.log" 2>&1
-        echo "$side: $(grep -E '^speed|^peak|rror' "$LOG/train-$side.log" | tr '\n' ' ' | tr -s ' ')"
+            --set warmup_steps=2 --set checkpoint_every=100000 --set keep_checkpoints=1 > "$LOG/train-$side-$r.log" 2>&1
+        echo "$side: $(grep -E '^speed|^peak|rror' "$LOG/train-$side-$r.log" | tr '\n' ' ' | tr -s ' ')"
     done
 done
 rm -rf "$LOG/run"

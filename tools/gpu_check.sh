@@ -5,7 +5,8 @@
 #   BUNDLE=DIR runs the binaries of tools/gpu_bundle.sh DIR (built on another machine) instead of building
 #   (a bundle built without MPI=1 has no MPI: PART=dist then runs the one-rank checks only).
 #   PART=tests stops after the tests, PART=speed skips them, PART=dist runs only the ranks' path
-#   (NCCL on one rank summing over itself; two ranks sharing the GPU with mpirun); SKIP_TRAIN_TEST=1 leaves out the
+#   (NCCL on one rank summing over itself; two ranks sharing the GPU with mpirun; fails where a run fails
+#   or its final tensors are not the bytes they must be); SKIP_TRAIN_TEST=1 leaves out the
 #   kill -9 test; PROFILE=1 adds an nsys kernel summary of the preset. With another checkout in
 #   build/base (git archive REV | tar -x -C build/base), PART=speed ends with tools/compare_builds.sh
 #   against it on the preset (MAKE_ARGS, e.g. CUDA_ARCH=90, is passed to both builds).
@@ -27,8 +28,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc
 if [ -n "${BUNDLE:-}" ]; then  # binaries built elsewhere by tools/gpu_bundle.sh: nothing to compile here
     echo "== bundle $BUNDLE"
-    B=$BUNDLE FC=$PWD/$BUNDLE/framechain
-    export LD_LIBRARY_PATH=$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    B=$BUNDLE
+    case $B in /*) ;; *) B=$PWD/$B ;; esac  # relative to the checkout, or a path from /
+    FC=$B/framechain
+    export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
     echo "== build"
     . tools/gpu_env.sh  # build/gpulibs, where the machine lacks OpenBLAS or zlib headers
@@ -64,37 +67,47 @@ if [ "$PART" = all ] || [ "$PART" = dist ]; then
 echo "== the ranks' path on the GPU"
 tensors() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1" | md5sum | cut -c1-12; }
 DARGS=(--config configs/small/starter.conf --steps 8 --set warmup_steps=2 --set checkpoint_every=8)
-# dist NAME "LAUNCHER" [train options...]: one run (LAUNCHER: "env VAR=VALUE ..." or "mpirun -np N"),
-# its final tensors
+# dist NAME "LAUNCHER" SAME_AS [train options...]: one run (LAUNCHER: "env VAR=VALUE ..." or "mpirun
+# -np N"), its final tensors, which must be the bytes of run SAME_AS's ("-": the first of its kind);
+# a run that fails or differs fails this part
+declare -A hashes
 dist() {
-    local name=$1 launcher=$2
-    shift 2
+    local name=$1 launcher=$2 same=$3 h ranks
+    shift 3
     rm -rf "$LOG/d-$name"
     if $launcher "$FC" --device cuda train "${DARGS[@]}" --run "$LOG/d-$name" "$@" > "$LOG/dist-$name.log" 2>&1; then
-        echo "$name: $(grep -m1 '^ranks:' "$LOG/dist-$name.log" | cut -d';' -f1 || echo one rank); final tensors" \
-            "$(tensors "$LOG/d-$name/ckpt-00000008.safetensors"); $(grep -m1 '^speed' "$LOG/dist-$name.log" | cut -d, -f1)"
+        h=$(tensors "$LOG/d-$name/ckpt-00000008.safetensors")
+        hashes[$name]=$h
+        ranks=$(grep -m1 '^ranks:' "$LOG/dist-$name.log" | cut -d';' -f1)
+        echo "$name: ${ranks:-one rank}; final tensors" \
+            "$h; $(grep -m1 '^speed' "$LOG/dist-$name.log" | cut -d, -f1)"
+        if [ "$same" != - ] && [ "$h" != "${hashes[$same]:-}" ]; then
+            echo "$name: FAIL: its final tensors are not $same's (${hashes[$same]:-not made})"
+            dist_failed=1
+        fi
     else
         echo "$name: FAILED: $(grep -m1 '^framechain: ' "$LOG/dist-$name.log" || tail -1 "$LOG/dist-$name.log")"
+        dist_failed=1
     fi
 }
 alone="env FRAMECHAIN_TEST_COLLECTIVES_ALONE=1"
-dist plain env
-dist nccl-alone "$alone" --set collectives=nccl
-dist nccl-alone-after "$alone" --set collectives=nccl --set overlap_grads=0
-dist mpi-alone "$alone" --set collectives=mpi
+dist plain env -
+dist nccl-alone "$alone" plain --set collectives=nccl
+dist nccl-alone-after "$alone" plain --set collectives=nccl --set overlap_grads=0
+dist mpi-alone "$alone" plain --set collectives=mpi
 if command -v mpirun > /dev/null && "$FC" --version | grep -q '^  MPI'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    dist two-mpi "mpirun -np 2" --set collectives=mpi
-    dist two-mpi-after "mpirun -np 2" --set collectives=mpi --set overlap_grads=0
+    dist two-mpi "mpirun -np 2" - --set collectives=mpi
+    dist two-mpi-after "mpirun -np 2" two-mpi --set collectives=mpi --set overlap_grads=0
     if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-        dist two-nccl "mpirun -np 2" --set collectives=nccl
-        dist two-nccl-after "mpirun -np 2" --set collectives=nccl --set overlap_grads=0
+        dist two-nccl "mpirun -np 2" - --set collectives=nccl
+        dist two-nccl-after "mpirun -np 2" two-nccl --set collectives=nccl --set overlap_grads=0
     fi
 else
     echo "(no mpirun, or framechain built without MPI: two ranks not run)"
 fi
 rm -rf "$LOG"/d-*
-[ "$PART" = dist ] && exit 0
+[ "$PART" = dist ] && exit "${dist_failed:-0}"
 fi
 # The card's dense bf16 tensor-core peak in TFLOP/s (fp32 accumulation), by name.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -153,4 +166,4 @@ if [ -f build/base/Makefile ]; then
     sed -E 's/^recompute *= *2/recompute  = 1/; /^keep_blocks/d' configs/starter.conf > "$LOG/starter-recompute1.conf"
     LOG="$LOG/compare" tools/compare_builds.sh build/base cuda "$LOG/starter-recompute1.conf"
 fi
-exit "${tests_failed:-0}"
+exit $((${tests_failed:-0} | ${dist_failed:-0}))

@@ -46,7 +46,8 @@
 #   eval64  the quality table of configs/eval64 (tools/eval_unseen.sh; EVAL_SETS; needs out/eval64's
 #           datasets prepared elsewhere: this machine may have no FFmpeg). Without EVAL_STEPS, each
 #           model trains as many steps as the budget holds: a 12-step probe of the starter times a
-#           step, and EVAL_RESERVE seconds (default 150) are kept for the chains' scoring.
+#           step (at most 120 s; without its speed line, 600 steps a model), and EVAL_RESERVE seconds
+#           (default 150) are kept for the chains' scoring.
 #           EVAL_CONFIGS and EVAL_DIR (default configs/eval64, out/eval64) try it with other models
 # CONFIG (default configs/starter.conf, the 24 GB preset) is the network of pairs, routes, loss and bench.
 set -u
@@ -135,7 +136,7 @@ for part in ${PARTS:-tests train compare pairs}; do
     eval64) cfg=${EVAL_CONFIGS:-configs/eval64} dir=${EVAL_DIR:-out/eval64} steps=${EVAL_STEPS:-}
         if [ -z "$steps" ]; then  # as many steps as the budget holds, from a 12-step probe's speed line
             rm -rf "$dir/probe"
-            "$FC" train --config "$cfg/starter.conf" --run "$dir/probe" --data "$dir/train" --steps 12 \
+            timeout -k 5 120 "$FC" train --config "$cfg/starter.conf" --run "$dir/probe" --data "$dir/train" --steps 12 \
                 --set checkpoint_every=100000 --set sample_every=0 > "$LOG/eval64-probe.log" 2>&1
             ms=$(sed -nE 's/^speed: ([0-9.]+) ms per step.*/\1/p' "$LOG/eval64-probe.log")
             steps=$(eval64_steps "$(left)" "${EVAL_RESERVE:-150}" "${ms:-0}")

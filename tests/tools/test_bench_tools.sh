@@ -156,9 +156,46 @@ THIS_BUNDLE=$tmp/cb-this LOG=$tmp/cb-log OPS_ARGS="--reps 1" timeout 300 tools/c
     configs/tiny/starter.conf 3 > "$tmp/cb.txt" 2>&1
 status=$?
 [ $status -eq 0 ] && grep -q '^== prebuilt: base' "$tmp/cb.txt" && grep -qE '^linear fwd qkv +[0-9.]+ +[0-9.]+ ' "$tmp/cb.txt" &&
-    grep -q '^base: speed: ' "$tmp/cb.txt" && grep -q '^this: speed: ' "$tmp/cb.txt"
+    grep -q '^base: speed: ' "$tmp/cb.txt" && grep -q '^this: speed: ' "$tmp/cb.txt" &&
+    [ -s "$tmp/cb-log/train-base-1.log" ] && [ -s "$tmp/cb-log/train-this-1.log" ]
 expect compare_builds_prebuilt $? "status $status: $(grep -E '^(== prebuilt|base:|this:)' "$tmp/cb.txt" | cut -c1-60 | tr '\n' ' ')"
 THIS_BUNDLE=$tmp/nowhere LOG=$tmp/cb-log tools/compare_builds.sh "$tmp/cb-base" cpu configs/tiny/starter.conf > "$tmp/cb2.txt" 2>&1
 status=$?
 [ $status -eq 2 ] && grep -q "THIS_BUNDLE ($tmp/nowhere) holds no framechain and bench_ops" "$tmp/cb2.txt"
 expect compare_builds_prebuilt_missing $? "status $status: $(head -1 "$tmp/cb2.txt")"
+
+# ---- gpu_check.sh's ranks' part (PART=dist) with a stub bundle and nvidia-smi: a run whose final
+# tensors differ from the run they must equal, or a run that fails, fails the part (it exited 0) ----
+mkdir -p "$tmp/gc/bundle/lib" "$tmp/gc/bin"
+printf '#!/bin/sh\necho "NVIDIA stub, 1 MiB, 0"\n' > "$tmp/gc/bin/nvidia-smi"
+cat > "$tmp/gc/bundle/framechain" << 'EOF_STUB'
+#!/usr/bin/env bash
+# a stand-in: --version; train --run DIR writes DIR/ckpt-00000008.safetensors (an 8-byte header size,
+# a header, the tensors' bytes), the tensors' bytes "differ" where its options hold $STUB_DIFFER,
+# and it fails where they hold $STUB_FAIL
+[ "$1" = --version ] && { echo "framechain stub"; exit 0; }
+args="$*" run=""
+while [ $# -gt 0 ]; do [ "$1" = --run ] && run=$2; shift; done
+[ -n "${STUB_FAIL:-}" ] && [[ $args == *"$STUB_FAIL"* ]] && { echo "framechain: stub refuses"; exit 1; }
+bytes=same
+[ -n "${STUB_DIFFER:-}" ] && [[ $args == *"$STUB_DIFFER"* ]] && bytes=differ
+mkdir -p "$run" && { printf '\002\000\000\000\000\000\000\000{}'; echo "$bytes"; } > "$run/ckpt-00000008.safetensors"
+echo "speed: 1.0 ms per step"
+EOF_STUB
+chmod +x "$tmp/gc/bin/nvidia-smi" "$tmp/gc/bundle/framechain"
+gpu_dist() { PATH="$tmp/gc/bin:$PATH" BUNDLE=$tmp/gc/bundle PART=dist timeout 60 tools/gpu_check.sh "$tmp/gc/log-$1" \
+    > "$tmp/gc/$1.txt" 2>&1; }
+gpu_dist same
+status=$?
+runs=$(grep -cE '^(plain|nccl-alone|nccl-alone-after|mpi-alone): one rank; final tensors [0-9a-f]{12}' "$tmp/gc/same.txt")
+[ $status -eq 0 ] && [ "$runs" = 4 ] && ! grep -q FAIL "$tmp/gc/same.txt"
+expect gpu_check_dist_same $? "status $status, $runs of 4 one-rank runs with their tensors"
+STUB_DIFFER="overlap_grads=0" gpu_dist differ
+status=$?
+[ $status -eq 1 ] && grep -q "^nccl-alone-after: FAIL: its final tensors are not plain's" "$tmp/gc/differ.txt" &&
+    [ "$(grep -c FAIL "$tmp/gc/differ.txt")" = 1 ]
+expect gpu_check_dist_differ $? "status $status: $(grep FAIL "$tmp/gc/differ.txt" | head -2 | tr '\n' ' ')"
+STUB_FAIL="collectives=mpi" gpu_dist fails
+status=$?
+[ $status -eq 1 ] && grep -q "^mpi-alone: FAILED: framechain: stub refuses" "$tmp/gc/fails.txt"
+expect gpu_check_dist_failed_run $? "status $status: $(grep FAIL "$tmp/gc/fails.txt" | head -1)"
