@@ -8,6 +8,7 @@
 #include "model/autoencoder.h"
 #include "model/memplan.h"
 #include "dist/dist.h"
+#include "train/run_folder.h"
 #include "train/train.h"
 #include "report/preview.h"
 #include "cli.h"
@@ -131,6 +132,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,
                                                                                      sizeof err)))
         fc_die("%s", err);
+    // a run this config cannot continue is refused now, before the plan and the lines about it
+    if (dist_rank() == 0 && run_folder_precheck(run, &c, &origin, err, sizeof err)) fc_die("%s", err);
     double budget = opt(opts, "--vram-budget")->count
                         ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
                         : DEFAULT_VRAM_BUDGET_GIB;

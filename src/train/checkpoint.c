@@ -473,6 +473,18 @@ static void recode_moments(const Backend *be, Optimizer *o, const float *their_m
     be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
 }
 
+CkptStatus checkpoint_precheck(const char *path, const Config *c, CkptLoadMode mode, char *err, size_t errlen) {
+    StFile f;
+    if (st_read_header(path, &f, err, errlen)) return CKPT_CORRUPT;
+    int step;
+    CkptStatus s = ckpt_check_metadata(&f, path, &step, NULL, err, errlen);
+    // An earlier build's file (no metadata CRC) may hold a damaged config copy, which only its tensors
+    // tell (config_copy_damaged): left to the resume.
+    if (s == CKPT_OK && st_meta(&f, CKPT_META_CRC)) s = check_same_run(st_meta(&f, "config"), path, c, mode, err, errlen);
+    st_free(&f);
+    return s;
+}
+
 #define FAIL(status, ...) \
     do {                                             \
         fc_errf(err, errlen, __VA_ARGS__);           \

@@ -109,6 +109,13 @@ void free_ckpt_part_sender(CkptPartSender *s);
 CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
                            TrainState *s, char *err, size_t errlen);
 
+// checkpoint_load's check that `path` continues this run (as `mode` says), from its metadata alone:
+// CKPT_OK, CKPT_REFUSED with checkpoint_load's line, or CKPT_CORRUPT (metadata unreadable: a resume
+// sets the file aside and decides then). CKPT_OK for an earlier build's file without the metadata's
+// CRC, whose config copy only its tensors can vouch for. Lets train refuse a run it cannot continue
+// before its plan and its allocations.
+CkptStatus checkpoint_precheck(const char *path, const Config *c, CkptLoadMode mode, char *err, size_t errlen);
+
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);
 

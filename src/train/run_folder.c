@@ -229,6 +229,20 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
     return resumed;
 }
 
+int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen) {
+    int *steps, n = checkpoint_list(run, &steps);
+    char path[4096];
+    CkptStatus s = CKPT_CORRUPT;
+    for (int i = 0; i < n && s == CKPT_CORRUPT; i++) {  // newest first, as resume reads them
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        s = checkpoint_precheck(path, c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, err, errlen);
+    }
+    free(steps);
+    if (s == CKPT_CORRUPT && origin->from)  // no checkpoint of its own: a fork starts from its parent
+        s = checkpoint_precheck(origin->from, c, CKPT_FORK, err, errlen);
+    return s == CKPT_REFUSED ? -1 : 0;
+}
+
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode) {
     char err[1024];

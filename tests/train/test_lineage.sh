@@ -59,6 +59,9 @@ after=$(ls -l --time-style=+%s.%N "$tmp/more" | md5sum)
 expect more_steps_need_extend $(( rc == 0 || $(grep -c "written with steps = 24, but this run has steps = 32; to train a run past its end on purpose: train --extend --steps N" "$tmp/more.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/more.log" | cut -c1-160)"
 expect refused_extension_changes_nothing $([ "$before" = "$after" ]; echo $?) "the run folder is unchanged"
+# the refusal is all it prints: before the memory plan, the warmup's and the previews' lines
+expect refusal_is_one_line $([ "$(wc -l < "$tmp/more.log")" = 1 ]; echo $?) \
+    "$(wc -l < "$tmp/more.log") lines: $(head -2 "$tmp/more.log" | cut -c1-80 | tr '\n' '|')"
 (train "$tmp/more" --extend --steps 20) > "$tmp/less.log" 2>&1
 rc=$?
 expect extend_only_goes_further $(( rc == 0 || $(grep -c "already runs to 24 steps" "$tmp/less.log") != 1 )) \
