@@ -21,9 +21,11 @@ void usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (!fc_messages_quiet()) {
-        fprintf(stderr, "%s: ", g_command);
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, " (see %s --help)\n", g_command);
+        char line[8192];
+        vsnprintf(line, sizeof line, fmt, ap);
+        // a message that already names the help (an unknown key's) is not told it twice
+        fprintf(stderr, "%s: %s%s%s%s\n", g_command, line, strstr(line, "--help") ? "" : " (see ",
+                strstr(line, "--help") ? "" : g_command, strstr(line, "--help") ? "" : " --help)");
     }
     va_end(ap);
     fc_exit(2);

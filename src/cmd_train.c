@@ -1,7 +1,9 @@
 // cmd_train.c: `framechain train`: one model of the chain from a config (train/train.h), resumed,
 // extended or forked (train/lineage.h).
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/common.h"
 #include "base/config.h"
@@ -63,6 +65,21 @@ static Config fork_config(Opt *opts, const Config *parent) {
     return c;
 }
 
+// The value of the last --set KEY=... (the one that stands), or NULL where no --set names KEY.
+static const char *set_value(Opt *opts, const char *key) {
+    Opt *set = opt(opts, "--set");
+    const char *found = NULL;
+    size_t n = strlen(key);
+    for (int i = 0; i < set->count; i++) {
+        const char *kv = set->values[i];
+        while (isspace((unsigned char)*kv)) kv++;
+        const char *after = kv + n;
+        while (isspace((unsigned char)*after)) after++;
+        if (!strncmp(kv, key, n) && *after == '=') found = after + 1;
+    }
+    return found;
+}
+
 // Every rank runs the same command on the same files: a rank with another config, run folder, data or
 // autoencoder would train another run than the one rank 0 records in its checkpoints. The rank that
 // differs says where; every rank ends before anything is written.
@@ -113,6 +130,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
                "in for the parent's\n", run, from);
     }
+    // keys the command line sets another way: said at once, not left to a rule they break later
+    if (set_value(opts, "dataset"))
+        usage_error("--set dataset=%s: the data is chosen by --data DIR (a dataset) or its absence (the built-in "
+                    "moving shapes)", set_value(opts, "dataset"));
+    if (opt(opts, "--steps")->count && set_value(opts, "steps"))
+        usage_error("--steps %s and --set steps=%s: give the run's end once", opt(opts, "--steps")->value,
+                    set_value(opts, "steps"));
     Config c = from ? fork_config(opts, &parent) : load_config(opts);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused

@@ -300,6 +300,8 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         double v = strtod(value, &end);
         // an underflow gives 0 or a subnormal, which is the value meant (and what config_write gives back)
         if (errno == ERANGE && fabs(v) < 1) errno = 0;
+        if (end != value && !*end && errno == ERANGE)  // past what a double holds
+            return fc_errf(why, whylen, "%s is out of range [%.10g, %.10g]", value, k->min, k->max);
         if (end == value || *end || errno || !isfinite(v)) return fc_errf(why, whylen, "not a number");
         if (!g_ranges_unchecked && (v < k->min || v > k->max))
             return fc_errf(why, whylen, "%.10g is out of range [%.10g, %.10g]", v, k->min, k->max);
@@ -428,7 +430,11 @@ int config_set_checked(Config *c, const char *keyvalue, const char *origin, char
     if (!value) return fc_errf(err, errlen, "%s %s: out of host memory", origin, keyvalue);
     strcpy(value, eq + 1);
     Config t = *c;
-    int rc = set_key(&t, k, trim(value), why, sizeof why);
+    char *v = trim(value);
+    // an empty value is a mistake (a script's unset variable), never "none": that is said as none
+    int rc = !*v ? fc_errf(why, sizeof why, "has no value%s%s%s", k->type == KEY_PATH ? " (" : "",
+                           k->type == KEY_PATH ? k->name : "", k->type == KEY_PATH ? "=none: no file)" : "")
+                 : set_key(&t, k, v, why, sizeof why);
     free(value);
     if (rc) return fc_errf(err, errlen, "%s %s: %s", origin, keyvalue, why);
     *c = t;

@@ -73,8 +73,9 @@ int load_first_frames(const char *path, int S, int K, real *out, char *err, size
 static int check_role(const Model *m, int r, const char *run, const char *autoencoder, char *err, size_t errlen) {
     const Config *c = &m->cfg;
     if (c->role != r)
-        return fc_errf(err, errlen, "--%s %s: that run trained a %s model (role = %s in its config)",
-                       config_role_name(r), run, config_role_name(c->role), config_role_name(c->role));
+        return fc_errf(err, errlen, "--%s %s: that run trained %s %s model (role = %s in its config)",
+                       config_role_name(r), run, strchr("aeiou", config_role_name(c->role)[0]) ? "an" : "a",
+                       config_role_name(c->role), config_role_name(c->role));
     if (c->channels != 3 && !autoencoder[0])
         return fc_errf(err, errlen, "--%s %s: the model makes %d-channel frames; generate writes RGB (3 channels)",
                        config_role_name(r), run, c->channels);

@@ -395,6 +395,12 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
         else if (!strcmp(*k, "steps") || !strcmp(*k, "schedule_end"))
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; to train a run past its end "
                     "on purpose: train --extend --steps N", path, *k, b, *k, a);
+        else if (!strcmp(*k, "dataset"))  // set by --data, not by a key
+            fc_errf(err, errlen, "%s: written on %s, but this run trains on %s; a checkpoint continues only its own "
+                    "run (train --from %s --run NEW %s forks it)", path,
+                    strcmp(b, "shapes") ? "a dataset (--data)" : "the built-in moving shapes (no --data)",
+                    strcmp(a, "shapes") ? "a dataset (--data)" : "the built-in moving shapes (no --data)", path,
+                    strcmp(a, "shapes") ? "--data DIR" : "without --data");
         else if (config_key_shapes_network(*k))  // a fork keeps these: advising one would end in a refusal
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
                     "its own run (if the config file changed since the run started, give --set %s=%s to go on; "

@@ -148,6 +148,22 @@ expect set_unknown_key 2 "^framechain inspect: --set depht=3: unknown key 'depht
     --config configs/tiny/starter.conf --set depht=3
 expect set_unknown_key_far 2 "unknown key 'bogus' (framechain train --help lists the keys)" "$FC" inspect \
     --config configs/tiny/starter.conf --set bogus=3
+# the help named once: not also "(see framechain inspect --help)" after it
+expect set_unknown_key_help_once 2 "lists the keys)$" "$FC" inspect --config configs/tiny/starter.conf --set bogus=3
+# an empty value is refused, a path key's too (it was taken as none: `--set exclude=$UNSET` trained on every clip)
+expect set_empty_path 2 "--set exclude=: has no value (exclude=none: no file)" "$FC" inspect \
+    --config configs/tiny/starter.conf --set exclude=
+expect set_empty_number 2 "--set lr= : has no value" "$FC" inspect --config configs/tiny/starter.conf --set "lr= "
+# a number past what a double holds is out of range, not "not a number"
+expect set_overflow 2 "--set lr=1e400: 1e400 is out of range \[0, 1\]" "$FC" inspect \
+    --config configs/tiny/starter.conf --set lr=1e400
+# keys the command line sets another way
+expect set_dataset 2 "--set dataset=shards: the data is chosen by --data DIR" "$FC" train \
+    --config configs/tiny/starter.conf --run "$tmp/never" --set dataset=shards
+expect steps_twice 2 "--steps 3 and --set steps=6: give the run's end once" "$FC" train \
+    --config configs/tiny/starter.conf --run "$tmp/never" --steps 3 --set steps=6
+[ -e "$tmp/never" ] && echo "FAIL cli_set_refusals_write_nothing: $tmp/never exists" ||
+    echo "PASS cli_set_refusals_write_nothing: no run folder"
 # too far for a typo, but the one key it begins with (or that begins with it) is named; several: none
 expect set_unknown_key_prefix 2 "unknown key 'lrate' (did you mean 'lr'?" "$FC" inspect \
     --config configs/tiny/starter.conf --set lrate=1
