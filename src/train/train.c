@@ -474,15 +474,16 @@ static void submit_checkpoint(Trainer *t) {
 // same values). The checkpoint being copied reads the weights: its copy is waited for first.
 // A preview due while the previews so far have taken more than preview_budget of the time trained is
 // put off, with a line, to the next step it is due at which they fit again: their cost stays bounded
-// whatever the machine (a slow link to the GPU, a large model), at the price of fewer images.
+// whatever the machine (a slow link to the GPU, a large model), at the price of fewer images. The last
+// step's is never put off (there is no step after it): a run ends with a picture of what it made.
 // With ZeRO-1 every rank takes part: rank 0 decides, the EMA's parts are gathered into every rank's
 // weights for the preview (rank 0 samples) and each rank puts its own weights back.
-static void take_preview(Trainer *t, int step) {
+static void take_preview(Trainer *t, int step, int last) {
     const Backend *be = t->be;
     char err[1024];
     double t0 = fc_now_s(), waited = 0;
     int go = 1;
-    if (t->rank == 0 && t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
+    if (t->rank == 0 && !last && t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
         printf("%spreview of step %d put off: the previews have taken %.1f s, %.1f%% of the time trained (preview_budget "
                "%g)\n", t->tty ? "\n" : "", step, t->preview_s, 100 * t->preview_s / (t0 - t->t_start),
                t->c->preview_budget);
@@ -508,7 +509,7 @@ static void take_missed_preview(Trainer *t) {
     if (!here || s < 1 || s % t->c->sample_every) return;
     int missing = t->rank == 0 && t->hooks->missing && t->hooks->missing(t->hooks->ctx, s);
     if (t->preview_ranks) dist_broadcast(&missing, sizeof missing);
-    if (missing) take_preview(t, s);
+    if (missing) take_preview(t, s, 0);
 }
 
 // A checkpoint of the step just made: rank 0 writes it; with ZeRO-1 the others send it their parts.
@@ -545,7 +546,7 @@ static int run_steps(Trainer *t) {
             checkpoint_now(t);
         }
         int previews_here = t->rank == 0 ? previews_on(t) : t->preview_ranks;
-        if (previews_here && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step);
+        if (previews_here && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step, last);
         if (stop) {
             finish_or_die(t->writer);
             dist_barrier();  // the checkpoint is on disk before any rank ends

@@ -117,6 +117,9 @@ taken=$(ls "$tmp/budget/samples" 2> /dev/null | grep -c '^step-')
 put_off=$(grep -c '^preview of step [0-9]* put off: the previews have taken' "$tmp/budget.log")
 [ $rc -eq 0 ] && [ "$taken" -ge 1 ] && [ $((taken + put_off)) = 20 ] && [ "$put_off" -ge 1 ]
 expect preview_budget $? "exit $rc; 20 previews due at 0.1% of the time: $taken taken, $put_off put off with a line"
+# the last step's preview is never put off: a run ends with a picture of what it made
+[ -f "$tmp/budget/samples/step-00000020.png" ] && ! grep -q '^preview of step 20 put off' "$tmp/budget.log"
+expect preview_budget_last_taken $? "step 20 of 20: $(ls "$tmp/budget/samples" 2> /dev/null | grep -c 'step-00000020') image(s)"
 
 # ---- an image that cannot be written: skipped with a line, the run goes on ----
 mkdir -p "$tmp/w/samples/step-00000010.png"  # a folder where the image goes: the rename over it fails
