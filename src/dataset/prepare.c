@@ -490,7 +490,8 @@ int prepare_run(const PrepareOptions *o) {
             if (why[0]) partial++;
             short_ones++;
         } else {
-            printf("%ld frames -> %ld clips (%.0f frames/s)%s%s", frames, c.clips, frames / (fc_now_s() - ts + 1e-9),
+            printf("%ld frames -> %ld clip%s (%.0f frames/s)%s%s", frames, c.clips, c.clips == 1 ? "" : "s",
+                   frames / (fc_now_s() - ts + 1e-9),
                    why[0] ? "; " : "", why);
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
             if (side > 0 && side < o->size)
@@ -534,9 +535,10 @@ int prepare_run(const PrepareOptions *o) {
     }
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
     double dt = fc_now_s() - t0;
-    printf("prepare: %s: %ld clips of %d frames at %dx%d%s from %d inputs (%d skipped as unreadable, %d shorter than a "
+    printf("prepare: %s: %ld clip%s of %d frames at %dx%d%s from %d input%s (%d skipped as unreadable, %d shorter than a "
            "clip, %d cut short by damage, %d given twice); %ld frames in %.1f s, %.0f frames/s\n",
-           o->out, total_clips, o->clip_frames, o->size, o->size, o->ae ? " as latents" : "", used, skipped + unreadable, short_ones, partial,
+           o->out, total_clips, total_clips == 1 ? "" : "s", o->clip_frames, o->size, o->size, o->ae ? " as latents" : "",
+           used, used == 1 ? "" : "s", skipped + unreadable, short_ones, partial,
            twice, total_frames, dt, total_frames / dt);
     return 0;
 }

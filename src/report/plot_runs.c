@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -103,6 +104,9 @@ static int by_step(const void *a, const void *b) {
 
 static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     snprintf(r->path, sizeof r->path, "%s/metrics.jsonl", dir);
+    struct stat st;
+    if (stat(dir, &st)) return fc_errf(err, errlen, "%s: no such run folder", dir);
+    if (!S_ISDIR(st.st_mode)) return fc_errf(err, errlen, "%s: not a run folder (give the folder train wrote)", dir);
     FILE *f = fc_fopen_regular(r->path, err, errlen);  // a FIFO is refused, not waited on
     if (!f) return -1;
     char *line = NULL, why[256];

@@ -129,6 +129,11 @@ want=$(sed -n "2,7p" "$tmp/s1.tsv" | awk -F'\t' '{ print $1 " " $2 }')
 expect score_top_list $(( rc != 0 || lines != 6 )) "--top 0.1 of 55 clips: $lines lines (ceil(5.5) = 6)"
 expect score_top_list_content $([ "$(grep -v '^#' "$tmp/top.txt")" = "$want" ]; echo $?) \
     "the list names the first 6 rows of the TSV, as 'shard k'"
+# a fraction out of (0, 1) is refused by one message whichever side it falls on
+one_line_refusal score_top_past_one "--top 1.5: a fraction between 0 and 1, both excluded" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s4.tsv" --top 1.5 --exclude-out "$tmp/top4.txt"
+one_line_refusal score_top_one "--top 1: a fraction between 0 and 1, both excluded" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s4.tsv" --top 1 --exclude-out "$tmp/top4.txt"
 
 # ---- --reference: the reducible loss, sorted by it ----
 cp -r "$run" "$tmp/ref" && rm -f "$tmp/ref"/ckpt-00000040.safetensors  # the same run at step 20

@@ -270,6 +270,8 @@ head -4 "$tmp/a/metrics.jsonl" > "$tmp/broken/metrics.jsonl"
 echo '{"step":5,"loss":}' >> "$tmp/broken/metrics.jsonl"
 head -3 "$tmp/a/metrics.jsonl" >> "$tmp/broken/metrics.jsonl"
 refused missing_metrics "$tmp/none/metrics.jsonl: cannot open" "$tmp/a" "$tmp/none"
+refused missing_run_folder "$tmp/gone: no such run folder" "$tmp/a" "$tmp/gone"
+refused file_as_run_folder "$tmp/a/metrics.jsonl: not a run folder" "$tmp/a/metrics.jsonl"
 refused empty_metrics "$tmp/empty/metrics.jsonl: empty" "$tmp/empty"
 refused bad_metrics_line "$tmp/broken/metrics.jsonl: line 5 does not parse" "$tmp/broken"
 # a bad last line that ends in a newline is finished, not a run still writing: refused as well
