@@ -286,6 +286,14 @@ static int reader_check_length(VideoReader *v, char *err, size_t errlen) {
     if (v->stated_s > 0 && covered < CUT_SHORT_FRACTION * v->stated_s && v->stated_s - covered >= 3.0 / v->fps)
         return reader_fail(v, err, errlen, "ended after %ld frames (%.3f s) of the %.3f s its header states: the "
                            "file looks cut short", v->frames, covered, v->stated_s);
+    // An MPEG transport stream states no length, but it is whole packets of 188 bytes (192 in M2TS, 204
+    // with error correction): a file of no whole number of packets ends in a torn one. (A cut on a
+    // packet's edge cannot be told from the end.)
+    int64_t bytes = v->fmt->pb ? avio_size(v->fmt->pb) : -1;
+    if (!strcmp(v->fmt->iformat->name, "mpegts") && bytes > 0 && bytes % 188 && bytes % 192 && bytes % 204)
+        return reader_fail(v, err, errlen, "ended after %ld frames in a torn transport-stream packet (%lld bytes, no "
+                           "whole number of 188-, 192- or 204-byte packets): the file looks cut short", v->frames,
+                           (long long)bytes);
     return 0;
 }
 

@@ -85,7 +85,24 @@ rc=$?
 line=$(grep -m1 'cut.mkv:' "$tmp/cut.log")
 [ "$rc" = 0 ] && [ "$(clips "$tmp/cut")" -ge 10 ] && echo "$line" | grep -q 'cut short' &&
     grep -q ' 1 cut short by damage' "$tmp/cut.log"
-expect prepare_truncated_mkv_said $? "status $rc, $(clips "$tmp/cut") clips: $line | $(tail -1 "$tmp/cut.log" | sed 's/.*inputs (//' | cut -c1-90)"
+expect prepare_truncated_mkv_said $? "status $rc, $(clips "$tmp/cut") clips: $line | $(tail -1 "$tmp/cut.log" | sed -E 's/.*inputs? \(//' | cut -c1-90)"
+# an MPEG transport stream states no length: cut inside a packet (no whole number of 188-byte packets)
+# at any of ten places, it is never taken silently (where the decoder does not stumble on the cut, the
+# torn packet says it), and a cut on a packet's edge, which cannot be told from an end, is not claimed
+ffmpeg -v error -f lavfi -i testsrc2=size=64x48:rate=25 -frames:v 20 -c:v mpeg2video "$tmp/long.ts"
+packets=$(( $(stat -c %s "$tmp/long.ts") / 188 ))
+silent=0 torn=0
+for k in 1 2 3 4 5 6 7 8 9 10; do
+    head -c $(( (packets * (40 + 5 * k) / 100) * 188 + 101 )) "$tmp/long.ts" > "$tmp/torn.ts"
+    rm -rf "$tmp/ts_torn"
+    "$FC" prepare --input "$tmp/torn.ts" --out "$tmp/ts_torn" --size 16 --clip-frames 4 > "$tmp/ts_torn.log" 2>&1
+    grep -q 'torn.ts:.*in a torn transport-stream packet .*: the file looks cut short' "$tmp/ts_torn.log" && torn=$((torn + 1))
+    grep -qE 'torn.ts:.*(cut short|decoding error)' "$tmp/ts_torn.log" || silent=$((silent + 1))
+done
+head -c $(( packets / 2 * 188 )) "$tmp/long.ts" > "$tmp/edge.ts"
+"$FC" prepare --input "$tmp/edge.ts" --out "$tmp/ts_edge" --size 16 --clip-frames 4 > "$tmp/ts_edge.log" 2>&1
+[ $silent = 0 ] && [ $torn -ge 1 ] && ! grep -q 'torn transport-stream' "$tmp/ts_edge.log"
+expect prepare_truncated_ts_said $? "10 cuts inside a packet: $torn said by the torn packet, $silent taken silently; a cut on a packet's edge: $(grep -m1 'edge.ts:' "$tmp/ts_edge.log" | cut -c1-60)"
 "$FC" prepare --input "$tmp/long.mkv" --out "$tmp/whole" --size 16 --clip-frames 8 > "$tmp/whole.log" 2>&1
 rc=$?
 [ "$rc" = 0 ] && [ "$(clips "$tmp/whole")" = 25 ] && ! grep 'long.mkv:' "$tmp/whole.log" | grep -q 'cut short' &&
