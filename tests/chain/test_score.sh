@@ -220,6 +220,10 @@ rc=$?
 lineage=$(meta "$tmp/fork/ckpt-00000006.safetensors" lineage)
 expect exclude_fork_other_list $(( rc != 0 )) "exit $rc; lineage: $lineage"
 [[ "$lineage" == *"exclude $tmp/top.txt -> $tmp/other.txt"* ]] || fail exclude_fork_names_list "$lineage"
+# the data line says what changed, the list: not the dataset's identity twice, "X -> X"
+other_crc=$(python3 -c "import zlib,sys; print('%08x' % zlib.crc32(open(sys.argv[1],'rb').read()))" "$tmp/other.txt")
+[[ "$lineage" == *"data the same, its exclude list crc32 $crc -> crc32 $other_crc"* ]] && [[ "$lineage" != *"data crc32"* ]]
+expect exclude_fork_data_line $? "lineage: $lineage"
 
 # ---- bad lists: one line, non-zero exit ----
 echo "shard-00000.safetensors 55" > "$tmp/nosuch.txt"
