@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """What the moving shapes' score over the next 40 frames owes to their bounces and meetings.
 
 For each clip of an eval TSV scored from 7 given frames (make eval's shapes48_given7: shapes:1000001
