@@ -25,6 +25,14 @@ void fc_exit(int status) {
 // "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
 // and this process's own stdout reach one file through pipes, and a line written in pieces could be
 // cut by another's (stdout is flushed first, so what was printed before the message stays before it).
+// A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
+// break or tab becomes a space, any other control character (an escape sequence's ESC) a '?'.
+static void one_printable_line(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+        else if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     if (g_quiet) return;
     char line[16384];  // a message quotes at most a path or two (PATH_MAX 4096 each)
@@ -32,6 +40,8 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     int body = head >= 0 && head < (int)sizeof line ? vsnprintf(line + head, sizeof line - head, fmt, ap) : -1;
     size_t len = body >= 0 && (size_t)head + body + 1 < sizeof line ? (size_t)head + body : sizeof line - 5;
     if (len == sizeof line - 5) memcpy(line + len - 3, "...", 3);  // cut short (no message is this long)
+    line[len] = 0;
+    one_printable_line(line);
     line[len++] = '\n';
     fflush(stdout);
     for (size_t at = 0; at < len;) {
@@ -59,8 +69,7 @@ void fc_warn(const char *fmt, ...) {
 int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
     if (!err || errlen == 0) return -1;
     vsnprintf(err, errlen, fmt, ap);
-    for (char *p = err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
+    one_printable_line(err);
     return -1;
 }
 

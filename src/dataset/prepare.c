@@ -35,6 +35,8 @@ typedef struct {
     int twice;  // inputs skipped because they were already among the sources
 } Sources;
 
+static const char *shown(const char *path);  // (below: a path as a progress line prints it)
+
 // Add a source, unless it is one already there (the same spec, or the same file or folder under
 // another name, as `--input dir --input dir/clip.avi` gives): its clips would count twice.
 static void add_source(Sources *ss, const char *path, SourceKind kind) {
@@ -46,7 +48,8 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
                                             : o->kind != SOURCE_SYNTHETIC && o->ino && o->dev == st.st_dev &&
                                                   o->ino == st.st_ino;
         if (same) {
-            printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", path, o->path);
+            printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
+                   shown(o->path));
             ss->twice++;
             return;
         }
@@ -63,11 +66,13 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
 }
 
 // A path as printed in a progress line: control characters (a newline in a file name) escaped as in
-// manifest.tsv, so that one input's line stays one line. A static buffer: one use per printf.
+// manifest.tsv, so that one input's line stays one line. Two static buffers in turn: two uses per printf.
 static const char *shown(const char *path) {
-    static char buf[4096 * 4 + 1];
+    static char bufs[2][4096 * 4 + 1];
+    static int turn;
+    char *buf = bufs[turn ^= 1];
     size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)path; *p && k + 5 < sizeof buf; p++) {
+    for (const unsigned char *p = (const unsigned char *)path; *p && k + 5 < sizeof bufs[0]; p++) {
         if (*p == '\n') buf[k++] = '\\', buf[k++] = 'n';
         else if (*p == '\t') buf[k++] = '\\', buf[k++] = 't';
         else if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, 5, "\\x%02x", *p);
@@ -153,7 +158,7 @@ static int expand(Sources *ss, const char *path, int depth) {
     }
     struct stat st;
     if (stat(path, &st)) {
-        printf("  %s: skipped: %s\n", path, strerror(errno));
+        printf("  %s: skipped: %s\n", shown(path), strerror(errno));
         return 1;
     }
     if (!S_ISDIR(st.st_mode)) {
@@ -164,7 +169,7 @@ static int expand(Sources *ss, const char *path, int depth) {
     const char *still_ext = NULL;
     char **list = list_folder(path, &n, 0);
     if (!list) {
-        printf("  %s: skipped: cannot read the folder: %s\n", path, strerror(errno));
+        printf("  %s: skipped: cannot read the folder: %s\n", shown(path), strerror(errno));
         return 1;
     }
     for (int i = 0; i < n; i++) {
@@ -181,10 +186,10 @@ static int expand(Sources *ss, const char *path, int depth) {
             others += !is_image_path(list[i]) && !stat(list[i], &est) && (S_ISDIR(est.st_mode) || S_ISREG(est.st_mode));
         if (others)
             printf("  %s: read as one clip of its %d image%s; the %d other entr%s in it (files, folders) not read\n",
-                   path, images, images == 1 ? "" : "s", others, others == 1 ? "y" : "ies");
+                   shown(path), images, images == 1 ? "" : "s", others, others == 1 ? "y" : "ies");
     } else {
         if (stills && !images && !videos) {
-            printf("  %s: skipped: its %d %s image%s not read: frames in a folder must be PNG or JPEG\n", path, stills,
+            printf("  %s: skipped: its %d %s image%s not read: frames in a folder must be PNG or JPEG\n", shown(path), stills,
                    still_ext, stills == 1 ? " is" : "s are");
             bad++, said = 1;
         } else if (images + stills) {
@@ -195,12 +200,12 @@ static int expand(Sources *ss, const char *path, int depth) {
             for (int i = 0; i < n; i++)
                 if (!is_image_path(list[i]) && !other_still(list[i])) bad += expand(ss, list[i], depth + 1);
         } else if (n > images + stills) {
-            printf("  %s: skipped: deeper than %d folders\n", path, MAX_DEPTH);
+            printf("  %s: skipped: deeper than %d folders\n", shown(path), MAX_DEPTH);
             said = 1;
         }
     }
     if (depth == 0 && !said && !bad && ss->n == before && ss->twice == twice) {
-        printf("  %s: skipped: no video or frames in it\n", path);
+        printf("  %s: skipped: no video or frames in it\n", shown(path));
         bad++;
     }
     free_list(list);

@@ -203,8 +203,20 @@ static void test_config_comments(void) {
           ok ? "read" : err, refused ? err2 : "cut short and taken");
 }
 
+// An error line built by fc_errf stays one printable line whatever a file's name holds: no line break
+// (a second line) and no control character (an escape sequence that recolours the terminal).
+static void test_error_lines_printable(void) {
+    char err[256];
+    fc_errf(err, sizeof err, "%s: cannot open", "in/bad\nline\033[31mred\r\t\x7f.mp4");
+    int controls = 0;
+    for (const unsigned char *p = (const unsigned char *)err; *p; p++) controls += *p < 0x20 || *p == 0x7f;
+    check(!controls && !strcmp(err, "in/bad line?[31mred  ?.mp4: cannot open"), "error_line_printable",
+          "a name with a newline, an ESC, a CR, a tab and a DEL: '%s' (%d control characters)", err, controls);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
+    test_error_lines_printable();
     test_philox_kat();
     test_philox_layout();
     test_philox_distributions();
