@@ -72,7 +72,7 @@ static void print_file_meta(const StFile *f) {
         }
     }
     const char *config = st_meta(f, "config");
-    if (config) printf("config:\n%s", config);
+    if (config) printf("config:\n%s%s", config, config[0] && config[strlen(config) - 1] != '\n' ? "\n" : "");
     char unset[8192];
     int n = config ? config_unset_keys(config, strlen(config), unset, sizeof unset) : 0;
     if (n > 0)  // an earlier build's file: what a resume or generation takes for the keys added since

@@ -60,6 +60,9 @@ static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
     for (int i = 0; i < n && !found; i++) {
         checkpoint_path(path, pathlen, run, steps[i]);
         found = checkpoint_read_whole(path, f, why, sizeof why) == 0;
+        // a file whose metadata names another step than its name is set aside by the resume: not this one
+        const char *at = found ? st_meta(f, "step") : NULL;
+        if (found && (!at || atoi(at) != steps[i])) found = 0, st_free(f);
     }
     free(steps);
     return found;

@@ -71,6 +71,16 @@ rc=$?
 expect extend_needs_a_checkpoint $(( rc == 0 || $(grep -c "holds no whole checkpoint to extend" "$tmp/none.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/none.log" | cut -c1-120)"
 
+# ---- --extend of a run whose newest file is misnamed (its metadata says step 24, its name 99): the
+# resume sets it aside and goes on from step 20, and the extension says step 20 ----
+cp -r "$tmp/ref" "$tmp/misnamed"
+mv "$(ckpt "$tmp/misnamed" 24)" "$(ckpt "$tmp/misnamed" 99)"
+(train "$tmp/misnamed" --extend --steps 28) > "$tmp/misnamed.log" 2>&1
+rc=$?
+expect extend_names_the_step_it_resumes $(( rc != 0 || $(grep -c "extended from 24 to 28 steps at step 20:" "$tmp/misnamed.log") != 1 ||
+    $(grep -c "^resuming .* from step 20 " "$tmp/misnamed.log") != 1 )) \
+    "status $rc, $(grep -m1 -o 'extended from [0-9]* to [0-9]* steps at step [0-9]*' "$tmp/misnamed.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/misnamed.log" | sed 's/.* from/from/')"
+
 # ---- --extend of a run killed half-way: the steps up to the old end are the original's ----
 kill9_at "$tmp/ext.log" "$tmp/ext" 10 train "$tmp/ext" --steps 24
 (train "$tmp/ext" --extend --steps 32) > "$tmp/ext2.log" 2>&1
