@@ -30,7 +30,7 @@ static int load_video_frames(const char *path, int S, int K, uint8_t *rgb, char 
     for (int k = 0; k < K && rc == 0; k++) {
         int got = video_next_frame(v, S, rgb + (size_t)k * S * S * 3, NULL, err, errlen);
         if (got == 0 && k == 0) rc = fc_errf(err, errlen, "%s: the video has no frame", path);
-        else if (got == 0) rc = fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d given", path, k, K);
+        else if (got == 0) rc = fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d asked for", path, k, K);
         else if (got < 0) rc = -1;
     }
     video_close(v);
