@@ -24,8 +24,9 @@ void usage_error(const char *fmt, ...) {
         char line[8192];
         vsnprintf(line, sizeof line, fmt, ap);
         // a message that already names the help (an unknown key's) is not told it twice
-        fprintf(stderr, "%s: %s%s%s%s\n", g_command, line, strstr(line, "--help") ? "" : " (see ",
-                strstr(line, "--help") ? "" : g_command, strstr(line, "--help") ? "" : " --help)");
+        int named = strstr(line, "--help lists") != NULL;
+        fprintf(stderr, "%s: %s%s%s%s\n", g_command, line, named ? "" : " (see ", named ? "" : g_command,
+                named ? "" : " --help)");
     }
     va_end(ap);
     fc_exit(2);

@@ -1,5 +1,6 @@
 // cmd_score.c: `framechain score`: each clip of a dataset scored by a run's loss on it (chain/score.h),
 // and optionally the worst of them written as an exclude list (dataset/exclude.h).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,8 +54,9 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (has_top != has_ex) usage_error("--top and --exclude-out go together (the fraction, and where its list goes)");
     const char *top_text = has_top ? opt(opts, "--top")->value : "0";
     char *top_end;
+    errno = 0;
     double top = strtod(top_text, &top_end);  // parse_number's form, its range open at both ends
-    if (has_top && (*top_end || top_end == top_text || strspn(top_text, "0123456789.eE+-") != strlen(top_text) ||
+    if (has_top && (*top_end || top_end == top_text || errno || strspn(top_text, "0123456789.eE+-") != strlen(top_text) ||
                     !(top > 0 && top < 1)))
         usage_error("--top %s: a fraction between 0 and 1, both excluded", top_text);
     const char *ex = has_ex ? opt(opts, "--exclude-out")->value : NULL;

@@ -73,9 +73,10 @@ static const char *set_value(Opt *opts, const char *key) {
     for (int i = 0; i < set->count; i++) {
         const char *kv = set->values[i];
         while (isspace((unsigned char)*kv)) kv++;
+        if (strncmp(kv, key, n)) continue;  // (kv is at least n long past here)
         const char *after = kv + n;
         while (isspace((unsigned char)*after)) after++;
-        if (!strncmp(kv, key, n) && *after == '=') found = after + 1;
+        if (*after == '=') found = after + 1;
     }
     return found;
 }
@@ -134,9 +135,21 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (set_value(opts, "dataset"))
         usage_error("--set dataset=%s: the data is chosen by --data DIR (a dataset) or its absence (the built-in "
                     "moving shapes)", set_value(opts, "dataset"));
-    if (opt(opts, "--steps")->count && set_value(opts, "steps"))
-        usage_error("--steps %s and --set steps=%s: give the run's end once", opt(opts, "--steps")->value,
-                    set_value(opts, "steps"));
+    // --steps N stands over any --set steps (scripts build on a base): those are dropped before the
+    // config is read, so that --steps alone decides, its cut of a longer warmup included
+    char overridden[256] = "";
+    if (opt(opts, "--steps")->count && set_value(opts, "steps")) {
+        snprintf(overridden, sizeof overridden, "%.100s", set_value(opts, "steps"));
+        Opt *set = opt(opts, "--set");
+        int kept = 0;
+        for (int i = 0; i < set->count; i++) {
+            const char *kv = set->values[i];
+            while (isspace((unsigned char)*kv)) kv++;
+            size_t n = strcspn(kv, "= \t");
+            if (!(n == 5 && !strncmp(kv, "steps", 5))) set->values[kept++] = set->values[i];
+        }
+        set->count = kept;
+    }
     Config c = from ? fork_config(opts, &parent) : load_config(opts);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
@@ -186,6 +199,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                ae ? vae : "");
         hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run, its scratch counted
     }
+    if (overridden[0]) printf("--steps %d stands over --set steps=%s\n", c.steps, overridden);
     if (cut_warmup) printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, cut_warmup, c.steps);
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);

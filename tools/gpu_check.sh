@@ -23,6 +23,8 @@ esac
 LOG=${1:-out/gpu}
 mkdir -p "$LOG"
 exec > >(tee "$LOG/summary.txt") 2>&1
+tee_pid=$!
+trap 'exec >&- 2>&-; wait "$tee_pid" 2> /dev/null' EXIT  # every line in summary.txt before this script ends
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc

@@ -61,6 +61,8 @@ T0=$(date +%s)
 LOG=${1:-out/gpu-run}
 mkdir -p "$LOG"
 exec > >(tee "$LOG/summary.txt") 2>&1
+tee_pid=$!
+trap 'exec >&- 2>&-; wait "$tee_pid" 2> /dev/null' EXIT  # every line in summary.txt before this script ends
 left() { echo $((${BUDGET:-540} - ($(date +%s) - T0))); }
 step() { # step NAME CAP command...: at most CAP seconds, less where the budget is short
     local name=$1 cap=$2 t s

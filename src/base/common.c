@@ -27,7 +27,7 @@ void fc_exit(int status) {
 // cut by another's (stdout is flushed first, so what was printed before the message stays before it).
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
 // break or tab becomes a space, any other control character (an escape sequence's ESC) a '?'.
-static void one_printable_line(char *s) {
+void fc_printable_line(char *s) {
     for (unsigned char *p = (unsigned char *)s; *p; p++)
         if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
         else if (*p < 0x20 || *p == 0x7f) *p = '?';
@@ -41,7 +41,7 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     size_t len = body >= 0 && (size_t)head + body + 1 < sizeof line ? (size_t)head + body : sizeof line - 5;
     if (len == sizeof line - 5) memcpy(line + len - 3, "...", 3);  // cut short (no message is this long)
     line[len] = 0;
-    one_printable_line(line);
+    fc_printable_line(line);
     line[len++] = '\n';
     fflush(stdout);
     for (size_t at = 0; at < len;) {
@@ -69,7 +69,7 @@ void fc_warn(const char *fmt, ...) {
 int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
     if (!err || errlen == 0) return -1;
     vsnprintf(err, errlen, fmt, ap);
-    one_printable_line(err);
+    fc_printable_line(err);
     return -1;
 }
 

@@ -31,6 +31,10 @@ int fc_messages_quiet(void);
 // exit(status); while quiet, 0.2 s later, so that the rank that says why ends first (mpirun then names it).
 void fc_exit(int status) __attribute__((noreturn));
 
+// A message's text as every error line prints it: a line break or tab becomes a space, any other
+// control character a '?' (in place). For comparing a path with the error lines that quote it.
+void fc_printable_line(char *s);
+
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends
 // the function. The caller prints the line, or adds its own context in front.

@@ -162,8 +162,11 @@ struct GenerateOutput {
 
 // A message of the video writer, which names the temporary file, made to name the user's path.
 static int name_user_path(const GenerateOutput *g, char *err, size_t errlen) {
-    size_t n = strlen(g->tmp);
-    if (err && !strncmp(err, g->tmp, n) && err[n] == ':') {
+    char quoted[sizeof g->tmp];  // the temporary's name as the error line quotes it (fc_printable_line)
+    snprintf(quoted, sizeof quoted, "%s", g->tmp);
+    fc_printable_line(quoted);
+    size_t n = strlen(quoted);
+    if (err && !strncmp(err, quoted, n) && err[n] == ':') {
         char rest[2048];
         snprintf(rest, sizeof rest, "%s", err + n);
         fc_errf(err, errlen, "%s%s", g->out, rest);

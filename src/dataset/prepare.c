@@ -194,7 +194,7 @@ static int expand(Sources *ss, const char *path, int depth) {
             bad++, said = 1;
         } else if (images + stills) {
             printf("  %s: its %d image%s not read: a folder with videos in it is read for its videos, not as "
-                   "frames\n", path, images + stills, images + stills == 1 ? " is" : "s are");
+                   "frames\n", shown(path), images + stills, images + stills == 1 ? " is" : "s are");
         }
         if (depth < MAX_DEPTH) {
             for (int i = 0; i < n; i++)
@@ -321,8 +321,11 @@ static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
 
 // The reasons the video layer gives start with the path; the progress line names it already.
 static const char *without_path(const char *why, const char *path) {
-    size_t n = strlen(path);
-    return !strncmp(why, path, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
+    char quoted[4200];  // the path as the error line quotes it (fc_printable_line)
+    snprintf(quoted, sizeof quoted, "%s", path);
+    fc_printable_line(quoted);
+    size_t n = strlen(quoted);
+    return !strncmp(why, quoted, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
 }
 
 // The intervals between a video's frames, to tell a variable frame rate.
@@ -542,7 +545,7 @@ int prepare_run(const PrepareOptions *o) {
     double dt = fc_now_s() - t0;
     printf("prepare: %s: %ld clip%s of %d frames at %dx%d%s from %d input%s (%d skipped as unreadable, %d shorter than a "
            "clip, %d cut short by damage, %d given twice); %ld frames in %.1f s, %.0f frames/s\n",
-           o->out, total_clips, total_clips == 1 ? "" : "s", o->clip_frames, o->size, o->size, o->ae ? " as latents" : "",
+           shown(o->out), total_clips, total_clips == 1 ? "" : "s", o->clip_frames, o->size, o->size, o->ae ? " as latents" : "",
            used, used == 1 ? "" : "s", skipped + unreadable, short_ones, partial,
            twice, total_frames, dt, total_frames / dt);
     return 0;

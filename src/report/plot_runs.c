@@ -105,7 +105,9 @@ static int by_step(const void *a, const void *b) {
 static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     snprintf(r->path, sizeof r->path, "%s/metrics.jsonl", dir);
     struct stat st;
-    if (stat(dir, &st)) return fc_errf(err, errlen, "%s: no such run folder", dir);
+    if (stat(dir, &st))
+        return errno == ENOENT ? fc_errf(err, errlen, "%s: no such run folder", dir)
+                               : fc_errf(err, errlen, "%s: cannot read: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return fc_errf(err, errlen, "%s: not a run folder (give the folder train wrote)", dir);
     FILE *f = fc_fopen_regular(r->path, err, errlen);  // a FIFO is refused, not waited on
     if (!f) return -1;

@@ -229,8 +229,10 @@ int lineage_fork(const Config *parent_cfg, const Config *c, TrainOrigin *o, char
         char xa[16], xb[16], base_a[1100], base_b[1100];
         exclude_part(o->parent_data, xa, sizeof xa), exclude_part(o->data, xb, sizeof xb);
         // the identities without their exclude lists: the same dataset, where only the list changed
-        snprintf(base_a, sizeof base_a, "%.*s", (int)strcspn(o->parent_data, ";"), o->parent_data);
-        snprintf(base_b, sizeof base_b, "%.*s", (int)strcspn(o->data, ";"), o->data);
+        const char *ma = strstr(o->parent_data, LINEAGE_EXCLUDE_MARK), *mb = strstr(o->data, LINEAGE_EXCLUDE_MARK);
+        snprintf(base_a, sizeof base_a, "%.*s", ma ? (int)(ma - o->parent_data) : (int)strlen(o->parent_data),
+                 o->parent_data);
+        snprintf(base_b, sizeof base_b, "%.*s", mb ? (int)(mb - o->data) : (int)strlen(o->data), o->data);
         if (lineage_same_data(base_a, base_b))
             len += snprintf(o->note + len, sizeof o->note - len, "%sdata the same, its exclude list %s -> %s",
                             changed++ ? ", " : "; changed: ", xa[0] ? xa : "none", xb[0] ? xb : "none");

@@ -274,6 +274,35 @@ static int reader_fail(VideoReader *v, char *err, size_t errlen, const char *fmt
     return -1;
 }
 
+// An MPEG transport stream states no length, but it is whole packets of 188 bytes (192 in M2TS, 204
+// with error correction), each from a sync byte 0x47 on (M2TS: after a 4-byte time stamp). A file cut inside a packet
+// ends in a torn one: a sync byte on the packets' grid with fewer bytes after it than a packet holds.
+// Junk before the first packet moves the grid; padding after the last whole packet has no sync byte
+// on it: neither is taken for a cut. (A cut on a packet's edge cannot be told from an end.) 1 when the
+// file at path ends in a torn packet (*bytes: its size), else 0.
+static int ts_ends_torn(const char *path, long long *bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    uint8_t head[4096];
+    size_t got = fread(head, 1, sizeof head, f);
+    int torn = 0;
+    if (!fseeko(f, 0, SEEK_END) && (*bytes = ftello(f)) > 0) {
+        static const int sizes[] = {188, 192, 204};
+        for (int k = 0; k < 3 && !torn; k++) {
+            size_t P = (size_t)sizes[k], s0 = 0;
+            while (s0 + 2 * P < got && !(head[s0] == 0x47 && head[s0 + P] == 0x47 && head[s0 + 2 * P] == 0x47)) s0++;
+            if (s0 + 2 * P >= got || s0 >= P) continue;  // not packets of this size
+            // an M2TS packet is a 4-byte time stamp, then the 188 bytes from the sync byte on
+            long long h = P == 192 ? 4 : 0, r = (*bytes - (long long)s0 + h) % (long long)P;
+            uint8_t b = 0;
+            torn = r > h && !fseeko(f, *bytes - r + h, SEEK_SET) && fread(&b, 1, 1, f) == 1 && b == 0x47;
+            break;  // the packets' size found: its grid decides
+        }
+    }
+    fclose(f);
+    return torn;
+}
+
 // At the end of the stream: a file that ends well short (under 95%, and 3 frames or more) of the length
 // its header states was cut short (a copy or download broken off). Some demuxers (Matroska, WebM)
 // take the cut for the end, so this is the only sign of it. 0, or -1 with why.
@@ -286,14 +315,11 @@ static int reader_check_length(VideoReader *v, char *err, size_t errlen) {
     if (v->stated_s > 0 && covered < CUT_SHORT_FRACTION * v->stated_s && v->stated_s - covered >= 3.0 / v->fps)
         return reader_fail(v, err, errlen, "ended after %ld frames (%.3f s) of the %.3f s its header states: the "
                            "file looks cut short", v->frames, covered, v->stated_s);
-    // An MPEG transport stream states no length, but it is whole packets of 188 bytes (192 in M2TS, 204
-    // with error correction): a file of no whole number of packets ends in a torn one. (A cut on a
-    // packet's edge cannot be told from the end.)
-    int64_t bytes = v->fmt->pb ? avio_size(v->fmt->pb) : -1;
-    if (!strcmp(v->fmt->iformat->name, "mpegts") && bytes > 0 && bytes % 188 && bytes % 192 && bytes % 204)
-        return reader_fail(v, err, errlen, "ended after %ld frames in a torn transport-stream packet (%lld bytes, no "
-                           "whole number of 188-, 192- or 204-byte packets): the file looks cut short", v->frames,
-                           (long long)bytes);
+    // a transport stream (which states no length) that ends in a torn packet
+    long long bytes = 0;
+    if (!strcmp(v->fmt->iformat->name, "mpegts") && ts_ends_torn(v->path, &bytes))
+        return reader_fail(v, err, errlen, "ended after %ld frames in a torn transport-stream packet (its last "
+                           "packet cut off at %lld bytes): the file looks cut short", v->frames, bytes);
     return 0;
 }
 

@@ -160,8 +160,13 @@ expect set_overflow 2 "--set lr=1e400: 1e400 is out of range \[0, 1\]" "$FC" ins
 # keys the command line sets another way
 expect set_dataset 2 "--set dataset=shards: the data is chosen by --data DIR" "$FC" train \
     --config configs/tiny/starter.conf --run "$tmp/never" --set dataset=shards
-expect steps_twice 2 "--steps 3 and --set steps=6: give the run's end once" "$FC" train \
-    --config configs/tiny/starter.conf --run "$tmp/never" --steps 3 --set steps=6
+# --steps stands over --set steps, said; its cut of the warmup as with --steps alone (the --set's 6,
+# under the config's warmup of 10, would have been refused before --steps was read)
+expect steps_over_set_steps 0 "^--steps 2 stands over --set steps=6" "$FC" --threads 1 train \
+    --config configs/tiny/starter.conf --run "$tmp/over" --steps 2 --set steps=6 --set warmup_steps=10 \
+    --set checkpoint_every=100000 --set sample_every=0
+[ -f "$tmp/over/ckpt-00000002.safetensors" ] && echo "PASS cli_steps_over_set_steps_trained: step 2 written" ||
+    echo "FAIL cli_steps_over_set_steps_trained: $(ls "$tmp/over" 2>&1 | tr '\n' ' ')"
 [ -e "$tmp/never" ] && echo "FAIL cli_set_refusals_write_nothing: $tmp/never exists" ||
     echo "PASS cli_set_refusals_write_nothing: no run folder"
 # too far for a typo, but the one key it begins with (or that begins with it) is named; several: none

@@ -100,9 +100,26 @@ for k in 1 2 3 4 5 6 7 8 9 10; do
     grep -qE 'torn.ts:.*(cut short|decoding error)' "$tmp/ts_torn.log" || silent=$((silent + 1))
 done
 head -c $(( packets / 2 * 188 )) "$tmp/long.ts" > "$tmp/edge.ts"
-"$FC" prepare --input "$tmp/edge.ts" --out "$tmp/ts_edge" --size 16 --clip-frames 4 > "$tmp/ts_edge.log" 2>&1
-[ $silent = 0 ] && [ $torn -ge 1 ] && ! grep -q 'torn transport-stream' "$tmp/ts_edge.log"
-expect prepare_truncated_ts_said $? "10 cuts inside a packet: $torn said by the torn packet, $silent taken silently; a cut on a packet's edge: $(grep -m1 'edge.ts:' "$tmp/ts_edge.log" | cut -c1-60)"
+# whole files that are no whole number of packets: zeros after the last packet, junk before the first
+{ cat "$tmp/long.ts"; head -c 100 /dev/zero; } > "$tmp/padded.ts"
+{ printf 'not a packet: 37 bytes of junk here.'; cat "$tmp/long.ts"; } > "$tmp/junk_first.ts"
+claimed=""
+for k in edge padded junk_first; do
+    "$FC" prepare --input "$tmp/$k.ts" --out "$tmp/ts_$k" --size 16 --clip-frames 4 > "$tmp/ts_$k.log" 2>&1
+    grep -q 'torn transport-stream' "$tmp/ts_$k.log" && claimed="$claimed $k"
+done
+[ $silent = 0 ] && [ $torn -ge 1 ] && [ -z "$claimed" ] && grep -q ': 20 frames -> ' "$tmp/ts_padded.log" && grep -q ': 20 frames -> ' "$tmp/ts_junk_first.log"
+expect prepare_truncated_ts_said $? "10 cuts inside a packet: $torn said by the torn packet, $silent taken silently; claimed torn among a cut on a packet's edge, a padded and a junk-first whole file: ${claimed:-none}"
+# a file whose name holds a tab and an escape sequence: its line names it once, escaped, and nothing
+# printed holds a control character (the terminal keeps its colours)
+mkdir -p "$tmp/oddnames"
+echo "not a video" > "$tmp/oddnames/$(printf 'bad\tname\033[31m.mp4')"
+cp "$tmp/long.ts" "$tmp/oddnames/good.ts"
+"$FC" prepare --input "$tmp/oddnames" --out "$tmp/odd_ds" --size 16 --clip-frames 4 > "$tmp/odd.log" 2>&1
+line=$(grep -m1 'bad' "$tmp/odd.log")
+! LC_ALL=C grep -q "$(printf '[\001-\010\013-\037\177]')" "$tmp/odd.log" &&
+    echo "$line" | grep -qF 'oddnames/bad\tname\x1b[31m.mp4: skipped: cannot open' && [ "$(echo "$line" | grep -o 'tname' | wc -l)" = 1 ]
+expect prepare_odd_name_printable_once $? "$(echo "$line" | sed 's/.*oddnames/oddnames/' | cut -c1-100)"
 "$FC" prepare --input "$tmp/long.mkv" --out "$tmp/whole" --size 16 --clip-frames 8 > "$tmp/whole.log" 2>&1
 rc=$?
 [ "$rc" = 0 ] && [ "$(clips "$tmp/whole")" = 25 ] && ! grep 'long.mkv:' "$tmp/whole.log" | grep -q 'cut short' &&
