@@ -479,11 +479,13 @@ static void recode_moments(const Backend *be, Optimizer *o, const float *their_m
     be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
 }
 
-CkptStatus checkpoint_precheck(const char *path, const Config *c, CkptLoadMode mode, char *err, size_t errlen) {
+CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, char *err,
+                               size_t errlen) {
     StFile f;
     if (st_read_header(path, &f, err, errlen)) return CKPT_CORRUPT;
     int step;
     CkptStatus s = ckpt_check_metadata(&f, path, &step, NULL, err, errlen);
+    if (s == CKPT_OK && named_step >= 0 && step != named_step) s = CKPT_CORRUPT;  // a resume sets it aside
     // An earlier build's file (no metadata CRC) may hold a damaged config copy, which only its tensors
     // tell (config_copy_damaged): left to the resume.
     if (s == CKPT_OK && st_meta(&f, CKPT_META_CRC)) s = check_same_run(st_meta(&f, "config"), path, c, mode, err, errlen);

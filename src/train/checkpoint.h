@@ -114,7 +114,10 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
 // sets the file aside and decides then). CKPT_OK for an earlier build's file without the metadata's
 // CRC, whose config copy only its tensors can vouch for. Lets train refuse a run it cannot continue
 // before its plan and its allocations.
-CkptStatus checkpoint_precheck(const char *path, const Config *c, CkptLoadMode mode, char *err, size_t errlen);
+// named_step: the step of the file's name (-1: none); metadata of another step is CKPT_CORRUPT, as the
+// resume sets such a file aside.
+CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, char *err,
+                               size_t errlen);
 
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);

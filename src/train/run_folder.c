@@ -208,7 +208,15 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
     for (int i = 0; i < n && !resumed; i++) {
         checkpoint_path(path, sizeof path, run, steps[i]);
         CkptStatus s = checkpoint_load(path, m, ema, o, c, mode, st, err, sizeof err);
-        if (s == CKPT_REFUSED) fc_die("%s", err);
+        // a file named for another step than its metadata's is set aside below, whatever its config says
+        char why[1024];
+        if (s == CKPT_REFUSED && checkpoint_precheck(path, steps[i], c, mode, why, sizeof why) != CKPT_CORRUPT)
+            fc_die("%s", err);
+        if (s == CKPT_REFUSED) {
+            snprintf(err, sizeof err, "%s: its metadata names another step than its file name", path);
+            checkpoint_set_aside(path, err);
+            continue;
+        }
         // A newer file that is not a whole checkpoint of this run is set aside, so that pruning
         // never counts it as one of the checkpoints it keeps.
         if (s == CKPT_CORRUPT) {
@@ -235,11 +243,11 @@ int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *ori
     CkptStatus s = CKPT_CORRUPT;
     for (int i = 0; i < n && s == CKPT_CORRUPT; i++) {  // newest first, as resume reads them
         checkpoint_path(path, sizeof path, run, steps[i]);
-        s = checkpoint_precheck(path, c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, err, errlen);
+        s = checkpoint_precheck(path, steps[i], c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, err, errlen);
     }
     free(steps);
     if (s == CKPT_CORRUPT && origin->from)  // no checkpoint of its own: a fork starts from its parent
-        s = checkpoint_precheck(origin->from, c, CKPT_FORK, err, errlen);
+        s = checkpoint_precheck(origin->from, -1, c, CKPT_FORK, err, errlen);
     return s == CKPT_REFUSED ? -1 : 0;
 }
 

@@ -81,6 +81,16 @@ expect extend_names_the_step_it_resumes $(( rc != 0 || $(grep -c "extended from 
     $(grep -c "^resuming .* from step 20 " "$tmp/misnamed.log") != 1 )) \
     "status $rc, $(grep -m1 -o 'extended from [0-9]* to [0-9]* steps at step [0-9]*' "$tmp/misnamed.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/misnamed.log" | sed 's/.* from/from/')"
 
+# the same without --extend, where the misnamed file is an extension's (steps = 28) and the run's end
+# is 24: the resume sets it aside and finds the run at its end; nothing refused on the misnamed file
+cp -r "$tmp/ref" "$tmp/misnamed2"
+(train "$tmp/misnamed2" --extend --steps 28) > /dev/null 2>&1
+mv "$(ckpt "$tmp/misnamed2" 28)" "$(ckpt "$tmp/misnamed2" 99)"
+(train "$tmp/misnamed2" --steps 24) > "$tmp/misnamed2.log" 2>&1
+rc=$?
+expect misnamed_extension_not_refused $(( rc != 0 || $(grep -c "is at step 24 of 24: nothing to do" "$tmp/misnamed2.log") != 1 )) \
+    "status $rc, $(grep -v '^ ' "$tmp/misnamed2.log" | tail -1 | cut -c1-120)"
+
 # ---- --extend of a run killed half-way: the steps up to the old end are the original's ----
 kill9_at "$tmp/ext.log" "$tmp/ext" 10 train "$tmp/ext" --steps 24
 (train "$tmp/ext" --extend --steps 32) > "$tmp/ext2.log" 2>&1
