@@ -29,6 +29,7 @@ static const char *HELP_TRAIN =
     "the newest good one.\n"
     "A checkpoint continues only its own run: another config (steps and lr included) is refused.\n"
     "--data DIR is a dataset made by 'framechain prepare'; without it, the built-in moving-shapes set.\n"
+    "--steps N is the run's end (over any --set steps); a longer warmup_steps is cut to N, with a line.\n"
     "\n"
     "  --extend      go on past the run's end, to --steps N: the steps up to the old end keep their\n"
     "                learning rates (the cosine decay ends where it ended), the new ones run at its final\n"
