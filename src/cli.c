@@ -150,13 +150,26 @@ long parse_whole(const char *flag, const char *text, long lo, long hi) {
 
 long parse_positive(const char *flag, const char *text, long max) { return parse_whole(flag, text, 1, max); }
 
-double parse_number(const char *flag, const char *text, double lo, double hi) {
+// text as a decimal number into *v: 0, or -1 (strtod also reads hexadecimal, 0x10 as 16, and words,
+// infinity: neither is taken; nor a value past a double's range)
+static int decimal(const char *text, double *v) {
     char *end;
     errno = 0;
-    double v = strtod(text, &end);
-    // decimal only: strtod also reads hexadecimal (0x10 as 16) and words (infinity)
-    if (end == text || *end || errno || !(v >= lo && v <= hi) || strspn(text, "0123456789.eE+-") != strlen(text))
+    *v = strtod(text, &end);
+    return end == text || *end || errno || strspn(text, "0123456789.eE+-") != strlen(text) ? -1 : 0;
+}
+
+double parse_number(const char *flag, const char *text, double lo, double hi) {
+    double v;
+    if (decimal(text, &v) || !(v >= lo && v <= hi))
         usage_error("%s %s: expected a number from %g to %g", flag, text, lo, hi);
+    return v;
+}
+
+double parse_fraction(const char *flag, const char *text) {
+    double v;
+    if (decimal(text, &v) || !(v > 0 && v < 1))
+        usage_error("%s %s: a fraction between 0 and 1, both excluded", flag, text);
     return v;
 }
 

@@ -50,6 +50,8 @@ const char *required(Opt *opts, const char *name);
 long parse_whole(const char *flag, const char *text, long lo, long hi);
 long parse_positive(const char *flag, const char *text, long max);
 double parse_number(const char *flag, const char *text, double lo, double hi);
+// parse_number over the open interval (0, 1): a fraction that leaves out neither none nor all.
+double parse_fraction(const char *flag, const char *text);
 
 // Load --config and apply every --set, in order; dies with one clear line on any problem.
 Config load_config(Opt *opts);

@@ -1,9 +1,7 @@
 // cmd_score.c: `framechain score`: each clip of a dataset scored by a run's loss on it (chain/score.h),
 // and optionally the worst of them written as an exclude list (dataset/exclude.h).
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 #include <stdlib.h>
 
 #include "base/paths.h"
@@ -52,13 +50,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--batch")->count) so.batch = (int)parse_positive("--batch", opt(opts, "--batch")->value, 4096);
     int has_top = opt(opts, "--top")->count > 0, has_ex = opt(opts, "--exclude-out")->count > 0;
     if (has_top != has_ex) usage_error("--top and --exclude-out go together (the fraction, and where its list goes)");
-    const char *top_text = has_top ? opt(opts, "--top")->value : "0";
-    char *top_end;
-    errno = 0;
-    double top = strtod(top_text, &top_end);  // parse_number's form, its range open at both ends
-    if (has_top && (*top_end || top_end == top_text || errno || strspn(top_text, "0123456789.eE+-") != strlen(top_text) ||
-                    !(top > 0 && top < 1)))
-        usage_error("--top %s: a fraction between 0 and 1, both excluded", top_text);
+    double top = has_top ? parse_fraction("--top", opt(opts, "--top")->value) : 0;
     const char *ex = has_ex ? opt(opts, "--exclude-out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
     char err[2048];

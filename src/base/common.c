@@ -22,9 +22,6 @@ void fc_exit(int status) {
     exit(status);
 }
 
-// "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
-// and this process's own stdout reach one file through pipes, and a line written in pieces could be
-// cut by another's (stdout is flushed first, so what was printed before the message stays before it).
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
 // break or tab becomes a space, any other control character (an escape sequence's ESC) a '?'.
 void fc_printable_line(char *s) {
@@ -33,6 +30,9 @@ void fc_printable_line(char *s) {
         else if (*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
+// "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
+// and this process's own stdout reach one file through pipes, and a line written in pieces could be
+// cut by another's (stdout is flushed first, so what was printed before the message stays before it).
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     if (g_quiet) return;
     char line[16384];  // a message quotes at most a path or two (PATH_MAX 4096 each)
