@@ -55,7 +55,7 @@ static const KeyDef KEYS[] = {
      "with recompute, the last keep_blocks blocks keep all their activations and are not re-run: the memory "
      "left on the card buys back time (0 to depth, or auto: as many as keep the GPU's plan 2 GiB under "
      "--vram-budget; inspect --config prints the plan)"},
-    {"seed", KEY_LL, OFF(seed), 0, 9.0e18, "seed of every random draw"},
+    {"seed", KEY_LL, OFF(seed), 0, (double)CONFIG_MAX_SEED, "seed of every random draw"},
     {"t_logit_mean", KEY_DOUBLE, OFF(t_logit_mean), -10, 10, "mean of the logit-normal t of target slots"},
     {"t_logit_std", KEY_DOUBLE, OFF(t_logit_std), 0, 10, "std of the logit-normal t of target slots"},
     {"noise_aug_max", KEY_DOUBLE, OFF(noise_aug_max), 0, 0.95,

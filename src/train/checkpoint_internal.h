@@ -64,7 +64,8 @@ size_t ckpt_parts_bytes(const CkptTable *tab);
 
 // The CRC32 of a checkpoint's metadata, every entry but the crc32.* ones, in the order of their keys.
 unsigned long ckpt_metadata_crc(const StMeta *meta, int n);
-// The metadata as resume reads it (format, metadata CRC, format version, step, smoothed loss):
+// The metadata as resume reads it (format, metadata CRC, format version, step, smoothed loss, seed
+// and data cursor):
 // CKPT_CORRUPT for a damaged file, CKPT_REFUSED for another version of the format. step and smooth
 // may be NULL.
 CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, double *smooth, char *err,

@@ -14,16 +14,23 @@
 #include "train/checkpoint_internal.h"
 #include "formats/safetensors.h"
 #include "base/paths.h"
-// A whole number of 0 to INT_MAX written as digits alone: 0 with *v, else -1 (atoi would take
+// A whole number of 0 to max written as digits alone: 0 with *v, else -1 (atoi would take
 // "2garbage" as 2 and overflow on "4294967298").
-static int parse_count(const char *s, int *v) {
-    if (!s || !*s || strlen(s) > 10) return -1;
+static int parse_whole(const char *s, long long max, long long *v) {
+    if (!s || !*s) return -1;
     long long x = 0;
     for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9') return -1;
+        if (*p < '0' || *p > '9' || x > (max - (*p - '0')) / 10) return -1;
         x = x * 10 + (*p - '0');
     }
-    if (x > INT_MAX) return -1;
+    *v = x;
+    return 0;
+}
+
+// parse_whole of 0 to INT_MAX, into an int.
+static int parse_count(const char *s, int *v) {
+    long long x;
+    if (parse_whole(s, INT_MAX, &x)) return -1;
     *v = (int)x;
     return 0;
 }
@@ -60,8 +67,36 @@ unsigned long ckpt_metadata_crc(const StMeta *meta, int n) {
     return crc;
 }
 
+// The seed and the data cursor, which every framechain writes as its config's seed and its step (the
+// data a step sees is a function of the two) and nothing reads back: the config copy's seed and the
+// step are what a resume and a generation use. Either one that is not those (out of the seed key's
+// range, negative, past the step) is damage or a file made by hand, not a checkpoint to believe.
+// 0, or -1 with a line naming the key in err.
+static int check_seed_and_cursor(const StFile *f, const char *path, int step, char *err, size_t errlen) {
+    const char *seed = st_meta(f, "seed"), *cursor = st_meta(f, "data_cursor");
+    if (!seed || !cursor)
+        return fc_errf(err, errlen, "%s: its metadata has no %s: the trainer state is incomplete", path,
+                       seed ? "data_cursor" : "seed");
+    long long v;
+    if (parse_whole(seed, CONFIG_MAX_SEED, &v))
+        return fc_errf(err, errlen, "%s: its metadata's seed \"%s\" is not a whole number of 0 to %lld (the range of the "
+                       "config key seed)", path, ST_SHOWN(seed), CONFIG_MAX_SEED);
+    const char *text = st_meta(f, "config");
+    Config c;
+    char why[CONFIG_MAX_LINE + 512];
+    config_defaults(&c);
+    // a config copy that does not parse is for the checks after this one to name
+    if (text && !config_parse_text(&c, text, strlen(text), path, why, sizeof why) && c.seed != v)
+        return fc_errf(err, errlen, "%s: its metadata's seed %lld is not its config's (seed = %lld)", path, v, c.seed);
+    if (parse_whole(cursor, INT_MAX, &v) || v != step)
+        return fc_errf(err, errlen, "%s: its metadata's data_cursor \"%s\" is not its step %d", path, ST_SHOWN(cursor),
+                       step);
+    return 0;
+}
+
 // The metadata as resume reads it: the format, the metadata's CRC (where it has one: checkpoints of
-// earlier builds have none), the format version and the trainer state, each value read strictly.
+// earlier builds have none), the format version and the trainer state (step, smoothed loss, seed and
+// data cursor), each value read strictly.
 // CKPT_OK with the step and smoothed loss in *step and *smooth (either may be NULL); CKPT_CORRUPT
 // (a damaged file) or CKPT_REFUSED (another version of the format) with one line in err.
 CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, double *smooth, char *err,
@@ -115,6 +150,7 @@ CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, dou
         fc_errf(err, errlen, "%s: its metadata's smooth_loss \"%s\" is not a finite number", path, ST_SHOWN(loss));
         return CKPT_CORRUPT;
     }
+    if (check_seed_and_cursor(f, path, n, err, errlen)) return CKPT_CORRUPT;
     if (step) *step = n;
     if (smooth) *smooth = l;
     return CKPT_OK;

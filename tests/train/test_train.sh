@@ -570,7 +570,10 @@ expect set_aside_never_overwrites $? "set aside: $(cd "$D/twice" && ls | grep un
 
 # Metadata values read strictly (the metadata's CRC made to check): a bad one makes the file unusable,
 # named with its key, and the checkpoint before is resumed.
-for k in smooth_nan smooth_word step_junk step_overflow version_text; do
+# The seed and the data cursor are the config's seed and the step, or the file is not believed.
+seed_range="is not a whole number of 0 to 9000000000000000000 (the range of the config key seed)"
+for k in smooth_nan smooth_word step_junk step_overflow version_text seed_negative seed_absurd seed_other \
+    cursor_negative cursor_past; do
     fresh "$k"
     case $k in
         smooth_nan) edit="meta['smooth_loss']='nan'" want="smooth_loss \"nan\" is not a finite number" ;;
@@ -578,11 +581,36 @@ for k in smooth_nan smooth_word step_junk step_overflow version_text; do
         step_junk) edit="meta['step']='4garbage'" want="step \"4garbage\" is not a whole number of steps (0 to 2147483647)" ;;
         step_overflow) edit="meta['step']='4294967300'" want="step \"4294967300\" is not a whole number of steps (0 to 2147483647)" ;;
         version_text) edit="meta['format_version']='1.9-beta'" want="format_version \"1.9-beta\" is not a whole number" ;;
+        seed_negative) edit="meta['seed']='-1'" want="seed \"-1\" $seed_range" ;;
+        seed_absurd) edit="meta['seed']='9223372036854775808'" want="seed \"9223372036854775808\" $seed_range" ;;
+        seed_other) edit="meta['seed']='7'" want="seed 7 is not its config's (seed = 1)" ;;
+        cursor_negative) edit="meta['data_cursor']='-4'" want="data_cursor \"-4\" is not its step 4" ;;
+        cursor_past) edit="meta['data_cursor']='99999999'" want="data_cursor \"99999999\" is not its step 4" ;;
     esac
     edit_then_resume "$k" "$edit"
     expect "metadata_${k}_unusable" $(( rc != 0 || same != 0 || $(grep -c "$ck4: its metadata's $want; renamed to" "$tmp/$k.log") != 1 ||
         $(grep -c "^resuming .* from step 2 " "$tmp/$k.log") != 1 )) \
         "status $rc, $(grep -m1 -o "its metadata's.*; renamed" "$tmp/$k.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/$k.log")"
+done
+# generate (and so eval and score) skips such a file for the one before (the folder, a starter's, then
+# refused as an extrapolate model), and inspect fails it, naming the key
+for k in seed cursor; do
+    fresh "gen_$k"
+    case $k in
+        seed) edit="meta['seed']='-1'" want="seed \"-1\" $seed_range" ;;
+        cursor) edit="meta['data_cursor']='-4'" want="data_cursor \"-4\" is not its step 4" ;;
+    esac
+    stedit "$D/gen_$k/$ck4" crc "$edit"
+    "$FC" generate --starter "$D/gen_$k" --extrapolate "$D/gen_$k" --interpolate "$D/gen_$k" --first-frame shapes:1 \
+        --frames 9 --out "$tmp/gen_$k.gif" > "$tmp/gen_$k.log" 2>&1
+    rc=$?
+    "$FC" inspect "$D/gen_$k/$ck4" > "$tmp/gen_$k.inspect" 2>&1
+    rc2=$?
+    expect "metadata_${k}_not_generated_nor_inspected" $(( rc == 0 || rc2 != 1 ||
+        $(grep -c "skipping $D/gen_$k/$ck4: its metadata's $want$" "$tmp/gen_$k.log") < 1 ||
+        $(grep -c "skipping $D/gen_$k/$ck2" "$tmp/gen_$k.log") != 0 ||
+        $(grep -c "$ck4: its metadata's $want" "$tmp/gen_$k.inspect") != 1 )) \
+        "generate: status $rc, $(grep -m1 -o 'skipping.*' "$tmp/gen_$k.log" | cut -c1-150); inspect: status $rc2, $(grep -m1 -o "its metadata's.*" "$tmp/gen_$k.inspect")"
 done
 
 # One flipped bit in the config copy: the metadata's CRC fails, the file is set aside as damaged and the
