@@ -479,8 +479,8 @@ static void recode_moments(const Backend *be, Optimizer *o, const float *their_m
     be->upload(o->code_v, o->host_code_v, sizeof o->host_code_v);
 }
 
-CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, char *err,
-                               size_t errlen) {
+CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, TrainState *st,
+                               char *err, size_t errlen) {
     StFile f;
     if (st_read_header(path, &f, err, errlen)) return CKPT_CORRUPT;
     int step;
@@ -489,6 +489,12 @@ CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c
     // An earlier build's file (no metadata CRC) may hold a damaged config copy, which only its tensors
     // tell (config_copy_damaged): left to the resume.
     if (s == CKPT_OK && st_meta(&f, CKPT_META_CRC)) s = check_same_run(st_meta(&f, "config"), path, c, mode, err, errlen);
+    if (s == CKPT_OK && st) {  // what checkpoint_load would read of the run's history
+        const char *parent = st_meta(&f, "parent"), *data = st_meta(&f, "data");
+        st->step = step;
+        snprintf(st->parent, sizeof st->parent, "%s", parent ? parent : "");
+        snprintf(st->data, sizeof st->data, "%s", data ? data : "");
+    }
     st_free(&f);
     return s;
 }

@@ -115,9 +115,10 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
 // CRC, whose config copy only its tensors can vouch for. Lets train refuse a run it cannot continue
 // before its plan and its allocations.
 // named_step: the step of the file's name (-1: none); metadata of another step is CKPT_CORRUPT, as the
-// resume sets such a file aside.
-CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, char *err,
-                               size_t errlen);
+// resume sets such a file aside. st (may be NULL): on CKPT_OK, its step, parent and data as
+// checkpoint_load reads them.
+CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, TrainState *st,
+                               char *err, size_t errlen);
 
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);

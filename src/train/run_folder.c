@@ -210,7 +210,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
         CkptStatus s = checkpoint_load(path, m, ema, o, c, mode, st, err, sizeof err);
         // a file named for another step than its metadata's is set aside below, whatever its config says
         char why[1024];
-        if (s == CKPT_REFUSED && checkpoint_precheck(path, steps[i], c, mode, why, sizeof why) != CKPT_CORRUPT)
+        if (s == CKPT_REFUSED && checkpoint_precheck(path, steps[i], c, mode, NULL, why, sizeof why) != CKPT_CORRUPT)
             fc_die("%s", err);
         if (s == CKPT_REFUSED) {
             snprintf(err, sizeof err, "%s: its metadata names another step than its file name", path);
@@ -237,33 +237,46 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
     return resumed;
 }
 
+// A checkpoint of run at path (its metadata in st) continues this command's run beyond its config: it
+// was trained on the same data and, for train --from, it is a fork of that parent. 0, or -1 with one
+// line in err.
+static int continues_this_run(const char *run, const char *path, const TrainState *st, const TrainOrigin *origin,
+                              char *err, size_t errlen) {
+    if (origin->from && !lineage_names_parent(st->parent, origin->from))
+        return fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give "
+                       "--run a new folder", run, origin->from, st->parent[0] ? st->parent : "it has no parent");
+    if (!lineage_same_data(st->data, origin->data))
+        return fc_errf(err, errlen, "%s: written on the data of %s, but this run has %s; a checkpoint continues only "
+                       "its own run (train --from %s --run NEW --data ... forks it onto other data)", run, st->data,
+                       origin->data, path);
+    return 0;
+}
+
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen) {
     int *steps, n = checkpoint_list(run, &steps);
     char path[4096];
     CkptStatus s = CKPT_CORRUPT;
+    TrainState st;
     for (int i = 0; i < n && s == CKPT_CORRUPT; i++) {  // newest first, as resume reads them
         checkpoint_path(path, sizeof path, run, steps[i]);
-        s = checkpoint_precheck(path, steps[i], c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, err, errlen);
+        s = checkpoint_precheck(path, steps[i], c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, &st, err, errlen);
     }
     free(steps);
+    if (s == CKPT_OK) return continues_this_run(run, path, &st, origin, err, errlen);
     if (s == CKPT_CORRUPT && origin->from)  // no checkpoint of its own: a fork starts from its parent
-        s = checkpoint_precheck(origin->from, -1, c, CKPT_FORK, err, errlen);
+        s = checkpoint_precheck(origin->from, -1, c, CKPT_FORK, NULL, err, errlen);
     return s == CKPT_REFUSED ? -1 : 0;
 }
 
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode) {
-    char err[1024];
+    char err[4096];
     *mode = origin->extend ? CKPT_EXTEND : CKPT_CONTINUE;
     loaded[0] = 0;
     int resumed = resume(run, m, ema, o, c, *mode, st, loaded);
-    if (resumed && origin->from && !lineage_names_parent(st->parent, origin->from))
-        fc_die("%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run a new folder", run,
-               origin->from, st->parent[0] ? st->parent : "it has no parent");
-    if (resumed && !lineage_same_data(st->data, origin->data))
-        fc_die("%s: written on the data of %s, but this run has %s; a checkpoint continues only its own run (train "
-               "--from %s/ckpt-%08d.safetensors --run NEW --data ... forks it onto other data)", run, st->data,
-               origin->data, run, st->step);
+    // (run_folder_precheck said so before anything was printed, from the file a resume reads where its
+    // tensors check)
+    if (resumed && continues_this_run(run, loaded, st, origin, err, sizeof err)) fc_die("%s", err);
     if (resumed && !st->data[0] && origin->data[0]) {  // an earlier build's checkpoint, before the data record
         char note[600];
         snprintf(note, sizeof note, "data recorded from step %d on (its earlier checkpoints have none): %.500s",

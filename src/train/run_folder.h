@@ -30,9 +30,10 @@ FILE *run_folder_metrics(const char *run, int last);
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode);
 
-// What run_folder_start_from would refuse of this run's config, from the checkpoints' metadata alone:
-// the newest checkpoint whose metadata reads (or, where the run has none, a fork's parent) against c.
-// 0, or -1 with the same line the start would die with. Reads only; before the plan and allocations.
+// What run_folder_start_from would refuse of this run, from the checkpoints' metadata alone: the
+// newest checkpoint whose metadata reads against c, the data this command trains on and, for train
+// --from, the parent (or, where the run has none, the fork's parent against c). 0, or -1 with the
+// same line the start would die with. Reads only; before the plan and allocations.
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen);
 
 // How many of RUN's checkpoints were set aside as damaged (ckpt-*.safetensors.unusable*).

@@ -205,8 +205,8 @@ expect fork_keeps_the_network $(( rc == 0 || $(grep -c "it has width = 64, this 
 cp -r "$tmp/ref" "$tmp/taken"
 (fork "$parent" "$tmp/taken" --steps 32) > "$tmp/taken.log" 2>&1
 rc=$?
-expect fork_into_another_run_refused $(( rc == 0 || $(grep -c "is not a fork of" "$tmp/taken.log") != 1 )) \
-    "status $rc, $(tail -1 "$tmp/taken.log" | cut -c1-120)"
+expect fork_into_another_run_refused $(( rc == 0 || $(grep -c "is not a fork of" "$tmp/taken.log") != 1 ||
+    $(wc -l < "$tmp/taken.log") != 1 )) "status $rc, $(wc -l < "$tmp/taken.log") lines: $(head -1 "$tmp/taken.log" | cut -c1-120)"
 (fork "$parent" "$tmp/short" --steps 20) > "$tmp/short.log" 2>&1
 rc=$?
 expect fork_needs_more_steps $(( rc == 0 || $(grep -c "the parent is at step 24, and this run ends at steps = 20" "$tmp/short.log") != 1 )) \
@@ -222,10 +222,25 @@ expect fork_needs_a_step_past_the_parent $(( rc == 0 || $(grep -c "the parent is
 "$FC" prepare --input shapes:1:40 --out "$tmp/d1" --size 32 --clip-frames 10 > /dev/null 2>&1
 "$FC" prepare --input shapes:2:40 --out "$tmp/d2" --size 32 --clip-frames 10 > /dev/null 2>&1
 (train "$tmp/dr" --data "$tmp/d1" --steps 8) > "$tmp/dr.log" 2>&1
+before=$(ls -l --time-style=+%s.%N "$tmp/dr" | md5sum)
 (train "$tmp/dr" --data "$tmp/d2" --steps 8) > "$tmp/dr2.log" 2>&1
 rc=$?
+after=$(ls -l --time-style=+%s.%N "$tmp/dr" | md5sum)
 expect resume_on_other_data_refused $(( rc == 0 || $(grep -c "written on the data of crc32 [0-9a-f]* of $tmp/d1/dataset.json, but this run has crc32 [0-9a-f]* of $tmp/d2/dataset.json" "$tmp/dr2.log") != 1 )) \
     "status $rc, $(grep -m1 -o 'written on the data.*' "$tmp/dr2.log" | cut -c1-120)"
+# the refusal is all it prints (before the memory plan), the folder untouched; so too where the newest
+# checkpoint is damaged (the resume would set it aside: the refusal comes before that)
+cp -r "$tmp/dr" "$tmp/drtorn"
+printf '\xff' | dd of="$(ckpt "$tmp/drtorn" 8)" bs=1 seek=60000 conv=notrunc status=none
+torn_before=$(ls -l --time-style=+%s.%N "$tmp/drtorn" | md5sum)
+(train "$tmp/drtorn" --data "$tmp/d2" --steps 8) > "$tmp/drtorn.log" 2>&1
+rc2=$?
+torn_after=$(ls -l --time-style=+%s.%N "$tmp/drtorn" | md5sum)
+expect other_data_refusal_is_one_line $(( rc == 0 || rc2 == 0 || $(wc -l < "$tmp/dr2.log") != 1 || $(wc -l < "$tmp/drtorn.log") != 1 ||
+    $(grep -c "written on the data of" "$tmp/drtorn.log") != 1 )) \
+    "$(wc -l < "$tmp/dr2.log") and $(wc -l < "$tmp/drtorn.log") lines (the newest checkpoint damaged): $(head -2 "$tmp/drtorn.log" | cut -c1-80 | tr '\n' '|')"
+expect other_data_refusal_changes_nothing $([ "$before" = "$after" ] && [ "$torn_before" = "$torn_after" ]; echo $?) \
+    "the run folders unchanged: $(ls "$tmp/drtorn" | tr '\n' ' ')"
 mv "$tmp/d1" "$tmp/d1moved"
 (train "$tmp/dr" --data "$tmp/d1moved" --steps 8) > "$tmp/dr3.log" 2>&1
 rc=$?
