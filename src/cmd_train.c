@@ -127,8 +127,12 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     char err[4096];
     Config parent;
     if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) {
-        // the fork resumes on its own, whatever became of its parent's file
-        if (lineage_resume_fork(run, from, &parent, &origin)) fc_die("%s", err);
+        // the fork resumes on its own, whatever became of its parent's file; where it cannot, what is
+        // wrong with its own checkpoints is said, not only the parent's file
+        if (lineage_resume_fork(run, from, &parent, &origin)) {
+            run_folder_explain_orphan(run, from, err, sizeof err);
+            fc_die("%s", err);
+        }
         printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
                "in for the parent's\n", run, from);
     }

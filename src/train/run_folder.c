@@ -177,34 +177,40 @@ static long metrics_last_step(const char *run) {
     return last;
 }
 
-// A run that starts at `start` (0, or a fork's parent's step) in a folder where no checkpoint can be
-// resumed from: the folder must not hold a run trained before, which a start from scratch would throw
-// away without a word (its metrics.jsonl cut back to `start`). What says it was: checkpoints set aside
-// as damaged, or metrics lines past start + 2 checkpoint_every (a step after the second checkpoint is
-// logged only once the first is on disk: a power cut before it leaves fewer lines); damaged: how many
-// this start found. Ends the program with one line saying what to do.
-static void refuse_if_trained_before(const char *run, int start, const Config *c, int damaged) {
+// A run that starts from step 0 or, a fork, from its parent (origin->from, at origin->parent_step) in
+// a folder where no checkpoint can be resumed from: the folder must not hold a run trained before,
+// which a start from scratch would throw away without a word (its metrics.jsonl cut back to the
+// start). What says it was: checkpoints set aside as damaged, or metrics lines past the start + 2
+// checkpoint_every (a step after the second checkpoint is logged only once the first is on disk: a
+// power cut before it leaves fewer lines); damaged: how many this start found. 0, or -1 with one line
+// in err saying what to do.
+static int trained_before(const char *run, const TrainOrigin *origin, const Config *c, int damaged, char *err,
+                          size_t errlen) {
+    int start = origin->from ? origin->parent_step : 0;
     int aside = run_folder_set_aside(run);
     aside = aside > damaged ? aside : damaged;  // (a file that could not be renamed aside counts too)
     long last = metrics_last_step(run);
-    if (!aside && last <= start + 2LL * c->checkpoint_every) return;
-    char held[160] = "";
+    if (!aside && last <= start + 2LL * c->checkpoint_every) return 0;
+    char held[160] = "", from[1300];
     if (aside)
         snprintf(held, sizeof held, "%d damaged checkpoint%s set aside as ckpt-*.unusable%s", aside,
                  aside == 1 ? "" : "s", last > start ? ", " : "");
     if (last > start) snprintf(held + strlen(held), sizeof held - strlen(held), "metrics.jsonl up to step %ld", last);
-    fc_die("%s: no checkpoint here can be resumed from, but the run was trained before (%s): starting it again from "
-           "step %d would lose it; fork a checkpoint you trust into a new run (train --from CKPT --run NEW), or, to "
-           "start from step %d here on purpose, move the .unusable files and metrics.jsonl out of %s", run, held,
-           start, start, run);
+    if (origin->from) snprintf(from, sizeof from, "its parent %.1100s (step %d)", origin->from, start);
+    else snprintf(from, sizeof from, "step %d", start);
+    return fc_errf(err, errlen, "%s: no checkpoint here can be resumed from, but the run was trained before (%s): "
+                   "starting it again from %s would lose it; fork a checkpoint you trust into a new run (train --from "
+                   "CKPT --run NEW), or, to start from %s here on purpose, move the .unusable files and metrics.jsonl "
+                   "out of %s", run, held, from, origin->from ? "its parent" : from, run);
 }
 
 // Load the newest checkpoint that checks out; returns 1 (its path in `loaded`), or 0 when the folder
-// has none. A folder whose checkpoints are all damaged ends the program (refuse_if_trained_before).
-static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
-                  TrainState *st, char *loaded) {
+// has none. A folder whose checkpoints are all damaged ends the program (trained_before: a fork's
+// would start again from its parent).
+static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Config *c, const TrainOrigin *origin,
+                  CkptLoadMode mode, TrainState *st, char *loaded) {
     int *steps, n = checkpoint_list(run, &steps), resumed = 0;
-    char path[4096], err[1024];
+    char path[4096], err[4096];
     for (int i = 0; i < n && !resumed; i++) {
         checkpoint_path(path, sizeof path, run, steps[i]);
         CkptStatus s = checkpoint_load(path, m, ema, o, c, mode, st, err, sizeof err);
@@ -233,7 +239,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
         resumed = 1;
     }
     free(steps);
-    if (n && !resumed) refuse_if_trained_before(run, 0, c, n);  // (it ends the program)
+    if (n && !resumed && trained_before(run, origin, c, n, err, sizeof err)) fc_die("%s", err);  // (it does: n > 0)
     return resumed;
 }
 
@@ -262,6 +268,8 @@ int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *ori
         s = checkpoint_precheck(path, steps[i], c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, &st, err, errlen);
     }
     free(steps);
+    // a folder with no checkpoint left that was trained before: refused as the start would refuse it
+    if (!n && trained_before(run, origin, c, 0, err, errlen)) return -1;
     if (s == CKPT_OK) return continues_this_run(run, path, &st, origin, err, errlen);
     if (s == CKPT_CORRUPT && origin->from)  // no checkpoint of its own: a fork starts from its parent
         s = checkpoint_precheck(origin->from, -1, c, CKPT_FORK, NULL, err, errlen);
@@ -273,7 +281,7 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
     char err[4096];
     *mode = origin->extend ? CKPT_EXTEND : CKPT_CONTINUE;
     loaded[0] = 0;
-    int resumed = resume(run, m, ema, o, c, *mode, st, loaded);
+    int resumed = resume(run, m, ema, o, c, origin, *mode, st, loaded);
     // (run_folder_precheck said so before anything was printed, from the file a resume reads where its
     // tensors check)
     if (resumed && continues_this_run(run, loaded, st, origin, err, sizeof err)) fc_die("%s", err);
@@ -289,6 +297,9 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
         lineage_append(st->lineage, sizeof st->lineage, origin->note);
         printf("%s: %s\n", run, origin->note);
     }
+    // (said by run_folder_precheck where the folder lists no checkpoint; here, where the resume set
+    // every one aside)
+    if (!resumed && trained_before(run, origin, c, 0, err, sizeof err)) fc_die("%s", err);
     int fork_start = !resumed && origin->from;
     if (fork_start) {
         CkptStatus s = checkpoint_load(origin->from, m, ema, o, c, CKPT_FORK, st, err, sizeof err);
@@ -296,11 +307,47 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
         snprintf(loaded, 4096, "%s", origin->from);
         *mode = CKPT_FORK;
     }
-    if (!resumed) refuse_if_trained_before(run, fork_start ? st->step : 0, c, 0);
     snprintf(st->data, sizeof st->data, "%s", origin->data);  // from now on, what its checkpoints record
     if (!fork_start) return 0;
     snprintf(st->parent, sizeof st->parent, "%s", origin->parent);
     lineage_append(st->lineage, sizeof st->lineage, origin->note);
     printf("forking %s from %s\n", run, origin->note + strlen("forked from "));
     return 1;
+}
+
+void run_folder_explain_orphan(const char *run, const char *from, char *err, size_t errlen) {
+    int *steps, n = checkpoint_list(run, &steps), aside = run_folder_set_aside(run), whole = 0;
+    char path[4096], why[1024], newest[1024] = "";
+    for (int i = 0; i < n && !whole; i++) {  // newest first, as the resume would take them
+        int step = -1;
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        CkptStatus s = checkpoint_check(path, &step, why, sizeof why);
+        whole = s == CKPT_OK && step == steps[i];
+        if (s == CKPT_OK && !whole) snprintf(why, sizeof why, "%s: its metadata says step %d", path, step);
+        if (!i) snprintf(newest, sizeof newest, "%s", why);
+    }
+    free(steps);
+    if (whole) {  // a run of its own, which is not this parent's fork
+        StFile f;
+        int read = !st_read_header(path, &f, why, sizeof why);
+        const char *parent = read ? st_meta(&f, "parent") : NULL;
+        if (read && !lineage_names_parent(parent, from))
+            fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run a "
+                    "new folder", run, from, parent ? parent : "its checkpoints name no parent");
+        if (read) st_free(&f);
+        return;
+    }
+    if (!n && !aside) return;  // nothing of its own: the parent's line says it all
+    char parent_why[1024], held[1200] = "";
+    snprintf(parent_why, sizeof parent_why, "%s", err);
+    if (n)
+        snprintf(held, sizeof held, "%d damaged checkpoint%s, the newest %s%s", n, n == 1 ? "" : "s", newest,
+                 aside ? "; " : "");
+    if (aside)
+        snprintf(held + strlen(held), sizeof held - strlen(held), "%d set aside as damaged before, ckpt-*.unusable",
+                 aside);
+    fc_errf(err, errlen, "%s: none of this fork's checkpoints can be resumed from (%s), and its parent cannot be read "
+            "(%s): nothing to go on from; put the parent's file back (train then says how to start the fork again "
+            "from it) or fork a checkpoint you trust into a new run (train --from CKPT --run NEW)", run, held,
+            parent_why);
 }

@@ -26,15 +26,23 @@ FILE *run_folder_metrics(const char *run, int last);
 // parent, or from step 0. Returns 1 when the fork's first checkpoint is still to be written.
 // loaded (4096 bytes): the checkpoint the weights came from ("" for step 0), read in *mode.
 // A run folder with no checkpoint it can resume from that was trained before (checkpoints set aside
-// as .unusable, metrics lines past the start) is refused in one line, never started again from scratch.
+// as .unusable, metrics lines past the start) is refused in one line, never started again from scratch
+// (step 0, or a fork's parent).
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode);
 
 // What run_folder_start_from would refuse of this run, from the checkpoints' metadata alone: the
 // newest checkpoint whose metadata reads against c, the data this command trains on and, for train
-// --from, the parent (or, where the run has none, the fork's parent against c). 0, or -1 with the
-// same line the start would die with. Reads only; before the plan and allocations.
+// --from, the parent (or, where the run has none, the fork's parent against c); a folder that lists no
+// checkpoint but was trained before. 0, or -1 with the same line the start would die with. Reads only;
+// before the plan and allocations.
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen);
+
+// train --from PARENT where PARENT cannot be read (err: that line) and no whole checkpoint of RUN names it
+// (lineage_resume_fork): where RUN holds checkpoints, err becomes one line about them instead (none of
+// them can be resumed from, damaged or set aside as damaged: the newest named and why; or a whole one
+// of another run); where it holds none, the parent's line stands. Reads only.
+void run_folder_explain_orphan(const char *run, const char *from, char *err, size_t errlen);
 
 // How many of RUN's checkpoints were set aside as damaged (ckpt-*.safetensors.unusable*).
 int run_folder_set_aside(const char *run);

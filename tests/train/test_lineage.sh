@@ -196,6 +196,33 @@ rc=$?
 expect fork_without_parent_refused $(( rc == 0 || $(grep -c "^framechain: --from .*ref_gone/ckpt-00000024.safetensors: not a whole checkpoint" "$tmp/orphan3.log") != 1 )) \
     "status $rc: $(tail -1 "$tmp/orphan3.log" | cut -c1-150)"
 
+# ---- a fork whose own checkpoints are all damaged: never started again from its parent without a word;
+# the line names the fork's own files and the parent it would start from, also where that parent is gone ----
+cp -r "$tmp/ref" "$tmp/ref_dmg"
+(fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg0.log" 2>&1
+for s in 24 28 32; do printf '\xff' | dd of="$(ckpt "$tmp/fdmg" $s)" bs=1 seek=60000 conv=notrunc status=none; done
+cp -r "$tmp/fdmg" "$tmp/fdmg_gone"
+(fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg1.log" 2>&1
+rc1=$?
+(fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg2.log" 2>&1
+rc2=$?
+want="fdmg: no checkpoint here can be resumed from, but the run was trained before (3 damaged checkpoints set aside as ckpt-\*.unusable, metrics.jsonl up to step 32): starting it again from its parent $(ckpt "$tmp/ref_dmg" 24) (step 24) would lose it"
+expect fork_all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$want" "$tmp/fdmg1.log") != 1 ||
+    $(grep -c "$want" "$tmp/fdmg2.log") != 1 || $(wc -l < "$tmp/fdmg2.log") != 1 || $(grep -c "step 0" "$tmp/fdmg1.log") != 0 ||
+    $(ls "$tmp/fdmg" | grep -c 'unusable$') != 3 )) \
+    "status $rc1 then $rc2 ($(wc -l < "$tmp/fdmg2.log") lines): $(grep -m1 -o 'fdmg: no checkpoint.*' "$tmp/fdmg1.log" | cut -c1-250)"
+rm "$(ckpt "$tmp/ref_dmg" 24)"
+(fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg3.log" 2>&1
+rc1=$?
+(fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg_gone" --steps 32) > "$tmp/fdmg4.log" 2>&1
+rc2=$?
+want="none of this fork's checkpoints can be resumed from"
+expect fork_all_damaged_without_parent $(( rc1 != 1 || rc2 != 1 ||
+    $(grep -c "fdmg: $want (3 set aside as damaged before, ckpt-\*.unusable), and its parent cannot be read (--from .*ref_dmg/ckpt-00000024.safetensors: not a whole checkpoint" "$tmp/fdmg3.log") != 1 ||
+    $(grep -c "fdmg_gone: $want (3 damaged checkpoints, the newest $(ckpt "$tmp/fdmg_gone" 32): tensor .* fails its CRC32 check), and its parent cannot be read" "$tmp/fdmg4.log") != 1 ||
+    $(cat "$tmp/fdmg3.log" "$tmp/fdmg4.log" | wc -l) != 2 || $(ls "$tmp/fdmg_gone" | grep -c 'safetensors$') != 3 )) \
+    "status $rc1 and $rc2: $(head -1 "$tmp/fdmg3.log" | cut -c1-160); $(head -1 "$tmp/fdmg4.log" | cut -c1-200)"
+
 # ---- what a fork refuses ----
 (fork "$parent" "$tmp/wide" --steps 32 --set width=96) > "$tmp/wide.log" 2>&1
 rc=$?
