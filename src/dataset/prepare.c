@@ -371,7 +371,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     const PrepareOptions *o = c->o;
     long frames = 0;
     why[0] = 0;
-    *src_side = 0;  // the source's shorter side (0: not known); a frame folder's: its smallest frame's
+    *src_side = 0;  // the source's shorter side (0: not known)
     if (src->kind == SOURCE_SYNTHETIC) {  // no clock either: one frame per output frame
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
         if (!syn) return -1;
@@ -389,15 +389,23 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
         c->fps = *src_fps;
+        const char *first = NULL;  // the folder's first frame, whose size every frame must have
+        int first_w = 0, first_h = 0;
         for (int i = 0; list && i < n && !c->failed; i++) {
             if (!is_image_path(list[i])) continue;
             char err[512];
-            int side;
-            if (image_load_square_side(list[i], o->size, frame, &side, err, sizeof err)) {
+            int w, h;
+            if (image_load_square_size(list[i], o->size, frame, &w, &h, err, sizeof err)) {
                 snprintf(why, len, "stopped at a bad frame: %s", err);  // names the frame's file
                 break;
             }
-            if (!*src_side || side < *src_side) *src_side = side;
+            // a frame of another size (a thumbnail, a frame of another export) would jump in framing
+            if (first && (w != first_w || h != first_h)) {
+                fc_errf(why, len, "stopped at a frame of another size: %s is %dx%d, unlike the %dx%d of %s, the first "
+                        "in name order", list[i], w, h, first_w, first_h, first);
+                break;
+            }
+            if (!first) first = list[i], first_w = w, first_h = h, *src_side = w < h ? w : h;
             cutter_frame(c, frame, frames * dt);
             frames++;
         }
@@ -504,7 +512,7 @@ int prepare_run(const PrepareOptions *o) {
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
             if (side > 0 && side < o->size)
                 printf("; upscaled: its %sshorter side is %d pixels, under --size %d",
-                       src->kind == SOURCE_FRAME_FOLDER ? "smallest frame's " : "", side, o->size);
+                       src->kind == SOURCE_FRAME_FOLDER ? "frames' " : "", side, o->size);
             if (c.gaps_closed)
                 printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
                        "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");

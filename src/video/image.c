@@ -187,19 +187,21 @@ static unsigned long be32(const uint8_t *p) {
     return (unsigned long)p[0] << 24 | (unsigned long)p[1] << 16 | (unsigned long)p[2] << 8 | p[3];
 }
 
-static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *side, char *err, size_t errlen);
+static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *shown_w, int *shown_h, char *err,
+                       size_t errlen);
 
 int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_t errlen) {
-    return load_square(path, size, 0, rgb, NULL, err, errlen);
+    return load_square(path, size, 0, rgb, NULL, NULL, err, errlen);
 }
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
-    return load_square(path, size, min_side, rgb, NULL, err, errlen);
+    return load_square(path, size, min_side, rgb, NULL, NULL, err, errlen);
 }
-int image_load_square_side(const char *path, int size, uint8_t *rgb, int *side, char *err, size_t errlen) {
-    return load_square(path, size, 0, rgb, side, err, errlen);
+int image_load_square_size(const char *path, int size, uint8_t *rgb, int *w, int *h, char *err, size_t errlen) {
+    return load_square(path, size, 0, rgb, w, h, err, errlen);
 }
 
-static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *side, char *err, size_t errlen) {
+static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *shown_w, int *shown_h, char *err,
+                       size_t errlen) {
     quiet_ffmpeg();
     if (!path || !*path) return fc_errf(err, errlen, "image: empty path");
     if (size < 1 || size > VIDEO_MAX_SIZE || !rgb)
@@ -242,10 +244,12 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
         free(bytes);
         return -1;
     }
-    if (side) *side = w < h ? w : h;
     // EXIF orientation 1-8 as a left-right mirror and then a clockwise turn (2, 4, 5, 7 are mirrored)
     static const int turn[9] = {0, 0, 0, 180, 180, 270, 90, 90, 270}, mirrored[9] = {0, 0, 1, 0, 1, 1, 0, 1, 0};
     int orient = jpeg_exif_orientation(bytes, nbytes);
+    int sideways = turn[orient] == 90 || turn[orient] == 270;
+    if (shown_w) *shown_w = sideways ? h : w;
+    if (shown_h) *shown_h = sideways ? w : h;
     int comp = n == 2 || n == 4 ? 4 : 3;  // with alpha: composited over black below
     uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, comp);
     free(bytes);

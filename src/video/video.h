@@ -72,8 +72,9 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
 // The same, but an image smaller than min_side on either side is refused (one line in err) instead
 // of being upscaled.
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen);
-// The same as image_load_square, and *side = the image's shorter side (before the resampling).
-int image_load_square_side(const char *path, int size, uint8_t *rgb, int *side, char *err, size_t errlen);
+// The same as image_load_square, and *w x *h = the image's size as shown (its EXIF orientation
+// applied), before the resampling.
+int image_load_square_size(const char *path, int size, uint8_t *rgb, int *w, int *h, char *err, size_t errlen);
 // Whether a path's extension is .png, .jpg or .jpeg (any case).
 int is_image_path(const char *path);
 // Write w x h RGB24 as a PNG, every write checked and the file fsynced (a full disk is an error, not

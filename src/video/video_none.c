@@ -32,7 +32,7 @@ int image_load_square(const char *path, int size, uint8_t *rgb, char *err, size_
 int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb, char *err, size_t errlen) {
     return fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
 }
-int image_load_square_side(const char *path, int size, uint8_t *rgb, int *side, char *err, size_t errlen) {
+int image_load_square_size(const char *path, int size, uint8_t *rgb, int *w, int *h, char *err, size_t errlen) {
     return image_load_square_min(path, size, 0, rgb, err, errlen);
 }
 int is_image_path(const char *path) {

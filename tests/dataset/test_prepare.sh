@@ -104,6 +104,23 @@ got=$(picked "$tmp/ramp_all" 30 "$tmp/unpadded_ds" 12 2>&1)
 [ "$got" = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] 30" ]
 expect prepare_folder_natural_order $? "the folder's clip holds the video's frames (and its distinct frames) $got"
 
+# A folder's frames share one size: a frame of another size (f10.png, 20x16 among 16x16, the tenth in
+# natural order) stops the folder there with a line naming both files and sizes, the nine before it cut
+# into clips; the same folder with every frame the same size is read whole
+mkdir -p "$tmp/sizes"
+cp "$tmp/unpadded/"*.png "$tmp/sizes/"
+"$FC" prepare --input "$tmp/sizes" --out "$tmp/sizes_same" --size 16 --clip-frames 3 > "$tmp/sizes_same.log" 2>&1
+rc=$?
+ffmpeg -v error -y -i "$tmp/unpadded/f10.png" -vf scale=20:16 "$tmp/sizes/f10.png"
+"$FC" prepare --input "$tmp/sizes" --out "$tmp/sizes_odd" --size 16 --clip-frames 3 > "$tmp/sizes_odd.log" 2>&1
+rc2=$?
+line=$(grep -m1 'sizes:' "$tmp/sizes_odd.log")
+[ "$rc" = 0 ] && [ "$(clips "$tmp/sizes_same")" = 4 ] && ! grep -q 'another size' "$tmp/sizes_same.log" &&
+    [ "$rc2" = 0 ] && [ "$(clips "$tmp/sizes_odd")" = 3 ] &&
+    echo "$line" | grep -qF ": 9 frames -> 3 clips" &&
+    echo "$line" | grep -qF "; stopped at a frame of another size: $tmp/sizes/f10.png is 20x16, unlike the 16x16 of $tmp/sizes/f1.png, the first in name order"
+expect prepare_folder_frame_of_another_size $? "same sizes: status $rc, $(clips "$tmp/sizes_same") clips; f10.png 20x16: status $rc2, $(clips "$tmp/sizes_odd") clips: $(echo "$line" | sed 's/.*sizes: //')"
+
 # A folder with a video in it is a folder of videos: a thumbnail beside the video is not read (and the
 # output says so), the video is; a folder of frames with a text file beside them is one clip of them
 mkdir -p "$tmp/thumb_beside"
@@ -187,7 +204,7 @@ expect prepare_finds_videos_folders_deep $(( rc != 0 || found != 0 || $(clips "$
 rc=$?
 grep -q "gray_odd.mkv: 40 frames -> 6 clips (.*); upscaled: its shorter side is 61 pixels, under --size 64$" "$tmp/up.log" &&
     grep -q "alpha.mkv: 40 frames -> 6 clips (.*); upscaled: its shorter side is 60 pixels, under --size 64$" "$tmp/up.log" &&
-    grep -q "unpadded: 12 frames -> 2 clips (.*); upscaled: its smallest frame's shorter side is 16 pixels, under --size 64$" "$tmp/up.log" &&
+    grep -q "unpadded: 12 frames -> 2 clips (.*); upscaled: its frames' shorter side is 16 pixels, under --size 64$" "$tmp/up.log" &&
     ! grep -q "upscaled" "$tmp/mixed.log"
 expect prepare_says_upscaled $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 gray_odd "$tmp/up.log" | sed 's/.*clips//')"
 
