@@ -187,6 +187,57 @@ static unsigned long be32(const uint8_t *p) {
     return (unsigned long)p[0] << 24 | (unsigned long)p[1] << 16 | (unsigned long)p[2] << 8 | p[3];
 }
 
+// What an image's header, in bytes[0..nbytes), says: 0 with its size and channels when stb_image reads it
+// and it is within IMAGE_MAX_PIXELS; 1 when it claims more (a damaged header, a decompression bomb);
+// 2 when it is no PNG or JPEG stb_image reads. One line in err for 1 and 2.
+static int image_header(const char *path, const uint8_t *bytes, size_t nbytes, int *w, int *h, int *n, char *err,
+                        size_t errlen) {
+    if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, w, h, n)) {
+        // stb_image refuses a header whose pixels would pass 2^30 bytes as "too large": say so, with
+        // the size a PNG's header gives, rather than that it is not an image
+        unsigned long pw = 0, ph = 0;
+        int png = nbytes >= 24 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) && !memcmp(bytes + 12, "IHDR", 4);
+        if (png) pw = be32(bytes + 16), ph = be32(bytes + 20);
+        if (png && (double)pw * ph > IMAGE_MAX_PIXELS)
+            fc_errf(err, errlen, "%s: a PNG of %lux%lu pixels, too large to read (at most %ld pixels)", path, pw, ph,
+                    (long)IMAGE_MAX_PIXELS);
+        else if (nbytes > INT_MAX || !strcmp(stbi_failure_reason(), "too large"))
+            fc_errf(err, errlen, "%s: an image too large to read (at most %ld pixels)", path, (long)IMAGE_MAX_PIXELS);
+        else
+            return fc_errf(err, errlen, "%s: not a PNG or JPEG image (%s)", path, stbi_failure_reason()), 2;
+        return 1;
+    }
+    if (*w < 1 || *h < 1)
+        return fc_errf(err, errlen, "%s: not a PNG or JPEG image (its header states %dx%d pixels)", path, *w, *h), 2;
+    if ((long)*w * *h > IMAGE_MAX_PIXELS)
+        return fc_errf(err, errlen, "%s: an image of %dx%d pixels, too large to read (at most %ld pixels)", path, *w,
+                       *h, (long)IMAGE_MAX_PIXELS), 1;
+    return 0;
+}
+
+// A JPEG's header, after its Exif, ICC and other segments, lies well within this many bytes.
+#define IMAGE_HEADER_BYTES (4 << 20)
+
+int image_check_size(const char *path, char *err, size_t errlen) {
+    FILE *f = path_problem(path) ? NULL : fopen(path, "rb");
+    if (!f) return 0;  // the decoder says why
+    uint8_t sig[8], *head = NULL;
+    size_t n = fread(sig, 1, sizeof sig, f);
+    int still = n == sizeof sig && (!memcmp(sig, "\x89PNG\r\n\x1a\n", 8) || (sig[0] == 0xFF && sig[1] == 0xD8));
+    if (still && (head = malloc(IMAGE_HEADER_BYTES))) {
+        memcpy(head, sig, n);
+        n += fread(head + n, 1, IMAGE_HEADER_BYTES - n, f);
+    }
+    fclose(f);
+    int w, h, comp, rc = 0;
+    char why[1024];
+    // (stb_image reads a JPEG's Huffman tables before its size: an insane one is left to the decoder)
+    if (head && jpeg_huffman_tables_sane(head, n) && image_header(path, head, n, &w, &h, &comp, why, sizeof why) == 1)
+        rc = fc_errf(err, errlen, "%s", why);
+    free(head);
+    return rc;
+}
+
 static int load_square(const char *path, int size, int min_side, uint8_t *rgb, int *shown_w, int *shown_h, char *err,
                        size_t errlen);
 
@@ -216,25 +267,7 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
         return -1;
     }
     int w = 0, h = 0, n = 0;
-    if (nbytes > INT_MAX || !stbi_info_from_memory(bytes, (int)nbytes, &w, &h, &n)) {
-        // stb_image refuses a header whose pixels would pass 2^30 bytes as "too large": say so, with
-        // the size a PNG's header gives, rather than that it is not an image
-        unsigned long pw = 0, ph = 0;
-        int png = nbytes >= 24 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) && !memcmp(bytes + 12, "IHDR", 4);
-        if (png) pw = be32(bytes + 16), ph = be32(bytes + 20);
-        if (png && (double)pw * ph > IMAGE_MAX_PIXELS)
-            fc_errf(err, errlen, "%s: a PNG of %lux%lu pixels, too large to read (at most %ld pixels)", path, pw, ph,
-                    (long)IMAGE_MAX_PIXELS);
-        else if (nbytes > INT_MAX || !strcmp(stbi_failure_reason(), "too large"))
-            fc_errf(err, errlen, "%s: an image too large to read (at most %ld pixels)", path, (long)IMAGE_MAX_PIXELS);
-        else
-            fc_errf(err, errlen, "%s: not a PNG or JPEG image (%s)", path, stbi_failure_reason());
-        free(bytes);
-        return -1;
-    }
-    if (w < 1 || h < 1 || (long)w * h > IMAGE_MAX_PIXELS) {
-        fc_errf(err, errlen, "%s: image size %dx%d is out of range (at most %ld pixels)", path, w, h,
-                (long)IMAGE_MAX_PIXELS);
+    if (image_header(path, bytes, nbytes, &w, &h, &n, err, errlen)) {
         free(bytes);
         return -1;
     }

@@ -27,7 +27,8 @@ typedef struct VideoReader VideoReader;
 
 // Open any video FFmpeg's libraries read (local files only: the path is never taken as a URL). The
 // stream is FFmpeg's best video stream that is not a cover picture. A PNG or JPEG also opens, as one
-// frame: test is_image_path first where stills are handled apart. NULL on failure with one line in
+// frame, within image_load_square's size limit (image_check_size): test is_image_path first where
+// stills are handled apart. NULL on failure with one line in
 // err, e.g. "PATH: not a video (no video stream)", "PATH: cannot open: No such file or directory",
 // "PATH: cannot open: unknown format or damaged file", "PATH: unsupported codec XYZ (...)".
 VideoReader *video_open(const char *path, char *err, size_t errlen);
@@ -75,6 +76,12 @@ int image_load_square_min(const char *path, int size, int min_side, uint8_t *rgb
 // The same as image_load_square, and *w x *h = the image's size as shown (its EXIF orientation
 // applied), before the resampling.
 int image_load_square_size(const char *path, int size, uint8_t *rgb, int *w, int *h, char *err, size_t errlen);
+// For a PNG or JPEG read by another decoder (video_open: FFmpeg, which allocates the frame a header
+// claims, or says only "no frame size"): -1 with image_load_square's line in err ("PATH: a PNG of
+// 100000x100000 pixels, too large to read (at most 100000000 pixels)") when its header claims more
+// than image_load_square takes; else 0, also for a file that is no PNG or JPEG (the caller's decoder
+// has its say). Judged by the file's first bytes, whatever its name.
+int image_check_size(const char *path, char *err, size_t errlen);
 // Whether a path's extension is .png, .jpg or .jpeg (any case).
 int is_image_path(const char *path);
 // Write w x h RGB24 as a PNG, every write checked and the file fsynced (a full disk is an error, not

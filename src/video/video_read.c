@@ -103,6 +103,7 @@ static VideoReader *reader_new(const char *path, char *err, size_t errlen) {
         fc_errf(err, errlen, "%s: cannot open: %s", path, why);
         return NULL;
     }
+    if (image_check_size(path, err, errlen)) return NULL;  // a still's header claiming a vast frame
     VideoReader *v = calloc(1, sizeof *v);
     if (!v || !(v->path = strdup(path))) {
         free(v);

@@ -201,4 +201,42 @@ rc=$?
     grep -qF "[2/2] $tmp/new\nline.mkv: 200 frames -> 25 clips" "$tmp/lines.log"
 expect prepare_lines_say_cut_and_stay_one $? "status $rc: $(grep -v '^prepare' "$tmp/lines.log" | tr '\n' '|' | cut -c1-250)"
 
+# ---- 11. a still whose header claims a vast frame (a decompression bomb): one line naming it and
+# its size, over the limit the frame folders keep, before FFmpeg allocates the frame it claims ----
+# bomb_png PATH W H: a PNG header claiming W x H pixels over a few bytes of data
+bomb_png() {
+    "$PYTHON" - "$@" <<'PYEOF'
+import struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+ihdr = struct.pack(">IIBBBBB", int(sys.argv[2]), int(sys.argv[3]), 8, 2, 0, 0, 0)
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+open(sys.argv[1], "wb").write(png)
+PYEOF
+}
+bomb_png "$tmp/bomb.png" 100000 100000
+bomb_png "$tmp/claims.png" 15000 15000  # within what FFmpeg takes: it allocated 675 MB for it
+ffmpeg -v error -f lavfi -i testsrc=size=64x64 -frames:v 1 "$tmp/photo.jpg"
+"$PYTHON" - "$tmp/photo.jpg" "$tmp/bomb.jpg" <<'PYEOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+i = 2
+while b[i + 1] not in (0xC0, 0xC1, 0xC2):  # to the frame header: its height and width set to 60000
+    i += 2 + (b[i + 2] << 8 | b[i + 3])
+b[i + 5:i + 9] = (60000).to_bytes(2, "big") * 2
+open(sys.argv[2], "wb").write(b)
+PYEOF
+# the peak memory of the prepare, in KiB, on the last line
+"$PYTHON" -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$FC" prepare --input "$tmp/bomb.png" --input "$tmp/claims.png" \
+    --input "$tmp/bomb.jpg" --input "$tmp/long.mkv" --out "$tmp/bombs" --size 16 --clip-frames 8 > "$tmp/bombs.log" 2>&1
+rc=$?
+peak=$(tail -1 "$tmp/bombs.log")
+[ "$rc" = 0 ] && [ "$(clips "$tmp/bombs")" = 25 ] && [ "$peak" -lt 200000 ] &&
+    grep -q "bomb.png: skipped: a PNG of 100000x100000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bombs.log" &&
+    grep -q "claims.png: skipped: an image of 15000x15000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bombs.log" &&
+    grep -q "bomb.jpg: skipped: an image of 60000x60000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bombs.log"
+expect prepare_still_bomb_named $? "status $rc, $(clips "$tmp/bombs") clips, peak memory $peak KiB: $(grep -E '^\[[123]/' "$tmp/bombs.log" | sed 's/^.*\///' | tr '\n' '|' | cut -c1-300)"
+
 exit 0

@@ -1,8 +1,9 @@
 // test_image.c: still images (src/video/image.c): PNG and JPEG in every channel layout stb_image
 // reads, made by the test itself, loaded as square frames; the centre crop; an exact PNG round trip;
-// broken and wrong files, named in one line; which paths are images; the smallest side a frame may
-// be cut from; transparency over black; EXIF orientation. One PASS/FAIL line per check, with the
-// measured figure; exit status 1 when any check failed.
+// broken and wrong files, named in one line; a header claiming a vast size refused before a decoder
+// allocates it; which paths are images; the smallest side a frame may be cut from; transparency over
+// black; EXIF orientation. One PASS/FAIL line per check, with the measured figure; exit status 1 when
+// any check failed.
 #include "video_fixture.h"
 
 // A w x h image with `comp` channels, every pixel `px` (comp values); alpha, where there is one, is
@@ -124,6 +125,30 @@ static void test_image_bad(void) {
           rc ? err : "stb_image fills the missing part");
     free(png);
     free(jpg);
+}
+
+// image_check_size, the guard before FFmpeg reads a still: a PNG header claiming 100000x100000 pixels
+// is refused in image_load_square's words, naming the file and the size; an ordinary PNG or JPEG, a
+// file that is no image and one stb_image must not parse (bad_huffman.jpg) are left to the decoder (0).
+static void test_image_check_size(void) {
+    char err[512] = "", load_err[512] = "";
+    uint8_t out[32 * 32 * 3];
+    size_t n = 0;
+    uint8_t *png = test_read_file(tmp_path("odd_101x67.png"), &n);
+    if (png && n > 24) {
+        memcpy(png + 16, "\x00\x01\x86\xa0\x00\x01\x86\xa0", 8);  // IHDR: 100000 x 100000
+        write_bytes(tmp_path("bomb.png"), png, n);
+    }
+    int rc = image_check_size(tmp_path("bomb.png"), err, sizeof err);
+    int rc_load = image_load_square(tmp_path("bomb.png"), 32, out, load_err, sizeof load_err);
+    check(png && rc == -1 && rc_load == -1 && strstr(err, "bomb.png: a PNG of 100000x100000 pixels, too large") &&
+              !strcmp(err, load_err), "image_check_size_bomb", "returns %d: %s; the loader: %s", rc, err, load_err);
+    const char *fine[] = {"odd_101x67.png", "rgb.jpg", "text.png", "truncated.png", "bad_huffman.jpg", "missing.png"};
+    int wrong = 0;
+    for (size_t k = 0; k < sizeof fine / sizeof fine[0]; k++)
+        if (image_check_size(tmp_path(fine[k]), err, sizeof err)) wrong++, printf("  %s: %s\n", fine[k], err);
+    check(wrong == 0, "image_check_size_leaves_others", "%d of %zu files refused", wrong, sizeof fine / sizeof fine[0]);
+    free(png);
 }
 
 static void test_image_paths(void) {
@@ -274,6 +299,7 @@ static void test_images(void) {
     test_image_roundtrip();
     test_image_crop();
     test_image_bad();
+    test_image_check_size();
     test_image_paths();
     test_image_min_side();
     test_image_alpha();
