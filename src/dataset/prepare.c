@@ -500,8 +500,12 @@ int prepare_run(const PrepareOptions *o) {
         if (frames < 0 || (frames == 0 && why[0])) {  // not a frame out of it: unreadable, whatever stopped it
             printf("skipped: %s\n", why);
             skipped++;
+        } else if (c.clips == 0 && src->kind == SOURCE_VIDEO && is_image_path(src->path) && frames == 1) {
+            printf("skipped: an image is one frame, fewer than one clip of %d (a clip's frames as images: give "
+                   "their folder)\n", o->clip_frames);
+            short_ones++;
         } else if (c.clips == 0) {
-            printf("skipped: %ld frames%s, fewer than one clip of %d%s%s\n", c.next_index,
+            printf("skipped: %ld frame%s%s, fewer than one clip of %d%s%s\n", c.next_index, c.next_index == 1 ? "" : "s",
                    o->fps > 0 ? " after resampling" : "", o->clip_frames, why[0] ? "; " : "", why);
             if (why[0]) partial++;
             short_ones++;
