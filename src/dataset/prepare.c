@@ -299,8 +299,9 @@ static void cutter_frame(Cutter *c, const uint8_t *frame, double time) {
         return;
     }
     time -= c->shift;
-    if (!c->have_prev) {
-        c->first_time = time, c->out_n = 0, c->have_prev = 1;
+    if (!c->have_prev) {  // output time 0 is the first frame's own: taken now (a still has no later frame)
+        c->first_time = time, c->out_n = 1, c->have_prev = 1;
+        cutter_emit(c, frame);
     } else {
         if (time - c->prev_time > RESAMPLE_MAX_GAP_S) {
             double closed = time - (c->prev_time + 1.0 / c->o->fps);

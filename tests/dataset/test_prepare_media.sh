@@ -240,15 +240,17 @@ peak=$(tail -1 "$tmp/bombs.log")
 expect prepare_still_bomb_named $? "status $rc, $(clips "$tmp/bombs") clips, peak memory $peak KiB: $(grep -E '^\[[123]/' "$tmp/bombs.log" | sed 's/^.*\///' | tr '\n' '|' | cut -c1-300)"
 
 # ---- 12. a still given as a file is one frame: too few for a clip, its line says why; a clip of one
-# frame it gives ----
+# frame it gives, with --fps too ----
 "$FC" prepare --input "$tmp/photo.jpg" --input "$tmp/alpha.png" --out "$tmp/stills" --size 16 --clip-frames 8 \
     > "$tmp/stills.log" 2>&1
 rc=$?
 "$FC" prepare --input "$tmp/photo.jpg" --out "$tmp/still1" --size 16 --clip-frames 1 > "$tmp/still1.log" 2>&1
 rc1=$?
+"$FC" prepare --input "$tmp/photo.jpg" --out "$tmp/still1fps" --size 16 --clip-frames 1 --fps 5 > "$tmp/still1fps.log" 2>&1
+rc2=$?
 [ "$rc" = 1 ] && grep -q "photo.jpg: skipped: an image is one frame, fewer than one clip of 8 (a clip's frames as images: give their folder)$" "$tmp/stills.log" &&
     grep -q "alpha.png: skipped: an image is one frame, fewer than one clip of 8" "$tmp/stills.log" &&
-    [ "$rc1" = 0 ] && [ "$(clips "$tmp/still1")" = 1 ]
-expect prepare_single_still_said $? "status $rc: $(grep -m1 'photo.jpg' "$tmp/stills.log" | sed 's/.*photo.jpg: //'); at --clip-frames 1: status $rc1, $(clips "$tmp/still1") clip"
+    [ "$rc1" = 0 ] && [ "$(clips "$tmp/still1")" = 1 ] && [ "$rc2" = 0 ] && [ "$(clips "$tmp/still1fps")" = 1 ]
+expect prepare_single_still_said $? "status $rc: $(grep -m1 'photo.jpg' "$tmp/stills.log" | sed 's/.*photo.jpg: //'); at --clip-frames 1: status $rc1, $(clips "$tmp/still1") clip; with --fps 5: status $rc2, $(clips "$tmp/still1fps") clip: $(grep -m1 'photo.jpg' "$tmp/still1fps.log" | sed 's/.*photo.jpg: //')"
 
 exit 0
