@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # prepare on the user media that is easy to get wrong without a word: resampling ties (15 -> 30 fps),
 # a Matroska file cut short, a cover image among videos, transparency, variable frame rate, folders
-# that give nothing (empty, too deep), and a folder of BMP stills. Every input is made here with ffmpeg
-# or Python's standard library.
+# that give nothing (empty, too deep), a folder of BMP stills, stills whose header claims a vast frame
+# (given as files and among a folder's frames), and a still given as a file. Every input is made here
+# with ffmpeg or Python's standard library.
 set -u
 . "$(dirname "$0")/../lib.sh"
 PYTHON=${PYTHON:-python3}
@@ -238,6 +239,24 @@ peak=$(tail -1 "$tmp/bombs.log")
     grep -q "claims.png: skipped: an image of 15000x15000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bombs.log" &&
     grep -q "bomb.jpg: skipped: an image of 60000x60000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bombs.log"
 expect prepare_still_bomb_named $? "status $rc, $(clips "$tmp/bombs") clips, peak memory $peak KiB: $(grep -E '^\[[123]/' "$tmp/bombs.log" | sed 's/^.*\///' | tr '\n' '|' | cut -c1-300)"
+
+# and among a folder's frames (the fourth of six): the folder stops there with the same words, the
+# three frames before it cut into clips, nothing allocated for the claimed size
+for k in bomb claims; do
+    mkdir -p "$tmp/frames_$k"
+    ffmpeg -v error -f lavfi -i testsrc=size=32x32:rate=25 -frames:v 6 -start_number 1 "$tmp/frames_$k/f%d.png"
+    cp "$tmp/$k.png" "$tmp/frames_$k/f4.png"
+done
+"$PYTHON" -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$FC" prepare --input "$tmp/frames_bomb" --input "$tmp/frames_claims" \
+    --out "$tmp/bomb_frames" --size 16 --clip-frames 1 > "$tmp/bomb_frames.log" 2>&1
+rc=$?
+peak=$(tail -1 "$tmp/bomb_frames.log")
+[ "$rc" = 0 ] && [ "$(clips "$tmp/bomb_frames")" = 6 ] && [ "$peak" -lt 200000 ] &&
+    grep -q "frames_bomb: 3 frames -> 3 clips (.*); stopped at a bad frame: $tmp/frames_bomb/f4.png: a PNG of 100000x100000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bomb_frames.log" &&
+    grep -q "frames_claims: 3 frames -> 3 clips (.*); stopped at a bad frame: $tmp/frames_claims/f4.png: an image of 15000x15000 pixels, too large to read (at most 100000000 pixels)$" "$tmp/bomb_frames.log"
+expect prepare_frame_folder_bomb_stops $? "status $rc, $(clips "$tmp/bomb_frames") clips, peak memory $peak KiB: $(grep -E '^\[[12]/' "$tmp/bomb_frames.log" | sed 's/^.*frames_//' | tr '\n' '|' | cut -c1-300)"
 
 # ---- 12. a still given as a file is one frame: too few for a clip, its line says why; a clip of one
 # frame it gives, with --fps too ----
