@@ -22,12 +22,50 @@ void fc_exit(int status) {
     exit(status);
 }
 
+size_t fc_utf8_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else return 0;
+    if (n < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+size_t fc_printable_len(const uint8_t *s, size_t n) {
+    if (s[0] < 0x20 || s[0] == 0x7f) return 0;                   // C0 controls and DEL
+    if (s[0] == 0xC2 && n >= 2 && s[1] >= 0x80 && s[1] <= 0x9F) return 0;  // C1: U+0080-U+009F
+    return fc_utf8_len(s, n);
+}
+
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
-// break or tab becomes a space, any other control character (an escape sequence's ESC) a '?'.
+// break or tab becomes a space, any other control character (an escape sequence's ESC, the C1 CSI
+// U+009B) a '?', and so does each byte that is not part of valid UTF-8 (a lone 0x9b is the 8-bit CSI
+// to some terminals). A C1 control takes two bytes and leaves one: the string may get shorter.
 void fc_printable_line(char *s) {
-    for (unsigned char *p = (unsigned char *)s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
-        else if (*p < 0x20 || *p == 0x7f) *p = '?';
+    uint8_t *in = (uint8_t *)s, *out = in;
+    size_t n = strlen(s);
+    while (n) {
+        size_t k = fc_printable_len(in, n);
+        if (k) {
+            memmove(out, in, k);
+            out += k;
+        } else {
+            k = *in == 0xC2 && n >= 2 && in[1] >= 0x80 && in[1] <= 0x9F ? 2 : 1;  // a C1 control: one '?'
+            *out++ = *in == '\n' || *in == '\r' || *in == '\t' ? ' ' : '?';  // (out may be in)
+        }
+        in += k, n -= k;
+    }
+    *out = 0;
 }
 
 // "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
@@ -42,6 +80,7 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     if (len == sizeof line - 5) memcpy(line + len - 3, "...", 3);  // cut short (no message is this long)
     line[len] = 0;
     fc_printable_line(line);
+    len = strlen(line);  // a C1 control's two bytes became one '?'
     line[len++] = '\n';
     fflush(stdout);
     for (size_t at = 0; at < len;) {

@@ -66,17 +66,22 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
 }
 
 // A path as printed in a progress line: control characters (a newline in a file name) escaped as in
-// manifest.tsv, so that one input's line stays one line. Two static buffers in turn: two uses per printf.
+// manifest.tsv, so that one input's line stays one line, and so are a C1 control's bytes and each byte
+// that is not part of valid UTF-8 (the 8-bit CSI 0x9b recolours some terminals); names in any language
+// print as they are. Two static buffers in turn: two uses per printf.
 static const char *shown(const char *path) {
     static char bufs[2][4096 * 4 + 1];
     static int turn;
     char *buf = bufs[turn ^= 1];
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)path; *p && k + 5 < sizeof bufs[0]; p++) {
-        if (*p == '\n') buf[k++] = '\\', buf[k++] = 'n';
+    size_t k = 0, n = strlen(path);
+    for (const unsigned char *p = (const unsigned char *)path; n && k + 5 < sizeof bufs[0];) {
+        size_t len = fc_printable_len(p, n);  // a character of 1 to 4 bytes, or 0: escape one byte
+        if (len) memcpy(buf + k, p, len), k += len;
+        else if (*p == '\n') buf[k++] = '\\', buf[k++] = 'n';
         else if (*p == '\t') buf[k++] = '\\', buf[k++] = 't';
-        else if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, 5, "\\x%02x", *p);
-        else buf[k++] = (char)*p;
+        else k += (size_t)snprintf(buf + k, 5, "\\x%02x", *p);
+        if (!len) len = 1;
+        p += len, n -= len;
     }
     buf[k] = 0;
     return buf;

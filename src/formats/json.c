@@ -12,30 +12,11 @@
 // ---------------------------------------------------------------------------------------------
 // UTF-8
 
-size_t json_utf8_len(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
-}
-
 int json_valid_utf8(const char *s) {
     const uint8_t *p = (const uint8_t *)s;
     size_t n = strlen(s);
     while (n) {
-        size_t k = json_utf8_len(p, n);
+        size_t k = fc_utf8_len(p, n);
         if (!k) return 0;
         p += k, n -= k;
     }
@@ -233,7 +214,7 @@ int json_string(JsonReader *r, char **out, const char *expected) {
             if (escape(r, start)) return -1;
             continue;
         }
-        size_t k = json_utf8_len(r->s + r->i, r->n - r->i);
+        size_t k = fc_utf8_len(r->s + r->i, r->n - r->i);
         if (!k) return json_fail_at(r, r->i, "invalid UTF-8 in a string");
         if (arena_put(r, r->s + r->i, k)) return -1;
         r->i += k;

@@ -67,10 +67,7 @@ int json_uint(JsonReader *r, uint64_t max, uint64_t *v, size_t *start);
 // error naming `expected` (no number there, a malformed one) or "out of range" (beyond a double's).
 int json_double(JsonReader *r, double *v, const char *expected);
 
-// The length of the valid UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, at most
-// U+10FFFF) at s, of which n > 0 bytes are available; 0 when it is not one.
-size_t json_utf8_len(const uint8_t *s, size_t n);
-// 1 when the NUL-terminated s is valid UTF-8, else 0.
+// 1 when the NUL-terminated s is valid UTF-8 (fc_utf8_len), else 0.
 int json_valid_utf8(const char *s);
 
 #endif

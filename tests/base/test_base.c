@@ -214,9 +214,62 @@ static void test_error_lines_printable(void) {
           "a name with a newline, an ESC, a CR, a tab and a DEL: '%s' (%d control characters)", err, controls);
 }
 
+// Beyond ASCII: printable characters of any language stay as they are; a C1 control (U+0080-U+009F:
+// its UTF-8 is C2 80 .. C2 9F, U+009B the CSI that some terminals obey like ESC [) becomes one '?', and
+// each byte that is not part of valid UTF-8 (a lone 0x9b, a sequence cut short, an overlong form, a
+// surrogate, beyond U+10FFFF) a '?' of its own. The string never grows.
+static void test_error_lines_utf8(void) {
+    static const struct {
+        const char *name, *in, *want;
+    } cases[] = {
+        {"languages", "caf\xc3\xa9 \xc3\xbc \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\xa5 \xc2\xa0nbsp",
+         "caf\xc3\xa9 \xc3\xbc \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\xa5 \xc2\xa0nbsp"},
+        {"c1_csi", "a\xc2\x9b" "31mb", "a?31mb"},
+        {"c1_nel_and_first", "a\xc2\x85" "b\xc2\x80" "c\xc2\x9f", "a?b?c?"},
+        {"lone_8bit_csi", "a\x9b" "31mb", "a?31mb"},
+        {"lone_bytes", "\x80\xbf\xfe\xff\xf5", "?????"},
+        {"cut_short", "x\xe6\x97", "x??"},
+        {"cut_short_inside", "\xe6\x97x\xf0\x9f\x8e", "??x???"},
+        {"lead_then_c1_byte", "\xe6\x9b" "a", "??a"},
+        {"overlong", "\xc0\xaf\xc1\xbf\xe0\x80\xaf\xf0\x80\x80\xaf", "???????????"},
+        {"surrogate", "\xed\xa0\x80", "???"},
+        {"beyond_10ffff", "\xf4\x90\x80\x80", "????"},
+        {"c2_cut_short", "ok\xc2", "ok?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[64], name[64];
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        fc_printable_line(buf);
+        snprintf(name, sizeof name, "error_line_utf8_%s", cases[i].name);
+        check(!strcmp(buf, cases[i].want) && strlen(buf) <= strlen(cases[i].in), name, "%zu bytes in, '%s' out",
+              strlen(cases[i].in), buf);
+    }
+    // through fc_errf, and through the line fc_warn writes (a C1 control shortens it: the newline
+    // still ends it, right after the text)
+    char err[64];
+    fc_errf(err, sizeof err, "%s: cannot open", "in/\xc2\x9b" "31m\x9b" "0m\xc3\xa9.mp4");
+    check(!strcmp(err, "in/?31m?0m\xc3\xa9.mp4: cannot open"), "error_line_utf8_errf", "'%s'", err);
+    char path[] = "/tmp/fc_test_base_warn_XXXXXX";
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    char got[256] = "";
+    if (fd >= 0 && saved >= 0) {
+        fflush(stderr);
+        dup2(fd, STDERR_FILENO);
+        fc_warn("%s: \xc2\x9b\xc2\x9b" "31m is a name", "v\xc3\xa9.mp4");
+        dup2(saved, STDERR_FILENO);
+        ssize_t n = pread(fd, got, sizeof got - 1, 0);
+        got[n > 0 ? n : 0] = 0;
+    }
+    if (fd >= 0) close(fd), unlink(path);
+    if (saved >= 0) close(saved);
+    check(!strcmp(got, "framechain: warning: v\xc3\xa9.mp4: ??31m is a name\n"), "error_line_utf8_warn_line",
+          "stderr held '%.*s' and %s", (int)strcspn(got, "\n"), got, strchr(got, '\n') ? "a newline" : "no newline");
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_error_lines_printable();
+    test_error_lines_utf8();
     test_philox_kat();
     test_philox_layout();
     test_philox_distributions();

@@ -429,7 +429,7 @@ static void test_json_reader(void) {
     };
     int agree = 0;
     for (int i = 0; i < 10; i++)
-        agree += json_utf8_len((const uint8_t *)utf8[i].bytes, strlen(utf8[i].bytes)) == utf8[i].want;
+        agree += fc_utf8_len((const uint8_t *)utf8[i].bytes, strlen(utf8[i].bytes)) == utf8[i].want;
     check(agree == 10, "json_utf8_edges", "%d of 10 sequences at the edges of RFC 3629 measured right", agree);
 }
 
