@@ -2,6 +2,7 @@
 // a prepared dataset's clips checked.
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "model/memplan.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/metrics_line.h"
 #include "train/run_folder.h"
 #include "cli.h"
 #include "commands.h"
@@ -37,9 +39,10 @@ static const char *HELP_INSPECT =
     "a dataset's shard file: each clip read and checked alike.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
     "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n"
-    "With a run folder (train --run): its checkpoints' steps and where its metrics end, each newer\n"
-    "checkpoint a rerun would set aside and why, then the one the same train command resumes from, as\n"
-    "above; the exit status is 1 when any of them fails its checks.\n";
+    "With a run folder (train --run): its checkpoints' steps and where its metrics end (the lines of\n"
+    "metrics.jsonl it cannot read counted, the first named), each newer checkpoint a rerun would set\n"
+    "aside and why, then the one the same train command resumes from, as above; the exit status is 1\n"
+    "when any of them fails its checks.\n";
 
 // ----------------------------------------------------------------------------
 // a checkpoint
@@ -285,25 +288,41 @@ static int inspect_config(const Config *c, int list_params, int ranks) {
 // ----------------------------------------------------------------------------
 // a run folder
 
-// The last line of RUN/metrics.jsonl's step and smooth_loss, printed; nothing when it has none.
+// Where RUN/metrics.jsonl ends: its last step's record (step and smooth_loss), then the lines that are
+// no step's record (a last line torn by a power cut, text appended by hand), counted and the first
+// named; they are left out, the run inspected all the same. Nothing when it has no line.
 static void print_metrics_end(const char *run) {
-    char path[4096], line[1024], last[1024] = "", err[4200];
+    char path[4096], err[4200], why[256], first_why[256] = "";
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     FILE *f = fc_fopen_regular(path, err, sizeof err);  // a FIFO is refused, not waited on
     if (!f && errno == ENOENT) return;
     if (!f) fc_die("%s", err);
-    long lines = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (!strchr(line, '\n') && !feof(f)) continue;  // a line longer than the buffer: not a step's
+    static const char *const keys[] = {"step", "smooth_loss"};
+    double v[2], last[2];
+    char *line = NULL;
+    size_t cap = 0;
+    long lines = 0, records = 0, unread = 0, first_unread = 0;
+    while (getline(&line, &cap, f) >= 0) {
         lines++;
-        if (strstr(line, "\"step\":")) snprintf(last, sizeof last, "%s", line);
+        if (!line[strspn(line, " \t\r\n")]) continue;  // a blank line
+        if (metrics_line_read(line, keys, 2, v, why, sizeof why)) {
+            if (!unread++) first_unread = lines, snprintf(first_why, sizeof first_why, "%s", why);
+            continue;
+        }
+        records++, last[0] = v[0], last[1] = v[1];
     }
+    int read_error = ferror(f) ? errno : 0;
+    free(line);
     fclose(f);
-    const char *step = strstr(last, "\"step\":"), *loss = strstr(last, "\"smooth_loss\":");
-    if (!step) return;
-    printf("metrics.jsonl   %ld lines, the last at step %ld", lines, strtol(step + 7, NULL, 10));
-    if (loss) printf(", smooth_loss %.6g", strtod(loss + 14, NULL));
-    printf("\n");
+    if (read_error) fc_die("%s: cannot read: %s", path, strerror(read_error));
+    if (records) {
+        printf("metrics.jsonl   %ld lines, the last at step %.0f", lines, last[0]);
+        if (!isnan(last[1])) printf(", smooth_loss %.6g", last[1]);
+        printf("\n");
+    }
+    if (unread)
+        printf("metrics.jsonl   %ld of its %ld lines cannot be read, left out (torn by a crash, or not written by "
+               "train): the first is line %ld: %s\n", unread, lines, first_unread, first_why);
 }
 
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set

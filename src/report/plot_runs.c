@@ -1,7 +1,6 @@
 // plot_runs.c: the training figure (figures.h): each run's metrics.jsonl read line by line (the
 // lines train/train.c's write_metrics writes), then four panels against the step.
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "base/paths.h"
 #include "report/figures.h"
 #include "report/plot.h"
+#include "train/metrics_line.h"
 
 enum { K_STEP, K_LOSS, K_SMOOTH, K_LR, K_GRAD, K_WAIT, NKEYS };
 static const char *const KEYS[NKEYS] = {"step", "loss", "smooth_loss", "lr", "grad_norm", "data_wait_ms"};
@@ -27,72 +27,6 @@ typedef struct {
     int n, cap;
     int skipped[NKEYS];  // values that are not finite, by key
 } Run;
-
-// ----------------------------------------------------------------------------
-// one line of metrics.jsonl
-
-static const char *skip_ws(const char *s) {
-    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
-    return s;
-}
-
-// A flat JSON object of numbers (nan and inf as printf writes them are numbers that are not finite;
-// other keys may hold strings, true, false or null). The known keys into out (NAN when absent).
-static int parse_line(const char *s, double *out, char *why, size_t whylen) {
-    for (int k = 0; k < NKEYS; k++) out[k] = NAN;
-    int have_step = 0;
-    s = skip_ws(s);
-    if (*s != '{') return fc_errf(why, whylen, "expected a JSON object ('{')");
-    s = skip_ws(s + 1);
-    if (*s == '}') s++;
-    else
-        for (;;) {
-            if (*s != '"') return fc_errf(why, whylen, "expected a key in double quotes");
-            char key[64];
-            size_t kn = 0;
-            for (s++; *s && *s != '"'; s++) {
-                if (*s == '\\' && s[1]) s++;
-                if (kn + 1 < sizeof key) key[kn++] = *s;
-            }
-            key[kn] = 0;
-            if (*s != '"') return fc_errf(why, whylen, "a key without its closing quote");
-            s = skip_ws(s + 1);
-            if (*s != ':') return fc_errf(why, whylen, "expected ':' after \"%s\"", key);
-            s = skip_ws(s + 1);
-            int k = 0;
-            while (k < NKEYS && strcmp(key, KEYS[k])) k++;
-            double v = NAN;
-            if (*s == '"') {
-                if (k < NKEYS) return fc_errf(why, whylen, "\"%s\" holds a string, not a number", key);
-                for (s++; *s && *s != '"'; s++)
-                    if (*s == '\\' && s[1]) s++;
-                if (*s++ != '"') return fc_errf(why, whylen, "a string without its closing quote");
-            } else if (*s == '{' || *s == '[') {
-                return fc_errf(why, whylen, "\"%s\" holds an object or a list, not a number", key);
-            } else if (!strncmp(s, "null", 4) || !strncmp(s, "true", 4) || !strncmp(s, "false", 5)) {
-                if (k < NKEYS && *s != 'n') return fc_errf(why, whylen, "\"%s\" holds %.4s, not a number", key, s);
-                s += *s == 'f' ? 5 : 4;
-            } else {
-                char *end;
-                v = strtod(s, &end);
-                if (end == s) return fc_errf(why, whylen, "\"%s\" holds no number", key);
-                s = end;
-            }
-            if (k < NKEYS) out[k] = v, have_step |= k == K_STEP;
-            s = skip_ws(s);
-            if (*s == '}') {
-                s++;
-                break;
-            }
-            if (*s != ',') return fc_errf(why, whylen, "expected ',' or '}' after the value of \"%s\"", key);
-            s = skip_ws(s + 1);
-        }
-    if (*skip_ws(s)) return fc_errf(why, whylen, "text after the object's closing '}'");
-    if (!have_step) return fc_errf(why, whylen, "no \"step\"");
-    double st = out[K_STEP];
-    if (!(st >= 0 && st <= INT_MAX && st == floor(st))) return fc_errf(why, whylen, "\"step\" is not a whole number");
-    return 0;
-}
 
 static int by_step(const void *a, const void *b) {
     double x = ((const Row *)a)->v[K_STEP], y = ((const Row *)b)->v[K_STEP];
@@ -117,9 +51,9 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     int lineno = 0, rc = 0, sorted = 1;
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        if (!*skip_ws(line)) continue;  // a blank line
+        if (!line[strspn(line, " \t\r\n")]) continue;  // a blank line
         Row row;
-        if (parse_line(line, row.v, why, sizeof why)) {
+        if (metrics_line_read(line, KEYS, NKEYS, row.v, why, sizeof why)) {
             if (line[len - 1] != '\n' && fgetc(f) == EOF) {  // the unfinished last line of a run still writing
                 fc_warn("%s: line %d is unfinished (a run still writing?): left out", r->path, lineno);
                 break;
