@@ -35,7 +35,7 @@ def main():
         rows = open(tsv).read().splitlines()
     except OSError as e:
         sys.exit("%s: %s (make eval writes it; or name an eval TSV)" % (tsv, e.strerror))
-    for line in rows:
+    for line in rows:  # the settings' '#' lines before the header are no clip row
         f = line.split("\t")
         if f[0] == "clip":
             gain[int(f[2])] = float(f[3]) - float(f[4])

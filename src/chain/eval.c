@@ -501,6 +501,56 @@ static int eval_drift(Eval *ev) {
     return 0;
 }
 
+// A path in a settings line: tab, newline, carriage return and backslash escaped (as manifest.tsv), so
+// that the line stays one line.
+static void put_escaped(FILE *out, const char *s) {
+    for (; *s; s++) {
+        const char *esc = *s == '\t' ? "\\t" : *s == '\n' ? "\\n" : *s == '\r' ? "\\r" : *s == '\\' ? "\\\\" : NULL;
+        if (esc) fputs(esc, out);
+        else fputc(*s, out);
+    }
+}
+
+// A setting of each model: one value when the three agree, else "starter / extrapolate / interpolate".
+static void put_per_model(FILE *out, const char *key, const double v[3]) {
+    if (v[0] == v[1] && v[1] == v[2]) fprintf(out, "# %s: %g\n", key, v[0]);
+    else fprintf(out, "# %s: %g / %g / %g (starter / extrapolate / interpolate)\n", key, v[0], v[1], v[2]);
+}
+
+// The settings the scores were made with, as '#' lines before the TSV's header (readers pass over
+// them): the models (run folders and the checkpoints' steps), the data, the chain's options with the
+// models' own defaults settled, the seed, the backend and framechain's version.
+static void write_settings(FILE *out, const Eval *ev) {
+    const EvalOptions *o = ev->o;
+    static const char *const roles[3] = {"starter", "extrapolate", "interpolate"};
+    fprintf(out, "# framechain %s eval: the settings of these scores\n", FC_VERSION);
+    for (int r = 0; r < 3; r++) {
+        fprintf(out, "# %s: ", roles[r]);
+        put_escaped(out, o->runs[r]);
+        fprintf(out, " (step %d)\n", ev->cm.step[r]);
+    }
+    fputs("# vae: ", out);
+    put_escaped(out, o->vae ? o->vae : "none");
+    fputs("\n# data: ", out);
+    put_escaped(out, o->data);
+    fprintf(out, "\n# clips: %d", ev->K);
+    if (ev->damaged) fprintf(out, " (%d damaged, left out)", ev->damaged);
+    fprintf(out, "\n# frames: %d\n# given: %d\n# long: %d\n# noise-aug: ", ev->N, o->given, ev->M);
+    for (int l = 0; l < o->n_levels; l++) fprintf(out, "%s%g", l ? "," : "", o->levels[l]);
+    double steps[3], temperature[3];
+    for (int r = 0; r < 3; r++) {
+        const Config *c = &ev->cm.m[r]->cfg;
+        steps[r] = o->sample.steps ? o->sample.steps : c->sample_steps;
+        temperature[r] = o->sample.temperature >= 0 ? o->sample.temperature : c->sample_temperature;
+    }
+    fputs("\n", out);
+    put_per_model(out, "steps", steps);
+    put_per_model(out, "temperature", temperature);
+    fprintf(out, "# guidance: %g\n# sharpness-guard: %g\n# colour-guard: %g\n# colour-ramp: %d\n# seed: %llu\n"
+            "# backend: %s\n", o->sample.guidance, ev->sample.sharpness_guard, ev->sample.colour_guard,
+            ev->sample.colour_ramp, (unsigned long long)o->sample.seed, ev->be->name);
+}
+
 // The TSV written (when the run went well) into its temporary file, synced and renamed into place;
 // the temporary file exists only for that moment, so an eval stopped part-way leaves none. Returns the
 // exit status.
@@ -508,7 +558,7 @@ static int finish_tsv(Eval *ev, int rc) {
     const EvalOptions *o = ev->o;
     if (!o->tsv || rc) return rc;
     FILE *f = fopen(ev->tsv_tmp, "w");
-    if (f) write_tsv(f, &ev->r, o->levels, ev->scored);  // its write errors stay in ferror(f)
+    if (f) write_settings(f, ev), write_tsv(f, &ev->r, o->levels, ev->scored);  // write errors stay in ferror(f)
     if (!f || fc_commit_file(f, ev->tsv_tmp, o->tsv)) {
         fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
         return 1;

@@ -35,7 +35,7 @@ typedef struct {
                            // them; clip k (and a drift run from it) samples with a seed made from
                            // (sample.seed, k), clip 0 with sample.seed itself; each run sets its own
                            // noise_aug (levels), quiet and latent
-    const char *tsv;       // every per-frame number, or NULL
+    const char *tsv;       // every per-frame number after the settings ('#' lines), or NULL
     int overwrite;         // an existing tsv file is replaced (else refused before any work)
     const char *vae;       // models trained on latents: the autoencoder they were trained with (the chain
                            // runs on latents, every frame decoded and scored in pixels); NULL for frames

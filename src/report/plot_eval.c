@@ -1,5 +1,6 @@
 // plot_eval.c: the eval figure (figures.h): the TSV `framechain eval --tsv` writes (chain/eval.c's
-// write_tsv), its columns found by the header's names, its 'quality' rows drawn per frame.
+// write_tsv), its columns found by the header's names, its 'quality' rows drawn per frame; the '#'
+// lines before the header (the settings, eval.c's write_settings) are passed over.
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -52,18 +53,18 @@ static int split(char *line, char **f, int max) {
     }
 }
 
-static int header(Tsv *t, char *line, char *err, size_t errlen) {
+static int header(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
     char *f[MAX_FIELDS];
     int n = split(line, f, MAX_FIELDS);
-    if (n > MAX_FIELDS) return fc_errf(err, errlen, "%s: line 1: more than %d columns", t->path, MAX_FIELDS);
+    if (n > MAX_FIELDS) return fc_errf(err, errlen, "%s: line %d: more than %d columns", t->path, lineno, MAX_FIELDS);
     t->nfields = n;
     for (int c = 0; c < NCOLS; c++) {
         t->col[c] = -1;
         for (int i = 0; i < n; i++)
             if (!strcmp(f[i], COLS[c])) t->col[c] = i;
         if (c < REQUIRED_COLS && t->col[c] < 0)
-            return fc_errf(err, errlen, "%s: line 1: no column '%s': not a TSV written by 'framechain eval --tsv'",
-                           t->path, COLS[c]);
+            return fc_errf(err, errlen, "%s: line %d: no column '%s': not a TSV written by 'framechain eval --tsv'",
+                           t->path, lineno, COLS[c]);
     }
     return 0;
 }
@@ -111,16 +112,18 @@ static int read_tsv(Tsv *t, char *err, size_t errlen) {
     if (!f) return -1;
     char *line = NULL;
     size_t cap = 0;
-    int lineno = 0, rc = 0;
+    int lineno = 0, rc = 0, have_header = 0;
     while (!rc && getline(&line, &cap, f) >= 0) {
         lineno++;
-        if (lineno == 1) rc = header(t, line, err, errlen);
+        if (line[0] == '#') continue;  // the settings eval writes before the header (a TSV before them has none)
+        if (!have_header) rc = header(t, line, lineno, err, errlen), have_header = 1;
         else if (line[strspn(line, " \t\r\n")]) rc = row(t, line, lineno, err, errlen);  // blank lines skipped
     }
     if (!rc && ferror(f)) rc = fc_errf(err, errlen, "%s: cannot read: %s", t->path, strerror(errno));
     free(line);
     fclose(f);
-    if (!rc && lineno == 0) rc = fc_errf(err, errlen, "%s: empty", t->path);
+    if (!rc && !have_header)
+        rc = fc_errf(err, errlen, "%s: empty%s", t->path, lineno ? ": no header after its '#' lines" : "");
     if (!rc && t->n == 0) rc = fc_errf(err, errlen, "%s: no 'quality' rows: nothing to plot", t->path);
     return rc;
 }

@@ -48,7 +48,7 @@ fi
 
 # the TSV: a header, 2 levels x 23 quality rows, 2 levels x 40 drift rows, 2 levels x 2 clip rows; no
 # temporary file left
-rows=$(wc -l < "$tmp/eval.tsv")
+rows=$(grep -vc '^#' "$tmp/eval.tsv")
 q=$(grep -c '^quality' "$tmp/eval.tsv")
 d=$(grep -c '^drift' "$tmp/eval.tsv")
 c=$(grep -c '^clip' "$tmp/eval.tsv")
@@ -57,6 +57,39 @@ if [ "$rows" = 131 ] && [ "$q" = 46 ] && [ "$d" = 80 ] && [ "$c" = 4 ] && [ ! -e
 else
     fail eval_tsv_rows "$rows lines, $q quality, $d drift, $c clip rows"
 fi
+# the settings the scores were made with: '#' lines before the header, the models' defaults settled
+backend=$(sed -n 's/.*, seed 1, on \([^;]*\);.*/\1/p' "$tmp/out")
+cat > "$tmp/settings.want" <<EOF
+# $("$FC" --version | head -1) eval: the settings of these scores
+# starter: $tmp/starter (step 4)
+# extrapolate: $tmp/extrapolate (step 4)
+# interpolate: $tmp/interpolate (step 4)
+# vae: none
+# data: $tmp/held32
+# clips: 2
+# frames: 24
+# given: 1
+# long: 40
+# noise-aug: 0,0.1
+# steps: 2
+# temperature: 1
+# guidance: 1
+# sharpness-guard: 0.05
+# colour-guard: 0
+# colour-ramp: 96
+# seed: 1
+# backend: ${backend:-?}
+EOF
+n=$(wc -l < "$tmp/settings.want")
+after=$(sed -n "$((n + 1))p" "$tmp/eval.tsv")
+diff "$tmp/settings.want" <(head -$n "$tmp/eval.tsv") > "$tmp/settings.diff"
+[ ! -s "$tmp/settings.diff" ] && [ "$(printf '%s' "$after" | cut -f1-3)" = "$(printf 'section\tnoise_aug\tframe')" ]
+expect eval_tsv_settings $? "$n settings lines, then the header (line $((n + 1)): $(printf '%s' "$after" | cut -f1-3 | tr '\t' ' ')); $(grep -c '^[<>]' "$tmp/settings.diff") lines differ: $(grep -m3 '^[<>]' "$tmp/settings.diff" | tr '\n' ' ')"
+# the readers of the TSV pass over them: plot draws it
+"$FC" plot --eval "$tmp/eval.tsv" --out "$tmp/eval.png" > "$tmp/plot.log" 2>&1
+rc=$?
+expect eval_tsv_plotted $(( rc != 0 || $(grep -c 'eval.tsv: frames 1 to 23, 2 noise-augmentation levels$' "$tmp/plot.log") != 1 )) \
+    "status $rc: $(tail -1 "$tmp/plot.log")"
 
 # per clip: each clip's chain - copy over the frames made (frames 1-23 from one given frame); their mean
 # is the means' difference (the TSV's rows, to their 4 decimals), and the table prints it, per level
@@ -365,7 +398,8 @@ for w in 1 2; do
         > "$tmp/g$w.out" 2> "$tmp/err" || ok=0
 done
 bad=$(awk -F'\t' '$1 == "quality" && ($4 !~ /^[0-9.]+$/ || $4 < 3 || $4 > 99) { print $4 }' "$tmp/g1.tsv" "$tmp/g2.tsv")
-if [ $ok = 1 ] && [ -z "$bad" ] && grep -q 'guidance 2' "$tmp/g2.out" && ! cmp -s "$tmp/g1.tsv" "$tmp/g2.tsv"; then
+if [ $ok = 1 ] && [ -z "$bad" ] && grep -q 'guidance 2' "$tmp/g2.out" &&
+    ! cmp -s <(grep -v '^#' "$tmp/g1.tsv") <(grep -v '^#' "$tmp/g2.tsv") && grep -q '^# guidance: 2$' "$tmp/g2.tsv"; then
     pass eval_guidance "concat + deltas + cond_drop models: guidance 1 and 2 both score, and differ"
 else
     fail eval_guidance "status ok=$ok, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
@@ -376,7 +410,8 @@ fi
     > "$tmp/t05.out" 2> "$tmp/err"
 rc=$?
 bad=$(awk -F'\t' '$1 == "quality" && ($4 !~ /^[0-9.]+$/ || $4 < 3 || $4 > 99) { print $4 }' "$tmp/t05.tsv" 2>/dev/null)
-if [ $rc -eq 0 ] && [ -z "$bad" ] && grep -q 'temperature 0.5' "$tmp/t05.out" && ! cmp -s "$tmp/g1.tsv" "$tmp/t05.tsv"; then
+if [ $rc -eq 0 ] && [ -z "$bad" ] && grep -q 'temperature 0.5' "$tmp/t05.out" &&
+    ! cmp -s <(grep -v '^#' "$tmp/g1.tsv") <(grep -v '^#' "$tmp/t05.tsv") && grep -q '^# temperature: 0.5$' "$tmp/t05.tsv"; then
     pass eval_temperature "temperature 0.5: scores in range, other frames than at 1"
 else
     fail eval_temperature "status $rc, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
@@ -387,8 +422,10 @@ expect_refusal bad_temperature 2 "temperature" "${GRUNS[@]}" --data "$tmp/held32
 # of its drift run stays near frame 0's mean, contrast and sharpness (the colour band is per channel on
 # the frames before 8-bit rounding, eval's ratios pooled over channels after it: 0.08 of slack), and
 # the real clip's own columns are the same as without them
-max_dev() {  # the largest |ratio - 1| of the drift rows' mean, contrast and sharpness in a TSV
-    awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
+# max_dev TSV: the largest |ratio - 1| of the drift rows' mean, contrast and sharpness, the columns found
+# by the header's names (the first line after the settings' '#' lines)
+max_dev() {
+    awk -F'\t' '!/^#/ && !header++ { for (i = 1; i <= NF; i++) col[$i] = i }
         $1 == "drift" { for (k = 0; k < 3; k++) { n = k == 0 ? "mean" : k == 1 ? "contrast" : "sharpness";
             v = $(col[n]) - 1; if (v < 0) v = -v; if (v > m) m = v } } END { printf "%.3f", m }' "$1"
 }

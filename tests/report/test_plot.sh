@@ -220,6 +220,22 @@ rc=$?
 expect plot_eval_frame_zero $(( rc != 0 || $(grep -c 'frames 0 to 3, 1 noise-augmentation level$' "$tmp/from0.log") != 1 )) \
     "status $rc: $(grep -m1 frames "$tmp/from0.log" || tail -1 "$tmp/from0.log")"
 
+# ---- the settings eval writes as '#' lines before the header: passed over (the same figure as without
+# them; a line's number still counts them), a file of them alone is empty ----
+mkdir -p "$tmp/settings"
+{ printf '# framechain 0.1.0 eval: the settings of these scores\n# starter: runs/s (step 4)\n# seed: 1\n'
+  cat "$tmp/eval.tsv"; } > "$tmp/settings/eval.tsv"
+"$FC" plot --eval "$tmp/settings/eval.tsv" --out "$tmp/out/settings.png" --width 1000 --height 640 > "$tmp/settings.log" 2>&1
+rc=$?
+awk -F'\t' -v OFS='\t' 'NR == 7 { $4 = "abc" } NR <= 9' "$tmp/settings/eval.tsv" > "$tmp/settings/badval.tsv"
+"$FC" plot --eval "$tmp/settings/badval.tsv" --out "$tmp/out/bad.png" > "$tmp/settings_bad.log" 2>&1
+head -3 "$tmp/settings/eval.tsv" > "$tmp/settings/only.tsv"
+"$FC" plot --eval "$tmp/settings/only.tsv" --out "$tmp/out/bad.png" > "$tmp/settings_only.log" 2>&1
+expect plot_eval_settings_lines $(( rc != 0 || $(cmp -s "$tmp/out/eval.png" "$tmp/out/settings.png"; echo $?) != 0 ||
+    $(grep -c "badval.tsv: line 7 does not parse: column 'psnr_chain'" "$tmp/settings_bad.log") != 1 ||
+    $(grep -c "only.tsv: empty: no header after its '#' lines" "$tmp/settings_only.log") != 1 )) \
+    "status $rc, $(cmp -s "$tmp/out/eval.png" "$tmp/out/settings.png" && echo "the same PNG" || echo "another PNG"); $(tail -1 "$tmp/settings_bad.log"); $(tail -1 "$tmp/settings_only.log")"
+
 # ---- an existing --out: refused, then replaced with --overwrite ----
 before=$(cksum < "$tmp/out/runs.png")
 if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" > /dev/null 2> "$tmp/err"; then

@@ -3,7 +3,8 @@
 # does not know stops it at once, and it prepares only the datasets of the sets it scores, each from
 # its source files where it is missing. A machine with the datasets prepared elsewhere (a GPU machine
 # may have neither opencv-doc nor FFmpeg) needs no source file; a missing one is named in one line,
-# before any model is trained. Nothing is trained here: every run stops at its data.
+# before any model is trained. Nothing is trained here: every run stops at its data. And
+# tools/shapes_events.py reads an eval TSV with eval's settings lines as one without them.
 set -u
 . "$(dirname "$0")/../lib.sh"
 EVAL="env FC=$FC EVAL_CONFIGS=configs/tiny EVAL_STEPS=1 EVAL_DATA_DIR=$tmp/no-opencv-doc tools/eval_unseen.sh"
@@ -33,3 +34,24 @@ status=$?
     [ ! -e "$work/zooms" ] && [ ! -e "$work/shapes" ]
 expect eval_unseen_prepares_scored_sets_only $? \
     "status $status: $(tail -1 "$tmp/real.log"); made: $(ls "$work" | tr '\n' ' ')"
+
+# ---- tools/shapes_events.py on an eval TSV with the settings eval writes ('#' lines before the
+# header) and on one written before them: the same clips read, the same numbers ----
+{
+    printf 'section\tnoise_aug\tframe\tpsnr_chain\tpsnr_copy\tssim_chain\tssim_copy\tmean\tcontrast\tsharpness\t'
+    printf 'real_mean\treal_contrast\treal_sharpness\tpsnr_hold0\tssim_hold0\tmotion_chain\tmotion_real\n'
+    for k in 1 2 3 4 5 6 7 8; do
+        printf 'clip\t0.1\t%d\t%d.5\t2%d.25\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\n' $k $((20 + k % 3)) $((k % 2))
+    done
+} > "$tmp/old.tsv"
+{ printf '# framechain 0.1.0 eval: the settings of these scores\n# starter: runs/s (step 4)\n# seed: 1\n'
+  cat "$tmp/old.tsv"; } > "$tmp/settings.tsv"
+for t in old settings; do
+    BUILD=${BUILD:-build} "${PYTHON:-python3}" tools/shapes_events.py "$tmp/$t.tsv" 1000001 > "$tmp/events_$t.txt" 2>&1
+    echo $? > "$tmp/events_$t.rc"
+done
+[ "$(cat "$tmp/events_old.rc" "$tmp/events_settings.rc")" = "0
+0" ] && grep -q "settings.tsv: 8 clips" "$tmp/events_settings.txt" &&
+    diff <(tail -n +2 "$tmp/events_old.txt") <(tail -n +2 "$tmp/events_settings.txt") > /dev/null
+expect shapes_events_reads_settings_tsv $? \
+    "status $(cat "$tmp/events_old.rc") without the settings, $(cat "$tmp/events_settings.rc") with: $(head -2 "$tmp/events_settings.txt" | tr '\n' ' ')"
