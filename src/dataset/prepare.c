@@ -371,12 +371,14 @@ static void variable_rate(Cutter *c, Intervals *iv) {
 }
 
 // Decode one source into the cutter. Returns the frames decoded, -1 when the source could not be
-// read at all; *why says what went wrong (also for a source that broke off part-way).
-static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *src_fps, int *src_side, char *why,
-                          size_t len) {
+// read at all; *why says what went wrong (also for a source that broke off part-way); *other_size is
+// set when a frame folder stopped at a frame of another size, which is no damage.
+static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *src_fps, int *src_side,
+                          int *other_size, char *why, size_t len) {
     const PrepareOptions *o = c->o;
     long frames = 0;
     why[0] = 0;
+    *other_size = 0;
     *src_side = 0;  // the source's shorter side (0: not known)
     if (src->kind == SOURCE_SYNTHETIC) {  // no clock either: one frame per output frame
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
@@ -409,6 +411,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
             if (first && (w != first_w || h != first_h)) {
                 fc_errf(why, len, "stopped at a frame of another size: %s is %dx%d, unlike the %dx%d of %s, the first "
                         "in name order", list[i], w, h, first_w, first_h, first);
+                *other_size = 1;
                 break;
             }
             if (!first) first = list[i], first_w = w, first_h = h, *src_side = w < h ? w : h;
@@ -491,7 +494,7 @@ int prepare_run(const PrepareOptions *o) {
     c.prev = fc_malloc(frame_bytes);
     uint8_t *frame = fc_malloc(frame_bytes);
     long total_clips = 0, total_frames = 0;
-    int used = 0, skipped = 0, short_ones = 0, partial = 0;
+    int used = 0, skipped = 0, short_ones = 0, partial = 0, other_sizes = 0;
 
     for (int i = 0; i < ss.n && !c.failed; i++) {
         const Source *src = &ss.s[i];
@@ -499,8 +502,8 @@ int prepare_run(const PrepareOptions *o) {
         c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
-        int side;
-        long frames = decode_source(src, &c, frame, &src_fps, &side, why, sizeof why);
+        int side, other_size;
+        long frames = decode_source(src, &c, frame, &src_fps, &side, &other_size, why, sizeof why);
         cutter_flush(&c);  // a batch holds the clips of one source
         printf("[%d/%d] %s: ", i + 1, ss.n, shown(src->path));
         if (frames < 0 || (frames == 0 && why[0])) {  // not a frame out of it: unreadable, whatever stopped it
@@ -513,7 +516,8 @@ int prepare_run(const PrepareOptions *o) {
         } else if (c.clips == 0) {
             printf("skipped: %ld frame%s%s, fewer than one clip of %d%s%s\n", c.next_index, c.next_index == 1 ? "" : "s",
                    o->fps > 0 ? " after resampling" : "", o->clip_frames, why[0] ? "; " : "", why);
-            if (why[0]) partial++;
+            if (other_size) other_sizes++;
+            else if (why[0]) partial++;
             short_ones++;
         } else {
             printf("%ld frames -> %ld clip%s (%.0f frames/s)%s%s", frames, c.clips, c.clips == 1 ? "" : "s",
@@ -531,7 +535,8 @@ int prepare_run(const PrepareOptions *o) {
                        c.rate_hi, c.rate_mid);
             printf("\n");
             used++;
-            partial += why[0] != 0;
+            if (other_size) other_sizes++;
+            else if (why[0]) partial++;
             total_clips += c.clips;
             total_frames += frames;
         }
@@ -562,9 +567,10 @@ int prepare_run(const PrepareOptions *o) {
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
     double dt = fc_now_s() - t0;
     printf("prepare: %s: %ld clip%s of %d frames at %dx%d%s from %d input%s (%d skipped as unreadable, %d shorter than a "
-           "clip, %d cut short by damage, %d given twice); %ld frames in %.1f s, %.0f frames/s\n",
+           "clip, %d cut short by damage, %d stopped at a frame of another size, %d given twice); %ld frames in %.1f s, "
+           "%.0f frames/s\n",
            shown(o->out), total_clips, total_clips == 1 ? "" : "s", o->clip_frames, o->size, o->size, o->ae ? " as latents" : "",
-           used, used == 1 ? "" : "s", skipped + unreadable, short_ones, partial,
+           used, used == 1 ? "" : "s", skipped + unreadable, short_ones, partial, other_sizes,
            twice, total_frames, dt, total_frames / dt);
     return 0;
 }

@@ -106,7 +106,8 @@ expect prepare_folder_natural_order $? "the folder's clip holds the video's fram
 
 # A folder's frames share one size: a frame of another size (f10.png, 20x16 among 16x16, the tenth in
 # natural order) stops the folder there with a line naming both files and sizes, the nine before it cut
-# into clips; the same folder with every frame the same size is read whole
+# into clips, the summary counting it as stopped there, not as damaged; the same folder with every
+# frame the same size is read whole
 mkdir -p "$tmp/sizes"
 cp "$tmp/unpadded/"*.png "$tmp/sizes/"
 "$FC" prepare --input "$tmp/sizes" --out "$tmp/sizes_same" --size 16 --clip-frames 3 > "$tmp/sizes_same.log" 2>&1
@@ -115,11 +116,13 @@ ffmpeg -v error -y -i "$tmp/unpadded/f10.png" -vf scale=20:16 "$tmp/sizes/f10.pn
 "$FC" prepare --input "$tmp/sizes" --out "$tmp/sizes_odd" --size 16 --clip-frames 3 > "$tmp/sizes_odd.log" 2>&1
 rc2=$?
 line=$(grep -m1 'sizes:' "$tmp/sizes_odd.log")
-[ "$rc" = 0 ] && [ "$(clips "$tmp/sizes_same")" = 4 ] && ! grep -q 'another size' "$tmp/sizes_same.log" &&
+[ "$rc" = 0 ] && [ "$(clips "$tmp/sizes_same")" = 4 ] && ! grep -q 'another size:' "$tmp/sizes_same.log" &&
     [ "$rc2" = 0 ] && [ "$(clips "$tmp/sizes_odd")" = 3 ] &&
     echo "$line" | grep -qF ": 9 frames -> 3 clips" &&
-    echo "$line" | grep -qF "; stopped at a frame of another size: $tmp/sizes/f10.png is 20x16, unlike the 16x16 of $tmp/sizes/f1.png, the first in name order"
-expect prepare_folder_frame_of_another_size $? "same sizes: status $rc, $(clips "$tmp/sizes_same") clips; f10.png 20x16: status $rc2, $(clips "$tmp/sizes_odd") clips: $(echo "$line" | sed 's/.*sizes: //')"
+    echo "$line" | grep -qF "; stopped at a frame of another size: $tmp/sizes/f10.png is 20x16, unlike the 16x16 of $tmp/sizes/f1.png, the first in name order" &&
+    grep -qF " 0 cut short by damage, 0 stopped at a frame of another size, " "$tmp/sizes_same.log" &&
+    grep -qF " 0 cut short by damage, 1 stopped at a frame of another size, " "$tmp/sizes_odd.log"
+expect prepare_folder_frame_of_another_size $? "same sizes: status $rc, $(clips "$tmp/sizes_same") clips; f10.png 20x16: status $rc2, $(clips "$tmp/sizes_odd") clips: $(echo "$line" | sed 's/.*sizes: //'); summary: $(grep '^prepare:' "$tmp/sizes_odd.log" | sed 's/.*(//')"
 
 # A folder with a video in it is a folder of videos: a thumbnail beside the video is not read (and the
 # output says so), the video is; a folder of frames with a text file beside them is one clip of them
