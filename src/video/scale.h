@@ -26,10 +26,11 @@ void scaler_free(Scaler *sc);
 
 // Crop the centred display square of a w x h picture (planes data/stride in pixel format fmt, sample
 // aspect ratio sar) and resample it to size x size RGB24 in rgb, mirrored left to right when mirror
-// is set, then turned clockwise by rot degrees (0, 90, 180, 270: EXIF orientations 2, 4, 5 and 7
-// are a mirror and a turn). colorspace is an AVColorSpace, full_range whether YUV samples use the full 0..255
-// range. A format with alpha is composited over black (c * a / 255) before it is resampled, so the
-// colour stored under transparent pixels never shows. 0, or -1 with why.
+// is set, then turned clockwise by rot degrees (0, 90, 180, 270: EXIF orientations 2, 4, 5 and 7, and a
+// video's display matrix that flips, are a mirror and a turn). colorspace is an AVColorSpace,
+// full_range whether YUV samples use the full 0..255 range. A format with alpha is composited over
+// black (c * a / 255) before it is resampled, so the colour stored under transparent pixels never
+// shows. 0, or -1 with why.
 int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
                  AVRational sar, int colorspace, int full_range, int rot, int mirror, int size, uint8_t *rgb,
                  char *why, size_t whylen);

@@ -9,8 +9,9 @@
 // geometry: a non-square sample aspect ratio is honoured) and that square is resampled to size x size
 // with swscale, SWS_AREA when shrinking and SWS_BICUBIC when enlarging. This gives the same result as
 // "scale so that the shorter side becomes size, then crop the centre", without scaling the part that
-// is thrown away. A rotation of 90/180/270 degrees stored in the stream (phone videos) is applied. A
-// pixel format with alpha is composited over black first (scale.h).
+// is thrown away. A rotation of 90/180/270 degrees stored in the stream (phone videos) is applied, and
+// a mirror stored there too (a front camera, an editor's flip), as FFmpeg's command-line tool and
+// players apply them. A pixel format with alpha is composited over black first (scale.h).
 // Output rows are top to bottom, pixels R, G, B, no padding.
 #ifndef FRAMECHAIN_VIDEO_H
 #define FRAMECHAIN_VIDEO_H
@@ -39,8 +40,10 @@ int video_height(const VideoReader *v);
 double video_fps(const VideoReader *v);
 // The container's frame count, else duration x fps; -1 when neither is known.
 long video_frame_count_estimate(const VideoReader *v);
-// The rotation applied to the frames, clockwise degrees: 0, 90, 180 or 270.
+// The rotation applied to the frames, clockwise degrees: 0, 90, 180 or 270; when video_mirrored, after
+// a left-right mirror (an upside-down flip is the mirror and 180).
 int video_rotation(const VideoReader *v);
+int video_mirrored(const VideoReader *v);
 
 // Decode the next frame as size x size RGB24 (rgb: size*size*3 bytes). *time_s (may be NULL) is its
 // presentation time in seconds from the stream's start time (else from its first frame); times

@@ -19,6 +19,7 @@ int video_height(const VideoReader *v) { return v ? 0 : 0; }
 double video_fps(const VideoReader *v) { return v ? 25 : 25; }
 long video_frame_count_estimate(const VideoReader *v) { return v ? -1 : -1; }
 int video_rotation(const VideoReader *v) { return v ? 0 : 0; }
+int video_mirrored(const VideoReader *v) { return v ? 0 : 0; }
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen) {
     return fc_errf(err, errlen, "%s", NO_FFMPEG);
 }

@@ -43,7 +43,7 @@ struct VideoReader {
     AVFrame *frame;
     int stream;
     AVRational tb;
-    int width, height, rotation;
+    int width, height, rotation, mirrored;  // the display matrix's turn after a left-right mirror
     double fps;
     long count_estimate;
     long stated_frames;  // the length the header states (video.h: a cut-short file); 0: none stated
@@ -62,7 +62,13 @@ static int g_decoder_threads = 1;
 
 void video_set_decoder_threads(int n) { g_decoder_threads = n < 0 ? 1 : n; }
 
-static int stream_rotation(const AVStream *st) {
+// The stream's display matrix as a left-right mirror (*mirror) and then a clockwise turn (*rot: 0, 90,
+// 180, 270), as FFmpeg's command-line tool applies it: the turn rounded to a quarter, and a mirror
+// where the matrix flips (a negative determinant: a phone's front camera, an editor's flip). A flip
+// turns the angle av_display_rotation_get reads by half a turn from the turn that follows the mirror:
+// a plain left-right flip reads 180, a vertical flip 0 (that is, the mirror and then a half turn).
+static void stream_orientation(const AVStream *st, int *rot, int *mirror) {
+    *rot = *mirror = 0;
     const int32_t *m = NULL;
 #if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(60, 30, 100)
     const AVPacketSideData *sd = av_packet_side_data_get(st->codecpar->coded_side_data,
@@ -73,12 +79,16 @@ static int stream_rotation(const AVStream *st) {
     const uint8_t *p = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, &n);
     if (p && n >= 9 * sizeof(int32_t)) m = (const int32_t *)p;
 #endif
-    if (!m) return 0;
+    if (!m) return;
     double a = -av_display_rotation_get(m);  // counterclockwise -> clockwise
-    if (!isfinite(a)) return 0;
+    if (!isfinite(a)) return;
     a = fmod(a, 360.0);
     if (a < 0) a += 360.0;
-    return ((int)lrint(a / 90.0) % 4) * 90;
+    int turn = ((int)lrint(a / 90.0) % 4) * 90;
+    // the 2x2 part's determinant, in doubles: products of 16.16 values overflow 32 bits
+    double det = (double)m[0] * m[4] - (double)m[1] * m[3];
+    *mirror = det < 0;
+    *rot = *mirror ? (turn + 180) % 360 : turn;
 }
 
 static void reader_free(VideoReader *v) {
@@ -223,7 +233,7 @@ static void stated_length(VideoReader *v, const AVStream *st) {
     if (!(v->stated_s < 1e9)) v->stated_s = 0;
 }
 
-// What video.h tells about the stream before a frame is read: size, rate, length, rotation, and
+// What video.h tells about the stream before a frame is read: size, rate, length, orientation, and
 // where its time starts. 0, or -1 with why.
 static int reader_describe(VideoReader *v, char *err, size_t errlen) {
     const AVStream *st = v->fmt->streams[v->stream];
@@ -233,7 +243,7 @@ static int reader_describe(VideoReader *v, char *err, size_t errlen) {
         return fc_errf(err, errlen, "%s: the video stream has no frame size", v->path);
     v->fps = stream_fps(st);
     v->count_estimate = frame_count_estimate(v->fmt, st, v->fps);
-    v->rotation = stream_rotation(st);
+    stream_orientation(st, &v->rotation, &v->mirrored);
     stated_length(v, st);
     if (st->start_time != AV_NOPTS_VALUE) {
         v->start_pts = st->start_time;
@@ -260,6 +270,7 @@ int video_height(const VideoReader *v) { return v ? v->height : 0; }
 double video_fps(const VideoReader *v) { return v ? v->fps : 25; }
 long video_frame_count_estimate(const VideoReader *v) { return v ? v->count_estimate : -1; }
 int video_rotation(const VideoReader *v) { return v ? v->rotation : 0; }
+int video_mirrored(const VideoReader *v) { return v ? v->mirrored : 0; }
 long video_frames_read(const VideoReader *v) { return v ? v->frames : 0; }
 
 // The reader stops for good: its sticky error names the file, and goes into err. -1.
@@ -357,7 +368,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
             char why[256];
             AVRational sar = av_guess_sample_aspect_ratio(v->fmt, v->fmt->streams[v->stream], f);
             if (scale_square(&v->sc, f->data, f->linesize, f->width, f->height, (enum AVPixelFormat)f->format, sar,
-                             f->colorspace, f->color_range == AVCOL_RANGE_JPEG, v->rotation, 0, size, rgb, why,
+                             f->colorspace, f->color_range == AVCOL_RANGE_JPEG, v->rotation, v->mirrored, size, rgb, why,
                              sizeof why) < 0)
                 return reader_fail(v, err, errlen, "frame %ld: %s", v->frames, why);
             double t = frame_time(v, f);

@@ -1,6 +1,7 @@
 // test_video.c: the video layer (src/video/) against real footage (Debian's opencv-doc), clips it
 // writes itself, broken files, the centre crop, uncommon pixel formats, colour ranges
-// and matrices, timestamps that repeat (made with the ffmpeg program).
+// and matrices, a display matrix that turns or mirrors, timestamps that repeat (made with the ffmpeg
+// program).
 // One PASS/FAIL line per check, with the measured figure; exit status 1 when any check failed.
 #include "video_fixture.h"
 
@@ -330,18 +331,17 @@ static int ffmpeg_make(const char *args, const char *out) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-// Copy an mp4 and write a rotation by `turn` degrees clockwise into its (only) track header matrix.
-static int patch_rotation(const char *in, const char *out, int turn) {
+// Copy an mp4 with the display matrix mat (a b u c d v x y w: 16.16 fixed point, w 2.30) written into
+// its (only) track header, which FFmpeg's mov demuxer gives as the stream's display matrix.
+static int patch_matrix(const char *in, const char *out, const int32_t mat[9]) {
     size_t n = 0;
     uint8_t *b = test_read_file(in, &n);
     int rc = -1;
     for (size_t i = 4; b && i + 84 <= n; i++) {
         if (memcmp(b + i, "tkhd", 4) || b[i + 4] != 0) continue;  // version 0 only
         // size(4) type(4) version+flags(4) created(4) modified(4) track(4) reserved(4) duration(4)
-        // reserved(8) layer(2) group(2) volume(2) reserved(2), then the matrix a b u c d v x y w.
+        // reserved(8) layer(2) group(2) volume(2) reserved(2), then the matrix.
         uint8_t *m = b + i - 4 + 48;
-        int32_t s = turn == 90 ? 1 : -1;
-        int32_t mat[9] = {0, s * 0x10000, 0, -s * 0x10000, 0, 0, 0, 0, 0x40000000};
         for (int k = 0; k < 9; k++)
             for (int j = 0; j < 4; j++) m[4 * k + j] = (uint8_t)((uint32_t)mat[k] >> (24 - 8 * j));
         rc = write_bytes(out, b, n);
@@ -349,6 +349,13 @@ static int patch_rotation(const char *in, const char *out, int turn) {
     }
     free(b);
     return rc;
+}
+
+// Copy an mp4 and write a rotation by `turn` degrees clockwise into its (only) track header matrix.
+static int patch_rotation(const char *in, const char *out, int turn) {
+    int32_t s = turn == 90 ? 1 : -1;
+    const int32_t mat[9] = {0, s * 0x10000, 0, -s * 0x10000, 0, 0, 0, 0, 0x40000000};
+    return patch_matrix(in, out, mat);
 }
 
 // Solid colour clips in pixel formats other than plain yuv420p, each read back as that colour.
@@ -436,6 +443,98 @@ static void test_rotation(void) {
     }
 }
 
+// The quadrant of a square RGB frame around (x, y): 'R', 'G', 'B' or '-' (grey), by its dominant colour.
+static char quadrant_colour(const uint8_t *rgb, int size, int x, int y) {
+    const uint8_t *p = rgb + 3 * ((size_t)y * size + x);
+    return p[0] > 150 && p[1] < 100 ? 'R' : p[1] > 150 && p[0] < 100 ? 'G' : p[2] > 150 && p[0] < 100 ? 'B' : '-';
+}
+
+// The four quadrants' colours, top left, top right, bottom left, bottom right.
+static void quadrants(const uint8_t *rgb, int size, char out[5]) {
+    int a = size / 4, b = size * 3 / 4;
+    out[0] = quadrant_colour(rgb, size, a, a), out[1] = quadrant_colour(rgb, size, b, a);
+    out[2] = quadrant_colour(rgb, size, a, b), out[3] = quadrant_colour(rgb, size, b, b), out[4] = 0;
+}
+
+// A display matrix that mirrors (a negative determinant: a front camera, ffmpeg -display_hflip,
+// an editor's flip) is applied as FFmpeg's command-line tool applies it: a picture of four coloured
+// quadrants (red, green / blue, grey) whose track header flips it, alone or with a quarter turn, reads
+// as the upright file's frame with each pixel moved as the flip moves it, and shows the quadrants
+// where the ffmpeg program (autorotate) shows them. A matrix of two flips is a half turn, no mirror.
+static void test_mirror(void) {
+    char base[512];  // tmp_path's buffers are reused
+    snprintf(base, sizeof base, "%s", tmp_path("quadrants.mp4"));
+    if (ffmpeg_make("-f lavfi -i color=c=0x808080:s=48x48:r=10:d=0.5,"
+                    "drawbox=x=0:y=0:w=24:h=24:color=0xE01010:t=fill,drawbox=x=24:y=0:w=24:h=24:color=0x10E010:t=fill,"
+                    "drawbox=x=0:y=24:w=24:h=24:color=0x1010E0:t=fill -pix_fmt yuv420p -c:v mpeg4 -q:v 2",
+                    base) < 0) {
+        check(0, "video_mirror", "ffmpeg could not make the clip");
+        return;
+    }
+    enum { S = 32, N = S - 1 };
+    const int32_t one = 0x10000, w = 0x40000000;
+    // Each case: the matrix (as av_display_rotate_set and av_display_matrix_flip make it), what the
+    // reader says of it, and where output pixel (x, y) comes from in the upright frame: (x, y), or
+    // (y, x) when transposed, then each coordinate c as N - c where flipped.
+    const struct {
+        const char *name;
+        int32_t mat[9];
+        int rot, mirrored;
+        int transposed, flip_x, flip_y;
+    } cases[] = {
+        {"hflip", {-one, 0, 0, 0, one, 0, 0, 0, w}, 0, 1, 0, 1, 0},
+        {"vflip", {one, 0, 0, 0, -one, 0, 0, 0, w}, 180, 1, 0, 0, 1},
+        {"hflip_vflip", {-one, 0, 0, 0, -one, 0, 0, 0, w}, 180, 0, 0, 1, 1},
+        {"turn90", {0, one, 0, -one, 0, 0, 0, 0, w}, 90, 0, 1, 0, 1},
+        {"turn90_hflip", {0, one, 0, one, 0, 0, 0, 0, w}, 270, 1, 1, 0, 0},
+        {"turn270_hflip", {0, -one, 0, -one, 0, 0, 0, 0, w}, 90, 1, 1, 1, 1},
+    };
+    char err[512] = "";
+    uint8_t plain[S * S * 3], got[S * S * 3];
+    ReadAll r0 = read_all(base, S, plain, 1);
+    char upright[5] = "?";
+    if (r0.frames > 0) quadrants(plain, S, upright);
+    if (strcmp(upright, "RGB-")) {
+        check(0, "video_mirror", "the upright clip reads as quadrants %s, not RGB- %s", upright, r0.err);
+        return;
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char name[64], cname[64], cmd[1200];
+        snprintf(name, sizeof name, "mirror_%s.mp4", cases[k].name);
+        snprintf(cname, sizeof cname, "video_mirror_%s", cases[k].name);
+        const char *p = tmp_path(name);
+        int patched = patch_matrix(base, p, cases[k].mat);
+        VideoReader *v = patched == 0 ? video_open(p, err, sizeof err) : NULL;
+        int rot = v ? video_rotation(v) : -1, mir = v ? video_mirrored(v) : -1, n = 0;
+        double t;
+        if (v) n = video_next_frame(v, S, got, &t, err, sizeof err);
+        if (v) video_close(v);
+        // each pixel against the upright frame's pixel the flip (after it, the turn) brings there
+        int moved = 0;
+        for (int y = 0; y < S && n == 1; y++)
+            for (int x = 0; x < S; x++) {
+                int sx = cases[k].transposed ? y : x, sy = cases[k].transposed ? x : y;
+                if (cases[k].flip_x) sx = N - sx;
+                if (cases[k].flip_y) sy = N - sy;
+                moved += memcmp(got + 3 * (y * S + x), plain + 3 * (sy * S + sx), 3) != 0;
+            }
+        // the ffmpeg program's own reading of the patched file, turned and flipped by its display matrix
+        const char *raw = tmp_path("mirror.rgb");
+        snprintf(cmd, sizeof cmd, "ffmpeg -hide_banner -nostdin -v error -y -i '%s' -frames:v 1 -f rawvideo "
+                 "-pix_fmt rgb24 '%s' >/dev/null 2>&1", p, raw);
+        size_t rn = 0;
+        uint8_t *cli = system(cmd) == 0 ? test_read_file(raw, &rn) : NULL;
+        char ours[5] = "?", theirs[5] = "?";
+        if (n == 1) quadrants(got, S, ours);
+        if (cli && rn == 48 * 48 * 3) quadrants(cli, 48, theirs);
+        free(cli);
+        check(patched == 0 && n == 1 && rot == cases[k].rot && mir == cases[k].mirrored && moved == 0 &&
+              !strcmp(ours, theirs), cname, "patched %d, rotation %d (want %d), mirrored %d (want %d), %d of %d "
+              "pixels not where the flip puts the upright frame's; quadrants %s, the ffmpeg program's %s (upright: "
+              "RGB-) %s", patched, rot, cases[k].rot, mir, cases[k].mirrored, moved, S * S, ours, theirs, err);
+    }
+}
+
 // Sample aspect ratio 2:1: 64x64 stored, 128x64 shown; the square crop keeps the middle 32 columns.
 static void test_sample_aspect(void) {
     const char *sp = tmp_path("sar2.mkv");
@@ -490,6 +589,7 @@ static void test_formats(void) {
     }
     test_pixel_formats();
     test_rotation();
+    test_mirror();
     test_sample_aspect();
     test_repeated_timestamps();
 }
