@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "base/clock.h"
 #include "base/common.h"
@@ -26,7 +27,9 @@ static const char *HELP_AUTOENCODE =
     "docs/autoencoders.md says where to get them.\n"
     "\n"
     "  --vae FILE     a .safetensors file of an autoencoder (F32, F16 or BF16)\n"
-    "  --input VIDEO  a video (or a PNG or JPEG: one frame), at least N x N\n"
+    "  --input VIDEO  a video, a folder of PNG or JPEG frames (read as prepare reads one: in natural\n"
+    "                 order of their names, stopping at a frame of another size), or a PNG or JPEG (one\n"
+    "                 frame); at least N x N\n"
     "  --size N       the frames' side, a multiple of 8 (default 256)\n"
     "  --frames K     how many frames (default 8; an image: 1)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
@@ -51,9 +54,11 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     const char *vae = required(opts, "--vae"), *input = required(opts, "--input");
     int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
     // an image is one frame: its default; more of it is refused below, by name
+    struct stat st;
+    int image = is_image_path(input) && !(stat(input, &st) == 0 && S_ISDIR(st.st_mode));
     int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000)
-                                         : is_image_path(input) ? 1 : 8;
-    if (K > 1 && is_image_path(input))
+                                         : image ? 1 : 8;
+    if (K > 1 && image)
         usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video)", K, input);
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;

@@ -121,9 +121,10 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
         return 0;
     }
     int have_input = input && !stat(input, &si);
+    const char *kind = have_input && S_ISDIR(si.st_mode) ? "folder" : "file";  // a folder of frames, or a file
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
-        return fc_errf(err, errlen, "%s: is the input file %s; give the output another name (--overwrite "
-                       "never replaces the input)", out, input);
+        return fc_errf(err, errlen, "%s: is the input %s %s; give the output another name (--overwrite "
+                       "never replaces the input)", out, kind, input);
     if (!overwrite)
         return fc_errf(err, errlen, "%s: already exists%s; give a new name, or --overwrite to replace it", out,
                        S_ISDIR(so.st_mode) ? " (a folder)" : "");
@@ -144,8 +145,8 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
         char in_dir[PATH_LEN], real[PATH_MAX];
         fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);
         if (!stat(in_dir, &sp) && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
-            return fc_errf(err, errlen, "%s: holds the --first-frame file %s; give the output another name "
-                           "(--overwrite never replaces the input)", out, input);
+            return fc_errf(err, errlen, "%s: holds the --first-frame %s %s; give the output another name "
+                           "(--overwrite never replaces the input)", out, kind, input);
     }
     return video ? 0 : check_replaceable_folder(out, err, errlen);
 }

@@ -12,8 +12,9 @@
 // Everything about the path out that can be known before sampling: its folder exists and is a
 // folder we may write in; out does not exist, or overwrite is given and out is what would be written
 // again (a file for a video, a folder of nothing but frame-NNNNNN.png for PNGs); out is not the input
-// file, under any name (device and inode compared), nor a folder holding it, overwrite or not. input
-// may be a name that is no file (shapes:N). Returns 0, or -1 with one line in err naming out.
+// (a file, or a folder of frames), under any name (device and inode compared), nor a folder holding it,
+// overwrite or not. input may be a name that is no file (shapes:N). Returns 0, or -1 with one line in
+// err naming out.
 int generate_check_output(const char *out, const char *input, int overwrite, char *err, size_t errlen);
 
 typedef struct GenerateOutput GenerateOutput;

@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/common.h"
 #include "base/clock.h"
 #include "base/philox.h"
 #include "video/video.h"
+#include "dataset/frame_folder.h"
 #include "dataset/latents.h"
 #include "dataset/moving_shapes.h"
 #include "train/checkpoint.h"
@@ -37,6 +39,29 @@ static int load_video_frames(const char *path, int S, int K, uint8_t *rgb, char 
     return rc;
 }
 
+// The first K frames of a folder of frames (frame_folder.h), which must be at least S x S. Returns 0,
+// or -1 with one line in err.
+static int load_folder_frames(const char *path, int S, int K, uint8_t *rgb, char *err, size_t errlen) {
+    char why[800];
+    FrameFolder *f = frame_folder_open(path, err, errlen);
+    if (!f) return -1;
+    int rc = 0, k = 0, got = 1, w, h;
+    for (; k < K && !rc && (got = frame_folder_next(f, S, rgb + (size_t)k * S * S * 3, why, sizeof why)) == 1; k++) {
+        frame_folder_size(f, &w, &h);  // the first frame's, which every later one has
+        if (k == 0 && (w < S || h < S))
+            rc = fc_errf(err, errlen, "%s: its frames are %dx%d, smaller than the %dx%d frames they must fill", path, w,
+                         h, S, S);
+    }
+    if (!rc && got < 0)
+        rc = fc_errf(err, errlen, "%s: %s; %d frame%s before it, fewer than the %d asked for", path, why, k,
+                     k == 1 ? "" : "s", K);
+    else if (!rc && k < K)
+        rc = fc_errf(err, errlen, "%s: the folder has %d frame%s, fewer than the %d asked for", path, k, k == 1 ? "" : "s",
+                     K);
+    frame_folder_close(f);
+    return rc;
+}
+
 int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen) {
     size_t E = (size_t)3 * S * S;
     if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
@@ -56,11 +81,15 @@ int load_first_frames(const char *path, int S, int K, real *out, char *err, size
         free(rgb);
         return 0;
     }
-    if (K > 1 && is_image_path(path))
-        return fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video", path, K);
+    struct stat st;
+    int folder = !stat(path, &st) && S_ISDIR(st.st_mode);
+    if (K > 1 && is_image_path(path) && !folder)
+        return fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video or a folder of frames",
+                       path, K);
     uint8_t *rgb = fc_malloc((size_t)K * S * S * 3);
-    int rc = is_image_path(path) ? image_load_square_min(path, S, S, rgb, err, errlen)
-                                 : load_video_frames(path, S, K, rgb, err, errlen);
+    int rc = folder                ? load_folder_frames(path, S, K, rgb, err, errlen)
+             : is_image_path(path) ? image_load_square_min(path, S, S, rgb, err, errlen)
+                                   : load_video_frames(path, S, K, rgb, err, errlen);
     for (int k = 0; k < K && rc == 0; k++) frame_from_rgb(out + k * E, rgb + (size_t)k * S * S * 3, S);
     free(rgb);
     return rc;

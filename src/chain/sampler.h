@@ -113,8 +113,9 @@ int chain_frames_held(const ChainPlan *p);
 // ----------------------------------------------------------------------------
 // frames
 
-// The first K frames of PATH as (K, 3, S, S) in [-1, 1]: a video's first K, or (K = 1) a PNG/JPEG;
-// shapes:N the built-in moving-shapes clip N. Returns 0, or -1 with one line in err.
+// The first K frames of PATH as (K, 3, S, S) in [-1, 1]: a video's first K, a folder of frames' first
+// K (frame_folder.h: PNG or JPEG images in name order), or (K = 1) a PNG/JPEG; shapes:N the built-in
+// moving-shapes clip N. Returns 0, or -1 with one line in err.
 int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen);
 
 #endif

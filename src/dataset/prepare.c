@@ -1,8 +1,6 @@
 // prepare.c: `framechain prepare`. Every input is decoded (FFmpeg for videos, stb_image for frame
 // folders), scaled and centre-cropped to size x size, optionally resampled in time, cut into clips
 // and written to shards. A bad input is reported in one line and skipped; the job goes on.
-#define _GNU_SOURCE  // strverscmp
-#include <dirent.h>
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
@@ -10,6 +8,7 @@
 #include <time.h>
 
 #include "base/common.h"
+#include "dataset/frame_folder.h"
 #include "dataset/latents.h"
 #include "dataset/prepare.h"
 #include "dataset/synthetic.h"
@@ -87,46 +86,6 @@ static const char *shown(const char *path) {
     return buf;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-// Names in natural order: the numbers in them compared as numbers, so frames named f1.png .. f12.png
-// come in time order (strverscmp; zero-padded names keep their plain order).
-static int cmp_natural(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
-
-// The entries of a folder as full paths (NULL-terminated; free with free_list), sorted by name: in
-// natural order for a folder's frames (natural 1), in plain byte order for its videos and folders,
-// whose order is only the dataset's order of clips (kept as it was: a dataset prepared again from
-// the same folder holds the same clips in the same places).
-static char **list_folder(const char *dir, int *count, int natural) {
-    DIR *d = opendir(dir);
-    *count = 0;
-    if (!d) return NULL;
-    int cap = 64, n = 0;
-    char **names = fc_malloc(sizeof(char *) * cap);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;  // ., .., hidden files
-        if (n + 1 >= cap) {
-            cap *= 2;
-            names = realloc(names, sizeof(char *) * cap);
-            if (!names) fc_die("out of host memory listing %s", dir);
-        }
-        size_t len = strlen(dir) + strlen(e->d_name) + 2;
-        names[n] = fc_malloc(len);
-        snprintf(names[n], len, "%s/%s", dir, e->d_name);
-        n++;
-    }
-    closedir(d);
-    qsort(names, n, sizeof(char *), natural ? cmp_natural : cmp_str);
-    names[n] = NULL;
-    *count = n;
-    return names;
-}
-
-static void free_list(char **list) {
-    for (char **p = list; p && *p; p++) free(*p);
-    free(list);
-}
-
 static int has_extension(const char *path, const char *const *ext) {
     const char *base = strrchr(path, '/'), *dot;
     base = base ? base + 1 : path;
@@ -134,14 +93,6 @@ static int has_extension(const char *path, const char *const *ext) {
     for (int i = 0; dot && dot != base && ext[i]; i++)
         if (!strcasecmp(dot, ext[i])) return 1;
     return 0;
-}
-// Video files by their extension: a folder holding one is a folder of videos, whatever images lie
-// beside them (a cover.jpg, a thumbnail); unknown files there are still tried as videos.
-static int is_video_file(const char *path) {
-    static const char *const ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts",
-                                      ".mts", ".m2ts", ".flv", ".wmv", ".asf", ".ogv", ".3gp", ".y4m", ".gif",
-                                      ".mxf", ".vob", ".dv", ".nut", ".divx", ".rm", ".rmvb", NULL};
-    return has_extension(path, ext);
 }
 // Stills that FFmpeg reads as one-frame videos but a frame folder does not take (stb_image reads PNG and
 // JPEG only): a folder of them gets one line, not a "fewer than one clip" line per file.
@@ -172,7 +123,9 @@ static int expand(Sources *ss, const char *path, int depth) {
     }
     int n, images = 0, stills = 0, videos = 0, bad = 0, said = 0, before = ss->n, twice = ss->twice;
     const char *still_ext = NULL;
-    char **list = list_folder(path, &n, 0);
+    // in plain byte order, the dataset's order of clips as it always was: a dataset prepared again from
+    // the same folder holds the same clips in the same places
+    char **list = folder_entries(path, &n, 0);
     if (!list) {
         printf("  %s: skipped: cannot read the folder: %s\n", shown(path), strerror(errno));
         return 1;
@@ -213,7 +166,7 @@ static int expand(Sources *ss, const char *path, int depth) {
         printf("  %s: skipped: no video or frames in it\n", shown(path));
         bad++;
     }
-    free_list(list);
+    folder_entries_free(list);
     return bad;
 }
 
@@ -392,33 +345,24 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         return frames;
     }
     if (src->kind == SOURCE_FRAME_FOLDER) {
-        int n;
-        char **list = list_folder(src->path, &n, 1);
+        char err[700];
+        FrameFolder *ff = frame_folder_open(src->path, err, sizeof err);
+        if (!ff) {
+            snprintf(why, len, "%s", without_path(err, src->path));
+            return -1;
+        }
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
         c->fps = *src_fps;
-        const char *first = NULL;  // the folder's first frame, whose size every frame must have
-        int first_w = 0, first_h = 0;
-        for (int i = 0; list && i < n && !c->failed; i++) {
-            if (!is_image_path(list[i])) continue;
-            char err[512];
-            int w, h;
-            if (image_load_square_size(list[i], o->size, frame, &w, &h, err, sizeof err)) {
-                snprintf(why, len, "stopped at a bad frame: %s", err);  // names the frame's file
-                break;
-            }
-            // a frame of another size (a thumbnail, a frame of another export) would jump in framing
-            if (first && (w != first_w || h != first_h)) {
-                fc_errf(why, len, "stopped at a frame of another size: %s is %dx%d, unlike the %dx%d of %s, the first "
-                        "in name order", list[i], w, h, first_w, first_h, first);
-                *other_size = 1;
-                break;
-            }
-            if (!first) first = list[i], first_w = w, first_h = h, *src_side = w < h ? w : h;
+        while (!c->failed && frame_folder_next(ff, o->size, frame, why, len) == 1) {
             cutter_frame(c, frame, frames * dt);
             frames++;
         }
-        free_list(list);
+        int w, h;
+        frame_folder_size(ff, &w, &h);
+        *src_side = w < h ? w : h;
+        *other_size = frame_folder_stopped_at_other_size(ff);
+        frame_folder_close(ff);
         return frames;
     }
     char err[512];

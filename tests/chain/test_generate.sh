@@ -173,6 +173,16 @@ if [ $same_given = 1 ] && cmp -s "$tmp/given1/frame-000000.png" "$tmp/given7:1/f
 else
     fail generate_given "the given frames changed with the seed, or the made ones did not"
 fi
+# --given 7 from a folder of frames: the 16 frames written from the video, as g1.png .. g16.png, give
+# the same chain byte for byte, so the folder's first 7 are read in natural order (g10.png after
+# g9.png: in byte order g10-g12 would come before g2)
+mkdir -p "$tmp/given_folder"
+for f in $(seq 0 15); do cp "$tmp/given7:1/frame-$(printf %06d "$f").png" "$tmp/given_folder/g$((f + 1)).png"; done
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/given_folder" --given 7 --seed 1 --frames 16 --steps 2 \
+    --out "$tmp/given_from_folder" --quiet > "$tmp/given_folder.log" 2>&1
+rc=$?
+diff -r "$tmp/given7:1" "$tmp/given_from_folder" > /dev/null && [ "$(ls "$tmp/given_from_folder" | wc -l)" = 16 ]
+expect generate_given_from_frame_folder $? "exit $rc; $(diff -rq "$tmp/given7:1" "$tmp/given_from_folder" 2>&1 | wc -l) of 16 frames differ from the chain given the video's frames $(tail -1 "$tmp/given_folder.log")"
 
 # a generation is a pure function of the models, the first frame and the seed: the same video file
 # twice, byte for byte, in each container written (Matroska's IDs were random)
@@ -298,6 +308,12 @@ expect_refusal checkpoint_as_run "ckpt-00000012.safetensors: a file, not a run f
     --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 expect_refusal input_by_another_name "is the input file" "${RUNS[@]}" --first-frame "$tmp/input.avi" --out "$tmp/link.avi" --overwrite
 cmp -s "$tmp/input.avi" "$VIDEO" || fail generate_input_kept "the --first-frame file changed"
+# a folder of frames given as the first frames is never the output either
+mkdir -p "$tmp/folder_in"
+cp "$tmp/first.png" "$tmp/folder_in/frame-000000.png"
+expect_refusal input_folder_as_output "is the input folder" "${RUNS[@]}" --first-frame "$tmp/folder_in" \
+    --out "$tmp/folder_in" --overwrite
+[ -f "$tmp/folder_in/frame-000000.png" ] || fail generate_input_folder_kept "the --first-frame folder changed"
 ln -s "$tmp/a/frame-000000.png" "$tmp/first_link.png"  # a link into the folder --overwrite would replace
 expect_refusal overwrite_folder_of_linked_input "holds the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/first_link.png" \
     --out "$tmp/a" --overwrite

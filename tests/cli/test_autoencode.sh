@@ -77,6 +77,46 @@ refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input 
 refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --overwrite
 
+# A folder of PNG frames is read as prepare reads one: f1.png .. f12.png in natural order (f10 after
+# f9, not after f1), the first 10 of them give the same decoded frames, byte for byte, as a lossless
+# video of the same 12 frames (RGB, at the size asked: no resampling); a frame of another size among
+# the first 10 stops the folder with prepare's line, and the frames before it are fewer than asked
+# for; a folder with a video in it, or with no PNG or JPEG, is refused in one line
+mkdir -p "$tmp/frames"
+ffmpeg -v error -i "$VIDEO" -vf crop=64:64:300:200 -frames:v 12 -start_number 1 "$tmp/frames/f%d.png"
+ffmpeg -v error -framerate 12 -i "$tmp/frames/f%d.png" -start_number 1 -c:v ffv1 -pix_fmt bgr0 "$tmp/frames.mkv"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/frames" --size 64 --frames 10 --out "$tmp/rt_folder" \
+    > "$tmp/folder.log" 2>&1
+rc=$?
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/frames.mkv" --size 64 --frames 10 --out "$tmp/rt_video" \
+    > "$tmp/video.log" 2>&1
+rc2=$?
+same=0
+for f in "$tmp"/rt_video/frame-*.png; do cmp -s "$f" "$tmp/rt_folder/${f##*/}" && same=$((same + 1)); done
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$same" = 10 ] && grep -q "10 frames of 64x64 from $tmp/frames on" "$tmp/folder.log" &&
+    [ "$(tail -1 "$tmp/folder.log")" = "$(tail -1 "$tmp/video.log")" ]
+expect autoencode_frame_folder $? "exit $rc (the video's $rc2); $same of 10 decoded frames the same as the video's; $(tail -1 "$tmp/folder.log")"
+mkdir -p "$tmp/frames_odd"
+cp "$tmp"/frames/*.png "$tmp/frames_odd/"
+ffmpeg -v error -y -i "$tmp/frames/f5.png" -vf scale=72:64 "$tmp/frames_odd/f5.png"
+refused autoencode_frame_folder_other_size 1 \
+    ": stopped at a frame of another size: $tmp/frames_odd/f5.png is 72x64, unlike the 64x64 of $tmp/frames_odd/f1.png, the first in name order; 4 frames before it, fewer than the 10 asked for" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/frames_odd" --size 64 --frames 10 --out "$tmp/none.gif"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/frames_odd" --size 64 --frames 4 > "$tmp/odd4.log" 2>&1
+expect autoencode_frame_folder_before_other_size $(( $? != 0 || $(grep -c 'over 4 frames' "$tmp/odd4.log") != 1 )) \
+    "the 4 frames before f5.png: $(tail -1 "$tmp/odd4.log")"
+mkdir -p "$tmp/frames_video" "$tmp/no_frames"
+cp "$tmp/frames/f1.png" "$tmp/frames.mkv" "$tmp/frames_video/"
+echo text > "$tmp/no_frames/notes.txt"
+refused autoencode_folder_with_video 1 "frames_video: holds a video (.*frames.mkv): a folder of frames holds PNG or JPEG images and no video; give the video itself" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/frames_video" --size 64 --frames 1 --out "$tmp/none.gif"
+mkdir -p "$tmp/frames_out"
+cp "$tmp/frames/f1.png" "$tmp/frames_out/frame-000000.png"
+refused autoencode_input_folder_as_output 1 "frames_out: is the input folder .*frames_out; give the output another name" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/frames_out" --size 64 --frames 1 --out "$tmp/frames_out" --overwrite
+refused autoencode_folder_without_frames 1 "no_frames: no PNG or JPEG frames in the folder" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/no_frames" --size 64 --out "$tmp/none.gif"
+
 # SIGINT part-way (once the first frames are decoded into the output): exit 130, nothing of --out left
 mkdir -p "$tmp/stop"
 "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 256 --frames 400 --out "$tmp/stop/int.mp4" \
