@@ -145,7 +145,7 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
         char in_dir[PATH_LEN], real[PATH_MAX];
         fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);
         if (!stat(in_dir, &sp) && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
-            return fc_errf(err, errlen, "%s: holds the --first-frame %s %s; give the output another name "
+            return fc_errf(err, errlen, "%s: holds the input %s %s; give the output another name "
                            "(--overwrite never replaces the input)", out, kind, input);
     }
     return video ? 0 : check_replaceable_folder(out, err, errlen);

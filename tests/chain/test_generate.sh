@@ -315,7 +315,7 @@ expect_refusal input_folder_as_output "is the input folder" "${RUNS[@]}" --first
     --out "$tmp/folder_in" --overwrite
 [ -f "$tmp/folder_in/frame-000000.png" ] || fail generate_input_folder_kept "the --first-frame folder changed"
 ln -s "$tmp/a/frame-000000.png" "$tmp/first_link.png"  # a link into the folder --overwrite would replace
-expect_refusal overwrite_folder_of_linked_input "holds the --first-frame file" "${RUNS[@]}" --first-frame "$tmp/first_link.png" \
+expect_refusal overwrite_folder_of_linked_input "holds the input file" "${RUNS[@]}" --first-frame "$tmp/first_link.png" \
     --out "$tmp/a" --overwrite
 rm -f "$tmp/first_link.png"
 mkdir "$tmp/mixed" && touch "$tmp/mixed/notes.txt"
@@ -336,7 +336,7 @@ fi
 
 # Nor a folder of frames that holds the --first-frame file: one of its own frames given as the first.
 cp "$tmp/a/frame-000000.png" "$tmp/a_first.png"
-expect_refusal overwrite_folder_holding_input "holds the --first-frame file" "${RUNS[@]}" \
+expect_refusal overwrite_folder_holding_input "holds the input file" "${RUNS[@]}" \
     --first-frame "$tmp/a/frame-000000.png" --out "$tmp/a" --overwrite
 if ! cmp -s "$tmp/a/frame-000000.png" "$tmp/a_first.png" || [ "$(ls "$tmp/a" | wc -l)" != 12 ]; then
     fail generate_folder_holding_input_kept "the folder holding the --first-frame file changed: $(ls "$tmp/a" | wc -l) files"

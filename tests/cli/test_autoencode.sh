@@ -114,6 +114,10 @@ mkdir -p "$tmp/frames_out"
 cp "$tmp/frames/f1.png" "$tmp/frames_out/frame-000000.png"
 refused autoencode_input_folder_as_output 1 "frames_out: is the input folder .*frames_out; give the output another name" \
     --vae "$dir/taesd.safetensors" --input "$tmp/frames_out" --size 64 --frames 1 --out "$tmp/frames_out" --overwrite
+mkdir -p "$tmp/holds_input"
+cp "$VIDEO" "$tmp/holds_input/input.avi"
+refused autoencode_folder_holding_input 1 "holds_input: holds the input file .*input.avi; give the output another name" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/holds_input/input.avi" --size 64 --frames 1 --out "$tmp/holds_input" --overwrite
 refused autoencode_folder_without_frames 1 "no_frames: no PNG or JPEG frames in the folder" \
     --vae "$dir/taesd.safetensors" --input "$tmp/no_frames" --size 64 --out "$tmp/none.gif"
 
