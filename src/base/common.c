@@ -44,13 +44,20 @@ size_t fc_utf8_len(const uint8_t *s, size_t n) {
 size_t fc_printable_len(const uint8_t *s, size_t n) {
     if (s[0] < 0x20 || s[0] == 0x7f) return 0;                   // C0 controls and DEL
     if (s[0] == 0xC2 && n >= 2 && s[1] >= 0x80 && s[1] <= 0x9F) return 0;  // C1: U+0080-U+009F
+    // Invisible characters that move the text around them: U+2028/U+2029 (line and paragraph
+    // separators), the bidirectional embeddings and overrides U+202A-U+202E (E2 80 A8..AE) and
+    // isolates U+2066-U+2069 (E2 81 A6..A9): a right-to-left override shows what follows reversed.
+    if (s[0] == 0xE2 && n >= 3 && ((s[1] == 0x80 && s[2] >= 0xA8 && s[2] <= 0xAE) ||
+                                   (s[1] == 0x81 && s[2] >= 0xA6 && s[2] <= 0xA9)))
+        return 0;
     return fc_utf8_len(s, n);
 }
 
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
 // break or tab becomes a space, any other control character (an escape sequence's ESC, the C1 CSI
-// U+009B) a '?', and so does each byte that is not part of valid UTF-8 (a lone 0x9b is the 8-bit CSI
-// to some terminals). A C1 control takes two bytes and leaves one: the string may get shorter.
+// U+009B, a bidirectional override) a '?', and so does each byte that is not part of valid UTF-8 (a
+// lone 0x9b is the 8-bit CSI to some terminals). A C1 control or a bidirectional control takes two or
+// three bytes and leaves one: the string may get shorter.
 void fc_printable_line(char *s) {
     uint8_t *in = (uint8_t *)s, *out = in;
     size_t n = strlen(s);
@@ -60,7 +67,8 @@ void fc_printable_line(char *s) {
             memmove(out, in, k);
             out += k;
         } else {
-            k = *in == 0xC2 && n >= 2 && in[1] >= 0x80 && in[1] <= 0x9F ? 2 : 1;  // a C1 control: one '?'
+            k = fc_utf8_len(in, n);  // a whole character (a C1 or bidirectional control): one '?'
+            if (!k) k = 1;           // a byte outside valid UTF-8: a '?' of its own
             *out++ = *in == '\n' || *in == '\r' || *in == '\t' ? ' ' : '?';  // (out may be in)
         }
         in += k, n -= k;

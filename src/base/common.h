@@ -32,16 +32,17 @@ int fc_messages_quiet(void);
 void fc_exit(int status) __attribute__((noreturn));
 
 // A message's text as every error line prints it, in place: a line break or tab becomes a space, any
-// other control character (C0, DEL, a C1 control U+0080-U+009F) a '?', and so does each byte that is
-// not part of valid UTF-8; printable characters of any language stay as they are. The string keeps its
-// length or gets shorter (a C1 control's two bytes become one '?'). For comparing a path with the
-// error lines that quote it.
+// other control character (C0, DEL, a C1 control U+0080-U+009F, a bidirectional control U+202A-U+202E
+// or U+2066-U+2069, the separators U+2028/U+2029) a '?', and so does each byte that is not part of
+// valid UTF-8; printable characters of any language stay as they are. The string keeps its length or
+// gets shorter (a control of two or three bytes becomes one '?'). For comparing a path with the error
+// lines that quote it.
 void fc_printable_line(char *s);
 // The length of the valid UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, at most
 // U+10FFFF) at s, of which n > 0 bytes are available; 0 when it is not one.
 size_t fc_utf8_len(const uint8_t *s, size_t n);
 // The length of the printable character at s (n > 0 bytes available): fc_utf8_len's, 0 for a control
-// character (C0, DEL, C1) or a byte that does not start a valid sequence.
+// character (C0, DEL, C1, bidirectional, U+2028/U+2029) or a byte that does not start a valid sequence.
 size_t fc_printable_len(const uint8_t *s, size_t n);
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),

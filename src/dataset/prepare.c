@@ -65,8 +65,8 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
 }
 
 // A path as printed in a progress line: control characters (a newline in a file name) escaped as in
-// manifest.tsv, so that one input's line stays one line, and so are a C1 control's bytes and each byte
-// that is not part of valid UTF-8 (the 8-bit CSI 0x9b recolours some terminals); names in any language
+// manifest.tsv, so that one input's line stays one line, and so are the bytes of a C1 control, of a
+// bidirectional control (a right-to-left override) and each byte that is not part of valid UTF-8 (the 8-bit CSI 0x9b recolours some terminals); names in any language
 // print as they are. Two static buffers in turn: two uses per printf.
 static const char *shown(const char *path) {
     static char bufs[2][4096 * 4 + 1];

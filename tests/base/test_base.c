@@ -235,6 +235,14 @@ static void test_error_lines_utf8(void) {
         {"surrogate", "\xed\xa0\x80", "???"},
         {"beyond_10ffff", "\xf4\x90\x80\x80", "????"},
         {"c2_cut_short", "ok\xc2", "ok?"},
+        // the invisible controls that reorder or break the text after them: each one '?'
+        {"bidi_override", "a\xe2\x80\xaegpm.exe", "a?gpm.exe"},
+        {"bidi_embed_pop", "\xe2\x80\xaa" "a\xe2\x80\xab" "b\xe2\x80\xac" "c\xe2\x80\xad", "?a?b?c?"},
+        {"bidi_isolates", "\xe2\x81\xa6" "a\xe2\x81\xa7" "b\xe2\x81\xa8" "c\xe2\x81\xa9", "?a?b?c?"},
+        {"line_para_separators", "a\xe2\x80\xa8" "b\xe2\x80\xa9" "c", "a?b?c"},
+        {"bidi_neighbours_kept", "\xe2\x80\xa7\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa",
+         "\xe2\x80\xa7\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa"},
+        {"bidi_cut_short", "a\xe2\x80", "a??"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[64], name[64];

@@ -122,14 +122,15 @@ line=$(grep -m1 'bad' "$tmp/odd.log")
     echo "$line" | grep -qF 'oddnames/bad\tname\x1b[31m.mp4: skipped: cannot open' && [ "$(echo "$line" | grep -o 'tname' | wc -l)" = 1 ]
 expect prepare_odd_name_printable_once $? "$(echo "$line" | sed 's/.*oddnames/oddnames/' | cut -c1-100)"
 # beyond ASCII: a name in another language prints as it is; the 8-bit CSI (a lone byte 0x9b) and the
-# C1 CSI in UTF-8 (C2 9B), which some terminals obey like ESC [, are escaped like the control characters
+# C1 CSI in UTF-8 (C2 9B), which some terminals obey like ESC [, are escaped like the control characters,
+# and so is a right-to-left override (E2 80 AE), which would show the rest of the line reversed
 mkdir -p "$tmp/oddnames8"
-echo "not a video" > "$tmp/oddnames8/$(printf 'caf\303\251 \346\227\245\302\233[31m\233[0m.mp4')"
+echo "not a video" > "$tmp/oddnames8/$(printf 'caf\303\251 \346\227\245\302\233[31m\233[0m\342\200\256gpm.mp4')"
 cp "$tmp/long.ts" "$tmp/oddnames8/good.ts"
 "$FC" prepare --input "$tmp/oddnames8" --out "$tmp/odd8_ds" --size 16 --clip-frames 4 > "$tmp/odd8.log" 2>&1
 line=$(grep -a -m1 'caf' "$tmp/odd8.log")
 ! LC_ALL=C grep -q "$(printf '[\200-\237]')" <(LC_ALL=C sed "s/$(printf '\303\251\|\346\227\245')//g" "$tmp/odd8.log") &&
-    echo "$line" | grep -qF "oddnames8/$(printf 'caf\303\251 \346\227\245')\\xc2\\x9b[31m\\x9b[0m.mp4: skipped: cannot open"
+    echo "$line" | grep -qF "oddnames8/$(printf 'caf\303\251 \346\227\245')\\xc2\\x9b[31m\\x9b[0m\\xe2\\x80\\xaegpm.mp4: skipped: cannot open"
 expect prepare_odd_name_8bit_escaped $? "$(echo "$line" | sed 's/.*oddnames8/oddnames8/' | cut -c1-100 | LC_ALL=C cat -v)"
 "$FC" prepare --input "$tmp/long.mkv" --out "$tmp/whole" --size 16 --clip-frames 8 > "$tmp/whole.log" 2>&1
 rc=$?
