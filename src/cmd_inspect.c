@@ -44,6 +44,40 @@ static const char *HELP_INSPECT =
     "aside and why, then the one the same train command resumes from, as above; the exit status is 1\n"
     "when any of them fails its checks.\n";
 
+// A string from a file (a tensor's name, a metadata value, a clip's source) or a folder's name as
+// inspect prints it: fc_printable_line's rule on a copy, so that one written to drive a terminal (an
+// escape sequence, the C1 CSI, a right-to-left override) prints as text: a line break or tab a space,
+// another control a '?'. Ordinary strings print as they are. At most len bytes of s; four buffers in
+// turn: up to four uses per printf.
+static const char *shown_n(const char *s, size_t len) {
+    static char *bufs[4];
+    static size_t caps[4];
+    static int turn;
+    turn = (turn + 1) % 4;
+    len = strnlen(s, len);
+    if (caps[turn] < len + 1) {
+        free(bufs[turn]);
+        bufs[turn] = fc_malloc(len + 1);
+        caps[turn] = len + 1;
+    }
+    memcpy(bufs[turn], s, len);
+    bufs[turn][len] = 0;
+    fc_printable_line(bufs[turn]);
+    return bufs[turn];
+}
+static const char *shown(const char *s) { return shown_n(s, strlen(s)); }
+
+// A text of several lines (a checkpoint's lineage or config copy), each as shown_n shows it, after
+// indent; its line breaks kept, and a last line without one ended.
+static void print_lines(const char *indent, const char *text) {
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        printf("%s%s\n", indent, shown_n(line, len));
+        line += len + (nl != NULL);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // a checkpoint
 
@@ -57,25 +91,23 @@ static void print_file_meta(const StFile *f) {
         if (!strcmp(keys[i], "smooth_loss"))
             printf("%-15s %.6f\n", keys[i], strtod(v, NULL));
         else
-            printf("%-15s %s\n", keys[i], v);
+            printf("%-15s %s\n", keys[i], shown(v));
     }
     const char *parent = st_meta(f, "parent"), *lineage = st_meta(f, "lineage");
     const char *data = st_meta(f, "data");
-    if (data) printf("%-15s %s\n", "data", data);
+    if (data) printf("%-15s %s\n", "data", shown(data));
     const char *ae = st_meta(f, "autoencoder");
-    if (ae) printf("%-15s %s\n", "autoencoder", ae);
-    if (parent) printf("%-15s %s\n", "parent", parent);
+    if (ae) printf("%-15s %s\n", "autoencoder", shown(ae));
+    if (parent) printf("%-15s %s\n", "parent", shown(parent));
     if (lineage) {  // one line per fork or extension, oldest first
         printf("lineage:\n");
-        for (const char *line = lineage; *line;) {
-            const char *nl = strchr(line, '\n');
-            int len = nl ? (int)(nl - line) : (int)strlen(line);
-            printf("  %.*s\n", len, line);
-            line += len + (nl != NULL);
-        }
+        print_lines("  ", lineage);
     }
     const char *config = st_meta(f, "config");
-    if (config) printf("config:\n%s%s", config, config[0] && config[strlen(config) - 1] != '\n' ? "\n" : "");
+    if (config) {
+        printf("config:\n");
+        print_lines("", config);
+    }
     char unset[8192];
     int n = config ? config_unset_keys(config, strlen(config), unset, sizeof unset) : 0;
     if (n > 0)  // an earlier build's file: what a resume or generation takes for the keys added since
@@ -145,8 +177,9 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
         for (int d = 0; d < e->ndim && used < sizeof shape; d++)
             used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%ld", d ? ", " : "", e->shape[d]);
         if (used < sizeof shape - 1) strcat(shape, ")");
-        printf("  %-48s %-4s %-16s %s%s%s\n", e->name, e->dtype, shape, status, k >= 0 && shard.why && shard.why[k] ? ": " : "",
-               k >= 0 && shard.why && shard.why[k] ? shard.why[k] : "");
+        const char *clip_why = k >= 0 && shard.why ? shard.why[k] : NULL;
+        printf("  %-48s %-4s %-16s %s%s%s\n", shown(e->name), shown(e->dtype), shape, status, clip_why ? ": " : "",
+               clip_why ? shown(clip_why) : "");
         bytes += e->end - e->begin;
     }
     printf("%d tensors, %zu bytes of data: %s\n", f.n, bytes,
@@ -154,9 +187,9 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
     // A checkpoint whose CRCs check may still be one train will not resume from: say so as it would.
     if (!bad && format && !strcmp(format, CKPT_FORMAT)) {
         if (verdict == CKPT_CORRUPT)
-            printf("UNUSABLE: %s; a resume sets it aside and goes back to the checkpoint before\n", verdict_why);
+            printf("UNUSABLE: %s; a resume sets it aside and goes back to the checkpoint before\n", shown(verdict_why));
         else if (verdict == CKPT_REFUSED)
-            printf("NOT RESUMABLE: %s; a resume stops at it\n", verdict_why);
+            printf("NOT RESUMABLE: %s; a resume stops at it\n", shown(verdict_why));
         bad += verdict != CKPT_OK;
     }
     for (int k = 0; k < shard.n; k++) free(shard.why[k]);
@@ -178,8 +211,8 @@ static void print_bad_clip(const Dataset *d, int clip, const char *why) {
     dataset_clip_location(d, clip, &loc);
     if (dataset_clip_origin(d, clip, source, sizeof source, &first, err, sizeof err))
         snprintf(source, sizeof source, "(unknown: %s)", err);
-    printf("  BAD %s clip.%d (clip %d of the dataset), from %s at frame %ld: %s\n", loc.shard, loc.index, clip,
-           source, first, why);
+    printf("  BAD %s clip.%d (clip %d of the dataset), from %s at frame %ld: %s\n", shown(loc.shard), loc.index, clip,
+           shown(source), first, shown(why));
 }
 
 // Every clip of a prepared dataset read and checked (CRC, zlib data). 0 when all pass, 1 otherwise.
@@ -193,11 +226,12 @@ static int inspect_dataset(const char *dir) {
     if (lat)
         printf("dataset %s: %d clips of %d frames as latents (%d, %d, %d) of %dx%d frames, each frame also mirrored, "
                "in %d shard%s\nautoencoder: %s, %dx, scale %g, shift %g, sha256 %s\n",
-               dir, n, dataset_clip_frames(d), lat->channels, N, N, lat->image_size, lat->image_size, dataset_shards(d),
-               dataset_shards(d) == 1 ? "" : "s", lat->family, lat->factor, lat->scale, lat->shift, lat->sha256);
+               shown(dir), n, dataset_clip_frames(d), lat->channels, N, N, lat->image_size, lat->image_size,
+               dataset_shards(d), dataset_shards(d) == 1 ? "" : "s", shown(lat->family), lat->factor, lat->scale,
+               lat->shift, shown(lat->sha256));
     else
-        printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", dir, n, dataset_clip_frames(d), N, N,
-               dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
+        printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", shown(dir), n, dataset_clip_frames(d), N,
+               N, dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
     uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
     for (int k = 0; k < n; k++) {
         if (!dataset_read_clip(d, k, clip, err, sizeof err)) continue;
@@ -322,7 +356,7 @@ static void print_metrics_end(const char *run) {
     }
     if (unread)
         printf("metrics.jsonl   %ld of its %ld lines cannot be read, left out (torn by a crash, or not written by "
-               "train): the first is line %ld: %s\n", unread, lines, first_unread, first_why);
+               "train): the first is line %ld: %s\n", unread, lines, first_unread, shown(first_why));
 }
 
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set
@@ -338,7 +372,7 @@ static int list_again(const char *run, int **steps, int *n) {
 }
 
 static int inspect_run(const char *run, int *steps, int n) {
-    printf("run %s: %d checkpoint%s, steps", run, n, n == 1 ? "" : "s");
+    printf("run %s: %d checkpoint%s, steps", shown(run), n, n == 1 ? "" : "s");
     for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
     printf("%s\n", n > 8 ? " ..." : "");
     print_metrics_end(run);
@@ -358,15 +392,15 @@ static int inspect_run(const char *run, int *steps, int n) {
         if (s == CKPT_OK && step != steps[i])
             snprintf(why, sizeof why, "%s: its metadata says step %d", path, step), s = CKPT_CORRUPT;
         if (s == CKPT_CORRUPT) {
-            printf("UNUSABLE: %s; a rerun of train sets it aside\n", why);
+            printf("UNUSABLE: %s; a rerun of train sets it aside\n", shown(why));
             damaged++;
             continue;
         }
         printf("%s: %s\n\n", s ? "a rerun of train stops at" : i == 0 ? "the newest" : "a rerun of train resumes from",
-               path);
+               shown(path));
         int rc = inspect_file_or_gone(path, relisted < 100);
         if (rc == INSPECT_GONE) {  // pruned between its check and now: the newest again
-            printf("(%s was pruned by the train that writes the run while it was read: the run again)\n", path);
+            printf("(%s was pruned by the train that writes the run while it was read: the run again)\n", shown(path));
             if (list_again(run, &steps, &n)) {
                 i = -1, relisted++;
                 continue;

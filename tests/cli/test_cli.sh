@@ -314,6 +314,27 @@ expect train_extend_without_steps 2 "--extend needs --steps N" "$FC" train --con
     --run "$tmp/r" --extend
 expect inspect_params 0 "blocks.1.attn_t.qkv.weight *(192, 64)" "$FC" inspect --config configs/tiny/starter.conf --params
 expect inspect_not_a_file 1 "nope.safetensors" "$FC" inspect "$tmp/nope.safetensors"
+# A downloaded file's strings print as text: a tensor name and metadata values (the config copy line by
+# line, its line breaks kept) holding ESC [ 31 m, an OSC title, the C1 CSI (U+009B) and a right-to-left
+# override (U+202E) reach stdout with each control a '?', never as the bytes a terminal obeys. The
+# header is ASCII (JSON \u escapes), its length 8 bytes little-endian before it; one F32 tensor, its 4 bytes 0.
+hdr='{"__metadata__":{"format":"x\u001b[31my\u009b2J","data":"d\u001b]0;title\u0007","parent":"p\u202egpm",'
+hdr+='"lineage":"one\u001b[31m\ntwo\u009b31m","config":"role = starter\n\u001b[2Jwidth = 8\n"},'
+hdr+='"w\u001b[31mred\u009b2J":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+{ printf "\\x$(printf %02x $((${#hdr} & 255)))\\x$(printf %02x $((${#hdr} >> 8)))\\0\\0\\0\\0\\0\\0"
+  printf '%s\0\0\0\0' "$hdr"; } > "$tmp/escapes.safetensors"
+"$FC" inspect "$tmp/escapes.safetensors" > "$tmp/escapes.txt" 2>&1
+rc=$?
+! LC_ALL=C grep -q "$(printf '[\001-\010\013-\037\177-\377]')" "$tmp/escapes.txt" &&
+    grep -qxF 'format          x?[31my?2J' "$tmp/escapes.txt" &&
+    grep -qxF 'data            d?]0;title?' "$tmp/escapes.txt" && grep -qxF 'parent          p?gpm' "$tmp/escapes.txt" &&
+    grep -A2 -xF 'lineage:' "$tmp/escapes.txt" | tail -2 | tr '\n' '|' | grep -qxF '  one?[31m|  two?31m|' &&
+    grep -A2 -xF 'config:' "$tmp/escapes.txt" | tail -2 | tr '\n' '|' | grep -qxF 'role = starter|?[2Jwidth = 8|' &&
+    grep -q '^  w?\[31mred?2J  *F32  (1)  *no CRC$' "$tmp/escapes.txt"
+shown=$?
+[ $rc = 0 ] && [ $shown = 0 ] &&
+    echo "PASS cli_inspect_escapes_printable: status $rc, $(grep -c . "$tmp/escapes.txt") lines, no control byte" ||
+    echo "FAIL cli_inspect_escapes_printable: status $rc: $(LC_ALL=C cat -v "$tmp/escapes.txt" | tr '\n' '|' | cut -c1-200)"
 # The build: a CUDA toolkit older than 11.8 is refused with one line that says what to do.
 printf '#!/bin/sh\necho "Cuda compilation tools, release 10.2, V10.2.89"\n' > "$tmp/nvcc" && chmod +x "$tmp/nvcc"
 # (a clean make: not the variables of a make that runs this test, such as the sanitizer build's NO_CUDA=1)
