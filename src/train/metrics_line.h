@@ -1,5 +1,6 @@
 // metrics_line.h: one line of a run's metrics.jsonl (the line train.c's write_metrics writes a step)
-// read back: for plot's training figure and inspect of a run folder.
+// read back: for plot's training figure, inspect of a run folder and train's check of where a run
+// that cannot resume went before.
 #ifndef FRAMECHAIN_METRICS_LINE_H
 #define FRAMECHAIN_METRICS_LINE_H
 

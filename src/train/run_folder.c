@@ -14,6 +14,7 @@
 #include "base/paths.h"
 #include "train/checkpoint.h"
 #include "train/lineage.h"
+#include "train/metrics_line.h"
 
 // ----------------------------------------------------------------------------
 // the folder, its lock and its metrics
@@ -163,17 +164,28 @@ int run_folder_set_aside(const char *run) {
     return n;
 }
 
-// The highest step of RUN/metrics.jsonl's lines; 0 when it has none.
+// The highest step of RUN/metrics.jsonl's whole lines that are a step's record (metrics_line_read);
+// 0 when it has none. A last line torn by a power cut ({"step":12 of a step 1234) or text put in by
+// hand names no step: counted, it could name one the run never reached.
 static long metrics_last_step(const char *run) {
-    char path[4096], line[4096];
+    char path[4096], why[256];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     FILE *f = open_metrics(path);
+    if (!f) return 0;
+    static const char *const keys[] = {"step"};
+    double step;
+    char *line = NULL;
+    size_t cap = 0;
     long last = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        long step;
-        if (sscanf(line, "{\"step\":%ld", &step) == 1 && step > last) last = step;
-    }
-    if (f) fclose(f);
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0)
+        if (len > 0 && line[len - 1] == '\n' && !metrics_line_read(line, keys, 1, &step, why, sizeof why) &&
+            step > last)
+            last = (long)step;
+    int read_error = ferror(f) ? errno : 0;
+    free(line);
+    fclose(f);
+    if (read_error) fc_die("%s: cannot read: %s", path, strerror(read_error));
     return last;
 }
 

@@ -510,6 +510,24 @@ expect all_damaged_keeps_metrics $? "metrics.jsonl unchanged, no checkpoint writ
 mkdir "$D/early" && head -2 "$D/ref/metrics.jsonl" > "$D/early/metrics.jsonl"
 short "$D/early" > "$tmp/early.log" 2>&1
 expect killed_before_first_checkpoint_restarts $? "$(tail -1 "$tmp/early.log")"
+# Only whole lines that are a step's record say how far the run went: a last line torn by a power cut
+# ({"step":12 of a longer step) and a line that is no record ({"step":9x}) name no step. Beside the
+# first two steps' lines the run starts again from step 0; beside a damaged run's the refusal names
+# its last logged step, 4, not the torn line's.
+mkdir "$D/torn" && { head -2 "$D/ref/metrics.jsonl"; echo '{"step":9x}'; printf '{"step":12'; } > "$D/torn/metrics.jsonl"
+short "$D/torn" > "$tmp/torn.log" 2>&1
+rc=$?
+expect torn_metrics_line_restarts $(( rc != 0 || $(grep -c 'trained before' "$tmp/torn.log") != 0 )) \
+    "status $rc: $(tail -1 "$tmp/torn.log" | cut -c1-150)"
+fresh torn_all
+rm "$D/torn_all/$ck4"
+printf '\xff' | dd of="$D/torn_all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+{ echo '{"step":900x}'; printf '{"step":1234'; } >> "$D/torn_all/metrics.jsonl"
+short "$D/torn_all" > "$tmp/torn_all.log" 2>&1
+rc=$?
+expect torn_metrics_line_not_the_last_step $(( rc != 1 ||
+    $(grep -c 'trained before (1 damaged checkpoint set aside as ckpt-\*.unusable, metrics.jsonl up to step 4)' \
+        "$tmp/torn_all.log") != 1 )) "status $rc: $(grep -m1 -o 'trained before ([^)]*)' "$tmp/torn_all.log")"
 
 # Optimizer state that is not finite, or a negative second moment, behind CRCs that check: set aside as
 # NaN weights are, the checkpoint before resumed, the run ends on the uninterrupted run's bytes.
