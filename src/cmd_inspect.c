@@ -371,6 +371,17 @@ static int list_again(const char *run, int **steps, int *n) {
     return 1;
 }
 
+// Where a rerun of train would start the run again, in train's words: a fork's parent as its
+// checkpoints name it, else step 0 (or a fork's parent, where no checkpoint's metadata reads to say).
+static void restart_point(const char *run, char *out, size_t len) {
+    char parent[1200];
+    int step = 0, named = run_folder_named_parent(run, parent, sizeof parent, &step);
+    run_folder_restart_point(named == 1 ? parent : NULL, step, out, len);
+    if (named < 0)
+        snprintf(out + strlen(out), len - strlen(out), " (or, were it a fork, its parent: no checkpoint's metadata "
+                 "here reads to say)");
+}
+
 static int inspect_run(const char *run, int *steps, int n) {
     printf("run %s: %d checkpoint%s, steps", shown(run), n, n == 1 ? "" : "s");
     for (int i = 0; i < n && i < 8; i++) printf(" %d", steps[i]);
@@ -410,8 +421,10 @@ static int inspect_run(const char *run, int *steps, int n) {
         return rc || damaged ? 1 : 0;
     }
     free(steps);
+    char from[1400];
+    restart_point(run, from, sizeof from);
     printf("none of its %d checkpoints can be resumed from: a rerun of train sets them aside and refuses to start "
-           "the run again from step 0\n", n);
+           "the run again from %s\n", n, from);
     return 1;
 }
 
@@ -425,9 +438,12 @@ static int inspect_folder(const char *dir) {
     if (n > 0) return inspect_run(dir, steps, n);  // it frees steps
     free(steps);
     int aside = run_folder_set_aside(dir);
-    if (aside)
+    if (aside) {
+        char from[1400];
+        restart_point(dir, from, sizeof from);
         fc_die("%s: a run folder with no checkpoint to resume from: %d damaged one%s set aside as ckpt-*.unusable (a "
-               "rerun of train refuses to start the run again from step 0)", dir, aside, aside == 1 ? "" : "s");
+               "rerun of train refuses to start the run again from %s)", dir, aside, aside == 1 ? "" : "s", from);
+    }
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (!access(path, F_OK))
         fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", dir);

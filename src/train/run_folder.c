@@ -189,6 +189,52 @@ static long metrics_last_step(const char *run) {
     return last;
 }
 
+void run_folder_restart_point(const char *parent, int parent_step, char *out, size_t len) {
+    if (parent) snprintf(out, len, "its parent %.1100s (step %d)", parent, parent_step);
+    else snprintf(out, len, "step 0");
+}
+
+// The parent one file's metadata names: its parent key, else its lineage's last "forked from" line (the
+// newest fork's), each "PATH (step N, crc32 X)". 1 with PATH and N, 0 where it names none, -1 where its
+// metadata does not read.
+static int file_names_parent(const char *path, char *parent, size_t len, int *step) {
+    StFile f;
+    char why[1024];
+    if (st_read_header(path, &f, why, sizeof why)) return -1;
+    const char *named = st_meta(&f, "parent"), *lineage = st_meta(&f, "lineage");
+    const char *end = named ? strstr(named, " (step ") : NULL;
+    for (const char *line = end ? NULL : lineage; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        const char *at = strstr(line, " (step "), *nl = strchr(line, '\n');
+        if (!strncmp(line, "forked from ", 12) && at && (!nl || at < nl)) end = at, named = line + 12;
+    }
+    if (end) {
+        snprintf(parent, len, "%.*s", (int)(end - named), named);
+        *step = atoi(end + 7);
+    }
+    st_free(&f);
+    return end != NULL;
+}
+
+int run_folder_named_parent(const char *run, char *parent, size_t len, int *step) {
+    int *steps, n = checkpoint_list(run, &steps), found = -1;
+    char path[4096];
+    for (int i = 0; i < n && found < 1; i++) {
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        int r = file_names_parent(path, parent, len, step);
+        found = r > found ? r : found;
+    }
+    free(steps);
+    DIR *d = found < 1 ? opendir(run) : NULL;
+    for (struct dirent *e; d && found < 1 && (e = readdir(d));) {
+        if (strncmp(e->d_name, "ckpt-", 5) || !strstr(e->d_name, ".safetensors.unusable")) continue;
+        snprintf(path, sizeof path, "%s/%s", run, e->d_name);
+        int r = file_names_parent(path, parent, len, step);
+        found = r > found ? r : found;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
 // A run that starts from step 0 or, a fork, from its parent (origin->from, at origin->parent_step) in
 // a folder where no checkpoint can be resumed from: the folder must not hold a run trained before,
 // which a start from scratch would throw away without a word (its metrics.jsonl cut back to the
@@ -208,8 +254,7 @@ static int trained_before(const char *run, const TrainOrigin *origin, const Conf
         snprintf(held, sizeof held, "%d damaged checkpoint%s set aside as ckpt-*.unusable%s", aside,
                  aside == 1 ? "" : "s", last > start ? ", " : "");
     if (last > start) snprintf(held + strlen(held), sizeof held - strlen(held), "metrics.jsonl up to step %ld", last);
-    if (origin->from) snprintf(from, sizeof from, "its parent %.1100s (step %d)", origin->from, start);
-    else snprintf(from, sizeof from, "step %d", start);
+    run_folder_restart_point(origin->from, start, from, sizeof from);
     return fc_errf(err, errlen, "%s: no checkpoint here can be resumed from, but the run was trained before (%s): "
                    "starting it again from %s would lose it; fork a checkpoint you trust into a new run (train --from "
                    "CKPT --run NEW), or, to start from %s here on purpose, move the .unusable files and metrics.jsonl "

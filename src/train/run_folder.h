@@ -47,4 +47,12 @@ void run_folder_explain_orphan(const char *run, const char *from, char *err, siz
 // How many of RUN's checkpoints were set aside as damaged (ckpt-*.safetensors.unusable*).
 int run_folder_set_aside(const char *run);
 
+// Where a run with no checkpoint to resume from would start again, as train's refusal names it (out:
+// "its parent PATH (step N)" for a fork of parent PATH, "step 0" where parent is NULL).
+void run_folder_restart_point(const char *parent, int parent_step, char *out, size_t len);
+// The parent a fork's checkpoints name, damaged and set-aside ones included (their parent metadata,
+// else their lineage's last "forked from" line): 1 with its path as recorded (into parent) and step;
+// 0 where their metadata names none (not a fork); -1 where no file's metadata reads. Reads only.
+int run_folder_named_parent(const char *run, char *parent, size_t len, int *step);
+
 #endif

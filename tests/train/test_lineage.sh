@@ -202,6 +202,26 @@ cp -r "$tmp/ref" "$tmp/ref_dmg"
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg0.log" 2>&1
 for s in 24 28 32; do printf '\xff' | dd of="$(ckpt "$tmp/fdmg" $s)" bs=1 seek=60000 conv=notrunc status=none; done
 cp -r "$tmp/fdmg" "$tmp/fdmg_gone"
+cp -r "$tmp/fdmg" "$tmp/fdmg_torn"
+for s in 24 28 32; do truncate -s 100 "$(ckpt "$tmp/fdmg_torn" $s)"; done
+cp -r "$tmp/fdmg" "$tmp/fdmg_lin"  # without their parent key: the lineage's "forked from" line names it
+for s in 24 28 32; do
+    "$PYTHON" - "$(ckpt "$tmp/fdmg_lin" $s)" <<'PY'
+import sys, struct, json
+p = sys.argv[1]; b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+h['__metadata__'].pop('parent')
+s = json.dumps(h, separators=(',', ':')).encode(); s += b' ' * ((8 - len(s) % 8) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(s)) + s + b[8 + n:])
+PY
+done
+# inspect says where a rerun would start it again as train does: from the parent its checkpoints name
+# (still in the folder, or set aside), from step 0 or a fork's parent where no metadata reads
+"$FC" inspect "$tmp/fdmg" > "$tmp/fdmg_inspect0.log" 2>&1
+rc0=$?
+"$FC" inspect "$tmp/fdmg_torn" > "$tmp/fdmg_torn.log" 2>&1
+rc_torn=$?
+"$FC" inspect "$tmp/fdmg_lin" > "$tmp/fdmg_lin.log" 2>&1
+rc_lin=$?
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg1.log" 2>&1
 rc1=$?
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg2.log" 2>&1
@@ -211,6 +231,16 @@ expect fork_all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$w
     $(grep -c "$want" "$tmp/fdmg2.log") != 1 || $(wc -l < "$tmp/fdmg2.log") != 1 || $(grep -c "step 0" "$tmp/fdmg1.log") != 0 ||
     $(ls "$tmp/fdmg" | grep -c 'unusable$') != 3 )) \
     "status $rc1 then $rc2 ($(wc -l < "$tmp/fdmg2.log") lines): $(grep -m1 -o 'fdmg: no checkpoint.*' "$tmp/fdmg1.log" | cut -c1-250)"
+"$FC" inspect "$tmp/fdmg" > "$tmp/fdmg_inspect1.log" 2>&1
+rc1=$?
+again="again from its parent $(ckpt "$tmp/ref_dmg" 24) (step 24)"
+expect fork_all_damaged_inspected $(( rc0 != 1 || rc1 != 1 || rc_torn != 1 || rc_lin != 1 ||
+    $(grep -c "^none of its 3 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run $again$" "$tmp/fdmg_inspect0.log") != 1 ||
+    $(grep -c "^none of its 3 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run $again$" "$tmp/fdmg_lin.log") != 1 ||
+    $(grep -c "fdmg: a run folder with no checkpoint to resume from: 3 damaged ones set aside as ckpt-\*.unusable (a rerun of train refuses to start the run $again)$" "$tmp/fdmg_inspect1.log") != 1 ||
+    $(grep -c "refuses to start the run again from step 0 (or, were it a fork, its parent: no checkpoint's metadata here reads to say)$" "$tmp/fdmg_torn.log") != 1 ||
+    $(cat "$tmp/fdmg_inspect0.log" "$tmp/fdmg_inspect1.log" | grep -c "step 0") != 0 )) \
+    "status $rc0, $rc1, $rc_torn, $rc_lin: $(tail -1 "$tmp/fdmg_inspect0.log" | cut -c1-200); $(tail -1 "$tmp/fdmg_lin.log" | cut -c1-200); $(tail -1 "$tmp/fdmg_inspect1.log" | cut -c1-250); $(tail -1 "$tmp/fdmg_torn.log" | cut -c1-200)"
 rm "$(ckpt "$tmp/ref_dmg" 24)"
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg3.log" 2>&1
 rc1=$?

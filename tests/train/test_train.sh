@@ -496,10 +496,14 @@ fresh all
 rm "$D/all/$ck4"
 printf '\xff' | dd of="$D/all/$ck2" bs=1 seek=60000 conv=notrunc status=none
 before=$(md5sum < "$D/all/metrics.jsonl")
+"$FC" inspect "$D/all" > "$tmp/all_inspect1.log" 2>&1
+rc_inspect1=$?
 short "$D/all" > "$tmp/all1.log" 2>&1
 rc1=$?
 short "$D/all" > "$tmp/all2.log" 2>&1
 rc2=$?
+"$FC" inspect "$D/all" > "$tmp/all_inspect2.log" 2>&1
+rc_inspect2=$?
 left=$(cd "$D/all" && ls | tr '\n' ' ')
 want="all: no checkpoint here can be resumed from, but the run was trained before (1 damaged checkpoint set aside"
 expect all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$want" "$tmp/all1.log") != 1 ||
@@ -507,6 +511,11 @@ expect all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$want" 
     "status $rc1 then $rc2; $(grep -m1 -o 'all: no checkpoint.*' "$tmp/all2.log" | cut -c1-150); left: $left"
 [ "$before" = "$(md5sum < "$D/all/metrics.jsonl")" ] && [ "$left" = "$ck2.unusable metrics.jsonl " ]
 expect all_damaged_keeps_metrics $? "metrics.jsonl unchanged, no checkpoint written: $left"
+# inspect says it as train does: a run that is no fork would start again from step 0
+expect all_damaged_inspected $(( rc_inspect1 != 1 || rc_inspect2 != 1 ||
+    $(grep -c "^none of its 1 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run again from step 0$" "$tmp/all_inspect1.log") != 1 ||
+    $(grep -c "all: a run folder with no checkpoint to resume from: 1 damaged one set aside as ckpt-\*.unusable (a rerun of train refuses to start the run again from step 0)$" "$tmp/all_inspect2.log") != 1 )) \
+    "status $rc_inspect1 and $rc_inspect2: $(tail -1 "$tmp/all_inspect1.log" | cut -c1-200); $(tail -1 "$tmp/all_inspect2.log" | cut -c1-200)"
 mkdir "$D/early" && head -2 "$D/ref/metrics.jsonl" > "$D/early/metrics.jsonl"
 short "$D/early" > "$tmp/early.log" 2>&1
 expect killed_before_first_checkpoint_restarts $? "$(tail -1 "$tmp/early.log")"
