@@ -150,6 +150,11 @@ CkptStatus ckpt_check_metadata(const StFile *f, const char *path, int *step, dou
         fc_errf(err, errlen, "%s: its metadata's smooth_loss \"%s\" is not a finite number", path, ST_SHOWN(loss));
         return CKPT_CORRUPT;
     }
+    if (l < 0) {  // a mean of squares, smoothed: never below 0
+        fc_errf(err, errlen, "%s: its metadata's smooth_loss \"%s\" is negative (a mean of squares never is)", path,
+                ST_SHOWN(loss));
+        return CKPT_CORRUPT;
+    }
     if (check_seed_and_cursor(f, path, n, err, errlen)) return CKPT_CORRUPT;
     if (step) *step = n;
     if (smooth) *smooth = l;

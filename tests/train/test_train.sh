@@ -611,12 +611,13 @@ expect set_aside_never_overwrites $? "set aside: $(cd "$D/twice" && ls | grep un
 # named with its key, and the checkpoint before is resumed.
 # The seed and the data cursor are the config's seed and the step, or the file is not believed.
 seed_range="is not a whole number of 0 to 9000000000000000000 (the range of the config key seed)"
-for k in smooth_nan smooth_word step_junk step_overflow version_text seed_negative seed_absurd seed_other \
-    cursor_negative cursor_past; do
+for k in smooth_nan smooth_word smooth_negative step_junk step_overflow version_text seed_negative seed_absurd \
+    seed_other cursor_negative cursor_past; do
     fresh "$k"
     case $k in
         smooth_nan) edit="meta['smooth_loss']='nan'" want="smooth_loss \"nan\" is not a finite number" ;;
         smooth_word) edit="meta['smooth_loss']='hello'" want="smooth_loss \"hello\" is not a finite number" ;;
+        smooth_negative) edit="meta['smooth_loss']='-0x1p-4'" want="smooth_loss \"-0x1p-4\" is negative (a mean of squares never is)" ;;
         step_junk) edit="meta['step']='4garbage'" want="step \"4garbage\" is not a whole number of steps (0 to 2147483647)" ;;
         step_overflow) edit="meta['step']='4294967300'" want="step \"4294967300\" is not a whole number of steps (0 to 2147483647)" ;;
         version_text) edit="meta['format_version']='1.9-beta'" want="format_version \"1.9-beta\" is not a whole number" ;;
