@@ -324,7 +324,8 @@ static int inspect_config(const Config *c, int list_params, int ranks) {
 
 // Where RUN/metrics.jsonl ends: its last step's record (step and smooth_loss), then the lines that are
 // no step's record (a last line torn by a power cut, text appended by hand), counted and the first
-// named; they are left out, the run inspected all the same. Nothing when it has no line.
+// named; they are left out (as train's cut-back of the file on a resume drops them), the run inspected
+// all the same. Nothing when it has no line.
 static void print_metrics_end(const char *run) {
     char path[4096], err[4200], why[256], first_why[256] = "";
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
@@ -336,10 +337,12 @@ static void print_metrics_end(const char *run) {
     char *line = NULL;
     size_t cap = 0;
     long lines = 0, records = 0, unread = 0, first_unread = 0;
-    while (getline(&line, &cap, f) >= 0) {
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0) {
         lines++;
-        if (!line[strspn(line, " \t\r\n")]) continue;  // a blank line
-        if (metrics_line_read(line, keys, 2, v, why, sizeof why)) {
+        if (strspn(line, " \t\r\n") == (size_t)len) continue;  // a blank line
+        // train's rule (metrics_line_record): a last line that reads but lacks its newline counts
+        if (metrics_line_record(line, len, keys, 2, v, why, sizeof why)) {
             if (!unread++) first_unread = lines, snprintf(first_why, sizeof first_why, "%s", why);
             continue;
         }
@@ -356,7 +359,8 @@ static void print_metrics_end(const char *run) {
     }
     if (unread)
         printf("metrics.jsonl   %ld of its %ld lines cannot be read, left out (torn by a crash, or not written by "
-               "train): the first is line %ld: %s\n", unread, lines, first_unread, shown(first_why));
+               "train; a resume of train drops them from the file): the first is line %ld: %s\n", unread, lines,
+               first_unread, shown(first_why));
 }
 
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set

@@ -71,3 +71,12 @@ int metrics_line_read(const char *s, const char *const *keys, int nkeys, double 
         return fc_errf(why, whylen, "\"step\" is not a whole number");
     return 0;
 }
+
+int metrics_line_record(const char *line, size_t len, const char *const *keys, int nkeys, double *out, char *why,
+                        size_t whylen) {
+    if (memchr(line, 0, len)) {
+        for (int k = 0; k < nkeys; k++) out[k] = NAN;
+        return fc_errf(why, whylen, "a NUL byte in the line");
+    }
+    return metrics_line_read(line, keys, nkeys, out, why, whylen);
+}

@@ -123,7 +123,9 @@ static FILE *open_metrics(const char *path) {
     return f;
 }
 
-// A killed run may have logged steps past its checkpoint: they go.
+// A killed run may have logged steps past its checkpoint: they go. Kept: exactly the lines that are a
+// step's record (metrics_line_record) at or below LAST, each with its newline. A line that is no record
+// (junk, a line torn by a power cut) names no step and goes too, said in one line: how many, the first.
 FILE *run_folder_metrics(const char *run, int last) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
@@ -132,15 +134,38 @@ FILE *run_folder_metrics(const char *run, int last) {
     if (in) {
         FILE *out = fopen(tmp, "w");
         if (!out) fc_die("%s: cannot write: %s", tmp, strerror(errno));
-        char line[4096];
-        while (fgets(line, sizeof line, in)) {
-            int step;
-            if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= last && strchr(line, '\n')) fputs(line, out);
+        static const char *const keys[] = {"step"};
+        double step;
+        char *line = NULL, why[256], first_why[256] = "";
+        size_t cap = 0;
+        ssize_t len;
+        long lineno = 0, unread = 0, first_unread = 0;
+        while ((len = getline(&line, &cap, in)) >= 0) {
+            lineno++;
+            if (strspn(line, " \t\r\n") == (size_t)len) continue;  // a blank line
+            if (metrics_line_record(line, len, keys, 1, &step, why, sizeof why)) {
+                if (!unread++) first_unread = lineno, snprintf(first_why, sizeof first_why, "%s", why);
+                continue;
+            }
+            if (step > last) continue;
+            fwrite(line, 1, len, out);
+            if (line[len - 1] != '\n') fputc('\n', out);  // the last line, whole but for its newline
         }
+        int read_error = ferror(in) ? errno : 0;
+        free(line);
         fclose(in);
+        if (read_error) {  // the file stays as it is: a cut-back of what could be read would lose the rest
+            fclose(out);
+            unlink(tmp);
+            fc_die("%s: cannot read: %s", path, strerror(read_error));
+        }
         if (fc_commit_file(out, tmp, path))  // the partial copy goes: on a full disk it holds space the rerun needs
             fc_die("%s: cannot rewrite: %s; stopping (the checkpoints are whole: free space and run the same command "
                    "to go on)", path, strerror(errno));
+        if (unread)
+            fc_warn("%s: %ld line%s that %s no step's record (junk, or torn by a power cut) left out of its cut-back "
+                    "to step %d: the first, line %ld: %s", path, unread, unread == 1 ? "" : "s",
+                    unread == 1 ? "is" : "are", last, first_unread, first_why);
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
@@ -164,9 +189,9 @@ int run_folder_set_aside(const char *run) {
     return n;
 }
 
-// The highest step of RUN/metrics.jsonl's whole lines that are a step's record (metrics_line_read);
-// 0 when it has none. A last line torn by a power cut ({"step":12 of a step 1234) or text put in by
-// hand names no step: counted, it could name one the run never reached.
+// The highest step of RUN/metrics.jsonl's lines that are a step's record (metrics_line_record); 0 when
+// it has none. A last line torn by a power cut ({"step":12 of a step 1234) or text put in by hand names
+// no step: counted, it could name one the run never reached.
 static long metrics_last_step(const char *run) {
     char path[4096], why[256];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
@@ -179,8 +204,7 @@ static long metrics_last_step(const char *run) {
     long last = 0;
     ssize_t len;
     while ((len = getline(&line, &cap, f)) >= 0)
-        if (len > 0 && line[len - 1] == '\n' && !metrics_line_read(line, keys, 1, &step, why, sizeof why) &&
-            step > last)
+        if (!metrics_line_record(line, len, keys, 1, &step, why, sizeof why) && step > last)
             last = (long)step;
     int read_error = ferror(f) ? errno : 0;
     free(line);

@@ -537,6 +537,52 @@ rc=$?
 expect torn_metrics_line_not_the_last_step $(( rc != 1 ||
     $(grep -c 'trained before (1 damaged checkpoint set aside as ckpt-\*.unusable, metrics.jsonl up to step 4)' \
         "$tmp/torn_all.log") != 1 )) "status $rc: $(grep -m1 -o 'trained before ([^)]*)' "$tmp/torn_all.log")"
+# The cut-back of metrics.jsonl on a resume (from step 2 here) keeps exactly the whole lines that are a
+# step's record at or below it, a line of any length read whole: step 1's line with a 6000-byte key kept,
+# junk ({"step":1x}), a 4100-byte line that is no record (its bytes from 4095 on read {"step":2,...})
+# and a torn last line left out, said in one line; inspect then finds no unreadable line.
+fresh cut
+rm "$D/cut/$ck4"
+note=$(head -c 6000 /dev/zero | tr '\0' A)
+{ head -1 "$D/ref/metrics.jsonl" | sed "s/}\$/,\"note\":\"$note\"}/"; echo '{"step":1x}'
+  printf '{"x":"%s{"step":2,"loss":9}\n' "${note:0:4089}"; sed -n 2,4p "$D/ref/metrics.jsonl"; printf '{"step":12'
+} > "$D/cut/metrics.jsonl"
+short "$D/cut" > "$tmp/cut.log" 2>&1
+rc=$?
+"$FC" inspect "$D/cut" > "$tmp/cut_inspect.log" 2>&1
+cmp -s <(losses "$D/ref") <(losses "$D/cut")
+same=$?
+expect metrics_cut_back_keeps_whole_records $(( rc != 0 || same != 0 || $(wc -l < "$D/cut/metrics.jsonl") != 4 ||
+    $(head -1 "$D/cut/metrics.jsonl" | wc -c) < 6000 ||
+    $(grep -c "cut/metrics.jsonl: 3 lines that are no step's record (.*) left out of its cut-back to step 2: the first, line 2: " "$tmp/cut.log") != 1 ||
+    $(grep -c '^metrics.jsonl   4 lines, the last at step 4, smooth_loss' "$tmp/cut_inspect.log") != 1 ||
+    $(grep -c 'cannot be read' "$tmp/cut_inspect.log") != 0 )) \
+    "status $rc, losses equal: $((same == 0)), $(wc -l < "$D/cut/metrics.jsonl") lines: $(cut -c1-30 "$D/cut/metrics.jsonl" | tr '\n' ' '); $(grep -m1 -o 'metrics.jsonl: .*' "$tmp/cut.log" | cut -c1-160)"
+# A last line that reads but lacks its newline is a step's record, for train as for inspect (its object
+# is whole: only the newline was cut off): the cut-back keeps it (the resume's lines after it on lines
+# of their own), and a damaged run's refusal names its step as inspect does.
+fresh nl
+rm "$D/nl/$ck4"
+head -2 "$D/ref/metrics.jsonl" | head -c -1 > "$D/nl/metrics.jsonl"
+"$FC" inspect "$D/nl" > "$tmp/nl_inspect.log" 2>&1
+short "$D/nl" > "$tmp/nl.log" 2>&1
+rc=$?
+cmp -s <(losses "$D/ref") <(losses "$D/nl")
+expect metrics_last_line_without_newline_kept $(( rc != 0 || $? != 0 ||
+    $(grep -c '^metrics.jsonl   2 lines, the last at step 2, smooth_loss' "$tmp/nl_inspect.log") != 1 )) \
+    "status $rc; $(grep -m1 '^metrics.jsonl' "$tmp/nl_inspect.log"); steps kept: $(sed -E 's/^.\"step\":([0-9]+).*/\1/' "$D/nl/metrics.jsonl" | tr '\n' ' ')"
+fresh nl_all
+rm "$D/nl_all/$ck4"
+printf '\xff' | dd of="$D/nl_all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+printf '{"step":9,"loss":0.5,"smooth_loss":0.25}' >> "$D/nl_all/metrics.jsonl"
+"$FC" inspect "$D/nl_all" > "$tmp/nl_all_inspect.log" 2>&1
+short "$D/nl_all" > "$tmp/nl_all.log" 2>&1
+rc=$?
+expect metrics_last_line_without_newline_one_rule $(( rc != 1 ||
+    $(grep -c '^metrics.jsonl   5 lines, the last at step 9, smooth_loss 0.25$' "$tmp/nl_all_inspect.log") != 1 ||
+    $(grep -c 'trained before (1 damaged checkpoint set aside as ckpt-\*.unusable, metrics.jsonl up to step 9)' \
+        "$tmp/nl_all.log") != 1 )) \
+    "status $rc; inspect: $(grep -m1 '^metrics.jsonl' "$tmp/nl_all_inspect.log"); train: $(grep -m1 -o 'trained before ([^)]*)' "$tmp/nl_all.log")"
 
 # Optimizer state that is not finite, or a negative second moment, behind CRCs that check: set aside as
 # NaN weights are, the checkpoint before resumed, the run ends on the uninterrupted run's bytes.
