@@ -53,7 +53,7 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
         lineno++;
         if (!line[strspn(line, " \t\r\n")]) continue;  // a blank line
         Row row;
-        if (metrics_line_read(line, KEYS, NKEYS, row.v, why, sizeof why)) {
+        if (metrics_line_record(line, (size_t)len, KEYS, NKEYS, row.v, why, sizeof why)) {
             if (line[len - 1] != '\n' && fgetc(f) == EOF) {  // the unfinished last line of a run still writing
                 fc_warn("%s: line %d is unfinished (a run still writing?): left out", r->path, lineno);
                 break;

@@ -15,7 +15,7 @@ int metrics_line_read(const char *line, const char *const *keys, int nkeys, doub
 // a NUL byte in it (a power cut's zero-filled block) makes it none. A line that reads but lacks its
 // newline, the file's last, counts: its object is whole (a line cut anywhere before its closing '}'
 // does not read), so only the newline was lost and its step was logged. The one rule of train's
-// cut-back of the file, train's check of how far a run went and inspect of a run folder.
+// cut-back of the file, train's check of how far a run went, inspect of a run folder and plot.
 int metrics_line_record(const char *line, size_t len, const char *const *keys, int nkeys, double *out, char *why,
                         size_t whylen);
 
