@@ -59,7 +59,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000)
                                          : image ? 1 : 8;
     if (K > 1 && image)
-        usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video)", K, input);
+        usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video or a folder of frames)", K, input);
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;

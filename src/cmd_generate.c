@@ -39,7 +39,7 @@ static const char *HELP_GENERATE =
     "                     --overwrite); SIGINT, SIGTERM or SIGHUP removes what was written and exits\n"
     "                     with 128 + the signal\n"
     "  --overwrite        replace an existing PATH: a file by a video, or a folder of frame PNGs by a new\n"
-    "                     one (never the --first-frame file, nor a folder holding it)\n"
+    "                     one (never the --first-frame file or folder, nor a folder holding it)\n"
     "  --frames N         exactly N frames (at least 7)\n"
     "  --given K          continue the video's first K frames: 1 (default), or the starter's window (7\n"
     "                     for the shipped plans), the starter then skipped; they are the output's first K\n"

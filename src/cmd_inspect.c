@@ -376,11 +376,13 @@ static int list_again(const char *run, int **steps, int *n) {
 }
 
 // Where a rerun of train would start the run again, in train's words: a fork's parent as its
-// checkpoints name it, else step 0 (or a fork's parent, where no checkpoint's metadata reads to say).
+// checkpoints name it (train --from, as the fork was made; step 0 without it), else step 0 (or a fork's parent, where no checkpoint's metadata reads to say).
 static void restart_point(const char *run, char *out, size_t len) {
     char parent[1200];
     int step = 0, named = run_folder_named_parent(run, parent, sizeof parent, &step);
     run_folder_restart_point(named == 1 ? parent : NULL, step, out, len);
+    if (named == 1)  // train's refusal names the parent where it is given --from, as a fork's command is
+        snprintf(out + strlen(out), len - strlen(out), " (given --from; without it, from step 0)");
     if (named < 0)
         snprintf(out + strlen(out), len - strlen(out), " (or, were it a fork, its parent: no checkpoint's metadata "
                  "here reads to say)");

@@ -513,8 +513,8 @@ static void put_escaped(FILE *out, const char *s) {
 
 // A setting of each model: one value when the three agree, else "starter / extrapolate / interpolate".
 static void put_per_model(FILE *out, const char *key, const double v[3]) {
-    if (v[0] == v[1] && v[1] == v[2]) fprintf(out, "# %s: %g\n", key, v[0]);
-    else fprintf(out, "# %s: %g / %g / %g (starter / extrapolate / interpolate)\n", key, v[0], v[1], v[2]);
+    if (v[0] == v[1] && v[1] == v[2]) fprintf(out, "# %s: %.15g\n", key, v[0]);
+    else fprintf(out, "# %s: %.15g / %.15g / %.15g (starter / extrapolate / interpolate)\n", key, v[0], v[1], v[2]);
 }
 
 // The settings the scores were made with, as '#' lines before the TSV's header (readers pass over
@@ -536,17 +536,16 @@ static void write_settings(FILE *out, const Eval *ev) {
     fprintf(out, "\n# clips: %d", ev->K);
     if (ev->damaged) fprintf(out, " (%d damaged, left out)", ev->damaged);
     fprintf(out, "\n# frames: %d\n# given: %d\n# long: %d\n# noise-aug: ", ev->N, o->given, ev->M);
-    for (int l = 0; l < o->n_levels; l++) fprintf(out, "%s%g", l ? "," : "", o->levels[l]);
+    for (int l = 0; l < o->n_levels; l++) fprintf(out, "%s%.15g", l ? "," : "", o->levels[l]);
     double steps[3], temperature[3];
     for (int r = 0; r < 3; r++) {
-        const Config *c = &ev->cm.m[r]->cfg;
-        steps[r] = o->sample.steps ? o->sample.steps : c->sample_steps;
-        temperature[r] = o->sample.temperature >= 0 ? o->sample.temperature : c->sample_temperature;
+        steps[r] = o->sample.steps ? o->sample.steps : ev->cm.m[r]->cfg.sample_steps;
+        temperature[r] = sample_temperature_of(ev->cm.m[r], o->sample.temperature);
     }
     fputs("\n", out);
     put_per_model(out, "steps", steps);
     put_per_model(out, "temperature", temperature);
-    fprintf(out, "# guidance: %g\n# sharpness-guard: %g\n# colour-guard: %g\n# colour-ramp: %d\n# seed: %llu\n"
+    fprintf(out, "# guidance: %.15g\n# sharpness-guard: %.15g\n# colour-guard: %.15g\n# colour-ramp: %d\n# seed: %llu\n"
             "# backend: %s\n", o->sample.guidance, ev->sample.sharpness_guard, ev->sample.colour_guard,
             ev->sample.colour_ramp, (unsigned long long)o->sample.seed, ev->be->name);
 }

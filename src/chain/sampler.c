@@ -175,9 +175,7 @@ void chain_models_free(ChainModels *cm) {
 // ----------------------------------------------------------------------------
 // sampling
 
-// The temperature m samples with when asked for `temperature`: that, or (SAMPLE_MODEL_TEMPERATURE)
-// the model's sample_temperature.
-static double sample_temperature_of(const Model *m, double temperature) {
+double sample_temperature_of(const Model *m, double temperature) {
     return temperature >= 0 ? temperature : m->cfg.sample_temperature;
 }
 

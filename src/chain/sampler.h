@@ -75,6 +75,9 @@ int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, siz
 // "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.
 void chain_describe_steps(const ChainModels *cm, int steps, char *buf, size_t len);
+// The temperature m samples with when asked for `temperature`: that, or (SAMPLE_MODEL_TEMPERATURE)
+// the model's sample_temperature.
+double sample_temperature_of(const Model *m, double temperature);
 // "temperature 0.85", or with SAMPLE_MODEL_TEMPERATURE and models of different sample_temperature
 // "temperature 1 / 0.85 / 0.85 (starter / extrapolate / interpolate)", as chain_describe_steps.
 void chain_describe_temperature(const ChainModels *cm, double temperature, char *buf, size_t len);

@@ -51,7 +51,7 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     int lineno = 0, rc = 0, sorted = 1;
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        if (!line[strspn(line, " \t\r\n")]) continue;  // a blank line
+        if (strspn(line, " \t\r\n") == (size_t)len) continue;  // a blank line (a NUL byte makes a line none)
         Row row;
         if (metrics_line_record(line, (size_t)len, KEYS, NKEYS, row.v, why, sizeof why)) {
             if (line[len - 1] != '\n' && fgetc(f) == EOF) {  // the unfinished last line of a run still writing

@@ -419,6 +419,20 @@ void run_folder_explain_orphan(const char *run, const char *from, char *err, siz
         return;
     }
     if (!n && !aside) return;  // nothing of its own: the parent's line says it all
+    // the damaged files' metadata may still say whose fork they are: another parent's, or none
+    char named[1200] = "", as_recorded[1300];
+    int named_step = 0, names = run_folder_named_parent(run, named, sizeof named, &named_step);
+    snprintf(as_recorded, sizeof as_recorded, "%s (step %d)", named, named_step);
+    if (names == 1 && !lineage_names_parent(as_recorded, from)) {
+        fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (its damaged checkpoints name %s): --from starts "
+                "a new run: give --run a new folder", run, from, as_recorded);
+        return;
+    }
+    if (names == 0) {
+        fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (its damaged checkpoints name no parent): --from "
+                "starts a new run: give --run a new folder", run, from);
+        return;
+    }
     char parent_why[1024], held[1200] = "";
     snprintf(parent_why, sizeof parent_why, "%s", err);
     if (n)

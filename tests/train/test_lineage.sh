@@ -233,13 +233,13 @@ expect fork_all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$w
     "status $rc1 then $rc2 ($(wc -l < "$tmp/fdmg2.log") lines): $(grep -m1 -o 'fdmg: no checkpoint.*' "$tmp/fdmg1.log" | cut -c1-250)"
 "$FC" inspect "$tmp/fdmg" > "$tmp/fdmg_inspect1.log" 2>&1
 rc1=$?
-again="again from its parent $(ckpt "$tmp/ref_dmg" 24) (step 24)"
+again="again from its parent $(ckpt "$tmp/ref_dmg" 24) (step 24) (given --from; without it, from step 0)"
 expect fork_all_damaged_inspected $(( rc0 != 1 || rc1 != 1 || rc_torn != 1 || rc_lin != 1 ||
     $(grep -c "^none of its 3 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run $again$" "$tmp/fdmg_inspect0.log") != 1 ||
     $(grep -c "^none of its 3 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run $again$" "$tmp/fdmg_lin.log") != 1 ||
     $(grep -c "fdmg: a run folder with no checkpoint to resume from: 3 damaged ones set aside as ckpt-\*.unusable (a rerun of train refuses to start the run $again)$" "$tmp/fdmg_inspect1.log") != 1 ||
     $(grep -c "refuses to start the run again from step 0 (or, were it a fork, its parent: no checkpoint's metadata here reads to say)$" "$tmp/fdmg_torn.log") != 1 ||
-    $(cat "$tmp/fdmg_inspect0.log" "$tmp/fdmg_inspect1.log" | grep -c "step 0") != 0 )) \
+    $(cat "$tmp/fdmg_inspect0.log" "$tmp/fdmg_inspect1.log" | grep "step 0" | grep -vc "given --from; without it, from step 0") != 0 )) \
     "status $rc0, $rc1, $rc_torn, $rc_lin: $(tail -1 "$tmp/fdmg_inspect0.log" | cut -c1-200); $(tail -1 "$tmp/fdmg_lin.log" | cut -c1-200); $(tail -1 "$tmp/fdmg_inspect1.log" | cut -c1-250); $(tail -1 "$tmp/fdmg_torn.log" | cut -c1-200)"
 rm "$(ckpt "$tmp/ref_dmg" 24)"
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg3.log" 2>&1
@@ -252,6 +252,15 @@ expect fork_all_damaged_without_parent $(( rc1 != 1 || rc2 != 1 ||
     $(grep -c "fdmg_gone: $want (3 damaged checkpoints, the newest $(ckpt "$tmp/fdmg_gone" 32): tensor .* fails its CRC32 check), and its parent cannot be read" "$tmp/fdmg4.log") != 1 ||
     $(cat "$tmp/fdmg3.log" "$tmp/fdmg4.log" | wc -l) != 2 || $(ls "$tmp/fdmg_gone" | grep -c 'safetensors$') != 3 )) \
     "status $rc1 and $rc2: $(head -1 "$tmp/fdmg3.log" | cut -c1-160); $(head -1 "$tmp/fdmg4.log" | cut -c1-200)"
+
+# A --from that cannot be read, into a folder whose damaged checkpoints name another parent: not this
+# parent's fork, said so (putting the --from file back would not make it one)
+cp -r "$tmp/fdmg_gone" "$tmp/fdmg_other"
+(fork "$tmp/no_such_parent.safetensors" "$tmp/fdmg_other" --steps 32) > "$tmp/fdmg5.log" 2>&1
+rc=$?
+expect fork_damaged_of_another_parent $(( rc != 1 || $(wc -l < "$tmp/fdmg5.log") != 1 ||
+    $(grep -c "fdmg_other: holds a run that is not a fork of .*no_such_parent.safetensors (its damaged checkpoints name .*ref_dmg/ckpt-00000024.safetensors (step 24)): --from starts a new run" "$tmp/fdmg5.log") != 1 )) \
+    "status $rc: $(head -1 "$tmp/fdmg5.log" | cut -c1-250)"
 
 # ---- what a fork refuses ----
 (fork "$parent" "$tmp/wide" --steps 32 --set width=96) > "$tmp/wide.log" 2>&1
