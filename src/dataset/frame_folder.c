@@ -49,16 +49,20 @@ void folder_entries_free(char **list) {
     free(list);
 }
 
-int is_video_file(const char *path) {
-    static const char *const ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts",
-                                      ".mts", ".m2ts", ".flv", ".wmv", ".asf", ".ogv", ".3gp", ".y4m", ".gif",
-                                      ".mxf", ".vob", ".dv", ".nut", ".divx", ".rm", ".rmvb", NULL};
+int has_extension(const char *path, const char *const *ext) {
     const char *base = strrchr(path, '/'), *dot;
     base = base ? base + 1 : path;
     dot = strrchr(base, '.');
     for (int i = 0; dot && dot != base && ext[i]; i++)
         if (!strcasecmp(dot, ext[i])) return 1;
     return 0;
+}
+
+int is_video_file(const char *path) {
+    static const char *const ext[] = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts",
+                                      ".mts", ".m2ts", ".flv", ".wmv", ".asf", ".ogv", ".3gp", ".y4m", ".gif",
+                                      ".mxf", ".vob", ".dv", ".nut", ".divx", ".rm", ".rmvb", NULL};
+    return has_extension(path, ext);
 }
 
 struct FrameFolder {

@@ -14,6 +14,10 @@
 char **folder_entries(const char *dir, int *count, int natural);
 void folder_entries_free(char **list);
 
+// Whether the file name's extension (after its last dot, not a leading one) is one of ext (NULL-ended),
+// in any case.
+int has_extension(const char *path, const char *const *ext);
+
 // Video files by their extension: a folder holding one is a folder of videos, whatever images lie
 // beside them (a cover.jpg, a thumbnail).
 int is_video_file(const char *path);

@@ -86,14 +86,6 @@ static const char *shown(const char *path) {
     return buf;
 }
 
-static int has_extension(const char *path, const char *const *ext) {
-    const char *base = strrchr(path, '/'), *dot;
-    base = base ? base + 1 : path;
-    dot = strrchr(base, '.');
-    for (int i = 0; dot && dot != base && ext[i]; i++)
-        if (!strcasecmp(dot, ext[i])) return 1;
-    return 0;
-}
 // Stills that FFmpeg reads as one-frame videos but a frame folder does not take (stb_image reads PNG and
 // JPEG only): a folder of them gets one line, not a "fewer than one clip" line per file.
 static const char *other_still(const char *path) {
