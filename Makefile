@@ -170,12 +170,22 @@ BIN_LDLIBS := $(filter-out -lcudart -lcublas -lcublasLt -lnccl,$(LDLIBS)) $(if $
 CFLAGS   += -Isrc -I.
 DEPFLAGS := -MMD -MP
 
+# ---- the source's commit: --version, checkpoints and eval's settings name it (src/base/commit.h) ----
+# In a git checkout of its own, git's commit ("+changes" where tracked files differ from it); in a tree
+# made by `git archive`, the commit git wrote into src/base/commit.txt (export-subst: .gitattributes);
+# else "unknown". A stamp holds it, as the flags' stamps below hold theirs: when it changes, revision.o
+# alone is compiled again.
+COMMIT := $(or $(shell { [ -z "$$(git rev-parse --show-prefix 2>/dev/null)" ] && \
+              git describe --always --dirty=+changes 2>/dev/null || \
+              sed -n '/^[0-9a-f][0-9a-f]*$$/p' src/base/commit.txt 2>/dev/null; } | head -1 | tr -cd 'A-Za-z0-9._+-'),unknown)
+STAMP_commit := $(BUILD)/commit.txt
+
 .PHONY: all demo eval test test-cuda test-cuda-emu bench bench-cuda bench-ops fuzz sanitize bench-prepare test-sanitize \
         clean info help
 all: info $(BIN)
 
 info:
-	@echo "framechain build: OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | MPI $(MPI_STATUS) | CUDA $(CUDA_STATUS)"
+	@echo "framechain build: commit $(COMMIT) | OpenBLAS yes ($(BLAS_KIND)) | FFmpeg $(FFMPEG_STATUS) | MPI $(MPI_STATUS) | CUDA $(CUDA_STATUS)"
 
 help:
 	@echo "make [all]         build ./framechain (make info: what it finds)"
@@ -197,6 +207,12 @@ sq = $(subst ','\'',$(1))
 $(STAMP_c) $(STAMP_cuda) $(STAMP_emu): $(BUILD)/flags-%.txt:
 	@mkdir -p $(@D)
 	@printf '%s\n' '$(call sq,$(FLAGS_$*))' > $@
+
+$(STAMP_commit):
+	@mkdir -p $(@D)
+	@echo '$(COMMIT)' > $@
+$(BUILD)/obj/base/commit.o $(BUILD)/f64/base/commit.o: $(STAMP_commit)
+$(BUILD)/obj/base/commit.o $(BUILD)/f64/base/commit.o: CFLAGS += -DFC_COMMIT='"$(COMMIT)"'
 
 $(BUILD)/obj/%.o: src/%.c $(STAMP_c)
 	@mkdir -p $(@D)
@@ -383,6 +399,7 @@ clean:
 ifeq ($(NO_CHECKS),)
 $(foreach s,c cuda emu,$(if $(shell printf '%s\n' '$(call sq,$(FLAGS_$(s)))' | cmp -s - '$(BUILD)/flags-$(s).txt' || \
                                       echo differs),$(eval $(BUILD)/flags-$(s).txt: FORCE)))
+$(if $(shell echo '$(COMMIT)' | cmp -s - '$(STAMP_commit)' || echo differs),$(eval $(STAMP_commit): FORCE))
 endif
 FORCE:
 

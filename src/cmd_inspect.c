@@ -83,7 +83,7 @@ static void print_lines(const char *indent, const char *text) {
 
 // Its trainer state and its config, from the metadata.
 static void print_file_meta(const StFile *f) {
-    const char *keys[] = {"format", "format_version", "revision", "step", "seed", "data_cursor", "smooth_loss"};
+    const char *keys[] = {"format", "format_version", "revision", "written_by", "step", "seed", "data_cursor", "smooth_loss"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const char *v = st_meta(f, keys[i]);
         if (!v && !strcmp(keys[i], "revision")) v = "0 (written before revisions were recorded)";

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/commit.h"
 #include "backend/registry.h"
 #include "dist/dist.h"
 #include "cli.h"
@@ -79,7 +80,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return command_help(argc, argv, i + 1);
         if (!strcmp(a, "--version")) {
             fc_set_threads(thread_count(&globals[0]));
-            printf("framechain %s\n", FC_VERSION);
+            printf("%s\n", fc_build_name());
             backend_print_versions(stdout);
             printf("ranks:\n  %s\n", dist_build_info());
             return fc_finish_stdout(0);

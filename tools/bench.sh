@@ -63,7 +63,7 @@ peak=$("$BUILD/bench_gemm" --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 
 kernels=$(sed -nE "s/.*OpenBLAS's (.*)\)$/\1/p" "$OUT/gemm.txt")
 torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)')
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads; $(date -u +%F)"
-echo "framechain $("$FC" --version | head -1 | cut -d' ' -f2) against PyTorch $torch_version; sgemm peak $peak GFLOP/s"
+echo "$("$FC" --version | head -1) against PyTorch $torch_version; sgemm peak $peak GFLOP/s"
 echo "OpenBLAS's $kernels (both programs)"
 printf '%-28s %12s %12s %8s %13s %9s %9s %3s\n' "what" "framechain" "pytorch" "ratio" "(min-max)" "fc peak" "pt peak" \
     "n"

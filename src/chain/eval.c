@@ -8,6 +8,7 @@
 
 #include "base/common.h"
 #include "base/clock.h"
+#include "base/commit.h"
 #include "formats/shards.h"
 #include "chain/chain_plan.h"
 #include "chain/metrics.h"
@@ -523,7 +524,7 @@ static void put_per_model(FILE *out, const char *key, const double v[3]) {
 static void write_settings(FILE *out, const Eval *ev) {
     const EvalOptions *o = ev->o;
     static const char *const roles[3] = {"starter", "extrapolate", "interpolate"};
-    fprintf(out, "# framechain %s eval: the settings of these scores\n", FC_VERSION);
+    fprintf(out, "# %s eval: the settings of these scores\n", fc_build_name());
     for (int r = 0; r < 3; r++) {
         fprintf(out, "# %s: ", roles[r]);
         put_escaped(out, o->runs[r]);

@@ -16,6 +16,7 @@
 #include "train/checkpoint_internal.h"
 #include "backend/quant8.h"
 #include "formats/safetensors.h"
+#include "base/commit.h"
 #include "base/paths.h"
 
 void checkpoint_path(char *buf, size_t len, const char *run, int step) {
@@ -310,6 +311,7 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     meta[nm++] = (StMeta){"data_cursor", step};  // the data a step sees is a function of (seed, step)
     meta[nm++] = (StMeta){"smooth_loss", smooth};
     meta[nm++] = (StMeta){"config", config_text};
+    meta[nm++] = (StMeta){"written_by", fc_build_name()};  // read by people (inspect), not by the program
     if (s->parent[0]) meta[nm++] = (StMeta){"parent", s->parent};
     if (s->data[0]) meta[nm++] = (StMeta){"data", s->data};
     if (s->lineage[0]) meta[nm++] = (StMeta){"lineage", s->lineage};

@@ -51,6 +51,28 @@ done
 
 expect help 0 "usage: framechain" "$FC" --help
 expect version 0 "cpu (fp32" "$FC" --version
+# The commit the build was made from (the Makefile's stamp, $BUILD/commit.txt), named by --version
+commit=$(cat "${BUILD:-build}/commit.txt" 2> /dev/null)
+expect version_names_commit 0 "^framechain [0-9.]* (commit ${commit:-no stamp in ${BUILD:-build}})\$" "$FC" --version
+# ... which the Makefile finds in git, in the commit.txt that `git archive` fills in, or calls unknown
+# (make info in a folder of the Makefile and commit.txt alone: no sources, no git checkout of its own)
+makefile_commit() {  # NAME COMMIT.TXT-CONTENT EXPECTED
+    mkdir -p "$tmp/mk-$1/src/base"
+    cp Makefile "$tmp/mk-$1/"
+    printf '%s\n' "$2" > "$tmp/mk-$1/src/base/commit.txt"
+    local got
+    got=$(cd "$tmp/mk-$1" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD NO_CUDA=1 NO_MPI=1 make -s info 2>&1 |
+          grep -o 'commit [^ ]*')
+    [ "$got" = "commit $3" ] && echo "PASS cli_makefile_commit_$1: $got" ||
+        echo "FAIL cli_makefile_commit_$1: make info says '$got', expected 'commit $3'"
+}
+makefile_commit archive 0123abc 0123abc
+makefile_commit placeholder '$Format:%h$' unknown
+makefile_commit junk '0123abc; rm -rf /' unknown
+if [ -z "$(git rev-parse --show-prefix 2> /dev/null || echo not-a-checkout)" ] &&
+   git cat-file -e HEAD:src/base/commit.txt 2> /dev/null; then  # git archive fills in HEAD's commit
+    makefile_commit git_archive "$(git archive HEAD src/base/commit.txt | tar -xO)" "$(git rev-parse --short HEAD)"
+fi
 expect no_command 2 "no command given" "$FC"
 expect unknown_command 2 "unknown command 'trian'" "$FC" trian
 expect unknown_global_flag 2 "unknown option '--frobnicate'" "$FC" --frobnicate train
@@ -167,6 +189,9 @@ expect steps_over_set_steps 0 "^--steps 2 stands over --set steps=6" "$FC" --thr
     --set checkpoint_every=100000 --set sample_every=0
 [ -f "$tmp/over/ckpt-00000002.safetensors" ] && echo "PASS cli_steps_over_set_steps_trained: step 2 written" ||
     echo "FAIL cli_steps_over_set_steps_trained: $(ls "$tmp/over" 2>&1 | tr '\n' ' ')"
+# the checkpoint names the build that wrote it, for people (inspect); --version's first line
+build_name=$("$FC" --version | head -1 | sed 's/[].[*^$\\]/\\&/g')  # as a grep pattern
+expect inspect_written_by 0 "^written_by *$build_name\$" "$FC" inspect "$tmp/over/ckpt-00000002.safetensors"
 [ -e "$tmp/never" ] && echo "FAIL cli_set_refusals_write_nothing: $tmp/never exists" ||
     echo "PASS cli_set_refusals_write_nothing: no run folder"
 # too far for a typo, but the one key it begins with (or that begins with it) is named; several: none
