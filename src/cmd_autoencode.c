@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include "base/clock.h"
 #include "base/common.h"
+#include "base/commit.h"
 #include "chain/generate.h"
 #include "chain/metrics.h"
 #include "chain/sampler.h"
@@ -80,7 +82,12 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     printf("autoencode: %s\n", autoencoder_describe(ae));
     printf("autoencode: %d frames of %dx%d from %s on %s, latents (%d, %d, %d)\n", K, S, S, input, be->name, L, h, h);
     fflush(stdout);
-    GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, err, sizeof err) : NULL;
+    // the video's comment tag: what made it (paths as printable UTF-8)
+    char comment[3 * PATH_MAX];
+    snprintf(comment, sizeof comment, "%s autoencode: vae %s, input %s, %d frame%s of %dx%d on %s", fc_build_name(), vae,
+             input, K, K == 1 ? "" : "s", S, S, be->name);
+    fc_printable_line(comment);
+    GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, comment, err, sizeof err) : NULL;
     if (out_path && !out) fc_die("%s", err);
     real *latent = fc_malloc(sizeof(real) * L * h * h), *back = fc_malloc(sizeof(real) * E);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);

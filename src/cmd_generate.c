@@ -8,6 +8,7 @@
 
 #include "base/common.h"
 #include "base/clock.h"
+#include "base/commit.h"
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
 #include "chain/generate.h"
@@ -174,6 +175,29 @@ static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, c
     }
 }
 
+// What made the video, for its comment tag: the build, the models and their checkpoints' steps, the
+// first frame, and every setting that changes the frames as the header lines say them (the per-model
+// steps and temperatures settled), the seed and the backend; not --out, --fps, --quiet or --overwrite.
+// Paths as printable UTF-8 (fc_printable_line). NULL when out of memory.
+static char *describe_generation(const GenerateRequest *g, const ChainModels *cm, const Backend *be, int P,
+                                 const char *steps, const char *temperature, const char *guards) {
+    static const char *const roles[3] = {"starter", "extrapolate", "interpolate"};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    fprintf(f, "%s generate:", fc_build_name());
+    for (int r = 0; r < 3; r++) fprintf(f, " %s %s (step %d)%s", roles[r], g->runs[r], cm->step[r], r < 2 ? "," : ";");
+    fprintf(f, " first frame %s (given %d)", g->first_frame, g->given);
+    if (g->vae) fprintf(f, ", vae %s", g->vae);
+    fprintf(f, "; %d frames of %dx%d on %s; %s; noise augmentation %.15g; guidance %.15g; %s; %s; seed %llu", g->frames,
+            P, P, be->name, steps, g->sample.noise_aug, g->sample.guidance, temperature, guards,
+            (unsigned long long)g->sample.seed);
+    if (fclose(f) || !text) return free(text), NULL;
+    fc_printable_line(text);
+    return text;
+}
+
 // Sample the chain from the first frame (or frames), each frame written out as it is made. Returns
 // the exit status.
 static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *plan, const Backend *be,
@@ -190,20 +214,22 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
         rc = -1;
     for (int k = 0; k < g->given && ae && !rc; k++)
         rc = autoencoder_encode(ae, pixels + k * EP, 1, P, P, first + k * E, err, sizeof err);
-    if (rc || !(out = generate_output_open(g->out, P, g->fps, g->overwrite, err, sizeof err))) {
-        fprintf(stderr, "framechain: %s\n", err);
-        free(first), free(pixels);
-        return 1;
-    }
-    if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
-    char steps[128], temperature[128];
+    char steps[128], temperature[128], guards[256];
     chain_describe_steps(cm, g->sample.steps, steps, sizeof steps);
     chain_describe_temperature(cm, g->sample.temperature, temperature, sizeof temperature);
+    chain_describe_guards(&g->sample, g->given, guards, sizeof guards);
+    char *comment = rc ? NULL : describe_generation(g, cm, be, P, steps, temperature, guards);
+    if (!rc && !comment) rc = fc_errf(err, sizeof err, "out of host memory");
+    if (rc || !(out = generate_output_open(g->out, P, g->fps, g->overwrite, comment, err, sizeof err))) {
+        fprintf(stderr, "framechain: %s\n", err);
+        free(first), free(pixels), free(comment);
+        return 1;
+    }
+    free(comment);
+    if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
     printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
            "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, S, S, be->name, plan->count,
            cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
-    char guards[256];
-    chain_describe_guards(&g->sample, g->given, guards, sizeof guards);
     printf("generate: %s\n", guards);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);

@@ -236,7 +236,8 @@ static void remove_leftovers(const char *out) {
     closedir(d);
 }
 
-GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, char *err, size_t errlen) {
+GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, const char *comment, char *err,
+                                     size_t errlen) {
     GenerateOutput *g = fc_calloc(1, sizeof *g);
     if (clean_path(g->out, out)) {
         fc_errf(err, errlen, "--out '%s': not a usable path", out);
@@ -252,7 +253,7 @@ GenerateOutput *generate_output_open(const char *out, int S, double fps, int ove
     temp_base(short_base, sizeof short_base, g->out);
     if (g->video) {  // the temporary name keeps the extension: it picks the container
         snprintf(g->tmp, sizeof g->tmp, "%.*s.partial-%d-%s", (int)(base - g->out), g->out, (int)getpid(), short_base);
-        g->vw = video_writer_open(g->tmp, S, S, fps, err, errlen);
+        g->vw = video_writer_open(g->tmp, S, S, fps, comment, err, errlen);
         ok = g->vw != NULL;
         if (!ok) name_user_path(g, err, errlen);
     } else {

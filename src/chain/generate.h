@@ -21,8 +21,10 @@ typedef struct GenerateOutput GenerateOutput;
 
 // Start writing frames of S x S to out (checked as above): a video when its extension names one (.mp4,
 // .m4v, .mov, .mkv, .avi, .gif; fps frames a second), opened here so that the container and encoder
-// are known to work; else a folder of frame-NNNNNN.png. NULL with one line in err naming out.
-GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, char *err, size_t errlen);
+// are known to work, with comment (NULL: none) as its comment tag (video_writer_open); else a folder of
+// frame-NNNNNN.png, which has no place for it. NULL with one line in err naming out.
+GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, const char *comment, char *err,
+                                     size_t errlen);
 // The next frame ((3, S, S) values in [-1, 1]), written out now. 0, or -1 with one line in err.
 int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t errlen);
 // Close what was written, flush it to disk and rename it into place (replacing the old out only with

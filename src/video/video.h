@@ -104,8 +104,11 @@ typedef struct VideoWriter VideoWriter;
 // Encode width x height RGB24 frames at `fps` into `path`; the container comes from the extension:
 // .mp4/.m4v/.mov (moov at the front), .mkv, .avi: H.264 (libx264, CRF 18, 4:2:0, or 4:4:4 when a side
 // is odd) where the build has that encoder, else MPEG-4 part 2 (qscale 2); .gif: FFmpeg's gif encoder
-// with a median-cut palette per frame. NULL with one line in err on failure.
-VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen);
+// with a median-cut palette per frame. comment (NULL: none) goes into the container's metadata as its
+// "comment" tag (what ffprobe and players show of .mp4/.m4v/.mov, .mkv and .avi; a .gif has none).
+// NULL with one line in err on failure.
+VideoWriter *video_writer_open(const char *path, int width, int height, double fps, const char *comment, char *err,
+                               size_t errlen);
 // The encoder's name ("libx264", "mpeg4", "gif").
 const char *video_writer_codec(const VideoWriter *w);
 // Add one frame (width*height*3 bytes). 0, or -1 with one line in err; after an error every later

@@ -43,7 +43,8 @@ int is_image_path(const char *path) {
 }
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb) { return -1; }
 
-VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen) {
+VideoWriter *video_writer_open(const char *path, int width, int height, double fps, const char *comment, char *err,
+                               size_t errlen) {
     fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
     return NULL;
 }

@@ -352,9 +352,12 @@ static int writer_create_file(VideoWriter *w, char *err, size_t errlen) {
     return 0;
 }
 
-// The container's header. 0, or -1 with why.
-static int writer_write_header(VideoWriter *w, const OutputKind *kind, char *err, size_t errlen) {
+// The container's header, with the comment tag (NULL: none). 0, or -1 with why.
+static int writer_write_header(VideoWriter *w, const OutputKind *kind, const char *comment, char *err,
+                               size_t errlen) {
     char eb[AV_ERROR_MAX_STRING_SIZE];
+    if (comment && av_dict_set(&w->oc->metadata, "comment", comment, 0) < 0)
+        return fc_errf(err, errlen, "%s: out of memory", w->path);
     AVDictionary *mo = NULL;
     if (kind->mp4) av_dict_set(&mo, "movflags", "+faststart", 0);
     int ret = avformat_write_header(w->oc, &mo);
@@ -366,7 +369,8 @@ static int writer_write_header(VideoWriter *w, const OutputKind *kind, char *err
     return 0;
 }
 
-VideoWriter *video_writer_open(const char *path, int width, int height, double fps, char *err, size_t errlen) {
+VideoWriter *video_writer_open(const char *path, int width, int height, double fps, const char *comment, char *err,
+                               size_t errlen) {
     quiet_ffmpeg();
     OutputKind kind = {NULL, 0, 0, 0};
     if (writer_check_request(path, width, height, fps, &kind, err, errlen) < 0) return NULL;
@@ -386,7 +390,7 @@ VideoWriter *video_writer_open(const char *path, int width, int height, double f
     }
     writer_configure_encoder(w, codec, &kind, fps);
     if (writer_open_encoder(w, codec, fps, err, errlen) < 0 || writer_open_converter(w, err, errlen) < 0 ||
-        writer_create_file(w, err, errlen) < 0 || writer_write_header(w, &kind, err, errlen) < 0) {
+        writer_create_file(w, err, errlen) < 0 || writer_write_header(w, &kind, comment, err, errlen) < 0) {
         writer_free(w);
         return NULL;
     }

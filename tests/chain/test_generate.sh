@@ -29,6 +29,26 @@ for out in "181.mp4 $tmp/first.png" "181.gif $VIDEO"; do
         fail "generate_$1" "$(tail -1 "$tmp/gen.log")"
     fi
 done
+# The video says what made it (its comment tag, as ffprobe shows it): the build, the models and their
+# steps, the first frame and every setting of the frames, as the header lines say them; a path's
+# escape byte as '?'
+for ext in mkv mp4 avi; do
+    "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 2 --seed 7 --temperature 0.5 \
+        --noise-aug 0.2 --out "$tmp/made.$ext" > "$tmp/made.log" 2>&1
+    size=$(sed -n 's/^generate: 9 frames of \([0-9]*x[0-9]*\) on cpu.*/\1/p' "$tmp/made.log")
+    want="$("$FC" --version | head -1) generate: starter $tmp/starter (step 12), extrapolate $tmp/extrapolate (step 12), \
+interpolate $tmp/interpolate (step 12); first frame $tmp/first.png (given 1); 9 frames of $size on cpu; 2 Euler steps; \
+noise augmentation 0.2; guidance 1; temperature 0.5; drift guards: sharpness at most 1.05x frame 0's, colour off; seed 7"
+    got=$(ffprobe -v error -show_entries format_tags=comment -of default=nw=1:nk=1 "$tmp/made.$ext")
+    [ "$got" = "$want" ]
+    expect "generate_comment_$ext" $? "the comment tag is '$got', expected '$want'"
+done
+cp "$tmp/first.png" "$tmp/esc$(printf '\033')[31m.png"
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/esc$(printf '\033')[31m.png" --frames 8 --steps 2 --out "$tmp/esc.mkv" \
+    --quiet > /dev/null 2>&1
+got=$(ffprobe -v error -show_entries format_tags=comment -of default=nw=1:nk=1 "$tmp/esc.mkv")
+case $got in *"first frame $tmp/esc?[31m.png (given 1)"*) true ;; *) false ;; esac
+expect generate_comment_printable $? "the comment tag is '$got'"
 if ls -a "$tmp" | grep -q partial; then fail generate_no_partial_files "$(ls -a "$tmp" | grep partial)"; else pass generate_no_partial_files "no temporary file left"; fi
 
 # shapes:N as the first frame is the 8-bit frame generate writes as frame 0: the chain from that PNG

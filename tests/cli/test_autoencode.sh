@@ -34,6 +34,12 @@ rc=$?
     grep -q 'latents (4, 8, 8)' "$tmp/kl.log" && tail -1 "$tmp/kl.log" | grep -q '^round trip: mean PSNR'
 expect autoencode_kl $? "exit $rc; $(head -1 "$tmp/kl.log"); $(tail -1 "$tmp/kl.log")"
 
+# a video written says what made it (its comment tag)
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 3 --out "$tmp/rt.mkv" > /dev/null 2>&1
+got=$(ffprobe -v error -show_entries format_tags=comment -of default=nw=1:nk=1 "$tmp/rt.mkv" 2>&1)
+[ "$got" = "$("$FC" --version | head -1) autoencode: vae $dir/taesd.safetensors, input $VIDEO, 3 frames of 64x64 on cpu" ]
+expect autoencode_comment $? "the comment tag: $got"
+
 # without --size and --frames: 8 frames of 256x256 (the PNGs written, read back: their count and header)
 "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --out "$tmp/defaults" > "$tmp/d.log" 2>&1
 rc=$?

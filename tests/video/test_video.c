@@ -114,7 +114,7 @@ static double psnr(const uint8_t *a, const uint8_t *b, size_t n) {
 
 static int write_clip(const char *path, int w, int h, int n, void (*make)(int, int, int, uint8_t *), char *err,
                       size_t errlen, char *codec, size_t codeclen) {
-    VideoWriter *vw = video_writer_open(path, w, h, CLIP_FPS, err, errlen);
+    VideoWriter *vw = video_writer_open(path, w, h, CLIP_FPS, NULL, err, errlen);
     if (!vw) return -1;
     snprintf(codec, codeclen, "%s", video_writer_codec(vw));
     uint8_t *rgb = malloc((size_t)w * h * 3);
@@ -612,13 +612,13 @@ static void test_bad_inputs(void) {
         check(!v && strstr(err, "no video stream"), "video_broken_audio_only", "%s", v ? "opened" : err);
         if (v) video_close(v);
     }
-    VideoWriter *w = video_writer_open(tmp_path("clip.webm"), 32, 32, 25, err, sizeof err);
+    VideoWriter *w = video_writer_open(tmp_path("clip.webm"), 32, 32, 25, NULL, err, sizeof err);
     check(!w && strstr(err, ".webm"), "video_writer_bad_extension", "%s", w ? "opened" : err);
     if (w) video_writer_close(w, NULL, 0);
-    w = video_writer_open(tmp_path("no_dir/clip.mp4"), 32, 32, 25, err, sizeof err);
+    w = video_writer_open(tmp_path("no_dir/clip.mp4"), 32, 32, 25, NULL, err, sizeof err);
     check(!w && strstr(err, "no_dir"), "video_writer_bad_dir", "%s", w ? "opened" : err);
     if (w) video_writer_close(w, NULL, 0);
-    w = video_writer_open(tmp_path("zero.mp4"), 32, 32, 0, err, sizeof err);
+    w = video_writer_open(tmp_path("zero.mp4"), 32, 32, 0, NULL, err, sizeof err);
     check(!w && err[0], "video_writer_bad_fps", "%s", w ? "opened" : err);
     if (w) video_writer_close(w, NULL, 0);
     // Odd sizes encode (4:4:4 H.264; MPEG-4 part 2 as the fallback) and read back.
@@ -640,7 +640,7 @@ static void test_error_lines(void) {
     char err[512] = "";
     char path[600];
     snprintf(path, sizeof path, "%s/two\nlines/clip.mp4", g_dir);
-    VideoWriter *w = video_writer_open(path, 32, 32, 25, err, sizeof err);
+    VideoWriter *w = video_writer_open(path, 32, 32, 25, NULL, err, sizeof err);
     check(!w && strstr(err, "two lines/clip.mp4") && !strchr(err, '\n'), "video_error_one_line_writer", "%s",
           w ? "opened" : err);
     if (w) video_writer_close(w, NULL, 0);
@@ -650,7 +650,7 @@ static void test_error_lines(void) {
           v ? "opened" : err);
     if (v) video_close(v);
     v = video_open(path, NULL, 0);
-    w = video_writer_open(path, 32, 32, 25, NULL, 0);
+    w = video_writer_open(path, 32, 32, 25, NULL, NULL, 0);
     int rc = image_load_square(path, 32, (uint8_t[32 * 32 * 3]){0}, NULL, 0);
     check(!v && !w && rc == -1, "video_error_null_err", "reader %s, writer %s, image %d", v ? "opened" : "refused",
           w ? "opened" : "refused", rc);
