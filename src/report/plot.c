@@ -22,6 +22,8 @@ Rgb plot_colour(int i) {
     return P[((i % PLOT_COLOURS) + PLOT_COLOURS) % PLOT_COLOURS];
 }
 
+int plot_dashed(int i) { return ((i / PLOT_COLOURS) % 2 + 2) % 2; }
+
 Rgb rgb_light(Rgb c, double amount) {
     double k = 1 - amount;
     return (Rgb){(uint8_t)lround(c.r * amount + 255 * k), (uint8_t)lround(c.g * amount + 255 * k),
@@ -67,19 +69,28 @@ void canvas_fill(Canvas *c, int x0, int y0, int x1, int y1, Rgb col) {
         }
 }
 
-// A width x width square around each point of the segment, one point per pixel of its longer side.
-void canvas_line(Canvas *c, double x0, double y0, double x1, double y1, Rgb col, int width) {
+// A width x width square around each point of the segment, one point per pixel of its longer side;
+// with period > 0, only where the distance along the line (*along at the start, advanced here) is in
+// the first 60% of a period: dashes that run on from one segment to the next.
+static void draw_line(Canvas *c, double x0, double y0, double x1, double y1, Rgb col, int width, double period,
+                      double *along) {
     double dx = x1 - x0, dy = y1 - y0, len = fmax(fabs(dx), fabs(dy));
     if (!isfinite(len) || len > 1e6) return;  // nothing sensible to draw
     int n = (int)ceil(len), px = INT32_MIN, py = INT32_MIN;
-    double half = (width - 1) / 2.0;
+    double half = (width - 1) / 2.0, length = hypot(dx, dy);
     for (int i = 0; i <= n; i++) {
         double t = n ? (double)i / n : 0;
+        if (period > 0 && fmod(*along + t * length, period) >= 0.6 * period) continue;  // a gap
         int x = (int)floor(x0 + dx * t - half + 0.5), y = (int)floor(y0 + dy * t - half + 0.5);
         if (x == px && y == py) continue;
         canvas_fill(c, x, y, x + width - 1, y + width - 1, col);
         px = x, py = y;
     }
+    if (period > 0) *along += length;
+}
+
+void canvas_line(Canvas *c, double x0, double y0, double x1, double y1, Rgb col, int width) {
+    draw_line(c, x0, y0, x1, y1, col, width, 0, NULL);
 }
 
 int text_width(const char *s, int scale) {
@@ -324,14 +335,14 @@ void axes_draw(Canvas *c, const Axes *a, const char *title, const char *xlabel) 
     }
 }
 
-void axes_plot(Canvas *c, const Axes *a, const double *x, const double *y, int n, Rgb col, int width) {
+void axes_plot(Canvas *c, const Axes *a, const double *x, const double *y, int n, Rgb col, int width, int dashed) {
     canvas_clip(c, a->x0 + 1, a->y0 + 1, a->x1 - 1, a->y1 - 1);
-    double px = 0, py = 0;
+    double px = 0, py = 0, along = 0, period = dashed ? 8.0 * width * a->scale : 0;
     int have = 0;
     for (int i = 0; i < n; i++) {
         if (!isfinite(x[i]) || !isfinite(y[i]) || (a->ylog && y[i] <= 0)) continue;
         double qx = axes_px(a, x[i]), qy = axes_py(a, y[i]);
-        if (have) canvas_line(c, px, py, qx, qy, col, width);
+        if (have) draw_line(c, px, py, qx, qy, col, width, period, &along);
         else canvas_line(c, qx, qy, qx, qy, col, width);
         px = qx, py = qy, have = 1;
     }
@@ -356,7 +367,9 @@ static int legend_layout(Canvas *c, int x, int y, int maxw, const LegendItem *it
         if (cx > 0 && cx + w > maxw) cx = 0, rows++;
         if (c) {
             int ty = y + (rows - 1) * row_h, my = ty + FONT_CAP * scale / 2;
-            canvas_fill(c, x + cx, my - scale, x + cx + swatch - 1, my + scale, items[i].col);
+            int gap = items[i].dashed ? 4 * scale : 0;  // a dash each side of it
+            canvas_fill(c, x + cx, my - scale, x + cx + (swatch - gap) / 2 - 1, my + scale, items[i].col);
+            canvas_fill(c, x + cx + (swatch + gap) / 2, my - scale, x + cx + swatch - 1, my + scale, items[i].col);
             canvas_text(c, x + cx + swatch + 4 * scale, ty, label, RGB_TEXT, scale);
         }
         cx += w + 12 * scale;

@@ -18,9 +18,11 @@ typedef struct {
 #define RGB_FRAME ((Rgb){110, 110, 110})
 
 // The colour of series i (runs, noise-augmentation levels), distinct from black and gray:
-// PLOT_COLOURS of them, then they repeat.
+// PLOT_COLOURS of them, then they repeat, dashed (plot_dashed): PLOT_SERIES series told apart.
 #define PLOT_COLOURS 9
+#define PLOT_SERIES (2 * PLOT_COLOURS)
 Rgb plot_colour(int i);
+int plot_dashed(int i);  // 1 for the series whose colour repeats an earlier one's
 // c mixed with white: a fraction `amount` of c (1: c itself).
 Rgb rgb_light(Rgb c, double amount);
 
@@ -83,9 +85,10 @@ void axes_place(Axes *a, int bx0, int by0, int bx1, int by1, int scale, int has_
 void axes_draw(Canvas *c, const Axes *a, const char *title, const char *xlabel);
 double axes_px(const Axes *a, double x);
 double axes_py(const Axes *a, double y);
-// A line through the points (x[i], y[i]) inside the plot area; points that are not finite (or not
-// above 0 on a log axis) are skipped, the line joining those on either side.
-void axes_plot(Canvas *c, const Axes *a, const double *x, const double *y, int n, Rgb col, int width);
+// A line through the points (x[i], y[i]) inside the plot area (dashed: in dashes along its length);
+// points that are not finite (or not above 0 on a log axis) are skipped, the line joining those on
+// either side.
+void axes_plot(Canvas *c, const Axes *a, const double *x, const double *y, int n, Rgb col, int width, int dashed);
 // One line for programs checking a plot: "panel NAME: box X0 Y0 X1 Y1 x XMIN XMAX y YMIN YMAX linear|log".
 void axes_describe(const Axes *a, const char *name, FILE *f);
 
@@ -94,10 +97,11 @@ void axes_describe(const Axes *a, const char *name, FILE *f);
 typedef struct {
     const char *label;
     Rgb col;
+    int dashed;  // its curve's (plot_dashed)
 } LegendItem;
 
-// The items in rows from (x, y), wrapped at width maxw: a short thick line of each colour and its
-// label. Returns the height used.
+// The items in rows from (x, y), wrapped at width maxw: a short thick line of each colour (with a gap
+// when dashed) and its label. Returns the height used.
 int legend_draw(Canvas *c, int x, int y, int maxw, const LegendItem *items, int n, int scale);
 
 // ---- a figure ----

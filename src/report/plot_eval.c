@@ -18,7 +18,7 @@ static const char *const COLS[NCOLS] = {"section",    "noise_aug", "frame",     
                                         "ssim_chain", "ssim_copy", "ssim_hold0", "motion_chain", "motion_real"};
 #define REQUIRED_COLS 4  // section, noise_aug, frame, psnr_chain
 #define MAX_FIELDS 256
-#define MAX_LEVELS 32
+#define MAX_LEVELS PLOT_SERIES  // each its own curve: a colour, or the colour again dashed
 
 static const Rgb HOLD0 = {0, 0, 0}, COPY = {150, 150, 150}, REAL = {0, 110, 110};
 
@@ -94,7 +94,8 @@ static int row(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
     while (l < t->L && t->levels[l] != r.v[C_LEVEL]) l++;
     if (l == t->L) {
         if (t->L == MAX_LEVELS)
-            return fc_errf(err, errlen, "%s: line %d: more than %d noise-augmentation levels", t->path, lineno, MAX_LEVELS);
+            return fc_errf(err, errlen, "%s: line %d: more than %d noise-augmentation levels (one curve style each)", t->path,
+                               lineno, MAX_LEVELS);
         t->levels[t->L++] = r.v[C_LEVEL];
     }
     if (t->n == t->cap) {
@@ -173,8 +174,9 @@ static void draw_panel(Canvas *c, const Tsv *t, const Panel *p, const int box[5]
     axes_place(&a, box[0], box[1], box[2], box[3], scale, box[4]);
     axes_draw(c, &a, p->title, box[4] ? "frame" : NULL);
     for (int k = 0; k < 3; k++)
-        if (cols[k] >= 0) axes_plot(c, &a, x, y, series(t, 0, cols[k], x, y), colours[k], 2);
-    for (int l = 0; l < t->L; l++) axes_plot(c, &a, x, y, series(t, l, p->chain, x, y), plot_colour(l), 2);
+        if (cols[k] >= 0) axes_plot(c, &a, x, y, series(t, 0, cols[k], x, y), colours[k], 2, 0);
+    for (int l = 0; l < t->L; l++) axes_plot(c, &a, x, y, series(t, l, p->chain, x, y), plot_colour(l), 2,
+                                              plot_dashed(l));
     if (o->verbose) axes_describe(&a, p->name, stdout);
 }
 
@@ -204,7 +206,7 @@ int figure_eval(Canvas *c, const char *path, const FigureOptions *o, char *err, 
     int ni = 0;
     for (int l = 0; l < t.L; l++) {
         snprintf(level_labels[l], sizeof level_labels[l], "chain, noise-aug %g", t.levels[l]);
-        items[ni++] = (LegendItem){level_labels[l], plot_colour(l)};
+        items[ni++] = (LegendItem){level_labels[l], plot_colour(l), plot_dashed(l)};
     }
     int hold0 = 0, copy = 0, real = 0;
     for (int p = 0; p < np; p++) {

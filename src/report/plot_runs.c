@@ -144,11 +144,11 @@ static void draw_panel(Canvas *c, const Panel *p, const Run *runs, int n, const 
     if (p->raw_key >= 0)
         for (int i = 0; i < n; i++) {
             column(&runs[i], p->raw_key, x, y);
-            axes_plot(c, &a, x, y, runs[i].n, rgb_light(plot_colour(i), 0.35), 1);
+            axes_plot(c, &a, x, y, runs[i].n, rgb_light(plot_colour(i), 0.35), 1, 0);
         }
     for (int i = 0; i < n; i++) {
         column(&runs[i], p->key, x, y);
-        axes_plot(c, &a, x, y, runs[i].n, plot_colour(i), 2);
+        axes_plot(c, &a, x, y, runs[i].n, plot_colour(i), 2, 0);
     }
     if (!yr.n) {  // an older metrics.jsonl without this key, or nothing finite in it
         const char *none = "no data";

@@ -167,11 +167,27 @@ def check_eval(png, verbose, w, h):
            follows(rows, mo, TEAL, lambda f: MOTION_REAL, frames),
            "motion of the chain beside the real clip's (the newest columns)")
 
+def check_levels(png, verbose):
+    """Ten levels, level l flat at PSNR 10 + 2l: the tenth (0.9) has the first's colour again, so it is
+    drawn dashed: blue in some columns of its row and not in others, the first's row blue throughout."""
+    W, H, rows = load_png(png)
+    p = panels(open(verbose).read())["psnr"]
+    cols = range(round(to_px(p, 2, 0)[0]), round(to_px(p, 19, 0)[0]))
+    def covered(level):
+        y = round(to_px(p, 1, 10 + 2 * level)[1])
+        return sum(1 for x in cols if any(colour(rows, x, v) == BLUE for v in (y - 1, y, y + 1))) / len(cols)
+    solid, dashed = covered(0), covered(9)
+    report("plot_eval_ten_levels", [] if solid > 0.99 and 0.3 < dashed < 0.8 else
+           ["level 0 blue in %.0f%% of its row's columns, level 0.9 in %.0f%% (expected all, and dashes)"
+            % (100 * solid, 100 * dashed)],
+           "level 0.9 repeats level 0's colour dashed (%.0f%% of its row), level 0 solid" % (100 * dashed))
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "write": write_runs(sys.argv[2], sys.argv[3]), write_tsv(sys.argv[4])
     elif mode == "runs": check_runs(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "eval": check_eval(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "levels": check_levels(sys.argv[2], sys.argv[3])
 PY
 
 mkdir -p "$tmp/a" "$tmp/b" "$tmp/out"
@@ -210,6 +226,16 @@ if "$FC" plot --eval "$tmp/eval.tsv" --out "$tmp/out/eval.png" --width 1000 --he
     "$PYTHON" "$tmp/check.py" eval "$tmp/out/eval.png" "$tmp/eval.log" 1000 640 || fail plot_check_py_eval "check.py eval exited $?"
 else
     fail plot_eval "$(tail -1 "$tmp/eval.log")"
+fi
+
+# more noise-augmentation levels than colours (eval takes up to 16): the colours come round again dashed
+{ printf 'section\tnoise_aug\tframe\tpsnr_chain\n'
+  for l in 0 1 2 3 4 5 6 7 8 9; do for f in $(seq 1 20); do printf 'quality\t0.%s\t%d\t%d\n' $l $f $((10 + 2 * l)); done; done
+} > "$tmp/levels.tsv"
+if "$FC" plot --eval "$tmp/levels.tsv" --out "$tmp/out/levels.png" --verbose > "$tmp/levels.log" 2>&1; then
+    "$PYTHON" "$tmp/check.py" levels "$tmp/out/levels.png" "$tmp/levels.log" || fail plot_check_py_levels "check.py levels exited $?"
+else
+    fail plot_eval_ten_levels "$(tail -1 "$tmp/levels.log")"
 fi
 
 # quality rows from frame 0 (a whole number >= 0) are frames like any other
