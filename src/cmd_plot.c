@@ -27,7 +27,9 @@ static const char *HELP_PLOT =
     "beside the baselines the TSV has (holding frame 0; copying the last given frame, when eval was given\n"
     "more than one); then SSIM and the motion per frame (the chain's beside the real clip's) the same way.\n"
     "\n"
-    "  --out FILE.png   the image, written to a temporary file in the same folder and renamed\n"
+    "  --out FILE.png   the image, written to a temporary file in the same folder and renamed; SIGINT,\n"
+    "                   SIGTERM or SIGHUP stops plot with 128 + the signal: nothing is written before the\n"
+    "                   image is, a write under way is finished (no temporary file is left)\n"
     "  --overwrite      replace FILE.png when it exists (otherwise refused)\n"
     "  --width W        its width in pixels (default 1200, 480 to 8000)\n"
     "  --height H       its height in pixels (default 900, 360 to 8000)\n"
@@ -81,12 +83,19 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     Canvas c;
     char err[8192];
     if (fc_check_output_file("--out", out, opt(opts, "--overwrite")->count > 0, err, sizeof err)) fc_die("%s", err);
+    // SIGINT, SIGTERM or SIGHUP: before the PNG is written, nothing is; while it is, it is finished
+    // (killed then, its temporary file would be left beside --out); a second one ends plot at once
+    fc_catch_stop_signals();
     int rc = eval ? figure_eval(&c, eval, &fo, err, sizeof err) : figure_runs(&c, runs, nruns, &fo, err, sizeof err);
     if (!rc) {
-        rc = canvas_save_png(&c, out, err, sizeof err);
+        rc = fc_stop_signal() ? fc_errf(err, sizeof err, "stopped by %s: %s not written",
+                                        fc_signal_name(fc_stop_signal()), out)
+                              : canvas_save_png(&c, out, err, sizeof err);
         canvas_free(&c);
     }
-    if (rc) fc_die("%s", err);
-    printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
-    return 0;
+    fc_release_stop_signals();
+    if (rc) fprintf(stderr, "framechain: %s\n", err);
+    else printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
+    // a stop that came while the PNG was written: it is whole, the status still says the stop
+    return fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

@@ -131,6 +131,8 @@ int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen)
                                "libstb-dev and the FFmpeg libraries, then rebuild)", path);
         return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
     }
+    long delay_ms = fc_test_hook("PNG_WRITE_DELAY_MS");  // the tests' kill must be able to land mid-write
+    if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
     if (fc_fsync_path(tmp) || rename(tmp, path)) {  // synced first: a power cut leaves the old plot or the new
         int e = errno;
         unlink(tmp);

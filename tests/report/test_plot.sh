@@ -344,6 +344,21 @@ else
 fi
 if ls -a "$tmp/out" | grep -q tmp; then fail plot_no_temporary_files "$(ls -a "$tmp/out")"; else pass plot_no_temporary_files "none left in the output folder"; fi
 
+png_size() { "$PYTHON" -c 'import struct, sys; print("%dx%d" % struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24]))' "$1"; }
+
+# ---- a stop (SIGTERM) while the PNG is written: it is finished and renamed, no temporary file left
+# beside --out, the exit status 128 + 15 (the write held 3 s by a test hook, so that the kill lands in it) ----
+mkdir -p "$tmp/stop"
+FRAMECHAIN_TEST_PNG_WRITE_DELAY_MS=3000 "$FC" plot "$tmp/b" --out "$tmp/stop/b.png" > "$tmp/stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 500); do ls "$tmp/stop" | grep -q tmp && break; sleep 0.02; done
+kill -TERM $pid
+wait $pid
+rc=$?
+size=$(png_size "$tmp/stop/b.png" 2> /dev/null || echo "no PNG")
+expect plot_stopped_mid_write $(( rc != 143 || $(ls -a "$tmp/stop" | grep -vc '^\.\.\?$') != 1 ||
+    $([ "$size" = 1200x900 ]; echo $?) )) "status $rc; left in the folder: $(ls "$tmp/stop" | tr '\n' ' ')($size)"
+
 # ---- a run still writing: its unfinished last line (no newline yet) is left out with a warning ----
 mkdir -p "$tmp/live"
 head -20 "$tmp/a/metrics.jsonl" > "$tmp/live/metrics.jsonl"
@@ -356,7 +371,6 @@ else
 fi
 
 # ---- the image's size: 1200 x 900 by default; the smallest allowed, 480 x 360, drawn; 479 refused ----
-png_size() { "$PYTHON" -c 'import struct, sys; print("%dx%d" % struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24]))' "$1"; }
 "$FC" plot "$tmp/b" --out "$tmp/out/default.png" > /dev/null 2>&1
 rc1=$?
 "$FC" plot "$tmp/b" --out "$tmp/out/least.png" --width 480 --height 360 > /dev/null 2>&1
