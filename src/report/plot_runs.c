@@ -1,6 +1,7 @@
 // plot_runs.c: the training figure (figures.h): each run's metrics.jsonl read line by line (the
 // lines train/train.c's write_metrics writes), then four panels against the step.
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,14 +83,17 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
     return rc;
 }
 
-// The folder's name ("runs/a/" -> "a"); the path as given when two runs share a name.
+// The folder's name ("runs/a/" -> "a"; "." or "runs/a/.." by the folder it names: plot run from
+// inside a run folder); the path as given when two runs share a name.
 static void name_runs(Run *runs, const char *const *dirs, int n) {
     for (int i = 0; i < n; i++) {
-        char buf[4096];
+        char buf[PATH_MAX + 1];
         snprintf(buf, sizeof buf, "%s", dirs[i]);
         size_t len = strlen(buf);
         while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
         const char *slash = strrchr(buf, '/'), *base = slash && slash[1] ? slash + 1 : buf;
+        if ((!strcmp(base, ".") || !strcmp(base, "..")) && realpath(dirs[i], buf) && strcmp(buf, "/"))
+            base = strrchr(buf, '/') + 1;  // realpath's answer is absolute: it has a '/'
         snprintf(runs[i].name, sizeof runs[i].name, "%s", base);
     }
     for (int i = 0; i < n; i++)

@@ -283,6 +283,11 @@ fc_abs=$(cd "$(dirname "$FC")" && pwd)/$(basename "$FC")
 rc=$?
 expect plot_dash_run_after_options_end $(( rc != 0 || $(grep -c '^plot: -b: 200 steps' "$tmp/dash.log") != 1 )) \
     "status $rc: $(head -1 "$tmp/dash.log")"
+# "." from inside a run folder (and "a/.." forms) is named by the folder it names, in the legend and the lines
+(cd "$tmp/shuffled/b" && exec "$fc_abs" plot . ../../a/. --out "$tmp/out/dot.png") > "$tmp/dot.log" 2>&1
+rc=$?
+expect plot_dot_run_named $(( rc != 0 || $(grep -c '^plot: b: 200 steps' "$tmp/dot.log") != 1 ||
+    $(grep -c '^plot: a: 300 steps' "$tmp/dot.log") != 1 )) "status $rc: $(head -2 "$tmp/dot.log" | tr '\n' ' ')"
 # a legal --out name of 250 bytes, where its temporary "NAME.tmp-PID" would pass NAME_MAX (255)
 long=$(printf 'n%.0s' $(seq 246)).png
 mkdir "$tmp/long"
