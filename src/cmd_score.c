@@ -32,11 +32,14 @@ static const char *HELP_SCORE =
     "  --reference RUN2   a second run (e.g. trained on clean data) whose loss is subtracted\n"
     "  --levels K         noise levels (default 4, at most 64)\n"
     "  --top F            with --exclude-out: the fraction F (0 < F < 1) of the scored clips with the\n"
-    "                     highest scores (rounded up) ...\n"
+    "                     highest scores (rounded up; refused where that is every one) ...\n"
     "  --exclude-out FILE ... written as an exclude list: 'shard-NNNNN.safetensors K' a line, what\n"
     "                     'train --set exclude=FILE' reads\n"
     "  --batch B          windows a forward pass (default 16)\n"
     "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
+
+// The clips --top F takes of n: the fraction, rounded up.
+static int top_clips(double top, int n) { return (int)ceil(top * n - 1e-9); }
 
 int cmd_score(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--run", 1}, {"--data", 1}, {"--out", 1}, {"--reference", 1}, {"--levels", 1}, {"--top", 1},
@@ -64,9 +67,13 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (!d) fc_die("%s", err);
     if (dataset_latent(d))
         fc_die("%s holds latents: score measures frames; score the same footage prepared without --vae", data);
+    int n = dataset_clips(d), scored = 0;
+    // a list of every clip is one train refuses: said now when the fraction alone makes it so
+    if (ex && top_clips(top, n) >= n)
+        fc_die("--top %g: the top %d of the %d clips of %s are all of them, and an exclude list of every clip "
+               "leaves nothing to train on: give a smaller fraction", top, top_clips(top, n), n, data);
     ClipScore *s;
     if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
-    int n = dataset_clips(d), scored = 0;
     int noted[3] = {0};
     for (int i = 0; i < n; i++) scored += !s[i].damaged, noted[s[i].note]++;
     if (score_write_tsv(d, s, n, so.reference != NULL, out, err, sizeof err)) fc_die("%s", err);
@@ -74,8 +81,16 @@ int cmd_score(int argc, char **argv, const Backend *be) {
            so.reference ? " minus " : "", so.reference ? so.reference : "", out);
     if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
         printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
+    // damaged clips are never drawn either: a list of every scored clip leaves train nothing
+    if (ex && !scored)
+        fc_die("%s: every one of its %d clips is damaged, none scored: %s not written (re-prepare the dataset)", data, n,
+               ex);
+    if (ex && top_clips(top, scored) >= scored)
+        fc_die("--top %g: the top %d of the %d scored clips of %s are every clip not damaged (%d are), and train would "
+               "have nothing to draw: %s not written (the scores are in %s)", top, scored, scored, data, n - scored, ex,
+               out);
     if (ex) {
-        int k = (int)ceil(top * scored - 1e-9), *clips = malloc(sizeof(int) * (k ? k : 1));
+        int k = top_clips(top, scored), *clips = malloc(sizeof(int) * (k ? k : 1));
         if (!clips) fc_die("score: out of host memory");
         for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
         if (exclude_list_write(d, ex, clips, k, err, sizeof err)) fc_die("%s", err);

@@ -156,6 +156,19 @@ last=$(tail -1 "$tmp/d.tsv" | cut -f3,6,9)
 expect score_damaged_clip $(( rc != 0 )) "exit $rc; the last row: '$last'; $(head -1 "$tmp/out")"
 [ "$last" = "$(printf '10\t\tdamaged')" ] || fail score_damaged_row "$(tail -1 "$tmp/d.tsv")"
 
+# ---- --top that would take every clip: an exclude list train refuses, never written ----
+one_line_refusal score_top_every_clip "--top 0.99: the top 55 of the 55 clips of .* nothing to train on" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/all.tsv" --top 0.99 --exclude-out "$tmp/all-ex.txt"
+[ ! -e "$tmp/all.tsv" ] && [ ! -e "$tmp/all-ex.txt" ]
+expect score_top_every_clip_writes_nothing $? "refused before scoring: neither output written"
+# 2 clips, one damaged: the top half of the 1 scored clip is every clip train could draw
+fc prepare --input "$tmp/bad/white" --out "$tmp/two" --size 32 --clip-frames 8 > /dev/null 2>&1
+damage_clip "$tmp/two/shard-00000.safetensors" 1
+one_line_refusal score_top_every_scored_clip "the top 1 of the 1 scored clips .* every clip not damaged (1 are)" \
+    fc score --run "$run" --data "$tmp/two" --out "$tmp/two.tsv" --top 0.5 --exclude-out "$tmp/two-ex.txt"
+[ "$(wc -l < "$tmp/two.tsv" 2> /dev/null)" = 3 ] && [ ! -e "$tmp/two-ex.txt" ]
+expect score_top_every_scored_clip_files $? "the TSV written ($(wc -l < "$tmp/two.tsv" 2> /dev/null) lines), the exclude list not"
+
 # ---- refusals: another frame size, a plan one frame longer than the clips, an existing --out ----
 fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1
 fc prepare --input "$tmp/bad/white" --out "$tmp/short" --size 32 --clip-frames 6 > /dev/null 2>&1
