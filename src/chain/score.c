@@ -126,6 +126,30 @@ static int by_score(const void *a, const void *b) {
     return x->clip - y->clip;
 }
 
+// Whether the reference run can be subtracted from o->run (whose config is c) on d: it loads, fits d,
+// and scores the same windows against the same targets (the keys below), so that the two losses are of
+// one thing. 0, or -1 with err.
+static int reference_unfit(const ScoreOptions *o, const Config *c, const Dataset *d, const Backend *be, char *err,
+                           size_t errlen) {
+    static const char *const SAME[] = {"plan", "targets", "delta_scale", "delta_reference", "reference_zoom",
+                                       "anchor_snap"};
+    char why[1024];
+    int step, lo, rc = 0;
+    Model *r = checkpoint_load_for_generation(o->reference, be, 1, &step, NULL, why, sizeof why);
+    if (!r) return fc_errf(err, errlen, "--reference %s", why);
+    if (clip_window_fits(&r->cfg, o->reference, d, &lo, err, errlen)) rc = -1;
+    for (size_t i = 0; !rc && i < sizeof SAME / sizeof *SAME; i++) {
+        char mine[1024], theirs[1024];
+        config_get(c, SAME[i], mine, sizeof mine), config_get(&r->cfg, SAME[i], theirs, sizeof theirs);
+        if (strcmp(mine, theirs))
+            rc = fc_errf(err, errlen, "--reference %s: %s = %s, but %s has %s = %s: its loss is not of the same "
+                         "windows and targets; give a reference trained with the same %s", o->reference, SAME[i],
+                         theirs, o->run, SAME[i], mine, SAME[i]);
+    }
+    free_model(r);
+    return rc;
+}
+
 int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, ClipScore **scores, char *err,
                 size_t errlen) {
     int n = dataset_clips(d), K = o->levels, B = o->batch;
@@ -138,7 +162,10 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     if (!m) return fc_errf(err, errlen, "%s", why);
     for (int k = 0; k < K; k++)
         tk[k] = 1 / (1 + exp(-(m->cfg.t_logit_mean + m->cfg.t_logit_std * normal_quantile((k + 0.5) / K))));
+    // the reference before any scoring: a reference that cannot be used would cost the run's whole pass
+    int refused = o->reference && reference_unfit(o, &m->cfg, d, be, err, errlen);
     free_model(m);
+    if (refused) return -1;
     double *loss = fc_malloc(sizeof(double) * n), *ref = fc_malloc(sizeof(double) * n);
     int *damaged = fc_calloc((size_t)n, sizeof(int));
     ClipScore *s = fc_malloc(sizeof(ClipScore) * (n ? n : 1));

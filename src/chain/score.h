@@ -63,7 +63,8 @@ typedef struct {
 // Score every clip of d (sorted: noted clips first, then the others, each by score descending, ties by
 // clip index; damaged clips last). *scores:
 // dataset_clips(d) entries, malloc'ed. 0, or -1 with one line: a run without a usable checkpoint, a
-// model whose frame size, channels or plan span does not fit d, a read failure.
+// model whose frame size, channels or plan span does not fit d, a reference of another plan or targets
+// than the run (checked before any scoring), a read failure.
 int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, ClipScore **scores, char *err,
                 size_t errlen);
 

@@ -146,6 +146,14 @@ check=$(awk -F'\t' 'NR == 1 { ok = ($6 == "loss" && $7 == "ref_loss" && $8 == "s
         prev = $8; pnoted = noted } END { print ok ? "ok" : "bad" }' "$tmp/r.tsv" 2> /dev/null)
 expect score_reference $(( rc != 0 )) "exit $rc; header loss, ref_loss, score; score = loss - ref_loss, sorted by it (noted clips first): $check"
 [ "$check" = ok ] || fail score_reference_columns "$(head -3 "$tmp/r.tsv")"
+# a reference that cannot be subtracted is refused before any scoring, in one line naming --reference:
+# one missing, one of another plan (its loss is of other windows: not the reducible loss)
+one_line_refusal score_reference_missing "--reference .*nosuchrun: no such run folder" \
+    fc score --run "$run" --reference "$tmp/nosuchrun" --data "$tmp/mixed" --out "$tmp/r2.tsv"
+fc train --config configs/tiny/interpolate.conf --run "$tmp/interp" --data "$tmp/mixed" --steps 2 > /dev/null 2>&1
+one_line_refusal score_reference_other_plan "--reference .*interp: plan = anchor:-8 .*, but .* has plan = anchor:0 " \
+    fc score --run "$run" --reference "$tmp/interp" --data "$tmp/mixed" --out "$tmp/r2.tsv"
+[ ! -e "$tmp/r2.tsv" ] || fail score_reference_refusal_wrote "$tmp/r2.tsv was written"
 
 # ---- a damaged clip: noted, not scored, not fatal ----
 cp -r "$tmp/mixed" "$tmp/damaged"
