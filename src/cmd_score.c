@@ -36,7 +36,7 @@ static const char *HELP_SCORE =
     "                     highest scores (rounded up; refused where that is every one) ...\n"
     "  --exclude-out FILE ... written as an exclude list: 'shard-NNNNN.safetensors K' a line, what\n"
     "                     'train --set exclude=FILE' reads\n"
-    "  --batch B          windows a forward pass (default 16)\n"
+    "  --batch B          windows a forward pass (default 16; at most the dataset's clips)\n"
     "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
 
 // The clips --top F takes of n: the fraction, rounded up.

@@ -155,6 +155,7 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     int n = dataset_clips(d), K = o->levels, B = o->batch;
     double tk[SCORE_MAX_LEVELS];
     if (K < 1 || K > SCORE_MAX_LEVELS || B < 1) return fc_errf(err, errlen, "score: %d levels, batch %d", K, B);
+    if (B > n && n > 0) B = n;  // windows past the clips would be padding: their memory and passes wasted
     // the levels come from the scored run's config: read it once through a batch-1 model
     char why[1024];
     int step;

@@ -102,6 +102,17 @@ else
     fail score_repeatable "exit $rc1, $rc2; $rows rows; $(tail -1 "$tmp/score.log")"
 fi
 
+# a --batch past the dataset's clips is the clips' batch: not memory and passes for padding windows
+peak_kib() {  # peak_kib CMD...: the command's peak resident memory in KiB (its status must be 0)
+    python3 -c 'import resource, subprocess, sys
+r = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r == 0 else -1)' "$@"
+}
+kib55=$(peak_kib "$FC" --threads 1 score --run "$run" --data "$tmp/mixed" --out "$tmp/b55.tsv" --batch 55)
+kib256=$(peak_kib "$FC" --threads 1 score --run "$run" --data "$tmp/mixed" --out "$tmp/b256.tsv" --batch 256)
+[ "$kib55" -gt 0 ] && [ "$kib256" -gt 0 ] && [ $((kib256 * 2)) -lt $((kib55 * 3)) ] && cmp -s "$tmp/b55.tsv" "$tmp/b256.tsv"
+expect score_batch_past_clips $? "--batch 256 of 55 clips: peak $((kib256 / 1024)) MiB, --batch 55: $((kib55 / 1024)) MiB; the same TSV"
+
 # ---- the ranking: the noted clips (frozen, unordered) first, then the loss ----
 echo "  the ranking (loss, motion, order, note, source), top 10 of 55:"
 sed -n '2,11p' "$tmp/s1.tsv" | awk -F'\t' '{ printf "    %2d  %s  %s  %s  %-9s  %s %s\n", NR, $6, $7, $8, $9, $4, $5 }' |
