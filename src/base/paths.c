@@ -206,6 +206,16 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     if (lstat(path, &sp))  // a name the file system cannot hold is said now, not after the work
         return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno)) : 0;
     if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
+    // The file is replaced by renaming a new one onto its name: a link would be replaced, not the file it
+    // points to (/dev/stdout, a latest.png kept pointing at a run's), and a device, FIFO or socket by a file
+    if (S_ISLNK(sp.st_mode)) {
+        char real[PATH_MAX];
+        return fc_errf(err, errlen, "%s %s: is a symbolic link to %s; a file is written only under its own name: give "
+                       "that name, or remove the link", flag, path, realpath(path, real) ? real : "nothing");
+    }
+    if (!S_ISREG(sp.st_mode))
+        return fc_errf(err, errlen, "%s %s: exists and is not a file (a device, FIFO or socket); give a file name",
+                       flag, path);
     if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
     return 0;
 }

@@ -56,7 +56,8 @@ int fc_temp_name(char *dst, size_t len, const char *path, const char *tag);
 int fc_remove_stale_temps(const char *path);
 
 // An output file about to be written (through a temporary file beside it): its folder exists and can
-// be written in, and path is not a folder, nor (replace 0) an existing file. 0, or -1 with one line in
+// be written in, and path is not a folder, a symbolic link, a device, FIFO or socket (a rename onto the
+// name would replace those, not write into them), nor (replace 0) an existing file. 0, or -1 with one line in
 // err naming the flag and the path. Checked before the work, so that a bad path costs nothing; the
 // temporary files of earlier writes of path that were cut off go first (fc_remove_stale_temps).
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen);

@@ -366,6 +366,12 @@ rm -f "$tmp/a_first.png"
 # An --out that is a symbolic link to a folder of frames: --overwrite renames the new folder onto the
 # name it is given, so through a link it would replace the link and empty the folder it points to.
 # Refused in one line naming the link and its folder, before any model loads; both kept as they were.
+# A video --out that is a symbolic link to a file: --overwrite would rename the video onto the link
+ln -s "$tmp/first.png" "$tmp/vlink.mp4"
+expect_refusal overwrite_video_through_link "vlink.mp4: is a symbolic link to the file .*/first.png; --overwrite" \
+    "${RUNS[@]}" --first-frame shapes:1 --out "$tmp/vlink.mp4" --overwrite
+[ -L "$tmp/vlink.mp4" ]
+expect overwrite_video_through_link_kept $? "the link is still there"
 ln -s "$tmp/a" "$tmp/alink"
 expect_refusal overwrite_folder_through_link "alink: is a symbolic link to the folder .*/a; --overwrite" "${RUNS[@]}" \
     --first-frame "$tmp/first.png" --out "$tmp/alink/" --overwrite

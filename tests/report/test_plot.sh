@@ -262,6 +262,20 @@ expect plot_eval_settings_lines $(( rc != 0 || $(cmp -s "$tmp/out/eval.png" "$tm
     $(grep -c "only.tsv: empty: no header after its '#' lines" "$tmp/settings_only.log") != 1 )) \
     "status $rc, $(cmp -s "$tmp/out/eval.png" "$tmp/out/settings.png" && echo "the same PNG" || echo "another PNG"); $(tail -1 "$tmp/settings_bad.log"); $(tail -1 "$tmp/settings_only.log")"
 
+# ---- an --out that is a symbolic link, or a FIFO: refused even with --overwrite, left as it was
+# (a rename onto its name would have replaced the link, or the FIFO, by a file) ----
+ln -s "$tmp/out/target.png" "$tmp/out/link.png" && printf 'keep' > "$tmp/out/target.png" && mkfifo "$tmp/out/fifo.png"
+for case in "link.png: is a symbolic link to .*/target.png; a file is written only under its own name" \
+            "fifo.png: exists and is not a file (a device, FIFO or socket)"; do
+    name=${case%%:*}
+    "$FC" plot "$tmp/b" --out "$tmp/out/$name" --overwrite > /dev/null 2> "$tmp/err"
+    rc=$?
+    [ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q -- "--out $tmp/out/${case}" "$tmp/err" &&
+        [ -L "$tmp/out/link.png" ] && [ -p "$tmp/out/fifo.png" ] && [ "$(cat "$tmp/out/target.png")" = keep ]
+    expect "plot_out_not_a_file_${name%.png}" $? "status $rc: $(head -1 "$tmp/err")"
+done
+rm -f "$tmp/out/link.png" "$tmp/out/target.png" "$tmp/out/fifo.png"
+
 # ---- an existing --out: refused, then replaced with --overwrite ----
 before=$(cksum < "$tmp/out/runs.png")
 if "$FC" plot "$tmp/b" --out "$tmp/out/runs.png" > /dev/null 2> "$tmp/err"; then
