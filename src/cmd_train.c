@@ -7,6 +7,7 @@
 
 #include "base/common.h"
 #include "base/config.h"
+#include "dataset/exclude.h"
 #include "model/autoencoder.h"
 #include "model/memplan.h"
 #include "dist/dist.h"
@@ -166,6 +167,9 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     }
     if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
                                            c.exclude);
+    // the list read before the run's data identity records its CRC32 (an unreadable one would be told as
+    // other data than the run's)
+    if (c.exclude[0] && exclude_list_check_file(c.exclude, err, sizeof err)) fc_die("exclude = %s", err);
     fc_quiet_messages(0);  // from here a rank may meet what the others do not (its device, its memory)
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,

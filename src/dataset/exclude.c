@@ -30,16 +30,31 @@ static ShardRange *shard_ranges(const Dataset *d, int *n) {
     return r;
 }
 
-// The whole file, NUL-terminated (not waiting on a FIFO). NULL with err.
-static char *read_text(const char *path, size_t *len, char *err, size_t errlen) {
+// The list opened (not waiting on a FIFO) and its size in sb: a descriptor, or -1 with err.
+static int open_list(const char *path, struct stat *sb, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
-    struct stat sb;
-    if (fd < 0) return fc_errf(err, errlen, "%s: cannot open the exclude list: %s", path, strerror(errno)), NULL;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > EXCLUDE_MAX_BYTES) {
+    if (fd < 0) return fc_errf(err, errlen, "%s: cannot open the exclude list: %s", path, strerror(errno));
+    if (fstat(fd, sb) || !S_ISREG(sb->st_mode) || (size_t)sb->st_size > EXCLUDE_MAX_BYTES) {
         close(fd);
         return fc_errf(err, errlen, "%s: the exclude list is not a regular file of at most %zu MiB", path,
-                       EXCLUDE_MAX_BYTES >> 20), NULL;
+                       EXCLUDE_MAX_BYTES >> 20);
     }
+    return fd;
+}
+
+int exclude_list_check_file(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    int fd = open_list(path, &sb, err, errlen);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+// The whole file, NUL-terminated. NULL with err.
+static char *read_text(const char *path, size_t *len, char *err, size_t errlen) {
+    struct stat sb;
+    int fd = open_list(path, &sb, err, errlen);
+    if (fd < 0) return NULL;
     char *text = fc_malloc((size_t)sb.st_size + 1);
     size_t got = 0;
     ssize_t r = 1;

@@ -22,6 +22,11 @@
 // of d excluded.
 int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *err, size_t errlen);
 
+// Whether the list at `path` can be read (a regular file, not too large), before anything else is said of
+// it: 0, or -1 with one line naming the file. A run's data identity records the list's CRC32, which an
+// unreadable list has not.
+int exclude_list_check_file(const char *path, char *err, size_t errlen);
+
 // Write the list of clips[0 .. n-1] (dataset clip indices) to `path` crash-safely (a temporary file,
 // fsync, rename), after a header comment naming the dataset. 0, or -1 with one line.
 int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, char *err, size_t errlen);

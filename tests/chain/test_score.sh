@@ -241,6 +241,9 @@ expect exclude_identity $([[ "$data" == *"; excluding crc32 $crc of $tmp/top.txt
 grep -v '^#' "$tmp/top.txt" | head -3 > "$tmp/other.txt"
 one_line_refusal exclude_resume_other_list "written on the data of .*excluding crc32 $crc.* but this run has" \
     fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/other.txt"
+# the run's list gone (moved, deleted): said as what it is, not as other data than the run's
+one_line_refusal exclude_resume_list_missing "exclude = $tmp/gone.txt: cannot open the exclude list: No such file" \
+    fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/gone.txt"
 cp "$tmp/top.txt" "$tmp/moved.txt"
 fc train --config $TINY --run "$ex" --data "$tmp/mixed" --steps 4 "${EXSETS[@]}" --set exclude="$tmp/moved.txt" \
     > "$tmp/out" 2>&1
