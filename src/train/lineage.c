@@ -42,6 +42,22 @@ int lineage_names_parent(const char *parent, const char *from) {
     return parent && !strncmp(parent, shown, len) && !strncmp(parent + len, " (step ", 7);
 }
 
+// Where "(step N, crc32 X)" starts in a parent's identity "PATH (step N, crc32 X)" (the last
+// " (step ": PATH may hold one), or NULL.
+static const char *identity_tail(const char *parent) {
+    const char *tail = NULL;
+    for (const char *at = parent; (at = strstr(at, " (step ")); at++) tail = at;
+    return tail;
+}
+
+int lineage_is_fork_of(const char *parent, const TrainOrigin *o) {
+    if (lineage_names_parent(parent, o->from)) return 1;
+    // the same file under another spelling of its path (./runs/a, an absolute path, another working
+    // folder): its step and the CRC-32 of its bytes, read from it by this command
+    const char *theirs = parent ? identity_tail(parent) : NULL, *ours = identity_tail(o->parent);
+    return theirs && ours && !strcmp(theirs, ours);
+}
+
 void lineage_append(char *lineage, size_t size, const char *line) {
     size_t need = strlen(line) + 2;
     while (lineage[0] && strlen(lineage) + need > size) {  // drop the oldest line
@@ -203,7 +219,7 @@ int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t
     if (!read_newest(run, &f, path, sizeof path)) return 0;
     const char *parent = st_meta(&f, "parent");
     int rc = 0;
-    if (!lineage_names_parent(parent, o->from))
+    if (!lineage_is_fork_of(parent, o))
         rc = fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give --run "
                      "a new folder", run, o->from, parent ? parent : "its checkpoints name no parent");
     st_free(&f);

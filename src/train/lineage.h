@@ -50,6 +50,10 @@ int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t
 // checkpoints record it (non-ASCII bytes as '?', cut at 1100 bytes), so a fork from any path resumes.
 int lineage_names_parent(const char *parent, const char *from);
 
+// Whether a checkpoint's parent metadata names this fork's parent: --from as lineage_names_parent
+// says, or the file o->parent identifies (its step and CRC-32) under another spelling of its path.
+int lineage_is_fork_of(const char *parent, const TrainOrigin *o);
+
 // What a run trains on, as checkpoints record it: "crc32 XXXXXXXX of DIR/dataset.json" for a prepared
 // dataset (its content, wherever the folder is moved), "the built-in moving shapes" without one; with
 // an exclude list (config key exclude: NULL or "" for none), "; excluding crc32 YYYYYYYY of FILE" after

@@ -329,7 +329,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
 // line in err.
 static int continues_this_run(const char *run, const char *path, const TrainState *st, const TrainOrigin *origin,
                               char *err, size_t errlen) {
-    if (origin->from && !lineage_names_parent(st->parent, origin->from))
+    if (origin->from && !lineage_is_fork_of(st->parent, origin))
         return fc_errf(err, errlen, "%s: holds a run that is not a fork of %s (%s); --from starts a new run: give "
                        "--run a new folder", run, origin->from, st->parent[0] ? st->parent : "it has no parent");
     if (!lineage_same_data(st->data, origin->data))

@@ -166,6 +166,16 @@ same=$?
 expect fork_resumes_after_kill9 $(( rc != 0 || killed != 137 || same != 0 || ${newest:-0} < 28 || $(grep -c "^resuming $tmp/fork9 from step ${newest:-none} " "$tmp/fork9b.log") != 1 || $(grep -c "^forking" "$tmp/fork9b.log") != 0 )) \
     "status $rc (the kill: $killed), newest checkpoint at the kill: step ${newest:-none}; the rerun: $(grep -m1 -o '^resuming.*from step [0-9]*\|^forking.*' "$tmp/fork9b.log"); the final checkpoint equals the uninterrupted fork's, byte for byte"
 
+# ---- the same fork, its parent's path spelt another way (./, another working folder): it resumes ----
+cp -r "$tmp/fork" "$tmp/fork_spelt"
+rm -f "$(ckpt "$tmp/fork_spelt" 32)"
+(fork "$tmp/./ref/../ref/ckpt-00000024.safetensors" "$tmp/fork_spelt" --steps 32 --set lr=5e-4) > "$tmp/fork_spelt.log" 2>&1
+rc=$?
+cmp -s "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/fork_spelt" 32)"
+same=$?
+expect fork_resumes_with_parent_spelt_another_way $(( rc != 0 || same != 0 || $(grep -c "^resuming $tmp/fork_spelt from step 28 " "$tmp/fork_spelt.log") != 1 )) \
+    "status $rc: $(grep -m1 '^resuming\|framechain:' "$tmp/fork_spelt.log" | cut -c1-250); the final checkpoint equals the uninterrupted fork's, byte for byte: $([ $same -eq 0 ] && echo yes || echo no)"
+
 # ---- a fork whose parent's file is gone (a parent that trains on prunes it): the same command resumes it ----
 cp -r "$tmp/ref" "$tmp/ref_gone"
 (fork "$(ckpt "$tmp/ref_gone" 24)" "$tmp/orphan" --steps 32 --set lr=5e-4) > "$tmp/orphan.log" 2>&1
