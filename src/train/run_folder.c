@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <string.h>
 #include <stdlib.h>
@@ -189,10 +190,10 @@ int run_folder_set_aside(const char *run) {
     return n;
 }
 
-// The highest step of RUN/metrics.jsonl's lines that are a step's record (metrics_line_record); 0 when
-// it has none. A last line torn by a power cut ({"step":12 of a step 1234) or text put in by hand names
-// no step: counted, it could name one the run never reached.
-static long metrics_last_step(const char *run) {
+// The highest step of RUN/metrics.jsonl's lines that are a step's record (metrics_line_record), of
+// those at or below at_most; 0 when it has none. A last line torn by a power cut ({"step":12 of a step
+// 1234) or text put in by hand names no step: counted, it could name one the run never reached.
+static long metrics_last_step(const char *run, long at_most) {
     char path[4096], why[256];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     FILE *f = open_metrics(path);
@@ -204,7 +205,7 @@ static long metrics_last_step(const char *run) {
     long last = 0;
     ssize_t len;
     while ((len = getline(&line, &cap, f)) >= 0)
-        if (!metrics_line_record(line, len, keys, 1, &step, why, sizeof why) && step > last)
+        if (!metrics_line_record(line, len, keys, 1, &step, why, sizeof why) && step > last && step <= at_most)
             last = (long)step;
     int read_error = ferror(f) ? errno : 0;
     free(line);
@@ -264,20 +265,25 @@ int run_folder_named_parent(const char *run, char *parent, size_t len, int *step
 // which a start from scratch would throw away without a word (its metrics.jsonl cut back to the
 // start). What says it was: checkpoints set aside as damaged, or metrics lines past the start + 2
 // checkpoint_every (a step after the second checkpoint is logged only once the first is on disk: a
-// power cut before it leaves fewer lines); damaged: how many this start found. 0, or -1 with one line
+// power cut before it leaves fewer lines) or, a fork's, lines at or below its parent's step (another
+// run's) past 2 checkpoint_every; damaged: how many this start found. 0, or -1 with one line
 // in err saying what to do.
 static int trained_before(const char *run, const TrainOrigin *origin, const Config *c, int damaged, char *err,
                           size_t errlen) {
     int start = origin->from ? origin->parent_step : 0;
     int aside = run_folder_set_aside(run);
     aside = aside > damaged ? aside : damaged;  // (a file that could not be renamed aside counts too)
-    long last = metrics_last_step(run);
-    if (!aside && last <= start + 2LL * c->checkpoint_every) return 0;
+    long last = metrics_last_step(run, LONG_MAX);
+    // a fork's steps come after its parent's: lines up to it are another run's, which the start from
+    // the parent drops as a start from step 0 would (a run killed before its first checkpoint)
+    long other = origin->from ? metrics_last_step(run, start) : 0;
+    if (!aside && last <= start + 2LL * c->checkpoint_every && other <= 2LL * c->checkpoint_every) return 0;
     char held[160] = "", from[1300];
     if (aside)
         snprintf(held, sizeof held, "%d damaged checkpoint%s set aside as ckpt-*.unusable%s", aside,
-                 aside == 1 ? "" : "s", last > start ? ", " : "");
-    if (last > start) snprintf(held + strlen(held), sizeof held - strlen(held), "metrics.jsonl up to step %ld", last);
+                 aside == 1 ? "" : "s", last > start || other ? ", " : "");
+    if (last > start || other)
+        snprintf(held + strlen(held), sizeof held - strlen(held), "metrics.jsonl up to step %ld", last);
     run_folder_restart_point(origin->from, start, from, sizeof from);
     return fc_errf(err, errlen, "%s: no checkpoint here can be resumed from, but the run was trained before (%s): "
                    "starting it again from %s would lose it; fork a checkpoint you trust into a new run (train --from "

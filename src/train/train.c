@@ -195,7 +195,7 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
 
-static void start_services(Trainer *t) {
+static void start_services(Trainer *t, int fork_start) {
     const Config *c = t->c;
     char err[1024];
     if (t->data) {
@@ -237,7 +237,10 @@ static void start_services(Trainer *t) {
     if (t->preview_ranks && t->rank > 0) t->params_aside = fc_malloc(sizeof(real) * t->m->n_params);
     if (t->shard && t->rank > 0) t->sender = ckpt_part_sender_start(t->m, t->ema, t->o);
     if (t->rank > 0) return;  // the run folder's services are rank 0's
-    t->metrics = run_folder_metrics(t->run, t->st.step);
+    // a fork that starts from its parent has no step of its own yet (its first checkpoint comes before
+    // its first step): lines at or below the parent's step are another run's, killed before its first
+    // checkpoint (run_folder_start_from refuses a folder that held more)
+    t->metrics = run_folder_metrics(t->run, fork_start ? 0 : t->st.step);
     // mpirun hands its ranks a terminal of its own even when its output goes to a file: lines, then.
     t->tty = isatty(STDOUT_FILENO) && t->ranks == 1;
     // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
@@ -645,7 +648,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         printf("%s is at step %d of %d: nothing to do (train --extend --steps N goes on past the end)\n", run,
                t.st.step, c->steps);
     } else {
-        start_services(&t);
+        start_services(&t, fork_unwritten);
         // A fork's first checkpoint, before any step: from now on it resumes on its own, whatever
         // becomes of its parent's file.
         if (fork_unwritten) checkpoint_now(&t);

@@ -283,6 +283,28 @@ cp -r "$tmp/ref" "$tmp/taken"
 rc=$?
 expect fork_into_another_run_refused $(( rc == 0 || $(grep -c "is not a fork of" "$tmp/taken.log") != 1 ||
     $(wc -l < "$tmp/taken.log") != 1 )) "status $rc, $(wc -l < "$tmp/taken.log") lines: $(head -1 "$tmp/taken.log" | cut -c1-120)"
+# a folder whose run was killed before its first checkpoint (its 6 lines, none past 2 checkpoint_every)
+# may take a fork: its metrics.jsonl then holds the fork's steps alone, from 25
+(train "$tmp/killed" --steps 6) > /dev/null 2>&1
+rm -f "$tmp"/killed/ckpt-*
+(fork "$parent" "$tmp/killed" --steps 28) > "$tmp/killed.log" 2>&1
+rc=$?
+first=$(sed -n '1s/^{"step":\([0-9]*\),.*/\1/p' "$tmp/killed/metrics.jsonl")
+expect fork_metrics_its_own_steps $(( rc != 0 || ${first:-0} != 25 || $(wc -l < "$tmp/killed/metrics.jsonl") != 4 )) \
+    "status $rc, $(wc -l < "$tmp/killed/metrics.jsonl") lines in metrics.jsonl, the first: $(head -1 "$tmp/killed/metrics.jsonl" | cut -c1-40)"
+# one whose run went past that (its checkpoints removed, 20 lines: all at or below the parent's step 24)
+# is refused as a plain start from step 0 would be, nothing changed
+(train "$tmp/gone" --steps 20) > /dev/null 2>&1
+rm -f "$tmp"/gone/ckpt-*
+before=$(ls -l --time-style=+%s.%N "$tmp/gone" | md5sum; md5sum < "$tmp/gone/metrics.jsonl")
+(fork "$parent" "$tmp/gone" --steps 28) > "$tmp/gone.log" 2>&1
+rc=$?
+after=$(ls -l --time-style=+%s.%N "$tmp/gone" | md5sum; md5sum < "$tmp/gone/metrics.jsonl")
+[ "$before" = "$after" ]
+changed=$?
+expect fork_into_trained_folder_refused $(( rc != 1 || $(wc -l < "$tmp/gone.log") != 1 || changed != 0 ||
+    $(grep -c "gone: no checkpoint here can be resumed from, but the run was trained before (metrics.jsonl up to step 20): starting it again from its parent .*ref/ckpt-00000024.safetensors (step 24) would lose it" "$tmp/gone.log") != 1 )) \
+    "status $rc, folder unchanged: $([ $changed = 0 ] && echo yes || echo no): $(head -1 "$tmp/gone.log" | cut -c1-220)"
 (fork "$parent" "$tmp/short" --steps 20) > "$tmp/short.log" 2>&1
 rc=$?
 expect fork_needs_more_steps $(( rc == 0 || $(grep -c "the parent is at step 24, and this run ends at steps = 20" "$tmp/short.log") != 1 )) \
