@@ -283,6 +283,23 @@ static double load_batch(Trainer *t, int step, double t0) {
     return t_data;
 }
 
+// One word of a command line for a shell: as it is where no character needs quoting, else in single
+// quotes (a path with a space, a quote or a '$' in it), so that the line can be pasted as printed.
+static void shell_word(char *out, size_t len, const char *s) {
+    if (s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=+,@%-") == strlen(s)) {
+        snprintf(out, len, "%s", s);
+        return;
+    }
+    size_t n = 0;
+    if (n + 1 < len) out[n++] = '\'';
+    for (; *s && n + 5 < len; s++) {
+        if (*s == '\'') memcpy(out + n, "'\\''", 4), n += 4;  // close, an escaped quote, reopen
+        else out[n++] = *s;
+    }
+    if (n + 1 < len) out[n++] = '\'';
+    out[n < len ? n : len - 1] = 0;
+}
+
 // A loss that is not finite ends the run, naming the checkpoint it leaves. Every rank sees the same
 // global loss; the others wait for rank 0 to finish its checkpoint and say so (its exit ends them).
 static void die_on_bad_loss(Trainer *t, int step, double loss) {
@@ -305,13 +322,19 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
                n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
                  : "no checkpoint was written before it");
     }
-    char last[4096];
+    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "";  // a quote may take 4 bytes
     checkpoint_path(last, sizeof last, t->run, steps[k]);
     free(steps);
+    // the command goes on on the run's own data (a fork without --data trains on the built-in shapes)
+    shell_word(from, sizeof from, last);
+    if (t->data) {
+        memcpy(data, " --data ", 8);
+        shell_word(data + 8, sizeof data - 8, t->data);
+    }
     fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept%s; to go on from it with a "
-           "lower learning rate: framechain train --from %s --run NEW_RUN --set lr=%g", what, step, last,
+           "lower learning rate: framechain train --from %s --run NEW_RUN%s --set lr=%g", what, step, last,
            k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
-             : "", last, t->c->lr / 2);
+             : "", from, data, t->c->lr / 2);
 }
 
 // The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them

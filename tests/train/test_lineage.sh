@@ -373,4 +373,16 @@ expect nan_names_checkpoint_before_the_step_before $(( rc == 0 || rc2 == 0 ||
 rc=$?
 expect nan_without_checkpoint_says_so $(( rc == 0 || $(grep -c "no checkpoint was written before it" "$tmp/nan0.log") != 1 )) \
     "status $rc, $(grep -m1 -o 'the loss is.*' "$tmp/nan0.log" | cut -c1-120)"
+# a run on a dataset, in a folder whose name a shell must quote: the command as printed, pasted into a
+# shell, goes on on the same data
+(FRAMECHAIN_TEST_NAN_AT_STEP=10 train "$tmp/it's nan" --data "$tmp/d2" --steps 24) > "$tmp/nand.log" 2>&1
+rc=$?
+cmd=$(grep -o "framechain train --from .*" "$tmp/nand.log")
+pasted=${cmd#framechain }
+pasted=${pasted/NEW_RUN/\"\$tmp/nan fork\"}
+(eval "exec \"\$FC\" --threads 1 $pasted --steps 16" < /dev/null) > "$tmp/nand_fork.log" 2>&1
+rc2=$?
+expect nan_fork_command_keeps_the_data $(( rc == 0 || rc2 != 0 ||
+    $(grep -c "^forking $tmp/nan fork from $tmp/it's nan/ckpt-00000008.safetensors .*; changed: steps 24 -> 16, lr 0.001 -> 0.0005$" "$tmp/nand_fork.log") != 1 )) \
+    "status $rc: '${cmd:-no command named}'; pasted into a shell: status $rc2, $(grep -m1 '^forking\|framechain:' "$tmp/nand_fork.log" | cut -c1-250)"
 exit 0
