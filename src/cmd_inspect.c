@@ -301,7 +301,9 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
 }
 
 static int inspect_config(const Config *c, int list_params, int ranks) {
-    ModelCounts k = model_counts(c, c->batch_size, sizeof(real));  // the layout alone: nothing is allocated
+    // the layout alone, nothing allocated; shaped for one rank's windows, as train builds each rank's model
+    // (the global batch may be too large for one step where a rank's share is not)
+    ModelCounts k = model_counts(c, c->batch_size / ranks, sizeof(real));
     config_write(c, stdout);
     printf("\n");
     if (list_params) {

@@ -223,6 +223,10 @@ if awk -v h="${host0:-0}" -v a="${all:-0}" -v o="${other:--1}" \
 else
     echo "FAIL cli_inspect_ranks_machine_memory: rank 0's host total ${host0:-?} GiB; ${line:-no line}"
 fi
+# 64 GPUs of one window each: train builds each rank's model for its 1 window, so the plan is one rank's;
+# the global batch of 64 is more than one step holds, and a refusal of it would be wrong
+expect inspect_ranks_global_batch_too_large_for_one 0 "tokens per step and rank     1 x 7 slots" "$FC" inspect \
+    --config configs/starter.conf --set batch_size=64 --ranks 64
 expect inspect_ranks_uneven 2 "batch_size = 1 is not a multiple of it" "$FC" inspect --config configs/starter.conf \
     --ranks 2
 expect set_out_of_range 2 "depth=0: 0 is out of range" "$FC" inspect --config configs/tiny/starter.conf --set depth=0
