@@ -444,6 +444,14 @@ term_wait fifo_sigterm_ends_train
 # a dataset whose dataset.json, or one of whose shards, is a FIFO: refused in one line
 "$FC" prepare --input shapes:1:40 --out "$tmp/ds" --size 32 --clip-frames 16 > "$tmp/ds.log" 2>&1 ||
     echo "FAIL cli_fifo_dataset_setup: $(tail -1 "$tmp/ds.log")"
+# Only checkpoints record a revision: a fresh shard and a file framechain did not write show none, not
+# "0 (written before revisions were recorded)", which says the file is an old checkpoint
+"$FC" inspect "$tmp/ds/shard-00000.safetensors" > "$tmp/shard_meta.txt" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -qx 'format  *framechain-shard' "$tmp/shard_meta.txt" && ! grep -q '^revision' "$tmp/shard_meta.txt" &&
+    ! grep -q '^revision' "$tmp/escapes.txt" &&
+    echo "PASS cli_inspect_revision_only_of_checkpoints: status $rc, $(head -3 "$tmp/shard_meta.txt" | tr '\n' '|')" ||
+    echo "FAIL cli_inspect_revision_only_of_checkpoints: status $rc, $(grep -h '^revision' "$tmp/shard_meta.txt" "$tmp/escapes.txt" | head -1)"
 mkdir "$tmp/ds_json" && cp "$tmp/ds"/shard-* "$tmp/ds_json/" && mkfifo "$tmp/ds_json/dataset.json"
 cp -r "$tmp/ds" "$tmp/ds_shard" && rm "$tmp/ds_shard/shard-00000.safetensors" && mkfifo "$tmp/ds_shard/shard-00000.safetensors"
 # a path that starts with '-' goes after --, which ends the options
