@@ -433,8 +433,12 @@ static int inspect_run(const char *run, int *steps, int n) {
     free(steps);
     char from[1400];
     restart_point(run, from, sizeof from);
-    printf("none of its %d checkpoints can be resumed from: a rerun of train sets them aside and refuses to start "
-           "the run again from %s\n", n, from);
+    if (n == 1)
+        printf("its one checkpoint cannot be resumed from: a rerun of train sets it aside and refuses to start the run "
+               "again from %s\n", from);
+    else
+        printf("none of its %d checkpoints can be resumed from: a rerun of train sets them aside and refuses to start "
+               "the run again from %s\n", n, from);
     return 1;
 }
 

@@ -673,7 +673,8 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
         if (!m) fc_warn("skipping %s", err);
         else *step = steps[i];
     }
-    if (!m && n) snprintf(err, errlen, "%s: none of its %d checkpoints can be used (see above)", run, n);
+    if (!m && n == 1) snprintf(err, errlen, "%s: its one checkpoint cannot be used (see above)", run);
+    else if (!m && n) snprintf(err, errlen, "%s: none of its %d checkpoints can be used (see above)", run, n);
     if (!n) snprintf(err, errlen, "%s: holds no checkpoint (ckpt-*.safetensors); train it first", run);
     free(steps);
     return m;

@@ -283,7 +283,7 @@ rmdir "$tmp/empty_run"
 ck=$(ls "$tmp/interpolate"/ckpt-*.safetensors | tail -1)
 cp "$ck" "$tmp/saved.ckpt"
 printf 'X' | dd of="$ck" bs=1 seek=8 conv=notrunc 2> /dev/null
-expect_refusal corrupt_checkpoint "none of its 1 checkpoints" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
+expect_refusal corrupt_checkpoint "interpolate: its one checkpoint cannot be used (see above)" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"
 rm -f "$tmp/saved.ckpt"
 # generation reads the header and the EMA tensors only: the newest starter checkpoint with its last

@@ -513,7 +513,7 @@ expect all_damaged_never_restarts $(( rc1 != 1 || rc2 != 1 || $(grep -c "$want" 
 expect all_damaged_keeps_metrics $? "metrics.jsonl unchanged, no checkpoint written: $left"
 # inspect says it as train does: a run that is no fork would start again from step 0
 expect all_damaged_inspected $(( rc_inspect1 != 1 || rc_inspect2 != 1 ||
-    $(grep -c "^none of its 1 checkpoints can be resumed from: a rerun of train sets them aside and refuses to start the run again from step 0$" "$tmp/all_inspect1.log") != 1 ||
+    $(grep -c "^its one checkpoint cannot be resumed from: a rerun of train sets it aside and refuses to start the run again from step 0$" "$tmp/all_inspect1.log") != 1 ||
     $(grep -c "all: a run folder with no checkpoint to resume from: 1 damaged one set aside as ckpt-\*.unusable (a rerun of train refuses to start the run again from step 0)$" "$tmp/all_inspect2.log") != 1 )) \
     "status $rc_inspect1 and $rc_inspect2: $(tail -1 "$tmp/all_inspect1.log" | cut -c1-200); $(tail -1 "$tmp/all_inspect2.log" | cut -c1-200)"
 mkdir "$D/early" && head -2 "$D/ref/metrics.jsonl" > "$D/early/metrics.jsonl"
