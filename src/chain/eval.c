@@ -287,6 +287,9 @@ static int eval_check(Eval *ev) {
     if (chain_settle_options(&ev->cm, &ev->sample, err, errlen)) return -1;
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
+    if (ev->M > 0 && o->given >= ev->M)  // its table would hold the given frames alone, the real clip's own
+        return fc_errf(err, errlen, "--long %d: the drift run would make none of its frames from --given %d (give "
+                       "--long more than %d, or 0 for no drift run)", ev->M, o->given, o->given);
     if (ev->M > 0 && chain_build_given(&ev->long_plan, c[0], c[1], c[2], ev->M, o->given, err, errlen)) return -1;
     return 0;
 }
