@@ -3,7 +3,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -582,14 +584,43 @@ static void eval_close(Eval *ev) {
     chain_models_free(&ev->cm);
 }
 
+static int same_inode(const char *a, const char *b) {
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// --tsv FILE never replaces a file eval reads, --overwrite or not (the table is renamed onto its name at
+// the end): a file of the dataset, a run's checkpoint, the autoencoder. Compared by device and inode, so
+// not under another name either. Returns 0, or -1 with err.
+static int check_tsv_not_input(const EvalOptions *o, char *err, size_t errlen) {
+    if (access(o->tsv, F_OK)) return 0;  // a new file replaces nothing
+    char dir[PATH_MAX];
+    fc_folder_of(dir, sizeof dir, o->tsv);
+    const char *name = strrchr(o->tsv, '/');
+    name = name ? name + 1 : o->tsv;
+    if (same_inode(dir, o->data))
+        return fc_errf(err, errlen, "--tsv %s: is a file of the dataset %s; give the table another name (--overwrite "
+                       "never replaces what eval reads)", o->tsv, o->data);
+    static const char *const flags[3] = {"--starter", "--extrapolate", "--interpolate"};
+    for (int r = 0; r < 3; r++)
+        if (!strncmp(name, "ckpt-", 5) && same_inode(dir, o->runs[r]))
+            return fc_errf(err, errlen, "--tsv %s: is a checkpoint of the run %s %s; give the table another name "
+                           "(--overwrite never replaces what eval reads)", o->tsv, flags[r], o->runs[r]);
+    if (o->vae && same_inode(o->tsv, o->vae))
+        return fc_errf(err, errlen, "--tsv %s: is the autoencoder --vae %s; give the table another name (--overwrite "
+                       "never replaces what eval reads)", o->tsv, o->vae);
+    return 0;
+}
+
 int eval_run(const EvalOptions *o, const Backend *be) {
     double t_start = fc_now_s();
     Eval *ev = fc_calloc(1, sizeof *ev);
     ev->o = o, ev->be = be;
     int rc = 0;
     // the output first: a path refused after the models and the data had loaded would cost their time
-    if ((o->tsv && fc_check_output_file("--tsv", o->tsv, o->overwrite, ev->err, sizeof ev->err)) || eval_open(ev) ||
-        eval_check(ev)) {
+    if ((o->tsv && (fc_check_output_file("--tsv", o->tsv, o->overwrite, ev->err, sizeof ev->err) ||
+                    check_tsv_not_input(o, ev->err, sizeof ev->err))) ||
+        eval_open(ev) || eval_check(ev)) {
         fprintf(stderr, "framechain: %s\n", ev->err);
         rc = 1;
     } else {

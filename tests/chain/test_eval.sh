@@ -284,6 +284,18 @@ rc2=$?
 expect eval_tsv_exists_needs_overwrite $(( rc1 != 1 || rc2 != 0 || $(grep -c "exists.tsv: the file exists (give --overwrite to replace it)" "$tmp/exists.err") != 1 ||
     $(grep -c "loading\|clip 1" "$tmp/exists.err") != 0 || ${#kept} != 4 || $(grep -c '^quality' "$tmp/exists.tsv") < 1 )) \
     "status $rc1 then $rc2 with --overwrite: $(tail -1 "$tmp/exists.err" | cut -c1-100); kept '$kept' until --overwrite"
+# --overwrite never replaces a file eval reads: the dataset's (under another spelling of its folder too)
+# and a run's checkpoint are refused before any work, each kept as it was
+cp -r "$tmp/held32" "$tmp/held_in"
+cp "$tmp/held_in/dataset.json" "$tmp/dataset.json.was"
+ckpt=$(ls "$tmp/starter"/ckpt-*.safetensors | tail -1)
+cp "$ckpt" "$tmp/ckpt.was"
+expect_refusal tsv_is_dataset_file 1 "--tsv .*dataset.json: is a file of the dataset" "${RUNS[@]}" --data "$tmp/held_in" \
+    --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 --tsv "$tmp/./held_in/dataset.json" --overwrite
+expect_refusal tsv_is_checkpoint 1 "is a checkpoint of the run --starter" "${RUNS[@]}" --data "$tmp/held_in" \
+    --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 --tsv "$ckpt" --overwrite
+cmp -s "$tmp/held_in/dataset.json" "$tmp/dataset.json.was" && cmp -s "$ckpt" "$tmp/ckpt.was"
+expect eval_tsv_inputs_kept $? "the dataset's dataset.json and the starter's checkpoint as they were"
 expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \
     --tsv "$tmp/bad.tsv"
 
