@@ -434,7 +434,8 @@ static void score_chain(Eval *ev, int k, int l) {
 static int read_scored_clip(Eval *ev, int k) {
     int rc = dataset_read_clip(ev->ds, k, ev->clip, ev->err, sizeof ev->err);
     if (rc != DATASET_CLIP_DAMAGED) return rc ? -1 : 0;
-    fc_warn("%s; skipped: eval leaves this clip out (re-prepare the dataset)", ev->err);
+    // named as eval's progress and its TSV number clips (from 1), beside the dataset's own name of it
+    fc_warn("eval's clip %d/%d is damaged and left out: %s (re-prepare the dataset)", k + 1, ev->K, ev->err);
     ev->damaged++;
     return 1;
 }

@@ -337,11 +337,14 @@ rc=$?
 expect train_every_clip_damaged $(( rc == 0 || $(grep -vc "warning:" "$tmp/dm_d.err") != 1 || $(grep -c "every one of its 3 clips fails its check.*re-prepare" "$tmp/dm_d.err") != 1 )) \
     "status $rc, $(grep -v "warning:" "$tmp/dm_d.err" | cut -c1-150)"
 
-# eval over the 3 clips: clip 1 left out with a line, the means over the other 2
+# eval over the 3 clips: the dataset's clip.1 left out with a line that names it as eval's progress
+# lines and its TSV count clips (from 1: its clip 2/3), the means over the other 2
 train_roles dm 2 1
 "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/dm" --clips 3 --frames 24 --steps 1 --long 20 > "$tmp/dm_e.out" 2> "$tmp/dm_e.err"
 rc=$?
-expect eval_skips_damaged_clip $(( rc != 0 || $(grep -c "warning: .*clip.1 (clip 1 of the dataset).*eval leaves this clip out" "$tmp/dm_e.err") != 1 ||
+expect eval_skips_damaged_clip $(( rc != 0 ||
+    $(grep -c "warning: eval's clip 2/3 is damaged and left out: .*clip.1 (clip 1 of the dataset)" "$tmp/dm_e.err") != 1 ||
+    $(grep -c "^eval: clip [13]/3, noise-aug 0: " "$tmp/dm_e.err") != 2 || $(grep -c "^eval: clip 2/3, " "$tmp/dm_e.err") != 0 ||
     $(grep -c "1 of the first 3 clips .* are damaged and left out: the means are over the other 2" "$tmp/dm_e.out") != 1 ||
     $(grep -c "means over 2 clips" "$tmp/dm_e.out") != 1 )) \
     "status $rc; $(grep -m1 "left out" "$tmp/dm_e.out" | cut -c1-140)"
