@@ -173,10 +173,10 @@ DEPFLAGS := -MMD -MP
 # ---- the source's commit: --version, checkpoints and eval's settings name it (src/base/commit.h) ----
 # In a git checkout of its own, git's commit ("+changes" where tracked files differ from it); in a tree
 # made by `git archive`, the commit git wrote into src/base/commit.txt (export-subst: .gitattributes);
-# else "unknown". A stamp holds it, as the flags' stamps below hold theirs: when it changes, revision.o
-# alone is compiled again.
+# else "unknown". A stamp holds it, as the flags' stamps below hold theirs: when it changes, commit.o
+# alone is compiled again. (--exclude='*': the commit's hash even where a tag names it.)
 COMMIT := $(or $(shell { [ -z "$$(git rev-parse --show-prefix 2>/dev/null)" ] && \
-              git describe --always --dirty=+changes 2>/dev/null || \
+              git describe --always --dirty=+changes --exclude='*' 2>/dev/null || \
               sed -n '/^[0-9a-f][0-9a-f]*$$/p' src/base/commit.txt 2>/dev/null; } | head -1 | tr -cd 'A-Za-z0-9._+-'),unknown)
 STAMP_commit := $(BUILD)/commit.txt
 

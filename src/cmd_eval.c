@@ -48,7 +48,7 @@ static const char *HELP_EVAL =
     "                     always: the dataset's, a run's checkpoint, --vae): the settings first, a\n"
     "                     '# key: value' line each (the models and their steps, --vae, the data, --clips,\n"
     "                     --frames, --given, --long, --noise-aug, --steps, --temperature, --guidance, the\n"
-    "                     guards, --seed, the backend, framechain's version), then one header, then\n"
+    "                     guards, --seed, the backend, framechain's version and commit), then one header,\n"
     "                     'quality' rows (clip means per frame), 'drift' rows and 'clip' rows (each clip's\n"
     "                     mean PSNR over the horizon above, chain and baseline; frame: the clip's number);\n"
     "                     nan where there is no number\n"

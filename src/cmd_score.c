@@ -87,9 +87,9 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         fc_die("%s: every one of its %d clips is damaged, none scored: %s not written (re-prepare the dataset)", data, n,
                ex);
     if (ex && top_clips(top, scored) >= scored)
-        fc_die("--top %g: the top %d of the %d scored clips of %s are every clip not damaged (%d are), and train would "
-               "have nothing to draw: %s not written (the scores are in %s)", top, scored, scored, data, n - scored, ex,
-               out);
+        fc_die("--top %g: the top %d of the %d scored clips of %s are every clip not damaged (%d damaged), and train "
+               "would have nothing to draw: %s not written (the scores are in %s)", top, scored, scored, data,
+               n - scored, ex, out);
     if (ex) {
         int k = top_clips(top, scored), *clips = malloc(sizeof(int) * (k ? k : 1));
         if (!clips) fc_die("score: out of host memory");

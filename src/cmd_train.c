@@ -199,14 +199,15 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
                memory_plan_resolve(&c, B, dev, room), c.depth, be->name);
     }
-    TrainHooks hooks = {.resident = resident};
+    TrainHooks hooks = {.resident = resident, .vae = ae ? vae : NULL};
     Preview *preview = NULL;
     // Before the run starts: preview_data that cannot serve ends it here. Rank 0 takes the previews.
     if (c.sample_every > 0 && dist_rank() == 0) {
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
-        hooks = (TrainHooks){preview_take, preview, resident, preview_missing};  // resident for the run, its scratch counted
+        // resident for the run, its scratch counted
+        hooks = (TrainHooks){preview_take, preview, resident, preview_missing, hooks.vae};
     }
     if (overridden[0]) printf("--steps %d stands over --set steps=%s\n", c.steps, overridden);
     if (cut_warmup) printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, cut_warmup, c.steps);

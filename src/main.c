@@ -32,7 +32,7 @@ static const char *USAGE =
     "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
     "  --device D    cpu, cuda (bf16 GEMMs, fp32 master weights), cuda-fp32 (fp32 throughout) or auto\n"
     "                (default auto: cuda where a GPU is found)\n"
-    "  --version     version and the backends this build has\n"
+    "  --version     version, commit and the backends this build has\n"
     "  -h, --help    this text; 'framechain <command> --help' (or 'framechain help <command>') for a command\n";
 
 // ----------------------------------------------------------------------------

@@ -210,8 +210,14 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     // points to (/dev/stdout, a latest.png kept pointing at a run's), and a device, FIFO or socket by a file
     if (S_ISLNK(sp.st_mode)) {
         char real[PATH_MAX];
+        if (!realpath(path, real)) {  // its target is not there: what it says, for the user to see
+            ssize_t k = readlink(path, real, sizeof real - 1);
+            real[k > 0 ? k : 0] = 0;
+            return fc_errf(err, errlen, "%s %s: is a symbolic link to %s, which does not exist; remove the link or "
+                           "give another name", flag, path, real);
+        }
         return fc_errf(err, errlen, "%s %s: is a symbolic link to %s; a file is written only under its own name: give "
-                       "that name, or remove the link", flag, path, realpath(path, real) ? real : "nothing");
+                       "that name, or remove the link", flag, path, real);
     }
     if (!S_ISREG(sp.st_mode))
         return fc_errf(err, errlen, "%s %s: exists and is not a file (a device, FIFO or socket); give a file name",

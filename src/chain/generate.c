@@ -125,18 +125,18 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
         return fc_errf(err, errlen, "%s: is the input %s %s; give the output another name (--overwrite "
                        "never replaces the input)", out, kind, input);
-    if (!overwrite)
-        return fc_errf(err, errlen, "%s: already exists%s; give a new name, or --overwrite to replace it", out,
-                       S_ISDIR(so.st_mode) ? " (a folder)" : "");
-    if (video && !S_ISREG(so.st_mode))
-        return fc_errf(err, errlen, "%s: exists and is not a file; --overwrite replaces only a file by a video", out);
-    // a video is renamed onto its name too: through a link that would replace the link (/dev/stdout's, a
+    // (said before --overwrite is asked for) a video is renamed onto its name too: through a link that would replace the link (/dev/stdout's, a
     // latest.mp4 pointing at a take), not the file it points to
     if (video && !lstat(out, &sp) && S_ISLNK(sp.st_mode)) {
         char real[PATH_MAX];
         return fc_errf(err, errlen, "%s: is a symbolic link to the file %s; --overwrite replaces a video only by its "
                        "own name: give that file, or remove the link", out, realpath(out, real) ? real : "it names");
     }
+    if (!overwrite)
+        return fc_errf(err, errlen, "%s: already exists%s; give a new name, or --overwrite to replace it", out,
+                       S_ISDIR(so.st_mode) ? " (a folder)" : "");
+    if (video && !S_ISREG(so.st_mode))
+        return fc_errf(err, errlen, "%s: exists and is not a file; --overwrite replaces only a file by a video", out);
     if (!video && !S_ISDIR(so.st_mode))
         return fc_errf(err, errlen, "%s: exists and is not a folder; without a video extension (.mp4, .gif, ...) the "
                        "output is a folder of PNGs, and --overwrite replaces only such a folder", out);

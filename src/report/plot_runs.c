@@ -87,13 +87,13 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
 // inside a run folder); the path as given when two runs share a name.
 static void name_runs(Run *runs, const char *const *dirs, int n) {
     for (int i = 0; i < n; i++) {
-        char buf[PATH_MAX + 1];
+        char buf[PATH_MAX + 1], real[PATH_MAX];
         snprintf(buf, sizeof buf, "%s", dirs[i]);
         size_t len = strlen(buf);
         while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
         const char *slash = strrchr(buf, '/'), *base = slash && slash[1] ? slash + 1 : buf;
-        if ((!strcmp(base, ".") || !strcmp(base, "..")) && realpath(dirs[i], buf) && strcmp(buf, "/"))
-            base = strrchr(buf, '/') + 1;  // realpath's answer is absolute: it has a '/'
+        if ((!strcmp(base, ".") || !strcmp(base, "..")) && realpath(dirs[i], real) && strcmp(real, "/"))
+            base = strrchr(real, '/') + 1;  // realpath's answer is absolute: it has a '/'
         snprintf(runs[i].name, sizeof runs[i].name, "%s", base);
     }
     for (int i = 0; i < n; i++)

@@ -322,19 +322,24 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
                n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
                  : "no checkpoint was written before it");
     }
-    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "";  // a quote may take 4 bytes
+    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "", vae[4 * 4096 + 16] = "";  // a quote: 4 bytes
     checkpoint_path(last, sizeof last, t->run, steps[k]);
     free(steps);
-    // the command goes on on the run's own data (a fork without --data trains on the built-in shapes)
+    // the command goes on on the run's own data (a fork without --data trains on the built-in shapes),
+    // with its autoencoder (a run on latents refuses to draw previews without it)
     shell_word(from, sizeof from, last);
     if (t->data) {
         memcpy(data, " --data ", 8);
         shell_word(data + 8, sizeof data - 8, t->data);
     }
+    if (t->hooks && t->hooks->vae) {
+        memcpy(vae, " --vae ", 7);
+        shell_word(vae + 7, sizeof vae - 7, t->hooks->vae);
+    }
     fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept%s; to go on from it with a "
-           "lower learning rate: framechain train --from %s --run NEW_RUN%s --set lr=%g", what, step, last,
+           "lower learning rate: framechain train --from %s --run NEW_RUN%s%s --set lr=%g", what, step, last,
            k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
-             : "", from, data, t->c->lr / 2);
+             : "", from, data, vae, t->c->lr / 2);
 }
 
 // The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them

@@ -19,6 +19,8 @@ typedef struct {
     void *ctx;
     double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
     int (*missing)(void *ctx, int step);
+    const char *vae;  // the previews' autoencoder file (train --vae), named in the command a NaN stop prints
+
 } TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in

@@ -292,10 +292,17 @@ ckpt=$(ls "$tmp/starter"/ckpt-*.safetensors | tail -1)
 cp "$ckpt" "$tmp/ckpt.was"
 expect_refusal tsv_is_dataset_file 1 "--tsv .*dataset.json: is a file of the dataset" "${RUNS[@]}" --data "$tmp/held_in" \
     --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 --tsv "$tmp/./held_in/dataset.json" --overwrite
-expect_refusal tsv_is_checkpoint 1 "is a checkpoint of the run --starter" "${RUNS[@]}" --data "$tmp/held_in" \
+expect_refusal tsv_is_checkpoint 1 "is a file of the run --starter" "${RUNS[@]}" --data "$tmp/held_in" \
     --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 --tsv "$ckpt" --overwrite
 cmp -s "$tmp/held_in/dataset.json" "$tmp/dataset.json.was" && cmp -s "$ckpt" "$tmp/ckpt.was"
 expect eval_tsv_inputs_kept $? "the dataset's dataset.json and the starter's checkpoint as they were"
+# an earlier table kept in the data folder is no file of the dataset: --overwrite replaces it
+printf 'an earlier table\n' > "$tmp/held_in/old.tsv"
+"$FC" eval "${RUNS[@]}" --data "$tmp/held_in" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
+    --tsv "$tmp/held_in/old.tsv" --overwrite > /dev/null 2> "$tmp/old.err"
+rc=$?
+expect eval_tsv_replaces_table_in_data_folder $(( rc != 0 || $(grep -c '^quality' "$tmp/held_in/old.tsv") < 1 )) \
+    "status $rc: $(tail -1 "$tmp/old.err")"
 expect_refusal guidance_without_drop 1 "trained with cond_drop = 0" "${RUNS[@]}" --data "$tmp/held32" --guidance 2 \
     --tsv "$tmp/bad.tsv"
 

@@ -370,6 +370,8 @@ rm -f "$tmp/a_first.png"
 ln -s "$tmp/first.png" "$tmp/vlink.mp4"
 expect_refusal overwrite_video_through_link "vlink.mp4: is a symbolic link to the file .*/first.png; --overwrite" \
     "${RUNS[@]}" --first-frame shapes:1 --out "$tmp/vlink.mp4" --overwrite
+expect_refusal video_link_without_overwrite "vlink.mp4: is a symbolic link to the file .*/first.png; --overwrite" \
+    "${RUNS[@]}" --first-frame shapes:1 --out "$tmp/vlink.mp4"
 [ -L "$tmp/vlink.mp4" ]
 expect overwrite_video_through_link_kept $? "the link is still there"
 ln -s "$tmp/a" "$tmp/alink"

@@ -183,7 +183,7 @@ expect score_top_every_clip_writes_nothing $? "refused before scoring: neither o
 # 2 clips, one damaged: the top half of the 1 scored clip is every clip train could draw
 fc prepare --input "$tmp/bad/white" --out "$tmp/two" --size 32 --clip-frames 8 > /dev/null 2>&1
 damage_clip "$tmp/two/shard-00000.safetensors" 1
-one_line_refusal score_top_every_scored_clip "the top 1 of the 1 scored clips .* every clip not damaged (1 are)" \
+one_line_refusal score_top_every_scored_clip "the top 1 of the 1 scored clips .* every clip not damaged (1 damaged)" \
     fc score --run "$run" --data "$tmp/two" --out "$tmp/two.tsv" --top 0.5 --exclude-out "$tmp/two-ex.txt"
 [ "$(wc -l < "$tmp/two.tsv" 2> /dev/null)" = 3 ] && [ ! -e "$tmp/two-ex.txt" ]
 expect score_top_every_scored_clip_files $? "the TSV written ($(wc -l < "$tmp/two.tsv" 2> /dev/null) lines), the exclude list not"

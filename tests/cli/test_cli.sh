@@ -61,7 +61,8 @@ makefile_commit() {  # NAME COMMIT.TXT-CONTENT EXPECTED
     cp Makefile "$tmp/mk-$1/"
     printf '%s\n' "$2" > "$tmp/mk-$1/src/base/commit.txt"
     local got
-    got=$(cd "$tmp/mk-$1" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD NO_CUDA=1 NO_MPI=1 make -s info 2>&1 |
+    got=$(cd "$tmp/mk-$1" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD -u GIT_DIR -u GIT_WORK_TREE \
+          -u GIT_INDEX_FILE NO_CUDA=1 NO_MPI=1 make -s info 2>&1 |
           grep -o 'commit [^ ]*')
     [ "$got" = "commit $3" ] && echo "PASS cli_makefile_commit_$1: $got" ||
         echo "FAIL cli_makefile_commit_$1: make info says '$got', expected 'commit $3'"
@@ -72,6 +73,12 @@ makefile_commit junk '0123abc; rm -rf /' unknown
 if [ -z "$(git rev-parse --show-prefix 2> /dev/null || echo not-a-checkout)" ] &&
    git cat-file -e HEAD:src/base/commit.txt 2> /dev/null; then  # git archive fills in HEAD's commit
     makefile_commit git_archive "$(git archive HEAD src/base/commit.txt | tar -xO)" "$(git rev-parse --short HEAD)"
+    # in a checkout of its own the build took git's commit (a tag naming it or not), "+changes" or not
+    head=$(git rev-parse --short HEAD)
+    case $commit in "$head" | "$head+changes") true ;; *) false ;; esac
+    expect_status=$?
+    [ $expect_status = 0 ] && echo "PASS cli_commit_from_git: $commit" ||
+        echo "FAIL cli_commit_from_git: the build says '$commit', git's HEAD is $head (rebuild after a commit: make)"
 fi
 expect no_command 2 "no command given" "$FC"
 expect unknown_command 2 "unknown command 'trian'" "$FC" trian

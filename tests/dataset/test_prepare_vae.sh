@@ -99,6 +99,19 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "decoded by $dir/taesd.safetensors" "$tmp/pv.log" && grep -q '^  autoencoder ' "$tmp/pv.log" &&
     [ -s "$tmp/run_pv/samples/step-00000005.png" ] && [ -s "$tmp/run_pv/samples/step-00000010.png" ]
 expect train_vae_previews $? "exit $rc; $(grep -E 'decoded by|^  autoencoder' "$tmp/pv.log" | tr '\n' ' '); samples: $(ls "$tmp/run_pv/samples" | tr '\n' ' ')"
+# a NaN stop's command names the autoencoder too (without it, the fork of a run on latents that draws
+# previews is refused): pasted as printed, it forks and trains on
+(FRAMECHAIN_TEST_NAN_AT_STEP=8 exec "$FC" --threads 1 train "${latent[@]}" --set sample_every=5 --set preview_budget=1 \
+    --set checkpoint_every=2 --data "$tmp/lat_25" --run "$tmp/run_nan" --steps 10 --vae "$dir/taesd.safetensors") \
+    > "$tmp/nan.log" 2>&1
+rc=$?
+cmd=$(grep -o "framechain train --from .*" "$tmp/nan.log")
+pasted=${cmd#framechain }
+pasted=${pasted/NEW_RUN/\"\$tmp/run_nan_fork\"}
+(eval "exec \"\$FC\" --threads 1 $pasted --steps 10" < /dev/null) > "$tmp/nan_fork.log" 2>&1
+rc2=$?
+expect train_vae_nan_command_names_vae $(( rc == 0 || rc2 != 0 || $(grep -c -- "--vae $dir/taesd.safetensors" "$tmp/nan.log") != 1 )) \
+    "status $rc: '${cmd:-no command named}'; pasted: status $rc2, $(tail -1 "$tmp/nan_fork.log" | cut -c1-100)"
 # the plan holds what was measured: the autoencoder's weights, activations and convolution scratch
 # counted (the scratch left out, the measure was 1.12x the plan here, 1.5x at 256x256)
 # (in the sanitizer build ASan's shadow memory comes on top: there only the plan's floor is checked)

@@ -265,7 +265,9 @@ expect plot_eval_settings_lines $(( rc != 0 || $(cmp -s "$tmp/out/eval.png" "$tm
 # ---- an --out that is a symbolic link, or a FIFO: refused even with --overwrite, left as it was
 # (a rename onto its name would have replaced the link, or the FIFO, by a file) ----
 ln -s "$tmp/out/target.png" "$tmp/out/link.png" && printf 'keep' > "$tmp/out/target.png" && mkfifo "$tmp/out/fifo.png"
+ln -s "$tmp/out/nowhere.png" "$tmp/out/dangling.png"
 for case in "link.png: is a symbolic link to .*/target.png; a file is written only under its own name" \
+            "dangling.png: is a symbolic link to $tmp/out/nowhere.png, which does not exist" \
             "fifo.png: exists and is not a file (a device, FIFO or socket)"; do
     name=${case%%:*}
     "$FC" plot "$tmp/b" --out "$tmp/out/$name" --overwrite > /dev/null 2> "$tmp/err"
@@ -274,7 +276,9 @@ for case in "link.png: is a symbolic link to .*/target.png; a file is written on
         [ -L "$tmp/out/link.png" ] && [ -p "$tmp/out/fifo.png" ] && [ "$(cat "$tmp/out/target.png")" = keep ]
     expect "plot_out_not_a_file_${name%.png}" $? "status $rc: $(head -1 "$tmp/err")"
 done
-rm -f "$tmp/out/link.png" "$tmp/out/target.png" "$tmp/out/fifo.png"
+[ ! -e "$tmp/out/nowhere.png" ] && [ -L "$tmp/out/dangling.png" ]
+expect plot_out_dangling_link_kept $? "the link left as it was, nothing written where it points"
+rm -f "$tmp/out/link.png" "$tmp/out/target.png" "$tmp/out/fifo.png" "$tmp/out/dangling.png"
 
 # ---- an existing --out: refused, then replaced with --overwrite ----
 before=$(cksum < "$tmp/out/runs.png")
