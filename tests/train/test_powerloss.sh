@@ -96,9 +96,14 @@ recorded "$tmp/rec" "$tmp/rec.log" FRAMECHAIN_TEST_WRITE_DELAY_MS=300
 pid=$!
 wait_until 60 $pid grep -q "^write.*/ckpt-00000009\.safetensors\.tmp-$pid" "$tmp/rec.log"
 killed_waited=$waited
-kill -9 $pid 2> /dev/null
-wait $pid 2> /dev/null
+# the shell's own "Killed" notice of its job goes nowhere, whenever it reaps it (on a loaded machine
+# before `wait`): the suite's stderr is for errors of its own shell code
+exec 3>&2 2> /dev/null
+kill -9 $pid
+wait $pid
 rc1=$?
+: reaped
+exec 2>&3 3>&-
 recorded "$tmp/rec" "$tmp/rec.log"
 wait $!
 rc2=$?
