@@ -401,8 +401,7 @@ expect generate_250_byte_names $(( $([ "$rcs" = "0 0 0 0 " ] && echo 0 || echo 1
 pid=$!
 killed_partial() { [ "$(find "$tmp/long" -mindepth 2 -name '*.png' -path '*partial*' 2> /dev/null | wc -l)" -ge 5 ]; }
 wait_until 60 $pid killed_partial
-kill -9 $pid 2> /dev/null
-wait $pid 2> /dev/null
+kill9_reap $pid
 left=$(ls -a "$tmp/long" | grep -c "partial-$pid")
 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/long/${long}kill" \
     --quiet > "$tmp/long.log" 2>&1

@@ -26,8 +26,7 @@ kill9_twice() {
             --data "$data" "$@" > "$run.k$k.log" 2>&1 &
         pid=$!
         wait_until 60 $pid trained_past "$run" "$run.k$k.log" $((every * k)) || why="$why; kill $k: $waited"
-        kill -9 $pid 2> /dev/null
-        wait $pid 2> /dev/null
+        kill9_reap $pid
         [ $? -eq 137 ] && killed=$((killed + 1))
     done
     "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$run" --data "$data" "$@" > "$run.log" 2>&1
@@ -227,8 +226,7 @@ FRAMECHAIN_TEST_WRITE_DELAY_MS=300 "$FC" prepare --input "$DATA/vtest.avi" --inp
     --out "$tmp/killed" --size 64 --clip-frames 8 --shard-mb 1 > /dev/null 2>&1 &
 pid=$!
 wait_until 60 $pid have "$tmp/killed/shard-*.safetensors"
-kill -9 $pid 2>/dev/null
-wait $pid 2>/dev/null
+kill9_reap $pid
 rc_kill=$?
 shards=$(ls "$tmp/killed" 2>/dev/null | grep -c '^shard-.*\.safetensors$')
 "$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/run_killed" --data "$tmp/killed" > "$tmp/killed.log" 2>&1

@@ -42,8 +42,7 @@ kill9_at() {
     (export FRAMECHAIN_TEST_WRITE_DELAY_MS=200; "$@") > "$log" 2>&1 &
     local pid=$!
     wait_until 60 $pid past_with_checkpoint "$run" "$log" "$step"
-    kill -9 $pid 2> /dev/null
-    wait $pid 2> /dev/null
+    kill9_reap $pid
     killed=$?
 }
 

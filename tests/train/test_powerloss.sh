@@ -96,14 +96,8 @@ recorded "$tmp/rec" "$tmp/rec.log" FRAMECHAIN_TEST_WRITE_DELAY_MS=300
 pid=$!
 wait_until 60 $pid grep -q "^write.*/ckpt-00000009\.safetensors\.tmp-$pid" "$tmp/rec.log"
 killed_waited=$waited
-# the shell's own "Killed" notice of its job goes nowhere, whenever it reaps it (on a loaded machine
-# before `wait`): the suite's stderr is for errors of its own shell code
-exec 3>&2 2> /dev/null
-kill -9 $pid
-wait $pid
+kill9_reap $pid
 rc1=$?
-: reaped
-exec 2>&3 3>&-
 recorded "$tmp/rec" "$tmp/rec.log"
 wait $!
 rc2=$?

@@ -200,10 +200,12 @@ while :; do
             wait_until 60 $pid trained_past "$tmp/kill" "$tmp/kill.log" $((2 + 2 * kills))
         fi
         [ -n "$waited" ] && why="; start $starts: $waited; $(tail -1 "$tmp/kill.log")"
-        kill -9 $pid 2> /dev/null
+        kill9_reap $pid
+        rc=$?
+    else
+        wait $pid
+        rc=$?
     fi
-    wait $pid 2> /dev/null
-    rc=$?
     [ $rc -eq 137 ] && [ $kills -lt $KILLS ] && [ -z "$why" ] || break
     kills=$((kills + 1))
     writing_checkpoint "$tmp/kill" $pid && during_write=$((during_write + 1))
@@ -861,8 +863,7 @@ pid=$!
 wait_until 60 $pid trained_past "$tmp/lock" "$tmp/lock1.log" 1  # training: it holds the lock
 (train "$tmp/lock") > "$tmp/lock.log" 2>&1
 rc=$?
-kill -9 $pid 2>/dev/null
-wait $pid 2>/dev/null
+kill9_reap $pid
 expect one_trainer_per_run $(( rc == 0 || ${#waited} != 0 || $(grep -c "another framechain train is using" "$tmp/lock.log") != 1 )) \
     "status $rc${waited:+; the first trainer: $waited}"
 
