@@ -84,8 +84,8 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     fflush(stdout);
     // the video's comment tag: what made it (paths as printable UTF-8)
     char comment[3 * PATH_MAX];
-    snprintf(comment, sizeof comment, "%s autoencode: vae %s, input %s, %d frame%s of %dx%d on %s", fc_build_name(), vae,
-             input, K, K == 1 ? "" : "s", S, S, be->name);
+    snprintf(comment, sizeof comment, "%s autoencode: vae %s, input %s, %d frame%s of %dx%d on %s", fc_build_name(),
+             vae, input, K, K == 1 ? "" : "s", S, S, be->name);
     fc_printable_line(comment);
     GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, comment, err, sizeof err) : NULL;
     if (out_path && !out) fc_die("%s", err);

@@ -84,8 +84,8 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
     // damaged clips are never drawn either: a list of every scored clip leaves train nothing
     if (ex && !scored)
-        fc_die("%s: every one of its %d clips is damaged, none scored: %s not written (re-prepare the dataset)", data, n,
-               ex);
+        fc_die("%s: every one of its %d clips is damaged, none scored: %s not written (re-prepare the dataset)", data,
+               n, ex);
     if (ex && top_clips(top, scored) >= scored)
         fc_die("--top %g: the top %d of the %d scored clips of %s are every clip not damaged (%d damaged), and train "
                "would have nothing to draw: %s not written (the scores are in %s)", top, scored, scored, data,

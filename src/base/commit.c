@@ -7,6 +7,4 @@
 #define FC_COMMIT "unknown"  // a build without the Makefile's line (the fuzzers')
 #endif
 
-const char *fc_commit(void) { return FC_COMMIT; }
-
 const char *fc_build_name(void) { return "framechain " FC_VERSION " (commit " FC_COMMIT ")"; }

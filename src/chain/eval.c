@@ -615,7 +615,8 @@ static int check_tsv_not_input(const EvalOptions *o, char *err, size_t errlen) {
     for (int r = 0; r < 3; r++)
         if (run_file && same_inode(dir, o->runs[r]))
             return fc_errf(err, errlen, "--tsv %s: is a file of the run %s %s; give the table another name "
-                           "(--overwrite never replaces a run's checkpoints and metrics)", o->tsv, flags[r], o->runs[r]);
+                           "(--overwrite never replaces a run's checkpoints and metrics)", o->tsv, flags[r],
+                           o->runs[r]);
     if (o->vae && same_inode(o->tsv, o->vae))
         return fc_errf(err, errlen, "--tsv %s: is the autoencoder --vae %s; give the table another name (--overwrite "
                        "never replaces what eval reads)", o->tsv, o->vae);

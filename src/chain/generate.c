@@ -125,8 +125,8 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
         return fc_errf(err, errlen, "%s: is the input %s %s; give the output another name (--overwrite "
                        "never replaces the input)", out, kind, input);
-    // (said before --overwrite is asked for) a video is renamed onto its name too: through a link that would replace the link (/dev/stdout's, a
-    // latest.mp4 pointing at a take), not the file it points to
+    // (said before --overwrite is asked for) a video is renamed onto its name too: through a link that
+    // would replace the link (/dev/stdout's, a latest.mp4 pointing at a take), not the file it points to
     if (video && !lstat(out, &sp) && S_ISLNK(sp.st_mode)) {
         char real[PATH_MAX];
         return fc_errf(err, errlen, "%s: is a symbolic link to the file %s; --overwrite replaces a video only by its "

@@ -94,8 +94,8 @@ static int row(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
     while (l < t->L && t->levels[l] != r.v[C_LEVEL]) l++;
     if (l == t->L) {
         if (t->L == MAX_LEVELS)
-            return fc_errf(err, errlen, "%s: line %d: more than %d noise-augmentation levels (one curve style each)", t->path,
-                               lineno, MAX_LEVELS);
+            return fc_errf(err, errlen, "%s: line %d: more than %d noise-augmentation levels (one curve style each)",
+                           t->path, lineno, MAX_LEVELS);
         t->levels[t->L++] = r.v[C_LEVEL];
     }
     if (t->n == t->cap) {

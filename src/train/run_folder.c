@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
 #include <string.h>
 #include <stdlib.h>
@@ -190,10 +189,12 @@ int run_folder_set_aside(const char *run) {
     return n;
 }
 
-// The highest step of RUN/metrics.jsonl's lines that are a step's record (metrics_line_record), of
-// those at or below at_most; 0 when it has none. A last line torn by a power cut ({"step":12 of a step
-// 1234) or text put in by hand names no step: counted, it could name one the run never reached.
-static long metrics_last_step(const char *run, long at_most) {
+// The highest step of RUN/metrics.jsonl's lines that are a step's record (metrics_line_record), and
+// into *below the highest of those at or below at_most; 0 when it has none. A last line torn by a
+// power cut ({"step":12 of a step 1234) or text put in by hand names no step: counted, it could name
+// one the run never reached.
+static long metrics_last_step(const char *run, long at_most, long *below) {
+    *below = 0;
     char path[4096], why[256];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     FILE *f = open_metrics(path);
@@ -205,8 +206,10 @@ static long metrics_last_step(const char *run, long at_most) {
     long last = 0;
     ssize_t len;
     while ((len = getline(&line, &cap, f)) >= 0)
-        if (!metrics_line_record(line, len, keys, 1, &step, why, sizeof why) && step > last && step <= at_most)
-            last = (long)step;
+        if (!metrics_line_record(line, len, keys, 1, &step, why, sizeof why)) {
+            if (step > last) last = (long)step;
+            if (step > *below && step <= at_most) *below = (long)step;
+        }
     int read_error = ferror(f) ? errno : 0;
     free(line);
     fclose(f);
@@ -273,10 +276,11 @@ static int trained_before(const char *run, const TrainOrigin *origin, const Conf
     int start = origin->from ? origin->parent_step : 0;
     int aside = run_folder_set_aside(run);
     aside = aside > damaged ? aside : damaged;  // (a file that could not be renamed aside counts too)
-    long last = metrics_last_step(run, LONG_MAX);
+    long other;
+    long last = metrics_last_step(run, start, &other);
     // a fork's steps come after its parent's: lines up to it are another run's, which the start from
     // the parent drops as a start from step 0 would (a run killed before its first checkpoint)
-    long other = origin->from ? metrics_last_step(run, start) : 0;
+    if (!origin->from) other = 0;
     if (!aside && last <= start + 2LL * c->checkpoint_every && other <= 2LL * c->checkpoint_every) return 0;
     char held[160] = "", from[1300];
     if (aside)
