@@ -431,8 +431,7 @@ term_wait() {  # term_wait NAME: SIGTERM to $pid, then its end within 10 s with 
     kill -TERM $pid
     for i in $(seq 100); do kill -0 $pid 2> /dev/null && sleep 0.1; done
     if kill -0 $pid 2> /dev/null; then
-        kill -9 $pid
-        wait $pid 2> /dev/null
+        { kill -9 $pid; wait $pid; } 2> /dev/null  # the shell's "Killed" notice too
         echo "FAIL cli_$1: still running 10 s after SIGTERM: $(tail -1 "$tmp/term.log")"
         return
     fi
