@@ -190,6 +190,21 @@ int fc_remove_stale_temps(const char *path) {
     return removed;
 }
 
+int fc_can_create_beside(const char *path) {
+    char probe[PATH_MAX];
+    if (fc_temp_name(probe, sizeof probe, path, ".tmp-")) return ENAMETOOLONG;
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return errno == EEXIST ? 0 : errno;  // EEXIST: this process's own temporary file is there
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+static int probe_create(const char *flag, const char *path, const char *dir, char *err, size_t errlen) {
+    int e = fc_can_create_beside(path);
+    return e ? fc_errf(err, errlen, "%s %s: cannot make a file in the folder %s: %s", flag, path, dir, strerror(e)) : 0;
+}
+
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen) {
     char dir[PATH_MAX];
     struct stat sd, sp;
@@ -204,7 +219,8 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
         return fc_errf(err, errlen, "%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
     fc_remove_stale_temps(path);
     if (lstat(path, &sp))  // a name the file system cannot hold is said now, not after the work
-        return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno)) : 0;
+        return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno))
+                                     : probe_create(flag, path, dir, err, errlen);
     if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
     // The file is replaced by renaming a new one onto its name: a link would be replaced, not the file it
     // points to (/dev/stdout, a latest.png kept pointing at a run's), and a device, FIFO or socket by a file
@@ -223,7 +239,7 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
         return fc_errf(err, errlen, "%s %s: exists and is not a file (a device, FIFO or socket); give a file name",
                        flag, path);
     if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
-    return 0;
+    return probe_create(flag, path, dir, err, errlen);
 }
 
 int fc_same_file_name(const char *a, const char *b) {

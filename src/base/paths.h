@@ -55,8 +55,13 @@ int fc_temp_name(char *dst, size_t len, const char *path, const char *tag);
 // processes that no longer run (a kill -9, a power cut): removed, each with a line. How many.
 int fc_remove_stale_temps(const char *path);
 
-// An output file about to be written (through a temporary file beside it): its folder exists and can
-// be written in, and path is not a folder, a symbolic link, a device, FIFO or socket (a rename onto the
+// Whether a file can be made beside path now (its temporary name, made and removed at once): 0, or the
+// errno. A folder that access() calls writable may still refuse one: /proc, a file system mounted
+// read-only (which root's access() does not see). Said before the work, not when its output is due.
+int fc_can_create_beside(const char *path);
+
+// An output file about to be written (through a temporary file beside it): its folder exists and a file
+// can be made in it now, and path is not a folder, a symbolic link, a device, FIFO or socket (a rename onto the
 // name would replace those, not write into them), nor (replace 0) an existing file. 0, or -1 with one line in
 // err naming the flag and the path. Checked before the work, so that a bad path costs nothing; the
 // temporary files of earlier writes of path that were cut off go first (fc_remove_stale_temps).

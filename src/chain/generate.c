@@ -114,6 +114,8 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", out, dir, strerror(errno));
     remove_leftovers(out);  // first: an output a cut-off generate had moved aside is back before the checks
+    int refused = fc_can_create_beside(out);
+    if (refused) return fc_errf(err, errlen, "%s: cannot make a file in the folder %s: %s", out, dir, strerror(refused));
     if (stat(out, &so)) {
         if (errno != ENOENT) return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
         if (!lstat(out, &so))  // a link whose target is not there: the output could not be renamed onto it

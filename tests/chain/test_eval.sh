@@ -262,6 +262,9 @@ expect_refusal short_long 2 "long" "${RUNS[@]}" --data "$tmp/held32" --long 3 --
 expect_refusal given_count 1 "1 (the first frame) or 7" "${RUNS[@]}" --data "$tmp/held32" --given 3 --tsv "$tmp/bad.tsv"
 mkdir -p "$tmp/a_folder"
 expect_refusal tsv_is_a_folder 1 "--tsv .*a_folder: is a folder" "${RUNS[@]}" --data "$tmp/held32" --tsv "$tmp/a_folder"
+# a folder that takes no new file though it looks writable (/proc, even for root): said before the work
+expect_refusal tsv_folder_takes_no_file 1 "--tsv /proc/framechain-eval.tsv: .* the folder /proc" "${RUNS[@]}" \
+    --data "$tmp/held32" --tsv /proc/framechain-eval.tsv
 expect_refusal given_all_frames 2 "not more than --given 7" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
     --tsv "$tmp/bad.tsv"
 expect_refusal given_all_clip_frames 1 "none of the 24 frames" "${RUNS[@]}" --data "$tmp/held32" --given 24 --tsv "$tmp/bad.tsv"

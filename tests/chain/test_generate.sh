@@ -263,6 +263,9 @@ expect_refusal missing_run "no such run folder" --starter "$tmp/nope" --extrapol
 expect_refusal wrong_role "trained a starter model" --starter "$tmp/starter" --extrapolate "$tmp/starter" --interpolate "$tmp/interpolate" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 expect_refusal small_image "smaller than the 32x32" "${RUNS[@]}" --first-frame "$tmp/small.png" --out "$tmp/bad.mp4"
 expect_refusal unreadable_image "not a PNG or JPEG" "${RUNS[@]}" --first-frame "$tmp/garbage.png" --out "$tmp/bad.mp4"
+# a folder that takes no new file though it looks writable (/proc, even for root): said before the work
+expect_refusal folder_takes_no_file "/proc/framechain.mp4: .* the folder /proc" "${RUNS[@]}" --first-frame "$tmp/first.png" \
+    --out /proc/framechain.mp4
 ln -s "$tmp/nowhere" "$tmp/dangling.mp4"
 expect_refusal dangling_link "a symbolic link to nothing" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/dangling.mp4"
 rm -f "$tmp/dangling.mp4"

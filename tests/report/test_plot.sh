@@ -279,6 +279,11 @@ done
 [ ! -e "$tmp/out/nowhere.png" ] && [ -L "$tmp/out/dangling.png" ]
 expect plot_out_dangling_link_kept $? "the link left as it was, nothing written where it points"
 rm -f "$tmp/out/link.png" "$tmp/out/target.png" "$tmp/out/fifo.png" "$tmp/out/dangling.png"
+# a folder that takes no new file though it looks writable (/proc, even for root): refused before the figure
+"$FC" plot "$tmp/b" --out /proc/framechain-plot.png > "$tmp/plot_proc.log" 2> "$tmp/err"
+rc=$?
+expect plot_out_folder_takes_no_file $(( rc != 1 || $(wc -l < "$tmp/err") != 1 || $(grep -c "the folder /proc" "$tmp/err") != 1 ||
+    $(grep -c . "$tmp/plot_proc.log") != 0 )) "status $rc: $(head -1 "$tmp/err")"
 
 # ---- an existing --out: refused, then replaced with --overwrite ----
 before=$(cksum < "$tmp/out/runs.png")
