@@ -497,6 +497,15 @@ void config_load(Config *c, const char *path) {
     if (!S_ISREG(sb.st_mode))
         fc_die("%s: not a config file (%s); give a file of key = value lines", path,
                S_ISDIR(sb.st_mode) ? "a folder" : "not a regular file");
+    // A checkpoint or another binary file given by mistake is named as such, before it is read whole
+    // (a checkpoint of the preset is 8.9 GiB); a safetensors file opens with its header's length and '{'
+    uint8_t head[9];
+    if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && head[8] == '{' && !head[6] && !head[7])
+        fc_die("%s: a safetensors file (a checkpoint?), not a config of key = value lines; framechain inspect %s "
+               "shows the config a checkpoint holds", path, path);
+    if (sb.st_size > CONFIG_MAX_BYTES)
+        fc_die("%s: %lld bytes, too large for a config of key = value lines (at most %d MiB)", path,
+               (long long)sb.st_size, CONFIG_MAX_BYTES >> 20);
     FILE *f = fdopen(fd, "rb");
     if (!f) fc_die("%s: cannot open config: %s", path, strerror(errno));
     size_t len = 0, cap = 4096;

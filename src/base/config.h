@@ -11,6 +11,7 @@
 
 #define MAX_SLOTS 32
 #define CONFIG_MAX_LINE 4096  // the longest line of a config file, in characters
+#define CONFIG_MAX_BYTES (1 << 20)  // the largest config file: keys, values and comments fit many times over
 #define CONFIG_MAX_PATH 1024  // the longest path a key (exclude) holds, with its NUL
 #define CONFIG_MAX_STEPS 2000000000  // the steps of a run at most (the key steps, train --steps)
 #define CONFIG_MAX_SEED 9000000000000000000LL  // the key seed at most (a checkpoint's metadata is read against it)

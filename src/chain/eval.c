@@ -300,7 +300,7 @@ static void print_header(const Eval *ev) {
     const EvalOptions *o = ev->o;
     printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
            ev->S, ev->S);
-    if (ev->K < o->clips) printf("; the dataset has only %d, --clips asked for %d", ev->K, o->clips);
+    if (ev->K < o->clips) printf("; the dataset has only %d (--clips %d)", ev->K, o->clips);
     char steps[128], temperature[128];
     chain_describe_steps(&ev->cm, o->sample.steps, steps, sizeof steps);
     chain_describe_temperature(&ev->cm, o->sample.temperature, temperature, sizeof temperature);

@@ -199,6 +199,13 @@ expect steps_over_set_steps 0 "^--steps 2 stands over --set steps=6" "$FC" --thr
 # the checkpoint names the build that wrote it, for people (inspect); --version's first line
 build_name=$("$FC" --version | head -1 | sed 's/[].[*^$\\]/\\&/g')  # as a grep pattern
 expect inspect_written_by 0 "^written_by *$build_name\$" "$FC" inspect "$tmp/over/ckpt-00000002.safetensors"
+# a checkpoint given as a config is named as one (it was read whole, then "line longer than 4096"),
+# and a file far larger than any config is refused before it is read
+expect config_is_a_checkpoint 1 "ckpt-00000002.safetensors: a safetensors file (a checkpoint?), not a config" "$FC" \
+    inspect --config "$tmp/over/ckpt-00000002.safetensors"
+yes '# a comment' | head -c 2000000 > "$tmp/huge.conf"
+expect config_too_large 1 "huge.conf: 2000000 bytes, too large for a config" "$FC" train --config "$tmp/huge.conf" \
+    --run "$tmp/r"
 [ -e "$tmp/never" ] && echo "FAIL cli_set_refusals_write_nothing: $tmp/never exists" ||
     echo "PASS cli_set_refusals_write_nothing: no run folder"
 # too far for a typo, but the one key it begins with (or that begins with it) is named; several: none
