@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -201,6 +202,22 @@ size_t fc_machine_memory(int available) {
         }
     fclose(f);
     return kib << 10;
+}
+
+double fc_disk_free(const char *path) {
+    long hook = fc_test_hook("DISK_FREE_MIB");
+    if (hook >= 0) return (double)hook * 1048576.0;
+    struct statvfs sv;
+    if (statvfs(path, &sv)) return -1;
+    return (double)sv.f_bavail * (double)sv.f_frsize;
+}
+
+double fc_bytes_in_unit(double bytes, const char **unit) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    *unit = units[u];
+    return bytes;
 }
 
 long fc_test_hook(const char *name) {

@@ -69,6 +69,12 @@ size_t fc_resident_bytes(void);
 // without swapping (MemAvailable), in bytes; 0 where unknown. The tests set them with
 // FRAMECHAIN_TEST_MEM_TOTAL_MIB and FRAMECHAIN_TEST_MEM_AVAILABLE_MIB.
 size_t fc_machine_memory(int available);
+// The bytes a file system has free for this process at path (statvfs: the blocks an unprivileged
+// writer may take); -1 where unknown. The tests set it with FRAMECHAIN_TEST_DISK_FREE_MIB.
+double fc_disk_free(const char *path);
+// bytes in the largest of B, KiB, MiB, GiB and TiB (powers of 1024) that leaves at least 1: the value,
+// and the unit's name in *unit.
+double fc_bytes_in_unit(double bytes, const char **unit);
 
 // pread exactly n bytes at offset, retrying on EINTR: 0, or -1 with errno set (EIO when the file
 // ends early).

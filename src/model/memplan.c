@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "base/common.h"
 #include "backend/attn_scratch.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -113,10 +114,9 @@ PlanDevice plan_device(const char *backend_name, const char *precision) {
 }
 
 static void line(FILE *out, const char *what, double bytes) {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
-    fprintf(out, "  %-14s %9.2f %s\n", what, bytes, unit[u]);
+    const char *unit;
+    double value = fc_bytes_in_unit(bytes, &unit);
+    fprintf(out, "  %-14s %9.2f %s\n", what, value, unit);
 }
 
 void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {

@@ -456,3 +456,41 @@ void run_folder_explain_orphan(const char *run, const char *from, char *err, siz
             "from it) or fork a checkpoint you trust into a new run (train --from CKPT --run NEW)", run, held,
             parent_why);
 }
+
+// ----------------------------------------------------------------------------
+// the disk a run folder needs
+
+int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen) {
+    int *steps = NULL, n = checkpoint_list(run, &steps);
+    double held = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4200];
+        struct stat sb;
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        if (!stat(path, &sb)) held += (double)sb.st_size;
+    }
+    free(steps);
+    // keep checkpoints on disk and the next one written beside them (prune drops the oldest after it);
+    // what the folder holds already counts, but the next checkpoint needs its whole size free
+    double peak = (keep + 1) * ckpt_bytes, more = peak - held > ckpt_bytes ? peak - held : ckpt_bytes;
+    double free_bytes = fc_disk_free(run);
+    const char *u1, *u2, *u3;
+    double v1 = fc_bytes_in_unit(ckpt_bytes, &u1), v2 = fc_bytes_in_unit(peak, &u2);
+    double v3 = fc_bytes_in_unit(free_bytes > 0 ? free_bytes : 0, &u3);
+    printf("disk: a checkpoint is %.2f %s; the run folder holds up to %d of them (keep_checkpoints %d and the one being "
+           "written): %.2f %s", v1, u1, keep + 1, keep, v2, u2);
+    if (free_bytes >= 0) printf("; %.2f %s free there", v3, u3);
+    printf("\n");
+    if (free_bytes < 0) return 0;  // a file system that does not say: the writes will tell
+    if (free_bytes < ckpt_bytes)
+        return fc_errf(err, errlen, "%s: %.2f %s free on its file system, less than one checkpoint (%.2f %s): no "
+                       "checkpoint of this run could be written; free space there, or give --run a folder on another "
+                       "disk", run, v3, u3, v1, u1);
+    if (free_bytes < more) {
+        double vm = fc_bytes_in_unit(more, &u2);
+        fc_warn("%s: %.2f %s free on its file system, less than the %.2f %s more its checkpoints will take (%d of "
+                "%.2f %s): a checkpoint write will fail with the disk full and stop the run (the earlier checkpoints "
+                "kept); free space%s", run, v3, u3, vm, u2, keep + 1, v1, u1, keep > 1 ? ", or lower keep_checkpoints" : "");
+    }
+    return 0;
+}

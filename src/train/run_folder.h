@@ -55,4 +55,11 @@ void run_folder_restart_point(const char *parent, int parent_step, char *out, si
 // 0 where their metadata names none (not a fork); -1 where no file's metadata reads. Reads only.
 int run_folder_named_parent(const char *run, char *parent, size_t len, int *step);
 
+// The disk the run's checkpoints need (ckpt_bytes each, at least: their tensors): keep_checkpoints of
+// them and the next one written beside them, said in one line with what the run folder's file system
+// has free. 0, with a warning where it has room for the next checkpoint but not for all it will hold;
+// -1 with err where it has no room for even one (no checkpoint of the run could be written). Rank 0's,
+// before the first step.
+int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen);
+
 #endif

@@ -236,6 +236,15 @@ static void start_services(Trainer *t, int fork_start) {
     t->preview_ranks = t->shard && dist_max_int(previews_on(t));
     if (t->preview_ranks && t->rank > 0) t->params_aside = fc_malloc(sizeof(real) * t->m->n_params);
     if (t->shard && t->rank > 0) t->sender = ckpt_part_sender_start(t->m, t->ema, t->o);
+    // The disk of rank 0's run folder: a run that could write no checkpoint ends before its first step
+    int no_room = t->rank == 0 && run_folder_disk_plan(t->run, t->plan.staging, c->keep_checkpoints, err, sizeof err);
+    if (dist_max_int(no_room)) {
+        if (t->rank > 0) {  // rank 0 says it; its exit ends the run
+            dist_barrier();
+            exit(1);
+        }
+        fc_die("%s", err);
+    }
     if (t->rank > 0) return;  // the run folder's services are rank 0's
     // a fork that starts from its parent has no step of its own yet (its first checkpoint comes before
     // its first step): lines at or below the parent's step are another run's, killed before its first

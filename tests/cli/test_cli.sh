@@ -107,6 +107,9 @@ expect inspect_file_with_set 2 "--set goes with --config" "$FC" inspect "$tmp/bo
 # a step whose token count passes an int (37 x 7 x 4096^2) is refused, not planned from a wrapped count
 expect step_too_large 1 "too large for one step" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
     --set patch=1 --set width=4 --set heads=1 --set mlp_ratio=1 --set batch_size=37
+# the disk a run folder needs: keep_checkpoints checkpoints and the one being written beside them
+expect inspect_config_disk 0 "^disk  *2.30 MiB a checkpoint; a run folder holds up to 6 of them (keep_checkpoints 5 and the one being written): 13.81 MiB$" \
+    "$FC" inspect --config configs/tiny/starter.conf --set keep_checkpoints=5
 
 # The CUDA backend is a library the program opens when a command needs it (src/backend/registry.c):
 # a run on the CPU never loads the CUDA runtime or cuBLAS (glibc's LD_DEBUG lists what is loaded),

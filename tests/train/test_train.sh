@@ -74,6 +74,29 @@ grep -q "exceed this machine's 0.03 GiB" "$tmp/too_big.log" && [ ! -e "$tmp/too_
     grep -q "^done: $tmp/tight at step 2" "$tmp/tight.log"
 expect memory_plan_over_the_machine_lines $? \
     "$(grep framechain: "$tmp/too_big.log" | head -1); $(grep warning "$tmp/tight.log" | head -1)"
+# The disk the checkpoints need, said before the first step: a file system with room for not even one
+# checkpoint (2.30 MiB here) is refused, the run folder it made removed; room for fewer than keep_checkpoints
+# and the one being written beside them (9.21 MiB) is a warning; a resumed run's checkpoints already hold
+# most of that room, so the same free space is enough for it.
+grep -q "^disk: a checkpoint is 2.30 MiB; the run folder holds up to 4 of them (keep_checkpoints 3 and the one being written): 9.21 MiB; .* free there$" "$tmp/ref.log"
+expect disk_plan_said $? "$(grep '^disk:' "$tmp/ref.log" || echo 'no disk line')"
+FRAMECHAIN_TEST_DISK_FREE_MIB=2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/no_room" --steps 2 > "$tmp/no_room.log" 2> "$tmp/no_room.err"
+rc=$?
+FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/little_room" --steps 2 \
+    --set keep_checkpoints=3 > "$tmp/little_room.log" 2>&1
+rc2=$?
+cp -r "$tmp/ref" "$tmp/room_held"
+FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/room_held" "${SETS[@]}" --extend \
+    --steps $((STEPS + 2)) > "$tmp/room_held.log" 2>&1
+rc3=$?
+expect disk_plan_refuses_and_warns $(( rc != 1 || $(wc -l < "$tmp/no_room.err") != 1 || rc2 != 0 || rc3 != 0 ||
+    $(grep -c "no_room: 2.00 MiB free on its file system, less than one checkpoint (2.30 MiB)" "$tmp/no_room.err") != 1 ||
+    $(grep -c "^step" "$tmp/no_room.log") != 0 ||
+    $(grep -c "warning: .*little_room: 3.00 MiB free on its file system, less than the 9.21 MiB more" "$tmp/little_room.log") != 1 ||
+    $(grep -c "warning" "$tmp/room_held.log") != 0 )) \
+    "2 MiB free: status $rc, $(head -c 120 "$tmp/no_room.err"), folder left: $([ -e "$tmp/no_room" ] && echo yes || echo no); 3 MiB: status $rc2, $(grep -c warning "$tmp/little_room.log") warning; 3 MiB beside 3 checkpoints: status $rc3, $(grep -c warning "$tmp/room_held.log") warnings"
+[ ! -e "$tmp/no_room" ]
+expect disk_plan_refusal_leaves_nothing $? "$(ls -a "$tmp/no_room" 2>&1 | tr '\n' ' ')"
 
 "$FC" inspect "$(final "$tmp/ref")" > "$tmp/inspect.log" 2>&1
 rc=$?
