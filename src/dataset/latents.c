@@ -57,6 +57,12 @@ int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint
     real *pair = fc_malloc(sizeof(real) * 2 * 3 * plane), *lat = fc_malloc(sizeof(real) * 2 * unit);
     int rc = 0;
     for (int f = 0; f < F && !rc; f++) {
+        // a frame pair is seconds through a full-size encoder on a CPU, a clip minutes: a stop is
+        // heard between frames, not at the clip's end
+        if (fc_stop_signal()) {
+            rc = fc_errf(err, errlen, "stopped by %s at frame %d", fc_signal_name(fc_stop_signal()), f);
+            break;
+        }
         const uint8_t *frame = clip + (size_t)f * plane * 3;
         for (int ch = 0; ch < 3; ch++)  // [0]: the frame, [1]: mirrored, both (3, S, S) in [-1, 1] as the loader makes them
             for (int y = 0; y < S; y++)

@@ -32,7 +32,8 @@ const char *latent_family_name(const Autoencoder *ae);
 
 // A clip of F frames (F, S, S, 3) RGB bytes -> (F, 2, C, S/f, S/f) F16 values (little-endian bytes) in
 // out: each frame's latents, then those of the frame mirrored left to right (the encoder's mean,
-// deterministic; scaled as the family's diffusion models expect). 0, or -1 with one line.
+// deterministic; scaled as the family's diffusion models expect). 0, or -1 with one line (also when a
+// stop signal has come: fc_stop_signal, checked before each frame).
 int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint8_t *out, char *err, size_t errlen);
 
 #endif

@@ -413,6 +413,7 @@ int prepare_run(const PrepareOptions *o) {
         printf("prepare: latents through %s: %s\n  each frame and its mirror encoded once, stored as F16 (%d, %d, %d) "
                "a frame; scale %g, shift %g; sha256 %.16s...\n",
                o->vae, autoencoder_describe(o->ae), id.channels, n, n, id.scale, id.shift, id.sha256);
+        fflush(stdout);  // before the first clip's encoding, minutes on a CPU: the line is seen in a log too
         w = shard_writer_open_latents(o->out, &id, n, o->clip_frames, o->max_shard_bytes, err, sizeof err);
     } else {
         w = shard_writer_open(o->out, o->size, o->clip_frames, o->max_shard_bytes, err, sizeof err);

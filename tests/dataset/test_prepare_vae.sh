@@ -5,7 +5,8 @@
 # plain prepare makes (tests/dataset/latents_check.py); dataset.json's identity; inspect's lines; a
 # tiny model trained on the latents, whose loader reads the same bytes a window whatever the clips'
 # length; refusals in one line, nothing written: a config that does not fit the latents, a size that
-# is no multiple of the factor, a file without an encoder, a scale that takes latents beyond F16.
+# is no multiple of the factor, a file without an encoder, a scale that takes latents beyond F16; a
+# SIGINT in the middle of a clip's encoding, heard between its frames.
 # usage: tests/dataset/test_prepare_vae.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -89,6 +90,29 @@ refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
 refused prepare_vae_refuses_f16_overflow 1 "short.mkv, the clip from frame 0: frame 0: latent value .* is beyond F16's range (65504)" \
     "$FC" prepare --vae "$dir/kl.safetensors" --vae-scale 1e6 --vae-shift 0 --input "$tmp/short.mkv" --out "$tmp/none" \
     --size 32 --clip-frames 8
+# a stop while a clip is being encoded is heard between its frames, not at the clip's end: 200 frames of
+# 128x128 through the AutoencoderKL on one thread are a minute and more of encoding, the input's
+# decoding (already 128x128) a fraction of a second; SIGINT 2 s in: exit 130 within seconds, nothing left
+ffmpeg -v error -y -i "$SAMPLES/vtest.avi" -frames:v 200 -vf scale=128:128 -c:v ffv1 "$tmp/long128.mkv"
+rm -rf "$tmp/stopped"
+"$FC" --threads 1 prepare --vae "$dir/kl.safetensors" --input "$tmp/long128.mkv" --out "$tmp/stopped" --size 128 \
+    --clip-frames 200 > "$tmp/stop.log" 2>&1 &
+pid=$!
+announced() { grep -q '^prepare: latents through' "$tmp/stop.log"; }
+wait_until 60 $pid announced
+sleep 2
+kill -INT $pid 2> /dev/null
+wait_until 20 $pid false
+alive=$?  # 2: still encoding 20 s after the signal
+if [ $alive -eq 2 ]; then
+    kill9_reap $pid
+else
+    wait $pid
+fi
+rc=$?
+[ $alive -ne 2 ] && [ $rc -eq 130 ] && [ ! -e "$tmp/stopped" ] && grep -q '^prepare: stopped by SIGINT' "$tmp/stop.log"
+expect prepare_vae_sigint_between_frames $? "$([ $alive -eq 2 ] && echo 'still running 20 s after SIGINT; ')exit $rc; \
+$(ls -A "$tmp/stopped" 2> /dev/null | wc -l) files left; $(tail -1 "$tmp/stop.log")"
 refused prepare_vae_refuses_previews 1 "holds latents: its previews are decoded by the autoencoder it was made with: give train --vae FILE" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1
 
