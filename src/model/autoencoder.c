@@ -145,9 +145,14 @@ Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, si
         rc = ae_bind_tiny(ae, bd);
     } else if (kl || kl_prefixed) {
         rc = ae_bind_kl(ae, bd);
-    } else if (st_find(&f, "1.conv.0.weight")) {
-        rc = fc_errf(err, errlen, "%s: a TAESD encoder or decoder as the original .pth layout has it: convert the pair "
-                     "with tools/taesd_to_safetensors.py ENCODER.pth DECODER.pth OUT.safetensors", path);
+    } else if (st_find(&f, "1.conv.0.weight") || (st_find(&f, "1.weight") && st_find(&f, "3.conv.0.weight"))) {
+        // the original nn.Sequential halves (.pth, or the same names as .safetensors): the encoder's layer 1
+        // is a block, the decoder's a convolution after the soft clamp (layer 0, no weights)
+        rc = fc_errf(err, errlen, "%s: a TAESD %s in the original layout (Sequential's names, %s): convert it and its "
+                     "other half with tools/taesd_to_safetensors.py ENCODER DECODER OUT.safetensors (.pth or "
+                     ".safetensors halves; - for one left out)", path,
+                     st_find(&f, "1.conv.0.weight") ? "encoder" : "decoder",
+                     st_find(&f, "1.conv.0.weight") ? "1.conv.0.weight, ..." : "1.weight, 3.conv.0.weight, ...");
     } else {
         rc = fc_errf(err, errlen, "%s: no autoencoder this version reads (the tiny autoencoders' encoder.layers.0.weight "
                      "or an AutoencoderKL's encoder.conv_in.weight, either half; its first tensor: %s)", path,

@@ -4,7 +4,7 @@
 # PyTorch): the lines it prints, the decoded frames written, the same output twice, the defaults (8
 # frames of 256x256); refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
-# existing --out.
+# existing --out, the original layout's halves as .safetensors (converted, the same round trip).
 # usage: tests/cli/test_autoencode.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -77,6 +77,32 @@ write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("deco
 PY
 refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
     --vae "$tmp/decoder_only.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+# the original layout's halves (nn.Sequential's names) as .safetensors files: each refused naming its
+# half and the converter, which turns the pair into the file the round trip of taesd.safetensors reads
+"$PYTHON" - "$dir/taesd.safetensors" "$tmp/orig_encoder.safetensors" "$tmp/orig_decoder.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+t, _ = read_safetensors(sys.argv[1])
+for path, part, shift in ((sys.argv[2], "encoder.layers.", 0), (sys.argv[3], "decoder.layers.", 1)):
+    half = {}
+    for k, v in t.items():
+        if k.startswith(part):
+            index, _, rest = k[len(part):].partition(".")
+            half["%d.%s" % (int(index) + shift, rest)] = v
+    write_safetensors(path, half)
+PY
+refused autoencode_original_encoder_half 1 "orig_encoder.safetensors: a TAESD encoder in the original layout .*taesd_to_safetensors.py ENCODER DECODER OUT.safetensors (.pth or .safetensors halves" \
+    --vae "$tmp/orig_encoder.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+refused autoencode_original_decoder_half 1 "orig_decoder.safetensors: a TAESD decoder in the original layout .*taesd_to_safetensors.py" \
+    --vae "$tmp/orig_decoder.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+"$PYTHON" tools/taesd_to_safetensors.py "$tmp/orig_encoder.safetensors" "$tmp/orig_decoder.safetensors" \
+    "$tmp/orig_converted.safetensors" > "$tmp/conv.log" 2>&1
+rc=$?
+"$FC" autoencode --vae "$tmp/orig_converted.safetensors" --input "$VIDEO" --size 64 --frames 2 > "$tmp/oc.log" 2>&1
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 2 > "$tmp/od.log" 2>&1
+[ $rc -eq 0 ] && tail -1 "$tmp/oc.log" | grep -q '^round trip: mean PSNR' && [ "$(tail -1 "$tmp/oc.log")" = "$(tail -1 "$tmp/od.log")" ]
+expect autoencode_original_safetensors_converted $? "converter: exit $rc, $(tail -1 "$tmp/conv.log"); $(tail -1 "$tmp/oc.log") (taesd.safetensors: $(tail -1 "$tmp/od.log"))"
 refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
     --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
