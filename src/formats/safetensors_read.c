@@ -251,8 +251,10 @@ int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
     }
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
-    // a header length outside the rules is refused by the parser from these 8 bytes alone
+    // a header length outside the rules is refused by the parser from these 8 bytes and the next, which
+    // tells another kind of file (a .pth, an image: no '{' there) from a damaged safetensors
     if (size >= 8 && n >= 2 && n <= ST_MAX_HEADER && n <= size - 8) want = 8 + (size_t)n;
+    else if (size > 8) want = 9;
     uint8_t *head = malloc(want ? want : 1);
     if (!head) {
         snprintf(err, errlen, "%s: out of memory for a header of %zu bytes", path, want);

@@ -1,14 +1,18 @@
 // autoencoder.c: per-frame autoencoders read from safetensors files (see autoencoder.h; the math is
-// docs/autoencoders.md): the file read and its family found, every tensor bound and checked before
-// anything is allocated, the weights carved out of one backend allocation, and the plumbing of a pass
-// (activation buffers of the largest map, reused layer after layer). The families' layers and passes
-// are autoencoder_tiny.c and autoencoder_kl.c.
+// docs/autoencoders.md): the file's header read and its family found, every tensor bound and checked
+// before anything is allocated, then only those tensors read, the weights carved out of one backend
+// allocation, and the plumbing of a pass (activation buffers of the largest map, reused layer after
+// layer). The families' layers and passes are autoencoder_tiny.c and autoencoder_kl.c.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/half.h"
+#include "base/paths.h"
 #include "model/autoencoder_internal.h"
 
 // ----------------------------------------------------------------------------
@@ -97,23 +101,46 @@ static double element(const StEntry *e, const uint8_t *data, size_t i) {
     return half_to_float(h);
 }
 
-// Allocate the weights and upload every bound tensor. 0, or -1 with err (a value that is not finite).
+// Allocate the weights and upload every bound tensor, each read from the file on its own: a whole
+// Stable Diffusion checkpoint is gigabytes around an autoencoder of a few hundred megabytes. 0, or -1
+// with err (a value that is not finite, a read error).
 static int upload_bound(Autoencoder *ae, AeBinder *bd) {
     ae->n_params = bd->total;
+    struct stat st;
+    int fd = fc_open_regular(bd->path, &st, bd->err, bd->errlen);
+    if (fd < 0) return -1;
+    if ((uint64_t)st.st_size != (uint64_t)bd->f->size) {
+        close(fd);
+        return fc_errf(bd->err, bd->errlen, "%s: the file changed while it was read (%zu bytes, now %lld)", bd->path,
+                       bd->f->size, (long long)st.st_size);
+    }
     real *host = fc_malloc(sizeof(real) * (bd->total ? bd->total : 1));
-    for (int t = 0; t < bd->n; t++) {
+    uint8_t *data = NULL;
+    size_t data_cap = 0;
+    int rc = 0;
+    for (int t = 0; t < bd->n && !rc; t++) {
         const StEntry *e = bd->entry[t];
-        const uint8_t *data = st_data(bd->f, e);
         size_t numel = (t + 1 < bd->n ? bd->offset[t + 1] : bd->total) - bd->offset[t];
-        for (size_t i = 0; i < numel; i++) {
+        size_t bytes = numel * st_dtype_size(e->dtype);
+        if (bytes > data_cap) free(data), data = fc_malloc(bytes), data_cap = bytes;
+        if (fc_pread_all(fd, data, bytes, (uint64_t)bd->f->data_start + e->begin)) {
+            rc = fc_errf(bd->err, bd->errlen, "%s: tensor %s: read error (or the file changed while it was read): %s",
+                         bd->path, e->name, strerror(errno));
+            break;
+        }
+        for (size_t i = 0; i < numel && !rc; i++) {
             double v = element(e, data, i);
-            if (!isfinite(v)) {
-                free(host);
-                return fc_errf(bd->err, bd->errlen, "%s: tensor %s holds a value that is not finite (element %zu)",
-                               bd->path, e->name, i);
-            }
+            if (!isfinite(v))
+                rc = fc_errf(bd->err, bd->errlen, "%s: tensor %s holds a value that is not finite (element %zu)",
+                             bd->path, e->name, i);
             host[bd->offset[t] + i] = (real)v;
         }
+    }
+    close(fd);
+    free(data);
+    if (rc) {
+        free(host);
+        return -1;
     }
     ae->params = ae->be->alloc(sizeof(real) * (bd->total ? bd->total : 1));
     ae->be->upload(ae->params, host, sizeof(real) * bd->total);
@@ -126,8 +153,8 @@ static int upload_bound(Autoencoder *ae, AeBinder *bd) {
 // the file
 
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen) {
-    StFile f;
-    if (st_read(path, &f, err, errlen)) return NULL;
+    StFile f;  // the header alone: the tensors bound are read one by one (upload_bound)
+    if (st_read_header(path, &f, err, errlen)) return NULL;
     Autoencoder *ae = fc_calloc(1, sizeof *ae);
     ae->be = be, ae->scale = 1, ae->shift = 0;
     AeBinder *bd = fc_calloc(1, sizeof *bd);

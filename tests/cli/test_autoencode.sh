@@ -4,7 +4,8 @@
 # PyTorch): the lines it prints, the decoded frames written, the same output twice, the defaults (8
 # frames of 256x256); refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
-# existing --out, the original layout's halves as .safetensors (converted, the same round trip).
+# existing --out, the original layout's halves as .safetensors (converted, the same round trip); an
+# autoencoder inside a whole checkpoint read without the rest of it.
 # usage: tests/cli/test_autoencode.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -33,6 +34,30 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '^autoencode: AutoencoderKL (original layout, first_stage_model.), widths 32/32/64' "$tmp/kl.log" &&
     grep -q 'latents (4, 8, 8)' "$tmp/kl.log" && tail -1 "$tmp/kl.log" | grep -q '^round trip: mean PSNR'
 expect autoencode_kl $? "exit $rc; $(head -1 "$tmp/kl.log"); $(tail -1 "$tmp/kl.log")"
+
+# an autoencoder inside a whole checkpoint (first_stage_model.*) beside 160 MB of other tensors: only its
+# own tensors are read, so the peak memory is the plain file's (it was the whole file's), the round trip the same
+"$PYTHON" - "$dir/kl_original.safetensors" "$tmp/whole.safetensors" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+t, _ = read_safetensors(sys.argv[1])
+t["model.diffusion_model.out.weight"] = np.zeros((160, 1024, 256), np.float32)
+write_safetensors(sys.argv[2], t)
+PY
+peak_kib() {  # ARGS...: framechain ARGS, its stdout in $tmp/peak.log; prints its peak resident memory in KiB
+    "$PYTHON" -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"), stderr=subprocess.STDOUT)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$tmp/peak.log" "$FC" --threads 1 "$@"
+}
+plain=$(peak_kib autoencode --vae "$dir/kl_original.safetensors" --input "$VIDEO" --size 32 --frames 1)
+plain_last=$(tail -1 "$tmp/peak.log")
+whole=$(peak_kib autoencode --vae "$tmp/whole.safetensors" --input "$VIDEO" --size 32 --frames 1)
+whole_last=$(tail -1 "$tmp/peak.log")
+[[ $plain_last =~ ^round\ trip ]] && [ "$whole_last" = "$plain_last" ] && [ $((whole - plain)) -lt 32768 ]
+expect autoencode_whole_checkpoint_reads_its_tensors $? "peak $((whole / 1024)) MiB against the autoencoder's own file's $((plain / 1024)) MiB; $whole_last"
+rm -f "$tmp/whole.safetensors"
 
 # a video written says what made it (its comment tag)
 "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 3 --out "$tmp/rt.mkv" > /dev/null 2>&1

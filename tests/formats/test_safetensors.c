@@ -246,6 +246,15 @@ static void test_lengths(void) {
           "a file of %zu bytes that is only its header: %s", len, rc ? err : "read, its metadata found");
     st_free(&f);
     free(b);
+    // another kind of file read by its header alone: said as st_read says it (not its first 8 bytes taken
+    // for a length), a PyTorch .pth (a zip archive) as an image
+    static const uint8_t pth[] = {'P', 'K', 3, 4, 0, 0, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    snprintf(path, sizeof path, "%s/weights.pth", g_dir);
+    rc = st_write_bytes(path, pth, sizeof pth, err, sizeof err);
+    if (!rc) rc = st_read_header(path, &f, err, sizeof err) == 0 ? -2 : 0;
+    check(rc == 0 && strstr(err, "weights.pth: not a safetensors file"), "st_read_header_other_kind", "%s",
+          rc == -2 ? "accepted" : err);
+    st_free(&f);
 }
 
 // Text that is no JSON, or not the JSON of a header.
