@@ -122,6 +122,14 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
             return fc_errf(err, errlen, "%s: a symbolic link to nothing; remove it or give another name", out);
         return 0;
     }
+    // "." and ".." name a folder that cannot be renamed: the new frames could never take its place
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    if (S_ISDIR(so.st_mode) && (!strcmp(base, ".") || !strcmp(base, ".."))) {
+        char real[PATH_MAX];
+        return fc_errf(err, errlen, "%s: names the folder by '%s', under which it cannot be replaced (the new frames "
+                       "are renamed onto the name); give its own name, %s", out, base,
+                       realpath(out, real) ? real : "from its parent folder");
+    }
     int have_input = input && !stat(input, &si);
     const char *kind = have_input && S_ISDIR(si.st_mode) ? "folder" : "file";  // a folder of frames, or a file
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
@@ -150,6 +158,10 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
                        "only by its own name: give that folder, or remove the link", out,
                        realpath(out, real) ? real : "it names");
     }
+    // a mount point cannot be renamed either
+    if (!video && sd.st_dev != so.st_dev)
+        return fc_errf(err, errlen, "%s: is a mount point, which cannot be renamed; --overwrite replaces a folder of "
+                       "frames by renaming the new one onto its name: give a folder inside it", out);
     if (!video && have_input) {  // the folder replaced must not hold the input (a link's target included)
         char in_dir[PATH_LEN], real[PATH_MAX];
         fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);

@@ -416,9 +416,9 @@ rm -rf "$tmp/long"
 
 # The output is checked before the first window: 30000 frames (minutes of sampling) fail at once,
 # with one line naming the path given, not a temporary one, and no header line.
-expect_early() {  # expect_early NAME PATTERN OUT
+expect_early() {  # expect_early NAME PATTERN OUT [ARGS...]
     timeout 30 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 30000 --steps 1 --out "$3" \
-        > "$tmp/out" 2> "$tmp/err"
+        "${@:4}" > "$tmp/out" 2> "$tmp/err"
     local rc=$?
     if [ $rc = 124 ]; then fail "generate_checks_first_$1" "still sampling after 30 s"
     elif [ $rc = 0 ]; then fail "generate_checks_first_$1" "exit status 0"
@@ -431,6 +431,27 @@ expect_early() {  # expect_early NAME PATTERN OUT
 expect_early missing_folder "the folder $tmp/nope does not exist" "$tmp/nope/x.mp4"
 expect_early file_as_folder "$tmp/first.png is not a folder" "$tmp/first.png/x.mp4"
 expect_early existing_folder "already exists" "$tmp/frames"
+# A folder that --overwrite could not rename the new frames onto, found out only once they were all made:
+# one named by '.' or '..' (the name given back, to use instead), or a mount point; the frames kept
+expect_early dot_folder "names the folder by '.', under which it cannot be replaced" "$tmp/frames/." --overwrite
+grep -qF "give its own name, $(cd "$tmp/frames" && pwd -P)" "$tmp/err"
+expect generate_dot_folder_names_it $? "$(cat "$tmp/err")"
+expect_early dotdot_folder "names the folder by '..'" "$tmp/frames/.." --overwrite
+[ "$(ls "$tmp/frames" | wc -l)" = 1000 ] || fail generate_dot_folder_kept "the folder changed"
+mkdir -p "$tmp/mnt/frames"
+unshare -rm sh -c 'mount -t tmpfs -o size=1m none "$0" || exit 99
+    timeout 30 "$@" > /dev/null 2> "$0.err"; echo $? > "$0.rc"' "$tmp/mnt/frames" \
+    "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 30000 --steps 1 --overwrite \
+    --out "$tmp/mnt/frames" 2> /dev/null
+if [ ! -f "$tmp/mnt/frames.rc" ]; then
+    echo "SKIP generate_checks_first_mount_point: cannot mount a tmpfs in a private namespace (unshare -rm)"
+else
+    rc=$(cat "$tmp/mnt/frames.rc")
+    expect generate_checks_first_mount_point $(( rc == 0 || rc == 124 ||
+        $(grep -c "frames: is a mount point, which cannot be renamed" "$tmp/mnt/frames.err") != 1 )) \
+        "status $rc: $(cat "$tmp/mnt/frames.err")"
+fi
+rm -rf "$tmp/mnt"
 # a video extension that is not written (it would be a folder of PNGs named x.webm): refused, nothing made
 expect_early video_extension_not_written ".webm is not a format written here; give .mp4" "$tmp/x.webm"
 [ ! -e "$tmp/x.webm" ] || fail generate_video_extension_nothing_made "$tmp/x.webm was made"
