@@ -162,6 +162,11 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (!video && sd.st_dev != so.st_dev)
         return fc_errf(err, errlen, "%s: is a mount point, which cannot be renamed; --overwrite replaces a folder of "
                        "frames by renaming the new one onto its name: give a folder inside it", out);
+    // the old frames are removed once the new folder has their name: from a folder that cannot be written
+    // they would stay, beside it under the temporary name
+    if (!video && access(out, W_OK | X_OK))
+        return fc_errf(err, errlen, "%s: cannot remove its frames to replace them: %s; make it writable (chmod u+w) or "
+                       "give another name", out, strerror(errno));
     if (!video && have_input) {  // the folder replaced must not hold the input (a link's target included)
         char in_dir[PATH_LEN], real[PATH_MAX];
         fc_folder_of(in_dir, PATH_LEN, realpath(input, real) ? real : input);

@@ -452,6 +452,30 @@ else
         "status $rc: $(cat "$tmp/mnt/frames.err")"
 fi
 rm -rf "$tmp/mnt"
+# A folder of frames its owner cannot write (chmod a-w): once the new frames had its name, the old ones could
+# not be removed and were left beside it under the temporary name. Refused before sampling, the folder as it
+# was and nothing beside it. (As a user: root writes anyway; as nobody when the suite runs as root.)
+as_user=()
+[ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+mkdir -m 777 "$tmp/ro" && chmod 711 "$tmp"
+if ! ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 1 \
+    --out "$tmp/ro/frames" > "$tmp/ro.log" 2>&1; then
+    echo "SKIP generate_refuses_unwritable_folder: cannot generate as another user than root: $(tail -1 "$tmp/ro.log")"
+else
+    chmod a-w "$tmp/ro/frames"
+    ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 \
+        --out "$tmp/ro/frames" --overwrite > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    expect generate_refuses_unwritable_folder $(( rc == 0 ||
+        $(grep -c "frames: cannot remove its frames to replace them: Permission denied" "$tmp/err") != 1 ||
+        $(grep -c "9 frames of" "$tmp/out") != 0 || $(ls -A "$tmp/ro" | wc -l) != 1 ||
+        $(ls "$tmp/ro/frames" | wc -l) != 7 )) \
+        "status $rc: $(head -1 "$tmp/err"); left: $(ls -A "$tmp/ro" | tr '\n' ' ')"
+    chmod u+w "$tmp/ro/frames"
+fi
+chmod 700 "$tmp"
+chmod -R u+w "$tmp/ro" 2> /dev/null
+rm -rf "$tmp/ro"
 # a video extension that is not written (it would be a folder of PNGs named x.webm): refused, nothing made
 expect_early video_extension_not_written ".webm is not a format written here; give .mp4" "$tmp/x.webm"
 [ ! -e "$tmp/x.webm" ] || fail generate_video_extension_nothing_made "$tmp/x.webm was made"
