@@ -158,6 +158,11 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
                        "only by its own name: give that folder, or remove the link", out,
                        realpath(out, real) ? real : "it names");
     }
+    // in a folder with the sticky bit (/tmp) only the owner of a file or folder, or of the folder, may
+    // replace it: the new output could not take its name
+    if ((sd.st_mode & S_ISVTX) && geteuid() != 0 && so.st_uid != geteuid() && sd.st_uid != geteuid())
+        return fc_errf(err, errlen, "%s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp "
+                       "has), where only its owner may replace it; give another name", out, (unsigned)so.st_uid);
     // a mount point cannot be renamed either
     if (!video && sd.st_dev != so.st_dev)
         return fc_errf(err, errlen, "%s: is a mount point, which cannot be renamed; --overwrite replaces a folder of "

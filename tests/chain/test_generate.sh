@@ -473,9 +473,30 @@ else
         "status $rc: $(head -1 "$tmp/err"); left: $(ls -A "$tmp/ro" | tr '\n' ' ')"
     chmod u+w "$tmp/ro/frames"
 fi
-chmod 700 "$tmp"
 chmod -R u+w "$tmp/ro" 2> /dev/null
 rm -rf "$tmp/ro"
+# Another user's video or folder of frames in a folder with the sticky bit (as /tmp has): only its owner may
+# replace it, so the new output failed to take its name once it was all made. Refused before sampling.
+# (Needs root, to make root's files and generate as nobody beside them.)
+if [ ${#as_user[@]} = 0 ]; then
+    echo "SKIP generate_refuses_others_in_sticky_folder: the suite does not run as root"
+else
+    mkdir -m 1777 "$tmp/sticky" "$tmp/sticky/frames"
+    cp "$tmp/first.png" "$tmp/sticky/clip.mp4"
+    for out in clip.mp4 frames; do
+        "${as_user[@]}" "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 40 --steps 1 \
+            --out "$tmp/sticky/$out" --overwrite > "$tmp/out" 2> "$tmp/err"
+        rc=$?
+        expect "generate_refuses_others_in_sticky_folder_$out" $(( rc == 0 ||
+            $(grep -c "$out: belongs to another user (uid 0), in a folder with the sticky bit" "$tmp/err") != 1 ||
+            $(grep -c "40 frames of" "$tmp/out") != 0 || $(ls -A "$tmp/sticky" | wc -l) != 2 )) \
+            "status $rc: $(head -1 "$tmp/err"); left: $(ls -A "$tmp/sticky" | tr '\n' ' ')"
+    done
+    cmp -s "$tmp/first.png" "$tmp/sticky/clip.mp4"
+    expect generate_others_in_sticky_folder_kept $? "root's file unchanged"
+    rm -rf "$tmp/sticky"
+fi
+chmod 700 "$tmp"
 # a video extension that is not written (it would be a folder of PNGs named x.webm): refused, nothing made
 expect_early video_extension_not_written ".webm is not a format written here; give .mp4" "$tmp/x.webm"
 [ ! -e "$tmp/x.webm" ] || fail generate_video_extension_nothing_made "$tmp/x.webm was made"
