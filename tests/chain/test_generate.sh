@@ -458,10 +458,12 @@ rm -rf "$tmp/mnt"
 as_user=()
 [ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 mkdir -m 777 "$tmp/ro" && chmod 711 "$tmp"
+as_user_runs=0  # whether that user can run the program at all (its path may be closed to nobody)
 if ! ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 1 \
     --out "$tmp/ro/frames" > "$tmp/ro.log" 2>&1; then
     echo "SKIP generate_refuses_unwritable_folder: cannot generate as another user than root: $(tail -1 "$tmp/ro.log")"
 else
+    as_user_runs=1
     chmod a-w "$tmp/ro/frames"
     ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 \
         --out "$tmp/ro/frames" --overwrite > "$tmp/out" 2> "$tmp/err"
@@ -478,8 +480,8 @@ rm -rf "$tmp/ro"
 # Another user's video or folder of frames in a folder with the sticky bit (as /tmp has): only its owner may
 # replace it, so the new output failed to take its name once it was all made. Refused before sampling.
 # (Needs root, to make root's files and generate as nobody beside them.)
-if [ ${#as_user[@]} = 0 ]; then
-    echo "SKIP generate_refuses_others_in_sticky_folder: the suite does not run as root"
+if [ ${#as_user[@]} = 0 ] || [ $as_user_runs = 0 ]; then
+    echo "SKIP generate_refuses_others_in_sticky_folder: the suite does not run as root, or nobody cannot run $FC"
 else
     mkdir -m 1777 "$tmp/sticky" "$tmp/sticky/frames"
     cp "$tmp/first.png" "$tmp/sticky/clip.mp4"
