@@ -157,6 +157,8 @@ run_suite preview env PYTHON="$PYTHON" tests/report/test_preview.sh "$FC"
 run_suite bench_tools tests/tools/test_bench_tools.sh "$FC" "$BUILD"
 # make eval's script stops at its data before it trains (no model trained here).
 run_suite eval_tools tests/tools/test_eval_tools.sh "$FC"
+# make demo's script when its footage changes under its runs (one-step models, no generation).
+run_suite demo_tools tests/tools/test_demo_tools.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
 # The CUDA backend's kernels on the CPU (tests/cuda/emu); built wherever the CUDA toolkit's headers are,

@@ -4,6 +4,8 @@
 # moving shapes), trains the three small models (configs/small/) for a few minutes each on the GPU
 # when there is one, else the CPU, and chains them from one first frame. Rerunning resumes: the
 # runs under out/demo/ continue from their checkpoints, a finished one is skipped.
+# Environment: DEMO_STEPS, training steps a model (default 800); DEMO_OUT, the output folder (default
+# out); DEMO_DATA_DIR, opencv-doc's data folder (default /usr/share/doc/opencv-doc/examples/data).
 set -eu
 usage="usage: tools/demo.sh"
 case "${1:-}" in
@@ -14,16 +16,33 @@ esac
 FC=${FC:-./framechain}
 STEPS=${DEMO_STEPS:-800}
 OUT=${DEMO_OUT:-out}
-DATA_DIR=/usr/share/doc/opencv-doc/examples/data
+DATA_DIR=${DEMO_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 work="$OUT/demo"
-# Runs continue only their own config: when configs/small/ changed since the runs under $work were
-# started, they are moved aside (to $work.previous-N, nothing deleted) and the demo starts afresh.
+real=0  # the footage: the opencv-doc sample videos where they are installed, else the built-in shapes
+[ -f "$DATA_DIR/vtest.avi" ] && [ -f "$DATA_DIR/Megamind.avi" ] && real=1
+# Runs continue only their own config and footage (train refuses a checkpoint of the shapes on a
+# dataset, and the other way round): when configs/small/ changed since the runs under $work were
+# started, or the footage did (opencv-doc installed or removed since; runs on the videos are those
+# beside $work/data, prepared before they start), they are moved aside (to $work.previous-N, nothing
+# deleted) and the demo starts afresh.
 stamp=$(cat configs/small/*.conf | cksum | cut -d' ' -f1)
-if [ -d "$work/starter" ] && [ "$(cat "$work/configs.cksum" 2>/dev/null)" != "$stamp" ]; then
-    n=1
-    while [ -e "$work.previous-$n" ]; do n=$((n + 1)); done
-    mv "$work" "$work.previous-$n"
-    echo "demo: configs/small/ changed since $work was trained: moved it to $work.previous-$n"
+if [ -d "$work/starter" ]; then
+    trained_real=0
+    [ -f "$work/data/dataset.json" ] && trained_real=1
+    why=""
+    if [ "$(cat "$work/configs.cksum" 2>/dev/null)" != "$stamp" ]; then
+        why="configs/small/ changed since $work was trained"
+    elif [ $trained_real = 0 ] && [ $real = 1 ]; then
+        why="$work was trained on the built-in moving shapes, and the opencv-doc sample videos are there now"
+    elif [ $trained_real = 1 ] && [ $real = 0 ]; then
+        why="$work was trained on the opencv-doc sample videos, which are not in $DATA_DIR now"
+    fi
+    if [ -n "$why" ]; then
+        n=1
+        while [ -e "$work.previous-$n" ]; do n=$((n + 1)); done
+        mv "$work" "$work.previous-$n"
+        echo "demo: $why: moved it to $work.previous-$n"
+    fi
 fi
 mkdir -p "$work"
 echo "$stamp" > "$work/configs.cksum"
@@ -32,7 +51,7 @@ say() { printf '\n== demo [%dm%02ds] %s\n' $(( ($(date +%s) - start) / 60 )) $((
 
 data_args=()
 first=shapes:3
-if [ -f "$DATA_DIR/vtest.avi" ] && [ -f "$DATA_DIR/Megamind.avi" ]; then
+if [ $real = 1 ]; then
     if [ ! -f "$work/data/dataset.json" ]; then
         say "preparing real footage: vtest.avi and Megamind.avi at 32x32, clips of 32 frames"
         "$FC" prepare --input "$DATA_DIR/vtest.avi" --input "$DATA_DIR/Megamind.avi" --out "$work/data" \

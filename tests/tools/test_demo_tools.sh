@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tools/demo.sh (make demo) when its footage changes under runs it trained: a demo on the built-in
+# moving shapes (no opencv-doc), then opencv-doc installed, as the demo's own line advises, then removed
+# again. train refuses a checkpoint of the shapes on a dataset and the other way round, so each change
+# moves the earlier runs aside and trains afresh; a rerun on the same footage goes on from its runs.
+# The models train one step; generate is left out (a wrapper writes its --out), the rest is framechain.
+set -u
+. "$(dirname "$0")/../lib.sh"
+if [ ! -f "$SAMPLES/vtest.avi" ] || [ ! -f "$SAMPLES/Megamind.avi" ]; then
+    echo "SKIP demo_footage_change: no opencv-doc sample videos in $SAMPLES"
+    exit 0
+fi
+case $FC in /*) ;; *) FC=$PWD/$FC ;; esac
+cat > "$tmp/fc" << EOF
+#!/usr/bin/env bash
+if [ "\$1" = generate ]; then
+    while [ \$# -gt 0 ]; do [ "\$1" = --out ] && { echo made > "\$2"; exit 0; }; shift; done
+    exit 1
+fi
+exec "$FC" "\$@"
+EOF
+chmod +x "$tmp/fc"
+mkdir "$tmp/opencv-doc"
+ln -s "$SAMPLES/vtest.avi" "$SAMPLES/Megamind.avi" "$tmp/opencv-doc/"
+out="$tmp/out dir"
+demo() {  # demo NAME DATA_DIR: one run of the demo, its output in $tmp/NAME.log, its status in status
+    env FC="$tmp/fc" DEMO_STEPS=1 DEMO_OUT="$out" DEMO_DATA_DIR="$2" tools/demo.sh > "$tmp/$1.log" 2>&1
+    status=$?
+}
+trained() { ls "$1"/ckpt-*.safetensors > /dev/null 2>&1; }
+
+demo shapes "$tmp/no-opencv-doc"
+[ $status -eq 0 ] && trained "$out/demo/interpolate" && [ ! -e "$out/demo/data" ] &&
+    grep -q "opencv-doc sample videos are not installed" "$tmp/shapes.log"
+expect demo_on_shapes $? "status $status: $(tail -1 "$tmp/shapes.log")"
+
+demo videos "$tmp/opencv-doc"
+moved="trained on the built-in moving shapes, and the opencv-doc sample videos are there now: moved it to"
+[ $status -eq 0 ] && trained "$out/demo.previous-1/starter" && [ -f "$out/demo/data/dataset.json" ] &&
+    trained "$out/demo/interpolate" && [ "$(cat "$out/demo.mp4")" = made ] &&
+    grep -qF "$moved $out/demo.previous-1" "$tmp/videos.log"
+expect demo_footage_installed_moves_runs_aside $? \
+    "status $status: $(grep -m1 -E '^(demo|framechain):' "$tmp/videos.log")"
+
+demo again "$tmp/opencv-doc"
+[ $status -eq 0 ] && [ ! -e "$out/demo.previous-2" ] && ! grep -q "moved it" "$tmp/again.log"
+expect demo_same_footage_goes_on $? "status $status: $(grep -m1 -E '^(demo|framechain):' "$tmp/again.log")"
+
+demo removed "$tmp/no-opencv-doc"
+[ $status -eq 0 ] && [ -f "$out/demo.previous-2/data/dataset.json" ] && trained "$out/demo/interpolate" &&
+    grep -qF "trained on the opencv-doc sample videos, which are not in $tmp/no-opencv-doc now" "$tmp/removed.log"
+expect demo_footage_removed_moves_runs_aside $? \
+    "status $status: $(grep -m1 -E '^(demo|framechain):' "$tmp/removed.log")"
