@@ -155,7 +155,7 @@ run_suite plot tests/report/test_plot.sh "$FC"
 run_suite preview env PYTHON="$PYTHON" tests/report/test_preview.sh "$FC"
 # The benchmark tools read what bench_ops prints (no timing asserted).
 run_suite bench_tools tests/tools/test_bench_tools.sh "$FC" "$BUILD"
-# make eval's script stops at its data before it trains (no model trained here).
+# make eval's script stops at its data before it trains (no model trained here); the eval scripts' tables.
 run_suite eval_tools tests/tools/test_eval_tools.sh "$FC"
 # make demo's script when its footage changes under its runs (one-step models, no generation).
 run_suite demo_tools tests/tools/test_demo_tools.sh "$FC"

@@ -31,6 +31,10 @@ for role in starter extrapolate interpolate; do
     "$FC" train --config configs/small/$role.conf --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200
 done
+# The table becomes eval.txt once eval has finished: one interrupted or failed leaves the earlier table
+# whole, beside the earlier eval.tsv (eval writes that through a temporary file too).
+trap 'rm -f -- "$work/eval.txt.partial"' EXIT
 "$FC" eval --starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate" \
     --data "$work/heldout" --clips 4 --frames 48 --long 181 --noise-aug 0,0.1,0.3 --steps 10 --tsv "$work/eval.tsv" \
-    --overwrite | tee "$work/eval.txt"
+    --overwrite | tee "$work/eval.txt.partial"
+mv -- "$work/eval.txt.partial" "$work/eval.txt"

@@ -111,6 +111,10 @@ done
 
 # ---- the chain on each held-out set ----
 runs=(--starter "${EVAL_STARTER:-$work/starter}" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
+# A table becomes NAME.txt once its eval has finished: one interrupted or failed leaves the earlier
+# table whole, beside the earlier NAME.tsv (eval writes that through a temporary file too).
+partial=""
+trap '[ -z "$partial" ] || rm -f -- "$partial"' EXIT
 score() {  # name, then eval options
     local name=$1; shift
     echo "== eval_unseen: $name"
@@ -118,10 +122,13 @@ score() {  # name, then eval options
     # sample_temperature the models carry (as --steps 10 holds the steps)
     local temperature=(--temperature 1)
     case " $* ${EVAL_ARGS:-} " in *" --temperature "*) temperature=() ;; esac
+    partial="$work/$name.txt.partial"
     # shellcheck disable=SC2086
     # --overwrite: a rerun writes its tables again
     "$FC" eval "${runs[@]}" --noise-aug 0.1 --steps 10 "${temperature[@]}" --tsv "$work/$name.tsv" --overwrite "$@" \
-        ${EVAL_ARGS:-} | tee "$work/$name.txt"
+        ${EVAL_ARGS:-} | tee "$partial"
+    mv -- "$partial" "$work/$name.txt"
+    partial=""
 }
 for set in $SETS; do
     case $set in

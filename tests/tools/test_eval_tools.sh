@@ -4,7 +4,9 @@
 # its source files where it is missing. A machine with the datasets prepared elsewhere (a GPU machine
 # may have neither opencv-doc nor FFmpeg) needs no source file; a missing one is named in one line,
 # before any model is trained. Nothing is trained here: every run stops at its data. And
-# tools/shapes_events.py reads an eval TSV with eval's settings lines as one without them.
+# tools/shapes_events.py reads an eval TSV with eval's settings lines as one without them. Last, the
+# tables of eval_unseen.sh and eval_real.sh (with a framechain stand-in): an eval that fails or is
+# stopped leaves the earlier table.
 set -u
 . "$(dirname "$0")/../lib.sh"
 EVAL="env FC=$FC EVAL_CONFIGS=configs/tiny EVAL_STEPS=1 EVAL_DATA_DIR=$tmp/no-opencv-doc tools/eval_unseen.sh"
@@ -55,3 +57,73 @@ done
     diff <(tail -n +2 "$tmp/events_old.txt") <(tail -n +2 "$tmp/events_settings.txt") > /dev/null
 expect shapes_events_reads_settings_tsv $? \
     "status $(cat "$tmp/events_old.rc") without the settings, $(cat "$tmp/events_settings.rc") with: $(head -2 "$tmp/events_settings.txt" | tr '\n' ' ')"
+
+# ---- the tables: NAME.txt is replaced only by an eval that has finished. A framechain stand-in
+# (train does nothing, eval prints a table line, then ends as FAKE_EVAL says) on datasets taken as
+# prepared: an eval that fails, or a run stopped by SIGTERM mid-table, leaves the earlier table whole
+# and no part of the new one; a finished eval replaces it ----
+cat > "$tmp/fake-fc" << 'FAKE'
+#!/usr/bin/env bash
+[ "$1" = eval ] || exit 0
+echo "eval: the new table, first line"
+case $FAKE_EVAL in
+    fail) echo "framechain: a failure" >&2; exit 1 ;;
+    hang) sleep 60 ;;
+esac
+echo "eval: the new table, last line"
+FAKE
+chmod +x "$tmp/fake-fc"
+tables="$tmp/tables dir"
+mkdir -p "$tables/train" "$tables/real"
+touch "$tables/train/dataset.json" "$tables/real/dataset.json" "$tables/train.json"
+tables_earlier() {  # the earlier tables in place, whole
+    echo "the earlier table" > "$tables/real.txt"
+    echo "the earlier table" > "$tables/eval.txt"
+}
+tables_kept() {  # both earlier tables whole, no part of a new one anywhere
+    [ "$(cat "$tables/real.txt" "$tables/eval.txt")" = "the earlier table
+the earlier table" ] && ! have "$tables/*partial*"
+}
+unseen() { env FC="$tmp/fake-fc" EVAL_SETS=real EVAL_STEPS=1 tools/eval_unseen.sh "$tables"; }
+real() { env FC="$tmp/fake-fc" EVAL_STEPS=1 tools/eval_real.sh "$tables"; }
+
+tables_earlier
+FAKE_EVAL=fail unseen > "$tmp/unseen-fail.log" 2>&1
+s_unseen=$?
+FAKE_EVAL=fail real > "$tmp/real-fail.log" 2>&1
+s_real=$?
+[ $s_unseen -ne 0 ] && [ $s_real -ne 0 ] && tables_kept
+expect eval_tables_failed_eval_keeps_earlier $? \
+    "status $s_unseen (eval_unseen), $s_real (eval_real); real.txt: $(head -1 "$tables/real.txt"); eval.txt: \
+$(head -1 "$tables/eval.txt"); $(ls "$tables" | tr '\n' ' ')"
+
+stopped=""
+for script in unseen real; do
+    tables_earlier
+    # a group of its own, as a terminal's Ctrl-C stops the script with its eval
+    setsid env FC="$tmp/fake-fc" FAKE_EVAL=hang EVAL_SETS=real EVAL_STEPS=1 "tools/eval_$script.sh" "$tables" \
+        > "$tmp/$script-term.log" 2>&1 &
+    pid=$!
+    wait_until 60 $pid grep -q "first line" "$tmp/$script-term.log"
+    exec 3>&2 2> /dev/null  # bash's notice of a job ended by a signal goes nowhere (kill9_reap's reason)
+    kill -TERM -- -$pid
+    wait $pid
+    status=$?
+    exec 2>&3 3>&-
+    tables_kept && [ -z "$waited" ] && [ $status -ne 0 ] || stopped="$stopped $script (status $status $waited)"
+done
+[ -z "$stopped" ]
+expect eval_tables_stopped_run_keeps_earlier $? \
+    "stopped by SIGTERM mid-table, the earlier tables not kept by:${stopped:- neither}; real.txt: \
+$(head -1 "$tables/real.txt"); eval.txt: $(head -1 "$tables/eval.txt"); $(ls "$tables" | tr '\n' ' ')"
+
+tables_earlier
+FAKE_EVAL=finish unseen > "$tmp/unseen-ok.log" 2>&1
+s_unseen=$?
+FAKE_EVAL=finish real > "$tmp/real-ok.log" 2>&1
+s_real=$?
+[ $s_unseen -eq 0 ] && [ $s_real -eq 0 ] && grep -q "last line" "$tables/real.txt" "$tables/real_given7.txt" &&
+    grep -q "last line" "$tables/eval.txt" && ! have "$tables/*partial*"
+expect eval_tables_finished_eval_replaces $? \
+    "status $s_unseen (eval_unseen), $s_real (eval_real); real.txt: $(tail -1 "$tables/real.txt"); eval.txt: \
+$(tail -1 "$tables/eval.txt")"
