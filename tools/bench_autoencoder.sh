@@ -24,7 +24,13 @@ PAIRS=${PAIRS:-5} SIZE=${SIZE:-512} FRAMES=${FRAMES:-1} THREADS=${THREADS:-2} DE
 INPUT=${INPUT:-/usr/share/doc/opencv-doc/examples/data/vtest.avi}
 mkdir -p out/bench
 weights=out/bench/sdvae_random.safetensors
-[ -f "$weights" ] || "$PYTHON" tools/autoencoder_reference.py --full-kl "$weights"
+if [ ! -f "$weights" ]; then
+    # through a temporary file: a run stopped while the 335 MB are written leaves no truncated weights
+    # for the next run to take as made
+    trap 'rm -f -- "$weights.partial"' EXIT
+    "$PYTHON" tools/autoencoder_reference.py --full-kl "$weights.partial"
+    mv -- "$weights.partial" "$weights"
+fi
 ms() { sed -n "s/.*encode \([0-9.]*\) ms a frame, decode \([0-9.]*\) ms a frame.*/\1 \2/p" "$1" | head -1; }
 : > out/bench/autoencoder_pairs.txt
 for p in $(seq "$PAIRS"); do

@@ -60,6 +60,41 @@ got=$(tail -n +2 "$tmp/known.txt" | tr -s ' ' | tr '\n' '|')
 [ "$got" = "$want" ]
 expect compare_ops_known_tables $? "$got"
 
+# ---- tools/bench_autoencoder.sh makes its random weights once (out/bench/sdvae_random.safetensors):
+# a first run stopped while it writes them leaves none, and the next run makes them whole, never
+# taking a truncated file as made. Stand-ins for Python (torch and numpy there; the weights written
+# half, then failing as a Ctrl-C would, where STUB_WEIGHTS=half) and framechain (one timing line) ----
+mkdir -p "$tmp/ae/cwd"
+cat > "$tmp/ae/python" << 'EOF_STUB'
+#!/usr/bin/env bash
+case "$1 $2" in
+    "-c "*) exit 0 ;;
+    "tools/autoencoder_reference.py --full-kl")
+        echo "$STUB_WEIGHTS" > "$3"
+        [ "$STUB_WEIGHTS" = whole ] || { echo "KeyboardInterrupt" >&2; exit 1; } ;;
+    "tools/autoencoder_reference.py --time") echo "pytorch 1.0: encode 2.0 ms a frame, decode 4.0 ms a frame" ;;
+    *) exec python3 "$@" ;;
+esac
+EOF_STUB
+cat > "$tmp/ae/framechain" << 'EOF_STUB'
+#!/usr/bin/env bash
+echo "autoencode: encode 1.0 ms a frame, decode 2.0 ms a frame"
+EOF_STUB
+chmod +x "$tmp/ae/python" "$tmp/ae/framechain"
+bench_ae() { (repo=$PWD && cd "$tmp/ae/cwd" && STUB_WEIGHTS=$1 PYTHON=$tmp/ae/python FC=$tmp/ae/framechain PAIRS=1 \
+    "$repo/tools/bench_autoencoder.sh") > "$tmp/ae/$1.txt" 2>&1; }
+weights=$tmp/ae/cwd/out/bench/sdvae_random.safetensors
+bench_ae half
+s_half=$?
+left=$(ls "$tmp/ae/cwd/out/bench" | tr '\n' ' ')
+bench_ae whole
+s_whole=$?
+[ $s_half -ne 0 ] && [ -z "$left" ] && [ $s_whole -eq 0 ] && [ "$(cat "$weights")" = whole ] &&
+    grep -q '^| encode, per frame | 1 ms | 2 ms | 2.00x' "$tmp/ae/whole.txt"
+expect bench_autoencoder_stopped_weights_made_again $? \
+    "status $s_half stopped (left: ${left:-nothing}), then $s_whole; weights: $(cat "$weights" 2> /dev/null); \
+$(tail -1 "$tmp/ae/whole.txt")"
+
 # ---- make bench-cuda's pairs: one PyTorch process that warms up once, timing a round when told ----
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import torch' 2> /dev/null; then
