@@ -174,10 +174,12 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
                       origin.extend);
-    if (origin.extend && lineage_extend(&c, run, &origin, err, sizeof err)) fc_die("%s", err);
-    if (from && (lineage_fork_folder(run, &origin, err, sizeof err) || lineage_fork(&parent, &c, &origin, err,
-                                                                                     sizeof err)))
-        fc_die("%s", err);
+    // the run to extend or fork, which every rank of a machine reads alike: said once a machine
+    int refused = origin.extend && lineage_extend(&c, run, &origin, err, sizeof err);
+    if (!refused && from)
+        refused = lineage_fork_folder(run, &origin, err, sizeof err) ||
+                  lineage_fork(&parent, &c, &origin, err, sizeof err);
+    dist_fail_alike(refused, err);
     // a run this config cannot continue is refused now, before the plan and the lines about it
     if (dist_rank() == 0 && run_folder_precheck(run, &c, &origin, err, sizeof err)) fc_die("%s", err);
     double budget = opt(opts, "--vram-budget")->count

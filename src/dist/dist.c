@@ -1,4 +1,5 @@
 // dist.c: the ranks of a run over MPI (dist.h); one rank where the build has no MPI (FC_MPI unset).
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,13 @@ void dist_sum_real(real *buf, size_t n) {
 double dist_local_sum(double v) {
     if (g_local_size == 1) return v;
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, g_node), "MPI_Allreduce (this machine's ranks)");
+    return v;
+}
+
+// The least of v over the ranks on this machine.
+static int local_min_int(int v) {
+    if (g_local_size == 1) return v;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, g_node), "MPI_Allreduce (this machine's ranks)");
     return v;
 }
 
@@ -226,6 +234,7 @@ void dist_sum_progress(void) {}
 void dist_sum_wait(void) {}
 int dist_max_int(int v) { return v; }
 double dist_local_sum(double v) { return v; }
+static int local_min_int(int v) { return v; }
 void dist_broadcast(void *buf, size_t bytes) { (void)buf, (void)bytes; }
 void dist_barrier(void) {}
 void dist_send(const void *buf, size_t bytes, int to) { (void)buf, (void)bytes, (void)to; }
@@ -263,6 +272,14 @@ int dist_same_text(const char *text, char *err, size_t errlen) {
     }
     free(first);
     return dist_max_int(differs) ? -1 : 0;
+}
+
+void dist_fail_alike(int failed, const char *err) {
+    int first = local_min_int(failed ? g_local_rank : INT_MAX);
+    if (first == INT_MAX) return;
+    if (failed && first == g_local_rank) fc_die("%s", err);
+    fc_quiet_messages(1);  // the machine's rank that failed first says why
+    fc_exit(1);
 }
 
 int dist_rank(void) { return g_rank; }

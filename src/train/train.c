@@ -83,19 +83,18 @@ typedef struct {
     OptStepInfo info;
 } StepReport;
 
-// The data first: a --data that cannot serve this config ends here, before any work.
-static void open_data(Trainer *t) {
-    char err[1024];
-    if (!t->data) return;
-    if (!(t->dataset = dataset_open(t->data, err, sizeof err))) fc_die("%s", err);
+// The data first: a --data that cannot serve this config ends the run before any work (-1 with err).
+static int open_data(Trainer *t, char *err, size_t errlen) {
+    if (!t->data) return 0;
+    if (!(t->dataset = dataset_open(t->data, err, errlen))) return -1;
     if (t->c->exclude[0]) {  // a bad list ends the run here; the loader reads it again for itself
         uint8_t *mask = fc_malloc((size_t)dataset_clips(t->dataset));
-        int n = exclude_list_read(t->dataset, t->c->exclude, mask, err, sizeof err);
+        int n = exclude_list_read(t->dataset, t->c->exclude, mask, err, errlen);
         free(mask);
-        if (n < 0) fc_die("%s", err);
+        if (n < 0) return -1;
         printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
     }
-    if (loader_check_config(t->dataset, t->c, err, sizeof err)) fc_die("%s", err);
+    return loader_check_config(t->dataset, t->c, err, errlen);
 }
 
 static void open_run_folder(Trainer *t) {
@@ -658,14 +657,18 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     char why[256];
     if (model_backend_check(c, be, why, sizeof why)) fc_die("%s", why);  // before the run folder is touched
     t.rank = dist_rank(), t.ranks = dist_size();
-    if (c->batch_size % t.ranks)
-        fc_die("batch_size = %d: %d ranks cannot share it evenly; give a batch_size that is a multiple of %d (--set "
-               "batch_size=%d) or run %s ranks", c->batch_size, t.ranks, t.ranks,
-               (c->batch_size / t.ranks + 1) * t.ranks, c->batch_size < t.ranks ? "fewer" : "another number of");
+    // the batch against the ranks and the data folder: every rank of a machine meets the same, said once
+    char err[1024];
+    int failed = c->batch_size % t.ranks != 0;
+    if (failed)
+        snprintf(err, sizeof err, "batch_size = %d: %d ranks cannot share it evenly; give a batch_size that is a "
+                 "multiple of %d (--set batch_size=%d) or run %s ranks", c->batch_size, t.ranks, t.ranks,
+                 (c->batch_size / t.ranks + 1) * t.ranks, c->batch_size < t.ranks ? "fewer" : "another number of");
+    if (t.ranks > 1 && !failed) printf("%s\n", dist_describe());
+    if (!failed) failed = open_data(&t, err, sizeof err);
+    dist_fail_alike(failed, err);
     t.b0 = t.rank * (c->batch_size / t.ranks);
     t.shard = t.ranks > 1 && c->shard_optimizer;
-    if (t.ranks > 1) printf("%s\n", dist_describe());
-    open_data(&t);
     open_run_folder(&t);
     check_memory_plan(&t, vram_budget);
     build_training_state(&t);

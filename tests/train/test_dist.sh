@@ -110,6 +110,21 @@ expect config_error_said_once $(( rc_conf == 0 || rc_arg == 0 || $(grep -c '^fra
 [ ! -e "$tmp/badconf" ]
 expect config_error_nothing_made $? "the run folder: $([ -e "$tmp/badconf" ] && echo left || echo not made)"
 
+# ---- what every rank of a machine finds alike past the config is said once too: a data folder it
+# lacks or that does not fit the config, a run --extend cannot extend ----
+mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/nodata_run" --data "$tmp/no_such_data" \
+    > "$tmp/nodata.log" 2>&1
+rc_data=$?
+mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/noext_run" --extend --steps 30 > "$tmp/noext.log" 2>&1
+rc_ext=$?
+expect start_errors_said_once $(( rc_data == 0 || rc_ext == 0 || $(grep -c '^framechain' "$tmp/nodata.log") != 1 ||
+    $(grep -c "^framechain: $tmp/no_such_data: no such folder" "$tmp/nodata.log") != 1 ||
+    $(grep -c '^framechain' "$tmp/noext.log") != 1 ||
+    $(grep -c "^framechain: $tmp/noext_run: --extend: the run holds no whole checkpoint" "$tmp/noext.log") != 1 )) \
+    "2 ranks: status $rc_data and $rc_ext; $(grep -c '^framechain' "$tmp/nodata.log") and $(grep -c '^framechain' "$tmp/noext.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/nodata.log"); $(grep -m1 '^framechain' "$tmp/noext.log" | cut -c1-100)"
+[ ! -e "$tmp/nodata_run" ] && [ ! -e "$tmp/noext_run" ]
+expect start_errors_nothing_made $? "the run folders: $(ls -d "$tmp"/nodata_run "$tmp"/noext_run 2> /dev/null | tr '\n' ' ')"
+
 # ---- ranks started with different configs or data (mpirun's MPMD form: -np 1 A : -np 1 B) are
 # refused before anything is written, by the rank that differs, naming the line ----
 mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mpmd" "${SETS[@]}" : \
@@ -311,7 +326,8 @@ fi
 # ---- a batch the ranks cannot share ----
 mpirun -np 3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/three" > "$tmp/three.log" 2>&1
 rc=$?
-expect batch_not_shared_evenly_refused $(( rc == 0 || $(grep -c 'batch_size = 2: 3 ranks cannot share it evenly' "$tmp/three.log") < 1 )) \
-    "status $rc: $(grep -m1 'cannot share' "$tmp/three.log")"
+expect batch_not_shared_evenly_refused $(( rc == 0 || $(grep -c '^framechain' "$tmp/three.log") != 1 ||
+    $(grep -c '^framechain: batch_size = 2: 3 ranks cannot share it evenly' "$tmp/three.log") != 1 )) \
+    "status $rc, said once: $(grep -c '^framechain' "$tmp/three.log") lines from framechain: $(grep -m1 'cannot share' "$tmp/three.log")"
 expect batch_refused_writes_nothing $([ ! -e "$tmp/three" ]; echo $?) "no run folder made"
 exit 0
