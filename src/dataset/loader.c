@@ -578,12 +578,23 @@ long loader_substituted(Loader *l, int *damaged_clips) {
     return n;
 }
 
+void loader_warn_damage(const char *dir, int clips, long windows) {
+    if (clips)
+        fc_warn("%s: %d damaged clip%s skipped: %ld window%s showed the next good clip instead; framechain "
+                "inspect %s lists the damaged clips (re-prepare them)", dir, clips, clips == 1 ? "" : "s", windows,
+                windows == 1 ? "" : "s", dir);
+}
+
+void loader_stop_silent(Loader *l, uint8_t *damaged, long *substituted) {
+    stop_workers(l);
+    memcpy(damaged, l->damaged, (size_t)dataset_clips(l->d));
+    *substituted = l->substituted;
+    free_loader(l);
+}
+
 void loader_stop(Loader *l) {
     if (!l) return;
     stop_workers(l);
-    if (l->ndamaged)
-        fc_warn("%s: %d damaged clip%s skipped: %ld window%s showed the next good clip instead; framechain "
-                "inspect %s lists the damaged clips (re-prepare them)", dataset_dir(l->d), l->ndamaged,
-                l->ndamaged == 1 ? "" : "s", l->substituted, l->substituted == 1 ? "" : "s", dataset_dir(l->d));
+    loader_warn_damage(dataset_dir(l->d), l->ndamaged, l->substituted);
     free_loader(l);
 }

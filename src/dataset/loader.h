@@ -89,8 +89,15 @@ long loader_substituted(Loader *l, int *damaged_clips);
 // not NULL) the windows made. Frames read whole clips (a thread keeps its last one); latents read only
 // a window's own frames, so their bytes a window do not grow with the clips' length.
 double loader_bytes_read(Loader *l, long *windows);
+// The warning line of damaged clips: `clips` of the dataset in dir skipped, `windows` windows that
+// showed a substitute. loader_stop says it for its loader; the ranks of a run say it once for all
+// their loaders (train.c).
+void loader_warn_damage(const char *dir, int clips, long windows);
 // Stop the threads (they finish the window they are on) and free everything; when damaged clips were
-// found, one warning line first: how many, and how many windows showed a substitute. NULL is fine.
+// found, loader_warn_damage's line first. NULL is fine.
 void loader_stop(Loader *l);
+// The same without the line: damaged[i] = 1 for each clip found damaged, else 0 (dataset_clips values),
+// *substituted the windows that showed a substitute.
+void loader_stop_silent(Loader *l, uint8_t *damaged, long *substituted);
 
 #endif

@@ -630,11 +630,32 @@ static void finish_run(Trainer *t) {
     }
 }
 
+// The loader's line on damaged clips is the run's: on several ranks, the clips any rank found and the
+// windows of every rank that showed a substitute, said once by rank 0 (one rank's line for the same
+// windows). A collective: every rank ends its run here.
+static void stop_loader(Trainer *t) {
+    if (t->ranks == 1) {
+        loader_stop(t->loader);
+        return;
+    }
+    int n = dataset_clips(t->dataset), clips = 0;
+    uint8_t *mask = fc_malloc((size_t)n);
+    double *found = fc_malloc(sizeof(double) * ((size_t)n + 1));  // per clip, then the windows
+    long substituted = 0;
+    loader_stop_silent(t->loader, mask, &substituted);
+    for (int i = 0; i < n; i++) found[i] = mask[i];
+    found[n] = (double)substituted;
+    dist_sum_double(found, n + 1);
+    for (int i = 0; i < n; i++) clips += found[i] > 0;
+    if (t->rank == 0) loader_warn_damage(dataset_dir(t->dataset), clips, (long)found[n]);
+    free(mask), free(found);
+}
+
 static void release(Trainer *t) {
     free_ckpt_writer(t->writer);  // before the tensors it copies from
     free_ckpt_part_sender(t->sender);
     free(t->part_start);
-    if (t->loader) loader_stop(t->loader);
+    if (t->loader) stop_loader(t);
     if (t->dataset) dataset_close(t->dataset);
     if (t->metrics) fclose(t->metrics);
     free(t->host_x0);

@@ -212,6 +212,20 @@ for n in 0 2 4; do
 done
 check footage_two_ranks_same_losses "$tmp/d0" "$tmp/d2" --steps 1-8
 check footage_four_ranks_same_losses "$tmp/d0" "$tmp/d4" --steps 1-8 --params-step 8 --layout
+# A damaged clip (one byte in the middle of the shard inverted): the end's count is the run's, said
+# once, the line of one rank (each rank counts only the windows it made)
+cp -r "$tmp/data" "$tmp/dmg"
+"$PYTHON" -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(f.seek(0, 2) // 2); b = f.read(1); f.seek(-1, 1); f.write(bytes([b[0] ^ 255]))' \
+    "$tmp/dmg/shard-00000.safetensors"
+DMG=(--data "$tmp/dmg" --set steps=30 --set warmup_steps=2)
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/dmg1" "${DMG[@]}" > "$tmp/dmg1.log" 2> "$tmp/dmg1.err"
+rc1=$?
+mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/dmg2" "${DMG[@]}" > "$tmp/dmg2.log" 2> "$tmp/dmg2.err"
+rc2=$?
+one=$(grep 'damaged clips* skipped: ' "$tmp/dmg1.err")
+expect damaged_clips_counted_once_for_ranks $(( rc1 != 0 || rc2 != 0 || ${#one} == 0 ||
+    $(grep -c 'damaged clips* skipped: ' "$tmp/dmg2.err") != 1 || $(grep -cxF "$one" "$tmp/dmg2.err") != 1 )) \
+    "status $rc1 on one rank, $rc2 on two; one rank: ${one:-no count}; two ranks: $(grep -o '[0-9]* damaged clips* skipped: [0-9]* windows*' "$tmp/dmg2.err" | tr '\n' ';')"
 
 # ---- checkpoints resume on any number of ranks ----
 keep_to "$tmp/two" 10 "$tmp/two_two"
