@@ -104,6 +104,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) {
         dist_start();
         backend_cuda_set_device(dist_local_rank());
+    } else {
+        dist_refuse_ranks(cmd);
     }
     // A device that cannot be had ends here, before any work; a command's --help needs none.
     int help = 0;

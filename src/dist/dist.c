@@ -29,6 +29,23 @@ static int launcher_size(void) {
     return 0;
 }
 
+// This process's place among them (0 without a launcher).
+static int launcher_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+void dist_refuse_ranks(const char *command) {
+    int n = launcher_size();
+    if (n <= 1) return;
+    fc_quiet_messages(launcher_rank() > 0);
+    fc_die("%s runs as one process, and this is one of %d that a launcher started (mpirun -np %d, srun -n %d): "
+           "only train runs on several ranks; run %s without mpirun or srun, or with one process (-np 1)", command,
+           n, n, n, command);
+}
+
 #ifdef FC_MPI
 
 static int g_started = 0;  // MPI_Init done, MPI_Finalize not yet

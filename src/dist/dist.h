@@ -19,6 +19,10 @@
 void dist_start(void);
 // End MPI (every rank, after the last collective); nothing without it.
 void dist_end(void);
+// For every command but train, which runs as one process: where a launcher started this one as one of
+// several (mpirun -np N, srun -n N: N copies of the same command, racing on the same files), the first
+// of them says so in one line and all exit 1 (the others silently, 0.2 s later). Nothing else.
+void dist_refuse_ranks(const char *command);
 
 int dist_rank(void);        // 0 .. dist_size() - 1
 int dist_size(void);        // 1 without a launcher

@@ -21,6 +21,12 @@ if ! "$FC" --version | grep -q '^  MPI'; then
     expect no_mpi_refuses_ranks $(( rc == 0 || $(grep -c 'built without MPI' "$tmp/lone.log") != 1 )) \
         "status $rc: $(tail -1 "$tmp/lone.log")"
     expect no_mpi_writes_nothing $([ ! -e "$tmp/lone" ]; echo $?) "no run folder made"
+    # every other command runs as one process, with or without MPI
+    OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/prep_ranks" \
+        --size 32 --clip-frames 50 > "$tmp/prep_ranks.log" 2>&1
+    rc=$?
+    expect no_mpi_other_commands_refuse_ranks $(( rc == 0 || $(grep -c '^framechain: prepare runs as one process' "$tmp/prep_ranks.log") != 1 )) \
+        "status $rc: $(tail -1 "$tmp/prep_ranks.log" | cut -c1-140)"
     echo "SKIP distributed: this framechain was built without MPI (apt-get install libopenmpi-dev openmpi-bin; make)"
     exit 0
 fi
@@ -124,6 +130,17 @@ expect start_errors_said_once $(( rc_data == 0 || rc_ext == 0 || $(grep -c '^fra
     "2 ranks: status $rc_data and $rc_ext; $(grep -c '^framechain' "$tmp/nodata.log") and $(grep -c '^framechain' "$tmp/noext.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/nodata.log"); $(grep -m1 '^framechain' "$tmp/noext.log" | cut -c1-100)"
 [ ! -e "$tmp/nodata_run" ] && [ ! -e "$tmp/noext_run" ]
 expect start_errors_nothing_made $? "the run folders: $(ls -d "$tmp"/nodata_run "$tmp"/noext_run 2> /dev/null | tr '\n' ' ')"
+
+# ---- every other command runs as one process: started as several (N copies racing on the same
+# files) it is refused, once, before anything is written ----
+mpirun -np 2 "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/prep_ranks" --size 32 --clip-frames 50 \
+    > "$tmp/prep_ranks.log" 2>&1
+rc=$?
+expect other_commands_refuse_ranks $(( rc == 0 || $(grep -c '^framechain' "$tmp/prep_ranks.log") != 1 ||
+    $(grep -c '^framechain: prepare runs as one process, and this is one of 2 that a launcher started' "$tmp/prep_ranks.log") != 1 )) \
+    "status $rc; $(grep -c '^framechain' "$tmp/prep_ranks.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/prep_ranks.log" | cut -c1-140)"
+expect other_commands_refuse_ranks_nothing_made $([ ! -e "$tmp/prep_ranks" ]; echo $?) \
+    "the output folder: $([ -e "$tmp/prep_ranks" ] && echo left || echo not made)"
 
 # ---- ranks started with different configs or data (mpirun's MPMD form: -np 1 A : -np 1 B) are
 # refused before anything is written, by the rank that differs, naming the line ----
