@@ -93,11 +93,13 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) fc_die("out of memory");
-    fprintf(f, "--run = %s\n--data = %s\n--vae = %s\n--from = %s\n--extend = %d\n", run, data_identity,
+    char data_key[200];  // the dataset's and exclude list's CRCs: each machine may hold its copy elsewhere
+    lineage_data_key(data_identity, data_key, sizeof data_key);
+    fprintf(f, "--run = %s\n--data = %s\n--vae = %s\n--from = %s\n--extend = %d\n", run, data_key,
             vae ? vae : "", from ? from : "", extend);
     char value[CONFIG_MAX_LINE];
-    for (const char *const *key = config_keys(); *key; key++)
-        if (config_get(c, *key, value, sizeof value)) fprintf(f, "%s = %s\n", *key, value);
+    for (const char *const *key = config_keys(); *key; key++)  // the exclude list by its CRC, above
+        if (strcmp(*key, "exclude") && config_get(c, *key, value, sizeof value)) fprintf(f, "%s = %s\n", *key, value);
     fclose(f);
     char err[512];
     int differ = dist_same_text(text, err, sizeof err);

@@ -128,6 +128,16 @@ static void exclude_part(const char *id, char *out, size_t len) {
     snprintf(out, len, "%.14s", at ? at + strlen(LINEAGE_EXCLUDE_MARK) : "");
 }
 
+void lineage_data_key(const char *id, char *out, size_t len) {
+    if (strncmp(id, "crc32 ", 6)) {  // the built-in shapes: no path to leave out
+        snprintf(out, len, "%s", id);
+        return;
+    }
+    char x[16];
+    exclude_part(id, x, sizeof x);
+    snprintf(out, len, "%.14s%s%s", id, x[0] ? LINEAGE_EXCLUDE_MARK : "", x);
+}
+
 int lineage_same_data(const char *a, const char *b) {
     if (!a[0] || !b[0]) return 1;
     char xa[16], xb[16];

@@ -64,6 +64,9 @@ void lineage_data_identity(const char *data_dir, const char *exclude, char *id, 
 // exclude list's, where either has one); an empty one (a checkpoint from before identities were
 // recorded) matches anything.
 int lineage_same_data(const char *a, const char *b);
+// An identity without its paths (the CRCs alone, where it has them): what ranks compare, each machine
+// free to keep its copy of the dataset and exclude list at a path of its own.
+void lineage_data_key(const char *id, char *out, size_t len);
 
 // Append `line` to the lineage text (size bytes), dropping its oldest lines when it would not fit.
 void lineage_append(char *lineage, size_t size, const char *line);

@@ -229,6 +229,22 @@ for n in 0 2 4; do
 done
 check footage_two_ranks_same_losses "$tmp/d0" "$tmp/d2" --steps 1-8
 check footage_four_ranks_same_losses "$tmp/d0" "$tmp/d4" --steps 1-8 --params-step 8 --layout
+# each machine may hold its own copy of the dataset (and exclude list) at a path of its own: the ranks
+# compare their contents' CRCs, not the paths (mpirun's MPMD form gives rank 1 another path)
+cp -r "$tmp/data" "$tmp/data_copy"
+printf 'shard-00000.safetensors 0\n' > "$tmp/ex_a.txt" && cp "$tmp/ex_a.txt" "$tmp/ex_b.txt"
+mpirun -np 1 "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d2copy" "${DSETS[@]}" \
+    --set exclude="$tmp/ex_a.txt" : -np 1 "$FC" --threads 1 train --config configs/tiny/extrapolate.conf \
+    --run "$tmp/d2copy" --data "$tmp/data_copy" "${DSETS[@]:2}" --set exclude="$tmp/ex_b.txt" > "$tmp/d2copy.log" 2>&1
+rc=$?
+printf 'shard-00000.safetensors 1\n' > "$tmp/ex_c.txt"
+mpirun -np 1 "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d2other" "${DSETS[@]}" \
+    --set exclude="$tmp/ex_a.txt" : -np 1 "$FC" --threads 1 train --config configs/tiny/extrapolate.conf \
+    --run "$tmp/d2other" --data "$tmp/data_copy" "${DSETS[@]:2}" --set exclude="$tmp/ex_c.txt" > "$tmp/d2other.log" 2>&1
+rc2=$?
+expect data_copies_at_other_paths_train $(( rc != 0 || rc2 == 0 ||
+    $(grep -c "^framechain: rank 1: '--data = crc32 [0-9a-f]*; excluding crc32 [0-9a-f]*' where rank 0 has" "$tmp/d2other.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain' "$tmp/d2copy.log" | cut -c1-200); another exclude list: status $rc2: $(grep -m1 '^framechain' "$tmp/d2other.log" | cut -c1-200)"
 # A damaged clip (one byte in the middle of the shard inverted): the end's count is the run's, said
 # once, the line of one rank (each rank counts only the windows it made)
 cp -r "$tmp/data" "$tmp/dmg"
