@@ -17,7 +17,15 @@ FC=${FC:-./framechain}
 STEPS=${EVAL_STEPS:-800}
 work=${1:-out/eval}
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
+# The folder is this script's: one it did not make (another script's, with its own train/ dataset) is
+# refused, since making the datasets afresh removes train/ and heldout/. Its mark: .eval_real (or
+# train.json, the mark of a whole preparation, in folders made before .eval_real was).
+if [ -d "$work" ] && [ -n "$(ls -A -- "$work")" ] && [ ! -f "$work/.eval_real" ] && [ ! -f "$work/train.json" ]; then
+    echo "eval_real: $work holds files this script did not make (no $work/.eval_real); give another folder" >&2
+    exit 1
+fi
 mkdir -p "$work"
+touch "$work/.eval_real"
 if [ ! -f "$work/train.json" ]; then
     ffmpeg -v error -y -i "$DATA_DIR/vtest.avi" -vf "select=lt(n\,600)" -vsync 0 -c:v ffv1 "$work/vtest_train.mkv"
     ffmpeg -v error -y -i "$DATA_DIR/vtest.avi" -vf "select=gte(n\,600)" -vsync 0 -c:v ffv1 "$work/vtest_heldout.mkv"

@@ -18,6 +18,13 @@ runs=$1 video=$2 out=$3 frames=${4:-181}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 size=${SIZE:-32}  # the models' frame size
+every=${EVERY:-20}
+# what is wrong with the arguments is said now, not after the minutes the chain takes
+for v in "FRAMES=$frames" "EVERY=$every" "SIZE=$size"; do
+    case ${v#*=} in '' | *[!0-9]* | 0*) echo "strip: $v: a positive whole number is needed; $usage" >&2; exit 2 ;; esac
+done
+dir=$(dirname -- "$out")
+[ -d "$dir" ] && [ -w "$dir" ] || { echo "strip: $out: the folder $dir does not exist or cannot be written" >&2; exit 1; }
 steps=(--steps 10)  # as make eval's tables, unless GEN_ARGS says --steps
 case " ${GEN_ARGS:-} " in *" --steps "*) steps=() ;; esac
 # shellcheck disable=SC2086
@@ -33,7 +40,6 @@ shapes:*)
 *)  ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
         -frames:v "$frames" "$tmp/real/frame-%06d.png" ;;
 esac
-every=${EVERY:-20}
 n=$(( (frames + every - 1) / every ))
 pick="select='not(mod(n\,$every))',scale=$((4 * size)):$((4 * size)):flags=neighbor"
 ffmpeg -v error -y -start_number 0 -i "$tmp/made/frame-%06d.png" -vf "$pick,tile=${n}x1" -frames:v 1 "$tmp/made.png"

@@ -127,3 +127,24 @@ s_real=$?
 expect eval_tables_finished_eval_replaces $? \
     "status $s_unseen (eval_unseen), $s_real (eval_real); real.txt: $(tail -1 "$tables/real.txt"); eval.txt: \
 $(tail -1 "$tables/eval.txt")"
+
+# ---- eval_real.sh in a folder it did not make (make eval's, with its own train/ dataset): refused,
+# the folder as it was (making its datasets afresh would have removed train/) ----
+other="$tmp/other script"
+mkdir -p "$other/train" && echo kept > "$other/train/dataset.json"
+env FC="$tmp/fake-fc" EVAL_STEPS=1 tools/eval_real.sh "$other" > "$tmp/other.log" 2>&1
+status=$?
+[ $status -eq 1 ] && grep -q "holds files this script did not make" "$tmp/other.log" &&
+    [ "$(cat "$other/train/dataset.json")" = kept ] && [ "$(ls -A "$other")" = train ]
+expect eval_real_refuses_another_folder $? "status $status: $(tail -1 "$tmp/other.log"); left: $(ls -A "$other" | tr '\n' ' ')"
+
+# ---- strip.sh: bad numbers and an output folder that is not there are said before the chain is made
+# (a stand-in framechain that notes each call) ----
+printf '#!/usr/bin/env bash\necho called >> "%s/strip-calls"\n' "$tmp" > "$tmp/note-fc" && chmod +x "$tmp/note-fc"
+s_every=$(FC="$tmp/note-fc" EVERY=0 tools/strip.sh runs shapes:1 "$tmp/s.png" > "$tmp/strip1.log" 2>&1; echo $?)
+s_frames=$(FC="$tmp/note-fc" tools/strip.sh runs shapes:1 "$tmp/s.png" 12x > "$tmp/strip2.log" 2>&1; echo $?)
+s_dir=$(FC="$tmp/note-fc" tools/strip.sh runs shapes:1 "$tmp/nowhere/s.png" > "$tmp/strip3.log" 2>&1; echo $?)
+[ "$s_every $s_frames $s_dir" = "2 2 1" ] && [ ! -e "$tmp/strip-calls" ] && grep -q "EVERY=0: a positive whole number" "$tmp/strip1.log" &&
+    grep -q "FRAMES=12x" "$tmp/strip2.log" && grep -q "nowhere/s.png: the folder .* does not exist" "$tmp/strip3.log"
+expect strip_checks_arguments_first $? "status $s_every (EVERY=0), $s_frames (FRAMES 12x), $s_dir (a missing folder); \
+framechain called: $([ -e "$tmp/strip-calls" ] && wc -l < "$tmp/strip-calls" || echo 0) times; $(head -1 "$tmp/strip1.log")"
