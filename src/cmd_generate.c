@@ -107,6 +107,9 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (ext && !strcasecmp(ext, ".gif") && fps > VIDEO_GIF_MAX_FPS)  // before any sampling
         usage_error("--fps %g: a GIF's frame delays are whole hundredths of a second, at least 2, so at most %d frames "
                     "a second (or write an .mp4)", fps, VIDEO_GIF_MAX_FPS);
+    if (opt(opts, "--fps")->count && out && !generate_is_video_path(out))  // said, not dropped without a word
+        fc_warn("--fps %g: %s is a folder of PNGs, which has no frame rate (a video name, .mp4 or another, has one)",
+                fps, out);
     so.quiet = opt(opts, "--quiet")->count > 0;
     *g = (GenerateRequest){.runs = {opt(opts, "--starter")->value, opt(opts, "--extrapolate")->value,
                                     opt(opts, "--interpolate")->value},

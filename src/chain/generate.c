@@ -34,6 +34,8 @@ static int is_video_path(const char *path) {
     return has_extension(path, ext, sizeof ext / sizeof ext[0]);
 }
 
+int generate_is_video_path(const char *out) { return is_video_path(out); }
+
 // Video extensions that are not written: such a name would get a folder of PNGs, surely not what was
 // meant, so it is refused.
 static int is_unwritten_video_path(const char *path) {

@@ -16,6 +16,8 @@
 // overwrite or not. input may be a name that is no file (shapes:N). Returns 0, or -1 with one line in
 // err naming out.
 int generate_check_output(const char *out, const char *input, int overwrite, char *err, size_t errlen);
+// Whether out names a video (.mp4, .m4v, .mov, .mkv, .avi, .gif): else generate writes a folder of PNGs.
+int generate_is_video_path(const char *out);
 
 typedef struct GenerateOutput GenerateOutput;
 

@@ -109,13 +109,17 @@ fi
 
 # the same seed gives the same video; another seed another
 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --out "$tmp/a" --quiet > /dev/null 2>&1
-"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --out "$tmp/b" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --out "$tmp/b" --quiet --fps 24 \
+    > /dev/null 2> "$tmp/b.err"
 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 20 --steps 2 --seed 2 --out "$tmp/c" --quiet > /dev/null 2>&1
 if diff -r "$tmp/a" "$tmp/b" > /dev/null && ! diff -r "$tmp/a" "$tmp/c" > /dev/null; then
     pass generate_deterministic "same seed: identical PNGs; seed 2: different"
 else
     fail generate_deterministic "same seed differs, or another seed gives the same frames"
 fi
+# --fps for a folder of PNGs, which has no frame rate: said in a warning, not dropped without a word
+[ "$(grep -c "warning: --fps 24: .*/b is a folder of PNGs, which has no frame rate" "$tmp/b.err")" = 1 ]
+expect generate_fps_for_folder_said $? "$(head -1 "$tmp/b.err")"
 
 # without --steps each model samples with its own sample_steps: a starter trained as the one above
 # (the same weights) but with sample_steps = 3 makes, without --steps, the frames the first makes
