@@ -80,7 +80,8 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (load_first_frames(input, S, K, frames, err, sizeof err)) fc_die("%s", err);
     int L = autoencoder_latent_channels(ae), h = S / autoencoder_factor(ae);
     printf("autoencode: %s\n", autoencoder_describe(ae));
-    printf("autoencode: %d frames of %dx%d from %s on %s, latents (%d, %d, %d)\n", K, S, S, input, be->name, L, h, h);
+    printf("autoencode: %d frame%s of %dx%d from %s on %s, latents (%d, %d, %d)\n", K, K == 1 ? "" : "s", S, S, input,
+           be->name, L, h, h);
     fflush(stdout);
     // the video's comment tag: what made it (paths as printable UTF-8)
     char comment[3 * PATH_MAX];

@@ -178,7 +178,7 @@ chain=(--starter "$tmp/run_starter" --extrapolate "$tmp/run_25" --interpolate "$
 rc=$?
 size=$(ffprobe -v error -count_frames -show_entries stream=width,height,nb_read_frames -of csv=p=0 "$tmp/g.mkv" 2>&1)
 [ $rc -eq 0 ] && [ "$size" = "64,64,20" ] && grep -q 'in the latents of .* (4, 8, 8), decoded to 64x64' "$tmp/g.log" &&
-    grep -q '^generate: memory: the autoencoder' "$tmp/g.log"
+    grep -q '^generate: memory: the autoencoder' "$tmp/g.log" && grep -q '^generate: 20 frames of 64x64 on' "$tmp/g.log"
 expect generate_vae $? "exit $rc; the video: $size (width, height, frames); $(grep 'latents of' "$tmp/g.log")"
 # frame 0 of the output is the first frame's round trip through the autoencoder, as autoencode makes it
 "$FC" --threads 1 generate "${chain[@]}" --vae "$dir/taesd.safetensors" --out "$tmp/gpng" > /dev/null 2>&1
