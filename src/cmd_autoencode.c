@@ -75,10 +75,13 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (S % autoencoder_factor(ae))
         fc_die("--size %d: %s takes sides that are multiples of %d", S, vae, autoencoder_factor(ae));
     size_t E = (size_t)3 * S * S;
-    real *frames = malloc(sizeof(real) * E * K);
-    if (!frames) fc_die("out of host memory for %d frames of %dx%d: lower --frames", K, S, S);
-    if (load_first_frames(input, S, K, frames, err, sizeof err)) fc_die("%s", err);
     int L = autoencoder_latent_channels(ae), h = S / autoencoder_factor(ae);
+    real *frame = fc_malloc(sizeof(real) * E), *latent = fc_malloc(sizeof(real) * L * h * h),
+         *back = fc_malloc(sizeof(real) * E);
+    // the first frame read before anything is printed or opened: a missing, small or damaged input is
+    // refused there
+    FirstFrames *frames = first_frames_open(input, S, K, err, sizeof err);
+    if (!frames || first_frames_next(frames, frame, err, sizeof err)) fc_die("%s", err);
     printf("autoencode: %s\n", autoencoder_describe(ae));
     printf("autoencode: %d frame%s of %dx%d from %s on %s, latents (%d, %d, %d)\n", K, K == 1 ? "" : "s", S, S, input,
            be->name, L, h, h);
@@ -90,18 +93,20 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     fc_printable_line(comment);
     GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, comment, err, sizeof err) : NULL;
     if (out_path && !out) fc_die("%s", err);
-    real *latent = fc_malloc(sizeof(real) * L * h * h), *back = fc_malloc(sizeof(real) * E);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
     fc_catch_stop_signals();  // the frame being made is the last; the partial output is removed
     int k = 0;
-    for (; k < K && !fc_stop_signal(); k++) {  // one frame at a time: memory bounded at any size
+    // one frame at a time, read, encoded, decoded and written before the next is read: the memory
+    // taken is one frame's whatever K (a clip shorter than K fails at its end, the output removed)
+    for (; k < K && !fc_stop_signal(); k++) {
+        if (k > 0 && first_frames_next(frames, frame, err, sizeof err)) die_discarding(out, err);
         double t0 = fc_now_s();
-        if (autoencoder_encode(ae, frames + k * E, 1, S, S, latent, err, sizeof err)) die_discarding(out, err);
+        if (autoencoder_encode(ae, frame, 1, S, S, latent, err, sizeof err)) die_discarding(out, err);
         double t1 = fc_now_s();
         if (autoencoder_decode(ae, latent, 1, h, h, back, err, sizeof err)) die_discarding(out, err);
         t_enc += t1 - t0, t_dec += fc_now_s() - t1;
-        frame_to_rgb(rgb_in, frames + k * E, S);
+        frame_to_rgb(rgb_in, frame, S);
         frame_to_rgb(rgb_out, back, S);
         double p = frame_psnr(rgb_in, rgb_out, S);
         sum += p, lo = p < lo ? p : lo, hi = p > hi ? p : hi;
@@ -121,7 +126,8 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
         printf("round trip: mean PSNR %.2f dB over %d frame%s (min %.2f, max %.2f)\n", sum / K, K, K == 1 ? "" : "s", lo, hi);
     }
     fc_release_stop_signals();
-    free(frames), free(latent), free(back), free(rgb_in), free(rgb_out);
+    first_frames_close(frames);
+    free(frame), free(latent), free(back), free(rgb_in), free(rgb_out);
     free_autoencoder(ae);
     return stopped ? 128 + stopped : 0;
 }

@@ -22,76 +22,107 @@
 // ----------------------------------------------------------------------------
 // the first frame
 
-// The first K frames of a video, which must be at least S x S. Returns 0, or -1 with one line in err.
-static int load_video_frames(const char *path, int S, int K, uint8_t *rgb, char *err, size_t errlen) {
-    VideoReader *v = video_open(path, err, errlen);
-    if (!v) return -1;
-    int rc = 0, w = video_width(v), h = video_height(v);
-    if (w < S || h < S)
-        rc = fc_errf(err, errlen, "%s: the video is %dx%d, smaller than the %dx%d frames it must fill", path, w, h, S, S);
-    for (int k = 0; k < K && rc == 0; k++) {
-        int got = video_next_frame(v, S, rgb + (size_t)k * S * S * 3, NULL, err, errlen);
-        if (got == 0 && k == 0) rc = fc_errf(err, errlen, "%s: the video has no frame", path);
-        else if (got == 0) rc = fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d asked for", path, k, K);
-        else if (got < 0) rc = -1;
-    }
-    video_close(v);
-    return rc;
+struct FirstFrames {
+    const char *path;
+    int S, K, k;
+    int shapes, image;    // shapes:N (clip N), a PNG or JPEG (read at the opening); else video or folder
+    uint32_t clip;
+    VideoReader *video;
+    FrameFolder *folder;
+    uint8_t *rgb;         // one frame
+};
+
+void first_frames_close(FirstFrames *r) {
+    if (!r) return;
+    if (r->video) video_close(r->video);
+    if (r->folder) frame_folder_close(r->folder);
+    free(r->rgb);
+    free(r);
 }
 
-// The first K frames of a folder of frames (frame_folder.h), which must be at least S x S. Returns 0,
-// or -1 with one line in err.
-static int load_folder_frames(const char *path, int S, int K, uint8_t *rgb, char *err, size_t errlen) {
-    char why[800];
-    FrameFolder *f = frame_folder_open(path, err, errlen);
-    if (!f) return -1;
-    int rc = 0, k = 0, got = 1, w, h;
-    for (; k < K && !rc && (got = frame_folder_next(f, S, rgb + (size_t)k * S * S * 3, why, sizeof why)) == 1; k++) {
-        frame_folder_size(f, &w, &h);  // the first frame's, which every later one has
-        if (k == 0 && (w < S || h < S))
-            rc = fc_errf(err, errlen, "%s: its frames are %dx%d, smaller than the %dx%d frames they must fill", path, w,
-                         h, S, S);
-    }
-    if (!rc && got < 0)
-        rc = fc_errf(err, errlen, "%s: %s; %d frame%s before it, fewer than the %d asked for", path, why, k,
-                     k == 1 ? "" : "s", K);
-    else if (!rc && k < K)
-        rc = fc_errf(err, errlen, "%s: the folder has %d frame%s, fewer than the %d asked for", path, k, k == 1 ? "" : "s",
-                     K);
-    frame_folder_close(f);
-    return rc;
-}
-
-int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen) {
-    size_t E = (size_t)3 * S * S;
+FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t errlen) {
+    FirstFrames *r = fc_calloc(1, sizeof *r);
+    r->path = path, r->S = S, r->K = K;
+    r->rgb = fc_malloc((size_t)3 * S * S);
+    int rc = 0;
+    struct stat st;
+    int folder = !stat(path, &st) && S_ISDIR(st.st_mode);
     if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
         char *end;
         errno = 0;
         unsigned long clip = strtoul(path + 7, &end, 10);  // which would take "-1" as the largest number
         if (*end || end == path + 7 || path[7] < '0' || path[7] > '9' || errno || clip > 0xffffffffUL)
-            return fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
+            rc = fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
+        r->shapes = 1, r->clip = (uint32_t)clip;
+    } else if (K > 1 && is_image_path(path) && !folder) {
+        rc = fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video or a folder of frames",
+                     path, K);
+    } else if (folder) {
+        r->folder = frame_folder_open(path, err, errlen);
+        rc = r->folder ? 0 : -1;
+    } else if (is_image_path(path)) {
+        r->image = 1;
+        rc = image_load_square_min(path, S, S, r->rgb, err, errlen);
+    } else if (!(r->video = video_open(path, err, errlen))) {
+        rc = -1;
+    } else if (video_width(r->video) < S || video_height(r->video) < S) {
+        rc = fc_errf(err, errlen, "%s: the video is %dx%d, smaller than the %dx%d frames it must fill", path,
+                     video_width(r->video), video_height(r->video), S, S);
+    }
+    if (rc) {
+        first_frames_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+// The next frame as RGB24 in r->rgb. 0, or -1 with one line in err.
+static int next_rgb(FirstFrames *r, char *err, size_t errlen) {
+    const char *path = r->path;
+    int S = r->S, K = r->K, k = r->k;
+    if (r->image) return 0;  // read at the opening: K is 1
+    if (r->video) {
+        int got = video_next_frame(r->video, S, r->rgb, NULL, err, errlen);
+        if (got == 0 && k == 0) return fc_errf(err, errlen, "%s: the video has no frame", path);
+        if (got == 0) return fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d asked for", path, k, K);
+        return got < 0 ? -1 : 0;
+    }
+    char why[800];
+    int got = frame_folder_next(r->folder, S, r->rgb, why, sizeof why), w, h;
+    if (got < 0)
+        return fc_errf(err, errlen, "%s: %s; %d frame%s before it, fewer than the %d asked for", path, why, k,
+                       k == 1 ? "" : "s", K);
+    if (got == 0)
+        return fc_errf(err, errlen, "%s: the folder has %d frame%s, fewer than the %d asked for", path, k,
+                       k == 1 ? "" : "s", K);
+    frame_folder_size(r->folder, &w, &h);  // the first frame's, which every later one has
+    if (k == 0 && (w < S || h < S))
+        return fc_errf(err, errlen, "%s: its frames are %dx%d, smaller than the %dx%d frames they must fill", path, w,
+                       h, S, S);
+    return 0;
+}
+
+int first_frames_next(FirstFrames *r, real *out, char *err, size_t errlen) {
+    if (r->k >= r->K) return fc_errf(err, errlen, "%s: read past the %d frames asked for", r->path, r->K);
+    if (r->shapes) {
         // through 8 bits, as an image or a video is read and as the output writes it: the frame the chain
         // starts from is the one it writes as frame 0, and a prepared clip of these shapes gives it too
-        uint8_t *rgb = fc_malloc(E);
-        for (int k = 0; k < K; k++) {
-            shapes_frame(out + k * E, 3, S, 1, 0, (uint32_t)clip, k);
-            frame_to_rgb(rgb, out + k * E, S);
-            frame_from_rgb(out + k * E, rgb, S);
-        }
-        free(rgb);
-        return 0;
+        shapes_frame(out, 3, r->S, 1, 0, r->clip, r->k);
+        frame_to_rgb(r->rgb, out, r->S);
+    } else if (next_rgb(r, err, errlen)) {
+        return -1;
     }
-    struct stat st;
-    int folder = !stat(path, &st) && S_ISDIR(st.st_mode);
-    if (K > 1 && is_image_path(path) && !folder)
-        return fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video or a folder of frames",
-                       path, K);
-    uint8_t *rgb = fc_malloc((size_t)K * S * S * 3);
-    int rc = folder                ? load_folder_frames(path, S, K, rgb, err, errlen)
-             : is_image_path(path) ? image_load_square_min(path, S, S, rgb, err, errlen)
-                                   : load_video_frames(path, S, K, rgb, err, errlen);
-    for (int k = 0; k < K && rc == 0; k++) frame_from_rgb(out + k * E, rgb + (size_t)k * S * S * 3, S);
-    free(rgb);
+    frame_from_rgb(out, r->rgb, r->S);
+    r->k++;
+    return 0;
+}
+
+int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen) {
+    FirstFrames *r = first_frames_open(path, S, K, err, errlen);
+    if (!r) return -1;
+    int rc = 0;
+    for (int k = 0; k < K && !rc; k++) rc = first_frames_next(r, out + (size_t)k * 3 * S * S, err, errlen);
+    first_frames_close(r);
     return rc;
 }
 

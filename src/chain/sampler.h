@@ -121,4 +121,13 @@ int chain_frames_held(const ChainPlan *p);
 // moving-shapes clip N. Returns 0, or -1 with one line in err.
 int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen);
 
+// The same frames one at a time, so that a long clip is never held whole (autoencode). Opening reads
+// what can be checked before the first frame (the path, an image, a video's size); NULL with one line
+// in err. first_frames_next gives frame k of 0..K-1 as (3, S, S), in order: 0, or -1 with the line
+// load_first_frames would give (a bad frame, fewer frames than K).
+typedef struct FirstFrames FirstFrames;
+FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t errlen);
+int first_frames_next(FirstFrames *r, real *out, char *err, size_t errlen);
+void first_frames_close(FirstFrames *r);
+
 #endif

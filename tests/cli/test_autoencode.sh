@@ -5,7 +5,8 @@
 # frames of 256x256); refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
 # existing --out, the original layout's halves as .safetensors (converted, the same round trip); an
-# autoencoder inside a whole checkpoint read without the rest of it.
+# autoencoder inside a whole checkpoint read without the rest of it; the frames streamed (the peak memory
+# of 2 frames for 16), a clip shorter than asked for failing at its end, the output removed.
 # usage: tests/cli/test_autoencode.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -58,6 +59,18 @@ whole_last=$(tail -1 "$tmp/peak.log")
 [[ $plain_last =~ ^round\ trip ]] && [ "$whole_last" = "$plain_last" ] && [ $((whole - plain)) -lt 32768 ]
 expect autoencode_whole_checkpoint_reads_its_tensors $? "peak $((whole / 1024)) MiB against the autoencoder's own file's $((plain / 1024)) MiB; $whole_last"
 rm -f "$tmp/whole.safetensors"
+
+# the frames are streamed, each read, encoded, decoded and written before the next is read: 16 frames of
+# 256x256 take the peak memory of 2 (all of them were held first: 0.8 MiB a frame more), the output
+# folder the same PNGs frame for frame
+short=$(peak_kib autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 256 --frames 2 --out "$tmp/stream2")
+long=$(peak_kib autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 256 --frames 16 --out "$tmp/stream16")
+long_last=$(tail -1 "$tmp/peak.log")
+frame_kib=$((3 * 256 * 256 * 4 / 1024))
+[[ $long_last =~ over\ 16\ frames ]] && [ $((long - short)) -lt $frame_kib ] && [ $((short - long)) -lt $frame_kib ] &&
+    cmp -s "$tmp/stream2/frame-000001.png" "$tmp/stream16/frame-000001.png" && [ -e "$tmp/stream16/frame-000015.png" ]
+expect autoencode_streams_frames $? "peak $((long / 1024)) MiB for 16 frames of 256x256, $((short / 1024)) MiB for 2 (a frame is $frame_kib KiB); $long_last"
+rm -rf "$tmp/stream2" "$tmp/stream16"
 
 # a video written says what made it (its comment tag)
 "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 3 --out "$tmp/rt.mkv" > /dev/null 2>&1
@@ -130,6 +143,9 @@ rc=$?
 expect autoencode_original_safetensors_converted $? "converter: exit $rc, $(tail -1 "$tmp/conv.log"); $(tail -1 "$tmp/oc.log") (taesd.safetensors: $(tail -1 "$tmp/od.log"))"
 refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
     --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
+ffmpeg -v error -i "$VIDEO" -frames:v 3 -c:v ffv1 "$tmp/three.mkv"
+refused autoencode_clip_shorter 1 "three.mkv: the video has 3 frames, fewer than the 5 asked for" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/three.mkv" --size 64 --frames 5 --out "$tmp/none.gif"
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
 refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --overwrite
