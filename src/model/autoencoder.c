@@ -152,9 +152,33 @@ static int upload_bound(Autoencoder *ae, AeBinder *bd) {
 // ----------------------------------------------------------------------------
 // the file
 
+// Whether the file is a PyTorch checkpoint by its first bytes: torch.save's zip archive (its first
+// entry .../data.pkl) or a bare pickle (protocol 2 to 5, as the legacy format and .ckpt files have).
+// 0 also when it cannot be read: the safetensors reader then says why.
+static int is_pytorch_pickle(const char *path) {
+    char why[512];
+    FILE *in = fc_fopen_regular(path, why, sizeof why);
+    if (!in) return 0;
+    uint8_t b[30 + 256];
+    size_t n = fread(b, 1, sizeof b, in);
+    fclose(in);
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return 1;
+    if (n < 30 || memcmp(b, "PK\x03\x04", 4)) return 0;
+    size_t name = b[26] | (size_t)b[27] << 8;  // the first local file header's name length, the name at 30
+    return name >= 4 && 30 + name <= n && !memcmp(b + 30 + name - 4, ".pkl", 4);
+}
+
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen) {
     StFile f;  // the header alone: the tensors bound are read one by one (upload_bound)
-    if (st_read_header(path, &f, err, errlen)) return NULL;
+    if (st_read_header(path, &f, err, errlen)) {
+        if (is_pytorch_pickle(path))
+            fc_errf(err, errlen, "%s: a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads "
+                    "only .safetensors and never unpickles (loading a pickle can run code); most autoencoders are "
+                    "published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where), and the "
+                    "original TAESD .pth pair converts with tools/taesd_to_safetensors.py ENCODER DECODER "
+                    "OUT.safetensors", path);
+        return NULL;
+    }
     Autoencoder *ae = fc_calloc(1, sizeof *ae);
     ae->be = be, ae->scale = 1, ae->shift = 0;
     AeBinder *bd = fc_calloc(1, sizeof *bd);

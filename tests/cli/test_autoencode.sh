@@ -5,8 +5,9 @@
 # frames of 256x256); refusals in one
 # line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
 # existing --out, the original layout's halves as .safetensors (converted, the same round trip); an
-# autoencoder inside a whole checkpoint read without the rest of it; the frames streamed (the peak memory
-# of 2 frames for 16), a clip shorter than asked for failing at its end, the output removed.
+# autoencoder inside a whole checkpoint read without the rest of it; a PyTorch checkpoint named as such;
+# the frames streamed (the peak memory of 2 frames for 16), a clip shorter than asked for failing at its
+# end, the output removed.
 # usage: tests/cli/test_autoencode.sh FRAMECHAIN DIR   (DIR made by tools/autoencoder_reference.py --make)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -146,6 +147,17 @@ refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one f
 ffmpeg -v error -i "$VIDEO" -frames:v 3 -c:v ffv1 "$tmp/three.mkv"
 refused autoencode_clip_shorter 1 "three.mkv: the video has 3 frames, fewer than the 5 asked for" \
     --vae "$dir/taesd.safetensors" --input "$tmp/three.mkv" --size 64 --frames 5 --out "$tmp/none.gif"
+# a PyTorch checkpoint (a pickle: torch.save's zip, a bare pickle of protocol 4) named as such; a zip
+# of something else is no safetensors file, as before
+"$PYTHON" -c 'import pickle, sys; open(sys.argv[1], "wb").write(pickle.dumps({"state_dict": {}}, protocol=4))' \
+    "$tmp/vae.ckpt"
+"$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1], "w").write(sys.argv[2], "taesd.safetensors")' \
+    "$tmp/vae.zip" "$dir/taesd.safetensors"
+pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*taesd_to_safetensors.py"
+refused autoencode_pickle_zip 1 "taesd_decoder.pth: $pickled" --vae "$dir/taesd_decoder.pth" --input "$VIDEO" --size 64 \
+    --out "$tmp/none.gif"
+refused autoencode_pickle_bare 1 "vae.ckpt: $pickled" --vae "$tmp/vae.ckpt" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+refused autoencode_other_zip 1 "vae.zip: not a safetensors file" --vae "$tmp/vae.zip" --input "$VIDEO" --size 64
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
 refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --overwrite

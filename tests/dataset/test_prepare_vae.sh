@@ -215,3 +215,19 @@ refused eval_vae_refuses_latent_data 1 "holds latents: eval compares frames" \
 "$FC" inspect "$tmp/run_starter/ckpt-00000010.safetensors" > "$tmp/ic.log" 2>&1
 grep -q "^autoencoder     AutoencoderTiny, 4 channels, 8x, frames of 64, scale 1, shift 0, sha256 $(sha256sum "$dir/taesd.safetensors" | cut -c1-64)$" "$tmp/ic.log"
 expect inspect_latent_checkpoint $? "$(grep '^autoencoder' "$tmp/ic.log")"
+
+# a PyTorch checkpoint given as --vae (torch.save's zip, here the original TAESD encoder half; a bare
+# pickle, as older .ckpt files are): every command names it as such and says what to give instead
+"$PYTHON" -c 'import pickle, sys; open(sys.argv[1], "wb").write(pickle.dumps({"state_dict": {}}, protocol=2))' \
+    "$tmp/legacy.ckpt"
+pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where)"
+refused prepare_vae_refuses_pickle 1 "$dir/taesd_encoder.pth: $pickled" \
+    "$FC" prepare --vae "$dir/taesd_encoder.pth" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+refused train_vae_refuses_pickle 1 "$tmp/legacy.ckpt: $pickled" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$tmp/legacy.ckpt"
+refused generate_vae_refuses_pickle 1 "$dir/taesd_encoder.pth: $pickled" \
+    "$FC" generate "${chain[@]}" --vae "$dir/taesd_encoder.pth" --out "$tmp/none.mkv"
+refused eval_vae_refuses_pickle 1 "$tmp/legacy.ckpt: $pickled" \
+    "$FC" eval "${ev[@]}" --data "$tmp/held" --vae "$tmp/legacy.ckpt"
+[ ! -e "$tmp/none" ] && [ ! -e "$tmp/none.mkv" ]
+expect vae_pickle_refusals_write_nothing $? "left: $(ls -d "$tmp/none" "$tmp/none.mkv" 2> /dev/null)"
