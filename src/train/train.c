@@ -668,6 +668,21 @@ static void release(Trainer *t) {
     if (t->lock >= 0) close(t->lock);
 }
 
+// A fork onto data of another space than its parent's (the latents of another autoencoder, or of one
+// at another scaling; frames onto latents, or back) is allowed, as a fork onto other data is, but its
+// weights learnt the parent's space: said in a warning and recorded in its lineage.
+static void fork_space_change(Trainer *t, const char *parent_autoencoder) {
+    if (!strcmp(parent_autoencoder, t->st.autoencoder)) return;
+    char was[LATENT_ID_TEXT + 32], now[LATENT_ID_TEXT + 32], line[2 * LATENT_ID_TEXT + 128];
+    snprintf(was, sizeof was, "%s%s", parent_autoencoder[0] ? "the latents of " : "frames", parent_autoencoder);
+    snprintf(now, sizeof now, "%s%s", t->st.autoencoder[0] ? "the latents of " : "frames", t->st.autoencoder);
+    snprintf(line, sizeof line, "space changed at the fork: %s -> %s", was, now);
+    lineage_append(t->st.lineage, sizeof t->st.lineage, line);
+    if (t->rank == 0)
+        fc_warn("%s: a fork from a run trained on %s onto %s: its weights learnt another space than the data's "
+                "(recorded in its lineage; a new run starts in the data's space from scratch)", t->run, was, now);
+}
+
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
               double vram_budget, int sync_checkpoints, const TrainHooks *hooks) {
     // Start-up has nothing to save: until the loop can checkpoint, a stop signal ends train at once
@@ -699,9 +714,12 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     CkptLoadMode mode = CKPT_CONTINUE;
     if (t.rank == 0) fork_unwritten = run_folder_start_from(run, t.m, t.ema, t.o, c, origin ? origin : &plain, &t.st, loaded, &mode);
     share_start(&t, loaded, mode, &fork_unwritten);
+    char trained_on[sizeof t.st.autoencoder];  // the checkpoint's: a fork's parent's
+    snprintf(trained_on, sizeof trained_on, "%s", t.st.autoencoder);
     t.st.autoencoder[0] = 0;  // what its checkpoints record from now on: the latents' autoencoder, if any
     if (t.dataset && dataset_latent(t.dataset))
         latent_identity_text(dataset_latent(t.dataset), t.st.autoencoder, sizeof t.st.autoencoder);
+    if (fork_unwritten) fork_space_change(&t, trained_on);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
     int status = 0;

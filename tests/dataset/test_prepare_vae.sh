@@ -231,3 +231,41 @@ refused eval_vae_refuses_pickle 1 "$tmp/legacy.ckpt: $pickled" \
     "$FC" eval "${ev[@]}" --data "$tmp/held" --vae "$tmp/legacy.ckpt"
 [ ! -e "$tmp/none" ] && [ ! -e "$tmp/none.mkv" ]
 expect vae_pickle_refusals_write_nothing $? "left: $(ls -d "$tmp/none" "$tmp/none.mkv" 2> /dev/null)"
+
+# a fork onto the latents of another autoencoder (the same weights in F16: another file, another
+# digest) trains on, with a warning naming both and a lineage line; onto other latents of the same
+# autoencoder, and when the fork resumes, no such warning
+"$FC" --threads 1 prepare --vae "$dir/taesd_f16.safetensors" --input "$tmp/short.mkv" --out "$tmp/lat_f16" --size 64 \
+    --clip-frames 25 > /dev/null 2>&1
+"$FC" --threads 1 train --from "$tmp/run_25/ckpt-00000010.safetensors" --run "$tmp/fork_f16" --data "$tmp/lat_f16" \
+    --steps 12 > "$tmp/fork.log" 2> "$tmp/fork.err"
+rc=$?
+"$FC" --threads 1 inspect "$tmp/fork_f16/ckpt-00000012.safetensors" > "$tmp/fork_i.log" 2>&1
+sha_a=$(sha256sum "$dir/taesd.safetensors" | cut -c1-64) sha_b=$(sha256sum "$dir/taesd_f16.safetensors" | cut -c1-64)
+[ $rc -eq 0 ] && [ "$(wc -l < "$tmp/fork.err")" = 1 ] &&
+    grep -q "warning: $tmp/fork_f16: a fork from a run trained on the latents of AutoencoderTiny, .*sha256 $sha_a onto the latents of AutoencoderTiny, .*sha256 $sha_b: its weights learnt another space" "$tmp/fork.err" &&
+    grep -q "^  space changed at the fork: the latents of .*sha256 $sha_a -> the latents of .*sha256 $sha_b$" "$tmp/fork_i.log"
+expect train_fork_other_autoencoder_warns $? "exit $rc; $(cat "$tmp/fork.err"); lineage: $(grep 'space changed' "$tmp/fork_i.log")"
+"$FC" --threads 1 train --from "$tmp/run_25/ckpt-00000010.safetensors" --run "$tmp/fork_f16" --data "$tmp/lat_f16" \
+    --steps 12 > /dev/null 2> "$tmp/fork2.err"
+rc=$?
+"$FC" --threads 1 train --from "$tmp/run_25/ckpt-00000010.safetensors" --run "$tmp/fork_same" --data "$tmp/lat_50" \
+    --steps 12 > /dev/null 2> "$tmp/fork3.err"
+rc3=$?
+"$FC" --threads 1 inspect "$tmp/fork_same/ckpt-00000012.safetensors" > "$tmp/fork3_i.log" 2>&1
+expect train_fork_same_autoencoder_quiet $(( rc != 0 || rc3 != 0 || $(cat "$tmp/fork2.err" "$tmp/fork3.err" | grep -c warning) != 0 ||
+    $(grep -c 'space changed' "$tmp/fork3_i.log") != 0 )) \
+    "resumed: exit $rc; onto the same autoencoder's lat_50: exit $rc3; $(cat "$tmp/fork2.err" "$tmp/fork3.err")"
+# from latents onto frames (the built-in shapes in 4 channels of 8x8, the same network), and from such
+# frames onto latents: the same warning, naming frames
+"$FC" --threads 1 train --from "$tmp/run_25/ckpt-00000010.safetensors" --run "$tmp/fork_frames" --steps 12 \
+    > /dev/null 2> "$tmp/fork4.err"
+rc=$?
+"$FC" --threads 1 train "${latent[@]}" --run "$tmp/run_shapes4" --steps 2 > /dev/null 2>&1
+"$FC" --threads 1 train --from "$tmp/run_shapes4/ckpt-00000002.safetensors" --run "$tmp/fork_latents" --data "$tmp/lat_25" \
+    --steps 4 > /dev/null 2> "$tmp/fork5.err"
+rc5=$?
+[ $rc -eq 0 ] && [ $rc5 -eq 0 ] &&
+    grep -q "warning: $tmp/fork_frames: a fork from a run trained on the latents of AutoencoderTiny, .*sha256 $sha_a onto frames: its weights" "$tmp/fork4.err" &&
+    grep -q "warning: $tmp/fork_latents: a fork from a run trained on frames onto the latents of AutoencoderTiny, .*sha256 $sha_a: its weights" "$tmp/fork5.err"
+expect train_fork_frames_latents_warns $? "exit $rc, $rc5; $(cat "$tmp/fork4.err" "$tmp/fork5.err")"
