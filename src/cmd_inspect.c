@@ -302,10 +302,9 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
                ranks, cpu_other.total / GiB, gpu_other.host / GiB, here);
     }
     // the disk a run folder needs (train says it again with what its file system has free)
-    const char *u1, *u2;
-    double one = fc_bytes_in_unit(cpu.staging, &u1), all = fc_bytes_in_unit((c->keep_checkpoints + 1) * cpu.staging, &u2);
-    printf("%-28s %.2f %s a checkpoint; a run folder holds up to %d of them (keep_checkpoints %d and the one being "
-           "written): %.2f %s\n", "disk", one, u1, c->keep_checkpoints + 1, c->keep_checkpoints, all, u2);
+    char needs[256];
+    run_folder_disk_needs(needs, sizeof needs, cpu.staging, c->keep_checkpoints);
+    printf("%-28s %s\n", "disk", needs);
 }
 
 static int inspect_config(const Config *c, int list_params, int ranks) {

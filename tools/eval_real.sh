@@ -18,9 +18,10 @@ STEPS=${EVAL_STEPS:-800}
 work=${1:-out/eval}
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
 # The folder is this script's: one it did not make (another script's, with its own train/ dataset) is
-# refused, since making the datasets afresh removes train/ and heldout/. Its mark: .eval_real (or
-# train.json, the mark of a whole preparation, in folders made before .eval_real was).
-if [ -d "$work" ] && [ -n "$(ls -A -- "$work")" ] && [ ! -f "$work/.eval_real" ] && [ ! -f "$work/train.json" ]; then
+# refused, since making the datasets afresh removes train/ and heldout/. Its mark: .eval_real (or, in
+# folders made before .eval_real was, train.json or vtest_train.mkv, its first file).
+if [ -d "$work" ] && [ -n "$(ls -A -- "$work")" ] && [ ! -f "$work/.eval_real" ] && [ ! -f "$work/train.json" ] &&
+    [ ! -f "$work/vtest_train.mkv" ]; then
     echo "eval_real: $work holds files this script did not make (no $work/.eval_real); give another folder" >&2
     exit 1
 fi

@@ -499,6 +499,7 @@ void config_load(Config *c, const char *path) {
                S_ISDIR(sb.st_mode) ? "a folder" : "not a regular file");
     // A checkpoint or another binary file given by mistake is named as such, before it is read whole
     // (a checkpoint of the preset is 8.9 GiB); a safetensors file opens with its header's length and '{'
+    // (st_looks_like_safetensors, a layer above this one)
     uint8_t head[9];
     if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && head[8] == '{' && !head[6] && !head[7])
         fc_die("%s: a safetensors file (a checkpoint?), not a config of key = value lines; framechain inspect %s "

@@ -200,6 +200,39 @@ int fc_can_create_beside(const char *path) {
     return 0;
 }
 
+int fc_is_mount_point(const char *path) {
+    char real[PATH_MAX], line[3 * PATH_MAX];
+    if (!realpath(path, real)) return 0;
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f) return -1;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        // "ID PARENT MAJ:MIN ROOT MOUNT_POINT ...": the fifth field, its space, tab, newline and backslash
+        // written as \ooo
+        char *p = line;
+        for (int field = 0; field < 4 && p; field++) p = strchr(p, ' '), p = p ? p + 1 : NULL;
+        if (!p) continue;
+        char point[PATH_MAX];
+        size_t n = 0;
+        for (; *p && *p != ' ' && *p != '\n' && n + 1 < sizeof point; p++) {
+            if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+                point[n++] = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+                p += 3;
+            } else {
+                point[n++] = *p;
+            }
+        }
+        point[n] = 0;
+        found = !strcmp(point, real);
+    }
+    fclose(f);
+    return found;
+}
+
+int fc_sticky_keeps(const struct stat *folder, const struct stat *file) {
+    return (folder->st_mode & S_ISVTX) && geteuid() != 0 && file->st_uid != geteuid() && folder->st_uid != geteuid();
+}
+
 static int probe_create(const char *flag, const char *path, const char *dir, char *err, size_t errlen) {
     int e = fc_can_create_beside(path);
     return e ? fc_errf(err, errlen, "%s %s: cannot make a file in the folder %s: %s", flag, path, dir, strerror(e)) : 0;
@@ -239,6 +272,9 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
         return fc_errf(err, errlen, "%s %s: exists and is not a file (a device, FIFO or socket); give a file name",
                        flag, path);
     if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
+    if (fc_sticky_keeps(&sd, &sp))  // the new file could not take its name: said before the work
+        return fc_errf(err, errlen, "%s %s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp "
+                       "has), where only its owner may replace it; give another name", flag, path, (unsigned)sp.st_uid);
     return probe_create(flag, path, dir, err, errlen);
 }
 

@@ -59,6 +59,14 @@ int fc_remove_stale_temps(const char *path);
 // errno. A folder that access() calls writable may still refuse one: /proc, a file system mounted
 // read-only (which root's access() does not see). Said before the work, not when its output is due.
 int fc_can_create_beside(const char *path);
+// Whether a folder's sticky bit (as /tmp has) keeps this process from replacing or removing the file
+// (or folder) `file` in it: only the file's owner, the folder's or root may.
+struct stat;
+int fc_sticky_keeps(const struct stat *folder, const struct stat *file);
+// Whether path is where a file system is mounted (this process's /proc/self/mountinfo): 1, 0, or -1
+// where that cannot be read. (A folder on another device than its parent may be no mount point: a
+// btrfs subvolume, which can be renamed.)
+int fc_is_mount_point(const char *path);
 
 // An output file about to be written (through a temporary file beside it): its folder exists and a file
 // can be made in it now, and path is not a folder, a symbolic link, a device, FIFO or socket (a rename onto the

@@ -162,11 +162,11 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     }
     // in a folder with the sticky bit (/tmp) only the owner of a file or folder, or of the folder, may
     // replace it: the new output could not take its name
-    if ((sd.st_mode & S_ISVTX) && geteuid() != 0 && so.st_uid != geteuid() && sd.st_uid != geteuid())
+    if (fc_sticky_keeps(&sd, &so))
         return fc_errf(err, errlen, "%s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp "
                        "has), where only its owner may replace it; give another name", out, (unsigned)so.st_uid);
-    // a mount point cannot be renamed either
-    if (!video && sd.st_dev != so.st_dev)
+    // a mount point cannot be renamed either (a btrfs subvolume, on a device of its own too, can)
+    if (!video && sd.st_dev != so.st_dev && fc_is_mount_point(out))
         return fc_errf(err, errlen, "%s: is a mount point, which cannot be renamed; --overwrite replaces a folder of "
                        "frames by renaming the new one onto its name: give a folder inside it", out);
     // the old frames are removed once the new folder has their name: from a folder that cannot be written

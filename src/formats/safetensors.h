@@ -87,6 +87,9 @@ int st_read(const char *path, StFile *f, char *err, size_t errlen);
 // f->data_start bytes and f->size is file_size: st_data must not be used on it.
 int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t file_size, char *err,
                     size_t errlen);
+// Whether a file's first n bytes open as a safetensors file does (its header length under 2^48, then
+// '{'): a damaged one, not another kind of file, where it fails to read.
+int st_looks_like_safetensors(const uint8_t *head, size_t n);
 // Read only the 8 + header length bytes of the file at `path` (at most 8 + ST_MAX_HEADER) and
 // st_parse_header them against the file's size; errors start with the path.
 int st_read_header(const char *path, StFile *f, char *err, size_t errlen);

@@ -237,6 +237,8 @@ int st_parse_header(StFile *f, const uint8_t *head, size_t head_len, uint64_t fi
 }
 
 
+int st_looks_like_safetensors(const uint8_t *head, size_t n) { return n >= 9 && !head[6] && !head[7] && head[8] == '{'; }
+
 int st_read_header(const char *path, StFile *f, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     struct stat st;

@@ -162,6 +162,7 @@ static int is_pytorch_pickle(const char *path) {
     uint8_t b[30 + 256];
     size_t n = fread(b, 1, sizeof b, in);
     fclose(in);
+    if (st_looks_like_safetensors(b, n)) return 0;  // a damaged safetensors whose header length starts 0x80 0x02..5
     if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return 1;
     if (n < 30 || memcmp(b, "PK\x03\x04", 4)) return 0;
     size_t name = b[26] | (size_t)b[27] << 8;  // the first local file header's name length, the name at 30

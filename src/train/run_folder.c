@@ -460,6 +460,13 @@ void run_folder_explain_orphan(const char *run, const char *from, char *err, siz
 // ----------------------------------------------------------------------------
 // the disk a run folder needs
 
+void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep) {
+    const char *u1, *u2;
+    double one = fc_bytes_in_unit(ckpt_bytes, &u1), all = fc_bytes_in_unit((keep + 1) * ckpt_bytes, &u2);
+    snprintf(buf, len, "a checkpoint is %.2f %s; the run folder holds up to %d of them (keep_checkpoints %d and the one "
+             "being written): %.2f %s", one, u1, keep + 1, keep, all, u2);
+}
+
 int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen) {
     int *steps = NULL, n = checkpoint_list(run, &steps);
     double held = 0;
@@ -474,23 +481,27 @@ int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err
     // what the folder holds already counts, but the next checkpoint needs its whole size free
     double peak = (keep + 1) * ckpt_bytes, more = peak - held > ckpt_bytes ? peak - held : ckpt_bytes;
     double free_bytes = fc_disk_free(run);
-    const char *u1, *u2, *u3;
-    double v1 = fc_bytes_in_unit(ckpt_bytes, &u1), v2 = fc_bytes_in_unit(peak, &u2);
-    double v3 = fc_bytes_in_unit(free_bytes > 0 ? free_bytes : 0, &u3);
-    printf("disk: a checkpoint is %.2f %s; the run folder holds up to %d of them (keep_checkpoints %d and the one being "
-           "written): %.2f %s", v1, u1, keep + 1, keep, v2, u2);
-    if (free_bytes >= 0) printf("; %.2f %s free there", v3, u3);
-    printf("\n");
-    if (free_bytes < 0) return 0;  // a file system that does not say: the writes will tell
+    char needs[256];
+    run_folder_disk_needs(needs, sizeof needs, ckpt_bytes, keep);
+    const char *u1, *u2, *u3, *u4;
+    double v1 = fc_bytes_in_unit(ckpt_bytes, &u1), v3 = fc_bytes_in_unit(free_bytes > 0 ? free_bytes : 0, &u3);
+    if (free_bytes < 0) {  // a file system that does not say: the writes will tell
+        printf("disk: %s\n", needs);
+        return 0;
+    }
+    printf("disk: %s; %.2f %s free there\n", needs, v3, u3);
     if (free_bytes < ckpt_bytes)
         return fc_errf(err, errlen, "%s: %.2f %s free on its file system, less than one checkpoint (%.2f %s): no "
                        "checkpoint of this run could be written; free space there, or give --run a folder on another "
                        "disk", run, v3, u3, v1, u1);
     if (free_bytes < more) {
-        double vm = fc_bytes_in_unit(more, &u2);
+        double vm = fc_bytes_in_unit(more, &u2), vh = fc_bytes_in_unit(held, &u4);
+        char held_text[64] = "";
+        if (held > 0) snprintf(held_text, sizeof held_text, ", less the %.2f %s it holds", vh, u4);
         fc_warn("%s: %.2f %s free on its file system, less than the %.2f %s more its checkpoints will take (%d of "
-                "%.2f %s): a checkpoint write will fail with the disk full and stop the run (the earlier checkpoints "
-                "kept); free space%s", run, v3, u3, vm, u2, keep + 1, v1, u1, keep > 1 ? ", or lower keep_checkpoints" : "");
+                "%.2f %s%s): a checkpoint write will fail with the disk full and stop the run (the earlier checkpoints "
+                "kept); free space%s", run, v3, u3, vm, u2, keep + 1, v1, u1, held_text,
+                keep > 1 ? ", or lower keep_checkpoints" : "");
     }
     return 0;
 }

@@ -61,5 +61,8 @@ int run_folder_named_parent(const char *run, char *parent, size_t len, int *step
 // -1 with err where it has no room for even one (no checkpoint of the run could be written). Rank 0's,
 // before the first step.
 int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen);
+// The sentence of what the run's checkpoints take (ckpt_bytes each, keep of them and the one being
+// written), as train and inspect --config say it.
+void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep);
 
 #endif

@@ -108,7 +108,7 @@ expect inspect_file_with_set 2 "--set goes with --config" "$FC" inspect "$tmp/bo
 expect step_too_large 1 "too large for one step" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
     --set patch=1 --set width=4 --set heads=1 --set mlp_ratio=1 --set batch_size=37
 # the disk a run folder needs: keep_checkpoints checkpoints and the one being written beside them
-expect inspect_config_disk 0 "^disk  *2.30 MiB a checkpoint; a run folder holds up to 6 of them (keep_checkpoints 5 and the one being written): 13.81 MiB$" \
+expect inspect_config_disk 0 "^disk  *a checkpoint is 2.30 MiB; the run folder holds up to 6 of them (keep_checkpoints 5 and the one being written): 13.81 MiB$" \
     "$FC" inspect --config configs/tiny/starter.conf --set keep_checkpoints=5
 
 # The CUDA backend is a library the program opens when a command needs it (src/backend/registry.c):

@@ -279,6 +279,20 @@ done
 [ ! -e "$tmp/out/nowhere.png" ] && [ -L "$tmp/out/dangling.png" ]
 expect plot_out_dangling_link_kept $? "the link left as it was, nothing written where it points"
 rm -f "$tmp/out/link.png" "$tmp/out/target.png" "$tmp/out/fifo.png" "$tmp/out/dangling.png"
+# another user's file in a folder with the sticky bit (as /tmp has): only its owner may replace it, so the
+# new figure could not take its name; refused before the figure, --overwrite or not. (Needs root, to make
+# root's file and plot as nobody beside it; skipped where nobody cannot run the program.)
+if [ "$(id -u)" = 0 ] && chmod 711 "$tmp" && mkdir -m 1777 "$tmp/sticky" && printf keep > "$tmp/sticky/x.png" &&
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$FC" --version > /dev/null 2>&1; then
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$FC" plot "$tmp/b" --out "$tmp/sticky/x.png" --overwrite \
+        > "$tmp/sticky.log" 2> "$tmp/err"
+    rc=$?
+    expect plot_out_others_in_sticky_folder $(( rc != 1 || $(grep -c "x.png: belongs to another user (uid 0), in a folder with the sticky bit" "$tmp/err") != 1 ||
+        $(grep -c . "$tmp/sticky.log") != 0 )) "status $rc: $(head -1 "$tmp/err"); the file: $(cat "$tmp/sticky/x.png")"
+else
+    echo "SKIP plot_out_others_in_sticky_folder: the suite does not run as root, or nobody cannot run $FC"
+fi
+chmod 700 "$tmp"
 # a folder that takes no new file though it looks writable (/proc, even for root): refused before the figure
 "$FC" plot "$tmp/b" --out /proc/framechain-plot.png > "$tmp/plot_proc.log" 2> "$tmp/err"
 rc=$?
