@@ -367,7 +367,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     *src_side = video_width(v) < video_height(v) ? video_width(v) : video_height(v);
     c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
     double t, last = 0;
-    int r;
+    int r = 0;  // a cutter that failed before the first frame reads none
     Intervals iv = {0};
     while (!c->failed && (r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
         if (frames && o->fps <= 0) intervals_add(&iv, t - last);  // with --fps the clips are evenly timed
