@@ -60,6 +60,10 @@ FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t
     } else if (folder) {
         r->folder = frame_folder_open(path, err, errlen);
         rc = r->folder ? 0 : -1;
+        int n = r->folder ? frame_folder_images(r->folder) : 0;
+        if (!rc && n < K)  // its count is known now: said before any work, not where the frames end
+            rc = fc_errf(err, errlen, "%s: the folder has %d frame%s, fewer than the %d asked for", path, n,
+                         n == 1 ? "" : "s", K);
     } else if (is_image_path(path)) {
         r->image = 1;
         rc = image_load_square_min(path, S, S, r->rgb, err, errlen);

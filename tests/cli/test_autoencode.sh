@@ -149,6 +149,12 @@ refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one f
 ffmpeg -v error -i "$VIDEO" -frames:v 3 -c:v ffv1 "$tmp/three.mkv"
 refused autoencode_clip_shorter 1 "three.mkv: the video has 3 frames, fewer than the 5 asked for" \
     --vae "$dir/taesd.safetensors" --input "$tmp/three.mkv" --size 64 --frames 5 --out "$tmp/none.gif"
+# a folder's frames are counted at its opening: fewer than asked for is said before any work
+mkdir -p "$tmp/two_frames" && ffmpeg -v error -i "$VIDEO" -frames:v 2 "$tmp/two_frames/frame-%02d.png"
+refused autoencode_folder_shorter 1 "two_frames: the folder has 2 frames, fewer than the 5 asked for" \
+    --vae "$dir/taesd.safetensors" --input "$tmp/two_frames" --size 64 --frames 5 --out "$tmp/none.gif"
+[ ! -s "$tmp/out" ]
+expect autoencode_folder_shorter_before_work $? "stdout: $(head -1 "$tmp/out")"
 # a PyTorch checkpoint (a pickle: torch.save's zip, a bare pickle of protocol 4) named as such; a zip
 # of something else is no safetensors file, as before
 "$PYTHON" -c 'import pickle, sys; open(sys.argv[1], "wb").write(pickle.dumps({"state_dict": {}}, protocol=4))' \
