@@ -229,32 +229,41 @@ int fc_is_mount_point(const char *path) {
     return found;
 }
 
-int fc_sticky_keeps(const struct stat *folder, const struct stat *file) {
+static int sticky_keeps(const struct stat *folder, const struct stat *file) {
     return (folder->st_mode & S_ISVTX) && geteuid() != 0 && file->st_uid != geteuid() && folder->st_uid != geteuid();
 }
 
-static int probe_create(const char *flag, const char *path, const char *dir, char *err, size_t errlen) {
+int fc_check_output_folder(const char *shown, const char *path, char *dir, size_t dirlen, struct stat *sd, char *err,
+                           size_t errlen) {
+    fc_folder_of(dir, dirlen, path);
+    if (stat(dir, sd))
+        return errno == ENOENT ? fc_errf(err, errlen, "%s: the folder %s does not exist", shown, dir)
+                               : fc_errf(err, errlen, "%s: the folder %s: %s", shown, dir, strerror(errno));
+    if (!S_ISDIR(sd->st_mode)) return fc_errf(err, errlen, "%s: %s is not a folder", shown, dir);
+    if (access(dir, W_OK | X_OK))
+        return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", shown, dir, strerror(errno));
     int e = fc_can_create_beside(path);
-    return e ? fc_errf(err, errlen, "%s %s: cannot make a file in the folder %s: %s", flag, path, dir, strerror(e)) : 0;
+    return e ? fc_errf(err, errlen, "%s: cannot make a file in the folder %s: %s", shown, dir, strerror(e)) : 0;
+}
+
+int fc_check_replaceable(const char *shown, const struct stat *folder, const struct stat *existing, char *err,
+                         size_t errlen) {
+    if (!sticky_keeps(folder, existing)) return 0;
+    return fc_errf(err, errlen, "%s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp has), "
+                   "where only its owner may replace it; give another name", shown, (unsigned)existing->st_uid);
 }
 
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen) {
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], shown[PATH_MAX + 64];
     struct stat sd, sp;
     size_t n = strlen(path);
     if (!n || path[n - 1] == '/') return fc_errf(err, errlen, "%s '%s': a file name is needed", flag, path);
-    fc_folder_of(dir, sizeof dir, path);
-    if (stat(dir, &sd))
-        return errno == ENOENT ? fc_errf(err, errlen, "%s %s: the folder %s does not exist", flag, path, dir)
-                               : fc_errf(err, errlen, "%s %s: the folder %s: %s", flag, path, dir, strerror(errno));
-    if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s %s: %s is not a folder", flag, path, dir);
-    if (access(dir, W_OK | X_OK))
-        return fc_errf(err, errlen, "%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
+    snprintf(shown, sizeof shown, "%s %s", flag, path);
+    if (fc_check_output_folder(shown, path, dir, sizeof dir, &sd, err, errlen)) return -1;
     fc_remove_stale_temps(path);
     if (lstat(path, &sp))  // a name the file system cannot hold is said now, not after the work
-        return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno))
-                                     : probe_create(flag, path, dir, err, errlen);
-    if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s %s: is a folder; give a file name", flag, path);
+        return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s: %s", shown, strerror(errno)) : 0;
+    if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s: is a folder; give a file name", shown);
     // The file is replaced by renaming a new one onto its name: a link would be replaced, not the file it
     // points to (/dev/stdout, a latest.png kept pointing at a run's), and a device, FIFO or socket by a file
     if (S_ISLNK(sp.st_mode)) {
@@ -262,20 +271,16 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
         if (!realpath(path, real)) {  // its target is not there: what it says, for the user to see
             ssize_t k = readlink(path, real, sizeof real - 1);
             real[k > 0 ? k : 0] = 0;
-            return fc_errf(err, errlen, "%s %s: is a symbolic link to %s, which does not exist; remove the link or "
-                           "give another name", flag, path, real);
+            return fc_errf(err, errlen, "%s: is a symbolic link to %s, which does not exist; remove the link or give "
+                           "another name", shown, real);
         }
-        return fc_errf(err, errlen, "%s %s: is a symbolic link to %s; a file is written only under its own name: give "
-                       "that name, or remove the link", flag, path, real);
+        return fc_errf(err, errlen, "%s: is a symbolic link to %s; a file is written only under its own name: give "
+                       "that name, or remove the link", shown, real);
     }
     if (!S_ISREG(sp.st_mode))
-        return fc_errf(err, errlen, "%s %s: exists and is not a file (a device, FIFO or socket); give a file name",
-                       flag, path);
-    if (!replace) return fc_errf(err, errlen, "%s %s: the file exists (give --overwrite to replace it)", flag, path);
-    if (fc_sticky_keeps(&sd, &sp))  // the new file could not take its name: said before the work
-        return fc_errf(err, errlen, "%s %s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp "
-                       "has), where only its owner may replace it; give another name", flag, path, (unsigned)sp.st_uid);
-    return probe_create(flag, path, dir, err, errlen);
+        return fc_errf(err, errlen, "%s: exists and is not a file (a device, FIFO or socket); give a file name", shown);
+    if (!replace) return fc_errf(err, errlen, "%s: the file exists (give --overwrite to replace it)", shown);
+    return fc_check_replaceable(shown, &sd, &sp, err, errlen);  // the new file could not take its name
 }
 
 int fc_same_file_name(const char *a, const char *b) {

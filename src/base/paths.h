@@ -59,10 +59,17 @@ int fc_remove_stale_temps(const char *path);
 // errno. A folder that access() calls writable may still refuse one: /proc, a file system mounted
 // read-only (which root's access() does not see). Said before the work, not when its output is due.
 int fc_can_create_beside(const char *path);
-// Whether a folder's sticky bit (as /tmp has) keeps this process from replacing or removing the file
-// (or folder) `file` in it: only the file's owner, the folder's or root may.
+// The folder of an output about to be written at path (dir: its name, sd: its stat): it exists, is a
+// folder, can be written in, and a file can be made in it now (fc_can_create_beside). 0, or -1 with
+// one line in err that starts with `shown` (how the command names the output: "--tsv FILE", or FILE).
 struct stat;
-int fc_sticky_keeps(const struct stat *folder, const struct stat *file);
+int fc_check_output_folder(const char *shown, const char *path, char *dir, size_t dirlen, struct stat *sd, char *err,
+                           size_t errlen);
+// Whether the file or folder `existing` in `folder` can be replaced by renaming a new one onto its
+// name: not where the folder's sticky bit (as /tmp has) keeps it for its owner (or the folder's, or
+// root). 0, or -1 with one line in err that starts with `shown`.
+int fc_check_replaceable(const char *shown, const struct stat *folder, const struct stat *existing, char *err,
+                         size_t errlen);
 // Whether path is where a file system is mounted (this process's /proc/self/mountinfo): 1, 0, or -1
 // where that cannot be read. (A folder on another device than its parent may be no mount point: a
 // btrfs subvolume, which can be renamed.)

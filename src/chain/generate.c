@@ -107,17 +107,9 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (is_unwritten_video_path(out))
         return fc_errf(err, errlen, "%s: %s is not a format written here; give .mp4, .m4v, .mov, .mkv, .avi or .gif "
                        "for a video, or a name without a video extension for a folder of PNGs", out, strrchr(out, '.'));
-    fc_folder_of(dir, PATH_LEN, out);
     struct stat sd, so, si, sp;
-    if (stat(dir, &sd))
-        return errno == ENOENT ? fc_errf(err, errlen, "%s: the folder %s does not exist", out, dir)
-                               : fc_errf(err, errlen, "%s: the folder %s: %s", out, dir, strerror(errno));
-    if (!S_ISDIR(sd.st_mode)) return fc_errf(err, errlen, "%s: %s is not a folder", out, dir);
-    if (access(dir, W_OK | X_OK))
-        return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", out, dir, strerror(errno));
+    if (fc_check_output_folder(out, out, dir, PATH_LEN, &sd, err, errlen)) return -1;
     remove_leftovers(out);  // first: an output a cut-off generate had moved aside is back before the checks
-    int refused = fc_can_create_beside(out);
-    if (refused) return fc_errf(err, errlen, "%s: cannot make a file in the folder %s: %s", out, dir, strerror(refused));
     if (stat(out, &so)) {
         if (errno != ENOENT) return fc_errf(err, errlen, "%s: %s", out, strerror(errno));
         if (!lstat(out, &so))  // a link whose target is not there: the output could not be renamed onto it
@@ -160,11 +152,8 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
                        "only by its own name: give that folder, or remove the link", out,
                        realpath(out, real) ? real : "it names");
     }
-    // in a folder with the sticky bit (/tmp) only the owner of a file or folder, or of the folder, may
-    // replace it: the new output could not take its name
-    if (fc_sticky_keeps(&sd, &so))
-        return fc_errf(err, errlen, "%s: belongs to another user (uid %u), in a folder with the sticky bit (as /tmp "
-                       "has), where only its owner may replace it; give another name", out, (unsigned)so.st_uid);
+    // in a folder with the sticky bit (/tmp) the new output could not take another user's name
+    if (fc_check_replaceable(out, &sd, &so, err, errlen)) return -1;
     // a mount point cannot be renamed either (a btrfs subvolume, on a device of its own too, can)
     if (!video && sd.st_dev != so.st_dev && fc_is_mount_point(out))
         return fc_errf(err, errlen, "%s: is a mount point, which cannot be renamed; --overwrite replaces a folder of "
