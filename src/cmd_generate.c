@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "base/common.h"
 #include "base/clock.h"
@@ -131,6 +132,7 @@ typedef struct {
     Autoencoder *ae;  // NULL: the frames are pixels
     int n;            // the latents' side
     real *pixels;     // (3, n f, n f) a decoded frame
+    const char *kept; // the output --overwrite was to replace, still as it was until the end; NULL: none
 } Emit;
 
 // chain_sample_stream hands the frames over in order, each as soon as it is final: straight to the output.
@@ -141,8 +143,9 @@ typedef struct {
 static int emit_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
     Emit *e = ctx;
     if (fc_stop_signal())
-        return fc_errf(err, errlen, "stopped by %s at frame %d: the partial output is removed, nothing written",
-                       fc_signal_name(fc_stop_signal()), f);
+        return fc_errf(err, errlen, "stopped by %s at frame %d: the partial output is removed, %s%s",
+                       fc_signal_name(fc_stop_signal()), f, e->kept ? e->kept : "nothing written",
+                       e->kept ? " kept as it was" : "");
     if (!e->ae) return generate_output_add(e->out, frame, err, errlen);
     if (autoencoder_decode(e->ae, frame, 1, e->n, e->n, e->pixels, err, errlen)) return -1;
     return generate_output_add(e->out, e->pixels, err, errlen);
@@ -211,6 +214,8 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     real *first = fc_malloc(sizeof(real) * E * g->given), *pixels = fc_malloc(sizeof(real) * EP * g->given);
     int held = chain_frames_held(plan), rc = 0;
     GenerateOutput *out = NULL;
+    struct stat had;
+    const char *kept = g->overwrite && !stat(g->out, &had) ? g->out : NULL;  // (checked replaceable before)
     if (load_first_frames(g->first_frame, P, g->given, ae ? pixels : first, err, sizeof err) ||
         (held < 0 && fc_errf(err, sizeof err, "out of host memory for the bookkeeping of %d frames: lower --frames",
                              g->frames)))
@@ -237,7 +242,7 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);
     double t0 = fc_now_s();
-    Emit emit = {out, ae, S, pixels};
+    Emit emit = {out, ae, S, pixels, kept};
     SampleOptions so = g->sample;
     so.latent = ae != NULL;
     fc_catch_stop_signals();

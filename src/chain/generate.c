@@ -40,7 +40,15 @@ int generate_is_video_path(const char *out) { return is_video_path(out); }
 // meant, so it is refused.
 static int is_unwritten_video_path(const char *path) {
     static const char *const ext[] = {".webm", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts", ".flv", ".wmv", ".asf",
-                                      ".ogv", ".ogg", ".3gp", ".vob", ".y4m", ".webp", ".apng"};
+                                      ".ogv", ".ogg", ".3gp", ".vob", ".y4m", ".webp", ".apng", ".mjpeg", ".mjpg",
+                                      ".mxf", ".h264", ".264", ".h265", ".265", ".hevc", ".m2v", ".m1v", ".yuv",
+                                      ".nut", ".dv", ".f4v", ".rm", ".rmvb", ".divx", ".mk3d", ".ivf", ".obu"};
+    return has_extension(path, ext, sizeof ext / sizeof ext[0]);
+}
+
+// A still image's name: the output would be a folder of frames under it, surely not what was meant.
+static int is_still_path(const char *path) {
+    static const char *const ext[] = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".tga", ".ppm", ".exr"};
     return has_extension(path, ext, sizeof ext / sizeof ext[0]);
 }
 
@@ -107,6 +115,10 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
     if (is_unwritten_video_path(out))
         return fc_errf(err, errlen, "%s: %s is not a format written here; give .mp4, .m4v, .mov, .mkv, .avi or .gif "
                        "for a video, or a name without a video extension for a folder of PNGs", out, strrchr(out, '.'));
+    if (is_still_path(out))
+        return fc_errf(err, errlen, "%s: %s names one image; the output is a video (.mp4, .gif, ...) or a folder "
+                       "of frame-NNNNNN.png files: give a folder name without an extension", out,
+                       strrchr(out, '.'));
     struct stat sd, so, si, sp;
     if (fc_check_output_folder(out, out, dir, PATH_LEN, &sd, err, errlen)) return -1;
     remove_leftovers(out);  // first: an output a cut-off generate had moved aside is back before the checks

@@ -51,6 +51,20 @@ case $got in *"first frame $tmp/esc?[31m.png (given 1)"*) true ;; *) false ;; es
 expect generate_comment_printable $? "the comment tag is '$got'"
 if ls -a "$tmp" | grep -q partial; then fail generate_no_partial_files "$(ls -a "$tmp" | grep partial)"; else pass generate_no_partial_files "no temporary file left"; fi
 
+# a TIFF first frame (read by FFmpeg: its decoder, told to stop at damage, had refused the ResolutionUnit
+# tag of FFmpeg's own TIFFs) gives the chain of the same frame as a PNG, byte for byte
+ffmpeg -v error -i "$tmp/first.png" "$tmp/first.tiff"
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 2 --out "$tmp/from_png" --quiet > /dev/null 2>&1
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.tiff" --frames 9 --steps 2 --out "$tmp/from_tiff" --quiet \
+    > "$tmp/tiff.log" 2>&1
+diff -r "$tmp/from_png" "$tmp/from_tiff" > /dev/null && [ "$(ls "$tmp/from_tiff" | wc -l)" = 9 ]
+expect generate_tiff_first_frame $? "$(tail -1 "$tmp/tiff.log"); $(diff -rq "$tmp/from_png" "$tmp/from_tiff" 2>&1 | wc -l) frames differ"
+head -c 3000 "$tmp/first.tiff" > "$tmp/cut.tiff"  # a cut TIFF is still refused, not read as a concealed picture
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/cut.tiff" --frames 9 --steps 2 --out "$tmp/from_cut" --quiet > "$tmp/cut.log" 2>&1
+rc=$?
+[ $rc = 1 ] && [ ! -e "$tmp/from_cut" ] && [ "$(wc -l < "$tmp/cut.log")" = 1 ] && grep -q "cut.tiff" "$tmp/cut.log"
+expect generate_cut_tiff_refused $? "status $rc: $(cat "$tmp/cut.log")"
+
 # shapes:N as the first frame is the 8-bit frame generate writes as frame 0: the chain from that PNG
 # is the same chain, byte for byte
 "$FC" generate "${RUNS[@]}" --first-frame shapes:1 --frames 9 --steps 2 --out "$tmp/sh1" --quiet > /dev/null 2>&1
@@ -85,12 +99,26 @@ for case in "int.mp4 INT 130" "frames TERM 143"; do
     wait $pid
     rc=$?
     left=$(ls -a "$tmp/stop" | grep -vc '^\.\.\?$')
-    if [ $rc -eq $3 ] && [ "$left" = 0 ] && grep -q "stopped by SIG$2 at frame" "$tmp/stop.log"; then
+    if [ $rc -eq $3 ] && [ "$left" = 0 ] && grep -q "stopped by SIG$2 at frame .*, nothing written$" "$tmp/stop.log"; then
         pass "generate_sig$2_removes_partial" "status $rc, nothing left in the output folder: $(tail -1 "$tmp/stop.log")"
     else
         fail "generate_sig$2_removes_partial" "status $rc, $left entries left ($(ls -a "$tmp/stop" | tr '\n' ' '))${waited:+, $waited}: $(tail -1 "$tmp/stop.log")"
     fi
 done
+
+# the same under --overwrite of a video made before: that video is kept, byte for byte, and the line says so
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/stop/old.mp4" --quiet > /dev/null 2>&1
+cp "$tmp/stop/old.mp4" "$tmp/old_copy.mp4"
+(exec "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 1000 --steps 2 --out "$tmp/stop/old.mp4" \
+    --overwrite --quiet) > "$tmp/stop.log" 2>&1 &
+pid=$!
+wait_until 60 $pid partial_written
+kill -INT $pid 2> /dev/null
+wait $pid
+rc=$?
+[ $rc = 130 ] && cmp -s "$tmp/stop/old.mp4" "$tmp/old_copy.mp4" && [ "$(ls -a "$tmp/stop" | grep -vc '^\.\.\?$')" = 1 ] &&
+    grep -q "stopped by SIGINT at frame .*: the partial output is removed, $tmp/stop/old.mp4 kept as it was$" "$tmp/stop.log"
+expect generate_sigint_overwrite_keeps_old $? "status $rc, $(ls -a "$tmp/stop" | tr '\n' ' '): $(tail -1 "$tmp/stop.log")"
 
 # 1000 frames into a folder of PNGs from a JPEG; the first PNG is the input frame, the others are made
 if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.jpg" --frames 1000 --steps 1 --out "$tmp/frames" > "$tmp/gen.log" 2>&1; then
@@ -506,6 +534,12 @@ chmod 700 "$tmp"
 # a video extension that is not written (it would be a folder of PNGs named x.webm): refused, nothing made
 expect_early video_extension_not_written ".webm is not a format written here; give .mp4" "$tmp/x.webm"
 [ ! -e "$tmp/x.webm" ] || fail generate_video_extension_nothing_made "$tmp/x.webm was made"
+expect_early video_extension_h264 ".h264 is not a format written here" "$tmp/x.h264"
+expect_early video_extension_mxf ".mxf is not a format written here" "$tmp/x.mxf"
+# an image's name (the frames would become a folder named me.png): refused, nothing made
+expect_early image_name_as_output ".png names one image; the output is a video" "$tmp/me.png"
+expect_early image_name_as_output_tiff ".TIFF names one image" "$tmp/me.TIFF"
+[ ! -e "$tmp/me.png" ] && [ ! -e "$tmp/me.TIFF" ] || fail generate_image_name_nothing_made "$(ls -d "$tmp"/me.*)"
 
 # A full disk: generate onto a 200 KB tmpfs, mounted in a private mount namespace (no root needed
 # where user namespaces are allowed, nothing to unmount). 400 frames of PNGs or of MPEG-4 do not
