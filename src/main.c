@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/address_space.h"
 #include "base/common.h"
 #include "base/commit.h"
 #include "backend/registry.h"
@@ -69,6 +70,11 @@ static int command_help(int argc, char **argv, int i) {
 static int thread_count(const Opt *threads) {
     return threads->count ? (int)parse_positive("--threads", threads->value, 1024) : fc_default_threads();
 }
+
+// Before any library starts (OpenBLAS reserves its buffers in its constructor): an address space
+// too small for them is one line, not a process that stops responding.
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_check)(int, char **, char **) =
+    fc_address_space_check_start;
 
 int main(int argc, char **argv) {
     fc_process_start();  // descriptors 0-2 open, SIGXFSZ a write error: before anything is opened

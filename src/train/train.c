@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "train/train.h"
+#include "base/address_space.h"
 #include "base/clock.h"
 #include "backend/registry.h"
 #include "formats/shards.h"
@@ -147,6 +148,18 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                "frame_size, width or depth%s", t->run, host / GiB, whose, machine / GiB,
                local > 1 ? ", or run fewer ranks on it"
                : t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
+    }
+    // Under ulimit -v the plan and what OpenBLAS will add for the threads (address_space.h) must fit what
+    // the limit leaves: a run that met it at a thread's first GEMM would stop responding, not fail.
+    double limit = fc_address_space_limit();
+    if (limit >= 0) {
+        double plan = (host - held) / local, left = limit - fc_address_space_used(),
+               need = plan + fc_address_space_to_come(fc_threads());
+        if (need > left)
+            fc_die("%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
+                   "more address space, and its limit leaves %.2f GiB: raise it (ulimit -v %.0f or more) or lower "
+                   "batch_size, frame_size, width or depth", t->run, plan / GiB, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB, left / GiB,
+                   (limit + need - left) / 1024 + 1);
     }
     if (speaker && available > 0 && host - held > available)
         fc_warn("%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "

@@ -65,6 +65,35 @@ rc=$?
 expect omp_thread_limit_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/limit/metrics.jsonl" 2> /dev/null) != 1 )) \
     "status $rc (124: it hung): $(tail -1 "$tmp/limit.log" | cut -c1-80)"
 
+# an address-space limit (ulimit -v, as shared machines set it) too small for OpenBLAS's buffers of 128
+# MiB a thread: OpenBLAS had retried for ever, before main(); now one line naming the limit and what it
+# needs, status 1, at once. One that the start takes but not the run's plan: train refuses before its
+# first step, leaving no run folder. The figure the first line asks for starts; the second's trains.
+if (ulimit -v 4000000; "$FC" --version) 2>&1 | grep -q AddressSanitizer; then
+    echo "SKIP address_space_limit_said: the sanitizers' shadow memory does not run under ulimit -v"
+else
+    (ulimit -v 300000; exec timeout -s KILL 20 "$FC" --threads 2 --version) > "$tmp/as.out" 2> "$tmp/as.err"
+    rc=$?
+    want=$(sed -n 's/.*raise the limit (ulimit -v \([0-9]*\), or unlimited).*/\1/p' "$tmp/as.err")
+    expect address_space_limit_said $(( rc != 1 || $(wc -l < "$tmp/as.err") != 1 || $(grep -c "the address space is limited to 293 MiB (ulimit -v 300000); with 2 threads framechain needs at least" "$tmp/as.err") != 1 )) \
+        "status $rc (137: it hung): $(cat "$tmp/as.err")"
+    (ulimit -v "${want:-1}"; exec timeout -s KILL 20 "$FC" --threads 2 --version) > "$tmp/as.out" 2> "$tmp/as.err"
+    expect address_space_limit_as_asked_starts $? "ulimit -v ${want:-?}: $(head -1 "$tmp/as.err")"
+    (ulimit -v "${want:-1}"; exec timeout -s KILL 60 "$FC" --threads 2 train --config "$TINY" --set batch_size=32 \
+        --run "$tmp/as_run" --steps 2) > "$tmp/as.log" 2>&1
+    rc=$?
+    want=$(sed -n 's/.*raise it (ulimit -v \([0-9]*\) or more).*/\1/p' "$tmp/as.log")
+    expect address_space_limit_plan_refused $(( rc != 1 || $(grep -c "as_run: the memory plan's .* need .* more address space, and its limit leaves" "$tmp/as.log") != 1 )) \
+        "status $rc (137: it hung): $(grep -m1 framechain: "$tmp/as.log")"
+    [ ! -e "$tmp/as_run" ]
+    expect address_space_limit_plan_nothing_made $? "$(ls -A "$tmp/as_run" 2> /dev/null | tr '\n' ' ')"
+    (ulimit -v "${want:-1}"; exec timeout -s KILL 120 "$FC" --threads 2 train --config "$TINY" --set batch_size=32 \
+        --run "$tmp/as_run" --steps 2) > "$tmp/as.log" 2>&1
+    rc=$?
+    expect address_space_limit_as_asked_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/as_run/metrics.jsonl" 2> /dev/null) != 1 )) \
+        "ulimit -v ${want:-?}: status $rc: $(grep -m1 framechain: "$tmp/as.log")"
+fi
+
 # prepare stopped part-way: what it wrote goes (the folder it made too), status 128 + the signal
 "$FC" prepare --input shapes:1:1000000 --out "$tmp/cut" --size 16 --clip-frames 8 --shard-mb 1 > "$tmp/cut.log" 2>&1 &
 pid=$!

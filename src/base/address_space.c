@@ -1,0 +1,96 @@
+// address_space.c: the address space a process may take (see address_space.h).
+#define _GNU_SOURCE  // sched_getaffinity
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/address_space.h"
+
+#define MiB 1048576.0
+// What a small run takes beside OpenBLAS's buffers (the tiny config: 25-56 MiB, measured by bisecting
+// ulimit -v, and more where threads start in another order), and each thread's stack and malloc arena.
+#define RUN_MARGIN (128 * MiB)
+#define THREAD_MARGIN (8 * MiB)
+
+double fc_address_space_limit(void) {
+    double limit = -1;
+    int which[2] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit r;
+        if (!getrlimit(which[i], &r) && r.rlim_cur != RLIM_INFINITY && (limit < 0 || (double)r.rlim_cur < limit))
+            limit = (double)r.rlim_cur;
+    }
+    return limit;
+}
+
+// Read with open/read only: it runs before the C library's stdio has been used.
+double fc_address_space_used(void) {
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return (double)strtoull(buf, NULL, 10) * (double)sysconf(_SC_PAGESIZE);
+}
+
+static int start_buffers;  // OpenBLAS's buffers at its start, as the check before it counted them
+
+// Measured: a run's threads take OpenBLAS's buffers from its start ones, one more than they are.
+static int buffers_for(int threads, int at_start) { return threads + 1 > at_start ? threads + 1 : at_start; }
+
+double fc_address_space_to_come(int threads) {
+    return (buffers_for(threads, start_buffers) - start_buffers) * FC_BLAS_BUFFER_BYTES + RUN_MARGIN +
+           threads * THREAD_MARGIN;
+}
+
+static const char *env_value(char **envp, const char *name) {
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (!strncmp(*envp, name, n) && (*envp)[n] == '=') return *envp + n + 1;
+    return NULL;
+}
+
+static int positive(const char *s) {
+    long v = s ? strtol(s, NULL, 10) : 0;
+    return v > 0 && v < 100000 ? (int)v : 0;
+}
+
+void fc_address_space_check_start(int argc, char **argv, char **envp) {
+    double limit = fc_address_space_limit();
+    if (limit < 0) return;
+    cpu_set_t set;
+    int procs = !sched_getaffinity(0, sizeof set, &set) ? CPU_COUNT(&set) : 0;
+    if (procs < 1) procs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (procs < 1) procs = 1;
+    // OpenBLAS's threads at its start: its own variables, else OMP_NUM_THREADS, at most the cores
+    int blas = positive(env_value(envp, "OPENBLAS_NUM_THREADS"));
+    if (!blas) blas = positive(env_value(envp, "GOTO_NUM_THREADS"));
+    if (!blas) blas = positive(env_value(envp, "OMP_NUM_THREADS"));
+    if (!blas || blas > procs) blas = procs;
+    start_buffers = blas;
+    // framechain's threads: --threads N among the options before the command (main checks its value),
+    // else fc_default_threads()'s choice
+    int threads = 0;
+    for (int i = 1; i < argc && argv[i][0] == '-' && !threads; i++)
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = positive(argv[i + 1]);
+        else if (!strncmp(argv[i], "--threads=", 10)) threads = positive(argv[i] + 10);
+    if (!threads) threads = positive(env_value(envp, "OMP_NUM_THREADS"));
+    if (!threads) threads = procs;
+    double need = fc_address_space_used() + blas * FC_BLAS_BUFFER_BYTES + fc_address_space_to_come(threads);
+    if (need <= limit) return;
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "framechain: the address space is limited to %.0f MiB (ulimit -v %.0f); with %d thread%s "
+                     "framechain needs at least %.0f MiB, as OpenBLAS reserves 128 MiB a thread and stops responding "
+                     "where it cannot: raise the limit (ulimit -v %.0f, or unlimited) or run fewer threads "
+                     "(--threads, OMP_NUM_THREADS)\n",
+                     limit / MiB, limit / 1024, threads, threads == 1 ? "" : "s", need / MiB, need / 1024 + 1);
+    if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) _exit(1);
+    _exit(1);
+}

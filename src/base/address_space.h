@@ -1,0 +1,23 @@
+// address_space.h: the address space a process may take (ulimit -v), said before it runs out.
+//
+// OpenBLAS 0.3 reserves a buffer of 128 MiB for each thread that calls it, at its start and at a
+// thread's first GEMM, and where the address space cannot take one it retries for ever: the program
+// stops responding, before main() when the limit is low enough. framechain checks the limit first.
+#ifndef FRAMECHAIN_ADDRESS_SPACE_H
+#define FRAMECHAIN_ADDRESS_SPACE_H
+
+#define FC_BLAS_BUFFER_BYTES (128.0 * 1048576 + 4096)  // one OpenBLAS buffer and its guard page
+
+// The lower of RLIMIT_AS and RLIMIT_DATA in bytes (both bound anonymous mappings); -1 when unlimited.
+double fc_address_space_limit(void);
+// The address space this process takes now (its mappings, reserved or touched), in bytes; 0 if unknown.
+double fc_address_space_used(void);
+// What the address space must still take for a run of `threads` threads beside its memory plan: the
+// OpenBLAS buffers its threads will add to those of OpenBLAS's start, and a margin.
+double fc_address_space_to_come(int threads);
+// Before any library's start-up (main.c calls it from .preinit_array, with the process's arguments
+// and environment): where the limit cannot take OpenBLAS's buffers for the threads the command line
+// asks for and a margin for the program, one line on stderr and _exit(1).
+void fc_address_space_check_start(int argc, char **argv, char **envp);
+
+#endif
