@@ -415,14 +415,6 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
     return CKPT_OK;
 }
 
-// Point every tensor of tab at its bytes in f: CKPT_OK, or CKPT_REFUSED with the first tensor that
-// is missing, of another type, size or shape, or in f but not in tab.
-static CkptStatus find_tensors(const StFile *f, const char *path, CkptTable *tab, char *err, size_t errlen) {
-    CkptStatus s = ckpt_check_layout(f, tab, 0, path, err, errlen);
-    for (int i = 0; !s && i < tab->n; i++) tab->t[i].host = (void *)st_data(f, st_find(f, tab->t[i].name));
-    return s;
-}
-
 // An older checkpoint, written without the metadata's CRC, whose config copy does not parse or does
 // not describe its own tensors while this run's network does: a damaged config copy, not another
 // run's checkpoint. 1 with a line in err, else 0. A copy that is a config but breaks a rule of this
@@ -508,36 +500,66 @@ CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c
         goto out;                                    \
     } while (0)
 
+// Tensor `name` of f read again into buf (the first pass checked it): its CRC32 checked once more, as
+// the file may have been replaced or written since. 0, or -1 with a line in err.
+static int read_again(int fd, const StFile *f, const char *name, void *buf, const char *path, char *err,
+                      size_t errlen) {
+    const StEntry *e = st_find(f, name);  // (there: the layout was checked)
+    if (ckpt_read_tensor(fd, f, e, buf, path, err, errlen)) return -1;
+    if (ckpt_check_tensor_crc(f, name, buf, e->end - e->begin, path, err, errlen))
+        return fc_errf(err, errlen, "%s: the file changed while it was read (tensor %s no longer matches its CRC32)",
+                       path, name);
+    return 0;
+}
+
+// The file is read a tensor at a time, through one buffer of its largest tensor's bytes, not whole
+// (the 24 GB preset's checkpoint is 8.9 GiB): a first pass checks every tensor, then, once the config
+// and the layout are checked too, a second reads again the tensors this process holds, checks each
+// one's CRC once more and uploads it.
 CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
                            TrainState *s, char *err, size_t errlen) {
     StFile f;
-    char why[512];
-    if (st_read(path, &f, why, sizeof why)) {
-        fc_errf(err, errlen, "%s", why);
-        return CKPT_CORRUPT;
-    }
+    if (st_read_header(path, &f, err, errlen)) return CKPT_CORRUPT;
     CkptStatus result = CKPT_OK;
     int32_t block_size = 0;
     CkptTable tab = {0};
-    int step = 0;
+    int step = 0, fd = -1;
     double smooth = 0;
+    void *buf = NULL;
+    float code[2][256];  // the file's 8-bit code maps (signed, unsigned)
     // the metadata (its CRC, the values read strictly), then every tensor's CRC and values, before
     // anything else is believed
     if ((result = ckpt_check_metadata(&f, path, &step, &smooth, err, errlen))) goto out;
-    if (ckpt_check_tensors(&f, path, err, errlen) || config_copy_damaged(&f, path, m, ema, o, err, errlen)) {
+    if ((fd = ckpt_open_tensors(path, &f, err, errlen)) < 0 || !(buf = ckpt_tensor_buffer(&f, path, err, errlen)) ||
+        ckpt_check_tensors_read(&f, fd, buf, path, err, errlen) ||
+        config_copy_damaged(&f, path, m, ema, o, err, errlen)) {
         result = CKPT_CORRUPT;
         goto out;
     }
     if ((result = check_same_run(st_meta(&f, "config"), path, c, mode, err, errlen))) goto out;
     tab = ckpt_build_table(m, ema, o, &block_size);
-    if ((result = find_tensors(&f, path, &tab, err, errlen))) goto out;
-    memcpy(&block_size, tab.t[tab.n - 1].host, sizeof block_size);
+    if ((result = ckpt_check_layout(&f, &tab, 0, path, err, errlen))) goto out;
+    // the table's last three: the code maps and the block size, for the host
+    if (read_again(fd, &f, tab.t[tab.n - 3].name, code[0], path, err, errlen) ||
+        read_again(fd, &f, tab.t[tab.n - 2].name, code[1], path, err, errlen) ||
+        read_again(fd, &f, tab.t[tab.n - 1].name, &block_size, path, err, errlen)) {
+        result = CKPT_CORRUPT;
+        goto out;
+    }
     if (block_size != ADAM8_BLOCK)
         FAIL(CKPT_REFUSED, "%s: 8-bit blocks of %d; this framechain uses %d", path, (int)block_size, ADAM8_BLOCK);
-    for (int i = 0; i < tab.n; i++)  // this process's part of each tensor (all of it, but for ZeRO-1)
-        if (tab.t[i].device)
-            m->be->upload(tab.t[i].device, (const uint8_t *)tab.t[i].host + tab.t[i].part_offset, tab.t[i].part_bytes);
-    recode_moments(m->be, o, tab.t[tab.n - 3].host, tab.t[tab.n - 2].host);
+    // This process's part of each tensor (all of it, but for ZeRO-1). A file changed since the first
+    // pass leaves the model partly loaded: CKPT_CORRUPT, so that the resume sets it aside and loads an
+    // earlier checkpoint whole, or stops.
+    for (int i = 0; i < tab.n; i++) {
+        if (!tab.t[i].device) continue;
+        if (read_again(fd, &f, tab.t[i].name, buf, path, err, errlen)) {
+            result = CKPT_CORRUPT;
+            goto out;
+        }
+        m->be->upload(tab.t[i].device, (const uint8_t *)buf + tab.t[i].part_offset, tab.t[i].part_bytes);
+    }
+    recode_moments(m->be, o, code[0], code[1]);
     s->step = step;
     s->smooth_loss = smooth;
     const char *parent = st_meta(&f, "parent"), *lineage = st_meta(&f, "lineage"), *data = st_meta(&f, "data");
@@ -547,6 +569,8 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     const char *ae = st_meta(&f, "autoencoder");
     snprintf(s->autoencoder, sizeof s->autoencoder, "%s", ae ? ae : "");
 out:
+    if (fd >= 0) close(fd);
+    free(buf);
     free(tab.t);
     st_free(&f);
     return result;
@@ -593,12 +617,7 @@ static Model *load_ema(const char *path, const Backend *be, int B, int named, ch
         *refused = 1;
         goto out;
     }
-    struct stat sb;
-    if ((fd = fc_open_regular(path, &sb, err, errlen)) < 0) goto out;
-    if ((uint64_t)sb.st_size != f.size) {
-        snprintf(err, errlen, "%s: the file changed while it was read", path);
-        goto out;
-    }
+    if ((fd = ckpt_open_tensors(path, &f, err, errlen)) < 0) goto out;
     // Generation runs the model forward only: its blocks can share one block's activations, the
     // layout of recompute (the same bytes out; at depth 4 about a third of the activations' memory,
     // so fewer pages to touch the first time).
@@ -617,12 +636,7 @@ static Model *load_ema(const char *path, const Backend *be, int B, int named, ch
             snprintf(err, errlen, "%s: tensor %s is %s", path, name, e ? "of the wrong type or size" : "missing");
             goto fail;
         }
-        if (fc_pread_all(fd, host, bytes, (uint64_t)f.data_start + e->begin)) {
-            snprintf(err, errlen, "%s: read error (or the file changed while it was read): %s", path, strerror(errno));
-            goto fail;
-        }
-        if (ckpt_check_tensor_crc(&f, name, host, bytes, path, err, errlen) ||
-            ckpt_check_tensor_values(name, e->dtype, host, bytes, path, err, errlen))
+        if (ckpt_read_tensor(fd, &f, e, host, path, err, errlen) || ckpt_check_tensor(&f, e, host, path, err, errlen))
             goto fail;
         if (sizeof(real) == sizeof(float)) {
             be->upload(m->params_mem + p->offset, host, bytes);

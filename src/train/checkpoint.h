@@ -105,7 +105,10 @@ void ckpt_part_sender_send(CkptPartSender *s);
 void free_ckpt_part_sender(CkptPartSender *s);
 
 // Load one checkpoint into m, ema and o after checking every CRC and that it continues this run (as
-// `mode` says).
+// `mode` says), reading it a tensor at a time (host memory: its largest tensor). Nothing is loaded
+// before every check has passed; but a file that changed after its tensors were checked
+// (CKPT_CORRUPT, "the file changed while it was read") may leave them partly loaded: the caller
+// loads another checkpoint whole or stops.
 CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, const Config *c, CkptLoadMode mode,
                            TrainState *s, char *err, size_t errlen);
 

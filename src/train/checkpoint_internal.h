@@ -17,7 +17,7 @@ typedef struct {
     int ndim;
     long shape[2];
     size_t bytes;
-    void *host;      // staging bytes (save: filled from the backend; load: filled from the file)
+    void *host;      // staging bytes, filled from the backend (save)
     // The bytes this process holds, at part_offset of the tensor's: all of them, but for the EMA and
     // optimizer state of a rank that keeps a part of them (ZeRO-1, optim.h), where device points at
     // the part (NULL when it holds none of the tensor).
@@ -76,8 +76,22 @@ int ckpt_check_tensor_crc(const StFile *f, const char *name, const void *data, s
 // One tensor's values usable: every F32 finite, the optimizer's magnitudes not negative.
 int ckpt_check_tensor_values(const char *name, const char *dtype, const void *data, size_t len,
                              const char *path, char *err, size_t errlen);
-// Both checks above on every tensor of a file read whole.
+// Both checks above on one tensor: entry e of f, its bytes at data.
+int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const char *path, char *err,
+                      size_t errlen);
+// ckpt_check_tensor on every tensor of a file read whole, in file order.
 int ckpt_check_tensors(const StFile *f, const char *path, char *err, size_t errlen);
+// The tensors of a file whose header alone was read (st_read_header into f), one at a time:
+// ckpt_open_tensors opens it (fc_open_regular) and returns the descriptor, or -1 with a line in err,
+// also where it is no longer the size its header was checked against ("the file changed while it
+// was read"); ckpt_tensor_buffer allocates the bytes of its largest tensor (NULL with a line in err);
+// ckpt_read_tensor reads entry e into buf; ckpt_check_tensors_read reads and checks every tensor
+// (ckpt_check_tensor), in file order, through buf.
+int ckpt_open_tensors(const char *path, const StFile *f, char *err, size_t errlen);
+void *ckpt_tensor_buffer(const StFile *f, const char *path, char *err, size_t errlen);
+int ckpt_read_tensor(int fd, const StFile *f, const StEntry *e, void *buf, const char *path, char *err,
+                     size_t errlen);
+int ckpt_check_tensors_read(const StFile *f, int fd, void *buf, const char *path, char *err, size_t errlen);
 // Every tensor of tab in f, of its type, size and shape, and nothing else in f (ema_only: the tensors
 // of tab other than the EMA's may be missing): CKPT_OK or CKPT_REFUSED.
 CkptStatus ckpt_check_layout(const StFile *f, const CkptTable *tab, int ema_only, const char *path, char *err,

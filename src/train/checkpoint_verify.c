@@ -203,17 +203,55 @@ int ckpt_check_tensor_values(const char *name, const char *dtype, const void *da
     return 0;
 }
 
-// The CRC32 of every tensor against the metadata, then their values: 0, or -1 with the first tensor
-// that fails in err.
+// One tensor's bytes (data, of entry e of f) checked: its CRC32 against the metadata, then its values.
+int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const char *path, char *err, size_t errlen) {
+    size_t len = e->end - e->begin;
+    if (ckpt_check_tensor_crc(f, e->name, data, len, path, err, errlen) ||
+        ckpt_check_tensor_values(e->name, e->dtype, data, len, path, err, errlen))
+        return -1;
+    return 0;
+}
+
+// Every tensor of a file read whole, in file order: 0, or -1 with the first that fails in err.
 int ckpt_check_tensors(const StFile *f, const char *path, char *err, size_t errlen) {
-    for (int i = 0; i < f->n; i++) {
-        const StEntry *e = &f->entries[i];
-        if (ckpt_check_tensor_crc(f, e->name, st_data(f, e), e->end - e->begin, path, err, errlen)) return -1;
+    for (int i = 0; i < f->n; i++)
+        if (ckpt_check_tensor(f, &f->entries[i], st_data(f, &f->entries[i]), path, err, errlen)) return -1;
+    return 0;
+}
+
+int ckpt_open_tensors(const char *path, const StFile *f, char *err, size_t errlen) {
+    struct stat sb;
+    int fd = fc_open_regular(path, &sb, err, errlen);
+    if (fd >= 0 && (uint64_t)sb.st_size != f->size) {  // the size the header was checked against
+        snprintf(err, errlen, "%s: the file changed while it was read", path);
+        close(fd);
+        return -1;
     }
-    for (int i = 0; i < f->n; i++) {
-        const StEntry *e = &f->entries[i];
-        if (ckpt_check_tensor_values(e->name, e->dtype, st_data(f, e), e->end - e->begin, path, err, errlen)) return -1;
-    }
+    return fd;
+}
+
+void *ckpt_tensor_buffer(const StFile *f, const char *path, char *err, size_t errlen) {
+    size_t largest = 1;
+    for (int i = 0; i < f->n; i++)
+        if (f->entries[i].end - f->entries[i].begin > largest) largest = f->entries[i].end - f->entries[i].begin;
+    void *buf = malloc(largest);
+    if (!buf) snprintf(err, errlen, "%s: out of memory for a tensor of %zu bytes", path, largest);
+    return buf;
+}
+
+int ckpt_read_tensor(int fd, const StFile *f, const StEntry *e, void *buf, const char *path, char *err,
+                     size_t errlen) {
+    if (fc_pread_all(fd, buf, e->end - e->begin, (uint64_t)f->data_start + e->begin))
+        return fc_errf(err, errlen, "%s: read error (or the file changed while it was read): %s", path,
+                       strerror(errno));
+    return 0;
+}
+
+int ckpt_check_tensors_read(const StFile *f, int fd, void *buf, const char *path, char *err, size_t errlen) {
+    for (int i = 0; i < f->n; i++)
+        if (ckpt_read_tensor(fd, f, &f->entries[i], buf, path, err, errlen) ||
+            ckpt_check_tensor(f, &f->entries[i], buf, path, err, errlen))
+            return -1;
     return 0;
 }
 
@@ -317,27 +355,9 @@ CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whyle
     StFile f;
     if (st_read_header(path, &f, why, whylen)) return CKPT_CORRUPT;
     CkptStatus s = check_header(&f, path, step, why, whylen);
-    size_t largest = 1;
-    for (int i = 0; i < f.n; i++)
-        if (f.entries[i].end - f.entries[i].begin > largest) largest = f.entries[i].end - f.entries[i].begin;
-    struct stat st;
-    int fd = s ? -1 : fc_open_regular(path, &st, why, whylen);
-    uint8_t *buf = fd >= 0 ? malloc(largest) : NULL;
-    if (fd >= 0 && !buf) snprintf(why, whylen, "%s: out of memory for a tensor of %zu bytes", path, largest);
-    if (!s && !buf) s = CKPT_CORRUPT;
-    if (!s && (uint64_t)st.st_size != f.size) {  // the size the header was checked against
-        snprintf(why, whylen, "%s: the file changed while it was read", path);
-        s = CKPT_CORRUPT;
-    }
-    for (int i = 0; !s && i < f.n; i++) {
-        const StEntry *e = &f.entries[i];
-        size_t len = e->end - e->begin;
-        if (fc_pread_all(fd, buf, len, f.data_start + e->begin))
-            snprintf(why, whylen, "%s: read error: %s", path, strerror(errno)), s = CKPT_CORRUPT;
-        else if (ckpt_check_tensor_crc(&f, e->name, buf, len, path, why, whylen) ||
-                 ckpt_check_tensor_values(e->name, e->dtype, buf, len, path, why, whylen))
-            s = CKPT_CORRUPT;
-    }
+    int fd = s ? -1 : ckpt_open_tensors(path, &f, why, whylen);
+    void *buf = fd >= 0 ? ckpt_tensor_buffer(&f, path, why, whylen) : NULL;
+    if (!s && (!buf || ckpt_check_tensors_read(&f, fd, buf, path, why, whylen))) s = CKPT_CORRUPT;
     free(buf);
     if (fd >= 0) close(fd);
     st_free(&f);

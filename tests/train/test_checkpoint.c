@@ -2,13 +2,16 @@
 // the newest whole checkpoints, never files that only have their names; checkpoints past step 10^8
 // are listed; the model generation loads predicts what the saved one did, in its smaller layout; a
 // resume refuses a config that changes the run's arithmetic (seed, lr, ...) and takes one that only
-// changes its bookkeeping; checkpoint_check refuses a file that grew while it was read.
+// changes its bookkeeping; checkpoint_check refuses a file that grew while it was read; a resume
+// reads the file a tensor at a time (its peak memory) and refuses one changed between its passes.
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -358,6 +361,114 @@ static void test_check_file_changed(void) {
     free_model(m);
 }
 
+// A file changed between checkpoint_load's two passes: this program's pread (in place of libc's for
+// the library's calls) flips the file's last byte (a tensor the load uploads) at the first read
+// after the check pass, which read every tensor whole. Unarmed (flip_at 0) it is libc's pread.
+static const char *flip_path;
+static int preads, flip_at;
+ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
+    if (flip_at && ++preads == flip_at) {
+        int w = (int)syscall(SYS_openat, AT_FDCWD, flip_path, O_RDWR | O_CLOEXEC);
+        struct stat sb;
+        uint8_t b = 0;
+        if (w < 0 || fstat(w, &sb) || syscall(SYS_pread64, w, &b, 1, sb.st_size - 1) != 1 || (b ^= 0x5a, 0) ||
+            syscall(SYS_pwrite64, w, &b, 1, sb.st_size - 1) != 1)
+            fprintf(stderr, "test_checkpoint: could not change %s\n", flip_path);
+        if (w >= 0) close(w);
+    }
+    return (ssize_t)syscall(SYS_pread64, fd, buf, n, offset);
+}
+
+// checkpoint_load on a file whose tensors all check, changed once they were checked: CKPT_CORRUPT
+// with "the file changed while it was read" (the resume sets it aside), never bytes other than the
+// checked ones uploaded as a checkpoint that loaded.
+static void test_load_file_changed(void) {
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Config c = m->cfg;
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_changed2_XXXXXX", err[512] = "", path[256];
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 4, .smooth_loss = loss}, back = {0};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    checkpoint_path(path, sizeof path, dir, 4);
+    StFile f;
+    int n = saved && !st_read_header(path, &f, err, sizeof err) ? f.n : -1;
+    if (n >= 0) st_free(&f);
+    real *ema = backend_cpu()->alloc(sizeof(real) * m->n_params);
+    CkptStatus first = CKPT_CORRUPT, s = CKPT_OK;
+    if (n > 0) first = checkpoint_load(path, m, ema, o, &c, CKPT_CONTINUE, &back, err, sizeof err);
+    flip_path = path, preads = 0, flip_at = 2 + n + 1;  // the header's two reads, the check pass, then one
+    if (first == CKPT_OK) s = checkpoint_load(path, m, ema, o, &c, CKPT_CONTINUE, &back, err, sizeof err);
+    int flipped = preads >= flip_at;
+    flip_at = 0;
+    check(first == CKPT_OK && flipped && s == CKPT_CORRUPT && strstr(err, "the file changed while it was read"),
+          "checkpoint_load_file_changed", "%d tensors; loaded whole first: %d; its last byte flipped after the check "
+          "pass: %d; then status %d, %s", n, first == CKPT_OK, flipped, (int)s, s ? err : "loaded");
+    remove_test_dir(dir, made);
+    backend_cpu()->free(ema);
+    free_optimizer(o);
+    free_model(m);
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? -1 : ru.ru_maxrss;
+}
+
+// A resume reads the checkpoint a tensor at a time: while checkpoint_load runs, the process's peak
+// resident memory grows by about its largest tensor, not by the file's size. Measured in a child
+// process (its peak starts at what it holds when forked), whose model, EMA and optimizer state are
+// written through before the load, so that only the load's own memory counts. Width 256 and depth 4:
+// a file of 65 MB, a largest tensor of 1 MB.
+static void test_resume_peak_memory(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.width = 256, c.depth = 4, c.batch_size = 1;
+    const Backend *be = backend_cpu();
+    Model *m = build_model(&c, be, 1);
+    model_init(m, 1, 0);
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_peak_XXXXXX", err[512] = "", path[256];
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 1, .smooth_loss = 1};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    checkpoint_path(path, sizeof path, dir, 1);
+    free_optimizer(o);
+    free_model(m);
+    struct stat sb;
+    long long size = saved && !stat(path, &sb) ? (long long)sb.st_size : 0;
+    struct { int status; long grew_kb; char err[400]; } r = {-1, -1, ""};
+    int fds[2] = {-1, -1};
+    pid_t pid = size && !pipe(fds) ? fork() : -1;
+    if (pid == 0) {
+        close(fds[0]);
+        Model *m2 = build_model(&c, be, 1);
+        Optimizer *o2 = build_optimizer(m2, &c);
+        real *ema = be->alloc(sizeof(real) * m2->n_params);
+        int32_t block_size = 0;
+        CkptTable tab = ckpt_build_table(m2, ema, o2, &block_size);
+        for (int i = 0; i < tab.n; i++)  // (the CPU backend's memory is the host's)
+            if (tab.t[i].device) memset(tab.t[i].device, 0, tab.t[i].part_bytes);
+        free(tab.t);
+        TrainState back;
+        long before = peak_rss_kb();
+        r.status = (int)checkpoint_load(path, m2, ema, o2, &c, CKPT_CONTINUE, &back, r.err, sizeof r.err);
+        r.grew_kb = peak_rss_kb() - before;
+        _exit(write(fds[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    if (fds[1] >= 0) close(fds[1]);
+    if (pid > 0 && read(fds[0], &r, sizeof r) != (ssize_t)sizeof r) r.status = -1;
+    if (pid > 0) waitpid(pid, NULL, 0);
+    if (fds[0] >= 0) close(fds[0]);
+    check(r.status == CKPT_OK && r.grew_kb >= 0 && r.grew_kb * 1024LL < size / 4, "resume_reads_tensor_by_tensor",
+          "a checkpoint of %.1f MB loaded (status %d%s%s): the peak resident memory grew by %.1f MB during the load "
+          "(want under a quarter of the file)", size / 1e6, r.status, r.status ? ", " : "", r.status ? r.err : "",
+          r.grew_kb / 1024.0);
+    remove_test_dir(dir, made);
+}
+
 // Resuming (CKPT_CONTINUE) with a config other than the checkpoint's: a key that changes the run's
 // arithmetic (seed: every data draw and noise; lr; noise_aug_max; plan) is refused with its line, so
 // that a resumed run repeats the uninterrupted one bit for bit; a key that only changes bookkeeping
@@ -449,5 +560,7 @@ int main(void) {
     test_written_checkpoint_checks();
     test_resume_keys();
     test_check_file_changed();
+    test_load_file_changed();
+    test_resume_peak_memory();
     return g_failed ? 1 : 0;
 }

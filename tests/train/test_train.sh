@@ -291,13 +291,16 @@ cmp -s "$(final "$tmp/ref")" "$(final "$tmp/bgterm")"
 expect sigterm_during_background_write_resume_identical $? \
     "$(grep -m1 resuming "$tmp/bgterm2.log"), final checkpoint equal to the uninterrupted run's"
 
-# ---- a flipped byte, then a truncation, in the newest checkpoint: set aside, the one before resumed ----
-for damage in flip truncate; do
+# ---- a flipped byte (in the middle, then the file's last: its last tensor, read last), then a ----
+# ---- truncation, in the newest checkpoint: set aside, the one before resumed ----
+for damage in flip flip_last truncate; do
     cp -r "$tmp/ref" "$tmp/$damage"
     f=$(final "$tmp/$damage")
     size=$(stat -c %s "$f")
     if [ $damage = flip ]; then
         printf '\x5a' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+    elif [ $damage = flip_last ]; then
+        printf '\x5a' | dd of="$f" bs=1 seek=$((size - 1)) conv=notrunc status=none
     else
         truncate -s $((size / 2)) "$f"
     fi
