@@ -36,6 +36,8 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
     // The checkpoint's tensors (checkpoint.c's table): each tensor's weights and EMA, the moments and
     // absmax as the optimizer holds them, the two code maps' 256 values (not their encoder tables).
     p.staging = p.weights + p.ema + opt - 2.0 * QUANT8_TABLE * sizeof(float) + 2.0 * 256 * sizeof(float);
+    for (int i = 0; i < k.n_tensors; i++)  // (every tensor of the file is at most its weights' size)
+        if (r * k.info[i].numel > p.resume_read) p.resume_read = r * k.info[i].numel;
     p.activations = (double)k.acts_bytes + k.dscratch_bytes;
     // the step's clean windows (x0) beside the model's inputs
     double window = r * B * c->slots * c->channels * (double)c->frame_size * c->frame_size;
@@ -72,7 +74,8 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
 }
 
 void memory_plan_sum(MemPlan *p) {
-    p->host = p->staging + p->previews + p->program;
+    double after_resume = p->staging + p->previews;  // (rank 0's staging always holds the resume's buffer)
+    p->host = (after_resume > p->resume_read ? after_resume : p->resume_read) + p->program;
     p->total = p->weights + p->weights_bf16 + p->gradients + p->optimizer + p->ema + p->activations + p->inputs +
                p->workspace + p->routes + p->autoencoder + (p->cpu ? p->host : 0);
 }
@@ -160,6 +163,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     }
     line(out, "ckpt staging", p->staging);
     if (p->previews > 0) line(out, "previews", p->previews);
+    if (p->resume_read > p->staging + p->previews) line(out, "resume read", p->resume_read);
     if (p->program > 0) line(out, "program", p->program);
     line(out, p->cpu ? "total" : "host total", p->cpu ? p->total : p->host);
 }

@@ -22,9 +22,12 @@ typedef struct {
     // printed beside it, as host.
     double staging;      // the checkpoint's staging buffer: weights, EMA, optimizer state (checkpoint.c)
     double previews;     // the weights set aside while the EMA samples a preview; 0: no previews
+    double resume_read;  // a resume's buffer: the checkpoint's largest tensor, read a tensor at a time
+                         // (checkpoint.c) and freed before the two lines above are allocated
     double program;      // the process's resident memory when the plan is made (code, libraries); 0: not known
     double total;        // what the device holds (on the CPU: with the host lines)
-    double host;         // on a GPU: the host lines' sum
+    double host;         // on a GPU: the host lines' sum (the resume's buffer where it exceeds the two
+                         // lines it comes before)
     int cpu;             // a CPU plan: the host lines are the device's
     double model;        // of these, what build_model allocates (model_memory_bytes): exact
     size_t params;

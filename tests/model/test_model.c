@@ -465,12 +465,19 @@ static void test_plan_lines_and_ranks(void) {
         memory_plan_other_rank(&other, 1);
         memory_plan_other_rank(&other_plain, 0);
         snprintf(name, sizeof name, "memory_plan_other_rank_%s", d ? "gpu" : "cpu");
+        // a resume reads the checkpoint a tensor at a time on every rank: the largest (a block's adaLN
+        // weights, (9 width, width)) in host memory, before anything is staged
+        double largest = sizeof(real) * 9.0 * c.width * c.width;
         check(other.staging == part.ema + part.optimizer && other.previews == part.previews &&
                   other_plain.staging == 0 && other_plain.previews == 0 &&
-                  (d == 0 ? other_plain.total < plain.total : other_plain.total == plain.total),
+                  (d == 0 ? other_plain.total < plain.total : other_plain.total == plain.total) &&
+                  p.resume_read == largest && other_plain.host == p.program + largest &&
+                  whole.host == whole.staging + whole.previews + whole.program,
               name, "ZeRO-1: stages %.0f (its part: EMA %.0f + optimizer %.0f); without: stages %.0f, previews %.0f, "
-              "total %.0f of rank 0's %.0f", other.staging, part.ema, part.optimizer, other_plain.staging,
-              other_plain.previews, other_plain.total, plain.total);
+              "total %.0f of rank 0's %.0f; host %.0f with the resume's read of %.0f (the largest tensor: %.0f); "
+              "rank 0's host %.0f", other.staging, part.ema, part.optimizer, other_plain.staging,
+              other_plain.previews, other_plain.total, plain.total, other_plain.host, p.resume_read, largest,
+              whole.host);
     }
 }
 
