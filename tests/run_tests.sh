@@ -47,6 +47,7 @@ run_suite layers "$PYTHON" tools/include_graph.py --check
 run_suite base "$BUILD/test_base"
 run_suite exp_poly "$BUILD/test_exp_poly"
 run_suite op_table "$BUILD/test_op_table"
+run_suite dist_origin "$BUILD/test_dist_origin"
 run_suite cuda_standins tests/backend/test_cuda_standins.sh "$FC"
 run_suite model "$BUILD/test_model"
 run_suite references "$BUILD/test_references"

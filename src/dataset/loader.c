@@ -18,6 +18,7 @@
 #include "base/philox.h"
 #include "dataset/moving_shapes.h"
 #include "base/clock.h"
+#include "dist/dist.h"
 
 #define LOADER_MAX_THREADS 256
 #define LOADER_MAX_PREFETCH 256
@@ -212,16 +213,18 @@ static int is_damaged(Loader *l, int clip) {
 }
 
 // Clip `clip` failed its check (why: the reader's line, naming the shard and the clip): remembered, and
-// named once on stderr (the first LOADER_NAMED_DAMAGE of them; the rest counted at loader_stop).
+// named once on stderr (the first LOADER_NAMED_DAMAGE of them; the rest counted at loader_stop). On
+// several ranks each rank whose windows meet it says so: the line names the rank (and its machine).
 static void note_damaged(Loader *l, int clip, const char *why) {
     pthread_mutex_lock(&l->mu);
     if (!l->damaged[clip]) {
         l->damaged[clip] = 1;
         if (++l->ndamaged <= LOADER_NAMED_DAMAGE)
-            fc_warn("%s; skipped: its windows show the next good clip (re-prepare the dataset)", why);
+            fc_warn("%s%s; skipped: its windows show the next good clip (re-prepare the dataset)", dist_rank_origin(),
+                    why);
         else if (l->ndamaged == LOADER_NAMED_DAMAGE + 1)
-            fc_warn("%s: more damaged clips: counted, not named (framechain inspect %s lists them)",
-                    dataset_dir(l->d), dataset_dir(l->d));
+            fc_warn("%s%s: more damaged clips: counted, not named (framechain inspect %s lists them)",
+                    dist_rank_origin(), dataset_dir(l->d), dataset_dir(l->d));
     }
     pthread_mutex_unlock(&l->mu);
 }

@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dist/dist.h"
 #include "base/clock.h"
@@ -13,6 +14,7 @@
 static int g_rank = 0, g_size = 1, g_local_rank = 0, g_local_size = 1;
 static double g_comm_s = 0;
 static char g_describe[256] = "one rank";
+static char g_rank_origin[320] = "", g_machine_origin[320] = "";  // dist_rank_origin, dist_machine_origin
 
 // The size a launcher asked for, from its environment (OpenMPI's mpirun, Hydra and Slurm's PMI,
 // PMIx), or 0 when no launcher started this process.
@@ -75,6 +77,14 @@ void dist_start(void) {
               "MPI_Comm_split_type");
     MPI_Comm_rank(g_node, &g_local_rank);
     MPI_Comm_size(g_node, &g_local_size);
+    // the machines the run spans: one first rank each
+    int hosts = g_local_rank == 0;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    char host[256] = "?";
+    if (gethostname(host, sizeof host)) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    dist_format_origin(g_rank_origin, sizeof g_rank_origin, g_rank, g_size, host, hosts);
+    dist_format_origin(g_machine_origin, sizeof g_machine_origin, -1, g_size, host, hosts);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(lib, &len);
@@ -284,7 +294,7 @@ int dist_same_text(const char *text, char *err, size_t errlen) {
     if (differs && errlen) {
         char here[160], there[160];
         line_at(text, line, here, sizeof here), line_at(first, line, there, sizeof there);
-        snprintf(err, errlen, "rank %d: '%s' where rank 0 has '%s'", dist_rank(), here[0] ? here : "(nothing)",
+        snprintf(err, errlen, "%s'%s' where rank 0 has '%s'", dist_rank_origin(), here[0] ? here : "(nothing)",
                  there[0] ? there : "(nothing)");
     }
     free(first);
@@ -299,6 +309,16 @@ void dist_fail_alike(int failed, const char *err) {
     fc_exit(1);
 }
 
+void dist_format_origin(char *out, size_t len, int rank, int ranks, const char *host, int hosts) {
+    if (!len) return;
+    out[0] = 0;
+    if (rank < 0 && hosts > 1) snprintf(out, len, "%s: ", host);
+    else if (rank >= 0 && ranks > 1 && hosts > 1) snprintf(out, len, "rank %d (%s): ", rank, host);
+    else if (rank >= 0 && ranks > 1) snprintf(out, len, "rank %d: ", rank);
+}
+
+const char *dist_rank_origin(void) { return g_rank_origin; }
+const char *dist_machine_origin(void) { return g_machine_origin; }
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
 int dist_local_rank(void) { return g_local_rank; }

@@ -28,6 +28,15 @@ int dist_rank(void);        // 0 .. dist_size() - 1
 int dist_size(void);        // 1 without a launcher
 int dist_local_rank(void);  // among the ranks on this machine: the GPU it takes
 int dist_local_size(void);  // the ranks on this machine (they share its memory)
+// Who says a message, in front of its text: dist_rank_origin() for what one rank meets on its own,
+// "rank R: " ("rank R (HOST): " where the run spans several machines; "" for one rank);
+// dist_machine_origin() for what a machine's first rank says for all of them, "HOST: " where the run
+// spans several machines ("" on one: its lines stay as they are).
+const char *dist_rank_origin(void);
+const char *dist_machine_origin(void);
+// Either of them into out from its parts: rank >= 0 a rank's (of `ranks`), rank < 0 a machine's; host
+// this process's machine, hosts the machines the run spans.
+void dist_format_origin(char *out, size_t len, int rank, int ranks, const char *host, int hosts);
 // "MPI (Open MPI v4.1.4), rank 0 of 2" or "one rank (...)": for train's first lines.
 const char *dist_describe(void);
 // What this build can do, for --version: "MPI (...)" or "one rank only (built without MPI: ...)".

@@ -197,8 +197,8 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
         char err[1024];
         TrainState st;
         if (checkpoint_load(loaded, t->m, t->ema, t->o, t->c, (CkptLoadMode)m, &st, err, sizeof err))
-            fc_die("rank %d: %s (every rank reads the checkpoint rank 0 starts from: the run folder must be on a "
-                   "filesystem all of them see)", t->rank, err);
+            fc_die("%s%s (every rank reads the checkpoint rank 0 starts from: the run folder must be on a "
+                   "filesystem all of them see)", dist_rank_origin(), err);
     }
     dist_broadcast(&t->st, sizeof t->st);
     dist_broadcast(fork_unwritten, sizeof *fork_unwritten);

@@ -259,6 +259,13 @@ one=$(grep 'damaged clips* skipped: ' "$tmp/dmg1.err")
 expect damaged_clips_counted_once_for_ranks $(( rc1 != 0 || rc2 != 0 || ${#one} == 0 ||
     $(grep -c 'damaged clips* skipped: ' "$tmp/dmg2.err") != 1 || $(grep -cxF "$one" "$tmp/dmg2.err") != 1 )) \
     "status $rc1 on one rank, $rc2 on two; one rank: ${one:-no count}; two ranks: $(grep -o '[0-9]* damaged clips* skipped: [0-9]* windows*' "$tmp/dmg2.err" | tr '\n' ';')"
+# each rank that meets the damaged clip names it, and says which rank it is (one rank: as without MPI)
+named1=$(grep -c 'skipped: its windows show the next good clip' "$tmp/dmg1.err")
+named2=$(grep -c 'skipped: its windows show the next good clip' "$tmp/dmg2.err")
+ranked2=$(grep -c '^framechain: warning: rank [01]: .*dmg/shard-00000.safetensors: .*skipped: its windows show the next good clip' "$tmp/dmg2.err")
+expect damaged_clip_named_with_its_rank $(( named1 == 0 || named2 == 0 || ranked2 != named2 ||
+    $(grep -c '^framechain: warning: rank' "$tmp/dmg1.err") != 0 )) \
+    "one rank: $named1 line(s) naming the clip, $(grep -c '^framechain: warning: rank' "$tmp/dmg1.err") with a rank; two ranks: $ranked2 of $named2 with theirs: $(grep -m1 'skipped: its windows' "$tmp/dmg2.err" | cut -c1-160)"
 
 # ---- checkpoints resume on any number of ranks ----
 keep_to "$tmp/two" 10 "$tmp/two_two"
