@@ -25,8 +25,8 @@ void usage_error(const char *fmt, ...) {
         vsnprintf(line, sizeof line, fmt, ap);
         // a message that already names the help (an unknown key's) is not told it twice
         int named = strstr(line, "--help lists") != NULL;
-        fprintf(stderr, "%s: %s%s%s%s\n", g_command, line, named ? "" : " (see ", named ? "" : g_command,
-                named ? "" : " --help)");
+        fprintf(stderr, "%s: %s%s%s%s%s\n", g_command, fc_message_origin_text(), line, named ? "" : " (see ",
+                named ? "" : g_command, named ? "" : " --help)");
     }
     va_end(ap);
     fc_exit(2);

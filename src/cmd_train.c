@@ -114,8 +114,10 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                   {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {"--vae", 1},
                   {NULL}};
     // The command line and the config read alike on every rank of a machine: its first rank says what
-    // is wrong with them, the others only exit (mpirun -np 8 on one machine: one line, not eight).
+    // is wrong with them, the others only exit (mpirun -np 8 on one machine: one line, not eight; on
+    // several machines it names its own).
     fc_quiet_messages(dist_local_rank() > 0);
+    fc_message_origin(dist_machine_origin());
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();
@@ -173,6 +175,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     // other data than the run's)
     if (c.exclude[0] && exclude_list_check_file(c.exclude, err, sizeof err)) fc_die("exclude = %s", err);
     fc_quiet_messages(0);  // from here a rank may meet what the others do not (its device, its memory)
+    fc_message_origin(NULL);
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
                       origin.extend);

@@ -14,9 +14,12 @@
 #include <cblas.h>
 
 static int g_quiet;  // fc_quiet_messages
+static const char *g_origin = "";  // fc_message_origin
 
 void fc_quiet_messages(int quiet) { g_quiet = quiet; }
 int fc_messages_quiet(void) { return g_quiet; }
+void fc_message_origin(const char *origin) { g_origin = origin ? origin : ""; }
+const char *fc_message_origin_text(void) { return g_origin; }
 
 void fc_exit(int status) {
     if (g_quiet) usleep(200000);
@@ -83,7 +86,7 @@ void fc_printable_line(char *s) {
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     if (g_quiet) return;
     char line[16384];  // a message quotes at most a path or two (PATH_MAX 4096 each)
-    int head = snprintf(line, sizeof line, "framechain: %s", prefix);
+    int head = snprintf(line, sizeof line, "framechain: %s%s", prefix, g_origin);
     int body = head >= 0 && head < (int)sizeof line ? vsnprintf(line + head, sizeof line - head, fmt, ap) : -1;
     size_t len = body >= 0 && (size_t)head + body + 1 < sizeof line ? (size_t)head + body : sizeof line - 5;
     if (len == sizeof line - 5) memcpy(line + len - 3, "...", 3);  // cut short (no message is this long)

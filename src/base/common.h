@@ -28,6 +28,10 @@ void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // command line, the config file): the first rank says it once, not every rank.
 void fc_quiet_messages(int quiet);
 int fc_messages_quiet(void);
+// While set (not NULL or ""), fc_die, fc_warn and usage_error put `origin` in front of their message's
+// text: the machine a message is said for (dist_machine_origin), while its first rank speaks for its others.
+void fc_message_origin(const char *origin);
+const char *fc_message_origin_text(void);  // "" when none is set
 // exit(status); while quiet, 0.2 s later, so that the rank that says why ends first (mpirun then names it).
 void fc_exit(int status) __attribute__((noreturn));
 

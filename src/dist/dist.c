@@ -304,7 +304,7 @@ int dist_same_text(const char *text, char *err, size_t errlen) {
 void dist_fail_alike(int failed, const char *err) {
     int first = local_min_int(failed ? g_local_rank : INT_MAX);
     if (first == INT_MAX) return;
-    if (failed && first == g_local_rank) fc_die("%s", err);
+    if (failed && first == g_local_rank) fc_die("%s%s", g_machine_origin, err);
     fc_quiet_messages(1);  // the machine's rank that failed first says why
     fc_exit(1);
 }

@@ -73,7 +73,8 @@ int dist_same_text(const char *text, char *err, size_t errlen);
 // the same files: the data folder, the batch against the ranks, the run to extend or fork): where it
 // failed on any of them, the machine's first rank that failed says err and exits 1; the others exit 1
 // too, silently and 0.2 s later, so that mpirun names the rank that spoke (one line a machine, not one
-// a rank). Returns where none failed. A collective of the machine's ranks; one rank: fc_die(err).
+// a rank; after dist_machine_origin, which names the machine where the run spans several). Returns
+// where none failed. A collective of the machine's ranks; one rank: fc_die(err).
 void dist_fail_alike(int failed, const char *err);
 // Seconds this rank spent in the collectives above, since dist_start.
 double dist_comm_seconds(void);

@@ -122,6 +122,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     memory_plan_per_rank(&t->plan, t->ranks, t->shard);
     if (t->rank > 0) memory_plan_other_rank(&t->plan, t->shard);
     memory_plan_sum(&t->plan);
+    // rank 0's plan (the others' lines go nowhere): where the run spans several machines, its machine's
+    // name in front
+    fputs(dist_machine_origin(), stdout);
     memory_plan_print(stdout, &t->plan, be->name, t->on_gpu ? vram_budget : 0);
     fflush(stdout);
     if (t->on_gpu && t->plan.total > vram_budget)
@@ -129,7 +132,8 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                "or depth (or raise the budget)", t->run, t->plan.total / 1073741824.0, vram_budget / 1073741824.0);
     // The host's part (on the CPU all of it): refused where the machine could never hold it, a warning
     // where it cannot now without swapping (what the process already holds is counted as held). The
-    // ranks on one machine share its memory: their plans are summed, and one of them says so.
+    // ranks on one machine share its memory: their plans are summed, and one of them says so (naming
+    // the machine where the run spans several).
     const double GiB = 1073741824.0;
     int local = dist_local_size(), speaker = dist_local_rank() == 0;
     double host = t->plan.cpu ? t->plan.total : t->plan.host, held = t->plan.program;
@@ -137,15 +141,16 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     char whose[64] = "";
     if (local > 1) snprintf(whose, sizeof whose, " (its %d ranks together)", local);
     if (local > 1 && t->rank == 0)
-        printf("host memory of the %d ranks on this machine: %.3f GiB together\n", local, host / GiB);
+        printf("%shost memory of the %d ranks on this machine: %.3f GiB together\n", dist_machine_origin(), local,
+               host / GiB);
     double machine = (double)fc_machine_memory(0), available = (double)fc_machine_memory(1);
     if (machine > 0 && host > machine) {
         if (!speaker) {  // this machine's first rank says it; its exit ends the run
             dist_barrier();
             exit(1);
         }
-        fc_die("%s: the memory plan's %.2f GiB of host memory%s exceed this machine's %.2f GiB: lower batch_size, "
-               "frame_size, width or depth%s", t->run, host / GiB, whose, machine / GiB,
+        fc_die("%s%s: the memory plan's %.2f GiB of host memory%s exceed this machine's %.2f GiB: lower batch_size, "
+               "frame_size, width or depth%s", dist_machine_origin(), t->run, host / GiB, whose, machine / GiB,
                local > 1 ? ", or run fewer ranks on it"
                : t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
     }
@@ -162,9 +167,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                    (limit + need - left) / 1024 + 1);
     }
     if (speaker && available > 0 && host - held > available)
-        fc_warn("%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "
-                "available now: the run may swap, or be killed when memory runs out", t->run, (host - held) / GiB,
-                whose, available / GiB);
+        fc_warn("%s%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "
+                "available now: the run may swap, or be killed when memory runs out", dist_machine_origin(), t->run,
+                (host - held) / GiB, whose, available / GiB);
 }
 
 // The model, its optimizer and EMA, and the batch buffers; the weights as a fresh run starts them.
@@ -636,10 +641,13 @@ static void finish_run(Trainer *t) {
     if (t->previews)
         printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
                t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), t->run);
-    if (t->be->memory_peak) {  // three decimals: a MiB, for the small configs; the ratio for any size
+    // rank 0's peak against its plan (the machine named where the run spans several); three decimals: a
+    // MiB, for the small configs; the ratio for any size
+    if (t->be->memory_peak) {
         double peak = (double)t->be->memory_peak();
-        printf("peak %s memory: %.3f GiB measured (plan %.3f GiB; the measure %.3fx the plan)\n", t->be->name,
-               peak / 1073741824.0, t->plan.total / 1073741824.0, peak / t->plan.total);
+        printf("%speak %s memory: %.3f GiB measured (plan %.3f GiB; the measure %.3fx the plan)\n",
+               dist_machine_origin(), t->be->name, peak / 1073741824.0, t->plan.total / 1073741824.0,
+               peak / t->plan.total);
     }
 }
 

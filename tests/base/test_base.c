@@ -274,10 +274,45 @@ static void test_error_lines_utf8(void) {
           "stderr held '%.*s' and %s", (int)strcspn(got, "\n"), got, strchr(got, '\n') ? "a newline" : "no newline");
 }
 
+// The line fc_warn writes for "%s", text, into got (len bytes).
+static void warn_line(const char *text, char *got, size_t len) {
+    char path[] = "/tmp/fc_test_base_origin_XXXXXX";
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    got[0] = 0;
+    if (fd >= 0 && saved >= 0) {
+        fflush(stderr);
+        dup2(fd, STDERR_FILENO);
+        fc_warn("%s", text);
+        dup2(saved, STDERR_FILENO);
+        ssize_t n = pread(fd, got, len - 1, 0);
+        got[n > 0 ? n : 0] = 0;
+    }
+    if (fd >= 0) close(fd), unlink(path);
+    if (saved >= 0) close(saved);
+}
+
+// A machine's first rank speaking for its others names the machine (fc_message_origin); unset, or
+// set to "", the line is as it was.
+static void test_error_lines_origin(void) {
+    char got[256];
+    fc_message_origin("node2: ");
+    warn_line("/data/clips: no such folder", got, sizeof got);
+    check(!strcmp(got, "framechain: warning: node2: /data/clips: no such folder\n"), "error_line_names_its_machine",
+          "'%.*s'", (int)strcspn(got, "\n"), got);
+    fc_message_origin("");
+    warn_line("/data/clips: no such folder", got, sizeof got);
+    fc_message_origin(NULL);
+    char none[256];
+    warn_line("/data/clips: no such folder", none, sizeof none);
+    check(!strcmp(got, "framechain: warning: /data/clips: no such folder\n") && !strcmp(none, got),
+          "error_line_without_origin", "'%.*s', '%.*s'", (int)strcspn(got, "\n"), got, (int)strcspn(none, "\n"), none);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_error_lines_printable();
     test_error_lines_utf8();
+    test_error_lines_origin();
     test_philox_kat();
     test_philox_layout();
     test_philox_distributions();
