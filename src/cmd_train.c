@@ -7,6 +7,7 @@
 
 #include "base/common.h"
 #include "base/config.h"
+#include "base/sha256.h"
 #include "dataset/exclude.h"
 #include "model/autoencoder.h"
 #include "model/memplan.h"
@@ -83,6 +84,30 @@ static const char *set_value(Opt *opts, const char *key) {
     return found;
 }
 
+// The autoencoder by its content, the identity latent datasets record (its SHA-256), not by its path:
+// each machine may hold its copy elsewhere. Where a rank's file is not rank 0's (or one has none), that
+// rank says so, naming both files; a rank that cannot read its own says why. Every rank then ends.
+static void check_ranks_same_vae(const char *vae) {
+    char id[80] = "none", err[1024] = "", hex[65];
+    if (vae && sha256_file(vae, hex, err, sizeof err)) snprintf(id, sizeof id, "unreadable");
+    else if (vae) snprintf(id, sizeof id, "sha256 %s", hex);
+    char differs[256];
+    if (!dist_same_text(id, differs, sizeof differs)) return;  // (unreadable on every rank: rank 0 says why)
+    struct {
+        char path[4096], id[80];
+    } first = {"", ""};  // rank 0's
+    if (dist_rank() == 0) snprintf(first.path, sizeof first.path, "%s", vae ? vae : ""), memcpy(first.id, id, sizeof id);
+    dist_broadcast(&first, sizeof first);
+    const char *same = "every rank of a run is started with the same command, config and files";
+    if (err[0] && dist_rank() == 0) fc_die("%s%s", dist_rank_origin(), err);
+    if (err[0]) fc_die("%s%s (%s; rank 0 reads its --vae %s)", dist_rank_origin(), err, same, first.path);
+    if (!differs[0] || !strcmp(first.id, "unreadable")) fc_exit(1);  // another rank says what differs
+    if (!vae) fc_die("%sno --vae, where rank 0 has --vae %s (%s)", dist_rank_origin(), first.path, same);
+    if (!first.path[0]) fc_die("%s--vae %s, where rank 0 has none (%s)", dist_rank_origin(), vae, same);
+    fc_die("%s--vae %s is another autoencoder than rank 0's --vae %s (%s against %s): %s; each machine's copy of "
+           "the autoencoder holds the same bytes", dist_rank_origin(), vae, first.path, id, first.id, same);
+}
+
 // Every rank runs the same command on the same files: a rank with another config, run folder, data or
 // autoencoder would train another run than the one rank 0 records in its checkpoints. The rank that
 // differs says where; every rank ends before anything is written.
@@ -95,8 +120,7 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     if (!f) fc_die("out of memory");
     char data_key[200];  // the dataset's and exclude list's CRCs: each machine may hold its copy elsewhere
     lineage_data_key(data_identity, data_key, sizeof data_key);
-    fprintf(f, "--run = %s\n--data = %s\n--vae = %s\n--from = %s\n--extend = %d\n", run, data_key,
-            vae ? vae : "", from ? from : "", extend);
+    fprintf(f, "--run = %s\n--data = %s\n--from = %s\n--extend = %d\n", run, data_key, from ? from : "", extend);
     char value[CONFIG_MAX_LINE];
     for (const char *const *key = config_keys(); *key; key++)  // the exclude list by its CRC, above
         if (strcmp(*key, "exclude") && config_get(c, *key, value, sizeof value)) fprintf(f, "%s = %s\n", *key, value);
@@ -104,9 +128,9 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     char err[512];
     int differ = dist_same_text(text, err, sizeof err);
     free(text);
-    if (!differ) return;
-    if (err[0]) fc_die("%s (every rank of a run is started with the same command, config and files)", err);
-    fc_exit(1);  // another rank said what differs
+    if (differ && err[0]) fc_die("%s (every rank of a run is started with the same command, config and files)", err);
+    if (differ) fc_exit(1);  // another rank said what differs
+    check_ranks_same_vae(vae);
 }
 
 int cmd_train(int argc, char **argv, const Backend *be) {

@@ -163,6 +163,40 @@ mpirun -np 2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/vae_missing" "
 rc=$?
 expect vae_error_said_once $(( rc == 0 || $(grep -c "^framechain: .*no_such_vae.safetensors" "$tmp/vae_missing.log") != 1 )) \
     "status $rc, $(grep -c "^framechain: .*no_such_vae" "$tmp/vae_missing.log") lines: $(grep -m1 '^framechain' "$tmp/vae_missing.log")"
+# Each machine may hold its copy of the autoencoder at a path of its own: the ranks compare the files'
+# contents (their SHA-256), not their paths. A copy trains; another file, or one a rank cannot read, is
+# refused by that rank in one line naming both files, before anything is written.
+if "$PYTHON" tools/autoencoder_reference.py --make "$tmp/ae" > "$tmp/ae.log" 2>&1; then
+    ffmpeg -v error -y -i "$SAMPLES/vtest.avi" -frames:v 50 -c:v ffv1 "$tmp/short.mkv"
+    "$FC" --threads 1 prepare --vae "$tmp/ae/taesd.safetensors" --input "$tmp/short.mkv" --out "$tmp/lat" --size 64 \
+        --clip-frames 25 > "$tmp/lat.log" 2>&1 || fail vae_latents_for_ranks "$(tail -1 "$tmp/lat.log")"
+    cp "$tmp/ae/taesd.safetensors" "$tmp/taesd_copy.safetensors"
+    LAT=(--config configs/tiny/extrapolate.conf --set frame_size=8 --set channels=4 --set patch=2 --set sample_every=5
+         --set preview_budget=1 --steps 5 --data "$tmp/lat")
+    vae_ranks() {  # vae_ranks RUN VAE_OF_RANK_0 VAE_OF_RANK_1
+        mpirun -np 1 "$FC" --threads 1 train "${LAT[@]}" --run "$1" --vae "$2" : \
+            -np 1 "$FC" --threads 1 train "${LAT[@]}" --run "$1" --vae "$3" > "$1.log" 2>&1
+    }
+    vae_ranks "$tmp/vcopy" "$tmp/ae/taesd.safetensors" "$tmp/taesd_copy.safetensors"
+    rc=$?
+    expect vae_copy_at_other_path_trains $(( rc != 0 || $(grep -c "^done: $tmp/vcopy at step 5" "$tmp/vcopy.log") != 1 ||
+        $(ls "$tmp/vcopy/samples" 2> /dev/null | wc -l) == 0 )) \
+        "status $rc: $(grep -m1 -E '^(framechain:|done:)' "$tmp/vcopy.log" | cut -c1-200); previews: $(ls "$tmp/vcopy/samples" 2> /dev/null | wc -l)"
+    vae_ranks "$tmp/vother" "$tmp/ae/taesd.safetensors" "$tmp/ae/taesd_f16.safetensors"
+    rc=$?
+    vae_ranks "$tmp/vgone" "$tmp/ae/taesd.safetensors" "$tmp/no_such_vae.safetensors"
+    rc2=$?
+    other="^framechain: rank 1: --vae $tmp/ae/taesd_f16.safetensors is another autoencoder than rank 0's --vae $tmp/ae/taesd.safetensors (sha256 $(sha256sum "$tmp/ae/taesd_f16.safetensors" | cut -c1-64) against sha256 $(sha256sum "$tmp/ae/taesd.safetensors" | cut -c1-64)): every rank of a run"
+    gone="^framechain: rank 1: $tmp/no_such_vae.safetensors: cannot open: .*rank 0 reads its --vae $tmp/ae/taesd.safetensors)$"
+    expect vae_other_file_refused $(( rc == 0 || rc2 == 0 || $(grep -c '^framechain' "$tmp/vother.log") != 1 ||
+        $(grep -c "$other" "$tmp/vother.log") != 1 || $(grep -c '^framechain' "$tmp/vgone.log") != 1 ||
+        $(grep -c "$gone" "$tmp/vgone.log") != 1 )) \
+        "status $rc: $(grep -m1 '^framechain' "$tmp/vother.log" | cut -c1-220); a file rank 1 lacks: status $rc2: $(grep -m1 '^framechain' "$tmp/vgone.log" | cut -c1-160)"
+    expect vae_other_file_nothing_made $([ ! -e "$tmp/vother" ] && [ ! -e "$tmp/vgone" ]; echo $?) \
+        "the run folders: $(ls -d "$tmp/vother" "$tmp/vgone" 2> /dev/null | tr '\n' ' ')"
+else
+    fail vae_files_for_ranks "tools/autoencoder_reference.py --make: $(tail -1 "$tmp/ae.log")"
+fi
 
 # ---- ZeRO-1 against every rank keeping the whole state: the same tensors in every checkpoint ----
 train_on 2 "$tmp/replicated" --set shard_optimizer=0 > "$tmp/replicated.log" 2>&1
