@@ -161,9 +161,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
         double plan = (host - held) / local, left = limit - fc_address_space_used(),
                need = plan + fc_address_space_to_come(fc_threads());
         if (need > left)
-            fc_die("%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
+            fc_die("%s%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
                    "more address space, and its limit leaves %.2f GiB: raise it (ulimit -v %.0f or more) or lower "
-                   "batch_size, frame_size, width or depth", t->run, plan / GiB, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB, left / GiB,
+                   "batch_size, frame_size, width or depth", dist_rank_origin(), t->run, plan / GiB, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB, left / GiB,
                    (limit + need - left) / 1024 + 1);
     }
     if (speaker && available > 0 && host - held > available)
