@@ -11,6 +11,8 @@
 #
 # usage: tools/bench.sh [OUT_DIR]     (THREADS=N, default all cores; PAIRS=N, default 5;
 #                                      CONFIGS="tiny small medium" (CONFIGS= for none), GENERATE=1)
+# The table goes to the terminal and to OUT_DIR/table.txt (default out/bench/table.txt), replaced
+# only once the run is whole: a run stopped half-way leaves the last whole table there.
 # OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
 # the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
 # BUILD: the build folder that holds bench_gemm (make bench passes its own).
@@ -39,7 +41,11 @@ if ! err=$("$PYTHON" -c 'import torch' 2>&1); then
 fi
 mkdir -p -- "$OUT"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+table=$OUT/table.txt
+trap 'rm -rf "$tmp"; rm -f -- "$table.partial"' EXIT
+# from here on what goes to the terminal goes to the table's file too
+exec 3>&1 > >(tee "$table.partial")
+tee_pid=$!
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # row WHAT FC_TIMES PT_TIMES FLOP_PER_UNIT: one line of the table from the pairs' times (same units;
@@ -142,3 +148,9 @@ echo "(ratio: PyTorch's time over framechain's in each of n alternating pairs, t
 echo " medians; a step time is the median step after 2 warm-up steps, framechain's and PyTorch's alike; peak: % of the"
 echo " sgemm peak the model FLOPs reach)"
 cat "$tmp/notes" 2> /dev/null
+exec >&3 3>&-  # the table's end: tee has all of it once it exits
+if ! wait "$tee_pid" || ! mv -f -- "$table.partial" "$table"; then
+    echo "bench: could not write the table to $table" >&2
+    exit 1
+fi
+echo "bench: the table is in $table"

@@ -95,6 +95,67 @@ expect bench_autoencoder_stopped_weights_made_again $? \
     "status $s_half stopped (left: ${left:-nothing}), then $s_whole; weights: $(cat "$weights" 2> /dev/null); \
 $(tail -1 "$tmp/ae/whole.txt")"
 
+# ---- tools/bench.sh (make bench) on stand-ins: framechain (a train run's metrics.jsonl and speed line,
+# generate's windows and time; the third run of each fails, as a crash would), PyTorch (its step and
+# window times) and bench_gemm (a 100 GFLOP/s peak). The table goes to the terminal and to
+# OUT_DIR/table.txt, renamed into place only when whole ----
+bb=$tmp/bb
+mkdir -p "$bb/build" "$bb/cwd"
+printf '#!/bin/sh\necho "sgemm 2048x2048x2048, 2 threads: 100.0 GFLOP/s (best of 5; OpenBLAS'"'"'s Haswell kernels)"\n' \
+    > "$bb/build/bench_gemm"
+cat > "$bb/framechain" << 'EOF_STUB'
+#!/usr/bin/env bash
+# runs: 1 at 10 ms a step (0.61 s for 61 frames), 2 at 20 (1.22 s), the 3rd fails
+[ "$1" = --version ] && { echo "framechain stub"; exit 0; }
+[ "$1" = inspect ] && { echo "parameters   1234  (stub)"; exit 0; }
+args=("$@")
+while [ $# -gt 0 ] && [ "$1" != train ] && [ "$1" != generate ]; do shift; done
+cmd=$1 run=""
+for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[i]}" = --run ] && run=${args[i + 1]}; done
+[[ $run == */starter || $run == */extrapolate || $run == */interpolate ]] && exit 0  # generate's models
+n=$(($(cat "$STUB_DIR/$cmd" 2> /dev/null || echo 0) + 1))
+echo $n > "$STUB_DIR/$cmd"
+[ $n -ge 3 ] && { echo "framechain: stub crash"; exit 1; }
+[ $n = 2 ] && [ -n "${STUB_STOP:-}" ] && kill -INT 0
+if [ "$cmd" = train ]; then
+    mkdir -p "$run"
+    for s in 1 2 3 4 5; do echo "{\"step\":$s,\"loss\":1.0,\"step_ms\":$((10 * n)).0}"; done > "$run/metrics.jsonl"
+    echo "speed: $((10 * n)).0 ms per step, 0.001 TFLOP per step"
+else
+    echo "generate: 20 windows"
+    echo "wrote the frames (61 frames, $(awk -v n=$n 'BEGIN { print 0.61 * n }') s)"
+fi
+EOF_STUB
+cat > "$bb/python" << 'EOF_STUB'
+#!/usr/bin/env bash
+case "$1" in
+    -c) [[ $2 == *__version__* ]] && echo "1.0-stub"; exit 0 ;;
+    -) cat > /dev/null; echo 1e8; exit 0 ;;  # the forward FLOPs of one window
+esac
+[[ " $* " == *" --sample "* ]] && echo '{"window_ms": 61.0}' || echo '{"step_ms": 40.0}'
+EOF_STUB
+chmod +x "$bb/build/bench_gemm" "$bb/framechain" "$bb/python"
+bench_stub() {  # bench_stub NAME [VAR=VALUE ...] [WRAPPER ...]: tools/bench.sh on the stand-ins, 3 pairs, into $bb/out
+    local name=$1
+    shift
+    rm -f "$bb/train" "$bb/generate"
+    env STUB_DIR="$bb" FC="$bb/framechain" BUILD="$bb/build" PYTHON="$bb/python" PAIRS=3 CONFIGS=tiny "$@" \
+        tools/bench.sh "$bb/out" > "$bb/$name.txt" 2> "$bb/$name.err"
+}
+bench_stub whole
+status=$?
+rows=$(grep -cE '^(train step, tiny|generate, small) ' "$bb/whole.txt")
+[ $status -eq 0 ] && [ "$rows" = 2 ] && grep -qx "bench: the table is in $bb/out/table.txt" "$bb/whole.txt" &&
+    [ "$(head -n -1 "$bb/whole.txt")" = "$(cat "$bb/out/table.txt")" ] && [ ! -e "$bb/out/table.txt.partial" ]
+expect bench_table_to_file $? "status $status, $rows rows; $(tail -1 "$bb/whole.txt"); $(wc -l < "$bb/out/table.txt" 2> /dev/null) lines in table.txt"
+# a run stopped half-way (framechain's stand-in at its second run sends SIGINT to the run's process
+# group, as a Ctrl-C does) leaves the last whole table
+cp "$bb/out/table.txt" "$bb/table-before.txt"
+bench_stub stopped STUB_STOP=1 setsid --wait
+status=$?
+[ $status -ne 0 ] && cmp -s "$bb/table-before.txt" "$bb/out/table.txt" && [ ! -e "$bb/out/table.txt.partial" ]
+expect bench_stopped_keeps_table $? "status $status; left: $(ls "$bb/out" | tr '\n' ' ')"
+
 # ---- make bench-cuda's pairs: one PyTorch process that warms up once, timing a round when told ----
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import torch' 2> /dev/null; then
