@@ -48,20 +48,24 @@ exec 3>&1 > >(tee "$table.partial")
 tee_pid=$!
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# row WHAT FC_TIMES PT_TIMES FLOP_PER_UNIT: one line of the table from the pairs' times (same units;
-# FLOP_PER_UNIT: model FLOPs of one unit of the time, for the % of peak)
+# row WHAT FC_TIMES PT_TIMES FLOPS: one line of the table from the pairs' times (same units) and the
+# model FLOPs of one unit of the time in each pair's framechain run (0 where it said none): the % of
+# the peak is each pair's, then their median, as the ratio is
 row() {
     local what=$1 fc=$2 pt=$3 flop=$4
-    paste <(tr ' ' '\n' <<< "$fc") <(tr ' ' '\n' <<< "$pt") | awk -v w="$what" -v fl="$flop" -v pk="$peak" '
-        NF == 2 && $1 > 0 && $2 > 0 { n++; f[n] = $1; p[n] = $2; r[n] = $2 / $1 }
+    paste <(tr ' ' '\n' <<< "$fc") <(tr ' ' '\n' <<< "$pt") <(tr ' ' '\n' <<< "$flop") |
+        awk -v w="$what" -v pk="$peak" '
+        NF == 3 && $1 > 0 && $2 > 0 { n++; f[n] = $1; p[n] = $2; r[n] = $2 / $1
+            if ($3 > 0) { m++; fpk[m] = 100 * $3 / ($1 / 1e3) / (pk * 1e9); ppk[m] = 100 * $3 / ($2 / 1e3) / (pk * 1e9) } }
         function med(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i]
             for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
             lo = b[1]; hi = b[n]; return (n % 2) ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
         END {
             if (!n) { printf "%-28s %12s\n", w, "failed"; exit }
             mf = med(f, n); mp = med(p, n); mr = med(r, n); rlo = lo; rhi = hi
-            printf "%-28s %12.2f %12.2f %7.2fx %6.2f-%-6.2f %8.1f%% %8.1f%% %3d\n", w, mf, mp, mr, rlo, rhi,
-                   100 * fl / (mf / 1e3) / (pk * 1e9), 100 * fl / (mp / 1e3) / (pk * 1e9), n }'
+            printf "%-28s %12.2f %12.2f %7.2fx %6.2f-%-6.2f", w, mf, mp, mr, rlo, rhi
+            if (m) printf " %8.1f%% %8.1f%% %3d\n", med(fpk, m), med(ppk, m), n
+            else printf " %9s %9s %3d\n", "-", "-", n }'
 }
 
 peak=$("$BUILD/bench_gemm" --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 's/.*: ([0-9.]+) GFLOP.*/\1/p')
@@ -82,7 +86,7 @@ for cfg in $CONFIGS; do
         medium) steps=6 conf=configs/bench/medium.conf ;;
         *) echo "bench: unknown config $cfg"; continue ;;
     esac
-    fc_ms="" pt_ms="" tflop=0
+    fc_ms="" pt_ms="" flops=""
     for r in $(seq "$PAIRS"); do
         rm -rf "$tmp/run"
         "$FC" --threads "$THREADS" --device cpu train --config "$conf" --run "$tmp/run" --steps $steps \
@@ -94,6 +98,7 @@ for cfg in $CONFIGS; do
             awk '$1 >= 3 { print $2 }' | median)
         fc_ms="$fc_ms ${ms:-0}"
         tflop=$(sed -nE 's/^speed: .* ([0-9.e+-]+) TFLOP per step.*/\1/p' "$tmp/fc.log")
+        flops="$flops $(awk -v t="${tflop:-0}" 'BEGIN { print t * 1e12 }')"
         # PyTorch times steps - 2 steps after 2 of warm-up, as framechain's steady state leaves out 2
         "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$conf" --threads "$THREADS" --steps $((steps - 2)) \
             --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err" ||
@@ -101,7 +106,7 @@ for cfg in $CONFIGS; do
         pt_ms="$pt_ms $(sed -nE 's/.*"step_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pt.json" | awk '{ printf "%.2f", $1 }')"
     done
     params=$("$FC" inspect --config "$conf" | sed -nE 's/^parameters +([0-9]+) .*/\1/p')
-    row "train step, $cfg (ms)" "${fc_ms# }" "${pt_ms# }" "$(awk -v t="${tflop:-0}" 'BEGIN { print t * 1e12 }')"
+    row "train step, $cfg (ms)" "${fc_ms# }" "${pt_ms# }" "${flops# }"
     echo "  ($cfg: $conf, $params parameters; framechain ms: ${fc_ms# }; PyTorch ms: ${pt_ms# })" >> "$tmp/notes"
 done
 
@@ -113,7 +118,7 @@ if [ "$GENERATE" = 1 ]; then
     done
     frames=61
     euler=10
-    fc_frame="" pt_frame="" windows=0
+    fc_frame="" pt_frame="" pair_windows="" windows=0
     for r in $(seq "$PAIRS"); do
         rm -rf "$tmp/gen"
         "$FC" --threads "$THREADS" --device cpu generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" \
@@ -121,13 +126,15 @@ if [ "$GENERATE" = 1 ]; then
             --sharpness-guard 0 --quiet > "$tmp/gen.log" 2>&1 ||  # the guard: not in the PyTorch sampler
             echo "bench: framechain's generation run failed: $(tail -1 "$tmp/gen.log")" >&2
         s=$(sed -nE 's/.*\(([0-9]+) frames, ([0-9.]+) s\).*/\2/p' "$tmp/gen.log")
-        windows=$(sed -nE 's/.*: ([0-9]+) windows.*/\1/p' "$tmp/gen.log")
+        k=$(sed -nE 's/.*: ([0-9]+) windows.*/\1/p' "$tmp/gen.log")
+        pair_windows="$pair_windows ${k:-0}"
+        [ -n "$k" ] && windows=$k
         fc_frame="$fc_frame $(awk -v s="${s:-0}" -v n=$frames 'BEGIN { print 1e3 * s / n }')"
         "$PYTHON" tools/torch_train.py --framechain "$FC" --config configs/small/starter.conf --threads "$THREADS" \
             --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err" ||
             echo "bench: PyTorch's generation run failed: $(tail -1 "$tmp/pts.err")" >&2
         w=$(sed -nE 's/.*"window_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pts.json")
-        pt_frame="$pt_frame $(awk -v w="${w:-0}" -v k="${windows:-0}" -v n=$frames 'BEGIN { print w * k / n }')"
+        pt_frame="$pt_frame $(awk -v w="${w:-0}" -v k="${k:-0}" -v n=$frames 'BEGIN { print w * k / n }')"
     done
     fwd=$("$PYTHON" - "$FC" <<'EOF'
 import subprocess, sys
@@ -141,12 +148,12 @@ print(torch_train.model_step_flops(cfg, 1) / 3)  # one forward pass of one windo
 EOF
 )
     row "generate, small (ms/frame)" "${fc_frame# }" "${pt_frame# }" \
-        "$(awk -v f="$fwd" -v e=$euler -v k="${windows:-0}" -v n=$frames 'BEGIN { print f * e * k / n }')"
+        "$(for k in $pair_windows; do awk -v f="${fwd:-0}" -v e=$euler -v k="$k" -v n=$frames 'BEGIN { print f * e * k / n }'; done)"
     echo "(generation: $frames frames = $windows windows of $euler Euler steps; PyTorch samples the same number of windows at batch 1)"
 fi
 echo "(ratio: PyTorch's time over framechain's in each of n alternating pairs, the median and the min-max; the times:"
 echo " medians; a step time is the median step after 2 warm-up steps, framechain's and PyTorch's alike; peak: % of the"
-echo " sgemm peak the model FLOPs reach)"
+echo " sgemm peak the model FLOPs reach in each pair, the median)"
 cat "$tmp/notes" 2> /dev/null
 exec >&3 3>&-  # the table's end: tee has all of it once it exits
 if ! wait "$tee_pid" || ! mv -f -- "$table.partial" "$table"; then

@@ -148,6 +148,16 @@ rows=$(grep -cE '^(train step, tiny|generate, small) ' "$bb/whole.txt")
 [ $status -eq 0 ] && [ "$rows" = 2 ] && grep -qx "bench: the table is in $bb/out/table.txt" "$bb/whole.txt" &&
     [ "$(head -n -1 "$bb/whole.txt")" = "$(cat "$bb/out/table.txt")" ] && [ ! -e "$bb/out/table.txt.partial" ]
 expect bench_table_to_file $? "status $status, $rows rows; $(tail -1 "$bb/whole.txt"); $(wc -l < "$bb/out/table.txt" 2> /dev/null) lines in table.txt"
+# the % of the sgemm peak is each pair's (the model FLOPs over the pair's time), then the median, as the
+# ratio is; the pair whose framechain run failed (the last) drops out of both. Train: 1e9 FLOPs a step
+# in 10 and 20 ms: 100% and 50%, median 75%; PyTorch at 40 ms: 25%. Generation: 20 windows of 10
+# forward passes of 1e8 FLOPs over 61 frames in 10 and 20 ms a frame: 32.8% and 16.4%, median 24.6%;
+# PyTorch at 20 ms: 16.4%
+got=$(grep -E '^(train step, tiny|generate, small) ' "$bb/whole.txt" | tr -s ' ' | tr '\n' '|')
+want="train step, tiny (ms) 15.00 40.00 3.00x 2.00-4.00 75.0% 25.0% 2|"
+want+="generate, small (ms/frame) 15.00 20.00 1.50x 1.00-2.00 24.6% 16.4% 2|"
+[ "$got" = "$want" ]
+expect bench_peak_of_the_pairs $? "$got"
 # a run stopped half-way (framechain's stand-in at its second run sends SIGINT to the run's process
 # group, as a Ctrl-C does) leaves the last whole table
 cp "$bb/out/table.txt" "$bb/table-before.txt"
