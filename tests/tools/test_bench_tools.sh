@@ -63,16 +63,19 @@ expect compare_ops_known_tables $? "$got"
 # ---- tools/bench_autoencoder.sh makes its random weights once (out/bench/sdvae_random.safetensors):
 # a first run stopped while it writes them leaves none, and the next run makes them whole, never
 # taking a truncated file as made. Stand-ins for Python (torch and numpy there; the weights written
-# half, then failing as a Ctrl-C would, where STUB_WEIGHTS=half) and framechain (one timing line) ----
-mkdir -p "$tmp/ae/cwd"
+# half, then failing as a Ctrl-C would, where STUB_WEIGHTS=half) and framechain (one timing line).
+# The script runs from a copy of it in a repository of its own ($tmp/ae/repo) and from another folder
+# ($tmp/ae/cwd): its out/bench is the repository's, the folder it runs from gets nothing ----
+mkdir -p "$tmp/ae/cwd" "$tmp/ae/repo/tools"
+cp tools/bench_autoencoder.sh "$tmp/ae/repo/tools/"
 cat > "$tmp/ae/python" << 'EOF_STUB'
 #!/usr/bin/env bash
 case "$1 $2" in
     "-c "*) exit 0 ;;
-    "tools/autoencoder_reference.py --full-kl")
+    *"/tools/autoencoder_reference.py --full-kl")
         echo "$STUB_WEIGHTS" > "$3"
         [ "$STUB_WEIGHTS" = whole ] || { echo "KeyboardInterrupt" >&2; exit 1; } ;;
-    "tools/autoencoder_reference.py --time") echo "pytorch 1.0: encode 2.0 ms a frame, decode 4.0 ms a frame" ;;
+    *"/tools/autoencoder_reference.py --time") echo "pytorch 1.0: encode 2.0 ms a frame, decode 4.0 ms a frame" ;;
     *) exec python3 "$@" ;;
 esac
 EOF_STUB
@@ -81,12 +84,16 @@ cat > "$tmp/ae/framechain" << 'EOF_STUB'
 echo "autoencode: encode 1.0 ms a frame, decode 2.0 ms a frame"
 EOF_STUB
 chmod +x "$tmp/ae/python" "$tmp/ae/framechain"
-bench_ae() { (repo=$PWD && cd "$tmp/ae/cwd" && STUB_WEIGHTS=$1 PYTHON=$tmp/ae/python FC=$tmp/ae/framechain PAIRS=1 \
-    "$repo/tools/bench_autoencoder.sh") > "$tmp/ae/$1.txt" 2>&1; }
-weights=$tmp/ae/cwd/out/bench/sdvae_random.safetensors
+bench_ae() {  # bench_ae NAME [VAR=VALUE ...]: the copy's run from $tmp/ae/cwd, its output in $tmp/ae/NAME.txt
+    local name=$1
+    shift
+    (cd "$tmp/ae/cwd" && env STUB_WEIGHTS=$name PYTHON=$tmp/ae/python FC=$tmp/ae/framechain PAIRS=1 "$@" \
+        "$tmp/ae/repo/tools/bench_autoencoder.sh") > "$tmp/ae/$name.txt" 2>&1
+}
+weights=$tmp/ae/repo/out/bench/sdvae_random.safetensors
 bench_ae half
 s_half=$?
-left=$(ls "$tmp/ae/cwd/out/bench" | tr '\n' ' ')
+left=$(ls "$tmp/ae/repo/out/bench" 2> /dev/null | tr '\n' ' ')
 bench_ae whole
 s_whole=$?
 [ $s_half -ne 0 ] && [ -z "$left" ] && [ $s_whole -eq 0 ] && [ "$(cat "$weights")" = whole ] &&
@@ -94,6 +101,17 @@ s_whole=$?
 expect bench_autoencoder_stopped_weights_made_again $? \
     "status $s_half stopped (left: ${left:-nothing}), then $s_whole; weights: $(cat "$weights" 2> /dev/null); \
 $(tail -1 "$tmp/ae/whole.txt")"
+# the repository's out/bench holds the pairs and logs; OUT names another folder
+given=$tmp/ae/given
+bench_ae whole OUT="$given"
+s_given=$?
+cwd_holds=$(ls -A "$tmp/ae/cwd" | tr '\n' ' ')
+[ $s_whole -eq 0 ] && [ -z "$cwd_holds" ] && [ -s "$tmp/ae/repo/out/bench/autoencoder_pairs.txt" ] &&
+    [ -s "$tmp/ae/repo/out/bench/ae_fc.log" ] && [ $s_given -eq 0 ] && [ "$(cat "$given/sdvae_random.safetensors")" = whole ] &&
+    [ -s "$given/autoencoder_pairs.txt" ]
+expect bench_autoencoder_out_of_the_repository $? \
+    "status $s_whole, then with OUT $s_given; the folder it ran from holds: ${cwd_holds:-nothing}; \
+the repository's out/bench: $(ls "$tmp/ae/repo/out/bench" 2> /dev/null | tr '\n' ' '); OUT: $(ls "$given" 2> /dev/null | tr '\n' ' ')"
 
 # ---- tools/bench.sh (make bench) on stand-ins: framechain (a train run's metrics.jsonl and speed line,
 # generate's windows and time; the third run of each fails, as a crash would), PyTorch (its step and
