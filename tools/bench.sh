@@ -15,7 +15,8 @@
 # only once the run is whole: a run stopped half-way leaves the last whole table there.
 # OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
 # the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
-# BUILD: the build folder that holds bench_gemm (make bench passes its own).
+# BUILD: the build folder that holds bench_gemm (make bench passes its own). FC, BUILD and OUT_DIR
+# default to the repository's framechain, build/ and out/bench, wherever the script runs from.
 set -u
 usage="usage: tools/bench.sh [OUT_DIR]"
 case "${1:-}" in
@@ -23,9 +24,10 @@ case "${1:-}" in
     -*) echo "bench: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "bench: too many arguments; $usage" >&2; exit 2; }
-OUT=${1:-out/bench}
-FC=${FC:-./framechain}
-BUILD=${BUILD:-build}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its framechain, configs/, tools/ and out/
+OUT=${1:-$root/out/bench}
+FC=${FC:-$root/framechain}
+BUILD=${BUILD:-$root/build}
 THREADS=${THREADS:-$(nproc)}
 PAIRS=${PAIRS:-5}
 CONFIGS=${CONFIGS-tiny small medium}
@@ -56,7 +58,8 @@ row() {
     paste <(tr ' ' '\n' <<< "$fc") <(tr ' ' '\n' <<< "$pt") <(tr ' ' '\n' <<< "$flop") |
         awk -v w="$what" -v pk="$peak" '
         NF == 3 && $1 > 0 && $2 > 0 { n++; f[n] = $1; p[n] = $2; r[n] = $2 / $1
-            if ($3 > 0) { m++; fpk[m] = 100 * $3 / ($1 / 1e3) / (pk * 1e9); ppk[m] = 100 * $3 / ($2 / 1e3) / (pk * 1e9) } }
+            if ($3 > 0) { m++; fpk[m] = 100 * $3 / ($1 / 1e3) / (pk * 1e9); ppk[m] = 100 * $3 / ($2 / 1e3) / (pk * 1e9) }
+        }
         function med(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i]
             for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
             lo = b[1]; hi = b[n]; return (n % 2) ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
@@ -89,7 +92,7 @@ for cfg in $CONFIGS; do
     fc_ms="" pt_ms="" flops=""
     for r in $(seq "$PAIRS"); do
         rm -rf "$tmp/run"
-        "$FC" --threads "$THREADS" --device cpu train --config "$conf" --run "$tmp/run" --steps $steps \
+        "$FC" --threads "$THREADS" --device cpu train --config "$root/$conf" --run "$tmp/run" --steps $steps \
             --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1 ||
             echo "bench: framechain's $cfg run failed: $(tail -1 "$tmp/fc.log")" >&2
         # the median step after 2 (metrics.jsonl's step_ms), as PyTorch's below: the speed line's mean
@@ -100,12 +103,12 @@ for cfg in $CONFIGS; do
         tflop=$(sed -nE 's/^speed: .* ([0-9.e+-]+) TFLOP per step.*/\1/p' "$tmp/fc.log")
         flops="$flops $(awk -v t="${tflop:-0}" 'BEGIN { print t * 1e12 }')"
         # PyTorch times steps - 2 steps after 2 of warm-up, as framechain's steady state leaves out 2
-        "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$conf" --threads "$THREADS" --steps $((steps - 2)) \
-            --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err" ||
+        "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$root/$conf" --threads "$THREADS" \
+            --steps $((steps - 2)) --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err" ||
             echo "bench: PyTorch's $cfg run failed: $(tail -1 "$tmp/pt.err")" >&2
         pt_ms="$pt_ms $(sed -nE 's/.*"step_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pt.json" | awk '{ printf "%.2f", $1 }')"
     done
-    params=$("$FC" inspect --config "$conf" | sed -nE 's/^parameters +([0-9]+) .*/\1/p')
+    params=$("$FC" inspect --config "$root/$conf" | sed -nE 's/^parameters +([0-9]+) .*/\1/p')
     row "train step, $cfg (ms)" "${fc_ms# }" "${pt_ms# }" "${flops# }"
     echo "  ($cfg: $conf, $params parameters; framechain ms: ${fc_ms# }; PyTorch ms: ${pt_ms# })" >> "$tmp/notes"
 done
@@ -113,8 +116,8 @@ done
 # ---- generation: frames of a chain of small models (trained a few steps: the time does not depend on it) ----
 if [ "$GENERATE" = 1 ]; then
     for role in starter extrapolate interpolate; do
-        "$FC" --threads "$THREADS" --device cpu train --config configs/small/$role.conf --run "$tmp/$role" --steps 2 \
-            > /dev/null 2>&1
+        "$FC" --threads "$THREADS" --device cpu train --config "$root/configs/small/$role.conf" --run "$tmp/$role" \
+            --steps 2 > /dev/null 2>&1
     done
     frames=61
     euler=10
@@ -130,17 +133,17 @@ if [ "$GENERATE" = 1 ]; then
         pair_windows="$pair_windows ${k:-0}"
         [ -n "$k" ] && windows=$k
         fc_frame="$fc_frame $(awk -v s="${s:-0}" -v n=$frames 'BEGIN { print 1e3 * s / n }')"
-        "$PYTHON" tools/torch_train.py --framechain "$FC" --config configs/small/starter.conf --threads "$THREADS" \
-            --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err" ||
+        "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$root/configs/small/starter.conf" \
+            --threads "$THREADS" --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err" ||
             echo "bench: PyTorch's generation run failed: $(tail -1 "$tmp/pts.err")" >&2
         w=$(sed -nE 's/.*"window_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pts.json")
         pt_frame="$pt_frame $(awk -v w="${w:-0}" -v k="${k:-0}" -v n=$frames 'BEGIN { print w * k / n }')"
     done
-    fwd=$("$PYTHON" - "$FC" <<'EOF'
+    fwd=$("$PYTHON" - "$FC" "$root" <<'EOF'
 import subprocess, sys
-sys.path.insert(0, "tools")
+sys.path.insert(0, sys.argv[2] + "/tools")
 import torch_train
-raw = torch_train.resolve_config(sys.argv[1], "configs/small/starter.conf", ["batch_size=1"])
+raw = torch_train.resolve_config(sys.argv[1], sys.argv[2] + "/configs/small/starter.conf", ["batch_size=1"])
 cfg = {k: int(raw[k]) for k in ("frame_size", "channels", "patch", "width", "depth", "heads", "mlp_ratio",
                                 "freq_dim", "batch_size")}
 cfg["slots"] = len(raw["plan"].split())
@@ -148,7 +151,9 @@ print(torch_train.model_step_flops(cfg, 1) / 3)  # one forward pass of one windo
 EOF
 )
     row "generate, small (ms/frame)" "${fc_frame# }" "${pt_frame# }" \
-        "$(for k in $pair_windows; do awk -v f="${fwd:-0}" -v e=$euler -v k="$k" -v n=$frames 'BEGIN { print f * e * k / n }'; done)"
+        "$(for k in $pair_windows; do
+               awk -v f="${fwd:-0}" -v e=$euler -v k="$k" -v n=$frames 'BEGIN { print f * e * k / n }'
+           done)"
     echo "(generation: $frames frames = $windows windows of $euler Euler steps; PyTorch samples the same number of windows at batch 1)"
 fi
 echo "(ratio: PyTorch's time over framechain's in each of n alternating pairs, the median and the min-max; the times:"

@@ -5,7 +5,8 @@
 # when there is one, else the CPU, and chains them from one first frame. Rerunning resumes: the
 # runs under out/demo/ continue from their checkpoints, a finished one is skipped.
 # Environment: DEMO_STEPS, training steps a model (default 800); DEMO_OUT, the output folder (default
-# out); DEMO_DATA_DIR, opencv-doc's data folder (default /usr/share/doc/opencv-doc/examples/data).
+# the repository's out/, wherever the script runs from); DEMO_DATA_DIR, opencv-doc's data folder
+# (default /usr/share/doc/opencv-doc/examples/data); FC, the framechain (default the repository's).
 set -eu
 usage="usage: tools/demo.sh"
 case "${1:-}" in
@@ -13,9 +14,10 @@ case "${1:-}" in
     ?*) echo "demo: takes no arguments (the environment sets its options); $usage" >&2; exit 2 ;;
 esac
 [ $# -eq 0 ] || { echo "demo: takes no arguments; $usage" >&2; exit 2; }
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its framechain, configs/ and out/
+FC=${FC:-$root/framechain}
 STEPS=${DEMO_STEPS:-800}
-OUT=${DEMO_OUT:-out}
+OUT=${DEMO_OUT:-$root/out}
 DATA_DIR=${DEMO_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 work="$OUT/demo"
 real=0  # the footage: the opencv-doc sample videos where they are installed, else the built-in shapes
@@ -25,7 +27,7 @@ real=0  # the footage: the opencv-doc sample videos where they are installed, el
 # started, or the footage did (opencv-doc installed or removed since; runs on the videos are those
 # beside $work/data, prepared before they start), they are moved aside (to $work.previous-N, nothing
 # deleted) and the demo starts afresh.
-stamp=$(cat configs/small/*.conf | cksum | cut -d' ' -f1)
+stamp=$(cat "$root"/configs/small/*.conf | cksum | cut -d' ' -f1)
 if [ -d "$work/starter" ]; then
     trained_real=0
     [ -f "$work/data/dataset.json" ] && trained_real=1
@@ -65,7 +67,7 @@ fi
 
 for role in starter extrapolate interpolate; do
     say "training the $role model ($STEPS steps, configs/small/$role.conf)"
-    "$FC" train --config "configs/small/$role.conf" --run "$work/$role" "${data_args[@]}" --steps "$STEPS" \
+    "$FC" train --config "$root/configs/small/$role.conf" --run "$work/$role" "${data_args[@]}" --steps "$STEPS" \
         --set checkpoint_every=200
 done
 

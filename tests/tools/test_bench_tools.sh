@@ -176,6 +176,18 @@ want="train step, tiny (ms) 15.00 40.00 3.00x 2.00-4.00 75.0% 25.0% 2|"
 want+="generate, small (ms/frame) 15.00 20.00 1.50x 1.00-2.00 24.6% 16.4% 2|"
 [ "$got" = "$want" ]
 expect bench_peak_of_the_pairs $? "$got"
+# run from another folder, with no OUT_DIR, a copy of the script in a repository of its own writes the
+# repository's out/bench; the folder it ran from gets nothing
+mkdir -p "$bb/repo/tools" "$bb/cwd"
+cp tools/bench.sh "$bb/repo/tools/"
+rm -f "$bb/train" "$bb/generate"
+(cd "$bb/cwd" && env STUB_DIR="$bb" FC="$bb/framechain" BUILD="$bb/build" PYTHON="$bb/python" PAIRS=3 CONFIGS=tiny \
+    "$bb/repo/tools/bench.sh") > "$bb/elsewhere.txt" 2>&1
+status=$?
+cwd_holds=$(ls -A "$bb/cwd" | tr '\n' ' ')
+[ $status -eq 0 ] && [ -z "$cwd_holds" ] && [ -s "$bb/repo/out/bench/table.txt" ] &&
+    grep -qx "bench: the table is in $bb/repo/out/bench/table.txt" "$bb/elsewhere.txt"
+expect bench_out_of_the_repository $? "status $status; the folder it ran from holds: ${cwd_holds:-nothing}; $(tail -1 "$bb/elsewhere.txt")"
 # a run stopped half-way (framechain's stand-in at its second run sends SIGINT to the run's process
 # group, as a Ctrl-C does) leaves the last whole table
 cp "$bb/out/table.txt" "$bb/table-before.txt"

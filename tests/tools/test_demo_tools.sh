@@ -6,10 +6,6 @@
 # The models train one step; generate is left out (a wrapper writes its --out), the rest is framechain.
 set -u
 . "$(dirname "$0")/../lib.sh"
-if [ ! -f "$SAMPLES/vtest.avi" ] || [ ! -f "$SAMPLES/Megamind.avi" ]; then
-    echo "SKIP demo_footage_change: no opencv-doc sample videos in $SAMPLES"
-    exit 0
-fi
 case $FC in /*) ;; *) FC=$PWD/$FC ;; esac
 cat > "$tmp/fc" << EOF
 #!/usr/bin/env bash
@@ -20,6 +16,24 @@ fi
 exec "$FC" "\$@"
 EOF
 chmod +x "$tmp/fc"
+
+# Run from another folder with no DEMO_OUT, a copy of the script in a repository of its own (its
+# configs/small) trains on its configs and writes the repository's out/; the folder it ran from gets
+# nothing.
+mkdir -p "$tmp/repo/tools" "$tmp/repo/configs" "$tmp/elsewhere"
+cp tools/demo.sh "$tmp/repo/tools/" && cp -r configs/small "$tmp/repo/configs/"
+(cd "$tmp/elsewhere" && env FC="$tmp/fc" DEMO_STEPS=1 DEMO_DATA_DIR="$tmp/no-opencv-doc" "$tmp/repo/tools/demo.sh") \
+    > "$tmp/elsewhere.log" 2>&1
+status=$?
+cwd_holds=$(ls -A "$tmp/elsewhere" | tr '\n' ' ')
+[ $status -eq 0 ] && [ -z "$cwd_holds" ] && [ "$(cat "$tmp/repo/out/demo.gif" 2> /dev/null)" = made ] &&
+    ls "$tmp/repo/out/demo/interpolate"/ckpt-*.safetensors > /dev/null 2>&1
+expect demo_out_of_the_repository $? "status $status; the folder it ran from holds: ${cwd_holds:-nothing}; $(tail -1 "$tmp/elsewhere.log")"
+
+if [ ! -f "$SAMPLES/vtest.avi" ] || [ ! -f "$SAMPLES/Megamind.avi" ]; then
+    echo "SKIP demo_footage_change: no opencv-doc sample videos in $SAMPLES"
+    exit 0
+fi
 mkdir "$tmp/opencv-doc"
 ln -s "$SAMPLES/vtest.avi" "$SAMPLES/Megamind.avi" "$tmp/opencv-doc/"
 out="$tmp/out dir"
