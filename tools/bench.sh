@@ -128,7 +128,7 @@ if [ "$GENERATE" = 1 ]; then
             --interpolate "$tmp/interpolate" --first-frame shapes:1 --frames $frames --steps $euler --out "$tmp/gen" \
             --sharpness-guard 0 --quiet > "$tmp/gen.log" 2>&1 ||  # the guard: not in the PyTorch sampler
             echo "bench: framechain's generation run failed: $(tail -1 "$tmp/gen.log")" >&2
-        s=$(sed -nE 's/.*\(([0-9]+) frames, ([0-9.]+) s\).*/\2/p' "$tmp/gen.log")
+        s=$(sed -nE 's/^generate: wrote .* \(([0-9]+) frames in ([0-9.]+) s\)$/\2/p' "$tmp/gen.log")
         k=$(sed -nE 's/.*: ([0-9]+) windows.*/\1/p' "$tmp/gen.log")
         pair_windows="$pair_windows ${k:-0}"
         [ -n "$k" ] && windows=$k

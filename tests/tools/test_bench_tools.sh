@@ -128,8 +128,11 @@ cat > "$bb/framechain" << 'EOF_STUB'
 [ "$1" = inspect ] && { echo "parameters   1234  (stub)"; exit 0; }
 args=("$@")
 while [ $# -gt 0 ] && [ "$1" != train ] && [ "$1" != generate ]; do shift; done
-cmd=$1 run=""
-for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[i]}" = --run ] && run=${args[i + 1]}; done
+cmd=$1 run="" out=""
+for ((i = 0; i < ${#args[@]}; i++)); do
+    [ "${args[i]}" = --run ] && run=${args[i + 1]}
+    [ "${args[i]}" = --out ] && out=${args[i + 1]}
+done
 [[ $run == */starter || $run == */extrapolate || $run == */interpolate ]] && exit 0  # generate's models
 n=$(($(cat "$STUB_DIR/$cmd" 2> /dev/null || echo 0) + 1))
 echo $n > "$STUB_DIR/$cmd"
@@ -140,8 +143,9 @@ if [ "$cmd" = train ]; then
     for s in 1 2 3 4 5; do echo "{\"step\":$s,\"loss\":1.0,\"step_ms\":$((10 * n)).0}"; done > "$run/metrics.jsonl"
     echo "speed: $((10 * n)).0 ms per step, 0.001 TFLOP per step"
 else
-    echo "generate: 20 windows"
-    echo "wrote the frames (61 frames, $(awk -v n=$n 'BEGIN { print 0.61 * n }') s)"
+    # generate's own lines (src/cmd_generate.c)
+    echo "generate: 61 frames of 32x32 on cpu: 20 windows (starter step 2, extrapolate step 2, interpolate step 2), ..."
+    echo "generate: wrote $out (61 frames in $(awk -v n=$n 'BEGIN { print 0.61 * n }') s)"
 fi
 EOF_STUB
 cat > "$bb/python" << 'EOF_STUB'
