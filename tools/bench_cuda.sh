@@ -19,9 +19,10 @@ case "${1:-}" in
     -*) echo "bench_cuda: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 2 ] || { echo "bench_cuda: too many arguments; $usage" >&2; exit 2; }
-OUT=${1:-out/bench-cuda}
-CONF=${2:-configs/starter.conf}
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+OUT=${1:-$root/out/bench-cuda}
+CONF=${2:-$root/configs/starter.conf}
+FC=${FC:-$root/framechain}
 STEPS=${STEPS:-12}
 PYTHON=${PYTHON:-$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
 mkdir -p "$OUT"
@@ -90,7 +91,7 @@ pt_row() {
     [ "$opts" = eager ] && opts=""
     card_watch
     # shellcheck disable=SC2086
-    if ! "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
+    if ! "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa $opts \
         --steps "$STEPS" --warmup 3 --json > "$OUT/pt.json" 2> "$OUT/pt.err"; then
         card_peak > /dev/null
         tail -3 "$OUT/pt.err"
@@ -114,7 +115,7 @@ if [ "${PAIRS:-0}" -gt 0 ]; then
     pt_opts=${pt_runs[0]}
     [ "$pt_opts" = eager ] && pt_opts=""
     # shellcheck disable=SC2086
-    coproc PT { "$PYTHON" tools/torch_train.py --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa \
+    coproc PT { "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$CONF" --device cuda --bf16 --sdpa \
         $pt_opts --steps "$STEPS" --warmup 3 --serve --json 2> "$OUT/pt.err"; }
     pt_in=${PT[1]} pt_out=${PT[0]}
     t0=$(date +%s)

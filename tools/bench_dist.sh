@@ -17,9 +17,10 @@ case "${1:-}" in
     -*) echo "bench_dist: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "bench_dist: too many arguments; $usage" >&2; exit 2; }
-OUT=${1:-out/bench-dist}
-FC=${FC:-./framechain}
-CONFIG=${CONFIG:-configs/small/starter.conf}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+OUT=${1:-$root/out/bench-dist}
+FC=${FC:-$root/framechain}
+CONFIG=${CONFIG:-$root/configs/small/starter.conf}
 STEPS=${STEPS:-30}
 PAIRS=${PAIRS:-5}
 THREADS=${THREADS:-$(nproc)}

@@ -16,12 +16,13 @@ case "${1:-}" in
     -*) echo "bench_routes: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "bench_routes: too many arguments; $usage" >&2; exit 2; }
-OUT=${1:-out/bench-routes}
-FC=${FC:-./framechain}
-BENCH_OPS=${BENCH_OPS:-build/bench_ops}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+OUT=${1:-$root/out/bench-routes}
+FC=${FC:-$root/framechain}
+BENCH_OPS=${BENCH_OPS:-$root/build/bench_ops}
 ROUTES=${ROUTES:-fp8_fwd,fp8_dgrad,fp8_wgrad}
 PAIRS=${PAIRS:-3}
-CONFIG=${CONFIG:-configs/starter.conf}
+CONFIG=${CONFIG:-$root/configs/starter.conf}
 STEPS=${STEPS:-12}
 DEVICE=${DEVICE:-cuda}
 mkdir -p "$OUT"

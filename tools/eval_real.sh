@@ -13,9 +13,10 @@ case "${1:-}" in
     -*) echo "eval_real: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "eval_real: too many arguments; $usage" >&2; exit 2; }
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+FC=${FC:-$root/framechain}
 STEPS=${EVAL_STEPS:-800}
-work=${1:-out/eval}
+work=${1:-$root/out/eval}
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
 # The folder is this script's: one it did not make (another script's, with its own train/ dataset) is
 # refused, since making the datasets afresh removes train/ and heldout/. Its mark: .eval_real (or, in
@@ -37,7 +38,7 @@ if [ ! -f "$work/train.json" ]; then
     touch "$work/train.json"
 fi
 for role in starter extrapolate interpolate; do
-    "$FC" train --config configs/small/$role.conf --run "$work/$role" --data "$work/train" --steps "$STEPS" \
+    "$FC" train --config "$root/configs/small/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200
 done
 # The table becomes eval.txt once eval has finished: one interrupted or failed leaves the earlier table

@@ -31,12 +31,13 @@ esac
 for kv in "${@:2}"; do
     case $kv in *=*) ;; *) echo "eval_unseen: '$kv' is not key=value; $usage" >&2; exit 2 ;; esac
 done
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+FC=${FC:-$root/framechain}
 STEPS=${EVAL_STEPS:-800}
 SETS=${EVAL_SETS:-real pans zooms shapes}
-CONFIGS=${EVAL_CONFIGS:-configs/small}
+CONFIGS=${EVAL_CONFIGS:-$root/configs/small}
 SIZE=${EVAL_SIZE:-$(sed -nE 's/^frame_size *= *([0-9]+).*/\1/p' "$CONFIGS/starter.conf")}
-work=${1:-out/eval-unseen}
+work=${1:-$root/out/eval-unseen}
 shift || true
 set_args=()
 for s in "$@"; do set_args+=(--set "$s"); done

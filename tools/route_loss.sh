@@ -16,11 +16,12 @@ case "${1:-}" in
     -*) echo "route_loss: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "route_loss: too many arguments; $usage" >&2; exit 2; }
-OUT=${1:-out/route-loss}
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
+OUT=${1:-$root/out/route-loss}
+FC=${FC:-$root/framechain}
 ROUTE=${ROUTE:-fp8_fwd,fp8_dgrad,fp8_wgrad}
 STEPS=${STEPS:-200}
-CONFIG=${CONFIG:-configs/starter.conf}
+CONFIG=${CONFIG:-$root/configs/starter.conf}
 DEVICE=${DEVICE:-cuda}
 EVERY=${EVERY:-20}
 mkdir -p "$OUT"
