@@ -73,7 +73,8 @@ done
 
 say "generating 181 frames from the first frame of $first"
 runs=(--starter "$work/starter" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")
-rm -f "$OUT/demo.mp4" "$OUT/demo.gif"
-"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.mp4"
-"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.gif" --quiet
+# --overwrite: a demo before this one stays until the new video is whole (a failed or stopped generate
+# leaves it as it was)
+"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.mp4" --overwrite
+"$FC" generate "${runs[@]}" --first-frame "$first" --frames 181 --out "$OUT/demo.gif" --overwrite --quiet
 say "done: $OUT/demo.mp4 and $OUT/demo.gif (181 frames each)"

@@ -30,6 +30,16 @@ cwd_holds=$(ls -A "$tmp/elsewhere" | tr '\n' ' ')
     ls "$tmp/repo/out/demo/interpolate"/ckpt-*.safetensors > /dev/null 2>&1
 expect demo_out_of_the_repository $? "status $status; the folder it ran from holds: ${cwd_holds:-nothing}; $(tail -1 "$tmp/elsewhere.log")"
 
+# A generate that fails (here a stand-in's) leaves the demo's videos of the run before as they were:
+# the script had removed them first
+echo old > "$tmp/repo/out/demo.mp4"
+sed 's/echo made > "\$2"; exit 0/exit 1/' "$tmp/fc" > "$tmp/fc_fails" && chmod +x "$tmp/fc_fails"
+(cd "$tmp/elsewhere" && env FC="$tmp/fc_fails" DEMO_STEPS=1 DEMO_DATA_DIR="$tmp/no-opencv-doc" "$tmp/repo/tools/demo.sh") \
+    > "$tmp/fails.log" 2>&1
+status=$?
+[ $status -ne 0 ] && [ "$(cat "$tmp/repo/out/demo.mp4" 2> /dev/null)" = old ] && [ "$(cat "$tmp/repo/out/demo.gif" 2> /dev/null)" = made ]
+expect demo_failed_generate_keeps_videos $? "status $status; demo.mp4: $(cat "$tmp/repo/out/demo.mp4" 2>&1), demo.gif: $(cat "$tmp/repo/out/demo.gif" 2>&1)"
+
 if [ ! -f "$SAMPLES/vtest.avi" ] || [ ! -f "$SAMPLES/Megamind.avi" ]; then
     echo "SKIP demo_footage_change: no opencv-doc sample videos in $SAMPLES"
     exit 0
