@@ -126,8 +126,11 @@ CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);
 
-// Read a whole checkpoint (checkpoint_check's checks) into f: 0, or -1 with one line in why.
-int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen);
+// A whole checkpoint's header into f after checkpoint_check's checks, read a tensor at a time (host
+// memory: its largest tensor; f as st_read_header leaves it: its metadata and entries, no tensor
+// bytes). file_crc (may be NULL): the CRC32 of the file's bytes, what zlib's crc32 of the file read
+// whole gives. 0, or -1 with one line in why.
+int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc, char *why, size_t whylen);
 
 // What a resume would say of the file by itself, whatever the run: its metadata (format, its CRC,
 // version, step, smoothed loss, config), every tensor's CRC and values, and its tensors against the

@@ -79,8 +79,6 @@ int ckpt_check_tensor_values(const char *name, const char *dtype, const void *da
 // Both checks above on one tensor: entry e of f, its bytes at data.
 int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const char *path, char *err,
                       size_t errlen);
-// ckpt_check_tensor on every tensor of a file read whole, in file order.
-int ckpt_check_tensors(const StFile *f, const char *path, char *err, size_t errlen);
 // The tensors of a file whose header alone was read (st_read_header into f), one at a time:
 // ckpt_open_tensors opens it (fc_open_regular) and returns the descriptor, or -1 with a line in err,
 // also where it is no longer the size its header was checked against ("the file changed while it

@@ -212,13 +212,6 @@ int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const
     return 0;
 }
 
-// Every tensor of a file read whole, in file order: 0, or -1 with the first that fails in err.
-int ckpt_check_tensors(const StFile *f, const char *path, char *err, size_t errlen) {
-    for (int i = 0; i < f->n; i++)
-        if (ckpt_check_tensor(f, &f->entries[i], st_data(f, &f->entries[i]), path, err, errlen)) return -1;
-    return 0;
-}
-
 int ckpt_open_tensors(const char *path, const StFile *f, char *err, size_t errlen) {
     struct stat sb;
     int fd = fc_open_regular(path, &sb, err, errlen);
@@ -344,11 +337,34 @@ static CkptStatus check_header(const StFile *f, const char *path, int *step, cha
     return s;
 }
 
-int checkpoint_read_whole(const char *path, StFile *f, char *why, size_t whylen) {
-    if (st_read(path, f, why, whylen)) return -1;
-    if (!check_header(f, path, NULL, why, whylen) && !ckpt_check_tensors(f, path, why, whylen)) return 0;
-    st_free(f);
-    return -1;
+int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc, char *why, size_t whylen) {
+    if (st_read_header(path, f, why, whylen)) return -1;
+    int fd = check_header(f, path, NULL, why, whylen) ? -1 : ckpt_open_tensors(path, f, why, whylen);
+    void *buf = fd >= 0 ? ckpt_tensor_buffer(f, path, why, whylen) : NULL;
+    // the file's CRC32 as one over all its bytes: the header's, then each tensor's (they tile the rest),
+    // which its check has just found equal to the one its metadata records
+    unsigned long crc = crc32_z(0L, f->bytes, f->data_start);
+    int ok = buf != NULL;
+    for (int i = 0; ok && i < f->n; i++) {
+        const StEntry *e = &f->entries[i];
+        char key[200];
+        snprintf(key, sizeof key, "crc32.%s", e->name);
+        ok = !ckpt_read_tensor(fd, f, e, buf, path, why, whylen) && !ckpt_check_tensor(f, e, buf, path, why, whylen);
+        if (ok) crc = crc32_combine(crc, strtoul(st_meta(f, key), NULL, 16), (z_off_t)(e->end - e->begin));
+    }
+    struct stat sb;
+    if (ok && (fstat(fd, &sb) || (uint64_t)sb.st_size != f->size)) {  // grew (or shrank) while it was read
+        snprintf(why, whylen, "%s: the file changed while it was read", path);
+        ok = 0;
+    }
+    free(buf);
+    if (fd >= 0) close(fd);
+    if (!ok) {
+        st_free(f);
+        return -1;
+    }
+    if (file_crc) *file_crc = crc;
+    return 0;
 }
 
 CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whylen) {

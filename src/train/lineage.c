@@ -69,13 +69,13 @@ void lineage_append(char *lineage, size_t size, const char *line) {
     snprintf(lineage + len, size - len, "%s%s", len ? "\n" : "", line);
 }
 
-// The newest whole checkpoint of run into f (its path in path): 1, or 0 when there is none.
+// The header of run's newest whole checkpoint into f (its path in path): 1, or 0 when there is none.
 static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
     int *steps, n = checkpoint_list(run, &steps), found = 0;
     char why[1024];
     for (int i = 0; i < n && !found; i++) {
         checkpoint_path(path, pathlen, run, steps[i]);
-        found = checkpoint_read_whole(path, f, why, sizeof why) == 0;
+        found = checkpoint_read_checked(path, f, NULL, why, sizeof why) == 0;
         // a file whose metadata names another step than its name is set aside by the resume: not this one
         const char *at = found ? st_meta(f, "step") : NULL;
         if (found && (!at || atoi(at) != steps[i])) found = 0, st_free(f);
@@ -187,7 +187,8 @@ int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t
 int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, char *err, size_t errlen) {
     StFile f;
     char why[1024];
-    if (checkpoint_read_whole(path, &f, why, sizeof why))
+    unsigned long crc;
+    if (checkpoint_read_checked(path, &f, &crc, why, sizeof why))
         return fc_errf(err, errlen, "--from %s: not a whole checkpoint: %s", path, why);
     const char *at = st_meta(&f, "step");
     int rc = read_config(&f, path, parent_cfg, err, errlen);
@@ -195,7 +196,6 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
     if (!rc) {
         o->from = path;
         o->parent_step = atoi(at);
-        unsigned long crc = crc32_z(0L, f.bytes, f.size);
         char shown[1200];
         parent_path_shown(path, shown, sizeof shown);
         snprintf(o->parent, sizeof o->parent, "%s (step %d, crc32 %08lx)", shown, o->parent_step, crc);

@@ -3,7 +3,9 @@
 // are listed; the model generation loads predicts what the saved one did, in its smaller layout; a
 // resume refuses a config that changes the run's arithmetic (seed, lr, ...) and takes one that only
 // changes its bookkeeping; checkpoint_check refuses a file that grew while it was read; a resume
-// reads the file a tensor at a time (its peak memory) and refuses one changed between its passes.
+// reads the file a tensor at a time (its peak memory) and refuses one changed between its passes;
+// train --from takes its parent's identity a tensor at a time, its CRC the file's read whole, and
+// refuses a parent that grew while it was read.
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check.h"
 #include "model/tiny_model.h"
@@ -23,6 +26,7 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_internal.h"
+#include "train/lineage.h"
 #include "model/memplan.h"
 
 // A test's temporary folder and what is in it, where the test made it (mkdtemp).
@@ -363,9 +367,10 @@ static void test_check_file_changed(void) {
 
 // A file changed between checkpoint_load's two passes: this program's pread (in place of libc's for
 // the library's calls) flips the file's last byte (a tensor the load uploads) at the first read
-// after the check pass, which read every tensor whole. Unarmed (flip_at 0) it is libc's pread.
+// after the check pass, which read every tensor whole; or (grow_at) appends 16 bytes to it at that
+// read. Unarmed (flip_at and grow_at 0) it is libc's pread.
 static const char *flip_path;
-static int preads, flip_at;
+static int preads, flip_at, grow_at;
 ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
     if (flip_at && ++preads == flip_at) {
         int w = (int)syscall(SYS_openat, AT_FDCWD, flip_path, O_RDWR | O_CLOEXEC);
@@ -374,6 +379,13 @@ ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
         if (w < 0 || fstat(w, &sb) || syscall(SYS_pread64, w, &b, 1, sb.st_size - 1) != 1 || (b ^= 0x5a, 0) ||
             syscall(SYS_pwrite64, w, &b, 1, sb.st_size - 1) != 1)
             fprintf(stderr, "test_checkpoint: could not change %s\n", flip_path);
+        if (w >= 0) close(w);
+    }
+    if (grow_at && ++preads == grow_at) {
+        int w = (int)syscall(SYS_openat, AT_FDCWD, flip_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        static const char more[16] = "appended";
+        if (w < 0 || write(w, more, sizeof more) != (ssize_t)sizeof more)
+            fprintf(stderr, "test_checkpoint: could not append to %s\n", flip_path);
         if (w >= 0) close(w);
     }
     return (ssize_t)syscall(SYS_pread64, fd, buf, n, offset);
@@ -416,29 +428,37 @@ static long peak_rss_kb(void) {
     return getrusage(RUSAGE_SELF, &ru) ? -1 : ru.ru_maxrss;
 }
 
-// A resume reads the checkpoint a tensor at a time: while checkpoint_load runs, the process's peak
-// resident memory grows by about its largest tensor, not by the file's size. Measured in a child
-// process (its peak starts at what it holds when forked), whose model, EMA and optimizer state are
-// written through before the load, so that only the load's own memory counts. Width 256 and depth 4:
-// a file of 65 MB, a largest tensor of 1 MB.
-static void test_resume_peak_memory(void) {
-    Config c;
-    config_defaults(&c);
-    config_load(&c, "configs/tiny/starter.conf");
-    c.width = 256, c.depth = 4, c.batch_size = 1;
-    const Backend *be = backend_cpu();
-    Model *m = build_model(&c, be, 1);
+// A checkpoint of width 256 and depth 4 at step 1 into a new folder under /tmp (dir, made: whether
+// mkdtemp made it), its path into path: its size in bytes, 0 when it could not be written. A file of
+// 65 MB, a largest tensor of 1 MB.
+static long long save_wide_checkpoint(Config *c, char *dir, int *made, char *path, size_t pathlen) {
+    config_defaults(c);
+    config_load(c, "configs/tiny/starter.conf");
+    c->width = 256, c->depth = 4, c->batch_size = 1;
+    Model *m = build_model(c, backend_cpu(), 1);
     model_init(m, 1, 0);
-    Optimizer *o = build_optimizer(m, &c);
-    char dir[] = "/tmp/fc_test_peak_XXXXXX", err[512] = "", path[256];
-    int made = mkdtemp(dir) != NULL;
+    Optimizer *o = build_optimizer(m, c);
+    char err[512] = "";
+    *made = mkdtemp(dir) != NULL;
     TrainState st = {.step = 1, .smooth_loss = 1};
-    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
-    checkpoint_path(path, sizeof path, dir, 1);
+    int saved = *made && checkpoint_save(dir, m, m->params_mem, o, c, &st, err, sizeof err) == 0;
+    checkpoint_path(path, pathlen, dir, 1);
     free_optimizer(o);
     free_model(m);
     struct stat sb;
-    long long size = saved && !stat(path, &sb) ? (long long)sb.st_size : 0;
+    return saved && !stat(path, &sb) ? (long long)sb.st_size : 0;
+}
+
+// A resume reads the checkpoint a tensor at a time: while checkpoint_load runs, the process's peak
+// resident memory grows by about its largest tensor, not by the file's size. Measured in a child
+// process (its peak starts at what it holds when forked), whose model, EMA and optimizer state are
+// written through before the load, so that only the load's own memory counts.
+static void test_resume_peak_memory(void) {
+    Config c;
+    const Backend *be = backend_cpu();
+    char dir[] = "/tmp/fc_test_peak_XXXXXX", path[256];
+    int made;
+    long long size = save_wide_checkpoint(&c, dir, &made, path, sizeof path);
     struct { int status; long grew_kb; char err[400]; } r = {-1, -1, ""};
     int fds[2] = {-1, -1};
     pid_t pid = size && !pipe(fds) ? fork() : -1;
@@ -466,6 +486,61 @@ static void test_resume_peak_memory(void) {
           "a checkpoint of %.1f MB loaded (status %d%s%s): the peak resident memory grew by %.1f MB during the load "
           "(want under a quarter of the file)", size / 1e6, r.status, r.status ? ", " : "", r.status ? r.err : "",
           r.grew_kb / 1024.0);
+    remove_test_dir(dir, made);
+}
+
+// train --from takes its parent's identity (its step and the CRC32 of its bytes) and config reading
+// the file a tensor at a time: the peak resident memory of a child process that does grows by about
+// its largest tensor, not by the file's size, and the CRC is the one of the file read whole (what
+// the lineage of earlier forks records).
+static void test_fork_parent_streamed(void) {
+    Config c;
+    char dir[] = "/tmp/fc_test_parent_XXXXXX", path[256];
+    int made;
+    long long size = save_wide_checkpoint(&c, dir, &made, path, sizeof path);
+    struct { int rc; long grew_kb; char err[400]; } r = {-1, -1, ""};
+    int fds[2] = {-1, -1};
+    pid_t pid = size && !pipe(fds) ? fork() : -1;
+    if (pid == 0) {
+        close(fds[0]);
+        static TrainOrigin o;
+        Config parent;
+        long before = peak_rss_kb();
+        r.rc = lineage_read_parent(path, &parent, &o, r.err, sizeof r.err);
+        r.grew_kb = peak_rss_kb() - before;
+        _exit(write(fds[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    if (fds[1] >= 0) close(fds[1]);
+    if (pid > 0 && read(fds[0], &r, sizeof r) != (ssize_t)sizeof r) r.rc = -1;
+    if (pid > 0) waitpid(pid, NULL, 0);
+    if (fds[0] >= 0) close(fds[0]);
+    check(r.rc == 0 && r.grew_kb >= 0 && r.grew_kb * 1024LL < size / 4, "fork_parent_read_tensor_by_tensor",
+          "the parent identity of a checkpoint of %.1f MB taken (rc %d%s%s): the peak resident memory grew by %.1f MB "
+          "(want under a quarter of the file)", size / 1e6, r.rc, r.rc ? ", " : "", r.rc ? r.err : "",
+          r.grew_kb / 1024.0);
+
+    static TrainOrigin o;
+    Config parent;
+    char err[512] = "", want[64] = "(none)";
+    size_t len;
+    uint8_t *bytes = size ? test_read_file(path, &len) : NULL;
+    if (bytes) snprintf(want, sizeof want, " (step 1, crc32 %08lx)", crc32_z(0L, bytes, len));
+    free(bytes);
+    int rc = size ? lineage_read_parent(path, &parent, &o, err, sizeof err) : -1;
+    size_t n = strlen(o.parent), k = strlen(want);
+    check(rc == 0 && n > k && !strcmp(o.parent + n - k, want) && o.parent_step == 1 && parent.width == 256,
+          "fork_parent_identity_whole_file_crc", "identity \"%s\" (rc %d%s%s), want it to end \"%s\" (the file read "
+          "whole); its config's width %d", o.parent, rc, rc ? ", " : "", rc ? err : "", want, parent.width);
+
+    // 16 bytes appended while its first tensor is read (after the header's two reads): every tensor
+    // still checks, the bytes read are no longer the file
+    flip_path = path, preads = 0, grow_at = 3;
+    rc = size ? lineage_read_parent(path, &parent, &o, err, sizeof err) : 0;
+    int grew = preads >= grow_at;
+    grow_at = 0;
+    check(grew && rc && strstr(err, "not a whole checkpoint") && strstr(err, "the file changed while it was read"),
+          "fork_parent_file_changed", "16 bytes appended while its tensors were read (%d): rc %d, %s", grew, rc,
+          rc ? err : "its identity taken");
     remove_test_dir(dir, made);
 }
 
@@ -562,5 +637,6 @@ int main(void) {
     test_check_file_changed();
     test_load_file_changed();
     test_resume_peak_memory();
+    test_fork_parent_streamed();
     return g_failed ? 1 : 0;
 }
