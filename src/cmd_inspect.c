@@ -132,23 +132,15 @@ static int note_clip(int k, const char *why, void *ctx) {
 // The CRC32 of each tensor of f (its header read alone) into crc[], a tensor at a time through one
 // buffer of the largest's bytes: a checkpoint of the 24 GB preset is 8.9 GiB. 0, or -1 with a line in err.
 static int stream_tensor_crcs(const char *path, const StFile *f, unsigned long *crc, char *err, size_t errlen) {
-    struct stat sb;
-    int fd = fc_open_regular(path, &sb, err, errlen);
+    int fd = st_open_data(path, f, err, errlen);
     if (fd < 0) return -1;
-    size_t largest = 1;
-    for (int i = 0; i < f->n; i++)
-        if (f->entries[i].end - f->entries[i].begin > largest) largest = f->entries[i].end - f->entries[i].begin;
-    void *buf = malloc(largest);
-    int rc = buf ? 0 : fc_errf(err, errlen, "%s: out of memory for a tensor of %zu bytes", path, largest);
-    if (!rc && (uint64_t)sb.st_size != f->size) rc = fc_errf(err, errlen, "%s: the file changed while it was read", path);
+    void *buf = st_entry_buffer(f, path, err, errlen);
+    int rc = buf ? 0 : -1;
     for (int i = 0; !rc && i < f->n; i++) {
         const StEntry *e = &f->entries[i];
-        if (fc_pread_all(fd, buf, e->end - e->begin, (uint64_t)f->data_start + e->begin))
-            rc = fc_errf(err, errlen, "%s: read error (or the file changed while it was read): %s", path,
-                         strerror(errno));
-        else
-            crc[i] = crc32_z(0L, buf, (z_size_t)(e->end - e->begin));
+        if (!(rc = st_read_entry(fd, f, e, buf, path, err, errlen))) crc[i] = crc32_z(0L, buf, (z_size_t)(e->end - e->begin));
     }
+    if (!rc) rc = st_data_unchanged(fd, f, path, err, errlen);
     free(buf);
     close(fd);
     return rc;

@@ -88,6 +88,7 @@ static const char *set_value(Opt *opts, const char *key) {
 // each machine may hold its copy elsewhere. Where a rank's file is not rank 0's (or one has none), that
 // rank says so, naming both files; a rank that cannot read its own says why. Every rank then ends.
 static void check_ranks_same_vae(const char *vae) {
+    if (dist_size() == 1) return;  // nothing to compare: the autoencoder's loading says what is wrong with it
     char id[80] = "none", err[1024] = "", hex[65];
     if (vae && sha256_file(vae, hex, err, sizeof err)) snprintf(id, sizeof id, "unreadable");
     else if (vae) snprintf(id, sizeof id, "sha256 %s", hex);
@@ -100,6 +101,7 @@ static void check_ranks_same_vae(const char *vae) {
     dist_broadcast(&first, sizeof first);
     const char *same = "every rank of a run is started with the same command, config and files";
     if (err[0] && dist_rank() == 0) fc_die("%s%s", dist_rank_origin(), err);
+    if (err[0] && !first.path[0]) fc_die("%s%s (%s; rank 0 has no --vae)", dist_rank_origin(), err, same);
     if (err[0]) fc_die("%s%s (%s; rank 0 reads its --vae %s)", dist_rank_origin(), err, same, first.path);
     if (!differs[0] || !strcmp(first.id, "unreadable")) fc_exit(1);  // another rank says what differs
     if (!vae) fc_die("%sno --vae, where rank 0 has --vae %s (%s)", dist_rank_origin(), first.path, same);

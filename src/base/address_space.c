@@ -16,27 +16,38 @@
 #define RUN_MARGIN (128 * MiB)
 #define THREAD_MARGIN (8 * MiB)
 
-double fc_address_space_limit(void) {
-    double limit = -1;
-    int which[2] = {RLIMIT_AS, RLIMIT_DATA};
-    for (int i = 0; i < 2; i++) {
-        struct rlimit r;
-        if (!getrlimit(which[i], &r) && r.rlim_cur != RLIM_INFINITY && (limit < 0 || (double)r.rlim_cur < limit))
-            limit = (double)r.rlim_cur;
-    }
-    return limit;
-}
+// The two limits that bound anonymous mappings, each against what it counts: RLIMIT_AS (ulimit -v)
+// every mapping (VmSize), RLIMIT_DATA (ulimit -d) the private writable ones (VmData).
+static const struct {
+    int resource;
+    const char *field, *ulimit;
+} LIMITS[2] = {{RLIMIT_AS, "VmSize:", "ulimit -v"}, {RLIMIT_DATA, "VmData:", "ulimit -d"}};
 
-// Read with open/read only: it runs before the C library's stdio has been used.
-double fc_address_space_used(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+// A field of /proc/self/status in bytes (0 if unknown), read with open/read only: this runs before the
+// C library's stdio has been used.
+static double status_bytes(const char *field) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0) return 0;
     buf[n] = 0;
-    return (double)strtoull(buf, NULL, 10) * (double)sysconf(_SC_PAGESIZE);
+    const char *at = strstr(buf, field);
+    return at ? (double)strtoull(at + strlen(field), NULL, 10) * 1024 : 0;
+}
+
+int fc_address_space_room(double need, double *limit, double *used, const char **ulimit) {
+    for (int i = 0; i < 2; i++) {
+        struct rlimit r;
+        if (getrlimit(LIMITS[i].resource, &r) || r.rlim_cur == RLIM_INFINITY) continue;
+        double u = status_bytes(LIMITS[i].field);
+        if (u + need > (double)r.rlim_cur) {
+            *limit = (double)r.rlim_cur, *used = u, *ulimit = LIMITS[i].ulimit;
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static int start_buffers;  // OpenBLAS's buffers at its start, as the check before it counted them
@@ -62,8 +73,6 @@ static int positive(const char *s) {
 }
 
 void fc_address_space_check_start(int argc, char **argv, char **envp) {
-    double limit = fc_address_space_limit();
-    if (limit < 0) return;
     cpu_set_t set;
     int procs = !sched_getaffinity(0, sizeof set, &set) ? CPU_COUNT(&set) : 0;
     if (procs < 1) procs = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -74,23 +83,31 @@ void fc_address_space_check_start(int argc, char **argv, char **envp) {
     if (!blas) blas = positive(env_value(envp, "OMP_NUM_THREADS"));
     if (!blas || blas > procs) blas = procs;
     start_buffers = blas;
-    // framechain's threads: --threads N among the options before the command (main checks its value),
-    // else fc_default_threads()'s choice
+    // framechain's threads: --threads N among the options before the command, each of which takes a
+    // value (main checks them), else fc_default_threads()'s choice
     int threads = 0;
-    for (int i = 1; i < argc && argv[i][0] == '-' && !threads; i++)
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = positive(argv[i + 1]);
-        else if (!strncmp(argv[i], "--threads=", 10)) threads = positive(argv[i] + 10);
+    for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+        if (!strncmp(argv[i], "--threads=", 10)) threads = positive(argv[i] + 10);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = positive(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) i++;
+    }
     if (!threads) threads = positive(env_value(envp, "OMP_NUM_THREADS"));
     if (!threads) threads = procs;
-    double need = fc_address_space_used() + blas * FC_BLAS_BUFFER_BYTES + fc_address_space_to_come(threads);
-    if (need <= limit) return;
-    char line[512];
+    double start = blas * FC_BLAS_BUFFER_BYTES, need = start + fc_address_space_to_come(threads), limit, used;
+    const char *ulimit;
+    if (fc_address_space_room(need, &limit, &used, &ulimit)) return;
+    // fewer threads help only where the run's buffers, not OpenBLAS's start ones, are over the limit
+    int fewer = used + start + fc_address_space_to_come(1) <= limit;
+    char line[640];
     int n = snprintf(line, sizeof line,
-                     "framechain: the address space is limited to %.0f MiB (ulimit -v %.0f); with %d thread%s "
-                     "framechain needs at least %.0f MiB, as OpenBLAS reserves 128 MiB a thread and stops responding "
-                     "where it cannot: raise the limit (ulimit -v %.0f, or unlimited) or run fewer threads "
-                     "(--threads, OMP_NUM_THREADS)\n",
-                     limit / MiB, limit / 1024, threads, threads == 1 ? "" : "s", need / MiB, need / 1024 + 1);
+                     "framechain: the address space is limited to %.0f MiB (%s %.0f); with %d thread%s framechain "
+                     "needs at least %.0f MiB, as OpenBLAS reserves 128 MiB a thread and stops responding where it "
+                     "cannot: raise the limit (%s %.0f, or unlimited)%s\n",
+                     limit / MiB, ulimit, limit / 1024, threads, threads == 1 ? "" : "s", (used + need) / MiB, ulimit,
+                     (used + need) / 1024 + 1,
+                     fewer ? " or run fewer threads (--threads)"
+                           : " or start OpenBLAS with fewer threads (OPENBLAS_NUM_THREADS: at its start it takes "
+                             "a buffer for each core)");
     if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) _exit(1);
     _exit(1);
 }

@@ -8,10 +8,10 @@
 
 #define FC_BLAS_BUFFER_BYTES (128.0 * 1048576 + 4096)  // one OpenBLAS buffer and its guard page
 
-// The lower of RLIMIT_AS and RLIMIT_DATA in bytes (both bound anonymous mappings); -1 when unlimited.
-double fc_address_space_limit(void);
-// The address space this process takes now (its mappings, reserved or touched), in bytes; 0 if unknown.
-double fc_address_space_used(void);
+// Whether `need` more bytes fit both address-space limits, RLIMIT_AS (ulimit -v, against every
+// mapping) and RLIMIT_DATA (ulimit -d, against the private writable ones): 1, or 0 with the limit they
+// do not fit, what it counts now, and its ulimit option ("ulimit -v").
+int fc_address_space_room(double need, double *limit, double *used, const char **ulimit);
 // What the address space must still take for a run of `threads` threads beside its memory plan: the
 // OpenBLAS buffers its threads will add to those of OpenBLAS's start, and a margin.
 double fc_address_space_to_come(int threads);

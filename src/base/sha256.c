@@ -3,8 +3,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/common.h"
+#include "base/paths.h"
 #include "base/sha256.h"
 
 static const uint32_t K[64] = {
@@ -70,16 +73,18 @@ void sha256_hex(Sha256 *s, char hex[65]) {
 }
 
 int sha256_file(const char *path, char hex[65], char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fc_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    int fd = fc_open_regular(path, &sb, err, errlen);  // a FIFO would block, a folder read nothing
+    if (fd < 0) return -1;
     Sha256 s;
     sha256_init(&s);
     static __thread uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&s, buf, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return fc_errf(err, errlen, "%s: read error", path);
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0) sha256_update(&s, buf, (size_t)n);
+    int e = errno;
+    close(fd);
+    if (n < 0) return fc_errf(err, errlen, "%s: read error: %s", path, strerror(e));
     sha256_hex(&s, hex);
     return 0;
 }

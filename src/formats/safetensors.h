@@ -93,6 +93,16 @@ int st_looks_like_safetensors(const uint8_t *head, size_t n);
 // Read only the 8 + header length bytes of the file at `path` (at most 8 + ST_MAX_HEADER) and
 // st_parse_header them against the file's size; errors start with the path.
 int st_read_header(const char *path, StFile *f, char *err, size_t errlen);
+// The tensors of a file whose header alone was read (st_read_header into f), one at a time:
+// st_open_data opens it (fc_open_regular: no FIFO or device) and returns the descriptor, or -1 with a
+// line in err, also where it is no longer the size its header was parsed against ("the file changed
+// while it was read"); st_entry_buffer allocates the bytes of its largest tensor (NULL with a line in
+// err); st_read_entry reads entry e into buf; st_data_unchanged, after the reads, says whether the file
+// still has its size (0), else -1 with "the file changed while it was read".
+int st_open_data(const char *path, const StFile *f, char *err, size_t errlen);
+void *st_entry_buffer(const StFile *f, const char *path, char *err, size_t errlen);
+int st_read_entry(int fd, const StFile *f, const StEntry *e, void *buf, const char *path, char *err, size_t errlen);
+int st_data_unchanged(int fd, const StFile *f, const char *path, char *err, size_t errlen);
 // The tensor called `name`, or NULL.
 const StEntry *st_find(const StFile *f, const char *name);
 // The first byte of a tensor's data. It is aligned to the dtype's size when the file is laid out

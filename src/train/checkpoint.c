@@ -505,7 +505,7 @@ CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c
 static int read_again(int fd, const StFile *f, const char *name, void *buf, const char *path, char *err,
                       size_t errlen) {
     const StEntry *e = st_find(f, name);  // (there: the layout was checked)
-    if (ckpt_read_tensor(fd, f, e, buf, path, err, errlen)) return -1;
+    if (st_read_entry(fd, f, e, buf, path, err, errlen)) return -1;
     if (ckpt_check_tensor_crc(f, name, buf, e->end - e->begin, path, err, errlen))
         return fc_errf(err, errlen, "%s: the file changed while it was read (tensor %s no longer matches its CRC32)",
                        path, name);
@@ -530,7 +530,7 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     // the metadata (its CRC, the values read strictly), then every tensor's CRC and values, before
     // anything else is believed
     if ((result = ckpt_check_metadata(&f, path, &step, &smooth, err, errlen))) goto out;
-    if ((fd = ckpt_open_tensors(path, &f, err, errlen)) < 0 || !(buf = ckpt_tensor_buffer(&f, path, err, errlen)) ||
+    if ((fd = st_open_data(path, &f, err, errlen)) < 0 || !(buf = st_entry_buffer(&f, path, err, errlen)) ||
         ckpt_check_tensors_read(&f, fd, buf, path, err, errlen) ||
         config_copy_damaged(&f, path, m, ema, o, err, errlen)) {
         result = CKPT_CORRUPT;
@@ -617,7 +617,7 @@ static Model *load_ema(const char *path, const Backend *be, int B, int named, ch
         *refused = 1;
         goto out;
     }
-    if ((fd = ckpt_open_tensors(path, &f, err, errlen)) < 0) goto out;
+    if ((fd = st_open_data(path, &f, err, errlen)) < 0) goto out;
     // Generation runs the model forward only: its blocks can share one block's activations, the
     // layout of recompute (the same bytes out; at depth 4 about a third of the activations' memory,
     // so fewer pages to touch the first time).
@@ -636,7 +636,7 @@ static Model *load_ema(const char *path, const Backend *be, int B, int named, ch
             snprintf(err, errlen, "%s: tensor %s is %s", path, name, e ? "of the wrong type or size" : "missing");
             goto fail;
         }
-        if (ckpt_read_tensor(fd, &f, e, host, path, err, errlen) || ckpt_check_tensor(&f, e, host, path, err, errlen))
+        if (st_read_entry(fd, &f, e, host, path, err, errlen) || ckpt_check_tensor(&f, e, host, path, err, errlen))
             goto fail;
         if (sizeof(real) == sizeof(float)) {
             be->upload(m->params_mem + p->offset, host, bytes);

@@ -79,16 +79,8 @@ int ckpt_check_tensor_values(const char *name, const char *dtype, const void *da
 // Both checks above on one tensor: entry e of f, its bytes at data.
 int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const char *path, char *err,
                       size_t errlen);
-// The tensors of a file whose header alone was read (st_read_header into f), one at a time:
-// ckpt_open_tensors opens it (fc_open_regular) and returns the descriptor, or -1 with a line in err,
-// also where it is no longer the size its header was checked against ("the file changed while it
-// was read"); ckpt_tensor_buffer allocates the bytes of its largest tensor (NULL with a line in err);
-// ckpt_read_tensor reads entry e into buf; ckpt_check_tensors_read reads and checks every tensor
-// (ckpt_check_tensor), in file order, through buf.
-int ckpt_open_tensors(const char *path, const StFile *f, char *err, size_t errlen);
-void *ckpt_tensor_buffer(const StFile *f, const char *path, char *err, size_t errlen);
-int ckpt_read_tensor(int fd, const StFile *f, const StEntry *e, void *buf, const char *path, char *err,
-                     size_t errlen);
+// Every tensor of a file whose header alone was read, read (st_read_entry) and checked
+// (ckpt_check_tensor) in file order through buf (st_entry_buffer), fd from st_open_data.
 int ckpt_check_tensors_read(const StFile *f, int fd, void *buf, const char *path, char *err, size_t errlen);
 // Every tensor of tab in f, of its type, size and shape, and nothing else in f (ema_only: the tensors
 // of tab other than the EMA's may be missing): CKPT_OK or CKPT_REFUSED.

@@ -212,37 +212,9 @@ int ckpt_check_tensor(const StFile *f, const StEntry *e, const void *data, const
     return 0;
 }
 
-int ckpt_open_tensors(const char *path, const StFile *f, char *err, size_t errlen) {
-    struct stat sb;
-    int fd = fc_open_regular(path, &sb, err, errlen);
-    if (fd >= 0 && (uint64_t)sb.st_size != f->size) {  // the size the header was checked against
-        snprintf(err, errlen, "%s: the file changed while it was read", path);
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-void *ckpt_tensor_buffer(const StFile *f, const char *path, char *err, size_t errlen) {
-    size_t largest = 1;
-    for (int i = 0; i < f->n; i++)
-        if (f->entries[i].end - f->entries[i].begin > largest) largest = f->entries[i].end - f->entries[i].begin;
-    void *buf = malloc(largest);
-    if (!buf) snprintf(err, errlen, "%s: out of memory for a tensor of %zu bytes", path, largest);
-    return buf;
-}
-
-int ckpt_read_tensor(int fd, const StFile *f, const StEntry *e, void *buf, const char *path, char *err,
-                     size_t errlen) {
-    if (fc_pread_all(fd, buf, e->end - e->begin, (uint64_t)f->data_start + e->begin))
-        return fc_errf(err, errlen, "%s: read error (or the file changed while it was read): %s", path,
-                       strerror(errno));
-    return 0;
-}
-
 int ckpt_check_tensors_read(const StFile *f, int fd, void *buf, const char *path, char *err, size_t errlen) {
     for (int i = 0; i < f->n; i++)
-        if (ckpt_read_tensor(fd, f, &f->entries[i], buf, path, err, errlen) ||
+        if (st_read_entry(fd, f, &f->entries[i], buf, path, err, errlen) ||
             ckpt_check_tensor(f, &f->entries[i], buf, path, err, errlen))
             return -1;
     return 0;
@@ -339,8 +311,8 @@ static CkptStatus check_header(const StFile *f, const char *path, int *step, cha
 
 int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc, char *why, size_t whylen) {
     if (st_read_header(path, f, why, whylen)) return -1;
-    int fd = check_header(f, path, NULL, why, whylen) ? -1 : ckpt_open_tensors(path, f, why, whylen);
-    void *buf = fd >= 0 ? ckpt_tensor_buffer(f, path, why, whylen) : NULL;
+    int fd = check_header(f, path, NULL, why, whylen) ? -1 : st_open_data(path, f, why, whylen);
+    void *buf = fd >= 0 ? st_entry_buffer(f, path, why, whylen) : NULL;
     // the file's CRC32 as one over all its bytes: the header's, then each tensor's (they tile the rest),
     // which its check has just found equal to the one its metadata records
     unsigned long crc = crc32_z(0L, f->bytes, f->data_start);
@@ -349,14 +321,10 @@ int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc
         const StEntry *e = &f->entries[i];
         char key[200];
         snprintf(key, sizeof key, "crc32.%s", e->name);
-        ok = !ckpt_read_tensor(fd, f, e, buf, path, why, whylen) && !ckpt_check_tensor(f, e, buf, path, why, whylen);
+        ok = !st_read_entry(fd, f, e, buf, path, why, whylen) && !ckpt_check_tensor(f, e, buf, path, why, whylen);
         if (ok) crc = crc32_combine(crc, strtoul(st_meta(f, key), NULL, 16), (z_off_t)(e->end - e->begin));
     }
-    struct stat sb;
-    if (ok && (fstat(fd, &sb) || (uint64_t)sb.st_size != f->size)) {  // grew (or shrank) while it was read
-        snprintf(why, whylen, "%s: the file changed while it was read", path);
-        ok = 0;
-    }
+    if (ok && st_data_unchanged(fd, f, path, why, whylen)) ok = 0;  // grew (or shrank) while it was read
     free(buf);
     if (fd >= 0) close(fd);
     if (!ok) {
@@ -371,8 +339,8 @@ CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whyle
     StFile f;
     if (st_read_header(path, &f, why, whylen)) return CKPT_CORRUPT;
     CkptStatus s = check_header(&f, path, step, why, whylen);
-    int fd = s ? -1 : ckpt_open_tensors(path, &f, why, whylen);
-    void *buf = fd >= 0 ? ckpt_tensor_buffer(&f, path, why, whylen) : NULL;
+    int fd = s ? -1 : st_open_data(path, &f, why, whylen);
+    void *buf = fd >= 0 ? st_entry_buffer(&f, path, why, whylen) : NULL;
     if (!s && (!buf || ckpt_check_tensors_read(&f, fd, buf, path, why, whylen))) s = CKPT_CORRUPT;
     free(buf);
     if (fd >= 0) close(fd);

@@ -154,18 +154,17 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                local > 1 ? ", or run fewer ranks on it"
                : t->plan.cpu ? "" : " (the checkpoint's staging buffer alone is weights, EMA and optimizer state)");
     }
-    // Under ulimit -v the plan and what OpenBLAS will add for the threads (address_space.h) must fit what
-    // the limit leaves: a run that met it at a thread's first GEMM would stop responding, not fail.
-    double limit = fc_address_space_limit();
-    if (limit >= 0) {
-        double plan = (host - held) / local, left = limit - fc_address_space_used(),
-               need = plan + fc_address_space_to_come(fc_threads());
-        if (need > left)
-            fc_die("%s%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
-                   "more address space, and its limit leaves %.2f GiB: raise it (ulimit -v %.0f or more) or lower "
-                   "batch_size, frame_size, width or depth", dist_rank_origin(), t->run, plan / GiB, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB, left / GiB,
-                   (limit + need - left) / 1024 + 1);
-    }
+    // Under ulimit -v (or -d) this process's plan and what OpenBLAS will add for its threads
+    // (address_space.h) must fit what the limit leaves: a run that met it at a thread's first GEMM
+    // would stop responding, not fail. The limit is each process's: its own plan, not the machine's sum.
+    double own = (t->plan.cpu ? t->plan.total : t->plan.host) - t->plan.program, limit, used;
+    double need = own + fc_address_space_to_come(fc_threads());
+    const char *ulimit;
+    if (!fc_address_space_room(need, &limit, &used, &ulimit))
+        fc_die("%s%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
+               "more address space, and the limit leaves %.2f GiB: raise it (%s %.0f or more) or lower batch_size, "
+               "frame_size, width or depth", dist_rank_origin(), t->run, own / GiB, fc_threads(),
+               fc_threads() == 1 ? "" : "s", need / GiB, (limit - used) / GiB, ulimit, (used + need) / 1024 + 1);
     if (speaker && available > 0 && host - held > available)
         fc_warn("%s%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "
                 "available now: the run may swap, or be killed when memory runs out", dist_machine_origin(), t->run,

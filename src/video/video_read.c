@@ -169,12 +169,6 @@ static int reader_pick_stream(VideoReader *v, char *err, size_t errlen) {
     return 0;
 }
 
-// FFmpeg's demuxers of single images ("tiff_pipe", "bmp_pipe", ...) and of numbered image files.
-static int is_still_demuxer(const char *name) {
-    size_t n = strlen(name);
-    return !strcmp(name, "image2") || (n > 5 && !strcmp(name + n - 5, "_pipe"));
-}
-
 // The decoder for the chosen stream, with the packet and frame it works on. 0, or -1 with why.
 static int reader_open_decoder(VideoReader *v, char *err, size_t errlen) {
     char eb[AV_ERROR_MAX_STRING_SIZE];
@@ -192,9 +186,9 @@ static int reader_open_decoder(VideoReader *v, char *err, size_t errlen) {
         v->dec->pkt_timebase = st->time_base;
         v->dec->thread_count = g_decoder_threads;
         // Damage the decoder notices is an error, not a concealed picture in the training data. Not
-        // for a still (a TIFF, BMP, WebP: FFmpeg's image demuxers): under it the TIFF decoder refuses
-        // every tag it does not know, such as the ResolutionUnit FFmpeg's own TIFFs carry.
-        if (!is_still_demuxer(v->fmt->iformat->name)) v->dec->err_recognition |= AV_EF_EXPLODE;
+        // for TIFF, whose decoder under it refuses every tag it does not know, such as the
+        // ResolutionUnit FFmpeg's own TIFFs carry (a cut TIFF still fails: it has no picture).
+        if (codec->id != AV_CODEC_ID_TIFF) v->dec->err_recognition |= AV_EF_EXPLODE;
         ret = avcodec_open2(v->dec, codec, NULL);
     }
     if (ret < 0)

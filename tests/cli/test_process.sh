@@ -79,11 +79,15 @@ else
         "status $rc (137: it hung): $(cat "$tmp/as.err")"
     (ulimit -v "${want:-1}"; exec timeout -s KILL 20 "$FC" --threads 2 --version) > "$tmp/as.out" 2> "$tmp/as.err"
     expect address_space_limit_as_asked_starts $? "ulimit -v ${want:-?}: $(head -1 "$tmp/as.err")"
+    # --threads after --device (whose value the check had taken for the command, counting every core)
+    one=$( (ulimit -v 300000; "$FC" --threads 1 --version) 2>&1 | sed -n 's/.*raise the limit (ulimit -v \([0-9]*\), or unlimited).*/\1/p')
+    (ulimit -v "${one:-1}"; exec timeout -s KILL 20 "$FC" --device cpu --threads 1 --version) > "$tmp/as.out" 2> "$tmp/as.err"
+    expect address_space_limit_threads_after_device $? "ulimit -v ${one:-?}: $(head -1 "$tmp/as.err")"
     (ulimit -v "${want:-1}"; exec timeout -s KILL 60 "$FC" --threads 2 train --config "$TINY" --set batch_size=32 \
         --run "$tmp/as_run" --steps 2) > "$tmp/as.log" 2>&1
     rc=$?
     want=$(sed -n 's/.*raise it (ulimit -v \([0-9]*\) or more).*/\1/p' "$tmp/as.log")
-    expect address_space_limit_plan_refused $(( rc != 1 || $(grep -c "as_run: the memory plan's .* need .* more address space, and its limit leaves" "$tmp/as.log") != 1 )) \
+    expect address_space_limit_plan_refused $(( rc != 1 || $(grep -c "as_run: the memory plan's .* need .* more address space, and the limit leaves" "$tmp/as.log") != 1 )) \
         "status $rc (137: it hung): $(grep -m1 framechain: "$tmp/as.log")"
     [ ! -e "$tmp/as_run" ]
     expect address_space_limit_plan_nothing_made $? "$(ls -A "$tmp/as_run" 2> /dev/null | tr '\n' ' ')"

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "base/common.h"
@@ -126,6 +128,20 @@ static void test_sha256(void) {
     }
     check(ok == 4, "sha256_padding_lengths", "%d of 4 runs of 'a' (55, 63, 64, 119 bytes) give hashlib's digest; "
           "55: %.16s...", ok, got[0]);
+    // a file's digest; a FIFO (a --vae named wrongly) refused at once, not waited on for a writer (the
+    // alarm ends the test where it blocks)
+    char dir[] = "/tmp/fc_sha_XXXXXX", path[64], fifo[64], hex[65], err[512] = "";
+    int made = mkdtemp(dir) != NULL;
+    snprintf(path, sizeof path, "%s/abc", dir), snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    FILE *f = made ? fopen(path, "wb") : NULL;
+    if (f) fputs("abc", f), fclose(f);
+    int file_ok = f && !sha256_file(path, hex, err, sizeof err) && !strcmp(hex, cases[1].hex);
+    check(file_ok, "sha256_file", "the file 'abc': %s", file_ok ? "its digest" : err);
+    alarm(10);
+    int refused = made && !mkfifo(fifo, 0600) && sha256_file(fifo, hex, err, sizeof err) && strstr(err, "FIFO");
+    alarm(0);
+    check(refused, "sha256_file_fifo_refused", "%s", err);
+    unlink(path), unlink(fifo), rmdir(dir);
 }
 
 // ---- the latent dataset ----
