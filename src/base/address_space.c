@@ -1,6 +1,7 @@
 // address_space.c: the address space a process may take (see address_space.h).
 #define _GNU_SOURCE  // sched_getaffinity
 #include <fcntl.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,9 @@ void fc_address_space_check_start(int argc, char **argv, char **envp) {
     if (!threads) threads = procs;
     double start = blas * FC_BLAS_BUFFER_BYTES, need = start + fc_address_space_to_come(threads), limit, used;
     const char *ulimit;
+    // Under a limit, one malloc arena: each thread's own arena reserves 64 MiB of address space, and how
+    // many threads make one depends on their timing (a run measured to fit hung when the machine was busy)
+    if (fc_address_space_room(1e300, &limit, &used, &ulimit) == 0) mallopt(M_ARENA_MAX, 1);
     if (fc_address_space_room(need, &limit, &used, &ulimit)) return;
     // fewer threads help only where the run's buffers, not OpenBLAS's start ones, are over the limit
     int fewer = used + start + fc_address_space_to_come(1) <= limit;

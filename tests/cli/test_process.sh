@@ -94,7 +94,8 @@ else
     (ulimit -v "${want:-1}"; exec timeout -s KILL 120 "$FC" --threads 2 train --config "$TINY" --set batch_size=32 \
         --run "$tmp/as_run" --steps 2) > "$tmp/as.log" 2>&1
     rc=$?
-    expect address_space_limit_as_asked_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/as_run/metrics.jsonl" 2> /dev/null) != 1 )) \
+    steps=$(grep -c '"step":2' "$tmp/as_run/metrics.jsonl" 2> /dev/null)
+    expect address_space_limit_as_asked_trains $(( rc != 0 || ${steps:-0} != 1 )) \
         "ulimit -v ${want:-?}: status $rc: $(grep -m1 framechain: "$tmp/as.log")"
 fi
 
