@@ -38,6 +38,11 @@ static double status_bytes(const char *field) {
     return at ? (double)strtoull(at + strlen(field), NULL, 10) * 1024 : 0;
 }
 
+double fc_address_space_advice_kib(double bytes) {
+    long mib = (long)(bytes / MiB) + 1 + 16;
+    return (double)mib * 1024;
+}
+
 int fc_address_space_room(double need, double *limit, double *used, const char **ulimit) {
     for (int i = 0; i < 2; i++) {
         struct rlimit r;
@@ -108,7 +113,7 @@ void fc_address_space_check_start(int argc, char **argv, char **envp) {
                      "needs at least %.0f MiB, as OpenBLAS reserves 128 MiB a thread and stops responding where it "
                      "cannot: raise the limit (%s %.0f, or unlimited)%s\n",
                      limit / MiB, ulimit, limit / 1024, threads, threads == 1 ? "" : "s", (used + need) / MiB, ulimit,
-                     (used + need) / 1024 + 1,
+                     fc_address_space_advice_kib(used + need),
                      fewer ? " or run fewer threads (--threads)"
                            : " or start OpenBLAS with fewer threads (OPENBLAS_NUM_THREADS: at its start it takes "
                              "a buffer for each core)");

@@ -8,6 +8,9 @@
 
 #define FC_BLAS_BUFFER_BYTES (128.0 * 1048576 + 4096)  // one OpenBLAS buffer and its guard page
 
+// The limit to advise for `bytes` of address space, in KiB as ulimit takes it: rounded up to a MiB and
+// 16 MiB over, as what a process maps at its start varies by a few pages from one start to the next.
+double fc_address_space_advice_kib(double bytes);
 // Whether `need` more bytes fit both address-space limits, RLIMIT_AS (ulimit -v, against every
 // mapping) and RLIMIT_DATA (ulimit -d, against the private writable ones): 1, or 0 with the limit they
 // do not fit, what it counts now, and its ulimit option ("ulimit -v").
