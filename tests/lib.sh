@@ -110,3 +110,22 @@ with open(sys.argv[1], "r+b") as f:
     f.write(bytes([b[0] ^ 0xff]))
 PY
 }
+
+# out_of_repository NAME PAIRS ENV...: each tools script of PAIRS ("script:folder ..."), copied into
+# $tmp/lit/repo/tools beside the stub framechain already there, run from $tmp/lit/cwd with ENV
+# (env's arguments) must make out/FOLDER in that repository and leave the folder it ran from empty.
+out_of_repository() {
+    local name=$1 pairs=$2 ok=1 report="" pair script made held
+    shift 2
+    for pair in $pairs; do
+        script=${pair%%:*} made=${pair#*:}
+        cp "tools/$script.sh" "$tmp/lit/repo/tools/"
+        (cd "$tmp/lit/cwd" && env "$@" timeout 60 "$tmp/lit/repo/tools/$script.sh") > "$tmp/lit/$script.log" 2>&1
+        held=$(ls -A "$tmp/lit/cwd" | tr '\n' ' ')
+        [ -z "$held" ] && [ -d "$tmp/lit/repo/out/$made" ] || ok=0
+        report+="$script: the folder it ran from holds ${held:-nothing}, out/$made $([ -d "$tmp/lit/repo/out/$made" ] || echo "not ")made; "
+        rm -rf "$tmp/lit/cwd" "$tmp/lit/repo/out" && mkdir "$tmp/lit/cwd"
+    done
+    [ $ok = 1 ]
+    expect "$name" $? "$report"
+}

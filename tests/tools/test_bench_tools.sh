@@ -206,19 +206,7 @@ expect bench_stopped_keeps_table $? "status $status; left: $(ls "$bb/out" | tr '
 mkdir -p "$tmp/lit/repo/tools" "$tmp/lit/cwd"
 printf '#!/bin/sh\n[ "$1" = --version ] && { echo "framechain stub"; echo "  MPI (stub)"; exit 0; }\nexit 1\n' \
     > "$tmp/lit/repo/framechain" && chmod +x "$tmp/lit/repo/framechain"
-ok=1 report=""
-for pair in bench_cuda:bench-cuda bench_dist:bench-dist bench_routes:bench-routes route_loss:route-loss; do
-    script=${pair%%:*} made=${pair#*:}
-    cp "tools/$script.sh" "$tmp/lit/repo/tools/"
-    (cd "$tmp/lit/cwd" && env -u FC -u CONFIG -u BENCH_OPS PAIRS=1 STEPS=1 PYTHON=false timeout 60 \
-        "$tmp/lit/repo/tools/$script.sh") > "$tmp/lit/$script.log" 2>&1
-    held=$(ls -A "$tmp/lit/cwd" | tr '\n' ' ')
-    [ -z "$held" ] && [ -d "$tmp/lit/repo/out/$made" ] || ok=0
-    report+="$script: the folder it ran from holds ${held:-nothing}, out/$made $([ -d "$tmp/lit/repo/out/$made" ] || echo "not ")made; "
-    rm -rf "$tmp/lit/cwd" "$tmp/lit/repo/out" && mkdir "$tmp/lit/cwd"
-done
-[ $ok = 1 ]
-expect bench_scripts_out_of_the_repository $? "$report"
+out_of_repository bench_scripts_out_of_the_repository "bench_cuda:bench-cuda bench_dist:bench-dist bench_routes:bench-routes route_loss:route-loss" -u FC -u CONFIG -u BENCH_OPS PAIRS=1 STEPS=1 PYTHON=false
 
 # ---- make bench-cuda's pairs: one PyTorch process that warms up once, timing a round when told ----
 PY=${PYTHON:-python3}

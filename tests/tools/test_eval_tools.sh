@@ -154,16 +154,4 @@ framechain called: $([ -e "$tmp/strip-calls" ] && wc -l < "$tmp/strip-calls" || 
 # before it stops; the folder it ran from gets nothing.
 mkdir -p "$tmp/lit/repo/tools" "$tmp/lit/cwd"
 printf '#!/bin/sh\necho "framechain: stub"; exit 1\n' > "$tmp/lit/repo/framechain" && chmod +x "$tmp/lit/repo/framechain"
-ok=1 report=""
-for pair in eval_real:eval eval_unseen:eval-unseen; do
-    script=${pair%%:*} made=${pair#*:}
-    cp "tools/$script.sh" "$tmp/lit/repo/tools/"
-    (cd "$tmp/lit/cwd" && env -u FC EVAL_DATA_DIR="$tmp/no-opencv-doc" EVAL_SIZE=32 timeout 60 \
-        "$tmp/lit/repo/tools/$script.sh") > "$tmp/lit/$script.log" 2>&1
-    held=$(ls -A "$tmp/lit/cwd" | tr '\n' ' ')
-    [ -z "$held" ] && [ -d "$tmp/lit/repo/out/$made" ] || ok=0
-    report+="$script: the folder it ran from holds ${held:-nothing}, out/$made $([ -d "$tmp/lit/repo/out/$made" ] || echo "not ")made; "
-    rm -rf "$tmp/lit/cwd" "$tmp/lit/repo/out" && mkdir "$tmp/lit/cwd"
-done
-[ $ok = 1 ]
-expect eval_scripts_out_of_the_repository $? "$report"
+out_of_repository eval_scripts_out_of_the_repository "eval_real:eval eval_unseen:eval-unseen" -u FC EVAL_DATA_DIR="$tmp/no-opencv-doc" EVAL_SIZE=32

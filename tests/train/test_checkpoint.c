@@ -301,6 +301,15 @@ static void test_written_checkpoint_checks(void) {
     }
 }
 
+// 16 bytes appended to the file at path, through the system call (not the hooks below).
+static void append_16_bytes(const char *path) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    static const char more[16] = "appended";
+    if (fd < 0 || write(fd, more, sizeof more) != (ssize_t)sizeof more)
+        fprintf(stderr, "test_checkpoint: could not append to %s\n", path);
+    if (fd >= 0) close(fd);
+}
+
 // A file that grows while checkpoint_check reads it: this program's own open() (it takes the place of
 // libc's for the library's calls) appends bytes to grow_path at its second open, the one after
 // st_read_header has read the header and the file's size, before the tensors are read. Nothing else
@@ -325,13 +334,7 @@ int open(const char *path, int flags, ...) {
         mode = va_arg(ap, int);
         va_end(ap);
     }
-    if (grow_path && !strcmp(path, grow_path) && ++grow_opens == 2) {
-        int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_APPEND | O_CLOEXEC);
-        static const char more[16] = "appended";
-        if (fd < 0 || write(fd, more, sizeof more) != (ssize_t)sizeof more)
-            fprintf(stderr, "test_checkpoint: could not append to %s\n", path);
-        if (fd >= 0) close(fd);
-    }
+    if (grow_path && !strcmp(path, grow_path) && ++grow_opens == 2) append_16_bytes(path);
     return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
 }
 
@@ -381,13 +384,7 @@ ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
             fprintf(stderr, "test_checkpoint: could not change %s\n", flip_path);
         if (w >= 0) close(w);
     }
-    if (grow_at && ++preads == grow_at) {
-        int w = (int)syscall(SYS_openat, AT_FDCWD, flip_path, O_WRONLY | O_APPEND | O_CLOEXEC);
-        static const char more[16] = "appended";
-        if (w < 0 || write(w, more, sizeof more) != (ssize_t)sizeof more)
-            fprintf(stderr, "test_checkpoint: could not append to %s\n", flip_path);
-        if (w >= 0) close(w);
-    }
+    if (grow_at && ++preads == grow_at) append_16_bytes(flip_path);
     return (ssize_t)syscall(SYS_pread64, fd, buf, n, offset);
 }
 
