@@ -52,6 +52,7 @@ typedef struct {
     double delta_scale;    // targets = deltas: the difference is multiplied by this (to about unit variance)
     int delta_reference;   // enum DeltaReference: the reference slot's frame as it is, or moved (global motion)
     int reference_zoom;    // 1: the global motion of delta_reference moved (objects) includes a zoom
+    int object_bounce;     // 1: delta_reference objects: an object carried to the frame's edge bounces off it
     double anchor_snap;    // targets = deltas: reference pixels within this of the anchor's become the anchor's
     int sample_steps;      // Euler steps per window that generate and eval use without --steps
     double sample_temperature;  // the targets' starting noise that generate and eval use without --temperature

@@ -199,7 +199,7 @@ void flow_references(const Config *c, const real *const *given, const float *off
             // else no flat background: moved's global motion, below
         }
         if (measured[r] == 3) {  // each object moved along its own motion
-            objects_carry(refs + f * E, given[r], &scene[r], c->channels, lead);
+            objects_carry(refs + f * E, given[r], &scene[r], c->channels, lead, c->object_bounce);
             continue;  // its objects move: not snapped
         }
         if (tiles && !measured[r]) {  // delta_reference = local: a field of tile motions

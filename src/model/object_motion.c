@@ -171,7 +171,29 @@ static double mask_at(const ObjectScene *s, int o, double fy, double fx) {
     return m;
 }
 
-void objects_carry(real *out, const real *in, const ObjectScene *s, int C, double scale) {
+// A shift s of something whose extent allows shifts in [lo, hi] (lo <= 0 <= hi), folded into that range by
+// reflection at both ends: the position of a thing moving at s / scale a frame that bounces off the walls.
+static double fold_shift(double s, double lo, double hi) {
+    double span = hi - lo;
+    if (span <= 0) return 0;  // as wide as the frame: no room to move
+    double p = fmod(s - lo, 2 * span);
+    if (p < 0) p += 2 * span;
+    return lo + (p <= span ? p : 2 * span - p);
+}
+
+// Object o's shift (*sx, *sy) folded so that its box of pixels stays in the frame, bouncing off its edges.
+static void bounce_shift(const ObjectScene *s, int o, double *sx, double *sy) {
+    int N = s->N, x0 = N, x1 = -1, y0 = N, y1 = -1;
+    for (int p = 0; p < N * N; p++)
+        if (s->label[p] == o) {
+            int y = p / N, x = p % N;
+            x0 = x < x0 ? x : x0, x1 = x > x1 ? x : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
+        }
+    if (x1 < 0) return;
+    *sx = fold_shift(*sx, -x0, N - 1 - x1), *sy = fold_shift(*sy, -y0, N - 1 - y1);
+}
+
+void objects_carry(real *out, const real *in, const ObjectScene *s, int C, double scale, int bounce) {
     int N = s->N;
     size_t plane = (size_t)N * N;
     memcpy(out, in, sizeof(real) * C * plane);
@@ -191,6 +213,7 @@ void objects_carry(real *out, const real *in, const ObjectScene *s, int C, doubl
     for (int i = 0; i < moving; i++) {
         int o = order[i];
         double mean[OBJECT_CHANNELS] = {0}, sx = scale * s->dx[o], sy = scale * s->dy[o];
+        if (bounce) bounce_shift(s, o, &sx, &sy);
         for (size_t p = 0; p < plane; p++)
             if (s->label[p] == o)
                 for (int ch = 0; ch < C; ch++) mean[ch] += in[ch * plane + p];

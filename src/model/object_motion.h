@@ -45,8 +45,10 @@ void objects_shift(const ObjectScene *s, const real *from, const real *to, int C
 // smaller ones stay in front) blended in where it lands, by its mask's coverage there (bilinear at
 // the source p - scale * v): in's value at the source's nearest pixel where that is the object's,
 // else the object's mean colour. Soft edges: a position known to a fraction of a pixel costs less
-// as a blend than as a hard edge one pixel off. Still objects stay.
-void objects_carry(real *out, const real *in, const ObjectScene *s, int C, double scale);
+// as a blend than as a hard edge one pixel off. Still objects stay. bounce: each object's shift folded
+// so that the box of its pixels stays in the frame, reflected at its edges (a thing that reaches a
+// wall comes back off it, as the moving shapes do); else it goes on out of the frame.
+void objects_carry(real *out, const real *in, const ObjectScene *s, int C, double scale, int bounce);
 
 void objects_free(ObjectScene *s);
 

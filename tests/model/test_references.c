@@ -333,7 +333,7 @@ static void test_objects_details(void) {
     draw_square(a, C, N, 13, 6, 3, 0.9);
     objects_segment(&s, a, C, N, 0.1);
     for (int k = 0; k < s.count; k++) s.dx[k] = s.size[k] == 36 ? 8 : 1, s.dy[k] = 0;
-    objects_carry(out, a, &s, C, 1.0);
+    objects_carry(out, a, &s, C, 1.0, 0);
     int carried = s.count;
     objects_free(&s);
     double front = out[(size_t)7 * N + 15], big = out[(size_t)5 * N + 12];  // channel 0, rows 7 and 5
@@ -353,6 +353,36 @@ static void test_objects_details(void) {
     objects_free(&s);
     check(at_tol == 1, "objects_like_colour", "a square 0.25 from its ground cut at a tolerance of 0.25: %d object "
           "(1: like colour is a difference under the tolerance)", at_tol);
+    // object_bounce: a square of 4 at columns 26-29 moving 2 right, carried 3 frames: with the bounce
+    // it reaches the wall (2 pixels) and comes back 4, to columns 24-27; without, it has left the frame;
+    // moving 2 up and 1 left from row 1, it bounces off the top too (to row 4) and goes on left
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    draw_square(a, C, N, 26, 10, 4, 0.7);
+    objects_segment(&s, a, C, N, 0.1);
+    int bounce_count = s.count;
+    s.dx[0] = 2, s.dy[0] = 0;
+    objects_carry(out, a, &s, C, 3.0, 1);
+    int bounced = 1, left = 1;
+    for (int x = 0; x < N; x++)
+        bounced &= fabs(out[(size_t)11 * N + x] - (x >= 24 && x <= 27 ? 0.7 : -0.5)) < 1e-6;
+    objects_carry(out, a, &s, C, 3.0, 0);
+    for (size_t p = 0; p < (size_t)N * N; p++) left &= fabs(out[p] + 0.5) < 1e-6;
+    objects_free(&s);
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    draw_square(a, C, N, 12, 1, 4, 0.7);
+    objects_segment(&s, a, C, N, 0.1);
+    s.dx[0] = -1, s.dy[0] = -2;
+    objects_carry(out, a, &s, C, 3.0, 1);  // rows 1 - 6 = -5 fold to 5 ... 8; columns 9 - 12
+    int top = s.count == 1;
+    for (int y = 0; y < N; y++)
+        for (int x = 0; x < N; x++)
+            top &= fabs(out[(size_t)y * N + x] - (y >= 5 && y <= 8 && x >= 9 && x <= 12 ? 0.7 : -0.5)) < 1e-6;
+    objects_free(&s);
+    check(bounce_count == 1 && bounced && left && top, "objects_bounce",
+          "a square at the right edge carried 6 pixels right: %s with object_bounce 1 (columns 24-27), %s without "
+          "(out of the frame); one carried 6 up and 3 left from row 1: %s (rows 5-8, columns 9-12)",
+          bounced ? "back off the wall" : "NOT back off the wall", left ? "gone" : "NOT gone",
+          top ? "off the top" : "NOT off the top");
     // tiles: only the top-right of 2 x 2 tiles moves, 2 pixels right
     real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E);
     make_texture(tex, C, N, 41);
