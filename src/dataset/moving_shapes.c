@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/philox.h"
+#include "base/reflect.h"
 #include "dataset/moving_shapes.h"
 
 // A clip's random parameters: element k of the Philox stream (seed, step, RNG_DATA) at clip * 64 + k.
@@ -12,11 +13,7 @@ static double clip_uniform(uint64_t seed, uint32_t step, uint32_t clip, int k) {
 
 // Position in [lo, hi] of a point moving at constant speed that bounces off both ends.
 static double bounce(double x0, double speed, double time, double lo, double hi) {
-    double span = hi - lo;
-    if (span <= 0) return lo;
-    double p = fmod(x0 - lo + speed * time, 2 * span);
-    if (p < 0) p += 2 * span;
-    return lo + (p <= span ? p : 2 * span - p);
+    return lo + reflect_fold(x0 - lo + speed * time, hi - lo);
 }
 
 int shapes_at(Shape *sh, double *bg, int S, uint64_t seed, uint32_t step, uint32_t clip, double time) {

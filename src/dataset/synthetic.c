@@ -6,6 +6,7 @@
 
 #include "base/common.h"
 #include "base/philox.h"
+#include "base/reflect.h"
 #include "video/video.h"
 #include "dataset/moving_shapes.h"
 #include "dataset/synthetic.h"
@@ -121,14 +122,6 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
 
 int synthetic_frames(const SyntheticSource *s) { return s->frames; }
 
-// p folded into [0, span] by reflection at both ends: the camera bounces off the image's edges.
-static double bounce(double p, double span) {
-    if (!(span > 0)) return 0;  // a frame as large as the image (a 1-pixel frame): nowhere to move
-    double m = fmod(p, 2 * span);
-    if (m < 0) m += 2 * span;
-    return m <= span ? m : 2 * span - m;
-}
-
 // Channel c of an (n, n, 3) image at (fy, fx), bilinear; the coordinates inside [0, n - 1].
 static double sample_rgb(const uint8_t *img, int n, double fy, double fx, int c) {
     int y0 = (int)fy, x0 = (int)fx;
@@ -145,7 +138,7 @@ static double sample_rgb(const uint8_t *img, int n, double fy, double fx, int c)
 // half-size copy, blended by log2 k (a wide crop reads the copy, which has no aliasing at 2:1).
 static void zoom_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
     int S = s->size;
-    double u = bounce(s->u0 + s->du * index, M_LN2), k = exp(u), blend = u / M_LN2;
+    double u = reflect_fold(s->u0 + s->du * index, M_LN2), k = exp(u), blend = u / M_LN2;
     double cx = (2.0 * S - k * S) * s->fx, cy = (2.0 * S - k * S) * s->fy;
     for (int y = 0; y < S; y++)
         for (int x = 0; x < S; x++) {
@@ -171,9 +164,9 @@ void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb) {
         zoom_frame(s, index, rgb);
         return;
     }
-    // bilinear samples of the world at the crop's sub-pixel corner
+    // bilinear samples of the world at the crop's sub-pixel corner, which bounces off the image's edges
     int W = 2 * S;
-    double cx = bounce(s->x0 + s->vx * index, S - 1), cy = bounce(s->y0 + s->vy * index, S - 1);
+    double cx = reflect_fold(s->x0 + s->vx * index, S - 1), cy = reflect_fold(s->y0 + s->vy * index, S - 1);
     int ix = (int)cx, iy = (int)cy;
     double fx = cx - ix, fy = cy - iy;
     for (int y = 0; y < S; y++)

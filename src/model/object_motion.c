@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/reflect.h"
 #include "model/global_motion.h"
 #include "model/object_motion.h"
 
@@ -171,16 +172,6 @@ static double mask_at(const ObjectScene *s, int o, double fy, double fx) {
     return m;
 }
 
-// A shift s of something whose extent allows shifts in [lo, hi] (lo <= 0 <= hi), folded into that range by
-// reflection at both ends: the position of a thing moving at s / scale a frame that bounces off the walls.
-static double fold_shift(double s, double lo, double hi) {
-    double span = hi - lo;
-    if (span <= 0) return 0;  // as wide as the frame: no room to move
-    double p = fmod(s - lo, 2 * span);
-    if (p < 0) p += 2 * span;
-    return lo + (p <= span ? p : 2 * span - p);
-}
-
 // Object o's shift (*sx, *sy) folded so that its box of pixels stays in the frame, bouncing off its edges.
 static void bounce_shift(const ObjectScene *s, int o, double *sx, double *sy) {
     int N = s->N, x0 = N, x1 = -1, y0 = N, y1 = -1;
@@ -190,7 +181,8 @@ static void bounce_shift(const ObjectScene *s, int o, double *sx, double *sy) {
             x0 = x < x0 ? x : x0, x1 = x > x1 ? x : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
         }
     if (x1 < 0) return;
-    *sx = fold_shift(*sx, -x0, N - 1 - x1), *sy = fold_shift(*sy, -y0, N - 1 - y1);
+    // shifts in [-x0, N - 1 - x1] keep the box in the frame (as wide as the frame: no room, shift 0)
+    *sx = -x0 + reflect_fold(*sx + x0, N - 1 - x1 + x0), *sy = -y0 + reflect_fold(*sy + y0, N - 1 - y1 + y0);
 }
 
 void objects_carry(real *out, const real *in, const ObjectScene *s, int C, double scale, int bounce) {
