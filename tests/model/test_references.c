@@ -289,6 +289,23 @@ static void test_objects_motion(void) {
     check(same && moved_any, "delta_reference_objects_pan",
           "a textured pan has no flat background: the objects reference is moved's, byte for byte (%s)",
           same ? "the same" : "differs");
+    // the config's object_bounce reaches the reference: a square of 6 at columns 24-29 at offset 0,
+    // moving right a pixel a frame; the target 12 frames ahead has it at columns 16-21 (2 to the wall,
+    // 10 back) with the key, out of the frame without
+    for (int f = 0; f < c.slots; f++) {
+        for (size_t e = 0; e < E; e++) win[f * E + e] = -0.5;
+        draw_square(win + f * E, C, N, 24 + c.slot_offset[f], 10, 6, 0.8);
+    }
+    int last = c.slots - 1;  // target:12
+    double at[2];
+    for (int b = 0; b < 2; b++) {
+        c.object_bounce = b;
+        flow_references(&c, given, c.slot_offset, refs);
+        at[b] = refs[last * E + (size_t)12 * N + 18];  // channel 0, row 12, column 18
+    }
+    check(c.slot_offset[last] == 12 && fabs(at[1] - 0.8) < 1e-6 && fabs(at[0] + 0.5) < 1e-6, "objects_bounce_key",
+          "a square moving right into the edge, 12 frames ahead: column 18 holds %.3f with object_bounce 1 (0.8: "
+          "the square, back off the wall), %.3f with 0 (-0.5: the ground, the square gone)", at[1], at[0]);
     free(win), free(refs), free(tex), free(mov);
 }
 
@@ -355,7 +372,7 @@ static void test_objects_details(void) {
           "(1: like colour is a difference under the tolerance)", at_tol);
     // object_bounce: a square of 4 at columns 26-29 moving 2 right, carried 3 frames: with the bounce
     // it reaches the wall (2 pixels) and comes back 4, to columns 24-27; without, it has left the frame;
-    // moving 2 up and 1 left from row 1, it bounces off the top too (to row 4) and goes on left
+    // moving 2 up and 1 left from row 1, it bounces off the top too (to rows 5-8) and goes on left
     for (size_t e = 0; e < E; e++) a[e] = -0.5;
     draw_square(a, C, N, 26, 10, 4, 0.7);
     objects_segment(&s, a, C, N, 0.1);
