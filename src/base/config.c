@@ -76,7 +76,7 @@ static const KeyDef KEYS[] = {
      "the zoom found where it halves what the translation alone leaves, or a translation alone (0)"},
     {"object_bounce", KEY_INT, OFF(object_bounce), 0, 1,
      "delta_reference objects: an object carried to the frame's edge bounces back off it (1), as things in a box "
-     "do, or goes on out of the frame (0)"},
+     "do, or goes on out of the frame (0); the other references ignore it"},
     {"anchor_snap", KEY_DOUBLE, OFF(anchor_snap), 0, 0.5,
      "targets = deltas: a reference pixel within this of the anchor's (every channel) takes the anchor's value, "
      "so a made frame's small errors do not carry on along the chain"},
@@ -476,9 +476,6 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
                        origin, DELTA_REFERENCES[c->delta_reference]);
     if (c->reference_zoom && c->delta_reference != DELTA_REF_MOVED && c->delta_reference != DELTA_REF_OBJECTS)
         return fc_errf(err, errlen, "%s: reference_zoom 1 needs delta_reference moved or objects (not %s)", origin,
-                       DELTA_REFERENCES[c->delta_reference]);
-    if (c->object_bounce && c->delta_reference != DELTA_REF_OBJECTS)
-        return fc_errf(err, errlen, "%s: object_bounce 1 needs delta_reference objects (not %s)", origin,
                        DELTA_REFERENCES[c->delta_reference]);
     if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",

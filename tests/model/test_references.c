@@ -303,9 +303,19 @@ static void test_objects_motion(void) {
         flow_references(&c, given, c.slot_offset, refs);
         at[b] = refs[last * E + (size_t)12 * N + 18];  // channel 0, row 12, column 18
     }
-    check(c.slot_offset[last] == 12 && fabs(at[1] - 0.8) < 1e-6 && fabs(at[0] + 0.5) < 1e-6, "objects_bounce_key",
+    // the other references ignore the key (a config that sets delta_reference = moved over configs/small's keeps it)
+    c.delta_reference = DELTA_REF_MOVED;
+    flow_references(&c, given, c.slot_offset, refs);  // object_bounce 1 from the loop
+    c.object_bounce = 0;
+    flow_references(&c, given, c.slot_offset, mov);
+    int ignored = 1;
+    for (int f = 0; f < c.slots; f++)
+        if (c.slot_kind[f] == SLOT_TARGET) ignored &= memcmp(refs + f * E, mov + f * E, sizeof(real) * E) == 0;
+    check(c.slot_offset[last] == 12 && fabs(at[1] - 0.8) < 1e-6 && fabs(at[0] + 0.5) < 1e-6 && ignored,
+          "objects_bounce_key",
           "a square moving right into the edge, 12 frames ahead: column 18 holds %.3f with object_bounce 1 (0.8: "
-          "the square, back off the wall), %.3f with 0 (-0.5: the ground, the square gone)", at[1], at[0]);
+          "the square, back off the wall), %.3f with 0 (-0.5: the ground, the square gone); delta_reference moved's "
+          "references %s with and without the key", at[1], at[0], ignored ? "the same" : "DIFFER");
     free(win), free(refs), free(tex), free(mov);
 }
 
