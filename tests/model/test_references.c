@@ -11,6 +11,7 @@
 #include "base/philox.h"
 #include "model/flow.h"
 #include "model/global_motion.h"
+#include "base/reflect.h"
 #include "model/object_motion.h"
 
 // A (C, N, N) texture: a sum of waves of random direction, frequency and phase per channel.
@@ -298,10 +299,17 @@ static void test_objects_motion(void) {
     }
     int last = c.slots - 1;  // target:12
     double at[2];
+    int placed[2] = {1, 1};  // every pixel of the reference: the square where it should be, else the ground
     for (int b = 0; b < 2; b++) {
         c.object_bounce = b;
         flow_references(&c, given, c.slot_offset, refs);
         at[b] = refs[last * E + (size_t)12 * N + 18];  // channel 0, row 12, column 18
+        for (int ch = 0; ch < C; ch++)
+            for (int y = 0; y < N; y++)
+                for (int x = 0; x < N; x++) {
+                    int in = b && x >= 16 && x <= 21 && y >= 10 && y <= 15;
+                    placed[b] &= fabs(refs[last * E + ((size_t)ch * N + y) * N + x] - (in ? 0.8 : -0.5)) < 1e-6;
+                }
     }
     // the other references ignore the key (a config that sets delta_reference = moved over configs/small's keeps it)
     c.delta_reference = DELTA_REF_MOVED;
@@ -311,11 +319,12 @@ static void test_objects_motion(void) {
     int ignored = 1;
     for (int f = 0; f < c.slots; f++)
         if (c.slot_kind[f] == SLOT_TARGET) ignored &= memcmp(refs + f * E, mov + f * E, sizeof(real) * E) == 0;
-    check(c.slot_offset[last] == 12 && fabs(at[1] - 0.8) < 1e-6 && fabs(at[0] + 0.5) < 1e-6 && ignored,
+    check(c.slot_offset[last] == 12 && placed[0] && placed[1] && ignored,
           "objects_bounce_key",
           "a square moving right into the edge, 12 frames ahead: column 18 holds %.3f with object_bounce 1 (0.8: "
-          "the square, back off the wall), %.3f with 0 (-0.5: the ground, the square gone); delta_reference moved's "
-          "references %s with and without the key", at[1], at[0], ignored ? "the same" : "DIFFER");
+          "the square, back off the wall, %s at columns 16-21), %.3f with 0 (-0.5: the ground, %s); delta_reference "
+          "moved's references %s with and without the key", at[1], placed[1] ? "every pixel" : "NOT every pixel",
+          at[0], placed[0] ? "the square gone" : "NOT all ground", ignored ? "the same" : "DIFFER");
     free(win), free(refs), free(tex), free(mov);
 }
 
@@ -380,36 +389,46 @@ static void test_objects_details(void) {
     objects_free(&s);
     check(at_tol == 1, "objects_like_colour", "a square 0.25 from its ground cut at a tolerance of 0.25: %d object "
           "(1: like colour is a difference under the tolerance)", at_tol);
-    // object_bounce: a square of 4 at columns 26-29 moving 2 right, carried 3 frames: with the bounce
-    // it reaches the wall (2 pixels) and comes back 4, to columns 24-27; without, it has left the frame;
-    // moving 2 up and 1 left from row 1, it bounces off the top too (to rows 5-8) and goes on left
-    for (size_t e = 0; e < E; e++) a[e] = -0.5;
-    draw_square(a, C, N, 26, 10, 4, 0.7);
-    objects_segment(&s, a, C, N, 0.1);
-    int bounce_count = s.count;
-    s.dx[0] = 2, s.dy[0] = 0;
-    objects_carry(out, a, &s, C, 3.0, 1);
-    int bounced = 1, left = 1;
-    for (int x = 0; x < N; x++)
-        bounced &= fabs(out[(size_t)11 * N + x] - (x >= 24 && x <= 27 ? 0.7 : -0.5)) < 1e-6;
-    objects_carry(out, a, &s, C, 3.0, 0);
-    for (size_t p = 0; p < (size_t)N * N; p++) left &= fabs(out[p] + 0.5) < 1e-6;
-    objects_free(&s);
-    for (size_t e = 0; e < E; e++) a[e] = -0.5;
-    draw_square(a, C, N, 12, 1, 4, 0.7);
-    objects_segment(&s, a, C, N, 0.1);
-    s.dx[0] = -1, s.dy[0] = -2;
-    objects_carry(out, a, &s, C, 3.0, 1);  // rows 1 - 6 = -5 fold to 5 ... 8; columns 9 - 12
-    int top = s.count == 1;
-    for (int y = 0; y < N; y++)
-        for (int x = 0; x < N; x++)
-            top &= fabs(out[(size_t)y * N + x] - (y >= 5 && y <= 8 && x >= 9 && x <= 12 ? 0.7 : -0.5)) < 1e-6;
-    objects_free(&s);
-    check(bounce_count == 1 && bounced && left && top, "objects_bounce",
+    // object_bounce, every pixel of every channel checked. A square of 4 at columns 26-29 moving 2
+    // right, carried 3 frames: with the bounce it reaches the wall (2 pixels) and comes back 4, to
+    // columns 24-27; without, it has left the frame. One moving 2 up and 1 left from row 1 bounces off
+    // the top too (rows 5-8) and goes on left. One at columns 2-5 carried 3 frames back in time (the
+    // interpolate model's lead before its reference) at 2 right: 6 left, off the left edge to columns
+    // 4-7. A bar as wide as the frame (along its top: the ground stays one region) moving right stays.
+    int bounced = 1, left = 1, top = 1, back = 1, bar = 1;
+    const struct { double x, y; int w, h; double dx, dy, scale; int bounce, x0, y0; } cases[5] = {
+        {26, 10, 4, 4, 2, 0, 3, 1, 24, 10}, {26, 10, 4, 4, 2, 0, 3, 0, -1, -1}, {12, 1, 4, 4, -1, -2, 3, 1, 9, 5},
+        {2, 20, 4, 4, 2, 0, -3, 1, 4, 20}, {0, 0, 32, 2, 1, 0, 3, 1, 0, 0}};
+    int *verdict[5] = {&bounced, &left, &top, &back, &bar};
+    for (int k = 0; k < 5; k++) {
+        for (size_t e = 0; e < E; e++) a[e] = -0.5;
+        for (int y = 0; y < cases[k].h; y++)
+            for (int x = 0; x < cases[k].w; x++)
+                for (int ch = 0; ch < C; ch++) a[((size_t)ch * N + (int)cases[k].y + y) * N + (int)cases[k].x + x] = 0.7f;
+        objects_segment(&s, a, C, N, 0.1);
+        *verdict[k] = s.count == 1;
+        s.dx[0] = cases[k].dx, s.dy[0] = cases[k].dy;
+        objects_carry(out, a, &s, C, cases[k].scale, cases[k].bounce);
+        for (int ch = 0; ch < C; ch++)
+            for (int y = 0; y < N; y++)
+                for (int x = 0; x < N; x++) {
+                    int in = cases[k].x0 >= 0 && x >= cases[k].x0 && x < cases[k].x0 + cases[k].w && y >= cases[k].y0 &&
+                             y < cases[k].y0 + cases[k].h;
+                    *verdict[k] &= fabs(out[((size_t)ch * N + y) * N + x] - (in ? 0.7 : -0.5)) < 1e-6;
+                }
+        objects_free(&s);
+    }
+    // the fold itself: back and forth across [0, 4], several spans away, and no room at all
+    int fold = reflect_fold(-1, 4) == 1 && reflect_fold(6, 4) == 2 && reflect_fold(9, 4) == 1 &&
+               reflect_fold(-9, 4) == 1 && reflect_fold(17.5, 4) == 1.5 && reflect_fold(4, 4) == 4 &&
+               reflect_fold(3, 0) == 0 && reflect_fold(3, -1) == 0;
+    check(bounced && left && top && back && bar && fold, "objects_bounce",
           "a square at the right edge carried 6 pixels right: %s with object_bounce 1 (columns 24-27), %s without "
-          "(out of the frame); one carried 6 up and 3 left from row 1: %s (rows 5-8, columns 9-12)",
+          "(out of the frame); one carried 6 up and 3 left from row 1: %s (rows 5-8, columns 9-12); one carried 6 "
+          "left from columns 2-5 (a lead of -3): %s (columns 4-7); a bar as wide as the frame: %s; reflect_fold %s",
           bounced ? "back off the wall" : "NOT back off the wall", left ? "gone" : "NOT gone",
-          top ? "off the top" : "NOT off the top");
+          top ? "off the top" : "NOT off the top", back ? "off the left edge" : "NOT off the left edge",
+          bar ? "still" : "MOVED", fold ? "right on 8 points" : "WRONG");
     // tiles: only the top-right of 2 x 2 tiles moves, 2 pixels right
     real *tex = fc_malloc(sizeof(real) * E), *moved = fc_malloc(sizeof(real) * E);
     make_texture(tex, C, N, 41);
