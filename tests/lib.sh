@@ -96,6 +96,16 @@ train_roles() {
     RUNS=(--starter "$dir/starter" --extrapolate "$dir/extrapolate" --interpolate "$dir/interpolate")
 }
 
+# flip_byte FILE OFFSET: the byte at OFFSET inverted (xor 0xff), so that it surely changes: a byte
+# written over it with a fixed value leaves it as it was where it already held that value (an 8-bit
+# optimizer code of 255, say), and the damage a test meant is not there
+flip_byte() {
+    local b
+    b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    [ -n "$b" ] || { echo "flip_byte: $1 has no byte at $2" >&2; return 1; }
+    printf "\\$(printf '%03o' $((b ^ 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
 # damage_clip SHARD CLIP: one byte in the middle of clip number CLIP's data in the shard file flipped
 # (its CRC then fails: a damaged clip, as a bad disk leaves one)
 damage_clip() {

@@ -673,7 +673,7 @@ expect lying_config_checked_before_allocation $(( $(grep -c "skipping .*$ck4: te
 # Setting a damaged checkpoint aside never renames over one set aside before: the first keeps its bytes.
 fresh twice
 for seek in 60000 70000; do
-    printf '\xff' | dd of="$D/twice/$ck4" bs=1 seek=$seek conv=notrunc status=none
+    flip_byte "$D/twice/$ck4" $seek
     [ $seek = 60000 ] && first=$(md5sum < "$D/twice/$ck4")
     short "$D/twice" > "$tmp/twice_$seek.log" 2>&1
 done
