@@ -172,16 +172,9 @@ static double mask_at(const ObjectScene *s, int o, double fy, double fx) {
     return m;
 }
 
-// Object o's shift (*sx, *sy) folded so that its box of pixels stays in the frame, bouncing off its edges.
-static void bounce_shift(const ObjectScene *s, int o, double *sx, double *sy) {
-    int N = s->N, x0 = N, x1 = -1, y0 = N, y1 = -1;
-    for (int p = 0; p < N * N; p++)
-        if (s->label[p] == o) {
-            int y = p / N, x = p % N;
-            x0 = x < x0 ? x : x0, x1 = x > x1 ? x : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
-        }
-    if (x1 < 0) return;
-    // shifts in [-x0, N - 1 - x1] keep the box in the frame (as wide as the frame: no room, shift 0)
+// A shift (*sx, *sy) folded so that a box of pixels (columns x0..x1, rows y0..y1) stays in the N x N
+// frame, bouncing off its edges: shifts in [-x0, N - 1 - x1] keep it in (as wide as the frame: shift 0).
+static void bounce_shift(int N, int x0, int x1, int y0, int y1, double *sx, double *sy) {
     *sx = -x0 + reflect_fold(*sx + x0, N - 1 - x1 + x0), *sy = -y0 + reflect_fold(*sy + y0, N - 1 - y1 + y0);
 }
 
@@ -205,11 +198,15 @@ void objects_carry(real *out, const real *in, const ObjectScene *s, int C, doubl
     for (int i = 0; i < moving; i++) {
         int o = order[i];
         double mean[OBJECT_CHANNELS] = {0}, sx = scale * s->dx[o], sy = scale * s->dy[o];
-        if (bounce) bounce_shift(s, o, &sx, &sy);
+        int x0 = N, x1 = -1, y0 = N, y1 = -1;  // the box of its pixels, for the bounce
         for (size_t p = 0; p < plane; p++)
-            if (s->label[p] == o)
+            if (s->label[p] == o) {
+                int y = (int)(p / N), x = (int)(p % N);
+                x0 = x < x0 ? x : x0, x1 = x > x1 ? x : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
                 for (int ch = 0; ch < C; ch++) mean[ch] += in[ch * plane + p];
+            }
         for (int ch = 0; ch < C; ch++) mean[ch] /= s->size[o];
+        if (bounce && x1 >= 0) bounce_shift(N, x0, x1, y0, y1, &sx, &sy);
         for (int y = 0; y < N; y++)
             for (int x = 0; x < N; x++) {
                 double fy = y - sy, fx = x - sx;
