@@ -317,7 +317,7 @@ rmdir "$tmp/empty_run"
 # header's first byte damaged: the JSON does not parse, whatever the header's length)
 ck=$(ls "$tmp/interpolate"/ckpt-*.safetensors | tail -1)
 cp "$ck" "$tmp/saved.ckpt"
-printf 'X' | dd of="$ck" bs=1 seek=8 conv=notrunc 2> /dev/null
+flip_byte "$ck" 8
 expect_refusal corrupt_checkpoint "interpolate: its one checkpoint cannot be used (see above)" "${RUNS[@]}" --first-frame "$tmp/first.png" --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"
 rm -f "$tmp/saved.ckpt"
@@ -328,7 +328,7 @@ rm -f "$tmp/saved.ckpt"
 ck=$(ls "$tmp/starter"/ckpt-*.safetensors | tail -1)
 cp "$ck" "$tmp/saved.ckpt"
 size=$(stat -c %s "$ck")
-printf 'X' | dd of="$ck" bs=1 seek=$((size - 1)) conv=notrunc 2> /dev/null
+flip_byte "$ck" $((size - 1))
 if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 2 --out "$tmp/optim_damaged" \
     > "$tmp/optim_damaged.log" 2>&1 && diff -r "$tmp/optim_damaged" "$tmp/one" > /dev/null; then
     pass generate_reads_ema_only "the optimizer state's last byte damaged: the same frames (train would refuse the file)"
@@ -339,7 +339,7 @@ cp "$tmp/saved.ckpt" "$ck"
 data_start=$(( $(od -An -tu8 -N8 "$ck" | tr -d ' ') + 8 ))
 first=$("$FC" inspect "$ck" | sed -nE '/^tensors:/,$ s/^ +model\.patch_embed\.weight +F32 +\(([0-9]+), ([0-9]+)\).*/\1 \2/p')
 ema_byte=$(( data_start + 4 * ${first% *} * ${first#* } + 5 ))
-printf 'X' | dd of="$ck" bs=1 seek=$ema_byte conv=notrunc 2> /dev/null
+flip_byte "$ck" $ema_byte
 expect_refusal damaged_ema "tensor ema.patch_embed.weight fails its CRC32 check" "${RUNS[@]}" --first-frame "$tmp/first.png" \
     --out "$tmp/bad.mp4"
 cp "$tmp/saved.ckpt" "$ck"

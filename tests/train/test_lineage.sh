@@ -209,7 +209,7 @@ expect fork_without_parent_refused $(( rc == 0 || $(grep -c "^framechain: --from
 # the line names the fork's own files and the parent it would start from, also where that parent is gone ----
 cp -r "$tmp/ref" "$tmp/ref_dmg"
 (fork "$(ckpt "$tmp/ref_dmg" 24)" "$tmp/fdmg" --steps 32) > "$tmp/fdmg0.log" 2>&1
-for s in 24 28 32; do printf '\xff' | dd of="$(ckpt "$tmp/fdmg" $s)" bs=1 seek=60000 conv=notrunc status=none; done
+for s in 24 28 32; do flip_byte "$(ckpt "$tmp/fdmg" $s)" 60000; done
 cp -r "$tmp/fdmg" "$tmp/fdmg_gone"
 cp -r "$tmp/fdmg" "$tmp/fdmg_torn"
 for s in 24 28 32; do truncate -s 100 "$(ckpt "$tmp/fdmg_torn" $s)"; done
@@ -328,7 +328,7 @@ expect resume_on_other_data_refused $(( rc == 0 || $(grep -c "written on the dat
 # the refusal is all it prints (before the memory plan), the folder untouched; so too where the newest
 # checkpoint is damaged (the resume would set it aside: the refusal comes before that)
 cp -r "$tmp/dr" "$tmp/drtorn"
-printf '\xff' | dd of="$(ckpt "$tmp/drtorn" 8)" bs=1 seek=60000 conv=notrunc status=none
+flip_byte "$(ckpt "$tmp/drtorn" 8)" 60000
 torn_before=$(ls -l --time-style=+%s.%N "$tmp/drtorn" | md5sum)
 (train "$tmp/drtorn" --data "$tmp/d2" --steps 8) > "$tmp/drtorn.log" 2>&1
 rc2=$?

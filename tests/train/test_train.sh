@@ -298,9 +298,9 @@ for damage in flip flip_last truncate; do
     f=$(final "$tmp/$damage")
     size=$(stat -c %s "$f")
     if [ $damage = flip ]; then
-        printf '\x5a' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+        flip_byte "$f" $((size / 2))
     elif [ $damage = flip_last ]; then
-        printf '\x5a' | dd of="$f" bs=1 seek=$((size - 1)) conv=notrunc status=none
+        flip_byte "$f" $((size - 1))
     else
         truncate -s $((size / 2)) "$f"
     fi
@@ -522,7 +522,7 @@ fresh() { rm -rf "$D/$1"; cp -r "$D/ref" "$D/$1"; }  # fresh NAME: a copy of the
 # from step 0 (its metrics.jsonl and files as they were); a run killed before its first checkpoint still does.
 fresh all
 rm "$D/all/$ck4"
-printf '\xff' | dd of="$D/all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+flip_byte "$D/all/$ck2" 60000
 before=$(md5sum < "$D/all/metrics.jsonl")
 "$FC" inspect "$D/all" > "$tmp/all_inspect1.log" 2>&1
 rc_inspect1=$?
@@ -558,7 +558,7 @@ expect torn_metrics_line_restarts $(( rc != 0 || $(grep -c 'trained before' "$tm
     "status $rc: $(tail -1 "$tmp/torn.log" | cut -c1-150)"
 fresh torn_all
 rm "$D/torn_all/$ck4"
-printf '\xff' | dd of="$D/torn_all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+flip_byte "$D/torn_all/$ck2" 60000
 { echo '{"step":900x}'; printf '{"step":1234'; } >> "$D/torn_all/metrics.jsonl"
 short "$D/torn_all" > "$tmp/torn_all.log" 2>&1
 rc=$?
@@ -601,7 +601,7 @@ expect metrics_last_line_without_newline_kept $(( rc != 0 || $? != 0 ||
     "status $rc; $(grep -m1 '^metrics.jsonl' "$tmp/nl_inspect.log"); steps kept: $(sed -E 's/^.\"step\":([0-9]+).*/\1/' "$D/nl/metrics.jsonl" | tr '\n' ' ')"
 fresh nl_all
 rm "$D/nl_all/$ck4"
-printf '\xff' | dd of="$D/nl_all/$ck2" bs=1 seek=60000 conv=notrunc status=none
+flip_byte "$D/nl_all/$ck2" 60000
 printf '{"step":9,"loss":0.5,"smooth_loss":0.25}' >> "$D/nl_all/metrics.jsonl"
 "$FC" inspect "$D/nl_all" > "$tmp/nl_all_inspect.log" 2>&1
 short "$D/nl_all" > "$tmp/nl_all.log" 2>&1
