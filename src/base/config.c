@@ -74,6 +74,11 @@ static const KeyDef KEYS[] = {
     {"reference_zoom", KEY_INT, OFF(reference_zoom), 0, 1,
      "delta_reference moved or objects: the global motion of the given frames is a translation and a zoom (1), "
      "the zoom found where it halves what the translation alone leaves, or a translation alone (0)"},
+    {"reference_fill", KEY_DOUBLE, OFF(reference_fill), 0, 1000,
+     "a reference moved as a whole frame (moved's, and local's and objects' where they take it): what the shift "
+     "brings into view at the frame's edge: the edge "
+     "pixels repeated (0), or within about this many pixels of the edge the repeated edge fading into the "
+     "frame wrapped around (what leaves at one edge comes in at the other), which keeps a long pan's colours"},
     {"object_bounce", KEY_INT, OFF(object_bounce), 0, 1,
      "delta_reference objects: an object carried to the frame's edge bounces back off it (1), as things in a box "
      "do, or goes on out of the frame (0); the other references ignore it"},
@@ -477,6 +482,9 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (c->reference_zoom && c->delta_reference != DELTA_REF_MOVED && c->delta_reference != DELTA_REF_OBJECTS)
         return fc_errf(err, errlen, "%s: reference_zoom 1 needs delta_reference moved or objects (not %s)", origin,
                        DELTA_REFERENCES[c->delta_reference]);
+    if (c->reference_fill > 0 && c->delta_reference == DELTA_REF_NEAREST)
+        return fc_errf(err, errlen, "%s: reference_fill %g needs delta_reference moved, local or objects (nearest "
+                       "never shifts its frame)", origin, c->reference_fill);
     if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",
                        origin, c->anchor_snap);

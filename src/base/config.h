@@ -53,6 +53,8 @@ typedef struct {
     int delta_reference;   // enum DeltaReference: the reference slot's frame as it is, or moved (global motion)
     int reference_zoom;    // 1: the global motion of delta_reference moved (objects) includes a zoom
     int object_bounce;     // 1: delta_reference objects: an object carried to the frame's edge bounces off it
+    double reference_fill; // > 0: a moved reference's strip that comes into view fades from the repeated edge into
+                           // the frame wrapped around, over about this many pixels; 0: the edge repeated
     double anchor_snap;    // targets = deltas: reference pixels within this of the anchor's become the anchor's
     int sample_steps;      // Euler steps per window that generate and eval use without --steps
     double sample_temperature;  // the targets' starting noise that generate and eval use without --temperature

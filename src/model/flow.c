@@ -223,7 +223,7 @@ void flow_references(const Config *c, const real *const *given, const float *off
             memcpy(refs + f * E, given[r], sizeof(real) * E);
             if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
         } else if (zl[r] == 0) {  // moved: not snapped
-            motion_shift(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead);
+            motion_shift_fill(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead, c->reference_fill);
         } else {  // moved and zoomed: the lead's frames' motions composed
             double u = zoom_lead(zl[r], lead);
             motion_zoom(refs + f * E, given[r], c->channels, N, vx[r] * u, vy[r] * u, zl[r] * lead);

@@ -15,6 +15,39 @@ void motion_shift(real *out, const real *in, int C, int N, double dx, double dy)
     }
 }
 
+// in(fy, fx) of one (N, N) plane, bilinear, the coordinates taken modulo N (the plane wrapped around).
+static double wrapped_sample(const real *plane, int N, double fy, double fx) {
+    fy = fmod(fy, N), fx = fmod(fx, N);
+    fy += fy < 0 ? N : 0, fx += fx < 0 ? N : 0;
+    int y0 = (int)fy < N ? (int)fy : N - 1, x0 = (int)fx < N ? (int)fx : N - 1;
+    int y1 = (y0 + 1) % N, x1 = (x0 + 1) % N;
+    double wy = fy - y0, wx = fx - x0;
+    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
+    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
+    return top * (1 - wy) + bottom * wy;
+}
+
+void motion_shift_fill(real *out, const real *in, int C, int N, double dx, double dy, double fill) {
+    if (!(fill > 0)) {
+        motion_shift(out, in, C, N, dx, dy);
+        return;
+    }
+    for (int ch = 0; ch < C; ch++) {
+        const real *plane = in + (size_t)ch * N * N;
+        for (int y = 0; y < N; y++)
+            for (int x = 0; x < N; x++) {
+                double fy = y - dy, fx = x - dx, v = motion_sample(plane, N, fy, fx);
+                double oy = fy < 0 ? -fy : fy > N - 1 ? fy - (N - 1) : 0;
+                double ox = fx < 0 ? -fx : fx > N - 1 ? fx - (N - 1) : 0, d = ox > oy ? ox : oy;
+                if (d > 0) {
+                    double w = exp(-d / fill);
+                    v = w * v + (1 - w) * wrapped_sample(plane, N, fy, fx);
+                }
+                out[((size_t)ch * N + y) * N + x] = (real)v;
+            }
+    }
+}
+
 // The pixels of `to` that a shift is scored on: rows [y0, y1), columns [x0, x1).
 typedef struct {
     int y0, y1, x0, x1;

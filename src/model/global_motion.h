@@ -54,6 +54,13 @@ void motion_zoom(real *out, const real *in, int C, int N, double dx, double dy, 
 // comes into view repeats the edge pixels); (C, N, N) each, out != in.
 void motion_shift(real *out, const real *in, int C, int N, double dx, double dy);
 
+// motion_shift with another fill of what comes into view: where the source point lies d pixels
+// outside the frame (the larger of its overshoots across and down), e^(-d / fill) of the repeated
+// edge and the rest of the frame wrapped around (what leaves at one edge comes in at the other), so
+// that a long pan keeps the scene's colours instead of taking its leading edge's; fill 0 is
+// motion_shift, to the bit. Used by reference_fill (docs/network.md).
+void motion_shift_fill(real *out, const real *in, int C, int N, double dx, double dy, double fill);
+
 // The motion of each of the tiles x tiles squares of `to` (tile t = ty * tiles + tx, N / tiles pixels a
 // side; N a multiple of tiles): the shift that best moves `from` onto that square, by the same search
 // as motion_estimate over the square's pixels alone, and the base shift (the global motion) where no

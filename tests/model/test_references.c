@@ -553,6 +553,87 @@ static void test_anchor_snap(void) {
     free(win), free(refs), free(still), free(tex), free(no_snap);
 }
 
+// reference_fill: what a shift brings into view fades from the repeated edge into the frame wrapped
+// around. Every pixel of every channel against the same formula written here on a 3x3 tiling of the
+// frame; fill 0 is motion_shift's bytes; the config's key reaches flow_references, which changes a
+// pan's reference only where the pan brings something into view.
+static void test_reference_fill(void) {
+    enum { C = 3, N = 16 };
+    size_t E = (size_t)C * N * N;
+    real *tex = fc_malloc(sizeof(real) * E), *a = fc_malloc(sizeof(real) * E), *b = fc_malloc(sizeof(real) * E);
+    real *tiled = fc_malloc(sizeof(real) * 9 * E);
+    make_texture(tex, C, N, 31);
+    for (int ch = 0; ch < C; ch++)  // the frame tiled 3x3: the wrapped frame at (y + N, x + N)
+        for (int y = 0; y < 3 * N; y++)
+            for (int x = 0; x < 3 * N; x++) tiled[((size_t)ch * 3 * N + y) * 3 * N + x] = tex[((size_t)ch * N + y % N) * N + x % N];
+    double shifts[3][2] = {{5.5, -2.25}, {-3.75, 0}, {0.5, 7.125}}, fill = 4, worst = 0;
+    int same0 = 1, strip = 0;
+    for (int k = 0; k < 3; k++) {
+        double dx = shifts[k][0], dy = shifts[k][1];
+        motion_shift(a, tex, C, N, dx, dy);
+        motion_shift_fill(b, tex, C, N, dx, dy, 0);
+        same0 &= !memcmp(a, b, sizeof(real) * E);
+        motion_shift_fill(b, tex, C, N, dx, dy, fill);
+        for (int ch = 0; ch < C; ch++)
+            for (int y = 0; y < N; y++)
+                for (int x = 0; x < N; x++) {
+                    double fy = y - dy, fx = x - dx;
+                    double cy = fy < 0 ? 0 : fy > N - 1 ? N - 1 : fy, cx = fx < 0 ? 0 : fx > N - 1 ? N - 1 : fx;
+                    double d = fmax(fabs(fy - cy), fabs(fx - cx)), w = exp(-d / fill);
+                    // bilinear on the tiling: the wrapped frame
+                    double ty = fy + N, tx = fx + N;
+                    int y0 = (int)floor(ty), x0 = (int)floor(tx);
+                    double wy = ty - y0, wx = tx - x0;
+                    const real *t = tiled + (size_t)ch * 9 * N * N;
+                    double wrapped = (t[y0 * 3 * N + x0] * (1 - wx) + t[y0 * 3 * N + x0 + 1] * wx) * (1 - wy) +
+                                     (t[(y0 + 1) * 3 * N + x0] * (1 - wx) + t[(y0 + 1) * 3 * N + x0 + 1] * wx) * wy;
+                    size_t at = ((size_t)ch * N + y) * N + x;
+                    double want = d > 0 ? w * a[at] + (1 - w) * wrapped : a[at];
+                    worst = fmax(worst, fabs(b[at] - want));
+                    strip += d > 0 && ch == 0;
+                }
+    }
+    check(same0 && worst < 1e-6 && strip > 0, "reference_fill_shift",
+          "fill 0 %s motion_shift's bytes; fill 4 over three shifts: %d pixels brought into view, every pixel "
+          "within %.2g of the repeated edge faded into the wrapped frame",
+          same0 ? "gives" : "does NOT give", strip, worst);
+
+    // the key in flow_references: a pan of (0.5, -0.25) pixel a frame in an extrapolate window
+    enum { M = 32 };
+    size_t F = (size_t)C * M * M;
+    real *pic = fc_malloc(sizeof(real) * F);
+    make_texture(pic, C, M, 32);
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/small/extrapolate.conf");
+    c.delta_scale = 1, c.anchor_snap = 0, c.delta_reference = DELTA_REF_MOVED;
+    real *win = fc_malloc(sizeof(real) * c.slots * F), *r0 = fc_malloc(sizeof(real) * c.slots * F);
+    real *r1 = fc_malloc(sizeof(real) * c.slots * F);
+    const real *given[MAX_SLOTS];
+    for (int f = 0; f < c.slots; f++) {
+        motion_shift(win + f * F, pic, C, M, 0.5 * c.slot_offset[f], -0.25 * c.slot_offset[f]);
+        given[f] = win + f * F;
+    }
+    c.reference_fill = 0;
+    flow_references(&c, given, c.slot_offset, r0);
+    c.reference_fill = fill;
+    flow_references(&c, given, c.slot_offset, r1);
+    // the target 12 frames ahead has moved 6 pixels right and 3 up: columns 0-5 and rows 29-31 are new
+    int f12 = c.slots - 1, inside_same = 1, edge_changed = 0;
+    for (int ch = 0; ch < C; ch++)
+        for (int y = 0; y < M; y++)
+            for (int x = 0; x < M; x++) {
+                size_t at = f12 * F + ((size_t)ch * M + y) * M + x;
+                int interior = x >= 7 && y <= 27;  // well away from what the pan brings in
+                if (interior) inside_same &= r0[at] == r1[at];
+                if (x <= 4 && y <= 27) edge_changed += r0[at] != r1[at];
+            }
+    check(c.slot_kind[f12] == SLOT_TARGET && c.slot_offset[f12] == 12 && inside_same && edge_changed > 0,
+          "reference_fill_key", "a pan's reference 12 frames ahead with reference_fill %g: the interior %s, %d "
+          "values of the strip the pan brings in changed", fill, inside_same ? "the same" : "CHANGED", edge_changed);
+    free(tex), free(a), free(b), free(tiled), free(pic), free(win), free(r0), free(r1);
+}
+
 int main(void) {
     fc_set_threads(fc_default_threads());
     test_global_motion();
@@ -561,5 +642,6 @@ int main(void) {
     test_objects_motion();
     test_objects_details();
     test_anchor_snap();
+    test_reference_fill();
     return g_failed ? 1 : 0;
 }
