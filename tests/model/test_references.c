@@ -1,7 +1,7 @@
 // test_references.c: the frames delta targets are taken from (src/model/flow.c's flow_references, with
 // src/model/global_motion.c and src/model/object_motion.c): the global motion of a pan and of a zoom,
 // tiles that move on their own, objects over a flat background (and each of their rules on its own),
-// and anchor_snap. Each reference is checked against the window it was made for: a pan's or a zoom's
+// anchor_snap and reference_fill. Each reference is checked against the window it was made for: a pan's or a zoom's
 // deltas all but vanish where the nearest frame's do not.
 #include <math.h>
 #include <string.h>
