@@ -78,7 +78,8 @@ static const KeyDef KEYS[] = {
      "a reference moved as a whole frame (moved's, and local's and objects' where they take it): what the shift "
      "brings into view at the frame's edge: the edge "
      "pixels repeated (0), or within about this many pixels of the edge the repeated edge fading into the "
-     "frame wrapped around (what leaves at one edge comes in at the other), which keeps a long pan's colours"},
+     "frame wrapped around (what leaves at one edge comes in at the other), which keeps a long pan's colours; "
+     "nearest, which shifts nothing, ignores it"},
     {"object_bounce", KEY_INT, OFF(object_bounce), 0, 1,
      "delta_reference objects: an object carried to the frame's edge bounces back off it (1), as things in a box "
      "do, or goes on out of the frame (0); the other references ignore it"},
@@ -482,9 +483,6 @@ int config_validate_checked(const Config *c, const char *origin, char *err, size
     if (c->reference_zoom && c->delta_reference != DELTA_REF_MOVED && c->delta_reference != DELTA_REF_OBJECTS)
         return fc_errf(err, errlen, "%s: reference_zoom 1 needs delta_reference moved or objects (not %s)", origin,
                        DELTA_REFERENCES[c->delta_reference]);
-    if (c->reference_fill > 0 && c->delta_reference == DELTA_REF_NEAREST)
-        return fc_errf(err, errlen, "%s: reference_fill %g needs delta_reference moved, local or objects (nearest "
-                       "never shifts its frame)", origin, c->reference_fill);
     if (c->anchor_snap > 0 && c->targets != TARGETS_DELTAS)
         return fc_errf(err, errlen, "%s: anchor_snap %g needs targets = deltas (frame targets have no reference)",
                        origin, c->anchor_snap);

@@ -20,11 +20,7 @@ static double wrapped_sample(const real *plane, int N, double fy, double fx) {
     fy = fmod(fy, N), fx = fmod(fx, N);
     fy += fy < 0 ? N : 0, fx += fx < 0 ? N : 0;
     int y0 = (int)fy < N ? (int)fy : N - 1, x0 = (int)fx < N ? (int)fx : N - 1;
-    int y1 = (y0 + 1) % N, x1 = (x0 + 1) % N;
-    double wy = fy - y0, wx = fx - x0;
-    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
-    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
-    return top * (1 - wy) + bottom * wy;
+    return motion_taps(plane, N, y0, (y0 + 1) % N, x0, (x0 + 1) % N, fy - y0, fx - x0);
 }
 
 void motion_shift_fill(real *out, const real *in, int C, int N, double dx, double dy, double fill) {

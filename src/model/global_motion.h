@@ -7,16 +7,21 @@
 
 #include "base/common.h"
 
+// The bilinear blend of one (N, N) plane's four taps: rows y0, y1 and columns x0, x1, weighted wy and wx
+// toward the second of each.
+static inline double motion_taps(const real *plane, int N, int y0, int y1, int x0, int x1, double wy, double wx) {
+    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
+    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
+    return top * (1 - wy) + bottom * wy;
+}
+
 // in(fy, fx) of one (N, N) plane, bilinear, the coordinates clamped to the plane.
 static inline double motion_sample(const real *plane, int N, double fy, double fx) {
     fy = fy < 0 ? 0 : fy > N - 1 ? N - 1 : fy;
     fx = fx < 0 ? 0 : fx > N - 1 ? N - 1 : fx;
     int y0 = (int)fy, x0 = (int)fx;
     int y1 = y0 + 1 < N ? y0 + 1 : y0, x1 = x0 + 1 < N ? x0 + 1 : x0;
-    double wy = fy - y0, wx = fx - x0;
-    double top = plane[y0 * N + x0] * (1 - wx) + plane[y0 * N + x1] * wx;
-    double bottom = plane[y1 * N + x0] * (1 - wx) + plane[y1 * N + x1] * wx;
-    return top * (1 - wy) + bottom * wy;
+    return motion_taps(plane, N, y0, y1, x0, x1, fy - y0, fx - x0);
 }
 
 // Scores n candidate shifts (sx[k], sy[k]) into e[k]; NAN where sx[k] is NAN (a candidate skipped).

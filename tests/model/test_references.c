@@ -631,6 +631,19 @@ static void test_reference_fill(void) {
     check(c.slot_kind[f12] == SLOT_TARGET && c.slot_offset[f12] == 12 && inside_same && edge_changed > 0,
           "reference_fill_key", "a pan's reference 12 frames ahead with reference_fill %g: the interior %s, %d "
           "values of the strip the pan brings in changed", fill, inside_same ? "the same" : "CHANGED", edge_changed);
+    // nearest shifts nothing, so the key has nothing to fill there (configs/small ship it, and a run
+    // that sets delta_reference=nearest over them keeps the nearest frame's bytes)
+    c.delta_reference = DELTA_REF_NEAREST;
+    c.reference_fill = 0;
+    flow_references(&c, given, c.slot_offset, r0);
+    c.reference_fill = fill;
+    flow_references(&c, given, c.slot_offset, r1);
+    size_t differ = 0, compared = 0;  // the targets' references: the only slots flow_references writes
+    for (int f = 0; f < c.slots; f++)
+        for (size_t i = 0; c.slot_kind[f] == SLOT_TARGET && i < F; i++)
+            differ += r0[f * F + i] != r1[f * F + i], compared++;
+    check(differ == 0 && compared > 0, "reference_fill_nearest", "delta_reference nearest with reference_fill %g: "
+          "%zu of the targets' %zu reference values differ from reference_fill 0's", fill, differ, compared);
     free(tex), free(a), free(b), free(tiled), free(pic), free(win), free(r0), free(r1);
 }
 
