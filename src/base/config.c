@@ -34,6 +34,7 @@ static const char *const DATA_SOURCES[] = {"shapes", "shards", NULL};
 static const char *const CONCATS[] = {"none", "anchor", "anchor+nearest", NULL};
 static const char *const TARGET_KINDS[] = {"frames", "deltas", NULL};
 static const char *const DELTA_REFERENCES[] = {"nearest", "moved", "local", "objects", NULL};
+static const char *const FILL_FROM[] = {"frame", "anchor", NULL};
 
 #define OFF(field) offsetof(Config, field)
 static const KeyDef KEYS[] = {
@@ -80,6 +81,10 @@ static const KeyDef KEYS[] = {
      "pixels repeated (0), or within about this many pixels of the edge the repeated edge fading into the "
      "frame wrapped around (what leaves at one edge comes in at the other), which keeps a long pan's colours; "
      "nearest, which shifts nothing, ignores it"},
+    {"reference_fill_from", KEY_ENUM, OFF(reference_fill_from), 0, 0,
+     "reference_fill > 0: the frame it fades into past the edge: the reference's own frame wrapped around "
+     "(frame), or the anchor, a given frame, moved by the motion since the anchor and wrapped around (anchor), "
+     "so that a long pan keeps bringing the given frame's colours and texture into view", FILL_FROM},
     {"object_bounce", KEY_INT, OFF(object_bounce), 0, 1,
      "delta_reference objects: an object carried to the frame's edge bounces back off it (1), as things in a box "
      "do, or goes on out of the frame (0); the other references ignore it"},

@@ -55,6 +55,8 @@ typedef struct {
     int object_bounce;     // 1: delta_reference objects: an object carried to the frame's edge bounces off it
     double reference_fill; // > 0: a moved reference's strip that comes into view fades from the repeated edge into
                            // the frame wrapped around, over about this many pixels; 0: the edge repeated
+    int reference_fill_from;  // enum FillFrom: what reference_fill wraps around: the reference's own frame, or
+                              // the anchor, moved by the motion since the anchor
     double anchor_snap;    // targets = deltas: reference pixels within this of the anchor's become the anchor's
     int sample_steps;      // Euler steps per window that generate and eval use without --steps
     double sample_temperature;  // the targets' starting noise that generate and eval use without --temperature
@@ -99,6 +101,7 @@ enum DataSource { DATA_SHAPES = 0, DATA_SHARDS = 1 };  // the built-in moving sh
 enum CondConcat { CONCAT_NONE = 0, CONCAT_ANCHOR = 1, CONCAT_ANCHOR_NEAREST = 2 };
 enum Targets { TARGETS_FRAMES = 0, TARGETS_DELTAS = 1 };
 enum DeltaReference { DELTA_REF_NEAREST = 0, DELTA_REF_MOVED = 1, DELTA_REF_LOCAL = 2, DELTA_REF_OBJECTS = 3 };
+enum FillFrom { FILL_FROM_FRAME = 0, FILL_FROM_ANCHOR = 1 };
 
 // "starter", "extrapolate", "interpolate".
 const char *config_role_name(int role);

@@ -63,6 +63,11 @@ static void add_window(ChainPlan *p, const Config *c, int n, int anchor, unsigne
         if (c->slot_kind[i] == SLOT_TARGET) known[w->frame[i]] = 1;
 }
 
+void chain_window_distances(const ChainWindow *w, float *distance) {
+    for (int i = 0; i < w->slots; i++)
+        distance[i] = w->kind[i] == SLOT_ANCHOR ? (float)(w->frame[i] - w->n) : w->offset[i];
+}
+
 int chain_build(ChainPlan *p, const Config *st, const Config *ex, const Config *in, int N, char *err,
                 size_t errlen) {
     return chain_build_given(p, st, ex, in, N, 1, err, errlen);

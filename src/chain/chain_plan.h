@@ -39,6 +39,11 @@ int chain_build_given(ChainPlan *plan, const Config *starter, const Config *extr
                       int N, int given, char *err, size_t errlen);
 void chain_free(ChainPlan *plan);
 
+// Each slot's true distance from the window's reference frame n: its offset, but the anchor's, whose
+// offset is the plan's (what the network is told) and whose frame may lie farther back: frame - n.
+// What the references measure time with (flow.h, reference_fill_from = anchor).
+void chain_window_distances(const ChainWindow *w, float *distance);
+
 // Which window makes each frame and which reads it last, for holding frames only while they are
 // needed: made[f] the window whose target f is (-1: a given frame, there before the first window),
 // last_read[f] the last window with a slot on f, of any kind (-1: none). Arrays of last_frame + 1.

@@ -319,8 +319,10 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
         real *xb = x + b * W;
         if (c->targets == TARGETS_DELTAS) {
             const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
+            float distance[MAX_SLOTS];     // ... and their true distances, the anchor's too (flow.h)
             for (int i = 0; i < F; i++) given[i] = at[b][w[b]->frame[i]];
-            flow_references(c, given, w[b]->offset, wb->reference);
+            chain_window_distances(w[b], distance);
+            flow_references(c, given, distance, wb->reference);
         }
         for (int i = 0; i < F; i++)
             if (c->slot_kind[i] == SLOT_TARGET) {

@@ -132,7 +132,8 @@ static int by_score(const void *a, const void *b) {
 static int reference_unfit(const ScoreOptions *o, const Config *c, const Dataset *d, const Backend *be, char *err,
                            size_t errlen) {
     static const char *const SAME[] = {"plan", "targets", "delta_scale", "delta_reference", "reference_zoom",
-                                       "object_bounce", "reference_fill", "anchor_snap"};
+                                       "object_bounce", "reference_fill", "reference_fill_from",
+                                       "anchor_snap"};
     char why[1024];
     int step, lo, rc = 0;
     Model *r = checkpoint_load_for_generation(o->reference, be, 1, &step, NULL, why, sizeof why);

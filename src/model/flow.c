@@ -223,7 +223,11 @@ void flow_references(const Config *c, const real *const *given, const float *off
             memcpy(refs + f * E, given[r], sizeof(real) * E);
             if (c->anchor_snap > 0) snap_to_anchor(c, refs + f * E, given[config_anchor_slot(c)]);
         } else if (zl[r] == 0) {  // moved: not snapped
-            motion_shift_fill(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead, c->reference_fill);
+            // what comes into view past the fade: r's frame wrapped, or the anchor moved by the motion since it
+            int a = c->reference_fill_from == FILL_FROM_ANCHOR ? config_anchor_slot(c) : r;
+            double since = offset[f] - offset[a];
+            motion_shift_fill_from(refs + f * E, given[r], c->channels, N, vx[r] * lead, vy[r] * lead, c->reference_fill,
+                                   given[a], vx[r] * since, vy[r] * since);
         } else {  // moved and zoomed: the lead's frames' motions composed
             double u = zoom_lead(zl[r], lead);
             motion_zoom(refs + f * E, given[r], c->channels, N, vx[r] * u, vy[r] * u, zl[r] * lead);

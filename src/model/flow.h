@@ -37,7 +37,9 @@ void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t see
 // each 8x8 tile carried along its own motion; with objects, over a flat background each object moved
 // along its own (object_motion.h), elsewhere moved's.
 // given[i]: slot i's frame for every given slot of the window (target slots are not read);
-// offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in).
+// offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in); the
+// anchor's is its true distance (read only by reference_fill_from = anchor: in training the plan's,
+// in a chain the anchor's frame less the window's, which the network is not told).
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs);
 // targets = deltas: every target slot of the clean windows x0 (host, (B, F, C, H, W)) becomes
 // (x0[slot] - its reference (flow_references)) * delta_scale, in place; the given slots stay.

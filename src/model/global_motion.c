@@ -24,12 +24,17 @@ static double wrapped_sample(const real *plane, int N, double fy, double fx) {
 }
 
 void motion_shift_fill(real *out, const real *in, int C, int N, double dx, double dy, double fill) {
+    motion_shift_fill_from(out, in, C, N, dx, dy, fill, in, dx, dy);
+}
+
+void motion_shift_fill_from(real *out, const real *in, int C, int N, double dx, double dy, double fill,
+                            const real *wrap, double wdx, double wdy) {
     if (!(fill > 0)) {
         motion_shift(out, in, C, N, dx, dy);
         return;
     }
     for (int ch = 0; ch < C; ch++) {
-        const real *plane = in + (size_t)ch * N * N;
+        const real *plane = in + (size_t)ch * N * N, *far = wrap + (size_t)ch * N * N;
         for (int y = 0; y < N; y++)
             for (int x = 0; x < N; x++) {
                 double fy = y - dy, fx = x - dx, v = motion_sample(plane, N, fy, fx);
@@ -37,7 +42,7 @@ void motion_shift_fill(real *out, const real *in, int C, int N, double dx, doubl
                 double ox = fx < 0 ? -fx : fx > N - 1 ? fx - (N - 1) : 0, d = ox > oy ? ox : oy;
                 if (d > 0) {
                     double w = exp(-d / fill);
-                    v = w * v + (1 - w) * wrapped_sample(plane, N, fy, fx);
+                    v = w * v + (1 - w) * wrapped_sample(far, N, y - wdy, x - wdx);
                 }
                 out[((size_t)ch * N + y) * N + x] = (real)v;
             }

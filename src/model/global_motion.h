@@ -65,6 +65,11 @@ void motion_shift(real *out, const real *in, int C, int N, double dx, double dy)
 // that a long pan keeps the scene's colours instead of taking its leading edge's; fill 0 is
 // motion_shift, to the bit. Used by reference_fill (docs/network.md).
 void motion_shift_fill(real *out, const real *in, int C, int N, double dx, double dy, double fill);
+// The same, the wrapped part read from `wrap` (C, N, N) moved by (wdx, wdy) instead of from `in` moved
+// by (dx, dy) (reference_fill_from = anchor: the anchor moved by the motion since it); with wrap = in
+// and (wdx, wdy) = (dx, dy), motion_shift_fill, to the bit.
+void motion_shift_fill_from(real *out, const real *in, int C, int N, double dx, double dy, double fill,
+                            const real *wrap, double wdx, double wdy);
 
 // The motion of each of the tiles x tiles squares of `to` (tile t = ty * tiles + tx, N / tiles pixels a
 // side; N a multiple of tiles): the shift that best moves `from` onto that square, by the same search

@@ -1,6 +1,7 @@
 // test_chain.c: the long-video chain's window order (src/chain/chain_plan.c) for the shipped plans: every
 // frame 0..N-1 is made exactly once, no window reads a frame that does not exist yet, each window
 // gives the network the offsets the plan trained it on; plans that cannot chain are refused.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,6 +209,29 @@ int main(void) {
         }
     check(!held_bad && held_181 > 0, "chain_frames_held", "the frames held at once are those the plan needs, 61 to "
           "1621 frames from 1 and from 7 given (181 from 1: %d)%s", held_181, held_why);
+    // chain_window_distances: the anchor's true distance (frame 6 from 7 given, however far the window),
+    // every other slot's the offset the network is told
+    int dist_bad = 0, far_anchor = 0;
+    char dist_why[200] = "";
+    if (!chain_build_given(&p, &st, &ex, &in, 400, 7, err, sizeof err)) {
+        for (int k = 0; k < p.count; k++) {
+            float d[MAX_SLOTS];
+            const ChainWindow *w = &p.w[k];
+            chain_window_distances(w, d);
+            for (int i = 0; i < w->slots; i++) {
+                int anchor = w->kind[i] == SLOT_ANCHOR;
+                float want = anchor ? (float)(6 - w->n) : w->offset[i];
+                if (anchor && w->frame[i] != 6) want = NAN;
+                far_anchor += anchor && d[i] < w->offset[i];
+                if (!(d[i] == want) && !dist_bad++)
+                    snprintf(dist_why, sizeof dist_why, "; window %d slot %d: %g, expected %g", k, i, d[i], want);
+            }
+        }
+        chain_free(&p);
+    } else dist_bad = 1, snprintf(dist_why, sizeof dist_why, "; %s", err);
+    check(!dist_bad && far_anchor > 0, "chain_window_distances", "400 frames from 7 given: every anchor at frame 6 "
+          "less the window's n (%d windows with it farther back than the plan's offset), the other slots their "
+          "offsets%s", far_anchor, dist_why);
     rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
     check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
           rc ? err : "accepted");

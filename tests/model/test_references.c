@@ -644,6 +644,26 @@ static void test_reference_fill(void) {
             differ += r0[f * F + i] != r1[f * F + i], compared++;
     check(differ == 0 && compared > 0, "reference_fill_nearest", "delta_reference nearest with reference_fill %g: "
           "%zu of the targets' %zu reference values differ from reference_fill 0's", fill, differ, compared);
+
+    // reference_fill_from = anchor: past the fade, the anchor (slot 0, 12 frames before the context at 0)
+    // moved by the pan since it (24 frames to the target at 12), wrapped; the edge's share as before
+    c.delta_reference = DELTA_REF_MOVED, c.reference_fill = fill, c.reference_fill_from = FILL_FROM_ANCHOR;
+    flow_references(&c, given, c.slot_offset, r1);
+    int an = config_anchor_slot(&c), r = config_reference_slot(&c, f12);
+    double lead = c.slot_offset[f12] - c.slot_offset[r], since = c.slot_offset[f12] - c.slot_offset[an];
+    motion_shift_fill_from(r0, given[r], C, M, 0.5 * lead, -0.25 * lead, fill, given[an], 0.5 * since, -0.25 * since);
+    double worst_from = 0;
+    size_t strip_from = 0;
+    for (size_t i = 0; i < F; i++) {
+        double e = fabs(r1[f12 * F + i] - r0[i]);
+        worst_from = e > worst_from ? e : worst_from;
+    }
+    motion_shift_fill(r0, given[r], C, M, 0.5 * lead, -0.25 * lead, fill);  // the frame's own wrap
+    for (size_t i = 0; i < F; i++) strip_from += r1[f12 * F + i] != r0[i];
+    check(an == 0 && since == 24 && worst_from < 1e-6 && strip_from > 0, "reference_fill_from_anchor",
+          "the target 12 frames ahead, the anchor %g frames before it: every value within %.2g of the anchor moved "
+          "24 frames' pan and wrapped past the fade, %zu values other than the frame's own wrap", since, worst_from,
+          strip_from);
     free(tex), free(a), free(b), free(tiled), free(pic), free(win), free(r0), free(r1);
 }
 
