@@ -40,7 +40,8 @@ int chain_build_given(ChainPlan *plan, const Config *starter, const Config *extr
 void chain_free(ChainPlan *plan);
 
 // Each slot's true distance from the window's reference frame n: its offset, but the anchor's, whose
-// offset is the plan's (what the network is told) and whose frame may lie farther back: frame - n.
+// offset is the plan's (what the network is told) and whose frame may lie elsewhere (farther back
+// along a chain, nearer in the first window from 7 given frames): frame - n.
 // What the references measure time with (flow.h, reference_fill_from = anchor).
 void chain_window_distances(const ChainWindow *w, float *distance);
 

@@ -38,8 +38,9 @@ void flow_corrupt_context(const Config *c, int B, int b0, real *x0, uint64_t see
 // along its own (object_motion.h), elsewhere moved's.
 // given[i]: slot i's frame for every given slot of the window (target slots are not read);
 // offset[i]: slot i's time offset (the plan's, or the chain window's where a frame stands in); the
-// anchor's is its true distance (read only by reference_fill_from = anchor: in training the plan's,
-// in a chain the anchor's frame less the window's, which the network is not told).
+// anchor's is its true distance (in training the plan's, in a chain the anchor's frame less the
+// window's, which the network is not told), read by reference_fill_from = anchor and by a target's
+// lead where the anchor is its reference slot.
 void flow_references(const Config *c, const real *const *given, const float *offset, real *refs);
 // targets = deltas: every target slot of the clean windows x0 (host, (B, F, C, H, W)) becomes
 // (x0[slot] - its reference (flow_references)) * delta_scale, in place; the given slots stay.

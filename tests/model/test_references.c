@@ -1,7 +1,7 @@
 // test_references.c: the frames delta targets are taken from (src/model/flow.c's flow_references, with
 // src/model/global_motion.c and src/model/object_motion.c): the global motion of a pan and of a zoom,
 // tiles that move on their own, objects over a flat background (and each of their rules on its own),
-// anchor_snap and reference_fill. Each reference is checked against the window it was made for: a pan's or a zoom's
+// anchor_snap, reference_fill and reference_fill_from. Each reference is checked against the window it was made for: a pan's or a zoom's
 // deltas all but vanish where the nearest frame's do not.
 #include <math.h>
 #include <string.h>
@@ -651,18 +651,30 @@ static void test_reference_fill(void) {
     flow_references(&c, given, c.slot_offset, r1);
     int an = config_anchor_slot(&c), r = config_reference_slot(&c, f12);
     double lead = c.slot_offset[f12] - c.slot_offset[r], since = c.slot_offset[f12] - c.slot_offset[an];
-    motion_shift_fill_from(r0, given[r], C, M, 0.5 * lead, -0.25 * lead, fill, given[an], 0.5 * since, -0.25 * since);
+    // whole-pixel shifts (6 right and 3 up since the reference, 12 and 6 since the anchor): each value
+    // written out, w of the clamped reference pixel and 1 - w of the anchor's pixel modulo M
     double worst_from = 0;
     size_t strip_from = 0;
-    for (size_t i = 0; i < F; i++) {
-        double e = fabs(r1[f12 * F + i] - r0[i]);
-        worst_from = e > worst_from ? e : worst_from;
-    }
+    for (int ch = 0; ch < C; ch++)
+        for (int y = 0; y < M; y++)
+            for (int x = 0; x < M; x++) {
+                int sy = y + 3, sx = x - 6, d = sx < 0 ? -sx : 0, oy = sy > M - 1 ? sy - (M - 1) : 0;
+                d = oy > d ? oy : d;
+                sy = sy > M - 1 ? M - 1 : sy, sx = sx < 0 ? 0 : sx;
+                double want = given[r][((size_t)ch * M + sy) * M + sx];
+                if (d > 0) {
+                    double w = exp(-d / fill);
+                    want = w * want + (1 - w) * given[an][((size_t)ch * M + (y + 6) % M) * M + (x - 12 + M) % M];
+                }
+                double e = fabs(r1[f12 * F + ((size_t)ch * M + y) * M + x] - want);
+                worst_from = e > worst_from ? e : worst_from;
+            }
     motion_shift_fill(r0, given[r], C, M, 0.5 * lead, -0.25 * lead, fill);  // the frame's own wrap
     for (size_t i = 0; i < F; i++) strip_from += r1[f12 * F + i] != r0[i];
     check(an == 0 && since == 24 && worst_from < 1e-6 && strip_from > 0, "reference_fill_from_anchor",
-          "the target 12 frames ahead, the anchor %g frames before it: every value within %.2g of the anchor moved "
-          "24 frames' pan and wrapped past the fade, %zu values other than the frame's own wrap", since, worst_from,
+          "the target 12 frames ahead, the anchor %g frames before it: every value within %.2g of the formula (the "
+          "reference clamped, faded into the anchor moved 24 frames' pan and wrapped), %zu values other than the "
+          "frame's own wrap", since, worst_from,
           strip_from);
     free(tex), free(a), free(b), free(tiled), free(pic), free(win), free(r0), free(r1);
 }
