@@ -41,8 +41,8 @@ void chain_free(ChainPlan *plan);
 
 // Each slot's true distance from the window's reference frame n: its offset, but the anchor's, whose
 // offset is the plan's (what the network is told) and whose frame may lie elsewhere (farther back
-// along a chain, nearer in the first window from 7 given frames): frame - n.
-// What the references measure time with (flow.h, reference_fill_from = anchor).
+// along a chain, nearer in the first window from 7 given frames): frame - n. The references measure
+// time with these (flow.h).
 void chain_window_distances(const ChainWindow *w, float *distance);
 
 // Which window makes each frame and which reads it last, for holding frames only while they are

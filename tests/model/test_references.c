@@ -674,8 +674,7 @@ static void test_reference_fill(void) {
     check(an == 0 && since == 24 && worst_from < 1e-6 && strip_from > 0, "reference_fill_from_anchor",
           "the target 12 frames ahead, the anchor %g frames before it: every value within %.2g of the formula (the "
           "reference clamped, faded into the anchor moved 24 frames' pan and wrapped), %zu values other than the "
-          "frame's own wrap", since, worst_from,
-          strip_from);
+          "frame's own wrap", since, worst_from, strip_from);
     free(tex), free(a), free(b), free(tiled), free(pic), free(win), free(r0), free(r1);
 }
 
