@@ -49,6 +49,12 @@ trap 'rm -rf "$tmp"; rm -f -- "$table.partial"' EXIT
 exec 3>&1 > >(tee "$table.partial")
 tee_pid=$!
 
+# A run that failed: its line on the terminal, and under the table among the notes (the pair drops
+# out of its row, whose n then says fewer pairs than PAIRS)
+failed() {
+    echo "bench: $1" >&2
+    echo "  (failed: $1)" >> "$tmp/notes"
+}
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # row WHAT FC_TIMES PT_TIMES FLOPS: one line of the table from the pairs' times (same units) and the
 # model FLOPs of one unit of the time in each pair's framechain run (0 where it said none): the % of
@@ -94,7 +100,7 @@ for cfg in $CONFIGS; do
         rm -rf "$tmp/run"
         "$FC" --threads "$THREADS" --device cpu train --config "$root/$conf" --run "$tmp/run" --steps $steps \
             --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1 ||
-            echo "bench: framechain's $cfg run failed: $(tail -1 "$tmp/fc.log")" >&2
+            failed "framechain's $cfg run $r: $(tail -1 "$tmp/fc.log")"
         # the median step after 2 (metrics.jsonl's step_ms), as PyTorch's below: the speed line's mean
         # would let one slow step of a noisy machine count against framechain alone
         ms=$(sed -nE 's/.*"step":([0-9]+),.*"step_ms":([0-9.]+).*/\1 \2/p' "$tmp/run/metrics.jsonl" 2> /dev/null |
@@ -105,7 +111,7 @@ for cfg in $CONFIGS; do
         # PyTorch times steps - 2 steps after 2 of warm-up, as framechain's steady state leaves out 2
         "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$root/$conf" --threads "$THREADS" \
             --steps $((steps - 2)) --warmup 2 --json > "$tmp/pt.json" 2> "$tmp/pt.err" ||
-            echo "bench: PyTorch's $cfg run failed: $(tail -1 "$tmp/pt.err")" >&2
+            failed "PyTorch's $cfg run $r: $(tail -1 "$tmp/pt.err")"
         pt_ms="$pt_ms $(sed -nE 's/.*"step_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pt.json" | awk '{ printf "%.2f", $1 }')"
     done
     params=$("$FC" inspect --config "$root/$conf" | sed -nE 's/^parameters +([0-9]+) .*/\1/p')
@@ -127,7 +133,7 @@ if [ "$GENERATE" = 1 ]; then
         "$FC" --threads "$THREADS" --device cpu generate --starter "$tmp/starter" --extrapolate "$tmp/extrapolate" \
             --interpolate "$tmp/interpolate" --first-frame shapes:1 --frames $frames --steps $euler --out "$tmp/gen" \
             --sharpness-guard 0 --quiet > "$tmp/gen.log" 2>&1 ||  # the guard: not in the PyTorch sampler
-            echo "bench: framechain's generation run failed: $(tail -1 "$tmp/gen.log")" >&2
+            failed "framechain's generation run $r: $(tail -1 "$tmp/gen.log")"
         s=$(sed -nE 's/^generate: wrote .* \(([0-9]+) frames in ([0-9.]+) s\)$/\2/p' "$tmp/gen.log")
         k=$(sed -nE 's/.*: ([0-9]+) windows.*/\1/p' "$tmp/gen.log")
         pair_windows="$pair_windows ${k:-0}"
@@ -135,7 +141,7 @@ if [ "$GENERATE" = 1 ]; then
         fc_frame="$fc_frame $(awk -v s="${s:-0}" -v n=$frames 'BEGIN { print 1e3 * s / n }')"
         "$PYTHON" "$root/tools/torch_train.py" --framechain "$FC" --config "$root/configs/small/starter.conf" \
             --threads "$THREADS" --sample $euler --steps 5 --warmup 1 --json > "$tmp/pts.json" 2> "$tmp/pts.err" ||
-            echo "bench: PyTorch's generation run failed: $(tail -1 "$tmp/pts.err")" >&2
+            failed "PyTorch's generation run $r: $(tail -1 "$tmp/pts.err")"
         w=$(sed -nE 's/.*"window_ms": ([0-9.e+-]+).*/\1/p' "$tmp/pts.json")
         pt_frame="$pt_frame $(awk -v w="${w:-0}" -v k="${k:-0}" -v n=$frames 'BEGIN { print w * k / n }')"
     done

@@ -180,6 +180,10 @@ want="train step, tiny (ms) 15.00 40.00 3.00x 2.00-4.00 75.0% 25.0% 2|"
 want+="generate, small (ms/frame) 15.00 20.00 1.50x 1.00-2.00 24.6% 16.4% 2|"
 [ "$got" = "$want" ]
 expect bench_peak_of_the_pairs $? "$got"
+# each failed run is named under the table, with its pair and its last line, not only on the terminal
+fails=$(grep -F '(failed: ' "$bb/out/table.txt" | tr -s ' ' | tr '\n' '|')
+[ "$fails" = " (failed: framechain's tiny run 3: framechain: stub crash)| (failed: framechain's generation run 3: framechain: stub crash)|" ]
+expect bench_failures_in_the_table $? "${fails:-no failure named in table.txt}"
 # run from another folder, with no OUT_DIR, a copy of the script in a repository of its own writes the
 # repository's out/bench; the folder it ran from gets nothing
 mkdir -p "$bb/repo/tools" "$bb/cwd"
