@@ -355,6 +355,10 @@ void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions
             w[b].keep[i] = c->slot_kind[i] == SLOT_TARGET;
             frames[b * F + i] = windows + ((size_t)b * F + i) * E;
         }
+        // Its frames are its slots, not times: n is set so that the anchor's distance (frame - n,
+        // chain_window_distances) is the plan's offset, as training's references measure it
+        int a = config_anchor_slot(c);
+        w[b].n = a - (int)c->slot_offset[a];
         wp[b] = &w[b], index[b] = first + b, at[b] = frames + b * F;
     }
     int last_given = 0;  // the plan's given slots come before its targets

@@ -15,6 +15,7 @@
 #include "chain/chain_plan.h"
 #include "chain/sampler.h"
 #include "check.h"
+#include "model/flow.h"
 #include "model/model.h"
 
 // The model of config `path` (with `keys` set) for B windows, every parameter zero but the last
@@ -72,6 +73,47 @@ static double starter_error(int steps, double temperature) {
 // is wide for the frames made just after the given ones and the guard's own from the 4th on, counted
 // from frame 6, the last given one and the chain's anchor. Models that make every frame near -0.8 (far
 // darker than the given frames): frame 7 is let stay dark, frame 12 is pulled to the anchor's mean.
+// The windows of a plan sampled alone (training's previews) measure the anchor's distance as the
+// plan's offset, as training's references do: extrapolate windows of a texture panning 0.5 pixel a
+// frame, the moved reference with what comes into view filled from the anchor (where the anchor's
+// distance moves what is read), at temperature 0: each target must end at its reference, worked out
+// by flow_references with the plan's offsets, less b / delta_scale.
+static void texture_at(real *f, const Config *c, double dx, double dy) {
+    int S = c->frame_size;
+    for (int ch = 0; ch < c->channels; ch++)
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                double X = x - dx, Y = y - dy;
+                f[((size_t)ch * S + y) * S + x] = (real)(0.5 * sin(0.7 * X + 0.3 * Y + ch) * cos(0.4 * Y - 0.2 * X + ch));
+            }
+}
+static void test_preview_anchor_distance(void) {
+    const char *keys[] = {"delta_reference=moved", "anchor_snap=0", "reference_fill=16", "reference_fill_from=anchor",
+                          "delta_scale=2", NULL};
+    real bias[256];
+    Model *m = velocity_model("configs/small/extrapolate.conf", keys, 1, 0, bias);
+    const Config *c = &m->cfg;
+    size_t E = (size_t)m->E;
+    real *win = fc_malloc(sizeof(real) * m->F * E), *refs = fc_malloc(sizeof(real) * m->F * E);
+    const real *given[MAX_SLOTS];
+    for (int i = 0; i < m->F; i++) {
+        texture_at(win + i * E, c, 0.5 * c->slot_offset[i], -0.25 * c->slot_offset[i]);
+        given[i] = win + i * E;
+    }
+    flow_references(c, given, c->slot_offset, refs);
+    SampleOptions o = {.steps = 2, .seed = 3, .noise_aug = 0, .guidance = 1, .temperature = 0};
+    sample_plan_windows(m, win, 0, &o);
+    double worst = 0;
+    for (int i = 0; i < m->F; i++)
+        if (c->slot_kind[i] == SLOT_TARGET)
+            for (size_t e = 0; e < E; e++)
+                worst = worse(worst, fabs(win[i * E + e] - clamp1(refs[i * E + e] - velocity_at(c, bias, e) / 2)));
+    check(worst < 1e-5, "sampler_preview_anchor_at_plan_offset",
+          "extrapolate windows sampled alone, the fill read from the anchor at the plan's offset %g: worst "
+          "difference from the references training makes %.2g", c->slot_offset[config_anchor_slot(c)], worst);
+    free(win), free(refs), free_model(m);
+}
+
 static void test_colour_band_from_given(void) {
     real bias[256];
     ChainModels cm = {.size = 32, .channels = 3};
@@ -237,6 +279,7 @@ int main(void) {
           "- b / delta_scale, worst difference %.2g (target 2 made from slot %d, target 3 from slot %d)", worst,
           from_slot[5], from_slot[6]);
     free(win), free_model(m);
+    test_preview_anchor_distance();
     test_colour_band_from_given();
 
     // the built-in clips as a first frame: clip numbers to 2^32 - 1, the next refused in one line
