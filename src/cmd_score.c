@@ -37,7 +37,8 @@ static const char *HELP_SCORE =
     "  --exclude-out FILE ... written as an exclude list: 'shard-NNNNN.safetensors K' a line, what\n"
     "                     'train --set exclude=FILE' reads\n"
     "  --batch B          windows a forward pass (default 16; at most the dataset's clips)\n"
-    "  --overwrite        replace an existing --out or --exclude-out (refused otherwise)\n";
+    "  --overwrite        replace an existing --out or --exclude-out (refused otherwise; never a file score\n"
+    "                     reads: the dataset's own files, the runs' checkpoints and metrics.jsonl)\n";
 
 // The clips --top F takes of n: the fraction, rounded up.
 static int top_clips(double top, int n) { return (int)ceil(top * n - 1e-9); }
@@ -63,6 +64,13 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         (ex && fc_check_output_file("--exclude-out", ex, overwrite, err, sizeof err)))
         fc_die("%s", err);  // a file that is there, or a folder that is not: 1, as generate says it
     if (ex && fc_same_file_name(out, ex)) usage_error("--out and --exclude-out name one file: %s", out);
+    // neither may replace what score reads, --overwrite or not
+    static const char *const run_flags[2] = {"--run", "--reference"};
+    const char *runs[2] = {so.run, so.reference};
+    FcInputs in = {.data = data, .runs = runs, .run_flag = run_flags, .n_runs = 2};
+    if (fc_check_not_an_input("--out", out, &in, err, sizeof err) ||
+        (ex && fc_check_not_an_input("--exclude-out", ex, &in, err, sizeof err)))
+        fc_die("%s", err);
 
     Dataset *d = dataset_open(data, err, sizeof err);
     if (!d) fc_die("%s", err);

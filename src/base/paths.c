@@ -290,3 +290,36 @@ int fc_same_file_name(const char *a, const char *b) {
     const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
     return !strcmp(na ? na + 1 : a, nb ? nb + 1 : b);
 }
+
+static int same_inode(const char *a, const char *b) {
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static int ends_with(const char *s, const char *end) {
+    size_t n = strlen(s), k = strlen(end);
+    return n >= k && !strcmp(s + n - k, end);
+}
+
+int fc_check_not_an_input(const char *flag, const char *path, const FcInputs *in, char *err, size_t errlen) {
+    if (access(path, F_OK)) return 0;  // a new file replaces nothing
+    char dir[PATH_MAX];
+    fc_folder_of(dir, sizeof dir, path);
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    int dataset_file = !strcmp(name, "dataset.json") || !strcmp(name, "manifest.tsv") ||
+                       (!strncmp(name, "shard-", 6) && ends_with(name, ".safetensors"));
+    if (dataset_file && in->data && same_inode(dir, in->data))
+        return fc_errf(err, errlen, "%s %s: is a file of the dataset %s; give the output another name (--overwrite "
+                       "never replaces what the command reads)", flag, path, in->data);
+    int run_file = !strncmp(name, "ckpt-", 5) || !strcmp(name, "metrics.jsonl");
+    for (int r = 0; r < in->n_runs; r++)
+        if (run_file && in->runs[r] && same_inode(dir, in->runs[r]))
+            return fc_errf(err, errlen, "%s %s: is a file of the run %s %s; give the output another name "
+                           "(--overwrite never replaces a run's checkpoints and metrics)", flag, path, in->run_flag[r],
+                           in->runs[r]);
+    if (in->file && same_inode(path, in->file))
+        return fc_errf(err, errlen, "%s %s: is %s %s; give the output another name (--overwrite never replaces what "
+                       "the command reads)", flag, path, in->file_flag, in->file);
+    return 0;
+}

@@ -85,4 +85,19 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
 // 1 when the paths a and b (existing or not) name one file: the same folder, resolved, and last name.
 int fc_same_file_name(const char *a, const char *b);
 
+// What a command reads, which its output (flag, path) must never replace, --overwrite or not: the
+// dataset folder's own files (dataset.json, manifest.tsv, its shards), each run folder's checkpoints
+// and metrics.jsonl (run_flag[i] names runs[i] in the message; a NULL run is skipped), and the file
+// `file` (the autoencoder, or NULL). Other files in those folders (an earlier table) may be replaced.
+// Folders compared by device and inode, so under another name too. A path not there yet replaces
+// nothing. Returns 0, or -1 with one line in err.
+typedef struct {
+    const char *data;             // a dataset folder, or NULL
+    const char *const *runs;      // (n_runs) run folders
+    const char *const *run_flag;  // (n_runs) the option that gave each
+    int n_runs;
+    const char *file, *file_flag;  // one more file read (the autoencoder), or NULL
+} FcInputs;
+int fc_check_not_an_input(const char *flag, const char *path, const FcInputs *in, char *err, size_t errlen);
+
 #endif

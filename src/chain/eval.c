@@ -585,42 +585,13 @@ static void eval_close(Eval *ev) {
     chain_models_free(&ev->cm);
 }
 
-static int same_inode(const char *a, const char *b) {
-    struct stat sa, sb;
-    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-static int ends_with(const char *s, const char *end) {
-    size_t n = strlen(s), k = strlen(end);
-    return n >= k && !strcmp(s + n - k, end);
-}
-
 // --tsv FILE never replaces a file eval reads, --overwrite or not (the table is renamed onto its name at
-// the end): the dataset's own files (dataset.json, manifest.tsv, its shards), a run's checkpoints and
-// its metrics.jsonl, the autoencoder; another file in those folders (an earlier table) may be replaced.
-// Folders compared by device and inode, so not under another name either. Returns 0, or -1 with err.
+// the end): fc_check_not_an_input. Returns 0, or -1 with err.
 static int check_tsv_not_input(const EvalOptions *o, char *err, size_t errlen) {
-    if (access(o->tsv, F_OK)) return 0;  // a new file replaces nothing
-    char dir[PATH_MAX];
-    fc_folder_of(dir, sizeof dir, o->tsv);
-    const char *name = strrchr(o->tsv, '/');
-    name = name ? name + 1 : o->tsv;
-    int dataset_file = !strcmp(name, "dataset.json") || !strcmp(name, "manifest.tsv") ||
-                       (!strncmp(name, "shard-", 6) && ends_with(name, ".safetensors"));
-    if (dataset_file && same_inode(dir, o->data))
-        return fc_errf(err, errlen, "--tsv %s: is a file of the dataset %s; give the table another name (--overwrite "
-                       "never replaces what eval reads)", o->tsv, o->data);
     static const char *const flags[3] = {"--starter", "--extrapolate", "--interpolate"};
-    int run_file = !strncmp(name, "ckpt-", 5) || !strcmp(name, "metrics.jsonl");
-    for (int r = 0; r < 3; r++)
-        if (run_file && same_inode(dir, o->runs[r]))
-            return fc_errf(err, errlen, "--tsv %s: is a file of the run %s %s; give the table another name "
-                           "(--overwrite never replaces a run's checkpoints and metrics)", o->tsv, flags[r],
-                           o->runs[r]);
-    if (o->vae && same_inode(o->tsv, o->vae))
-        return fc_errf(err, errlen, "--tsv %s: is the autoencoder --vae %s; give the table another name (--overwrite "
-                       "never replaces what eval reads)", o->tsv, o->vae);
-    return 0;
+    const char *runs[3] = {o->runs[0], o->runs[1], o->runs[2]};
+    FcInputs in = {.data = o->data, .runs = runs, .run_flag = flags, .n_runs = 3, .file = o->vae, .file_flag = "the autoencoder --vae"};
+    return fc_check_not_an_input("--tsv", o->tsv, &in, err, errlen);
 }
 
 int eval_run(const EvalOptions *o, const Backend *be) {

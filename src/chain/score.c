@@ -201,35 +201,51 @@ static void tsv_field(char *out, size_t len, const char *s) {
     out[used] = 0;
 }
 
-// Each clip's "source<TAB>first_frame" as manifest.tsv has them (already escaped), read once rather
-// than every shard's header once a clip; an entry stays NULL where the manifest is missing or does not
-// match the shards (dataset_clip_origin answers then).
-static char **manifest_origins(const Dataset *d) {
-    int n = dataset_clips(d), i = 0;
-    char **o = fc_calloc((size_t)(n ? n : 1), sizeof(char *)), path[4200], *line = NULL;
-    size_t cap = 0;
-    snprintf(path, sizeof path, "%s/manifest.tsv", dataset_dir(d));
-    FILE *f = fopen(path, "r");
-    if (f && getline(&line, &cap, f) > 0)  // the header
-        for (ssize_t len; i < n && (len = getline(&line, &cap, f)) > 0; i++) {
-            char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
-            char *tab3 = tab2 ? strchr(tab2 + 1, '\t') : NULL, *tab4 = tab3 ? strchr(tab3 + 1, '\t') : NULL;
-            ClipLocation loc;
-            if (!tab4 || dataset_clip_location(d, i, &loc)) break;
-            *tab1 = 0;
-            if (strcmp(line, loc.shard) || atol(tab1 + 1) != loc.index) break;
-            *tab4 = 0;
-            o[i] = fc_malloc(strlen(tab2 + 1) + 1);
-            strcpy(o[i], tab2 + 1);
+// Each clip's "source<TAB>first_frame" (the source escaped) from its shard's own metadata, each shard's
+// header read once (the clips come shard by shard), not from manifest.tsv, which nothing checks
+// against the shards. NULL with err when a header cannot be read.
+static char **shard_origins(const Dataset *d, char *err, size_t errlen) {
+    int n = dataset_clips(d);
+    char **o = fc_calloc((size_t)(n ? n : 1), sizeof(char *)), open_shard[1024] = "";
+    StFile f;
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        ClipLocation loc;
+        if (dataset_clip_location(d, i, &loc)) {
+            fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), i);
+            goto fail;
         }
-    if (f) fclose(f);
-    free(line);
+        if (!have || strcmp(open_shard, loc.shard)) {
+            if (have) st_free(&f), have = 0;
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s", dataset_dir(d), loc.shard);
+            if (st_read_header(path, &f, err, errlen)) goto fail;
+            have = 1;
+            snprintf(open_shard, sizeof open_shard, "%s", loc.shard);
+        }
+        char key[64], field[2200];
+        snprintf(key, sizeof key, "clip.%d.source", loc.index);
+        const char *src = st_meta(&f, key);
+        snprintf(key, sizeof key, "clip.%d.first_frame", loc.index);
+        const char *first = st_meta(&f, key);
+        tsv_field(field, sizeof field - 32, src ? src : "");
+        snprintf(field + strlen(field), 32, "\t%ld", first ? atol(first) : -1L);
+        o[i] = fc_malloc(strlen(field) + 1);
+        strcpy(o[i], field);
+    }
+    if (have) st_free(&f);
     return o;
+fail:
+    if (have) st_free(&f);
+    for (int i = 0; i < n; i++) free(o[i]);
+    free(o);
+    return NULL;
 }
 
 int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
                     size_t errlen) {
-    char *text = NULL, **origin = manifest_origins(d);
+    char *text = NULL, **origin = shard_origins(d, err, errlen);
+    if (!origin) return -1;
     size_t used = 0;
     FILE *out = open_memstream(&text, &used);  // grows as the lines come, however long their names
     if (!out) fc_die("out of host memory for %s", path);
@@ -239,21 +255,12 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
     static const char *const NOTES[] = {"", "frozen", "unordered"};
     for (int i = 0; i < n; i++) {
         ClipLocation loc;
-        char source[1024], field[2200], why[1024];
-        long first = -1;
+        char field[2200];
         if (dataset_clip_location(d, s[i].clip, &loc)) {
             rc = fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), s[i].clip);
             break;
         }
-        if (origin[s[i].clip]) {
-            snprintf(field, sizeof field, "%.2100s", origin[s[i].clip]);
-        } else if (!dataset_clip_origin(d, s[i].clip, source, sizeof source, &first, why, sizeof why)) {
-            tsv_field(field, sizeof field - 32, source);
-            snprintf(field + strlen(field), 32, "\t%ld", first);
-        } else {
-            rc = fc_errf(err, errlen, "%s", why);
-            break;
-        }
+        snprintf(field, sizeof field, "%.2100s", origin[s[i].clip]);
         fprintf(out, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
         if (s[i].damaged)
             fprintf(out, "\t%s\t\t\tdamaged\n", with_reference ? "\t\t" : "");

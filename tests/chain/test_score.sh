@@ -166,6 +166,15 @@ one_line_refusal score_reference_other_plan "--reference .*interp: plan = anchor
     fc score --run "$run" --reference "$tmp/interp" --data "$tmp/mixed" --out "$tmp/r2.tsv"
 [ ! -e "$tmp/r2.tsv" ] || fail score_reference_refusal_wrote "$tmp/r2.tsv was written"
 
+# ---- each clip's source and first frame come from its shard, not from manifest.tsv (a listing nothing
+# checks against the shards): with the manifest a FIFO that no one writes, score neither waits on it
+# nor changes a row's origin ----
+cp -r "$tmp/mixed" "$tmp/fifo" && rm "$tmp/fifo/manifest.tsv" && mkfifo "$tmp/fifo/manifest.tsv"
+timeout 120 "$FC" --threads 1 score --run "$run" --data "$tmp/fifo" --out "$tmp/f.tsv" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(cut -f3-5 "$tmp/f.tsv" | sort)" = "$(cut -f3-5 "$tmp/s1.tsv" | sort)" ]
+expect score_origins_from_shards $? "exit $rc ($(tail -1 "$tmp/out")); dataset_clip, source, first_frame as the shards hold them"
+
 # ---- a damaged clip: noted, not scored, not fatal ----
 cp -r "$tmp/mixed" "$tmp/damaged"
 damage_clip "$tmp/damaged/shard-00000.safetensors" 10
@@ -200,6 +209,22 @@ one_line_refusal score_out_exists "the file exists (give --overwrite" \
 expect score_out_exists_status_1 $(( refusal_rc != 1 )) "status $refusal_rc: 1 for a file, as generate's --out (2: a bad command line)"
 fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --overwrite > /dev/null 2>&1
 expect score_overwrite $? "--overwrite replaces it"
+# --overwrite never replaces what score reads: the run's checkpoint and metrics (--run, --reference),
+# the dataset's files (its folder under another spelling too), as --out or as --exclude-out; each
+# refused in one line before any scoring, every input as it was
+ckpt=$(ls "$run"/ckpt-*.safetensors | tail -1)
+sums_before=$(cat "$ckpt" "$run/metrics.jsonl" "$tmp/mixed"/* "$tmp/ref"/* | cksum)
+one_line_refusal score_out_is_checkpoint "--out .*ckpt-.*: is a file of the run --run" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$ckpt" --overwrite
+one_line_refusal score_out_is_reference_metrics "--out .*metrics.jsonl: is a file of the run --reference" \
+    fc score --run "$run" --reference "$tmp/ref" --data "$tmp/mixed" --out "$tmp/ref/metrics.jsonl" --overwrite
+one_line_refusal score_out_is_dataset_file "--out .*dataset.json: is a file of the dataset" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/mixed/../mixed/dataset.json" --overwrite
+one_line_refusal score_exclude_out_is_shard "--exclude-out .*shard-00000.safetensors: is a file of the dataset" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s1.tsv" --top 0.5 \
+    --exclude-out "$tmp/mixed/shard-00000.safetensors" --overwrite
+[ "$(cat "$ckpt" "$run/metrics.jsonl" "$tmp/mixed"/* "$tmp/ref"/* | cksum)" = "$sums_before" ]
+expect score_inputs_kept $? "the run's checkpoint and metrics, the reference's and the dataset's files as they were"
 # legal names of 250 and 251 bytes, where the temporary "NAME.tmp-PID" would pass NAME_MAX (255): both
 # outputs written (through shorter temporary names), nothing else left
 long=$(printf 'n%.0s' $(seq 246)).tsv
