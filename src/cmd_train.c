@@ -59,12 +59,31 @@ static const char *HELP_TRAIN =
     "\n"
     "config keys:\n";
 
-// A fork's config: the parent's (or --config's) with --set over it.
-static Config fork_config(Opt *opts, const Config *parent) {
-    if (opt(opts, "--config")->count) return load_config(opts);
-    Config c = *parent;
-    apply_sets(&c, opts);
-    config_validate(&c, "--set");
+// The run's config: --config's (a fork without it: its parent's) with --set over it, then --steps N
+// over any --set steps, a longer warmup_steps cut to N (*cut_warmup: the warmup cut, said when the run
+// starts); checked once all of it is in, so that --steps, not the file's steps, is what warmup_steps
+// and the other keys are held to.
+static Config train_config(Opt *opts, const Config *parent, int *cut_warmup) {
+    Config c;
+    char origin[4200];
+    int sets = opt(opts, "--set")->count;
+    if (!parent || opt(opts, "--config")->count) {
+        config_defaults(&c);
+        const char *path = required(opts, "--config");
+        config_load(&c, path);
+        snprintf(origin, sizeof origin, "%s%s", path, sets ? " with its --set" : "");
+    } else {
+        c = *parent;
+        snprintf(origin, sizeof origin, "%s", sets ? "--set" : "its parent's config");
+    }
+    apply_sets(&c, opts);  // a bad --set steps too, though --steps stands over it
+    *cut_warmup = 0;
+    if (opt(opts, "--steps")->count) {
+        // the steps key's own range: every checkpoint's config is read back against it
+        c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, CONFIG_MAX_STEPS);
+        if (c.warmup_steps > c.steps) *cut_warmup = c.warmup_steps, c.warmup_steps = c.steps;
+    }
+    config_validate(&c, origin);
     return c;
 }
 
@@ -171,30 +190,14 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (set_value(opts, "dataset"))
         usage_error("--set dataset=%s: the data is chosen by --data DIR (a dataset) or its absence (the built-in "
                     "moving shapes)", set_value(opts, "dataset"));
-    // --steps N stands over any --set steps (scripts build on a base): those are dropped before the
-    // config is read, so that --steps alone decides, its cut of a longer warmup included
+    // --steps N stands over any --set steps (scripts build on a base), said when the run starts
     char overridden[256] = "";
-    if (opt(opts, "--steps")->count && set_value(opts, "steps")) {
+    if (opt(opts, "--steps")->count && set_value(opts, "steps"))
         snprintf(overridden, sizeof overridden, "%.100s", set_value(opts, "steps"));
-        Opt *set = opt(opts, "--set");
-        int kept = 0;
-        for (int i = 0; i < set->count; i++) {
-            const char *kv = set->values[i];
-            while (isspace((unsigned char)*kv)) kv++;
-            size_t n = strcspn(kv, "= \t");
-            if (!(n == 5 && !strncmp(kv, "steps", 5))) set->values[kept++] = set->values[i];
-        }
-        set->count = kept;
-    }
-    Config c = from ? fork_config(opts, &parent) : load_config(opts);
+    int cut_warmup;  // said when the run starts, not before a refusal's one line
+    Config c = train_config(opts, from ? &parent : NULL, &cut_warmup);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
-    int cut_warmup = 0;  // said when the run starts, not before a refusal's one line
-    if (opt(opts, "--steps")->count) {
-        // the steps key's own range: every checkpoint's config is read back against it
-        c.steps = (int)parse_positive("--steps", opt(opts, "--steps")->value, CONFIG_MAX_STEPS);
-        if (c.warmup_steps > c.steps) cut_warmup = c.warmup_steps, c.warmup_steps = c.steps;
-    }
     if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
                                            c.exclude);
     // the list read before the run's data identity records its CRC32 (an unreadable one would be told as

@@ -199,6 +199,18 @@ expect steps_over_set_steps 0 "^--steps 2 stands over --set steps=6" "$FC" --thr
     --set checkpoint_every=100000 --set sample_every=0
 [ -f "$tmp/over/ckpt-00000002.safetensors" ] && echo "PASS cli_steps_over_set_steps_trained: step 2 written" ||
     echo "FAIL cli_steps_over_set_steps_trained: $(ls "$tmp/over" 2>&1 | tr '\n' ' ')"
+# the config is checked once --steps is in: a warmup past the file's steps (1000) but cut to --steps
+# is no refusal, in a fork neither (its parent's steps, 2); a bad --set steps is a bad command line
+# even where --steps stands over it, and makes no run folder
+expect steps_before_the_check 0 "^--steps 2: warmup_steps 5000 cut to 2" "$FC" --threads 1 train \
+    --config configs/tiny/starter.conf --run "$tmp/longwarm" --steps 2 --set warmup_steps=5000 \
+    --set checkpoint_every=100000 --set sample_every=0
+expect steps_before_the_check_fork 0 "^--steps 3: warmup_steps 5 cut to 3" "$FC" --threads 1 train \
+    --from "$tmp/over/ckpt-00000002.safetensors" --run "$tmp/longwarm_fork" --steps 3 --set warmup_steps=5
+expect bad_set_steps_under_steps 2 "--set steps=abc: not an integer" "$FC" --threads 1 train \
+    --config configs/tiny/starter.conf --run "$tmp/badsteps" --steps 2 --set steps=abc
+[ ! -e "$tmp/badsteps" ] && echo "PASS cli_bad_set_steps_no_folder: no run folder" ||
+    echo "FAIL cli_bad_set_steps_no_folder: $(ls -A "$tmp/badsteps" | tr '\n' ' ')"
 # the checkpoint names the build that wrote it, for people (inspect); --version's first line
 build_name=$("$FC" --version | head -1 | sed 's/[].[*^$\\]/\\&/g')  # as a grep pattern
 expect inspect_written_by 0 "^written_by *$build_name\$" "$FC" inspect "$tmp/over/ckpt-00000002.safetensors"
