@@ -5,6 +5,7 @@
 
 #include "dataset/prepare.h"
 #include "dataset/synthetic.h"
+#include "formats/shards.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -54,7 +55,13 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
             usage_error("--input %s", err);
     o.out = required(opts, "--out");
     o.size = (int)parse_positive("--size", required(opts, "--size"), 4096);
-    o.clip_frames = (int)parse_positive("--clip-frames", required(opts, "--clip-frames"), 100000);
+    o.clip_frames = (int)parse_positive("--clip-frames", required(opts, "--clip-frames"), SHARD_MAX_CLIP_FRAMES);
+    // a clip of frames is one tensor of a shard: its bytes within the shard's limit (latents are smaller)
+    if (!opt(opts, "--vae")->count && (double)o.clip_frames * o.size * o.size * 3 > (double)SHARD_MAX_CLIP_BYTES)
+        usage_error("--clip-frames %d at --size %d: a clip of %.2f GiB, over the %.0f GiB a clip may hold; give fewer "
+                    "frames a clip (at most %d at this size)", o.clip_frames, o.size,
+                    (double)o.clip_frames * o.size * o.size * 3 / 1073741824.0, (double)SHARD_MAX_CLIP_BYTES / 1073741824.0,
+                    (int)(SHARD_MAX_CLIP_BYTES / ((size_t)o.size * o.size * 3)));
     if (opt(opts, "--fps")->count) o.fps = parse_number("--fps", opt(opts, "--fps")->value, 0.01, 1000);
     if (opt(opts, "--overlap")->count)
         o.overlap = (int)parse_whole("--overlap", opt(opts, "--overlap")->value, 0, o.clip_frames - 1);

@@ -77,7 +77,9 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
     ShardRange *r = shard_ranges(d, &ns);
     memset(mask, 0, (size_t)nclips);
     long lineno = 0;
-    for (char *line = text, *next; line && line < text + len && !rc; line = next) {
+    char *start = text;
+    if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) start += 3;  // a UTF-8 byte order mark (Notepad's)
+    for (char *line = start, *next; line && line < text + len && !rc; line = next) {
         lineno++;
         next = memchr(line, '\n', (size_t)(text + len - line));
         if (next) *next++ = 0;
@@ -85,21 +87,23 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
             rc = fc_errf(err, errlen, "%s:%ld: NUL byte in the line", path, lineno);
             break;
         }
-        char shard[256], extra[2];
-        long k;
+        char shard[256], index[32], extra[2];
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
         if (!*line || *line == '#') continue;
-        int got = sscanf(line, "%255s %ld %1s", shard, &k, extra);
-        if (got != 2) {
+        int got = sscanf(line, "%255s %31s %1s", shard, index, extra);
+        // the index as written, digits only: one past any clip count reads as such, not as a clamped long
+        size_t digits = got == 2 ? strspn(index, "0123456789") : 0;
+        if (got != 2 || !digits || index[digits]) {
             rc = fc_errf(err, errlen, "%s:%ld: expected 'shard-NNNNN.safetensors K' (a shard and a clip index in it)",
                          path, lineno);
             break;
         }
         int s = 0;
         while (s < ns && strcmp(r[s].name, shard)) s++;
+        long k = digits <= 9 ? strtol(index, NULL, 10) : -1;  // (no dataset has a billion clips in a shard)
         if (s == ns || k < 0 || k >= r[s].clips) {
-            rc = fc_errf(err, errlen, "%s:%ld: %.255s %ld: %s has no such clip (a list made for another dataset?)", path,
-                         lineno, shard, k, dataset_dir(d));
+            rc = fc_errf(err, errlen, "%s:%ld: %.255s %s: %s has no such clip (a list made for another dataset?)", path,
+                         lineno, shard, index, dataset_dir(d));
             break;
         }
         int clip = r[s].first + (int)k;

@@ -336,6 +336,22 @@ static void test_exclude_across_shards(int N, int F) {
     check(count == -1 && one_line(err) && strstr(err, "NUL byte"), "exclude_list_nul_byte", "%s",
           count < 0 ? err : "accepted");
 
+    // a list saved with a UTF-8 byte order mark (as Notepad saves it) reads as without one
+    dataset_clip_location(d, 5, &loc);
+    f = fopen(list, "wb");
+    fprintf(f, "\xef\xbb\xbf%s %d\r\n", loc.shard, loc.index);
+    fclose(f);
+    count = exclude_list_read(d, list, mask, err, sizeof err);
+    check(count == 1 && mask[5], "exclude_list_byte_order_mark", "clip 5 named after a BOM: %d counted%s%s", count,
+          count < 0 ? ": " : "", count < 0 ? err : "");
+    // an index past any long is named as written, not as the long it was clamped to
+    f = fopen(list, "w");
+    fprintf(f, "%s 18446744073709551616\n", shard0);
+    fclose(f);
+    count = exclude_list_read(d, list, mask, err, sizeof err);
+    check(count == -1 && one_line(err) && strstr(err, " 18446744073709551616: ") && strstr(err, "has no such clip"),
+          "exclude_list_huge_index", "%s", count < 0 ? err : "accepted");
+
     const int clips[] = {0, 4, 8};
     int rc = exclude_list_write(d, list, clips, 3, err, sizeof err);
     count = rc ? -1 : exclude_list_read(d, list, mask, err, sizeof err);

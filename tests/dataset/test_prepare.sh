@@ -393,6 +393,16 @@ for spec in shapes:x:4 shapes:-1:4 shapes:1:0 pan::8 zoom:x.png; do
         { ok=1; echo "  $spec: status $rc, $(cat "$tmp/badspec.err")"; }
 done
 expect prepare_bad_synthetic_spec_refused $ok "5 mistyped specs, each status 2 before any input is read: $(head -1 "$tmp/badspec.err" | cut -c1-100)"
+# clips the shards cannot hold are the command line's too: more frames than a clip may have (65536),
+# or a clip over 2 GiB at the size given; refused in one line naming --clip-frames, nothing written
+ok=0
+for args in "--size 16 --clip-frames 65537" "--size 4096 --clip-frames 43"; do
+    "$FC" prepare --input shapes:1:8 --out "$tmp/bigclip" $args > "$tmp/bigclip.out" 2> "$tmp/bigclip.err"
+    rc=$?
+    { [ $rc -eq 2 ] && grep -q -- "--clip-frames" "$tmp/bigclip.err" && [ "$(wc -l < "$tmp/bigclip.err")" = 1 ] &&
+      [ ! -e "$tmp/bigclip" ]; } || { ok=1; echo "  $args: status $rc, $(cat "$tmp/bigclip.err")"; }
+done
+expect prepare_clip_past_shard_limits $ok "status 2 before any input is read: $(head -1 "$tmp/bigclip.err" | cut -c1-120)"
 # no usable clip at all: the verdict on stderr, as every failure's
 "$FC" prepare --input shapes:1:4 --out "$tmp/noclip" --size 16 --clip-frames 8 > "$tmp/noclip.out" 2> "$tmp/noclip.err"
 rc=$?
