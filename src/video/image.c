@@ -118,6 +118,22 @@ static int tiff_orientation(const uint8_t *t, size_t n) {
     return 0;
 }
 
+// 1 when a PNG has a tRNS chunk before its image data: transparency by a colour key (a grey or RGB
+// image) or by palette entries. stb_image drops such an alpha when asked for 3 channels, and reports
+// the image as having none, so it is asked for 4 then, as for a PNG with an alpha channel.
+static int png_has_trns(const uint8_t *b, size_t n) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n < 8 || memcmp(b, sig, 8)) return 0;
+    for (size_t at = 8; at + 8 <= n;) {
+        uint32_t len = (uint32_t)b[at] << 24 | (uint32_t)b[at + 1] << 16 | (uint32_t)b[at + 2] << 8 | b[at + 3];
+        const uint8_t *type = b + at + 4;
+        if (!memcmp(type, "tRNS", 4)) return 1;
+        if (!memcmp(type, "IDAT", 4) || !memcmp(type, "IEND", 4) || len > n - at - 8) return 0;
+        at += (size_t)len + 12;  // length, type, data, CRC
+    }
+    return 0;
+}
+
 // A JPEG's EXIF orientation (1-8; 1, upright, when there is none or its Exif block is damaged): the
 // APP1 "Exif" segment among those before the first scan, each walked by its length within the file.
 static int jpeg_exif_orientation(const uint8_t *b, size_t n) {
@@ -283,7 +299,7 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
     int sideways = turn[orient] == 90 || turn[orient] == 270;
     if (shown_w) *shown_w = sideways ? h : w;
     if (shown_h) *shown_h = sideways ? w : h;
-    int comp = n == 2 || n == 4 ? 4 : 3;  // with alpha: composited over black below
+    int comp = n == 2 || n == 4 || png_has_trns(bytes, nbytes) ? 4 : 3;  // with alpha: composited over black below
     uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, comp);
     free(bytes);
     if (!px) return fc_errf(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());

@@ -167,6 +167,27 @@ close_to() {  # close_to "R,G,B ..." R G B TOLERANCE: every triple within TOLERA
 [ "$rc" = 0 ] && [ "$(clips "$tmp/alpha_ds")" = 3 ] && close_to "$left" 0 0 0 6 && close_to "$right" 0 255 0 6 &&
     close_to "$half" 0 128 0 6 && [ "$(pixels "$tmp/alpha_ds" 4 4 | cut -d' ' -f1)" = "0,0,0" ]
 expect prepare_alpha_over_black $? "status $rc, $(clips "$tmp/alpha_ds") clips; transparent left: $left; opaque right: $right; alpha 128: $half"
+# transparency by a colour key (a tRNS chunk: an RGB PNG whose pixels of one colour are transparent, and
+# the same for a grey PNG): those pixels over black too, the others as stored
+mkdir -p "$tmp/key_frames"
+"$PYTHON" - "$tmp/key_frames" <<'PYEOF'
+import struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+def png(path, colour, px_left, px_right, trns):
+    rows = b"".join(b"\0" + px_left * 32 + px_right * 32 for _ in range(64))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, colour, 0, 0, 0))
+                           + chunk(b"tRNS", trns) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+for i in range(2):  # the left half the keyed colour (200, 100, 50), the right (10, 20, 30)
+    png("%s/rgb%d.png" % (sys.argv[1], i), 2, bytes([200, 100, 50]), bytes([10, 20, 30]), bytes([0, 200, 0, 100, 0, 50]))
+    png("%s/grey%d.png" % (sys.argv[1], i), 0, bytes([200]), bytes([60]), bytes([0, 200]))  # grey 200 keyed
+PYEOF
+"$FC" prepare --input "$tmp/key_frames" --out "$tmp/key_ds" --size 32 --clip-frames 4 > "$tmp/key.log" 2>&1
+rc=$?
+keyed=$(pixels "$tmp/key_ds" 4 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+kept=$(pixels "$tmp/key_ds" 24 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+[ "$rc" = 0 ] && [ "$keyed" = "0,0,0 " ] && [ "$kept" = "10,20,30 60,60,60 " ]
+expect prepare_colour_key_over_black $? "status $rc; the keyed colour's pixels: $keyed; the others: $kept"
 
 # ---- 6. variable frame rate without --fps: said once in the input's line ----
 ffmpeg -v error -f lavfi -i testsrc=size=64x48:rate=25 -frames:v 40 \
