@@ -87,6 +87,14 @@ line=$(grep -m1 'cut.mkv:' "$tmp/cut.log")
 [ "$rc" = 0 ] && [ "$(clips "$tmp/cut")" -ge 10 ] && echo "$line" | grep -q 'cut short' &&
     grep -q ' 1 cut short by damage' "$tmp/cut.log"
 expect prepare_truncated_mkv_said $? "status $rc, $(clips "$tmp/cut") clips: $line | $(tail -1 "$tmp/cut.log" | sed -E 's/.*inputs? \(//' | cut -c1-90)"
+# exactly three frames missing is cut short, though the seconds it lacks (1.2 - 0.9 at 10 fps) come out
+# just under three frames' 0.3 s in double: 12 intra frames, cut where the 10th packet starts
+ffmpeg -v error -f lavfi -i testsrc2=size=64x48:rate=10 -frames:v 12 -c:v mpeg4 -g 1 -q:v 3 "$tmp/ten.mkv"
+head -c "$(ffprobe -v error -show_entries packet=pos -of csv=p=0 "$tmp/ten.mkv" | sed -n 10p)" "$tmp/ten.mkv" > "$tmp/cut3.mkv"
+"$FC" prepare --input "$tmp/cut3.mkv" --out "$tmp/cut3" --size 16 --clip-frames 3 > "$tmp/cut3.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && grep -q 'cut3.mkv: 9 frames .*of the 1.200 s its header states: the file looks cut short' "$tmp/cut3.log"
+expect prepare_three_frames_short_said $? "status $rc, $(grep -m1 'cut3.mkv:' "$tmp/cut3.log")"
 # an MPEG transport stream states no length: cut inside a packet (no whole number of 188-byte packets)
 # at any of ten places, it is never taken silently (where the decoder does not stumble on the cut, the
 # torn packet says it), and a cut on a packet's edge, which cannot be told from an end, is not claimed
