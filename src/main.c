@@ -85,6 +85,15 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return command_help(argc, argv, i + 1);
         if (!strcmp(a, "--version")) {
+            // the global options after it are read (and checked) as before it; nothing else may follow
+            for (int j = i + 1; j < argc; j++) {
+                if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) return command_help(argc, argv, j + 1);
+                if (argv[j][0] != '-' || !strcmp(argv[j], "--version"))
+                    usage_error("unexpected argument '%s' after --version", argv[j]);
+                j = parse_opt(argc, argv, j, globals);
+            }
+            if (globals[1].count && !backend_device_known(globals[1].value))
+                usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", globals[1].value);
             fc_set_threads(thread_count(&globals[0]));
             printf("%s\n", fc_build_name());
             backend_print_versions(stdout);

@@ -51,6 +51,12 @@ done
 
 expect help 0 "usage: framechain" "$FC" --help
 expect version 0 "cpu (fp32" "$FC" --version
+# the global options around --version are checked as before a command; nothing else may follow it
+expect version_bad_device 2 "--device tpu: unknown device" "$FC" --device tpu --version
+expect version_bad_threads_after 2 "--threads 0: expected a whole number" "$FC" --version --threads 0
+expect version_argument_after 2 "unexpected argument 'bogus' after --version" "$FC" --version bogus
+expect version_threads_after 0 "cpu (fp32" "$FC" --version --threads 1
+expect version_help_after 0 "usage: framechain" "$FC" --version --help
 # The commit the build was made from (the Makefile's stamp, $BUILD/commit.txt), named by --version
 commit=$(cat "${BUILD:-build}/commit.txt" 2> /dev/null)
 expect version_names_commit 0 "^framechain [0-9.]* (commit ${commit:-no stamp in ${BUILD:-build}})\$" "$FC" --version
