@@ -99,6 +99,10 @@ static int parse_generate(int argc, char **argv, GenerateRequest *g) {
     if (parse_opts(argc, argv, 2, opts, NULL)) return 1;
     const char *req[] = {"--starter", "--extrapolate", "--interpolate", "--first-frame", "--out"};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) required(opts, req[i]);
+    uint32_t clip;
+    char why[512];
+    if (first_frame_shapes(opt(opts, "--first-frame")->value, &clip, why, sizeof why) < 0)  // before any model
+        usage_error("--first-frame %s", why);
     long frames = parse_whole("--frames", required(opts, "--frames"), 7, 1000000);  // the starter's window at least
     SampleOptions so = parse_sample_options(opts);
     if (opt(opts, "--noise-aug")->count)

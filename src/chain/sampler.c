@@ -40,6 +40,17 @@ void first_frames_close(FirstFrames *r) {
     free(r);
 }
 
+int first_frame_shapes(const char *path, uint32_t *clip, char *err, size_t errlen) {
+    if (strncmp(path, "shapes:", 7)) return 0;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(path + 7, &end, 10);  // which would take "-1" as the largest number
+    if (*end || end == path + 7 || path[7] < '0' || path[7] > '9' || errno || n > 0xffffffffUL)
+        return fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
+    *clip = (uint32_t)n;
+    return 1;
+}
+
 FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t errlen) {
     FirstFrames *r = fc_calloc(1, sizeof *r);
     r->path = path, r->S = S, r->K = K;
@@ -47,13 +58,10 @@ FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t
     int rc = 0;
     struct stat st;
     int folder = !stat(path, &st) && S_ISDIR(st.st_mode);
-    if (!strncmp(path, "shapes:", 7)) {  // the built-in moving-shapes clip of that number (demos, tests)
-        char *end;
-        errno = 0;
-        unsigned long clip = strtoul(path + 7, &end, 10);  // which would take "-1" as the largest number
-        if (*end || end == path + 7 || path[7] < '0' || path[7] > '9' || errno || clip > 0xffffffffUL)
-            rc = fc_errf(err, errlen, "%s: expected shapes:NUMBER, a clip number from 0 to 4294967295", path);
-        r->shapes = 1, r->clip = (uint32_t)clip;
+    int shapes = first_frame_shapes(path, &r->clip, err, errlen);
+    if (shapes) {  // the built-in moving-shapes clip of that number (demos, tests)
+        rc = shapes < 0 ? -1 : 0;
+        r->shapes = 1;
     } else if (K > 1 && is_image_path(path) && !folder) {
         rc = fc_errf(err, errlen, "%s: an image is one frame; %d given frames need a video or a folder of frames",
                      path, K);

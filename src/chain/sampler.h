@@ -121,6 +121,11 @@ int chain_frames_held(const ChainPlan *p);
 // moving-shapes clip N. Returns 0, or -1 with one line in err.
 int load_first_frames(const char *path, int S, int K, real *out, char *err, size_t errlen);
 
+// shapes:N, the built-in moving-shapes clip N (0 .. 4294967295): 1 with *clip where path is one, 0 where
+// it does not start with "shapes:", -1 with one line in err where the rest is no such number (a
+// mistyped first frame, which a command says before any model is loaded).
+int first_frame_shapes(const char *path, uint32_t *clip, char *err, size_t errlen);
+
 // The same frames one at a time, so that a long clip is never held whole (autoencode). Opening reads
 // what can be checked before the first frame (the path, an image, a video's size); NULL with one line
 // in err. first_frames_next gives frame k of 0..K-1 as (3, S, S), in order: 0, or -1 with the line

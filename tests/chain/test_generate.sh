@@ -641,8 +641,14 @@ fi
 # ---- a first frame that cannot be one: one line, no output ----
 "$FC" generate "${RUNS[@]}" --first-frame shapes:-1 --frames 9 --out "$tmp/neg" > "$tmp/neg.log" 2>&1
 rc=$?
-expect generate_refuses_negative_shapes $(( rc == 0 || $(grep -c "shapes:-1: expected shapes:NUMBER, a clip number from 0 to 4294967295" "$tmp/neg.log") != 1 )) \
-    "status $rc, $(tail -1 "$tmp/neg.log" | cut -c1-100), output: $([ -e "$tmp/neg" ] && echo yes || echo none)"
+expect generate_refuses_negative_shapes $(( rc != 2 || $(grep -c "shapes:-1: expected shapes:NUMBER, a clip number from 0 to 4294967295" "$tmp/neg.log") != 1 )) \
+    "status $rc (2: a mistyped option), $(tail -1 "$tmp/neg.log" | cut -c1-100), output: $([ -e "$tmp/neg" ] && echo yes || echo none)"
+# ... said before any model is read: with runs that do not exist, the first frame is still what is named
+"$FC" generate --starter "$tmp/none1" --extrapolate "$tmp/none2" --interpolate "$tmp/none3" --first-frame shapes:abc \
+    --frames 9 --out "$tmp/neg" > "$tmp/neg.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l < "$tmp/neg.log")" = 1 ] && grep -q -- "--first-frame shapes:abc: expected shapes:NUMBER" "$tmp/neg.log"
+expect generate_shapes_spec_before_models $? "status $rc: $(head -1 "$tmp/neg.log")"
 # a PNG header claiming 100000 x 100000 pixels
 python3 - "$tmp/huge.png" <<'PY'
 import struct, sys, zlib
