@@ -222,10 +222,10 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     const char *vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL;
     Autoencoder *ae = NULL;
     if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);
-    // said, not recorded unread in every checkpoint (a resume with previews would find it only then)
+    // said, not passed over unread (a config file may keep it while a resume turns the previews off)
     if (c.preview_data[0] && c.sample_every <= 0)
-        usage_error("preview_data = %s: the footage of the previews, and sample_every is 0 (no previews): set "
-                    "sample_every, or leave preview_data out", c.preview_data);
+        fc_warn("preview_data = %s: not read: it is the footage of the previews, and sample_every is 0 (none)",
+                c.preview_data);
     // it decodes the previews, which rank 0 takes: the other ranks neither load it nor hold it on their GPUs
     if (vae && dist_rank() == 0 && !(ae = autoencoder_load(vae, be, err, sizeof err))) fc_die("%s", err);
     int P = ae ? c.frame_size * autoencoder_factor(ae) : 0;
