@@ -249,8 +249,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         // resident for the run, its scratch counted
         hooks = (TrainHooks){preview_take, preview, resident, preview_missing, hooks.vae};
     }
-    if (overridden[0]) printf("--steps %d stands over --set steps=%s\n", c.steps, overridden);
-    if (cut_warmup) printf("--steps %d: warmup_steps %d cut to %d, the whole run\n", c.steps, cut_warmup, c.steps);
+    char notes[512] = "";  // said once the run starts: not before a refusal's one line
+    if (overridden[0])
+        snprintf(notes, sizeof notes, "--steps %d stands over --set steps=%s\n", c.steps, overridden);
+    if (cut_warmup)
+        snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "--steps %d: warmup_steps %d cut to %d, the "
+                 "whole run\n", c.steps, cut_warmup, c.steps);
+    hooks.notes = notes;
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
     preview_close(preview);

@@ -742,6 +742,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     if (fork_unwritten) fork_space_change(&t, trained_on);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
+    if (hooks && hooks->notes && t.rank == 0) fputs(hooks->notes, stdout);
     int status = 0;
     if (t.st.step >= c->steps) {
         printf("%s is at step %d of %d: nothing to do (train --extend --steps N goes on past the end)\n", run,

@@ -20,7 +20,8 @@ typedef struct {
     double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
     int (*missing)(void *ctx, int step);
     const char *vae;  // the previews' autoencoder file (train --vae), named in the command a NaN stop prints
-
+    const char *notes;  // lines the command has to say once the run starts (after its data and folder
+                        // checks, whose refusals stay one line), or NULL
 } TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in

@@ -213,6 +213,14 @@ expect steps_before_the_check 0 "^--steps 2: warmup_steps 5000 cut to 2" "$FC" -
     --set checkpoint_every=100000 --set sample_every=0
 expect steps_before_the_check_fork 0 "^--steps 3: warmup_steps 5 cut to 3" "$FC" --threads 1 train \
     --from "$tmp/over/ckpt-00000002.safetensors" --run "$tmp/longwarm_fork" --steps 3 --set warmup_steps=5
+# those lines wait until the run starts: a refusal of the data is still its one line, alone
+mkdir -p "$tmp/notadataset"
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/nodata" --data "$tmp/notadataset" --steps 2 \
+    --set steps=6 > "$tmp/nodata.out" 2> "$tmp/nodata.err"
+rc=$?
+[ $rc -eq 1 ] && [ ! -s "$tmp/nodata.out" ] && [ "$(wc -l < "$tmp/nodata.err")" = 1 ] &&
+    echo "PASS cli_steps_lines_after_refusals: status 1, $(cat "$tmp/nodata.err")" ||
+    echo "FAIL cli_steps_lines_after_refusals: status $rc, stdout: $(tr '\n' '|' < "$tmp/nodata.out") stderr: $(tr '\n' '|' < "$tmp/nodata.err")"
 expect bad_set_steps_under_steps 2 "--set steps=abc: not an integer" "$FC" --threads 1 train \
     --config configs/tiny/starter.conf --run "$tmp/badsteps" --steps 2 --set steps=abc
 [ ! -e "$tmp/badsteps" ] && echo "PASS cli_bad_set_steps_no_folder: no run folder" ||
