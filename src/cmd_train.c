@@ -223,7 +223,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     Autoencoder *ae = NULL;
     if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);
     // said, not passed over unread (a config file may keep it while a resume turns the previews off)
-    if (c.preview_data[0] && c.sample_every <= 0)
+    if (c.preview_data[0] && c.sample_every <= 0 && dist_rank() == 0)  // (rank 0's line: it takes the previews)
         fc_warn("preview_data = %s: not read: it is the footage of the previews, and sample_every is 0 (none)",
                 c.preview_data);
     // it decodes the previews, which rank 0 takes: the other ranks neither load it nor hold it on their GPUs

@@ -98,13 +98,16 @@ for cfg in $CONFIGS; do
     fc_ms="" pt_ms="" flops=""
     for r in $(seq "$PAIRS"); do
         rm -rf "$tmp/run"
+        ok=1
         "$FC" --threads "$THREADS" --device cpu train --config "$root/$conf" --run "$tmp/run" --steps $steps \
             --set checkpoint_every=100000 > "$tmp/fc.log" 2>&1 ||
-            failed "framechain's $cfg run $r: $(tail -1 "$tmp/fc.log")"
+            { ok=0; failed "framechain's $cfg run $r: $(tail -1 "$tmp/fc.log")"; }
         # the median step after 2 (metrics.jsonl's step_ms), as PyTorch's below: the speed line's mean
-        # would let one slow step of a noisy machine count against framechain alone
+        # would let one slow step of a noisy machine count against framechain alone; a run that failed
+        # part-way counts none of its steps (its pair drops out)
         ms=$(sed -nE 's/.*"step":([0-9]+),.*"step_ms":([0-9.]+).*/\1 \2/p' "$tmp/run/metrics.jsonl" 2> /dev/null |
             awk '$1 >= 3 { print $2 }' | median)
+        [ $ok = 1 ] || ms=0
         fc_ms="$fc_ms ${ms:-0}"
         tflop=$(sed -nE 's/^speed: .* ([0-9.e+-]+) TFLOP per step.*/\1/p' "$tmp/fc.log")
         flops="$flops $(awk -v t="${tflop:-0}" 'BEGIN { print t * 1e12 }')"

@@ -296,9 +296,11 @@ static void window_buffers_free(WindowBuffers *wb) {
 // sample_steps) Euler steps of the velocity the network predicts (v = e - x0, so x moves by -dt * v),
 // the conditioning slots held fixed. With guidance w != 1, v = v_u + w (v_c - v_u), v_u predicted with
 // the given frames dropped. A model trained on deltas makes each target as its reference frame plus
-// the sampled delta / delta_scale.
+// the sampled delta / delta_scale, its reference measuring time by the true distances of a chain's
+// windows (chain_window_distances), or with plan_distances by the plan's offsets (windows sampled alone,
+// whose frames are their slots: training's previews, as training's references measure them).
 static void sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
-                           int last_given, const SampleOptions *o, WindowBuffers *wb) {
+                           int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = m->B, F = m->F;
@@ -329,7 +331,8 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
             const real *given[MAX_SLOTS];  // the window's given frames as the chain has them
             float distance[MAX_SLOTS];     // ... and their true distances, the anchor's too (flow.h)
             for (int i = 0; i < F; i++) given[i] = at[b][w[b]->frame[i]];
-            chain_window_distances(w[b], distance);
+            if (plan_distances) memcpy(distance, c->slot_offset, sizeof(float) * F);  // as training measures them
+            else chain_window_distances(w[b], distance);
             flow_references(c, given, distance, wb->reference);
         }
         for (int i = 0; i < F; i++)
@@ -363,17 +366,14 @@ void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions
             w[b].keep[i] = c->slot_kind[i] == SLOT_TARGET;
             frames[b * F + i] = windows + ((size_t)b * F + i) * E;
         }
-        // Its frames are its slots, not times: n is set so that the anchor's distance (frame - n,
-        // chain_window_distances) is the plan's offset, as training's references measure it
-        int a = config_anchor_slot(c);
-        w[b].n = a - (int)c->slot_offset[a];
         wp[b] = &w[b], index[b] = first + b, at[b] = frames + b * F;
     }
     int last_given = 0;  // the plan's given slots come before its targets
     while (last_given + 1 < F && c->slot_kind[last_given + 1] != SLOT_TARGET) last_given++;
     WindowBuffers wb;
     window_buffers_alloc(&wb, F, E, B);
-    sample_windows(m, wp, index, (real *const *const *)at, last_given, o, &wb);
+    // its frames are its slots, not times: the references measure time by the plan's offsets, as in training
+    sample_windows(m, wp, index, (real *const *const *)at, last_given, 1, o, &wb);
     window_buffers_free(&wb);
     free(w), free(wp), free(index), free(frames), free(at);
 }
@@ -569,7 +569,7 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
             break;
         }
         real *const *at = st->at;
-        sample_windows(cm->m[w->role], &w, &k, &at, last_given, o, &wb);
+        sample_windows(cm->m[w->role], &w, &k, &at, last_given, 0, o, &wb);
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {

@@ -223,15 +223,16 @@ static char **shard_origins(const Dataset *d, char *err, size_t errlen) {
             have = 1;
             snprintf(open_shard, sizeof open_shard, "%s", loc.shard);
         }
-        char key[64], field[2200];
+        char key[64];
         snprintf(key, sizeof key, "clip.%d.source", loc.index);
         const char *src = st_meta(&f, key);
         snprintf(key, sizeof key, "clip.%d.first_frame", loc.index);
         const char *first = st_meta(&f, key);
-        tsv_field(field, sizeof field - 32, src ? src : "");
-        snprintf(field + strlen(field), 32, "\t%ld", first ? atol(first) : -1L);
-        o[i] = fc_malloc(strlen(field) + 1);
-        strcpy(o[i], field);
+        src = src ? src : "";
+        size_t cap = 2 * strlen(src) + 32;  // every character escaped at most to two, then the frame
+        o[i] = fc_malloc(cap);
+        tsv_field(o[i], cap - 24, src);
+        snprintf(o[i] + strlen(o[i]), 24, "\t%ld", first ? atol(first) : -1L);
     }
     if (have) st_free(&f);
     return o;
@@ -255,13 +256,11 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
     static const char *const NOTES[] = {"", "frozen", "unordered"};
     for (int i = 0; i < n; i++) {
         ClipLocation loc;
-        char field[2200];
         if (dataset_clip_location(d, s[i].clip, &loc)) {
             rc = fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), s[i].clip);
             break;
         }
-        snprintf(field, sizeof field, "%.2100s", origin[s[i].clip]);
-        fprintf(out, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, field);
+        fprintf(out, "%s\t%d\t%d\t%s", loc.shard, loc.index, s[i].clip, origin[s[i].clip]);
         if (s[i].damaged)
             fprintf(out, "\t%s\t\t\tdamaged\n", with_reference ? "\t\t" : "");
         else if (with_reference)

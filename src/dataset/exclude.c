@@ -87,20 +87,25 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
             rc = fc_errf(err, errlen, "%s:%ld: NUL byte in the line", path, lineno);
             break;
         }
-        char shard[256], index[32], extra[2];
+        char shard[256], index[256], extra[2];
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
         if (!*line || *line == '#') continue;
-        int got = sscanf(line, "%255s %31s %1s", shard, index, extra);
+        int got = sscanf(line, "%255s %255s %1s", shard, index, extra);
         // the index as written, digits only: one past any clip count reads as such, not as a clamped long
-        size_t digits = got == 2 ? strspn(index, "0123456789") : 0;
-        if (got != 2 || !digits || index[digits]) {
+        size_t all = 0, digits = 0;  // the index's digits, and its value's (leading zeros aside)
+        if (got == 2) {
+            all = strspn(index, "0123456789");
+            size_t zeros = strspn(index, "0");
+            digits = all - (zeros < all ? zeros : all ? all - 1 : 0);
+        }
+        if (got != 2 || !all || index[all]) {
             rc = fc_errf(err, errlen, "%s:%ld: expected 'shard-NNNNN.safetensors K' (a shard and a clip index in it)",
                          path, lineno);
             break;
         }
         int s = 0;
         while (s < ns && strcmp(r[s].name, shard)) s++;
-        long k = digits <= 9 ? strtol(index, NULL, 10) : -1;  // (no dataset has a billion clips in a shard)
+        long k = digits <= 9 ? strtol(index + all - digits, NULL, 10) : -1;  // (a shard holds at most a million)
         if (s == ns || k < 0 || k >= r[s].clips) {
             rc = fc_errf(err, errlen, "%s:%ld: %.255s %s: %s has no such clip (a list made for another dataset?)", path,
                          lineno, shard, index, dataset_dir(d));

@@ -69,10 +69,6 @@ static double starter_error(int steps, double temperature) {
     return worst;
 }
 
-// A chain given frames 0-6 (eval --given 7) with the colour guard over a ramp of 4 frames: the band
-// is wide for the frames made just after the given ones and the guard's own from the 4th on, counted
-// from frame 6, the last given one and the chain's anchor. Models that make every frame near -0.8 (far
-// darker than the given frames): frame 7 is let stay dark, frame 12 is pulled to the anchor's mean.
 // The windows of a plan sampled alone (training's previews) measure the anchor's distance as the
 // plan's offset, as training's references do: extrapolate windows of a texture panning 0.5 pixel a
 // frame, the moved reference with what comes into view filled from the anchor (where the anchor's
@@ -114,6 +110,10 @@ static void test_preview_anchor_distance(void) {
     free(win), free(refs), free_model(m);
 }
 
+// A chain given frames 0-6 (eval --given 7) with the colour guard over a ramp of 4 frames: the band
+// is wide for the frames made just after the given ones and the guard's own from the 4th on, counted
+// from frame 6, the last given one and the chain's anchor. Models that make every frame near -0.8 (far
+// darker than the given frames): frame 7 is let stay dark, frame 12 is pulled to the anchor's mean.
 static void test_colour_band_from_given(void) {
     real bias[256];
     ChainModels cm = {.size = 32, .channels = 3};

@@ -344,13 +344,25 @@ static void test_exclude_across_shards(int N, int F) {
     count = exclude_list_read(d, list, mask, err, sizeof err);
     check(count == 1 && mask[5], "exclude_list_byte_order_mark", "clip 5 named after a BOM: %d counted%s%s", count,
           count < 0 ? ": " : "", count < 0 ? err : "");
-    // an index past any long is named as written, not as the long it was clamped to
+    // an index past any long is named as written, not as the long it was clamped to (40 digits too); one
+    // with leading zeros is its value
+    const char *const huge[] = {"18446744073709551616", "1234567890123456789012345678901234567890"};
+    for (int h = 0; h < 2; h++) {
+        f = fopen(list, "w");
+        fprintf(f, "%s %s\n", shard0, huge[h]);
+        fclose(f);
+        count = exclude_list_read(d, list, mask, err, sizeof err);
+        char want[64];
+        snprintf(want, sizeof want, " %s: ", huge[h]);
+        check(count == -1 && one_line(err) && strstr(err, want) && strstr(err, "has no such clip"),
+              h ? "exclude_list_huge_index_40_digits" : "exclude_list_huge_index", "%s", count < 0 ? err : "accepted");
+    }
     f = fopen(list, "w");
-    fprintf(f, "%s 18446744073709551616\n", shard0);
+    fprintf(f, "%s 0000000000001\n", shard0);
     fclose(f);
     count = exclude_list_read(d, list, mask, err, sizeof err);
-    check(count == -1 && one_line(err) && strstr(err, " 18446744073709551616: ") && strstr(err, "has no such clip"),
-          "exclude_list_huge_index", "%s", count < 0 ? err : "accepted");
+    check(count == 1 && mask[1], "exclude_list_leading_zeros", "%s 0000000000001: %d counted%s%s", shard0, count,
+          count < 0 ? ": " : "", count < 0 ? err : "");
 
     const int clips[] = {0, 4, 8};
     int rc = exclude_list_write(d, list, clips, 3, err, sizeof err);
