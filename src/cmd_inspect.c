@@ -38,7 +38,8 @@ static const char *HELP_INSPECT =
     "state, every tensor of its network there in its shape); the exit status is 1 when any check fails;\n"
     "a dataset's shard file: each clip read and checked alike.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
-    "fails is named (shard, clip, source video); the exit status is 1 when any fails.\n"
+    "fails is named (shard, clip, source video); manifest.tsv checked against what the shards hold (a\n"
+    "shard copied over another, or two swapped, pass their CRCs); the exit status is 1 when any fails.\n"
     "With a run folder (train --run): its checkpoints' steps and where its metrics end (the lines of\n"
     "metrics.jsonl it cannot read counted, the first named), each newer checkpoint a rerun would set\n"
     "aside and why, then the one the same train command resumes from, as above; the exit status is 1\n"
@@ -247,7 +248,71 @@ static void print_bad_clip(const Dataset *d, int clip, const char *why) {
            shown(source), first, shown(why));
 }
 
-// Every clip of a prepared dataset read and checked (CRC, zlib data). 0 when all pass, 1 otherwise.
+// manifest.tsv against what the shards record: its line k names clip k of the dataset (shard, index
+// in it, source, first frame). Each shard's CRCs check its own bytes, but not that it is the shard
+// prepare wrote under that name: one copied over another of the same size, or two swapped, hold
+// other clips than the manifest lists. Says what it finds; 1 when a line disagrees (or the lines are
+// not one a clip), 0 otherwise (also with no manifest: a line says so, nothing reads it but people).
+static int check_manifest(const Dataset *d, const char *dir) {
+    char path[4200], err[1024];
+    snprintf(path, sizeof path, "%s/manifest.tsv", dir);
+    FILE *f = fc_fopen_regular(path, err, sizeof err);  // a FIFO is refused, not waited on
+    if (!f) {
+        printf("manifest.tsv: not checked: %s\n", shown(err));
+        return 0;
+    }
+    char **origin = dataset_clip_origins(d, err, sizeof err);
+    if (!origin) {
+        fclose(f);
+        printf("manifest.tsv: not checked: %s\n", shown(err));
+        return 1;
+    }
+    int n = dataset_clips(d), lines = 0, wrong = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    for (long lineno = 1; (len = getline(&line, &cap, f)) >= 0; lineno++) {
+        if (lineno == 1) continue;  // the header
+        line[strcspn(line, "\r\n")] = 0;
+        int k = lines++;
+        char *tab[4] = {NULL};
+        tab[0] = strchr(line, '\t');
+        for (int j = 1; j < 4 && tab[j - 1]; j++) tab[j] = strchr(tab[j - 1] + 1, '\t');
+        ClipLocation loc;
+        int listed = k < n && tab[3] && !dataset_clip_location(d, k, &loc), same = 0;
+        if (listed) {
+            *tab[0] = *tab[1] = *tab[3] = 0;  // shard, index, "source<TAB>first_frame" (as origin[k] is)
+            same = !strcmp(line, loc.shard) && atol(tab[0] + 1) == loc.index && !strcmp(tab[1] + 1, origin[k]);
+        }
+        if (!same && ++wrong <= 10) {
+            if (k >= n) printf("  MANIFEST line %ld: clip %d, but the dataset has %d clips\n", lineno, k, n);
+            else if (!listed) printf("  MANIFEST line %ld: not shard, clip, source, first frame, ...\n", lineno);
+            else {
+                char *at = strrchr(origin[k], '\t');  // the shard's source and first frame, apart
+                *at = *tab[2] = 0;
+                printf("  MANIFEST line %ld (clip %d of the dataset): %s clip.%s from %s at frame %s", lineno, k,
+                       shown(line), shown(tab[0] + 1), shown(tab[1] + 1), shown(tab[2] + 1));  // (shown: 4 a printf)
+                printf(", but %s clip.%d holds the clip from %s at frame %s\n", shown(loc.shard), loc.index,
+                       shown(origin[k]), shown(at + 1));
+            }
+        }
+    }
+    int missing = lines < n ? n - lines : 0;
+    if (missing) printf("  MANIFEST: %d lines for %d clips: the last %d clips are not listed\n", lines, n, missing);
+    free(line);
+    fclose(f);
+    dataset_clip_origins_free(origin, n);
+    if (wrong || missing)
+        printf("manifest.tsv: %d of its %d lines disagree with the shards%s: a shard copied over another or renamed, "
+               "or an old manifest; prepare the dataset again from its sources\n", wrong, lines,
+               missing ? ", and clips are missing from it" : "");
+    else
+        printf("manifest.tsv: each of its %d lines names the clip its shard holds\n", lines);
+    return wrong || missing ? 1 : 0;
+}
+
+// Every clip of a prepared dataset read and checked (CRC, zlib data), and manifest.tsv against the
+// shards. 0 when all pass, 1 otherwise.
 static int inspect_dataset(const char *dir) {
     char err[1024];
     Dataset *d = dataset_open(dir, err, sizeof err);
@@ -277,8 +342,9 @@ static int inspect_dataset(const char *dir) {
                "dataset again from its sources (framechain prepare --input ... --out NEW_FOLDER)\n", bad, n);
     else
         printf("%d clips: every CRC checks\n", n);
+    int disagree = check_manifest(d, dir);
     dataset_close(d);
-    return bad ? 1 : 0;
+    return bad || disagree ? 1 : 0;
 }
 
 // ----------------------------------------------------------------------------

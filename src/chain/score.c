@@ -190,62 +190,9 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     return rc;
 }
 
-// A source path as one TSV field: tab, newline, carriage return and backslash escaped (as manifest.tsv).
-static void tsv_field(char *out, size_t len, const char *s) {
-    size_t used = 0;
-    for (; *s && used + 3 < len; s++) {
-        const char *esc = *s == '\t' ? "\\t" : *s == '\n' ? "\\n" : *s == '\r' ? "\\r" : *s == '\\' ? "\\\\" : NULL;
-        if (esc) out[used++] = esc[0], out[used++] = esc[1];
-        else out[used++] = *s;
-    }
-    out[used] = 0;
-}
-
-// Each clip's "source<TAB>first_frame" (the source escaped) from its shard's own metadata, each shard's
-// header read once (the clips come shard by shard), not from manifest.tsv, which nothing checks
-// against the shards. NULL with err when a header cannot be read.
-static char **shard_origins(const Dataset *d, char *err, size_t errlen) {
-    int n = dataset_clips(d);
-    char **o = fc_calloc((size_t)(n ? n : 1), sizeof(char *)), open_shard[1024] = "";
-    StFile f;
-    int have = 0;
-    for (int i = 0; i < n; i++) {
-        ClipLocation loc;
-        if (dataset_clip_location(d, i, &loc)) {
-            fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), i);
-            goto fail;
-        }
-        if (!have || strcmp(open_shard, loc.shard)) {
-            if (have) st_free(&f), have = 0;
-            char path[4200];
-            snprintf(path, sizeof path, "%s/%s", dataset_dir(d), loc.shard);
-            if (st_read_header(path, &f, err, errlen)) goto fail;
-            have = 1;
-            snprintf(open_shard, sizeof open_shard, "%s", loc.shard);
-        }
-        char key[64];
-        snprintf(key, sizeof key, "clip.%d.source", loc.index);
-        const char *src = st_meta(&f, key);
-        snprintf(key, sizeof key, "clip.%d.first_frame", loc.index);
-        const char *first = st_meta(&f, key);
-        src = src ? src : "";
-        size_t cap = 2 * strlen(src) + 32;  // every character escaped at most to two, then the frame
-        o[i] = fc_malloc(cap);
-        tsv_field(o[i], cap - 24, src);
-        snprintf(o[i] + strlen(o[i]), 24, "\t%ld", first ? atol(first) : -1L);
-    }
-    if (have) st_free(&f);
-    return o;
-fail:
-    if (have) st_free(&f);
-    for (int i = 0; i < n; i++) free(o[i]);
-    free(o);
-    return NULL;
-}
-
 int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
                     size_t errlen) {
-    char *text = NULL, **origin = shard_origins(d, err, errlen);
+    char *text = NULL, **origin = dataset_clip_origins(d, err, errlen);
     if (!origin) return -1;
     size_t used = 0;
     FILE *out = open_memstream(&text, &used);  // grows as the lines come, however long their names
@@ -271,7 +218,7 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
     }
     if (fclose(out) || !text) fc_die("out of host memory for %s", path);
     if (!rc) rc = st_write_bytes(path, text, used, err, errlen);
-    for (int i = 0; i < n; i++) free(origin[i]);
-    free(origin), free(text);
+    dataset_clip_origins_free(origin, dataset_clips(d));
+    free(text);
     return rc;
 }

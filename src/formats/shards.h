@@ -130,6 +130,12 @@ int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *fra
 // with one line.
 int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
                         size_t errlen);
+// Every clip's "source<TAB>first_frame" as its shard's metadata records them, the source escaped as
+// manifest.tsv writes it (tab, newline, carriage return and backslash as \t \n \r \\, other control
+// bytes as \xNN): n = dataset_clips strings, each shard's header read once. NULL with one line in err
+// when a header cannot be read; free with dataset_clip_origins_free.
+char **dataset_clip_origins(const Dataset *d, char *err, size_t errlen);
+void dataset_clip_origins_free(char **origins, int n);
 void dataset_close(Dataset *d);
 
 // Where a clip is stored (for tests and tools).

@@ -282,7 +282,25 @@ expect damaged_clip_setup $(( $? != 1 || $(clips "$tmp/dm") != 3 )) "$(clips "$t
 
 "$FC" inspect "$tmp/dm_good" > "$tmp/dm_ig.log" 2>&1
 rc=$?
-expect inspect_dataset_good $(( rc != 0 || $(grep -c "3 clips: every CRC checks" "$tmp/dm_ig.log") != 1 )) "status $rc, $(tail -1 "$tmp/dm_ig.log" | cut -c1-100)"
+expect inspect_dataset_good $(( rc != 0 || $(grep -c "3 clips: every CRC checks" "$tmp/dm_ig.log") != 1 ||
+    $(grep -c "^manifest.tsv: each of its 3 lines names the clip its shard holds$" "$tmp/dm_ig.log") != 1 )) \
+    "status $rc, $(tail -2 "$tmp/dm_ig.log" | tr '\n' ' ' | cut -c1-160)"
+# two shards of the same size swapped (noise, stored raw: 10 clips of 8 frames a shard; shards 2 and 3,
+# whose clips' first frames all have three digits, are the same size) pass their CRCs and dataset.json's
+# sizes; the manifest names the clips each shard held, so inspect says it
+"$PYTHON" -c "import os, sys; open(sys.argv[1], 'wb').write(os.urandom(64 * 64 * 3 * 320))" "$tmp/noise.rgb"
+ffmpeg -v error -f rawvideo -pix_fmt rgb24 -s 64x64 -r 10 -i "$tmp/noise.rgb" -c:v ffv1 "$tmp/noise.mkv"
+"$FC" prepare --input "$tmp/noise.mkv" --out "$tmp/sw" --size 64 --clip-frames 8 --shard-mb 1 > "$tmp/sw.log" 2>&1
+cmp -s <(stat -c %s "$tmp/sw/shard-00002.safetensors") <(stat -c %s "$tmp/sw/shard-00003.safetensors") ||
+    fail inspect_dataset_swapped_setup "shards 2 and 3 differ in size: $(ls -l "$tmp/sw" | tr '\n' ' ')"
+mv "$tmp/sw/shard-00002.safetensors" "$tmp/sw/x" && mv "$tmp/sw/shard-00003.safetensors" "$tmp/sw/shard-00002.safetensors" &&
+    mv "$tmp/sw/x" "$tmp/sw/shard-00003.safetensors"
+"$FC" inspect "$tmp/sw" > "$tmp/sw_i.log" 2>&1
+rc=$?
+expect inspect_dataset_swapped_shards $(( rc != 1 || $(grep -c "clips: every CRC checks" "$tmp/sw_i.log") != 1 ||
+    $(grep -c "^  MANIFEST line 22 (clip 20 of the dataset): shard-00002.safetensors clip.0 from .*noise.mkv at frame 160, but shard-00002.safetensors clip.0 holds the clip from .*noise.mkv at frame 240$" "$tmp/sw_i.log") != 1 ||
+    $(grep -c "^manifest.tsv: 20 of its 40 lines disagree with the shards" "$tmp/sw_i.log") != 1 )) \
+    "status $rc: $(grep -m1 MANIFEST "$tmp/sw_i.log" | cut -c1-200); $(tail -1 "$tmp/sw_i.log" | cut -c1-120); $(tail -1 "$tmp/sw.log" | cut -c1-80)"
 "$FC" inspect "$tmp/dm" > "$tmp/dm_ib.log" 2>&1
 rc=$?
 bad=$(grep "BAD shard-00000.safetensors clip.1 (clip 1 of the dataset), from .*vtest.avi at frame 200: " "$tmp/dm_ib.log")
