@@ -92,20 +92,15 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
         if (!*line || *line == '#') continue;
         int got = sscanf(line, "%255s %255s %1s", shard, index, extra);
         // the index as written, digits only: one past any clip count reads as such, not as a clamped long
-        size_t all = 0, digits = 0;  // the index's digits, and its value's (leading zeros aside)
-        if (got == 2) {
-            all = strspn(index, "0123456789");
-            size_t zeros = strspn(index, "0");
-            digits = all - (zeros < all ? zeros : all ? all - 1 : 0);
-        }
-        if (got != 2 || !all || index[all]) {
+        if (got != 2 || !index[0] || index[strspn(index, "0123456789")]) {
             rc = fc_errf(err, errlen, "%s:%ld: expected 'shard-NNNNN.safetensors K' (a shard and a clip index in it)",
                          path, lineno);
             break;
         }
         int s = 0;
         while (s < ns && strcmp(r[s].name, shard)) s++;
-        long k = digits <= 9 ? strtol(index + all - digits, NULL, 10) : -1;  // (a shard holds at most a million)
+        const char *value = index + strspn(index, "0");  // leading zeros aside ("000" is 0)
+        long k = strlen(value) <= 9 ? strtol(value, NULL, 10) : -1;  // (a shard holds at most a million clips)
         if (s == ns || k < 0 || k >= r[s].clips) {
             rc = fc_errf(err, errlen, "%s:%ld: %.255s %s: %s has no such clip (a list made for another dataset?)", path,
                          lineno, shard, index, dataset_dir(d));

@@ -331,18 +331,6 @@ static int load_dataset_json(Dataset *d, const char *path, uint64_t *clips, char
 // ---------------------------------------------------------------------------------------------
 // the dataset
 
-// s escaped as one field of manifest.tsv into out (cap >= 4 strlen(s) + 1: a byte becomes at most four).
-static void manifest_field(char *out, const char *s) {
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        const char *esc = ch == '\t' ? "\\t" : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\\' ? "\\\\" : NULL;
-        if (esc) out += sprintf(out, "%s", esc);
-        else if (ch < 0x20 || ch == 0x7F) out += sprintf(out, "\\x%02x", ch);
-        else *out++ = (char)ch;
-    }
-    *out = 0;
-}
-
 char **dataset_clip_origins(const Dataset *d, char *err, size_t errlen) {
     int n = d->nclips, open_shard = -1;
     char **o = fc_calloc((size_t)(n ? n : 1), sizeof(char *));
@@ -366,7 +354,7 @@ char **dataset_clip_origins(const Dataset *d, char *err, size_t errlen) {
         const char *first = st_meta(&f, key);
         src = src ? src : "";
         o[i] = fc_malloc(4 * strlen(src) + 32);
-        manifest_field(o[i], src);
+        manifest_escape(o[i], src);
         sprintf(o[i] + strlen(o[i]), "\t%ld", first ? atol(first) : -1L);
     }
     if (open_shard >= 0) st_free(&f);

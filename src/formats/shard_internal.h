@@ -18,6 +18,20 @@
 
 #define SHOWN(s) ST_SHOWN(s)  // safetensors.h
 
+// A clip's source as one field of manifest.tsv, into out (room for 4 strlen(s) + 1: a byte becomes at
+// most four): tab, newline, carriage return and backslash as \t \n \r \\, other control bytes as \xNN.
+// The writer's manifest and the reader's dataset_clip_origins alike.
+static inline void manifest_escape(char *out, const char *s) {
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        const char *esc = ch == '\t' ? "\\t" : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\\' ? "\\\\" : NULL;
+        if (esc) out += sprintf(out, "%s", esc);
+        else if (ch < 0x20 || ch == 0x7F) out += sprintf(out, "\\x%02x", ch);
+        else *out++ = (char)ch;
+    }
+    *out = 0;
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // a shard's header

@@ -415,17 +415,10 @@ static int append_clip(ShardWriter *w, Pending p, const char *source, long first
     shard_name(w->ndone, file, sizeof file);
     snprintf(line, sizeof line, "%s\t%d\t", file, w->ncur);
     manifest_put(w, line, strlen(line));
-    for (const char *s = p.source; *s; s++) {
-        char e[8];
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '\t') strcpy(e, "\\t");
-        else if (ch == '\n') strcpy(e, "\\n");
-        else if (ch == '\r') strcpy(e, "\\r");
-        else if (ch == '\\') strcpy(e, "\\\\");
-        else if (ch < 0x20 || ch == 0x7F) snprintf(e, sizeof e, "\\x%02x", ch);
-        else e[0] = (char)ch, e[1] = 0;
-        manifest_put(w, e, strlen(e));
-    }
+    char *escaped = fc_malloc(4 * strlen(p.source) + 1);
+    manifest_escape(escaped, p.source);
+    manifest_put(w, escaped, strlen(escaped));
+    free(escaped);
     shortest_text(fps, fpsb, sizeof fpsb);
     snprintf(line, sizeof line, "\t%ld\t%d\t%s\n", first_frame, w->F, fpsb);
     manifest_put(w, line, strlen(line));
