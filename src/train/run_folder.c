@@ -69,12 +69,16 @@ static void remove_stale_temps(const char *run) {
 
 // A run folder this train made: if it stops before anything but the lock is in it (a refusal after
 // the folder was made: the memory plan over --vram-budget, collectives = nccl where NCCL cannot
-// start), the folder goes with it at exit, so that a refused start leaves nothing on disk. A folder
-// that held anything, or that was there before, is never removed.
-static char made_run[4096];
+// start, a dataset whose every clip fails its check at step 1), the folder goes with it at exit, so
+// that a refused start leaves nothing on disk. A folder that held anything, or that was there before,
+// is never removed. metrics.jsonl where this train made it and no line ever reached it goes too,
+// whatever the folder (each line is flushed as it is written, so empty at exit means none).
+static char made_run[4096], made_metrics[4200];
 
-static void remove_made_run_if_empty(void) {
-    DIR *d = opendir(made_run);
+static void remove_what_a_refused_start_made(void) {
+    struct stat st;
+    if (made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0) unlink(made_metrics);
+    DIR *d = made_run[0] ? opendir(made_run) : NULL;
     if (!d) return;
     struct dirent *e;
     int other = 0;
@@ -105,10 +109,9 @@ int run_folder_open(const char *run) {
     }
     if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
     int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
-    if (made && strlen(run) < sizeof made_run) {
-        snprintf(made_run, sizeof made_run, "%s", run);
-        atexit(remove_made_run_if_empty);
-    }
+    if (made && strlen(run) < sizeof made_run) snprintf(made_run, sizeof made_run, "%s", run);
+    static int registered;
+    if (!registered++) atexit(remove_what_a_refused_start_made);
     remove_stale_temps(run);
     return lock;
 }
@@ -169,6 +172,7 @@ FILE *run_folder_metrics(const char *run, int last) {
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
+    if (!in && strlen(path) < sizeof made_metrics) snprintf(made_metrics, sizeof made_metrics, "%s", path);
     // Its name (created, or renamed over by the rewrite above) made durable before any checkpoint of
     // this process can be: a checkpoint that survives a power cut has its metrics file beside it.
     if (fc_fsync_dir(run)) fc_die("%s: fsync of the run folder failed: %s", run, strerror(errno));

@@ -352,6 +352,14 @@ for k in 0 2; do flip_bit "$tmp/dm_all/shard-00000.safetensors" "$(clip_byte "$t
 rc=$?
 expect train_every_clip_damaged $(( rc == 0 || $(grep -vc "warning:" "$tmp/dm_d.err") != 1 || $(grep -c "every one of its 3 clips fails its check.*re-prepare" "$tmp/dm_d.err") != 1 )) \
     "status $rc, $(grep -v "warning:" "$tmp/dm_d.err" | cut -c1-150)"
+# ... and leaves nothing on disk: the run folder it made goes, and in a folder that was there before
+# no empty metrics.jsonl stays behind (a rerun after re-preparing starts as a first run)
+mkdir "$tmp/dm_e"
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/dm_e" --data "$tmp/dm_all" "${DM_SETS[@]}" > /dev/null 2>&1
+rc2=$?
+left=$(ls -A "$tmp/dm_e" | grep -v '^\.lock$' | tr '\n' ' ')
+expect train_every_clip_damaged_leaves_nothing $(( rc == 0 || rc2 == 0 || $(test -e "$tmp/dm_d"; echo $?) == 0 || ${#left} != 0 )) \
+    "status $rc and $rc2; the folder it made $(test -e "$tmp/dm_d" && echo kept: $(ls -A "$tmp/dm_d") || echo removed); left in the one there before: '${left:-nothing}'"
 
 # eval over the 3 clips: the dataset's clip.1 left out with a line that names it as eval's progress
 # lines and its TSV count clips (from 1: its clip 2/3), the means over the other 2
