@@ -175,6 +175,19 @@ rc=$?
 [ $rc -eq 0 ] && [ "$(cut -f3-5 "$tmp/f.tsv" | sort)" = "$(cut -f3-5 "$tmp/s1.tsv" | sort)" ]
 expect score_origins_from_shards $? "exit $rc ($(tail -1 "$tmp/out")); dataset_clip, source, first_frame as the shards hold them"
 
+# ---- a source longer than a fixed field: a folder of frames 2200 characters deep; its row holds the
+# path whole and its first_frame column after it (a 2100-character cap once cut both off) ----
+deep=$tmp/deep
+for i in $(seq 11); do deep=$deep/$(printf 'd%.0s' $(seq 200)); done
+mkdir -p "$deep" && cp "$tmp/bad/noise-0"/*.png "$deep/"
+fc prepare --input "$deep" --out "$tmp/deepdata" --size 32 --clip-frames 16 > /dev/null 2>&1 &&
+    fc score --run "$run" --data "$tmp/deepdata" --out "$tmp/deep.tsv" > "$tmp/out" 2>&1
+rc=$?
+row=$(sed -n 2p "$tmp/deep.tsv" 2> /dev/null)
+[ $rc -eq 0 ] && [ "$(echo "$row" | awk -F'\t' '{ print NF }')" = 9 ] && [ "$(echo "$row" | cut -f4)" = "$deep" ] &&
+    [ "$(echo "$row" | cut -f5)" = 0 ]
+expect score_long_source_whole $? "exit $rc; a source of ${#deep} characters: $(echo "$row" | awk -F'\t' '{ printf "%d columns, source %d characters, first_frame %s", NF, length($4), $5 }')"
+
 # ---- a damaged clip: noted, not scored, not fatal ----
 cp -r "$tmp/mixed" "$tmp/damaged"
 damage_clip "$tmp/damaged/shard-00000.safetensors" 10
