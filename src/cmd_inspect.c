@@ -512,6 +512,11 @@ static int inspect_run(const char *run, int *steps, int n) {
         }
         if (s == CKPT_OK && step != steps[i])
             snprintf(why, sizeof why, "%s: its metadata says step %d", path, step), s = CKPT_CORRUPT;
+        if (s == CKPT_CORRUPT && checkpoint_cannot_open(path, why, sizeof why)) {
+            printf("UNREADABLE: %s; a rerun of train stops at it\n", shown(why));
+            free(steps);
+            return 1;
+        }
         if (s == CKPT_CORRUPT) {
             printf("UNUSABLE: %s; a rerun of train sets it aside\n", shown(why));
             damaged++;

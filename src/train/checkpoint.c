@@ -199,6 +199,15 @@ void checkpoint_set_aside(const char *path, const char *why) {
     else fc_warn("%s; renamed to %s", why, aside);
 }
 
+int checkpoint_cannot_open(const char *path, char *why, size_t whylen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0) return close(fd), 0;
+    if (errno == ENOENT) return 0;  // gone: nothing to set aside
+    fc_errf(why, whylen, "%s: cannot open: %s; not set aside, as its bytes were not read (make it readable and run "
+            "the same command again)", path, strerror(errno));
+    return 1;
+}
+
 // checkpoint_check, for pruning: the writer thread verifies an older checkpoint in the memory of its
 // largest tensor, not of the whole file (a second copy of the staging buffer, which the memory plan
 // does not hold). 1 when whole, else 0 with why.
@@ -260,6 +269,7 @@ static void prune(const char *run, int keep, int written) {
         checkpoint_path(path, sizeof path, run, steps[i]);
         if (kept < keep) {
             if (steps[i] == written || verified_whole(run, steps[i], path, why, sizeof why)) kept++;
+            else if (checkpoint_cannot_open(path, why, sizeof why)) fc_warn("%s", why);  // left as it is, uncounted
             else checkpoint_set_aside(path, why);
         } else if (unlink(path)) {
             fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));

@@ -123,6 +123,11 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
 CkptStatus checkpoint_precheck(const char *path, int named_step, const Config *c, CkptLoadMode mode, TrainState *st,
                                char *err, size_t errlen);
 
+// 1 with one line in why where `path` cannot be opened for reading for a reason that is not its bytes
+// (no permission, the process's file limit): not damage, which a resume would set aside and train
+// again the steps since the checkpoint before, but a file to make readable. 0 where it opens, or is gone.
+int checkpoint_cannot_open(const char *path, char *why, size_t whylen);
+
 // Whether a config key changes the network's tensors or what its outputs mean: a fork must keep them.
 int config_key_shapes_network(const char *key);
 

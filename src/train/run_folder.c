@@ -321,6 +321,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
         // A newer file that is not a whole checkpoint of this run is set aside, so that pruning
         // never counts it as one of the checkpoints it keeps.
         if (s == CKPT_CORRUPT) {
+            if (checkpoint_cannot_open(path, err, sizeof err)) fc_die("%s", err);
             checkpoint_set_aside(path, err);
             continue;
         }
@@ -361,6 +362,10 @@ int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *ori
     for (int i = 0; i < n && s == CKPT_CORRUPT; i++) {  // newest first, as resume reads them
         checkpoint_path(path, sizeof path, run, steps[i]);
         s = checkpoint_precheck(path, steps[i], c, origin->extend ? CKPT_EXTEND : CKPT_CONTINUE, &st, err, errlen);
+        if (s == CKPT_CORRUPT && checkpoint_cannot_open(path, err, errlen)) {  // the resume would stop there
+            free(steps);
+            return -1;
+        }
     }
     free(steps);
     // a folder with no checkpoint left that was trained before: refused as the start would refuse it

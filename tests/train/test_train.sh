@@ -316,6 +316,27 @@ for damage in flip flip_last truncate; do
         "$(grep -m1 -o 'ckpt-[0-9]*.safetensors: .*' "$tmp/$damage.log" | cut -c1-140); rebuilt from step $((STEPS - 4)) identically"
 done
 
+# ---- a newest checkpoint that cannot be opened (no read permission) is not damage: the resume stops
+# in one line naming it, nothing renamed, no step trained again; inspect says so ----
+# (root reads any file: the two runs are another user's, where the test runs as root)
+as_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+noread=$(mktemp -d)  # its own folder: the other user must reach it
+chmod 777 "$noread"
+cp -r "$tmp/ref" "$noread/run" && chmod -R a+rwX "$noread/run"
+f=$(final "$noread/run")
+chmod 000 "$f"
+before=$(ls "$noread/run" | tr '\n' ' ')
+as_user "$FC" --threads 1 train --config "$TINY" --run "$noread/run" "${SETS[@]}" > "$noread/out" 2> "$noread/err"
+rc=$?
+as_user "$FC" inspect "$noread/run" > "$noread/inspect" 2>&1
+rc2=$?
+after=$(ls "$noread/run" | tr '\n' ' ')
+[ $rc = 1 ] && [ $rc2 = 1 ] && [ "$(wc -l < "$noread/err")" = 1 ] && grep -q "$f: cannot open: Permission denied; not set aside" "$noread/err" &&
+    [ "$before" = "$after" ] && ! grep -q resuming "$noread/out" && grep -q "^UNREADABLE: .*a rerun of train stops at it" "$noread/inspect"
+expect unreadable_checkpoint_not_set_aside $? "status $rc ($(cut -c1-130 "$noread/err")); inspect status $rc2; the folder as it was: $([ "$before" = "$after" ] && echo yes || echo "no: $after")"
+chmod 644 "$f"
+rm -rf "$noread"
+
 # ---- files named like newer checkpoints that are not: never counted as the ones pruning keeps ----
 # (three 1000-byte ckpt-0000009{7,8,9}; the run resumes from step 52 and writes 56 and 60, keeping 3)
 cp -r "$tmp/ref" "$tmp/junk"
