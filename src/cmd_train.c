@@ -185,6 +185,14 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         }
         printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
                "in for the parent's\n", run, from);
+    } else if (from && lineage_parent_replaced(run, &origin, err, sizeof err)) {
+        // the file at that path is another checkpoint now (the parent's folder trained again): the fork
+        // goes on as it was made, never from the other file's config
+        char now[64];
+        snprintf(now, sizeof now, "%s", strstr(origin.parent, " (step ") + 1);
+        if (lineage_resume_fork(run, from, &parent, &origin)) fc_die("%s: cannot read its own newest checkpoint", run);
+        printf("%s: %s is %s now, not the checkpoint the fork was made from %s; the fork resumes from its own "
+               "checkpoints, whose config stands in for the parent's\n", run, from, now, err);
     }
     // keys the command line sets another way: said at once, not left to a rule they break later
     if (set_value(opts, "dataset"))

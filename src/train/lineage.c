@@ -223,6 +223,19 @@ int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, T
     return rc;
 }
 
+int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, size_t len) {
+    char path[4096];
+    StFile f;
+    if (!read_newest(run, &f, path, sizeof path)) return 0;
+    const char *parent = st_meta(&f, "parent");
+    const char *theirs = lineage_names_parent(parent, o->from) ? identity_tail(parent) : NULL;
+    const char *ours = identity_tail(o->parent);
+    int replaced = theirs && ours && strcmp(theirs, ours);
+    if (replaced) snprintf(recorded, len, "%s", theirs + 1);  // "(step N, crc32 X)"
+    st_free(&f);
+    return replaced;
+}
+
 int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen) {
     char path[4096];
     StFile f;

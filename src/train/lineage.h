@@ -32,7 +32,14 @@ int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t
 // one line in err (not a whole checkpoint).
 int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, char *err, size_t errlen);
 
-// train --from PATH when PATH cannot be read (a parent that went on training pruned it): a rerun of
+// train --from PATH, read (o from lineage_read_parent), where run's newest whole checkpoint names PATH
+// as its parent with another step or CRC: the file at PATH was replaced since the fork was made (its
+// parent's folder trained again). 1 with the identity the fork records, "(step N, crc32 X)", in
+// recorded; else 0.
+int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, size_t len);
+
+// train --from PATH when PATH cannot be read (a parent that went on training pruned it), or is no longer
+// the fork's parent (lineage_parent_replaced): a rerun of
 // the command resumes the fork from its own checkpoints. When run's newest whole checkpoint names PATH
 // as its parent, its config (the command's --set already applied) stands in for the parent's and o
 // holds the parent's identity as that checkpoint records it: 0; else -1 (nothing changed).

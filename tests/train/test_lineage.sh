@@ -185,6 +185,20 @@ same_tensors "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/orphan" 32)"
 same=$?
 expect fork_resumes_without_parent $(( rc != 0 || same != 0 || $(grep -c "^resuming $tmp/orphan from step 28 " "$tmp/orphan2.log") != 1 )) \
     "status $rc; $(grep -m1 -o '^resuming.*from step [0-9]*\|framechain:.*' "$tmp/orphan2.log" | cut -c1-150); step 32's tensors those of the uninterrupted fork: $([ $same = 0 ] && echo yes || echo no)"
+# ---- a fork whose parent's file was replaced by another checkpoint (the parent's folder trained
+# again, another seed): the same command resumes the fork as it was made, not as the new file's config
+# says (which was refused as "seed = 1, but this run has seed = 2", a key the user never set) ----
+cp -r "$tmp/ref" "$tmp/ref_swap"
+(fork "$(ckpt "$tmp/ref_swap" 24)" "$tmp/swapped" --steps 32 --set lr=5e-4) > "$tmp/swapped.log" 2>&1
+rm -f "$(ckpt "$tmp/swapped" 32)"
+rm -rf "$tmp/ref_swap" && (train "$tmp/ref_swap" --steps 24 --set seed=2) > "$tmp/ref_swap.log" 2>&1
+(fork "$(ckpt "$tmp/ref_swap" 24)" "$tmp/swapped" --steps 32 --set lr=5e-4) > "$tmp/swapped2.log" 2>&1
+rc=$?
+same_tensors "$(ckpt "$tmp/fork" 32)" "$(ckpt "$tmp/swapped" 32)"
+same=$?
+expect fork_resumes_over_replaced_parent $(( rc != 0 || same != 0 || $(grep -c "^resuming $tmp/swapped from step 28 " "$tmp/swapped2.log") != 1 ||
+    $(grep -c "ref_swap/ckpt-00000024.safetensors is (step 24, crc32 [0-9a-f]*) now, not the checkpoint the fork was made from (step 24, crc32 [0-9a-f]*); the fork resumes from its own checkpoints" "$tmp/swapped2.log") != 1 )) \
+    "status $rc; $(grep -m1 -o 'is (step.*made from ([^)]*)\|framechain:.*' "$tmp/swapped2.log" | cut -c1-160); step 32's tensors those of the uninterrupted fork: $([ $same = 0 ] && echo yes || echo no)"
 # a parent in a folder whose name is not ASCII (recorded with '?' for those bytes): the fork resumes by
 # its own command, with the parent's file there and without it
 cp -r "$tmp/ref" "$tmp/ref Vidéos 日本"
