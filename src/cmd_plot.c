@@ -82,7 +82,10 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     if (opt(opts, "--height")->count) fo.height = (int)parse_whole("--height", opt(opts, "--height")->value, 360, 8000);
     Canvas c;
     char err[8192];
-    if (fc_check_output_file("--out", out, opt(opts, "--overwrite")->count > 0, err, sizeof err)) fc_die("%s", err);
+    int overwrite = opt(opts, "--overwrite")->count > 0;
+    if (fc_check_output_file("--out", out, overwrite, err, sizeof err)) fc_die("%s", err);
+    FcInputs read = {.file = eval, .file_flag = "--eval"};  // the table it reads, --overwrite or not
+    if (eval && fc_check_not_an_input("--out", out, &read, err, sizeof err)) fc_die("%s", err);
     // SIGINT, SIGTERM or SIGHUP: before the PNG is written, nothing is; while it is, it is finished
     // (killed then, its temporary file would be left beside --out); a second one ends plot at once
     fc_catch_stop_signals();
@@ -90,7 +93,7 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     if (!rc) {
         rc = fc_stop_signal() ? fc_errf(err, sizeof err, "stopped by %s: %s not written",
                                         fc_signal_name(fc_stop_signal()), out)
-                              : canvas_save_png(&c, out, err, sizeof err);
+                              : canvas_save_png(&c, out, overwrite, err, sizeof err);
         canvas_free(&c);
     }
     fc_release_stop_signals();

@@ -85,7 +85,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
     int noted[3] = {0};
     for (int i = 0; i < n; i++) scored += !s[i].damaged, noted[s[i].note]++;
-    if (score_write_tsv(d, s, n, so.reference != NULL, out, err, sizeof err)) fc_die("%s", err);
+    if (score_write_tsv(d, s, n, so.reference != NULL, out, overwrite, err, sizeof err)) fc_die("%s", err);
     printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, data, n - scored, so.run,
            so.reference ? " minus " : "", so.reference ? so.reference : "", out);
     if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
@@ -102,7 +102,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         int k = top_clips(top, scored), *clips = malloc(sizeof(int) * (k ? k : 1));
         if (!clips) fc_die("score: out of host memory");
         for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
-        if (exclude_list_write(d, ex, clips, k, err, sizeof err)) fc_die("%s", err);
+        if (exclude_list_write(d, ex, clips, k, overwrite, err, sizeof err)) fc_die("%s", err);
         printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, ex);
         free(clips);
     }

@@ -1,4 +1,5 @@
 // paths.c: folders and files on disk (paths.h).
+#define _GNU_SOURCE  // renameat2
 #include "base/paths.h"
 
 #include <dirent.h>
@@ -33,15 +34,45 @@ int fc_fsync_path(const char *path) {
     return rc;
 }
 
-int fc_commit_file(FILE *f, const char *tmp, const char *path) {
+int fc_rename_new(const char *from, const char *to) {
+#ifdef RENAME_NOREPLACE
+    if (!renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;  // else a file system without it
+#endif
+    struct stat sb;
+    if (!lstat(to, &sb)) return errno = EEXIST, -1;
+    return rename(from, to);
+}
+
+int fc_place_output(const char *tmp, const char *path, int overwrite) {
+    if (!overwrite) return fc_rename_new(tmp, path);
+    struct stat old;
+    if (!stat(path, &old) && S_ISREG(old.st_mode)) chmod(tmp, old.st_mode & 07777);
+    return rename(tmp, path);
+}
+
+// fc_commit_file's steps; place: 0 a plain rename, 1 fc_place_output without overwrite, 2 with it
+static int commit(FILE *f, const char *tmp, const char *path, int place) {
     int failed = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, e = errno;
     if (fclose(f) && !failed) failed = 1, e = errno;
-    if (!failed && rename(tmp, path)) failed = 1, e = errno;
+    if (!failed && (place ? fc_place_output(tmp, path, place == 2) : rename(tmp, path))) failed = 1, e = errno;
     if (!failed) return 0;
     unlink(tmp);
     if (!e) e = EIO;  // ferror without an errno of its own
     errno = e;
     return -1;
+}
+
+int fc_commit_file(FILE *f, const char *tmp, const char *path) { return commit(f, tmp, path, 0); }
+
+int fc_commit_output(FILE *f, const char *tmp, const char *path, int overwrite) {
+    return commit(f, tmp, path, overwrite ? 2 : 1);
+}
+
+int fc_output_error(char *err, size_t errlen, const char *path) {
+    if (errno == EEXIST)
+        return fc_errf(err, errlen, "%s: appeared while this command ran: not replaced (--overwrite replaces it)", path);
+    return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
 }
 
 int fc_fsync_parent(const char *dir) {

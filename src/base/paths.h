@@ -17,6 +17,19 @@ int fc_fsync_path(const char *path);
 // everything written, flushed, synced and closed, then tmp renamed onto path. A write error that f
 // recorded (ferror) fails it too. On any failure tmp is removed. 0, or -1 with errno.
 int fc_commit_file(FILE *f, const char *tmp, const char *path);
+// The last step of writing a user's output (tmp written and synced beside path): tmp renamed onto
+// path. With overwrite, over the file there, whose permissions it takes (a chmod 600 is not widened
+// to the umask's); without, never over a file that appeared after the command checked that path was
+// free (errno EEXIST; tmp stays for the caller to remove). 0, or -1 with errno.
+int fc_place_output(const char *tmp, const char *path, int overwrite);
+// rename(from, to) where nothing is at `to`: -1 with EEXIST where something is (RENAME_NOREPLACE, or
+// a look first where the file system lacks it).
+int fc_rename_new(const char *from, const char *to);
+// fc_commit_file for a user's output: fc_place_output's rename.
+int fc_commit_output(FILE *f, const char *tmp, const char *path, int overwrite);
+// The line for a failed fc_place_output or fc_commit_output of `path` into err: "appeared while this
+// command ran" for EEXIST, else "cannot write" with errno's text. Returns -1.
+int fc_output_error(char *err, size_t errlen, const char *path);
 
 // mkdir -p: create the folder and any missing parents (each new one fsynced in its parent). 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.

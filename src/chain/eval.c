@@ -35,8 +35,12 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
             return fc_errf(err, errlen, "--noise-aug %s: expected levels from 0 to %g separated by commas", text,
                            max);
         if (n == cap) return fc_errf(err, errlen, "--noise-aug %s: at most %d levels", text, cap);
+        // the tables name a level by 15 digits: two that print alike would read as one
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%.15g", v);
         for (int k = 0; k < n; k++)
-            if (levels[k] == v) return fc_errf(err, errlen, "--noise-aug %s: level %g given twice", text, v);
+            if (snprintf(b, sizeof b, "%.15g", levels[k]), !strcmp(a, b))
+                return fc_errf(err, errlen, "--noise-aug %s: level %s given twice", text, a);
         levels[n++] = v;
         if (!*end) return n;
         p = end + 1;
@@ -85,7 +89,7 @@ static void quality_row(const Results *r, int l, double level, int a, int b, int
     char range[32];
     if (a == b) snprintf(range, sizeof range, "%d", a);
     else snprintf(range, sizeof range, "%d-%d", a, b);
-    printf("%-10g %-10s %11.2f %11.2f %11.4f %11.4f", level, label ? label : range, s[0] / d, s[1] / d, s[2] / d,
+    printf("%-10.15g %-10s %11.2f %11.2f %11.4f %11.4f", level, label ? label : range, s[0] / d, s[1] / d, s[2] / d,
            s[3] / d);
     if (r->given > 1) printf(" %11.2f %11.4f", s[4] / d, s[5] / d);
     printf(" %12.2f %11.2f\n", s[6] / d, s[7] / d);
@@ -117,7 +121,7 @@ static void print_clips(const Results *r, const double *levels) {
             lo = d < lo ? d : lo, hi = d > hi ? d : hi;
         }
         double mean = sum / n, var = n > 1 ? (sum2 - n * mean * mean) / (n - 1) : NAN;
-        printf("%-10g %6d %8.2f %9.2f %8.2f %8.2f %4d of %d\n", levels[l], n, mean,
+        printf("%-10.15g %6d %8.2f %9.2f %8.2f %8.2f %4d of %d\n", levels[l], n, mean,
                n > 1 ? sqrt(var > 0 ? var / n : 0) : NAN, lo, hi, over, n);
     }
 }
@@ -164,7 +168,7 @@ static void print_drift(const Results *r, const double *levels, int clip_frames)
             if (f == prev) continue;  // short runs repeat a frame
             prev = f;
             FrameStats d = r->drift[(size_t)l * r->M + f];
-            printf("%-10g %6d %8.3f %9.3f %10.3f", levels[l], f, d.mean, d.contrast, d.sharpness);
+            printf("%-10.15g %6d %8.3f %9.3f %10.3f", levels[l], f, d.mean, d.contrast, d.sharpness);
             if (f < r->real_frames) {
                 FrameStats q = r->real[f];
                 printf(" %10.3f %14.3f %15.3f\n", q.mean, q.contrast, q.sharpness);
@@ -182,7 +186,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
     for (int l = 0; l < r->L; l++)
         for (int f = r->given; f < r->N; f++) {
             size_t i = (size_t)l * r->N + f;
-            fprintf(out, "quality\t%g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\t%.4f\t%.4f\n",
+            fprintf(out, "quality\t%.15g\t%d\t%.4f\t%.4f\t%.6f\t%.6f\tnan\tnan\tnan\tnan\tnan\tnan\t%.4f\t%.6f\t%.4f\t%.4f\n",
                     levels[l], f, r->psnr[i] / clips, r->psnr_copy[f] / clips, r->ssim[i] / clips,
                     r->ssim_copy[f] / clips, r->psnr_hold0[f] / clips, r->ssim_hold0[f] / clips,
                     r->motion[i] / clips, r->motion_real[f] / clips);
@@ -191,7 +195,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
         for (int f = 0; f < r->M; f++) {
             FrameStats d = r->drift[(size_t)l * r->M + f];
             FrameStats q = f < r->real_frames ? r->real[f] : (FrameStats){NAN, NAN, NAN};
-            fprintf(out, "drift\t%g\t%d\tnan\tnan\tnan\tnan", levels[l], f);
+            fprintf(out, "drift\t%.15g\t%d\tnan\tnan\tnan\tnan", levels[l], f);
             double v[6] = {d.mean, d.contrast, d.sharpness, q.mean, q.contrast, q.sharpness};
             for (int k = 0; k < 6; k++) fputc('\t', out), print_num(out, v[k]);
             fputs("\tnan\tnan\tnan\tnan\n", out);
@@ -200,7 +204,7 @@ static int write_tsv(FILE *out, const Results *r, const double *levels, int clip
         for (int k = 0; k < r->K; k++) {
             double chain = r->clip_chain[(size_t)l * r->K + k];
             if (isnan(chain)) continue;
-            fprintf(out, "clip\t%g\t%d\t%.4f\t%.4f\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\n",
+            fprintf(out, "clip\t%.15g\t%d\t%.4f\t%.4f\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\tnan\n",
                     levels[l], k + 1, chain, r->clip_copy[k]);
         }
     return ferror(out) ? -1 : 0;
@@ -407,7 +411,7 @@ static void score_chain(Eval *ev, int k, int l) {
     const EvalOptions *o = ev->o;
     int S = ev->S, N = ev->N;
     size_t frame_bytes = (size_t)S * S * 3;
-    fprintf(stderr, "eval: clip %d/%d, noise-aug %g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
+    fprintf(stderr, "eval: clip %d/%d, noise-aug %.15g: %d frames ... ", k + 1, ev->K, o->levels[l], N);
     fflush(stderr);
     double t0 = fc_now_s();
     SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, k), o->levels[l]);
@@ -492,7 +496,7 @@ static int eval_drift(Eval *ev) {
     Results *r = &ev->r;
     int M = ev->M;
     for (int l = 0; l < ev->L; l++) {
-        fprintf(stderr, "eval: drift from clip %d, noise-aug %g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
+        fprintf(stderr, "eval: drift from clip %d, noise-aug %.15g: %d frames ... ", r->drift_clip + 1, o->levels[l], M);
         fflush(stderr);
         double t0 = fc_now_s();
         SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, r->drift_clip), o->levels[l]);
@@ -565,8 +569,12 @@ static int finish_tsv(Eval *ev, int rc) {
     if (!o->tsv || rc) return rc;
     FILE *f = fopen(ev->tsv_tmp, "w");
     if (f) write_settings(f, ev), write_tsv(f, &ev->r, o->levels, ev->scored);  // write errors stay in ferror(f)
-    if (!f || fc_commit_file(f, ev->tsv_tmp, o->tsv)) {
-        fprintf(stderr, "framechain: %s: cannot write: %s\n", o->tsv, strerror(errno));
+    long delay_ms = fc_test_hook("TSV_WRITE_DELAY_MS");  // the tests' file must be able to come meanwhile
+    if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
+    if (!f || fc_commit_output(f, ev->tsv_tmp, o->tsv, o->overwrite)) {  // never over one that came meanwhile
+        char why[4400];
+        fc_output_error(why, sizeof why, o->tsv);
+        fprintf(stderr, "framechain: %s\n", why);
         return 1;
     }
     printf("\neval: wrote %s\n", o->tsv);

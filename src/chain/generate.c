@@ -319,16 +319,6 @@ int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t 
 }
 
 // rename without replacing what may have appeared at `to` since the checks. 0, or -1 with errno.
-static int rename_new(const char *from, const char *to) {
-#ifdef RENAME_NOREPLACE
-    if (!renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)) return 0;
-    if (errno != EINVAL && errno != ENOSYS) return -1;  // else a file system without it
-#endif
-    struct stat sb;
-    if (!lstat(to, &sb)) return errno = EEXIST, -1;
-    return rename(from, to);
-}
-
 // The folder of PNGs into place; with overwrite the old folder of frames and the new one swap names
 // in one step (--out names one of the two whole folders at every moment, a kill or a power cut
 // between two renames would leave none), then the old one is removed; where the file system cannot
@@ -336,7 +326,7 @@ static int rename_new(const char *from, const char *to) {
 // left). 0, or -1 with errno.
 static int place_folder(GenerateOutput *g) {
     struct stat sb;
-    if (!g->overwrite || lstat(g->out, &sb)) return rename_new(g->tmp, g->out);
+    if (!g->overwrite || lstat(g->out, &sb)) return fc_rename_new(g->tmp, g->out);
 #ifdef RENAME_EXCHANGE
     if (!renameat2(AT_FDCWD, g->tmp, AT_FDCWD, g->out, RENAME_EXCHANGE)) {
         remove_frame_folder(g->tmp);  // the old frames, under the temporary name
@@ -348,8 +338,8 @@ static int place_folder(GenerateOutput *g) {
     const char *slash = strrchr(g->out, '/'), *base = slash ? slash + 1 : g->out;
     temp_base(short_base, sizeof short_base, g->out);
     snprintf(old, sizeof old, "%.*s%s.replaced-%d", (int)(base - g->out), g->out, short_base, (int)getpid());
-    if (rename_new(g->out, old)) return -1;
-    if (rename_new(g->tmp, g->out)) {
+    if (fc_rename_new(g->out, old)) return -1;
+    if (fc_rename_new(g->tmp, g->out)) {
         int e = errno;
         rename(old, g->out);
         return errno = e, -1;
@@ -368,7 +358,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         g->vw = NULL;
         if (rc == 0 && fc_fsync_path(g->tmp))
             rc = fc_errf(err, errlen, "%s: cannot flush it to disk: %s", g->out, strerror(errno));
-        if (rc == 0 && (g->overwrite ? rename(g->tmp, g->out) : rename_new(g->tmp, g->out)))
+        if (rc == 0 && (g->overwrite ? rename(g->tmp, g->out) : fc_rename_new(g->tmp, g->out)))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
     } else {
         if (fc_fsync_path(g->tmp))

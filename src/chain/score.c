@@ -190,8 +190,8 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     return rc;
 }
 
-int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
-                    size_t errlen) {
+int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, int overwrite,
+                    char *err, size_t errlen) {
     char *text = NULL, **origin = dataset_clip_origins(d, err, errlen);
     if (!origin) return -1;
     size_t used = 0;
@@ -217,7 +217,7 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
             fprintf(out, "\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].motion, s[i].order, NOTES[s[i].note]);
     }
     if (fclose(out) || !text) fc_die("out of host memory for %s", path);
-    if (!rc) rc = st_write_bytes(path, text, used, err, errlen);
+    if (!rc) rc = st_write_output(path, text, used, overwrite, err, errlen);
     dataset_clip_origins_free(origin, dataset_clips(d));
     free(text);
     return rc;

@@ -71,7 +71,8 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
 // The scores as TSV at path (crash-safe: a temporary file, then rename): a header, then one line a
 // clip: shard, clip (k in the shard), dataset clip index, source, first frame, loss (and with a
 // reference ref_loss and score), motion, order, note ("frozen", "unordered"; "damaged": no numbers). 0, or -1 with one line.
-int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, char *err,
-                    size_t errlen);
+// overwrite: as st_write_output's.
+int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, int overwrite,
+                    char *err, size_t errlen);
 
 #endif

@@ -117,7 +117,8 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
     return rc ? -1 : count;
 }
 
-int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, char *err, size_t errlen) {
+int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, int overwrite, char *err,
+                       size_t errlen) {
     size_t cap = 256 + (size_t)n * 64 + strlen(dataset_dir(d)), used = 0;
     char *text = fc_malloc(cap);
     used += (size_t)snprintf(text, cap, "# framechain exclude list: %d of the %d clips of %s\n", n, dataset_clips(d),
@@ -130,7 +131,7 @@ int exclude_list_write(const Dataset *d, const char *path, const int *clips, int
         }
         used += (size_t)snprintf(text + used, cap - used, "%s %d\n", loc.shard, loc.index);
     }
-    int rc = st_write_bytes(path, text, used, err, errlen);
+    int rc = st_write_output(path, text, used, overwrite, err, errlen);
     free(text);
     return rc;
 }

@@ -28,7 +28,9 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
 int exclude_list_check_file(const char *path, char *err, size_t errlen);
 
 // Write the list of clips[0 .. n-1] (dataset clip indices) to `path` crash-safely (a temporary file,
-// fsync, rename), after a header comment naming the dataset. 0, or -1 with one line.
-int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, char *err, size_t errlen);
+// fsync, rename), after a header comment naming the dataset; overwrite as st_write_output's. 0, or -1 with
+// one line.
+int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, int overwrite, char *err,
+                       size_t errlen);
 
 #endif

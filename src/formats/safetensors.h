@@ -40,6 +40,10 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
 // rename, fsync of the folder; the same test hooks). For the small text files that go beside
 // safetensors files (a dataset's dataset.json and manifest.tsv). Returns 0, or -1 with a one-line reason.
 int st_write_bytes(const char *path, const void *data, size_t len, char *err, size_t errlen);
+// st_write_bytes for a user's output (score's TSV, an exclude list): without overwrite never over a
+// file that appeared since the command checked its path; with it, the replaced file's permissions kept
+// (fc_place_output).
+int st_write_output(const char *path, const void *data, size_t len, int overwrite, char *err, size_t errlen);
 
 // 1 when s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates), the rule names, keys and
 // values must follow; else 0.

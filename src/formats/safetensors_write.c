@@ -190,7 +190,10 @@ static int folder_fsync_fails(const char *path) {
     return 1;
 }
 
-static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *err, size_t errlen) {
+// place: -1 renamed over whatever is at path; 0 or 1, a user's output (fc_place_output with that
+// overwrite).
+static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place, char *err,
+                        size_t errlen) {
     char tmp[4096];
     if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) {
         snprintf(err, errlen, "%.200s...: path too long", path);
@@ -220,8 +223,9 @@ static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int 
         unlink(tmp);
         return -1;
     }
-    if (rename(tmp, path)) {
-        fail_errno(err, errlen, path, "rename failed");
+    if (place < 0 ? rename(tmp, path) : fc_place_output(tmp, path, place)) {
+        if (errno == EEXIST) fc_output_error(err, errlen, path);
+        else fail_errno(err, errlen, path, "rename failed");
         unlink(tmp);
         return -1;
     }
@@ -286,7 +290,7 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
         tensor_bytes(&tensors[order[i]], &bytes);
         chunks[2 + i] = (Chunk){tensors[order[i]].data, bytes};
     }
-    int rc = write_atomic(path, chunks, n + 2, n ? 2 + n / 2 : -1, err, errlen);
+    int rc = write_atomic(path, chunks, n + 2, n ? 2 + n / 2 : -1, -1, err, errlen);
     free(chunks);
     free(h.s);
     free(order);
@@ -295,5 +299,10 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
 
 int st_write_bytes(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     Chunk c = {data, len};
-    return write_atomic(path, &c, 1, -1, err, errlen);
+    return write_atomic(path, &c, 1, -1, -1, err, errlen);
+}
+
+int st_write_output(const char *path, const void *data, size_t len, int overwrite, char *err, size_t errlen) {
+    Chunk c = {data, len};
+    return write_atomic(path, &c, 1, 0, overwrite != 0, err, errlen);  // WRITE_DELAY_MS: before its bytes
 }

@@ -120,7 +120,7 @@ void text_fit(char *out, size_t outlen, const char *s, int maxw, int scale) {
     out[0] = 0;
 }
 
-int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen) {
+int canvas_save_png(const Canvas *c, const char *path, int overwrite, char *err, size_t errlen) {
     char tmp[4200];
     if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) return fc_errf(err, errlen, "%.200s...: path too long", path);
     errno = 0;
@@ -133,10 +133,12 @@ int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen)
     }
     long delay_ms = fc_test_hook("PNG_WRITE_DELAY_MS");  // the tests' kill must be able to land mid-write
     if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
-    if (fc_fsync_path(tmp) || rename(tmp, path)) {  // synced first: a power cut leaves the old plot or the new
+    // synced first: a power cut leaves the old plot or the new; never over one that came meanwhile
+    if (fc_fsync_path(tmp) || fc_place_output(tmp, path, overwrite)) {
         int e = errno;
         unlink(tmp);
-        return fc_errf(err, errlen, "%s: cannot write (renaming %s over it): %s", path, tmp, strerror(e));
+        errno = e;
+        return fc_output_error(err, errlen, path);
     }
     return 0;
 }

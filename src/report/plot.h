@@ -47,7 +47,7 @@ int text_height(int scale);  // a line of text, descenders included
 void text_fit(char *out, size_t outlen, const char *s, int maxw, int scale);
 // The PNG through a temporary file in the same folder, renamed over path: 0, or -1 with one line in
 // err (no file left behind).
-int canvas_save_png(const Canvas *c, const char *path, char *err, size_t errlen);
+int canvas_save_png(const Canvas *c, const char *path, int overwrite, char *err, size_t errlen);
 
 // ---- axes ----
 

@@ -348,7 +348,7 @@ void preview_take(void *preview, Model *m, int step) {
         if (rc == 0) rc = record_windows(p, p->tsv, err, sizeof err);
         p->recorded = rc == 0;
     }
-    if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, err, sizeof err))
+    if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, 1, err, sizeof err))
         fprintf(stderr, "preview of step %d skipped: %s\n", step, err);
     canvas_free(&cv);
 }

@@ -287,6 +287,34 @@ rc2=$?
 expect eval_tsv_exists_needs_overwrite $(( rc1 != 1 || rc2 != 0 || $(grep -c "exists.tsv: the file exists (give --overwrite to replace it)" "$tmp/exists.err") != 1 ||
     $(grep -c "loading\|clip 1" "$tmp/exists.err") != 0 || ${#kept} != 4 || $(grep -c '^quality' "$tmp/exists.tsv") < 1 )) \
     "status $rc1 then $rc2 with --overwrite: $(tail -1 "$tmp/exists.err" | cut -c1-100); kept '$kept' until --overwrite"
+# ... and the replaced table keeps its permissions (a chmod 600 is not widened to the umask's)
+chmod 600 "$tmp/exists.tsv"
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
+    --tsv "$tmp/exists.tsv" --overwrite > /dev/null 2>&1 && [ "$(stat -c %a "$tmp/exists.tsv")" = 600 ]
+expect eval_tsv_overwrite_keeps_mode $? "mode after --overwrite: $(stat -c %a "$tmp/exists.tsv") (600 before)"
+# a file that appears at --tsv while eval runs (a second eval to the same name) is not replaced without
+# --overwrite: status 1, one line, the file as it came, no temporary file left (the write held 2 s by a
+# test hook)
+mkdir -p "$tmp/race"
+FRAMECHAIN_TEST_TSV_WRITE_DELAY_MS=2000 "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 \
+    --steps 1 --long 0 --noise-aug 0 --tsv "$tmp/race/t.tsv" > /dev/null 2> "$tmp/race.err" &
+pid=$!
+for _ in $(seq 1500); do ls -A "$tmp/race" | grep -q . && break; sleep 0.02; done
+echo "a user's table" > "$tmp/race/t.tsv"
+wait $pid
+rc=$?
+[ $rc = 1 ] && grep -q "t.tsv: appeared while this command ran: not replaced" "$tmp/race.err" &&
+    [ "$(cat "$tmp/race/t.tsv")" = "a user's table" ] && [ "$(ls -A "$tmp/race")" = t.tsv ]
+expect eval_tsv_never_over_a_file_that_appeared $? "status $rc: $(tail -1 "$tmp/race.err" | cut -c1-160); left: $(ls -A "$tmp/race" | tr '\n' ' ')"
+# two levels that differ past a few digits stay two in the TSV's rows (they were both written 0.1)
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 \
+    --noise-aug 0.1,0.1000001 --tsv "$tmp/close.tsv" > /dev/null 2>&1
+rc=$?
+levels=$(awk -F'\t' '$1 == "quality" { print $2 }' "$tmp/close.tsv" 2> /dev/null | sort -u | tr '\n' ' ')
+[ $rc = 0 ] && [ "$levels" = "0.1 0.1000001 " ]
+expect eval_close_levels_distinct $? "status $rc; the quality rows' levels: $levels"
+expect_refusal levels_alike_to_15_digits 2 "level 0.1 given twice" "${RUNS[@]}" --data "$tmp/held32" \
+    --noise-aug 0.1,0.1000000000000001 --tsv "$tmp/bad.tsv"
 # --overwrite never replaces a file eval reads: the dataset's (under another spelling of its folder too)
 # and a run's checkpoint are refused before any work, each kept as it was
 cp -r "$tmp/held32" "$tmp/held_in"

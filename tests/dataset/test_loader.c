@@ -365,7 +365,7 @@ static void test_exclude_across_shards(int N, int F) {
           count < 0 ? ": " : "", count < 0 ? err : "");
 
     const int clips[] = {0, 4, 8};
-    int rc = exclude_list_write(d, list, clips, 3, err, sizeof err);
+    int rc = exclude_list_write(d, list, clips, 3, 1, err, sizeof err);
     count = rc ? -1 : exclude_list_read(d, list, mask, err, sizeof err);
     right = count == 3;
     for (int i = 0; i < 10 && count >= 0; i++) right &= mask[i] == (i == 0 || i == 4 || i == 8);
