@@ -224,9 +224,17 @@ int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, T
 }
 
 int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, size_t len) {
-    char path[4096];
+    // the newest header that reads (not the whole file: a rerun of a large fork would read it twice; a
+    // damaged one the resume then sets aside names the parent all the same)
+    int *steps, n = checkpoint_list(run, &steps), found = 0;
+    char path[4096], why[1024];
     StFile f;
-    if (!read_newest(run, &f, path, sizeof path)) return 0;
+    for (int i = 0; i < n && !found; i++) {
+        checkpoint_path(path, sizeof path, run, steps[i]);
+        found = !st_read_header(path, &f, why, sizeof why);
+    }
+    free(steps);
+    if (!found) return 0;
     const char *parent = st_meta(&f, "parent");
     const char *theirs = lineage_names_parent(parent, o->from) ? identity_tail(parent) : NULL;
     const char *ours = identity_tail(o->parent);
