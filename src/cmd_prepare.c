@@ -73,6 +73,12 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
         if (!(o.ae = autoencoder_load(o.vae, be, err, sizeof err))) fc_die("%s", err);
         if (!autoencoder_has_encoder(o.ae))
             fc_die("%s: %s: prepare --vae needs the encoder, and this file has none", o.vae, autoencoder_describe(o.ae));
+        // the dataset records this file's bytes as its autoencoder: previews, generate and eval then need
+        // this very file, which without a decoder cannot turn a latent back into frames
+        if (!autoencoder_has_decoder(o.ae))
+            fc_die("%s: %s: a dataset of its latents could never be decoded (train's previews, generate and eval "
+                   "take the file it was prepared with, and need its decoder): give the whole autoencoder, encoder "
+                   "and decoder in one file", o.vae, autoencoder_describe(o.ae));
         double scale, shift;
         autoencoder_scaling(o.ae, &scale, &shift);
         if (opt(opts, "--vae-scale")->count) scale = parse_number("--vae-scale", opt(opts, "--vae-scale")->value, 1e-6, 1e6);

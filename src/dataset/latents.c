@@ -72,6 +72,7 @@ int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint
                     pair[(3 + (size_t)ch) * plane + (size_t)y * S + (S - 1 - x)] = v;
                 }
         rc = autoencoder_encode(ae, pair, 2, S, S, lat, err, errlen);
+        double sum = 0, sum2 = 0, lost2 = 0;  // the values, and what F16 takes from them
         for (size_t e = 0; e < 2 * unit && !rc; e++) {
             if (!(fabs((double)lat[e]) <= 65504))
                 rc = fc_errf(err, errlen, "frame %d: latent value %g is beyond F16's range (65504): is the "
@@ -79,7 +80,18 @@ int latents_encode_clip(Autoencoder *ae, const uint8_t *clip, int F, int S, uint
             uint16_t h = half_from_float((float)lat[e]);
             uint8_t *o = out + ((size_t)f * 2 * unit + e) * 2;
             o[0] = (uint8_t)h, o[1] = (uint8_t)(h >> 8);
+            double v = lat[e], d = (double)half_to_float(h) - v;
+            sum += v, sum2 += v * v, lost2 += d * d;
         }
+        // A scale far below the latents' own (their values F16 subnormals) or a shift far beyond their
+        // spread (a spacing of F16 near the shift as wide as the spread) keeps little of them: refused,
+        // as an overflow is. Latents of about unit spread lose about 0.03% of it.
+        double N = (double)(2 * unit), spread = sqrt(fmax(sum2 / N - (sum / N) * (sum / N), 0)),
+               lost = sqrt(lost2 / N);
+        if (!rc && spread > 0 && lost > 0.01 * spread)
+            rc = fc_errf(err, errlen, "frame %d: stored as F16 the latents keep little of their spread (%.3g) for "
+                         "their rounding (%.3g, %.1f%% of it): is the autoencoder's scale or shift right "
+                         "(--vae-scale, --vae-shift)?", f, spread, lost, 100 * lost / spread);
     }
     free(pair), free(lat);
     return rc;

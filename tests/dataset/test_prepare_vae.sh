@@ -84,6 +84,27 @@ write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("deco
 PY
 refused prepare_vae_refuses_decoder_only 1 "prepare --vae needs the encoder, and this file has none" \
     "$FC" prepare --vae "$tmp/decoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+# an encoder alone: the dataset records this file as its autoencoder, so its latents could never be
+# decoded (previews, generate and eval take that file); and an AutoencoderKL split at "encoder." loses
+# its quant_conv, which read as a network without one gave latents of another space
+"$PYTHON" - "$dir/taesd.safetensors" "$tmp/encoder_only.safetensors" "$dir/kl.safetensors" "$tmp/kl_encoder_only.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+for src, dst in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
+    t, _ = read_safetensors(src)
+    write_safetensors(dst, {k: v for k, v in t.items() if k.startswith("encoder.")})
+PY
+refused prepare_vae_refuses_encoder_only 1 "encoder only.*a dataset of its latents could never be decoded" \
+    "$FC" prepare --vae "$tmp/encoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+refused prepare_vae_refuses_kl_encoder_only 1 "a dataset of its latents could never be decoded" \
+    "$FC" prepare --vae "$tmp/kl_encoder_only.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 32 --clip-frames 8
+# a scale that makes the latents F16 subnormals, or a shift far beyond their spread: F16 keeps little of
+# them (a 1e-6 scale left 9 distinct values of 1024), refused as an overflow is
+refused prepare_vae_refuses_f16_underflow 1 "frame 0: stored as F16 the latents keep little of their spread" \
+    "$FC" prepare --vae "$dir/taesd.safetensors" --vae-scale 1e-6 --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+refused prepare_vae_refuses_shift_past_spread 1 "frame 0: stored as F16 the latents keep little of their spread" \
+    "$FC" prepare --vae "$dir/taesd.safetensors" --vae-shift 1000 --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 # a scale that takes latents beyond F16's largest value: refused, never stored as infinities
