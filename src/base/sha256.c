@@ -72,19 +72,24 @@ void sha256_hex(Sha256 *s, char hex[65]) {
     for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", s->h[i]);
 }
 
-int sha256_file(const char *path, char hex[65], char *err, size_t errlen) {
-    struct stat sb;
-    int fd = fc_open_regular(path, &sb, err, errlen);  // a FIFO would block, a folder read nothing
-    if (fd < 0) return -1;
+int sha256_fd(int fd, const char *path, char hex[65], char *err, size_t errlen) {
     Sha256 s;
     sha256_init(&s);
     static __thread uint8_t buf[1 << 16];
     ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-        if (n > 0) sha256_update(&s, buf, (size_t)n);
-    int e = errno;
-    close(fd);
-    if (n < 0) return fc_errf(err, errlen, "%s: read error: %s", path, strerror(e));
+    uint64_t at = 0;
+    while ((n = pread(fd, buf, sizeof buf, (off_t)at)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0) sha256_update(&s, buf, (size_t)n), at += (uint64_t)n;
+    if (n < 0) return fc_errf(err, errlen, "%s: read error: %s", path, strerror(errno));
     sha256_hex(&s, hex);
     return 0;
+}
+
+int sha256_file(const char *path, char hex[65], char *err, size_t errlen) {
+    struct stat sb;
+    int fd = fc_open_regular(path, &sb, err, errlen);  // a FIFO would block, a folder read nothing
+    if (fd < 0) return -1;
+    int rc = sha256_fd(fd, path, hex, err, errlen);
+    close(fd);
+    return rc;
 }

@@ -18,5 +18,7 @@ void sha256_update(Sha256 *s, const void *data, size_t n);
 void sha256_hex(Sha256 *s, char hex[65]);
 // The file's SHA-256 into hex. 0, or -1 with one line naming the file.
 int sha256_file(const char *path, char hex[65], char *err, size_t errlen);
+// The same of the file open on fd, read from its start (path names it in err).
+int sha256_fd(int fd, const char *path, char hex[65], char *err, size_t errlen);
 
 #endif

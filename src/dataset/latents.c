@@ -15,7 +15,7 @@ const char *latent_family_name(const Autoencoder *ae) {
 int latent_identity(const Autoencoder *ae, const char *path, int image_size, LatentIdentity *id, char *err,
                     size_t errlen) {
     memset(id, 0, sizeof *id);
-    if (sha256_file(path, id->sha256, err, errlen)) return -1;
+    if (autoencoder_file_sha256(ae, path, id->sha256, err, errlen)) return -1;
     snprintf(id->family, sizeof id->family, "%s", latent_family_name(ae));
     id->channels = autoencoder_latent_channels(ae);
     id->factor = autoencoder_factor(ae);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/half.h"
+#include "base/sha256.h"
 #include "base/paths.h"
 #include "model/autoencoder_internal.h"
 
@@ -109,11 +110,18 @@ static int upload_bound(Autoencoder *ae, AeBinder *bd) {
     struct stat st;
     int fd = fc_open_regular(bd->path, &st, bd->err, bd->errlen);
     if (fd < 0) return -1;
-    if ((uint64_t)st.st_size != (uint64_t)bd->f->size) {
+    // the header parsed and the weights read from one file: another put in its place since the header
+    // was read (a download renamed over it) is refused, not read at the first one's offsets
+    uint8_t *head = fc_malloc(bd->f->data_start ? bd->f->data_start : 1);
+    int same = (uint64_t)st.st_size == (uint64_t)bd->f->size && !fc_pread_all(fd, head, bd->f->data_start, 0) &&
+               !memcmp(head, bd->f->bytes, bd->f->data_start);
+    free(head);
+    if (!same) {
         close(fd);
         return fc_errf(bd->err, bd->errlen, "%s: the file changed while it was read (%zu bytes, now %lld)", bd->path,
                        bd->f->size, (long long)st.st_size);
     }
+    ae->file = st;
     real *host = fc_malloc(sizeof(real) * (bd->total ? bd->total : 1));
     uint8_t *data = NULL;
     size_t data_cap = 0;
@@ -136,6 +144,10 @@ static int upload_bound(Autoencoder *ae, AeBinder *bd) {
             host[bd->offset[t] + i] = (real)v;
         }
     }
+    struct stat after;
+    if (!rc && (fstat(fd, &after) || after.st_size != st.st_size || after.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+                after.st_mtim.tv_nsec != st.st_mtim.tv_nsec))
+        rc = fc_errf(bd->err, bd->errlen, "%s: the file changed while it was read", bd->path);
     close(fd);
     free(data);
     if (rc) {
@@ -167,6 +179,27 @@ static int is_pytorch_pickle(const char *path) {
     if (n < 30 || memcmp(b, "PK\x03\x04", 4)) return 0;
     size_t name = b[26] | (size_t)b[27] << 8;  // the first local file header's name length, the name at 30
     return name >= 4 && 30 + name <= n && !memcmp(b + 30 + name - 4, ".pkl", 4);
+}
+
+static int same_file_as_read(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+int autoencoder_file_sha256(const Autoencoder *ae, const char *path, char hex[65], char *err, size_t errlen) {
+    long delay_ms = fc_test_hook("AE_HASH_DELAY_MS");  // the tests' replacement must be able to land first
+    if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
+    struct stat at, after;
+    int fd = fc_open_regular(path, &at, err, errlen);
+    if (fd < 0) return -1;
+    int rc = sha256_fd(fd, path, hex, err, errlen);
+    int changed = fstat(fd, &after) || !same_file_as_read(&at, &after) ||
+                  (ae->file.st_ino && !same_file_as_read(&ae->file, &at));
+    if (!rc && changed)
+        rc = fc_errf(err, errlen, "%s: the file changed since its weights were read (another put in its place, or "
+                     "written to): run the command again once it stays as it is", path);
+    close(fd);
+    return rc;
 }
 
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen) {

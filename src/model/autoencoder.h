@@ -23,6 +23,10 @@ enum AeFamily { AE_TAESD = 0, AE_KL = 1 };
 // that is missing or misshapen (named, with the shape expected), a value that is not finite.
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen);
 void free_autoencoder(Autoencoder *ae);
+// The SHA-256 of the file at path, which must be the one ae's weights were read from, as they were read:
+// a file put in its place or written to since (between a load and its identity, a dataset would record
+// one file and hold the latents of another) is refused with one line. 0, or -1 with err.
+int autoencoder_file_sha256(const Autoencoder *ae, const char *path, char hex[65], char *err, size_t errlen);
 
 int autoencoder_family(const Autoencoder *ae);         // enum AeFamily
 int autoencoder_latent_channels(const Autoencoder *ae);

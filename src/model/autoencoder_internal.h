@@ -3,6 +3,8 @@
 #ifndef FRAMECHAIN_AUTOENCODER_INTERNAL_H
 #define FRAMECHAIN_AUTOENCODER_INTERNAL_H
 
+#include <sys/stat.h>
+
 #include "formats/safetensors.h"
 #include "model/autoencoder.h"
 
@@ -52,6 +54,7 @@ struct Autoencoder {
     const Backend *be;
     int family, latent, factor, has_enc, has_dec;
     double scale, shift;  // latents = (the encoder's mean - shift) * scale
+    struct stat file;     // the file its weights were read from, as they were read (st_ino 0: none)
     real *params;         // backend memory, every tensor at its offset
     size_t n_params;
     real *buf[6];         // backend memory: the passes' activations

@@ -105,6 +105,22 @@ refused prepare_vae_refuses_f16_underflow 1 "frame 0: stored as F16 the latents 
     "$FC" prepare --vae "$dir/taesd.safetensors" --vae-scale 1e-6 --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused prepare_vae_refuses_shift_past_spread 1 "frame 0: stored as F16 the latents keep little of their spread" \
     "$FC" prepare --vae "$dir/taesd.safetensors" --vae-shift 1000 --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
+# the file replaced (a download renamed over it) after its weights were read and before its SHA-256 was
+# taken (held 3 s there by a test hook): refused, where the dataset had recorded the new file's digest
+# beside the old file's latents
+cp "$dir/taesd.safetensors" "$tmp/v.safetensors"
+"$PYTHON" -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-4] ^= 1; open(sys.argv[2], "wb").write(b)' \
+    "$dir/taesd.safetensors" "$tmp/v.new"
+rm -rf "$tmp/none"
+FRAMECHAIN_TEST_AE_HASH_DELAY_MS=3000 "$FC" prepare --vae "$tmp/v.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" \
+    --size 64 --clip-frames 8 > /dev/null 2> "$tmp/swap.err" &
+pid=$!
+sleep 1
+mv "$tmp/v.new" "$tmp/v.safetensors"
+wait $pid
+rc=$?
+[ $rc = 1 ] && grep -q "v.safetensors: the file changed since its weights were read" "$tmp/swap.err" && [ ! -e "$tmp/none/dataset.json" ]
+expect prepare_vae_file_replaced_while_loaded $? "status $rc: $(tail -1 "$tmp/swap.err" | cut -c1-200)"
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 # a scale that takes latents beyond F16's largest value: refused, never stored as infinities
