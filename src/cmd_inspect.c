@@ -297,10 +297,16 @@ static int check_manifest(const Dataset *d, const char *dir) {
             }
         }
     }
-    int missing = lines < n ? n - lines : 0;
-    if (missing) printf("  MANIFEST: %d lines for %d clips: the last %d clips are not listed\n", lines, n, missing);
+    int read_error = fc_getline_error(f);
     free(line);
     fclose(f);
+    if (read_error) {  // not its end: the lines after are unread, not missing
+        printf("manifest.tsv: not checked past its line %d: cannot read: %s\n", lines + 1, strerror(read_error));
+        dataset_clip_origins_free(origin, n);
+        return 1;
+    }
+    int missing = lines < n ? n - lines : 0;
+    if (missing) printf("  MANIFEST: %d lines for %d clips: the last %d clips are not listed\n", lines, n, missing);
     dataset_clip_origins_free(origin, n);
     if (wrong || missing)
         printf("manifest.tsv: %d of its %d lines disagree with the shards%s: a shard copied over another or renamed, "
@@ -452,7 +458,7 @@ static void print_metrics_end(const char *run) {
         }
         records++, last[0] = v[0], last[1] = v[1];
     }
-    int read_error = ferror(f) ? errno : 0;
+    int read_error = fc_getline_error(f);
     free(line);
     fclose(f);
     if (read_error) fc_die("%s: cannot read: %s", path, strerror(read_error));
@@ -470,10 +476,11 @@ static void print_metrics_end(const char *run) {
 // The run's checkpoints as a rerun of train goes through them, newest first: each one it would set
 // aside (named, with why), then the one it resumes from (or stops at), shown as inspect_file shows it.
 // The run's checkpoints listed again into *steps (freed and replaced) and *n: 1, or 0 when it holds
-// none now (*steps left as it was).
+// none now or the same ones (*steps left as it was).
 static int list_again(const char *run, int **steps, int *n) {
     int *again, m = checkpoint_list(run, &again);
-    if (m <= 0) return free(again), 0;
+    // the same names again (a link to nothing: listed, never there to read): nothing was pruned
+    if (m <= 0 || (m == *n && !memcmp(again, *steps, sizeof(int) * (size_t)m))) return free(again), 0;
     free(*steps);
     *steps = again, *n = m;
     return 1;

@@ -34,6 +34,11 @@ int fc_fsync_path(const char *path) {
     return rc;
 }
 
+int fc_getline_error(FILE *f) {
+    if (feof(f) && !ferror(f)) return 0;
+    return errno ? errno : EIO;
+}
+
 int fc_rename_new(const char *from, const char *to) {
 #ifdef RENAME_NOREPLACE
     if (!renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)) return 0;

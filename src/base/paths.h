@@ -17,6 +17,11 @@ int fc_fsync_path(const char *path);
 // everything written, flushed, synced and closed, then tmp renamed onto path. A write error that f
 // recorded (ferror) fails it too. On any failure tmp is removed. 0, or -1 with errno.
 int fc_commit_file(FILE *f, const char *tmp, const char *path);
+// After a loop of getline on f that ran until getline returned -1: 0 where that was the end of the
+// file, else the errno of what stopped it (a read error; glibc's getline also returns -1, with ENOMEM
+// and no error flag on the stream, for a line too long to hold, which taken for the end would cut a
+// file's reader short: a cut-back of metrics.jsonl would lose the lines after it).
+int fc_getline_error(FILE *f);
 // The last step of writing a user's output (tmp written and synced beside path): tmp renamed onto
 // path. With overwrite, over the file there, whose permissions it takes (a chmod 600 is not widened
 // to the umask's); without, never over a file that appeared after the command checked that path was

@@ -120,7 +120,8 @@ static int read_tsv(Tsv *t, char *err, size_t errlen) {
         if (!have_header) rc = header(t, line, lineno, err, errlen), have_header = 1;
         else if (line[strspn(line, " \t\r\n")]) rc = row(t, line, lineno, err, errlen);  // blank lines skipped
     }
-    if (!rc && ferror(f)) rc = fc_errf(err, errlen, "%s: cannot read: %s", t->path, strerror(errno));
+    int read_error = rc ? 0 : fc_getline_error(f);
+    if (read_error) rc = fc_errf(err, errlen, "%s: cannot read: %s", t->path, strerror(read_error));
     free(line);
     fclose(f);
     if (!rc && !have_header)

@@ -75,7 +75,8 @@ static int read_run(Run *r, const char *dir, char *err, size_t errlen) {
         if (r->n && row.v[K_STEP] < r->rows[r->n - 1].v[K_STEP]) sorted = 0;
         r->rows[r->n++] = row;
     }
-    if (!rc && ferror(f)) rc = fc_errf(err, errlen, "%s: cannot read: %s", r->path, strerror(errno));
+    int read_error = rc ? 0 : fc_getline_error(f);
+    if (read_error) rc = fc_errf(err, errlen, "%s: cannot read: %s", r->path, strerror(read_error));
     free(line);
     fclose(f);
     if (!rc && !r->n) rc = fc_errf(err, errlen, "%s: empty: no step recorded yet", r->path);

@@ -154,7 +154,7 @@ FILE *run_folder_metrics(const char *run, int last) {
             fwrite(line, 1, len, out);
             if (line[len - 1] != '\n') fputc('\n', out);  // the last line, whole but for its newline
         }
-        int read_error = ferror(in) ? errno : 0;
+        int read_error = fc_getline_error(in);
         free(line);
         fclose(in);
         if (read_error) {  // the file stays as it is: a cut-back of what could be read would lose the rest
@@ -214,7 +214,7 @@ static long metrics_last_step(const char *run, long at_most, long *below) {
             if (step > last) last = (long)step;
             if (step > *below && step <= at_most) *below = (long)step;
         }
-    int read_error = ferror(f) ? errno : 0;
+    int read_error = fc_getline_error(f);
     free(line);
     fclose(f);
     if (read_error) fc_die("%s: cannot read: %s", path, strerror(read_error));

@@ -337,6 +337,40 @@ expect unreadable_checkpoint_not_set_aside $? "status $rc ($(cut -c1-130 "$norea
 chmod 644 "$f"
 rm -rf "$noread"
 
+# ---- inspect RUN with a link to nothing named like a checkpoint (a disk not mounted) under a damaged
+# newer one: each named once (the link's ENOENT made inspect list the folder again, 100 times, each
+# time naming the damaged one again) ----
+cp -r "$tmp/ref" "$tmp/dangling"
+head -c 1000 "$(final "$tmp/ref")" > "$tmp/dangling/ckpt-00000099.safetensors"
+ln -s nowhere "$tmp/dangling/ckpt-00000098.safetensors"
+"$FC" inspect "$tmp/dangling" > "$tmp/dangling.log" 2>&1
+rc=$?
+[ $rc = 1 ] && [ "$(grep -c '^UNUSABLE: .*ckpt-00000099' "$tmp/dangling.log")" = 1 ] &&
+    [ "$(grep -c '^UNUSABLE: .*ckpt-00000098.safetensors: cannot open: No such file' "$tmp/dangling.log")" = 1 ] &&
+    grep -q "^a rerun of train resumes from: .*ckpt-$(printf %08d $STEPS)" "$tmp/dangling.log"
+expect inspect_dangling_link_named_once $? "status $rc; UNUSABLE lines: $(grep -c '^UNUSABLE' "$tmp/dangling.log"); $(grep -m1 '^a rerun' "$tmp/dangling.log" | cut -c1-120)"
+
+# ---- a metrics.jsonl line too long to hold in memory (1 GiB of NUL bytes after the run's lines, read
+# under ulimit -v): glibc's getline then returns -1 with ENOMEM, which was taken for the file's end:
+# inspect showed the file as whole (status 0), and a resume's cut-back rewrote it without the rest.
+# Now both stop with one line, the file as it was ----
+if (ulimit -v 4000000; "$FC" --version) 2>&1 | grep -q AddressSanitizer; then
+    echo "SKIP metrics_line_past_memory: the sanitizers' shadow memory does not run under ulimit -v"
+else
+    cp -r "$tmp/ref" "$tmp/hugeline"
+    truncate -s 1G "$tmp/hugeline/metrics.jsonl"
+    (ulimit -v 700000; exec "$FC" --threads 1 inspect "$tmp/hugeline") > "$tmp/hugeline.out" 2> "$tmp/hugeline.err"
+    rc=$?
+    (ulimit -v 700000; exec "$FC" --threads 1 train --config "$TINY" --run "$tmp/hugeline" "${SETS[@]}" --extend --steps $((STEPS + 4))) \
+        > /dev/null 2> "$tmp/hugeline2.err"
+    rc2=$?
+    [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "metrics.jsonl: cannot read: Cannot allocate memory" "$tmp/hugeline.err" &&
+        grep -q "metrics.jsonl: cannot read: Cannot allocate memory" "$tmp/hugeline2.err" &&
+        [ "$(stat -c %s "$tmp/hugeline/metrics.jsonl")" = 1073741824 ]
+    expect metrics_line_past_memory $? "inspect status $rc ($(tail -1 "$tmp/hugeline.err" | cut -c1-100)); train status $rc2; the file's size after: $(stat -c %s "$tmp/hugeline/metrics.jsonl")"
+    rm -rf "$tmp/hugeline"
+fi
+
 # ---- files named like newer checkpoints that are not: never counted as the ones pruning keeps ----
 # (three 1000-byte ckpt-0000009{7,8,9}; the run resumes from step 52 and writes 56 and 60, keeping 3)
 cp -r "$tmp/ref" "$tmp/junk"
