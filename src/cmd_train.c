@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "base/sha256.h"
 #include "dataset/exclude.h"
+#include "formats/shards.h"
 #include "model/autoencoder.h"
 #include "model/memplan.h"
 #include "dist/dist.h"
@@ -214,6 +215,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     fc_quiet_messages(0);  // from here a rank may meet what the others do not (its device, its memory)
     fc_message_origin(NULL);
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
+    // A rank whose machine lacks its copy of the data says why before the ranks compare what they read
+    // (the comparison would name the rank that differs, not what is wrong: "unreadable").
+    if (data && dist_size() > 1) {
+        Dataset *d = dataset_open(data, err, sizeof err);
+        dist_fail_alike(!d, err);
+        dataset_close(d);
+    }
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
                       origin.extend);
     // the run to extend or fork, which every rank of a machine reads alike: said once a machine

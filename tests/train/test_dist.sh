@@ -253,6 +253,23 @@ expect one_rank_under_mpirun_as_without $? "mpirun -np 1: the final checkpoint e
     > "$tmp/prep.log" 2>&1 || fail prepare_for_ranks "$(tail -1 "$tmp/prep.log")"
 DSETS=(--data "$tmp/data" --set batch_size=4 --set steps=8 --set warmup_steps=2 --set crop_zoom=1.5 --set fast_fraction=0.5
        --set cond_drop=0.3 --set ref_noise=0.02 --set mix_shapes=0.25)
+# one rank without its copy of the data (a machine that lacks it; here mpirun's MPMD form gives it another
+# path): that rank says why, whichever it is, where the ranks' comparison named one as differing
+# ("--data = unreadable of ...", and rank 1 where rank 0 lacked it), nothing made
+for lacking in 0 1; do
+    if [ $lacking = 0 ]; then a=$tmp/no_copy b=$tmp/data; else a=$tmp/data b=$tmp/no_copy; fi
+    mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/nocopy$lacking" --data "$a" --steps 2 : \
+        -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/nocopy$lacking" --data "$b" --steps 2 \
+        > "$tmp/nocopy$lacking.log" 2>&1
+    eval "rc$lacking=\$?"
+done
+expect rank_without_data_says_why $(( rc0 == 0 || rc1 == 0 ||
+    $(grep -c "^framechain: .*$tmp/no_copy: no such folder" "$tmp/nocopy0.log") != 1 ||
+    $(grep -c "^framechain: .*$tmp/no_copy: no such folder" "$tmp/nocopy1.log") != 1 ||
+    $(cat "$tmp/nocopy0.log" "$tmp/nocopy1.log" | grep -c "unreadable") != 0 )) \
+    "status $rc0 and $rc1: $(grep -m1 '^framechain' "$tmp/nocopy0.log" | cut -c1-120); $(grep -m1 '^framechain' "$tmp/nocopy1.log" | cut -c1-120)"
+[ ! -e "$tmp/nocopy0" ] && [ ! -e "$tmp/nocopy1" ]
+expect rank_without_data_nothing_made $? "the run folders: $(ls -d "$tmp"/nocopy? 2> /dev/null | tr '\n' ' ')"
 for n in 0 2 4; do
     if [ $n -eq 0 ]; then
         "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d$n" "${DSETS[@]}" > "$tmp/d$n.log" 2>&1
