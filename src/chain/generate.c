@@ -270,6 +270,18 @@ static void remove_leftovers(const char *out) {
     closedir(d);
 }
 
+// The output being written, removed at exit where the command ends by a path that does not discard it
+// (fc_die: out of memory in a pass, a check deep in the sampler): its help promises that an error
+// removes the partial --out. One a process; finished or discarded, it is none.
+static GenerateOutput *g_open_output;
+
+static void remove_open_output(void) {
+    GenerateOutput *g = g_open_output;
+    if (!g) return;
+    if (g->video) unlink(g->tmp);  // its writer's file descriptor goes with the process
+    else remove_frame_folder(g->tmp);
+}
+
 GenerateOutput *generate_output_open(const char *out, int S, double fps, int overwrite, const char *comment, char *err,
                                      size_t errlen) {
     GenerateOutput *g = fc_calloc(1, sizeof *g);
@@ -300,6 +312,9 @@ GenerateOutput *generate_output_open(const char *out, int S, double fps, int ove
         free(g->rgb), free(g);
         return NULL;
     }
+    static int registered;
+    if (!registered++) atexit(remove_open_output);
+    g_open_output = g;
     return g;
 }
 
@@ -358,7 +373,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         g->vw = NULL;
         if (rc == 0 && fc_fsync_path(g->tmp))
             rc = fc_errf(err, errlen, "%s: cannot flush it to disk: %s", g->out, strerror(errno));
-        if (rc == 0 && (g->overwrite ? rename(g->tmp, g->out) : fc_rename_new(g->tmp, g->out)))
+        if (rc == 0 && fc_place_output(g->tmp, g->out, g->overwrite))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
     } else {
         if (fc_fsync_path(g->tmp))
@@ -370,6 +385,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         generate_output_discard(g);
         return -1;
     }
+    if (g_open_output == g) g_open_output = NULL;
     char dir[PATH_LEN];
     fc_folder_of(dir, PATH_LEN, g->out);
     fc_fsync_path(dir);  // the rename itself to disk; not every file system syncs a folder
@@ -379,6 +395,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
 
 void generate_output_discard(GenerateOutput *g) {
     if (!g) return;
+    if (g_open_output == g) g_open_output = NULL;
     if (g->vw) {
         char ignored[512];
         video_writer_close(g->vw, ignored, sizeof ignored);

@@ -100,6 +100,13 @@ struct ShardWriter {
     int lock;           // dir/.prepare.lock, held (flock) while the writer lives: one writer a folder
 };
 
+// The writer of this process that has not ended, whose shards go at exit where the command ends by a
+// path that does not abort it (fc_die: out of memory in an encoder pass): an error leaves no half
+// dataset, nor the folder it made. One a process (prepare's).
+static ShardWriter *g_open_writer;
+
+static void remove_open_writer(void);
+
 // One writer a folder: two prepares into one folder would take each other's shards for orphans and
 // write over each other's. The lock is released (and its file removed) when the writer ends.
 static int lock_folder(const char *dir, char *err, size_t errlen) {
@@ -246,6 +253,9 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     w->max_bytes = max_shard_bytes ? max_shard_bytes : SHARD_DEFAULT_BYTES;
     static const char head[] = "shard\tclip\tsource\tfirst_frame\tframes\tfps\n";
     manifest_put(w, head, sizeof head - 1);
+    static int registered;
+    if (!registered++) atexit(remove_open_writer);
+    g_open_writer = w;
     return w;
 }
 
@@ -454,7 +464,16 @@ int shard_writer_add_clips(ShardWriter *w, int n, const uint8_t *const *clips, c
     return rc;
 }
 
+static void writer_remove_written(ShardWriter *w);
+
+static void remove_open_writer(void) {
+    if (!g_open_writer) return;
+    writer_remove_written(g_open_writer);
+    unlock_folder(g_open_writer);
+}
+
 static void writer_free(ShardWriter *w) {
+    if (g_open_writer == w) g_open_writer = NULL;
     unlock_folder(w);
     free(w->made_top);
     free_pending(w);

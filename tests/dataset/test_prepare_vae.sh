@@ -121,6 +121,22 @@ wait $pid
 rc=$?
 [ $rc = 1 ] && grep -q "v.safetensors: the file changed since its weights were read" "$tmp/swap.err" && [ ! -e "$tmp/none/dataset.json" ]
 expect prepare_vae_file_replaced_while_loaded $? "status $rc: $(tail -1 "$tmp/swap.err" | cut -c1-200)"
+# out of memory in an encoder pass (512x512 frames through the AutoencoderKL under ulimit -v): the
+# command ends by fc_die, which left autoencode's partial --out and prepare's new folder with its lock
+if (ulimit -v 4000000; "$FC" --version) 2>&1 | grep -q AddressSanitizer; then
+    echo "SKIP vae_out_of_memory_leaves_nothing: the sanitizers' shadow memory does not run under ulimit -v"
+else
+    mkdir -p "$tmp/oom_ae"
+    (ulimit -v 700000; exec "$FC" --threads 1 autoencode --vae "$dir/kl.safetensors" --input "$tmp/short.mkv" --size 512 \
+        --frames 2 --out "$tmp/oom_ae/out.mkv") > /dev/null 2> "$tmp/oom_ae.err"
+    rc=$?
+    (ulimit -v 700000; exec "$FC" --threads 1 prepare --vae "$dir/kl.safetensors" --input "$tmp/short.mkv" --size 512 \
+        --clip-frames 2 --out "$tmp/oom_prep/data") > /dev/null 2> "$tmp/oom_prep.err"
+    rc2=$?
+    [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "out of host memory" "$tmp/oom_ae.err" && grep -q "out of host memory" "$tmp/oom_prep.err" &&
+        [ -z "$(ls -A "$tmp/oom_ae")" ] && [ ! -e "$tmp/oom_prep" ]
+    expect vae_out_of_memory_leaves_nothing $? "status $rc and $rc2 ($(tail -1 "$tmp/oom_ae.err" | cut -c1-80)); left: $(ls -A "$tmp/oom_ae" | tr '\n' ' ')$(ls -A "$tmp/oom_prep" 2> /dev/null | tr '\n' ' ')"
+fi
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 # a scale that takes latents beyond F16's largest value: refused, never stored as infinities
