@@ -76,6 +76,25 @@ ckpt_tensors() {  # (a missing file gives a line of its own: two missing files a
     tail -c +$((9 + n)) "$1" | md5sum
 }
 
+# appears_meanwhile DIR NAME CMD...: CMD (its write held by a test hook in its environment) runs in the
+# background; once its temporary file shows in the empty folder DIR, a user's file is put at DIR/NAME,
+# CMD's output name. Status 0 when CMD then stops with status 1 saying so in one of its stderr lines, the
+# user's file as it came and nothing else left in DIR; `appeared` says what happened.
+appears_meanwhile() {
+    local dir=$1 name=$2 pid rc
+    shift 2
+    mkdir -p "$dir"
+    "$@" > /dev/null 2> "$dir.err" &
+    pid=$!
+    wait_until 60 $pid eval '[ -n "$(ls -A "$dir")" ]'
+    echo "a user's file" > "$dir/$name"
+    wait $pid
+    rc=$?
+    appeared="status $rc: $(tail -1 "$dir.err" | cut -c1-160); left: $(ls -A "$dir" | tr '\n' ' ')${waited:+ ($waited)}"
+    [ $rc = 1 ] && grep -q "$name: appeared while this command ran: not replaced" "$dir.err" &&
+        [ "$(cat "$dir/$name")" = "a user's file" ] && [ "$(ls -A "$dir")" = "$name" ]
+}
+
 # have PATTERN: a file matches the glob PATTERN
 have() { compgen -G "$1" > /dev/null; }
 

@@ -319,16 +319,8 @@ chmod 600 "$tmp/out/runs.png"
 expect plot_overwrite_keeps_mode $? "mode after --overwrite: $(stat -c %a "$tmp/out/runs.png") (600 before)"
 # a file that appears at --out while the plot is drawn (another plot, a user's file) is not replaced
 # without --overwrite: status 1, one line, the file as it came, no temporary file left
-mkdir -p "$tmp/race"
-FRAMECHAIN_TEST_PNG_WRITE_DELAY_MS=2000 "$FC" plot "$tmp/b" --out "$tmp/race/p.png" > /dev/null 2> "$tmp/race.err" &
-pid=$!
-for _ in $(seq 500); do ls "$tmp/race" | grep -q tmp && break; sleep 0.02; done
-echo "a user's file" > "$tmp/race/p.png"
-wait $pid
-rc=$?
-[ $rc = 1 ] && [ "$(wc -l < "$tmp/race.err")" = 1 ] && grep -q "p.png: appeared while this command ran: not replaced" "$tmp/race.err" &&
-    [ "$(cat "$tmp/race/p.png")" = "a user's file" ] && [ "$(ls -A "$tmp/race")" = p.png ]
-expect plot_never_over_a_file_that_appeared $? "status $rc: $(head -1 "$tmp/race.err"); left: $(ls -A "$tmp/race" | tr '\n' ' ')"
+appears_meanwhile "$tmp/race" p.png env FRAMECHAIN_TEST_PNG_WRITE_DELAY_MS=2000 "$FC" plot "$tmp/b" --out "$tmp/race/p.png"
+expect plot_never_over_a_file_that_appeared $? "$appeared"
 # --out naming the table --eval reads, by its name or through a link: refused, --overwrite or not
 mkdir -p "$tmp/same" && cp "$tmp/eval.tsv" "$tmp/same/t.png" && ln -s t.png "$tmp/same/link.png"
 before=$(cksum < "$tmp/same/t.png")
