@@ -175,7 +175,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (origin.extend && from) usage_error("give either --extend or --from, not both");
     if (origin.extend && !opt(opts, "--steps")->count) usage_error("--extend needs --steps N, the run's new end");
     const char *run = required(opts, "--run");
-    char err[4096];
+    char err[4096], now[256];
     Config parent;
     if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) {
         // the fork resumes on its own, whatever became of its parent's file; where it cannot, what is
@@ -186,11 +186,9 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         }
         printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
                "in for the parent's\n", run, from);
-    } else if (from && lineage_parent_replaced(run, &origin, err, sizeof err)) {
+    } else if (from && lineage_parent_replaced(run, &origin, err, now, sizeof now)) {
         // the file at that path is another checkpoint now (the parent's folder trained again): the fork
         // goes on as it was made, never from the other file's config
-        char now[64];
-        snprintf(now, sizeof now, "%s", strstr(origin.parent, " (step ") + 1);
         if (lineage_resume_fork(run, from, &parent, &origin)) fc_die("%s: cannot read its own newest checkpoint", run);
         printf("%s: %s is %s now, not the checkpoint the fork was made from %s; the fork resumes from its own "
                "checkpoints, whose config stands in for the parent's\n", run, from, now, err);
@@ -217,9 +215,9 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     lineage_data_identity(data, c.exclude, origin.data, sizeof origin.data);
     // A rank whose machine lacks its copy of the data says why before the ranks compare what they read
     // (the comparison would name the rank that differs, not what is wrong: "unreadable").
-    if (data && dist_size() > 1) {
-        Dataset *d = dataset_open(data, err, sizeof err);
-        dist_fail_alike(!d, err);
+    if (dist_size() > 1) {  // a collective: every rank calls it, with --data or without (the comparison says which)
+        Dataset *d = data ? dataset_open(data, err, sizeof err) : NULL;
+        dist_fail_alike(data && !d, err);
         dataset_close(d);
     }
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,

@@ -77,8 +77,9 @@ ckpt_tensors() {  # (a missing file gives a line of its own: two missing files a
 }
 
 # appears_meanwhile DIR NAME CMD...: CMD (its write held by a test hook in its environment) runs in the
-# background; once its temporary file shows in the empty folder DIR, a user's file is put at DIR/NAME,
-# CMD's output name. Status 0 when CMD then stops with status 1 saying so in one of its stderr lines, the
+# background; once its temporary file shows in the empty folder DIR (seen twice 0.2 s apart: the probe
+# of its start-up checks, made and removed at once, would be a user's file before the start), a user's
+# file is put at DIR/NAME, CMD's output name. Status 0 when CMD then stops with status 1 saying so in one of its stderr lines, the
 # user's file as it came and nothing else left in DIR; `appeared` says what happened.
 appears_meanwhile() {
     local dir=$1 name=$2 pid rc
@@ -86,7 +87,7 @@ appears_meanwhile() {
     mkdir -p "$dir"
     "$@" > /dev/null 2> "$dir.err" &
     pid=$!
-    wait_until 60 $pid eval '[ -n "$(ls -A "$dir")" ]'
+    wait_until 60 $pid eval '[ -n "$(ls -A "$dir")" ] && sleep 0.2 && [ -n "$(ls -A "$dir")" ]'
     echo "a user's file" > "$dir/$name"
     wait $pid
     rc=$?

@@ -52,7 +52,7 @@ int fc_rename_new(const char *from, const char *to) {
 int fc_place_output(const char *tmp, const char *path, int overwrite) {
     if (!overwrite) return fc_rename_new(tmp, path);
     struct stat old;
-    if (!stat(path, &old) && S_ISREG(old.st_mode)) chmod(tmp, old.st_mode & 07777);
+    if (!stat(path, &old) && S_ISREG(old.st_mode)) chmod(tmp, old.st_mode & 0777);  // not setuid on a data file
     return rename(tmp, path);
 }
 

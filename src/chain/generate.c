@@ -367,7 +367,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
     int rc = 0;
     struct stat old;
     // a file or folder replaced keeps its permissions (a user's chmod 600 is not widened to the umask's)
-    if (g->overwrite && !stat(g->out, &old)) chmod(g->tmp, old.st_mode & 07777);
+    if (g->overwrite && !stat(g->out, &old)) chmod(g->tmp, old.st_mode & 0777);
     if (g->video) {
         rc = video_writer_close(g->vw, err, errlen) ? name_user_path(g, err, errlen) : 0;
         g->vw = NULL;

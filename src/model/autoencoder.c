@@ -4,6 +4,7 @@
 // allocation, and the plumbing of a pass (activation buffers of the largest map, reused layer after
 // layer). The families' layers and passes are autoencoder_tiny.c and autoencoder_kl.c.
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,7 +189,12 @@ static int same_file_as_read(const struct stat *a, const struct stat *b) {
 
 int autoencoder_file_sha256(const Autoencoder *ae, const char *path, char hex[65], char *err, size_t errlen) {
     long delay_ms = fc_test_hook("AE_HASH_DELAY_MS");  // the tests' replacement must be able to land first
-    if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
+    if (delay_ms > 0) {
+        const char *mark = getenv("FRAMECHAIN_TEST_AE_HASH_MARK");  // the weights are read: the test may go on
+        int m = mark && *mark ? open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+        if (m >= 0) close(m);
+        usleep((useconds_t)delay_ms * 1000);
+    }
     struct stat at, after;
     int fd = fc_open_regular(path, &at, err, errlen);
     if (fd < 0) return -1;

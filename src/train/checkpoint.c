@@ -202,7 +202,9 @@ void checkpoint_set_aside(const char *path, const char *why) {
 int checkpoint_cannot_open(const char *path, char *why, size_t whylen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd >= 0) return close(fd), 0;
-    if (errno == ENOENT) return 0;  // gone: nothing to set aside
+    // no permission, or the process's limits: what the user can change; a link in a loop or to a
+    // device is the name's own damage, set aside as before
+    if (errno != EACCES && errno != EPERM && errno != EMFILE && errno != ENFILE && errno != ENOMEM) return 0;
     fc_errf(why, whylen, "%s: cannot open: %s; not set aside, as its bytes were not read (make it readable and run "
             "the same command again)", path, strerror(errno));
     return 1;

@@ -214,7 +214,7 @@ int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, T
     int rc = -1;
     if (lineage_names_parent(parent, from) && !read_config(&f, path, parent_cfg, why, sizeof why)) {
         o->from = from;
-        o->parent_step = atoi(strstr(parent, " (step ") + 7);
+        o->parent_step = atoi(identity_tail(parent) + 7);  // the last " (step ": the path may hold one
         snprintf(o->parent, sizeof o->parent, "%s", parent);
         o->parent_data[0] = 0;
         rc = 0;
@@ -223,7 +223,7 @@ int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, T
     return rc;
 }
 
-int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, size_t len) {
+int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, char *now, size_t len) {
     // the newest header that reads (not the whole file: a rerun of a large fork would read it twice; a
     // damaged one the resume then sets aside names the parent all the same)
     int *steps, n = checkpoint_list(run, &steps), found = 0;
@@ -239,7 +239,7 @@ int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorde
     const char *theirs = lineage_names_parent(parent, o->from) ? identity_tail(parent) : NULL;
     const char *ours = identity_tail(o->parent);
     int replaced = theirs && ours && strcmp(theirs, ours);
-    if (replaced) snprintf(recorded, len, "%s", theirs + 1);  // "(step N, crc32 X)"
+    if (replaced) snprintf(recorded, len, "%s", theirs + 1), snprintf(now, len, "%s", ours + 1);  // "(step N, crc32 X)"
     st_free(&f);
     return replaced;
 }

@@ -35,8 +35,8 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
 // train --from PATH, read (o from lineage_read_parent), where run's newest whole checkpoint names PATH
 // as its parent with another step or CRC: the file at PATH was replaced since the fork was made (its
 // parent's folder trained again). 1 with the identity the fork records, "(step N, crc32 X)", in
-// recorded; else 0.
-int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, size_t len);
+// recorded and the file's in now (each len bytes); else 0.
+int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorded, char *now, size_t len);
 
 // train --from PATH when PATH cannot be read (a parent that went on training pruned it), or is no longer
 // the fork's parent (lineage_parent_replaced): a rerun of

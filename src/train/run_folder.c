@@ -72,12 +72,29 @@ static void remove_stale_temps(const char *run) {
 // start, a dataset whose every clip fails its check at step 1), the folder goes with it at exit, so
 // that a refused start leaves nothing on disk. A folder that held anything, or that was there before,
 // is never removed. metrics.jsonl where this train made it and no line ever reached it goes too,
-// whatever the folder (each line is flushed as it is written, so empty at exit means none).
-static char made_run[4096], made_metrics[4200];
+// whatever the folder (each line is flushed as it is written, so empty at exit means none), unless a
+// checkpoint is there (a fork writes its first before its first step: a checkpoint has its metrics
+// file beside it), and only the file this train made (its inode: another train may have started in
+// the folder once this one's lock went).
+static char made_run[4096], made_metrics[4200], metrics_run[4096];
+static struct stat made_metrics_id;
+
+// Whether dir holds a file named like a checkpoint (or cannot be read: then it may): at exit, where
+// checkpoint_list's fc_die must not be called.
+static int may_hold_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) found = !strncmp(e->d_name, "ckpt-", 5);
+    closedir(d);
+    return found;
+}
 
 static void remove_what_a_refused_start_made(void) {
     struct stat st;
-    if (made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0) unlink(made_metrics);
+    int ours = made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0 &&
+               st.st_dev == made_metrics_id.st_dev && st.st_ino == made_metrics_id.st_ino;
+    if (ours && !may_hold_checkpoint(metrics_run)) unlink(made_metrics);
     DIR *d = made_run[0] ? opendir(made_run) : NULL;
     if (!d) return;
     struct dirent *e;
@@ -172,7 +189,10 @@ FILE *run_folder_metrics(const char *run, int last) {
     }
     FILE *f = fopen(path, "a");
     if (!f) fc_die("%s: cannot open: %s", path, strerror(errno));
-    if (!in && strlen(path) < sizeof made_metrics) snprintf(made_metrics, sizeof made_metrics, "%s", path);
+    if (!in && strlen(run) < sizeof metrics_run && !fstat(fileno(f), &made_metrics_id)) {
+        snprintf(made_metrics, sizeof made_metrics, "%s", path);
+        snprintf(metrics_run, sizeof metrics_run, "%s", run);
+    }
     // Its name (created, or renamed over by the rewrite above) made durable before any checkpoint of
     // this process can be: a checkpoint that survives a power cut has its metrics file beside it.
     if (fc_fsync_dir(run)) fc_die("%s: fsync of the run folder failed: %s", run, strerror(errno));

@@ -106,16 +106,16 @@ refused prepare_vae_refuses_f16_underflow 1 "frame 0: stored as F16 the latents 
 refused prepare_vae_refuses_shift_past_spread 1 "frame 0: stored as F16 the latents keep little of their spread" \
     "$FC" prepare --vae "$dir/taesd.safetensors" --vae-shift 1000 --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 # the file replaced (a download renamed over it) after its weights were read and before its SHA-256 was
-# taken (held 3 s there by a test hook): refused, where the dataset had recorded the new file's digest
-# beside the old file's latents
+# taken (held there by a test hook, which marks that the weights are read): refused, where the dataset
+# had recorded the new file's digest beside the old file's latents
 cp "$dir/taesd.safetensors" "$tmp/v.safetensors"
 "$PYTHON" -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-4] ^= 1; open(sys.argv[2], "wb").write(b)' \
     "$dir/taesd.safetensors" "$tmp/v.new"
 rm -rf "$tmp/none"
-FRAMECHAIN_TEST_AE_HASH_DELAY_MS=3000 "$FC" prepare --vae "$tmp/v.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" \
-    --size 64 --clip-frames 8 > /dev/null 2> "$tmp/swap.err" &
+FRAMECHAIN_TEST_AE_HASH_DELAY_MS=2000 FRAMECHAIN_TEST_AE_HASH_MARK="$tmp/weights_read" "$FC" prepare \
+    --vae "$tmp/v.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8 > /dev/null 2> "$tmp/swap.err" &
 pid=$!
-sleep 1
+wait_until 60 $pid test -e "$tmp/weights_read"
 mv "$tmp/v.new" "$tmp/v.safetensors"
 wait $pid
 rc=$?

@@ -270,6 +270,14 @@ expect rank_without_data_says_why $(( rc0 == 0 || rc1 == 0 ||
     "status $rc0 and $rc1: $(grep -m1 '^framechain' "$tmp/nocopy0.log" | cut -c1-120); $(grep -m1 '^framechain' "$tmp/nocopy1.log" | cut -c1-120)"
 [ ! -e "$tmp/nocopy0" ] && [ ! -e "$tmp/nocopy1" ]
 expect rank_without_data_nothing_made $? "the run folders: $(ls -d "$tmp"/nocopy? 2> /dev/null | tr '\n' ' ')"
+# one rank given no --data at all: the comparison names it (the check of the data folders above is a
+# collective every rank joins, with --data or without: a rank that skipped it left the others waiting)
+timeout 120 mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/nodata_rank" --data "$tmp/data" --steps 2 : \
+    -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/nodata_rank" --steps 2 > "$tmp/nodata_rank.log" 2>&1
+rc=$?
+expect rank_with_no_data_option_named $(( rc == 0 || rc == 124 ||
+    $(grep -c "^framechain: rank 1: '--data = the built-in moving shapes' where rank 0 has '--data = crc32" "$tmp/nodata_rank.log") != 1 )) \
+    "status $rc$([ $rc = 124 ] && echo ': hung, killed after 120 s'): $(grep -m1 '^framechain' "$tmp/nodata_rank.log" | cut -c1-150)"
 for n in 0 2 4; do
     if [ $n -eq 0 ]; then
         "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/d$n" "${DSETS[@]}" > "$tmp/d$n.log" 2>&1
