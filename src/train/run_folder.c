@@ -374,7 +374,21 @@ static int continues_this_run(const char *run, const char *path, const TrainStat
     return 0;
 }
 
+// Whether another train holds RUN's lock now (the lock is not taken: run_folder_open takes it).
+static int run_folder_busy(const char *run) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", run);
+    int fd = open(path, O_RDONLY | O_CLOEXEC), busy = 0;
+    if (fd < 0) return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB)) busy = errno == EWOULDBLOCK;
+    close(fd);  // (releases the lock where it was taken)
+    return busy;
+}
+
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen) {
+    // another train at work in the folder is said first: its checkpoints, which the checks below read,
+    // are its own run's and change as they are read
+    if (run_folder_busy(run)) return fc_errf(err, errlen, "%s: another framechain train is using this run folder", run);
     int *steps, n = checkpoint_list(run, &steps);
     char path[4096];
     CkptStatus s = CKPT_CORRUPT;
