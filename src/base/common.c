@@ -135,16 +135,16 @@ int fc_errf(char *err, size_t errlen, const char *fmt, ...) {
 void *fc_malloc_check(size_t bytes, const char *file, int line) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p)
-        fc_die("out of host memory: %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for prepare and autoencode)", bytes,
-               file, line);
+        fc_die("out of host memory: %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for prepare "
+               "and autoencode)", bytes, file, line);
     return p;
 }
 
 void *fc_calloc_check(size_t count, size_t size, const char *file, int line) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p)
-        fc_die("out of host memory: %zu x %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for prepare and autoencode)",
-               count, size, file, line);
+        fc_die("out of host memory: %zu x %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for "
+               "prepare and autoencode)", count, size, file, line);
     return p;
 }
 

@@ -333,7 +333,6 @@ int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t 
     return 0;
 }
 
-// rename without replacing what may have appeared at `to` since the checks. 0, or -1 with errno.
 // The folder of PNGs into place; with overwrite the old folder of frames and the new one swap names
 // in one step (--out names one of the two whole folders at every moment, a kill or a power cut
 // between two renames would leave none), then the old one is removed; where the file system cannot
