@@ -19,6 +19,9 @@
 // ----------------------------------------------------------------------------
 // the folder, its lock and its metrics
 
+// The line for a run folder whose lock another train holds.
+#define RUN_BUSY "%s: another framechain train is using this run folder"
+
 // One trainer per run folder: a second one would race the first's checkpoints. The folder's own
 // name is made durable here, by an fsync of its parent: the checkpoints' fsyncs of the run folder
 // keep the names in it, not the folder, which a power cut could otherwise take with every checkpoint.
@@ -27,7 +30,7 @@ static int lock_run(const char *run) {
     snprintf(path, sizeof path, "%s/.lock", run);
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB)) fc_die("%s: another framechain train is using this run folder", run);
+    if (flock(fd, LOCK_EX | LOCK_NB)) fc_die(RUN_BUSY, run);
     if (fc_fsync_parent(run)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
     return fd;
 }
@@ -388,7 +391,7 @@ static int run_folder_busy(const char *run) {
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen) {
     // another train at work in the folder is said first: its checkpoints, which the checks below read,
     // are its own run's and change as they are read
-    if (run_folder_busy(run)) return fc_errf(err, errlen, "%s: another framechain train is using this run folder", run);
+    if (run_folder_busy(run)) return fc_errf(err, errlen, RUN_BUSY, run);
     int *steps, n = checkpoint_list(run, &steps);
     char path[4096];
     CkptStatus s = CKPT_CORRUPT;
