@@ -23,7 +23,9 @@ typedef struct {
     char *file;
     int clips;
     uint64_t bytes;
-    int first;  // the dataset index of its clip.0
+    int first;            // the dataset index of its clip.0
+    int has_header_crc;   // 0: a dataset prepared before dataset.json recorded it
+    uint32_t header_crc;  // CRC-32 of the file's first 8 + header length bytes
 } DShard;
 
 typedef struct {
@@ -100,15 +102,26 @@ static int read_shard_file(JsonReader *r, DShard *s) {
     return s->file ? 0 : json_fail(r, "out of memory");
 }
 
-// One entry of "shards": {"file": ..., "clips": ..., "bytes": ...}.
+// A shard's "header_crc32": 8 lowercase hex digits, as the writer prints them.
+static int read_header_crc(JsonReader *r, DShard *s) {
+    char hex[16];
+    if (read_text(r, hex, sizeof hex, "'header_crc32'")) return -1;
+    if (strlen(hex) != 8 || strspn(hex, "0123456789abcdef") != 8)
+        return json_fail(r, "'header_crc32' must be 8 lowercase hex digits, got '%s'", SHOWN(hex));
+    s->header_crc = (uint32_t)strtoul(hex, NULL, 16), s->has_header_crc = 1;
+    return 0;
+}
+
+// One entry of "shards": {"file": ..., "clips": ..., "bytes": ..., "header_crc32": ...}; the last is
+// optional (datasets prepared before it was written have none).
 static int read_shard_entry(JsonReader *r, DShard *s) {
-    static const char *const keys[] = {"file", "clips", "bytes"};
-    int seen[3] = {0}, k;
+    static const char *const keys[] = {"file", "clips", "bytes", "header_crc32"};
+    int seen[4] = {0}, k;
     uint64_t clips;
     if (json_expect(r, '{', "'{' (a shard)")) return -1;
     int more = json_first_item(r, '}');
     while (more > 0) {
-        if (read_key(r, keys, 3, seen, &k, " in a shard (only file, clips, bytes)")) return -1;
+        if (read_key(r, keys, 4, seen, &k, " in a shard (only file, clips, bytes, header_crc32)")) return -1;
         if (k == 0 && read_shard_file(r, s)) return -1;
         if (k == 1) {
             if (read_uint(r, SHARD_MAX_CLIPS, &clips, "clips")) return -1;
@@ -116,6 +129,7 @@ static int read_shard_entry(JsonReader *r, DShard *s) {
             s->clips = (int)clips;
         }
         if (k == 2 && read_uint(r, (uint64_t)1 << 62, &s->bytes, "bytes")) return -1;
+        if (k == 3 && read_header_crc(r, s)) return -1;
         more = json_next_item(r, '}', "',' or '}'");
     }
     if (more < 0) return -1;
@@ -389,6 +403,7 @@ static int load_shard_header(const Dataset *d, int s, ShardInfo *si, char *err, 
         st_free(&f);
         return -1;
     }
+    uint32_t header_crc = (uint32_t)crc32_z(0L, f.bytes, f.data_start);
     if ((uint64_t)f.size != sh->bytes)
         rc = fc_errf(err, errlen, "%s: %llu bytes, but dataset.json says %llu", spath, (unsigned long long)f.size,
                      (unsigned long long)sh->bytes);
@@ -403,6 +418,10 @@ static int load_shard_header(const Dataset *d, int s, ShardInfo *si, char *err, 
     }
     else if (si->clips != sh->clips)
         rc = fc_errf(err, errlen, "%s: %d clips, but dataset.json says %d", spath, si->clips, sh->clips);
+    else if (sh->has_header_crc && header_crc != sh->header_crc)
+        rc = fc_errf(err, errlen, "%s: not the shard dataset.json lists (its header's CRC-32 is %08x, not %08x): a shard "
+                     "copied over another, renamed, or from another dataset; prepare the dataset again from its "
+                     "sources", spath, (unsigned)header_crc, (unsigned)sh->header_crc);
     st_free(&f);
     if (rc) shard_info_free(si);
     return rc;

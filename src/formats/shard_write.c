@@ -77,6 +77,7 @@ typedef struct {
     char file[40];
     int clips;
     uint64_t bytes;
+    uint32_t header_crc;  // CRC-32 of its first 8 + header length bytes (dataset.json's header_crc32)
 } Written;
 
 struct ShardWriter {
@@ -339,6 +340,14 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     shard_name(w->ndone, file, sizeof file);
     snprintf(path, sizeof path, "%s/%s", w->dir, file);
     int rc = st_write(path, t, n, m, nm, err, errlen);
+    // the header as the readers will see it, read back: its CRC-32 goes into dataset.json, so that a
+    // shard copied over another (the same size, the same count of clips) is not taken for it
+    StFile back;
+    uint32_t header_crc = 0;
+    if (!rc && !(rc = st_read_header(path, &back, err, errlen))) {
+        header_crc = (uint32_t)crc32_z(0L, back.bytes, back.data_start);
+        st_free(&back);
+    }
     struct stat st;
     if (!rc && stat(path, &st))
         rc = fc_errf(err, errlen, "%s: cannot stat what was written: %s", path, strerror(errno));
@@ -352,7 +361,7 @@ static int flush_shard(ShardWriter *w, char *err, size_t errlen) {
     }
     Written *d = &w->done[w->ndone++];
     snprintf(d->file, sizeof d->file, "%s", file);
-    d->clips = n, d->bytes = (uint64_t)st.st_size;
+    d->clips = n, d->bytes = (uint64_t)st.st_size, d->header_crc = header_crc;
     free_pending(w);
     return 0;
 }
@@ -538,7 +547,7 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
     if (st_write_bytes(path, w->manifest, w->mlen, err, errlen)) goto out;
     w->wrote_manifest = 1;
     {
-        size_t cap = 1024 + (size_t)w->ndone * 128;
+        size_t cap = 1024 + (size_t)w->ndone * 192;
         char *j = fc_malloc(cap);
         size_t n = (size_t)snprintf(j, cap,
                                     "{\"format\": \"framechain-dataset\", \"format_version\": %d, \"frame_size\": %d, "
@@ -556,9 +565,10 @@ int shard_writer_finish(ShardWriter *w, char *err, size_t errlen) {
         }
         n += (size_t)snprintf(j + n, cap - n, " \"shards\": [\n");
         for (int i = 0; i < w->ndone; i++)
-            n += (size_t)snprintf(j + n, cap - n, "  {\"file\": \"%s\", \"clips\": %d, \"bytes\": %llu}%s\n",
+            n += (size_t)snprintf(j + n, cap - n,
+                                  "  {\"file\": \"%s\", \"clips\": %d, \"bytes\": %llu, \"header_crc32\": \"%08x\"}%s\n",
                                   w->done[i].file, w->done[i].clips, (unsigned long long)w->done[i].bytes,
-                                  i + 1 < w->ndone ? "," : "");
+                                  (unsigned)w->done[i].header_crc, i + 1 < w->ndone ? "," : "");
         n += (size_t)snprintf(j + n, cap - n, " ]}\n");
         snprintf(path, sizeof path, "%s/dataset.json", w->dir);
         rc = st_write_bytes(path, j, n, err, errlen);

@@ -18,7 +18,11 @@
 //     resampling), "clip.<k>.fps" (0: unknown). No other key.
 // dataset.json: {"format": "framechain-dataset", "format_version": 1, "frame_size": N,
 //   "clip_frames": F, "clips": total, "shards": [{"file": "shard-00000.safetensors", "clips": n,
-//   "bytes": size}, ...]}
+//   "bytes": size, "header_crc32": the CRC-32 of the shard's first 8 + header length bytes, 8
+//   lowercase hex digits}, ...]}. The header holds every clip's CRC, so the header's CRC names the
+//   shard's whole content: a shard copied over another of the same size is refused when the dataset
+//   opens. header_crc32 is optional (datasets prepared before it have none; then only inspect's
+//   check of manifest.tsv finds such a copy).
 // manifest.tsv: a header line, then one line per clip: shard, clip (k), source, first_frame,
 //   frames, fps (tab, newline, carriage return and backslash in a source written as \t \n \r \\).
 //

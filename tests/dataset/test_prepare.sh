@@ -287,7 +287,9 @@ expect inspect_dataset_good $(( rc != 0 || $(grep -c "3 clips: every CRC checks"
     "status $rc, $(tail -2 "$tmp/dm_ig.log" | tr '\n' ' ' | cut -c1-160)"
 # two shards of the same size swapped (noise, stored raw: 10 clips of 8 frames a shard; shards 2 and 3,
 # whose clips' first frames all have three digits, are the same size) pass their CRCs and dataset.json's
-# sizes; the manifest names the clips each shard held, so inspect says it
+# sizes, not its headers' CRCs: inspect and train refuse the dataset in one line naming the shard (train
+# makes no run folder). In a dataset.json without those CRCs (prepared before they were written) the
+# manifest names the clips each shard held, so inspect says it
 "$PYTHON" -c "import os, sys; open(sys.argv[1], 'wb').write(os.urandom(64 * 64 * 3 * 320))" "$tmp/noise.rgb"
 ffmpeg -v error -f rawvideo -pix_fmt rgb24 -s 64x64 -r 10 -i "$tmp/noise.rgb" -c:v ffv1 "$tmp/noise.mkv"
 "$FC" prepare --input "$tmp/noise.mkv" --out "$tmp/sw" --size 64 --clip-frames 8 --shard-mb 1 > "$tmp/sw.log" 2>&1
@@ -295,6 +297,16 @@ cmp -s <(stat -c %s "$tmp/sw/shard-00002.safetensors") <(stat -c %s "$tmp/sw/sha
     fail inspect_dataset_swapped_setup "shards 2 and 3 differ in size: $(ls -l "$tmp/sw" | tr '\n' ' ')"
 mv "$tmp/sw/shard-00002.safetensors" "$tmp/sw/x" && mv "$tmp/sw/shard-00003.safetensors" "$tmp/sw/shard-00002.safetensors" &&
     mv "$tmp/sw/x" "$tmp/sw/shard-00003.safetensors"
+"$FC" inspect "$tmp/sw" > "$tmp/sw_r.log" 2>&1
+rc=$?
+"$FC" train --config configs/tiny/starter.conf --set frame_size=64 --data "$tmp/sw" \
+    --run "$tmp/sw_run" --steps 1 > "$tmp/sw_t.log" 2>&1
+rc_t=$?
+swapped_line="^framechain: $tmp/sw/shard-00002.safetensors: not the shard dataset.json lists (its header's CRC-32 is [0-9a-f]*, not [0-9a-f]*): a shard copied over another, renamed, or from another dataset; prepare the dataset again from its sources$"
+expect swapped_shards_refused $(( rc != 1 || $(wc -l < "$tmp/sw_r.log") != 1 || $(grep -c "$swapped_line" "$tmp/sw_r.log") != 1 ||
+    rc_t != 1 || $(wc -l < "$tmp/sw_t.log") != 1 || $(grep -c "$swapped_line" "$tmp/sw_t.log") != 1 || $(ls -d "$tmp/sw_run" 2>/dev/null | wc -l) != 0 )) \
+    "inspect status $rc: $(head -1 "$tmp/sw_r.log" | cut -c1-160); train status $rc_t: $(head -1 "$tmp/sw_t.log" | cut -c1-160); $(ls -d "$tmp/sw_run" 2>&1 | cut -c1-80)"
+sed -i 's/, "header_crc32": "[0-9a-f]*"//' "$tmp/sw/dataset.json"
 "$FC" inspect "$tmp/sw" > "$tmp/sw_i.log" 2>&1
 rc=$?
 expect inspect_dataset_swapped_shards $(( rc != 1 || $(grep -c "clips: every CRC checks" "$tmp/sw_i.log") != 1 ||

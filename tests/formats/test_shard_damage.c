@@ -315,6 +315,51 @@ static void test_corruption(void) {
           "%s", d ? "accepted" : err);
     dataset_close(d);
 
+    // a shard copied over another of the same size and count of clips (raw clips: equal sizes), and
+    // two such shards swapped: each refused at open, naming the shard whose header is not the listed
+    // one; the same dataset.json without its header_crc32 keys (as prepared before they were
+    // written) opens as before
+    {
+        char same[512], cmd[1600];
+        folder(same, sizeof same, "equal_sizes");
+        if (make_dataset(same, N, F, "rrrr", 2 * raw, NULL, NULL, err, sizeof err)) abort();
+        snprintf(path, sizeof path, "%s/shard-00000.safetensors", same);
+        char other[600];
+        snprintf(other, sizeof other, "%s/shard-00001.safetensors", same);
+        int equal = file_size(path) == file_size(other);
+        const char *how[] = {"copied", "swapped"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(dir, sizeof dir, "%s/shard_%s", g_root, how[i]);
+            copy_dir(same, dir);
+            if (i == 0)
+                snprintf(cmd, sizeof cmd, "cp '%s/shard-00000.safetensors' '%s/shard-00001.safetensors'", dir, dir);
+            else
+                snprintf(cmd, sizeof cmd, "cd '%s' && mv shard-00000.safetensors x && mv shard-00001.safetensors "
+                         "shard-00000.safetensors && mv x shard-00001.safetensors", dir);
+            if (system(cmd)) abort();
+            d = dataset_open(dir, err, sizeof err);
+            char label[64];
+            snprintf(label, sizeof label, "shards_%s_refused", i ? "swapped" : "copied_over_another");
+            check(equal && !d && one_line(err) && strstr(err, i ? "shard-00000.safetensors" : "shard-00001.safetensors") &&
+                      strstr(err, "not the shard dataset.json lists"),
+                  label, "sizes %s; %s", equal ? "equal" : "differ", d ? "opened" : err);
+            dataset_close(d);
+        }
+        snprintf(dir, sizeof dir, "%s/no_header_crc", g_root);
+        copy_dir(same, dir);
+        snprintf(cmd, sizeof cmd, "sed -i 's/, \"header_crc32\": \"[0-9a-f]*\"//' '%s/dataset.json'", dir);
+        if (system(cmd)) abort();
+        snprintf(path, sizeof path, "%s/dataset.json", dir);
+        size_t jl;
+        char *text = (char *)test_read_file(path, &jl);
+        int stripped = text && !strstr(text, "header_crc32");
+        free(text);
+        d = dataset_open(dir, err, sizeof err);
+        check(stripped && d && dataset_clips(d) == 4 && !dataset_read_clip(d, 3, buf, err, sizeof err),
+              "shards_dataset_without_header_crcs_opens", "%s", !stripped ? "header_crc32 still there" : d ? "opened, clip 3 read" : err);
+        dataset_close(d);
+    }
+
     // damaged dataset.json: each refused with one line naming the file
     char json_path[600];
     snprintf(json_path, sizeof json_path, "%s/dataset.json", good);
@@ -340,6 +385,8 @@ static void test_corruption(void) {
         {"shard_listed_twice", "\"file\": \"shard-00001", "\"file\": \"shard-00000", "listed twice", 0},
         {"hidden_name", "\"file\": \"shard-00000", "\"file\": \".shard-00000", "not a plain name", 0},
         // shards of 2 clips said to hold 3 and 1: the total is right, each shard's count is not
+        {"header_crc_not_hex", "\"header_crc32\": \"", "\"header_crc32\": \"g", "8 lowercase hex digits", 0},
+        {"header_crc_number", "\"header_crc32\": \"", "\"header_crc32\": 1\"", "'header_crc32' (a string)", 0},
         {"clips_moved_between_shards", "\"clips\": 2,", "\"clips\": 3,", "2 clips, but dataset.json says 3", 0,
          "\"clips\": 2,", "\"clips\": 1,"},
     };
