@@ -69,6 +69,7 @@ run_suite chain "$BUILD/test_chain"
 run_suite sampler "$BUILD/test_sampler"
 run_suite metrics "$BUILD/test_metrics"
 run_suite drift_guard "$BUILD/test_drift_guard"
+run_suite text "$BUILD/test_text"
 
 if want reference; then
 echo "== pytorch reference"

@@ -11,7 +11,8 @@
 #define FONT_ADVANCE 6  // from one glyph to the next
 
 // The rows of a character's glyph, top first; bit 4 of a row is its leftmost pixel. A byte outside
-// printable ASCII (a UTF-8 sequence's, a control character) gets '?'.
+// printable ASCII (a control character) gets '?'; the drawing (plot.c) draws a whole UTF-8 sequence as
+// one '?'.
 const uint8_t *font_glyph(unsigned char c);
 
 #endif

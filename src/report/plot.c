@@ -93,16 +93,33 @@ void canvas_line(Canvas *c, double x0, double y0, double x1, double y1, Rgb col,
     draw_line(c, x0, y0, x1, y1, col, width, 0, NULL);
 }
 
+// The bytes of the character at s: a whole UTF-8 sequence (a lead byte and its continuation bytes)
+// is one character, drawn as one '?' (the font is ASCII); any other byte is a character of its own.
+static size_t char_bytes(const char *s) {
+    unsigned char b = (unsigned char)s[0];
+    size_t n = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 1;
+    for (size_t i = 1; i < n; i++)
+        if (((unsigned char)s[i] & 0xc0) != 0x80) return 1;  // cut short (a NUL included): the lead alone
+    return n;
+}
+
+static size_t text_chars(const char *s) {
+    size_t n = 0;
+    for (; *s; s += char_bytes(s)) n++;
+    return n;
+}
+
 int text_width(const char *s, int scale) {
-    size_t n = strlen(s);
+    size_t n = text_chars(s);
     return n ? (int)((n * FONT_ADVANCE - 1) * scale) : 0;
 }
 
 int text_height(int scale) { return FONT_H * scale; }
 
 void canvas_text(Canvas *c, int x, int y, const char *s, Rgb col, int scale) {
-    for (; *s; s++, x += FONT_ADVANCE * scale) {
-        const uint8_t *g = font_glyph((unsigned char)*s);
+    for (size_t len; *s; s += len, x += FONT_ADVANCE * scale) {
+        len = char_bytes(s);
+        const uint8_t *g = font_glyph(len > 1 ? '?' : (unsigned char)*s);
         for (int r = 0; r < FONT_H; r++)
             for (int k = 0; k < FONT_W; k++)
                 if (g[r] & (0x10 >> k))
@@ -113,11 +130,16 @@ void canvas_text(Canvas *c, int x, int y, const char *s, Rgb col, int scale) {
 void text_fit(char *out, size_t outlen, const char *s, int maxw, int scale) {
     snprintf(out, outlen, "%s", s);
     if (text_width(out, scale) <= maxw) return;
-    for (int n = (int)strlen(out); n >= 0; n--) {
-        snprintf(out, outlen, "%.*s...", n, s);
-        if (text_width(out, scale) <= maxw) return;
-    }
+    // the longest run of whole characters that fits with "...": never a UTF-8 sequence cut in two
     out[0] = 0;
+    for (size_t n = 0, len; s[n]; n += len) {
+        len = char_bytes(s + n);
+        char longer[4096];
+        snprintf(longer, sizeof longer, "%.*s...", (int)(n + len), s);
+        if (text_width(longer, scale) > maxw || strlen(longer) >= outlen) break;
+        snprintf(out, outlen, "%s", longer);
+    }
+    if (!out[0] && text_width("...", scale) <= maxw && outlen > 3) snprintf(out, outlen, "...");
 }
 
 int canvas_save_png(const Canvas *c, const char *path, int overwrite, char *err, size_t errlen) {
