@@ -149,7 +149,7 @@ out_of_repository() {
     shift 2
     for pair in $pairs; do
         script=${pair%%:*} made=${pair#*:}
-        cp "tools/$script.sh" "$tmp/lit/repo/tools/"
+        cp "tools/$script.sh" tools/checks.sh "$tmp/lit/repo/tools/"
         (cd "$tmp/lit/cwd" && env "$@" timeout 60 "$tmp/lit/repo/tools/$script.sh") > "$tmp/lit/$script.log" 2>&1
         held=$(ls -A "$tmp/lit/cwd" | tr '\n' ' ')
         [ -z "$held" ] && [ -d "$tmp/lit/repo/out/$made" ] || ok=0

@@ -12,7 +12,8 @@
 # usage: tools/bench.sh [OUT_DIR]     (THREADS=N, default all cores; PAIRS=N, default 5;
 #                                      CONFIGS="tiny small medium" (CONFIGS= for none), GENERATE=1)
 # The table goes to the terminal and to OUT_DIR/table.txt (default out/bench/table.txt), replaced
-# only once the run is whole: a run stopped half-way leaves the last whole table there.
+# only once the run is whole: a run stopped half-way, or with a row none of whose pairs ran (then in
+# OUT_DIR/table.failed.txt, status 1), leaves the last whole table there.
 # OpenBLAS's kernels are those the environment's OPENBLAS_CORETYPE names, else the ones it chose for
 # the CPU: `env -u OPENBLAS_CORETYPE make bench` for the latter.
 # BUILD: the build folder that holds bench_gemm (make bench passes its own). FC, BUILD and OUT_DIR
@@ -32,6 +33,12 @@ THREADS=${THREADS:-$(nproc)}
 PAIRS=${PAIRS:-5}
 CONFIGS=${CONFIGS-tiny small medium}
 GENERATE=${GENERATE:-1}
+. "$root/tools/checks.sh"
+positive_whole bench "THREADS=$THREADS" "PAIRS=$PAIRS"
+case $GENERATE in 0 | 1) ;; *) echo "bench: GENERATE=$GENERATE: 0 or 1" >&2; exit 2 ;; esac
+for cfg in $CONFIGS; do
+    case $cfg in tiny | small | medium) ;; *) echo "bench: CONFIGS: unknown config '$cfg' (tiny, small, medium)" >&2; exit 2 ;; esac
+done
 PYTHON=${PYTHON:-$(for p in /usr/bin/python3 python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
 [ -x "$FC" ] || { echo "bench: $FC is not there or not executable (make bench builds it)" >&2; exit 1; }
 [ -x "$BUILD/bench_gemm" ] || { echo "bench: $BUILD/bench_gemm is not there (make bench builds it; BUILD names the build folder)" >&2; exit 1; }
@@ -59,9 +66,10 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 # row WHAT FC_TIMES PT_TIMES FLOPS: one line of the table from the pairs' times (same units) and the
 # model FLOPs of one unit of the time in each pair's framechain run (0 where it said none): the % of
 # the peak is each pair's, then their median, as the ratio is
+rows_failed=0  # rows none of whose pairs ran: such a run is not whole, and leaves the last table as it was
 row() {
-    local what=$1 fc=$2 pt=$3 flop=$4
-    paste <(tr ' ' '\n' <<< "$fc") <(tr ' ' '\n' <<< "$pt") <(tr ' ' '\n' <<< "$flop") |
+    local what=$1 fc=$2 pt=$3 flop=$4 line
+    line=$(paste <(tr ' ' '\n' <<< "$fc") <(tr ' ' '\n' <<< "$pt") <(tr ' ' '\n' <<< "$flop") |
         awk -v w="$what" -v pk="$peak" '
         NF == 3 && $1 > 0 && $2 > 0 { n++; f[n] = $1; p[n] = $2; r[n] = $2 / $1
             if ($3 > 0) { m++; fpk[m] = 100 * $3 / ($1 / 1e3) / (pk * 1e9); ppk[m] = 100 * $3 / ($2 / 1e3) / (pk * 1e9) }
@@ -74,7 +82,9 @@ row() {
             mf = med(f, n); mp = med(p, n); mr = med(r, n); rlo = lo; rhi = hi
             printf "%-28s %12.2f %12.2f %7.2fx %6.2f-%-6.2f", w, mf, mp, mr, rlo, rhi
             if (m) printf " %8.1f%% %8.1f%% %3d\n", med(fpk, m), med(ppk, m), n
-            else printf " %9s %9s %3d\n", "-", "-", n }'
+            else printf " %9s %9s %3d\n", "-", "-", n }')
+    echo "$line"
+    case $line in *" failed") rows_failed=$((rows_failed + 1)) ;; esac
 }
 
 peak=$("$BUILD/bench_gemm" --threads "$THREADS" | tee "$OUT/gemm.txt" | sed -nE 's/.*: ([0-9.]+) GFLOP.*/\1/p')
@@ -170,7 +180,16 @@ echo " medians; a step time is the median step after 2 warm-up steps, framechain
 echo " sgemm peak the model FLOPs reach in each pair, the median)"
 cat "$tmp/notes" 2> /dev/null
 exec >&3 3>&-  # the table's end: tee has all of it once it exits
-if ! wait "$tee_pid" || ! mv -f -- "$table.partial" "$table"; then
+if ! wait "$tee_pid"; then
+    echo "bench: could not write the table to $table" >&2
+    exit 1
+fi
+if [ "$rows_failed" -gt 0 ]; then
+    mv -f -- "$table.partial" "$OUT/table.failed.txt"
+    echo "bench: $rows_failed row(s) failed in every pair (the lines above say why): $table stays as it was; this run's table is in $OUT/table.failed.txt" >&2
+    exit 1
+fi
+if ! mv -f -- "$table.partial" "$table"; then
     echo "bench: could not write the table to $table" >&2
     exit 1
 fi

@@ -24,6 +24,8 @@ if ! err=$("$PYTHON" -c 'import numpy, torch' 2>&1); then
     exit 1
 fi
 PAIRS=${PAIRS:-5} SIZE=${SIZE:-512} FRAMES=${FRAMES:-1} THREADS=${THREADS:-2} DEVICE=${DEVICE:-cpu}
+. "$root/tools/checks.sh"
+positive_whole bench_autoencoder "PAIRS=$PAIRS" "SIZE=$SIZE" "FRAMES=$FRAMES" "THREADS=$THREADS"
 INPUT=${INPUT:-/usr/share/doc/opencv-doc/examples/data/vtest.avi}
 mkdir -p -- "$OUT"
 weights=$OUT/sdvae_random.safetensors

@@ -24,6 +24,9 @@ OUT=${1:-$root/out/bench-cuda}
 CONF=${2:-$root/configs/starter.conf}
 FC=${FC:-$root/framechain}
 STEPS=${STEPS:-12}
+. "$root/tools/checks.sh"
+positive_whole bench_cuda "STEPS=$STEPS"
+[ "${PAIRS:-0}" = 0 ] || positive_whole bench_cuda "PAIRS=$PAIRS"  # 0 or unset: no alternating pairs
 PYTHON=${PYTHON:-$(for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && echo $p && break; done)}
 mkdir -p "$OUT"
 if ! "$FC" --version | grep -q '^  cuda ('; then

@@ -24,6 +24,8 @@ CONFIG=${CONFIG:-$root/configs/small/starter.conf}
 STEPS=${STEPS:-30}
 PAIRS=${PAIRS:-5}
 THREADS=${THREADS:-$(nproc)}
+. "$root/tools/checks.sh"
+positive_whole bench_dist "STEPS=$STEPS" "PAIRS=$PAIRS" "THREADS=$THREADS"
 SETS=${SETS:-}
 VS=${VS:-}
 command -v mpirun > /dev/null || { echo "bench_dist: no mpirun (tools/install-deps.sh --mpi)"; exit 1; }

@@ -14,8 +14,11 @@ for a in "$@"; do
         *[!0-9]* | "" | 0*) echo "bench_prepare: '$a' is not a frame size (a positive integer); $usage" >&2; exit 2 ;;
     esac
 done
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its framechain, wherever this runs from
+FC=${FC:-$root/framechain}
 REPS=${REPS:-5}
+. "$root/tools/checks.sh"
+positive_whole bench_prepare "REPS=$REPS"
 DATA=/usr/share/doc/opencv-doc/examples/data
 VIDEOS=("$DATA/vtest.avi" "$DATA/Megamind.avi")
 frames=$((795 + 270))

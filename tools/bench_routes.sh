@@ -25,6 +25,8 @@ PAIRS=${PAIRS:-3}
 CONFIG=${CONFIG:-$root/configs/starter.conf}
 STEPS=${STEPS:-12}
 DEVICE=${DEVICE:-cuda}
+. "$root/tools/checks.sh"
+positive_whole bench_routes "PAIRS=$PAIRS" "STEPS=$STEPS"
 mkdir -p "$OUT"
 echo "bench_routes: $("$FC" --version | grep -m1 "^  $DEVICE" | sed 's/^ *//'); $CONFIG; $PAIRS pairs; $(date -u +%F)"
 

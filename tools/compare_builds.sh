@@ -33,6 +33,8 @@ CFG=${3:-configs/starter.conf}
 STEPS=${4:-12}
 LOG=${LOG:-out/compare}
 JOBS=${MAKE_JOBS:-$(nproc)}
+. "$(dirname -- "$0")/checks.sh"
+positive_whole compare_builds "STEPS=$STEPS" "PAIRS=${PAIRS:-1}" "TRAIN_PAIRS=${TRAIN_PAIRS:-1}" "MAKE_JOBS=$JOBS"
 prebuilt=0
 if [ -x "$BASE/framechain" ] && [ -x "$BASE/bench_ops" ] && [ ! -f "$BASE/Makefile" ]; then
     prebuilt=1

@@ -3,7 +3,8 @@
 # Makes a small dataset (the opencv-doc sample videos where they are installed, else the built-in
 # moving shapes), trains the three small models (configs/small/) for a few minutes each on the GPU
 # when there is one, else the CPU, and chains them from one first frame. Rerunning resumes: the
-# runs under out/demo/ continue from their checkpoints, a finished one is skipped.
+# runs under out/demo/ continue from their checkpoints, a finished one is skipped (runs of other
+# configs, footage or DEMO_STEPS are moved aside, below).
 # Environment: DEMO_STEPS, training steps a model (default 800); DEMO_OUT, the output folder (default
 # the repository's out/, wherever the script runs from); DEMO_DATA_DIR, opencv-doc's data folder
 # (default /usr/share/doc/opencv-doc/examples/data); FC, the framechain (default the repository's).
@@ -17,37 +18,48 @@ esac
 root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its framechain, configs/ and out/
 FC=${FC:-$root/framechain}
 STEPS=${DEMO_STEPS:-800}
+. "$root/tools/checks.sh"
+positive_whole demo "DEMO_STEPS=$STEPS"
 OUT=${DEMO_OUT:-$root/out}
+case $OUT in -*) OUT=./$OUT ;; esac  # a folder named like an option is still a folder to mkdir, mv and train
 DATA_DIR=${DEMO_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 work="$OUT/demo"
 real=0  # the footage: the opencv-doc sample videos where they are installed, else the built-in shapes
 [ -f "$DATA_DIR/vtest.avi" ] && [ -f "$DATA_DIR/Megamind.avi" ] && real=1
-# Runs continue only their own config and footage (train refuses a checkpoint of the shapes on a
-# dataset, and the other way round): when configs/small/ changed since the runs under $work were
-# started, or the footage did (opencv-doc installed or removed since; runs on the videos are those
-# beside $work/data, prepared before they start), they are moved aside (to $work.previous-N, nothing
-# deleted) and the demo starts afresh.
+# Runs continue only their own config, footage and steps (train refuses a checkpoint of the shapes
+# on a dataset, and the other way round, and one written for another count of steps): when
+# configs/small/ changed since the runs under $work were started, or the footage did (opencv-doc
+# installed or removed since), or DEMO_STEPS, they are moved aside (to $work.previous-N, nothing
+# deleted) and the demo starts afresh. What they were started with is in $work: configs.cksum,
+# footage and steps (runs of a demo before the last two were written: footage from $work/data,
+# steps not compared).
 stamp=$(cat "$root"/configs/small/*.conf | cksum | cut -d' ' -f1)
+footage=shapes
+[ $real = 1 ] && footage=videos
 if [ -d "$work/starter" ]; then
-    trained_real=0
-    [ -f "$work/data/dataset.json" ] && trained_real=1
+    trained_on=$(cat "$work/footage" 2>/dev/null) || { trained_on=shapes; [ -f "$work/data/dataset.json" ] && trained_on=videos; }
+    trained_steps=$(cat "$work/steps" 2>/dev/null) || trained_steps=$STEPS
     why=""
     if [ "$(cat "$work/configs.cksum" 2>/dev/null)" != "$stamp" ]; then
         why="configs/small/ changed since $work was trained"
-    elif [ $trained_real = 0 ] && [ $real = 1 ]; then
+    elif [ "$trained_on" = shapes ] && [ $real = 1 ]; then
         why="$work was trained on the built-in moving shapes, and the opencv-doc sample videos are there now"
-    elif [ $trained_real = 1 ] && [ $real = 0 ]; then
+    elif [ "$trained_on" = videos ] && [ $real = 0 ]; then
         why="$work was trained on the opencv-doc sample videos, which are not in $DATA_DIR now"
+    elif [ "$trained_steps" != "$STEPS" ]; then
+        why="$work was trained for DEMO_STEPS=$trained_steps, and this demo asks for $STEPS"
     fi
     if [ -n "$why" ]; then
         n=1
         while [ -e "$work.previous-$n" ]; do n=$((n + 1)); done
-        mv "$work" "$work.previous-$n"
+        mv -- "$work" "$work.previous-$n"
         echo "demo: $why: moved it to $work.previous-$n"
     fi
 fi
-mkdir -p "$work"
+mkdir -p -- "$work"
 echo "$stamp" > "$work/configs.cksum"
+echo "$footage" > "$work/footage"
+echo "$STEPS" > "$work/steps"
 start=$(date +%s)
 say() { printf '\n== demo [%dm%02ds] %s\n' $(( ($(date +%s) - start) / 60 )) $(( ($(date +%s) - start) % 60 )) "$*"; }
 

@@ -4,7 +4,8 @@
 # Megamind.avi), then `framechain eval` starts from the held-out clips' real first frames and
 # compares the chain with the real continuation (PSNR, SSIM, beside copying the first frame), and
 # measures drift over a long generation, with noise augmentation off and on.
-# Usage: tools/eval_real.sh [WORK_DIR]   (needs ffmpeg; EVAL_STEPS sets the training steps)
+# Usage: tools/eval_real.sh [WORK_DIR]   (needs ffmpeg; EVAL_STEPS sets the training steps; a rerun
+# goes on from the models it finds, and one with another EVAL_STEPS than theirs is refused at once)
 # pipefail: a failing `framechain eval` is the pipeline's status, not tee's.
 set -euo pipefail
 usage="usage: tools/eval_real.sh [WORK_DIR]"
@@ -16,6 +17,8 @@ esac
 root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its defaults below, wherever this runs from
 FC=${FC:-$root/framechain}
 STEPS=${EVAL_STEPS:-800}
+. "$root/tools/checks.sh"
+positive_whole eval_real "EVAL_STEPS=$STEPS"
 work=${1:-$root/out/eval}
 DATA_DIR=/usr/share/doc/opencv-doc/examples/data
 # The folder is this script's: one it did not make (another script's, with its own train/ dataset) is
@@ -26,7 +29,17 @@ if [ -d "$work" ] && [ -n "$(ls -A -- "$work")" ] && [ ! -f "$work/.eval_real" ]
     echo "eval_real: $work holds files this script did not make (no $work/.eval_real); give another folder" >&2
     exit 1
 fi
-mkdir -p "$work"
+# What the models under $work were trained with (in the mark, once they are): a rerun that asks for
+# other steps is refused now, before any work, rather than by train after the data
+trained_with="EVAL_STEPS=$STEPS"
+had=$(cat "$work/.eval_real" 2>/dev/null) || had=""
+trained=0
+for role in starter extrapolate interpolate; do compgen -G "$work/$role/ckpt-*.safetensors" > /dev/null && trained=1; done
+if [ -n "$had" ] && [ "$had" != "$trained_with" ] && [ $trained = 1 ]; then
+    echo "eval_real: the models under $work were trained with $had; this run asks for $trained_with: give another work folder, or remove $work/starter, $work/extrapolate and $work/interpolate to train them again" >&2
+    exit 1
+fi
+mkdir -p -- "$work"
 touch "$work/.eval_real"
 if [ ! -f "$work/train.json" ]; then
     ffmpeg -v error -y -i "$DATA_DIR/vtest.avi" -vf "select=lt(n\,600)" -vsync 0 -c:v ffv1 "$work/vtest_train.mkv"
@@ -41,6 +54,7 @@ for role in starter extrapolate interpolate; do
     "$FC" train --config "$root/configs/small/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200
 done
+echo "$trained_with" > "$work/.eval_real"
 # The table becomes eval.txt once eval has finished: one interrupted or failed leaves the earlier table
 # whole, beside the earlier eval.tsv (eval writes that through a temporary file too).
 trap 'rm -f -- "$work/eval.txt.partial"' EXIT

@@ -21,12 +21,18 @@
 # EVAL_CONFIGS: the three models' configs (default configs/small; configs/eval64: the larger models
 # of the GPU table, 64x64 frames), EVAL_SIZE: the frames' size of the datasets, which must be the
 # configs' frame_size (default: theirs). The device is framechain's default: a GPU where there is one.
+# A rerun goes on from the models it finds; one that asks for other EVAL_STEPS, configs or keys than
+# they were trained with is refused at once (another WORK_DIR trains anew). WORK_DIR is this script's
+# alone (its mark: .eval_unseen): a folder holding other files is refused.
 # pipefail: a failing `framechain eval` is the pipeline's status, not tee's.
 set -euo pipefail
 usage="usage: tools/eval_unseen.sh [WORK_DIR] [key=value ...]"
 case "${1:-}" in
     -h | --help) echo "$usage"; exit 0 ;;
     -*) echo "eval_unseen: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+case "${1:-}" in
+    *=*) echo "eval_unseen: '$1': the work folder comes first, then the keys; $usage" >&2; exit 2 ;;
 esac
 for kv in "${@:2}"; do
     case $kv in *=*) ;; *) echo "eval_unseen: '$kv' is not key=value; $usage" >&2; exit 2 ;; esac
@@ -37,10 +43,30 @@ STEPS=${EVAL_STEPS:-800}
 SETS=${EVAL_SETS:-real pans zooms shapes}
 CONFIGS=${EVAL_CONFIGS:-$root/configs/small}
 SIZE=${EVAL_SIZE:-$(sed -nE 's/^frame_size *= *([0-9]+).*/\1/p' "$CONFIGS/starter.conf")}
+. "$root/tools/checks.sh"
+positive_whole eval_unseen "EVAL_STEPS=$STEPS" "EVAL_SIZE=$SIZE"
 work=${1:-$root/out/eval-unseen}
 shift || true
 set_args=()
 for s in "$@"; do set_args+=(--set "$s"); done
+# The folder is this script's: one it did not make is refused, since a dataset folder found without
+# its dataset.json (a prepare cut off) is made afresh, removed first. Its mark: .eval_unseen (or, in
+# folders made before the mark was, train/dataset.json).
+if [ -d "$work" ] && [ -n "$(ls -A -- "$work")" ] && [ ! -f "$work/.eval_unseen" ] && [ ! -f "$work/train/dataset.json" ]; then
+    echo "eval_unseen: $work holds files this script did not make (no $work/.eval_unseen); give another folder" >&2
+    exit 1
+fi
+# What the models under $work were trained with (in the mark, once they are): a rerun that asks for
+# other steps, configs or keys is refused now, before any work, rather than by train after the data
+configs_sum=$({ cat "$CONFIGS"/{starter,extrapolate,interpolate}.conf 2> /dev/null || true; } | cksum | cut -d' ' -f1)
+trained_with="EVAL_STEPS=$STEPS, the configs of $CONFIGS (cksum $configs_sum)${*:+ and the keys $*}"
+had=$(cat "$work/.eval_unseen" 2>/dev/null) || had=""
+trained=0
+for role in starter extrapolate interpolate; do compgen -G "$work/$role/ckpt-*.safetensors" > /dev/null && trained=1; done
+if [ -n "$had" ] && [ "$had" != "$trained_with" ] && [ $trained = 1 ]; then
+    echo "eval_unseen: the models under $work were trained with $had; this run asks for $trained_with: give another work folder, or remove $work/starter, $work/extrapolate and $work/interpolate to train them again" >&2
+    exit 1
+fi
 DATA_DIR=${EVAL_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 for set in $SETS; do
     case $set in real | pans | zooms | shapes) ;; *) echo "eval_unseen: unknown set '$set' (real, pans, zooms, shapes)" >&2; exit 2 ;; esac
@@ -53,7 +79,8 @@ need() {  # the source files of a dataset about to be prepared
     done
 }
 scored() { case " $SETS " in *" $1 "*) return 0 ;; esac; return 1; }
-mkdir -p "$work"
+mkdir -p -- "$work"
+touch "$work/.eval_unseen"
 
 # ---- data: training footage, and the three held-out sets ----
 if [ ! -f "$work/train/dataset.json" ]; then
@@ -67,7 +94,7 @@ if scored real && [ ! -f "$work/real/dataset.json" ]; then
     rm -rf "$work/real" "$work/segments"
     mkdir -p "$work/segments"
     for seg in 2:97 99:146 201:248; do
-        ffmpeg -v error -y -i "$DATA_DIR/Megamind.avi" -vf "select=between(n\,${seg%:*}\,${seg#*:})" -vsync 0 \
+        ffmpeg -v error -y -i "$DATA_DIR/Megamind.avi" -an -vf "select=between(n\,${seg%:*}\,${seg#*:})" -vsync 0 \
             -c:v ffv1 "$work/segments/megamind_${seg%:*}.mkv"
     done
     "$FC" prepare --input "$work/segments" --out "$work/real" --size "$SIZE" --clip-frames 48
@@ -109,6 +136,7 @@ for role in starter extrapolate interpolate; do
     "$FC" train --config "$CONFIGS/$role.conf" --run "$work/$role" --data "$work/train" --steps "$STEPS" \
         --set checkpoint_every=200 "${set_args[@]}"
 done
+echo "$trained_with" > "$work/.eval_unseen"
 
 # ---- the chain on each held-out set ----
 runs=(--starter "${EVAL_STARTER:-$work/starter}" --extrapolate "$work/extrapolate" --interpolate "$work/interpolate")

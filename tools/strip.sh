@@ -3,9 +3,10 @@
 # above the video's own frames at the same times (black where the video has ended), 4x enlarged.
 # Usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]   (RUN_DIR holds starter/, extrapolate/, interpolate/)
 #   VIDEO: a video file, or shapes:K, the built-in moving-shapes clip K (its truth drawn by
-#   build/draw_shapes); SIZE: the models' frame size (default 32); EVERY: every how many frames
+#   build/draw_shapes, made where missing); SIZE: the models' frame size (default 32); EVERY: every how many frames
 #   (default 20); GEN_ARGS: more generate options (e.g. "--guidance 2"; 10 Euler steps unless they say
-#   --steps; without --temperature the models' own sample_temperature); needs ffmpeg
+#   --steps; without --temperature the models' own sample_temperature); FC and BUILD: the framechain
+#   and the build folder (default the repository's, wherever this runs from); needs ffmpeg
 set -eu
 usage="usage: tools/strip.sh RUN_DIR VIDEO OUT.png [FRAMES]"
 case "${1:-}" in
@@ -13,18 +14,23 @@ case "${1:-}" in
     -*) echo "strip: unknown option '$1'; $usage" >&2; exit 2 ;;
 esac
 [ $# -ge 3 ] && [ $# -le 4 ] || { echo "strip: wants 3 to 4 arguments, not $#; $usage" >&2; exit 2; }
-FC=${FC:-./framechain}
+root=$(cd -- "$(dirname -- "$0")/.." && pwd)  # the repository: its framechain and build/, wherever this runs from
+FC=${FC:-$root/framechain}
+BUILD=${BUILD:-$root/build}
 runs=$1 video=$2 out=$3 frames=${4:-181}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 size=${SIZE:-32}  # the models' frame size
 every=${EVERY:-20}
 # what is wrong with the arguments is said now, not after the minutes the chain takes
-for v in "FRAMES=$frames" "EVERY=$every" "SIZE=$size"; do
-    case ${v#*=} in '' | *[!0-9]* | 0*) echo "strip: $v: a positive whole number is needed; $usage" >&2; exit 2 ;; esac
-done
+. "$root/tools/checks.sh"
+positive_whole strip "FRAMES=$frames" "EVERY=$every" "SIZE=$size"
+case $out in
+    *.png | *.PNG) ;;
+    *) echo "strip: $out: the strip is a PNG image, its name ends in .png; $usage" >&2; exit 2 ;;
+esac
 dir=$(dirname -- "$out")
 [ -d "$dir" ] && [ -w "$dir" ] || { echo "strip: $out: the folder $dir does not exist or cannot be written" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 steps=(--steps 10)  # as make eval's tables, unless GEN_ARGS says --steps
 case " ${GEN_ARGS:-} " in *" --steps "*) steps=() ;; esac
 # shellcheck disable=SC2086
@@ -34,8 +40,8 @@ mkdir -p "$tmp/real"
 first=1  # the number of the video's first frame as ffmpeg writes it
 case $video in
 shapes:*)
-    [ -x "${BUILD:-build}/draw_shapes" ] || make -s "${BUILD:-build}/draw_shapes"
-    "${BUILD:-build}/draw_shapes" "${video#shapes:}" "$frames" "$size" "$tmp/real"
+    [ -x "$BUILD/draw_shapes" ] || make -s -C "$root" BUILD="$BUILD" "$BUILD/draw_shapes"
+    "$BUILD/draw_shapes" "${video#shapes:}" "$frames" "$size" "$tmp/real"
     first=0 ;;
 *)  ffmpeg -v error -i "$video" -vf "scale=$size:$size:force_original_aspect_ratio=increase:flags=area,crop=$size:$size" \
         -frames:v "$frames" "$tmp/real/frame-%06d.png" ;;

@@ -67,7 +67,7 @@ expect compare_ops_known_tables $? "$got"
 # The script runs from a copy of it in a repository of its own ($tmp/ae/repo) and from another folder
 # ($tmp/ae/cwd): its out/bench is the repository's, the folder it runs from gets nothing ----
 mkdir -p "$tmp/ae/cwd" "$tmp/ae/repo/tools"
-cp tools/bench_autoencoder.sh "$tmp/ae/repo/tools/"
+cp tools/bench_autoencoder.sh tools/checks.sh "$tmp/ae/repo/tools/"
 cat > "$tmp/ae/python" << 'EOF_STUB'
 #!/usr/bin/env bash
 case "$1 $2" in
@@ -192,7 +192,7 @@ expect bench_failures_in_the_table $? "${fails:-no failure named in table.txt}"
 # run from another folder, with no OUT_DIR, a copy of the script in a repository of its own writes the
 # repository's out/bench; the folder it ran from gets nothing
 mkdir -p "$bb/repo/tools" "$bb/cwd"
-cp tools/bench.sh "$bb/repo/tools/"
+cp tools/bench.sh tools/checks.sh "$bb/repo/tools/"
 rm -f "$bb/train" "$bb/generate"
 (cd "$bb/cwd" && env STUB_DIR="$bb" FC="$bb/framechain" BUILD="$bb/build" PYTHON="$bb/python" PAIRS=3 CONFIGS=tiny \
     "$bb/repo/tools/bench.sh") > "$bb/elsewhere.txt" 2>&1
@@ -216,6 +216,34 @@ mkdir -p "$tmp/lit/repo/tools" "$tmp/lit/cwd"
 printf '#!/bin/sh\n[ "$1" = --version ] && { echo "framechain stub"; echo "  MPI (stub)"; exit 0; }\nexit 1\n' \
     > "$tmp/lit/repo/framechain" && chmod +x "$tmp/lit/repo/framechain"
 out_of_repository bench_scripts_out_of_the_repository "bench_cuda:bench-cuda bench_dist:bench-dist bench_routes:bench-routes route_loss:route-loss" -u FC -u CONFIG -u BENCH_OPS PAIRS=1 STEPS=1 PYTHON=false
+
+# ---- the benchmarks' counts (PAIRS, REPS) are said at once when they are no count: PAIRS=abc once
+# ran the whole of make bench and replaced the last table by one of failed rows (status 0), REPS=0
+# printed inf frames/s, PAIRS=0 left compare_builds waiting on the terminal ----
+mkdir -p "$tmp/bt" && echo "the last whole table" > "$tmp/bt/table.txt"
+PAIRS=abc CONFIGS=tiny GENERATE=0 timeout 60 tools/bench.sh "$tmp/bt" > "$tmp/bt/abc.log" 2>&1
+s_bench=$?
+REPS=0 timeout 60 tools/bench_prepare.sh 64 > "$tmp/bt/reps.log" 2>&1
+s_prep=$?
+PAIRS=0 LOG="$tmp/bt/log" timeout 60 tools/compare_builds.sh "$tmp/bt/base" cpu configs/tiny/starter.conf 3 < /dev/null > "$tmp/bt/cmp.log" 2>&1
+s_cmp=$?
+[ "$s_bench $s_prep $s_cmp" = "2 2 2" ] && [ "$(cat "$tmp/bt/table.txt")" = "the last whole table" ] &&
+    grep -q "^bench: PAIRS=abc: a whole number from 1 up is needed$" "$tmp/bt/abc.log" &&
+    grep -q "^bench_prepare: REPS=0: a whole number from 1 up is needed$" "$tmp/bt/reps.log" &&
+    grep -q "^compare_builds: PAIRS=0: a whole number from 1 up is needed$" "$tmp/bt/cmp.log" && [ ! -e "$tmp/bt/log" ]
+expect bench_counts_said_first $? "status $s_bench (bench PAIRS=abc), $s_prep (bench_prepare REPS=0), $s_cmp (compare_builds PAIRS=0); \
+$(head -1 "$tmp/bt/abc.log"); table: $(head -1 "$tmp/bt/table.txt")"
+
+# ---- a row none of whose pairs ran (here framechain's and PyTorch's stand-ins both fail): the run is
+# not whole, the last table stays, this run's beside it, status 1 ----
+printf '#!/bin/sh\n[ "$1" = --version ] && { echo "framechain stand-in"; exit 0; }\necho "framechain: stand-in fails"; exit 1\n' > "$tmp/bt/fc" &&
+    printf '#!/bin/sh\nexit 0\n' > "$tmp/bt/python" && chmod +x "$tmp/bt/fc" "$tmp/bt/python"
+FC="$tmp/bt/fc" PYTHON="$tmp/bt/python" BUILD="$BUILD" PAIRS=1 THREADS=1 CONFIGS=tiny GENERATE=0 timeout 120 tools/bench.sh "$tmp/bt" \
+    > "$tmp/bt/failed.log" 2>&1
+status=$?
+[ $status -eq 1 ] && [ "$(cat "$tmp/bt/table.txt")" = "the last whole table" ] && grep -q "^train step, tiny (ms) .* failed$" "$tmp/bt/table.failed.txt" &&
+    grep -q "^bench: 1 row(s) failed in every pair" "$tmp/bt/failed.log"
+expect bench_failed_row_keeps_last_table $? "status $status: $(tail -1 "$tmp/bt/failed.log" | cut -c1-160); table: $(head -1 "$tmp/bt/table.txt")"
 
 # ---- make bench-cuda's pairs: one PyTorch process that warms up once, timing a round when told ----
 PY=${PYTHON:-python3}
@@ -356,3 +384,4 @@ STUB_FAIL="collectives=mpi" gpu_dist fails
 status=$?
 [ $status -eq 1 ] && grep -q "^mpi-alone: FAILED: framechain: stub refuses" "$tmp/gc/fails.txt"
 expect gpu_check_dist_failed_run $? "status $status: $(grep FAIL "$tmp/gc/fails.txt" | head -1)"
+

@@ -3,6 +3,8 @@
 # moving shapes (no opencv-doc), then opencv-doc installed, as the demo's own line advises, then removed
 # again. train refuses a checkpoint of the shapes on a dataset and the other way round, so each change
 # moves the earlier runs aside and trains afresh; a rerun on the same footage goes on from its runs.
+# So does another DEMO_STEPS; runs on the shapes beside a dataset an earlier demo prepared go on; a
+# DEMO_STEPS that is no count is said before anything is made; a DEMO_OUT named like an option works.
 # The models train one step; generate is left out (a wrapper writes its --out), the rest is framechain.
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -21,7 +23,7 @@ chmod +x "$tmp/fc"
 # configs/small) trains on its configs and writes the repository's out/; the folder it ran from gets
 # nothing.
 mkdir -p "$tmp/repo/tools" "$tmp/repo/configs" "$tmp/elsewhere"
-cp tools/demo.sh "$tmp/repo/tools/" && cp -r configs/small "$tmp/repo/configs/"
+cp tools/demo.sh tools/checks.sh "$tmp/repo/tools/" && cp -r configs/small "$tmp/repo/configs/"
 (cd "$tmp/elsewhere" && env FC="$tmp/fc" DEMO_STEPS=1 DEMO_DATA_DIR="$tmp/no-opencv-doc" "$tmp/repo/tools/demo.sh") \
     > "$tmp/elsewhere.log" 2>&1
 status=$?
@@ -47,8 +49,8 @@ fi
 mkdir "$tmp/opencv-doc"
 ln -s "$SAMPLES/vtest.avi" "$SAMPLES/Megamind.avi" "$tmp/opencv-doc/"
 out="$tmp/out dir"
-demo() {  # demo NAME DATA_DIR: one run of the demo, its output in $tmp/NAME.log, its status in status
-    env FC="$tmp/fc" DEMO_STEPS=1 DEMO_OUT="$out" DEMO_DATA_DIR="$2" tools/demo.sh > "$tmp/$1.log" 2>&1
+demo() {  # demo NAME DATA_DIR: one run of the demo (DEMO_STEPS=$STEPS, default 1), its output in $tmp/NAME.log, its status in status
+    env FC="$tmp/fc" DEMO_STEPS="${STEPS:-1}" DEMO_OUT="$out" DEMO_DATA_DIR="$2" tools/demo.sh > "$tmp/$1.log" 2>&1
     status=$?
 }
 trained() { ls "$1"/ckpt-*.safetensors > /dev/null 2>&1; }
@@ -75,3 +77,36 @@ demo removed "$tmp/no-opencv-doc"
     grep -qF "trained on the opencv-doc sample videos, which are not in $tmp/no-opencv-doc now" "$tmp/removed.log"
 expect demo_footage_removed_moves_runs_aside $? \
     "status $status: $(grep -m1 -E '^(demo|framechain):' "$tmp/removed.log")"
+
+# Another DEMO_STEPS on the same footage: train would refuse the runs' checkpoints (written for
+# another count of steps), so they are moved aside and the demo trains afresh
+STEPS=2 demo steps "$tmp/no-opencv-doc"
+[ $status -eq 0 ] && [ -f "$out/demo.previous-3/steps" ] && trained "$out/demo/interpolate" &&
+    grep -qF "was trained for DEMO_STEPS=1, and this demo asks for 2: moved it to $out/demo.previous-3" "$tmp/steps.log"
+expect demo_steps_changed_moves_runs_aside $? "status $status: $(grep -m1 -E '^(demo|framechain):' "$tmp/steps.log")"
+
+# Runs trained on the shapes beside a dataset of the videos prepared by an earlier demo whose training
+# never started: a rerun on the shapes goes on from them (the footage they were trained on is recorded,
+# not guessed from the dataset's presence)
+shapes_out="$tmp/shapes beside data"
+mkdir -p "$shapes_out/demo/data" && echo '{}' > "$shapes_out/demo/data/dataset.json"
+for run in first again; do
+    env FC="$tmp/fc" DEMO_STEPS=1 DEMO_OUT="$shapes_out" DEMO_DATA_DIR="$tmp/no-opencv-doc" tools/demo.sh > "$tmp/beside_$run.log" 2>&1
+    echo $? > "$tmp/beside_$run.rc"
+done
+[ "$(cat "$tmp/beside_first.rc" "$tmp/beside_again.rc" | tr '\n' ' ')" = "0 0 " ] && ! have "$shapes_out/demo.previous-*" &&
+    ! grep -q "moved it" "$tmp/beside_again.log" && trained "$shapes_out/demo/interpolate"
+expect demo_shapes_beside_a_dataset_go_on $? "status $(cat "$tmp/beside_first.rc") then $(cat "$tmp/beside_again.rc"): $(grep -m1 -E '^(demo|framechain):' "$tmp/beside_again.log")"
+
+# DEMO_STEPS that is no count is said at once, before anything is made; a DEMO_OUT named like an option
+# is a folder like any other
+env FC="$tmp/fc" DEMO_STEPS=abc DEMO_OUT="$tmp/abc" DEMO_DATA_DIR="$tmp/opencv-doc" tools/demo.sh > "$tmp/abc.log" 2>&1
+status=$?
+[ $status -eq 2 ] && [ "$(wc -l < "$tmp/abc.log")" -eq 1 ] && grep -q "^demo: DEMO_STEPS=abc: a whole number from 1 up is needed$" "$tmp/abc.log" &&
+    [ ! -e "$tmp/abc" ]
+expect demo_bad_steps_said_first $? "status $status: $(head -1 "$tmp/abc.log"); $(ls -d "$tmp/abc" 2>&1)"
+mkdir -p "$tmp/dash"
+(cd "$tmp/dash" && env FC="$tmp/fc" DEMO_STEPS=1 DEMO_OUT=-o DEMO_DATA_DIR="$tmp/no-opencv-doc" "$OLDPWD/tools/demo.sh") > "$tmp/dash.log" 2>&1
+status=$?
+[ $status -eq 0 ] && [ "$(cat "$tmp/dash/-o/demo.gif" 2> /dev/null)" = made ] && trained "$tmp/dash/-o/demo/interpolate"
+expect demo_out_named_like_an_option $? "status $status: $(grep -m1 -vE '^(==|$)' "$tmp/dash.log" | cut -c1-160)"

@@ -6,7 +6,8 @@
 # before any model is trained. Nothing is trained here: every run stops at its data. And
 # tools/shapes_events.py reads an eval TSV with eval's settings lines as one without them. Last, the
 # tables of eval_unseen.sh and eval_real.sh (with a framechain stand-in): an eval that fails or is
-# stopped leaves the earlier table.
+# stopped leaves the earlier table; their folders (another's refused, the keys without one) and a rerun
+# with other settings than the models', said before any work; strip.sh's arguments.
 set -u
 . "$(dirname "$0")/../lib.sh"
 EVAL="env FC=$FC EVAL_CONFIGS=configs/tiny EVAL_STEPS=1 EVAL_DATA_DIR=$tmp/no-opencv-doc tools/eval_unseen.sh"
@@ -138,16 +139,67 @@ status=$?
     [ "$(cat "$other/train/dataset.json")" = kept ] && [ "$(ls -A "$other")" = train ]
 expect eval_real_refuses_another_folder $? "status $status: $(tail -1 "$tmp/other.log"); left: $(ls -A "$other" | tr '\n' ' ')"
 
+# ---- eval_unseen.sh in a folder it did not make (a user's, whose train/ and segments/ hold no
+# dataset.json): refused, the folder as it was (its sets' folders without a dataset.json are made
+# afresh, removed first) ----
+theirs="$tmp/their folder"
+mkdir -p "$theirs/train" "$theirs/segments" && echo precious > "$theirs/train/notes.txt" && echo mine > "$theirs/segments/clip.mkv"
+env FC="$tmp/fake-fc" EVAL_SETS=real EVAL_STEPS=1 tools/eval_unseen.sh "$theirs" > "$tmp/theirs.log" 2>&1
+status=$?
+[ $status -eq 1 ] && grep -q "holds files this script did not make" "$tmp/theirs.log" &&
+    [ "$(cat "$theirs/train/notes.txt" "$theirs/segments/clip.mkv")" = "precious
+mine" ] && [ "$(ls -A "$theirs" | tr '\n' ' ')" = "segments train " ]
+expect eval_unseen_refuses_another_folder $? "status $status: $(tail -1 "$tmp/theirs.log"); left: $(ls -A "$theirs" | tr '\n' ' ')"
+
+# ---- keys given without the work folder: said, nothing made (they were taken for the folder's name) ----
+mkdir -p "$tmp/keys_cwd"
+(cd "$tmp/keys_cwd" && env FC="$tmp/fake-fc" EVAL_SETS=real EVAL_STEPS=1 "$OLDPWD/tools/eval_unseen.sh" delta_reference=nearest) > "$tmp/keys.log" 2>&1
+status=$?
+[ $status -eq 2 ] && grep -q "'delta_reference=nearest': the work folder comes first" "$tmp/keys.log" && [ -z "$(ls -A "$tmp/keys_cwd")" ]
+expect eval_unseen_keys_without_work_folder $? "status $status: $(tail -1 "$tmp/keys.log"); made: $(ls -A "$tmp/keys_cwd" | tr '\n' ' ')"
+
+# ---- a rerun that asks for other steps or keys than its models were trained with (train would refuse
+# their checkpoints after the data): said at once, in one line, the folder as it was; the same
+# settings go on ----
+for role in starter extrapolate interpolate; do mkdir -p "$tables/$role" && touch "$tables/$role/ckpt-00000001.safetensors"; done
+ls -lR "$tables" > "$tmp/tables_before.txt"
+env FC="$tmp/fake-fc" EVAL_SETS=real EVAL_STEPS=2 tools/eval_unseen.sh "$tables" > "$tmp/steps_u.log" 2>&1
+s_steps=$?
+env FC="$tmp/fake-fc" EVAL_SETS=real EVAL_STEPS=1 tools/eval_unseen.sh "$tables" lr=1e-3 > "$tmp/keys_u.log" 2>&1
+s_keys=$?
+env FC="$tmp/fake-fc" EVAL_STEPS=2 tools/eval_real.sh "$tables" > "$tmp/steps_r.log" 2>&1
+s_real=$?
+ls -lR "$tables" > "$tmp/tables_after.txt"
+env FC="$tmp/fake-fc" FAKE_EVAL=finish EVAL_SETS=real EVAL_STEPS=1 tools/eval_unseen.sh "$tables" > "$tmp/same_u.log" 2>&1
+s_same=$?
+[ "$s_steps $s_keys $s_real $s_same" = "1 1 1 0" ] && cmp -s "$tmp/tables_before.txt" "$tmp/tables_after.txt" &&
+    [ "$(cat "$tmp/steps_u.log" "$tmp/keys_u.log" "$tmp/steps_r.log" | wc -l)" -eq 3 ] &&
+    grep -q "trained with EVAL_STEPS=1, the configs of .*; this run asks for EVAL_STEPS=2, .*: give another work folder" "$tmp/steps_u.log" &&
+    grep -q "this run asks for EVAL_STEPS=1, the configs of .* and the keys lr=1e-3: give another work folder" "$tmp/keys_u.log" &&
+    grep -q "trained with EVAL_STEPS=1; this run asks for EVAL_STEPS=2: give another work folder" "$tmp/steps_r.log"
+expect eval_scripts_other_settings_said_first $? "status $s_steps (EVAL_STEPS), $s_keys (a key), $s_real (eval_real), $s_same (the same); \
+$(head -1 "$tmp/keys_u.log" | cut -c1-200); folder $(cmp -s "$tmp/tables_before.txt" "$tmp/tables_after.txt" && echo unchanged || echo changed)"
+
 # ---- strip.sh: bad numbers and an output folder that is not there are said before the chain is made
 # (a stand-in framechain that notes each call) ----
 printf '#!/usr/bin/env bash\necho called >> "%s/strip-calls"\n' "$tmp" > "$tmp/note-fc" && chmod +x "$tmp/note-fc"
 s_every=$(FC="$tmp/note-fc" EVERY=0 tools/strip.sh runs shapes:1 "$tmp/s.png" > "$tmp/strip1.log" 2>&1; echo $?)
 s_frames=$(FC="$tmp/note-fc" tools/strip.sh runs shapes:1 "$tmp/s.png" 12x > "$tmp/strip2.log" 2>&1; echo $?)
 s_dir=$(FC="$tmp/note-fc" tools/strip.sh runs shapes:1 "$tmp/nowhere/s.png" > "$tmp/strip3.log" 2>&1; echo $?)
-[ "$s_every $s_frames $s_dir" = "2 2 1" ] && [ ! -e "$tmp/strip-calls" ] && grep -q "EVERY=0: a positive whole number" "$tmp/strip1.log" &&
-    grep -q "FRAMES=12x" "$tmp/strip2.log" && grep -q "nowhere/s.png: the folder .* does not exist" "$tmp/strip3.log"
-expect strip_checks_arguments_first $? "status $s_every (EVERY=0), $s_frames (FRAMES 12x), $s_dir (a missing folder); \
+s_ext=$(FC="$tmp/note-fc" tools/strip.sh runs shapes:1 "$tmp/s" > "$tmp/strip4.log" 2>&1; echo $?)
+[ "$s_every $s_frames $s_dir $s_ext" = "2 2 1 2" ] && [ ! -e "$tmp/strip-calls" ] && grep -q "EVERY=0: a whole number from 1 up" "$tmp/strip1.log" &&
+    grep -q "FRAMES=12x" "$tmp/strip2.log" && grep -q "nowhere/s.png: the folder .* does not exist" "$tmp/strip3.log" &&
+    grep -q "s: the strip is a PNG image, its name ends in .png" "$tmp/strip4.log"
+expect strip_checks_arguments_first $? "status $s_every (EVERY=0), $s_frames (FRAMES 12x), $s_dir (a missing folder), $s_ext (no .png); \
 framechain called: $([ -e "$tmp/strip-calls" ] && wc -l < "$tmp/strip-calls" || echo 0) times; $(head -1 "$tmp/strip1.log")"
+
+# strip.sh run from another folder without FC: the repository's framechain makes the chain (here it
+# refuses the runs, which are not there), not a ./framechain of that folder
+mkdir -p "$tmp/strip_cwd"
+(cd "$tmp/strip_cwd" && env -u FC "$OLDPWD/tools/strip.sh" "$tmp/no-runs" shapes:1 "$tmp/s.png" 7) > "$tmp/strip5.log" 2>&1
+status=$?
+[ $status -ne 0 ] && grep -q "^framechain: --starter .*no-runs/starter: no such run folder" "$tmp/strip5.log" && ! grep -q "No such file" "$tmp/strip5.log"
+expect strip_out_of_the_repository $? "status $status: $(head -1 "$tmp/strip5.log" | cut -c1-160)"
 
 # Run from another folder with no WORK_DIR, a copy of each script in a repository of its own (a
 # framechain there that fails at once, no opencv-doc) makes its folder under the repository's out/
