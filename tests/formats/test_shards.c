@@ -160,8 +160,15 @@ static void test_roundtrip(void) {
                 dataset_clip_location(d, i, &loc);
                 clips_in += !strcmp(loc.shard, name);
             }
-            snprintf(want, sizeof want, "{\"file\": \"%s\", \"clips\": %d, \"bytes\": %ld}", name, clips_in,
-                     file_size(spath));
+            // header_crc32: the CRC-32 of the shard's first 8 + header length bytes
+            size_t slen;
+            uint8_t *sbytes = test_read_file(spath, &slen);
+            uint64_t hlen = 0;
+            for (int b = 7; sbytes && slen >= 8 && b >= 0; b--) hlen = hlen << 8 | sbytes[b];
+            unsigned long hcrc = sbytes && 8 + hlen <= slen ? crc32_z(0L, sbytes, (size_t)(8 + hlen)) : 0;
+            free(sbytes);
+            snprintf(want, sizeof want, "{\"file\": \"%s\", \"clips\": %d, \"bytes\": %ld, \"header_crc32\": \"%08lx\"}",
+                     name, clips_in, file_size(spath), hcrc);
             found += strstr(text, want) != NULL;
         }
         snprintf(want, sizeof want,
@@ -169,7 +176,7 @@ static void test_roundtrip(void) {
                  "\"clips\": %d,",
                  N, F, n);
         int head = strncmp(text, want, strlen(want)) == 0;
-        check(head && found == ns, "shards_dataset_json", "totals %s, %d of %d shard entries match their files",
+        check(head && found == ns, "shards_dataset_json", "totals %s, %d of %d shard entries match their files (size, header CRC)",
               head ? "match" : "differ", found, ns);
         free(text);
     }
