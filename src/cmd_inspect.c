@@ -368,7 +368,9 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
     Config on_cpu = *c, on_gpu = *c;
     double budget = DEFAULT_VRAM_BUDGET_GIB * 1073741824.0;
     memory_plan_resolve(&on_cpu, B, PLAN_CPU, 0);
-    if (c->keep_blocks == KEEP_BLOCKS_AUTO)
+    if (c->keep_blocks == KEEP_BLOCKS_AUTO && !c->recompute)
+        printf("%-28s recompute = 0: every block keeps its activations, on any device\n", "keep_blocks = auto");
+    else if (c->keep_blocks == KEEP_BLOCKS_AUTO)
         printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
                "none on the CPU\n", "keep_blocks = auto",
                memory_plan_resolve(&on_gpu, B, PLAN_GPU_BF16,

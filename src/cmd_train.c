@@ -130,11 +130,13 @@ static void check_ranks_same_vae(const char *vae) {
            "the autoencoder holds the same bytes", dist_rank_origin(), vae, first.path, id, first.id, same);
 }
 
-// Every rank runs the same command on the same files: a rank with another config, run folder, data or
-// autoencoder would train another run than the one rank 0 records in its checkpoints. The rank that
-// differs says where; every rank ends before anything is written.
+// Every rank runs the same command on the same files and device: a rank with another config, run
+// folder, data, autoencoder or device (mpirun -np 1 A --device cpu : -np 1 A --device cuda, or
+// --device auto finding a GPU on one machine only: other arithmetic in each rank's gradients) would
+// train another run than the one rank 0 records in its checkpoints. The rank that differs says where;
+// every rank ends before anything is written.
 static void check_ranks_agree(const Config *c, const char *run, const char *data_identity, const char *vae,
-                              const char *from, int extend) {
+                              const char *from, int extend, const Backend *be) {
     if (dist_size() == 1) return;
     char *text = NULL;
     size_t len = 0;
@@ -142,7 +144,8 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     if (!f) fc_die("out of memory");
     char data_key[200];  // the dataset's and exclude list's CRCs: each machine may hold its copy elsewhere
     lineage_data_key(data_identity, data_key, sizeof data_key);
-    fprintf(f, "--run = %s\n--data = %s\n--from = %s\n--extend = %d\n", run, data_key, from ? from : "", extend);
+    fprintf(f, "--device = %s (%s)\n--run = %s\n--data = %s\n--from = %s\n--extend = %d\n", be->name, be->precision, run,
+            data_key, from ? from : "", extend);
     char value[CONFIG_MAX_LINE];
     for (const char *const *key = config_keys(); *key; key++)  // the exclude list by its CRC, above
         if (strcmp(*key, "exclude") && config_get(c, *key, value, sizeof value)) fprintf(f, "%s = %s\n", *key, value);
@@ -221,7 +224,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         dataset_close(d);
     }
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
-                      origin.extend);
+                      origin.extend, be);
     // the run to extend or fork, which every rank of a machine reads alike: said once a machine
     int refused = origin.extend && lineage_extend(&c, run, &origin, err, sizeof err);
     if (!refused && from)
@@ -250,8 +253,11 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         PlanDevice dev = plan_device(be->name, be->precision);
         double room = budget * 1073741824.0 - resident - memory_plan_routes(&c, B, be) +
                       memory_plan_rank_savings(&c, B, dev, dist_size(), c.shard_optimizer);
-        printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n",
-               memory_plan_resolve(&c, B, dev, room), c.depth, be->name);
+        int kept = memory_plan_resolve(&c, B, dev, room);
+        if (!c.recompute)  // nothing is recomputed: every block keeps its activations whatever keep_blocks says
+            printf("keep_blocks = auto: recompute = 0, so every block keeps its activations on %s\n", be->name);
+        else
+            printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n", kept, c.depth, be->name);
     }
     TrainHooks hooks = {.resident = resident, .vae = ae ? vae : NULL};
     Preview *preview = NULL;

@@ -32,25 +32,40 @@ static const char *USAGE =
     "global options:\n"
     "  --threads N   CPU threads for OpenMP and OpenBLAS (default: all cores)\n"
     "  --device D    cpu, cuda (bf16 GEMMs, fp32 master weights), cuda-fp32 (fp32 throughout) or auto\n"
-    "                (default auto: cuda where a GPU is found)\n"
+    "                (default auto: cuda where a GPU is found; where a driver is but the GPU cannot be\n"
+    "                used, a warning says why). inspect, plot and prepare without --vae never use it\n"
     "  --version     version, commit and the backends this build has\n"
     "  -h, --help    this text; 'framechain <command> --help' (or 'framechain help <command>') for a command\n";
 
 // ----------------------------------------------------------------------------
 // the command table
 
+// Which commands run on the device (--device): inspect and plot read files only, prepare runs an
+// autoencoder with --vae alone. The others are handed the CPU, whatever --device says: a script's
+// --device cuda still inspects and plots on a machine without a GPU, and on one with a GPU no CUDA
+// context is made for them.
+enum { DEVICE_NEVER, DEVICE_ALWAYS, DEVICE_WITH_VAE };
+
 static const struct {
     const char *name;
     CommandFn run;
+    int device;
 } COMMANDS[] = {
-    {"prepare", cmd_prepare}, {"train", cmd_train}, {"generate", cmd_generate}, {"eval", cmd_eval},
-    {"inspect", cmd_inspect}, {"plot", cmd_plot}, {"score", cmd_score}, {"autoencode", cmd_autoencode},
+    {"prepare", cmd_prepare, DEVICE_WITH_VAE}, {"train", cmd_train, DEVICE_ALWAYS},
+    {"generate", cmd_generate, DEVICE_ALWAYS}, {"eval", cmd_eval, DEVICE_ALWAYS},
+    {"inspect", cmd_inspect, DEVICE_NEVER}, {"plot", cmd_plot, DEVICE_NEVER},
+    {"score", cmd_score, DEVICE_ALWAYS}, {"autoencode", cmd_autoencode, DEVICE_ALWAYS},
 };
 
-static CommandFn find_command(const char *name) {
+static int command_index(const char *name) {
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(COMMANDS[i].name, name)) return COMMANDS[i].run;
-    return NULL;
+        if (!strcmp(COMMANDS[i].name, name)) return (int)i;
+    return -1;
+}
+
+static CommandFn find_command(const char *name) {
+    int i = command_index(name);
+    return i < 0 ? NULL : COMMANDS[i].run;
 }
 
 // ----------------------------------------------------------------------------
@@ -122,11 +137,15 @@ int main(int argc, char **argv) {
     } else {
         dist_refuse_ranks(cmd);
     }
-    // A device that cannot be had ends here, before any work; a command's --help needs none.
-    int help = 0;
-    for (int j = i + 1; j < argc && strcmp(argv[j], "--"); j++)  // after "--", a path
+    // A device that cannot be had ends here, before any work; a command's --help needs none, nor does a
+    // command that never runs on it (the table above).
+    int help = 0, vae = 0, uses = COMMANDS[command_index(cmd)].device;
+    for (int j = i + 1; j < argc && strcmp(argv[j], "--"); j++) {  // after "--", a path
         help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
-    const Backend *be = help ? backend_cpu() : backend_select(device);
+        vae |= !strcmp(argv[j], "--vae");
+    }
+    int on_device = !help && (uses == DEVICE_ALWAYS || (uses == DEVICE_WITH_VAE && vae));
+    const Backend *be = on_device ? backend_select(device) : backend_cpu();
     // The command sees its own name as argv[1].
     return fc_finish_stdout(run(argc - (i - 1), argv + (i - 1), be));
 }

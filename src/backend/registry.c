@@ -1,8 +1,17 @@
 // registry.c: choosing a backend by name and listing what this build has.
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/registry.h"
+
+// Whether this machine has an NVIDIA driver at all (Linux, or WSL's /dev/dxg): asked before the CUDA
+// library is opened. FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 answers yes (tests/cli/test_cli.sh: the
+// library loads and answers without a driver, as CUDA does).
+static int gpu_driver_present(void) {
+    return !access("/proc/driver/nvidia/version", F_OK) || !access("/dev/nvidiactl", F_OK) ||
+           !access("/dev/dxg", F_OK) || fc_test_hook("ASSUME_NVIDIA_DRIVER") == 1;
+}
 
 #ifdef FC_CUDA_LIB
 // ----------------------------------------------------------------------------
@@ -56,17 +65,9 @@ static void *cuda_fn(const char *name, const char **why) {
     return fn;
 }
 
-// Whether this machine has an NVIDIA driver at all (Linux, or WSL's /dev/dxg): asked before the
-// library is opened. FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 opens it anyway (tests/cli/test_cli.sh:
-// the library loads and answers without a driver, as CUDA does).
-static int nvidia_driver_present(void) {
-    return !access("/proc/driver/nvidia/version", F_OK) || !access("/dev/nvidiactl", F_OK) ||
-           !access("/dev/dxg", F_OK) || fc_test_hook("ASSUME_NVIDIA_DRIVER") == 1;
-}
-
 // Without a driver the runtime's own answer would be that the driver is too old: said plainly instead.
 __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
-    if (!g_cuda_lib && !nvidia_driver_present()) {
+    if (!g_cuda_lib && !gpu_driver_present()) {
         if (why) *why = "no NVIDIA driver on this machine (no /proc/driver/nvidia, /dev/nvidiactl or /dev/dxg)";
         return NULL;
     }
@@ -188,6 +189,11 @@ const Backend *backend_select(const char *name) {
     }
     if (!strcmp(name, "auto")) {
         const Backend *be = backend_cuda(&why);
+        // a machine with a GPU's driver where the GPU cannot be used (the library not built or moved, a
+        // driver too old, no GPU visible): said, not a silent run of a GPU preset on the CPU
+        if (!be && gpu_driver_present())
+            fc_warn("--device auto: this machine has an NVIDIA driver, but the CUDA backend cannot be used (%s): "
+                    "running on the CPU (--device cuda would stop instead)", why);
         return be ? be : backend_cpu();
     }
     fc_die("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", name);

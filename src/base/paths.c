@@ -108,6 +108,40 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
     return 0;
 }
 
+char *fc_missing_top(const char *dir) {
+    struct stat st;
+    if (!stat(dir, &st)) return NULL;
+    char *p = strdup(dir);
+    if (!p) fc_die("out of host memory");
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    for (;;) {  // p does not exist: does its parent?
+        size_t k = n;
+        while (k > 0 && p[k - 1] != '/') k--;
+        while (k > 1 && p[k - 1] == '/') k--;
+        if (k == 0) return p;  // a relative name of one part
+        char c = p[k];
+        p[k] = 0;
+        int there = !stat(p, &st);
+        p[k] = c;
+        if (there) return p;
+        p[k] = 0, n = k;
+    }
+}
+
+void fc_rmdir_made(const char *dir, const char *top) {
+    char p[4096];  // no allocation: a signal handler calls this
+    size_t t = strlen(top), n = strlen(dir);
+    if (n >= sizeof p) return;
+    memcpy(p, dir, n + 1);
+    while (n > t && p[n - 1] == '/') p[--n] = 0;
+    for (; n >= t && !rmdir(p) && n > t;) {
+        while (n > t && p[n - 1] != '/') n--;
+        while (n > t && p[n - 1] == '/') n--;
+        p[n] = 0;
+    }
+}
+
 // What a file that is not a regular one is, for the error line.
 static const char *file_kind(mode_t m) {
     if (S_ISFIFO(m)) return "a FIFO";

@@ -39,6 +39,14 @@ int fc_output_error(char *err, size_t errlen, const char *path);
 // mkdir -p: create the folder and any missing parents (each new one fsynced in its parent). 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.
 int fc_mkdir_p(const char *dir, char *err, size_t errlen);
+// The outermost folder on dir's path that does not exist yet (dir itself, or the parent of it that
+// fc_mkdir_p would make first), malloc'ed; NULL when dir exists. What a command made for its output,
+// to be taken back when it stops before writing any (fc_rmdir_made).
+char *fc_missing_top(const char *dir);
+// rmdir dir and then each parent up to and including top (fc_missing_top's answer for dir), inner to
+// outer, stopping at the first that cannot go (rmdir leaves a folder that holds anything). Safe in a
+// signal handler; dir under 4096 bytes.
+void fc_rmdir_made(const char *dir, const char *top);
 
 // Open an existing regular file for reading, never blocking: a FIFO (or a device) named like a data
 // file would hang a plain open() until a writer came, so it is opened with O_NONBLOCK, refused unless

@@ -36,29 +36,6 @@ static void shortest_text(double fps, char *buf, size_t len) {
     }
 }
 
-// The outermost folder on dir's path that does not exist yet (dir itself, or a parent that
-// fc_mkdir_p will make), malloc'ed; NULL when dir exists.
-static char *missing_top(const char *dir) {
-    struct stat st;
-    if (!stat(dir, &st)) return NULL;
-    char *p = strdup(dir);
-    if (!p) fc_die("out of host memory");
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
-    for (;;) {  // p does not exist: does its parent?
-        size_t k = n;
-        while (k > 0 && p[k - 1] != '/') k--;
-        while (k > 1 && p[k - 1] == '/') k--;
-        if (k == 0) return p;  // a relative name of one part
-        char c = p[k];
-        p[k] = 0;
-        int there = !stat(p, &st);
-        p[k] = c;
-        if (there) return p;
-        p[k] = 0, n = k;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // writer
 
@@ -202,7 +179,7 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     }
     char path[4096];
     struct stat st;
-    char *made_top = missing_top(dir);
+    char *made_top = fc_missing_top(dir);
     if (fc_mkdir_p(dir, err, errlen)) {
         free(made_top);
         return NULL;
@@ -512,17 +489,7 @@ static void writer_remove_written(ShardWriter *w) {
     }
     if (!w->made_top) return;
     unlock_folder(w);  // its file would keep the folder from being removed
-    // the folders the writer made, inner to outer (rmdir leaves any that holds something else)
-    char *p = strdup(w->dir);
-    if (!p) return;
-    size_t top = strlen(w->made_top), n = strlen(p);
-    while (n > top && p[n - 1] == '/') p[--n] = 0;
-    for (; n >= top && !rmdir(p) && n > top;) {
-        while (n > top && p[n - 1] != '/') n--;
-        while (n > top && p[n - 1] == '/') n--;
-        p[n] = 0;
-    }
-    free(p);
+    fc_rmdir_made(w->dir, w->made_top);  // the folders the writer made, inner to outer
 }
 
 void shard_writer_abort(ShardWriter *w) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "train/run_folder.h"
@@ -79,36 +80,79 @@ static void remove_stale_temps(const char *run) {
 // checkpoint is there (a fork writes its first before its first step: a checkpoint has its metrics
 // file beside it), and only the file this train made (its inode: another train may have started in
 // the folder once this one's lock went).
-static char made_run[4096], made_metrics[4200], metrics_run[4096];
+static char made_run[4096], made_top[4096], made_metrics[4200], metrics_run[4096];  // made_top: the
+// outermost folder this train made for made_run (made_run itself, or a parent made with it)
 static struct stat made_metrics_id;
 
-// Whether dir holds a file named like a checkpoint (or cannot be read: then it may): at exit, where
-// checkpoint_list's fc_die must not be called.
-static int may_hold_checkpoint(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 1;
-    int found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) found = !strncmp(e->d_name, "ckpt-", 5);
-    closedir(d);
-    return found;
+// What dir holds, read with the getdents64 system call, which a signal handler may make (opendir
+// allocates): *checkpoint 1 where a name starts with "ckpt-", *other 1 where a name is not ".", ".."
+// or ".lock". -1 where the folder cannot be read (then it may hold anything).
+static int scan_folder(const char *dir, int *checkpoint, int *other) {
+    struct entry {  // the kernel's struct linux_dirent64
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[];
+    };
+    *checkpoint = *other = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    _Alignas(8) char buf[4096];
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
+        for (long at = 0; at < n;) {
+            const struct entry *e = (const struct entry *)(buf + at);
+            *checkpoint |= !strncmp(e->name, "ckpt-", 5);
+            *other |= strcmp(e->name, ".") && strcmp(e->name, "..") && strcmp(e->name, ".lock");
+            at += e->reclen;
+        }
+    close(fd);
+    return n < 0 ? -1 : 0;
 }
 
+// At exit, or from a stop signal's handler during the set-up: async-signal-safe calls only (stat,
+// open, getdents64, unlink, rmdir), and no fc_die.
 static void remove_what_a_refused_start_made(void) {
     struct stat st;
+    int checkpoint, other;
     int ours = made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0 &&
                st.st_dev == made_metrics_id.st_dev && st.st_ino == made_metrics_id.st_ino;
-    if (ours && !may_hold_checkpoint(metrics_run)) unlink(made_metrics);
-    DIR *d = made_run[0] ? opendir(made_run) : NULL;
-    if (!d) return;
-    struct dirent *e;
-    int other = 0;
-    while ((e = readdir(d)))
-        other |= strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".lock");
-    closedir(d);
-    if (other) return;
+    if (ours && !scan_folder(metrics_run, &checkpoint, &other) && !checkpoint) unlink(made_metrics);
+    if (!made_run[0] || scan_folder(made_run, &checkpoint, &other) || other) return;
     char lock[4200];
-    snprintf(lock, sizeof lock, "%s/.lock", made_run);
-    if (!unlink(lock)) rmdir(made_run);
+    size_t n = strlen(made_run);
+    memcpy(lock, made_run, n), memcpy(lock + n, "/.lock", 7);  // made_run is under 4096 bytes
+    if (!unlink(lock)) fc_rmdir_made(made_run, made_top);  // and the parents made for it, where empty
+}
+
+// A stop signal during the set-up (before the loop catches them: train_run) ends train at once, as
+// its default does, but first takes back what this start made, as a refused start's exit does: the
+// set-up of a large model takes minutes on a GPU, and a Ctrl-C then left a folder holding its lock.
+static const int SETUP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_SETUP_SIGNALS (int)(sizeof SETUP_SIGNALS / sizeof SETUP_SIGNALS[0])
+static struct sigaction setup_before[N_SETUP_SIGNALS];
+
+static void on_stop_in_setup(int sig) {
+    remove_what_a_refused_start_made();
+    for (int i = 0; i < N_SETUP_SIGNALS; i++)
+        if (SETUP_SIGNALS[i] == sig) sigaction(sig, &setup_before[i], NULL);
+    raise(sig);
+}
+
+// Only where a signal has its default disposition (an ignored SIGHUP is nohup's; a handler is
+// someone's), once.
+static void catch_stop_in_setup(void) {
+    static int done;
+    if (done++) return;
+    for (int i = 0; i < N_SETUP_SIGNALS; i++) {
+        if (sigaction(SETUP_SIGNALS[i], NULL, &setup_before[i]) || setup_before[i].sa_handler != SIG_DFL) continue;
+        struct sigaction sa = {0};
+        sa.sa_handler = on_stop_in_setup;
+        sigemptyset(&sa.sa_mask);
+        for (int k = 0; k < N_SETUP_SIGNALS; k++) sigaddset(&sa.sa_mask, SETUP_SIGNALS[k]);  // one cleanup at a time
+        sigaction(SETUP_SIGNALS[i], &sa, NULL);
+    }
 }
 
 int run_folder_open(const char *run) {
@@ -120,6 +164,7 @@ int run_folder_open(const char *run) {
     // Made by this process only where its own mkdir made it: two trains started at once on a new
     // folder both found it missing, and the one the lock then refused removed the other's lock file
     // and folder at its exit.
+    char *top = fc_missing_top(run);
     int made = mkdir(run, 0755) == 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
         char parent[4096];
@@ -129,9 +174,14 @@ int run_folder_open(const char *run) {
     }
     if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
     int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
-    if (made && strlen(run) < sizeof made_run) snprintf(made_run, sizeof made_run, "%s", run);
+    if (made && strlen(run) < sizeof made_run) {
+        snprintf(made_run, sizeof made_run, "%s", run);
+        snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
+    }
+    free(top);
     static int registered;
     if (!registered++) atexit(remove_what_a_refused_start_made);
+    if (made) catch_stop_in_setup();
     remove_stale_temps(run);
     return lock;
 }

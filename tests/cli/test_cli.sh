@@ -125,23 +125,44 @@ if ! "$FC" --version | grep -q "has no CUDA backend"; then
     LD_DEBUG=files "$FC" --device cpu inspect --config configs/tiny/starter.conf > "$tmp/ld.log" 2>&1
     loaded=$(grep -cE "file=[^ ]*(libcudart|libcublas|libframechain_cuda)" "$tmp/ld.log")
     export FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1
-    "$FC" --device cuda inspect --config configs/tiny/starter.conf > "$tmp/cuda.log" 2>&1
+    # generate opens its device before it reads its options (here none: on a GPU it then stops at them)
+    "$FC" --device cuda generate > "$tmp/cuda.log" 2>&1
     cuda_rc=$?
-    LD_DEBUG=files "$FC" --device cuda inspect --config configs/tiny/starter.conf 2>&1 | \
-        grep -cE "file=[^ ]*libcublas" > "$tmp/ld_cuda.n"
+    LD_DEBUG=files "$FC" --device cuda generate 2>&1 | grep -cE "file=[^ ]*libcublas" > "$tmp/ld_cuda.n"
+    # inspect and plot never run on the device: --device cuda leaves the library closed
+    LD_DEBUG=files "$FC" --device cuda inspect --config configs/tiny/starter.conf > "$tmp/ld_inspect.log" 2>&1
+    inspect_rc=$?
     unset FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER
+    inspect_loaded=$(grep -cE "file=[^ ]*(libcudart|libcublas|libframechain_cuda)" "$tmp/ld_inspect.log")
     if [ "$loaded" -eq 0 ] && [ "$(cat "$tmp/ld_cuda.n")" -gt 0 ] && ! grep -q "cannot load\|has no backend_" "$tmp/cuda.log" \
-        && { [ $cuda_rc -eq 0 ] || grep -q -- "--device cuda: " "$tmp/cuda.log"; }; then
-        echo "PASS cli_cuda_library_on_demand: --device cpu loads none of the CUDA libraries; --device cuda opens them (exit $cuda_rc: $(head -c 90 "$tmp/cuda.log" | head -1))"
+        && [ "$inspect_loaded" -eq 0 ] && [ $inspect_rc -eq 0 ] \
+        && { grep -q -- "^framechain: --device cuda: " "$tmp/cuda.log" || grep -q "^framechain generate: " "$tmp/cuda.log"; }; then
+        echo "PASS cli_cuda_library_on_demand: --device cpu loads none of the CUDA libraries, nor does --device cuda inspect; --device cuda generate opens them (exit $cuda_rc: $(head -c 90 "$tmp/cuda.log" | head -1))"
     else
-        echo "FAIL cli_cuda_library_on_demand: CUDA libraries loaded by --device cpu: $loaded; by --device cuda: $(cat "$tmp/ld_cuda.n"); --device cuda said: $(head -1 "$tmp/cuda.log")"
+        echo "FAIL cli_cuda_library_on_demand: CUDA libraries loaded by --device cpu: $loaded; by --device cuda generate: $(cat "$tmp/ld_cuda.n"); by --device cuda inspect: $inspect_loaded (status $inspect_rc); --device cuda said: $(head -1 "$tmp/cuda.log")"
     fi
 fi
 # without a driver --device cuda says so (CUDA's own answer is that the driver is too old)
 if ! "$FC" --version | grep -q "has no CUDA backend" && [ ! -e /proc/driver/nvidia/version ] && [ ! -e /dev/nvidiactl ] &&
     [ ! -e /dev/dxg ]; then
     expect cuda_without_driver 1 "^framechain: --device cuda: no NVIDIA driver on this machine" "$FC" --device cuda \
-        inspect --config configs/tiny/starter.conf
+        generate --first-frame shapes:1
+    # commands that never run on the device take --device cuda on such a machine too
+    expect cuda_inspect_without_driver 0 "^role *= starter" "$FC" --device cuda inspect --config configs/tiny/starter.conf
+    expect cuda_prepare_without_driver 0 "^prepare: .*: 1 clip of 8 frames" "$FC" --device cuda prepare --input shapes:1:8 \
+        --out "$tmp/cuda_prepare" --size 16 --clip-frames 8
+    expect cuda_plot_without_driver 1 "^framechain: $tmp/no-such-run: no such run folder" "$FC" --device cuda plot \
+        "$tmp/no-such-run" --out "$tmp/cuda_plot.png"
+    # a driver where the CUDA backend cannot be used (here the test hook's driver, which the library finds
+    # too old or missing): --device auto says so and runs on the CPU, not silently
+    FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 "$FC" train --config configs/tiny/starter.conf --run "$tmp/auto_run" --steps 1 \
+        > "$tmp/auto.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c "^framechain: warning: --device auto: this machine has an NVIDIA driver, but the CUDA backend cannot be used (.*): running on the CPU" "$tmp/auto.log")" -eq 1 ]; then
+        echo "PASS cli_cuda_auto_fallback_said: $(grep -m1 'device auto' "$tmp/auto.log" | cut -c1-200)"
+    else
+        echo "FAIL cli_cuda_auto_fallback_said: status $rc: $(grep -m1 -E 'device auto|^framechain' "$tmp/auto.log" | cut -c1-200)"
+    fi
 fi
 for cmd in prepare train generate inspect; do
     expect "${cmd}_help" 0 "usage: framechain $cmd" "$FC" "$cmd" --help
@@ -281,6 +302,9 @@ expect option_too_many_values 2 "option --set given more than 1024 times" "$FC" 
     --config configs/tiny/starter.conf "${many[@]}" --set depth=3
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
     --config configs/starter.conf
+# without recompute every block keeps its activations: not "0 of 16 blocks"
+expect keep_blocks_auto_without_recompute 0 "keep_blocks = auto *recompute = 0: every block keeps its activations, on any device" \
+    "$FC" inspect --config configs/starter.conf --set recompute=0
 # the host memory a GPU run holds beside the card's (the checkpoint's staging buffer and the previews' weights)
 expect preset_host_memory 0 "host total *12.45 GiB" "$FC" inspect --config configs/starter.conf
 # the presets in latent space (configs/latent/: 512x512 frames as 64x64x4 latents in 2x2 patches): the

@@ -42,11 +42,11 @@ before=$(ls -A "$tmp/again" | sort | tr '\n' ' ')
     > "$tmp/over_again.log" 2>&1
 rc2=$?
 after=$(ls -A "$tmp/again" | sort | tr '\n' ' ')
-if [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "exceeds --vram-budget 0.01 GiB" "$tmp/over.log" && [ ! -e "$tmp/over/budget" ] &&
+if [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "exceeds --vram-budget 0.01 GiB" "$tmp/over.log" && [ ! -e "$tmp/over" ] &&
     [ "$before" = "$after" ]; then
-    pass emu_cli_refused_plan_leaves_nothing "a plan over --vram-budget refused (status 1): the run folder it made removed; an existing one kept as it was ($after)"
+    pass emu_cli_refused_plan_leaves_nothing "a plan over --vram-budget refused (status 1): the run folder it made and its parent made for it removed; an existing one kept as it was ($after)"
 else
-    fail emu_cli_refused_plan_leaves_nothing "status $rc and $rc2; $(ls -A "$tmp/over/budget" 2>&1 | tr '\n' ' '); before: $before, after: $after; $(tail -1 "$tmp/over.log")"
+    fail emu_cli_refused_plan_leaves_nothing "status $rc and $rc2; $(find "$tmp/over" 2>&1 | tr '\n' ' '); before: $before, after: $after; $(tail -1 "$tmp/over.log")"
 fi
 # heads of 24 values (width 96, 4 heads): the CPU trains them, the CUDA kernels take 16, 32, 64 or 128;
 # refused before the run folder is made or a model allocated, and a checkpoint of such a model is

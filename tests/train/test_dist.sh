@@ -430,6 +430,15 @@ if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
     expect emulated_gpu_nccl_required_refused $(( rc == 0 || $(grep -c 'collectives = nccl, but NCCL cannot sum the gradients here: the CUDA emulation has no NCCL' "$tmp/enccl.log") < 1 )) \
         "status $rc: $(grep -m1 'collectives = nccl' "$tmp/enccl.log" | cut -c1-160)"
     expect emulated_gpu_nccl_refused_leaves_nothing $([ ! -e "$tmp/enccl" ]; echo $?) "no run folder left (it was made for this run)"
+    # ranks started on different devices (mpirun -np 1 A --device cpu : -np 1 A --device cuda): each
+    # rank's gradients of other arithmetic, one run recorded as rank 0's; refused by the rank that
+    # differs, naming the device, nothing made
+    mpirun -np 1 "$EMU" --threads 1 --device cpu train "${ESETS[@]}" --run "$tmp/emix" : \
+        -np 1 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/emix" > "$tmp/emix.log" 2>&1
+    rc=$?
+    expect ranks_on_other_devices_refused $(( rc == 0 || $(grep -c "^framechain: rank 1: '--device = cuda (bf16)' where rank 0 has '--device = cpu (fp32)'" "$tmp/emix.log") != 1 )) \
+        "status $rc: $(grep -m1 '^framechain' "$tmp/emix.log" | cut -c1-160); run folder $([ -e "$tmp/emix" ] && echo left || echo not made)"
+    expect ranks_on_other_devices_nothing_made $([ ! -e "$tmp/emix" ]; echo $?) "the run folder: $(ls -A "$tmp/emix" 2>&1 | tr '\n' ' ')"
     keep_to "$tmp/ebf" 2 "$tmp/ebf_again"
     mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf_again" > "$tmp/ebf_again.log" 2>&1
     cmp -s "$(final "$tmp/ebf" 4)" "$(final "$tmp/ebf_again" 4)"

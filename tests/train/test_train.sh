@@ -60,8 +60,9 @@ ratio2=$("$FC" --threads 2 train --config "$TINY" --run "$tmp/long_attn" --steps
 expect memory_plan_holds_attention_scratch $(awk -v r="${ratio2:-0}" -v m=$most 'BEGIN {print !(r >= 0.9 && r <= m)}') \
     "1024 tokens a frame on 2 threads: the measure ${ratio2:-?}x the plan"
 # A plan the machine could never hold is refused before anything is allocated, the run folder it made
-# removed; one over what is available now is a warning and the run goes on.
-FRAMECHAIN_TEST_MEM_TOTAL_MIB=30 "$FC" --threads 1 train --config "$TINY" --run "$tmp/too_big" --steps 2 \
+# removed, and the parents made for it (--run a/b/run in a new a/); one over what is available now is
+# a warning and the run goes on.
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=30 "$FC" --threads 1 train --config "$TINY" --run "$tmp/too_big/b/run" --steps 2 \
     > "$tmp/too_big.log" 2>&1
 rc=$?
 FRAMECHAIN_TEST_MEM_AVAILABLE_MIB=10 "$FC" --threads 1 train --config "$TINY" --run "$tmp/tight" --steps 2 \
@@ -265,6 +266,26 @@ expect sigterm_writes_checkpoint $(( rc != 143 || have != 1 || ${#term_waited} !
 (train "$tmp/term") > "$tmp/term2.log" 2>&1
 cmp -s "$(final "$tmp/ref")" "$(final "$tmp/term")"
 expect sigterm_resume_identical $? "$(grep -m1 resuming "$tmp/term2.log"), final checkpoint equal to the uninterrupted run's"
+
+# ---- a stop signal in the set-up (before the loop can checkpoint: the set-up held by a test hook):
+# train ends at once, taking back the run folder it made and the parent made for it (a large model's
+# set-up takes minutes on a GPU; a Ctrl-C then left a folder holding only its lock). SIGHUP and SIGTERM
+# (a background job of a script ignores SIGINT) ----
+for sig in TERM HUP; do
+    FRAMECHAIN_TEST_SETUP_DELAY_MS=20000 "$FC" --threads 1 train --config "$TINY" --run "$tmp/setup_$sig/b/run" \
+        --steps 2 > "$tmp/setup_$sig.log" 2>&1 &
+    pid=$!
+    wait_until 60 $pid test -e "$tmp/setup_$sig/b/run/.lock"
+    setup_waited=$waited
+    exec 3>&2 2> /dev/null  # bash's notice of a job ended by SIGHUP goes nowhere (kill9_reap's reason)
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    exec 2>&3 3>&-
+    expect "stop_signal_in_setup_leaves_nothing_$sig" $(( rc != 128 + $(kill -l $sig) || ${#setup_waited} != 0 ||
+        $([ -e "$tmp/setup_$sig" ] && echo 1 || echo 0) )) \
+        "status $rc; left: $(find "$tmp/setup_$sig" 2> /dev/null | tr '\n' ' ')${setup_waited:+; $setup_waited}"
+done
 
 # ---- SIGTERM while a checkpoint is being written in the background (slow writes) ----
 # The loop goes on while the write runs; the stop waits for it, then writes the stop step's.
