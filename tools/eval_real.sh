@@ -32,13 +32,7 @@ fi
 # What the models under $work were trained with (in the mark, once they are): a rerun that asks for
 # other steps is refused now, before any work, rather than by train after the data
 trained_with="EVAL_STEPS=$STEPS"
-had=$(cat "$work/.eval_real" 2>/dev/null) || had=""
-trained=0
-for role in starter extrapolate interpolate; do compgen -G "$work/$role/ckpt-*.safetensors" > /dev/null && trained=1; done
-if [ -n "$had" ] && [ "$had" != "$trained_with" ] && [ $trained = 1 ]; then
-    echo "eval_real: the models under $work were trained with $had; this run asks for $trained_with: give another work folder, or remove $work/starter, $work/extrapolate and $work/interpolate to train them again" >&2
-    exit 1
-fi
+trained_as eval_real "$work" .eval_real "$trained_with"
 mkdir -p -- "$work"
 touch "$work/.eval_real"
 if [ ! -f "$work/train.json" ]; then

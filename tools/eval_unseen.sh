@@ -60,13 +60,7 @@ fi
 # other steps, configs or keys is refused now, before any work, rather than by train after the data
 configs_sum=$({ cat "$CONFIGS"/{starter,extrapolate,interpolate}.conf 2> /dev/null || true; } | cksum | cut -d' ' -f1)
 trained_with="EVAL_STEPS=$STEPS, the configs of $CONFIGS (cksum $configs_sum)${*:+ and the keys $*}"
-had=$(cat "$work/.eval_unseen" 2>/dev/null) || had=""
-trained=0
-for role in starter extrapolate interpolate; do compgen -G "$work/$role/ckpt-*.safetensors" > /dev/null && trained=1; done
-if [ -n "$had" ] && [ "$had" != "$trained_with" ] && [ $trained = 1 ]; then
-    echo "eval_unseen: the models under $work were trained with $had; this run asks for $trained_with: give another work folder, or remove $work/starter, $work/extrapolate and $work/interpolate to train them again" >&2
-    exit 1
-fi
+trained_as eval_unseen "$work" .eval_unseen "$trained_with"
 DATA_DIR=${EVAL_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 for set in $SETS; do
     case $set in real | pans | zooms | shapes) ;; *) echo "eval_unseen: unknown set '$set' (real, pans, zooms, shapes)" >&2; exit 2 ;; esac
