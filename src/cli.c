@@ -17,6 +17,12 @@ void cli_set_command(const char *cmd) {
     else snprintf(g_command, sizeof g_command, "framechain");
 }
 
+static char g_device[32] = "auto";
+
+void cli_set_device(const char *device) { snprintf(g_device, sizeof g_device, "%s", device ? device : "auto"); }
+
+const char *cli_device(void) { return g_device; }
+
 void usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -23,6 +23,9 @@ typedef struct {
 
 // The command the messages name: "framechain <cmd>", or "framechain" for NULL (the default).
 void cli_set_command(const char *cmd);
+// The --device the command line names ("auto" where none): what inspect plans for, which runs on no device.
+void cli_set_device(const char *device);
+const char *cli_device(void);
 
 // "<command>: <message> (see <command> --help)" on stderr, then exit with status 2.
 void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

@@ -30,7 +30,8 @@ static const char *HELP_INSPECT =
     "       framechain inspect RUN\n"
     "\n"
     "With --config: the network the config describes, its parameter count and the memory one\n"
-    "training step takes on the CPU backend and on a GPU; --params lists every tensor (name, shape);\n"
+    "training step takes on the CPU backend and on a GPU (in bf16; framechain --device cuda-fp32 inspect:\n"
+    "in fp32); --params lists every tensor (name, shape);\n"
     "--ranks N plans one rank of N (mpirun -np N): batch_size / N windows, and with shard_optimizer its\n"
     "1/N of the optimizer state and EMA (docs/distributed.md).\n"
     "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks,\n"
@@ -357,10 +358,14 @@ static int inspect_dataset(const char *dir) {
 // ----------------------------------------------------------------------------
 // a config
 
-// The network's size and the plans that matter: the CPU's, and the GPU's in bf16 against the default
-// budget (each with keep_blocks = auto resolved for it).
+// The network's size and the plans that matter: the CPU's, and the GPU's against the default budget
+// (each with keep_blocks = auto resolved for it): in bf16, or in fp32 where the command line names
+// --device cuda-fp32 (inspect itself runs on no device).
 // With ranks > 1: one rank's (memplan.h, memory_plan_per_rank).
 static void print_config_memory(const Config *c, const ModelCounts *k, int ranks) {
+    int fp32 = !strcmp(cli_device(), "cuda-fp32");
+    PlanDevice gdev = fp32 ? PLAN_GPU_FP32 : PLAN_GPU_BF16;
+    const char *gname = fp32 ? "cuda-fp32" : "cuda";
     int n = c->frame_size / c->patch, B = c->batch_size / ranks;
     printf("%-28s %zu in %d tensors\n", "parameters", k->params, k->n_tensors);
     printf("%-28s %d x %d slots x %d tokens = %d\n", ranks > 1 ? "tokens per step and rank" : "tokens per step", B,
@@ -371,19 +376,19 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
     if (c->keep_blocks == KEEP_BLOCKS_AUTO && !c->recompute)
         printf("%-28s recompute = 0: every block keeps its activations, on any device\n", "keep_blocks = auto");
     else if (c->keep_blocks == KEEP_BLOCKS_AUTO)
-        printf("%-28s %d of %d blocks on --device cuda (as many as keep its plan %.0f GiB under the budget), "
+        printf("%-28s %d of %d blocks on --device %s (as many as keep its plan %.0f GiB under the budget), "
                "none on the CPU\n", "keep_blocks = auto",
-               memory_plan_resolve(&on_gpu, B, PLAN_GPU_BF16,
-                                   budget + memory_plan_rank_savings(c, B, PLAN_GPU_BF16, ranks, c->shard_optimizer)),
-               c->depth, KEEP_BLOCKS_AUTO_RESERVE_GIB);
-    MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, PLAN_GPU_BF16);
+               memory_plan_resolve(&on_gpu, B, gdev, budget + memory_plan_rank_savings(c, B, gdev, ranks, c->shard_optimizer)),
+               c->depth, gname, KEEP_BLOCKS_AUTO_RESERVE_GIB);
+    MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, gdev);
     cpu.program = (double)fc_resident_bytes();  // this process, as train measures its own when it starts
     memory_plan_sum(&cpu);
     memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);
     memory_plan_per_rank(&gpu, ranks, c->shard_optimizer);
     char what[2][96];
     snprintf(what[0], sizeof what[0], "training on the CPU%s", ranks > 1 ? ", one rank of those" : "");
-    snprintf(what[1], sizeof what[1], "training on --device cuda, bf16%s", ranks > 1 ? ", one rank of those" : "");
+    snprintf(what[1], sizeof what[1], "training on --device %s, %s%s", gname, fp32 ? "fp32" : "bf16",
+             ranks > 1 ? ", one rank of those" : "");
     if (ranks > 1)
         printf("%-28s %d windows of the batch of %d a rank%s\n", "ranks", B, c->batch_size,
                c->shard_optimizer ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");

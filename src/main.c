@@ -129,6 +129,7 @@ int main(int argc, char **argv) {
     if (!run) usage_error("unknown command '%s'", cmd);
     fc_set_threads(threads);
     cli_set_command(cmd);
+    cli_set_device(device);
     // Training started by mpirun (or srun) is one rank of several (dist.h); each rank takes a GPU of
     // its machine by its local rank.
     if (!strcmp(cmd, "train")) {

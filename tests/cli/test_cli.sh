@@ -302,6 +302,12 @@ expect option_too_many_values 2 "option --set given more than 1024 times" "$FC" 
     --config configs/tiny/starter.conf "${many[@]}" --set depth=3
 expect keep_blocks_auto 0 "keep_blocks = auto *[0-9]* of 16 blocks on --device cuda" "$FC" inspect \
     --config configs/starter.conf
+# inspect runs on no device, but plans for the one the command line names: cuda-fp32's fp32 weights and
+# activations (train's plan on the CUDA emulation: 23.06 GiB at keep_blocks = 6), not bf16's 22.54
+expect inspect_plans_cuda_fp32 0 "memory plan (training on --device cuda-fp32, fp32, 952730816 parameters)" \
+    "$FC" --device cuda-fp32 inspect --config configs/starter.conf --set keep_blocks=6
+expect inspect_plans_cuda_fp32_total 0 "^  total *23.06 GiB" "$FC" --device cuda-fp32 inspect --config configs/starter.conf \
+    --set keep_blocks=6
 # without recompute every block keeps its activations: not "0 of 16 blocks"
 expect keep_blocks_auto_without_recompute 0 "keep_blocks = auto *recompute = 0: every block keeps its activations, on any device" \
     "$FC" inspect --config configs/starter.conf --set recompute=0
