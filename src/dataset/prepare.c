@@ -32,9 +32,36 @@ typedef struct {
     Source *s;
     int n, cap;
     int twice;  // inputs skipped because they were already among the sources
+    Source *folders;  // the folders looked into: each once, however many links lead to it (a link to
+    int nfolders, capfolders;  // "." in it would be a loop)
 } Sources;
 
 static const char *shown(const char *path);  // (below: a path as a progress line prints it)
+
+// A folder to look into: 1 the first time (recorded), else 0 with a line, counted as given twice
+// where the user named it (depth 0), not where a link inside a folder leads to it again.
+static int folder_first_visit(Sources *ss, const char *path, const struct stat *st, int depth) {
+    for (int i = 0; i < ss->nfolders; i++)
+        if (ss->folders[i].dev == st->st_dev && ss->folders[i].ino == st->st_ino) {
+            if (depth == 0) {
+                printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
+                       shown(ss->folders[i].path));
+                ss->twice++;
+            } else {
+                printf("  %s: skipped: the folder %s, already looked into (a link to it, or an input given too)\n",
+                       shown(path), shown(ss->folders[i].path));
+            }
+            return 0;
+        }
+    if (ss->nfolders == ss->capfolders) {
+        ss->capfolders = ss->capfolders ? 2 * ss->capfolders : 16;
+        ss->folders = realloc(ss->folders, sizeof(Source) * ss->capfolders);
+        if (!ss->folders) fc_die("out of host memory listing the inputs");
+    }
+    ss->folders[ss->nfolders++] = (Source){strdup(path), SOURCE_VIDEO, st->st_dev, st->st_ino};
+    return 1;
+}
+
 
 // Add a source, unless it is one already there (the same spec, or the same file or folder under
 // another name, as `--input dir --input dir/clip.avi` gives): its clips would count twice.
@@ -43,7 +70,7 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     if (kind != SOURCE_SYNTHETIC && stat(path, &st)) st.st_dev = 0, st.st_ino = 0;
     for (int i = 0; i < ss->n; i++) {
         const Source *o = &ss->s[i];
-        int same = kind == SOURCE_SYNTHETIC ? o->kind == kind && !strcmp(o->path, path)
+        int same = kind == SOURCE_SYNTHETIC ? o->kind == kind && synthetic_same(o->path, path)
                                             : o->kind != SOURCE_SYNTHETIC && o->ino && o->dev == st.st_dev &&
                                                   o->ino == st.st_ino;
         if (same) {
@@ -113,6 +140,7 @@ static int expand(Sources *ss, const char *path, int depth) {
         add_source(ss, path, SOURCE_VIDEO);
         return 0;
     }
+    if (!folder_first_visit(ss, path, &st, depth)) return 0;
     int n, images = 0, stills = 0, videos = 0, bad = 0, said = 0, before = ss->n, twice = ss->twice;
     const char *still_ext = NULL;
     // in plain byte order, the dataset's order of clips as it always was: a dataset prepared again from
@@ -483,7 +511,8 @@ int prepare_run(const PrepareOptions *o) {
     free(c.batch), free(c.latents), free(c.batch_first), free(c.clip), free(c.prev), free(frame);
     int twice = ss.twice;
     for (int i = 0; i < ss.n; i++) free(ss.s[i].path);
-    free(ss.s);
+    for (int i = 0; i < ss.nfolders; i++) free(ss.folders[i].path);
+    free(ss.s), free(ss.folders);
     if (c.failed) {
         shard_writer_abort(w);
         int sig = fc_stop_signal();

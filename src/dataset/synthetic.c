@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/common.h"
 #include "base/philox.h"
@@ -73,6 +74,29 @@ int synthetic_check_spec(const char *spec, char *err, size_t errlen) {
     if (len == 0 || len >= 4096)
         return fc_errf(err, errlen, "%s: expected %s:IMAGE:FRAMES", spec, strncmp(spec, "zoom:", 5) ? "pan" : "zoom");
     return 0;
+}
+
+int synthetic_same(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    long frames = frame_count(a);
+    if (frames < 0 || frame_count(b) != frames) return 0;
+    int shapes_a = !strncmp(a, "shapes:", 7), shapes_b = !strncmp(b, "shapes:", 7);
+    uint32_t ca, cb;
+    if (shapes_a || shapes_b) return shapes_a && shapes_b && !shapes_clip(a, &ca) && !shapes_clip(b, &cb) && ca == cb;
+    if (strncmp(a, b, 4)) return 0;  // a pan against a zoom
+    // pan:/zoom: the same image file under the same file name (the motion is a function of the name)
+    char path[2][4096];
+    const char *spec[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        const char *body = strchr(spec[i], ':') + 1;
+        size_t len = (size_t)(strrchr(spec[i], ':') - body);
+        if (len == 0 || len >= sizeof path[i]) return 0;
+        memcpy(path[i], body, len), path[i][len] = 0;
+    }
+    struct stat sa, sb;
+    if (stat(path[0], &sa) || stat(path[1], &sb) || sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino) return 0;
+    const char *na = strrchr(path[0], '/'), *nb = strrchr(path[1], '/');
+    return !strcmp(na ? na + 1 : path[0], nb ? nb + 1 : path[1]);
 }
 
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen) {

@@ -29,6 +29,9 @@ int synthetic_is_spec(const char *text);
 int synthetic_check_spec(const char *spec, char *err, size_t errlen);
 // The source for frames of size x size. NULL with one line in err naming the spec and what is wrong.
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen);
+// 1 when specs a and b make the same frames: shapes:1:N and shapes:01:N; pan:x.png:N and
+// pan:./x.png:N (the same file under the same file name: the motion is a function of the name).
+int synthetic_same(const char *a, const char *b);
 int synthetic_frames(const SyntheticSource *s);
 // Frame `index` (0 .. synthetic_frames - 1) as (size, size, 3) RGB.
 void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb);

@@ -217,21 +217,35 @@ static long frame_count_estimate(const AVFormatContext *fmt, const AVStream *st,
     return (est >= 0 && est < 1e12) ? (long)llround(est) : -1;
 }
 
+// Whether the file holds streams besides the video (audio, subtitles; a cover picture is no stream of
+// its own): then the header's duration is the longest stream's, not the video's.
+static int other_streams(const VideoReader *v) {
+    for (unsigned i = 0; i < v->fmt->nb_streams; i++)
+        if ((int)i != v->stream && !(v->fmt->streams[i]->disposition & AV_DISPOSITION_ATTACHED_PIC)) return 1;
+    return 0;
+}
+
 // The length the container states for the stream: its frame count, else its duration in seconds:
 // the stream's DURATION tag (Matroska, WebM: per track, so a longer audio track is no matter), else
-// the header's duration. A duration FFmpeg estimated is no statement: one from the bitrate is a guess,
-// one from the last timestamps (MPEG-TS) moves with the cut.
+// the header's duration where the video is the file's only stream (OGG, FLV and ASF state the whole
+// file's: a longer audio track was taken for a cut video). A duration FFmpeg estimated is no
+// statement: one from the bitrate is a guess, one from the last timestamps (MPEG-TS) moves with the
+// cut. A frame count above what the stream's own duration holds is an MP4 cut with an edit list
+// (ffmpeg -ss T -c copy): its count includes the samples before the cut, which the list leaves out.
 static void stated_length(VideoReader *v, const AVStream *st) {
     int h, m;
     double sec;
     const AVDictionaryEntry *tag = av_dict_get(st->metadata, "DURATION", NULL, 0);
-    if (st->nb_frames > 0)
+    if (st->nb_frames > 0) {
         v->stated_frames = (long)st->nb_frames;
-    else if (tag && sscanf(tag->value, "%d:%d:%lf", &h, &m, &sec) == 3 && h >= 0 && m >= 0 && sec >= 0)
+        double held = st->duration != AV_NOPTS_VALUE && st->duration > 0 ? st->duration * av_q2d(st->time_base) * v->fps : -1;
+        if (held > 0 && held + 1 < v->stated_frames) v->stated_frames = (long)ceil(held);
+    } else if (tag && sscanf(tag->value, "%d:%d:%lf", &h, &m, &sec) == 3 && h >= 0 && m >= 0 && sec >= 0) {
         v->stated_s = h * 3600.0 + m * 60.0 + sec;
-    else if (v->fmt->duration_estimation_method == AVFMT_DURATION_FROM_STREAM && v->fmt->duration > 0 &&
-             v->fmt->duration != AV_NOPTS_VALUE)
+    } else if (v->fmt->duration_estimation_method == AVFMT_DURATION_FROM_STREAM && v->fmt->duration > 0 &&
+               v->fmt->duration != AV_NOPTS_VALUE && !other_streams(v)) {
         v->stated_s = v->fmt->duration / (double)AV_TIME_BASE;
+    }
     if (!(v->stated_s < 1e9)) v->stated_s = 0;
 }
 

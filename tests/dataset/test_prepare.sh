@@ -397,6 +397,19 @@ rc=$?
 expect prepare_input_twice_counted_once $(( rc != 0 || $(clips "$tmp/twice") != 49 + 2 || $(grep -c "skipped: the same input as" "$tmp/twice.log") != 2 )) \
     "status $rc, $(clips "$tmp/twice") clips (49 from vtest.avi, 2 from shapes:1:40), $(grep -o '[0-9]* given twice' "$tmp/twice.log")"
 
+# ---- links to a folder inside it (three to "."): each folder looked into once (they were walked to
+# the depth limit, 3^8 paths: 6559 "given twice" and 19,000 lines for one video); the same folder given
+# twice is counted once; shapes:01 is shapes:1 ----
+mkdir "$tmp/loops" && ln -s "$DATA/vtest.avi" "$tmp/loops/vtest.avi" && for l in l1 l2 l3; do ln -s . "$tmp/loops/$l"; done
+"$FC" prepare --input "$tmp/loops" --input "$tmp/loops" --input shapes:1:40 --input shapes:01:40 --out "$tmp/loops_out" \
+    --size 16 --clip-frames 16 > "$tmp/loops.log" 2>&1
+rc=$?
+expect prepare_folder_links_looked_into_once $(( rc != 0 || $(clips "$tmp/loops_out") != 49 + 2 || $(wc -l < "$tmp/loops.log") > 12 ||
+    $(grep -c "skipped: the folder $tmp/loops, already looked into" "$tmp/loops.log") != 3 ||
+    $(grep -c "shapes:01:40: skipped: the same input as shapes:1:40" "$tmp/loops.log") != 1 ||
+    $(grep -c " 2 given twice" "$tmp/loops.log") != 1 )) \
+    "status $rc, $(clips "$tmp/loops_out") clips (49 from vtest.avi, 2 from shapes:1:40), $(wc -l < "$tmp/loops.log") lines, $(grep -o '[0-9]* given twice' "$tmp/loops.log")"
+
 # ---- the shards of a prepare cut off before its dataset.json: removed by the next prepare there ----
 # (a whole dataset's shard with its dataset.json removed, and two more copies of it named as shards)
 "$FC" prepare --input shapes:1:40 --out "$tmp/cut" --size 16 --clip-frames 8 > /dev/null 2>&1

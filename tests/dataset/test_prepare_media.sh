@@ -145,6 +145,18 @@ rc=$?
 [ "$rc" = 0 ] && [ "$(clips "$tmp/whole")" = 25 ] && ! grep 'long.mkv:' "$tmp/whole.log" | grep -q 'cut short' &&
     grep -q ' 0 cut short by damage' "$tmp/whole.log"
 expect prepare_whole_mkv_not_cut_short $? "status $rc, $(clips "$tmp/whole") clips: $(grep -m1 'long.mkv:' "$tmp/whole.log")"
+# whole files whose headers state more than their video holds: an MP4 cut with an edit list (ffmpeg -ss
+# -c copy: its frame count includes the samples before the cut), and a WMV whose audio outlasts its
+# video (ASF, like OGG and FLV, states the whole file's duration): neither is cut short
+ffmpeg -v error -f lavfi -i testsrc2=s=64x48:r=10:d=6 -c:v mpeg4 -g 30 "$tmp/gop.mp4" &&
+    ffmpeg -v error -ss 1.25 -i "$tmp/gop.mp4" -c copy "$tmp/edit_list.mp4" &&
+    ffmpeg -v error -f lavfi -i testsrc2=s=64x48:r=10:d=3 -f lavfi -i sine=d=10 -c:v wmv2 -c:a wmav2 "$tmp/long_audio.wmv"
+"$FC" prepare --input "$tmp/edit_list.mp4" --input "$tmp/long_audio.wmv" --out "$tmp/stated" --size 16 --clip-frames 10 \
+    > "$tmp/stated.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && [ "$(clips "$tmp/stated")" = 7 ] && ! grep -q 'cut short' <(grep -E 'edit_list.mp4:|long_audio.wmv:' "$tmp/stated.log") &&
+    grep -q ' 0 cut short by damage' "$tmp/stated.log"
+expect prepare_stated_length_of_the_video_alone $? "status $rc, $(clips "$tmp/stated") clips: $(grep -E 'edit_list.mp4:|long_audio.wmv:' "$tmp/stated.log" | cut -c1-150 | tr '\n' ' ')"
 
 # ---- 3. a cover image among videos: the videos are read, the image is not (one line) ----
 mkdir -p "$tmp/videos/sub"
