@@ -86,7 +86,7 @@ static void print_lines(const char *indent, const char *text) {
 
 // Its trainer state and its config, from the metadata.
 static void print_file_meta(const StFile *f) {
-    const char *keys[] = {"format", "format_version", "revision", "written_by", "step", "seed", "data_cursor",
+    const char *keys[] = {"format", "format_version", "revision", "written_by", "device", "step", "seed", "data_cursor",
                           "smooth_loss"};
     const char *format = st_meta(f, "format");
     int checkpoint = format && !strcmp(format, CKPT_FORMAT);  // only checkpoints record a revision

@@ -328,6 +328,7 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     if (s->data[0]) meta[nm++] = (StMeta){"data", s->data};
     if (s->lineage[0]) meta[nm++] = (StMeta){"lineage", s->lineage};
     if (s->autoencoder[0]) meta[nm++] = (StMeta){"autoencoder", s->autoencoder};
+    if (s->device[0]) meta[nm++] = (StMeta){"device", s->device};
     for (int i = 0; i < tab->n; i++) meta[nm++] = (StMeta){crc[i][0], crc[i][1]};
     char meta_crc[16];
     snprintf(meta_crc, sizeof meta_crc, "%08lx", ckpt_metadata_crc(meta, nm));
@@ -578,8 +579,9 @@ CkptStatus checkpoint_load(const char *path, Model *m, real *ema, Optimizer *o, 
     snprintf(s->parent, sizeof s->parent, "%s", parent ? parent : "");
     snprintf(s->data, sizeof s->data, "%s", data ? data : "");
     snprintf(s->lineage, sizeof s->lineage, "%s", lineage ? lineage : "");
-    const char *ae = st_meta(&f, "autoencoder");
+    const char *ae = st_meta(&f, "autoencoder"), *device = st_meta(&f, "device");
     snprintf(s->autoencoder, sizeof s->autoencoder, "%s", ae ? ae : "");
+    snprintf(s->device, sizeof s->device, "%s", device ? device : "");
 out:
     if (fd >= 0) close(fd);
     free(buf);

@@ -37,6 +37,9 @@ typedef struct {
     // A run on latents (prepare --vae): the autoencoder they were made with (latent_identity_text), so
     // that generate can refuse another; "" for a run on frames.
     char autoencoder[320];
+    // The device its steps were made on, "cpu (fp32)", "cuda (bf16)" or "cuda-fp32 (fp32)": a resume or
+    // fork on another is said and recorded in the lineage (train.c); "" in checkpoints of earlier builds.
+    char device[64];
 } TrainState;
 
 // What a checkpoint loaded into a run must share with the run's config.

@@ -705,6 +705,24 @@ static void fork_space_change(Trainer *t, const char *parent_autoencoder) {
                 "(recorded in its lineage; a new run starts in the data's space from scratch)", t->run, was, now);
 }
 
+// The device a run's steps are made on, recorded in each checkpoint: a resume or a fork on another
+// (a GPU run resumed on the CPU, cuda against cuda-fp32) goes on, its steps from here of other
+// arithmetic; said, and recorded in its lineage, so that the run's history says where its steps were
+// made. Checkpoints of earlier builds record none: nothing to compare.
+static void device_change(Trainer *t, int from_checkpoint) {
+    char now[sizeof t->st.device];
+    snprintf(now, sizeof now, "%s (%s)", t->be->name, t->be->precision);
+    if (from_checkpoint && t->st.device[0] && strcmp(t->st.device, now) && t->st.step < t->c->steps) {
+        char line[200];
+        snprintf(line, sizeof line, "device changed at step %d: %s -> %s", t->st.step, t->st.device, now);
+        lineage_append(t->st.lineage, sizeof t->st.lineage, line);
+        if (t->rank == 0)
+            printf("%s: its steps to %d were made on %s, the next on %s (recorded in its lineage)\n", t->run,
+                   t->st.step, t->st.device, now);
+    }
+    snprintf(t->st.device, sizeof t->st.device, "%s", now);
+}
+
 int train_run(const Config *c, const char *run, const char *data, const Backend *be, const TrainOrigin *origin,
               double vram_budget, int sync_checkpoints, const TrainHooks *hooks) {
     // Start-up has nothing to save: until the loop can checkpoint, a stop signal ends train at once
@@ -742,6 +760,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     if (t.dataset && dataset_latent(t.dataset))
         latent_identity_text(dataset_latent(t.dataset), t.st.autoencoder, sizeof t.st.autoencoder);
     if (fork_unwritten) fork_space_change(&t, trained_on);
+    device_change(&t, loaded[0] != 0);
     printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
            be->describe());
     if (hooks && hooks->notes && t.rank == 0) fputs(hooks->notes, stdout);

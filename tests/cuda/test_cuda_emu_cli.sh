@@ -194,3 +194,24 @@ for bad in nosuch=1 attn_gemm=2 attn_gemm; do
         fail emu_cli_routes_refused_$bad "status $rc: $(echo "$out" | tail -2 | tr '\n' ' ')"
     fi
 done
+
+# A run trained on the CPU and resumed on the emulated GPU (--extend past its end): it goes on, says
+# where its steps were made, and the lineage of its next checkpoint records the change; a resume on the
+# same device says nothing of it
+"$FC" --device cpu train --config configs/tiny/starter.conf --run "$tmp/moved" --steps 2 --set checkpoint_every=2 \
+    > "$tmp/moved1.log" 2>&1
+"$FC" --device cuda-fp32 train --config configs/tiny/starter.conf --run "$tmp/moved" --steps 4 --extend \
+    --set checkpoint_every=2 > "$tmp/moved2.log" 2>&1
+rc=$?
+"$FC" --device cuda-fp32 train --config configs/tiny/starter.conf --run "$tmp/moved" --steps 6 --extend \
+    --set checkpoint_every=2 > "$tmp/moved3.log" 2>&1
+rc3=$?
+"$FC" inspect "$tmp/moved/ckpt-00000006.safetensors" > "$tmp/moved.inspect" 2>&1
+if [ $rc = 0 ] && [ $rc3 = 0 ] &&
+    grep -q "^$tmp/moved: its steps to 2 were made on cpu (fp32), the next on cuda-fp32 (fp32) (recorded in its lineage)$" "$tmp/moved2.log" &&
+    ! grep -q "were made on" "$tmp/moved3.log" && grep -q "^device  *cuda-fp32 (fp32)$" "$tmp/moved.inspect" &&
+    [ "$(grep -c "^  device changed at step 2: cpu (fp32) -> cuda-fp32 (fp32)$" "$tmp/moved.inspect")" = 1 ]; then
+    pass emu_cli_device_change_recorded "$(grep 'were made on' "$tmp/moved2.log")"
+else
+    fail emu_cli_device_change_recorded "status $rc and $rc3: $(grep -m1 -E 'made on|^framechain' "$tmp/moved2.log"); inspect: $(grep -E '^device|changed' "$tmp/moved.inspect" | tr '\n' ' ')"
+fi
