@@ -174,6 +174,17 @@ static int reader_open_decoder(VideoReader *v, char *err, size_t errlen) {
     char eb[AV_ERROR_MAX_STRING_SIZE];
     const AVStream *st = v->fmt->streams[v->stream];
     const AVCodec *codec = avcodec_find_decoder(st->codecpar->codec_id);
+    // VP8 and VP9 carry transparency beside the picture (a WebM track tagged alpha_mode 1), which
+    // FFmpeg's own decoders drop: the colour under transparent pixels would show. libvpx's decode it.
+    const AVDictionaryEntry *alpha = av_dict_get(st->metadata, "alpha_mode", NULL, 0);
+    enum AVCodecID id = st->codecpar->codec_id;
+    if (alpha && !strcmp(alpha->value, "1") && (id == AV_CODEC_ID_VP8 || id == AV_CODEC_ID_VP9)) {
+        const AVCodec *vpx = avcodec_find_decoder_by_name(id == AV_CODEC_ID_VP9 ? "libvpx-vp9" : "libvpx");
+        if (!vpx)
+            return fc_errf(err, errlen, "%s: a %s video with transparency, which this FFmpeg cannot decode (no libvpx "
+                           "decoder: its own drops the transparency)", v->path, avcodec_get_name(id));
+        codec = vpx;
+    }
     if (!codec)
         return fc_errf(err, errlen, "%s: unsupported codec %s (this FFmpeg has no decoder for it)", v->path,
                        avcodec_get_name(st->codecpar->codec_id));

@@ -187,6 +187,15 @@ close_to() {  # close_to "R,G,B ..." R G B TOLERANCE: every triple within TOLERA
 [ "$rc" = 0 ] && [ "$(clips "$tmp/alpha_ds")" = 3 ] && close_to "$left" 0 0 0 6 && close_to "$right" 0 255 0 6 &&
     close_to "$half" 0 128 0 6 && [ "$(pixels "$tmp/alpha_ds" 4 4 | cut -d' ' -f1)" = "0,0,0" ]
 expect prepare_alpha_over_black $? "status $rc, $(clips "$tmp/alpha_ds") clips; transparent left: $left; opaque right: $right; alpha 128: $half"
+# VP9 in WebM carries its transparency beside the picture (alpha_mode 1), which FFmpeg's own decoder
+# drops (the stored magenta showed): read with libvpx's
+ffmpeg -v error -loop 1 -i "$tmp/alpha.png" -frames:v 8 -c:v libvpx-vp9 -pix_fmt yuva420p -lossless 1 "$tmp/alpha.webm"
+"$FC" prepare --input "$tmp/alpha.webm" --out "$tmp/alpha_webm" --size 32 --clip-frames 4 > "$tmp/alpha_webm.log" 2>&1
+rc=$?
+left=$(pixels "$tmp/alpha_webm" 4 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+right=$(pixels "$tmp/alpha_webm" 24 4 | tr ' ' '\n' | sort -u | tr '\n' ' ')
+[ "$rc" = 0 ] && [ "$(clips "$tmp/alpha_webm")" = 2 ] && close_to "$left" 0 0 0 6 && close_to "$right" 0 255 0 6
+expect prepare_alpha_vp9_over_black $? "status $rc, $(clips "$tmp/alpha_webm") clips; transparent left: $left; opaque right: $right; $(tail -1 "$tmp/alpha_webm.log" | cut -c1-80)"
 # transparency by a colour key (a tRNS chunk: an RGB PNG whose pixels of one colour are transparent, and
 # the same for a grey PNG): those pixels over black too, the others as stored
 mkdir -p "$tmp/key_frames"
