@@ -67,7 +67,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     int overwrite = opt(opts, "--overwrite")->count > 0;
     if (overwrite && !out_path) usage_error("--overwrite: it goes with --out VIDEO (autoencode writes no other file)");
     char err[4096];
-    if (out_path && generate_check_output(out_path, input, overwrite, err, sizeof err)) fc_die("%s", err);
+    if (out_path && generate_check_output(out_path, input, vae, overwrite, err, sizeof err)) fc_die("%s", err);
     Autoencoder *ae = autoencoder_load(vae, be, err, sizeof err);
     if (!ae) fc_die("%s", err);
     if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))

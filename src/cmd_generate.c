@@ -265,7 +265,7 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
     if (parse_generate(argc, argv, &g)) return fputs(HELP_GENERATE, stdout), 0;
     char err[2048];
     // the output first: a path that cannot be written fails now, not after the sampling
-    if (generate_check_output(g.out, g.first_frame, g.overwrite, err, sizeof err)) {
+    if (generate_check_output(g.out, g.first_frame, g.vae, g.overwrite, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         return 1;
     }
@@ -275,7 +275,7 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         return 1;
     }
     ChainPlan plan;
-    if (chain_settle_options(&cm, &g.sample, err, sizeof err) ||
+    if (chain_settle_options(&cm, &g.sample, g.given, err, sizeof err) ||
         chain_build_given(&plan, &cm.m[0]->cfg, &cm.m[1]->cfg, &cm.m[2]->cfg, g.frames, g.given, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);
         chain_models_free(&cm);

@@ -290,7 +290,7 @@ static int eval_check(Eval *ev) {
         return fc_errf(err, errlen, "--given %d: the chain would make none of the %d frames per clip to score (--frames "
                        "must be more than --given)", o->given, N);
     ev->sample = o->sample;
-    if (chain_settle_options(&ev->cm, &ev->sample, err, errlen)) return -1;
+    if (chain_settle_options(&ev->cm, &ev->sample, o->given, err, errlen)) return -1;
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && o->given >= ev->M)  // its table would hold the given frames alone, the real clip's own

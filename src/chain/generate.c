@@ -108,10 +108,16 @@ static int check_replaceable_folder(const char *out, char *err, size_t errlen) {
     return rc;
 }
 
-int generate_check_output(const char *out_arg, const char *input, int overwrite, char *err, size_t errlen) {
+int generate_check_output(const char *out_arg, const char *input, const char *vae, int overwrite, char *err,
+                          size_t errlen) {
     char out[PATH_LEN], dir[PATH_LEN];
     if (clean_path(out, out_arg)) return fc_errf(err, errlen, "--out '%s': not a usable path", out_arg);
     int video = is_video_path(out);
+    size_t n = strlen(out_arg);
+    if (video && n && out_arg[n - 1] == '/')  // a folder by its slash, a video file by its extension
+        return fc_errf(err, errlen, "--out %s: the '/' at its end names a folder, but %s names a video file: give %s "
+                       "for the video, or a folder name without an extension for PNG frames", out_arg,
+                       strrchr(out, '.'), out);
     if (is_unwritten_video_path(out))
         return fc_errf(err, errlen, "%s: %s is not a format written here; give .mp4, .m4v, .mov, .mkv, .avi or .gif "
                        "for a video, or a name without a video extension for a folder of PNGs", out, strrchr(out, '.'));
@@ -136,6 +142,11 @@ int generate_check_output(const char *out_arg, const char *input, int overwrite,
                        "are renamed onto the name); give its own name, %s", out, base,
                        realpath(out, real) ? real : "from its parent folder");
     }
+    // the autoencoder this command decodes with (--vae) is read as the input is: never replaced
+    struct stat sv;
+    if (vae && !stat(vae, &sv) && so.st_dev == sv.st_dev && so.st_ino == sv.st_ino)
+        return fc_errf(err, errlen, "%s: is the autoencoder file this command reads (--vae %s); give the output another "
+                       "name (--overwrite never replaces what the command reads)", out, vae);
     int have_input = input && !stat(input, &si);
     const char *kind = have_input && S_ISDIR(si.st_mode) ? "folder" : "file";  // a folder of frames, or a file
     if (have_input && so.st_dev == si.st_dev && so.st_ino == si.st_ino)

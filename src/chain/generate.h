@@ -13,9 +13,11 @@
 // folder we may write in; out does not exist, or overwrite is given and out is what would be written
 // again (a file for a video, a folder of nothing but frame-NNNNNN.png for PNGs); out is not the input
 // (a file, or a folder of frames), under any name (device and inode compared), nor a folder holding it,
-// overwrite or not. input may be a name that is no file (shapes:N). Returns 0, or -1 with one line in
-// err naming out.
-int generate_check_output(const char *out, const char *input, int overwrite, char *err, size_t errlen);
+// overwrite or not; nor the autoencoder file vae (--vae, NULL: none), which the command reads too; nor
+// a video name with a '/' at its end (a.gif/: a folder or a file?). input may be a name that is no
+// file (shapes:N). Returns 0, or -1 with one line in err naming out.
+int generate_check_output(const char *out, const char *input, const char *vae, int overwrite, char *err,
+                          size_t errlen);
 // Whether out names a video (.mp4, .m4v, .mov, .mkv, .avi, .gif): else generate writes a folder of PNGs.
 int generate_is_video_path(const char *out);
 

@@ -406,7 +406,7 @@ void chain_describe_guards(const SampleOptions *o, int given, char *buf, size_t 
     snprintf(buf, len, "drift guards: sharpness %s, colour %s", sharp, colour);
 }
 
-int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, size_t errlen) {
+int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, char *err, size_t errlen) {
     int pixels = !cm->autoencoder[0] && cm->channels == 3;
     if (o->sharpness_guard == SAMPLE_GUARD_DEFAULT) o->sharpness_guard = pixels ? SAMPLE_DEFAULT_SHARPNESS_GUARD : 0;
     if (o->colour_guard == SAMPLE_GUARD_DEFAULT) o->colour_guard = pixels ? SAMPLE_DEFAULT_COLOUR_GUARD : 0;
@@ -417,8 +417,8 @@ int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, siz
                        cm->autoencoder[0] ? "latents" : "frames of other than 3 channels",
                        o->colour_guard > 0 ? "colour" : "sharpness");
     if (o->guidance == 1.0) return 0;
-    for (int r = 0; r < 3; r++)
-        if (cm->m[r]->cfg.cond_drop <= 0)
+    for (int r = 0; r < 3; r++)  // (from given frames past frame 0 the starter is not run: its window is given)
+        if (cm->m[r]->cfg.cond_drop <= 0 && !(r == ROLE_STARTER && given > 1))
             return fc_errf(err, errlen, "--guidance %g: the %s model was trained with cond_drop = 0, so it has no "
                            "unconditional half to guide with (train with --set cond_drop=0.1)", o->guidance,
                            config_role_name(r));

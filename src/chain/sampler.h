@@ -68,9 +68,10 @@ typedef struct {
 
 // Settle o's defaults for these models (a guard left at SAMPLE_GUARD_DEFAULT: its default for frames of
 // pixels, off for latents) and check that they can sample with it: 0, or -1 with one line: guidance
-// other than 1 needs models trained with cond_drop (the unconditional model it trains); a drift guard
+// other than 1 needs the models that run trained with cond_drop (the unconditional model it trains:
+// not the starter from `given` frames past frame 0, whose window is given); a drift guard
 // asked for needs RGB frames.
-int chain_settle_options(const ChainModels *cm, SampleOptions *o, char *err, size_t errlen);
+int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, char *err, size_t errlen);
 
 // "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.

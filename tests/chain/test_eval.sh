@@ -450,6 +450,18 @@ else
     fail eval_guidance "status ok=$ok, out-of-range PSNR: ${bad:-none}; $(tail -1 "$tmp/err")"
 fi
 
+# From 7 given frames the starter is not run: guidance asks cond_drop of the two models that run, not
+# of a starter trained without it (refused, naming the starter, before; it still is without --given)
+"$FC" --threads 2 eval --starter "${RUNS[1]}" --extrapolate "$tmp/g_extrapolate" --interpolate "$tmp/g_interpolate" \
+    "${ARGS[@]}" --long 0 --given 7 --guidance 2 > "$tmp/gg.out" 2> "$tmp/gg.err"
+rc=$?
+"$FC" --threads 2 eval --starter "${RUNS[1]}" --extrapolate "$tmp/g_extrapolate" --interpolate "$tmp/g_interpolate" \
+    "${ARGS[@]}" --long 0 --guidance 2 > "$tmp/gs.out" 2> "$tmp/gs.err"
+rc_s=$?
+[ $rc -eq 0 ] && grep -q 'guidance 2' "$tmp/gg.out" && [ $rc_s -eq 1 ] &&
+    grep -q "^framechain: --guidance 2: the starter model was trained with cond_drop = 0" "$tmp/gs.err"
+expect eval_guidance_given_needs_no_starter $? "status $rc with --given 7: $(grep -m1 '^framechain' "$tmp/gg.err"); status $rc_s without: $(head -1 "$tmp/gs.err" | cut -c1-120)"
+
 # A lower temperature starts the targets from weaker noise: other frames, still in range
 "$FC" --threads 2 eval "${GRUNS[@]}" "${ARGS[@]}" --long 0 --noise-aug 0.1 --temperature 0.5 --tsv "$tmp/t05.tsv" \
     > "$tmp/t05.out" 2> "$tmp/err"

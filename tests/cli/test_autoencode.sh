@@ -234,3 +234,18 @@ rc=$?
 left=$(ls -A "$tmp/stop" | wc -l)
 expect autoencode_sigint_removes_output $(( rc != 130 || left != 0 || $(grep -c '^autoencode: stopped by SIGINT' "$tmp/stop.log") != 1 )) \
     "exit $rc, $left files left in the output's folder: $(tail -1 "$tmp/stop.log")"
+
+# --out with --overwrite never replaces the --vae file the command reads (a name with a video
+# extension: the weights became a 1.4 KB video, status 0); a video name ending in '/' (a folder or a
+# file?) is refused before anything is read
+cp "$dir/taesd.safetensors" "$tmp/vae.mkv"
+before=$(cksum < "$tmp/vae.mkv")
+"$FC" autoencode --vae "$tmp/vae.mkv" --input "$VIDEO" --size 64 --frames 2 --out "$tmp/vae.mkv" --overwrite > "$tmp/ow.log" 2> "$tmp/ow.err"
+rc=$?
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 2 --out "$tmp/slash.gif/" > "$tmp/sl.log" 2> "$tmp/sl.err"
+rc_sl=$?
+[ $rc -eq 1 ] && [ "$(cksum < "$tmp/vae.mkv")" = "$before" ] && [ "$(wc -l < "$tmp/ow.err")" = 1 ] &&
+    grep -q "vae.mkv: is the autoencoder file this command reads (--vae .*vae.mkv); give the output another name" "$tmp/ow.err" &&
+    [ $rc_sl -eq 1 ] && grep -q "slash.gif/: the '/' at its end names a folder, but .gif names a video file" "$tmp/sl.err" &&
+    [ ! -e "$tmp/slash.gif" ]
+expect autoencode_out_never_its_vae $? "exit $rc: $(head -1 "$tmp/ow.err"); the file $([ "$(cksum < "$tmp/vae.mkv")" = "$before" ] && echo kept || echo replaced); exit $rc_sl: $(head -1 "$tmp/sl.err")"
