@@ -23,7 +23,8 @@ static const char *HELP_SCORE =
     "mean change from one frame to the next, 8-bit values) and order (that change over the change in\n"
     "4 frames: footage about 0.3-0.4, frames out of order or noise about 1); a clip that does not move\n"
     "(motion under 0.1) is noted 'frozen', one whose frames change as much in 1 as in 4 (order above\n"
-    "0.6, motion at least 1) 'unordered'. Noted clips come first.\n"
+    "0.6, motion at least 1) 'unordered'. Noted clips come first. Clips of frames only: a run on\n"
+    "latents (prepare --vae) cannot be scored; score one trained on the same footage without --vae.\n"
     "\n"
     "  --out FILE.tsv     one line a clip, noted clips first, then by score: shard, clip (in the shard),\n"
     "                     dataset clip, source, first frame, loss[, ref_loss, score], motion, order, note;\n"
@@ -75,7 +76,8 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     Dataset *d = dataset_open(data, err, sizeof err);
     if (!d) fc_die("%s", err);
     if (dataset_latent(d))
-        fc_die("%s holds latents: score measures frames; score the same footage prepared without --vae", data);
+        fc_die("%s holds latents: score reads clips of frames, and a run on latents cannot be scored; score a run "
+               "trained on the same footage prepared without --vae", data);
     int n = dataset_clips(d), scored = 0;
     // a list of every clip is one train refuses: said now when the fraction alone makes it so
     if (ex && top_clips(top, n) >= n)

@@ -11,6 +11,11 @@
 #include "base/common.h"
 #include "formats/safetensors.h"
 
+// The first line score --exclude-out writes: the count, the dataset's folder and, last, which dataset
+// it is (its dataset.json's CRC-32: the same wherever a copy of it lies), which the reader checks.
+#define EXCLUDE_HEADER "# framechain exclude list:"
+#define EXCLUDE_MADE_FOR "(dataset.json crc32 "
+
 // The shards of d in order: each one's file name, first dataset clip and clip count.
 typedef struct {
     const char *name;
@@ -89,6 +94,22 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
         }
         char shard[256], index[256], extra[2];
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        // the header score writes names its dataset by dataset.json's CRC-32: another dataset's list
+        // would name clips that exist here too (every dataset has a shard-00000), but not the ones scored
+        const char *made_for = NULL;  // its last "(dataset.json crc32 ": the folder's name comes before it
+        for (const char *at = line; !strncmp(line, EXCLUDE_HEADER, strlen(EXCLUDE_HEADER)) &&
+                                    (at = strstr(at, EXCLUDE_MADE_FOR));
+             at++)
+            made_for = at;
+        unsigned long want;
+        if (made_for && sscanf(made_for + strlen(EXCLUDE_MADE_FOR), "%8lx)", &want) == 1 &&
+            want != dataset_json_crc(d)) {
+            rc = fc_errf(err, errlen, "%s:%ld: made for another dataset (its dataset.json's CRC-32 %08lx; %s's is "
+                         "%08lx): score --exclude-out on this dataset makes its list (where the other holds the same "
+                         "clips in the same places, take this line out)", path, lineno, want, dataset_dir(d),
+                         (unsigned long)dataset_json_crc(d));
+            break;
+        }
         if (!*line || *line == '#') continue;
         int got = sscanf(line, "%255s %255s %1s", shard, index, extra);
         // the index as written, digits only: one past any clip count reads as such, not as a clamped long
@@ -121,8 +142,8 @@ int exclude_list_write(const Dataset *d, const char *path, const int *clips, int
                        size_t errlen) {
     size_t cap = 256 + (size_t)n * 64 + strlen(dataset_dir(d)), used = 0;
     char *text = fc_malloc(cap);
-    used += (size_t)snprintf(text, cap, "# framechain exclude list: %d of the %d clips of %s\n", n, dataset_clips(d),
-                             dataset_dir(d));
+    used += (size_t)snprintf(text, cap, EXCLUDE_HEADER " %d of the %d clips of %s " EXCLUDE_MADE_FOR "%08lx)\n", n,
+                             dataset_clips(d), dataset_dir(d), (unsigned long)dataset_json_crc(d));
     for (int i = 0; i < n && used < cap; i++) {
         ClipLocation loc;
         if (dataset_clip_location(d, clips[i], &loc)) {

@@ -42,6 +42,7 @@ struct Dataset {
     int C;               // latent channels; 0: RGB frames
     size_t unit;         // latents: the bytes of one (C, N, N) F16 unit
     LatentIdentity lat;  // latents: the autoencoder
+    uint32_t json_crc;   // CRC-32 of dataset.json's bytes: which dataset this is (exclude lists name it)
     size_t raw;
     DShard *shards;
     DClip *clips;
@@ -336,6 +337,7 @@ static int load_dataset_json(Dataset *d, const char *path, uint64_t *clips, char
     }
     DatasetJson dj = {0};
     int bad = read_dataset_json(&r, d, &dj) || check_dataset_json(&dj, d, path, err, errlen);
+    d->json_crc = (uint32_t)crc32_z(0L, (const Bytef *)text, size);
     free(r.arena);
     free(text);
     *clips = dj.clips;
@@ -481,6 +483,7 @@ size_t dataset_clip_bytes(const Dataset *d) { return d->raw; }
 int dataset_channels(const Dataset *d) { return d->C ? d->C : 3; }
 const LatentIdentity *dataset_latent(const Dataset *d) { return d->C ? &d->lat : NULL; }
 const char *dataset_dir(const Dataset *d) { return d->dir; }
+uint32_t dataset_json_crc(const Dataset *d) { return d->json_crc; }
 
 int dataset_clip_location(const Dataset *d, int clip, ClipLocation *out) {
     if (clip < 0 || clip >= d->nclips) return -1;

@@ -115,6 +115,7 @@ int dataset_channels(const Dataset *d);       // 3 (RGB frames), or the latent c
 // The autoencoder of a latent dataset; NULL for a dataset of frames.
 const LatentIdentity *dataset_latent(const Dataset *d);
 const char *dataset_dir(const Dataset *d);    // the folder it was opened from
+uint32_t dataset_json_crc(const Dataset *d);  // CRC-32 of its dataset.json: which dataset, wherever it lies
 // Read clip `clip` (0 .. dataset_clips - 1; the shards' clips in order) into out (F*N*N*3 bytes):
 // pread its stored bytes, inflate them when they are zlib (exactly F*N*N*3 bytes must come out),
 // check the CRC. Returns 0; DATASET_CLIP_DAMAGED when the clip's own bytes are bad (a CRC mismatch,

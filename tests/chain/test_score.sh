@@ -315,6 +315,12 @@ one_line_refusal exclude_no_such_clip "nosuch.txt:1: shard-00000.safetensors 55:
     fc train --config $TINY --run "$tmp/bad1" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/nosuch.txt"
 one_line_refusal exclude_every_clip "excludes every one of the 55 clips" \
     fc train --config $TINY --run "$tmp/bad2" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/all.txt"
+# a list score wrote for another dataset (two clips of the moving shapes): its clip exists in this one
+# too (shard-00000.safetensors 0 or 1), but is not the one scored; its header names its dataset
+fc prepare --input shapes:3:16 --out "$tmp/shapes2" --size 32 --clip-frames 8 > /dev/null 2>&1
+fc score --run "$run" --data "$tmp/shapes2" --out "$tmp/shapes2.tsv" --top 0.5 --exclude-out "$tmp/shapes2-ex.txt" > /dev/null 2>&1
+one_line_refusal exclude_list_of_another_dataset "shapes2-ex.txt:1: made for another dataset (its dataset.json's CRC-32 [0-9a-f]*; .*mixed's is [0-9a-f]*)" \
+    fc train --config $TINY --run "$tmp/bad5" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/shapes2-ex.txt"
 one_line_refusal exclude_missing_file "missing.txt: cannot open the exclude list" \
     fc train --config $TINY --run "$tmp/bad3" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/missing.txt"
 one_line_refusal exclude_without_data "an exclude list needs --data" \
