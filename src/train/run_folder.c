@@ -82,6 +82,7 @@ static void remove_stale_temps(const char *run) {
 // the folder once this one's lock went).
 static char made_run[4096], made_top[4096], made_metrics[4200], metrics_run[4096];  // made_top: the
 // outermost folder this train made for made_run (made_run itself, or a parent made with it)
+static volatile sig_atomic_t made_ready;  // made_run and made_top are whole (a signal handler reads them)
 static struct stat made_metrics_id;
 
 // What dir holds, read with the getdents64 system call, which a signal handler may make (opendir
@@ -119,7 +120,7 @@ static void remove_what_a_refused_start_made(void) {
     int ours = made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0 &&
                st.st_dev == made_metrics_id.st_dev && st.st_ino == made_metrics_id.st_ino;
     if (ours && !scan_folder(metrics_run, &checkpoint, &other) && !checkpoint) unlink(made_metrics);
-    if (!made_run[0] || scan_folder(made_run, &checkpoint, &other) || other) return;
+    if (!made_ready || scan_folder(made_run, &checkpoint, &other) || other) return;
     char lock[4200];
     size_t n = strlen(made_run);
     memcpy(lock, made_run, n), memcpy(lock + n, "/.lock", 7);  // made_run is under 4096 bytes
@@ -141,7 +142,7 @@ static void on_stop_in_setup(int sig) {
 }
 
 // Only where a signal has its default disposition (an ignored SIGHUP is nohup's; a handler is
-// someone's), once.
+// someone's), once. Where train made no folder the handler ends it as the default would.
 static void catch_stop_in_setup(void) {
     static int done;
     if (done++) return;
@@ -164,6 +165,8 @@ int run_folder_open(const char *run) {
     // Made by this process only where its own mkdir made it: two trains started at once on a new
     // folder both found it missing, and the one the lock then refused removed the other's lock file
     // and folder at its exit.
+    // a stop signal from here on takes back what this start made (before: the folder and its lock)
+    catch_stop_in_setup();
     char *top = fc_missing_top(run);
     int made = mkdir(run, 0755) == 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
@@ -177,11 +180,11 @@ int run_folder_open(const char *run) {
     if (made && strlen(run) < sizeof made_run) {
         snprintf(made_run, sizeof made_run, "%s", run);
         snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
+        made_ready = 1;
     }
     free(top);
     static int registered;
     if (!registered++) atexit(remove_what_a_refused_start_made);
-    if (made) catch_stop_in_setup();
     remove_stale_temps(run);
     return lock;
 }

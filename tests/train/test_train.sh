@@ -275,7 +275,7 @@ for sig in TERM HUP; do
     FRAMECHAIN_TEST_SETUP_DELAY_MS=20000 "$FC" --threads 1 train --config "$TINY" --run "$tmp/setup_$sig/b/run" \
         --steps 2 > "$tmp/setup_$sig.log" 2>&1 &
     pid=$!
-    wait_until 60 $pid test -e "$tmp/setup_$sig/b/run/.lock"
+    wait_until 60 $pid grep -q "^test hook: the set-up held" "$tmp/setup_$sig.log"
     setup_waited=$waited
     exec 3>&2 2> /dev/null  # bash's notice of a job ended by SIGHUP goes nowhere (kill9_reap's reason)
     kill -$sig $pid
