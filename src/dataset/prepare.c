@@ -215,6 +215,7 @@ typedef struct {
     int have_prev;
     double shift;         // the time taken out of the source by closed gaps
     int gaps_closed;      // forward jumps of the timestamps longer than RESAMPLE_MAX_GAP_S
+    long skipped_before_key;  // a video begun mid-stream: its pictures before the first key one, left out
     double rate_lo, rate_hi, rate_mid;  // a variable frame rate without --fps (fps; 0: an even rate)
     char err[512];
     int failed;           // a shard write failed: the whole job stops
@@ -405,6 +406,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     }
     variable_rate(c, &iv);
     if (r < 0) snprintf(why, len, "%s", without_path(err, src->path));
+    c->skipped_before_key = video_frames_skipped(v);
     video_close(v);
     return frames;
 }
@@ -464,7 +466,7 @@ int prepare_run(const PrepareOptions *o) {
     for (int i = 0; i < ss.n && !c.failed; i++) {
         const Source *src = &ss.s[i];
         c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
-        c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0;
+        c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0, c.skipped_before_key = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
         int side, other_size;
@@ -495,6 +497,9 @@ int prepare_run(const PrepareOptions *o) {
             if (c.gaps_closed)
                 printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
                        "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");
+            if (c.skipped_before_key)
+                printf("; it begins mid-stream: its first %ld picture%s, before a key picture, left out (made from "
+                       "pictures before the cut, a flat grey)", c.skipped_before_key, c.skipped_before_key == 1 ? "" : "s");
             if (c.rate_mid > 0)
                 printf("; variable frame rate (%.3g to %.3g fps): --fps %.3g gives evenly timed clips", c.rate_lo,
                        c.rate_hi, c.rate_mid);

@@ -58,6 +58,10 @@ int video_mirrored(const VideoReader *v);
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen);
 // Frames returned so far.
 long video_frames_read(const VideoReader *v);
+// Pictures left out before the first key picture of an HEVC stream that begins mid-stream (its first
+// packet no key: a recording started at any point, a cut without re-encoding), whose references the
+// file does not hold: the decoder makes them a flat grey and flags nothing.
+long video_frames_skipped(const VideoReader *v);
 void video_close(VideoReader *v);
 
 // Decoder threads for readers opened after this call (1 by default; 0 lets FFmpeg choose). Not

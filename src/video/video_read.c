@@ -54,6 +54,9 @@ struct VideoReader {
     int have_start;
     double last_time;
     int stalled;         // video packets sent since the last picture
+    int packets;         // video packets sent to the decoder
+    int before_key;      // 1 while the pictures of an HEVC stream that began mid-stream are not yet whole
+    long skipped;        // pictures left out for it (video_frames_skipped)
     Scaler sc;
     char msg[512];       // the sticky error
 };
@@ -299,6 +302,7 @@ long video_frame_count_estimate(const VideoReader *v) { return v ? v->count_esti
 int video_rotation(const VideoReader *v) { return v ? v->rotation : 0; }
 int video_mirrored(const VideoReader *v) { return v ? v->mirrored : 0; }
 long video_frames_read(const VideoReader *v) { return v ? v->frames : 0; }
+long video_frames_skipped(const VideoReader *v) { return v ? v->skipped : 0; }
 
 // The reader stops for good: its sticky error names the file, and goes into err. -1.
 static int reader_fail(VideoReader *v, char *err, size_t errlen, const char *fmt, ...)
@@ -392,7 +396,13 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
     int eagain = 0;
     for (;;) {
         int ret = avcodec_receive_frame(v->dec, v->frame);
+        if (ret == 0 && v->before_key && !v->frame->key_frame && v->frame->pict_type != AV_PICTURE_TYPE_I) {
+            av_frame_unref(v->frame);  // a picture made from references the file does not hold
+            v->skipped++;
+            continue;
+        }
         if (ret == 0) {
+            v->before_key = 0;
             AVFrame *f = v->frame;
             char why[256];
             AVRational sar = av_guess_sample_aspect_ratio(v->fmt, v->fmt->streams[v->stream], f);
@@ -437,6 +447,12 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
             av_packet_unref(v->pkt);
             continue;
         }
+        // An HEVC stream cut mid-stream (a recording started at any point, a cut without re-encoding)
+        // begins with pictures whose references came before the cut: the decoder makes them anyway, a flat
+        // grey, and flags nothing (H.264's and MPEG-2's decoders leave such pictures out themselves). Its
+        // pictures before the first key picture are left out, and said.
+        if (!v->packets++)
+            v->before_key = !(v->pkt->flags & AV_PKT_FLAG_KEY) && v->dec->codec_id == AV_CODEC_ID_HEVC;
         ret = avcodec_send_packet(v->dec, v->pkt);
         av_packet_unref(v->pkt);
         if (ret < 0 && ret != AVERROR(EAGAIN))

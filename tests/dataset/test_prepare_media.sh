@@ -145,6 +145,29 @@ rc=$?
 [ "$rc" = 0 ] && [ "$(clips "$tmp/whole")" = 25 ] && ! grep 'long.mkv:' "$tmp/whole.log" | grep -q 'cut short' &&
     grep -q ' 0 cut short by damage' "$tmp/whole.log"
 expect prepare_whole_mkv_not_cut_short $? "status $rc, $(clips "$tmp/whole") clips: $(grep -m1 'long.mkv:' "$tmp/whole.log")"
+# an HEVC stream cut mid-stream (its first packet no key picture): the decoder makes the pictures before
+# the first key one from references the file does not hold, a flat grey, and flags nothing; they are
+# left out, and the line says so (the first clip was flat grey, nothing said)
+ffmpeg -v error -f lavfi -i testsrc2=s=64x48:r=10:d=10 -c:v libx265 -x265-params keyint=25:open-gop=1:log-level=error \
+    -f mpegts "$tmp/hevc.ts" && "$PYTHON" -c "
+import sys; b = open(sys.argv[1], 'rb').read(); o = len(b) * 70 // 100 // 188 * 188; open(sys.argv[2], 'wb').write(b[o:])" \
+    "$tmp/hevc.ts" "$tmp/hevc_cut.ts"
+"$FC" prepare --input "$tmp/hevc_cut.ts" --out "$tmp/hevc_ds" --size 16 --clip-frames 5 > "$tmp/hevc.log" 2>&1
+rc=$?
+spread=$("$PYTHON" - "$tmp/hevc_ds" <<'PYEOF'
+import glob, sys, zlib
+sys.path.insert(0, "tools")
+import numpy as np
+from safetensors_io import read_safetensors
+t, m = read_safetensors(sorted(glob.glob(sys.argv[1] + "/shard-*.safetensors"))[0])
+raw = t["clip.0"].tobytes()
+a = np.frombuffer(zlib.decompress(raw) if m.get("clip.0.encoding") == "zlib" else raw, np.uint8).reshape(5, 16 * 16 * 3)
+print("%.0f" % a.std(axis=1).min())  # the flattest frame of the first clip
+PYEOF
+)
+[ "$rc" = 0 ] && grep -q "hevc_cut.ts: .*it begins mid-stream: its first [0-9]* pictures\?, before a key picture, left out" "$tmp/hevc.log" &&
+    [ "${spread:-0}" -ge 20 ]
+expect prepare_hevc_cut_mid_stream $? "status $rc, the first clip's flattest frame's spread ${spread:-?} (testsrc2: about 75): $(grep -m1 'hevc_cut.ts:' "$tmp/hevc.log" | cut -c1-200)"
 # whole files whose headers state more than their video holds: an MP4 cut with an edit list (ffmpeg -ss
 # -c copy: its frame count includes the samples before the cut), and a WMV whose audio outlasts its
 # video (ASF, like OGG and FLV, states the whole file's duration): neither is cut short
