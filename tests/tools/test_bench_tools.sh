@@ -238,7 +238,7 @@ $(head -1 "$tmp/bt/abc.log"); table: $(head -1 "$tmp/bt/table.txt")"
 # not whole, the last table stays, this run's beside it, status 1 ----
 printf '#!/bin/sh\n[ "$1" = --version ] && { echo "framechain stand-in"; exit 0; }\necho "framechain: stand-in fails"; exit 1\n' > "$tmp/bt/fc" &&
     printf '#!/bin/sh\nexit 0\n' > "$tmp/bt/python" && chmod +x "$tmp/bt/fc" "$tmp/bt/python"
-FC="$tmp/bt/fc" PYTHON="$tmp/bt/python" BUILD="$BUILD" PAIRS=1 THREADS=1 CONFIGS=tiny GENERATE=0 timeout 120 tools/bench.sh "$tmp/bt" \
+FC="$tmp/bt/fc" PYTHON="$tmp/bt/python" BUILD="$bb/build" PAIRS=1 THREADS=1 CONFIGS=tiny GENERATE=0 timeout 120 tools/bench.sh "$tmp/bt" \
     > "$tmp/bt/failed.log" 2>&1
 status=$?
 [ $status -eq 1 ] && [ "$(cat "$tmp/bt/table.txt")" = "the last whole table" ] && grep -q "^train step, tiny (ms) .* failed$" "$tmp/bt/table.failed.txt" &&
