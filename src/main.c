@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     int help = 0, vae = 0, uses = COMMANDS[command_index(cmd)].device;
     for (int j = i + 1; j < argc && strcmp(argv[j], "--"); j++) {  // after "--", a path
         help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
-        vae |= !strcmp(argv[j], "--vae");
+        vae |= !strcmp(argv[j], "--vae") || !strncmp(argv[j], "--vae=", 6);  // (the parser takes both forms)
     }
     int on_device = !help && (uses == DEVICE_ALWAYS || (uses == DEVICE_WITH_VAE && vae));
     const Backend *be = on_device ? backend_select(device) : backend_cpu();

@@ -59,7 +59,9 @@ fi
 # What the models under $work were trained with (in the mark, once they are): a rerun that asks for
 # other steps, configs or keys is refused now, before any work, rather than by train after the data
 configs_sum=$({ cat "$CONFIGS"/{starter,extrapolate,interpolate}.conf 2> /dev/null || true; } | cksum | cut -d' ' -f1)
-trained_with="EVAL_STEPS=$STEPS, the configs of $CONFIGS (cksum $configs_sum)${*:+ and the keys $*}"
+# (the configs by their bytes, not their path; the keys in any order)
+keys=$(printf '%s\n' "$@" | sort | tr '\n' ' ' | sed 's/ *$//')
+trained_with="EVAL_STEPS=$STEPS, configs of cksum $configs_sum${keys:+, keys $keys}"
 trained_as eval_unseen "$work" .eval_unseen "$trained_with"
 DATA_DIR=${EVAL_DATA_DIR:-/usr/share/doc/opencv-doc/examples/data}
 for set in $SETS; do

@@ -26,6 +26,7 @@ typedef struct {
     SourceKind kind;
     dev_t dev;  // a file or folder: which one it is, however it was named
     ino_t ino;
+    int depth;  // a folder looked into: how deep below its input (expand's depth)
 } Source;
 
 typedef struct {
@@ -33,16 +34,23 @@ typedef struct {
     int n, cap;
     int twice;  // inputs skipped because they were already among the sources
     Source *folders;  // the folders looked into: each once, however many links lead to it (a link to
-    int nfolders, capfolders;  // "." in it would be a loop)
+    int nfolders, capfolders;  // "." in it would be a loop), but again from nearer its input (below)
+    int again;  // > 0 while a folder is looked into again: its files already among the sources, silently
 } Sources;
 
 static const char *shown(const char *path);  // (below: a path as a progress line prints it)
 
-// A folder to look into: 1 the first time (recorded), else 0 with a line, counted as given twice
-// where the user named it (depth 0), not where a link inside a folder leads to it again.
+// A folder to look into: 1 the first time (recorded), 2 when reached again nearer its input than
+// before (a link deep in a tree to a folder near its top: the first visit, at the depth limit, did not
+// look into all of it), else 0 with a line, counted as given twice where the user named it (depth 0),
+// not where a link inside a folder leads to it again.
 static int folder_first_visit(Sources *ss, const char *path, const struct stat *st, int depth) {
     for (int i = 0; i < ss->nfolders; i++)
         if (ss->folders[i].dev == st->st_dev && ss->folders[i].ino == st->st_ino) {
+            if (depth < ss->folders[i].depth) {
+                ss->folders[i].depth = depth;
+                return 2;
+            }
             if (depth == 0) {
                 printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
                        shown(ss->folders[i].path));
@@ -58,7 +66,7 @@ static int folder_first_visit(Sources *ss, const char *path, const struct stat *
         ss->folders = realloc(ss->folders, sizeof(Source) * ss->capfolders);
         if (!ss->folders) fc_die("out of host memory listing the inputs");
     }
-    ss->folders[ss->nfolders++] = (Source){strdup(path), SOURCE_VIDEO, st->st_dev, st->st_ino};
+    ss->folders[ss->nfolders++] = (Source){strdup(path), SOURCE_VIDEO, st->st_dev, st->st_ino, depth};
     return 1;
 }
 
@@ -74,6 +82,7 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
                                             : o->kind != SOURCE_SYNTHETIC && o->ino && o->dev == st.st_dev &&
                                                   o->ino == st.st_ino;
         if (same) {
+            if (ss->again) return;  // a folder looked into again from nearer its input: this file was found before
             printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
                    shown(o->path));
             ss->twice++;
@@ -126,6 +135,8 @@ static const char *other_still(const char *path) {
 // A folder with PNG or JPEG images and no video file is one clip's frames; otherwise every other file
 // is a video and every subfolder is looked into the same way, and its images are not read (one line).
 // Returns how many inputs could not be read at all (an input folder with nothing in it counts).
+static int expand_folder(Sources *ss, const char *path, int depth);
+
 static int expand(Sources *ss, const char *path, int depth) {
     if (depth == 0 && synthetic_is_spec(path)) {  // shapes:K:N, pan:IMAGE:N (synthetic.h)
         add_source(ss, path, SOURCE_SYNTHETIC);
@@ -140,7 +151,16 @@ static int expand(Sources *ss, const char *path, int depth) {
         add_source(ss, path, SOURCE_VIDEO);
         return 0;
     }
-    if (!folder_first_visit(ss, path, &st, depth)) return 0;
+    int visit = folder_first_visit(ss, path, &st, depth);
+    if (!visit) return 0;
+    ss->again += visit == 2;
+    int bad = expand_folder(ss, path, depth);
+    ss->again -= visit == 2;
+    return bad;
+}
+
+// The folder at path (expand's), looked into.
+static int expand_folder(Sources *ss, const char *path, int depth) {
     int n, images = 0, stills = 0, videos = 0, bad = 0, said = 0, before = ss->n, twice = ss->twice;
     const char *still_ext = NULL;
     // in plain byte order, the dataset's order of clips as it always was: a dataset prepared again from

@@ -82,7 +82,10 @@ static void remove_stale_temps(const char *run) {
 // the folder once this one's lock went).
 static char made_run[4096], made_top[4096], made_metrics[4200], metrics_run[4096];  // made_top: the
 // outermost folder this train made for made_run (made_run itself, or a parent made with it)
-static volatile sig_atomic_t made_ready;  // made_run and made_top are whole (a signal handler reads them)
+// 0: no folder made; 1: made_run made by this train, its lock not yet taken (a .lock in it may be
+// another train's: never unlinked); 2: its lock taken. made_run and made_top are whole before it
+// leaves 0 (a signal handler reads them).
+static volatile sig_atomic_t made_state;
 static struct stat made_metrics_id;
 
 // What dir holds, read with the getdents64 system call, which a signal handler may make (opendir
@@ -120,11 +123,14 @@ static void remove_what_a_refused_start_made(void) {
     int ours = made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0 &&
                st.st_dev == made_metrics_id.st_dev && st.st_ino == made_metrics_id.st_ino;
     if (ours && !scan_folder(metrics_run, &checkpoint, &other) && !checkpoint) unlink(made_metrics);
-    if (!made_ready || scan_folder(made_run, &checkpoint, &other) || other) return;
-    char lock[4200];
-    size_t n = strlen(made_run);
-    memcpy(lock, made_run, n), memcpy(lock + n, "/.lock", 7);  // made_run is under 4096 bytes
-    if (!unlink(lock)) fc_rmdir_made(made_run, made_top);  // and the parents made for it, where empty
+    if (!made_state || scan_folder(made_run, &checkpoint, &other) || other) return;
+    if (made_state == 2) {
+        char lock[4200];
+        size_t n = strlen(made_run);
+        memcpy(lock, made_run, n), memcpy(lock + n, "/.lock", 7);  // made_run is under 4096 bytes
+        if (unlink(lock)) return;
+    }
+    fc_rmdir_made(made_run, made_top);  // and the parents made for it, where empty (rmdir leaves one that is not)
 }
 
 // A stop signal during the set-up (before the loop catches them: train_run) ends train at once, as
@@ -168,6 +174,12 @@ int run_folder_open(const char *run) {
     // a stop signal from here on takes back what this start made (before: the folder and its lock)
     catch_stop_in_setup();
     char *top = fc_missing_top(run);
+    int fits = strlen(run) < sizeof made_run;
+    if (fits) {  // (before the folder is made: a signal then finds them whole)
+        snprintf(made_run, sizeof made_run, "%s", run);
+        snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
+    }
+    free(top);
     int made = mkdir(run, 0755) == 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
         char parent[4096];
@@ -175,14 +187,10 @@ int run_folder_open(const char *run) {
         if (fc_mkdir_p(parent, err, sizeof err)) fc_die("%s", err);
         made = mkdir(run, 0755) == 0;
     }
+    if (made && fits) made_state = 1;
     if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
     int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
-    if (made && strlen(run) < sizeof made_run) {
-        snprintf(made_run, sizeof made_run, "%s", run);
-        snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
-        made_ready = 1;
-    }
-    free(top);
+    if (made_state) made_state = 2;
     static int registered;
     if (!registered++) atexit(remove_what_a_refused_start_made);
     remove_stale_temps(run);

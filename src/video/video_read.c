@@ -252,7 +252,9 @@ static void stated_length(VideoReader *v, const AVStream *st) {
     const AVDictionaryEntry *tag = av_dict_get(st->metadata, "DURATION", NULL, 0);
     if (st->nb_frames > 0) {
         v->stated_frames = (long)st->nb_frames;
-        double held = st->duration != AV_NOPTS_VALUE && st->duration > 0 ? st->duration * av_q2d(st->time_base) * v->fps : -1;
+        // (an MP4's track duration is its header's, after the edit list; other demuxers may estimate one)
+        int mp4 = strstr(v->fmt->iformat->name, "mp4") != NULL;
+        double held = mp4 && st->duration != AV_NOPTS_VALUE && st->duration > 0 ? st->duration * av_q2d(st->time_base) * v->fps : -1;
         if (held > 0 && held + 1 < v->stated_frames) v->stated_frames = (long)ceil(held);
     } else if (tag && sscanf(tag->value, "%d:%d:%lf", &h, &m, &sec) == 3 && h >= 0 && m >= 0 && sec >= 0) {
         v->stated_s = h * 3600.0 + m * 60.0 + sec;
@@ -352,9 +354,10 @@ static int ts_ends_torn(const char *path, long long *bytes) {
 #define CUT_SHORT_FRACTION 0.95
 static int reader_check_length(VideoReader *v, char *err, size_t errlen) {
     double covered = v->frames ? v->last_time + 1.0 / v->fps : 0;
-    if (v->stated_frames > 0 && v->frames < CUT_SHORT_FRACTION * v->stated_frames && v->stated_frames - v->frames >= 3)
+    long decoded = v->frames + v->skipped;  // (the pictures left out before a key one are in the count too)
+    if (v->stated_frames > 0 && decoded < CUT_SHORT_FRACTION * v->stated_frames && v->stated_frames - decoded >= 3)
         return reader_fail(v, err, errlen, "ended after %ld of the %ld frames its header states: the file looks cut "
-                           "short", v->frames, v->stated_frames);
+                           "short", decoded, v->stated_frames);
     // three frames or more missing, counted in frames with a millionth of one to spare: 1.2 s - 0.9 s at
     // 10 fps comes out just under 0.3 s in double
     if (v->stated_s > 0 && covered < CUT_SHORT_FRACTION * v->stated_s && (v->stated_s - covered) * v->fps >= 3 - 1e-6)
@@ -386,6 +389,15 @@ static double frame_time(VideoReader *v, const AVFrame *f) {
     return t;
 }
 
+// A key picture (FFmpeg 6.1 moved the mark from key_frame into flags, and 8 removed key_frame).
+static int frame_is_key(const AVFrame *f) {
+#if LIBAVUTIL_VERSION_INT >= AV_VERSION_INT(58, 7, 100)
+    return (f->flags & AV_FRAME_FLAG_KEY) != 0;
+#else
+    return f->key_frame;
+#endif
+}
+
 int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, char *err, size_t errlen) {
     char eb[AV_ERROR_MAX_STRING_SIZE];
     if (!v) return fc_errf(err, errlen, "video: no reader");
@@ -396,7 +408,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
     int eagain = 0;
     for (;;) {
         int ret = avcodec_receive_frame(v->dec, v->frame);
-        if (ret == 0 && v->before_key && !v->frame->key_frame && v->frame->pict_type != AV_PICTURE_TYPE_I) {
+        if (ret == 0 && v->before_key && !frame_is_key(v->frame) && v->frame->pict_type != AV_PICTURE_TYPE_I) {
             av_frame_unref(v->frame);  // a picture made from references the file does not hold
             v->skipped++;
             continue;

@@ -151,6 +151,9 @@ if ! "$FC" --version | grep -q "has no CUDA backend" && [ ! -e /proc/driver/nvid
     expect cuda_inspect_without_driver 0 "^role *= starter" "$FC" --device cuda inspect --config configs/tiny/starter.conf
     expect cuda_prepare_without_driver 0 "^prepare: .*: 1 clip of 8 frames" "$FC" --device cuda prepare --input shapes:1:8 \
         --out "$tmp/cuda_prepare" --size 16 --clip-frames 8
+    # prepare --vae runs the autoencoder on the device, in either spelling of the option
+    expect cuda_prepare_vae_without_driver 1 "^framechain: --device cuda: no NVIDIA driver" "$FC" --device cuda prepare \
+        --input shapes:1:8 --out "$tmp/cuda_prepare_vae" --size 16 --clip-frames 8 --vae="$tmp/no-such-vae.safetensors"
     expect cuda_plot_without_driver 1 "^framechain: $tmp/no-such-run: no such run folder" "$FC" --device cuda plot \
         "$tmp/no-such-run" --out "$tmp/cuda_plot.png"
     # a driver where the CUDA backend cannot be used (here the test hook's driver, which the library finds

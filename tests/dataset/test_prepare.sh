@@ -410,6 +410,15 @@ expect prepare_folder_links_looked_into_once $(( rc != 0 || $(clips "$tmp/loops_
     $(grep -c " 2 given twice" "$tmp/loops.log") != 1 )) \
     "status $rc, $(clips "$tmp/loops_out") clips (49 from vtest.avi, 2 from shapes:1:40), $(wc -l < "$tmp/loops.log") lines, $(grep -o '[0-9]* given twice' "$tmp/loops.log")"
 
+# a link at the depth limit to a folder near the top: reached again from nearer the top, it is looked
+# into (the first visit, at the limit, read nothing of it)
+mkdir -p "$tmp/deeplinks/a/b/c/d/e/f/g" "$tmp/deeplinks/z/sub" && ln -s "$DATA/vtest.avi" "$tmp/deeplinks/z/sub/vtest.avi" &&
+    ln -s ../../../../../../../z "$tmp/deeplinks/a/b/c/d/e/f/g/h"
+"$FC" prepare --input "$tmp/deeplinks" --out "$tmp/deeplinks_out" --size 16 --clip-frames 16 > "$tmp/deeplinks.log" 2>&1
+rc=$?
+expect prepare_folder_again_from_nearer $(( rc != 0 || $(clips "$tmp/deeplinks_out") != 49 || $(grep -c "(0 skipped as unreadable" "$tmp/deeplinks.log") != 1 )) \
+    "status $rc, $(clips "$tmp/deeplinks_out") clips (49 from vtest.avi): $(tail -1 "$tmp/deeplinks.log" | cut -c1-120)"
+
 # ---- the shards of a prepare cut off before its dataset.json: removed by the next prepare there ----
 # (a whole dataset's shard with its dataset.json removed, and two more copies of it named as shards)
 "$FC" prepare --input shapes:1:40 --out "$tmp/cut" --size 16 --clip-frames 8 > /dev/null 2>&1

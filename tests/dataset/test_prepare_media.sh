@@ -165,9 +165,14 @@ a = np.frombuffer(zlib.decompress(raw) if m.get("clip.0.encoding") == "zlib" els
 print("%.0f" % a.std(axis=1).min())  # the flattest frame of the first clip
 PYEOF
 )
+# the same stream in MP4, whose header counts every picture: the ones left out are no cut
+ffmpeg -v error -i "$tmp/hevc_cut.ts" -c copy -copyinkf "$tmp/hevc_cut.mp4"
+"$FC" prepare --input "$tmp/hevc_cut.mp4" --out "$tmp/hevc_mp4" --size 16 --clip-frames 5 > "$tmp/hevc_mp4.log" 2>&1
+rc_mp4=$?
 [ "$rc" = 0 ] && grep -q "hevc_cut.ts: .*it begins mid-stream: its first [0-9]* pictures\?, before a key picture, left out" "$tmp/hevc.log" &&
-    [ "${spread:-0}" -ge 20 ]
-expect prepare_hevc_cut_mid_stream $? "status $rc, the first clip's flattest frame's spread ${spread:-?} (testsrc2: about 75): $(grep -m1 'hevc_cut.ts:' "$tmp/hevc.log" | cut -c1-200)"
+    [ "${spread:-0}" -ge 20 ] && [ "$rc_mp4" = 0 ] && grep -q "hevc_cut.mp4: .*it begins mid-stream" "$tmp/hevc_mp4.log" &&
+    ! grep -q "cut short" <(grep "hevc_cut.mp4:" "$tmp/hevc_mp4.log")
+expect prepare_hevc_cut_mid_stream $? "status $rc, the first clip's flattest frame's spread ${spread:-?} (testsrc2: about 75): $(grep -m1 'hevc_cut.ts:' "$tmp/hevc.log" | cut -c1-200); MP4: status $rc_mp4, $(grep -m1 'hevc_cut.mp4:' "$tmp/hevc_mp4.log" | cut -c1-160)"
 # whole files whose headers state more than their video holds: an MP4 cut with an edit list (ffmpeg -ss
 # -c copy: its frame count includes the samples before the cut), and a WMV whose audio outlasts its
 # video (ASF, like OGG and FLV, states the whole file's duration): neither is cut short
