@@ -125,8 +125,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "help")) return command_help(argc, argv, i + 1);
     const char *cmd = argv[i];
     // A command that does not exist is a bad command line: said before any device is opened.
-    CommandFn run = find_command(cmd);
-    if (!run) usage_error("unknown command '%s'", cmd);
+    int ci = command_index(cmd);
+    if (ci < 0) usage_error("unknown command '%s'", cmd);
+    CommandFn run = COMMANDS[ci].run;
     fc_set_threads(threads);
     cli_set_command(cmd);
     cli_set_device(device);
@@ -140,7 +141,7 @@ int main(int argc, char **argv) {
     }
     // A device that cannot be had ends here, before any work; a command's --help needs none, nor does a
     // command that never runs on it (the table above).
-    int help = 0, vae = 0, uses = COMMANDS[command_index(cmd)].device;
+    int help = 0, vae = 0, uses = COMMANDS[ci].device;
     for (int j = i + 1; j < argc && strcmp(argv[j], "--"); j++) {  // after "--", a path
         help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
         vae |= !strcmp(argv[j], "--vae") || !strncmp(argv[j], "--vae=", 6);  // (the parser takes both forms)

@@ -40,6 +40,12 @@ typedef struct {
 
 static const char *shown(const char *path);  // (below: a path as a progress line prints it)
 
+// An input the user gave twice (or under another name): one line, counted.
+static void given_twice(Sources *ss, const char *path, const char *first) {
+    printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path), shown(first));
+    ss->twice++;
+}
+
 // A folder to look into: 1 the first time (recorded), 2 when reached again nearer its input than
 // before (a link deep in a tree to a folder near its top: the first visit, at the depth limit, did not
 // look into all of it), else 0 with a line, counted as given twice where the user named it (depth 0),
@@ -51,14 +57,11 @@ static int folder_first_visit(Sources *ss, const char *path, const struct stat *
                 ss->folders[i].depth = depth;
                 return 2;
             }
-            if (depth == 0) {
-                printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
-                       shown(ss->folders[i].path));
-                ss->twice++;
-            } else {
+            if (depth == 0)
+                given_twice(ss, path, ss->folders[i].path);
+            else
                 printf("  %s: skipped: the folder %s, already looked into (a link to it, or an input given too)\n",
                        shown(path), shown(ss->folders[i].path));
-            }
             return 0;
         }
     if (ss->nfolders == ss->capfolders) {
@@ -69,7 +72,6 @@ static int folder_first_visit(Sources *ss, const char *path, const struct stat *
     ss->folders[ss->nfolders++] = (Source){strdup(path), SOURCE_VIDEO, st->st_dev, st->st_ino, depth};
     return 1;
 }
-
 
 // Add a source, unless it is one already there (the same spec, or the same file or folder under
 // another name, as `--input dir --input dir/clip.avi` gives): its clips would count twice.
@@ -82,10 +84,7 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
                                             : o->kind != SOURCE_SYNTHETIC && o->ino && o->dev == st.st_dev &&
                                                   o->ino == st.st_ino;
         if (same) {
-            if (ss->again) return;  // a folder looked into again from nearer its input: this file was found before
-            printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path),
-                   shown(o->path));
-            ss->twice++;
+            if (!ss->again) given_twice(ss, path, o->path);  // (again: a folder looked into anew, its files found before)
             return;
         }
     }
@@ -132,11 +131,11 @@ static const char *other_still(const char *path) {
 
 #define MAX_DEPTH 8  // folders below an input that are searched
 
-// A folder with PNG or JPEG images and no video file is one clip's frames; otherwise every other file
-// is a video and every subfolder is looked into the same way, and its images are not read (one line).
-// Returns how many inputs could not be read at all (an input folder with nothing in it counts).
 static int expand_folder(Sources *ss, const char *path, int depth);
 
+// An input (depth 0) or an entry of a folder looked into: a synthetic spec, a file (a video, or an
+// image read as one), or a folder, each folder looked into once (folder_first_visit). Returns how
+// many inputs could not be read at all (an input folder with nothing in it counts).
 static int expand(Sources *ss, const char *path, int depth) {
     if (depth == 0 && synthetic_is_spec(path)) {  // shapes:K:N, pan:IMAGE:N (synthetic.h)
         add_source(ss, path, SOURCE_SYNTHETIC);
@@ -159,7 +158,8 @@ static int expand(Sources *ss, const char *path, int depth) {
     return bad;
 }
 
-// The folder at path (expand's), looked into.
+// A folder with PNG or JPEG images and no video file is one clip's frames; otherwise every other file
+// is a video and every subfolder is looked into the same way, and its images are not read (one line).
 static int expand_folder(Sources *ss, const char *path, int depth) {
     int n, images = 0, stills = 0, videos = 0, bad = 0, said = 0, before = ss->n, twice = ss->twice;
     const char *still_ext = NULL;

@@ -76,6 +76,15 @@ int synthetic_check_spec(const char *spec, char *err, size_t errlen) {
     return 0;
 }
 
+// The IMAGE of a pan:IMAGE:N or zoom:IMAGE:N spec into path (cap bytes): its length, or -1.
+static long spec_image(const char *spec, char *path, size_t cap) {
+    const char *body = strchr(spec, ':') + 1;
+    size_t len = (size_t)(strrchr(spec, ':') - body);
+    if (len == 0 || len >= cap) return -1;
+    memcpy(path, body, len), path[len] = 0;
+    return (long)len;
+}
+
 int synthetic_same(const char *a, const char *b) {
     if (!strcmp(a, b)) return 1;
     long frames = frame_count(a);
@@ -85,41 +94,32 @@ int synthetic_same(const char *a, const char *b) {
     if (shapes_a || shapes_b) return shapes_a && shapes_b && !shapes_clip(a, &ca) && !shapes_clip(b, &cb) && ca == cb;
     if (strncmp(a, b, 4)) return 0;  // a pan against a zoom
     // pan:/zoom: the same image file under the same file name (the motion is a function of the name)
-    char path[2][4096];
-    const char *spec[2] = {a, b};
-    for (int i = 0; i < 2; i++) {
-        const char *body = strchr(spec[i], ':') + 1;
-        size_t len = (size_t)(strrchr(spec[i], ':') - body);
-        if (len == 0 || len >= sizeof path[i]) return 0;
-        memcpy(path[i], body, len), path[i][len] = 0;
-    }
+    char pa[4096], pb[4096];
+    long la = spec_image(a, pa, sizeof pa), lb = spec_image(b, pb, sizeof pb);
     struct stat sa, sb;
-    if (stat(path[0], &sa) || stat(path[1], &sb) || sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino) return 0;
-    const char *na = strrchr(path[0], '/'), *nb = strrchr(path[1], '/');
-    return !strcmp(na ? na + 1 : path[0], nb ? nb + 1 : path[1]);
+    return la > 0 && lb > 0 && !stat(pa, &sa) && !stat(pb, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino &&
+           name_hash(pa, (size_t)la) == name_hash(pb, (size_t)lb);
 }
 
 SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t errlen) {
     if (synthetic_check_spec(spec, err, errlen)) return NULL;
     SyntheticSource *s = fc_calloc(1, sizeof *s);
     s->size = size, s->frames = (int)frame_count(spec);
-    const char *body = strchr(spec, ':') + 1, *last = strrchr(spec, ':');
     if (!strncmp(spec, "shapes:", 7)) {
         shapes_clip(spec, &s->clip);
         s->planes = fc_malloc(sizeof(real) * 3 * size * size);
         return s;
     }
     char path[4096];
-    size_t len = (size_t)(last - body);
+    size_t len = (size_t)spec_image(spec, path, sizeof path);  // (its length checked above)
     int zoom = !strncmp(spec, "zoom:", 5);
-    memcpy(path, body, len), path[len] = 0;
     s->kind = zoom ? ZOOM : PAN;
     s->world = fc_malloc((size_t)4 * size * size * 3);
     if (image_load_square(path, 2 * size, s->world, err, errlen)) {
         free(s->world), free(s);
         return NULL;
     }
-    uint64_t h = name_hash(body, len);
+    uint64_t h = name_hash(path, len);
     if (zoom) {
         // the crop's side is size e^u, u bouncing in [0, ln 2]: a point half the frame from the focus
         // (the point of the image that stays where it is on the screen) moves SYNTHETIC_ZOOM_SPEED
