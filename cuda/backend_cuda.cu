@@ -201,16 +201,17 @@ CudaRouteCalls fc_route_calls;
 static struct {
     const char *name;
     int *flag;
-    long *calls;  // the calls it has taken, where the route counts them
-} g_route_names[] = {{"dgelu_epilogue", &fc_routes.dgelu_epilogue, NULL},
-                     {"attn_gemm", &fc_routes.attn_gemm, NULL},
-                     {"attn_short", &fc_routes.attn_short, &fc_route_calls.attn_short},
-                     {"qk_norm_fused", &fc_routes.qk_norm_fused, &fc_route_calls.qk_norm_fused},
-                     {"ln_mod_fused", &fc_routes.ln_mod_fused, &fc_route_calls.ln_mod_fused},
-                     {"adam8_warp", &fc_routes.adam8_warp, &fc_route_calls.adam8_warp},
-                     {"fp8_fwd", &fc_routes.fp8_fwd, &fc_route_calls.fp8_fwd},
-                     {"fp8_dgrad", &fc_routes.fp8_dgrad, &fc_route_calls.fp8_dgrad},
-                     {"fp8_wgrad", &fc_routes.fp8_wgrad, &fc_route_calls.fp8_wgrad}};
+    long *calls;    // the calls it has taken, where the route counts them
+    int bf16_only;  // a route of the bf16 GEMMs: "cuda-fp32" never takes it
+} g_route_names[] = {{"dgelu_epilogue", &fc_routes.dgelu_epilogue, NULL, 1},
+                     {"attn_gemm", &fc_routes.attn_gemm, NULL, 0},
+                     {"attn_short", &fc_routes.attn_short, &fc_route_calls.attn_short, 0},
+                     {"qk_norm_fused", &fc_routes.qk_norm_fused, &fc_route_calls.qk_norm_fused, 0},
+                     {"ln_mod_fused", &fc_routes.ln_mod_fused, &fc_route_calls.ln_mod_fused, 0},
+                     {"adam8_warp", &fc_routes.adam8_warp, &fc_route_calls.adam8_warp, 0},
+                     {"fp8_fwd", &fc_routes.fp8_fwd, &fc_route_calls.fp8_fwd, 1},
+                     {"fp8_dgrad", &fc_routes.fp8_dgrad, &fc_route_calls.fp8_dgrad, 1},
+                     {"fp8_wgrad", &fc_routes.fp8_wgrad, &fc_route_calls.fp8_wgrad, 1}};
 enum { N_ROUTES = sizeof g_route_names / sizeof g_route_names[0] };
 
 extern "C" long backend_cuda_route_calls(const char *name) {
@@ -227,15 +228,20 @@ extern "C" int backend_cuda_set_route(const char *name, int on) {
     return -1;
 }
 
-extern "C" const char *backend_cuda_routes(void) {
-    static char text[256];
+// The routes as "name=0|1,...": all of them, or (fp32_only) those "cuda-fp32" can take.
+static const char *routes_text(int fp32_only) {
+    static char text[2][256];
+    char *t = text[fp32_only];
     size_t n = 0;
-    text[0] = 0;
+    t[0] = 0;
     for (int i = 0; i < N_ROUTES; i++)
-        n += snprintf(text + n, sizeof text - n, "%s%s=%d", i ? "," : "", g_route_names[i].name,
-                      *g_route_names[i].flag);
-    return text;
+        if (!(fp32_only && g_route_names[i].bf16_only))
+            n += snprintf(t + n, sizeof text[0] - n, "%s%s=%d", n ? "," : "", g_route_names[i].name,
+                          *g_route_names[i].flag);
+    return t;
 }
+
+extern "C" const char *backend_cuda_routes(void) { return routes_text(0); }
 
 // FRAMECHAIN_CUDA_ROUTES=name=0|1[,name=0|1...]: a malformed list stops the program with one line.
 static void routes_from_env(void) {
@@ -345,7 +351,7 @@ extern "C" const Backend *backend_cuda_precision(int bf16, const char **why) {
                  runtime % 1000 / 10);
         if (getenv("FRAMECHAIN_CUDA_ROUTES"))  // a benchmark's log says which way it ran
             snprintf(g_description[k] + strlen(g_description[k]) - 1, sizeof g_description[k] - strlen(g_description[k]) + 1,
-                     ", routes %s)", backend_cuda_routes());
+                     ", routes %s)", routes_text(!k));
         fill_table(&cuda_backend[k], k);
         const char *missing = backend_missing_op(&cuda_backend[k]);
         if (missing) {

@@ -183,6 +183,13 @@ if echo "$desc" | grep -qE 'routes dgelu_epilogue=0,attn_gemm=1(,[a-z_0-9]+=[01]
 else
     fail emu_cli_routes_named "no routes in: $desc"
 fi
+# cuda-fp32 names only the routes it can take: the fp8 routes and the GELU epilogue are bf16 GEMMs'
+desc=$(FRAMECHAIN_CUDA_ROUTES=fp8_fwd=1,attn_gemm=1 "$FC" --version 2>&1 | grep '^  cuda-fp32 (')
+if echo "$desc" | grep -q 'routes attn_gemm=1,' && ! echo "$desc" | grep -qE 'fp8|dgelu'; then
+    pass emu_cli_routes_named_fp32 "$desc"
+else
+    fail emu_cli_routes_named_fp32 "bf16 routes or none in: $desc"
+fi
 for bad in nosuch=1 attn_gemm=2 attn_gemm; do
     out=$(FRAMECHAIN_CUDA_ROUTES=$bad "$FC" --device cuda train --config configs/tiny/starter.conf --run "$tmp/routes" \
         --steps 1 2>&1)
