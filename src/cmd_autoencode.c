@@ -53,6 +53,10 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
         fputs(HELP_AUTOENCODE, stdout);
         return 0;
     }
+    // caught from the start (a script's background job starts with SIGINT ignored: one sent while the
+    // autoencoder loads would be lost); the frame being made is the last, the partial output is removed
+    fc_catch_stop_signals();
+    fc_test_hold("START_DELAY_MS", "the start");
     const char *vae = required(opts, "--vae"), *input = required(opts, "--input");
     int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
     // an image is one frame: its default; more of it is refused below, by name
@@ -95,7 +99,6 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (out_path && !out) fc_die("%s", err);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;
-    fc_catch_stop_signals();  // the frame being made is the last; the partial output is removed
     int k = 0;
     // one frame at a time, read, encoded, decoded and written before the next is read: the memory
     // taken is one frame's whatever K (a clip shorter than K fails at its end, the output removed)

@@ -232,10 +232,13 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     chain_describe_guards(&g->sample, g->given, guards, sizeof guards);
     char *comment = rc ? NULL : describe_generation(g, cm, be, P, steps, temperature, guards);
     if (!rc && !comment) rc = fc_errf(err, sizeof err, "out of host memory");
+    if (!rc && fc_stop_signal())  // came while the models loaded
+        rc = fc_errf(err, sizeof err, "stopped by %s before the first frame: nothing written%s%s%s",
+                     fc_signal_name(fc_stop_signal()), kept ? ", " : "", kept ? kept : "", kept ? " kept as it was" : "");
     if (rc || !(out = generate_output_open(g->out, P, g->fps, g->overwrite, comment, err, sizeof err))) {
         fprintf(stderr, "framechain: %s\n", err);
         free(first), free(pixels), free(comment);
-        return 1;
+        return fc_stop_signal() ? 128 + fc_stop_signal() : 1;
     }
     free(comment);
     if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
@@ -249,7 +252,6 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     Emit emit = {out, ae, S, pixels, kept};
     SampleOptions so = g->sample;
     so.latent = ae != NULL;
-    fc_catch_stop_signals();
     rc = chain_sample_stream(cm, plan, first, g->given, &so, emit_frame, &emit, err, sizeof err);
     if (rc) generate_output_discard(out);
     else rc = generate_output_finish(out, err, sizeof err);
@@ -264,6 +266,10 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
     GenerateRequest g;
     if (parse_generate(argc, argv, &g)) return fputs(HELP_GENERATE, stdout), 0;
     char err[2048];
+    // caught from the start: a script's background job starts with SIGINT ignored, and one sent while
+    // the models load would be lost (the command stops before its first frame)
+    fc_catch_stop_signals();
+    fc_test_hold("START_DELAY_MS", "the start");
     // the output first: a path that cannot be written fails now, not after the sampling
     if (generate_check_output(g.out, g.first_frame, g.vae, g.overwrite, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);

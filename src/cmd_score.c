@@ -7,6 +7,7 @@
 #include "base/paths.h"
 #include "chain/score.h"
 #include "dataset/exclude.h"
+#include "formats/safetensors.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -87,27 +88,42 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     if (score_clips(&so, d, be, &s, err, sizeof err)) fc_die("%s", err);
     int noted[3] = {0};
     for (int i = 0; i < n; i++) scored += !s[i].damaged, noted[s[i].note]++;
-    if (score_write_tsv(d, s, n, so.reference != NULL, out, overwrite, err, sizeof err)) fc_die("%s", err);
+    // damaged clips are never drawn either: a list of every scored clip leaves train nothing. Where the
+    // list is refused the scores are still written (they say why); where it is made, both files are
+    // written and synced before either replaces what was there (a full disk leaves both as they were)
+    const char *refused = NULL;
+    char why[1024];
+    if (ex && !scored)
+        refused = why, snprintf(why, sizeof why, "%s: every one of its %d clips is damaged, none scored: %s not written "
+                                "(re-prepare the dataset)", data, n, ex);
+    else if (ex && top_clips(top, scored) >= scored)
+        refused = why, snprintf(why, sizeof why, "--top %g: the top %d of the %d scored clips of %s are every clip not "
+                                "damaged (%d damaged), and train would have nothing to draw: %s not written (the scores "
+                                "are in %s)", top, scored, scored, data, n - scored, ex, out);
+    size_t len[2];
+    char *text[2] = {score_tsv_text(d, s, n, so.reference != NULL, &len[0], err, sizeof err), NULL};
+    if (!text[0]) fc_die("%s", err);
+    int k = ex && !refused ? top_clips(top, scored) : 0;
+    if (ex && !refused) {
+        int *clips = malloc(sizeof(int) * (k ? k : 1));
+        if (!clips) fc_die("score: out of host memory");
+        for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
+        text[1] = exclude_list_text(d, clips, k, &len[1], err, sizeof err);
+        free(clips);
+        if (!text[1]) fc_die("%s", err);
+        const char *paths[2] = {out, ex};
+        const void *bytes[2] = {text[0], text[1]};
+        if (st_write_outputs(paths, bytes, len, overwrite, err, sizeof err)) fc_die("%s", err);
+    } else if (st_write_output(out, text[0], len[0], overwrite, err, sizeof err)) {
+        fc_die("%s", err);
+    }
+    free(text[0]), free(text[1]);
     printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, data, n - scored, so.run,
            so.reference ? " minus " : "", so.reference ? so.reference : "", out);
     if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
         printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
-    // damaged clips are never drawn either: a list of every scored clip leaves train nothing
-    if (ex && !scored)
-        fc_die("%s: every one of its %d clips is damaged, none scored: %s not written (re-prepare the dataset)", data,
-               n, ex);
-    if (ex && top_clips(top, scored) >= scored)
-        fc_die("--top %g: the top %d of the %d scored clips of %s are every clip not damaged (%d damaged), and train "
-               "would have nothing to draw: %s not written (the scores are in %s)", top, scored, scored, data,
-               n - scored, ex, out);
-    if (ex) {
-        int k = top_clips(top, scored), *clips = malloc(sizeof(int) * (k ? k : 1));
-        if (!clips) fc_die("score: out of host memory");
-        for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
-        if (exclude_list_write(d, ex, clips, k, overwrite, err, sizeof err)) fc_die("%s", err);
-        printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, ex);
-        free(clips);
-    }
+    if (refused) fc_die("%s", refused);
+    if (ex) printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, ex);
     free(s);
     dataset_close(d);
     return 0;

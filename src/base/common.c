@@ -230,6 +230,13 @@ long fc_test_hook(const char *name) {
     return v && *v ? atol(v) : -1;
 }
 
+void fc_test_hold(const char *name, const char *what) {
+    long ms = fc_test_hook(name);
+    if (ms <= 0) return;
+    fprintf(stderr, "test hook: %s held for %ld ms\n", what, ms);  // (what the test waits for)
+    usleep((useconds_t)ms * 1000);  // a signal that is caught ends it early
+}
+
 int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
     uint8_t *p = buf;
     while (n) {

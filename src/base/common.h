@@ -88,6 +88,10 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 // as a number, or -1 when it is not set. Used only to make a disk fail, a write slow or a sample
 // bad on purpose.
 long fc_test_hook(const char *name);
+// A test hook that holds the command: where FRAMECHAIN_TEST_<name> is a number of milliseconds, one
+// line "test hook: WHAT held for N ms" on stderr, then that long a sleep (so that a test's signal can
+// land at that point).
+void fc_test_hold(const char *name, const char *what);
 
 // SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session), caught while a long command runs
 // (train, generate, autoencode, prepare): the work stops at its next safe point, fc_stop_signal()

@@ -61,7 +61,12 @@ static int commit(FILE *f, const char *tmp, const char *path, int place) {
     int failed = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, e = errno;
     if (fclose(f) && !failed) failed = 1, e = errno;
     if (!failed && (place ? fc_place_output(tmp, path, place == 2) : rename(tmp, path))) failed = 1, e = errno;
-    if (!failed) return 0;
+    if (!failed) {
+        char dir[4096];
+        fc_folder_of(dir, sizeof dir, path);
+        fc_fsync_path(dir);  // the rename itself to disk; not every file system syncs a folder
+        return 0;
+    }
     unlink(tmp);
     if (!e) e = EIO;  // ferror without an errno of its own
     errno = e;

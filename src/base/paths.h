@@ -14,8 +14,8 @@ int fc_fsync_parent(const char *dir);
 // fsync a file (or a folder) by its path. 0, or -1 with errno.
 int fc_fsync_path(const char *path);
 // The end of a crash-safe write (the temporary tmp beside path, then its name): f, open on tmp with
-// everything written, flushed, synced and closed, then tmp renamed onto path. A write error that f
-// recorded (ferror) fails it too. On any failure tmp is removed. 0, or -1 with errno.
+// everything written, flushed, synced and closed, then tmp renamed onto path and its folder synced. A write
+// error that f recorded (ferror) fails it too. On any failure tmp is removed. 0, or -1 with errno.
 int fc_commit_file(FILE *f, const char *tmp, const char *path);
 // After a loop of getline on f that ran until getline returned -1: 0 where that was the end of the
 // file, else the errno of what stopped it (a read error; glibc's getline also returns -1, with ENOMEM

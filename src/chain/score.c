@@ -190,13 +190,13 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
     return rc;
 }
 
-int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, int overwrite,
-                    char *err, size_t errlen) {
+char *score_tsv_text(const Dataset *d, const ClipScore *s, int n, int with_reference, size_t *len, char *err,
+                     size_t errlen) {
     char *text = NULL, **origin = dataset_clip_origins(d, err, errlen);
-    if (!origin) return -1;
+    if (!origin) return NULL;
     size_t used = 0;
     FILE *out = open_memstream(&text, &used);  // grows as the lines come, however long their names
-    if (!out) fc_die("out of host memory for %s", path);
+    if (!out) fc_die("out of host memory for the scores");
     int rc = 0;
     fprintf(out, "shard\tclip\tdataset_clip\tsource\tfirst_frame\tloss%s\tmotion\torder\tnote\n",
             with_reference ? "\tref_loss\tscore" : "");
@@ -216,9 +216,19 @@ int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_refere
         else
             fprintf(out, "\t%.6g\t%.4f\t%.4f\t%s\n", s[i].loss, s[i].motion, s[i].order, NOTES[s[i].note]);
     }
-    if (fclose(out) || !text) fc_die("out of host memory for %s", path);
-    if (!rc) rc = st_write_output(path, text, used, overwrite, err, errlen);
+    if (fclose(out) || !text) fc_die("out of host memory for the scores");
     dataset_clip_origins_free(origin, dataset_clips(d));
+    if (rc) return free(text), NULL;
+    *len = used;
+    return text;
+}
+
+int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, int overwrite,
+                    char *err, size_t errlen) {
+    size_t len;
+    char *text = score_tsv_text(d, s, n, with_reference, &len, err, errlen);
+    if (!text) return -1;
+    int rc = st_write_output(path, text, len, overwrite, err, errlen);
     free(text);
     return rc;
 }

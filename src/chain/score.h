@@ -74,5 +74,9 @@ int score_clips(const ScoreOptions *o, const Dataset *d, const Backend *be, Clip
 // overwrite: as st_write_output's.
 int score_write_tsv(const Dataset *d, const ClipScore *s, int n, int with_reference, const char *path, int overwrite,
                     char *err, size_t errlen);
+// score_write_tsv's text, malloc'ed (its length in *len), for a caller that writes it beside another
+// file (st_write_outputs); NULL with one line in err.
+char *score_tsv_text(const Dataset *d, const ClipScore *s, int n, int with_reference, size_t *len, char *err,
+                     size_t errlen);
 
 #endif

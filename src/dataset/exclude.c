@@ -138,8 +138,7 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
     return rc ? -1 : count;
 }
 
-int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, int overwrite, char *err,
-                       size_t errlen) {
+char *exclude_list_text(const Dataset *d, const int *clips, int n, size_t *len, char *err, size_t errlen) {
     size_t cap = 256 + (size_t)n * 64 + strlen(dataset_dir(d)), used = 0;
     char *text = fc_malloc(cap);
     used += (size_t)snprintf(text, cap, EXCLUDE_HEADER " %d of the %d clips of %s " EXCLUDE_MADE_FOR "%08lx)\n", n,
@@ -148,11 +147,21 @@ int exclude_list_write(const Dataset *d, const char *path, const int *clips, int
         ClipLocation loc;
         if (dataset_clip_location(d, clips[i], &loc)) {
             free(text);
-            return fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), clips[i]);
+            fc_errf(err, errlen, "%s: clip %d: no such clip", dataset_dir(d), clips[i]);
+            return NULL;
         }
         used += (size_t)snprintf(text + used, cap - used, "%s %d\n", loc.shard, loc.index);
     }
-    int rc = st_write_output(path, text, used, overwrite, err, errlen);
+    *len = used;
+    return text;
+}
+
+int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, int overwrite, char *err,
+                       size_t errlen) {
+    size_t len;
+    char *text = exclude_list_text(d, clips, n, &len, err, errlen);
+    if (!text) return -1;
+    int rc = st_write_output(path, text, len, overwrite, err, errlen);
     free(text);
     return rc;
 }

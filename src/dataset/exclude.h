@@ -32,5 +32,7 @@ int exclude_list_check_file(const char *path, char *err, size_t errlen);
 // one line.
 int exclude_list_write(const Dataset *d, const char *path, const int *clips, int n, int overwrite, char *err,
                        size_t errlen);
+// exclude_list_write's text, malloc'ed (its length in *len); NULL with one line in err.
+char *exclude_list_text(const Dataset *d, const int *clips, int n, size_t *len, char *err, size_t errlen);
 
 #endif

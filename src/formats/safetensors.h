@@ -44,6 +44,12 @@ int st_write_bytes(const char *path, const void *data, size_t len, char *err, si
 // file that appeared since the command checked its path; with it, the replaced file's permissions kept
 // (fc_place_output).
 int st_write_output(const char *path, const void *data, size_t len, int overwrite, char *err, size_t errlen);
+// Two outputs that go together (score's TSV and its exclude list): both written and synced under
+// temporary names before either is renamed into place, so that a disk that fills, or a folder that
+// cannot be written, leaves both files as they were. (Only a rename of the second that fails, when a
+// file appeared at its name meanwhile, leaves the first replaced.) 0, or -1 with one line in err.
+int st_write_outputs(const char *path[2], const void *data[2], const size_t len[2], int overwrite, char *err,
+                     size_t errlen);
 
 // 1 when s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates), the rule names, keys and
 // values must follow; else 0.

@@ -180,49 +180,59 @@ typedef struct {
 } Chunk;
 
 // Write the chunks into a temporary file next to `path`, fsync it, rename it over `path` and fsync
-// the folder. FRAMECHAIN_TEST_WRITE_DELAY_MS pauses before chunk `delay_at` (-1: never).
-// The test hook FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF=NAME: the folder's fsync after writing a file
-// called NAME fails with EIO.
+// the folder. A failure names `path` (the temporary file is gone by then). FRAMECHAIN_TEST_WRITE_DELAY_MS pauses before chunk `delay_at` (-1: never).
+// The test hooks FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF=NAME: the folder's fsync after writing a file
+// called NAME fails with EIO; FRAMECHAIN_TEST_FAIL_WRITE_OF=NAME: writing a file called NAME finds
+// the disk full.
+static int named_by(const char *hook, const char *path) {
+    const char *name = getenv(hook), *base = strrchr(path, '/');
+    return name && *name && !strcmp(base ? base + 1 : path, name);
+}
+
 static int folder_fsync_fails(const char *path) {
-    const char *name = getenv("FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF"), *base = strrchr(path, '/');
-    if (!name || !*name || strcmp(base ? base + 1 : path, name)) return 0;
+    if (!named_by("FRAMECHAIN_TEST_FAIL_FOLDER_FSYNC_OF", path)) return 0;
     errno = EIO;
     return 1;
 }
 
-// place: -1 renamed over whatever is at path; 0 or 1, a user's output (fc_place_output with that
-// overwrite).
-static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place, char *err,
-                        size_t errlen) {
-    char tmp[4096];
-    if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) {
+// The chunks written into a new temporary file beside `path` (its name into tmp, 4096 bytes), synced
+// and closed. On failure nothing is left. 0, or -1 with err naming `path`.
+static int write_temp(const char *path, const Chunk *chunks, int nchunks, int delay_at, char *tmp, char *err,
+                      size_t errlen) {
+    if (fc_temp_name(tmp, 4096, path, ".tmp-")) {
         snprintf(err, errlen, "%.200s...: path too long", path);
         return -1;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return fail_errno(err, errlen, tmp, "cannot create");
-    Out o = {fd, 0, fc_test_hook("FAIL_WRITE_AFTER")};
+    if (fd < 0) return fail_errno(err, errlen, path, "cannot create");
+    Out o = {fd, 0, named_by("FRAMECHAIN_TEST_FAIL_WRITE_OF", path) ? 0 : fc_test_hook("FAIL_WRITE_AFTER")};
     long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write
     for (int i = 0; i < nchunks; i++) {
         if (i == delay_at && delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
         if (write_all(&o, chunks[i].p, chunks[i].n)) {
-            fail_errno(err, errlen, tmp, "write failed");
+            fail_errno(err, errlen, path, "write failed");
             close(fd);
             unlink(tmp);
             return -1;
         }
     }
     if (fsync(fd)) {
-        fail_errno(err, errlen, tmp, "fsync failed");
+        fail_errno(err, errlen, path, "fsync failed");
         close(fd);
         unlink(tmp);
         return -1;
     }
     if (close(fd)) {
-        fail_errno(err, errlen, tmp, "close failed");
+        fail_errno(err, errlen, path, "close failed");
         unlink(tmp);
         return -1;
     }
+    return 0;
+}
+
+// tmp (write_temp's) renamed onto path and the folder synced. place: -1 renamed over whatever is at
+// path; 0 or 1, a user's output (fc_place_output with that overwrite). On a failed rename tmp goes.
+static int place_temp(const char *tmp, const char *path, int place, char *err, size_t errlen) {
     if (place < 0 ? rename(tmp, path) : fc_place_output(tmp, path, place)) {
         if (errno == EEXIST) fc_output_error(err, errlen, path);
         else fail_errno(err, errlen, path, "rename failed");
@@ -237,6 +247,13 @@ static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int 
         return -1;
     }
     return 0;
+}
+
+static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place, char *err,
+                        size_t errlen) {
+    char tmp[4096];
+    if (write_temp(path, chunks, nchunks, delay_at, tmp, err, errlen)) return -1;
+    return place_temp(tmp, path, place, err, errlen);
 }
 
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
@@ -305,4 +322,21 @@ int st_write_bytes(const char *path, const void *data, size_t len, char *err, si
 int st_write_output(const char *path, const void *data, size_t len, int overwrite, char *err, size_t errlen) {
     Chunk c = {data, len};
     return write_atomic(path, &c, 1, 0, overwrite != 0, err, errlen);  // WRITE_DELAY_MS: before its bytes
+}
+
+int st_write_outputs(const char *path[2], const void *data[2], const size_t len[2], int overwrite, char *err,
+                     size_t errlen) {
+    char tmp[2][4096];
+    for (int i = 0; i < 2; i++) {
+        Chunk c = {data[i], len[i]};
+        if (write_temp(path[i], &c, 1, 0, tmp[i], err, errlen)) {
+            if (i) unlink(tmp[0]);
+            return -1;
+        }
+    }
+    if (place_temp(tmp[0], path[0], overwrite != 0, err, errlen)) {
+        unlink(tmp[1]);
+        return -1;
+    }
+    return place_temp(tmp[1], path[1], overwrite != 0, err, errlen);
 }

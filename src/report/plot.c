@@ -162,6 +162,9 @@ int canvas_save_png(const Canvas *c, const char *path, int overwrite, char *err,
         errno = e;
         return fc_output_error(err, errlen, path);
     }
+    char dir[4096];
+    fc_folder_of(dir, sizeof dir, path);
+    fc_fsync_path(dir);  // the rename itself to disk; not every file system syncs a folder
     return 0;
 }
 

@@ -102,11 +102,7 @@ static void open_run_folder(Trainer *t) {
     t->lock = -1;
     if (t->rank > 0) return;  // the folder is rank 0's
     t->lock = run_folder_open(t->run);
-    long delay_ms = fc_test_hook("SETUP_DELAY_MS");  // the tests' stop signal must be able to land in the set-up
-    if (delay_ms > 0) {
-        fprintf(stderr, "test hook: the set-up held for %ld ms\n", delay_ms);  // (what the test waits for)
-        usleep((useconds_t)delay_ms * 1000);
-    }
+    fc_test_hold("SETUP_DELAY_MS", "the set-up");  // the tests' stop signal must be able to land in the set-up
 }
 
 static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }

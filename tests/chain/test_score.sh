@@ -140,6 +140,17 @@ want=$(sed -n "2,7p" "$tmp/s1.tsv" | awk -F'\t' '{ print $1 " " $2 }')
 expect score_top_list $(( rc != 0 || lines != 6 )) "--top 0.1 of 55 clips: $lines lines (ceil(5.5) = 6)"
 expect score_top_list_content $([ "$(grep -v '^#' "$tmp/top.txt")" = "$want" ]; echo $?) \
     "the list names the first 6 rows of the TSV, as 'shard k'"
+# the TSV and its list go together: a disk that fills while either is written (a test hook, by file
+# name) leaves both as they were (a rerun at --levels 2 would change the scores), one line naming the
+# user's file, no temporary file left
+for full in top.txt s3.tsv; do
+    sum_before=$(cat "$tmp/s3.tsv" "$tmp/top.txt" | cksum)
+    one_line_refusal score_full_disk_keeps_both_$full "$tmp/$full: write failed: No space left on device" \
+        env FRAMECHAIN_TEST_FAIL_WRITE_OF=$full "$FC" --threads 1 score --run "$run" --data "$tmp/mixed" \
+        --out "$tmp/s3.tsv" --top 0.1 --exclude-out "$tmp/top.txt" --levels 2 --overwrite
+    [ "$(cat "$tmp/s3.tsv" "$tmp/top.txt" | cksum)" = "$sum_before" ] && ! ls "$tmp" | grep -q '\.tmp-'
+    expect score_full_disk_keeps_both_${full}_files $? "both files as before, no temporary file: $(ls "$tmp" | grep '\.tmp-')"
+done
 # a fraction out of (0, 1) is refused by one message whichever side it falls on
 one_line_refusal score_top_past_one "--top 1.5: a fraction between 0 and 1, both excluded" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s4.tsv" --top 1.5 --exclude-out "$tmp/top4.txt"
