@@ -15,6 +15,8 @@
 #include "base/paths.h"
 #include "formats/safetensors.h"
 #include "formats/shards.h"
+#include "backend/registry.h"
+#include "model/autoencoder.h"
 #include "model/memplan.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
@@ -37,7 +39,8 @@ static const char *HELP_INSPECT =
     "With a checkpoint: its step, config, every tensor (name, dtype, shape) and whether its CRC checks,\n"
     "then what a resume would say of it (the metadata's CRC and values, finite weights and optimizer\n"
     "state, every tensor of its network there in its shape); the exit status is 1 when any check fails;\n"
-    "a dataset's shard file: each clip read and checked alike.\n"
+    "a dataset's shard file: each clip read and checked alike; an autoencoder's file (--vae): its family,\n"
+    "widths, latent channels and halves as the commands that run it read them, or why they cannot.\n"
     "With a dataset folder (framechain prepare --out): every clip read and its CRC checked; each clip that\n"
     "fails is named (shard, clip, source video); manifest.tsv checked against what the shards hold (in\n"
     "a dataset prepared before dataset.json recorded each shard's header CRC, a shard copied over\n"
@@ -226,6 +229,14 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
             printf("NOT RESUMABLE: %s; a resume stops at it\n", shown(verdict_why));
         bad += verdict != CKPT_OK;
     }
+    // An autoencoder's file (--vae): what the commands that run it would make of it
+    if (!bad && !format && autoencoder_in_file(&f)) {
+        Autoencoder *ae = autoencoder_load(path, backend_cpu(), err, sizeof err);
+        if (ae) printf("autoencoder: %s\n", shown(autoencoder_describe(ae)));
+        else printf("NOT USABLE as an autoencoder: %s\n", shown(err));
+        bad += ae == NULL;
+        free_autoencoder(ae);
+    }
     for (int k = 0; k < shard.n; k++) free(shard.why[k]);
     free(shard.why);
     free(crc);
@@ -385,6 +396,9 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
     memory_plan_sum(&cpu);
     memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);
     memory_plan_per_rank(&gpu, ranks, c->shard_optimizer);
+    // collectives = mpi sums the GPU ranks' gradients through a host copy (so does auto in a build
+    // without NCCL, which train's own plan counts)
+    memory_plan_host_grads(&gpu, ranks > 1 && c->collectives == COLL_MPI);
     char what[2][96];
     snprintf(what[0], sizeof what[0], "training on the CPU%s", ranks > 1 ? ", one rank of those" : "");
     snprintf(what[1], sizeof what[1], "training on --device %s, %s%s", gname, fp32 ? "fp32" : "bf16",

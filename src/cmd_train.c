@@ -3,7 +3,9 @@
 #include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "base/config.h"
@@ -158,15 +160,33 @@ static void check_ranks_agree(const Config *c, const char *run, const char *data
     check_ranks_same_vae(vae);
 }
 
+// The working folder and the arguments, one a line (malloc'ed): what a rank's reading of its command
+// line and config depends on.
+static char *command_text(int argc, char **argv) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) fc_die("out of host memory");
+    char cwd[4096];
+    fprintf(f, "%s\n", getcwd(cwd, sizeof cwd) ? cwd : "?");
+    for (int i = 0; i < argc; i++) fprintf(f, "%s\n", argv[i]);
+    if (fclose(f) || !text) fc_die("out of host memory");
+    return text;
+}
+
 int cmd_train(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--config", 1}, {"--data", 1}, {"--run", 1}, {"--steps", 1}, {"--set", 1, 1}, {"--vram-budget", 1},
                   {"--sync-checkpoints", 0}, {"--extend", 0}, {"--from", 1}, {"--vae", 1},
                   {NULL}};
     // The command line and the config read alike on every rank of a machine: its first rank says what
     // is wrong with them, the others only exit (mpirun -np 8 on one machine: one line, not eight; on
-    // several machines it names its own).
-    fc_quiet_messages(dist_local_rank() > 0);
-    fc_message_origin(dist_machine_origin());
+    // several machines it names its own). Ranks started with other command lines (mpirun's
+    // "-np 1 A : -np 1 B", another -wdir) each say their own, named.
+    char *command = command_text(argc, argv);
+    int alike = dist_local_alike(command);
+    free(command);
+    fc_quiet_messages(alike && dist_local_rank() > 0);
+    fc_message_origin(alike ? dist_machine_origin() : dist_rank_origin());
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_TRAIN, stdout);
         print_config_keys();

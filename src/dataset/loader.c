@@ -367,6 +367,29 @@ typedef struct {
     int lo, hi;  // the smallest and largest offset
 } SlotSpan;
 
+// The plan's offsets (c->slots of them, checked before): whole frames whose span fits in a clip.
+static int slot_span(const Dataset *d, const Config *c, SlotSpan *s, char *err, size_t errlen) {
+    int CF = dataset_clip_frames(d);
+    s->lo = s->hi = 0;
+    for (int f = 0; f < c->slots; f++) {
+        float o = c->slot_offset[f];
+        if (!(o == floorf(o)) || fabsf(o) > 1e6f)
+            return fc_errf(err, errlen,
+                           "plan slot %d: offset %g is not a whole number of frames (a dataset has whole frames)", f,
+                           (double)o);
+        s->off[f] = (int)o;
+        if (!f || s->off[f] < s->lo) s->lo = s->off[f];
+        if (!f || s->off[f] > s->hi) s->hi = s->off[f];
+    }
+    int span = s->hi - s->lo + 1;
+    if (span > CF)
+        return fc_errf(err, errlen,
+                       "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have "
+                       "(clip_frames %d): prepare it with --clip-frames %d or more",
+                       dataset_dir(d), span, s->lo, s->hi, CF, span);
+    return 0;
+}
+
 int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen) {
     int N = dataset_frame_size(d);
     const LatentIdentity *lat = dataset_latent(d);
@@ -389,7 +412,10 @@ int loader_check_config(const Dataset *d, const Config *c, char *err, size_t err
         return fc_errf(err, errlen, "%s: the dataset holds latents, but the config has %s: both work on frames (set it "
                        "to %s)", dataset_dir(d), c->crop_zoom > 1 ? "crop_zoom > 1" : "mix_shapes > 0",
                        c->crop_zoom > 1 ? "crop_zoom = 1" : "mix_shapes = 0");
-    return 0;
+    if (c->slots < 1 || c->slots > MAX_SLOTS)
+        return fc_errf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
+    SlotSpan span;  // a plan longer than the clips: said with the rest, before any rank starts its loader
+    return slot_span(d, c, &span, err, errlen);
 }
 
 // The arguments and the config against the dataset: 0, or -1 with the first that does not fit.
@@ -399,33 +425,7 @@ static int check_request(const Dataset *d, const Config *c, int batch, int first
         first_step < 0)
         return fc_errf(err, errlen, "loader: batch %d, threads %d, prefetch %d, first step %d: out of range", batch,
                        threads, prefetch, first_step);
-    if (loader_check_config(d, c, err, errlen)) return -1;
-    if (c->slots < 1 || c->slots > MAX_SLOTS)
-        return fc_errf(err, errlen, "the plan has %d slots (1 to %d)", c->slots, MAX_SLOTS);
-    return 0;
-}
-
-// The plan's offsets (c->slots of them, checked above): whole frames whose span fits in a clip.
-static int slot_span(const Dataset *d, const Config *c, SlotSpan *s, char *err, size_t errlen) {
-    int CF = dataset_clip_frames(d);
-    s->lo = s->hi = 0;
-    for (int f = 0; f < c->slots; f++) {
-        float o = c->slot_offset[f];
-        if (!(o == floorf(o)) || fabsf(o) > 1e6f)
-            return fc_errf(err, errlen,
-                           "plan slot %d: offset %g is not a whole number of frames (a dataset has whole frames)", f,
-                           (double)o);
-        s->off[f] = (int)o;
-        if (!f || s->off[f] < s->lo) s->lo = s->off[f];
-        if (!f || s->off[f] > s->hi) s->hi = s->off[f];
-    }
-    int span = s->hi - s->lo + 1;
-    if (span > CF)
-        return fc_errf(err, errlen,
-                       "%s: the plan spans %d frames (offsets %d to %d), more than the dataset's clips have "
-                       "(clip_frames %d): prepare it with --clip-frames %d or more",
-                       dataset_dir(d), span, s->lo, s->hi, CF, span);
-    return 0;
+    return loader_check_config(d, c, err, errlen);
 }
 
 // The loader with its prefetch + 1 batch buffers; no thread yet.

@@ -73,7 +73,8 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
                      int first_step, int threads, int prefetch, char *err, size_t errlen);
 // Whether config c can train on dataset d: its channels and frame_size are the dataset's (RGB frames:
 // 3 and their side; latents: the latent channels and side), and a latent dataset meets no crop_zoom
-// or mix_shapes. 0, or -1 with one line naming the dataset and the key.
+// or mix_shapes, and the plan's slots span no more frames than its clips hold. 0, or -1 with one line
+// naming the dataset and the key.
 int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen);
 // The batch of `step`: (batch, slots, C, N, N) values, in [-1, 1] for frames, channel-planar as shapes_batch
 // makes them. Steps are asked for one after another from first_step. Blocks until the batch is

@@ -1,5 +1,6 @@
 // dist.c: the ranks of a run over MPI (dist.h); one rank where the build has no MPI (FC_MPI unset).
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -136,6 +137,15 @@ static int local_min_int(int v) {
     return v;
 }
 
+// 1 where v is the same on every rank of this machine (their least and their greatest agree).
+static int local_all_equal(uint64_t v) {
+    if (g_local_size == 1) return 1;
+    uint64_t lo = v, hi = v;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, g_node), "MPI_Allreduce (this machine's ranks)");
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, g_node), "MPI_Allreduce (this machine's ranks)");
+    return lo == hi;
+}
+
 // The sums started and not yet waited for (dist_sum_real_start).
 static MPI_Request *g_pending;
 static int g_n_pending, g_cap_pending;
@@ -262,6 +272,7 @@ void dist_sum_wait(void) {}
 int dist_max_int(int v) { return v; }
 double dist_local_sum(double v) { return v; }
 static int local_min_int(int v) { return v; }
+static int local_all_equal(uint64_t v) { return (void)v, 1; }
 void dist_broadcast(void *buf, size_t bytes) { (void)buf, (void)bytes; }
 void dist_barrier(void) {}
 void dist_send(const void *buf, size_t bytes, int to) { (void)buf, (void)bytes, (void)to; }
@@ -299,6 +310,12 @@ int dist_same_text(const char *text, char *err, size_t errlen) {
     }
     free(first);
     return dist_max_int(differs) ? -1 : 0;
+}
+
+int dist_local_alike(const char *text) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a: a differing command is told apart, not kept secret
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    return local_all_equal(h);
 }
 
 void dist_fail_alike(int failed, const char *err) {

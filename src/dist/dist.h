@@ -69,6 +69,9 @@ void dist_barrier(void);
 // -1 on every rank, and on a rank that differs err names its first line that differs beside rank 0's
 // (err "" on the others). A collective: every rank calls it.
 int dist_same_text(const char *text, char *err, size_t errlen);
+// 1 where every rank of this machine holds the same text (a hash of it compared), else 0 on all of
+// them. A collective of the machine's ranks; one rank: 1.
+int dist_local_alike(const char *text);
 // A check every rank of a machine makes alike, past the command line and config (the same command on
 // the same files: the data folder, the batch against the ranks, the run to extend or fork): where it
 // failed on any of them, the machine's first rank that failed says err and exits 1; the others exit 1

@@ -165,6 +165,27 @@ static int upload_bound(Autoencoder *ae, AeBinder *bd) {
 // ----------------------------------------------------------------------------
 // the file
 
+// Every tensor under the autoencoder's own names (its encoder, decoder and quant convs; the rest of a
+// whole checkpoint is not its) is one the network bound: a stage, resnet or layer this version does
+// not build would be left out, and the round trip run another network than the file's. 0, or -1 with
+// one line naming the first such tensor.
+static int check_all_bound(const Autoencoder *ae, const AeBinder *bd) {
+    static const char *const OWN[] = {"encoder.", "decoder.", "quant_conv.", "post_quant_conv."};
+    size_t np = strlen(bd->prefix);
+    for (int i = 0; i < bd->f->n; i++) {
+        const StEntry *e = &bd->f->entries[i];
+        if (strncmp(e->name, bd->prefix, np)) continue;
+        int own = 0, bound = 0;
+        for (size_t k = 0; k < sizeof OWN / sizeof OWN[0]; k++) own |= !strncmp(e->name + np, OWN[k], strlen(OWN[k]));
+        for (int t = 0; own && t < bd->n && !bound; t++) bound = bd->entry[t] == e;
+        if (own && !bound)
+            return fc_errf(bd->err, bd->errlen, "%s: tensor %s is read by no layer of the network its other tensors "
+                           "make, %s: a layer, resnet or stage this version does not build (the file holds another "
+                           "network than the one it would run)", bd->path, ST_SHOWN(e->name), ae->what);
+    }
+    return 0;
+}
+
 // Whether the file is a PyTorch checkpoint by its first bytes: torch.save's zip archive (its first
 // entry .../data.pkl) or a bare pickle (protocol 2 to 5, as the legacy format and .ckpt files have).
 // 0 also when it cannot be read: the safetensors reader then says why.
@@ -208,6 +229,15 @@ int autoencoder_file_sha256(const Autoencoder *ae, const char *path, char hex[65
     return rc;
 }
 
+int autoencoder_in_file(const StFile *f) {
+    static const char *const FIRST[] = {"encoder.layers.0.weight", "decoder.layers.0.weight", "encoder.conv_in.weight",
+                                        "decoder.conv_in.weight", "first_stage_model.encoder.conv_in.weight",
+                                        "first_stage_model.decoder.conv_in.weight", "1.conv.0.weight"};
+    for (size_t i = 0; i < sizeof FIRST / sizeof FIRST[0]; i++)
+        if (st_find(f, FIRST[i])) return 1;
+    return st_find(f, "1.weight") && st_find(f, "3.conv.0.weight");
+}
+
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen) {
     StFile f;  // the header alone: the tensors bound are read one by one (upload_bound)
     if (st_read_header(path, &f, err, errlen)) {
@@ -249,7 +279,7 @@ Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, si
                      "or an AutoencoderKL's encoder.conv_in.weight, either half; its first tensor: %s)", path,
                      f.n ? ST_SHOWN(f.entries[0].name) : "none");
     }
-    if (rc == 0) rc = bd->failed ? -1 : upload_bound(ae, bd);
+    if (rc == 0) rc = bd->failed || check_all_bound(ae, bd) ? -1 : upload_bound(ae, bd);
     free(bd);
     st_free(&f);
     if (rc) {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "formats/safetensors.h"
 
 typedef struct Autoencoder Autoencoder;
 
@@ -22,6 +23,10 @@ enum AeFamily { AE_TAESD = 0, AE_KL = 1 };
 // one line in err: a file that cannot be read, no family it matches (what it has instead), a tensor
 // that is missing or misshapen (named, with the shape expected), a value that is not finite.
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen);
+// Whether the tensors of a safetensors header (formats/safetensors.h) name an autoencoder of a family
+// this version reads, or one of its halves in a layout it names (what autoencoder_load would take up
+// rather than call the file no autoencoder): 1 or 0.
+int autoencoder_in_file(const StFile *f);
 void free_autoencoder(Autoencoder *ae);
 // The SHA-256 of the file at path, which must be the one ae's weights were read from, as they were read:
 // a file put in its place or written to since (between a load and its identity, a dataset would record

@@ -75,7 +75,7 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
 
 void memory_plan_sum(MemPlan *p) {
     double after_resume = p->staging + p->previews;  // (rank 0's staging always holds the resume's buffer)
-    p->host = (after_resume > p->resume_read ? after_resume : p->resume_read) + p->program;
+    p->host = (after_resume > p->resume_read ? after_resume : p->resume_read) + p->host_grads + p->program;
     p->total = p->weights + p->weights_bf16 + p->gradients + p->optimizer + p->ema + p->activations + p->inputs +
                p->workspace + p->routes + p->autoencoder + (p->cpu ? p->host : 0);
 }
@@ -122,6 +122,11 @@ static void line(FILE *out, const char *what, double bytes) {
     fprintf(out, "  %-14s %9.2f %s\n", what, value, unit);
 }
 
+void memory_plan_host_grads(MemPlan *p, int on) {
+    p->host_grads = on && !p->cpu ? (double)sizeof(real) * p->params : 0;
+    memory_plan_sum(p);
+}
+
 void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
     if (ranks <= 1 || !shard) return;
     p->optimizer /= ranks, p->ema /= ranks;  // rank 0 still stages the whole checkpoint
@@ -164,6 +169,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     line(out, "ckpt staging", p->staging);
     if (p->previews > 0) line(out, "previews", p->previews);
     if (p->resume_read > p->staging + p->previews) line(out, "resume read", p->resume_read);
+    if (p->host_grads > 0) line(out, "MPI gradients", p->host_grads);
     if (p->program > 0) line(out, "program", p->program);
     line(out, p->cpu ? "total" : "host total", p->cpu ? p->total : p->host);
 }

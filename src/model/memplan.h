@@ -24,6 +24,7 @@ typedef struct {
     double previews;     // the weights set aside while the EMA samples a preview; 0: no previews
     double resume_read;  // a resume's buffer: the checkpoint's largest tensor, read a tensor at a time
                          // (checkpoint.c) and freed before the two lines above are allocated
+    double host_grads;   // GPU ranks that sum through MPI: the gradients' host copy (train.c); 0: none
     double program;      // the process's resident memory when the plan is made (code, libraries); 0: not known
     double total;        // what the device holds (on the CPU: with the host lines)
     double host;         // on a GPU: the host lines' sum (the resume's buffer where it exceeds the two
@@ -68,6 +69,10 @@ void memory_plan_other_rank(MemPlan *p, int shard);
 // What memory_plan_per_rank takes off a plan of c at batch B on dev: to add to a budget that
 // memory_plan_resolve checks whole plans against, so that keep_blocks = auto counts ZeRO-1's savings.
 double memory_plan_rank_savings(const Config *c, int B, PlanDevice dev, int ranks, int shard);
+
+// GPU ranks whose gradients are summed through host memory and MPI (collectives = mpi, or no NCCL):
+// their host copy, n_params fp32 values (on: 1), counted in the host lines; off: none.
+void memory_plan_host_grads(MemPlan *p, int on);
 
 // The total (and host) again from the lines, after a line was set.
 void memory_plan_sum(MemPlan *p);

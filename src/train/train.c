@@ -48,6 +48,7 @@ typedef struct {
     int shard;            // ZeRO-1 (shard_optimizer on several ranks): o and ema are this rank's part
     int nccl;             // GPU ranks: the sums and the all-gather by NCCL on device memory (else MPI, host)
     int summing;          // the gradients go through the sum over the ranks (several ranks, or the test hook)
+    char collectives[300];  // how they are summed, for the log (choose_collectives)
     size_t *part_start;   // (ranks + 1) where each rank's part of the flat parameters begins
     CkptPartSender *sender;  // ZeRO-1, ranks but 0: their parts to rank 0's checkpoint writer
     int preview_ranks;    // ZeRO-1 with previews: every rank takes part (the EMA is gathered for them)
@@ -122,6 +123,7 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
     memory_plan_per_rank(&t->plan, t->ranks, t->shard);
     if (t->rank > 0) memory_plan_other_rank(&t->plan, t->shard);
+    memory_plan_host_grads(&t->plan, t->summing && !t->nccl);
     memory_plan_sum(&t->plan);
     // rank 0's plan (the others' lines go nowhere): where the run spans several machines, its machine's
     // name in front
@@ -212,6 +214,24 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
 
+// How the ranks' gradients are summed, chosen before the memory plan, which counts the host copy that
+// GPU ranks without NCCL sum through. FRAMECHAIN_TEST_COLLECTIVES_ALONE=1: one rank sums its gradients
+// over itself, so that the path of several GPU ranks (NCCL's calls, streams and events) runs on a
+// machine with one GPU; the same bytes as without (tools/gpu_check.sh).
+static void choose_collectives(Trainer *t) {
+    const Config *c = t->c;
+    t->summing = t->ranks > 1 || fc_test_hook("COLLECTIVES_ALONE") == 1;
+    snprintf(t->collectives, sizeof t->collectives, "MPI");
+    if (!t->summing || !t->on_gpu) return;
+    // NCCL where the build has it (collectives = auto or nccl); else through host memory
+    char why[256] = "collectives = mpi";
+    t->nccl = c->collectives != COLL_MPI && !backend_cuda_nccl_start(t->rank, t->ranks, dist_broadcast, why, sizeof why);
+    if (!t->nccl && c->collectives == COLL_NCCL)
+        fc_die("collectives = nccl, but NCCL cannot sum the gradients here: %s (collectives = auto or mpi "
+               "sums them through host memory and MPI)", why);
+    snprintf(t->collectives, sizeof t->collectives, t->nccl ? "%s" : "MPI through host memory (%s)", why);
+}
+
 static void start_services(Trainer *t, int fork_start) {
     const Config *c = t->c;
     char err[1024];
@@ -222,22 +242,9 @@ static void start_services(Trainer *t, int fork_start) {
         printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
     }
-    // FRAMECHAIN_TEST_COLLECTIVES_ALONE=1: one rank sums its gradients over itself, so that the path
-    // of several GPU ranks (NCCL's calls, streams and events) runs on a machine with one GPU; the
-    // same bytes as without (tools/gpu_check.sh).
-    t->summing = t->ranks > 1 || fc_test_hook("COLLECTIVES_ALONE") == 1;
     if (t->summing) {
-        char how[256] = "MPI";
-        if (t->on_gpu) {  // NCCL where the build has it (collectives = auto or nccl); else through host memory
-            char why[256] = "collectives = mpi";
-            t->nccl = c->collectives != COLL_MPI &&
-                      !backend_cuda_nccl_start(t->rank, t->ranks, dist_broadcast, why, sizeof why);
-            if (!t->nccl && c->collectives == COLL_NCCL)
-                fc_die("collectives = nccl, but NCCL cannot sum the gradients here: %s (collectives = auto or mpi "
-                       "sums them through host memory and MPI)", why);
-            snprintf(how, sizeof how, t->nccl ? "%s" : "MPI through host memory (%s)", why);
-            if (!t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);
-        }
+        const char *how = t->collectives;
+        if (t->on_gpu && !t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);  // (in the plan)
         if (c->overlap_grads) t->m->grads_ready = start_grad_sum, t->m->grads_ready_ctx = t;
         printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s, %s%s\n", t->ranks, t->m->B,
                c->batch_size, how, c->overlap_grads ? "block by block during the backward" : "after the backward",
@@ -745,6 +752,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     t.b0 = t.rank * (c->batch_size / t.ranks);
     t.shard = t.ranks > 1 && c->shard_optimizer;
     open_run_folder(&t);
+    choose_collectives(&t);
     check_memory_plan(&t, vram_budget);
     build_training_state(&t);
     TrainOrigin plain = {0};

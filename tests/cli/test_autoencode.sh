@@ -118,6 +118,34 @@ write_safetensors(sys.argv[2], {k: v for k, v in t.items() if k.startswith("deco
 PY
 refused autoencode_half 1 "decoder only, 0.08 M parameters: a round trip needs both the encoder and the decoder" \
     --vae "$tmp/decoder_only.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+# a tensor under the autoencoder's own names that its network does not read (a resnet more in a stage
+# of an AutoencoderKL, a layer more in a TAESD decoder): refused naming it (it was left out silently,
+# and the round trip ran another network than the file's, status 0)
+"$PYTHON" - "$dir/kl.safetensors" "$dir/taesd.safetensors" "$tmp/kl_extra.safetensors" "$tmp/taesd_extra.safetensors" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+t, _ = read_safetensors(sys.argv[1])
+t.update({k.replace("resnets.0.", "resnets.1."): v for k, v in t.items() if k.startswith("encoder.down_blocks.1.resnets.0.")})
+write_safetensors(sys.argv[3], t)
+t, _ = read_safetensors(sys.argv[2])
+t["decoder.layers.30.weight"] = np.zeros((16, 16, 3, 3), np.float32)
+write_safetensors(sys.argv[4], t)
+PY
+refused autoencode_kl_unread_tensor 1 "tensor encoder.down_blocks.1.resnets.1.[a-z0-9_.]* is read by no layer of the network its other tensors make, AutoencoderKL" \
+    --vae "$tmp/kl_extra.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+refused autoencode_taesd_unread_tensor 1 "tensor decoder.layers.30.weight is read by no layer of the network its other tensors make, TAESD" \
+    --vae "$tmp/taesd_extra.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
+# inspect describes an autoencoder's file as the commands that run it read it (a half too), or says
+# why they cannot (status 1); it listed the tensors alone
+"$FC" inspect "$tmp/decoder_only.safetensors" > "$tmp/insp_half.txt" 2>&1
+rc_half=$?
+"$FC" inspect "$dir/bad_shape.safetensors" > "$tmp/insp_bad.txt" 2>&1
+rc_bad=$?
+[ $rc_half = 0 ] && grep -q '^autoencoder: TAESD (tiny autoencoder), width 16, 4 latent channels, 8x, decoder only' "$tmp/insp_half.txt" &&
+    [ $rc_bad = 1 ] && grep -q '^NOT USABLE as an autoencoder: .*tensor encoder.layers.6.weight is F32 (16, 15, 3, 3)' "$tmp/insp_bad.txt"
+expect inspect_describes_autoencoder $? "status $rc_half: $(tail -1 "$tmp/insp_half.txt"); status $rc_bad: $(tail -1 "$tmp/insp_bad.txt" | cut -c1-120)"
 # the original layout's halves (nn.Sequential's names) as .safetensors files: each refused naming its
 # half and the converter, which turns the pair into the file the round trip of taesd.safetensors reads
 "$PYTHON" - "$dir/taesd.safetensors" "$tmp/orig_encoder.safetensors" "$tmp/orig_decoder.safetensors" <<'PY'

@@ -290,6 +290,20 @@ if awk -v h="${host0:-0}" -v a="${all:-0}" -v o="${other:--1}" \
 else
     echo "FAIL cli_inspect_ranks_machine_memory: rank 0's host total ${host0:-?} GiB; ${line:-no line}"
 fi
+# collectives = mpi: GPU ranks sum their gradients through a host copy of them, n_params fp32 values a
+# rank, in the host lines (it was in no plan: 3.55 GiB a rank of the preset)
+"$FC" inspect --config configs/starter.conf --set batch_size=2 --ranks 2 > "$tmp/coll_auto.txt" 2>&1
+"$FC" inspect --config configs/starter.conf --set batch_size=2 --ranks 2 --set collectives=mpi > "$tmp/coll_mpi.txt" 2>&1
+params=$(sed -n 's/^parameters *\([0-9]*\) in.*/\1/p' "$tmp/coll_mpi.txt")
+grads=$(sed -n 's/^  MPI gradients *\([0-9.]*\) GiB$/\1/p' "$tmp/coll_mpi.txt")
+hosts=$(sed -n 's/^  host total *\([0-9.]*\) GiB$/\1/p' "$tmp/coll_auto.txt" "$tmp/coll_mpi.txt" | tr '\n' ' ')
+if awk -v p="${params:-0}" -v g="${grads:-0}" -v h="$hosts" 'BEGIN { split(h, x, " "); want = 4 * p / 1073741824
+        exit !(p > 0 && (g - want) ^ 2 < 0.01 ^ 2 && (x[2] - x[1] - want) ^ 2 < 0.02 ^ 2) }' &&
+    ! grep -q 'MPI gradients' "$tmp/coll_auto.txt"; then
+    echo "PASS cli_inspect_ranks_mpi_gradients_counted: $params parameters, MPI gradients $grads GiB; host totals (auto, mpi) $hosts GiB"
+else
+    echo "FAIL cli_inspect_ranks_mpi_gradients_counted: $params parameters, MPI gradients ${grads:-none} GiB; host totals (auto, mpi) $hosts GiB"
+fi
 # 64 GPUs of one window each: train builds each rank's model for its 1 window, so the plan is one rank's;
 # the global batch of 64 is more than one step holds, and a refusal of it would be wrong
 expect inspect_ranks_global_batch_too_large_for_one 0 "tokens per step and rank     1 x 7 slots" "$FC" inspect \

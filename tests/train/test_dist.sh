@@ -113,6 +113,14 @@ expect config_error_said_once $(( rc_conf == 0 || rc_arg == 0 || $(grep -c '^fra
     $(grep -c "^framechain: $tmp/bad.conf:3: unknown key 'bogus_key'" "$tmp/badconf.log") != 1 ||
     $(grep -c '^framechain' "$tmp/badarg.log") != 1 || $(grep -c '^framechain train: --steps -3' "$tmp/badarg.log") != 1 )) \
     "3 ranks: status $rc_conf and $rc_arg; $(grep -c '^framechain' "$tmp/badconf.log") and $(grep -c '^framechain' "$tmp/badarg.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/badconf.log"); $(grep -m1 '^framechain' "$tmp/badarg.log" | cut -c1-80)"
+# a rank started with another command line (mpirun's MPMD form) whose own is wrong says so, named; it
+# was silent (rank 0's command line was fine, the job ended with mpirun's block alone)
+mpirun -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/badconf" --steps 2 : \
+    -np 1 "$FC" --threads 1 train --config "$TINY" --run "$tmp/badconf" --steps 2 --set bogus_key=3 > "$tmp/mpmd.log" 2>&1
+rc=$?
+expect other_command_line_error_said $(( rc == 0 || $(grep -c '^framechain' "$tmp/mpmd.log") != 1 ||
+    $(grep -c "^framechain train: rank 1: --set bogus_key=3: unknown key 'bogus_key'" "$tmp/mpmd.log") != 1 )) \
+    "status $rc; $(grep -c '^framechain' "$tmp/mpmd.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/mpmd.log")"
 [ ! -e "$tmp/badconf" ]
 expect config_error_nothing_made $? "the run folder: $([ -e "$tmp/badconf" ] && echo left || echo not made)"
 
@@ -251,6 +259,18 @@ expect one_rank_under_mpirun_as_without $? "mpirun -np 1: the final checkpoint e
 # ---- on footage, every draw of the loader and of the objective: crops, 2x clips, dropped context ----
 "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/data" --size 32 --clip-frames 50 \
     > "$tmp/prep.log" 2>&1 || fail prepare_for_ranks "$(tail -1 "$tmp/prep.log")"
+# a plan longer than the dataset's clips (the extrapolate model's 25 frames, clips of 24) is said once,
+# before any memory plan (it was found by each rank's loader, after the plan: two lines)
+"$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/short24" --size 32 --clip-frames 24 > /dev/null 2>&1
+mpirun -np 2 "$FC" --threads 1 train --config configs/tiny/extrapolate.conf --run "$tmp/span_run" --data "$tmp/short24" \
+    --steps 2 > "$tmp/span.log" 2>&1
+rc=$?
+expect plan_longer_than_clips_said_once $(( rc == 0 || $(grep -c '^framechain' "$tmp/span.log") != 1 ||
+    $(grep -c "^framechain: $tmp/short24: the plan spans 25 frames" "$tmp/span.log") != 1 ||
+    $(grep -c 'memory' "$tmp/span.log") != 0 )) \
+    "2 ranks: status $rc; $(grep -c '^framechain' "$tmp/span.log") lines from framechain: $(grep -m1 '^framechain' "$tmp/span.log" | cut -c1-120)"
+[ ! -e "$tmp/span_run" ]
+expect plan_longer_than_clips_nothing_made $? "the run folder: $([ -e "$tmp/span_run" ] && echo left || echo not made)"
 DSETS=(--data "$tmp/data" --set batch_size=4 --set steps=8 --set warmup_steps=2 --set crop_zoom=1.5 --set fast_fraction=0.5
        --set cond_drop=0.3 --set ref_noise=0.02 --set mix_shapes=0.25)
 # one rank without its copy of the data (a machine that lacks it; here mpirun's MPMD form gives it another
@@ -410,6 +430,11 @@ if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
     rc2=$?
     expect emulated_gpu_two_ranks_train $(( rc1 != 0 || rc2 != 0 || $(grep -c '^ranks: 2, .*by MPI through host memory (the CUDA emulation has no NCCL)' "$tmp/e2.log") != 1 )) \
         "status $rc1 on one rank, $rc2 on two: $(grep -m1 '^ranks:' "$tmp/e2.log")"
+    # the host copy those sums go through is in the plan (n_params fp32 values; it was in none)
+    params=$(sed -n 's/^memory plan (.*, \([0-9]*\) parameters):$/\1/p' "$tmp/e2.log" | head -1)
+    kib=$(sed -n 's/^  MPI gradients *\([0-9.]*\) KiB$/\1/p' "$tmp/e2.log")
+    expect emulated_gpu_mpi_gradients_planned $(awk -v p="${params:-0}" -v k="${kib:-0}" 'BEGIN { d = k - 4 * p / 1024; exit !(p > 0 && d * d < 0.01) }'; echo $?) \
+        "$params parameters; the plan's MPI gradients: ${kib:-no such line} KiB"
     check emulated_gpu_two_ranks_same_losses_weights "$tmp/e1" "$tmp/e2" --steps 1-4 --params-step 4 --layout
     mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf" > "$tmp/ebf.log" 2>&1
     mpirun -np 2 "$EMU" --threads 1 --device cuda train "${ESETS[@]}" --run "$tmp/ebf0" --set shard_optimizer=0 \
