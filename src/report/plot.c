@@ -173,6 +173,11 @@ int canvas_save_png(const Canvas *c, const char *path, int overwrite, char *err,
 
 void range_add(Range *r, double v, int positive_only) {
     if (!isfinite(v) || (positive_only && v <= 0)) return;
+    // a value past PLOT_RANGE_MAX (or, on a log axis, under its inverse: a denormal) widens the axis to
+    // there and no further (a diverged run's 1e300 would overflow the axis's span and ticks); the curve
+    // goes on off the axis
+    v = fmax(-PLOT_RANGE_MAX, fmin(PLOT_RANGE_MAX, v));
+    if (positive_only) v = fmax(1 / PLOT_RANGE_MAX, v);
     if (!r->n || v < r->lo) r->lo = v;
     if (!r->n || v > r->hi) r->hi = v;
     r->n++;
@@ -326,12 +331,16 @@ void axes_place(Axes *a, int bx0, int by0, int bx1, int by1, int scale, int has_
     }
 }
 
-double axes_px(const Axes *a, double x) { return a->x0 + (x - a->xmin) / (a->xmax - a->xmin) * (a->x1 - a->x0); }
+// A position far off the canvas is held 100000 pixels out: a line towards it leaves the axis at much
+// the same angle, and it stays within what draw_line steps along.
+static double held(double p) { return fmax(-1e5, fmin(1e5, p)); }
+
+double axes_px(const Axes *a, double x) { return held(a->x0 + (x - a->xmin) / (a->xmax - a->xmin) * (a->x1 - a->x0)); }
 
 double axes_py(const Axes *a, double y) {
     double t = a->ylog ? (log10(y) - log10(a->ymin)) / (log10(a->ymax) - log10(a->ymin))
-                       : (y - a->ymin) / (a->ymax - a->ymin);
-    return a->y1 - t * (a->y1 - a->y0);
+                       : (y / 2 - a->ymin / 2) / (a->ymax / 2 - a->ymin / 2);  // (halves: no overflow)
+    return held(a->y1 - t * (a->y1 - a->y0));
 }
 
 void axes_draw(Canvas *c, const Axes *a, const char *title, const char *xlabel) {

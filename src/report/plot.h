@@ -71,6 +71,8 @@ typedef struct {
     double lo, hi;
     int n;
 } Range;
+// The largest magnitude an axis reaches (a value past it is drawn off the axis): 1e100.
+#define PLOT_RANGE_MAX 1e100
 void range_add(Range *r, double v, int positive_only);
 
 // The limits from the data ranges: x exactly (a single value widened; from 0 when the data start

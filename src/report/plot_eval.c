@@ -24,6 +24,7 @@ static const Rgb HOLD0 = {0, 0, 0}, COPY = {150, 150, 150}, REAL = {0, 110, 110}
 
 typedef struct {
     double v[NCOLS];  // v[C_SECTION] unused; NAN where the TSV has no number (or no such column)
+    int line;         // its line in the file
 } Row;
 
 typedef struct {
@@ -104,7 +105,33 @@ static int row(Tsv *t, char *line, int lineno, char *err, size_t errlen) {
         if (!grown) return fc_errf(err, errlen, "%s: no memory for %d rows", t->path, t->cap);
         t->rows = grown;
     }
+    r.line = lineno;
     t->rows[t->n++] = r;
+    return 0;
+}
+
+// Rows by level, then frame (each curve drawn left to right, whatever order a hand-made file has).
+static int by_level_frame(const void *a, const void *b) {
+    const Row *x = a, *y = b;
+    if (x->v[C_LEVEL] != y->v[C_LEVEL]) return x->v[C_LEVEL] < y->v[C_LEVEL] ? -1 : 1;
+    if (x->v[C_FRAME] != y->v[C_FRAME]) return x->v[C_FRAME] < y->v[C_FRAME] ? -1 : 1;
+    return x->line - y->line;
+}
+
+// The rows sorted, and the levels with them (the figure is the table's whatever its rows' order); a
+// frame of a level given twice (two tables in one file) refused, naming both lines.
+static int sort_rows(Tsv *t, char *err, size_t errlen) {
+    qsort(t->rows, (size_t)t->n, sizeof *t->rows, by_level_frame);
+    t->L = 0;
+    for (int i = 0; i < t->n; i++)
+        if (!i || t->rows[i].v[C_LEVEL] != t->rows[i - 1].v[C_LEVEL]) t->levels[t->L++] = t->rows[i].v[C_LEVEL];
+    for (int i = 1; i < t->n; i++) {
+        const Row *a = &t->rows[i - 1], *b = &t->rows[i];
+        if (a->v[C_LEVEL] == b->v[C_LEVEL] && a->v[C_FRAME] == b->v[C_FRAME])
+            return fc_errf(err, errlen, "%s: lines %d and %d both hold frame %.0f at noise_aug %g: two tables in one "
+                           "file? (plot each on its own: --eval A.tsv --out A.png)", t->path, a->line, b->line,
+                           a->v[C_FRAME], a->v[C_LEVEL]);
+    }
     return 0;
 }
 
@@ -127,6 +154,7 @@ static int read_tsv(Tsv *t, char *err, size_t errlen) {
     if (!rc && !have_header)
         rc = fc_errf(err, errlen, "%s: empty%s", t->path, lineno ? ": no header after its '#' lines" : "");
     if (!rc && t->n == 0) rc = fc_errf(err, errlen, "%s: no 'quality' rows: nothing to plot", t->path);
+    if (!rc) rc = sort_rows(t, err, errlen);
     return rc;
 }
 

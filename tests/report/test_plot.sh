@@ -208,6 +208,18 @@ else
     fail plot_runs "$(tail -1 "$tmp/runs.err")"
 fi
 
+# ---- values a diverged run writes (a gradient norm of 1e300, a wait of +-1e308, a denormal): the axis
+# reaches 1e100 and no further, the curve goes on off it (the panel was empty, its ticks "1e-2147483648") ----
+mkdir -p "$tmp/huge/h"
+sed '3s/"grad_norm":[^,]*,/"grad_norm":1e300,/;4s/"grad_norm":[^,]*,/"grad_norm":1e-320,/;5s/"data_wait_ms":[^,]*,/"data_wait_ms":1e308,/;6s/"data_wait_ms":[^,]*,/"data_wait_ms":-1e308,/' \
+    "$tmp/b/metrics.jsonl" > "$tmp/huge/h/metrics.jsonl"
+"$FC" plot "$tmp/huge/h" --out "$tmp/out/huge.png" --verbose > "$tmp/huge.log" 2>&1
+rc=$?
+panels=$(grep -E '^panel (grad_norm|data_wait):' "$tmp/huge.log" | sed 's/.* y //' | tr '\n' ';')
+awk '/^panel (grad_norm|data_wait):/ { n++; lo = $(NF - 2); hi = $(NF - 1)
+        if (!(lo + 0 == lo && hi + 0 == hi && lo > -1e110 && hi < 1e110 && hi > lo) || /inf|nan/) bad = 1 }
+    END { exit !(n == 2 && !bad) }' "$tmp/huge.log"
+expect plot_huge_values_axis_bounded $(( rc != 0 || $? != 0 )) "status $rc; grad_norm and data_wait y ranges: $panels"
 # ---- lines out of step order (a file edited or concatenated): drawn as if sorted by step ----
 mkdir -p "$tmp/shuffled/b"
 awk 'NR % 2' "$tmp/b/metrics.jsonl" > "$tmp/shuffled/b/metrics.jsonl"
@@ -394,6 +406,17 @@ refused bad_tsv_value "$tmp/badval.tsv: line 4 does not parse: column 'psnr_chai
 { head -5 "$tmp/eval.tsv"; printf 'quality\t0\t5\t30\n'; } > "$tmp/short.tsv"
 refused short_tsv_line "$tmp/short.tsv: line 6 does not parse" --eval "$tmp/short.tsv"
 refused not_a_tsv "$tmp/a/metrics.jsonl: line 1: no column 'section'" --eval "$tmp/a/metrics.jsonl"
+# two tables in one file (cat a.tsv b.tsv): each curve drew a line from its last frame back to its
+# first; refused naming the lines that hold one frame twice. Rows out of order are sorted: the figure of
+# the table reversed is the table's
+cat "$tmp/eval.tsv" "$tmp/eval.tsv" > "$tmp/twice.tsv"
+refused two_tables_in_one_tsv "$tmp/twice.tsv: lines 2 and $(( $(wc -l < "$tmp/eval.tsv") + 2 )) both hold frame 1 at noise_aug 0: two tables in one file" \
+    --eval "$tmp/twice.tsv"
+mkdir -p "$tmp/reversed"  # (the figure's title names the file)
+{ head -1 "$tmp/eval.tsv"; tail -n +2 "$tmp/eval.tsv" | tac; } > "$tmp/reversed/eval.tsv"
+"$FC" plot --eval "$tmp/reversed/eval.tsv" --out "$tmp/out/reversed.png" --width 1000 --height 640 > /dev/null 2>&1
+expect plot_eval_rows_sorted $(cmp -s "$tmp/out/eval.png" "$tmp/out/reversed.png"; echo $?) \
+    "the rows in reverse order: $(cmp -s "$tmp/out/eval.png" "$tmp/out/reversed.png" && echo "the same PNG" || echo "another PNG")"
 refused runs_and_eval "give runs or --eval FILE.tsv, not both" "$tmp/a" --eval "$tmp/eval.tsv"
 "$FC" plot "$tmp/a" --out "$tmp/out/bad.jpg" > /dev/null 2> "$tmp/err"
 rc=$?
