@@ -161,6 +161,8 @@ run_suite bench_tools tests/tools/test_bench_tools.sh "$FC" "$BUILD"
 run_suite eval_tools tests/tools/test_eval_tools.sh "$FC"
 # make demo's script when its footage changes under its runs (one-step models, no generation).
 run_suite demo_tools tests/tools/test_demo_tools.sh "$FC"
+# The Python tools on the input that once broke them (their torch checks SKIP where PYTHON has no torch).
+run_suite py_tools env PYTHON="$PYTHON" BUILD="$BUILD" tests/tools/test_py_tools.sh "$FC"
 # The CUDA backend against the CPU (prints SKIP and passes nothing without a GPU).
 run_suite cuda "$BUILD/test_cuda"
 # The CUDA backend's kernels on the CPU (tests/cuda/emu); built wherever the CUDA toolkit's headers are,

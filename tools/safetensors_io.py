@@ -177,8 +177,11 @@ def main(argv):
         return 0 if help_asked else 2
     try:
         tensors, meta = read_safetensors(argv[1])
-    except (OSError, SafetensorsError) as e:
-        print("%s: %s" % (argv[1], e), file=sys.stderr)
+    except SafetensorsError as e:  # its message begins with the path
+        print(str(e), file=sys.stderr)
+        return 1
+    except OSError as e:
+        print("%s: %s" % (argv[1], e.strerror or e), file=sys.stderr)
         return 1
     for k, v in sorted(meta.items()):
         print("meta %s = %s" % (k, v))
@@ -188,4 +191,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        status = main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the listing's reader (head, say) stopped reading: no traceback for it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
+    sys.exit(status)

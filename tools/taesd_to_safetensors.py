@@ -27,28 +27,65 @@ from safetensors_io import SafetensorsError, read_safetensors, write_safetensors
 
 def load_half(path):
     """A half's state dict as numpy arrays: a .safetensors file read as one, anything else through torch."""
+    if not os.path.isfile(path):
+        raise SystemExit("taesd_to_safetensors: %s: %s" % (path, "is not a file" if os.path.exists(path)
+                                                            else "no such file"))
     if path.lower().endswith(".safetensors"):
         try:
             return read_safetensors(path)[0]
-        except (OSError, SafetensorsError) as e:
+        except SafetensorsError as e:
             raise SystemExit("taesd_to_safetensors: %s" % e)
+        except OSError as e:
+            raise SystemExit("taesd_to_safetensors: %s: cannot read: %s" % (path, e.strerror))
     try:
         import torch
     except ImportError as e:
         raise SystemExit("taesd_to_safetensors: %s: a .pth needs torch, and %s cannot import %s (or give the "
                          ".safetensors file of that half)" % (path, sys.executable, e.name))
-    return {k: v.detach().float().cpu().numpy() for k, v in
-            torch.load(path, map_location="cpu", weights_only=True).items()}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds (pickle's, zipfile's, RuntimeError): one line of any
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SystemExit("taesd_to_safetensors: %s: cannot read it as a PyTorch state dict: %s" % (path, why))
+    if not isinstance(state, dict) or not all(hasattr(v, "detach") for v in state.values()):
+        raise SystemExit("taesd_to_safetensors: %s: not a state dict of tensors" % path)
+    return {k: v.detach().float().cpu().numpy() for k, v in state.items()}
 
 
-def renamed(state, part, shift):
+def layers(state, part, path):
+    """The Sequential layer index of each tensor name ("K.name") of a half."""
     out = {}
-    for name, value in state.items():
+    for name in state:
         index, _, rest = name.partition(".")
         if not index.isdigit() or not rest:
-            raise SystemExit("taesd_to_safetensors: %s tensor '%s' is not a Sequential layer's (K.name)" % (part, name))
-        out["%s.layers.%d.%s" % (part, int(index) - shift, rest)] = value
+            raise SystemExit("taesd_to_safetensors: %s: %s tensor '%s' is not a Sequential layer's (K.name)"
+                             % (path, part, name))
+        out[name] = int(index)
     return out
+
+
+def check_halves(enc, enc_layers, dec, dec_layers):
+    """An encoder's layer 0 is its first convolution; a decoder's layer 0 is the soft clamp, which has no
+    weights (renamed to layer -1 it would be no layer of AutoencoderTiny): halves given the other way
+    round are refused."""
+    enc_first = enc_layers is not None and 0 not in enc_layers.values()
+    dec_zero = [n for n, k in (dec_layers or {}).items() if k == 0]
+    if enc_first and dec_zero:
+        raise SystemExit("taesd_to_safetensors: %s and %s look swapped: the DECODER file has tensors of layer 0 (%s), "
+                         "as an encoder's file has, and the ENCODER file none; give the encoder's file first"
+                         % (enc, dec, dec_zero[0]))
+    if dec_zero:
+        raise SystemExit("taesd_to_safetensors: %s: the DECODER file has tensors of layer 0 (%s), which a decoder's "
+                         "never has (its layer 0 is the clamp): it looks like an encoder's file (swapped?)"
+                         % (dec, dec_zero[0]))
+    if enc_first:
+        raise SystemExit("taesd_to_safetensors: %s: the ENCODER file has no tensor of layer 0 (an encoder's first "
+                         "convolution): it looks like a decoder's file (swapped?)" % enc)
+
+
+def renamed(state, index, part, shift):
+    return {"%s.layers.%d.%s" % (part, index[name] - shift, name.partition(".")[2]): value
+            for name, value in state.items()}
 
 
 def main(argv):
@@ -56,15 +93,34 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     enc, dec, out = argv[1:]
-    tensors = {}
-    if enc != "-":
-        tensors.update(renamed(load_half(enc), "encoder", 0))
-    if dec != "-":
-        tensors.update(renamed(load_half(dec), "decoder", 1))
-    if not tensors:
+    if enc == "-" and dec == "-":
         print("taesd_to_safetensors: give at least one of ENCODER and DECODER", file=sys.stderr)
         return 2
-    write_safetensors(out, {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()})
+    enc_state = load_half(enc) if enc != "-" else None
+    dec_state = load_half(dec) if dec != "-" else None
+    enc_layers = layers(enc_state, "encoder", enc) if enc_state is not None else None
+    dec_layers = layers(dec_state, "decoder", dec) if dec_state is not None else None
+    check_halves(enc, enc_layers, dec, dec_layers)
+    tensors = {}
+    if enc_state is not None:
+        tensors.update(renamed(enc_state, enc_layers, "encoder", 0))
+    if dec_state is not None:
+        tensors.update(renamed(dec_state, dec_layers, "decoder", 1))
+    if not tensors:
+        print("taesd_to_safetensors: %s: no tensor in it" % (enc if enc != "-" else dec), file=sys.stderr)
+        return 1
+    # through a temporary file beside OUT: a write that fails leaves no part of a file behind
+    tmp = "%s.tmp-%d" % (out, os.getpid())
+    try:
+        write_safetensors(tmp, {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()})
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        print("taesd_to_safetensors: %s: cannot write: %s" % (out, e.strerror or e), file=sys.stderr)
+        return 1
     print("taesd_to_safetensors: %d tensors written to %s" % (len(tensors), out))
     return 0
 

@@ -54,18 +54,38 @@ import reference  # noqa: E402
 
 
 def resolve_config(framechain, path, sets):
-    """key -> value string of the whole config, as framechain resolves it."""
+    """key -> value string of the whole config, as framechain resolves it (tools/bench.sh calls it too)."""
+    return inspect_config(framechain, path, sets)[0]
+
+
+def inspect_config(framechain, path, sets):
+    """resolve_config's dict, and the number of parameters framechain's network of it has (inspect's
+    `parameters` line; None where it prints none). A config or a framechain that cannot be used ends
+    the program with one line."""
+    if not os.path.isfile(path):
+        sys.exit("torch_train: --config %s: %s" % (path, "is not a file" if os.path.exists(path) else "no such file"))
     cmd = [framechain, "inspect", "--config", path]
     for s in sets:
         cmd += ["--set", s]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    cfg = {}
-    for line in out.splitlines():
-        if not line.strip():
-            break  # the config ends at the first blank line
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit("torch_train: --framechain %s: cannot run it: %s (build it with make, or give --framechain PATH)"
+                 % (framechain, e.strerror))
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or ["status %d, no message" % res.returncode])[-1]
+        sys.exit("torch_train: %s inspect --config %s failed: %s" % (framechain, path, why))
+    cfg, params, lines = {}, None, res.stdout.splitlines()
+    end = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+    for line in lines[:end]:  # the config ends at the first blank line
         key, _, rest = line.partition("=")
         cfg[key.strip()] = rest.split("#")[0].strip()
-    return cfg
+    for line in lines[end:]:
+        f = line.split()
+        if len(f) >= 2 and f[0] == "parameters" and f[1].isdigit():
+            params = int(f[1])
+            break
+    return cfg, params
 
 
 def model_step_flops(c, B):
@@ -75,7 +95,8 @@ def model_step_flops(c, B):
     S, D = B * F_, c["width"]
     T, RD = S * N, c["mlp_ratio"] * D
     PPC, Fd = c["patch"] ** 2 * c["channels"], c["freq_dim"]
-    embed = T * PPC * D + 2 * S * Fd * D + S * D * D
+    PPCin = PPC * reference.CONCAT_FRAMES[c.get("cond_concat", "none")]  # the frames each slot's input carries
+    embed = T * PPCin * D + 2 * S * Fd * D + S * D * D
     block = S * D * 9 * D + 2 * (T * D * 3 * D + T * D * D) + 2 * T * D * RD + 2 * (S * N * N * D + B * N * F_ * F_ * D)
     final = S * D * 2 * D + T * D * PPC
     return 6.0 * (embed + c["depth"] * block + final)
@@ -151,11 +172,14 @@ def main(argv=None):
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
 
-    raw = resolve_config(a.framechain, a.config, a.set)
+    raw, fc_params = inspect_config(a.framechain, a.config, a.set)
     slots = raw["plan"].split()
-    cfg = {k: int(raw[k]) for k in ("frame_size", "channels", "patch", "width", "depth", "heads", "mlp_ratio",
-                                    "freq_dim", "batch_size")}
+    # every key of the network (reference.FramechainDiT's, as reference.py --check takes them from a
+    # checkpoint): the sizes, the slots' plan and the given frames concatenated to each slot's input
+    cfg = {k: int(raw[k]) for k in reference.CONFIG_KEYS if k != "slots"}
     cfg["slots"] = len(slots)
+    cfg["plan"] = raw["plan"]
+    cfg["cond_concat"] = raw.get("cond_concat", "none")
     B, Fs, C, S = cfg["batch_size"], cfg["slots"], cfg["channels"], cfg["frame_size"]
     kinds = [s.split(":")[0] for s in slots]
     offsets = torch.tensor([float(s.split(":")[1]) for s in slots], device=dev).expand(B, Fs)
@@ -178,7 +202,14 @@ def main(argv=None):
     reference.silu = F.silu
     reference.RMSNorm.forward = lambda self, x: x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6) * self.weight
     torch.manual_seed(int(raw["seed"]))
-    model = reference.FramechainDiT(cfg)
+    try:
+        model = reference.FramechainDiT(cfg)
+    except ValueError as e:
+        sys.exit("torch_train: %s: %s" % (a.config, e))
+    n_params = sum(p.numel() for p in model.parameters())
+    if fc_params is not None and n_params != fc_params:  # not the network framechain trains: no peer
+        sys.exit("torch_train: %s: the PyTorch model has %d parameters, framechain's %d: not the same network"
+                 % (a.config, n_params, fc_params))
     reference.init_random_(model, torch.Generator().manual_seed(1))  # on the CPU, then moved
     model = model.to(dev)
     if a.checkpointing:
