@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <limits.h>
 #include <sys/stat.h>
 
@@ -18,7 +20,8 @@
 #include "commands.h"
 
 static const char *HELP_AUTOENCODE =
-    "usage: framechain autoencode --vae FILE --input VIDEO [--size N] [--frames K] [--out VIDEO] [--overwrite]\n"
+    "usage: framechain autoencode --vae FILE --input VIDEO [--size N] [--frames K] [--out VIDEO] [--fps F]\n"
+    "                             [--overwrite]\n"
     "\n"
     "Encode the first K frames of VIDEO (centre-cropped and scaled to N x N, as prepare does) with the\n"
     "autoencoder in FILE, decode them again, and print the round trip's PSNR against the frames; the\n"
@@ -36,6 +39,7 @@ static const char *HELP_AUTOENCODE =
     "  --frames K     how many frames (default 8; an image: 1)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
+    "  --fps F        the frame rate of a video --out (default: the input video's; 12 for images)\n"
     "  --overwrite    replace an existing --out\n"
     "SIGINT, SIGTERM or SIGHUP, or an error, removes the partial --out; a signal exits with 128 + the\n"
     "signal.\n";
@@ -47,8 +51,8 @@ static void die_discarding(GenerateOutput *out, const char *err) {
 }
 
 int cmd_autoencode(int argc, char **argv, const Backend *be) {
-    Opt opts[] = {{"--vae", 1}, {"--input", 1}, {"--size", 1}, {"--frames", 1}, {"--out", 1}, {"--overwrite", 0},
-                  {NULL}};
+    Opt opts[] = {{"--vae", 1}, {"--input", 1}, {"--size", 1}, {"--frames", 1}, {"--out", 1}, {"--fps", 1},
+                  {"--overwrite", 0}, {NULL}};
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_AUTOENCODE, stdout);
         return 0;
@@ -70,6 +74,15 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
     if (overwrite && !out_path) usage_error("--overwrite: it goes with --out VIDEO (autoencode writes no other file)");
+    double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 0;
+    if (fps && !(out_path && generate_is_video_path(out_path)))
+        usage_error("--fps %g: it goes with --out VIDEO, a video name (.mp4, .gif, ...): %s", fps,
+                    out_path ? "a folder of PNGs has no frame rate" : "autoencode writes no video without --out");
+    const char *ext = out_path ? strrchr(out_path, '.') : NULL;
+    int gif = ext && !strcasecmp(ext, ".gif");
+    if (gif && fps > VIDEO_GIF_MAX_FPS)
+        usage_error("--fps %g: a GIF's frame delays are whole hundredths of a second, at least 2, so at most %d frames "
+                    "a second (or write an .mp4)", fps, VIDEO_GIF_MAX_FPS);
     char err[4096];
     if (out_path && generate_check_output(out_path, input, vae, overwrite, err, sizeof err)) fc_die("%s", err);
     Autoencoder *ae = autoencoder_load(vae, be, err, sizeof err);
@@ -95,7 +108,15 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     snprintf(comment, sizeof comment, "%s autoencode: vae %s, input %s, %d frame%s of %dx%d on %s", fc_build_name(),
              vae, input, K, K == 1 ? "" : "s", S, S, be->name);
     fc_printable_line(comment);
-    GenerateOutput *out = out_path ? generate_output_open(out_path, S, 12, overwrite, comment, err, sizeof err) : NULL;
+    // the input's own rate unless --fps says otherwise (12, generate's, where the input has none); a
+    // GIF holds at most VIDEO_GIF_MAX_FPS
+    if (!fps) fps = first_frames_fps(frames) > 0 ? first_frames_fps(frames) : 12;
+    if (gif && fps > VIDEO_GIF_MAX_FPS) {
+        printf("autoencode: %s at %d frames a second, the most a GIF holds (the input has %g)\n", out_path,
+               VIDEO_GIF_MAX_FPS, fps);
+        fps = VIDEO_GIF_MAX_FPS;
+    }
+    GenerateOutput *out = out_path ? generate_output_open(out_path, S, fps, overwrite, comment, err, sizeof err) : NULL;
     if (out_path && !out) fc_die("%s", err);
     uint8_t *rgb_in = fc_malloc(E), *rgb_out = fc_malloc(E);
     double sum = 0, lo = 1e9, hi = -1e9, t_enc = 0, t_dec = 0;

@@ -32,6 +32,8 @@ struct FirstFrames {
     uint8_t *rgb;         // one frame
 };
 
+double first_frames_fps(const FirstFrames *r) { return r && r->video ? video_fps(r->video) : 0; }
+
 void first_frames_close(FirstFrames *r) {
     if (!r) return;
     if (r->video) video_close(r->video);

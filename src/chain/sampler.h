@@ -135,5 +135,7 @@ typedef struct FirstFrames FirstFrames;
 FirstFrames *first_frames_open(const char *path, int S, int K, char *err, size_t errlen);
 int first_frames_next(FirstFrames *r, real *out, char *err, size_t errlen);
 void first_frames_close(FirstFrames *r);
+// The frame rate of a video opened so (its container's), 0 for an image, a folder or shapes:N.
+double first_frames_fps(const FirstFrames *r);
 
 #endif

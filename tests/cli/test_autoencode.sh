@@ -80,6 +80,13 @@ rm -rf "$tmp/stream2" "$tmp/stream16"
 got=$(ffprobe -v error -show_entries format_tags=comment -of default=nw=1:nk=1 "$tmp/rt.mkv" 2>&1)
 [ "$got" = "$("$FC" --version | head -1) autoencode: vae $dir/taesd.safetensors, input $VIDEO, 3 frames of 64x64 on cpu" ]
 expect autoencode_comment $? "the comment tag: $got"
+# ... at the input's frame rate (vtest.avi's 10; it was 12 whatever the input), or --fps's
+rate=$(ffprobe -v error -select_streams v:0 -show_entries stream=r_frame_rate -of csv=p=0 "$tmp/rt.mkv" 2>&1)
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 3 --out "$tmp/rt24.mkv" --fps 24 \
+    > /dev/null 2>&1
+rate24=$(ffprobe -v error -select_streams v:0 -show_entries stream=r_frame_rate -of csv=p=0 "$tmp/rt24.mkv" 2>&1)
+[ "$rate" = 10/1 ] && [ "$rate24" = 24/1 ]
+expect autoencode_keeps_input_rate $? "the input's rate: $rate; with --fps 24: $rate24"
 
 # without --size and --frames: 8 frames of 256x256 (the PNGs written, read back: their count and header)
 "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --out "$tmp/defaults" > "$tmp/d.log" 2>&1
@@ -202,6 +209,8 @@ rc=$?
 [ $rc = 1 ] && grep -q "cut.safetensors" "$tmp/cut.err" && ! grep -q "PyTorch" "$tmp/cut.err"
 expect autoencode_damaged_safetensors_not_pickle $? "status $rc: $(head -1 "$tmp/cut.err")"
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
+refused autoencode_fps_without_video 2 "fps 5: it goes with --out VIDEO" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
+    --size 64 --fps 5
 refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --overwrite
 
