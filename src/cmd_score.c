@@ -60,6 +60,10 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     double top = has_top ? parse_fraction("--top", opt(opts, "--top")->value) : 0;
     const char *ex = has_ex ? opt(opts, "--exclude-out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
+    // SIGINT, SIGTERM or SIGHUP stop the scoring before its next batch, nothing written (caught from the
+    // start: a script's background job starts with SIGINT ignored)
+    fc_catch_stop_signals();
+    fc_test_hold("START_DELAY_MS", "the start");
     char err[2048];
     // both outputs checked before any scoring (a bad path would cost the whole run, or leave one file)
     if (fc_check_output_file("--out", out, overwrite, err, sizeof err) ||

@@ -102,12 +102,14 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     }
 }
 
+static volatile sig_atomic_t g_stop_signal;  // fc_stop_signal
+
 void fc_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vmessage("", fmt, ap);
     va_end(ap);
-    fc_exit(1);
+    fc_exit(g_stop_signal ? 128 + g_stop_signal : 1);
 }
 
 void fc_warn(const char *fmt, ...) {
@@ -254,7 +256,6 @@ int fc_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
     return 0;
 }
 
-static volatile sig_atomic_t g_stop_signal = 0;
 static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
 #define N_STOP_SIGNALS (int)(sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0])
 static struct sigaction g_stop_before[N_STOP_SIGNALS];

@@ -19,7 +19,8 @@ typedef float real;
 
 #define FC_VERSION "0.1.0"
 
-// Print one line "framechain: <message>" to stderr and exit with status 1.
+// Print one line "framechain: <message>" to stderr and exit with status 1 (128 + the signal where a stop
+// signal was caught: the work ended for it).
 void fc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Print one line "framechain: warning: <message>" to stderr.
 void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

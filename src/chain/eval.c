@@ -448,6 +448,11 @@ static int read_scored_clip(Eval *ev, int k) {
 // skipped before it). Returns the exit status so far.
 static int eval_quality(Eval *ev) {
     for (int k = 0; k < ev->K; k++) {
+        if (fc_stop_signal()) {
+            fprintf(stderr, "framechain: stopped by %s at clip %d of %d: no table written\n",
+                    fc_signal_name(fc_stop_signal()), k + 1, ev->K);
+            return 128 + fc_stop_signal();
+        }
         int rc = read_scored_clip(ev, k);
         if (rc < 0) {
             fprintf(stderr, "framechain: %s\n", ev->err);
@@ -481,7 +486,8 @@ typedef struct {
 } DriftRun;
 
 static int drift_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
-    (void)err, (void)errlen;
+    if (fc_stop_signal())
+        return fc_errf(err, errlen, "stopped by %s at frame %d: no table written", fc_signal_name(fc_stop_signal()), f);
     DriftRun *d = ctx;
     Eval *ev = d->ev;
     chain_frame_rgb(ev, frame, ev->rgb);
@@ -505,7 +511,7 @@ static int eval_drift(Eval *ev) {
         char err[512];
         if (chain_sample_stream(&ev->cm, &ev->long_plan, ev->video, o->given, &so, drift_frame, &d, err, sizeof err)) {
             fprintf(stderr, "\nframechain: eval: the drift run: %s\n", err);
-            return 1;
+            return fc_stop_signal() ? 128 + fc_stop_signal() : 1;
         }
         fprintf(stderr, "%.1f s\n", fc_now_s() - t0);
     }
@@ -603,6 +609,10 @@ static int check_tsv_not_input(const EvalOptions *o, char *err, size_t errlen) {
 }
 
 int eval_run(const EvalOptions *o, const Backend *be) {
+    // SIGINT, SIGTERM or SIGHUP stop eval before its next clip (or drift frame), no table written
+    // (caught from the start: a script's background job starts with SIGINT ignored)
+    fc_catch_stop_signals();
+    fc_test_hold("START_DELAY_MS", "the start");
     double t_start = fc_now_s();
     Eval *ev = fc_calloc(1, sizeof *ev);
     ev->o = o, ev->be = be;

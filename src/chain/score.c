@@ -64,6 +64,11 @@ static int model_losses(const char *run, const Dataset *d, const Backend *be, in
     int *batch_clip = fc_malloc(sizeof(int) * B);
     double *sum = fc_calloc((size_t)B, sizeof(double));
     for (int next = 0; next < nclips && !rc;) {
+        if (fc_stop_signal()) {  // (cmd_score catches it: a stop ends here, nothing written)
+            rc = fc_errf(err, errlen, "stopped by %s after %d of the %d clips: nothing written",
+                         fc_signal_name(fc_stop_signal()), next, nclips);
+            break;
+        }
         int n = 0;  // windows filled in this batch
         while (n < B && next < nclips) {
             int k = next++, got = dataset_read_clip(d, k, raw, why, sizeof why);
