@@ -18,6 +18,7 @@
 #include "backend/registry.h"
 #include "model/autoencoder.h"
 #include "model/memplan.h"
+#include "report/preview.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/metrics_line.h"
@@ -392,6 +393,8 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
                memory_plan_resolve(&on_gpu, B, gdev, budget + memory_plan_rank_savings(c, B, gdev, ranks, c->shard_optimizer)),
                c->depth, gname, KEEP_BLOCKS_AUTO_RESERVE_GIB);
     MemPlan cpu = memory_plan(&on_cpu, B, PLAN_CPU), gpu = memory_plan(&on_gpu, B, gdev);
+    if (c->sample_every > 0)  // the previews' figure and windows, as train plans them (on footage; not decoded)
+        cpu.previews += preview_plan_bytes(c, 1, 1), gpu.previews += preview_plan_bytes(c, 1, 1);
     cpu.program = (double)fc_resident_bytes();  // this process, as train measures its own when it starts
     memory_plan_sum(&cpu);
     memory_plan_per_rank(&cpu, ranks, c->shard_optimizer);

@@ -500,6 +500,14 @@ static int start_workers(Loader *l, int threads, char *err, size_t errlen) {
     return 0;
 }
 
+double loader_plan_bytes(const Dataset *d, const Config *c, int batch, int threads, int prefetch) {
+    double window = (double)c->slots * dataset_channels(d) * dataset_frame_size(d) * dataset_frame_size(d);
+    double clip = dataset_latent(d) ? sizeof(float) * window : (double)dataset_clip_bytes(d);  // a thread's cache
+    double per_window = sizeof(int) * 4 + 2 + sizeof(Crop) + sizeof(uint64_t);  // a batch's bookkeeping
+    return (prefetch + 1.0) * batch * (sizeof(real) * window + per_window) + threads * clip +
+           2.0 * dataset_clips(d);  // the damaged and excluded marks
+}
+
 Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
                      int first_step, int threads, int prefetch, char *err, size_t errlen) {
     SlotSpan span;

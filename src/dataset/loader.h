@@ -76,6 +76,9 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
 // or mix_shapes, and the plan's slots span no more frames than its clips hold. 0, or -1 with one line
 // naming the dataset and the key.
 int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen);
+// The host memory loader_start(..., batch, ..., threads, prefetch) takes for dataset d and config c:
+// its prefetch + 1 batches of windows, each thread's clip, its marks a clip (the memory plan's line).
+double loader_plan_bytes(const Dataset *d, const Config *c, int batch, int threads, int prefetch);
 // The batch of `step`: (batch, slots, C, N, N) values, in [-1, 1] for frames, channel-planar as shapes_batch
 // makes them. Steps are asked for one after another from first_step. Blocks until the batch is
 // ready; *wait_s (when not NULL) = the seconds it waited. The batch stays valid until the next

@@ -66,7 +66,10 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
         size_t temporal = attn_ds_plan_bytes((long)B * N * c->heads, F);
         p.workspace += (double)(spatial > temporal ? spatial : temporal);
     }
-    p.previews = c->sample_every > 0 ? p.weights : 0;  // train.c's params_aside
+    // train.c's params_aside, and the sampler's windows (sampler.c, window_buffers_alloc: x, pred and their
+    // unguided twins for the B windows, one reference window, three reals a slot and window)
+    double one = r * c->slots * c->channels * (double)c->frame_size * c->frame_size;  // a window
+    p.previews = c->sample_every > 0 ? p.weights + (4.0 * B + 1) * one + 3 * r * c->slots * B : 0;
     p.cpu = dev == PLAN_CPU;
     memory_plan_sum(&p);
     free(k.info);
@@ -75,7 +78,7 @@ MemPlan memory_plan(const Config *c, int B, PlanDevice dev) {
 
 void memory_plan_sum(MemPlan *p) {
     double after_resume = p->staging + p->previews;  // (rank 0's staging always holds the resume's buffer)
-    p->host = (after_resume > p->resume_read ? after_resume : p->resume_read) + p->host_grads + p->program;
+    p->host = (after_resume > p->resume_read ? after_resume : p->resume_read) + p->host_grads + p->loader + p->program;
     p->total = p->weights + p->weights_bf16 + p->gradients + p->optimizer + p->ema + p->activations + p->inputs +
                p->workspace + p->routes + p->autoencoder + (p->cpu ? p->host : 0);
 }
@@ -135,7 +138,7 @@ void memory_plan_per_rank(MemPlan *p, int ranks, int shard) {
 
 void memory_plan_other_rank(MemPlan *p, int shard) {
     p->staging = shard ? p->ema + p->optimizer : 0;  // checkpoint_parts.c: the sender's scratch
-    if (!shard) p->previews = 0;
+    p->previews = shard && p->previews > 0 ? p->weights : 0;  // its weights set aside for the gathered EMA; rank 0 samples
     memory_plan_sum(p);
 }
 
@@ -170,6 +173,7 @@ void memory_plan_print(FILE *out, const MemPlan *p, const char *device, double b
     if (p->previews > 0) line(out, "previews", p->previews);
     if (p->resume_read > p->staging + p->previews) line(out, "resume read", p->resume_read);
     if (p->host_grads > 0) line(out, "MPI gradients", p->host_grads);
+    if (p->loader > 0) line(out, "data loader", p->loader);
     if (p->program > 0) line(out, "program", p->program);
     line(out, p->cpu ? "total" : "host total", p->cpu ? p->total : p->host);
 }

@@ -21,7 +21,9 @@ typedef struct {
     // Host memory: on the CPU the same memory as the lines above, counted in the total; on a GPU
     // printed beside it, as host.
     double staging;      // the checkpoint's staging buffer: weights, EMA, optimizer state (checkpoint.c)
-    double previews;     // the weights set aside while the EMA samples a preview; 0: no previews
+    double previews;     // a preview's: the weights set aside while the EMA samples, the sampler's windows
+                         // (and what the command adds: TrainHooks.preview_host); 0: no previews
+    double loader;       // the data loader's batches and its threads' clips (train --data); 0: none
     double resume_read;  // a resume's buffer: the checkpoint's largest tensor, read a tensor at a time
                          // (checkpoint.c) and freed before the two lines above are allocated
     double host_grads;   // GPU ranks that sum through MPI: the gradients' host copy (train.c); 0: none

@@ -283,19 +283,43 @@ static const real *shown_frame(Preview *p, int k, int s, int made, char *err, si
 }
 
 // The preview image of p->made beside p->truth into cv (initialised here). 0, or -1 with err.
+// The figure's layout: frames of N pixels zoomed z times (at least 96 pixels a side), in cells of
+// F slots a row, K windows of two rows (made, real).
+typedef struct {
+    int z, cell, gap, margin, th, label_w, top, width, height;
+} Layout;
+
+static Layout layout(int N, int F, int K) {
+    Layout l = {.z = N >= 96 ? 1 : (96 + N - 1) / N, .gap = 6, .margin = 10, .th = text_height(1)};
+    l.cell = l.z * N + 4, l.label_w = text_width("made", 1) + 10;
+    l.width = 2 * l.margin + l.label_w + F * l.cell + (F - 1) * l.gap;
+    l.top = l.margin + l.th + 6 + l.th + 2;  // the title, then the slots' time offsets
+    l.height = l.top + K * (2 * l.cell + 4) + (K - 1) * 12 + l.margin;
+    return l;
+}
+
+double preview_plan_bytes(const Config *c, int factor, int with_windows) {
+    int N = c->frame_size * factor, K = c->batch_size < PREVIEW_WINDOWS ? c->batch_size : PREVIEW_WINDOWS;
+    Layout l = layout(N, c->slots, K);
+    double canvas = 3.0 * l.width * l.height;
+    double bytes = 3 * canvas;  // the canvas, and stb's filtered rows and their deflated copy as it writes the PNG
+    if (factor > 1) bytes += sizeof(real) * 3.0 * N * N * K * c->slots;  // the real windows decoded (decode_truth)
+    if (with_windows)  // preview_open's: the windows the previews show, the real ones and the made ones
+        bytes += 2.0 * sizeof(real) * c->batch_size * c->slots * c->channels * c->frame_size * c->frame_size;
+    return bytes;
+}
+
 static int draw_preview(Preview *p, int step, Canvas *cv, char *err, size_t errlen) {
     const Config *c = &p->c;
-    int N = p->P, F = c->slots, z = N >= 96 ? 1 : (96 + N - 1) / N;
-    int cell = z * N + 4, gap = 6, margin = 10, th = text_height(1);
-    int label_w = text_width("made", 1) + 10;
-    int width = 2 * margin + label_w + F * cell + (F - 1) * gap;
+    int N = p->P, F = c->slots;
+    Layout l = layout(N, F, p->K);
+    int z = l.z, cell = l.cell, gap = l.gap, margin = l.margin, th = l.th, label_w = l.label_w, width = l.width;
     char title[512];
     snprintf(title, sizeof title, "%s, step %d: the EMA model's frames (orange) from those given (grey), above the "
              "real ones", p->run, step);
     char line[512];
     text_fit(line, sizeof line, title, width - 2 * margin, 1);
-    int top = margin + th + 6 + th + 2;  // the title, then the slots' time offsets
-    int height = top + p->K * (2 * cell + 4) + (p->K - 1) * 12 + margin;
+    int top = l.top, height = l.height;
     if (canvas_init(cv, width, height, err, errlen)) return -1;
     canvas_text(cv, margin, margin, line, RGB_TEXT, 1);
     for (int j = 0; j < F; j++) {

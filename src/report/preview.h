@@ -33,6 +33,10 @@ typedef struct Preview Preview;
 // shorter than the plan): train stops before anything is written. ae, vae: for data of latents, the
 // autoencoder and its file (checked against the dataset's record by its SHA-256), kept for the decoding
 // (the caller frees it after preview_close); NULL for frames (refused with latents, and the reverse).
+// The host memory the previews of config c take that its memory plan's previews line does not count
+// (the figure, its PNG's encoding; with factor > 1, an autoencoder's, the real windows decoded; with
+// with_windows, the windows preview_open holds, which train measures as its own before the plan).
+double preview_plan_bytes(const Config *c, int factor, int with_windows);
 Preview *preview_open(const Config *c, const char *run, const char *train_data, Autoencoder *ae, const char *vae,
                       char *err, size_t errlen);
 

@@ -106,6 +106,10 @@ static void open_run_folder(Trainer *t) {
     fc_test_hold("SETUP_DELAY_MS", "the set-up");  // the tests' stop signal must be able to land in the set-up
 }
 
+// The data loader's threads and the batches it makes ahead (loader.h)
+#define LOADER_THREADS 2
+#define LOADER_PREFETCH 4
+
 static int previews_on(const Trainer *t) { return t->hooks && t->hooks->preview && t->c->sample_every > 0; }
 
 // The plan before any allocation: a config that cannot fit is refused with the plan shown.
@@ -115,6 +119,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     t->plan.routes = memory_plan_routes(t->c, t->c->batch_size / t->ranks, be);
     if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident;
     if (!previews_on(t)) t->plan.previews = 0;
+    else t->plan.previews += t->hooks->preview_host;
+    if (t->dataset)
+        t->plan.loader = loader_plan_bytes(t->dataset, t->c, t->c->batch_size / t->ranks, LOADER_THREADS, LOADER_PREFETCH);
     // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:
     // the peak measured at the end is the whole resident set.
     if (t->plan.cpu) t->plan.program = (double)fc_resident_bytes();
@@ -236,7 +243,8 @@ static void start_services(Trainer *t, int fork_start) {
     const Config *c = t->c;
     char err[1024];
     if (t->data) {
-        t->loader = loader_start(t->be, t->dataset, c, t->m->B, t->b0, (uint64_t)c->seed, t->st.step + 1, 2, 4, err,
+        t->loader = loader_start(t->be, t->dataset, c, t->m->B, t->b0, (uint64_t)c->seed, t->st.step + 1,
+                                 LOADER_THREADS, LOADER_PREFETCH, err,
                                  sizeof err);
         if (!t->loader) fc_die("%s", err);
         printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),

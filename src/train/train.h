@@ -22,6 +22,8 @@ typedef struct {
     const char *vae;  // the previews' autoencoder file (train --vae), named in the command a NaN stop prints
     const char *notes;  // lines the command has to say once the run starts (after its data and folder
                         // checks, whose refusals stay one line), or NULL
+    double preview_host;  // host memory a preview takes beyond the plan's own line (its figure, the PNG's
+                          // encoding, decoded frames): planned
 } TrainHooks;
 
 // Train (or resume) the run in folder `run` with config c on backend be, on the prepared dataset in

@@ -59,6 +59,17 @@ ratio2=$("$FC" --threads 2 train --config "$TINY" --run "$tmp/long_attn" --steps
     --set patch=1 --set batch_size=1 2>&1 | sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p')
 expect memory_plan_holds_attention_scratch $(awk -v r="${ratio2:-0}" -v m=$most 'BEGIN {print !(r >= 0.9 && r <= m)}') \
     "1024 tokens a frame on 2 threads: the measure ${ratio2:-?}x the plan"
+# The data loader's batches and its threads' clips (long clips of footage: two of 790 frames at 64x64
+# are 19 MiB), and the previews' sampler windows and figure: in the plan (each run was 1.06-1.37x it)
+"$FC" --threads 1 prepare --input "$SAMPLES/vtest.avi" --out "$tmp/long64" --size 64 --clip-frames 790 > /dev/null 2>&1
+ratio3=$("$FC" --threads 1 train --config "$TINY" --run "$tmp/long_clips" --data "$tmp/long64" --steps 2 --set warmup_steps=0 \
+    --set frame_size=64 --set batch_size=1 2>&1 | sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p')
+ratio4=$("$FC" --threads 1 train --config "$TINY" --run "$tmp/with_previews" --steps 4 --set warmup_steps=0 --set sample_every=2 \
+    2>&1 | sed -nE 's/^peak cpu memory: .*the measure ([0-9.]+)x the plan\)$/\1/p')
+expect memory_plan_holds_loader_and_previews $(awk -v r="${ratio3:-0}" -v p="${ratio4:-0}" -v m=$most \
+    'BEGIN {print !(r >= 0.9 && r <= m && p >= 0.9 && p <= m)}') \
+    "clips of 790 frames: the measure ${ratio3:-?}x the plan; previews every 2 steps: ${ratio4:-?}x"
+rm -rf "$tmp/long64" "$tmp/long_clips" "$tmp/with_previews"
 # A plan the machine could never hold is refused before anything is allocated, the run folder it made
 # removed, and the parents made for it (--run a/b/run in a new a/); one over what is available now is
 # a warning and the run goes on.
