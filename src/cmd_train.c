@@ -250,6 +250,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (!refused && from)
         refused = lineage_fork_folder(run, &origin, err, sizeof err) ||
                   lineage_fork(&parent, &c, &origin, err, sizeof err);
+    // a refusal some ranks meet and others not: they do not see one run folder
+    if (dist_size() > 1 && dist_max_int(refused) && -dist_max_int(-refused) == 0 && refused) {
+        char said[sizeof err];
+        snprintf(said, sizeof said, "%s%s (other ranks found the run otherwise: every rank reads the run folder, "
+                 "which must be on a filesystem all of them see)", dist_rank_origin(), err);
+        snprintf(err, sizeof err, "%s", said);
+    }
     dist_fail_alike(refused, err);
     // a run this config cannot continue is refused now, before the plan and the lines about it
     if (dist_rank() == 0 && run_folder_precheck(run, &c, &origin, err, sizeof err)) fc_die("%s", err);
@@ -293,7 +300,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     char notes[512] = "";  // said once the run starts: not before a refusal's one line
     if (overridden[0])
         snprintf(notes, sizeof notes, "--steps %d stands over --set steps=%s\n", c.steps, overridden);
-    if (cut_warmup)
+    if (cut_warmup && !origin.extend)  // (an extended run keeps the warmup its checkpoint has)
         snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "--steps %d: warmup_steps %d cut to %d, the "
                  "whole run\n", c.steps, cut_warmup, c.steps);
     hooks.notes = notes;

@@ -328,8 +328,8 @@ expect inspect_plans_cuda_fp32_total 0 "^  total *23.06 GiB" "$FC" --device cuda
 # without recompute every block keeps its activations: not "0 of 16 blocks"
 expect keep_blocks_auto_without_recompute 0 "keep_blocks = auto *recompute = 0: every block keeps its activations, on any device" \
     "$FC" inspect --config configs/starter.conf --set recompute=0
-# the host memory a GPU run holds beside the card's (the checkpoint's staging buffer and the previews' weights)
-expect preset_host_memory 0 "host total *12.45 GiB" "$FC" inspect --config configs/starter.conf
+# the host memory a GPU run holds beside the card's (the checkpoint's staging buffer and the previews' weights, windows and figure)
+expect preset_host_memory 0 "host total *12.50 GiB" "$FC" inspect --config configs/starter.conf
 # the presets in latent space (configs/latent/: 512x512 frames as 64x64x4 latents in 2x2 patches): the
 # pixel presets' tokens, planned within 24 GiB on cuda, and a plan over it said so
 for role in starter extrapolate interpolate; do

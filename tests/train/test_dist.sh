@@ -139,6 +139,18 @@ expect start_errors_said_once $(( rc_data == 0 || rc_ext == 0 || $(grep -c '^fra
 [ ! -e "$tmp/nodata_run" ] && [ ! -e "$tmp/noext_run" ]
 expect start_errors_nothing_made $? "the run folders: $(ls -d "$tmp"/nodata_run "$tmp"/noext_run 2> /dev/null | tr '\n' ' ')"
 
+# --extend where the ranks do not see one run folder (each its own working folder, the run's path
+# relative): the rank that finds no checkpoint says so and why ranks can differ (its line was --extend's
+# plain refusal, where rank 0 had found the run)
+mkdir -p "$tmp/wdA" "$tmp/wdB"
+(cd "$tmp/wdA" && "$FC" --threads 1 train --config "$OLDPWD/$TINY" --run r --steps 4 --set checkpoint_every=2 > /dev/null 2>&1)
+mpirun -np 1 -wdir "$tmp/wdA" "$FC" --threads 1 train --config "$PWD/$TINY" --run r --steps 8 --extend : \
+    -np 1 -wdir "$tmp/wdB" "$FC" --threads 1 train --config "$PWD/$TINY" --run r --steps 8 --extend > "$tmp/wd.log" 2>&1
+rc=$?
+expect extend_unshared_run_folder_said $(( rc == 0 || $(grep -c '^framechain' "$tmp/wd.log") != 1 ||
+    $(grep -c '^framechain: rank 1: r: --extend: .*(other ranks found the run otherwise: every rank reads the run folder, which must be on a filesystem all of them see)$' "$tmp/wd.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain' "$tmp/wd.log" | cut -c1-240)"
+
 # ---- every other command runs as one process: started as several (N copies racing on the same
 # files) it is refused, once, before anything is written ----
 mpirun -np 2 "$FC" prepare --input "$SAMPLES/vtest.avi" --out "$tmp/prep_ranks" --size 32 --clip-frames 50 \

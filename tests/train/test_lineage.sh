@@ -65,6 +65,13 @@ expect refusal_is_one_line $([ "$(wc -l < "$tmp/more.log")" = 1 ]; echo $?) \
 rc=$?
 expect extend_only_goes_further $(( rc == 0 || $(grep -c "already runs to 24 steps" "$tmp/less.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/less.log" | cut -c1-120)"
+# a run whose warmup its --steps cut (30 to 8) keeps that warmup when extended: nothing says it is cut
+# again (the line said "warmup_steps 30 cut to 12, the whole run" where the run kept 8)
+(train "$tmp/cut" --steps 8 --set warmup_steps=30) > "$tmp/cut.log" 2>&1
+(train "$tmp/cut" --steps 12 --set warmup_steps=30 --extend) > "$tmp/cut_ext.log" 2>&1
+rc=$?
+expect extend_says_no_warmup_cut $(( rc != 0 || $(grep -c 'warmup_steps 30 cut to 8' "$tmp/cut.log") != 1 ||
+    $(grep -c 'cut to' "$tmp/cut_ext.log") != 0 )) "status $rc: $(grep -h 'cut to' "$tmp/cut.log" "$tmp/cut_ext.log" | tr '\n' '|')"
 (train "$tmp/none" --extend --steps 20) > "$tmp/none.log" 2>&1
 rc=$?
 expect extend_needs_a_checkpoint $(( rc == 0 || $(grep -c "holds no whole checkpoint to extend" "$tmp/none.log") != 1 )) \
