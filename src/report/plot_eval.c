@@ -229,7 +229,12 @@ int figure_eval(Canvas *c, const char *path, const FigureOptions *o, char *err, 
     int np = 0;
     for (int p = 0; p < 3; p++)
         if (shown(&t, panels[p].chain, -1)) panels[np++] = panels[p];
-    if (!np) panels[np++] = (Panel){"psnr", "PSNR against the real frames (dB)", C_PSNR, -1, -1, -1};
+    if (!np) {  // a chain that made no finite score (a diverged model): its baselines, and the figure says so
+        panels[np++] = (Panel){"psnr", "PSNR against the real frames (dB); the chain's: none finite", C_PSNR,
+                               C_PSNR_COPY, C_PSNR_HOLD0, -1};
+        printf("plot: %s: none of the chain's scores is finite (NaN or infinite): its baselines alone are drawn\n",
+               path);
+    }
 
     LegendItem items[MAX_LEVELS + 3];
     int ni = 0;

@@ -67,8 +67,8 @@ int metrics_line_read(const char *s, const char *const *keys, int nkeys, double 
         }
     if (*skip_ws(s)) return fc_errf(why, whylen, "text after the object's closing '}'");
     if (!have_step) return fc_errf(why, whylen, "no \"step\"");
-    if (!(step >= 0 && step <= INT_MAX && step == floor(step)))
-        return fc_errf(why, whylen, "\"step\" is not a whole number");
+    if (!(step >= 0 && step == floor(step))) return fc_errf(why, whylen, "\"step\" is not a whole number");
+    if (step > INT_MAX) return fc_errf(why, whylen, "\"step\" %.0f is past the most a run has (%d)", step, INT_MAX);
     return 0;
 }
 

@@ -388,6 +388,21 @@ refused missing_run_folder "$tmp/gone: no such run folder" "$tmp/a" "$tmp/gone"
 refused file_as_run_folder "$tmp/a/metrics.jsonl: not a run folder" "$tmp/a/metrics.jsonl"
 refused empty_metrics "$tmp/empty/metrics.jsonl: empty" "$tmp/empty"
 refused bad_metrics_line "$tmp/broken/metrics.jsonl: line 5 does not parse" "$tmp/broken"
+# a chain that made no finite score (a diverged model): its baselines drawn, and said (the panel was
+# empty, on an axis of 0 to 1 dB)
+mkdir -p "$tmp/nanchain"
+awk -F'\t' -v OFS='\t' 'NR == 1 { for (i = 1; i <= NF; i++) if ($i ~ /^(psnr|ssim|motion)_chain$/) c[i] = 1; print; next }
+    { for (i in c) $i = "nan"; print }' "$tmp/eval.tsv" > "$tmp/nanchain/eval.tsv"
+"$FC" plot --eval "$tmp/nanchain/eval.tsv" --out "$tmp/out/nanchain.png" --verbose > "$tmp/nanchain.log" 2>&1
+rc=$?
+expect plot_eval_chain_all_nan_baselines $(( rc != 0 || $(grep -c "none of the chain's scores is finite" "$tmp/nanchain.log") != 1 ||
+    $(awk '/^panel psnr:/ { exit !($(NF - 2) > 1) }' "$tmp/nanchain.log"; echo $?) != 0 )) \
+    "status $rc: $(grep -E 'none of|^panel' "$tmp/nanchain.log" | tr '\n' '|')"
+# a step past what a run can have is named so (it was "not a whole number")
+mkdir -p "$tmp/bigstep"
+{ head -4 "$tmp/a/metrics.jsonl"; echo '{"step":2147483648,"loss":1}'; head -3 "$tmp/a/metrics.jsonl"; } > "$tmp/bigstep/metrics.jsonl"
+refused step_past_int "$tmp/bigstep/metrics.jsonl: line 5 does not parse: \"step\" 2147483648 is past the most a run has" \
+    "$tmp/bigstep"
 # a bad last line that ends in a newline is finished, not a run still writing: refused as well
 mkdir -p "$tmp/badlast"
 head -4 "$tmp/a/metrics.jsonl" > "$tmp/badlast/metrics.jsonl"
