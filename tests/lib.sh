@@ -49,6 +49,20 @@ wait_until() {
     done
 }
 
+# int_while_starting LOG CMD...: CMD started as a script's background job is (SIGINT ignored), held at
+# its start by the test hook FRAMECHAIN_TEST_START_DELAY_MS, sent SIGINT there; its output in LOG, its
+# status in rc. (A signal to a command that had yet to catch it was lost.)
+int_while_starting() {
+    local log=$1 pid
+    shift
+    (trap '' INT; exec env FRAMECHAIN_TEST_START_DELAY_MS=5000 "$@") > "$log" 2>&1 &
+    pid=$!
+    wait_until 60 $pid grep -q '^test hook: the start held' "$log"
+    kill -INT $pid 2> /dev/null
+    wait $pid
+    rc=$?
+}
+
 # trained_past RUN LOG STEP: the trainer whose stdout goes to LOG has made a step of its own (past the
 # checkpoint it resumed from), and its metrics have reached STEP. Its "checkpoint staging" line comes
 # once metrics.jsonl is cut back to the resumed step: the lines beyond are this process's.

@@ -224,13 +224,7 @@ expect eval_stopped_leaves_no_temporary $(( rc != 143 || $(ls -a "$tmp" | grep -
 # SIGINT to an eval started with SIGINT ignored (a script's background job), while it loads (a test
 # hook holds its start): it was ignored, the eval ran to its end and wrote the table, status 0.
 # Status 130 before the first clip, no table
-(trap '' INT; exec env FRAMECHAIN_TEST_START_DELAY_MS=5000 "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 0 \
-    --tsv "$tmp/int.tsv") > "$tmp/int.out" 2>&1 &
-pid=$!
-wait_until 60 $pid grep -q '^test hook: the start held' "$tmp/int.out"
-kill -INT $pid 2> /dev/null
-wait $pid
-rc=$?
+int_while_starting "$tmp/int.out" "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --long 0 --tsv "$tmp/int.tsv"
 expect eval_sigint_in_background $(( rc != 130 || $(ls -a "$tmp" | grep -c 'int.tsv') != 0 ||
     $(grep -c '^framechain: stopped by SIGINT at clip 1 of [0-9]*: no table written$' "$tmp/int.out") != 1 )) \
     "status $rc: $(tail -1 "$tmp/int.out"); left: $(ls -a "$tmp" | grep int.tsv | tr '\n' ' ')"

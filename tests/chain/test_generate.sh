@@ -123,14 +123,8 @@ expect generate_sigint_overwrite_keeps_old $? "status $rc, $(ls -a "$tmp/stop" |
 # SIGINT while the models load, to a generate started with SIGINT ignored (what a script's background
 # job gets; the test hook holds the start): it was lost, the video written, status 0. Status 130,
 # nothing written, the old video kept
-(trap '' INT; exec env FRAMECHAIN_TEST_START_DELAY_MS=5000 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" \
-    --frames 9 --steps 1 --out "$tmp/stop/old.mp4" --overwrite --quiet) > "$tmp/stop.log" 2>&1 &
-pid=$!
-held() { grep -q '^test hook: the start held' "$tmp/stop.log"; }
-wait_until 60 $pid held
-kill -INT $pid 2> /dev/null
-wait $pid
-rc=$?
+int_while_starting "$tmp/stop.log" "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 \
+    --out "$tmp/stop/old.mp4" --overwrite --quiet
 [ $rc = 130 ] && cmp -s "$tmp/stop/old.mp4" "$tmp/old_copy.mp4" && [ "$(ls -a "$tmp/stop" | grep -vc '^\.\.\?$')" = 1 ] &&
     grep -q "^framechain: stopped by SIGINT before the first frame: nothing written, $tmp/stop/old.mp4 kept as it was$" "$tmp/stop.log"
 expect generate_sigint_while_loading $? "status $rc, $(ls -a "$tmp/stop" | tr '\n' ' '): $(tail -1 "$tmp/stop.log")"

@@ -142,13 +142,7 @@ expect score_top_list_content $([ "$(grep -v '^#' "$tmp/top.txt")" = "$want" ]; 
     "the list names the first 6 rows of the TSV, as 'shard k'"
 # SIGINT to a score started with SIGINT ignored (a script's background job), while it loads (a test
 # hook holds its start): it was ignored, the scores written, status 0. Status 130, nothing written
-(trap '' INT; exec env FRAMECHAIN_TEST_START_DELAY_MS=5000 "$FC" --threads 1 score --run "$run" --data "$tmp/mixed" \
-    --out "$tmp/int.tsv") > "$tmp/int.out" 2>&1 &
-pid=$!
-wait_until 60 $pid grep -q '^test hook: the start held' "$tmp/int.out"
-kill -INT $pid 2> /dev/null
-wait $pid
-rc=$?
+int_while_starting "$tmp/int.out" "$FC" --threads 1 score --run "$run" --data "$tmp/mixed" --out "$tmp/int.tsv"
 expect score_sigint_in_background $(( rc != 130 || $(ls -a "$tmp" | grep -c 'int.tsv') != 0 ||
     $(grep -c '^framechain: stopped by SIGINT after 0 of the [0-9]* clips: nothing written$' "$tmp/int.out") != 1 )) \
     "status $rc: $(tail -1 "$tmp/int.out"); left: $(ls -a "$tmp" | grep int.tsv | tr '\n' ' ')"

@@ -273,14 +273,8 @@ expect autoencode_sigint_removes_output $(( rc != 130 || left != 0 || $(grep -c 
     "exit $rc, $left files left in the output's folder: $(tail -1 "$tmp/stop.log")"
 # the same while the autoencoder loads, to an autoencode started with SIGINT ignored (a script's
 # background job; the test hook holds the start): the signal was lost, the video written, status 0
-(trap '' INT; exec env FRAMECHAIN_TEST_START_DELAY_MS=5000 "$FC" autoencode --vae "$dir/taesd.safetensors" \
-    --input "$VIDEO" --size 64 --frames 4 --out "$tmp/stop/early.mp4") > "$tmp/stop.log" 2>&1 &
-pid=$!
-held() { grep -q '^test hook: the start held' "$tmp/stop.log"; }
-wait_until 60 $pid held
-kill -INT $pid 2> /dev/null
-wait $pid
-rc=$?
+int_while_starting "$tmp/stop.log" "$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 4 \
+    --out "$tmp/stop/early.mp4"
 left=$(ls -A "$tmp/stop" | wc -l)
 expect autoencode_sigint_while_loading $(( rc != 130 || left != 0 || $(grep -c '^autoencode: stopped by SIGINT after 0 of 4 frames' "$tmp/stop.log") != 1 )) \
     "exit $rc, $left files left in the output's folder: $(tail -1 "$tmp/stop.log")"
