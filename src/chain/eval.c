@@ -57,6 +57,7 @@ typedef struct {
     int drift_clip;            // which clip the drift run starts from
     int flat_before;           // clips scored before it, each passed over for its flat first frame
     FrameStats first;          // its first frame's stats, the 1 of every ratio
+    int first_flat;            // that frame is one colour (frame_one_colour): every clip's first frame was
     double *psnr, *ssim;       // (L, N): clip sums of the chain's frames; the given frames unused
     double *psnr_copy, *ssim_copy;  // (N): clip sums of the copy baseline (the same at every level)
     double *psnr_hold0, *ssim_hold0;  // (N): the same for holding frame 0 (the copy itself when given = 1)
@@ -151,7 +152,7 @@ static void print_quality(const Results *r, const double *levels, int clips) {
 static void print_drift(const Results *r, const double *levels, int clip_frames) {
     printf("\ndrift over %d frames from clip %d's first frame (ratios to frame 0; real: the clip itself, %d frames)\n",
            r->M, r->drift_clip + 1, clip_frames);
-    if (r->first.contrast < EVAL_FLAT_CONTRAST)
+    if (r->first_flat)
         printf("(every first frame is flat, a single colour: ratios to it mean nothing)\n");
     else if (r->flat_before > 0)  // (damaged clips, skipped, are not among them)
         printf("(the first frame%s of the %d clip%s scored before it %s flat, a single colour: ratios to %s would mean "
@@ -159,6 +160,9 @@ static void print_drift(const Results *r, const double *levels, int clip_frames)
                r->flat_before > 1 ? "are" : "is", r->flat_before > 1 ? "them" : "it");
     printf("frame 0: mean %.2f, contrast %.2f, sharpness %.2f (8-bit values)\n", r->first.mean, r->first.contrast,
            r->first.sharpness);
+    if (!r->first_flat && (r->first.mean < FRAME_STATS_FLOOR || r->first.contrast < FRAME_STATS_FLOOR ||
+                           r->first.sharpness < FRAME_STATS_FLOOR))
+        printf("(a statistic frame 0 barely has, under a quarter of an 8-bit step, gives no ratio: nan)\n");
     printf("%-10s %6s %8s %9s %10s %10s %14s %15s\n", "noise-aug", "frame", "mean", "contrast", "sharpness",
            "real mean", "real contrast", "real sharpness");
     for (int l = 0; l < r->L; l++) {
@@ -365,10 +369,10 @@ static void note_drift_start(Eval *ev, int k) {
     Results *r = &ev->r;
     size_t frame_bytes = (size_t)ev->S * ev->S * 3;
     FrameStats s0 = frame_stats(ev->clip, ev->S);
-    int flat = s0.contrast < EVAL_FLAT_CONTRAST;
-    if (ev->M > 0 && (ev->scored == 0 || (!flat && r->first.contrast < EVAL_FLAT_CONTRAST))) {
+    int flat = frame_one_colour(ev->clip, ev->S);
+    if (ev->M > 0 && (ev->scored == 0 || (!flat && r->first_flat))) {
         // the start moves only while every clip scored so far began flat
-        r->drift_clip = k, r->first = s0, r->flat_before = ev->scored;
+        r->drift_clip = k, r->first = s0, r->first_flat = flat, r->flat_before = ev->scored;
         memcpy(ev->first, ev->clip, frame_bytes * ev->o->given);
         for (int f = 0; f < r->real_frames; f++)
             r->real[f] = frame_stats_ratio(frame_stats(ev->clip + f * frame_bytes, ev->S), s0);

@@ -14,7 +14,6 @@
 #include "backend/backend.h"
 #include "chain/sampler.h"
 
-#define EVAL_FLAT_CONTRAST 1.0  // a frame whose contrast is under this is flat (one colour): no drift start
 #define EVAL_MAX_LEVELS 16
 #define EVAL_DEFAULT_CLIPS 8
 #define EVAL_DEFAULT_LONG 181

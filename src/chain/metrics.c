@@ -116,7 +116,18 @@ FrameStats frame_stats(const uint8_t *rgb, int S) {
     return s;
 }
 
-static double ratio(double v, double v0) { return v0 != 0 ? v / v0 : NAN; }
+static double ratio(double v, double v0) { return fabs(v0) >= FRAME_STATS_FLOOR ? v / v0 : NAN; }
+
+int frame_one_colour(const uint8_t *rgb, int S) {
+    size_t n = (size_t)S * S;
+    for (int ch = 0; ch < 3; ch++) {
+        double sum = 0, sq = 0;  // sums of integers: exact
+        for (size_t i = 0; i < n; i++) sum += rgb[3 * i + ch], sq += (double)rgb[3 * i + ch] * rgb[3 * i + ch];
+        double mean = sum / n, var = sq / n - mean * mean;
+        if (var >= 1) return 0;
+    }
+    return 1;
+}
 
 FrameStats frame_stats_ratio(FrameStats s, FrameStats s0) {
     return (FrameStats){ratio(s.mean, s0.mean), ratio(s.contrast, s0.contrast), ratio(s.sharpness, s0.sharpness)};

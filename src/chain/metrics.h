@@ -32,7 +32,13 @@ typedef struct {
 } FrameStats;
 FrameStats frame_stats(const uint8_t *rgb, int S);
 
-// s as ratios to s0, field by field (NaN where s0's field is 0).
+// s as ratios to s0, field by field: NaN where s0's field is under FRAME_STATS_FLOOR (a quarter of an
+// 8-bit step), which a frame barely has (a flat frame's sharpness is a rounding remainder of 1e-15:
+// ratios to it were 1e16).
+#define FRAME_STATS_FLOOR 0.25
 FrameStats frame_stats_ratio(FrameStats s, FrameStats s0);
+// 1 where the frame is one colour: each channel's values spread (standard deviation) under 1 (8-bit).
+// (Its contrast, over the three channels together, is 120 for a saturated blue.)
+int frame_one_colour(const uint8_t *rgb, int S);
 
 #endif

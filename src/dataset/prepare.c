@@ -378,6 +378,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
         SyntheticSource *syn = synthetic_open(src->path, o->size, why, len);
         if (!syn) return -1;
         *src_fps = c->fps = o->fps > 0 ? o->fps : 25.0;
+        *src_side = synthetic_image_side(syn);
         for (; frames < synthetic_frames(syn) && !c->failed; frames++) {
             synthetic_frame(syn, (int)frames, frame);
             cutter_frame(c, frame, frames / c->fps);
@@ -511,7 +512,10 @@ int prepare_run(const PrepareOptions *o) {
                    frames / (fc_now_s() - ts + 1e-9),
                    why[0] ? "; " : "", why);
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
-            if (side > 0 && side < o->size)
+            if (src->kind == SOURCE_SYNTHETIC && side > 0 && side < 2 * o->size)  // (the image fills twice --size)
+                printf("; upscaled: its image's shorter side is %d pixels, under %d, the square a pan or zoom at "
+                       "--size %d moves over", side, 2 * o->size, o->size);
+            else if (src->kind != SOURCE_SYNTHETIC && side > 0 && side < o->size)
                 printf("; upscaled: its %sshorter side is %d pixels, under --size %d",
                        src->kind == SOURCE_FRAME_FOLDER ? "frames' " : "", side, o->size);
             if (c.gaps_closed)

@@ -17,6 +17,7 @@ enum { SHAPES, PAN, ZOOM };
 struct SyntheticSource {
     int kind;        // SHAPES, PAN or ZOOM
     int size, frames;
+    int image_side;  // pan, zoom: the image's shorter side in its own pixels (0: shapes)
     uint32_t clip;   // shapes: the clip number
     uint8_t *world;  // pan, zoom: (2 size, 2 size, 3) the image
     uint8_t *half;   // zoom: (size, size, 3) the image at half its size (2x2 means), for the wide crops
@@ -115,10 +116,12 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
     int zoom = !strncmp(spec, "zoom:", 5);
     s->kind = zoom ? ZOOM : PAN;
     s->world = fc_malloc((size_t)4 * size * size * 3);
-    if (image_load_square(path, 2 * size, s->world, err, errlen)) {
+    int iw, ih;
+    if (image_load_square_size(path, 2 * size, s->world, &iw, &ih, err, errlen)) {
         free(s->world), free(s);
         return NULL;
     }
+    s->image_side = iw < ih ? iw : ih;
     uint64_t h = name_hash(path, len);
     if (zoom) {
         // the crop's side is size e^u, u bouncing in [0, ln 2]: a point half the frame from the focus
@@ -145,6 +148,7 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
 }
 
 int synthetic_frames(const SyntheticSource *s) { return s->frames; }
+int synthetic_image_side(const SyntheticSource *s) { return s->image_side; }
 
 // Channel c of an (n, n, 3) image at (fy, fx), bilinear; the coordinates inside [0, n - 1].
 static double sample_rgb(const uint8_t *img, int n, double fy, double fx, int c) {

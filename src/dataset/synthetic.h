@@ -33,6 +33,9 @@ SyntheticSource *synthetic_open(const char *spec, int size, char *err, size_t er
 // pan:./x.png:N (the same file under the same file name: the motion is a function of the name).
 int synthetic_same(const char *a, const char *b);
 int synthetic_frames(const SyntheticSource *s);
+// pan: and zoom:, the IMAGE's shorter side in its own pixels (it fills a square of twice the frame
+// size: under that, its frames are upscaled); shapes: 0.
+int synthetic_image_side(const SyntheticSource *s);
 // Frame `index` (0 .. synthetic_frames - 1) as (size, size, 3) RGB.
 void synthetic_frame(const SyntheticSource *s, int index, uint8_t *rgb);
 void synthetic_close(SyntheticSource *s);

@@ -357,6 +357,16 @@ if [ $rc1 -eq 0 ] && grep -q "from clip 2's first frame" "$tmp/flat.out" &&
 else
     fail eval_drift_start_notes "status $rc1 / $rc2: $(grep -m1 '^drift' "$tmp/flat.out"; grep -m1 'flat' "$tmp/flat.out"); damaged: $(grep -m1 '^drift' "$tmp/dmg.out"; grep -m1 'flat' "$tmp/dmg.out")"
 fi
+# one saturated colour is flat too (its contrast over the three channels together is 120): said, and
+# its sharpness, a rounding remainder of 1e-15, gives no ratio (they were 3e16)
+ffmpeg -v error -f lavfi -i color=c=blue:s=32x32:r=25:d=1 -c:v ffv1 "$tmp/blue.mkv"
+"$FC" --threads 2 prepare --input "$tmp/blue.mkv" --out "$tmp/blue" --size 32 --clip-frames 24 > /dev/null 2>&1
+"$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/blue" --clips 1 --frames 8 --steps 1 --noise-aug 0 --long 8 \
+    --tsv "$tmp/blue.tsv" > "$tmp/blue.out" 2>&1
+rc=$?
+huge=$(awk -F'\t' '$1 == "drift" { for (i = 4; i <= NF; i++) if ($i != "nan" && ($i > 1e6 || $i < -1e6)) n++ } END { print n + 0 }' "$tmp/blue.tsv" 2> /dev/null)
+expect eval_one_colour_first_frame $(( rc != 0 || $(grep -c '^(every first frame is flat, a single colour' "$tmp/blue.out") != 1 ||
+    ${huge:-1} != 0 )) "status $rc; $(grep -m1 'flat' "$tmp/blue.out"); drift values past 1e6: ${huge:-?}"
 
 # From the first 7 real frames (the starter skipped): the rows start at frame 7, the baseline holds frame 6
 "$FC" --threads 2 eval "${RUNS[@]}" "${ARGS[@]}" --given 7 --long 30 --noise-aug 0.1 --tsv "$tmp/given.tsv" \

@@ -210,6 +210,16 @@ grep -q "gray_odd.mkv: 40 frames -> 6 clips (.*); upscaled: its shorter side is 
     ! grep -q "upscaled" "$tmp/mixed.log"
 expect prepare_says_upscaled $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 gray_odd "$tmp/up.log" | sed 's/.*clips//')"
 
+# pan: and zoom: over an image smaller than the square they move over (twice --size) say so too; one
+# large enough does not (it said nothing either way)
+ffmpeg -v error -y -i "$SAMPLES/fruits.jpg" -vf scale=50:40 "$tmp/small_still.png"
+"$FC" prepare --input "pan:$tmp/small_still.png:20" --input "zoom:$SAMPLES/fruits.jpg:20" --out "$tmp/up_syn" --size 32 \
+    --clip-frames 10 > "$tmp/up_syn.log" 2>&1
+rc=$?
+expect prepare_says_upscaled_pan $(( rc != 0 ||
+    $(grep -c "small_still.png:20: 20 frames -> 2 clips (.*); upscaled: its image's shorter side is 40 pixels, under 64, the square a pan or zoom at --size 32 moves over$" "$tmp/up_syn.log") != 1 ||
+    $(grep -c upscaled "$tmp/up_syn.log") != 1 )) "status $rc: $(grep -h 'frames ->' "$tmp/up_syn.log" | sed 's/.*clips//' | tr '\n' '|')"
+
 # Nothing usable: a failure, and no folder left behind (the writer takes back the folders it made)
 "$FC" prepare --input "$tmp/in/notes.mp4" --input "$tmp/in/empty.avi" --input "$tmp/in/short.mp4" --out "$tmp/none/x" \
     --size 32 --clip-frames 16 > "$tmp/none.log" 2>&1
