@@ -22,6 +22,9 @@ void backend_cuda_set_device(int index);
 // version), or -1 with why (a build without NCCL); share(bytes, n) carries rank 0's bytes to every
 // rank (dist_broadcast). Every rank calls it, and then each of the four below, together.
 int backend_cuda_nccl_start(int rank, int size, void (*share)(void *bytes, size_t n), char *err, size_t errlen);
+// 1 where this build's CUDA backend has NCCL (backend_cuda_nccl_start can start it), else 0: what the
+// memory plan needs to know before anything starts.
+int backend_cuda_nccl_built(void);
 // In place over the ranks: the sum of n floats of device memory.
 void backend_cuda_nccl_sum(float *dev, size_t n);
 // The same without waiting, for the parts of the gradients the backward has made so far (model.h:

@@ -231,7 +231,9 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
         bad += verdict != CKPT_OK;
     }
     // An autoencoder's file (--vae): what the commands that run it would make of it
-    if (!bad && !format && autoencoder_in_file(&f)) {
+    // (any file but framechain's own: diffusers writes "format": "pt" into its autoencoders' files)
+    if (!bad && !(format && (!strcmp(format, CKPT_FORMAT) || !strcmp(format, "framechain-shard"))) &&
+        autoencoder_in_file(&f)) {
         Autoencoder *ae = autoencoder_load(path, backend_cpu(), err, sizeof err);
         if (ae) printf("autoencoder: %s\n", shown(autoencoder_describe(ae)));
         else printf("NOT USABLE as an autoencoder: %s\n", shown(err));

@@ -295,7 +295,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
                ae ? vae : "");
         // resident for the run, its scratch counted
         hooks = (TrainHooks){preview_take, preview, resident, preview_missing, hooks.vae};
-        hooks.preview_host = preview_plan_bytes(&c, ae ? autoencoder_factor(ae) : 1, 0);
+        // (on the CPU the windows preview_open holds are in the program train measures; on a GPU, not)
+        hooks.preview_host = preview_plan_bytes(&c, ae ? autoencoder_factor(ae) : 1, strcmp(be->name, "cpu") != 0);
     }
     char notes[512] = "";  // said once the run starts: not before a refusal's one line
     if (overridden[0])

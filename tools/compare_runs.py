@@ -107,6 +107,8 @@ def compare_curves(a, b, la, lb, common, window, tol):
         ma, mb = np.mean([la[s] for s in steps]), np.mean([lb[s] for s in steps])
         with np.errstate(all="ignore"):
             rel = abs(mb - ma) / abs(ma) if ma != mb else 0.0
+        if not (np.isfinite(ma) and np.isfinite(mb)):  # both inf are equal, and no curve
+            rel = float("nan")
         if np.isfinite(rel):
             worst = max(worst, rel)
         else:

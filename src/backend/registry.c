@@ -91,6 +91,10 @@ __attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*sha
     snprintf(err, errlen, "%s", why);
     return -1;
 }
+__attribute__((weak)) int backend_cuda_nccl_built(void) {
+    int (*fn)(void) = (int (*)(void))cuda_fn("backend_cuda_nccl_built", NULL);
+    return fn ? fn() : 0;
+}
 // The library's `name`, which must be there: the two below run only once NCCL has started.
 static void *cuda_need(const char *name) {
     const char *why = NULL;
@@ -156,6 +160,7 @@ __attribute__((weak)) int backend_cuda_nccl_start(int rank, int size, void (*sha
     snprintf(err, errlen, "this build has no CUDA backend");
     return -1;
 }
+__attribute__((weak)) int backend_cuda_nccl_built(void) { return 0; }
 __attribute__((weak)) void backend_cuda_nccl_sum(float *dev, size_t n) { (void)dev, (void)n; }
 __attribute__((weak)) void backend_cuda_nccl_sum_start(float *dev, size_t n) { (void)dev, (void)n; }
 __attribute__((weak)) void backend_cuda_nccl_sum_finish(void) {}

@@ -24,8 +24,8 @@ enum AeFamily { AE_TAESD = 0, AE_KL = 1 };
 // that is missing or misshapen (named, with the shape expected), a value that is not finite.
 Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, size_t errlen);
 // Whether the tensors of a safetensors header (formats/safetensors.h) name an autoencoder of a family
-// this version reads, or one of its halves in a layout it names (what autoencoder_load would take up
-// rather than call the file no autoencoder): 1 or 0.
+// this version reads, or a half of one, by their first tensor's name (a TAESD half in the original
+// nn.Sequential names, which any Sequential has, is not taken for one): 1 or 0.
 int autoencoder_in_file(const StFile *f);
 void free_autoencoder(Autoencoder *ae);
 // The SHA-256 of the file at path, which must be the one ae's weights were read from, as they were read:

@@ -118,8 +118,10 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     t->plan = memory_plan(t->c, t->c->batch_size / t->ranks, plan_device(be->name, be->precision));
     t->plan.routes = memory_plan_routes(t->c, t->c->batch_size / t->ranks, be);
     if (t->hooks && t->hooks->resident > 0) t->plan.autoencoder = t->hooks->resident;
-    if (!previews_on(t)) t->plan.previews = 0;
-    else t->plan.previews += t->hooks->preview_host;
+    // rank 0 takes the previews; with ZeRO-1 the others set their weights aside for them too
+    // (memory_plan_other_rank keeps that part of the line)
+    if (!(previews_on(t) || (t->rank > 0 && t->c->sample_every > 0))) t->plan.previews = 0;
+    else if (t->rank == 0) t->plan.previews += t->hooks->preview_host;
     if (t->dataset)
         t->plan.loader = loader_plan_bytes(t->dataset, t->c, t->c->batch_size / t->ranks, LOADER_THREADS, LOADER_PREFETCH);
     // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:
@@ -130,7 +132,8 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");
     memory_plan_per_rank(&t->plan, t->ranks, t->shard);
     if (t->rank > 0) memory_plan_other_rank(&t->plan, t->shard);
-    memory_plan_host_grads(&t->plan, t->summing && !t->nccl);
+    // GPU ranks that will sum through host memory: collectives = mpi, or a build without NCCL
+    memory_plan_host_grads(&t->plan, t->summing && (t->c->collectives == COLL_MPI || !backend_cuda_nccl_built()));
     memory_plan_sum(&t->plan);
     // rank 0's plan (the others' lines go nowhere): where the run spans several machines, its machine's
     // name in front
@@ -221,13 +224,10 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
 static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
 
-// How the ranks' gradients are summed, chosen before the memory plan, which counts the host copy that
-// GPU ranks without NCCL sum through. FRAMECHAIN_TEST_COLLECTIVES_ALONE=1: one rank sums its gradients
-// over itself, so that the path of several GPU ranks (NCCL's calls, streams and events) runs on a
-// machine with one GPU; the same bytes as without (tools/gpu_check.sh).
+// How the ranks' gradients are summed: NCCL started where the build has it (a run with steps to do;
+// the memory plan counted the host copy the others sum through: host_sums_planned).
 static void choose_collectives(Trainer *t) {
     const Config *c = t->c;
-    t->summing = t->ranks > 1 || fc_test_hook("COLLECTIVES_ALONE") == 1;
     snprintf(t->collectives, sizeof t->collectives, "MPI");
     if (!t->summing || !t->on_gpu) return;
     // NCCL where the build has it (collectives = auto or nccl); else through host memory
@@ -250,6 +250,7 @@ static void start_services(Trainer *t, int fork_start) {
         printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
     }
+    choose_collectives(t);
     if (t->summing) {
         const char *how = t->collectives;
         if (t->on_gpu && !t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);  // (in the plan)
@@ -760,7 +761,10 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     t.b0 = t.rank * (c->batch_size / t.ranks);
     t.shard = t.ranks > 1 && c->shard_optimizer;
     open_run_folder(&t);
-    choose_collectives(&t);
+    // FRAMECHAIN_TEST_COLLECTIVES_ALONE=1: one rank sums its gradients over itself, so that the path of
+    // several GPU ranks (NCCL's calls, streams and events) runs on a machine with one GPU; the same
+    // bytes as without (tools/gpu_check.sh)
+    t.summing = t.ranks > 1 || fc_test_hook("COLLECTIVES_ALONE") == 1;
     check_memory_plan(&t, vram_budget);
     build_training_state(&t);
     TrainOrigin plain = {0};

@@ -146,8 +146,24 @@ refused autoencode_taesd_unread_tensor 1 "tensor decoder.layers.30.weight is rea
     --vae "$tmp/taesd_extra.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
 # inspect describes an autoencoder's file as the commands that run it read it (a half too), or says
 # why they cannot (status 1); it listed the tensors alone
+"$PYTHON" - "$dir/kl.safetensors" "$dir/taesd.safetensors" "$tmp/kl_dec_half.safetensors" "$tmp/taesd_pt.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+t, _ = read_safetensors(sys.argv[1])  # a decoder cut from a whole file: it keeps quant_conv, which it never runs
+write_safetensors(sys.argv[3], {k: v for k, v in t.items() if not k.startswith("encoder.")})
+t, _ = read_safetensors(sys.argv[2])  # as diffusers writes it: with {"format": "pt"}
+write_safetensors(sys.argv[4], t, {"format": "pt"})
+PY
 "$FC" inspect "$tmp/decoder_only.safetensors" > "$tmp/insp_half.txt" 2>&1
 rc_half=$?
+"$FC" inspect "$tmp/kl_dec_half.safetensors" > "$tmp/insp_kl_half.txt" 2>&1
+rc_kl=$?
+"$FC" inspect "$tmp/taesd_pt.safetensors" > "$tmp/insp_pt.txt" 2>&1
+rc_pt=$?
+[ $rc_kl = 0 ] && grep -q '^autoencoder: AutoencoderKL .*decoder only' "$tmp/insp_kl_half.txt" &&
+    [ $rc_pt = 0 ] && grep -q '^autoencoder: TAESD (tiny autoencoder), width 16, 4 latent channels, 8x, encoder and decoder' "$tmp/insp_pt.txt"
+expect inspect_describes_cut_half_and_diffusers_file $? "a KL decoder with quant_conv: status $rc_kl, $(tail -1 "$tmp/insp_kl_half.txt" | cut -c1-100); with format pt: status $rc_pt, $(tail -1 "$tmp/insp_pt.txt" | cut -c1-100)"
 "$FC" inspect "$dir/bad_shape.safetensors" > "$tmp/insp_bad.txt" 2>&1
 rc_bad=$?
 [ $rc_half = 0 ] && grep -q '^autoencoder: TAESD (tiny autoencoder), width 16, 4 latent channels, 8x, decoder only' "$tmp/insp_half.txt" &&

@@ -100,6 +100,13 @@ cmp_runs "$tmp/nanl.log" "$R/A" "$R/NANL"; s_loss=$?
 expect compare_runs_nonfinite_metrics $? "status $s_other (nan, -inf, inf in grad_norm and lr): $(grep '^curve' "$tmp/nang.log" || said "$tmp/nang.log"); \
 status $s_loss (a loss of -nan): $(grep '^curve' "$tmp/nanl.log" || said "$tmp/nanl.log")"
 
+# both runs infinite at the same step: no curve to agree on (inf == inf said the window agreed)
+variant INFA '5s/"loss":[^,]*/"loss":inf/'
+variant INFB '5s/"loss":[^,]*/"loss":inf/'
+cmp_runs "$tmp/infs.log" "$R/INFA" "$R/INFB"; status=$?
+[ $status = 1 ] && grep -q '^curve: .*(1 not finite) FAIL$' "$tmp/infs.log"
+expect compare_runs_both_infinite $? "status $status: $(grep '^curve' "$tmp/infs.log" || said "$tmp/infs.log")"
+
 variant TORN '$a{"step":13,"loss":1.2' && truncate -s -1 "$R/TORN/metrics.jsonl"  # no newline: still being written
 cmp_runs "$tmp/torn.log" "$R/A" "$R/TORN"; status=$?
 [ $status = 0 ] && grep -q "TORN/metrics.jsonl: line 13 is unfinished .*skipped" "$tmp/torn.log" && ! grep -q Traceback "$tmp/torn.log"

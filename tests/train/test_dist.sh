@@ -467,6 +467,12 @@ if [ -n "$EMU" ] && [ -x "$EMU" ] && "$EMU" --version | grep -q '^  MPI'; then
     expect emulated_gpu_nccl_required_refused $(( rc == 0 || $(grep -c 'collectives = nccl, but NCCL cannot sum the gradients here: the CUDA emulation has no NCCL' "$tmp/enccl.log") < 1 )) \
         "status $rc: $(grep -m1 'collectives = nccl' "$tmp/enccl.log" | cut -c1-160)"
     expect emulated_gpu_nccl_refused_leaves_nothing $([ ! -e "$tmp/enccl" ]; echo $?) "no run folder left (it was made for this run)"
+    # NCCL starts only for a run with steps to do: a finished run says so, whatever collectives asks
+    FRAMECHAIN_TEST_COLLECTIVES_ALONE=1 "$EMU" --threads 1 --device cuda-fp32 train "${ESETS[@]}" --run "$tmp/e1" \
+        --set collectives=nccl > "$tmp/e1done.log" 2>&1
+    rc=$?
+    expect emulated_gpu_finished_run_starts_no_nccl $(( rc != 0 || $(grep -c 'nothing to do' "$tmp/e1done.log") != 1 )) \
+        "status $rc: $(tail -1 "$tmp/e1done.log" | cut -c1-160)"
     # ranks started on different devices (mpirun -np 1 A --device cpu : -np 1 A --device cuda): each
     # rank's gradients of other arithmetic, one run recorded as rank 0's; refused by the rank that
     # differs, naming the device, nothing made
