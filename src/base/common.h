@@ -95,7 +95,7 @@ long fc_test_hook(const char *name);
 void fc_test_hold(const char *name, const char *what);
 
 // SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session), caught while a long command runs
-// (train, generate, autoencode, prepare): the work stops at its next safe point, fc_stop_signal()
+// (train, generate, autoencode, prepare, eval, score): the work stops at its next safe point, fc_stop_signal()
 // saying which came (0: none); a second one ends the program at once (the default action again).
 // SIGHUP, where the process was started with it ignored (nohup), stays ignored.
 // fc_release_stop_signals restores what was there before.
