@@ -427,12 +427,13 @@ static void test_linear_maxima(void) {
 
 // The plan's total is the sum of the lines it prints (on the CPU the host's lines too), its EMA as
 // large as the weights; a rank's part under ZeRO-1 holds 1/N of the optimizer state and EMA, and a
-// rank other than 0 stages only that part for rank 0's checkpoint (nothing without ZeRO-1).
+// rank other than 0 stages only that part for rank 0's checkpoint (nothing without ZeRO-1), and sets its
+// weights aside for the previews rank 0 samples (nothing without ZeRO-1).
 static void test_plan_lines_and_ranks(void) {
     Config c;
     config_defaults(&c);
     config_load(&c, "configs/tiny/starter.conf");
-    c.sample_every = 10;  // previews: the weights set aside on the host
+    c.sample_every = 10;  // previews: the weights set aside on the host, and the sampler's windows
     const PlanDevice devs[2] = {PLAN_CPU, PLAN_GPU_BF16};
     for (int d = 0; d < 2; d++) {
         MemPlan p = memory_plan(&c, 2, devs[d]);
@@ -442,9 +443,13 @@ static void test_plan_lines_and_ranks(void) {
         double sum = p.weights + p.weights_bf16 + p.gradients + p.optimizer + p.ema + p.activations + p.inputs +
                      p.workspace + p.autoencoder + (d == 0 ? host : 0);
         double r = sizeof(real) * (double)p.params;
+        // sampler.c's window_buffers_alloc for the 2 windows: x, pred and their unguided twins, one
+        // reference window, three reals a slot and window
+        double window = sizeof(real) * (double)c.slots * c.channels * c.frame_size * c.frame_size;
+        double sampler = (4.0 * 2 + 1) * window + 3.0 * sizeof(real) * c.slots * 2;
         char name[64];
         snprintf(name, sizeof name, "memory_plan_total_is_its_lines_%s", d ? "gpu" : "cpu");
-        check(fabs(p.total - sum) <= 1e-9 * sum && p.ema == r && p.weights == r && p.previews == r, name,
+        check(fabs(p.total - sum) <= 1e-9 * sum && p.ema == r && p.weights == r && p.previews == r + sampler, name,
               "total %.0f, its lines %.0f; EMA %.0f, weights %.0f, previews %.0f bytes for %zu parameters", p.total, sum,
               p.ema, p.weights, p.previews, p.params);
 
@@ -468,7 +473,7 @@ static void test_plan_lines_and_ranks(void) {
         // a resume reads the checkpoint a tensor at a time on every rank: the largest (a block's adaLN
         // weights, (9 width, width)) in host memory, before anything is staged
         double largest = sizeof(real) * 9.0 * c.width * c.width;
-        check(other.staging == part.ema + part.optimizer && other.previews == part.previews &&
+        check(other.staging == part.ema + part.optimizer && other.previews == part.weights &&
                   other_plain.staging == 0 && other_plain.previews == 0 &&
                   (d == 0 ? other_plain.total < plain.total : other_plain.total == plain.total) &&
                   p.resume_read == largest && other_plain.host == p.program + largest &&
