@@ -166,6 +166,7 @@ raw = torch_train.resolve_config(sys.argv[1], sys.argv[2] + "/configs/small/star
 cfg = {k: int(raw[k]) for k in ("frame_size", "channels", "patch", "width", "depth", "heads", "mlp_ratio",
                                 "freq_dim", "batch_size")}
 cfg["slots"] = len(raw["plan"].split())
+cfg["cond_concat"] = raw.get("cond_concat", "none")  # the frames each slot's input carries
 print(torch_train.model_step_flops(cfg, 1) / 3)  # one forward pass of one window
 EOF
 )
