@@ -32,7 +32,7 @@ static_assert(SS_CHUNK % SS_THREADS == 0, "sum_squares chunks split evenly among
 // ----------------------------------------------------------------------------
 // AdamW
 
-// The step for one element whose (scaled) gradient g is finite: adam_elem of src/backend/cpu/cpu_optim.c;
+// The step for one element whose (scaled) gradient g is ADAM_GRAD_USABLE: adam_elem of src/backend/cpu/cpu_optim.c;
 // updates m, v and returns the new parameter.
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p = (p - p lr wd) - step_size m / (sqrt(v / bc2) + eps)
 static __device__ __forceinline__ float adam_elem(const AdamConst &c, float p, float g, float &m, float &v) {
@@ -63,10 +63,10 @@ static __global__ void adamw_fp32_kernel(real *param, __nv_bfloat16 *mirror, rea
                                          float *v, size_t n, AdamConst c) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i], p = param[i];
-    if (isfinite(g)) {  // a NaN/Inf gradient leaves p, m and v (and the mirror) as they are
+    float gs = __fmul_rn(grad[i], c.scale), p = param[i];
+    if (ADAM_GRAD_USABLE(gs)) {  // a NaN, infinite or overflowing gradient leaves p, m, v (and the mirror) as they are
         float mi = m[i], vi = v[i];
-        p = adam_elem(c, p, __fmul_rn(g, c.scale), mi, vi);
+        p = adam_elem(c, p, gs, mi, vi);
         store_param(param, mirror, i, p);
         m[i] = mi;
         v[i] = vi;
@@ -134,9 +134,9 @@ static __global__ void __launch_bounds__(ADAM8_BLOCK)
     if (live) {
         // a zero absmax (the zero-filled state) dequantises every code to 0
         mi = __fmul_rn(cm[m8[i]], am), vi = __fmul_rn(cv[v8[i]], av);
-        float g = grad[i];
+        float gs = __fmul_rn(grad[i], c.scale);
         float p = param[i];
-        if (isfinite(g)) p = adam_elem(c, p, __fmul_rn(g, c.scale), mi, vi), store_param(param, mirror, i, p);
+        if (ADAM_GRAD_USABLE(gs)) p = adam_elem(c, p, gs, mi, vi), store_param(param, mirror, i, p);
         if (ema) ema_elem(ema, i, c.ema_d, c.ema_w, p);
     }
     // The CPU's running max starts at 0 and takes a value only when it is greater (never a NaN).
@@ -190,10 +190,9 @@ static __global__ void __launch_bounds__(ADAM8_WARPS * 32)
             mi[k] = 0.0f, vi[k] = 0.0f;
             if (i < n) {
                 mi[k] = __fmul_rn(cm[m8[i]], am), vi[k] = __fmul_rn(cv[v8[i]], av);
-                float g = grad[i];
+                float gs = __fmul_rn(grad[i], c.scale);
                 float p = param[i];
-                if (isfinite(g))
-                    p = adam_elem(c, p, __fmul_rn(g, c.scale), mi[k], vi[k]), store_param(param, mirror, i, p);
+                if (ADAM_GRAD_USABLE(gs)) p = adam_elem(c, p, gs, mi[k], vi[k]), store_param(param, mirror, i, p);
                 if (ema) ema_elem(ema, i, c.ema_d, c.ema_w, p);
             }
             // the CPU's running max starts at 0 and takes a value only when it is greater (never a NaN)

@@ -16,4 +16,11 @@ typedef struct {
 
 AdamConst adam_const(AdamHyper h);
 
+// A scaled gradient the step takes: no larger than 1.8e19, whose square (in v) is still a float
+// (FLT_MAX is 1.84e19 squared). A larger one, as a run blowing up without grad_clip makes, is skipped
+// as a NaN or infinite one is (p, m and v stay as they are): v would become infinite, the next step's
+// update 0 / inf, and the 8-bit state's dequantisation of a zero code NaN weights. False for NaN.
+#define ADAM_GRAD_MAX 1.8e19f
+#define ADAM_GRAD_USABLE(gs) (fabsf(gs) <= ADAM_GRAD_MAX)
+
 #endif

@@ -361,10 +361,12 @@ static void test_adamw_8bit_tracks_fp32(void) {
     free(g), free(u), free(p0);
 }
 
-// NaN and Inf gradients: that element's parameter and moments stay, the rest of its block moves.
+// NaN and Inf gradients, and a finite one whose square is not a float (a run blowing up without
+// grad_clip): that element's parameter and moments stay, the rest of its block moves. One just under
+// the limit (ADAM_GRAD_MAX) moves, its v finite.
 static void test_nonfinite_gradients(void) {
-    enum { N = 600, NB = (N + ADAM8_BLOCK - 1) / ADAM8_BLOCK };
-    static const int bad[3] = {5, 300, 599};  // blocks 0, 1 and the tail block 2
+    enum { N = 600, NB = (N + ADAM8_BLOCK - 1) / ADAM8_BLOCK, NBAD = 4, HUGE_OK = 100 };
+    static const int bad[NBAD] = {5, 300, 599, 450};  // blocks 0, 1 and the tail block 2
     real p32[N], p8[N], g[N], u[N], old32[N], old8[N];
     float m[N] = {0}, v[N] = {0}, am[NB] = {0}, av[NB] = {0}, oldm[N], oldv[N], dm[N], dv[N];
     uint8_t m8[N] = {0}, v8[N] = {0};
@@ -374,7 +376,8 @@ static void test_nonfinite_gradients(void) {
     memcpy(p8, p32, sizeof p8);
     for (int t = 1; t <= 4; t++) {
         make_grads(g, u, N, 41, t);
-        if (t == 4) g[bad[0]] = NAN, g[bad[1]] = INFINITY, g[bad[2]] = -INFINITY;
+        if (t == 4) g[bad[0]] = NAN, g[bad[1]] = INFINITY, g[bad[2]] = -INFINITY, g[bad[3]] = 1e30f;
+        if (t == 4) g[HUGE_OK] = -3.5e19f;  // times grad_scale 0.5: 1.75e19, its square 3.1e38
         memcpy(old32, p32, sizeof p32), memcpy(old8, p8, sizeof p8);
         memcpy(oldm, m, sizeof m), memcpy(oldv, v, sizeof v);
         dequant(dm, m8, am, g_code_s, N), dequant(dv, v8, av, g_code_u, N);
@@ -384,7 +387,7 @@ static void test_nonfinite_gradients(void) {
     }
     // fp32: the three elements keep p, m, v bit for bit; every other parameter moved
     int kept32 = 1, moved32 = 0, moved8 = 0, kept8 = 1, requant = 1, finite = 1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NBAD; k++) {
         int i = bad[k];
         kept32 &= p32[i] == old32[i] && m[i] == oldm[i] && v[i] == oldv[i];
         kept8 &= p8[i] == old8[i];
@@ -394,18 +397,18 @@ static void test_nonfinite_gradients(void) {
         requant &= m8[i] == quant8_encode(g_code_s, dm[i] / am[b]) && v8[i] == quant8_encode(g_code_u, dv[i] / av[b]);
     }
     for (int i = 0; i < N; i++) {
-        if (i == bad[0] || i == bad[1] || i == bad[2]) continue;
+        if (i == bad[0] || i == bad[1] || i == bad[2] || i == bad[3]) continue;
         moved32 += p32[i] != old32[i];
         moved8 += p8[i] != old8[i];
         finite &= isfinite(p8[i]) && isfinite(p32[i]) && isfinite(m[i]) && isfinite(v[i]);
     }
     for (int b = 0; b < NB; b++) finite &= isfinite(am[b]) && isfinite(av[b]) && am[b] > 0 && av[b] > 0;
-    check(kept32 && moved32 == N - 3, "adamw_fp32_skips_nonfinite",
-          "NaN, +Inf, -Inf gradients at %d, %d, %d: p, m, v unchanged %d; %d of %d other parameters moved", bad[0],
-          bad[1], bad[2], kept32, moved32, N - 3);
-    check(kept8 && requant && moved8 == N - 3 && finite, "adamw8bit_skips_nonfinite",
+    check(kept32 && moved32 == N - NBAD, "adamw_fp32_skips_nonfinite",
+          "NaN, +Inf, -Inf, 1e30 gradients at %d, %d, %d, %d: p, m, v unchanged %d; %d of %d other parameters moved "
+          "(one by a gradient of -3.5e19)", bad[0], bad[1], bad[2], bad[3], kept32, moved32, N - NBAD);
+    check(kept8 && requant && moved8 == N - NBAD && finite, "adamw8bit_skips_nonfinite",
           "p unchanged %d; moments = old dequantised value requantised %d; %d of %d other parameters moved; "
-          "all states and absmax finite %d", kept8, requant, moved8, N - 3, finite);
+          "all states and absmax finite %d", kept8, requant, moved8, N - NBAD, finite);
 }
 
 // A length that is not a multiple of 256, from the zero state: the tail block is updated, nothing
@@ -614,8 +617,9 @@ static void test_fused_ema(void) {
 }
 
 // The AVX2 form of the 8-bit step (cpu_optim.c) against its scalar reference, byte for byte: 6
-// steps on a tensor with a tail block, a block of zero state, non-finite gradients, gradients whose
-// square overflows (a second moment of +inf, then absmax +inf: NaN when dequantised), and the EMA.
+// steps on a tensor with a tail block, a block of zero state, non-finite gradients, a gradient whose
+// square overflows float (skipped: ADAM_GRAD_USABLE) beside one just under it (a second moment of
+// 3e35, the block's absmax), and the EMA.
 static void test_adam8_vector_equals_scalar(void) {
     const size_t n = 4 * ADAM8_BLOCK + 8 * 13 + 5, nb = (n + ADAM8_BLOCK - 1) / ADAM8_BLOCK;
     real *p[2], *e[2], *g = fc_calloc(n, sizeof(real)), *u = fc_calloc(n, sizeof(real));
@@ -627,12 +631,12 @@ static void test_adam8_vector_equals_scalar(void) {
         am[r] = fc_calloc(nb, sizeof(float)), av[r] = fc_calloc(nb, sizeof(float));
         init_params(p[r], n, 71), init_params(e[r], n, 72);
     }
-    int first_diff = -1, inf_v = 0;
+    int first_diff = -1, huge_v = 0;
     for (int t = 1; t <= 6 && first_diff < 0; t++) {
         make_grads(g, u, n, 71, t);
         for (size_t i = ADAM8_BLOCK; i < 2 * ADAM8_BLOCK; i++) g[i] = 0;  // block 1 stays zero state
         g[3 * t] = NAN, g[7 * t + 1] = t % 2 ? INFINITY : -INFINITY, g[n - 1 - t] = NAN;
-        if (t == 2) g[2 * ADAM8_BLOCK + 9] = 3e37f;  // its square overflows float
+        if (t == 2) g[2 * ADAM8_BLOCK + 9] = 3e37f, g[2 * ADAM8_BLOCK + 10] = -2.2e19f;  // times 0.8: over, under 1.8e19
         AdamHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = t,
                        .grad_scale = 0.8f, .ema_decay = 0.99f};
         for (int r = 0; r < 2; r++) {
@@ -643,13 +647,13 @@ static void test_adam8_vector_equals_scalar(void) {
         if (memcmp(p[0], p[1], n * sizeof(real)) || memcmp(e[0], e[1], n * sizeof(real)) || memcmp(m8[0], m8[1], n) ||
             memcmp(v8[0], v8[1], n) || memcmp(am[0], am[1], nb * sizeof(float)) || memcmp(av[0], av[1], nb * sizeof(float)))
             first_diff = t;
-        if (t == 2) inf_v = isinf(av[0][2]);
+        if (t == 2) huge_v = isfinite(av[0][2]) && av[0][2] > 1e35f;
     }
     cpu_adamw_8bit_vector(1);
-    check(first_diff < 0 && inf_v, "adamw8bit_vector_equals_scalar",
+    check(first_diff < 0 && huge_v, "adamw8bit_vector_equals_scalar",
           "%zu elements (a tail of %zu), 6 steps with NaN, +-inf and overflowing gradients: %s (block 2's absmax_v "
-          "+inf after step 2: %d)", n, n % ADAM8_BLOCK, first_diff < 0 ? "params, EMA, codes and absmaxes identical" :
-          "differ", inf_v);
+          "finite and over 1e35 after step 2: %d)", n, n % ADAM8_BLOCK,
+          first_diff < 0 ? "params, EMA, codes and absmaxes identical" : "differ", huge_v);
     if (first_diff >= 0) printf("  first difference after step %d\n", first_diff);
     for (int r = 0; r < 2; r++) free(p[r]), free(e[r]), free(m8[r]), free(v8[r]), free(am[r]), free(av[r]);
     free(g), free(u);

@@ -29,7 +29,8 @@ static void t_ema(size_t n, float decay) {
 }
 
 // Gradients of step t: N(0, 0.01^2), 1% of them times a heavy-tailed factor, others shrunk over 6
-// decades (eps matters), and a few NaN and Inf elements.
+// decades (eps matters), a few NaN and Inf elements, and one finite one whose square is not a float
+// (skipped as they are: ADAM_GRAD_USABLE) beside one just under the limit (taken).
 void make_grads(Buf *g, int t) {
     size_t n = g->n;
     for (size_t i = 0; i < n; i++) {
@@ -37,6 +38,7 @@ void make_grads(Buf *g, int t) {
         R(*g)[i] = (real)(0.01 * z * (u < 0.01 ? 1 / sqrt(u / 0.01) : u > 0.9 ? pow(10, -60 * (u - 0.9)) : 1));
     }
     R(*g)[(17 * t) % n] = NAN, R(*g)[(n / 2 + t) % n] = INFINITY, R(*g)[(n - 1 - t) % n] = -INFINITY;
+    R(*g)[(n / 3 + t) % n] = -1e30f, R(*g)[(n / 5 + t) % n] = 2.5e19f;  // times grad_scale 0.7: over and under 1.8e19
     breset(g);
 }
 

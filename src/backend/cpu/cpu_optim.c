@@ -41,15 +41,15 @@ void cpu_adamw_fp32(real *param, const real *grad, float *m, float *v, size_t n,
     real *ema = h.ema;
 #pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        // a NaN/Inf gradient leaves p, m and v as they are
-        if (isfinite(g)) param[i] = adam_elem(&c, param[i], g * c.scale, &m[i], &v[i]);
+        float gs = grad[i] * c.scale;
+        // a NaN, infinite or overflowing gradient leaves p, m and v as they are (ADAM_GRAD_USABLE)
+        if (ADAM_GRAD_USABLE(gs)) param[i] = adam_elem(&c, param[i], gs, &m[i], &v[i]);
         if (ema) ema[i] = ema_elem(c.ema_d, c.ema_w, ema[i], param[i]);
     }
 }
 
 // Elements j0 .. len-1 of a block (from i0) of 8-bit AdamW: dequantise, step, moments into mb and vb,
-// their maxima into *max_m and *max_v (NaN skipped). A non-finite gradient leaves p unchanged and the
+// their maxima into *max_m and *max_v (NaN skipped). A gradient not ADAM_GRAD_USABLE leaves p unchanged and the
 // moments at their dequantised values; a zero absmax (the zero-filled state) dequantises to 0.
 static inline void adam8_elems(const AdamConst *c, real *param, const real *grad, const uint8_t *m8, const uint8_t *v8,
                                float am, float av, const float *code_m, const float *code_v, real *ema, size_t i0,
@@ -57,8 +57,8 @@ static inline void adam8_elems(const AdamConst *c, real *param, const real *grad
     for (size_t j = j0; j < len; j++) {
         size_t i = i0 + j;
         float mi = code_m[m8[i]] * am, vi = code_v[v8[i]] * av;
-        float g = grad[i];
-        if (isfinite(g)) param[i] = adam_elem(c, param[i], g * c->scale, &mi, &vi);
+        float gs = grad[i] * c->scale;
+        if (ADAM_GRAD_USABLE(gs)) param[i] = adam_elem(c, param[i], gs, &mi, &vi);
         if (ema) ema[i] = ema_elem(c->ema_d, c->ema_w, ema[i], param[i]);
         mb[j] = mi, vb[j] = vi;
         if (fabsf(mi) > *max_m) *max_m = fabsf(mi);
@@ -133,8 +133,7 @@ __attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c,
                  omb2 = _mm256_set1_ps(c->one_m_b2), lr_wd = _mm256_set1_ps(c->lr_wd),
                  step = _mm256_set1_ps(c->step_size), bc2 = _mm256_set1_ps(c->bc2), eps = _mm256_set1_ps(c->eps),
                  ema_d = _mm256_set1_ps(c->ema_d), ema_w = _mm256_set1_ps(c->ema_w);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256i expo = _mm256_set1_epi32(0x7f800000);
+    const __m256 sign = _mm256_set1_ps(-0.0f), grad_max = _mm256_set1_ps(ADAM_GRAD_MAX);
     __m256 vmax_m = _mm256_setzero_ps(), vmax_v = _mm256_setzero_ps();
     size_t j = 0;
     for (; j + 8 <= len; j += 8) {
@@ -142,15 +141,13 @@ __attribute__((target("avx2"))) static void adam8_block_avx2(const AdamConst *c,
         __m256 mi = _mm256_mul_ps(_mm256_i32gather_ps(code_m, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(m8 + i))), 4), vam);
         __m256 vi = _mm256_mul_ps(_mm256_i32gather_ps(code_v, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(v8 + i))), 4), vav);
         __m256 g = _mm256_loadu_ps(grad + i), p = _mm256_loadu_ps(param + i);
-        __m256i gbits = _mm256_castps_si256(g);
-        __m256 finite = _mm256_castsi256_ps(
-            _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(gbits, expo), expo), _mm256_set1_epi32(-1)));
         __m256 gs = _mm256_mul_ps(g, scale);
+        __m256 usable = _mm256_cmp_ps(_mm256_andnot_ps(sign, gs), grad_max, _CMP_LE_OQ);  // ADAM_GRAD_USABLE
         __m256 mn = _mm256_add_ps(_mm256_mul_ps(b1, mi), _mm256_mul_ps(omb1, gs));
         __m256 vn = _mm256_add_ps(_mm256_mul_ps(b2, vi), _mm256_mul_ps(_mm256_mul_ps(omb2, gs), gs));
         __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vn, bc2)), eps);
         __m256 pn = _mm256_sub_ps(_mm256_sub_ps(p, _mm256_mul_ps(p, lr_wd)), _mm256_div_ps(_mm256_mul_ps(step, mn), den));
-        mi = _mm256_blendv_ps(mi, mn, finite), vi = _mm256_blendv_ps(vi, vn, finite), p = _mm256_blendv_ps(p, pn, finite);
+        mi = _mm256_blendv_ps(mi, mn, usable), vi = _mm256_blendv_ps(vi, vn, usable), p = _mm256_blendv_ps(p, pn, usable);
         _mm256_storeu_ps(param + i, p);
         if (ema) {
             __m256 e = _mm256_loadu_ps(ema + i);
