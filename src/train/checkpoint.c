@@ -294,6 +294,17 @@ size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {
 
 int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, const TrainState *s, char *err,
                       size_t errlen) {
+    char path[4096];
+    checkpoint_path(path, sizeof path, run, s->step);
+    // A state that resume would refuse (NaN or infinite values: a step that blew up) is never written,
+    // so that it cannot take a good checkpoint's place among those kept, nor be resumed into.
+    for (int i = 0; i < tab->n; i++) {
+        const CkptTensor *t = &tab->t[i];
+        char why[768];
+        if (ckpt_check_tensor_values(t->name, t->dtype, t->host, t->bytes, path, why, sizeof why))
+            return fc_errf(err, errlen, "%s; not written: the training diverged (lower lr or set grad_clip, and fork "
+                           "the newest checkpoint kept: framechain train --from CKPT --run NEW_RUN --set lr=...)", why);
+    }
     StTensor *st = fc_calloc(tab->n, sizeof(StTensor));
     StMeta *meta = fc_calloc(tab->n + 16, sizeof(StMeta));
     char (*crc)[2][180] = fc_calloc(tab->n, sizeof *crc);
@@ -334,8 +345,6 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     snprintf(meta_crc, sizeof meta_crc, "%08lx", ckpt_metadata_crc(meta, nm));
     meta[nm++] = (StMeta){CKPT_META_CRC, meta_crc};
 
-    char path[4096];
-    checkpoint_path(path, sizeof path, run, s->step);
     int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
     if (rc == 0) prune(run, c->keep_checkpoints, s->step);
     free(st), free(meta), free(crc), free(config_text);

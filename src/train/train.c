@@ -354,18 +354,25 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
     int *steps, n = checkpoint_list(t->run, &steps);
     const char *what = isnan(loss) ? "NaN" : "infinite";
     // The weights of the step just before are the ones whose forward gave this loss: a fork from them
-    // meets it again at any learning rate. The checkpoint named is an older one.
-    int k = 0;
+    // meets it again at any learning rate. The checkpoint named is an older one that a fork can start
+    // from: one that passes resume's checks (a step that blew up can leave values no fork takes).
+    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "", vae[4 * 4096 + 16] = "";  // a quote: 4 bytes
+    int k = 0, unusable = 0;
     while (k < n && steps[k] >= step - 1) k++;
+    for (; k < n; k++) {
+        char why[1024];
+        checkpoint_path(last, sizeof last, t->run, steps[k]);
+        if (checkpoint_check(last, NULL, why, sizeof why) == CKPT_OK) break;
+        unusable++;
+    }
     if (k == n) {
         free(steps);
         fc_die("the loss is %s at step %d: stopping; %s, so there is nothing to go on from: lower lr (or raise "
                "warmup_steps) and train again", what, step,
-               n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
-                 : "no checkpoint was written before it");
+               unusable ? "the older checkpoints cannot be resumed from (inspect says why)"
+               : n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
+                   : "no checkpoint was written before it");
     }
-    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "", vae[4 * 4096 + 16] = "";  // a quote: 4 bytes
-    checkpoint_path(last, sizeof last, t->run, steps[k]);
     free(steps);
     // the command goes on on the run's own data (a fork without --data trains on the built-in shapes),
     // with its autoencoder (a run on latents refuses to draw previews without it)
@@ -380,8 +387,9 @@ static void die_on_bad_loss(Trainer *t, int step, double loss) {
     }
     fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept%s; to go on from it with a "
            "lower learning rate: framechain train --from %s --run NEW_RUN%s%s --set lr=%g", what, step, last,
-           k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
-             : "", from, data, vae, t->c->lr / 2);
+           unusable ? " (the newer ones cannot be resumed from: inspect says why)"
+           : k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
+               : "", from, data, vae, t->c->lr / 2);
 }
 
 // The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them

@@ -161,6 +161,35 @@ static void test_prune_keeps_whole_checkpoints(void) {
     free_model(m);
 }
 
+// A state that holds a NaN (a step that blew up) is not written, and so never takes the place of the
+// good checkpoint keep_checkpoints = 1 keeps: the save fails with a line that names the tensor.
+static void test_nonfinite_state_not_written(void) {
+    Config c;
+    config_defaults(&c);
+    config_load(&c, "configs/tiny/starter.conf");
+    c.keep_checkpoints = 1;
+    real loss;
+    Model *m = tiny_step(2, 0, 0, &loss);
+    Optimizer *o = build_optimizer(m, &c);
+    char dir[] = "/tmp/fc_test_nonfinite_XXXXXX", err[1024] = "";
+    int made = mkdtemp(dir) != NULL;
+    TrainState st = {.step = 5, .smooth_loss = loss};
+    int saved = made && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) == 0;
+    m->params_mem[7] = NAN;
+    st.step = 10;
+    int refused = saved && checkpoint_save(dir, m, m->params_mem, o, &c, &st, err, sizeof err) != 0;
+    int named = strstr(err, "holds NaN values") && strstr(err, "not written");
+    int k5 = exists(dir, "ckpt-00000005.safetensors"), k10 = exists(dir, "ckpt-00000010.safetensors");
+    int *steps, n = checkpoint_list(dir, &steps);
+    free(steps);
+    check(saved && refused && named && k5 && !k10 && n == 1, "nonfinite_state_not_written",
+          "saved step 5 %d; step 10 with a NaN weight refused %d, its line naming it %d ('%.160s'); step 5 kept %d, "
+          "step 10 absent %d, %d listed", saved, refused, named, err, k5, !k10, n);
+    remove_test_dir(dir, made);
+    free_optimizer(o);
+    free_model(m);
+}
+
 // Generation loads a checkpoint's EMA into a model whose blocks share one block's activations (it
 // runs forward only): on the same inputs it predicts the same bytes as the model that was saved
 // (here its EMA is its weights), in less activation memory.
@@ -627,6 +656,7 @@ int main(void) {
     test_checkpoint_other_code_maps();
     test_prune_keeps_whole_checkpoints();
     test_prune_reads_once();
+    test_nonfinite_state_not_written();
     test_generation_model_same_outputs();
     test_plan_counts_staging();
     test_written_checkpoint_checks();
