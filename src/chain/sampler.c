@@ -301,8 +301,10 @@ static void window_buffers_free(WindowBuffers *wb) {
 // the sampled delta / delta_scale, its reference measuring time by the true distances of a chain's
 // windows (chain_window_distances), or with plan_distances by the plan's offsets (windows sampled alone,
 // whose frames are their slots: training's previews, as training's references measure them).
-static void sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
-                           int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb) {
+// Returns the number of NaN or infinite values the targets came out with (weights that blew up: the
+// clamp below would make them black frames without a word).
+static size_t sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
+                             int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = m->B, F = m->F;
@@ -327,6 +329,7 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
             if (c->slot_kind[s % F] == SLOT_TARGET)
                 for (size_t e = 0; e < E; e++) x[s * E + e] -= (real)(dt * pred[s * E + e]);
     }
+    size_t nonfinite = 0;
     for (int b = 0; b < B; b++) {
         real *xb = x + b * W;
         if (c->targets == TARGETS_DELTAS) {
@@ -341,6 +344,7 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
             if (c->slot_kind[i] == SLOT_TARGET) {
                 real *dst = at[b][w[b]->frame[i]], *xi = xb + i * E;
                 if (c->targets == TARGETS_DELTAS) flow_delta_to_frame(c, xi, xi, wb->reference + i * E, E);
+                for (size_t e = 0; e < E; e++) nonfinite += !isfinite(xi[e]);
                 if (o->latent) memcpy(dst, xi, sizeof(real) * E);
                 else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
                 if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3)
@@ -350,6 +354,7 @@ static void sample_windows(Model *m, const ChainWindow *const *w, const int *ind
                                                               o->colour_ramp));
             }
     }
+    return nonfinite;
 }
 
 void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions *o) {
@@ -571,7 +576,14 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
             break;
         }
         real *const *at = st->at;
-        sample_windows(cm->m[w->role], &w, &k, &at, last_given, 0, o, &wb);
+        size_t nonfinite = sample_windows(cm->m[w->role], &w, &k, &at, last_given, 0, o, &wb);
+        if (nonfinite) {
+            rc = fc_errf(err, errlen, "window %d of %d: the %s model (step %d) made %zu NaN or infinite values: its "
+                         "weights give no usable frames (a run whose loss blew up: use an earlier checkpoint, or "
+                         "train it again with a lower lr)", k + 1, p->count, config_role_name(w->role),
+                         cm->step[w->role], nonfinite);
+            break;
+        }
         for (int i = 0; i < w->slots; i++) done += w->keep[i];
         double el = fc_now_s() - t0;
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {

@@ -33,7 +33,9 @@ static void clip_motion(const uint8_t *clip, int F, int N, ClipScore *s) {
         for (size_t i = 0; i < frame; i++) d4 += abs((int)clip[(f + 4) * frame + i] - clip[f * frame + i]);
     s->motion = F > 1 ? d1 / ((double)(F - 1) * frame) : 0;
     d4 = F > 4 ? d4 / ((double)(F - 4) * frame) : 0;
-    s->order = d4 > 0 ? s->motion / d4 : NAN;
+    // a flicker whose period divides 4 (black and white in turn) has no change 4 frames apart: as
+    // unordered as motion gets, not unknown (which only a clip of 4 frames or fewer is)
+    s->order = d4 > 0 ? s->motion / d4 : F > 4 && s->motion > 0 ? INFINITY : NAN;
     s->note = s->motion < SCORE_FROZEN_MOTION ? SCORE_NOTE_FROZEN
               : s->motion >= SCORE_UNORDERED_MOTION && s->order > SCORE_UNORDERED_ORDER ? SCORE_NOTE_UNORDERED
                                                                                         : SCORE_NOTE_NONE;

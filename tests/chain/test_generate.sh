@@ -669,3 +669,14 @@ PY
 rc=$?
 expect generate_huge_png_named $(( rc == 0 || $(grep -c "huge.png: a PNG of 100000x100000 pixels, too large to read" "$tmp/huge.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/huge.log" | cut -c1-120)"
+
+# ---- a starter whose weights blew up (a few steps at lr 1 with no clipping: its forward is NaN): the
+# first window says which model made NaN, exit 1, no video (the clamp to [-1, 1] made them black frames)
+"$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/blown" --steps 5 --set lr=1 --set lr_min_ratio=1 \
+    --set warmup_steps=0 --set grad_clip=0 > "$tmp/blown.log" 2>&1
+"$FC" generate --starter "$tmp/blown" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate" \
+    --first-frame shapes:0 --frames 11 --steps 2 --out "$tmp/blown.gif" --quiet > "$tmp/blown_gen.log" 2>&1
+rc=$?
+said=$(grep -c "window 1 of [0-9]*: the starter model (step 5) made [0-9]* NaN or infinite values" "$tmp/blown_gen.log")
+expect generate_nan_model_refused $(( rc != 1 || said != 1 || $(ls "$tmp" | grep -c '^blown\.gif') != 0 )) \
+    "status $rc, $(tail -1 "$tmp/blown_gen.log" | cut -c1-140)"

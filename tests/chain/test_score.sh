@@ -73,6 +73,7 @@ order = list(range(F))
 rng.shuffle(order)
 folder("shuffled", [frames[i] for i in order])
 folder("white", [b"\xff" * (n * n * 3)] * F)
+folder("strobe", [(b"\xff" if i % 2 else b"\0") * (n * n * 3) for i in range(F)])  # black and white in turn
 PY
 BAD=(--input "$tmp/bad/noise-0" --input "$tmp/bad/noise-1" --input "$tmp/bad/noise-2" --input "$tmp/bad/noise-3"
      --input "$tmp/bad/frozen" --input "$tmp/bad/shuffled")
@@ -236,6 +237,12 @@ one_line_refusal score_top_every_scored_clip "the top 1 of the 1 scored clips .*
     fc score --run "$run" --data "$tmp/two" --out "$tmp/two.tsv" --top 0.5 --exclude-out "$tmp/two-ex.txt"
 [ "$(wc -l < "$tmp/two.tsv" 2> /dev/null)" = 3 ] && [ ! -e "$tmp/two-ex.txt" ]
 expect score_top_every_scored_clip_files $? "the TSV written ($(wc -l < "$tmp/two.tsv" 2> /dev/null) lines), the exclude list not"
+
+# a clip of black and white frames in turn has no change 4 frames apart: order inf, noted unordered
+fc prepare --input "$tmp/bad/strobe" --out "$tmp/strobe" --size 32 --clip-frames 16 > /dev/null 2>&1
+fc score --run "$run" --data "$tmp/strobe" --out "$tmp/strobe.tsv" > /dev/null 2>&1
+row=$(sed -n 2p "$tmp/strobe.tsv" 2> /dev/null | cut -f7-)
+expect score_strobe_unordered $([ "$row" = "$(printf '255.0000\tinf\tunordered')" ]; echo $?) "motion, order, note: '$row'"
 
 # ---- refusals: another frame size, a plan one frame longer than the clips, an existing --out ----
 fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1
