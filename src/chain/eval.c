@@ -420,7 +420,11 @@ static void score_chain(Eval *ev, int k, int l) {
     double t0 = fc_now_s();
     SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, k), o->levels[l]);
     set_given(ev, ev->clip);
-    chain_sample(&ev->cm, &ev->plan, ev->video, &so);
+    char err[512];
+    if (chain_sample(&ev->cm, &ev->plan, ev->video, &so, err, sizeof err)) {
+        fprintf(stderr, "\n");
+        fc_die("eval: clip %d, noise-aug %.15g: %s", k + 1, o->levels[l], err);
+    }
     double clip_sum = 0;
     for (int f = o->given; f < N; f++) {
         uint8_t *made = ev->rgb + (f & 1) * frame_bytes, *before = ev->rgb + !(f & 1) * frame_bytes;

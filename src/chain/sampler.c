@@ -619,11 +619,11 @@ int chain_sample_stream(ChainModels *cm, const ChainPlan *p, const real *first, 
     return rc;
 }
 
-void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o) {
+int chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o, char *err, size_t errlen) {
     FrameStore st;
-    char err[512];
-    if (store_init(&st, p, (size_t)cm->m[0]->E, frames, 0, err, sizeof err)) fc_die("%s", err);
+    if (store_init(&st, p, (size_t)cm->m[0]->E, frames, 0, err, errlen)) return -1;
     store_take_given(&st);
-    run_windows(cm, p, &st, o, NULL, NULL, err, sizeof err);  // without emit nothing fails
+    int rc = run_windows(cm, p, &st, o, NULL, NULL, err, errlen);  // without emit: only a model making NaN
     store_free(&st);
+    return rc;
 }

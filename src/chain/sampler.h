@@ -88,8 +88,8 @@ void chain_describe_guards(const SampleOptions *o, int given, char *buf, size_t 
 
 // Run the windows of plan p. frames: (p->last_frame + 1, C, S, S) host values in [-1, 1] with the
 // given frames filled in; every other frame is made (and clamped to [-1, 1]). Every frame is kept:
-// eval's way, which scores them all.
-void chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o);
+// eval's way, which scores them all. 0, or -1 with one line in err (a model that made NaN values).
+int chain_sample(ChainModels *cm, const ChainPlan *p, real *frames, const SampleOptions *o, char *err, size_t errlen);
 
 // m->B windows of m's own plan at once, as the chain samples one (the same steps, noise levels and
 // guidance; window b's draws keyed by first + b as a chain's window k's by k, so that windows sampled

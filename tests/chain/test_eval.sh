@@ -538,3 +538,14 @@ expect_refusal bad_colour_ramp 2 "colour-ramp" "${GRUNS[@]}" --data "$tmp/held32
 expect_refusal bad_sharpness_guard 2 "sharpness-guard" "${GRUNS[@]}" --data "$tmp/held32" --sharpness-guard 1.5 \
     --tsv "$tmp/bad.tsv"
 expect_refusal bad_colour_guard 2 "colour-guard" "${GRUNS[@]}" --data "$tmp/held32" --colour-guard -0.1 --tsv "$tmp/bad.tsv"
+
+# ---- a starter whose weights blew up (its forward is NaN): eval stops at the first clip, naming the
+# model, exit 1, no table (it scored black frames, exit 0)
+"$FC" --threads 2 train --config configs/tiny/starter.conf --run "$tmp/blown" --steps 5 --set lr=1 --set lr_min_ratio=1 \
+    --set warmup_steps=0 --set grad_clip=0 > "$tmp/blown.log" 2>&1
+"$FC" --threads 2 eval --starter "$tmp/blown" "${RUNS[@]:2}" --data "$tmp/held32" --clips 1 --frames 11 --steps 2 \
+    --long 0 --tsv "$tmp/blown.tsv" > "$tmp/blown.out" 2>&1
+rc=$?
+said=$(grep -c "eval: clip 1, noise-aug 0: window 1 of [0-9]*: the starter model (step 5) made [0-9]* NaN" "$tmp/blown.out")
+expect eval_nan_model_refused $(( rc != 1 || said != 1 || $(ls "$tmp" | grep -c '^blown\.tsv') != 0 )) \
+    "status $rc, $(tail -1 "$tmp/blown.out" | cut -c1-140)"

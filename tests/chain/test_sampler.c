@@ -132,7 +132,7 @@ static void test_colour_band_from_given(void) {
     philox_fill_uniform(frames, 7 * E, -0.5, 0.5, 3, 0, RNG_TEST, 0);  // the given frames 0-6
     SampleOptions o = {.steps = 2, .seed = 4, .noise_aug = 0.1, .guidance = 1, .temperature = 0, .colour_guard = 0.05,
                        .colour_ramp = 4, .quiet = 1};
-    chain_sample(&cm, &p, frames, &o);
+    if (chain_sample(&cm, &p, frames, &o, err, sizeof err)) check(0, "sampler_colour_band_sampled", "%s", err);
     double ratio[2];  // the red channel's mean over frame 6's (anchor), values in [0, 1]: frames 7 and 12
     int at[2] = {7, 12};
     for (int k = 0; k < 2; k++) {
