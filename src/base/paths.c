@@ -317,6 +317,7 @@ int fc_check_output_folder(const char *shown, const char *path, char *dir, size_
     if (!S_ISDIR(sd->st_mode)) return fc_errf(err, errlen, "%s: %s is not a folder", shown, dir);
     if (access(dir, W_OK | X_OK))
         return fc_errf(err, errlen, "%s: cannot write in the folder %s: %s", shown, dir, strerror(errno));
+    fc_remove_stale_temps(path);  // a cut-off write's, or the probe below of a run cut off by a power cut
     int e = fc_can_create_beside(path);
     return e ? fc_errf(err, errlen, "%s: cannot make a file in the folder %s: %s", shown, dir, strerror(e)) : 0;
 }
@@ -335,7 +336,6 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     if (!n || path[n - 1] == '/') return fc_errf(err, errlen, "%s '%s': a file name is needed", flag, path);
     snprintf(shown, sizeof shown, "%s %s", flag, path);
     if (fc_check_output_folder(shown, path, dir, sizeof dir, &sd, err, errlen)) return -1;
-    fc_remove_stale_temps(path);
     if (lstat(path, &sp))  // a name the file system cannot hold is said now, not after the work
         return errno == ENAMETOOLONG ? fc_errf(err, errlen, "%s: %s", shown, strerror(errno)) : 0;
     if (S_ISDIR(sp.st_mode)) return fc_errf(err, errlen, "%s: is a folder; give a file name", shown);

@@ -86,8 +86,9 @@ int fc_remove_stale_temps(const char *path);
 // read-only (which root's access() does not see). Said before the work, not when its output is due.
 int fc_can_create_beside(const char *path);
 // The folder of an output about to be written at path (dir: its name, sd: its stat): it exists, is a
-// folder, can be written in, and a file can be made in it now (fc_can_create_beside). 0, or -1 with
-// one line in err that starts with `shown` (how the command names the output: "--tsv FILE", or FILE).
+// folder, can be written in, and a file can be made in it now (fc_can_create_beside); the temporary
+// files of earlier writes of path that were cut off are removed first (fc_remove_stale_temps). 0, or
+// -1 with one line in err that starts with `shown` (how the command names the output: "--tsv FILE", or FILE).
 struct stat;
 int fc_check_output_folder(const char *shown, const char *path, char *dir, size_t dirlen, struct stat *sd, char *err,
                            size_t errlen);
@@ -105,7 +106,7 @@ int fc_is_mount_point(const char *path);
 // can be made in it now, and path is not a folder, a symbolic link, a device, FIFO or socket (a rename onto the
 // name would replace those, not write into them), nor (replace 0) an existing file. 0, or -1 with one line in
 // err naming the flag and the path. Checked before the work, so that a bad path costs nothing; the
-// temporary files of earlier writes of path that were cut off go first (fc_remove_stale_temps).
+// temporary files of earlier writes of path that were cut off go first (fc_check_output_folder).
 int fc_check_output_file(const char *flag, const char *path, int replace, char *err, size_t errlen);
 
 // 1 when the paths a and b (existing or not) name one file: the same folder, resolved, and last name.

@@ -349,11 +349,20 @@ int generate_output_add(GenerateOutput *g, const real *frame, char *err, size_t 
 // between two renames would leave none), then the old one is removed; where the file system cannot
 // swap, the old folder is moved aside first (remove_leftovers puts it back if that is all that is
 // left). 0, or -1 with errno.
+// The folder that holds out, synced: the names just swapped made durable before the old frames go,
+// so that a power cut never brings back the old folder's name with some of its frames removed.
+static void sync_folder_of_out(const GenerateOutput *g) {
+    char dir[PATH_LEN];
+    fc_folder_of(dir, PATH_LEN, g->out);
+    fc_fsync_path(dir);
+}
+
 static int place_folder(GenerateOutput *g) {
     struct stat sb;
     if (!g->overwrite || lstat(g->out, &sb)) return fc_rename_new(g->tmp, g->out);
 #ifdef RENAME_EXCHANGE
     if (!renameat2(AT_FDCWD, g->tmp, AT_FDCWD, g->out, RENAME_EXCHANGE)) {
+        sync_folder_of_out(g);
         remove_frame_folder(g->tmp);  // the old frames, under the temporary name
         return 0;
     }
@@ -369,6 +378,7 @@ static int place_folder(GenerateOutput *g) {
         rename(old, g->out);
         return errno = e, -1;
     }
+    sync_folder_of_out(g);
     remove_frame_folder(old);
     return 0;
 }
@@ -396,9 +406,7 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         return -1;
     }
     if (g_open_output == g) g_open_output = NULL;
-    char dir[PATH_LEN];
-    fc_folder_of(dir, PATH_LEN, g->out);
-    fc_fsync_path(dir);  // the rename itself to disk; not every file system syncs a folder
+    sync_folder_of_out(g);  // the rename itself to disk; not every file system syncs a folder
     free(g->rgb), free(g);
     return 0;
 }

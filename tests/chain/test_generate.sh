@@ -680,3 +680,17 @@ rc=$?
 said=$(grep -c "window 1 of [0-9]*: the starter model (step 5) made [0-9]* NaN or infinite values" "$tmp/blown_gen.log")
 expect generate_nan_model_refused $(( rc != 1 || said != 1 || $(ls "$tmp" | grep -c '^blown\.gif') != 0 )) \
     "status $rc, $(tail -1 "$tmp/blown_gen.log" | cut -c1-140)"
+
+# ---- temporary names beside --out left by a generate a power cut or kill -9 stopped (its probe of the
+# folder, or its video half-written) are removed by the next generate of that --out, and said ----
+true & dead=$!
+wait $dead
+: > "$tmp/stale.tmp-$dead"
+: > "$tmp/stale.gif.tmp-$dead"
+"$FC" generate "${RUNS[@]}" --first-frame shapes:0 --frames 7 --steps 1 --out "$tmp/stale" --quiet > "$tmp/stale.log" 2>&1
+rc1=$?
+"$FC" generate "${RUNS[@]}" --first-frame shapes:0 --frames 7 --steps 1 --out "$tmp/stale.gif" --quiet >> "$tmp/stale.log" 2>&1
+rc2=$?
+left=$(ls "$tmp" | grep -c "^stale.*\.tmp-$dead\$")
+expect generate_removes_stale_temps $(( rc1 != 0 || rc2 != 0 || left != 0 || $(grep -c "^removed .*stale.*tmp-$dead, left by a write" "$tmp/stale.log") != 2 )) \
+    "status $rc1 and $rc2, $left of the 2 stale temporary files left"

@@ -85,6 +85,37 @@ PYEOF
 durable=$?
 expect powerloss_prepare_durable $(( rc != 0 || durable != 0 )) "prepare status $rc: $(tail -1 "$tmp/prep.check")"
 
+# ---- generate --overwrite of a folder of frames under the shim: the new folder takes the old one's
+# name, and that is synced in the folder that holds them before any old frame is removed (else a power
+# cut can bring back the old folder's name with some of its frames gone) ----
+for role in extrapolate interpolate; do
+    "$FC" --threads 1 train --config configs/tiny/$role.conf --run "$tmp/$role" --steps 2 --set depth=1 \
+        --set mlp_ratio=1 --set frame_size=16 > "$tmp/$role.log" 2>&1
+done
+GEN=(--threads 1 generate --starter "$tmp/ref" --extrapolate "$tmp/extrapolate" --interpolate "$tmp/interpolate"
+     --first-frame shapes:0 --frames 9 --steps 1 --quiet)
+mkdir "$tmp/gen"
+"$FC" "${GEN[@]}" --out "$tmp/gen/out" > "$tmp/gen1.log" 2>&1
+FC_POWERLOSS_ROOT="$tmp/gen" FC_POWERLOSS_LOG="$tmp/gen.log" LD_PRELOAD="$SHIM" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$FC" "${GEN[@]}" --out "$tmp/gen/out" --overwrite --seed 2 > "$tmp/gen2.log" 2>&1
+rc=$?
+python3 - "$tmp/gen.log" > "$tmp/gen.check" 2>&1 <<'PYEOF'
+import sys
+ops = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
+placed = [i for i, op in enumerate(ops) if op[0] == "rename" and op[4] == "out"]
+if not placed:
+    sys.exit(print("no rename onto out logged") or 1)
+i, old = placed[0], ops[placed[0]][3]
+gone = [j for j, op in enumerate(ops) if j > i and op[0] == "unlink" and op[3].startswith(old + "/")]
+synced = [j for j, op in enumerate(ops) if i < j < (gone[0] if gone else len(ops)) and op[0] == "fsync" and op[4] == "."]
+print("%d old frames removed after the swap; the folder synced before the first: %s" % (len(gone), "yes" if synced else "no"))
+sys.exit(0 if gone and synced else 1)
+PYEOF
+ordered=$?
+expect powerloss_generate_overwrite_folder $(( rc != 0 || ordered != 0 )) \
+    "generate --overwrite status $rc: $(tail -1 "$tmp/gen.check") $(tail -1 "$tmp/gen2.log" | cut -c1-100)"
+
 # ---- the recording: a run killed with kill -9 while it writes the checkpoint of step 9, then the
 # same command again to the end (its resume: the stale temporary file removed, metrics.jsonl cut
 # back and replaced by rename, the lock file opened again) ----
