@@ -65,7 +65,9 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     fc_catch_stop_signals();
     fc_test_hold("START_DELAY_MS", "the start");
     char err[2048];
-    // both outputs checked before any scoring (a bad path would cost the whole run, or leave one file)
+    // both outputs checked before any scoring (a bad path would cost the whole run, or leave one file);
+    // the list's stale temporary names go even where --out is refused (a cut between the two renames)
+    if (ex) fc_remove_stale_temps(ex);
     if (fc_check_output_file("--out", out, overwrite, err, sizeof err) ||
         (ex && fc_check_output_file("--exclude-out", ex, overwrite, err, sizeof err)))
         fc_die("%s", err);  // a file that is there, or a folder that is not: 1, as generate says it

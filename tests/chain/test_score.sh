@@ -158,6 +158,15 @@ for full in top.txt s3.tsv; do
     [ "$(cat "$tmp/s3.tsv" "$tmp/top.txt" | cksum)" = "$sum_before" ] && ! ls "$tmp" | grep -q '\.tmp-'
     expect score_full_disk_keeps_both_${full}_files $? "both files as before, no temporary file: $(ls "$tmp" | grep '\.tmp-')"
 done
+# a score stopped between its two renames (the TSV in place, the list's temporary name left): the
+# rerun without --overwrite is refused at the TSV, and the stale temporary name of the list goes
+true & dead=$!
+wait $dead
+: > "$tmp/top.txt.tmp-$dead"
+one_line_refusal score_cut_between_renames "--out .*s3.tsv: the file exists" \
+    fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s3.tsv" --top 0.1 --exclude-out "$tmp/top.txt"
+expect score_cut_between_renames_temp_removed $([ ! -e "$tmp/top.txt.tmp-$dead" ]; echo $?) \
+    "the list's temporary file of a score that no longer runs: $(ls "$tmp" | grep -c "tmp-$dead") left"
 # a fraction out of (0, 1) is refused by one message whichever side it falls on
 one_line_refusal score_top_past_one "--top 1.5: a fraction between 0 and 1, both excluded" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s4.tsv" --top 1.5 --exclude-out "$tmp/top4.txt"
