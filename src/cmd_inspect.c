@@ -252,13 +252,14 @@ static int inspect_file(const char *path) { return inspect_file_or_gone(path, 0)
 // ----------------------------------------------------------------------------
 // a dataset
 
-// One clip that fails: where it is stored, where it came from, and why.
-static void print_bad_clip(const Dataset *d, int clip, const char *why) {
+// One clip that fails: where it is stored, where it came from (through `origins`, which reads a shard's
+// header once for all its bad clips), and why.
+static void print_bad_clip(const Dataset *d, ClipOriginReader *origins, int clip, const char *why) {
     ClipLocation loc;
     char source[1024], err[1024];
     long first = -1;
     dataset_clip_location(d, clip, &loc);
-    if (dataset_clip_origin(d, clip, source, sizeof source, &first, err, sizeof err))
+    if (clip_origin_read(origins, clip, source, sizeof source, &first, err, sizeof err))
         snprintf(source, sizeof source, "(unknown: %s)", err);
     printf("  BAD %s clip.%d (clip %d of the dataset), from %s at frame %ld: %s\n", shown(loc.shard), loc.index, clip,
            shown(source), first, shown(why));
@@ -352,12 +353,14 @@ static int inspect_dataset(const char *dir) {
         printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", shown(dir), n, dataset_clip_frames(d), N,
                N, dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
     uint8_t *clip = fc_malloc(dataset_clip_bytes(d));
+    ClipOriginReader *origins = clip_origin_reader(d);
     for (int k = 0; k < n; k++) {
         if (!dataset_read_clip(d, k, clip, err, sizeof err)) continue;
         const char *why = strstr(err, "): ");  // the reader's line names the shard and clip: keep its reason
-        print_bad_clip(d, k, why ? why + 3 : err);
+        print_bad_clip(d, origins, k, why ? why + 3 : err);
         bad++;
     }
+    clip_origin_reader_free(origins);
     free(clip);
     if (bad)
         printf("%d of %d clips FAIL their check: training skips them and eval leaves them out; prepare the "

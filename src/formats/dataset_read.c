@@ -569,21 +569,51 @@ int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *fra
     return rc;
 }
 
-int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
-                        size_t errlen) {
+struct ClipOriginReader {
+    const Dataset *d;
+    int shard;  // whose header f holds; -1: none
+    StFile f;
+};
+
+ClipOriginReader *clip_origin_reader(const Dataset *d) {
+    ClipOriginReader *r = fc_calloc(1, sizeof *r);
+    r->d = d, r->shard = -1;
+    return r;
+}
+
+void clip_origin_reader_free(ClipOriginReader *r) {
+    if (!r) return;
+    if (r->shard >= 0) st_free(&r->f);
+    free(r);
+}
+
+int clip_origin_read(ClipOriginReader *r, int clip, char *source, size_t len, long *first_frame, char *err,
+                     size_t errlen) {
+    const Dataset *d = r->d;
     if (clip < 0 || clip >= d->nclips)
         return fc_errf(err, errlen, "%s: clip %d does not exist (the dataset has %d)", d->dir, clip, d->nclips);
     const DClip *c = &d->clips[clip];
-    char path[4096], key[64];
-    snprintf(path, sizeof path, "%s/%s", d->dir, d->shards[c->shard].file);
-    StFile f;
-    if (st_read_header(path, &f, err, errlen)) return -1;
+    if (c->shard != r->shard) {
+        if (r->shard >= 0) st_free(&r->f), r->shard = -1;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", d->dir, d->shards[c->shard].file);
+        if (st_read_header(path, &r->f, err, errlen)) return -1;
+        r->shard = c->shard;
+    }
+    char key[64];
     snprintf(key, sizeof key, "clip.%d.source", c->k);
-    const char *src = st_meta(&f, key);
+    const char *src = st_meta(&r->f, key);
     snprintf(key, sizeof key, "clip.%d.first_frame", c->k);
-    const char *first = st_meta(&f, key);
+    const char *first = st_meta(&r->f, key);
     snprintf(source, len, "%s", src ? src : "");
     *first_frame = first ? atol(first) : -1;
-    st_free(&f);
     return 0;
+}
+
+int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
+                        size_t errlen) {
+    ClipOriginReader *r = clip_origin_reader(d);
+    int rc = clip_origin_read(r, clip, source, len, first_frame, err, errlen);
+    clip_origin_reader_free(r);
+    return rc;
 }

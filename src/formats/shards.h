@@ -135,6 +135,14 @@ int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *fra
 // with one line.
 int dataset_clip_origin(const Dataset *d, int clip, char *source, size_t len, long *first_frame, char *err,
                         size_t errlen);
+// dataset_clip_origin for many clips: the header of the shard last asked about is kept, so that clips
+// asked for shard by shard (a report of the bad clips of a damaged shard) read each header once, not
+// once a clip. The same answers as dataset_clip_origin; free with clip_origin_reader_free.
+typedef struct ClipOriginReader ClipOriginReader;
+ClipOriginReader *clip_origin_reader(const Dataset *d);
+int clip_origin_read(ClipOriginReader *r, int clip, char *source, size_t len, long *first_frame, char *err,
+                     size_t errlen);
+void clip_origin_reader_free(ClipOriginReader *r);
 // Every clip's "source<TAB>first_frame" as its shard's metadata records them, the source escaped as
 // manifest.tsv writes it (tab, newline, carriage return and backslash as \t \n \r \\, other control
 // bytes as \xNN): n = dataset_clips strings, each shard's header read once. NULL with one line in err

@@ -17,6 +17,17 @@
 #include "formats/shard_fixture.h"
 #include "formats/shards.h"
 
+// The bytes this process has read through read(2) and its kin (/proc/self/io's rchar), or -1.
+static long long bytes_read_by_process(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    long long n = -1;
+    if (f) {
+        if (fscanf(f, "rchar: %lld", &n) != 1) n = -1;
+        fclose(f);
+    }
+    return n;
+}
+
 // ---- the round trip ----
 
 static void test_roundtrip(void) {
@@ -57,6 +68,37 @@ static void test_roundtrip(void) {
                    !strcmp(src, meta[i].source) && first == meta[i].first;
     }
     check(origins == n, "shards_clip_origin", "%d of %d clips: source and first frame as written", origins, n);
+    // the same through a reader that keeps the last shard's header (inspect's report of many bad clips
+    // of one shard): each header read once, counted in bytes read (the kernel's count), not in time
+    {
+        long long header_bytes = 0;
+        for (int s = 0; s < dataset_shards(d); s++) {
+            char path[600];
+            StFile f;
+            snprintf(path, sizeof path, "%s/shard-%05d.safetensors", dir, s);
+            if (!st_read_header(path, &f, err, sizeof err)) header_bytes += (long long)f.data_start, st_free(&f);
+        }
+        ClipOriginReader *reader = clip_origin_reader(d);
+        long long r0 = bytes_read_by_process();
+        int same_origins = 0;
+        for (int i = 0; i < n; i++) {
+            char src[128];
+            long first = -2;
+            same_origins += !clip_origin_read(reader, i, src, sizeof src, &first, err, sizeof err) &&
+                            !strcmp(src, meta[i].source) && first == meta[i].first;
+        }
+        long long nread = bytes_read_by_process() - r0;
+        char src[128];
+        long first = 0;
+        int past_end = clip_origin_read(reader, n, src, sizeof src, &first, err, sizeof err);
+        clip_origin_reader_free(reader);
+        // (the shards hold two clips each: a header read a clip is twice the bytes; the slack is for the
+        // count's own read of /proc/self/io)
+        check(same_origins == n && r0 >= 0 && nread < header_bytes * 3 / 2 && past_end == -1 && one_line(err),
+              "shards_clip_origin_reader_reads_each_header_once",
+              "%d of %d clips as written; %lld bytes read for headers of %lld bytes in all (%d shards); past the "
+              "end: %s", same_origins, n, nread, header_bytes, dataset_shards(d), err);
+    }
     check(zlib > 0 && rawn > 0, "shards_both_encodings", "%d zlib, %d raw; %zu stored bytes for %zu raw (%.1f%%)", zlib,
           rawn, stored, raw * n, 100.0 * stored / (raw * n));
     // several shards, each within the cap unless it holds a single clip; each a valid shard on its own
@@ -214,17 +256,6 @@ static void test_roundtrip(void) {
 
 // ---- header-only reads ----
 
-
-// The bytes this process has read through read(2) and its kin (/proc/self/io's rchar), or -1.
-static long long bytes_read_by_process(void) {
-    FILE *f = fopen("/proc/self/io", "r");
-    long long n = -1;
-    if (f) {
-        if (fscanf(f, "rchar: %lld", &n) != 1) n = -1;
-        fclose(f);
-    }
-    return n;
-}
 
 static void test_read_header(void) {
     char dir[512], err[1024], path[600];
