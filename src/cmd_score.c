@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/paths.h"
 #include "chain/score.h"
@@ -124,8 +125,11 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         fc_die("%s", err);
     }
     free(text[0]), free(text[1]);
-    printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, data, n - scored, so.run,
-           so.reference ? " minus " : "", so.reference ? so.reference : "", out);
+    // the dataset's folder escaped as prepare prints a name: a newline in it would split the line
+    char *shown_data = fc_escaped_name(fc_malloc(4 * strlen(data) + 1), 4 * strlen(data) + 1, data);
+    printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, shown_data, n - scored,
+           so.run, so.reference ? " minus " : "", so.reference ? so.reference : "", out);
+    free(shown_data);
     if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
         printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
     if (refused) fc_die("%s", refused);

@@ -57,6 +57,25 @@ size_t fc_printable_len(const uint8_t *s, size_t n) {
     return fc_utf8_len(s, n);
 }
 
+char *fc_escaped_name(char *out, size_t outlen, const char *s) {
+    size_t k = 0, n = strlen(s);
+    for (const uint8_t *p = (const uint8_t *)s; n;) {
+        size_t len = fc_printable_len(p, n);  // a character of 1 to 4 bytes, or 0: escape one byte
+        char esc[5];
+        if (!len && *p == '\n') strcpy(esc, "\\n");
+        else if (!len && *p == '\t') strcpy(esc, "\\t");
+        else if (!len) snprintf(esc, sizeof esc, "\\x%02x", *p);
+        size_t wrote = len ? len : strlen(esc);
+        if (k + wrote + 1 > outlen) break;
+        memcpy(out + k, len ? (const char *)p : esc, wrote);
+        k += wrote;
+        len = len ? len : 1;
+        p += len, n -= len;
+    }
+    if (outlen) out[k] = 0;
+    return out;
+}
+
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
 // break or tab becomes a space, any other control character (an escape sequence's ESC, the C1 CSI
 // U+009B, a bidirectional override) a '?', and so does each byte that is not part of valid UTF-8 (a

@@ -49,6 +49,12 @@ size_t fc_utf8_len(const uint8_t *s, size_t n);
 // The length of the printable character at s (n > 0 bytes available): fc_utf8_len's, 0 for a control
 // character (C0, DEL, C1, bidirectional, U+2028/U+2029) or a byte that does not start a valid sequence.
 size_t fc_printable_len(const uint8_t *s, size_t n);
+// A name (a path) as a progress or summary line, or a file's comment line, prints it: into out (outlen
+// bytes; 4 strlen(s) + 1 hold any name whole), printable characters of any language as they are, a
+// newline or tab as \n or \t, each other control byte or byte that is not part of valid UTF-8 as \xNN,
+// so that the name stays on its one line and one written to drive a terminal prints as text. Cut
+// between characters where out is too small. Returns out.
+char *fc_escaped_name(char *out, size_t outlen, const char *s);
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends

@@ -139,10 +139,12 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
 }
 
 char *exclude_list_text(const Dataset *d, const int *clips, int n, size_t *len, char *err, size_t errlen) {
-    size_t cap = 256 + (size_t)n * 64 + strlen(dataset_dir(d)), used = 0;
-    char *text = fc_malloc(cap);
+    // the folder's name escaped: a newline in it would end the comment and start a line the reader refuses
+    size_t dirlen = 4 * strlen(dataset_dir(d)) + 1, cap = 256 + (size_t)n * 64 + dirlen, used = 0;
+    char *text = fc_malloc(cap), *dir = fc_escaped_name(fc_malloc(dirlen), dirlen, dataset_dir(d));
     used += (size_t)snprintf(text, cap, EXCLUDE_HEADER " %d of the %d clips of %s " EXCLUDE_MADE_FOR "%08lx)\n", n,
-                             dataset_clips(d), dataset_dir(d), (unsigned long)dataset_json_crc(d));
+                             dataset_clips(d), dir, (unsigned long)dataset_json_crc(d));
+    free(dir);
     for (int i = 0; i < n && used < cap; i++) {
         ClipLocation loc;
         if (dataset_clip_location(d, clips[i], &loc)) {

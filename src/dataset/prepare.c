@@ -99,26 +99,13 @@ static void add_source(Sources *ss, const char *path, SourceKind kind) {
     ss->n++;
 }
 
-// A path as printed in a progress line: control characters (a newline in a file name) escaped as in
-// manifest.tsv, so that one input's line stays one line, and so are the bytes of a C1 control, of a
-// bidirectional control (a right-to-left override) and each byte that is not part of valid UTF-8 (the 8-bit CSI 0x9b recolours some terminals); names in any language
-// print as they are. Two static buffers in turn: two uses per printf.
+// A path as printed in a progress line (fc_escaped_name): a newline in a file name escaped as in
+// manifest.tsv, so that one input's line stays one line; names in any language print as they are. Two
+// static buffers in turn: two uses per printf.
 static const char *shown(const char *path) {
     static char bufs[2][4096 * 4 + 1];
     static int turn;
-    char *buf = bufs[turn ^= 1];
-    size_t k = 0, n = strlen(path);
-    for (const unsigned char *p = (const unsigned char *)path; n && k + 5 < sizeof bufs[0];) {
-        size_t len = fc_printable_len(p, n);  // a character of 1 to 4 bytes, or 0: escape one byte
-        if (len) memcpy(buf + k, p, len), k += len;
-        else if (*p == '\n') buf[k++] = '\\', buf[k++] = 'n';
-        else if (*p == '\t') buf[k++] = '\\', buf[k++] = 't';
-        else k += (size_t)snprintf(buf + k, 5, "\\x%02x", *p);
-        if (!len) len = 1;
-        p += len, n -= len;
-    }
-    buf[k] = 0;
-    return buf;
+    return fc_escaped_name(bufs[turn ^= 1], sizeof bufs[0], path);
 }
 
 // Stills that FFmpeg reads as one-frame videos but a frame folder does not take (stb_image reads PNG and

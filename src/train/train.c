@@ -247,8 +247,10 @@ static void start_services(Trainer *t, int fork_start) {
                                  LOADER_THREADS, LOADER_PREFETCH, err,
                                  sizeof err);
         if (!t->loader) fc_die("%s", err);
-        printf("data: %s, %d clips of %d frames\n", t->data, dataset_clips(t->dataset),
+        char *shown_data = fc_escaped_name(fc_malloc(4 * strlen(t->data) + 1), 4 * strlen(t->data) + 1, t->data);
+        printf("data: %s, %d clips of %d frames\n", shown_data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
+        free(shown_data);
     }
     choose_collectives(t);
     if (t->summing) {

@@ -274,6 +274,18 @@ static void test_error_lines_utf8(void) {
           "stderr held '%.*s' and %s", (int)strcspn(got, "\n"), got, strchr(got, '\n') ? "a newline" : "no newline");
 }
 
+// A name as a summary line or a file's comment prints it (fc_escaped_name): one line whatever it
+// holds, names in any language as they are, cut between characters where the buffer is short.
+static void test_escaped_name(void) {
+    char out[64];
+    fc_escaped_name(out, sizeof out, "odd dir\nline2 \xff\tcaf\xc3\xa9\xc2\x9b" "1\x1b");
+    check(!strcmp(out, "odd dir\\nline2 \\xff\\tcaf\xc3\xa9\\xc2\\x9b" "1\\x1b"), "escaped_name",
+          "'%s'", out);
+    char small[7];
+    fc_escaped_name(small, sizeof small, "ab\xe6\x97\xa5\n");  // the newline's escape does not fit whole
+    check(!strcmp(small, "ab\xe6\x97\xa5"), "escaped_name_cut", "'%s'", small);
+}
+
 // The line fc_warn writes for "%s", text, into got (len bytes).
 static void warn_line(const char *text, char *got, size_t len) {
     char path[] = "/tmp/fc_test_base_origin_XXXXXX";
@@ -313,6 +325,7 @@ int main(void) {
     test_error_lines_printable();
     test_error_lines_utf8();
     test_error_lines_origin();
+    test_escaped_name();
     test_philox_kat();
     test_philox_layout();
     test_philox_distributions();

@@ -354,6 +354,24 @@ fc prepare --input shapes:3:16 --out "$tmp/shapes2" --size 32 --clip-frames 8 > 
 fc score --run "$run" --data "$tmp/shapes2" --out "$tmp/shapes2.tsv" --top 0.5 --exclude-out "$tmp/shapes2-ex.txt" > /dev/null 2>&1
 one_line_refusal exclude_list_of_another_dataset "shapes2-ex.txt:1: made for another dataset (its dataset.json's CRC-32 [0-9a-f]*; .*mixed's is [0-9a-f]*)" \
     fc train --config $TINY --run "$tmp/bad5" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/shapes2-ex.txt"
+# a dataset folder whose name holds a newline and a byte that is not UTF-8: score's summary line, the
+# list's header comment and train's data line name it escaped as prepare does, each still one line,
+# and train takes the list (its header was two lines, the second refused as a malformed line)
+odd="$tmp/odd dir"$'\n'"line2 "$'\xff'
+odd_shown="$tmp/odd dir\\nline2 \\xff"
+fc prepare --input shapes:3:16 --out "$odd" --size 32 --clip-frames 8 > /dev/null 2>&1
+fc score --run "$run" --data "$odd" --out "$tmp/odd.tsv" --top 0.5 --exclude-out "$tmp/odd-ex.txt" > "$tmp/out" 2>&1
+rc=$?
+expect score_summary_odd_folder_name $(( rc != 0 || $(grep -c '^scored ' "$tmp/out") != 1 ||
+    $(grep -cF "scored 2 clips of $odd_shown (0 damaged" "$tmp/out") != 1 )) "status $rc: $(head -1 "$tmp/out" | cut -c1-160)"
+expect exclude_header_odd_folder_name $(( $(grep -c '^#' "$tmp/odd-ex.txt") != 1 ||
+    $(head -1 "$tmp/odd-ex.txt" | grep -cF "of the 2 clips of $odd_shown (dataset.json crc32 ") != 1 )) \
+    "$(head -1 "$tmp/odd-ex.txt" | cut -c1-160)"
+fc train --config $TINY --run "$tmp/oddrun" --data "$odd" --steps 2 --set exclude="$tmp/odd-ex.txt" > "$tmp/out" 2>&1
+rc=$?
+expect exclude_list_of_odd_folder_name $(( rc != 0 || $(grep -c '^exclude: .*1 of 2 clips never drawn' "$tmp/out") != 1 ||
+    $(grep -cF "data: $odd_shown, 2 clips of 8 frames" "$tmp/out") != 1 )) \
+    "status $rc: $(grep -m1 -e '^exclude:' -e '^framechain:' "$tmp/out" | cut -c1-160)"
 one_line_refusal exclude_missing_file "missing.txt: cannot open the exclude list" \
     fc train --config $TINY --run "$tmp/bad3" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/missing.txt"
 one_line_refusal exclude_without_data "an exclude list needs --data" \
