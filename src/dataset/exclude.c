@@ -35,6 +35,32 @@ static ShardRange *shard_ranges(const Dataset *d, int *n) {
     return r;
 }
 
+static int cmp_range_name(const void *a, const void *b) {
+    const ShardRange *x = *(const ShardRange *const *)a, *y = *(const ShardRange *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->first > y->first) - (x->first < y->first);
+}
+
+static int cmp_name_range(const void *key, const void *elem) {
+    return strcmp(key, (*(const ShardRange *const *)elem)->name);
+}
+
+// r[0 .. n-1] by name: a list line finds its shard by binary search, not by a walk through every shard
+// (a list of many lines on a dataset of many shards).
+static const ShardRange **ranges_by_name(const ShardRange *r, int n) {
+    const ShardRange **by_name = fc_malloc(sizeof *by_name * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) by_name[i] = &r[i];
+    qsort(by_name, (size_t)n, sizeof *by_name, cmp_range_name);
+    return by_name;
+}
+
+// The range of the shard named `name` (the first in dataset order, were one named twice), or NULL.
+static const ShardRange *find_range(const ShardRange **by_name, int n, const char *name) {
+    const ShardRange **at = bsearch(name, by_name, (size_t)n, sizeof *by_name, cmp_name_range);
+    while (at && at > by_name && !strcmp(at[-1]->name, name)) at--;
+    return at ? *at : NULL;
+}
+
 // The list opened (not waiting on a FIFO) and its size in sb: a descriptor, or -1 with err.
 static int open_list(const char *path, struct stat *sb, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
@@ -80,6 +106,7 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
     if (!text) return -1;
     int ns, nclips = dataset_clips(d), count = 0, rc = 0;
     ShardRange *r = shard_ranges(d, &ns);
+    const ShardRange **by_name = ranges_by_name(r, ns);
     memset(mask, 0, (size_t)nclips);
     long lineno = 0;
     char *start = text;
@@ -118,23 +145,22 @@ int exclude_list_read(const Dataset *d, const char *path, uint8_t *mask, char *e
                          path, lineno);
             break;
         }
-        int s = 0;
-        while (s < ns && strcmp(r[s].name, shard)) s++;
+        const ShardRange *in = find_range(by_name, ns, shard);
         const char *value = index + strspn(index, "0");  // leading zeros aside ("000" is 0)
         long k = strlen(value) <= 9 ? strtol(value, NULL, 10) : -1;  // (a shard holds at most a million clips)
-        if (s == ns || k < 0 || k >= r[s].clips) {
+        if (!in || k < 0 || k >= in->clips) {
             rc = fc_errf(err, errlen, "%s:%ld: %.255s %s: %s has no such clip (a list made for another dataset?)", path,
                          lineno, shard, index, dataset_dir(d));
             break;
         }
-        int clip = r[s].first + (int)k;
+        int clip = in->first + (int)k;
         count += !mask[clip];
         mask[clip] = 1;
     }
     if (!rc && count == nclips)
         rc = fc_errf(err, errlen, "%s: excludes every one of the %d clips of %s: nothing would be left to train on",
                      path, nclips, dataset_dir(d));
-    free(r), free(text);
+    free(by_name), free(r), free(text);
     return rc ? -1 : count;
 }
 

@@ -510,6 +510,12 @@ double loader_plan_bytes(const Dataset *d, const Config *c, int batch, int threa
 
 Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
                      int first_step, int threads, int prefetch, char *err, size_t errlen) {
+    return loader_start_excluding(be, d, c, NULL, batch, b0, seed, first_step, threads, prefetch, err, errlen);
+}
+
+Loader *loader_start_excluding(const Backend *be, const Dataset *d, const Config *c, const uint8_t *excluded,
+                               int batch, int b0, uint64_t seed, int first_step, int threads, int prefetch,
+                               char *err, size_t errlen) {
     SlotSpan span;
     if (check_request(d, c, batch, first_step, threads, prefetch, err, errlen) ||
         slot_span(d, c, &span, err, errlen))
@@ -522,7 +528,8 @@ Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int b
         return NULL;
     }
     Loader *l = new_loader(be, d, c, batch, b0, seed, first_step, prefetch, &span);
-    if ((c->exclude[0] && exclude_list_read(d, c->exclude, l->excluded, err, errlen) < 0) ||
+    if (excluded) memcpy(l->excluded, excluded, (size_t)l->nclips);
+    if ((!excluded && c->exclude[0] && exclude_list_read(d, c->exclude, l->excluded, err, errlen) < 0) ||
         start_workers(l, threads, err, errlen)) {
         free_loader(l);
         return NULL;

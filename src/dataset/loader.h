@@ -71,6 +71,11 @@ typedef struct Loader Loader;
 // b0: the global index of this loader's first window (0 for one rank).
 Loader *loader_start(const Backend *be, const Dataset *d, const Config *c, int batch, int b0, uint64_t seed,
                      int first_step, int threads, int prefetch, char *err, size_t errlen);
+// loader_start with c->exclude already read (exclude_list_read's mask: dataset_clips(d) bytes, copied),
+// so that a caller that checked the list first reads it once; NULL: as loader_start, which reads it.
+Loader *loader_start_excluding(const Backend *be, const Dataset *d, const Config *c, const uint8_t *excluded,
+                               int batch, int b0, uint64_t seed, int first_step, int threads, int prefetch,
+                               char *err, size_t errlen);
 // Whether config c can train on dataset d: its channels and frame_size are the dataset's (RGB frames:
 // 3 and their side; latents: the latent channels and side), and a latent dataset meets no crop_zoom
 // or mix_shapes, and the plan's slots span no more frames than its clips hold. 0, or -1 with one line

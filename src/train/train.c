@@ -53,6 +53,7 @@ typedef struct {
     CkptPartSender *sender;  // ZeRO-1, ranks but 0: their parts to rank 0's checkpoint writer
     int preview_ranks;    // ZeRO-1 with previews: every rank takes part (the EMA is gathered for them)
     Dataset *dataset;
+    uint8_t *excluded;  // (dataset clips) the exclude list as read once at the start, for the loader; NULL: none
     int lock;  // the run folder's lock file (rank 0; -1 on the others)
     MemPlan plan;
     Model *m;
@@ -89,10 +90,9 @@ typedef struct {
 static int open_data(Trainer *t, char *err, size_t errlen) {
     if (!t->data) return 0;
     if (!(t->dataset = dataset_open(t->data, err, errlen))) return -1;
-    if (t->c->exclude[0]) {  // a bad list ends the run here; the loader reads it again for itself
-        uint8_t *mask = fc_malloc((size_t)dataset_clips(t->dataset));
-        int n = exclude_list_read(t->dataset, t->c->exclude, mask, err, errlen);
-        free(mask);
+    if (t->c->exclude[0]) {  // a bad list ends the run here; the loader takes the mask read now
+        t->excluded = fc_malloc((size_t)dataset_clips(t->dataset));
+        int n = exclude_list_read(t->dataset, t->c->exclude, t->excluded, err, errlen);
         if (n < 0) return -1;
         printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
     }
@@ -243,10 +243,10 @@ static void start_services(Trainer *t, int fork_start) {
     const Config *c = t->c;
     char err[1024];
     if (t->data) {
-        t->loader = loader_start(t->be, t->dataset, c, t->m->B, t->b0, (uint64_t)c->seed, t->st.step + 1,
-                                 LOADER_THREADS, LOADER_PREFETCH, err,
-                                 sizeof err);
+        t->loader = loader_start_excluding(t->be, t->dataset, c, t->excluded, t->m->B, t->b0, (uint64_t)c->seed,
+                                           t->st.step + 1, LOADER_THREADS, LOADER_PREFETCH, err, sizeof err);
         if (!t->loader) fc_die("%s", err);
+        free(t->excluded), t->excluded = NULL;  // the loader holds its copy
         char *shown_data = fc_escaped_name(fc_malloc(4 * strlen(t->data) + 1), 4 * strlen(t->data) + 1, t->data);
         printf("data: %s, %d clips of %d frames\n", shown_data, dataset_clips(t->dataset),
                dataset_clip_frames(t->dataset));
@@ -704,6 +704,7 @@ static void release(Trainer *t) {
     free(t->part_start);
     if (t->loader) stop_loader(t);
     if (t->dataset) dataset_close(t->dataset);
+    free(t->excluded);
     if (t->metrics) fclose(t->metrics);
     free(t->host_x0);
     free(t->host_grads);

@@ -7,7 +7,8 @@
 # not fatal; a dataset of another frame size or too short for the plan, and an existing --out, refused
 # in one line. Then exclude lists: a run that trains with one records the list's CRC in its data
 # identity; a resume with another list is refused, with the same list moved is accepted; a fork with
-# another list is accepted and its lineage names it; bad lists are refused in one line. (That the
+# another list is accepted and its lineage names it; the list is read once, at the start; a dataset
+# folder whose name holds a newline gets a list train takes; bad lists are refused in one line. (That the
 # loader never draws an excluded clip is checked window by window in tests/dataset/test_loader.c.)
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -340,6 +341,19 @@ expect exclude_fork_other_list $(( rc != 0 )) "exit $rc; lineage: $lineage"
 other_crc=$(python3 -c "import zlib,sys; print('%08x' % zlib.crc32(open(sys.argv[1],'rb').read()))" "$tmp/other.txt")
 [[ "$lineage" == *"data the same, its exclude list crc32 $crc -> crc32 $other_crc"* ]] && [[ "$lineage" != *"data crc32"* ]]
 expect exclude_fork_data_line $? "lineage: $lineage"
+
+# the list is read once, when train starts (the CRC in the data identity is of those bytes): a list
+# replaced while the set-up is held is not read again by the data loader, which once stopped at it
+cp "$tmp/top.txt" "$tmp/held.txt"
+(exec env FRAMECHAIN_TEST_SETUP_DELAY_MS=3000 "$FC" --threads 1 train --config $TINY --run "$tmp/held" \
+    --data "$tmp/mixed" --steps 2 --set exclude="$tmp/held.txt") > "$tmp/held.log" 2>&1 &
+pid=$!
+wait_until 60 $pid grep -q '^test hook: the set-up held' "$tmp/held.log"
+echo "shard-00000.safetensors 55" > "$tmp/held.txt"
+wait $pid
+rc=$?
+expect exclude_list_read_once $(( rc != 0 || $(grep -c '^exclude: .* never drawn' "$tmp/held.log") != 1 )) \
+    "status $rc; $(grep -m1 -e '^exclude:' "$tmp/held.log"); $(grep -m1 '^framechain:' "$tmp/held.log" | cut -c1-160)"
 
 # ---- bad lists: one line, non-zero exit ----
 echo "shard-00000.safetensors 55" > "$tmp/nosuch.txt"

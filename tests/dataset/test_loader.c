@@ -364,6 +364,36 @@ static void test_exclude_across_shards(int N, int F) {
     check(count == 1 && mask[1], "exclude_list_leading_zeros", "%s 0000000000001: %d counted%s%s", shard0, count,
           count < 0 ? ": " : "", count < 0 ? err : "");
 
+    // the shards are found by name through a sorted index: every clip but one named, the last shard's
+    // first, read as the same mask; names that sort before, between and after the dataset's shards, or
+    // that only begin like one, refused as before
+    f = fopen(list, "w");
+    for (int i = 9; i >= 1; i--) {
+        dataset_clip_location(d, i, &loc);
+        fprintf(f, "%s %d\n", loc.shard, loc.index);
+    }
+    fclose(f);
+    count = exclude_list_read(d, list, mask, err, sizeof err);
+    right = count == 9;
+    for (int i = 0; i < 10 && count >= 0; i++) right &= mask[i] == (i != 0);
+    check(right, "exclude_list_every_shard_backwards", "clips 9 down to 1 named: %d counted%s%s", count,
+          count < 0 ? ": " : "", count < 0 ? err : "");
+    const char *const unknown[] = {"a.safetensors", "shard-00001.safetensor", "shard-00001.safetensors.bak",
+                                   "shard-0000.safetensors", "zzz"};
+    int refused = 0;
+    for (int u = 0; u < 5; u++) {
+        f = fopen(list, "w");
+        fprintf(f, "%s 0\n%s 0\n", shard0, unknown[u]);
+        fclose(f);
+        count = exclude_list_read(d, list, mask, err, sizeof err);
+        char want[128];
+        snprintf(want, sizeof want, "list.txt:2: %s 0: ", unknown[u]);
+        refused += count == -1 && one_line(err) && strstr(err, want) && strstr(err, "has no such clip");
+        if (count != -1 || !strstr(err, want)) printf("  %s: %s\n", unknown[u], count < 0 ? err : "accepted");
+    }
+    check(refused == 5, "exclude_list_unknown_shard_names", "%d of 5 names the dataset has no shard of refused, "
+          "each on its line", refused);
+
     const int clips[] = {0, 4, 8};
     int rc = exclude_list_write(d, list, clips, 3, 1, err, sizeof err);
     count = rc ? -1 : exclude_list_read(d, list, mask, err, sizeof err);
