@@ -245,6 +245,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     }
     check_ranks_agree(&c, run, origin.data, opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL, from,
                       origin.extend, be);
+    // another train using the folder first: its pruning changes the checkpoints the reads below list
+    if (dist_rank() == 0 && run_folder_busy(run, err, sizeof err)) fc_die("%s", err);
     // the run to extend or fork, which every rank of a machine reads alike: said once a machine
     int refused = origin.extend && lineage_extend(&c, run, &origin, err, sizeof err);
     if (!refused && from)

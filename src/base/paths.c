@@ -140,7 +140,9 @@ void fc_rmdir_made(const char *dir, const char *top) {
     if (n >= sizeof p) return;
     memcpy(p, dir, n + 1);
     while (n > t && p[n - 1] == '/') p[--n] = 0;
-    for (; n >= t && !rmdir(p) && n > t;) {
+    // a part that is not there (its mkdir failed: a name too long, no room) is passed over: the
+    // parents made before it are still this command's
+    for (; n >= t && (!rmdir(p) || errno == ENOENT || errno == ENAMETOOLONG) && n > t;) {
         while (n > t && p[n - 1] != '/') n--;
         while (n > t && p[n - 1] == '/') n--;
         p[n] = 0;

@@ -44,8 +44,8 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen);
 // to be taken back when it stops before writing any (fc_rmdir_made).
 char *fc_missing_top(const char *dir);
 // rmdir dir and then each parent up to and including top (fc_missing_top's answer for dir), inner to
-// outer, stopping at the first that cannot go (rmdir leaves a folder that holds anything). Safe in a
-// signal handler; dir under 4096 bytes.
+// outer, stopping at the first that cannot go (rmdir leaves a folder that holds anything); one that is
+// not there (its mkdir failed) is passed over. Safe in a signal handler; dir under 4096 bytes.
 void fc_rmdir_made(const char *dir, const char *top);
 
 // Open an existing regular file for reading, never blocking: a FIFO (or a device) named like a data

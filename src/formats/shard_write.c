@@ -91,7 +91,7 @@ static int lock_folder(const char *dir, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/.prepare.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno)), -1;
+    if (fd < 0) return fc_errf(err, errlen, "%s: cannot open the prepare's lock file: %s", path, strerror(errno)), -1;
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         close(fd);
         return fc_errf(err, errlen, "%s: another framechain prepare is writing into this folder", dir), -1;
@@ -157,6 +157,24 @@ static char *utf8_fixed(const char *s) {
     return o;
 }
 
+// A training run's folder (its lock, checkpoints or metrics): shards written among them would be read
+// as a dataset while the run's files stay, and the train would refuse the folder from then on. -1 with
+// the line that refuses it.
+static int run_folder(const char *dir, char *err, size_t errlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    const char *held = !access(path, F_OK) ? ".lock" : NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (!held && !access(path, F_OK)) held = "metrics.jsonl";
+    DIR *d = held ? NULL : opendir(dir);
+    for (struct dirent *e; d && !held && (e = readdir(d));)
+        if (!strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".safetensors")) held = "checkpoints";
+    if (d) closedir(d);
+    if (!held) return 0;
+    return fc_errf(err, errlen, "%s: holds %s: a training run's folder, not a dataset folder (give --out a folder of "
+                   "its own)", dir, held);
+}
+
 // The checks and the folder of both kinds of dataset: raw = a clip's bytes.
 static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames, size_t raw, size_t max_shard_bytes,
                                 char *err, size_t errlen) {
@@ -181,6 +199,11 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     struct stat st;
     char *made_top = fc_missing_top(dir);
     if (fc_mkdir_p(dir, err, errlen)) {
+        if (made_top) fc_rmdir_made(dir, made_top);  // the parents it made before the part that failed
+        free(made_top);
+        return NULL;
+    }
+    if (run_folder(dir, err, errlen)) {  // (refused as it was found: a folder made just now holds nothing)
         free(made_top);
         return NULL;
     }
@@ -199,8 +222,12 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
         free(made_top);
         return NULL;
     }
-    if (!stat(path, &st)) {  // another prepare finished here while this one looked
-        fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or choose another folder", dir);
+    // another prepare finished here while this one looked, or a train started in it (each makes its lock
+    // file first, then looks for the other's)
+    int taken = !stat(path, &st) ? fc_errf(err, errlen, "%s already holds a dataset (dataset.json); remove it or "
+                                           "choose another folder", dir)
+                                 : run_folder(dir, err, errlen);
+    if (taken) {
         snprintf(path, sizeof path, "%s/.prepare.lock", dir);
         unlink(path), close(lock), free(made_top);
         return NULL;

@@ -73,15 +73,18 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
 // exactly as checkpoint_save does (the same bytes). The saved tensors must not change until the
 // copies have landed: the trainer calls ckpt_writer_wait_copy before anything that writes them (the
 // optimizer step, the EMA update). A failed write is reported by the next submit, wait_copy or
-// finish as "checkpoint at step N failed: ... (the earlier checkpoints are untouched)".
+// finish as "checkpoint at step N failed: ... (the earlier checkpoints are untouched)", or as
+// run_folder_still_held's line where the run folder was moved away.
 // Only one thread may call these functions.
 typedef struct CkptWriter CkptWriter;
 
-// m, ema, o and c must outlive the writer. log: where a line per checkpoint goes when it is written
-// (NULL: nowhere), with the time the training loop was blocked and the time the write took.
+// m, ema, o and c must outlive the writer. run_lock: the run folder's lock (run_folder_open), or -1;
+// a checkpoint is written only while RUN/.lock is still that file (run_folder_still_held), else the
+// write fails with that line. log: where a line per checkpoint goes when it is written (NULL:
+// nowhere), with the time the training loop was blocked and the time the write took.
 // synchronous: every submit also waits for its write (to compare with the asynchronous writer).
 CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, const Optimizer *o,
-                              const Config *c, FILE *log, int synchronous);
+                              const Config *c, int run_lock, FILE *log, int synchronous);
 // The bytes of the staging buffer.
 size_t ckpt_writer_staging_bytes(const CkptWriter *w);
 // Start the checkpoint of state s: waits for the previous write if it still runs, then issues the

@@ -10,10 +10,12 @@
 #include "train/checkpoint_internal.h"
 #include "base/clock.h"
 #include "dist/dist.h"
+#include "train/run_folder.h"
 
 struct CkptWriter {
     const Backend *be;
     char run[4096];
+    int run_lock;  // the run folder's lock (run_folder_open), checked before each write; -1: none
     Config c;
     FILE *log;
     int synchronous;
@@ -36,7 +38,7 @@ struct CkptWriter {
     double copy_ms, wait_ms, write_s;
     int waited, written, logged;
     int failed;  // a write failed: err says which and why; reported from then on
-    char err[1024];
+    char err[8400];
 };
 
 
@@ -95,16 +97,20 @@ static void *writer_main(void *arg) {
 
         double t0 = fc_now_s();
         w->be->download_wait();
-        char why[1024];
-        int rc = ckpt_write_staged(w->run, &w->tab, &w->c, &st, why, sizeof why);
+        char why[8300];
+        // the folder renamed away: RUN may now be another run's, whose checkpoints the prune would delete
+        int moved = w->run_lock >= 0 && run_folder_still_held(w->run, w->run_lock, why, sizeof why);
+        int rc = moved ? -1 : ckpt_write_staged(w->run, &w->tab, &w->c, &st, why, sizeof why);
         double dt = fc_now_s() - t0;
 
         pthread_mutex_lock(&w->mu);
         w->write_s = dt, w->written = 1, w->writing = 0;
         if (rc && !w->failed) {
             w->failed = 1;
-            snprintf(w->err, sizeof w->err, "checkpoint at step %d failed: %s (the earlier checkpoints are untouched)",
-                     st.step, why);
+            if (moved) snprintf(w->err, sizeof w->err, "%s", why);
+            else
+                snprintf(w->err, sizeof w->err, "checkpoint at step %d failed: %s (the earlier checkpoints are "
+                         "untouched)", st.step, why);
         }
         log_if_done(w);
         pthread_cond_broadcast(&w->cv);
@@ -117,8 +123,9 @@ static void *writer_main(void *arg) {
 // the trainer's side
 
 CkptWriter *ckpt_writer_start(const char *run, const Model *m, const real *ema, const Optimizer *o,
-                              const Config *c, FILE *log, int synchronous) {
+                              const Config *c, int run_lock, FILE *log, int synchronous) {
     CkptWriter *w = fc_calloc(1, sizeof *w);
+    w->run_lock = run_lock;
     if (snprintf(w->run, sizeof w->run, "%s", run) >= (int)sizeof w->run) fc_die("%.200s...: path too long", run);
     w->be = m->be, w->c = *c, w->log = log, w->synchronous = synchronous;
     w->block_size = ADAM8_BLOCK;

@@ -1,4 +1,5 @@
 // lineage.c: train --extend and train --from (see lineage.h).
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,11 +72,18 @@ void lineage_append(char *lineage, size_t size, const char *line) {
 
 // The header of run's newest whole checkpoint into f (its path in path): 1, or 0 when there is none.
 static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
-    int *steps, n = checkpoint_list(run, &steps), found = 0;
+    int *steps, n = checkpoint_list(run, &steps), found = 0, relisted = 0;
     char why[1024];
     for (int i = 0; i < n && !found; i++) {
         checkpoint_path(path, pathlen, run, steps[i]);
         found = checkpoint_read_checked(path, f, NULL, why, sizeof why) == 0;
+        // gone since the listing: pruned by a train that writes the run (a newer one took its place),
+        // not damaged: the folder listed again, a bounded number of times
+        if (!found && access(path, F_OK) && errno == ENOENT && relisted < 100) {
+            free(steps);
+            n = checkpoint_list(run, &steps), i = -1, relisted++;
+            continue;
+        }
         // a file whose metadata names another step than its name is set aside by the resume: not this one
         const char *at = found ? st_meta(f, "step") : NULL;
         if (found && (!at || atoi(at) != steps[i])) found = 0, st_free(f);

@@ -26,14 +26,36 @@
 // One trainer per run folder: a second one would race the first's checkpoints. The folder's own
 // name is made durable here, by an fsync of its parent: the checkpoints' fsyncs of the run folder
 // keep the names in it, not the folder, which a power cut could otherwise take with every checkpoint.
-static int lock_run(const char *run) {
+// *created: 1 where this call made the lock file.
+static int lock_run(const char *run, int *created) {
     char path[4096];
     snprintf(path, sizeof path, "%s/.lock", run);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) fc_die(RUN_BUSY, run);
     if (fc_fsync_parent(run)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
     return fd;
+}
+
+int run_folder_still_held(const char *run, int lock, char *err, size_t errlen) {
+    char path[4200], now[4200] = "";
+    struct stat held, named;
+    snprintf(path, sizeof path, "%s/.lock", run);
+    if (fstat(lock, &held) || (!stat(path, &named) && named.st_dev == held.st_dev && named.st_ino == held.st_ino))
+        return 0;
+    // where the lock file is now, as the kernel names the open file (" (deleted)" where it was removed)
+    snprintf(path, sizeof path, "/proc/self/fd/%d", lock);
+    ssize_t n = readlink(path, now, sizeof now - 1);
+    now[n > 0 ? n : 0] = 0;
+    size_t len = strlen(now);
+    int moved = len > 6 && !strcmp(now + len - 6, "/.lock");
+    if (moved) now[len - 6] = 0;
+    return fc_errf(err, errlen, "%s: the run folder was moved or replaced while this train ran: stopping; its "
+                   "checkpoints are in the folder it was moved to%s%s (train --run with that folder goes on), and "
+                   "nothing more of this train's goes into the folder now at its old name", run, moved ? ", " : "",
+                   moved ? now : "");
 }
 
 // A temporary file NAME.tmp-PID (how a preview is written) of a process that no longer runs.
@@ -162,12 +184,29 @@ static void catch_stop_in_setup(void) {
     }
 }
 
+// A dataset folder given as the run folder (--run D --data D, or the folder a prepare is writing)
+// would get checkpoints among its shards, and the prepare would take the run's files for its own:
+// -1 with the line that refuses it.
+static int dataset_folder(const char *run, char *err, size_t errlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/dataset.json", run);
+    if (!access(path, F_OK))
+        return fc_errf(err, errlen, "%s: holds dataset.json: a dataset folder, not a run folder (give --run a folder "
+                       "of its own)", run);
+    snprintf(path, sizeof path, "%s/.prepare.lock", run);
+    int lock = !access(path, F_OK), shards = 0;
+    DIR *d = lock ? NULL : opendir(run);
+    for (struct dirent *e; d && !shards && (e = readdir(d));)
+        shards = !strncmp(e->d_name, "shard-", 6) && strstr(e->d_name, ".safetensors");
+    if (d) closedir(d);
+    if (!lock && !shards) return 0;
+    return fc_errf(err, errlen, "%s: holds %s: a dataset a prepare is writing (or one whose prepare was cut off), not "
+                   "a run folder (give --run a folder of its own)", run, lock ? ".prepare.lock" : "shard files");
+}
+
 int run_folder_open(const char *run) {
-    char err[1024], dataset[4200];
-    // a dataset given as the run folder (--run D --data D) would get checkpoints among its shards
-    snprintf(dataset, sizeof dataset, "%s/dataset.json", run);
-    if (!access(dataset, F_OK))
-        fc_die("%s: holds dataset.json: a dataset folder, not a run folder (give --run a folder of its own)", run);
+    char err[4400];
+    if (dataset_folder(run, err, sizeof err)) fc_die("%s", err);
     // Made by this process only where its own mkdir made it: two trains started at once on a new
     // folder both found it missing, and the one the lock then refused removed the other's lock file
     // and folder at its exit.
@@ -179,18 +218,29 @@ int run_folder_open(const char *run) {
         snprintf(made_run, sizeof made_run, "%s", run);
         snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
     }
-    free(top);
-    int made = mkdir(run, 0755) == 0;
+    int made = mkdir(run, 0755) == 0, failed = 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
         char parent[4096];
         fc_folder_of(parent, sizeof parent, run);
-        if (fc_mkdir_p(parent, err, sizeof err)) fc_die("%s", err);
-        made = mkdir(run, 0755) == 0;
+        failed = fc_mkdir_p(parent, err, sizeof err);
+        made = !failed && mkdir(run, 0755) == 0;
     }
     if (made && fits) made_state = 1;
-    if (!made && fc_mkdir_p(run, err, sizeof err)) fc_die("%s", err);
-    int lock = lock_run(run);  // dies where another train holds it: nothing of that one's is touched
+    if (!made && (failed || fc_mkdir_p(run, err, sizeof err))) {
+        if (top) fc_rmdir_made(run, top);  // the parents made for it (a name too long made them, then failed)
+        fc_die("%s", err);
+    }
+    free(top);
+    int created;
+    int lock = lock_run(run, &created);  // dies where another train holds it: nothing of that one's is touched
     if (made_state) made_state = 2;
+    // a prepare that started into it meanwhile (each makes its lock file first, then looks for the other's)
+    if (dataset_folder(run, err, sizeof err)) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.lock", run);
+        if (created) unlink(path);
+        fc_die("%s", err);
+    }
     static int registered;
     if (!registered++) atexit(remove_what_a_refused_start_made);
     remove_stale_temps(run);
@@ -438,21 +488,20 @@ static int continues_this_run(const char *run, const char *path, const TrainStat
     return 0;
 }
 
-// Whether another train holds RUN's lock now (the lock is not taken: run_folder_open takes it).
-static int run_folder_busy(const char *run) {
+int run_folder_busy(const char *run, char *err, size_t errlen) {
     char path[4200];
     snprintf(path, sizeof path, "%s/.lock", run);
     int fd = open(path, O_RDONLY | O_CLOEXEC), busy = 0;
     if (fd < 0) return 0;
     if (flock(fd, LOCK_EX | LOCK_NB)) busy = errno == EWOULDBLOCK;
     close(fd);  // (releases the lock where it was taken)
-    return busy;
+    return busy ? fc_errf(err, errlen, RUN_BUSY, run) : 0;
 }
 
 int run_folder_precheck(const char *run, const Config *c, const TrainOrigin *origin, char *err, size_t errlen) {
     // another train at work in the folder is said first: its checkpoints, which the checks below read,
     // are its own run's and change as they are read
-    if (run_folder_busy(run)) return fc_errf(err, errlen, RUN_BUSY, run);
+    if (run_folder_busy(run, err, errlen)) return -1;
     int *steps, n = checkpoint_list(run, &steps);
     char path[4096];
     CkptStatus s = CKPT_CORRUPT;

@@ -19,6 +19,11 @@
 // holds it), make the folder's name durable and remove cut-off checkpoint writes. Returns the
 // lock's file descriptor, held until the process ends.
 int run_folder_open(const char *run);
+// Whether RUN/.lock is still the file that `lock` (run_folder_open's) holds: a run folder renamed
+// while the train runs leaves the name RUN free for another folder, perhaps another train's, which
+// this train's checkpoints and their pruning must never reach. 0, or -1 with one line in err.
+// Checked before each checkpoint is written.
+int run_folder_still_held(const char *run, int lock, char *err, size_t errlen);
 // metrics.jsonl opened for appending, its lines of steps after `last` dropped first (a FIFO in its
 // place is refused; a rewrite that fails leaves no temporary file).
 FILE *run_folder_metrics(const char *run, int last);
@@ -30,6 +35,11 @@ FILE *run_folder_metrics(const char *run, int last);
 // (step 0, or a fork's parent).
 int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, const Config *c,
                           const TrainOrigin *origin, TrainState *st, char *loaded, CkptLoadMode *mode);
+
+// Whether another train holds RUN's lock now (the lock is not taken: run_folder_open takes it): -1
+// with the line that says so, else 0. Said before anything reads the run's checkpoints, which that
+// train writes and prunes as they are read.
+int run_folder_busy(const char *run, char *err, size_t errlen);
 
 // What run_folder_start_from would refuse of this run, from the checkpoints' metadata alone: the
 // newest checkpoint whose metadata reads against c, the data this command trains on and, for train

@@ -28,10 +28,14 @@
 #include "train/lineage.h"
 #include "train/run_folder.h"
 
+// The lines the phases die with quote a path or two (4096 bytes each at most) beside why: a line cut
+// short loses the why.
+#define ERR_LEN 8400
+
 // Before the run ends, for whatever reason: the checkpoint being written is completed (a failed
 // write is the error to report: it came first).
 static void finish_or_die(CkptWriter *w) {
-    char err[1024];
+    char err[ERR_LEN];
     if (w && ckpt_writer_finish(w, NULL, err, sizeof err)) fc_die("%s", err);
 }
 
@@ -211,7 +215,7 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
     dist_broadcast(loaded, 4096);
     dist_broadcast(&m, sizeof m);
     if (t->rank > 0 && loaded[0]) {
-        char err[1024];
+        char err[ERR_LEN];
         TrainState st;
         if (checkpoint_load(loaded, t->m, t->ema, t->o, t->c, (CkptLoadMode)m, &st, err, sizeof err))
             fc_die("%s%s (every rank reads the checkpoint rank 0 starts from: the run folder must be on a "
@@ -241,7 +245,7 @@ static void choose_collectives(Trainer *t) {
 
 static void start_services(Trainer *t, int fork_start) {
     const Config *c = t->c;
-    char err[1024];
+    char err[ERR_LEN];
     if (t->data) {
         t->loader = loader_start_excluding(t->be, t->dataset, c, t->excluded, t->m->B, t->b0, (uint64_t)c->seed,
                                            t->st.step + 1, LOADER_THREADS, LOADER_PREFETCH, err, sizeof err);
@@ -288,7 +292,8 @@ static void start_services(Trainer *t, int fork_start) {
     // mpirun hands its ranks a terminal of its own even when its output goes to a file: lines, then.
     t->tty = isatty(STDOUT_FILENO) && t->ranks == 1;
     // On a terminal the progress line is rewritten in place: no checkpoint lines beside it.
-    t->writer = ckpt_writer_start(t->run, t->m, t->ema, t->o, c, t->tty ? NULL : stdout, t->sync_checkpoints);
+    t->writer = ckpt_writer_start(t->run, t->m, t->ema, t->o, c, t->lock, t->tty ? NULL : stdout,
+                                   t->sync_checkpoints);
     printf("checkpoint staging: %.3g GiB of %shost memory%s\n", ckpt_writer_staging_bytes(t->writer) / 1073741824.0,
            t->on_gpu ? "page-locked " : "", t->sync_checkpoints ? " (synchronous checkpoints)" : "");
     if (previews_on(t)) {
@@ -308,7 +313,7 @@ static double load_batch(Trainer *t, int step, double t0) {
     const Config *c = t->c;
     size_t bytes = sizeof(real) * (size_t)t->m->S * t->m->E;
     double t_data;
-    char err[1024];
+    char err[ERR_LEN];
     if (t->loader) {
         const real *batch = loader_get(t->loader, step, &t_data, err, sizeof err);
         if (!batch) {
@@ -477,7 +482,7 @@ static void gather_parts(Trainer *t, const real *src) {
 // Forward, backward and the optimizer step on the batch in x0.
 static void update_weights(Trainer *t, int step, StepReport *r) {
     const Config *c = t->c;
-    char err[1024];
+    char err[ERR_LEN];
     flow_prepare_batch(t->m, t->x0, t->b0, (uint64_t)c->seed, (uint32_t)step);
     model_forward(t->m);
     r->loss = model_loss(t->m);
@@ -542,7 +547,7 @@ static void print_progress(Trainer *t, int step, double loss, int last) {
 // A checkpoint of step s, once written, promises the run up to s: so the metrics lines of steps 1..s
 // are made durable first (one fdatasync per checkpoint; a power cut may still take later lines).
 static void submit_checkpoint(Trainer *t) {
-    char err[1024];
+    char err[ERR_LEN];
     if (fflush(t->metrics) || fdatasync(fileno(t->metrics))) {
         int e = errno;
         finish_or_die(t->writer);
@@ -563,7 +568,7 @@ static void submit_checkpoint(Trainer *t) {
 // weights for the preview (rank 0 samples) and each rank puts its own weights back.
 static void take_preview(Trainer *t, int step, int last) {
     const Backend *be = t->be;
-    char err[1024];
+    char err[ERR_LEN];
     double t0 = fc_now_s(), waited = 0;
     int go = 1;
     if (t->rank == 0 && !last && t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
@@ -575,6 +580,11 @@ static void take_preview(Trainer *t, int step, int last) {
     if (t->preview_ranks) dist_broadcast(&go, sizeof go);
     if (!go) return;
     if (t->writer && ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
+    // RUN/samples of a folder renamed away would be another run's by now (as its checkpoints would)
+    if (t->rank == 0 && run_folder_still_held(t->run, t->lock, err, sizeof err)) {
+        finish_or_die(t->writer);
+        fc_die("%s", err);
+    }
     size_t bytes = sizeof(real) * t->m->n_params;
     be->download(t->params_aside, t->m->params_mem, bytes);
     if (t->shard) gather_parts(t, t->ema);
@@ -760,7 +770,7 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
     if (model_backend_check(c, be, why, sizeof why)) fc_die("%s", why);  // before the run folder is touched
     t.rank = dist_rank(), t.ranks = dist_size();
     // the batch against the ranks and the data folder: every rank of a machine meets the same, said once
-    char err[1024];
+    char err[ERR_LEN];
     int failed = c->batch_size % t.ranks != 0;
     if (failed)
         snprintf(err, sizeof err, "batch_size = %d: %d ranks cannot share it evenly; give a batch_size that is a "

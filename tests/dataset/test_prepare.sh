@@ -479,4 +479,30 @@ rc=$?
 expect prepare_no_clip_said_on_stderr $(( rc != 1 || $(grep -c "^framechain: prepare: no usable clip came out of 1 input (0 unreadable, 1 shorter than one clip)" "$tmp/noclip.err") != 1 ||
     $(ls "$tmp/noclip" 2> /dev/null | wc -l) != 0 )) "status $rc: $(cat "$tmp/noclip.err")"
 
+# ---- a folder that is not prepare's to write: a training run's (its lock, checkpoints, metrics),
+# refused in one line and left as it was (its dataset.json had made every rerun of the train refuse
+# the folder); a lock file that cannot be opened named, not the folder; a name too long to make
+# leaves none of the parents made for it ----
+"$FC" --threads 1 train --config configs/tiny/starter.conf --run "$tmp/a_run" --set depth=1 --set frame_size=16 \
+    --set mlp_ratio=1 --set warmup_steps=2 --set steps=2 > /dev/null 2>&1
+before=$(ls -A "$tmp/a_run" | tr '\n' ' ')
+"$FC" prepare --input shapes:1:40 --out "$tmp/a_run" --size 16 --clip-frames 8 > "$tmp/into_run.out" 2> "$tmp/into_run.err"
+rc=$?
+expect prepare_refuses_run_folder $(( rc != 1 || $(wc -l < "$tmp/into_run.err") != 1 ||
+    $(grep -c "^framechain: $tmp/a_run: holds .lock: a training run's folder, not a dataset folder (give --out a folder of its own)$" "$tmp/into_run.err") != 1 )) \
+    "status $rc: $(head -1 "$tmp/into_run.err" | cut -c1-160)"
+[ "$(ls -A "$tmp/a_run" | tr '\n' ' ')" = "$before" ]
+expect prepare_leaves_run_folder_alone $? "the run folder holds: $(ls -A "$tmp/a_run" | tr '\n' ' ')"
+mkdir -p "$tmp/lockdir/.prepare.lock"  # a lock file that cannot be opened (as one another user left)
+"$FC" prepare --input shapes:1:40 --out "$tmp/lockdir" --size 16 --clip-frames 8 > /dev/null 2> "$tmp/lockdir.err"
+rc=$?
+expect prepare_names_lock_file_it_cannot_open $(( rc != 1 ||
+    $(grep -c "^framechain: $tmp/lockdir/.prepare.lock: cannot open the prepare's lock file: Is a directory$" "$tmp/lockdir.err") != 1 )) \
+    "status $rc: $(head -1 "$tmp/lockdir.err" | cut -c1-160)"
+long=$(printf 'r%.0s' $(seq 300))
+"$FC" prepare --input shapes:1:40 --out "$tmp/np/a/$long" --size 16 --clip-frames 8 > /dev/null 2> "$tmp/np.err"
+rc=$?
+expect prepare_long_name_leaves_no_folder $(( rc != 1 || $(grep -c "cannot create folder: File name too long" "$tmp/np.err") != 1 ||
+    $(ls -d "$tmp/np" 2> /dev/null | wc -l) != 0 )) "status $rc: $(cut -c1-60 "$tmp/np.err")...; left: $(find "$tmp/np" 2> /dev/null | tr '\n' ' ' | cut -c1-100)"
+
 exit 0

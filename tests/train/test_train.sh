@@ -1000,6 +1000,79 @@ for try in 1 2 3 4 5 6 7 8; do
 done
 expect two_trainers_race_new_folder $([ -z "$bad_tries" ]; echo $?) "${bad_tries:-8 of 8 tries: one trained to step 3, the other refused by the lock}"
 
+# a run folder renamed while its train runs, and another run's folder put at its name: the train stops
+# at its next checkpoint, naming where its folder went (its checkpoints and their pruning had gone into
+# the other run's folder, deleting that run's checkpoints, and it exited 0)
+QUICK=(--set depth=1 --set frame_size=16 --set mlp_ratio=1 --set warmup_steps=2)
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/mv_other" "${QUICK[@]}" --set steps=3 --set checkpoint_every=1 \
+    --set keep_checkpoints=3 > /dev/null 2>&1
+other=$(cat "$tmp/mv_other"/ckpt-*.safetensors | md5sum)
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/mv" "${QUICK[@]}" --set steps=3000 --set checkpoint_every=100 \
+    --set keep_checkpoints=1 > "$tmp/mv.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/mv" "$tmp/mv.log" 1
+mv "$tmp/mv" "$tmp/mv_moved" && mv "$tmp/mv_other" "$tmp/mv"  # another run's folder takes the name
+wait $pid
+rc=$?
+expect renamed_run_folder_stops_the_train $(( rc != 1 || ${#waited} != 0 ||
+    $(grep -c "^framechain: $tmp/mv: the run folder was moved or replaced while this train ran: stopping; its checkpoints are in the folder it was moved to, $tmp/mv_moved " "$tmp/mv.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain: ' "$tmp/mv.log" | cut -c1-200)${waited:+ ($waited)}"
+[ "$(cat "$tmp/mv"/ckpt-*.safetensors | md5sum)" = "$other" ] && [ "$(ls -A "$tmp/mv" | tr '\n' ' ')" = ".lock ckpt-00000001.safetensors ckpt-00000002.safetensors ckpt-00000003.safetensors metrics.jsonl " ]
+expect renamed_run_folder_leaves_the_new_one_alone $? "the folder now at its name holds: $(ls -A "$tmp/mv" | tr '\n' ' ')"
+# the same before a preview, which would go into RUN/samples
+mkdir "$tmp/other_pv"
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/mv_pv" "${QUICK[@]}" --set steps=3000 --set checkpoint_every=1000 \
+    --set sample_every=50 > "$tmp/mv_pv.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/mv_pv" "$tmp/mv_pv.log" 1
+mv "$tmp/mv_pv" "$tmp/mv_pv_moved" && mv "$tmp/other_pv" "$tmp/mv_pv"
+wait $pid
+rc=$?
+expect renamed_run_folder_stops_before_preview $(( rc != 1 || ${#waited} != 0 || $(ls -A "$tmp/mv_pv" | wc -l) != 0 ||
+    $(grep -c "^framechain: $tmp/mv_pv: the run folder was moved or replaced while this train ran" "$tmp/mv_pv.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain: ' "$tmp/mv_pv.log" | cut -c1-120); the folder now at its name holds: $(ls -A "$tmp/mv_pv" | tr '\n' ' ')"
+
+# ---- folders that are not the run's to make or share ----
+# a dataset a prepare is writing (its lock, its shards), or one whose prepare was cut off (shards, no
+# dataset.json): refused as a whole dataset is, the folder left as it was
+mkdir -p "$tmp/preparing" "$tmp/cut_prep"
+: > "$tmp/preparing/.prepare.lock"
+: > "$tmp/preparing/shard-00000.safetensors"
+: > "$tmp/cut_prep/shard-00000.safetensors"
+ok=0
+for d in preparing cut_prep; do
+    "$FC" --threads 1 train --config "$TINY" --run "$tmp/$d" "${QUICK[@]}" --set steps=2 > "$tmp/$d.log" 2>&1
+    rc=$?
+    held=$([ $d = preparing ] && echo .prepare.lock || echo "shard files")
+    { [ $rc = 1 ] && [ "$(grep -c "^framechain: $tmp/$d: holds $held: a dataset a prepare is writing (or one whose prepare was cut off), not a run folder (give --run a folder of its own)$" "$tmp/$d.log")" = 1 ] &&
+      [ "$(ls -A "$tmp/$d" | tr '\n' ' ')" = "$( [ $d = preparing ] && echo '.prepare.lock ')shard-00000.safetensors " ]; } ||
+        { ok=1; echo "  $d: status $rc: $(grep -m1 '^framechain: ' "$tmp/$d.log" | cut -c1-160); holds $(ls -A "$tmp/$d" | tr '\n' ' ')"; }
+done
+expect train_refuses_dataset_being_prepared $ok "$(grep -m1 '^framechain: ' "$tmp/preparing.log" | cut -c1-160)"
+# --extend of a run another train is using: the lock is said (not what the checkpoints, which that
+# train writes and prunes meanwhile, held at the moment they were listed)
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/busy" "${QUICK[@]}" --set steps=100000 --set checkpoint_every=100000 \
+    > "$tmp/busy1.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/busy" "$tmp/busy1.log" 1
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/busy" "${QUICK[@]}" --extend --steps 200000 > "$tmp/busy2.log" 2>&1
+rc=$?
+kill9_reap $pid
+expect extend_busy_run_says_lock $(( rc != 1 || ${#waited} != 0 ||
+    $(grep -c "^framechain: $tmp/busy: another framechain train is using this run folder$" "$tmp/busy2.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain: ' "$tmp/busy2.log" | cut -c1-160)${waited:+ ($waited)}"
+# a name the file system cannot take, deep in a long path: the line keeps its reason whole, and the
+# parents made for it go (a refused start leaves nothing on disk)
+deep="$tmp/deep"
+for i in $(seq 16); do deep="$deep/$(printf 'd%.0s' $(seq 200))"; done
+deep="$deep/$(printf 'r%.0s' $(seq 300))"
+"$FC" --threads 1 train --config "$TINY" --run "$deep" "${QUICK[@]}" --set steps=2 > "$tmp/deep.log" 2>&1
+rc=$?
+expect train_long_path_says_why $(( rc != 1 || $(grep -c "^framechain: $deep: cannot create folder: File name too long$" "$tmp/deep.log") != 1 )) \
+    "status $rc (a path of ${#deep} bytes): ...$(grep -m1 '^framechain: ' "$tmp/deep.log" | tail -c 80)"
+[ ! -e "$tmp/deep" ]
+expect train_long_name_leaves_no_folder $? "left: $(find "$tmp/deep" 2> /dev/null | wc -l) folders"
+
 # ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
 for opt in adamw adamw8bit; do
     "$FC" --threads 2 train --config "$TINY" --run "$tmp/$opt" --set optimizer=$opt --set steps=200 --set warmup_steps=10 \
