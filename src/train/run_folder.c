@@ -50,6 +50,10 @@ int run_folder_still_held(const char *run, int lock, char *err, size_t errlen) {
     ssize_t n = readlink(path, now, sizeof now - 1);
     now[n > 0 ? n : 0] = 0;
     size_t len = strlen(now);
+    if (len > 10 && !strcmp(now + len - 10, " (deleted)"))  // removed, the folder where it was
+        return fc_errf(err, errlen, "%s/.lock: the run's lock file was removed while this train ran: stopping (without "
+                       "it a second train could start in the folder); the checkpoints written are in %s, and the "
+                       "same command goes on from them", run, run);
     int moved = len > 6 && !strcmp(now + len - 6, "/.lock");
     if (moved) now[len - 6] = 0;
     return fc_errf(err, errlen, "%s: the run folder was moved or replaced while this train ran: stopping; its "

@@ -342,7 +342,7 @@ other_crc=$(python3 -c "import zlib,sys; print('%08x' % zlib.crc32(open(sys.argv
 [[ "$lineage" == *"data the same, its exclude list crc32 $crc -> crc32 $other_crc"* ]] && [[ "$lineage" != *"data crc32"* ]]
 expect exclude_fork_data_line $? "lineage: $lineage"
 
-# the list is read once, when train starts (the CRC in the data identity is of those bytes): a list
+# the list is read once for the loader, when train starts: a list
 # replaced while the set-up is held is not read again by the data loader, which once stopped at it
 cp "$tmp/top.txt" "$tmp/held.txt"
 (exec env FRAMECHAIN_TEST_SETUP_DELAY_MS=3000 "$FC" --threads 1 train --config $TINY --run "$tmp/held" \

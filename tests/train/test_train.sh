@@ -1032,6 +1032,19 @@ expect renamed_run_folder_stops_before_preview $(( rc != 1 || ${#waited} != 0 ||
     $(grep -c "^framechain: $tmp/mv_pv: the run folder was moved or replaced while this train ran" "$tmp/mv_pv.log") != 1 )) \
     "status $rc: $(grep -m1 '^framechain: ' "$tmp/mv_pv.log" | cut -c1-120); the folder now at its name holds: $(ls -A "$tmp/mv_pv" | tr '\n' ' ')"
 
+# the run's lock file removed while it trains (a cleanup script): it stops at its next checkpoint saying
+# so, the folder not called moved; the same command goes on from the checkpoints
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/rmlock" "${QUICK[@]}" --set steps=3000 --set checkpoint_every=100 \
+    > "$tmp/rmlock.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/rmlock" "$tmp/rmlock.log" 1
+rm "$tmp/rmlock/.lock"
+wait $pid
+rc=$?
+expect removed_lock_file_said $(( rc != 1 || ${#waited} != 0 ||
+    $(grep -c "^framechain: $tmp/rmlock/.lock: the run's lock file was removed while this train ran: stopping" "$tmp/rmlock.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain: ' "$tmp/rmlock.log" | cut -c1-160)${waited:+ ($waited)}"
+
 # ---- folders that are not the run's to make or share ----
 # a dataset a prepare is writing (its lock, its shards), or one whose prepare was cut off (shards, no
 # dataset.json): refused as a whole dataset is, the folder left as it was
