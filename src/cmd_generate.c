@@ -257,7 +257,7 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     else rc = generate_output_finish(out, err, sizeof err);
     fc_release_stop_signals();
     if (rc) fprintf(stderr, "framechain: %s\n", err);
-    else printf("generate: wrote %s (%d frames in %.2f s)\n", g->out, g->frames, fc_now_s() - t0);
+    else printf("generate: wrote %s (%d frames in %.2f s)\n", FC_ESCAPED(g->out), g->frames, fc_now_s() - t0);
     free(first), free(pixels);
     return rc && fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

@@ -177,8 +177,14 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
     // what a resume would say of it, before anything is printed (it reads the file again)
     char verdict_why[1024];
     const char *fmt = st_meta(&f, "format");
-    CkptStatus verdict = fmt && !strcmp(fmt, CKPT_FORMAT) ? checkpoint_check(path, NULL, verdict_why, sizeof verdict_why)
+    int step = -1, named = -1;
+    CkptStatus verdict = fmt && !strcmp(fmt, CKPT_FORMAT) ? checkpoint_check(path, &step, verdict_why, sizeof verdict_why)
                                                           : CKPT_OK;
+    // named as a run's checkpoint of another step: a resume sets it aside, as inspect RUN says
+    const char *slash = strrchr(path, '/');
+    if (fmt && !strcmp(fmt, CKPT_FORMAT)) named = checkpoint_step_of_name(slash ? slash + 1 : path);
+    if (verdict == CKPT_OK && named >= 0 && step != named)
+        snprintf(verdict_why, sizeof verdict_why, "%s: its metadata says step %d", path, step), verdict = CKPT_CORRUPT;
     if (verdict != CKPT_OK && vanish_ok && access(path, F_OK) && errno == ENOENT) {
         st_free(&f);
         free(crc);
@@ -196,9 +202,12 @@ static int inspect_file_or_gone(const char *path, int vanish_ok) {
     printf("tensors:\n");
     for (int i = 0; i < f.n; i++) {
         const StEntry *e = &f.entries[i];
-        char key[256], shape[128] = "(";
-        snprintf(key, sizeof key, "crc32.%s", e->name);
+        char shape[128] = "(";
+        size_t keylen = strlen(e->name) + 7;  // "crc32." and the name, however long
+        char *key = fc_malloc(keylen);
+        snprintf(key, keylen, "crc32.%s", e->name);
         const char *want = st_meta(&f, key);
+        free(key);
         const char *status = "no CRC";
         int k = -1;
         if (shard.why && sscanf(e->name, "clip.%d", &k) == 1 && k >= 0 && k < shard.n) {
@@ -601,7 +610,12 @@ static int inspect_folder(const char *dir) {
                "rerun of train refuses to start the run again from %s)", dir, aside, aside == 1 ? "" : "s", from);
     }
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (!access(path, F_OK))
+    long trained = access(path, F_OK) ? -1 : run_folder_metrics_last_step(dir);
+    if (trained > 0)  // as train's trained_before judges it: a run killed before its first checkpoint is not lost
+        fc_die("%s: a run folder with no checkpoint, its metrics.jsonl up to step %ld: a rerun of train starts it "
+               "again from step 0 only where that is within 2 checkpoint_every steps, else refuses (the steps "
+               "trained would be lost)", dir, trained);
+    if (trained == 0)
         fc_die("%s: a run folder with no checkpoint yet (train writes one every checkpoint_every steps)", dir);
     snprintf(path, sizeof path, "%s/dataset.json", dir);
     int shards = 0;  // shard files without dataset.json: a prepare cut off, which inspect_dataset says

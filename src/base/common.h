@@ -55,6 +55,10 @@ size_t fc_printable_len(const uint8_t *s, size_t n);
 // so that the name stays on its one line and one written to drive a terminal prints as text. Cut
 // between characters where out is too small. Returns out.
 char *fc_escaped_name(char *out, size_t outlen, const char *s);
+// fc_escaped_name into a buffer of the expression's own (a path of up to 4096 bytes whole), for a
+// printf argument: printf("wrote %s\n", FC_ESCAPED(path)).
+#define FC_ESCAPED_LEN (4 * 4096 + 1)
+#define FC_ESCAPED(s) fc_escaped_name((char[FC_ESCAPED_LEN]){0}, FC_ESCAPED_LEN, (s))
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends

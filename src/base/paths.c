@@ -260,7 +260,7 @@ int fc_remove_stale_temps(const char *path) {
         snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
         struct stat sb;
         if (lstat(full, &sb) || !S_ISREG(sb.st_mode) || unlink(full)) continue;
-        printf("removed %s, left by a write of %s that was cut off\n", full, path);
+        printf("removed %s, left by a write of %s that was cut off\n", FC_ESCAPED(full), FC_ESCAPED(path));
         removed++;
     }
     closedir(d);

@@ -270,13 +270,17 @@ static void remove_leftovers(const char *out) {
         if (lstat(path, &sb)) continue;
         // a folder moved aside for one that never took its place: the output it was, back in place
         if (S_ISDIR(sb.st_mode) && kind == 2 && lstat(out, &sb) && errno == ENOENT && !rename(path, out)) {
-            printf("generate: restored %s from %s, where a generate of it that was cut off had moved it\n", out, path);
+            printf("generate: restored %s from %s, where a generate of it that was cut off had moved it\n",
+                   FC_ESCAPED(out), FC_ESCAPED(path));
             continue;
         }
         if (S_ISDIR(sb.st_mode)) remove_frame_folder(path);
         else unlink(path);
-        if (lstat(path, &sb)) printf("generate: removed %s, left by a generate of %s that was cut off\n", path, out);
-        else printf("generate: %s is left by a generate of %s that was cut off; it could not be removed\n", path, out);
+        if (lstat(path, &sb))
+            printf("generate: removed %s, left by a generate of %s that was cut off\n", FC_ESCAPED(path), FC_ESCAPED(out));
+        else
+            printf("generate: %s is left by a generate of %s that was cut off; it could not be removed\n",
+                   FC_ESCAPED(path), FC_ESCAPED(out));
     }
     closedir(d);
 }

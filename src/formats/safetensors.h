@@ -81,8 +81,9 @@ typedef struct {
     StEntry *entries;
     int nmeta;
     char **meta_keys, **meta_values;
-    // private: the entries' indices sorted by name (for st_find), and the decoded strings
-    int *by_name;
+    // private: the entries' indices sorted by name (for st_find), the metadata's by key (for st_meta:
+    // a shard holds five keys a clip, hundreds of thousands), and the decoded strings
+    int *by_name, *meta_by_key;
     char *strings;
 } StFile;
 

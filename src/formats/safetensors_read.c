@@ -63,7 +63,7 @@ static const char *first_duplicate(Named *v, int n) {
 }
 
 // Names that must be unique: the metadata keys and the tensor names. Then the entries are put in data
-// order, and by_name indexes them by name (for st_find).
+// order, by_name indexes them by name (for st_find) and meta_by_key the metadata (for st_meta).
 static int check_names(StFile *f, char *err, size_t errlen) {
     int most = f->n > f->nmeta ? f->n : f->nmeta;
     Named *v = malloc(sizeof(Named) * (size_t)(most ? most : 1));
@@ -74,6 +74,12 @@ static int check_names(StFile *f, char *err, size_t errlen) {
         free(v);
         return fc_errf(err, errlen, "__metadata__: duplicate key '%s'", SHOWN(dup));
     }
+    f->meta_by_key = malloc(sizeof(int) * (size_t)(f->nmeta ? f->nmeta : 1));
+    if (!f->meta_by_key) {
+        free(v);
+        return fc_errf(err, errlen, "out of memory reading the header");
+    }
+    for (int i = 0; i < f->nmeta; i++) f->meta_by_key[i] = v[i].idx;  // v is sorted by key now
     for (int i = 0; i < f->n; i++) v[i] = (Named){f->entries[i].name, i};
     dup = first_duplicate(v, f->n);
     if (dup) {
@@ -294,8 +300,14 @@ const StEntry *st_find(const StFile *f, const char *name) {
 const void *st_data(const StFile *f, const StEntry *e) { return f->bytes + f->data_start + e->begin; }
 
 const char *st_meta(const StFile *f, const char *key) {
-    for (int i = 0; i < f->nmeta; i++)
-        if (!strcmp(f->meta_keys[i], key)) return f->meta_values[i];
+    int lo = 0, hi = f->nmeta - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, i = f->meta_by_key[mid];
+        int c = strcmp(key, f->meta_keys[i]);
+        if (!c) return f->meta_values[i];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
     return NULL;
 }
 
@@ -305,6 +317,7 @@ void st_free(StFile *f) {
     free(f->meta_keys);
     free(f->meta_values);
     free(f->by_name);
+    free(f->meta_by_key);
     free(f->strings);
     memset(f, 0, sizeof *f);
 }

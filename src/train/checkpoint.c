@@ -23,9 +23,7 @@ void checkpoint_path(char *buf, size_t len, const char *run, int step) {
     snprintf(buf, len, "%s/ckpt-%08d.safetensors", run, step);
 }
 
-// Parse "ckpt-XXXXXXXX.safetensors" exactly (8 digits, or the 9 or 10 that checkpoint_path's %08d
-// writes from step 100,000,000 on); -1 for any other name.
-static int parse_ckpt_name(const char *name) {
+int checkpoint_step_of_name(const char *name) {
     size_t len = strlen(name), digits = len - 5 - 12;
     if (strncmp(name, "ckpt-", 5) || len < 5 + 8 + 12 || digits > 10 || strcmp(name + 5 + digits, ".safetensors"))
         return -1;
@@ -50,7 +48,7 @@ int checkpoint_list(const char *run, int **steps) {
     int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int step = parse_ckpt_name(e->d_name);
+        int step = checkpoint_step_of_name(e->d_name);
         if (step < 0) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;

@@ -150,6 +150,9 @@ int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc
 // it aside and goes back to the checkpoint before) or CKPT_REFUSED (a resume stops at it) with one
 // line in why.
 CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whylen);
+// The step a checkpoint's file name gives: "ckpt-XXXXXXXX.safetensors" exactly (8 digits, or the 9 or
+// 10 that checkpoint_path's %08d writes from step 100,000,000 on), no folder; -1 for any other name.
+int checkpoint_step_of_name(const char *name);
 
 // For generation: the newest usable checkpoint of RUN (its header and EMA tensors read, their CRCs
 // and values checked; a bad one is skipped with a warning), as a model of batch B on `be` holding

@@ -359,6 +359,11 @@ static long metrics_last_step(const char *run, long at_most, long *below) {
     return last;
 }
 
+long run_folder_metrics_last_step(const char *run) {
+    long below;
+    return metrics_last_step(run, 0, &below);
+}
+
 void run_folder_restart_point(const char *parent, int parent_step, char *out, size_t len) {
     if (parent) snprintf(out, len, "its parent %.1100s (step %d)", parent, parent_step);
     else snprintf(out, len, "step 0");

@@ -24,6 +24,8 @@ int run_folder_open(const char *run);
 // this train's checkpoints and their pruning must never reach. 0, or -1 with one line in err.
 // Checked before each checkpoint is written.
 int run_folder_still_held(const char *run, int lock, char *err, size_t errlen);
+// The highest step RUN/metrics.jsonl records (lines torn or put in by hand aside); 0 where none.
+long run_folder_metrics_last_step(const char *run);
 // metrics.jsonl opened for appending, its lines of steps after `last` dropped first (a FIFO in its
 // place is refused; a rewrite that fails leaves no temporary file).
 FILE *run_folder_metrics(const char *run, int last);

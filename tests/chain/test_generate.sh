@@ -694,3 +694,12 @@ rc2=$?
 left=$(ls "$tmp" | grep -c "^stale.*\.tmp-$dead\$")
 expect generate_removes_stale_temps $(( rc1 != 0 || rc2 != 0 || left != 0 || $(grep -c "^removed .*stale.*tmp-$dead, left by a write" "$tmp/stale.log") != 2 )) \
     "status $rc1 and $rc2, $left of the 2 stale temporary files left"
+
+# ---- an --out whose name holds an escape byte and a newline: the "wrote" line prints them escaped, one
+# line (it sent the escape to the terminal, and the newline split the line)
+odd="$tmp/e$(printf '\033')[31m"$'\n'"red.gif"
+"$FC" generate "${RUNS[@]}" --first-frame shapes:0 --frames 7 --steps 1 --out "$odd" --quiet > "$tmp/odd.log" 2>&1
+rc=$?
+expect generate_wrote_line_escaped $(( rc != 0 || $(grep -c 'wrote ' "$tmp/odd.log") != 1 ||
+    $(grep -cF 'e\x1b[31m\nred.gif (7 frames' "$tmp/odd.log") != 1 || $(grep -c $'\033' "$tmp/odd.log") != 0 )) \
+    "status $rc: $(grep 'wrote' "$tmp/odd.log" | cat -v | cut -c1-140)"

@@ -586,6 +586,36 @@ static void test_duplicates_among_many(void) {
     check(temp_files(g_dir) == 0, "st_write_duplicates_leave_no_temp", "%d temporary files", temp_files(g_dir));
 }
 
+// st_meta among many keys (a shard holds five a clip; it searches a sorted index): every key written
+// gives its own value, in any order of writing, and keys that are not there (one past the last, a
+// prefix of one, the empty key) give NULL.
+static void test_meta_lookup_many(void) {
+    enum { N = 5000 };
+    float x[4] = {1, 2, 3, 4};
+    StTensor t = {"x", "F32", 1, {4}, x};
+    static StMeta meta[N];
+    static char keys[N][32], values[N][16];
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/lookup.safetensors", g_dir);
+    for (int i = 0; i < N; i++) {
+        int k = (int)((i * 7919L) % N);  // written out of order
+        snprintf(keys[i], sizeof keys[i], "clip.%d.source", k), snprintf(values[i], sizeof values[i], "v%d", k);
+        meta[i] = (StMeta){keys[i], values[i]};
+    }
+    int rc = st_write(path, &t, 1, meta, N, err, sizeof err);
+    StFile f = {0};
+    int read = rc == 0 && st_read(path, &f, err, sizeof err) == 0, right = 0;
+    for (int i = 0; read && i < N; i++) {
+        const char *v = st_meta(&f, keys[i]);
+        right += v && !strcmp(v, values[i]);
+    }
+    int absent = read && !st_meta(&f, "clip.5000.source") && !st_meta(&f, "clip.1.sourc") && !st_meta(&f, "") &&
+                 !st_meta(&f, "zzz");
+    check(read && right == N && absent, "st_meta_among_many_keys", "%s%d of %d keys give their value; absent keys "
+          "NULL: %d", read ? "" : err, right, N, absent);
+    st_free(&f);
+}
+
 // A legal name of 250 bytes, where "NAME.tmp-PID" would pass NAME_MAX (255): written (through a
 // shorter temporary name in the same folder), and the temporary of such a write that was killed is
 // found and removed by the next write's cleanup (fc_remove_stale_temps).
@@ -711,6 +741,7 @@ int main(void) {
     test_json_reader();
     test_write_failures();
     test_duplicates_among_many();
+    test_meta_lookup_many();
     test_long_name();
     test_config_text();
     char cmd[600];

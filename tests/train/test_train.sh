@@ -140,7 +140,33 @@ mkdir "$tmp/no_ckpt" && head -2 "$tmp/ref/metrics.jsonl" > "$tmp/no_ckpt/metrics
 "$FC" inspect "$tmp/no_ckpt" > "$tmp/no_ckpt.log" 2>&1
 rc=$?
 expect inspect_run_without_checkpoint $(( rc != 1 || $(grep -c . "$tmp/no_ckpt.log") != 1 ||
-    $(grep -c "no_ckpt: a run folder with no checkpoint yet" "$tmp/no_ckpt.log") != 1 )) "status $rc: $(head -1 "$tmp/no_ckpt.log")"
+    $(grep -c "no_ckpt: a run folder with no checkpoint, its metrics.jsonl up to step 2: a rerun of train starts it again from step 0 only where that is within 2 checkpoint_every steps, else refuses" "$tmp/no_ckpt.log") != 1 )) \
+    "status $rc: $(head -1 "$tmp/no_ckpt.log")"
+: > "$tmp/no_ckpt/metrics.jsonl"
+"$FC" inspect "$tmp/no_ckpt" > "$tmp/no_ckpt.log" 2>&1
+rc=$?
+expect inspect_run_without_checkpoint_yet $(( rc != 1 || $(grep -c "no_ckpt: a run folder with no checkpoint yet" "$tmp/no_ckpt.log") != 1 )) \
+    "status $rc: $(head -1 "$tmp/no_ckpt.log")"
+# inspect CKPT applies a resume's checks: a checkpoint named for another step than its metadata's is
+# set aside by a resume, and inspect of the file alone says so (it said every CRC checks, status 0)
+mkdir "$tmp/renamed" && cp "$(final "$tmp/ref")" "$tmp/renamed/ckpt-00099999.safetensors"
+"$FC" inspect "$tmp/renamed/ckpt-00099999.safetensors" > "$tmp/renamed.log" 2>&1
+rc=$?
+expect inspect_checkpoint_named_for_another_step $(( rc != 1 ||
+    $(grep -c "^UNUSABLE: .*ckpt-00099999.safetensors: its metadata says step $STEPS; a resume sets it aside" "$tmp/renamed.log") != 1 )) \
+    "status $rc: $(grep -m1 UNUSABLE "$tmp/renamed.log" | cut -c1-160)"
+# a tensor whose name is longer than 250 bytes: its CRC is still looked up and checked (a wrong one: 1)
+"$PYTHON" - "$tmp/longname.safetensors" <<'PY'
+import json, struct, sys
+name = "w" * 300
+head = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                   "__metadata__": {"crc32." + name: "deadbeef"}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(head)) + head + b"\0" * 4)
+PY
+"$FC" inspect "$tmp/longname.safetensors" > "$tmp/longname.log" 2>&1
+rc=$?
+expect inspect_long_tensor_name_crc_checked $(( rc != 1 || $(grep -c "CRC BAD" "$tmp/longname.log") != 1 )) \
+    "status $rc: $(tail -1 "$tmp/longname.log")"
 "$PYTHON" tools/safetensors_io.py "$(final "$tmp/ref")" > "$tmp/py.log" 2>&1
 rc=$?
 expect python_reads_checkpoint $(( rc != 0 || $(grep -c '^optim\.' "$tmp/py.log") == 0 )) \
