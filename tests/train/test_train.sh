@@ -149,12 +149,12 @@ expect inspect_run_without_checkpoint_yet $(( rc != 1 || $(grep -c "no_ckpt: a r
     "status $rc: $(head -1 "$tmp/no_ckpt.log")"
 # inspect CKPT applies a resume's checks: a checkpoint named for another step than its metadata's is
 # set aside by a resume, and inspect of the file alone says so (it said every CRC checks, status 0)
-mkdir "$tmp/renamed" && cp "$(final "$tmp/ref")" "$tmp/renamed/ckpt-00099999.safetensors"
-"$FC" inspect "$tmp/renamed/ckpt-00099999.safetensors" > "$tmp/renamed.log" 2>&1
+mkdir "$tmp/misnamed" && cp "$(final "$tmp/ref")" "$tmp/misnamed/ckpt-00099999.safetensors"
+"$FC" inspect "$tmp/misnamed/ckpt-00099999.safetensors" > "$tmp/misnamed.log" 2>&1
 rc=$?
 expect inspect_checkpoint_named_for_another_step $(( rc != 1 ||
-    $(grep -c "^UNUSABLE: .*ckpt-00099999.safetensors: its metadata says step $STEPS; a resume sets it aside" "$tmp/renamed.log") != 1 )) \
-    "status $rc: $(grep -m1 UNUSABLE "$tmp/renamed.log" | cut -c1-160)"
+    $(grep -c "^UNUSABLE: .*ckpt-00099999.safetensors: its metadata says step $STEPS; a resume sets it aside" "$tmp/misnamed.log") != 1 )) \
+    "status $rc: $(grep -m1 UNUSABLE "$tmp/misnamed.log" | cut -c1-160)"
 # a tensor whose name is longer than 250 bytes: its CRC is still looked up and checked (a wrong one: 1)
 "$PYTHON" - "$tmp/longname.safetensors" <<'PY'
 import json, struct, sys
