@@ -33,3 +33,9 @@ uint16_t half_from_float(float v) {
     if (rest > 0x1000 || (rest == 0x1000 && (m & 1))) m++;  // a carry into the exponent is right
     return sign | (uint16_t)(m - (112u << 10));             // the exponent rebased from 127 to 15
 }
+
+long half_first_nonfinite(const uint8_t *bytes, size_t n) {
+    for (size_t e = 0; e < n; e++)
+        if ((bytes[2 * e + 1] & 0x7C) == 0x7C) return (long)e;
+    return -1;
+}

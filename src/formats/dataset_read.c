@@ -560,6 +560,14 @@ int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *fra
             rc = DATASET_CLIP_DAMAGED;
         } else {
             const uint8_t *b = (const uint8_t *)buf;
+            // prepare never stores inf or NaN (it refuses latents beyond F16's range): a file whose CRC
+            // matches them was written by something else, and would make the loss NaN
+            long at = half_first_nonfinite(b, values);
+            if (at >= 0) {
+                fc_errf(err, errlen, "%s: clip.%d (clip %d of the dataset): frame %d%s: value %ld is %s, not a latent",
+                        path, c->k, clip, f, mirror ? " (mirrored)" : "", at, b[2 * at] | (b[2 * at + 1] & 3) ? "NaN" : "inf");
+                rc = DATASET_CLIP_DAMAGED;
+            }
             for (size_t e = 0; e < values; e++)
                 out[(size_t)i * values + e] = half_to_float((uint16_t)(b[2 * e] | b[2 * e + 1] << 8));
         }

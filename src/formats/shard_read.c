@@ -10,6 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "base/half.h"
 #include "formats/safetensors.h"
 #include "formats/shard_internal.h"
 #include "formats/shards.h"
@@ -275,6 +276,13 @@ int first_bad_unit(const uint8_t *bytes, int n, size_t unit, const uint32_t *crc
     return -1;
 }
 
+// The first of n units of `unit` bytes of F16 values holding inf or NaN, or -1.
+static int first_nonfinite_unit(const uint8_t *bytes, int n, size_t unit) {
+    for (int u = 0; u < n; u++)
+        if (half_first_nonfinite(bytes + (size_t)u * unit, unit / 2) >= 0) return u;
+    return -1;
+}
+
 // ---------------------------------------------------------------------------------------------
 // decoding a clip
 
@@ -434,6 +442,9 @@ int shard_check_clips(const StFile *f, const char *name, ShardClipFn each, void 
                 snprintf(why, sizeof why, "%llu bytes stored for %zu", (unsigned long long)c->stored, si.raw);
             else if ((unit = first_bad_unit(src.mem, 2 * si.F, si.unit, c->unit_crc)) >= 0)
                 snprintf(why, sizeof why, "frame %d%s: CRC32 mismatch", unit / 2, unit % 2 ? " (mirrored)" : "");
+            else if ((unit = first_nonfinite_unit(src.mem, 2 * si.F, si.unit)) >= 0)
+                snprintf(why, sizeof why, "frame %d%s: holds inf or NaN, not latents", unit / 2,
+                         unit % 2 ? " (mirrored)" : "");
         } else if (!decode_clip(&src, c->stored, c->zlib, NULL, si.raw, &crc, why, sizeof why) && crc != c->crc) {
             snprintf(why, sizeof why, "CRC32 mismatch: the data gives %08x, the metadata says %08x", crc, c->crc);
         }

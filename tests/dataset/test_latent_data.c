@@ -161,11 +161,15 @@ static void latent_clip(uint16_t *v, int i) {
     }
 }
 
-static int make_latent_dataset(const char *dir, uint16_t *all, char *err, size_t errlen) {
+// poison: clip 1's frame 4 holds an inf at value 7, clip 3's frame 0 mirrored a NaN at value 0 (the
+// CRCs theirs: a shard another tool wrote).
+static int make_latent_dataset(const char *dir, uint16_t *all, int poison, char *err, size_t errlen) {
     ShardWriter *w = shard_writer_open_latents(dir, &ID, LN, LF, CLIP_VALUES * 2 * 2 + 10, err, errlen);
     if (!w) return -1;
     for (int i = 0; i < LCLIPS; i++) {
         latent_clip(all + CLIP_VALUES * i, i);
+        if (poison && i == 1) all[CLIP_VALUES * i + 2 * 4 * UNIT + 7] = 0x7C00;
+        if (poison && i == 3) all[CLIP_VALUES * i + 1 * UNIT] = 0xFE00;
         if (shard_writer_add(w, (const uint8_t *)(all + CLIP_VALUES * i), "in.mp4", 32L * i, 25, err, errlen)) {
             shard_writer_abort(w);
             return -1;
@@ -459,6 +463,42 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
     dataset_close(d);
 }
 
+// Values no prepare writes (inf, NaN) under a matching CRC: the unit holding them is refused as a
+// damaged one, named with the value's place, and the loader's windows take the next good clip; the
+// same clip's other frames read.
+static void test_latent_nonfinite(const char *dir) {
+    char err[1024], inf[1024] = "", nan[1024] = "";
+    uint16_t *all = fc_malloc(sizeof(uint16_t) * CLIP_VALUES * LCLIPS);
+    int rc = make_latent_dataset(dir, all, 1, err, sizeof err);
+    Dataset *d = rc ? NULL : dataset_open(dir, err, sizeof err);
+    if (!d) {
+        check(0, "latent_nonfinite_setup", "%s", err);
+        free(all);
+        return;
+    }
+    float *out = fc_malloc(sizeof(float) * UNIT);
+    int f4 = 4, f0 = 0;
+    int rc_inf = dataset_read_latent_frames(d, 1, 1, &f4, 0, out, inf, sizeof inf);
+    int rc_nan = dataset_read_latent_frames(d, 3, 1, &f0, 1, out, nan, sizeof nan);
+    int others = !dataset_read_latent_frames(d, 1, 1, &f4, 1, out, err, sizeof err) && units_are(out, all, 1, 1, &f4, 1) &&
+                 !dataset_read_latent_frames(d, 3, 1, &f0, 0, out, err, sizeof err) && units_are(out, all, 3, 1, &f0, 0);
+    check(rc_inf == DATASET_CLIP_DAMAGED && one_line(inf) && strstr(inf, "clip.1") && strstr(inf, "frame 4: value 7 is inf") &&
+              rc_nan == DATASET_CLIP_DAMAGED && strstr(nan, "frame 0 (mirrored): value 0 is NaN") && others,
+          "latent_nonfinite_refused", "%s; %s; the same frames the other way read: %s", inf, nan, others ? "yes" : "no");
+    // inspect's whole-shard check names it too
+    ClipLocation loc;
+    dataset_clip_location(d, 1, &loc);
+    char path[600], why[1024] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, loc.shard);
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    int checked = bytes ? shard_check_bytes(bytes, len, why, sizeof why) : 0;
+    check(checked && one_line(why) && strstr(why, "frame 4: holds inf or NaN"), "latent_shard_check_nonfinite", "%s",
+          why);
+    free(bytes), free(out), free(all);
+    dataset_close(d);
+}
+
 static void run_all(void) {
     test_half();
     test_sha256();
@@ -466,7 +506,7 @@ static void run_all(void) {
     char dir[512], err[1024];
     folder(dir, sizeof dir, "latents");
     uint16_t *all = fc_malloc(sizeof(uint16_t) * CLIP_VALUES * LCLIPS);
-    int rc = make_latent_dataset(dir, all, err, sizeof err);
+    int rc = make_latent_dataset(dir, all, 0, err, sizeof err);
     check(rc == 0, "latent_write", "%s", rc ? err : "5 clips of 6 frames of (4, 4, 4) latents, each frame also mirrored");
     if (!rc) {
         test_latent_roundtrip(dir, all);
@@ -476,6 +516,8 @@ static void run_all(void) {
         test_latent_damage(dir, all);
     }
     free(all);
+    folder(dir, sizeof dir, "latents_nonfinite");
+    test_latent_nonfinite(dir);
 }
 
 int main(void) { return run_in_scratch("latent_data", run_all); }
