@@ -143,6 +143,7 @@ fi
 run_suite cli tests/cli/test_cli.sh "$FC"
 run_suite process tests/cli/test_process.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/train/test_train.sh "$FC"
+run_suite train_damage env PYTHON="$PYTHON" tests/train/test_train_damage.sh "$FC"
 run_suite powerloss tests/train/test_powerloss.sh "$FC" "$BUILD"
 run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"
 # With the CUDA emulation's program (built wherever the toolkit's headers are) the GPU ranks' path runs too.
