@@ -428,7 +428,9 @@ static void score_chain(Eval *ev, int k, int l) {
     double clip_sum = 0;
     for (int f = o->given; f < N; f++) {
         uint8_t *made = ev->rgb + (f & 1) * frame_bytes, *before = ev->rgb + !(f & 1) * frame_bytes;
-        if (f == o->given) memcpy(before, ev->clip + (f - 1) * frame_bytes, frame_bytes);  // the last given
+        // the chain's own frame before: the last given as the chain holds it (through the autoencoder
+        // and back where it works on latents, so that the round trip's loss is not counted as motion)
+        if (f == o->given) chain_frame_rgb(ev, ev->video + (f - 1) * ev->EC, before);
         chain_frame_rgb(ev, ev->video + f * ev->EC, made);
         double psnr = frame_psnr(made, ev->clip + f * frame_bytes, S);
         if (f >= ev->r.h0 && f <= ev->r.h1) clip_sum += psnr;
@@ -490,7 +492,6 @@ static int eval_quality(Eval *ev) {
 typedef struct {
     Eval *ev;
     int l;
-    FrameStats s0;
 } DriftRun;
 
 static int drift_frame(void *ctx, int f, const real *frame, char *err, size_t errlen) {
@@ -499,9 +500,9 @@ static int drift_frame(void *ctx, int f, const real *frame, char *err, size_t er
     DriftRun *d = ctx;
     Eval *ev = d->ev;
     chain_frame_rgb(ev, frame, ev->rgb);
-    FrameStats s = frame_stats(ev->rgb, ev->S);
-    if (f == 0) d->s0 = s;  // the real first frame, back through [-1, 1]: the same bytes
-    ev->r.drift[(size_t)d->l * ev->M + f] = frame_stats_ratio(s, d->s0);
+    // ratios to the real first frame, as the real clip's are (with latents the chain's frame 0 is
+    // that frame through the autoencoder and back, and its ratio says what the round trip lost)
+    ev->r.drift[(size_t)d->l * ev->M + f] = frame_stats_ratio(frame_stats(ev->rgb, ev->S), ev->r.first);
     return 0;
 }
 
@@ -515,7 +516,7 @@ static int eval_drift(Eval *ev) {
         double t0 = fc_now_s();
         SampleOptions so = sample_run_options(ev, clip_seed(o->sample.seed, r->drift_clip), o->levels[l]);
         set_given(ev, ev->first);  // into the first frames of ev->video: the chain's given frames
-        DriftRun d = {ev, l, {0}};
+        DriftRun d = {ev, l};
         char err[512];
         if (chain_sample_stream(&ev->cm, &ev->long_plan, ev->video, o->given, &so, drift_frame, &d, err, sizeof err)) {
             fprintf(stderr, "\nframechain: eval: the drift run: %s\n", err);

@@ -256,11 +256,44 @@ expect generate_vae_refusals_write_nothing $? "no output left by the refusals"
 "$FC" prepare --input "$SAMPLES/Megamind.avi" --out "$tmp/held" --size 64 --clip-frames 24 > /dev/null 2>&1
 ev=(--starter "$tmp/run_starter" --extrapolate "$tmp/run_25" --interpolate "$tmp/run_interpolate" --clips 2 --long 30
     --noise-aug 0.1)
-"$FC" --threads 1 eval "${ev[@]}" --data "$tmp/held" --vae "$dir/taesd.safetensors" > "$tmp/e.log" 2>&1
+"$FC" --threads 1 eval "${ev[@]}" --data "$tmp/held" --vae "$dir/taesd.safetensors" --tsv "$tmp/e.tsv" > "$tmp/e.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q '^0.1        all ' "$tmp/e.log" && grep -q '^eval: the chain in the latents (4, 8, 8) of .*, each frame decoded to 64x64' "$tmp/e.log" &&
     grep -Eq "^the autoencoder's own round trip of the same real frames .*: PSNR [0-9.]+ dB, SSIM [0-9.]+$" "$tmp/e.log"
 expect eval_vae $? "exit $rc; $(grep -E '^0.1        all|round trip' "$tmp/e.log" | tr '\n' ' ')"
+# Its drift ratios are to the real first frame, as the header's stats and the real clip's ratios are:
+# the chain's frame 0 is that frame's round trip (autoencode's), so its mean ratio is the round
+# trip's mean over the real frame's (this random autoencoder's far from 1); the motion of the first
+# frame made is from the chain's frame 0, not from the real one (the round trip's loss is no motion):
+# of the size of the frames' after it (within 2x of theirs).
+# (Megamind opens on black: the drift run starts from the first clip whose first frame is not flat.)
+k=$(grep -o "^drift over 30 frames from clip [0-9]*'s first frame" "$tmp/e.log" | grep -o "clip [0-9]*" | grep -o "[0-9]*")
+first=$(( (${k:-1} - 1) * 24 ))
+"$FC" --threads 1 autoencode --vae "$dir/taesd.safetensors" --input "$SAMPLES/Megamind.avi" --size 64 \
+    --frames $((first + 1)) --out "$tmp/rt_drift" > /dev/null 2>&1
+"$PYTHON" - "$tmp/e.log" "$tmp/rt_drift/frame-$(printf %06d $first).png" "$tmp/e.tsv" > "$tmp/e_drift.log" 2>&1 <<'PY'
+import re, sys
+sys.path.insert(0, "tests/report")
+from pngread import load_png
+log = open(sys.argv[1]).read()
+real_mean = float(re.search(r"^frame 0: mean ([0-9.]+),", log, re.M).group(1))
+chain_ratio = float(re.search(r"^0\.1 +0 +([0-9.]+) ", log, re.M).group(1))
+w, h, rows = load_png(sys.argv[2])
+trip = sum(sum(r) for r in rows) / (w * h * 3)
+motion, col = {}, None
+for line in open(sys.argv[3]):
+    f = line.rstrip("\n").split("\t")
+    if f[0] == "section":
+        col = f.index("motion_chain")
+    elif f[0] == "quality" and f[1] == "0.1":
+        motion[int(f[2])] = float(f[col])
+later = max(motion[k] for k in range(2, 6))
+print("chain's frame 0 mean ratio %.3f, the round trip's mean %.2f over the real frame's %.2f: %.3f; the chain's "
+      "motion at frame 1 %.2f, at frames 2-5 at most %.2f" % (chain_ratio, trip, real_mean, trip / real_mean, motion[1], later))
+assert abs(chain_ratio - trip / real_mean) < 0.001, "ratios differ"
+assert motion[1] < 2 * later, "frame 1's motion counts the round trip's loss"
+PY
+expect eval_vae_drift_to_real_frame $? "$(tail -1 "$tmp/e_drift.log")"
 refused eval_vae_refuses_none 1 "the models were trained on latents (AutoencoderTiny" \
     "$FC" eval "${ev[@]}" --data "$tmp/held"
 refused eval_vae_refuses_latent_data 1 "holds latents: eval compares frames" \
