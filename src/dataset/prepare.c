@@ -2,6 +2,7 @@
 // folders), scaled and centre-cropped to size x size, optionally resampled in time, cut into clips
 // and written to shards. A bad input is reported in one line and skipped; the job goes on.
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -403,11 +404,21 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
     *src_fps = video_fps(v);
     *src_side = video_width(v) < video_height(v) ? video_width(v) : video_height(v);
     c->fps = o->fps > 0 ? o->fps : *src_fps;  // the clips' rate, recorded with each clip
-    double t, last = 0;
+    double t, last = 0, first = 0, tick = video_time_tick(v);
     int r = 0;  // a cutter that failed before the first frame reads none
     Intervals iv = {0};
     while (!c->failed && (r = video_next_frame(v, o->size, frame, &t, err, sizeof err)) == 1) {
         if (frames && o->fps <= 0) intervals_add(&iv, t - last);  // with --fps the clips are evenly timed
+        if (!frames) first = t;
+        // A clock finer than the frames (Matroska's and WebM's millisecond) rounds each frame's time
+        // to its tick: with --fps, a time within a tick of the source's frame grid is put back on it,
+        // so that an output time midway between two frames ties exactly (15 -> 30 fps repeats every
+        // frame twice) instead of going by the rounding. Frames off the grid (a variable rate) keep
+        // their times, and times still increase.
+        if (frames && o->fps > 0 && *src_fps > 0 && tick > 0 && tick < 0.5 / *src_fps) {
+            double on = first + nearbyint((t - first) * *src_fps) / *src_fps;
+            if (fabs(t - on) <= tick && on > last) t = on;
+        }
         last = t;
         cutter_frame(c, frame, t);
         frames++;

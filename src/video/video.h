@@ -38,6 +38,8 @@ int video_width(const VideoReader *v);
 int video_height(const VideoReader *v);
 // The stream's average frame rate, else its r_frame_rate, else 25 (when neither is in (0, 1000]).
 double video_fps(const VideoReader *v);
+// The stream's clock tick in seconds (its time base): each frame's time is rounded to it; 0 unknown.
+double video_time_tick(const VideoReader *v);
 // The container's frame count, else duration x fps; -1 when neither is known.
 long video_frame_count_estimate(const VideoReader *v);
 // The rotation applied to the frames, clockwise degrees: 0, 90, 180 or 270; when video_mirrored, after

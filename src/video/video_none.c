@@ -17,6 +17,7 @@ VideoReader *video_open(const char *path, char *err, size_t errlen) {
 int video_width(const VideoReader *v) { return v ? 0 : 0; }
 int video_height(const VideoReader *v) { return v ? 0 : 0; }
 double video_fps(const VideoReader *v) { return v ? 25 : 25; }
+double video_time_tick(const VideoReader *v) { return v ? 0 : 0; }
 long video_frame_count_estimate(const VideoReader *v) { return v ? -1 : -1; }
 int video_rotation(const VideoReader *v) { return v ? 0 : 0; }
 int video_mirrored(const VideoReader *v) { return v ? 0 : 0; }

@@ -300,6 +300,7 @@ VideoReader *video_open(const char *path, char *err, size_t errlen) {
 int video_width(const VideoReader *v) { return v ? v->width : 0; }
 int video_height(const VideoReader *v) { return v ? v->height : 0; }
 double video_fps(const VideoReader *v) { return v ? v->fps : 25; }
+double video_time_tick(const VideoReader *v) { return v && v->tb.num > 0 && v->tb.den > 0 ? av_q2d(v->tb) : 0; }
 long video_frame_count_estimate(const VideoReader *v) { return v ? v->count_estimate : -1; }
 int video_rotation(const VideoReader *v) { return v ? v->rotation : 0; }
 int video_mirrored(const VideoReader *v) { return v ? v->mirrored : 0; }
