@@ -287,6 +287,8 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
         chain_models_free(&cm);
         return 1;
     }
+    char unseen[512];
+    if (chain_noise_aug_unseen(&cm, g.sample.noise_aug, g.given, unseen, sizeof unseen)) fc_warn("%s", unseen);
     Autoencoder *ae = NULL;
     if (chain_load_autoencoder(&cm, g.vae, "generate", be, &ae, err, sizeof err)) {
         fprintf(stderr, "framechain: %s\n", err);

@@ -295,6 +295,10 @@ static int eval_check(Eval *ev) {
                        "must be more than --given)", o->given, N);
     ev->sample = o->sample;
     if (chain_settle_options(&ev->cm, &ev->sample, o->given, err, errlen)) return -1;
+    for (int l = 0; l < o->n_levels; l++) {
+        char unseen[512];
+        if (chain_noise_aug_unseen(&ev->cm, o->levels[l], o->given, unseen, sizeof unseen)) fc_warn("%s", unseen);
+    }
     // err says which plan does not fit, or which counts --given may be
     if (chain_build_given(&ev->plan, c[0], c[1], c[2], N, o->given, err, errlen)) return -1;
     if (ev->M > 0 && o->given >= ev->M)  // its table would hold the given frames alone, the real clip's own

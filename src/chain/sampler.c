@@ -432,6 +432,31 @@ int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, cha
     return 0;
 }
 
+int chain_noise_aug_unseen(const ChainModels *cm, double level, int given, char *buf, size_t len) {
+    double seen = INFINITY, first = -1;
+    char names[160] = "", maxes[160] = "";
+    int n = 0, same = 1;
+    for (int r = 0; r < 3; r++) {
+        const Config *c = &cm->m[r]->cfg;
+        int context = 0;
+        for (int i = 0; i < c->slots; i++) context |= c->slot_kind[i] == SLOT_CONTEXT;
+        if (!context || (r == ROLE_STARTER && given > 1) || level <= c->noise_aug_max) continue;
+        size_t at = strlen(names), am = strlen(maxes);
+        snprintf(names + at, sizeof names - at, "%s%s", n ? " and " : "", config_role_name(r));
+        snprintf(maxes + am, sizeof maxes - am, "%s%g", n ? " and " : "", c->noise_aug_max);
+        if (n && c->noise_aug_max != first) same = 0;
+        if (!n) first = c->noise_aug_max;
+        seen = fmin(seen, c->noise_aug_max), n++;
+    }
+    if (!n) return 0;
+    if (same) snprintf(maxes, sizeof maxes, "%g", first);
+    snprintf(buf, len, "noise augmentation %g: the %s model%s learnt context frames noised up to noise_aug_max = %s, so "
+             "%s noisier ones than any %s trained on (--noise-aug %g keeps to what %s)", level, names,
+             n > 1 ? "s" : "", maxes, n > 1 ? "they see" : "it sees", n > 1 ? "they were" : "it was", seen,
+             n > 1 ? "they all saw" : "it saw");
+    return 1;
+}
+
 // ----------------------------------------------------------------------------
 // the frames held
 

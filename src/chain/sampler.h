@@ -72,6 +72,10 @@ typedef struct {
 // not the starter from `given` frames past frame 0, whose window is given); a drift guard
 // asked for needs RGB frames.
 int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, char *err, size_t errlen);
+// The models that run and condition on context frames learnt them noised to levels up to their
+// noise_aug_max: a chain at a higher level shows them frames noisier than any they saw. 1 with one
+// line in buf naming them and the highest level they all saw; 0 when each saw this one.
+int chain_noise_aug_unseen(const ChainModels *cm, double level, int given, char *buf, size_t len);
 
 // "5 Euler steps", or with steps 0 and models of different sample_steps "Euler steps 5 / 5 / 20 (starter
 // / extrapolate / interpolate)": what chain_sample will do, for the header lines of generate and eval.

@@ -153,6 +153,16 @@ train_roles eval_still 1 0 "$tmp/still" lr=0
 "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 2 --frames 24 --steps 2 --long 0 --noise-aug 0 \
     --temperature 0 --sharpness-guard 0 --tsv "$tmp/still.tsv" > "$tmp/still.out" 2>&1
 RUNS=("${EVAL_RUNS[@]}")
+# An extrapolate model that learnt its context frames noised up to 0.05: the default levels' 0.1 is
+# above it, said once, naming the model; level 0 is not.
+"$FC" --threads 2 train --config configs/tiny/extrapolate.conf --run "$tmp/aug05" --steps 1 --set noise_aug_max=0.05 \
+    > /dev/null 2>&1
+"$FC" --threads 2 eval "${RUNS[@]/$tmp\/extrapolate/$tmp/aug05}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 \
+    --long 0 > "$tmp/aug05.out" 2> "$tmp/aug05.err"
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c warning "$tmp/aug05.err")" = 1 ] &&
+    grep -q "^framechain: warning: noise augmentation 0.1: the extrapolate model learnt context frames noised up to noise_aug_max = 0.05, so it sees noisier ones than any it was trained on (--noise-aug 0.05 keeps to what it saw)$" "$tmp/aug05.err"
+expect eval_noise_aug_above_trained_said $? "status $rc: $(grep warning "$tmp/aug05.err" | cut -c1-200)"
 if motion=$("${PYTHON:-python3}" - "$tmp/held32" "$tmp/eval.tsv" "$tmp/still.tsv" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, "tools")

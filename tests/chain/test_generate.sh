@@ -29,6 +29,22 @@ for out in "181.mp4 $tmp/first.png" "181.gif $VIDEO"; do
         fail "generate_$1" "$(tail -1 "$tmp/gen.log")"
     fi
 done
+# Models that learnt their context frames noised up to noise_aug_max = 0 (the extrapolate and the
+# interpolate), at the default level 0.1: said in one line naming both; at --noise-aug 0, nothing.
+for role in extrapolate interpolate; do
+    "$FC" --threads 2 train --config configs/tiny/$role.conf --run "$tmp/aug0_$role" --steps 1 --set noise_aug_max=0 \
+        > /dev/null 2>&1
+done
+aug0=(--starter "$tmp/starter" --extrapolate "$tmp/aug0_extrapolate" --interpolate "$tmp/aug0_interpolate")
+"$FC" generate "${aug0[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --out "$tmp/aug0a" > /dev/null 2> "$tmp/aug0a.err"
+rc1=$?
+"$FC" generate "${aug0[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 --noise-aug 0 --out "$tmp/aug0b" \
+    > /dev/null 2> "$tmp/aug0b.err"
+rc2=$?
+[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(grep -c warning "$tmp/aug0a.err")" = 1 ] && [ "$(grep -c warning "$tmp/aug0b.err")" = 0 ] &&
+    grep -q "^framechain: warning: noise augmentation 0.1: the extrapolate and interpolate models learnt context frames noised up to noise_aug_max = 0, so they see noisier ones than any they were trained on (--noise-aug 0 keeps to what they all saw)$" "$tmp/aug0a.err"
+expect generate_noise_aug_above_trained_said $? "status $rc1, $rc2: $(grep warning "$tmp/aug0a.err" | cut -c1-200); at --noise-aug 0: $(grep -c warning "$tmp/aug0b.err") warnings"
+
 # The video says what made it (its comment tag, as ffprobe shows it): the build, the models and their
 # steps, the first frame and every setting of the frames, as the header lines say them; a path's
 # escape byte as '?'
