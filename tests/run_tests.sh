@@ -99,6 +99,11 @@ reference_check() {  # name, then dump_reference options
 reference_check pytorch_reference
 reference_check pytorch_reference_concat --set cond_concat=anchor+nearest \
     --set "plan=anchor:0 context:2 target:4 target:5 target:6"
+# a plan of MAX_SLOTS (32) slots; the anchor alone concatenated, with recompute, one head and 2x2 patches
+reference_check pytorch_reference_32_slots --set depth=1 --set batch_size=1 \
+    --set "plan=anchor:0$(for i in $(seq 1 31); do printf ' target:%d' $i; done)"
+reference_check pytorch_reference_anchor_recompute --set cond_concat=anchor --set recompute=2 --set keep_blocks=1 \
+    --set heads=1 --set patch=2 --set "plan=context:-8 context:-4 anchor:0 target:4"
 fi
 
 # The tiny autoencoder against an independent PyTorch implementation (random weights, width 16).

@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     const char *keys[] = {"frame_size", "channels", "patch", "width", "depth", "heads",
                           "mlp_ratio",  "freq_dim", "batch_size", "plan", "cond_concat"};
     enum { NK = sizeof keys / sizeof keys[0] };
-    char values[NK + 1][256];
+    char values[NK + 1][1024];  // a plan of MAX_SLOTS slots is some 330 characters
     StMeta meta[NK + 1];
     for (int i = 0; i < NK; i++) {
         config_get(&c, keys[i], values[i], sizeof values[i]);
