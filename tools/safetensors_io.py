@@ -140,10 +140,12 @@ def read_safetensors(path):
     return tensors, metadata
 
 
-def write_safetensors(path, tensors, metadata=None):
+def write_safetensors(path, tensors, metadata=None, dtypes=None, fsync=False):
     """Write dict name -> numpy array (in insertion order) as safetensors.
 
-    Used by the self-test; the header is space-padded to a multiple of 8.
+    Used by the self-test; the header is space-padded to a multiple of 8. dtypes: name -> the
+    safetensors dtype of an array that holds another type's bits (BF16 as uint16, numpy having no
+    bfloat16). fsync: the data on the disk before the function returns (a file then renamed into place).
     """
     header = {}
     if metadata:
@@ -152,9 +154,9 @@ def write_safetensors(path, tensors, metadata=None):
     for name, arr in tensors.items():
         arr = np.ascontiguousarray(arr)
         arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-        dt = _NP_TO_ST.get(np.dtype(arr.dtype.str))
-        if dt is None:
-            raise SafetensorsError("cannot write dtype %s" % arr.dtype)
+        dt = (dtypes or {}).get(name) or _NP_TO_ST.get(np.dtype(arr.dtype.str))
+        if dt is None or _ST_DTYPES.get(dt, (0, 0))[1] != arr.dtype.itemsize:
+            raise SafetensorsError("cannot write dtype %s%s" % (arr.dtype, " as " + dt if dt else ""))
         raw = arr.tobytes()
         header[name] = {"dtype": dt, "shape": list(arr.shape),
                         "data_offsets": [pos, pos + len(raw)]}
@@ -167,6 +169,9 @@ def write_safetensors(path, tensors, metadata=None):
         fh.write(hdr)
         for raw in chunks:
             fh.write(raw)
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 

@@ -248,9 +248,10 @@ Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, si
         if (is_pytorch_pickle(path))
             fc_errf(err, errlen, "%s: a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads "
                     "only .safetensors and never unpickles (loading a pickle can run code); most autoencoders are "
-                    "published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where), and the "
-                    "original TAESD .pth pair converts with tools/taesd_to_safetensors.py ENCODER DECODER "
-                    "OUT.safetensors", path);
+                    "published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where), an "
+                    "AutoencoderKL's .ckpt or .pt (a whole Stable Diffusion 1.x/2.x checkpoint too) converts with "
+                    "tools/vae_ckpt_to_safetensors.py IN.ckpt OUT.safetensors, and the original TAESD .pth pair with "
+                    "tools/taesd_to_safetensors.py ENCODER DECODER OUT.safetensors", path);
         return NULL;
     }
     Autoencoder *ae = fc_calloc(1, sizeof *ae);

@@ -206,13 +206,14 @@ refused autoencode_folder_shorter 1 "two_frames: the folder has 2 frames, fewer 
     --vae "$dir/taesd.safetensors" --input "$tmp/two_frames" --size 64 --frames 5 --out "$tmp/none.gif"
 [ ! -s "$tmp/out" ]
 expect autoencode_folder_shorter_before_work $? "stdout: $(head -1 "$tmp/out")"
-# a PyTorch checkpoint (a pickle: torch.save's zip, a bare pickle of protocol 4) named as such; a zip
-# of something else is no safetensors file, as before
+# a PyTorch checkpoint (a pickle: torch.save's zip, a bare pickle of protocol 4) named as such, with the
+# converters for an AutoencoderKL's and for TAESD's; a zip of something else is no safetensors file, as before
 "$PYTHON" -c 'import pickle, sys; open(sys.argv[1], "wb").write(pickle.dumps({"state_dict": {}}, protocol=4))' \
     "$tmp/vae.ckpt"
 "$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1], "w").write(sys.argv[2], "taesd.safetensors")' \
     "$tmp/vae.zip" "$dir/taesd.safetensors"
-pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*taesd_to_safetensors.py"
+pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*\
+an AutoencoderKL's .ckpt or .pt .* converts with tools/vae_ckpt_to_safetensors.py IN.ckpt OUT.safetensors, .*taesd_to_safetensors.py"
 refused autoencode_pickle_zip 1 "taesd_decoder.pth: $pickled" --vae "$dir/taesd_decoder.pth" --input "$VIDEO" --size 64 \
     --out "$tmp/none.gif"
 refused autoencode_pickle_bare 1 "vae.ckpt: $pickled" --vae "$tmp/vae.ckpt" --input "$VIDEO" --size 64 --out "$tmp/none.gif"

@@ -306,7 +306,7 @@ expect inspect_latent_checkpoint $? "$(grep '^autoencoder' "$tmp/ic.log")"
 # pickle, as older .ckpt files are): every command names it as such and says what to give instead
 "$PYTHON" -c 'import pickle, sys; open(sys.argv[1], "wb").write(pickle.dumps({"state_dict": {}}, protocol=2))' \
     "$tmp/legacy.ckpt"
-pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where)"
+pickled="a PyTorch checkpoint (a pickle), not a safetensors file: framechain reads only .safetensors and never unpickles .*published as .safetensors beside the .ckpt or .pth (docs/autoencoders.md says where), .*tools/vae_ckpt_to_safetensors.py"
 refused prepare_vae_refuses_pickle 1 "$dir/taesd_encoder.pth: $pickled" \
     "$FC" prepare --vae "$dir/taesd_encoder.pth" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
 refused train_vae_refuses_pickle 1 "$tmp/legacy.ckpt: $pickled" \

@@ -7,7 +7,11 @@
 # trains (its parameter count, with and without cond_concat), a missing config or framechain in one
 # line. shapes_events.py: one noise-aug level's clip rows (the first, or --level), too few clips and a
 # missing draw_shapes in one line. taesd_to_safetensors.py: the two files swapped refused, a missing
-# input and an OUT it cannot write in one line. safetensors_io.py: a short file's path said once.
+# input and an OUT it cannot write in one line. vae_ckpt_to_safetensors.py: an AutoencoderKL in a whole
+# SD .ckpt, in its own .pt beside loss/EMA keys, in F16 and BF16, converted to the tensors, dtypes and
+# round trip of the same weights written directly; a pickle holding an object refused unloaded (no side
+# effect), a UNet's file, an existing OUT, a missing IN or folder in one line. safetensors_io.py: a
+# short file's path said once.
 # Checks that need torch print SKIP where $PYTHON has none.
 # usage: tests/tools/test_py_tools.sh FRAMECHAIN   (environment: PYTHON, BUILD for draw_shapes)
 set -u
@@ -230,6 +234,130 @@ torch.save({"1.weight": torch.zeros(4, 4, 3, 3), "1.bias": torch.zeros(4)}, sys.
     expect taesd_refuses_swapped_pth $? "status $status: $(said "$T/pth.log")"
 else
     echo "SKIP taesd_refuses_swapped_pth: no torch for $PY"
+fi
+
+# ---- vae_ckpt_to_safetensors.py: a small random AutoencoderKL (autoencoder_reference.py's, the original
+# single file's names) saved by torch.save as a whole Stable Diffusion .ckpt (first_stage_model.* beside
+# a UNet's and a text encoder's keys, under "state_dict"), as an autoencoder's own .pt (with loss.* and
+# model_ema.* keys) and in F16 and BF16: the converted files hold the same tensors, dtypes and bytes as
+# the same weights written as safetensors directly, and framechain's round trip of them the same figures ----
+if [ $HAVE_TORCH = 1 ]; then
+    K=$tmp/kl
+    mkdir -p "$K"
+    "$PY" - "$K" << 'PY'
+import os, sys
+import numpy as np
+import torch
+sys.path.insert(0, "tools")
+from autoencoder_reference import kl_original_names, kl_weights
+from safetensors_io import write_safetensors
+d = sys.argv[1]
+w = kl_original_names({k: v.float() for k, v in kl_weights((32, 32), 1, 4, True, torch.Generator().manual_seed(5)).items()}, 2, "")
+sd = {"first_stage_model." + k: v for k, v in w.items()}
+sd.update({"model.diffusion_model.out.weight": torch.ones(4, 8), "cond_stage_model.proj": torch.ones(3)})
+torch.save({"state_dict": sd, "global_step": 5}, d + "/whole.ckpt")
+own = dict(w, **{"loss.logvar": torch.zeros(()), "loss.discriminator.main.0.weight": torch.ones(2, 3),
+                 "model_ema.decay": torch.tensor(0.9999), "model_ema.encoderconv_inweight": torch.ones(2)})
+torch.save({"state_dict": own}, d + "/own.pt")
+torch.save({k: v.half() for k, v in w.items()}, d + "/half.pt")
+torch.save({k: v.bfloat16() for k, v in w.items()}, d + "/bf16.pt", _use_new_zipfile_serialization=False)  # the legacy format
+write_safetensors(d + "/ref.safetensors", {k: v.numpy() for k, v in w.items()})
+write_safetensors(d + "/ref_f16.safetensors", {k: v.half().numpy() for k, v in w.items()})
+bits = {k: v.bfloat16().view(torch.int16).numpy().view(np.uint16) for k, v in w.items()}
+write_safetensors(d + "/ref_bf16.safetensors", bits, dtypes={k: "BF16" for k in bits})
+
+
+class Trap:  # unpickled, it makes a folder: a side effect a refused file must not have
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+torch.save({"state_dict": w, "hparams": Trap(d + "/trapped")}, d + "/object.ckpt")
+torch.save({"state_dict": w, "hparams": Trap(d + "/trapped-control")}, d + "/control.ckpt")
+torch.save({"state_dict": {"model.diffusion_model.input_blocks.0.0.weight": torch.ones(8, 4, 3, 3),
+                           "cond_stage_model.transformer.x": torch.ones(2)}}, d + "/unet.ckpt")
+PY
+    vae() {  # vae NAME ARGS...: status and output in $K/NAME.log
+        local name=$1
+        shift
+        "$PY" tools/vae_ckpt_to_safetensors.py "$@" > "$K/$name.log" 2>&1
+    }
+    # same_tensors CONVERTED REFERENCE: the same names in the same order, dtypes, shapes and data bytes
+    same_tensors() {
+        "$PY" - "$1" "$2" << 'PY'
+import json, struct, sys
+def tensors(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    return [(k, v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()], meta
+(got, meta), (want, _) = tensors(sys.argv[1]), tensors(sys.argv[2])
+diff = [g[:3] for g, w in zip(got, want) if g != w]
+if len(got) != len(want) or diff:
+    sys.exit("%d tensors against %d; first unlike: %s" % (len(got), len(want), diff[:1]))
+print("%d tensors alike (%s), converted_from %s" % (len(got), got[0][1], meta.get("converted_from")))
+PY
+    }
+    round_trip() {  # round_trip FILE: framechain autoencode's description and figures (the timing line left out)
+        "$FC" --threads 1 autoencode --vae "$1" --input "$SAMPLES/vtest.avi" --size 32 --frames 2 2>&1 | grep -v ' ms a frame'
+    }
+    vae whole "$K/whole.ckpt" "$K/whole.safetensors"; s_whole=$?
+    vae own "$K/own.pt" "$K/own.safetensors"; s_own=$?
+    vae half "$K/half.pt" "$K/half.safetensors"; s_half=$?
+    vae bf16 "$K/bf16.pt" "$K/bf16.safetensors"; s_bf16=$?
+    report="status $s_whole, $s_own, $s_half, $s_bf16; "
+    ok=0
+    for pair in whole:ref own:ref half:ref_f16 bf16:ref_bf16; do
+        alike=$(same_tensors "$K/${pair%:*}.safetensors" "$K/${pair#*:}.safetensors" 2>&1) || ok=1
+        report+="${pair%:*}: $alike; "
+    done
+    ref=$(round_trip "$K/ref.safetensors")
+    ref16=$(round_trip "$K/ref_f16.safetensors")
+    [[ $ref =~ round\ trip:\ mean\ PSNR ]] && [ "$(round_trip "$K/whole.safetensors")" = "$ref" ] &&
+        [ "$(round_trip "$K/own.safetensors")" = "$ref" ] && [ "$(round_trip "$K/half.safetensors")" = "$ref16" ] || ok=1
+    [ $s_whole = 0 ] && [ $s_own = 0 ] && [ $s_half = 0 ] && [ $s_bf16 = 0 ] && [ $ok = 0 ] &&
+        grep -q "^vae_ckpt_to_safetensors: 120 tensors of first_stage_model\.\* (the prefix stripped) written to .*whole.safetensors (120 F32); 2 keys left out (model\.diffusion_model\.\* 1, cond_stage_model\.\* 1)$" "$K/whole.log" &&
+        grep -q "; 4 keys left out (loss\.\* 2, model_ema\.\* 2)$" "$K/own.log" &&
+        grep -q "(120 F16); 0 keys left out$" "$K/half.log" && grep -q "(120 BF16); 0 keys left out$" "$K/bf16.log" &&
+        "$PY" tools/safetensors_io.py "$K/whole.safetensors" | grep -q "^meta converted_from = whole.ckpt$" && ! have "$K/*.tmp-*"
+    expect vae_ckpt_converted_same_as_safetensors $? "$report$(tail -1 "$K/whole.log"); framechain: $(echo "$ref" | tail -1)"
+
+    # refusals, each one line, status 1, nothing written: a pickle holding a class instance (its
+    # unpickling would make a folder, as the control shows: the refused file's made none), a UNet's file,
+    # an existing OUT without --overwrite (its bytes kept; replaced with it), a missing IN, OUT's folder missing
+    "$PY" -c 'import sys, torch; torch.load(sys.argv[1], weights_only=False)' "$K/control.ckpt" 2> /dev/null
+    vae object "$K/object.ckpt" "$K/object.safetensors"; s_obj=$?
+    [ -d "$K/trapped-control" ] && [ $s_obj = 1 ] && one_line "$K/object.log" && [ ! -e "$K/trapped" ] &&
+        grep -q "object.ckpt: holds objects beyond tensors (.*mkdir.*): not loaded, since unpickling them could run code$" "$K/object.log" &&
+        [ ! -e "$K/object.safetensors" ]
+    expect vae_ckpt_refuses_objects_unloaded $? "status $s_obj: $(said "$K/object.log"); unpickled: $([ -e "$K/trapped" ] && echo made || echo none) \
+(the control's unsafe load: $([ -d "$K/trapped-control" ] && echo made || echo none))"
+
+    vae unet "$K/unet.ckpt" "$K/unet.safetensors"; s_unet=$?
+    printf 'keep me' > "$K/taken.safetensors"
+    vae taken "$K/own.pt" "$K/taken.safetensors"; s_taken=$?
+    kept=$(cmp -s "$K/taken.safetensors" <(printf 'keep me') && echo kept || echo changed)
+    vae replace "$K/own.pt" "$K/taken.safetensors" --overwrite; s_replace=$?
+    vae noin "$K/no-such.ckpt" "$K/noin.safetensors"; s_noin=$?
+    vae nodir "$K/own.pt" "$K/no-such-folder/out.safetensors"; s_nodir=$?
+    [ $s_unet = 1 ] && [ $s_taken = 1 ] && [ $s_noin = 1 ] && [ $s_nodir = 1 ] && [ $s_replace = 0 ] &&
+        one_line "$K/unet.log" && one_line "$K/taken.log" && one_line "$K/noin.log" && one_line "$K/nodir.log" &&
+        grep -q "unet.ckpt: no AutoencoderKL in it .*it holds 2 keys: model\.diffusion_model\.\* 1, cond_stage_model\.\* 1$" "$K/unet.log" &&
+        grep -q "taken.safetensors: exists (--overwrite replaces it)$" "$K/taken.log" && [ $kept = kept ] &&
+        same_tensors "$K/taken.safetensors" "$K/ref.safetensors" > /dev/null 2>&1 &&
+        grep -q "no-such.ckpt: no such file$" "$K/noin.log" && grep -q "out.safetensors: its folder .*no-such-folder does not exist$" "$K/nodir.log" &&
+        [ ! -e "$K/unet.safetensors" ] && [ ! -e "$K/noin.safetensors" ] && ! have "$K/*.tmp-*"
+    expect vae_ckpt_refusals $? "status $s_unet (a UNet's file): $(said "$K/unet.log"); status $s_taken (OUT exists): $(said "$K/taken.log"), \
+its bytes $kept, status $s_replace with --overwrite; status $s_noin (no IN): $(said "$K/noin.log"); status $s_nodir (no folder): $(said "$K/nodir.log")"
+else
+    echo "SKIP vae_ckpt_converted_same_as_safetensors: no torch for $PY"
+    echo "SKIP vae_ckpt_refuses_objects_unloaded: no torch for $PY"
+    echo "SKIP vae_ckpt_refusals: no torch for $PY"
 fi
 
 # ---- safetensors_io.py: a file too short for the header, a missing file: the path said once; a
