@@ -258,6 +258,8 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     fc_release_stop_signals();
     if (rc) fprintf(stderr, "framechain: %s\n", err);
     else printf("generate: wrote %s (%d frames in %.2f s)\n", FC_ESCAPED(g->out), g->frames, fc_now_s() - t0);
+    char note[512];
+    if (!rc && chain_guards_note(cm, g->frames - g->given, note, sizeof note)) fc_warn("%s", note);
     free(first), free(pixels);
     return rc && fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

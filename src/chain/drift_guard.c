@@ -109,6 +109,26 @@ double drift_guard_colour_band(double tol, int distance, int ramp) {
     return tol + (DRIFT_GUARD_MAX - tol) * open;
 }
 
+// Which bands a frame ends outside of (DriftGuardAction.outside), each by more than a part in a
+// thousand of frame 0's statistic: the guards' own rounding is far under that.
+static int bands_missed(const real *f, const real *anchor, int S, double sharpness_tol, double colour_tol) {
+    const double slack = 1e-3;
+    int missed = 0;
+    size_t P = (size_t)S * S;
+    for (int c = 0; c < 3 && colour_tol > 0; c++) {
+        double m, sd, m0, sd0;
+        channel_stats(f + c * P, P, &m, &sd);
+        channel_stats(anchor + c * P, P, &m0, &sd0);
+        if ((m0 > DRIFT_GUARD_FLOOR && fabs(m - m0) > (colour_tol + slack) * m0) ||
+            (sd0 > DRIFT_GUARD_FLOOR && fabs(sd - sd0) > (colour_tol + slack) * sd0))
+            missed |= DRIFT_GUARD_COLOUR_OUTSIDE;
+    }
+    double s0 = sharpness_tol > 0 ? drift_guard_sharpness(anchor, S) : 0;
+    if (s0 > DRIFT_GUARD_FLOOR && drift_guard_sharpness(f, S) > (1 + sharpness_tol + slack) * s0)
+        missed |= DRIFT_GUARD_SHARPNESS_OUTSIDE;
+    return missed;
+}
+
 DriftGuardAction drift_guard_apply(real *frame, const real *anchor, int S, double sharpness_tol, double colour_tol) {
     size_t n = (size_t)3 * S * S;
     real *blur = fc_malloc(sizeof(real) * n * 2), *trial = blur + n;
@@ -121,5 +141,6 @@ DriftGuardAction drift_guard_apply(real *frame, const real *anchor, int S, doubl
         if (round == 3 && colour_tol > 0) hold_channel_stats(frame, anchor, S, colour_tol, &mean_moved, &contrast_moved);
     }
     free(blur);
-    return (DriftGuardAction){__builtin_popcount(mean_moved), __builtin_popcount(contrast_moved), smoothed};
+    return (DriftGuardAction){__builtin_popcount(mean_moved), __builtin_popcount(contrast_moved), smoothed,
+                              bands_missed(frame, anchor, S, sharpness_tol, colour_tol)};
 }

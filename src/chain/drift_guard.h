@@ -22,12 +22,20 @@ typedef struct {
     int mean_moved;      // channels whose mean was pulled into the band
     int contrast_moved;  // channels whose contrast was scaled into the band
     int smoothed;        // 1 when the frame was blended with its blur to bring its sharpness down
+    int outside;         // what the frame ends outside of: DRIFT_GUARD_COLOUR_OUTSIDE (pixels clipped at
+                         // black or white, or a channel of one value, keep its mean or contrast from the
+                         // band), and
+                         // DRIFT_GUARD_SHARPNESS_OUTSIDE (the colour's last pass sharpened it past its top)
 } DriftGuardAction;
+#define DRIFT_GUARD_COLOUR_OUTSIDE 1
+#define DRIFT_GUARD_SHARPNESS_OUTSIDE 2
 
 // frame: (3, S, S) RGB values in [-1, 1], corrected in place (and left in [-1, 1]); anchor: (3, S, S)
 // frame 0. sharpness_tol, colour_tol: the bands (0: that guard off; at most DRIFT_GUARD_MAX). Means
 // and standard deviations are of values mapped to [0, 1]. With both on, a few rounds settle them
-// together and end on the colour: the sharpness is then within its band to a few thousandths. A
+// together and end on the colour: the sharpness is then within its band to a few thousandths, unless
+// the frame's pixels clip at black or white (neither band can then always be met: `outside` says
+// which was not, to a part in a thousand). A
 // sharpness under the band is left alone: sharpening would amplify the noise, and nothing restores
 // detail that is not there. A statistic frame 0 barely has (a black or flat first frame: under a
 // quarter of an 8-bit step) is not held: it gives no scale to hold a frame to.

@@ -653,6 +653,9 @@ int eval_run(const EvalOptions *o, const Backend *be) {
             fflush(stdout);
         }
         rc = finish_tsv(ev, rc);
+        char note[512];
+        long made = (long)ev->scored * ev->L * (ev->N - o->given) + (ev->M > 0 ? (long)ev->L * (ev->M - o->given) : 0);
+        if (rc == 0 && chain_guards_note(&ev->cm, made, note, sizeof note)) fc_warn("%s", note);
         if (rc == 0) fprintf(stderr, "eval: done in %.1f s\n", fc_now_s() - t_start);
     }
     eval_close(ev);

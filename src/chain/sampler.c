@@ -304,7 +304,8 @@ static void window_buffers_free(WindowBuffers *wb) {
 // Returns the number of NaN or infinite values the targets came out with (weights that blew up: the
 // clamp below would make them black frames without a word).
 static size_t sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
-                             int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb) {
+                             int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb,
+                             long guard_outside[2]) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = m->B, F = m->F;
@@ -347,11 +348,15 @@ static size_t sample_windows(Model *m, const ChainWindow *const *w, const int *i
                 for (size_t e = 0; e < E; e++) nonfinite += !isfinite(xi[e]);
                 if (o->latent) memcpy(dst, xi, sizeof(real) * E);
                 else for (size_t e = 0; e < E; e++) dst[e] = xi[e] < -1 ? -1 : xi[e] > 1 ? 1 : xi[e];
-                if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3)
-                    drift_guard_apply(dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // the anchor
-                                      o->sharpness_guard,
-                                      drift_guard_colour_band(o->colour_guard, w[b]->frame[i] - last_given,
-                                                              o->colour_ramp));
+                if ((o->sharpness_guard > 0 || o->colour_guard > 0) && !o->latent && c->channels == 3) {
+                    DriftGuardAction a = drift_guard_apply(
+                        dst, at[b][w[b]->frame[config_anchor_slot(c)]], c->frame_size,  // the anchor
+                        o->sharpness_guard, drift_guard_colour_band(o->colour_guard, w[b]->frame[i] - last_given, o->colour_ramp));
+                    if (guard_outside && w[b]->keep[i]) {  // a frame this window makes for the video
+                        guard_outside[0] += (a.outside & DRIFT_GUARD_COLOUR_OUTSIDE) != 0;
+                        guard_outside[1] += (a.outside & DRIFT_GUARD_SHARPNESS_OUTSIDE) != 0;
+                    }
+                }
             }
     }
     return nonfinite;
@@ -380,7 +385,7 @@ void sample_plan_windows(Model *m, real *windows, int first, const SampleOptions
     WindowBuffers wb;
     window_buffers_alloc(&wb, F, E, B);
     // its frames are its slots, not times: the references measure time by the plan's offsets, as in training
-    sample_windows(m, wp, index, (real *const *const *)at, last_given, 1, o, &wb);
+    sample_windows(m, wp, index, (real *const *const *)at, last_given, 1, o, &wb, NULL);
     window_buffers_free(&wb);
     free(w), free(wp), free(index), free(frames), free(at);
 }
@@ -430,6 +435,18 @@ int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, cha
                            "unconditional half to guide with (train with --set cond_drop=0.1)", o->guidance,
                            config_role_name(r));
     return 0;
+}
+
+int chain_guards_note(const ChainModels *cm, long made, char *buf, size_t len) {
+    long colour = cm->guard_outside[0], sharp = cm->guard_outside[1];
+    if (!colour && !sharp) return 0;
+    char a[128] = "", b[128] = "";
+    if (colour) snprintf(a, sizeof a, "; the colour guard left %ld outside its band", colour);
+    if (sharp) snprintf(b, sizeof b, "; the sharpness guard left %ld sharper than its top", sharp);
+    snprintf(buf, len, "the drift guards could not hold every one of the %ld frames made (a frame whose pixels clip at "
+             "black or white, or of one colour, cannot reach the colour band, and the colour's pass sharpens)%s%s", made,
+             a, b);
+    return 1;
 }
 
 int chain_noise_aug_unseen(const ChainModels *cm, double level, int given, char *buf, size_t len) {
@@ -601,7 +618,7 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
             break;
         }
         real *const *at = st->at;
-        size_t nonfinite = sample_windows(cm->m[w->role], &w, &k, &at, last_given, 0, o, &wb);
+        size_t nonfinite = sample_windows(cm->m[w->role], &w, &k, &at, last_given, 0, o, &wb, cm->guard_outside);
         if (nonfinite) {
             rc = fc_errf(err, errlen, "window %d of %d: the %s model (step %d) made %zu NaN or infinite values: its "
                          "weights give no usable frames (a run whose loss blew up: use an earlier checkpoint, or "

@@ -22,6 +22,8 @@ typedef struct {
     int step[3];    // the step of the checkpoint each was loaded from
     int size, channels;
     char autoencoder[320];  // models trained on latents: the autoencoder's identity (dataset/latents.h); "": frames
+    long guard_outside[2];  // frames the chains sampled so far left outside the colour guard's band, and
+                            // above the sharpness guard's top (DriftGuardAction.outside): chain_guards_note
 } ChainModels;
 
 // Load the three runs (by enum Role) and check that each is the role it is given as and that their
@@ -72,6 +74,9 @@ typedef struct {
 // not the starter from `given` frames past frame 0, whose window is given); a drift guard
 // asked for needs RGB frames.
 int chain_settle_options(const ChainModels *cm, SampleOptions *o, int given, char *err, size_t errlen);
+// The frames the drift guards could not bring within their bands in the chains sampled so far (pixels
+// clipped at black or white), out of `made`: 1 with one line in buf, 0 when every frame was.
+int chain_guards_note(const ChainModels *cm, long made, char *buf, size_t len);
 // The models that run and condition on context frames learnt them noised to levels up to their
 // noise_aug_max: a chain at a higher level shows them frames noisier than any they saw. 1 with one
 // line in buf naming them and the highest level they all saw; 0 when each saw this one.

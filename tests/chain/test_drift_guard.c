@@ -68,7 +68,8 @@ int main(void) {
     for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.004 + 0.002 * (uniform() - 0.5));
     memcpy(kept, f, sizeof f);
     DriftGuardAction a = drift_guard_apply(f, anchor, S, tol, tol);
-    check(memcmp(f, kept, sizeof f) == 0 && !a.mean_moved && !a.contrast_moved && !a.smoothed, "drift_guard_within_band",
+    check(memcmp(f, kept, sizeof f) == 0 && !a.mean_moved && !a.contrast_moved && !a.smoothed && !a.outside,
+          "drift_guard_within_band",
           "a frame within %.0f%% of frame 0's statistics left byte for byte (worst ratio %.4f, sharpness %.4f)",
           tol * 100, worst_stat_ratio(kept, anchor), drift_guard_sharpness(kept, S) / s0);
 
@@ -77,7 +78,8 @@ int main(void) {
     double before = worst_stat_ratio(f, anchor);
     a = drift_guard_apply(f, anchor, S, tol, tol);
     double after = worst_stat_ratio(f, anchor);
-    check(before > 0.2 && after <= tol + 1e-6 && after > tol * 0.9 && a.mean_moved == 3, "drift_guard_mean_contrast",
+    check(before > 0.2 && after <= tol + 1e-6 && after > tol * 0.9 && a.mean_moved == 3 && !a.outside,
+          "drift_guard_mean_contrast",
           "worst mean/contrast ratio off by %.3f before, %.4f after (band %.2f: brought to its edge, not past it); "
           "%d means and %d contrasts moved", before, after, tol, a.mean_moved, a.contrast_moved);
 
@@ -99,7 +101,7 @@ int main(void) {
         channel_stats(anchor + c * P, &m0, &sd0);
         mean_off = worse(mean_off, fabs(m / m0 - (1 + tol))), sd_off = worse(sd_off, fabs(sd / sd0 - (1 + tol)));
     }
-    check(inside && a.mean_moved == 3 && a.contrast_moved == 3 && mean_off < 1e-5 && sd_off < 1e-5,
+    check(inside && a.mean_moved == 3 && a.contrast_moved == 3 && mean_off < 1e-5 && sd_off < 1e-5 && !a.outside,
           "drift_guard_ceiling", "a frame 15%% brighter with 1.5x the contrast: %d means and %d contrasts moved, each "
           "brought to %.2f x frame 0's within %.1e (mean) and %.1e (contrast) (tol 1e-5)", a.mean_moved,
           a.contrast_moved, 1 + tol, mean_off, sd_off);
@@ -113,7 +115,7 @@ int main(void) {
     for (int i = 0; i < N; i++) err_after += (f[i] - anchor[i]) * (f[i] - anchor[i]);
     // the blur takes the speckle off, not the scene: the frame comes nearer frame 0
     check(a.smoothed && sharp_before > 2 && sharp_after <= 1 + tol + 1e-3 && sharp_after > 1 + tol - 0.01 &&
-              stats_after <= tol + 1e-6 && err_after < 0.5 * err_before,
+              stats_after <= tol + 1e-6 && err_after < 0.5 * err_before && !a.outside,
           "drift_guard_sharpness", "speckle at %.2fx frame 0's sharpness brought to %.4fx (band top %.2f, not below "
           "it by more than 0.01), mean and contrast within %.4f, squared error to frame 0 %.1f -> %.1f",
           sharp_before, sharp_after, 1 + tol, stats_after, err_before, err_after);
@@ -156,9 +158,24 @@ int main(void) {
     }
     memcpy(kept, f, sizeof f);
     DriftGuardAction flat = drift_guard_apply(f, anchor, S, 0, tol);
-    check(memcmp(f, kept, sizeof f) == 0 && !flat.mean_moved && !flat.contrast_moved, "drift_guard_flat_frame",
+    check(memcmp(f, kept, sizeof f) == 0 && !flat.mean_moved && !flat.contrast_moved &&
+              flat.outside == DRIFT_GUARD_COLOUR_OUTSIDE, "drift_guard_flat_frame",
           "a flat frame at frame 0's mean colour: left byte for byte, %d channels' mean and %d channels' contrast "
-          "reported moved (0 and 0)", flat.mean_moved, flat.contrast_moved);
+          "reported moved (0 and 0), reported outside the colour band: %d", flat.mean_moved, flat.contrast_moved,
+          flat.outside);
+
+    // pixels clipped: frame 0 half black, half at 0.6; the frame made 90% black and 10% white (mean 0.1,
+    // contrast 0.3 in [0, 1]). Raising its mean to the band's foot (0.285) pushes the white past 1,
+    // where the clamp takes back part of the rise: the guard cannot reach the band, and says so.
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < P; i++) black[c * P + i] = i % 2 ? (real)0.2 : -1, f[c * P + i] = i % 10 ? -1 : 1;
+    DriftGuardAction clipped = drift_guard_apply(f, black, S, 0, tol);
+    double cm, csd, cm0, csd0;
+    channel_stats(f, &cm, &csd);
+    channel_stats(black, &cm0, &csd0);
+    check(clipped.mean_moved == 3 && cm / cm0 < 1 - tol - 1e-3 && clipped.outside == DRIFT_GUARD_COLOUR_OUTSIDE,
+          "drift_guard_clipped_said", "mean %.4f against frame 0's %.4f (%.3fx, band %.2f-%.2f), reported outside the "
+          "colour band: %d", cm, cm0, cm / cm0, 1 - tol, 1 + tol, clipped.outside);
 
     // the guard's sharpness is eval's (metrics.c, on 8-bit frames, luma in 0-255) to within rounding
     for (int i = 0; i < N; i++) f[i] = (real)(0.8 * anchor[i] + 0.2 * (uniform() - 0.5));

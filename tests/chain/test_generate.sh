@@ -45,6 +45,28 @@ rc2=$?
     grep -q "^framechain: warning: noise augmentation 0.1: the extrapolate and interpolate models learnt context frames noised up to noise_aug_max = 0, so they see noisier ones than any they were trained on (--noise-aug 0 keeps to what they all saw)$" "$tmp/aug0a.err"
 expect generate_noise_aug_above_trained_said $? "status $rc1, $rc2: $(grep warning "$tmp/aug0a.err" | cut -c1-200); at --noise-aug 0: $(grep -c warning "$tmp/aug0b.err") warnings"
 
+# A first frame of black and grey pixels in a checkerboard: the frames made clip at black, where the
+# colour guard cannot bring a channel's mean and contrast into its band: said in one warning counting
+# the frames (none without the colour guard, whose band is then not promised).
+"${PYTHON:-python3}" - "$tmp/checker.png" <<'PY'
+import struct, sys, zlib
+rows = b"".join(b"\0" + bytes(v for x in range(32) for v in ((0, 0, 0) if (x + y) % 2 == 0 else (153, 153, 153)))
+                for y in range(32))
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 32, 32, 8, 2, 0, 0, 0)) +
+                              chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/checker.png" --frames 12 --steps 2 --noise-aug 0 --colour-guard 0.05 \
+    --colour-ramp 0 --out "$tmp/checker_a" > /dev/null 2> "$tmp/checker_a.err"
+rc1=$?
+"$FC" generate "${RUNS[@]}" --first-frame "$tmp/checker.png" --frames 12 --steps 2 --noise-aug 0 --out "$tmp/checker_b" \
+    > /dev/null 2> "$tmp/checker_b.err"
+rc2=$?
+[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(grep -c warning "$tmp/checker_b.err")" = 0 ] &&
+    grep -Eq "^framechain: warning: the drift guards could not hold every one of the 11 frames made \(.*\); the colour guard left ([1-9]|1[01]) outside its band" "$tmp/checker_a.err"
+expect generate_guard_band_missed_said $? "status $rc1, $rc2: $(grep warning "$tmp/checker_a.err" | cut -c1-240); without the colour guard $(grep -c warning "$tmp/checker_b.err") warnings"
+
 # The video says what made it (its comment tag, as ffprobe shows it): the build, the models and their
 # steps, the first frame and every setting of the frames, as the header lines say them; a path's
 # escape byte as '?'
