@@ -59,41 +59,30 @@ if ! command -v ffmpeg > /dev/null; then
 fi
 
 # ---- 1. resampling ties: an output time midway between two frames takes the earlier one ----
-# Each frame's grey is 4 N + 2 (N its number); AVI's clock ticks 1 / fps, so the ties are exact.
+# Each frame's grey is 4 N + 2 (N its number). AVI's clock ticks 1 / fps, so the ties are exact;
+# Matroska's ticks a millisecond: 15 fps frames at 0, 67, 133, 200 ms, so a tie (frames 2 and 3 at
+# 166.67 ms) breaks by the rounding unless the times go back on the frame grid.
 ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=15,format=gray,geq=lum='4*N+2'" -frames:v 30 -c:v ffv1 "$tmp/idx15.avi"
 ffmpeg -v error -f lavfi -i "color=c=black:s=16x16:r=25,format=gray,geq=lum='4*N+2'" -frames:v 50 -c:v ffv1 "$tmp/idx25.avi"
+for k in 15 25; do ffmpeg -v error -i "$tmp/idx$k.avi" -c:v ffv1 "$tmp/idx$k.mkv"; done
 index_of() {  # the source frame numbers of a dataset's frames, space-separated
     pixels "$1" 0 0 | tr ' ' '\n' | awk -F, 'NF { printf "%s%d", (n++ ? " " : ""), ($1 - 2) / 4 }'
 }
-"$FC" prepare --input "$tmp/idx15.avi" --out "$tmp/r30" --size 16 --clip-frames 1 --fps 30 > "$tmp/r30.log" 2>&1
-rc=$?
-got=$(index_of "$tmp/r30")
-want=$(seq 0 58 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 / 2) }')
-[ "$rc" = 0 ] && [ "$got" = "$want" ]
-expect prepare_fps_ties_15_to_30 $? "status $rc; source frames of the 30 fps clips: $(echo "$got" | cut -c1-80)... (want 0 0 1 1 2 2 ...)"
-"$FC" prepare --input "$tmp/idx25.avi" --out "$tmp/r10" --size 16 --clip-frames 1 --fps 10 > "$tmp/r10.log" 2>&1
-rc=$?
-got=$(index_of "$tmp/r10")
-want=$(seq 0 19 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 * 5 / 2) }')
-[ "$rc" = 0 ] && [ "$got" = "$want" ]
-expect prepare_fps_ties_25_to_10 $? "status $rc; source frames of the 10 fps clips: $got (want $want)"
-# The same in Matroska, whose clock ticks a millisecond: 15 fps frames at 0, 67, 133, 200 ms, so a tie
-# (frame 2 and 3 at 166.67 ms) breaks by the rounding unless the times go back on the frame grid.
-for k in 15 25; do
-    ffmpeg -v error -i "$tmp/idx$k.avi" -c:v ffv1 "$tmp/idx$k.mkv"
+for ext in avi mkv; do
+    label=$([ $ext = avi ] && echo "" || echo "${ext}_")
+    "$FC" prepare --input "$tmp/idx15.$ext" --out "$tmp/r30$ext" --size 16 --clip-frames 1 --fps 30 > "$tmp/r30.log" 2>&1
+    rc=$?
+    got=$(index_of "$tmp/r30$ext")
+    want=$(seq 0 58 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 / 2) }')
+    [ "$rc" = 0 ] && [ "$got" = "$want" ]
+    expect prepare_fps_ties_${label}15_to_30 $? "status $rc; source frames of the 30 fps clips from .$ext: $(echo "$got" | cut -c1-80)... (want 0 0 1 1 2 2 ...)"
+    "$FC" prepare --input "$tmp/idx25.$ext" --out "$tmp/r10$ext" --size 16 --clip-frames 1 --fps 10 > "$tmp/r10.log" 2>&1
+    rc=$?
+    got=$(index_of "$tmp/r10$ext")
+    want=$(seq 0 19 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 * 5 / 2) }')
+    [ "$rc" = 0 ] && [ "$got" = "$want" ]
+    expect prepare_fps_ties_${label}25_to_10 $? "status $rc; source frames of the 10 fps clips from .$ext: $got (want $want)"
 done
-"$FC" prepare --input "$tmp/idx15.mkv" --out "$tmp/m30" --size 16 --clip-frames 1 --fps 30 > "$tmp/m30.log" 2>&1
-rc=$?
-got=$(index_of "$tmp/m30")
-want=$(seq 0 58 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 / 2) }')
-[ "$rc" = 0 ] && [ "$got" = "$want" ]
-expect prepare_fps_ties_mkv_15_to_30 $? "status $rc; source frames of the 30 fps clips: $(echo "$got" | cut -c1-80)... (want 0 0 1 1 2 2 ...)"
-"$FC" prepare --input "$tmp/idx25.mkv" --out "$tmp/m10" --size 16 --clip-frames 1 --fps 10 > "$tmp/m10.log" 2>&1
-rc=$?
-got=$(index_of "$tmp/m10")
-want=$(seq 0 19 | awk '{ printf "%s%d", (NR > 1 ? " " : ""), int($1 * 5 / 2) }')
-[ "$rc" = 0 ] && [ "$got" = "$want" ]
-expect prepare_fps_ties_mkv_25_to_10 $? "status $rc; source frames of the 10 fps clips: $got (want $want)"
 
 # ---- 2. a Matroska file cut short: its frames kept, its line and the summary say so ----
 ffmpeg -v error -f lavfi -i testsrc2=size=64x48:rate=25 -frames:v 200 -c:v mpeg4 -q:v 3 "$tmp/long.mkv"
