@@ -145,6 +145,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
                out ? "; the partial output removed" : "");
     } else {
         if (out && generate_output_finish(out, err, sizeof err)) fc_die("%s", err);
+        if (out) fc_stdout_is_report();  // a rerun would find the decoded frames there
         printf("autoencode: encode %.1f ms a frame, decode %.1f ms a frame%s%s\n", 1e3 * t_enc / K, 1e3 * t_dec / K,
                out_path ? "; decoded frames in " : "", out_path ? out_path : "");
         printf("round trip: mean PSNR %.2f dB over %d frame%s (min %.2f, max %.2f)\n", sum / K, K, K == 1 ? "" : "s", lo, hi);

@@ -255,6 +255,7 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     rc = chain_sample_stream(cm, plan, first, g->given, &so, emit_frame, &emit, err, sizeof err);
     if (rc) generate_output_discard(out);
     else rc = generate_output_finish(out, err, sizeof err);
+    if (!rc) fc_stdout_is_report();
     fc_release_stop_signals();
     if (rc) fprintf(stderr, "framechain: %s\n", err);
     else printf("generate: wrote %s (%d frames in %.2f s)\n", FC_ESCAPED(g->out), g->frames, fc_now_s() - t0);

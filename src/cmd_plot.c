@@ -98,7 +98,7 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
     }
     fc_release_stop_signals();
     if (rc) fprintf(stderr, "framechain: %s\n", err);
-    else printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
+    else fc_stdout_is_report(), printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
     // a stop that came while the PNG was written: it is whole, the status still says the stop
     return fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

@@ -89,6 +89,7 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     } else if (opt(opts, "--vae-scale")->count || opt(opts, "--vae-shift")->count)
         usage_error("--vae-scale and --vae-shift go with --vae");
     int rc = prepare_run(&o);
+    if (!rc) fc_stdout_is_report();  // the dataset is whole: a rerun would refuse it as there
     free_autoencoder(o.ae);
     return rc;
 }

@@ -125,6 +125,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
         fc_die("%s", err);
     }
     free(text[0]), free(text[1]);
+    fc_stdout_is_report();  // the scores are in --out
     // the dataset's folder escaped as prepare prints a name: a newline in it would split the line
     char *shown_data = fc_escaped_name(fc_malloc(4 * strlen(data) + 1), 4 * strlen(data) + 1, data);
     printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, shown_data, n - scored,

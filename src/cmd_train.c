@@ -307,6 +307,7 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "--steps %d: warmup_steps %d cut to %d, the "
                  "whole run\n", c.steps, cut_warmup, c.steps);
     hooks.notes = notes;
+    fc_stdout_is_report();  // the run is on disk: every checkpoint whole whatever becomes of the progress lines
     int status = train_run(&c, run, data, be, &origin, budget * 1073741824.0,
                            opt(opts, "--sync-checkpoints")->count > 0, &hooks);
     preview_close(preview);

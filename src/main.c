@@ -98,11 +98,11 @@ int main(int argc, char **argv) {
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return command_help(argc, argv, i + 1);
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fc_finish_stdout(command_help(argc, argv, i + 1));
         if (!strcmp(a, "--version")) {
             // the global options after it are read (and checked) as before it; nothing else may follow
             for (int j = i + 1; j < argc; j++) {
-                if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) return command_help(argc, argv, j + 1);
+                if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) return fc_finish_stdout(command_help(argc, argv, j + 1));
                 if (argv[j][0] != '-' || !strcmp(argv[j], "--version"))
                     usage_error("unexpected argument '%s' after --version", argv[j]);
                 j = parse_opt(argc, argv, j, globals);
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     // A --device it does not know: a bad command line, whatever follows (--device is framechain's option).
     if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
     if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot, score or autoencode");
-    if (!strcmp(argv[i], "help")) return command_help(argc, argv, i + 1);
+    if (!strcmp(argv[i], "help")) return fc_finish_stdout(command_help(argc, argv, i + 1));
     const char *cmd = argv[i];
     // A command that does not exist is a bad command line: said before any device is opened.
     int ci = command_index(cmd);

@@ -317,11 +317,23 @@ void fc_process_start(void) {
             if (got != fd) _exit(1);  // the lowest free number is fd: anything else cannot be said anywhere
         }
     signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
 }
 
+static int g_stdout_is_report;
+
+void fc_stdout_is_report(void) { g_stdout_is_report = 1; }
+
 int fc_finish_stdout(int rc) {
+    errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
     int e = errno;
-    fprintf(stderr, "framechain: write error on standard output: %s\n", e ? strerror(e) : "output cut short");
+    const char *why = e ? strerror(e) : "output cut short";
+    if (g_stdout_is_report && rc == 0) {
+        fprintf(stderr, "framechain: warning: standard output could not all be written (%s): part of the report on it "
+                "is lost; what the command wrote to disk is whole\n", why);
+        return 0;
+    }
+    fprintf(stderr, "framechain: write error on standard output: %s\n", why);
     return rc ? rc : 1;
 }

@@ -119,10 +119,18 @@ const char *fc_signal_name(int sig);
 // (on /dev/null where a caller closed them: else the first file opened takes the number, and the
 // progress lines written to it land inside an output video or a checkpoint), and SIGXFSZ ignored (a
 // file size limit then fails the write that meets it, which the writers report and clean up after,
-// instead of killing the process with its temporaries left).
+// instead of killing the process with its temporaries left), and SIGPIPE ignored (a reader gone, as
+// after `| head` or a Ctrl-C that took `| tee` down too, fails a write to stdout instead of killing the
+// process in the middle of a clean-up, or of the stop that reports 128 + its signal).
 void fc_process_start(void);
+// Called by a command once its product is on disk (a dataset, a run, a video, a TSV): its stdout is
+// then a report beside it, and a report that could not all be written (a full disk under a
+// redirection, a pipe closed by `| head`) is a warning, not a failure that would make a retry refuse
+// the whole output as already there.
+void fc_stdout_is_report(void);
 // The exit status rc, or 1 with a line on stderr when what was written to stdout did not all reach
-// it (a full disk under a redirection): called as the program ends.
+// it (a full disk under a redirection); after fc_stdout_is_report, rc with a warning instead: called as
+// the program ends.
 int fc_finish_stdout(int rc);
 
 #endif

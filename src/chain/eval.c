@@ -596,6 +596,7 @@ static int finish_tsv(Eval *ev, int rc) {
         fprintf(stderr, "framechain: %s\n", why);
         return 1;
     }
+    fc_stdout_is_report();  // the tables printed above are in the TSV too
     printf("\neval: wrote %s\n", o->tsv);
     return 0;
 }

@@ -108,4 +108,36 @@ wait $pid
 rc=$?
 expect prepare_sigint_removes_what_it_wrote $(( rc != 130 || $(grep -c "^prepare: stopped by SIGINT: the shards written so far removed" "$tmp/cut.log") != 1 ||
     $(ls -a "$tmp" | grep -c '^cut$') != 0 )) "status $rc: $(tail -1 "$tmp/cut.log" | cut -c1-100); left: $(ls -A "$tmp/cut" 2> /dev/null | tr '\n' ' ') $waited"
+
+# the same with stdout a pipe whose reader is gone (Ctrl-C takes `| tee` down with it): the stop line
+# cannot be written, and the clean-up and the status are still the stop's, not a death by SIGPIPE
+mkfifo "$tmp/pipe"
+many=()  # more frames than the wait below can see through
+for k in 1 2 3 4 5 6 7 8 9 10; do many+=(--input shapes:$k:1000000); done
+"$FC" prepare "${many[@]}" --out "$tmp/cut2" --size 16 --clip-frames 8 --shard-mb 1 > "$tmp/pipe" 2> "$tmp/cut2.err" &
+pid=$!
+head -c 1 "$tmp/pipe" > /dev/null  # the reader takes a byte and goes
+wait_until 120 $pid have "$tmp/cut2/shard-0000[1-9]*"
+kill -INT $pid
+wait $pid
+rc=$?
+expect prepare_sigint_reader_gone $(( rc != 130 || $(ls -a "$tmp" | grep -c '^cut2$') != 0 )) \
+    "status $rc (130 wanted, 141 a death by SIGPIPE); left: $(ls -A "$tmp/cut2" 2> /dev/null | tr '\n' ' ') $waited"
+
+# a command whose product is on disk, its stdout on a full disk or a pipe closed early: the product
+# whole, a warning, status 0 (a retry would refuse the dataset as there); help, whose product is its
+# text, fails as inspect does
+"$FC" prepare --input shapes:2:20 --out "$tmp/full_ds" --size 16 --clip-frames 8 > /dev/full 2> "$tmp/full_ds.err"
+rc1=$?
+"$FC" prepare --input shapes:2:20 --out "$tmp/head_ds" --size 16 --clip-frames 8 2> "$tmp/head_ds.err" | head -c 1 > /dev/null
+rc2=${PIPESTATUS[0]}
+"$FC" inspect "$tmp/full_ds" > /dev/null 2>&1 && "$FC" inspect "$tmp/head_ds" > /dev/null 2>&1
+whole=$?
+"$FC" --help > /dev/full 2> "$tmp/help_full.err"
+rc3=$?
+expect stdout_lost_beside_product_warns $(( rc1 != 0 || rc2 != 0 || whole != 0 || rc3 != 1 ||
+    $(grep -c "^framechain: warning: standard output could not all be written (No space left on device): part of the report on it is lost; what the command wrote to disk is whole$" "$tmp/full_ds.err") != 1 ||
+    $(grep -c "^framechain: warning: standard output could not all be written (Broken pipe)" "$tmp/head_ds.err") != 1 ||
+    $(grep -c "^framechain: write error on standard output" "$tmp/help_full.err") != 1 )) \
+    "prepare > /dev/full: status $rc1, $(head -1 "$tmp/full_ds.err" | cut -c1-90); | head -c 1: status $rc2; datasets whole: $((whole == 0)); --help > /dev/full: status $rc3"
 exit 0
