@@ -288,7 +288,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         else
             printf("keep_blocks = auto: %d of %d blocks keep their activations on %s\n", kept, c.depth, be->name);
     }
-    TrainHooks hooks = {.resident = resident, .vae = ae ? vae : NULL};
+    TrainHooks hooks = {.resident = resident, .resident_loaded = ae ? autoencoder_memory_bytes(ae, 0, P, P) : 0,
+                        .vae = ae ? vae : NULL};
     Preview *preview = NULL;
     // Before the run starts: preview_data that cannot serve ends it here. Rank 0 takes the previews.
     if (c.sample_every > 0 && dist_rank() == 0) {
@@ -296,7 +297,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
         printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
                ae ? vae : "");
         // resident for the run, its scratch counted
-        hooks = (TrainHooks){preview_take, preview, resident, preview_missing, hooks.vae};
+        hooks = (TrainHooks){.preview = preview_take, .ctx = preview, .resident = resident,
+                             .resident_loaded = hooks.resident_loaded, .missing = preview_missing, .vae = hooks.vae};
         // (on the CPU the windows preview_open holds are in the program train measures; on a GPU, not)
         hooks.preview_host = preview_plan_bytes(&c, ae ? autoencoder_factor(ae) : 1, strcmp(be->name, "cpu") != 0);
     }

@@ -41,6 +41,13 @@ typedef struct {
 
 static const char *shown(const char *path);  // (below: a path as a progress line prints it)
 
+// A rate for a progress line: whole frames a second, three figures below 100 (a prepare through a
+// full-size autoencoder on a CPU makes a fraction of a frame a second, which %.0f would print as 0).
+static const char *rate_text(char *buf, size_t len, double frames_per_s) {
+    snprintf(buf, len, frames_per_s >= 100 ? "%.0f" : "%.3g", frames_per_s);
+    return buf;
+}
+
 // An input the user gave twice (or under another name): one line, counted.
 static void given_twice(Sources *ss, const char *path, const char *first) {
     printf("  %s: skipped: the same input as %s (given twice, its clips would count twice)\n", shown(path), shown(first));
@@ -506,8 +513,9 @@ int prepare_run(const PrepareOptions *o) {
             else if (why[0]) partial++;
             short_ones++;
         } else {
-            printf("%ld frames -> %ld clip%s (%.0f frames/s)%s%s", frames, c.clips, c.clips == 1 ? "" : "s",
-                   frames / (fc_now_s() - ts + 1e-9),
+            char rate[32];
+            printf("%ld frames -> %ld clip%s (%s frames/s)%s%s", frames, c.clips, c.clips == 1 ? "" : "s",
+                   rate_text(rate, sizeof rate, frames / (fc_now_s() - ts + 1e-9)),
                    why[0] ? "; " : "", why);
             // Enlarged frames hold no detail of their own: say so, so it is no surprise in training
             if (src->kind == SOURCE_SYNTHETIC && side > 0 && side < 2 * o->size)  // (the image fills twice --size)
@@ -559,11 +567,12 @@ int prepare_run(const PrepareOptions *o) {
     }
     if (shard_writer_finish(w, err, sizeof err)) fc_die("%s", err);
     double dt = fc_now_s() - t0;
+    char rate[32];
     printf("prepare: %s: %ld clip%s of %d frames at %dx%d%s from %d input%s (%d skipped as unreadable, %d shorter than a "
            "clip, %d cut short by damage, %d stopped at a frame of another size, %d given twice); %ld frames in %.1f s, "
-           "%.0f frames/s\n",
+           "%s frames/s\n",
            shown(o->out), total_clips, total_clips == 1 ? "" : "s", o->clip_frames, o->size, o->size, o->ae ? " as latents" : "",
            used, used == 1 ? "" : "s", skipped + unreadable, short_ones, partial, other_sizes,
-           twice, total_frames, dt, total_frames / dt);
+           twice, total_frames, dt, rate_text(rate, sizeof rate, total_frames / dt));
     return 0;
 }

@@ -130,7 +130,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
         t->plan.loader = loader_plan_bytes(t->dataset, t->c, t->c->batch_size / t->ranks, LOADER_THREADS, LOADER_PREFETCH);
     // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:
     // the peak measured at the end is the whole resident set.
+    // (and the autoencoder's weights, loaded by then: its line keeps what is still to come)
     if (t->plan.cpu) t->plan.program = (double)fc_resident_bytes();
+    if (t->plan.cpu && t->plan.autoencoder > 0 && t->hooks) t->plan.autoencoder -= t->hooks->resident_loaded;
     if (t->ranks > 1)
         printf("per rank: %d windows of the batch of %d%s\n", t->c->batch_size / t->ranks, t->c->batch_size,
                t->shard ? "; the optimizer state and EMA a 1/N part of them (ZeRO-1)" : "");

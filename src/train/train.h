@@ -18,6 +18,8 @@ typedef struct {
     void (*preview)(void *ctx, Model *m, int step);
     void *ctx;
     double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
+    double resident_loaded;  // the part of it already allocated when the plan is made (the autoencoder's
+                             // weights): on the CPU the process's measured memory holds it already
     int (*missing)(void *ctx, int step);
     const char *vae;  // the previews' autoencoder file (train --vae), named in the command a NaN stop prints
     const char *notes;  // lines the command has to say once the run starts (after its data and folder
