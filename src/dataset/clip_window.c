@@ -5,10 +5,17 @@
 
 int clip_window_fits(const Config *c, const char *who, const Dataset *d, int *lo, char *err, size_t errlen) {
     int N = dataset_frame_size(d), CF = dataset_clip_frames(d), C = dataset_channels(d), hi = 0;
-    if (c->channels != C || c->frame_size != N)
-        return fc_errf(err, errlen, "%s: %s are %dx%d%s, but %s makes %dx%d frames of %d channels", dataset_dir(d),
-                       dataset_latent(d) ? "latents" : "frames", N, N, dataset_latent(d) ? "" : " RGB", who,
-                       c->frame_size, c->frame_size, c->channels);
+    if (c->channels != C || c->frame_size != N) {
+        // where the sides alone differ, the size to prepare the footage at (through the autoencoder's factor)
+        const LatentIdentity *lat = dataset_latent(d);
+        char fix[160] = "";
+        if (c->channels == C)
+            snprintf(fix, sizeof fix, " (prepare the footage with --size %d%s)", c->frame_size * (lat ? lat->factor : 1),
+                     lat ? " and the same --vae" : "");
+        return fc_errf(err, errlen, "%s: %s are %dx%d%s, but %s makes %dx%d frames of %d channels%s", dataset_dir(d),
+                       lat ? "latents" : "frames", N, N, lat ? "" : " RGB", who, c->frame_size, c->frame_size,
+                       c->channels, fix);
+    }
     *lo = 0;
     for (int f = 0; f < c->slots; f++) {
         float o = c->slot_offset[f];

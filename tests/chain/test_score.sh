@@ -257,7 +257,7 @@ expect score_strobe_unordered $([ "$row" = "$(printf '255.0000\tinf\tunordered')
 # ---- refusals: another frame size, a plan one frame longer than the clips, an existing --out ----
 fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1
 fc prepare --input "$tmp/bad/white" --out "$tmp/short" --size 32 --clip-frames 6 > /dev/null 2>&1
-one_line_refusal score_other_size "frames are 16x16 RGB, but .* makes 32x32" \
+one_line_refusal score_other_size "frames are 16x16 RGB, but .* makes 32x32 frames of 3 channels (prepare the footage with --size 32)" \
     fc score --run "$run" --data "$tmp/small" --out "$tmp/x.tsv"
 one_line_refusal score_plan_too_long "spans 7 frames, more than its clips have" \
     fc score --run "$run" --data "$tmp/short" --out "$tmp/x.tsv"

@@ -197,6 +197,10 @@ most=1.1
 if ldd "$FC" 2> /dev/null | grep -q libasan; then most=100; fi
 awk -v r="${ratio:-0}" -v m=$most 'BEGIN { exit !(r >= 0.9 && r <= m) }'
 expect train_vae_plan_holds_peak $? "$(grep -E '^peak cpu memory' "$tmp/pv.log")"
+# a frame_size the latents do not have: the line says the size to prepare the footage at
+refused train_vae_refuses_other_side 1 "latents are 8x8, but .* makes 16x16 frames of 4 channels (prepare the footage with --size 128 and the same --vae)" \
+    "$FC" train "${latent[@]}" --set frame_size=16 --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 \
+    --vae "$dir/taesd.safetensors"
 refused train_vae_refuses_other 1 "not the autoencoder $tmp/lat_25 was made with" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_25" --run "$tmp/none" --steps 1 --vae "$dir/taesd_f16.safetensors"
 # the digest recorded in dataset.json differing from the file's in its last hex digit only: refused
