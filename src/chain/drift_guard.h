@@ -22,10 +22,10 @@ typedef struct {
     int mean_moved;      // channels whose mean was pulled into the band
     int contrast_moved;  // channels whose contrast was scaled into the band
     int smoothed;        // 1 when the frame was blended with its blur to bring its sharpness down
-    int outside;         // what the frame ends outside of: DRIFT_GUARD_COLOUR_OUTSIDE (pixels clipped at
-                         // black or white, or a channel of one value, keep its mean or contrast from the
-                         // band), and
-                         // DRIFT_GUARD_SHARPNESS_OUTSIDE (the colour's last pass sharpened it past its top)
+    int outside;         // the bands the frame ends outside of: DRIFT_GUARD_COLOUR_OUTSIDE (pixels
+                         // clipped at black or white, or a channel of one value, keep its mean or
+                         // contrast from the band), DRIFT_GUARD_SHARPNESS_OUTSIDE (the colour's last
+                         // pass sharpened it past its top)
 } DriftGuardAction;
 #define DRIFT_GUARD_COLOUR_OUTSIDE 1
 #define DRIFT_GUARD_SHARPNESS_OUTSIDE 2

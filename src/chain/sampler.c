@@ -302,7 +302,8 @@ static void window_buffers_free(WindowBuffers *wb) {
 // windows (chain_window_distances), or with plan_distances by the plan's offsets (windows sampled alone,
 // whose frames are their slots: training's previews, as training's references measure them).
 // Returns the number of NaN or infinite values the targets came out with (weights that blew up: the
-// clamp below would make them black frames without a word).
+// clamp below would make them black frames without a word); guard_outside (NULL: not counted) counts
+// the frames made for the video that the drift guards left outside a band (colour, sharpness).
 static size_t sample_windows(Model *m, const ChainWindow *const *w, const int *index, real *const *const *at,
                              int last_given, int plan_distances, const SampleOptions *o, WindowBuffers *wb,
                              long guard_outside[2]) {

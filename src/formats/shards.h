@@ -126,8 +126,8 @@ uint32_t dataset_json_crc(const Dataset *d);  // CRC-32 of its dataset.json: whi
 int dataset_read_clip(const Dataset *d, int clip, uint8_t *out, char *err, size_t errlen);
 // Latent datasets: frames[0..n-1] of clip `clip` (each a frame index within the clip), mirrored or
 // not, into out (n, C, n, n) as floats: one pread a frame, each unit checked against its CRC. Returns
-// 0, DATASET_CLIP_DAMAGED (a unit's CRC fails, or it holds inf or NaN: the clip's other frames may still read fine) or -1,
-// with one line naming the shard, the clip and the frame. Thread-safe.
+// 0, DATASET_CLIP_DAMAGED (a unit's CRC fails, or it holds inf or NaN: the clip's other frames may
+// still read fine) or -1, with one line naming the shard, the clip and the frame. Thread-safe.
 int dataset_read_latent_frames(const Dataset *d, int clip, int n, const int *frames, int mirror, float *out,
                                char *err, size_t errlen);
 // Where clip `clip` came from, as its shard's metadata records it: its source (the input path, cut to

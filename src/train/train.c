@@ -128,9 +128,9 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     else if (t->rank == 0) t->plan.previews += t->hooks->preview_host;
     if (t->dataset)
         t->plan.loader = loader_plan_bytes(t->dataset, t->c, t->c->batch_size / t->ranks, LOADER_THREADS, LOADER_PREFETCH);
-    // On the CPU the process's own memory (code, libraries, the dataset's index) is the plan's too:
-    // the peak measured at the end is the whole resident set.
-    // (and the autoencoder's weights, loaded by then: its line keeps what is still to come)
+    // On the CPU the process's own memory (code, libraries, the dataset's index, the previews'
+    // autoencoder's weights, loaded by then) is the plan's too: the peak measured at the end is the
+    // whole resident set. The autoencoder's line keeps what is still to come.
     if (t->plan.cpu) t->plan.program = (double)fc_resident_bytes();
     if (t->plan.cpu && t->plan.autoencoder > 0 && t->hooks) t->plan.autoencoder -= t->hooks->resident_loaded;
     if (t->ranks > 1)
