@@ -165,7 +165,7 @@ int chain_models_load(ChainModels *cm, const char *const runs[3], const Backend 
         int bad = !cm->m[r] || check_role(cm->m[r], r, runs[r], ae, err, errlen);
         if (!bad && r == 0) snprintf(cm->autoencoder, sizeof cm->autoencoder, "%s", ae);
         const Config *c = bad ? NULL : &cm->m[r]->cfg, *c0 = bad ? NULL : &cm->m[0]->cfg;
-        if (!bad && strcmp(ae, cm->autoencoder))
+        if (!bad && !latent_identity_same(ae, cm->autoencoder))
             bad = fc_errf(err, errlen, "--%s %s was trained on %s%s, the starter on %s%s", config_role_name(r), runs[r],
                           ae[0] ? "the latents of " : "frames", ae, cm->autoencoder[0] ? "the latents of " : "frames",
                           cm->autoencoder);

@@ -35,9 +35,28 @@ int latent_check_file(Autoencoder *ae, const char *path, const LatentIdentity *w
     return 0;
 }
 
+// v in the fewest significant digits that read back as v (0.18215, not %.17g's 0.18215000000000001).
+static void shortest_double(double v, char buf[32]) {
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, 32, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
 void latent_identity_text(const LatentIdentity *id, char *buf, size_t len) {
-    snprintf(buf, len, "%s, %d channels, %dx, frames of %d, scale %.17g, shift %.17g, sha256 %s", id->family,
-             id->channels, id->factor, id->image_size, id->scale, id->shift, id->sha256);
+    char scale[32], shift[32];
+    shortest_double(id->scale, scale);
+    shortest_double(id->shift, shift);
+    snprintf(buf, len, "%s, %d channels, %dx, frames of %d, scale %s, shift %s, sha256 %s", id->family, id->channels,
+             id->factor, id->image_size, scale, shift, id->sha256);
+}
+
+int latent_identity_same(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    LatentIdentity x, y;
+    if (latent_identity_parse(a, &x) || latent_identity_parse(b, &y)) return 0;
+    return !strcmp(x.family, y.family) && x.channels == y.channels && x.factor == y.factor &&
+           x.image_size == y.image_size && x.scale == y.scale && x.shift == y.shift && !strcmp(x.sha256, y.sha256);
 }
 
 int latent_identity_parse(const char *text, LatentIdentity *id) {

@@ -20,6 +20,9 @@ int latent_identity(const Autoencoder *ae, const char *path, int image_size, Lat
 void latent_identity_text(const LatentIdentity *id, char *buf, size_t len);
 // The same read back: 0, or -1 when text is not such a line.
 int latent_identity_parse(const char *text, LatentIdentity *id);
+// Whether two such lines (or two empty ones: frames) name the same latents: their fields compared as
+// values, so that a line of a build that wrote the scale in 17 digits matches today's shortest form.
+int latent_identity_same(const char *a, const char *b);
 
 // Whether ae, read from `path`, is the autoencoder `want` records (the file's SHA-256 compared); when it is,
 // its scaling is set to want's. whose: what recorded it, for the line ("the models were trained with").

@@ -405,8 +405,8 @@ int loader_check_config(const Dataset *d, const Config *c, char *err, size_t err
                        dataset_dir(d), c->frame_size, N, c->frame_size);
     if (lat && c->frame_size != N)
         return fc_errf(err, errlen,
-                       "%s: the config's frame_size %d is not the dataset's latent side %d (frames of %d through a %dx "
-                       "autoencoder; prepare it with --size %d)",
+                       "%s: the config's frame_size %d is not the dataset's latent side %d (frames of %d through an "
+                       "autoencoder of factor %d; prepare it with --size %d)",
                        dataset_dir(d), c->frame_size, N, lat->image_size, lat->factor, c->frame_size * lat->factor);
     if (lat && (c->crop_zoom > 1 || c->mix_shapes > 0))
         return fc_errf(err, errlen, "%s: the dataset holds latents, but the config has %s: both work on frames (set it "

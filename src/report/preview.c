@@ -68,7 +68,7 @@ static int same_latents_as_data(const char *preview_data, const char *data, char
     else {
         latent_identity_text(dataset_latent(dp), a, sizeof a);
         latent_identity_text(dataset_latent(dt), b, sizeof b);
-        if (strcmp(a, b))
+        if (!latent_identity_same(a, b))
             rc = fc_errf(err, errlen, "preview_data %s holds latents of %s; --data %s of %s: the previews need "
                          "latents made as the training data", preview_data, a, data, b);
     }

@@ -732,7 +732,7 @@ static void release(Trainer *t) {
 // at another scaling; frames onto latents, or back) is allowed, as a fork onto other data is, but its
 // weights learnt the parent's space: said in a warning and recorded in its lineage.
 static void fork_space_change(Trainer *t, const char *parent_autoencoder) {
-    if (!strcmp(parent_autoencoder, t->st.autoencoder)) return;
+    if (latent_identity_same(parent_autoencoder, t->st.autoencoder)) return;
     char was[LATENT_ID_TEXT + 32], now[LATENT_ID_TEXT + 32], line[2 * LATENT_ID_TEXT + 128];
     snprintf(was, sizeof was, "%s%s", parent_autoencoder[0] ? "the latents of " : "frames", parent_autoencoder);
     snprintf(now, sizeof now, "%s%s", t->st.autoencoder[0] ? "the latents of " : "frames", t->st.autoencoder);

@@ -243,6 +243,31 @@ static void test_identity_text(void) {
           text, same ? "yes" : "no", longer_refused ? "yes" : "no", cut_refused ? "yes" : "no");
 }
 
+// The scaling in the fewest digits that read back as itself (0.18215, where %.17g wrote
+// 0.18215000000000001), and a line of a build that wrote 17 digits names the same latents as today's:
+// models trained by both go on one chain. Another scale or digest does not.
+static void test_identity_same(void) {
+    char text[512], old[512], other[512], digest[512];
+    LatentIdentity third = ID, moved = ID;
+    third.scale = 1.0 / 3.0;
+    moved.sha256[0] = 'f';
+    latent_identity_text(&ID, text, sizeof text);
+    snprintf(old, sizeof old, "%s, %d channels, %dx, frames of %d, scale %.17g, shift %.17g, sha256 %s", ID.family,
+             ID.channels, ID.factor, ID.image_size, ID.scale, ID.shift, ID.sha256);
+    int short_form = strstr(text, ", scale 0.18215, shift -0.5, ") != NULL;
+    check(short_form && latent_identity_same(text, old) && latent_identity_same("", ""), "latent_identity_short_scale",
+          "'%s' (the scale in its shortest form: %s) names the same latents as '%s'", text, short_form ? "yes" : "no",
+          old);
+    latent_identity_text(&third, other, sizeof other);
+    latent_identity_text(&moved, digest, sizeof digest);
+    LatentIdentity back;
+    int third_back = !latent_identity_parse(other, &back) && back.scale == third.scale;
+    check(third_back && !latent_identity_same(text, other) && !latent_identity_same(text, digest) &&
+              !latent_identity_same(text, ""),
+          "latent_identity_same_tells_apart", "scale 1/3 as '%s' reads back exactly: %s; it, another digest and "
+          "frames all differ from '%s'", other, third_back ? "yes" : "no", text);
+}
+
 // A latent shard written again with clip 0's frame_crc32 given one CRC more than its 2F: refused by the
 // shard check, which counts the characters.
 static void test_latent_crc_text(const char *dir) {
@@ -447,7 +472,7 @@ static void test_latent_loader(const char *dir, const uint16_t *all) {
         const char *name, *set, *expect;
     } bad[] = {
         {"channels", "channels=3", "holds latents of 4 channels (AutoencoderKL), but the config has channels = 3"},
-        {"frame_size", "frame_size=8", "frame_size 8 is not the dataset's latent side 4 (frames of 32 through a 8x"},
+        {"frame_size", "frame_size=8", "frame_size 8 is not the dataset's latent side 4 (frames of 32 through an autoencoder of factor 8;"},
         {"crop_zoom", "crop_zoom=1.5", "crop_zoom > 1: both work on frames"},
         {"mix_shapes", "mix_shapes=0.5", "mix_shapes > 0: both work on frames"},
     };
@@ -503,6 +528,7 @@ static void run_all(void) {
     test_half();
     test_sha256();
     test_identity_text();
+    test_identity_same();
     char dir[512], err[1024];
     folder(dir, sizeof dir, "latents");
     uint16_t *all = fc_malloc(sizeof(uint16_t) * CLIP_VALUES * LCLIPS);

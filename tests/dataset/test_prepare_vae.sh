@@ -71,7 +71,7 @@ refused() {  # NAME STATUS PATTERN CMD...: exit STATUS, one line on stderr match
 }
 refused prepare_vae_refuses_channels 1 "holds latents of 4 channels (AutoencoderTiny), but the config has channels = 3" \
     "$FC" train --config configs/tiny/extrapolate.conf --set frame_size=8 --data "$tmp/lat_tiny" --run "$tmp/none" --steps 1
-refused prepare_vae_refuses_frames_config 1 "frame_size 32 is not the dataset's latent side 8 (frames of 64 through a 8x" \
+refused prepare_vae_refuses_frames_config 1 "frame_size 32 is not the dataset's latent side 8 (frames of 64 through an autoencoder of factor 8;" \
     "$FC" train --config configs/tiny/extrapolate.conf --set channels=4 --data "$tmp/lat_tiny" --run "$tmp/none" --steps 1
 refused prepare_vae_refuses_size 2 "size 60: $dir/taesd.safetensors takes sides that are multiples of 8" \
     "$FC" prepare --vae "$dir/taesd.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 60 --clip-frames 8
