@@ -138,7 +138,8 @@ static const KeyDef KEYS[] = {
      "does not train on; none: the run's own --data (or, on the built-in shapes, clips no step draws)"},
     {"dataset", KEY_ENUM, OFF(dataset), 0, 0, "shapes (built in) or shards (set by train --data DIR)", DATA_SOURCES},
     {"mix_shapes", KEY_DOUBLE, OFF(mix_shapes), 0, 1, "training on shards: this fraction of windows are moving shapes"},
-    {"fast_fraction", KEY_DOUBLE, OFF(fast_fraction), 0, 1, "this fraction of windows play their clip at 2x speed"},
+    {"fast_fraction", KEY_DOUBLE, OFF(fast_fraction), 0, 1, "training on shards: this fraction of windows play their clip at 2x speed (where the clips "
+     "hold the plan's span at twice its offsets)"},
     {"crop_zoom", KEY_DOUBLE, OFF(crop_zoom), 1, 4,
      "training on shards: each window of footage is a crop of its clip zoomed by a factor drawn in [1, this] and "
      "scaled back to frame_size (1: whole frames)"},

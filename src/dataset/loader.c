@@ -418,6 +418,18 @@ int loader_check_config(const Dataset *d, const Config *c, char *err, size_t err
     return slot_span(d, c, &span, err, errlen);
 }
 
+int loader_fast_unused(const Dataset *d, const Config *c, char *why, size_t whylen) {
+    SlotSpan s;
+    char err[512];
+    if (c->fast_fraction <= 0 || slot_span(d, c, &s, err, sizeof err)) return 0;
+    int span = s.hi - s.lo + 1, span2 = 2 * (s.hi - s.lo) + 1, have = dataset_clip_frames(d);
+    if (have >= span2) return 0;
+    snprintf(why, whylen, "fast_fraction %g: not used: the plan spans %d frames, %d at 2x speed, and the clips of %s "
+             "have %d: every window plays at 1x (prepare the footage with --clip-frames %d or more for it)",
+             c->fast_fraction, span, span2, dataset_dir(d), have, span2);
+    return 1;
+}
+
 // The arguments and the config against the dataset: 0, or -1 with the first that does not fit.
 static int check_request(const Dataset *d, const Config *c, int batch, int first_step, int threads, int prefetch,
                          char *err, size_t errlen) {

@@ -81,6 +81,10 @@ Loader *loader_start_excluding(const Backend *be, const Dataset *d, const Config
 // or mix_shapes, and the plan's slots span no more frames than its clips hold. 0, or -1 with one line
 // naming the dataset and the key.
 int loader_check_config(const Dataset *d, const Config *c, char *err, size_t errlen);
+// Whether the config asks for windows at 2x speed (fast_fraction > 0) that dataset d's clips are too
+// short to hold (the plan's span at twice its offsets): then every window plays at 1x, and why says so
+// in one line with the --clip-frames that would hold them. 1 or 0.
+int loader_fast_unused(const Dataset *d, const Config *c, char *why, size_t whylen);
 // The host memory loader_start(..., batch, ..., threads, prefetch) takes for dataset d and config c:
 // its prefetch + 1 batches of windows, each thread's clip, its marks a clip (the memory plan's line).
 double loader_plan_bytes(const Dataset *d, const Config *c, int batch, int threads, int prefetch);

@@ -92,7 +92,19 @@ typedef struct {
 
 // The data first: a --data that cannot serve this config ends the run before any work (-1 with err).
 static int open_data(Trainer *t, char *err, size_t errlen) {
-    if (!t->data) return 0;
+    const Config *c = t->c;
+    if (!t->data) {  // keys that vary footage, given to a run on the built-in shapes: said, not silently dropped
+        const char *set[3];
+        int n = 0;
+        if (c->mix_shapes > 0) set[n++] = "mix_shapes";
+        if (c->fast_fraction > 0) set[n++] = "fast_fraction";
+        if (c->crop_zoom > 1) set[n++] = "crop_zoom";
+        if (t->rank == 0 && n)
+            fc_warn("%s%s%s%s%s: not used: %s the footage of train --data, and this run trains on the built-in "
+                    "moving shapes", set[0], n == 3 ? ", " : n == 2 ? " and " : "", n > 1 ? set[1] : "",
+                    n == 3 ? " and " : "", n == 3 ? set[2] : "", n > 1 ? "they vary" : "it varies");
+        return 0;
+    }
     if (!(t->dataset = dataset_open(t->data, err, errlen))) return -1;
     if (t->c->exclude[0]) {  // a bad list ends the run here; the loader takes the mask read now
         t->excluded = fc_malloc((size_t)dataset_clips(t->dataset));
@@ -100,7 +112,10 @@ static int open_data(Trainer *t, char *err, size_t errlen) {
         if (n < 0) return -1;
         printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
     }
-    return loader_check_config(t->dataset, t->c, err, errlen);
+    if (loader_check_config(t->dataset, t->c, err, errlen)) return -1;
+    char why[1024];
+    if (t->rank == 0 && loader_fast_unused(t->dataset, t->c, why, sizeof why)) fc_warn("%s", why);
+    return 0;
 }
 
 static void open_run_folder(Trainer *t) {

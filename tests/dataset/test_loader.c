@@ -540,6 +540,22 @@ static void test_loader(void) {
         free(x);
     }
 
+    // fast_fraction where the clips cannot hold the plan at 2x: said (every window plays at 1x)
+    {
+        Config fits = plan_config(N, "anchor:0 target:15"), over = plan_config(N, "anchor:-8 context:0 target:8");
+        char why[1024] = "";
+        fits.fast_fraction = over.fast_fraction = 0.25;
+        int fits_quiet = !loader_fast_unused(d, &fits, why, sizeof why);
+        int over_said = loader_fast_unused(d, &over, why, sizeof why) && one_line(why) &&
+                        strstr(why, "fast_fraction 0.25: not used") && strstr(why, "spans 17 frames, 33 at 2x") &&
+                        strstr(why, "have 32") && strstr(why, "--clip-frames 33");
+        over.fast_fraction = 0;
+        int off_quiet = !loader_fast_unused(d, &over, why, sizeof why);
+        check(fits_quiet && over_said && off_quiet, "loader_fast_unused_said",
+              "a span of 16 frames (31 at 2x) in clips of 32 said: %s; 17 (33 at 2x): '%s'; fast_fraction 0: %s",
+              fits_quiet ? "no" : "yes", why, off_quiet ? "nothing" : "said");
+    }
+
     // refusals at loader_start
     {
         Config e = plan_config(N, "anchor:-20 context:0 target:12");

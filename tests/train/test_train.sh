@@ -752,6 +752,19 @@ expect train_long_path_says_why $(( rc != 1 || $(grep -c "^framechain: $deep: ca
 [ ! -e "$tmp/deep" ]
 expect train_long_name_leaves_no_folder $? "left: $(find "$tmp/deep" 2> /dev/null | wc -l) folders"
 
+# ---- keys that vary footage but cannot act here are said, not silently dropped ----
+"$FC" --threads 1 prepare --input shapes:2:12 --out "$tmp/short12" --size 32 --clip-frames 12 > /dev/null 2>&1
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/fast12" --data "$tmp/short12" --steps 1 --set fast_fraction=0.5 \
+    > "$tmp/fast12.log" 2>&1
+rc=$?
+grep -q "^framechain: warning: fast_fraction 0.5: not used: the plan spans 7 frames, 13 at 2x speed, and the clips of .*short12 have 12: every window plays at 1x (prepare the footage with --clip-frames 13 or more for it)$" "$tmp/fast12.log"
+expect train_fast_fraction_unused_said $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 'fast_fraction' "$tmp/fast12.log" || echo 'no line')"
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/fastshapes" --steps 1 --set fast_fraction=0.5 --set crop_zoom=2 \
+    > "$tmp/fastshapes.log" 2>&1
+rc=$?
+grep -q "^framechain: warning: fast_fraction and crop_zoom: not used: they vary the footage of train --data, and this run trains on the built-in moving shapes$" "$tmp/fastshapes.log"
+expect train_footage_keys_on_shapes_said $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 'not used' "$tmp/fastshapes.log" || echo 'no line')"
+
 # ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
 for opt in adamw adamw8bit; do
     "$FC" --threads 2 train --config "$TINY" --run "$tmp/$opt" --set optimizer=$opt --set steps=200 --set warmup_steps=10 \
