@@ -214,11 +214,13 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     }
     if (access(dir, W_OK)) {
         fc_errf(err, errlen, "%s: cannot write there: %s", dir, strerror(errno));
+        if (made_top) fc_rmdir_made(dir, made_top);
         free(made_top);
         return NULL;
     }
     int lock = lock_folder(dir, err, errlen);
-    if (lock < 0) {
+    if (lock < 0) {  // (a lock file that cannot be made: the folders made for it go; another's lock keeps them)
+        if (made_top) fc_rmdir_made(dir, made_top);
         free(made_top);
         return NULL;
     }

@@ -235,6 +235,8 @@ int run_folder_open(const char *run) {
         fc_die("%s", err);
     }
     free(top);
+    static int registered;  // before the lock: a lock file that cannot be made (no inode left) takes the folder back
+    if (!registered++) atexit(remove_what_a_refused_start_made);
     int created;
     int lock = lock_run(run, &created);  // dies where another train holds it: nothing of that one's is touched
     if (made_state) made_state = 2;
@@ -245,8 +247,6 @@ int run_folder_open(const char *run) {
         if (created) unlink(path);
         fc_die("%s", err);
     }
-    static int registered;
-    if (!registered++) atexit(remove_what_a_refused_start_made);
     remove_stale_temps(run);
     return lock;
 }

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train/train.h"
@@ -525,6 +527,8 @@ static void update_weights(Trainer *t, int step, StepReport *r) {
 }
 
 static void write_metrics(Trainer *t, int step, const StepReport *r) {
+    struct stat st;  // the file's length before the line (each line is flushed: none is in the buffer)
+    off_t before = fstat(fileno(t->metrics), &st) ? -1 : st.st_size;
     fprintf(t->metrics,
             "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
             "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
@@ -534,6 +538,11 @@ static void write_metrics(Trainer *t, int step, const StepReport *r) {
     // not a reason to go on without a record of the steps.
     if (fflush(t->metrics) || ferror(t->metrics)) {
         int e = errno;
+        // the part of the line that reached the file goes, and exit's flush writes none of the rest:
+        // the file ends at its last whole line, not in half a record the next start calls torn
+        __fpurge(t->metrics);
+        if (before >= 0 && ftruncate(fileno(t->metrics), before)) fc_warn("%s/metrics.jsonl: cannot cut back its "
+                                                                          "torn last line: %s", t->run, strerror(errno));
         finish_or_die(t->writer);
         fc_die("%s/metrics.jsonl: cannot write the line of step %d: %s; stopping (the checkpoints are whole: free "
                "space and run the same command to go on)", t->run, step, strerror(e));

@@ -505,4 +505,18 @@ rc=$?
 expect prepare_long_name_leaves_no_folder $(( rc != 1 || $(grep -c "cannot create folder: File name too long" "$tmp/np.err") != 1 ||
     $(ls -d "$tmp/np" 2> /dev/null | wc -l) != 0 )) "status $rc: $(cut -c1-60 "$tmp/np.err")...; left: $(find "$tmp/np" 2> /dev/null | tr '\n' ' ' | cut -c1-100)"
 
+# A file system out of inodes, in a private mount namespace: the three folders of --out are made, the
+# prepare's lock file cannot be: one line, and the folders taken back.
+mkdir -p "$tmp/noinode"
+unshare -rm sh -c 'mount -t tmpfs -o size=4m,nr_inodes=4 none "$0" || exit 99
+    "$@" > /dev/null 2> "$0.err"; echo $? > "$0.rc"; find "$0" -mindepth 1 > "$0.left"' "$tmp/noinode" \
+    "$FC" --threads 1 prepare --input shapes:2:24 --out "$tmp/noinode/a/b/c" --size 16 --clip-frames 12 2> /dev/null
+if [ ! -f "$tmp/noinode.rc" ]; then echo "SKIP prepare_lock_unmade_leaves_no_folder: cannot mount a tmpfs in a private namespace (unshare -rm)"
+else
+    expect prepare_lock_unmade_leaves_no_folder $(( $(cat "$tmp/noinode.rc") != 1 || $(wc -l < "$tmp/noinode.err") != 1 ||
+            $(grep -c "a/b/c/.prepare.lock: cannot open the prepare's lock file: No space left on device" "$tmp/noinode.err") != 1 ||
+            $(wc -l < "$tmp/noinode.left") != 0 )) \
+        "status $(cat "$tmp/noinode.rc"): $(cat "$tmp/noinode.err"); left: $(tr '\n' ' ' < "$tmp/noinode.left")"
+fi
+
 exit 0

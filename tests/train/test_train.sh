@@ -477,6 +477,16 @@ msg=$(grep -m1 -o "metrics.jsonl: cannot write the line of step [0-9]*: .*" "$tm
 stopped=$(echo "$msg" | sed -n 's/.*of step \([0-9]*\).*/\1/p')
 expect metrics_write_failure_stops $(( rc == 0 || ${#msg} == 0 || ${stopped:-99} > 30 )) \
     "status $rc, '${msg:0:120}'"
+# what is left ends at the last whole line (no half record for the next start to call torn), and the
+# same command goes on from it without a word about junk
+torn=$(tail -c 1 "$tmp/mfull/metrics.jsonl" | od -An -c | tr -d ' ')
+whole=$(grep -c '^{"step":[0-9]*,.*}$' "$tmp/mfull/metrics.jsonl")
+lines=$(wc -l < "$tmp/mfull/metrics.jsonl")
+(train "$tmp/mfull" --set checkpoint_every=1000) > "$tmp/mfull2.log" 2>&1
+rc2=$?
+expect metrics_write_failure_leaves_whole_lines $(( ${stopped:-0} < 2 || lines != stopped - 1 || whole != lines || rc2 != 0 ||
+        $(grep -c 'junk' "$tmp/mfull2.log") != 0 )) \
+    "last byte '$torn', $whole of $lines lines whole records (stopped at step ${stopped:-?}); the rerun: status $rc2, $(grep -m1 -o 'left out.*' "$tmp/mfull2.log" || echo 'no line about junk')"
 
 # ---- a NaN loss stops the run; the last good checkpoint stays ----
 # (a NaN pixel in the data of step 23, through the fault-injection hook)
@@ -751,6 +761,19 @@ expect train_long_path_says_why $(( rc != 1 || $(grep -c "^framechain: $deep: ca
     "status $rc (a path of ${#deep} bytes): ...$(grep -m1 '^framechain: ' "$tmp/deep.log" | tail -c 80)"
 [ ! -e "$tmp/deep" ]
 expect train_long_name_leaves_no_folder $? "left: $(find "$tmp/deep" 2> /dev/null | wc -l) folders"
+# A file system out of inodes (a full disk of another kind), in a private mount namespace: the run's
+# folder and its parent are made, its lock file cannot be: one line, and both folders taken back.
+mkdir -p "$tmp/noinode"
+unshare -rm sh -c 'mount -t tmpfs -o size=4m,nr_inodes=3 none "$0" || exit 99
+    "$@" > /dev/null 2> "$0.err"; echo $? > "$0.rc"; find "$0" -mindepth 1 > "$0.left"' "$tmp/noinode" \
+    "$FC" --threads 1 train --config "$TINY" --run "$tmp/noinode/a/r" --steps 2 2> /dev/null
+if [ ! -f "$tmp/noinode.rc" ]; then echo "SKIP train_lock_unmade_leaves_no_folder: cannot mount a tmpfs in a private namespace (unshare -rm)"
+else
+    expect train_lock_unmade_leaves_no_folder $(( $(cat "$tmp/noinode.rc") != 1 || $(wc -l < "$tmp/noinode.err") != 1 ||
+            $(grep -c "a/r/.lock: cannot open the run's lock file: No space left on device" "$tmp/noinode.err") != 1 ||
+            $(wc -l < "$tmp/noinode.left") != 0 )) \
+        "status $(cat "$tmp/noinode.rc"): $(cat "$tmp/noinode.err"); left: $(tr '\n' ' ' < "$tmp/noinode.left")"
+fi
 
 # ---- keys that vary footage but cannot act here are said, not silently dropped ----
 "$FC" --threads 1 prepare --input shapes:2:12 --out "$tmp/short12" --size 32 --clip-frames 12 > /dev/null 2>&1
