@@ -161,7 +161,7 @@ long parse_positive(const char *flag, const char *text, long max) { return parse
 static int decimal(const char *text, double *v) {
     char *end;
     errno = 0;
-    *v = strtod(text, &end);
+    *v = strtod(text, &end) + 0.0;  // -0 as 0
     return end == text || *end || errno || strspn(text, "0123456789.eE+-") != strlen(text) ? -1 : 0;
 }
 

@@ -18,7 +18,8 @@ static const char *HELP_PREPARE =
     "PNG/JPEG frames taken as one clip), scale (area filter) and centre-crop the frames to N x N RGB,\n"
     "optionally resample to F frames per second, cut them into clips of --clip-frames frames (K frames\n"
     "shared by consecutive clips with --overlap) and write them to DIR as shards of at most M MiB\n"
-    "(default 256) with a CRC per clip, zlib-compressed where that pays, plus manifest.tsv (each clip's\n"
+    "(default 256; a shard's clips are held in memory until it is written, so at most half the\n"
+    "machine's memory) with a CRC per clip, zlib-compressed where that pays, plus manifest.tsv (each clip's\n"
     "source and first frame) and dataset.json, written last. An unreadable, damaged or too short input\n"
     "is reported in one line and skipped; the exit status is 1 only when no clip came out.\n"
     "\n"
@@ -68,6 +69,10 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     o.max_shard_bytes = (size_t)256 << 20;
     if (opt(opts, "--shard-mb")->count)
         o.max_shard_bytes = (size_t)parse_positive("--shard-mb", opt(opts, "--shard-mb")->value, 1 << 20) << 20;
+    size_t machine = fc_machine_memory(0);  // a shard's clips wait in memory until it is written
+    if (machine && o.max_shard_bytes > machine / 2)
+        usage_error("--shard-mb %zu: a shard's clips are held in memory until it is written, and this machine has "
+                    "%.1f GiB: give at most %zu", o.max_shard_bytes >> 20, machine / 1073741824.0, (machine / 2) >> 20);
     if (opt(opts, "--vae")->count) {
         o.vae = opt(opts, "--vae")->value;
         if (!(o.ae = autoencoder_load(o.vae, be, err, sizeof err))) fc_die("%s", err);

@@ -262,7 +262,9 @@ static int parse_plan(Config *c, const char *text, char *why, size_t whylen) {
         char *end;
         errno = 0;
         double off = strtod(colon + 1, &end);
-        if (end == colon + 1 || errno || !isfinite(off)) return fc_errf(why, whylen, "slot offset is not a number");
+        size_t digits = strspn(colon + 1, "0123456789.eE+-");  // decimal only: strtod also reads 0x10
+        if (end == colon + 1 || errno || !isfinite(off) || colon + 1 + digits < end)
+            return fc_errf(why, whylen, "slot offset is not a number");
         if (fabs(off) > MAX_SLOT_OFFSET)
             return fc_errf(why, whylen, "slot offset %g is out of range [%g, %g]", off, -MAX_SLOT_OFFSET, MAX_SLOT_OFFSET);
         if (n == MAX_SLOTS) return fc_errf(why, whylen, "more than %d slots", MAX_SLOTS);
@@ -318,6 +320,9 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         if (end != value && !*end && errno == ERANGE)  // past what a double holds
             return fc_errf(why, whylen, "%s is out of range [%.10g, %.10g]", value, k->min, k->max);
         if (end == value || *end || errno || !isfinite(v)) return fc_errf(why, whylen, "not a number");
+        // decimal only, as on the command line (cli.c): strtod also reads 0x1p-10, and "lr = 0x1" is a typo
+        if (strspn(value, "0123456789.eE+-") != strlen(value)) return fc_errf(why, whylen, "not a decimal number");
+        v += 0.0;  // -0 (or an underflow of a negative) as 0: printed back as "0", not "-0"
         if (!g_ranges_unchecked && (v < k->min || v > k->max))
             return fc_errf(why, whylen, "%.10g is out of range [%.10g, %.10g]", v, k->min, k->max);
         *(double *)((char *)c + k->offset) = v;
@@ -328,6 +333,8 @@ static int set_key(Config *c, const KeyDef *k, const char *value, char *why, siz
         return 0;
     }
     long long v = strtoll(value, &end, 10);
+    if (end != value && !*end && errno == ERANGE)  // an integer past what 64 bits hold
+        return fc_errf(why, whylen, "%s is out of range [%.0f, %.0f]", value, k->min, k->max);
     if (end == value || *end || errno) return fc_errf(why, whylen, k->type == KEY_INT_AUTO ? "not an integer or auto"
                                                                                        : "not an integer");
     // compared as integers: a 64-bit value next to the bound rounds to it as a double

@@ -30,7 +30,7 @@ int eval_parse_levels(const char *text, double max, double *levels, int cap, cha
         errno = 0;
         // decimal only, as every other number of the command line: strtod alone takes hex and blanks
         size_t len = strcspn(p, ","), digits = strspn(p, "0123456789.eE+-");
-        double v = digits == len ? strtod(p, &end) : 0;
+        double v = digits == len ? strtod(p, &end) + 0.0 : 0;  // (+ 0.0: -0 as 0, named "0" in the tables)
         if (digits != len || end == p || (*end && *end != ',') || errno || !(v >= 0 && v <= max))
             return fc_errf(err, errlen, "--noise-aug %s: expected levels from 0 to %g separated by commas", text,
                            max);

@@ -394,8 +394,41 @@ int config_key_shapes_network(const char *key) {
     return 0;
 }
 
+// The refusal of a resume whose config differs from its checkpoint's in keys other than steps,
+// schedule_end and dataset: every such key from `first` on named in one line, with both ways on: the
+// --set of each checkpoint's value, which goes on as the run was (the config file changed since it
+// started: keys added to the shipped configs), or a fork at the new values (where none shapes the
+// network, which a fork keeps).
+static void keys_differ(const Config *theirs, const Config *c, const char *const *first, const char *path,
+                        CkptLoadMode mode, char *err, size_t errlen) {
+    char was[1024] = "", now[1024] = "", go_on[1024] = "", fork[1024] = "";
+    int network = 0;
+    for (const char *const *k = first; *k; k++) {
+        char a[256], b[256];
+        config_get(c, *k, a, sizeof a);
+        config_get(theirs, *k, b, sizeof b);
+        if (may_differ(*k, mode) || !strcmp(a, b) || !strcmp(*k, "steps") || !strcmp(*k, "schedule_end") ||
+            !strcmp(*k, "dataset"))
+            continue;
+        network |= config_key_shapes_network(*k);
+        const char *sep = was[0] ? ", " : "";
+        snprintf(was + strlen(was), sizeof was - strlen(was), "%s%s = %s", sep, *k, b);
+        snprintf(now + strlen(now), sizeof now - strlen(now), "%s%s = %s", sep, *k, a);
+        snprintf(go_on + strlen(go_on), sizeof go_on - strlen(go_on), " --set %s=%s", *k, b);
+        snprintf(fork + strlen(fork), sizeof fork - strlen(fork), " --set %s=%s", *k, a);
+    }
+    if (network)  // a fork keeps these: advising one would end in a refusal
+        fc_errf(err, errlen, "%s: written with %s, but this run has %s; a checkpoint continues only its own run (if "
+                "the config file changed since the run started, give%s to go on; a new --run trains the new network)",
+                path, was, now, go_on);
+    else
+        fc_errf(err, errlen, "%s: written with %s, but this run has %s; a checkpoint continues only its own run (if "
+                "the config file changed since the run started, give%s to go on as it was; train --from %s --run "
+                "NEW%s forks it)", path, was, now, go_on, path, fork);
+}
+
 // Its config against this run's (only the keys of may_differ may change): CKPT_OK, or CKPT_REFUSED
-// with the first key that differs.
+// with the keys that differ.
 static CkptStatus check_same_run(const char *config, const char *path, const Config *c, CkptLoadMode mode, char *err,
                                  size_t errlen) {
     char why[512];
@@ -411,6 +444,10 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
         config_get(c, *k, a, sizeof a);
         config_get(&theirs, *k, b, sizeof b);
         if (may_differ(*k, mode) || !strcmp(a, b)) continue;
+        if (mode != CKPT_FORK && strcmp(*k, "steps") && strcmp(*k, "schedule_end") && strcmp(*k, "dataset")) {
+            keys_differ(&theirs, c, k, path, mode, err, errlen);
+            return CKPT_REFUSED;
+        }
         if (mode == CKPT_FORK)
             fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a fork keeps the network "
                     "(train a new run to change it)", path, *k, b, *k, a);
@@ -423,13 +460,6 @@ static CkptStatus check_same_run(const char *config, const char *path, const Con
                     strcmp(b, "shapes") ? "a dataset (--data)" : "the built-in moving shapes (no --data)",
                     strcmp(a, "shapes") ? "a dataset (--data)" : "the built-in moving shapes (no --data)", path,
                     strcmp(a, "shapes") ? "--data DIR" : "without --data");
-        else if (config_key_shapes_network(*k))  // a fork keeps these: advising one would end in a refusal
-            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
-                    "its own run (if the config file changed since the run started, give --set %s=%s to go on; "
-                    "a new --run trains the new network)", path, *k, b, *k, a, *k, b);
-        else
-            fc_errf(err, errlen, "%s: written with %s = %s, but this run has %s = %s; a checkpoint continues only "
-                    "its own run (train --from %s --run NEW --set %s=%s forks it)", path, *k, b, *k, a, path, *k, a);
         return CKPT_REFUSED;
     }
     return CKPT_OK;

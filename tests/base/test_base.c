@@ -144,6 +144,11 @@ static void test_config_refusals(void) {
         {"plan=anchor:0 anchor:1 target:2", "2 anchor slots, expected exactly one"},
         {"lr=nan", "not a number"},
         {"delta_scale=inf", "not a number"},
+        {"lr=0x1p-10", "not a decimal number"},  // strtod reads hexadecimal; the command line refuses it too
+        {"weight_decay=0x1", "not a decimal number"},
+        {"plan=anchor:0 target:0x1", "slot offset is not a number"},
+        {"batch_size=99999999999999999999", "99999999999999999999 is out of range [1, 65536]"},  // past 64 bits
+        {"seed=9223372036854775808", "9223372036854775808 is out of range"},
         {"keep_blocks=3", "keep_blocks 3 is more than depth 2"},
         {"freq_dim=63", "freq_dim 63 is not even"},  // the sinusoid fills 2 x (d / 2) inputs
         {"plan=anchor:0 target:1000001", "is out of range [-1e+06, 1e+06]"},  // one past the largest offset
@@ -179,8 +184,15 @@ static void test_config_refusals(void) {
                                          sizeof err2) == 0 &&
                       config_validate_checked(&c, "test", err2, sizeof err2) == 0 && c.slots == 3 &&
                       c.slot_offset[1] == -1e6f && c.slot_offset[2] == 1e6f;
+    // -0, and a negative underflowing to it, read as 0 (printed back as "0", not "-0")
+    config_defaults(&c);
+    int plus_zero = config_set_checked(&c, "lr=-0", "test", err2, sizeof err2) == 0 && c.lr == 0 && !signbit(c.lr) &&
+                    config_set_checked(&c, "weight_decay=-1e-400", "test", err2, sizeof err2) == 0 &&
+                    !signbit(c.weight_decay);
+    edge = edge && plus_zero;
     check(refused == n && edge && edge_offset, "config_refusals", "%d of %d bad values refused with their line (a "
-          "value bad by itself leaving the config unchanged); keep_blocks = depth (2) %s; plan offsets +-10^6 %s%s%s",
+          "value bad by itself leaving the config unchanged); keep_blocks = depth (2) and -0 as 0 %s; plan offsets +-10^6 "
+          "%s%s%s",
           refused, n, edge ? "accepted" : "REFUSED", edge_offset ? "accepted" : "REFUSED: ", edge_offset ? "" : err2,
           why);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chain/chain_plan.h"
+#include "chain/eval.h"
 #include "chain/sampler.h"
 #include "check.h"
 #include "base/config.h"
@@ -235,5 +236,12 @@ int main(void) {
     rc = chain_build_given(&p, &st, &ex, &in, 48, 3, err, sizeof err);
     check(rc == -1 && strstr(err, "1 (the first frame) or 7"), "chain_refuses_given_count", "%s",
           rc ? err : "accepted");
+    // eval --noise-aug: -0 is the level 0 (a table row named "0", not "-0", and the same level as "0")
+    double levels[4];
+    int nl = eval_parse_levels("-0,0.1", 0.95, levels, 4, err, sizeof err);
+    int twice = eval_parse_levels("0,-0", 0.95, levels + 2, 2, err, sizeof err);
+    check(nl == 2 && levels[0] == 0 && !signbit(levels[0]) && twice == -1 && strstr(err, "level 0 given twice"),
+          "eval_levels_minus_zero", "'-0,0.1': %d levels, the first %s; '0,-0': %s", nl,
+          nl == 2 && !signbit(levels[0]) ? "0" : "-0", twice == -1 ? err : "accepted");
     return g_failed ? 1 : 0;
 }

@@ -453,6 +453,17 @@ expect prepare_overlap_range $(( rc != 0 || $(clips "$tmp/ov15" 2> /dev/null || 
 rc=$?
 expect prepare_vae_scale_needs_vae $(( rc != 2 || $(grep -c "vae-scale and --vae-shift go with --vae" "$tmp/noscale.log") != 1 || $(ls "$tmp/noscale" 2> /dev/null | wc -l) != 0 )) \
     "status $rc, $(tail -1 "$tmp/noscale.log" | cut -c1-100)"
+# a shard's clips wait in memory until it is written: --shard-mb over half the machine's memory (1000
+# MiB here, through the test hook) is refused in one line naming it, nothing written; half is taken
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=1000 "$FC" prepare --input shapes:1:16 --out "$tmp/bigshard" --size 16 --clip-frames 16 \
+    --shard-mb 501 > "$tmp/bigshard.log" 2>&1
+rc=$?
+FRAMECHAIN_TEST_MEM_TOTAL_MIB=1000 "$FC" prepare --input shapes:1:16 --out "$tmp/halfshard" --size 16 --clip-frames 16 \
+    --shard-mb 500 > "$tmp/halfshard.log" 2>&1
+rc2=$?
+expect prepare_shard_mb_within_memory $(( rc != 2 || rc2 != 0 || $(grep -c "^framechain prepare: --shard-mb 501: a shard's clips are held in memory until it is written, and this machine has 1.0 GiB: give at most 500 " "$tmp/bigshard.log") != 1 ||
+    $(ls -d "$tmp/bigshard" 2> /dev/null | wc -l) != 0 )) \
+    "--shard-mb 501: status $rc, $(tail -1 "$tmp/bigshard.log" | cut -c1-160); 500: status $rc2"
 # a mistyped synthetic input is the command line's mistake (not an unreadable input skipped while the
 # others make a dataset): refused before any input is read, nothing written
 ok=0

@@ -510,6 +510,18 @@ expect refuses_other_config $(( rc == 0 || $(grep -c "written with width = 64, b
     $(grep -c -- "--from" "$tmp/other.log") != 0 )) \
     "status $rc, $(tail -1 "$tmp/other.log" | cut -c1-120)"
 expect refusal_changes_nothing $([ "$before" = "$after" ]; echo $?) "the run folder is unchanged"
+# keys that do not shape the network: all of them in the one line, with the --set of each checkpoint's
+# value (a config file that gained keys since the run started) and the fork; the --set given goes on
+(train "$tmp/other" --set lr=2e-3 --set weight_decay=0.05) > "$tmp/other2.log" 2>&1
+rc=$?
+wd=$("$FC" inspect --config "$TINY" | sed -n 's/^weight_decay *= *\([^ ]*\).*/\1/p')
+go_on=$(grep -o 'give --set [^)]* to go on as it was' "$tmp/other2.log" | sed 's/^give //; s/ to go on as it was$//')
+read -ra go_on_args <<< "$go_on"
+(train "$tmp/other" "${go_on_args[@]}") > "$tmp/other3.log" 2>&1
+rc3=$?
+expect refusal_names_every_key $(( rc == 0 || rc3 != 0 || $(grep -c "written with lr = 0.001, weight_decay = ${wd:-?}, but this run has lr = 0.002, weight_decay = 0.05; .*give --set lr=0.001 --set weight_decay=${wd:-?} to go on as it was; train --from .*ckpt-00000060.safetensors --run NEW --set lr=0.002 --set weight_decay=0.05 forks it)$" "$tmp/other2.log") != 1 ||
+    $(grep -c 'nothing to do' "$tmp/other3.log") != 1 )) \
+    "status $rc, $(tail -1 "$tmp/other2.log" | cut -c1-300); the --set given ('$go_on'): status $rc3, $(tail -1 "$tmp/other3.log")"
 cp -r "$tmp/ref" "$tmp/noopt"
 "$PYTHON" - "$(final "$tmp/noopt")" <<'PY'
 import sys
