@@ -36,7 +36,7 @@ static const char *HELP_AUTOENCODE =
     "                 order of their names, stopping at a frame of another size), or a PNG or JPEG (one\n"
     "                 frame); at least N x N\n"
     "  --size N       the frames' side, a multiple of 8 (default 256)\n"
-    "  --frames K     how many frames (default 8; an image: 1)\n"
+    "  --frames K     how many frames (default 8; a still image, .png, .jpg, .bmp, .tiff, ...: 1)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
     "  --fps F        the frame rate of a video --out (default: the input video's; 12 for images)\n"
@@ -65,9 +65,10 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
     // an image is one frame: its default; more of it is refused below, by name
     struct stat st;
-    int image = is_image_path(input) && !(stat(input, &st) == 0 && S_ISDIR(st.st_mode));
+    int folder = stat(input, &st) == 0 && S_ISDIR(st.st_mode), image = is_image_path(input) && !folder;
+    int still = generate_is_still_path(input) && !folder;  // also the stills FFmpeg reads (BMP, TIFF, ...)
     int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000)
-                                         : image ? 1 : 8;
+                                         : still ? 1 : 8;
     if (K > 1 && image)
         usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video or a folder of frames)", K, input);
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);

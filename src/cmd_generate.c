@@ -242,9 +242,9 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     }
     free(comment);
     if (ae) printf("generate: in the latents of %s (%d, %d, %d), decoded to %dx%d\n", g->vae, cm->channels, S, S, P, P);
-    printf("generate: %d frames of %dx%d on %s: %d windows (starter step %d, extrapolate step %d, interpolate "
+    printf("generate: %d frames of %dx%d on %s: %d window%s (starter step %d, extrapolate step %d, interpolate "
            "step %d), %s, noise augmentation %.3g, guidance %.3g, %s\n", g->frames, P, P, be->name, plan->count,
-           cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
+           plan->count == 1 ? "" : "s", cm->step[0], cm->step[1], cm->step[2], steps, g->sample.noise_aug, g->sample.guidance, temperature);
     printf("generate: %s\n", guards);
     print_memory_plan(g, cm, plan, held, ae);
     fflush(stdout);

@@ -48,9 +48,13 @@ static int is_unwritten_video_path(const char *path) {
 
 // A still image's name: the output would be a folder of frames under it, surely not what was meant.
 static int is_still_path(const char *path) {
-    static const char *const ext[] = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".tga", ".ppm", ".exr"};
+    static const char *const ext[] = {".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".bmp", ".tif", ".tiff", ".tga",
+                                      ".ppm", ".pgm", ".pbm", ".pnm", ".pam", ".exr", ".heic", ".avif", ".jxl",
+                                      ".jp2", ".dds", ".psd", ".xpm", ".ico"};
     return has_extension(path, ext, sizeof ext / sizeof ext[0]);
 }
+
+int generate_is_still_path(const char *path) { return is_still_path(path); }
 
 // out without trailing slashes ("frames/" is the folder frames). -1 when nothing is left of it.
 static int clean_path(char *dst, const char *out) {

@@ -20,6 +20,8 @@ int generate_check_output(const char *out, const char *input, const char *vae, i
                           size_t errlen);
 // Whether out names a video (.mp4, .m4v, .mov, .mkv, .avi, .gif): else generate writes a folder of PNGs.
 int generate_is_video_path(const char *out);
+// Whether path names a still image (.png, .jpg, .bmp, .tiff, ...): one frame, never a folder of them.
+int generate_is_still_path(const char *path);
 
 typedef struct GenerateOutput GenerateOutput;
 

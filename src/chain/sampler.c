@@ -98,6 +98,8 @@ static int next_rgb(FirstFrames *r, char *err, size_t errlen) {
     if (r->video) {
         int got = video_next_frame(r->video, S, r->rgb, NULL, err, errlen);
         if (got == 0 && k == 0) return fc_errf(err, errlen, "%s: the video has no frame", path);
+        if (got == 0 && k == 1)  // a still FFmpeg reads (BMP, TIFF, WebP, a JPEG under another name)
+            return fc_errf(err, errlen, "%s: one frame (a still image?), fewer than the %d asked for", path, K);
         if (got == 0) return fc_errf(err, errlen, "%s: the video has %d frames, fewer than the %d asked for", path, k, K);
         return got < 0 ? -1 : 0;
     }

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE  // strverscmp
 #include "dataset/frame_folder.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -102,6 +103,39 @@ FrameFolder *frame_folder_open(const char *dir, char *err, size_t errlen) {
 }
 
 int frame_folder_images(const FrameFolder *f) { return f ? f->n : 0; }
+
+// The last run of digits in path's file name: its value, and the name's parts before and after it
+// (offsets into path). 0 where the name holds no digit.
+static int name_number(const char *path, long long *value, size_t *start, size_t *end) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *e = NULL;
+    for (const char *p = base; *p; p++)
+        if (isdigit((unsigned char)*p)) e = p + 1;
+    if (!e) return 0;
+    const char *b = e;
+    while (b > base && isdigit((unsigned char)b[-1])) b--;
+    if (e - b > 17) return 0;  // past what a long long holds: no frame number
+    *value = strtoll(b, NULL, 10), *start = (size_t)(b - path), *end = (size_t)(e - path);
+    return 1;
+}
+
+int frame_folder_gaps(const FrameFolder *f, char *first, size_t len) {
+    int gaps = 0;
+    for (int i = 1; f && i < f->n; i++) {
+        long long a, b;
+        size_t sa, ea, sb, eb;
+        const char *pa = f->images[i - 1], *pb = f->images[i];
+        if (!name_number(pa, &a, &sa, &ea) || !name_number(pb, &b, &sb, &eb) || sa != sb ||
+            strncmp(pa, pb, sa) || strcmp(pa + ea, pb + eb) || b - a <= 1)
+            continue;
+        if (!gaps++) {
+            const char *na = strrchr(pa, '/'), *nb = strrchr(pb, '/');
+            snprintf(first, len, "%s then %s", na ? na + 1 : pa, nb ? nb + 1 : pb);
+        }
+    }
+    return gaps;
+}
 
 int frame_folder_next(FrameFolder *f, int size, uint8_t *rgb, char *err, size_t errlen) {
     if (f->stopped) return fc_errf(err, errlen, "%s", f->msg);

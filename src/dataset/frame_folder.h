@@ -29,6 +29,9 @@ typedef struct FrameFolder FrameFolder;
 FrameFolder *frame_folder_open(const char *dir, char *err, size_t errlen);
 // How many images it holds (frames, unless one stops the reading).
 int frame_folder_images(const FrameFolder *f);
+// How many times the numbers in its frames' names skip (f4.png then f7.png: frames missing, which
+// the clip joins as if they followed each other), the first as "f4.png then f7.png" in first.
+int frame_folder_gaps(const FrameFolder *f, char *first, size_t len);
 // The next frame as size x size RGB24, cropped and resampled as image_load_square does: 1 with a
 // frame, 0 after the last, -1 where the reading stops, with one line in err naming the frame's file:
 // "stopped at a bad frame: ..." or "stopped at a frame of another size: F is WxH, unlike the WxH of

@@ -230,6 +230,8 @@ typedef struct {
     int have_prev;
     double shift;         // the time taken out of the source by closed gaps
     int gaps_closed;      // forward jumps of the timestamps longer than RESAMPLE_MAX_GAP_S
+    int gaps_numbered;    // a frame folder whose names' numbers skip: how often, and the first
+    char first_gap[600];
     long skipped_before_key;  // a video begun mid-stream: its pictures before the first key one, left out
     double rate_lo, rate_hi, rate_mid;  // a variable frame rate without --fps (fps; 0: an even rate)
     char err[512];
@@ -388,6 +390,7 @@ static long decode_source(const Source *src, Cutter *c, uint8_t *frame, double *
             snprintf(why, len, "%s", without_path(err, src->path));
             return -1;
         }
+        c->gaps_numbered = frame_folder_gaps(ff, c->first_gap, sizeof c->first_gap);
         double dt = 1.0 / (o->fps > 0 ? o->fps : 25.0);  // a folder of frames has no clock: one frame per output frame
         *src_fps = o->fps > 0 ? o->fps : 25.0;
         c->fps = *src_fps;
@@ -492,7 +495,7 @@ int prepare_run(const PrepareOptions *o) {
     for (int i = 0; i < ss.n && !c.failed; i++) {
         const Source *src = &ss.s[i];
         c.source = src->path, c.filled = 0, c.next_index = 0, c.clips = 0, c.have_prev = 0;
-        c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0, c.skipped_before_key = 0;
+        c.shift = 0, c.gaps_closed = 0, c.rate_mid = 0, c.skipped_before_key = 0, c.gaps_numbered = 0;
         double src_fps = 0, ts = fc_now_s();
         char why[700];
         int side, other_size;
@@ -527,6 +530,10 @@ int prepare_run(const PrepareOptions *o) {
             if (c.gaps_closed)
                 printf("; its timestamps jump forward by more than %.0f s %d time%s: each gap closed, not filled with "
                        "copies of one frame", RESAMPLE_MAX_GAP_S, c.gaps_closed, c.gaps_closed > 1 ? "s" : "");
+            if (c.gaps_numbered)
+                printf("; its frames' numbers skip %d time%s (%s): the frames missing there are not in its clips, "
+                       "which join the frames on either side", c.gaps_numbered, c.gaps_numbered > 1 ? "s" : "",
+                       c.first_gap);
             if (c.skipped_before_key)
                 printf("; it begins mid-stream: its first %ld picture%s, before a key picture, left out (made from "
                        "pictures before the cut, a flat grey)", c.skipped_before_key, c.skipped_before_key == 1 ? "" : "s");

@@ -244,7 +244,10 @@ static Model *model_shape(const Config *cfg, const Backend *be, int B) {
     // the step's tokens times its widest row, in double before any of it is stored in an int
     double tokens = (double)B * cfg->slots * n * n, widest = fmax(fmax((double)cfg->mlp_ratio, 3.0) * cfg->width,
                                                                   (double)cfg->patch * cfg->patch * 3 * cfg->channels);
-    if (tokens * widest > 2e9) fc_die("config: batch_size x window x tokens x width is too large for one step");
+    if (tokens * widest > 2e9)
+        fc_die("config: a step of %d windows x %d slots x %d tokens, times its widest row (%.0f values), is %.3g "
+               "values, over the 2e9 one step may hold: lower batch_size, frame_size, width or mlp_ratio, or raise "
+               "patch", B, cfg->slots, n * n, widest, tokens * widest);
     m->B = B, m->F = cfg->slots, m->N = n * n, m->S = B * cfg->slots, m->T = m->S * m->N;
     m->D = cfg->width, m->H = cfg->heads, m->RD = cfg->mlp_ratio * cfg->width;
     m->PPC = cfg->patch * cfg->patch * cfg->channels;

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <libavcodec/avcodec.h>
 #include <libavutil/frame.h>
 #include <libavutil/pixfmt.h>
 
@@ -52,7 +53,8 @@ int is_image_path(const char *path) {
     base = base ? base + 1 : path;
     const char *dot = strrchr(base, '.');
     if (!dot || dot == base) return 0;
-    return !strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg");
+    return !strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
+           !strcasecmp(dot, ".jfif") || !strcasecmp(dot, ".jpe");  // JPEG's other names (its EXIF read here)
 }
 
 // stb_image 2.27 (Debian 12's libstb-dev) does not check that a JPEG Huffman table holds at most 256
@@ -90,6 +92,41 @@ static int jpeg_huffman_tables_sane(const uint8_t *b, size_t n) {
         i += in_scans ? 2 : 2 + len;
     }
     return 1;
+}
+
+// stb_image decodes a JPEG whose entropy-coded data is damaged (bytes zeroed or cut, a header that
+// claims more rows than the data holds) into a picture anyway, without a word. FFmpeg's decoder, told
+// to stop at damage as every video's is (video_read.c), notices it: the file is decoded there too, as
+// a check only (stb's pixels are kept: they are the bytes every earlier result was made from).
+// 0 when it decodes whole at w x h, else -1 with why (FFmpeg's reason).
+static int jpeg_decodes_whole(const uint8_t *bytes, size_t n, int w, int h, char *why, size_t whylen) {
+    const AVCodec *codec = avcodec_find_decoder(AV_CODEC_ID_MJPEG);
+    if (!codec || n > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE) return 0;  // no second opinion to be had
+    AVCodecContext *dec = avcodec_alloc_context3(codec);
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *frame = av_frame_alloc();
+    int ret = !dec || !pkt || !frame ? AVERROR(ENOMEM) : av_new_packet(pkt, (int)n);
+    char eb[128];
+    if (ret >= 0) {
+        memcpy(pkt->data, bytes, n);
+        dec->err_recognition |= AV_EF_EXPLODE;
+        dec->thread_count = 1;
+        ret = avcodec_open2(dec, codec, NULL);
+    }
+    if (ret >= 0) ret = avcodec_send_packet(dec, pkt);
+    if (ret >= 0) ret = avcodec_receive_frame(dec, frame);
+    int rc = 0;
+    if (ret < 0)
+        rc = fc_errf(why, whylen, "%s", averr(ret, eb, sizeof eb));
+    else if ((frame->flags & AV_FRAME_FLAG_CORRUPT) || frame->decode_error_flags)
+        rc = fc_errf(why, whylen, "FFmpeg's decoder marks its picture damaged");
+    else if (frame->width != w || frame->height != h)
+        rc = fc_errf(why, whylen, "its data decodes to %dx%d where its header says %dx%d", frame->width, frame->height,
+                     w, h);
+    av_frame_free(&frame);
+    av_packet_free(&pkt);
+    avcodec_free_context(&dec);
+    return rc;
 }
 
 static unsigned rd16(const uint8_t *p, int le) { return le ? p[0] | p[1] << 8 : p[0] << 8 | p[1]; }
@@ -217,6 +254,9 @@ static int image_header(const char *path, const uint8_t *bytes, size_t nbytes, i
         if (png && (double)pw * ph > IMAGE_MAX_PIXELS)
             fc_errf(err, errlen, "%s: a PNG of %lux%lu pixels, too large to read (at most %ld pixels)", path, pw, ph,
                     (long)IMAGE_MAX_PIXELS);
+        else if (png && (pw > 1 << 24 || ph > 1 << 24))  // stb's largest side
+            fc_errf(err, errlen, "%s: a PNG of %lux%lu pixels, too wide or tall to read (at most %d on a side)", path,
+                    pw, ph, 1 << 24);
         else if (nbytes > INT_MAX || !strcmp(stbi_failure_reason(), "too large"))
             fc_errf(err, errlen, "%s: an image too large to read (at most %ld pixels)", path, (long)IMAGE_MAX_PIXELS);
         else
@@ -300,6 +340,11 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
     if (shown_w) *shown_w = sideways ? h : w;
     if (shown_h) *shown_h = sideways ? w : h;
     int comp = n == 2 || n == 4 || png_has_trns(bytes, nbytes) ? 4 : 3;  // with alpha: composited over black below
+    char why_ff[256];
+    if (nbytes > 2 && bytes[0] == 0xFF && bytes[1] == 0xD8 && jpeg_decodes_whole(bytes, nbytes, w, h, why_ff, sizeof why_ff)) {
+        free(bytes);
+        return fc_errf(err, errlen, "%s: cannot decode the image: a damaged JPEG (%s)", path, why_ff);
+    }
     uint8_t *px = stbi_load_from_memory(bytes, (int)nbytes, &w, &h, &n, comp);
     free(bytes);
     if (!px) return fc_errf(err, errlen, "%s: cannot decode the image: %s", path, stbi_failure_reason());

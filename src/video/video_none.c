@@ -40,7 +40,8 @@ int image_load_square_size(const char *path, int size, uint8_t *rgb, int *w, int
 int image_check_size(const char *path, char *err, size_t errlen) { return 0; }
 int is_image_path(const char *path) {
     const char *dot = strrchr(path, '.');
-    return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+    return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
+                   !strcasecmp(dot, ".jfif") || !strcasecmp(dot, ".jpe"));
 }
 int image_write_png(const char *path, int w, int h, const uint8_t *rgb) { return -1; }
 

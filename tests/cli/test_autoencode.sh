@@ -103,6 +103,16 @@ ffmpeg -v error -i "$VIDEO" -frames:v 1 "$tmp/first.png"
 rc=$?
 [ $rc -eq 0 ] && tail -1 "$tmp/img.log" | grep -q 'over 1 frame (min'
 expect autoencode_image_one_frame $? "exit $rc; $(tail -1 "$tmp/img.log")"
+# a still FFmpeg reads (a BMP) is one frame too; a video of one frame asked for 8 says it is one frame
+ffmpeg -v error -i "$VIDEO" -frames:v 1 "$tmp/first.bmp"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/first.bmp" --size 64 > "$tmp/bmp.log" 2>&1
+rc=$?
+ffmpeg -v error -i "$VIDEO" -frames:v 1 -c:v ffv1 "$tmp/one.mkv"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/one.mkv" --size 64 > "$tmp/one.log" 2>&1
+rc1=$?
+[ $rc -eq 0 ] && tail -1 "$tmp/bmp.log" | grep -q 'over 1 frame (min' && [ $rc1 -eq 1 ] &&
+    grep -q "one.mkv: one frame (a still image?), fewer than the 8 asked for$" "$tmp/one.log"
+expect autoencode_still_bmp_one_frame $? "first.bmp: exit $rc, $(tail -1 "$tmp/bmp.log"); one.mkv: exit $rc1, $(tail -1 "$tmp/one.log")"
 
 refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, no --out left
     local name=$1 want=$2 pattern=$3 rc

@@ -111,7 +111,7 @@ expect config_with_bom 0 "^role *= starter" "$FC" inspect --config "$tmp/bom.con
 # options that shape a config's plan are refused beside a checkpoint or a folder, not ignored
 expect inspect_file_with_set 2 "--set goes with --config" "$FC" inspect "$tmp/bom.conf" --set width=8
 # a step whose token count passes an int (37 x 7 x 4096^2) is refused, not planned from a wrapped count
-expect step_too_large 1 "too large for one step" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
+expect step_too_large 1 "over the 2e9 one step may hold" "$FC" inspect --config configs/tiny/starter.conf --set frame_size=4096 \
     --set patch=1 --set width=4 --set heads=1 --set mlp_ratio=1 --set batch_size=37
 # the disk a run folder needs: keep_checkpoints checkpoints and the one being written beside them
 expect inspect_config_disk 0 "^disk  *a checkpoint is 2.30 MiB; the run folder holds up to 6 of them (keep_checkpoints 5 and the one being written): 13.81 MiB$" \

@@ -367,4 +367,13 @@ rc2=$?
     [ "$rc1" = 0 ] && [ "$(clips "$tmp/still1")" = 1 ] && [ "$rc2" = 0 ] && [ "$(clips "$tmp/still1fps")" = 1 ]
 expect prepare_single_still_said $? "status $rc: $(grep -m1 'photo.jpg' "$tmp/stills.log" | sed 's/.*photo.jpg: //'); at --clip-frames 1: status $rc1, $(clips "$tmp/still1") clip; with --fps 5: status $rc2, $(clips "$tmp/still1fps") clip: $(grep -m1 'photo.jpg' "$tmp/still1fps.log" | sed 's/.*photo.jpg: //')"
 
+# ---- 13. a folder of frames whose numbers skip (f5 and f6 missing): read as one clip, said ----
+mkdir -p "$tmp/gaps"
+ffmpeg -v error -f lavfi -i "color=c=gray:s=16x16" -frames:v 1 "$tmp/gray16.png"
+for i in $(seq 1 20); do [ $i = 5 ] || [ $i = 6 ] || [ $i = 13 ] || cp "$tmp/gray16.png" "$tmp/gaps/f$i.png"; done
+"$FC" prepare --input "$tmp/gaps" --out "$tmp/gaps_data" --size 16 --clip-frames 8 > "$tmp/gaps.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "gaps: 17 frames -> 2 clips (.*); its frames' numbers skip 2 times (f4.png then f7.png): the frames missing there are not in its clips, which join the frames on either side$" "$tmp/gaps.log"
+expect prepare_frame_numbers_skip_said $? "status $rc: $(grep -m1 'gaps:' "$tmp/gaps.log" | cut -c1-250)"
+
 exit 0

@@ -5,6 +5,7 @@
 // black; EXIF orientation. One PASS/FAIL line per check, with the measured figure; exit status 1 when
 // any check failed.
 #include "video_fixture.h"
+#include "base/philox.h"
 
 // A w x h image with `comp` channels, every pixel `px` (comp values); alpha, where there is one, is
 // opaque (transparency: test_image_alpha).
@@ -120,9 +121,52 @@ static void test_image_bad(void) {
     int rc = dht >= 0 ? image_load_square(tmp_path("bad_huffman.jpg"), 32, out, err, sizeof err) : 0;
     check(dht >= 0 && rc == -1 && strstr(err, "bad_huffman.jpg"), "image_bad_huffman.jpg",
           "table at byte %d, returns %d: %s", dht, rc, err);
-    rc = image_load_square(tmp_path("truncated.jpg"), 32, out, err, sizeof err);
-    check(rc == 0 || (rc == -1 && err[0]), "image_bad_truncated.jpg", "returns %d (%s)", rc,
-          rc ? err : "stb_image fills the missing part");
+    // A JPEG damaged part-way, which stb_image decodes into a picture anyway (it fills what it cannot
+    // read): cut in half, a stretch of its coded data zeroed, a header claiming ten times the rows and
+    // columns its data holds. Each refused in one line naming it (FFmpeg's decoder checks it first).
+    uint8_t noise[96 * 64 * 3];
+    for (size_t i = 0; i < sizeof noise; i++) noise[i] = (uint8_t)(philox_u32(5, 0, RNG_TEST, i) & 0xff);
+    stbi_write_jpg(tmp_path("noise.jpg"), 96, 64, 3, noise, 90);
+    size_t nn = 0;
+    uint8_t *nj_bytes = test_read_file(tmp_path("noise.jpg"), &nn);
+    int damaged = 0, sof = -1;
+    char dwhy[3][600] = {"", "", ""};
+    for (size_t i = 0; nj_bytes && i + 9 < nn; i++)
+        if (nj_bytes[i] == 0xFF && nj_bytes[i + 1] == 0xC0) sof = (int)i;
+    if (nj_bytes && sof > 0) {
+        write_bytes(tmp_path("cut.jpg"), nj_bytes, nn / 2);
+        uint8_t *z = malloc(nn);
+        memcpy(z, nj_bytes, nn);
+        memset(z + nn / 2, 0, nn / 8);
+        write_bytes(tmp_path("zeroed.jpg"), z, nn);
+        memcpy(z, nj_bytes, nn);
+        z[sof + 5] = 0x02, z[sof + 6] = 0x80, z[sof + 7] = 0x03, z[sof + 8] = 0xC0;  // 640 rows, 960 columns
+        write_bytes(tmp_path("claims_more.jpg"), z, nn);
+        free(z);
+        const char *names[3] = {"cut.jpg", "zeroed.jpg", "claims_more.jpg"};
+        for (int k = 0; k < 3; k++) {
+            err[0] = 0;
+            rc = image_load_square(tmp_path(names[k]), 32, out, err, sizeof err);
+            damaged += rc == -1 && strstr(err, names[k]) && !strchr(err, '\n') &&
+                       (strstr(err, "a damaged JPEG") || strstr(err, "Corrupt JPEG"));  // (FFmpeg's words or stb's)
+            snprintf(dwhy[k], sizeof dwhy[k], "%s: %s", names[k], rc ? err : "decoded");
+        }
+    }
+    err[0] = 0;
+    int whole = image_load_square(tmp_path("noise.jpg"), 32, out, err, sizeof err) == 0;
+    check(damaged == 3 && whole, "image_bad_damaged_jpeg", "%d of 3 refused (%s; %s; %s); the whole file read: %s",
+          damaged, dwhy[0], dwhy[1], dwhy[2], whole ? "yes" : err);
+    free(nj_bytes);
+    // A PNG whose side passes stb_image's 2^24 (40 megapixels: under the limit on pixels) is called too
+    // wide, not 'not a PNG'
+    if (png && n > 24) {
+        memcpy(png + 16, "\x01\x31\x2d\x00\x00\x00\x00\x02", 8);  // IHDR: 20000000 x 2
+        write_bytes(tmp_path("wide.png"), png, n);
+    }
+    err[0] = 0;
+    rc = image_load_square(tmp_path("wide.png"), 32, out, err, sizeof err);
+    check(rc == -1 && strstr(err, "wide.png: a PNG of 20000000x2 pixels, too wide or tall to read (at most 16777216 "
+          "on a side)"), "image_bad_wide_png", "returns %d: %s", rc, err);
     free(png);
     free(jpg);
 }
@@ -154,7 +198,7 @@ static void test_image_check_size(void) {
 static void test_image_paths(void) {
     const struct { const char *p; int want; } ip[] = {
         {"a.png", 1}, {"dir/b.PNG", 1}, {"c.JpEg", 1}, {"d.jpg", 1}, {"e.mp4", 0}, {"png", 0}, {"x.png/y", 0},
-        {".png", 0}, {"f.png.txt", 0}, {"g.jpe", 0}};
+        {".png", 0}, {"f.png.txt", 0}, {"g.jpe", 1}, {"h.JFIF", 1}, {"i.jpg2", 0}};
     int wrong = 0;
     for (size_t k = 0; k < sizeof ip / sizeof ip[0]; k++) wrong += is_image_path(ip[k].p) != ip[k].want;
     check(wrong == 0, "image_is_image_path", "%d of %zu paths classified wrongly", wrong, sizeof ip / sizeof ip[0]);
@@ -291,6 +335,13 @@ static void test_image_exif(void) {
     }
     check(wrong == 0, "image_exif_orientation", "%d of %zu JPEGs (orientation 6 MM, 3 II, 2 II, 5 MM, a damaged "
           "block) not the plain frame turned by hand%s", wrong, sizeof cs / sizeof cs[0], what);
+    // JPEG's other names (.jfif, .jpe) take the same path: their orientation applied too
+    uint8_t named[32 * 32 * 3], as_jpg[32 * 32 * 3];
+    int same = !write_exif_jpeg(tmp_path("exif6.jfif"), jpg, n, 6, 0, 0) &&
+               !image_load_square(tmp_path("exif6.jfif"), S, named, err, sizeof err) &&
+               !image_load_square(tmp_path("exif6_MM.jpg"), S, as_jpg, err, sizeof err) &&
+               !memcmp(named, as_jpg, sizeof named) && memcmp(named, plain, sizeof named);
+    check(same, "image_exif_jfif", "exif6.jfif read as exif6_MM.jpg (turned): %s", same ? "yes" : err[0] ? err : "no");
     free(jpg);
 }
 
