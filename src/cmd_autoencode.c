@@ -20,8 +20,8 @@
 #include "commands.h"
 
 static const char *HELP_AUTOENCODE =
-    "usage: framechain autoencode --vae FILE --input VIDEO [--size N] [--frames K] [--out VIDEO] [--fps F]\n"
-    "                             [--overwrite]\n"
+    "usage: framechain autoencode --vae FILE --input VIDEO [--size N] [--frames K]\n"
+    "                             [--out VIDEO [--fps F] [--overwrite]]\n"
     "\n"
     "Encode the first K frames of VIDEO (centre-cropped and scaled to N x N, as prepare does) with the\n"
     "autoencoder in FILE, decode them again, and print the round trip's PSNR against the frames; the\n"

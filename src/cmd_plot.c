@@ -101,7 +101,7 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
         fprintf(stderr, "framechain: %s\n", err);
     } else {
         fc_stdout_is_report();
-        printf("plot: wrote %s (%d x %d)\n", out, fo.width, fo.height);
+        printf("plot: wrote %s (%d x %d)\n", FC_ESCAPED(out), fo.width, fo.height);
     }
     // a stop that came while the PNG was written: it is whole, the status still says the stop
     return fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;

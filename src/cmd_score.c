@@ -129,12 +129,12 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     // the dataset's folder escaped as prepare prints a name: a newline in it would split the line
     char *shown_data = fc_escaped_name(fc_malloc(4 * strlen(data) + 1), 4 * strlen(data) + 1, data);
     printf("scored %d clips of %s (%d damaged, not scored) under %s%s%s: %s\n", scored, shown_data, n - scored,
-           so.run, so.reference ? " minus " : "", so.reference ? so.reference : "", out);
+           FC_ESCAPED(so.run), so.reference ? " minus " : "", so.reference ? FC_ESCAPED(so.reference) : "", FC_ESCAPED(out));
     free(shown_data);
     if (noted[SCORE_NOTE_FROZEN] || noted[SCORE_NOTE_UNORDERED])
         printf("noted, listed first: %d frozen, %d unordered\n", noted[SCORE_NOTE_FROZEN], noted[SCORE_NOTE_UNORDERED]);
     if (refused) fc_die("%s", refused);
-    if (ex) printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, ex);
+    if (ex) printf("excluded the top %d of %d scored clips (--top %g): %s\n", k, scored, top, FC_ESCAPED(ex));
     free(s);
     dataset_close(d);
     return 0;

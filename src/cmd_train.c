@@ -208,13 +208,13 @@ int cmd_train(int argc, char **argv, const Backend *be) {
             fc_die("%s", err);
         }
         printf("%s: its parent %s cannot be read; the fork resumes from its own checkpoints, whose config stands "
-               "in for the parent's\n", run, from);
+               "in for the parent's\n", FC_ESCAPED(run), FC_ESCAPED(from));
     } else if (from && lineage_parent_replaced(run, &origin, err, now, sizeof now)) {
         // the file at that path is another checkpoint now (the parent's folder trained again): the fork
         // goes on as it was made, never from the other file's config
         if (lineage_resume_fork(run, from, &parent, &origin)) fc_die("%s: cannot read its own newest checkpoint", run);
         printf("%s: %s is %s now, not the checkpoint the fork was made from %s; the fork resumes from its own "
-               "checkpoints, whose config stands in for the parent's\n", run, from, now, err);
+               "checkpoints, whose config stands in for the parent's\n", FC_ESCAPED(run), FC_ESCAPED(from), FC_ESCAPED(now), FC_ESCAPED(err));
     }
     // keys the command line sets another way: said at once, not left to a rule they break later
     if (set_value(opts, "dataset"))
@@ -294,8 +294,8 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     // Before the run starts: preview_data that cannot serve ends it here. Rank 0 takes the previews.
     if (c.sample_every > 0 && dist_rank() == 0) {
         if (!(preview = preview_open(&c, run, data, ae, vae, err, sizeof err))) fc_die("%s", err);
-        printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), run, ae ? ", decoded by " : "",
-               ae ? vae : "");
+        printf("previews: %s, into %s/samples/%s%s\n", preview_describe(preview), FC_ESCAPED(run), ae ? ", decoded by " : "",
+               ae ? FC_ESCAPED(vae) : "");
         // resident for the run, its scratch counted
         hooks = (TrainHooks){.preview = preview_take, .ctx = preview, .resident = resident,
                              .resident_loaded = hooks.resident_loaded, .missing = preview_missing, .vae = hooks.vae};

@@ -152,7 +152,9 @@ def write_safetensors(path, tensors, metadata=None, dtypes=None, fsync=False):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     chunks, pos = [], 0
     for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr)
+        # C order, keeping the shape: ascontiguousarray makes a 0-d array (a scalar, shape []) 1-d
+        arr = np.require(arr, requirements="C") if arr.ndim else arr
         arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
         dt = (dtypes or {}).get(name) or _NP_TO_ST.get(np.dtype(arr.dtype.str))
         if dt is None or _ST_DTYPES.get(dt, (0, 0))[1] != arr.dtype.itemsize:

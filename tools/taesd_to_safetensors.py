@@ -112,7 +112,7 @@ def main(argv):
     # through a temporary file beside OUT: a write that fails leaves no part of a file behind
     tmp = "%s.tmp-%d" % (out, os.getpid())
     try:
-        write_safetensors(tmp, {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()})
+        write_safetensors(tmp, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()})
         os.replace(tmp, out)
     except OSError as e:
         try:

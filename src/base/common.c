@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -99,6 +101,56 @@ void fc_printable_line(char *s) {
     *out = 0;
 }
 
+// ----------------------------------------------------------------------------
+// progress lines on a terminal
+
+static pthread_mutex_t g_progress_mu = PTHREAD_MUTEX_INITIALIZER;
+static FILE *g_progress_stream;  // the stream whose progress line is open; NULL: none
+static int g_progress_len;       // the open line's length, which the next one pads over
+
+static void progress_end_locked(void) {
+    if (!g_progress_stream) return;
+    fputc('\n', g_progress_stream);
+    fflush(g_progress_stream);
+    g_progress_stream = NULL, g_progress_len = 0;
+}
+
+void fc_progress(FILE *stream, const char *fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    struct winsize ws;
+    int len = (int)strlen(text);
+    if (!ioctl(fileno(stream), TIOCGWINSZ, &ws) && ws.ws_col > 1 && len > ws.ws_col - 1) len = ws.ws_col - 1;
+    pthread_mutex_lock(&g_progress_mu);
+    if (g_progress_stream && g_progress_stream != stream) progress_end_locked();
+    int pad = g_progress_len > len ? g_progress_len - len : 0;
+    fprintf(stream, "\r%.*s%*s", len, text, pad, "");
+    fflush(stream);
+    g_progress_stream = stream, g_progress_len = len;
+    pthread_mutex_unlock(&g_progress_mu);
+}
+
+void fc_progress_end(void) {
+    pthread_mutex_lock(&g_progress_mu);
+    progress_end_locked();
+    pthread_mutex_unlock(&g_progress_mu);
+}
+
+void fc_line(FILE *stream, const char *fmt, ...) {
+    pthread_mutex_lock(&g_progress_mu);
+    progress_end_locked();
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stream, fmt, ap);
+    va_end(ap);
+    fputc('\n', stream);
+    fflush(stream);
+    pthread_mutex_unlock(&g_progress_mu);
+}
+
 // "framechain: <prefix><message>" and a newline on stderr, in one write: under mpirun the ranks' output
 // and this process's own stdout reach one file through pipes, and a line written in pieces could be
 // cut by another's (stdout is flushed first, so what was printed before the message stays before it).
@@ -113,6 +165,7 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     fc_printable_line(line);
     len = strlen(line);  // a C1 control's two bytes became one '?'
     line[len++] = '\n';
+    fc_progress_end();  // a progress line left open on the terminal: the message on a line of its own
     fflush(stdout);
     for (size_t at = 0; at < len;) {
         ssize_t n = write(STDERR_FILENO, line + at, len - at);

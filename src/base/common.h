@@ -36,6 +36,16 @@ const char *fc_message_origin_text(void);  // "" when none is set
 // exit(status); while quiet, 0.2 s later, so that the rank that says why ends first (mpirun then names it).
 void fc_exit(int status) __attribute__((noreturn));
 
+// A progress line rewritten in place on a terminal ("\r" and the line, left open), and the lines
+// printed beside it: fc_die, fc_warn and fc_line end an open progress line first, so that neither is
+// glued to the other. The line is cut to the terminal's width less one column (a line that wraps
+// leaves a row behind at every rewrite) and padded over the longer line it replaces. Thread-safe.
+void fc_progress(FILE *stream, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// The open progress line ended with a newline on its stream; nothing when none is open.
+void fc_progress_end(void);
+// One whole line (fmt ends without a newline: one is added) on stream, after ending the progress line.
+void fc_line(FILE *stream, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 // A message's text as every error line prints it, in place: a line break or tab becomes a space, any
 // other control character (C0, DEL, a C1 control U+0080-U+009F, a bidirectional control U+202A-U+202E
 // or U+2066-U+2069, the separators U+2028/U+2029) a '?', and so does each byte that is not part of

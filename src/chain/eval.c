@@ -310,7 +310,7 @@ static int eval_check(Eval *ev) {
 
 static void print_header(const Eval *ev) {
     const EvalOptions *o = ev->o;
-    printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", o->data, ev->F,
+    printf("eval: the first %d clip%s of %s (%d frames of %dx%d each)", ev->K, ev->K == 1 ? "" : "s", FC_ESCAPED(o->data), ev->F,
            ev->S, ev->S);
     if (ev->K < o->clips) printf("; the dataset has only %d (--clips %d)", ev->K, o->clips);
     char steps[128], temperature[128];
@@ -325,7 +325,7 @@ static void print_header(const Eval *ev) {
     printf("eval: %s\n", guards);
     if (ev->ae)
         printf("eval: the chain in the latents (%d, %d, %d) of %s, each frame decoded to %dx%d and scored in pixels\n",
-               ev->cm.channels, ev->cm.size, ev->cm.size, o->vae, ev->S, ev->S);
+               ev->cm.channels, ev->cm.size, ev->cm.size, FC_ESCAPED(o->vae), ev->S, ev->S);
     fflush(stdout);
 }
 
@@ -485,8 +485,8 @@ static int eval_quality(Eval *ev) {
     }
     if (ev->damaged)
         printf("eval: %d of the first %d clips of %s are damaged and left out: the means are over the other %d "
-               "(framechain inspect %s names them; re-prepare it)\n", ev->damaged, ev->K, ev->o->data, ev->scored,
-               ev->o->data);
+               "(framechain inspect %s names them; re-prepare it)\n", ev->damaged, ev->K, FC_ESCAPED(ev->o->data),
+               ev->scored, FC_ESCAPED(ev->o->data));
     return 0;
 }
 

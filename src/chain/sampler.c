@@ -634,14 +634,18 @@ static int run_windows(ChainModels *cm, const ChainPlan *p, FrameStore *st, cons
         if (!o->quiet && (tty || el - t_line >= 10 || k == p->count - 1)) {
             char eta[32];
             fc_format_duration(eta, sizeof eta, el / (k + 1) * (p->count - k - 1));
-            fprintf(stderr, "%sgenerate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s%s", tty ? "\r" : "",
-                    done, p->frames, k + 1, p->count, config_role_name(w->role), el / (k + 1), eta, tty ? "   " : "\n");
+            if (tty)
+                fc_progress(stderr, "generate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s", done,
+                            p->frames, k + 1, p->count, config_role_name(w->role), el / (k + 1), eta);
+            else
+                fprintf(stderr, "generate: %d/%d frames, window %d/%d (%s), %.2f s/window, ETA %s\n", done, p->frames,
+                        k + 1, p->count, config_role_name(w->role), el / (k + 1), eta);
             fflush(stderr);
             t_line = el;
         }
         rc = store_settle(st, k, emit, ctx, err, errlen);
     }
-    if (!o->quiet && tty) fprintf(stderr, "\n");
+    fc_progress_end();
     window_buffers_free(&wb);
     return rc;
 }

@@ -107,9 +107,12 @@ static int check_tensor_size(JsonReader *r, const StEntry *e, const char *name) 
     size_t bytes = st_dtype_size(e->dtype);
     char shape[200];
     shape_text(e, shape, sizeof shape);
-    for (int d = 0; d < e->ndim; d++)
+    int empty = 0;  // a dimension of 0: no bytes, however large the others (the spec counts elements first)
+    for (int d = 0; d < e->ndim; d++) empty |= e->shape[d] == 0;
+    for (int d = 0; d < e->ndim && !empty; d++)
         if (__builtin_mul_overflow(bytes, (size_t)e->shape[d], &bytes))
             return json_fail(r, "tensor '%s': shape %s is too large", name, shape);
+    if (empty) bytes = 0;
     if (e->end - e->begin != bytes)
         return json_fail(r, "tensor '%s': data_offsets [%zu, %zu] span %zu bytes, but %s shape %s needs %zu", name,
                          e->begin, e->end, e->end - e->begin, e->dtype, shape, bytes);

@@ -20,6 +20,7 @@ static const struct {
 } DTYPES[] = {
     {"F64", 8}, {"I64", 8}, {"U64", 8}, {"F32", 4}, {"I32", 4}, {"U32", 4}, {"F16", 2},
     {"BF16", 2}, {"I16", 2}, {"U16", 2}, {"I8", 1}, {"U8", 1}, {"BOOL", 1},
+    {"F8_E4M3", 1}, {"F8_E5M2", 1},  // (a single-file checkpoint's fp8 UNet beside the VAE read from it)
 };
 
 size_t st_dtype_size(const char *d) {

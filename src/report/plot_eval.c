@@ -233,7 +233,7 @@ int figure_eval(Canvas *c, const char *path, const FigureOptions *o, char *err, 
         panels[np++] = (Panel){"psnr", "PSNR against the real frames (dB); the chain's: none finite", C_PSNR,
                                C_PSNR_COPY, C_PSNR_HOLD0, -1};
         printf("plot: %s: none of the chain's scores is finite (NaN or infinite): its baselines alone are drawn\n",
-               path);
+               FC_ESCAPED(path));
     }
 
     LegendItem items[MAX_LEVELS + 3];
@@ -266,7 +266,7 @@ int figure_eval(Canvas *c, const char *path, const FigureOptions *o, char *err, 
     }
     double *x = fc_malloc((size_t)t.n * sizeof *x), *y = fc_malloc((size_t)t.n * sizeof *y);
     for (int p = 0; p < np; p++) draw_panel(c, &t, &panels[p], boxes[p], s, o, x, y);
-    printf("plot: %s: frames %.0f to %.0f, %d noise-augmentation level%s\n", path, first, last, t.L, t.L == 1 ? "" : "s");
+    printf("plot: %s: frames %.0f to %.0f, %d noise-augmentation level%s\n", FC_ESCAPED(path), first, last, t.L, t.L == 1 ? "" : "s");
     free(x), free(y), free(t.rows);
     return 0;
 }

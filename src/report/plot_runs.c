@@ -195,7 +195,7 @@ int figure_runs(Canvas *c, const char *const *dirs, int n, const FigureOptions *
         free(x), free(y);
         for (int i = 0; i < n; i++) {
             const Run *r = &runs[i];
-            printf("plot: %s: %d steps, %.0f to %.0f", r->name, r->n, r->rows[0].v[K_STEP], r->rows[r->n - 1].v[K_STEP]);
+            printf("plot: %s: %d steps, %.0f to %.0f", FC_ESCAPED(r->name), r->n, r->rows[0].v[K_STEP], r->rows[r->n - 1].v[K_STEP]);
             for (int k = 1; k < NKEYS; k++)
                 if (r->skipped[k]) printf("; %d %s values missing or not finite, left out", r->skipped[k], KEYS[k]);
             printf("\n");

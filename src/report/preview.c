@@ -373,6 +373,6 @@ void preview_take(void *preview, Model *m, int step) {
         p->recorded = rc == 0;
     }
     if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, 1, err, sizeof err))
-        fprintf(stderr, "preview of step %d skipped: %s\n", step, err);
+        fc_line(stderr, "preview of step %d skipped: %s", step, err);
     canvas_free(&cv);
 }

@@ -49,11 +49,10 @@ static void log_if_done(CkptWriter *w) {
     if (!w->log || w->logged || !w->written || !w->waited || w->failed) return;
     char path[4096];
     checkpoint_path(path, sizeof path, w->run, w->st.step);
-    // One call, one line: stdio's lock keeps it whole beside the trainer's progress lines.
-    fprintf(w->log, "checkpoint %s (blocked %.1f ms: copy %.1f + wait %.1f; written in %.2f s %s)\n", path,
+    // One line of its own beside the trainer's progress line, which it ends first (from this thread too)
+    fc_line(w->log, "checkpoint %s (blocked %.1f ms: copy %.1f + wait %.1f; written in %.2f s %s)", FC_ESCAPED(path),
             w->copy_ms + w->wait_ms, w->copy_ms, w->wait_ms, w->write_s,
             w->synchronous ? "synchronously" : "in the background");
-    fflush(w->log);
     w->logged = 1;
 }
 

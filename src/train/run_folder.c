@@ -84,7 +84,7 @@ static void remove_stale_temps(const char *run) {
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "ckpt-", 5) || !strstr(e->d_name, ".safetensors.tmp-")) continue;
         snprintf(path, sizeof path, "%s/%s", run, e->d_name);
-        if (!unlink(path)) printf("removed %s, a checkpoint write that was cut off\n", path);
+        if (!unlink(path)) printf("removed %s, a checkpoint write that was cut off\n", FC_ESCAPED(path));
     }
     closedir(d);
     snprintf(samples, sizeof samples, "%s/samples", run);
@@ -92,7 +92,7 @@ static void remove_stale_temps(const char *run) {
     while ((e = readdir(d))) {
         if (!dead_writers_temp(e->d_name)) continue;
         snprintf(path, sizeof path, "%s/%s", samples, e->d_name);
-        if (!unlink(path)) printf("removed %s, a preview write that was cut off\n", path);
+        if (!unlink(path)) printf("removed %s, a preview write that was cut off\n", FC_ESCAPED(path));
     }
     closedir(d);
 }
@@ -473,7 +473,7 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
             checkpoint_set_aside(path, err);
             continue;
         }
-        printf("resuming %s from step %d (%s)\n", run, st->step, path);
+        printf("resuming %s from step %d (%s)\n", FC_ESCAPED(run), st->step, FC_ESCAPED(path));
         snprintf(loaded, 4096, "%s", path);
         resumed = 1;
     }
@@ -551,7 +551,7 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
     }
     if (resumed && origin->extend && origin->note[0]) {
         lineage_append(st->lineage, sizeof st->lineage, origin->note);
-        printf("%s: %s\n", run, origin->note);
+        printf("%s: %s\n", FC_ESCAPED(run), FC_ESCAPED(origin->note));
     }
     // (said by run_folder_precheck where the folder lists no checkpoint; here, where the resume set
     // every one aside)
@@ -567,7 +567,7 @@ int run_folder_start_from(const char *run, Model *m, real *ema, Optimizer *o, co
     if (!fork_start) return 0;
     snprintf(st->parent, sizeof st->parent, "%s", origin->parent);
     lineage_append(st->lineage, sizeof st->lineage, origin->note);
-    printf("forking %s from %s\n", run, origin->note + strlen("forked from "));
+    printf("forking %s from %s\n", FC_ESCAPED(run), FC_ESCAPED(origin->note + strlen("forked from ")));
     return 1;
 }
 

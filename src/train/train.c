@@ -112,7 +112,7 @@ static int open_data(Trainer *t, char *err, size_t errlen) {
         t->excluded = fc_malloc((size_t)dataset_clips(t->dataset));
         int n = exclude_list_read(t->dataset, t->c->exclude, t->excluded, err, errlen);
         if (n < 0) return -1;
-        printf("exclude: %s, %d of %d clips never drawn\n", t->c->exclude, n, dataset_clips(t->dataset));
+        printf("exclude: %s, %d of %d clips never drawn\n", FC_ESCAPED(t->c->exclude), n, dataset_clips(t->dataset));
     }
     if (loader_check_config(t->dataset, t->c, err, errlen)) return -1;
     char why[1024];
@@ -561,8 +561,12 @@ static void print_progress(Trainer *t, int step, double loss, int last) {
     if (t->previews)  // the previews' share of the time since this process started training
         snprintf(preview, sizeof preview, "  previews %.1f s (%.1f%%)", t->preview_s,
                  100 * t->preview_s / (now - t->t_start));
-    printf("%sstep %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s%s", t->tty ? "\r" : "", step, c->steps,
-           loss, t->st.smooth_loss, rate, eta, preview, t->tty ? "   " : "\n");
+    if (t->tty)  // rewritten in place, cut to the terminal's width; a message ends it first (common.h)
+        fc_progress(stdout, "step %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", step, c->steps, loss,
+                    t->st.smooth_loss, rate, eta, preview);
+    else
+        printf("step %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s\n", step, c->steps, loss,
+               t->st.smooth_loss, rate, eta, preview);
     fflush(stdout);
     t->t_last_line = now;
 }
@@ -598,9 +602,9 @@ static void take_preview(Trainer *t, int step, int last) {
     double t0 = fc_now_s(), waited = 0;
     int go = 1;
     if (t->rank == 0 && !last && t->preview_s > t->c->preview_budget * (t0 - t->t_start)) {
-        printf("%spreview of step %d put off: the previews have taken %.1f s, %.1f%% of the time trained (preview_budget "
-               "%g)\n", t->tty ? "\n" : "", step, t->preview_s, 100 * t->preview_s / (t0 - t->t_start),
-               t->c->preview_budget);
+        fc_line(stdout, "preview of step %d put off: the previews have taken %.1f s, %.1f%% of the time trained "
+                "(preview_budget %g)", step, t->preview_s, 100 * t->preview_s / (t0 - t->t_start),
+                t->c->preview_budget);
         go = 0;
     }
     if (t->preview_ranks) dist_broadcast(&go, sizeof go);
@@ -661,7 +665,7 @@ static int run_steps(Trainer *t) {
             print_progress(t, step, r.loss, last);
         }
         if (step % c->checkpoint_every == 0 || last || stop) {
-            if (t->tty) printf("\n");
+            fc_progress_end();
             checkpoint_now(t);
         }
         int previews_here = t->rank == 0 ? previews_on(t) : t->preview_ranks;
@@ -682,7 +686,7 @@ static void finish_run(Trainer *t) {
     const Config *c = t->c;
     finish_or_die(t->writer);
     dist_barrier();  // no rank ends before the last checkpoint is on disk
-    printf("done: %s at step %d, smoothed loss %.4f\n", t->run, t->st.step, t->st.smooth_loss);
+    printf("done: %s at step %d, smoothed loss %.4f\n", FC_ESCAPED(t->run), t->st.step, t->st.smooth_loss);
     if (t->t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
         double ms = 1e3 * t->t_timed / t->t_timed_steps, flops = model_step_flops(c, c->batch_size);
         printf("speed: %.2f ms per step over %d steps, %.1f frames/s, %.4g TFLOP per step (model FLOPs), "
@@ -702,7 +706,7 @@ static void finish_run(Trainer *t) {
                bytes / 1024 / windows);
     if (t->previews)
         printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
-               t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), t->run);
+               t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), FC_ESCAPED(t->run));
     // rank 0's peak against its plan (the machine named where the run spans several); three decimals: a
     // MiB, for the small configs; the ratio for any size
     if (t->be->memory_peak) {
@@ -779,7 +783,7 @@ static void device_change(Trainer *t, int from_checkpoint) {
         snprintf(line, sizeof line, "device changed at step %d: %s -> %s", t->st.step, t->st.device, now);
         lineage_append(t->st.lineage, sizeof t->st.lineage, line);
         if (t->rank == 0)
-            printf("%s: its steps to %d were made on %s, the next on %s (recorded in its lineage)\n", t->run,
+            printf("%s: its steps to %d were made on %s, the next on %s (recorded in its lineage)\n", FC_ESCAPED(t->run),
                    t->st.step, t->st.device, now);
     }
     snprintf(t->st.device, sizeof t->st.device, "%s", now);
@@ -827,12 +831,12 @@ int train_run(const Config *c, const char *run, const char *data, const Backend 
         latent_identity_text(dataset_latent(t.dataset), t.st.autoencoder, sizeof t.st.autoencoder);
     if (fork_unwritten) fork_space_change(&t, trained_on);
     device_change(&t, loaded[0] != 0);
-    printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", run, t.m->n_params, t.m->B, t.m->F,
+    printf("framechain train: %s, %zu parameters, batch %d x %d slots, %s\n", FC_ESCAPED(run), t.m->n_params, t.m->B, t.m->F,
            be->describe());
     if (hooks && hooks->notes && t.rank == 0) fputs(hooks->notes, stdout);
     int status = 0;
     if (t.st.step >= c->steps) {
-        printf("%s is at step %d of %d: nothing to do (train --extend --steps N goes on past the end)\n", run,
+        printf("%s is at step %d of %d: nothing to do (train --extend --steps N goes on past the end)\n", FC_ESCAPED(run),
                t.st.step, c->steps);
     } else {
         start_services(&t, fork_unwritten);

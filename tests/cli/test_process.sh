@@ -144,4 +144,29 @@ expect stdout_lost_beside_product_warns $(( rc1 != 0 || rc2 != 0 || whole != 0 |
     $(grep -c "^framechain: warning: standard output could not all be written (Broken pipe)" "$tmp/head_ds.err") != 1 ||
     $(grep -c "^framechain: write error on standard output" "$tmp/help_full.err") != 1 )) \
     "prepare > /dev/full: status $rc1, $(head -1 "$tmp/full_ds.err" | cut -c1-90); a pipe without a reader: status $rc2; datasets whole: $((whole == 0)); --help > /dev/full: status $rc3"
+# On a terminal 40 columns wide (a pseudo-terminal, tests/cli/pty_run.py): train's progress line,
+# rewritten in place, is cut to 39 columns (a wrapped line leaves a row behind at every rewrite), and
+# a line printed mid-run (a preview skipped, one put off at a checkpoint's step) starts a line of its
+# own, neither glued to the progress line nor after a blank one
+mkdir -p "$tmp/tty/samples/step-00000002.png"  # a preview that cannot be written
+"${PYTHON:-python3}" tests/cli/pty_run.py 40 "$tmp/tty.bin" "$FC" --threads 1 train --config "$TINY" --run "$tmp/tty" --steps 6 \
+    --set sample_every=2 --set warmup_steps=1 --set checkpoint_every=4 > /dev/null 2>&1
+rc=$?
+why=$("${PYTHON:-python3}" - "$tmp/tty.bin" <<'PY'
+import re, sys
+b = open(sys.argv[1], "rb").read()
+segs = re.split(rb"[\r\n]+", b)
+prog = [s for s in segs if re.match(rb"step \d+/", s)]
+long = [s for s in prog if len(s) > 39]
+glued = [s for s in prog if b"preview" in s or b"framechain" in s]
+starts = all(re.search(rb"(^|\n)" + re.escape(w), b) for w in (b"preview of step 2 skipped", b"preview of step 4 put off"))
+blank = re.search(rb"\n\r?\n", b) is not None
+ok = prog and not long and not glued and starts and not blank
+print(("ok: " if ok else "") + f"{len(prog)} progress lines, {len(long)} over 39 columns, {len(glued)} with a message "
+      f"glued on, the messages at a line's start: {starts}, a blank line: {blank}")
+PY
+)
+[ $rc = 0 ] && [ "${why:0:4}" = "ok: " ]
+expect tty_progress_fits_and_messages_start_lines $? "status $rc: $why"
+
 exit 0

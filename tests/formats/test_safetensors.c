@@ -183,6 +183,13 @@ static void test_lengths(void) {
            "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}," A_OK
            ",\"y\":{\"dtype\":\"BOOL\",\"shape\":[5,0],\"data_offsets\":[8,8]}}",
            8, "y");
+    // an empty tensor whose other dimension alone would overflow a size (the spec counts elements first)
+    accept("zero_size_huge_dimension",
+           "{\"e\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,0],\"data_offsets\":[0,0]}," A_OK "}", 8, "e");
+    // fp8 tensors (a single-file checkpoint's UNet beside the autoencoder read from it): sized, not refused
+    accept("fp8_dtypes",
+           "{\"f\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+           "\"g\":{\"dtype\":\"F8_E5M2\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8, "g");
     accept("escapes_and_surrogates",
            "{\"\\u00e9\\ud834\\udd1e\\n\\\"/\\/\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
            "\xc3\xa9\xf0\x9d\x84\x9e\n\"//");
@@ -324,7 +331,7 @@ static void test_bad_tensors(void) {
     reject("extra_field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
            "tensor 'a': unknown field 'x'");
     static const TensorCase cases[] = {
-        {"unknown_dtype", "\"F8_E4M3\"", "[2]", "[0,2]", 2, "tensor 'a': unknown dtype 'F8_E4M3'"},
+        {"unknown_dtype", "\"F4\"", "[2]", "[0,2]", 2, "tensor 'a': unknown dtype 'F4'"},
         {"lowercase_dtype", "\"f32\"", "[2]", "[0,8]", 8, "unknown dtype 'f32'"},
         {"shape_size_mismatch", "\"F32\"", "[3]", "[0,8]", 8,
          "tensor 'a': data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12"},

@@ -187,6 +187,25 @@ BUILD=$tmp/no-build events nobuild "$tmp/levels.tsv"; status=$?
 [ $status -ne 0 ] && one_line "$tmp/nobuild.log" && grep -q "no-build/draw_shapes: cannot run it" "$tmp/nobuild.log"
 expect shapes_events_missing_draw_shapes $? "status $status: $(said "$tmp/nobuild.log")"
 
+# ---- safetensors_io.py writes a scalar (shape [], which the format allows) as one, not as shape [1],
+# and a transposed view in C order; read back as written ----
+"$PY" - "$tmp/scalar.safetensors" > "$tmp/scalar.log" 2>&1 << 'PY'
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, "tools")
+from safetensors_io import read_safetensors, write_safetensors
+m = np.arange(6, dtype=np.float32).reshape(2, 3)
+write_safetensors(sys.argv[1], {"s": np.array(1.5, np.float32), "t": m.T})
+b = open(sys.argv[1], "rb").read()
+header = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+back, _ = read_safetensors(sys.argv[1])
+ok = header["s"]["shape"] == [] and back["s"].shape == () and float(back["s"]) == 1.5 and (back["t"] == m.T).all()
+print("ok" if ok else "wrong", header["s"]["shape"], back["s"].shape, back["t"].tolist())
+PY
+rc=$?
+[ $rc = 0 ] && grep -q '^ok ' "$tmp/scalar.log"
+expect safetensors_io_scalar_shape $? "status $rc: $(head -c 200 "$tmp/scalar.log")"
+
 # ---- taesd_to_safetensors.py: an encoder's and a decoder's Sequential state dicts (the encoder's
 # layer 0 a convolution, the decoder's layer 0 the clamp, without weights), as .safetensors halves ----
 T=$tmp/taesd
