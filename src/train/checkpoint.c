@@ -399,6 +399,19 @@ int config_key_shapes_network(const char *key) {
 // --set of each checkpoint's value, which goes on as the run was (the config file changed since it
 // started: keys added to the shipped configs), or a fork at the new values (where none shapes the
 // network, which a fork keeps).
+// " --set key=value" at the end of buf, quoted for a shell where the value needs it (a plan's spaces).
+static void append_set(char *buf, size_t len, const char *key, const char *value) {
+    size_t at = strlen(buf);
+    if (!strpbrk(value, " \t'\"$`\\;&|<>()*?[]#~")) {
+        snprintf(buf + at, len - at, " --set %s=%s", key, value);
+        return;
+    }
+    at += (size_t)snprintf(buf + at, len - at, " --set '%s=", key);
+    for (const char *v = value; *v && at + 5 < len; v++)
+        at += (size_t)snprintf(buf + at, len - at, *v == '\'' ? "'\\''" : "%c", *v);
+    if (at + 1 < len) snprintf(buf + at, len - at, "'");
+}
+
 static void keys_differ(const Config *theirs, const Config *c, const char *const *first, const char *path,
                         CkptLoadMode mode, char *err, size_t errlen) {
     char was[1024] = "", now[1024] = "", go_on[1024] = "", fork[1024] = "";
@@ -414,8 +427,8 @@ static void keys_differ(const Config *theirs, const Config *c, const char *const
         const char *sep = was[0] ? ", " : "";
         snprintf(was + strlen(was), sizeof was - strlen(was), "%s%s = %s", sep, *k, b);
         snprintf(now + strlen(now), sizeof now - strlen(now), "%s%s = %s", sep, *k, a);
-        snprintf(go_on + strlen(go_on), sizeof go_on - strlen(go_on), " --set %s=%s", *k, b);
-        snprintf(fork + strlen(fork), sizeof fork - strlen(fork), " --set %s=%s", *k, a);
+        append_set(go_on, sizeof go_on, *k, b);
+        append_set(fork, sizeof fork, *k, a);
     }
     if (network)  // a fork keeps these: advising one would end in a refusal
         fc_errf(err, errlen, "%s: written with %s, but this run has %s; a checkpoint continues only its own run (if "
