@@ -99,7 +99,7 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
         if (*s == '/' || !*s) {
             char c = *s;
             *s = 0;
-            if (mkdir(p, 0755)) {
+            if (mkdir(p, 0777)) {  // (the umask decides, as for every file: a group's 002 too)
                 if (errno != EEXIST) return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
             } else if (fc_fsync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
                 return fc_errf(err, errlen, "%s: fsync of the folder it is in failed: %s", p, strerror(errno));
@@ -270,7 +270,7 @@ int fc_remove_stale_temps(const char *path) {
 int fc_can_create_beside(const char *path) {
     char probe[PATH_MAX];
     if (fc_temp_name(probe, sizeof probe, path, ".tmp-")) return ENAMETOOLONG;
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) return errno == EEXIST ? 0 : errno;  // EEXIST: this process's own temporary file is there
     close(fd);
     unlink(probe);

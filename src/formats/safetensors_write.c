@@ -203,7 +203,7 @@ static int write_temp(const char *path, const Chunk *chunks, int nchunks, int de
         snprintf(err, errlen, "%.200s...: path too long", path);
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd < 0) return fail_errno(err, errlen, path, "cannot create");
     Out o = {fd, 0, named_by("FRAMECHAIN_TEST_FAIL_WRITE_OF", path) ? 0 : fc_test_hook("FAIL_WRITE_AFTER")};
     long delay_ms = fc_test_hook("WRITE_DELAY_MS");  // the tests' kill -9 must be able to land mid-write

@@ -90,7 +90,7 @@ static void remove_open_writer(void);
 static int lock_folder(const char *dir, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/.prepare.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) return fc_errf(err, errlen, "%s: cannot open the prepare's lock file: %s", path, strerror(errno)), -1;
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         close(fd);

@@ -30,9 +30,9 @@
 static int lock_run(const char *run, int *created) {
     char path[4096];
     snprintf(path, sizeof path, "%s/.lock", run);
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
     *created = fd >= 0;
-    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_CREAT, 0666);
     if (fd < 0) fc_die("%s: cannot open the run's lock file: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) fc_die(RUN_BUSY, run);
     if (fc_fsync_parent(run)) fc_die("%s: fsync of the folder it is in failed: %s", run, strerror(errno));
@@ -222,12 +222,12 @@ int run_folder_open(const char *run) {
         snprintf(made_run, sizeof made_run, "%s", run);
         snprintf(made_top, sizeof made_top, "%s", top && strlen(top) <= strlen(run) ? top : run);
     }
-    int made = mkdir(run, 0755) == 0, failed = 0;
+    int made = mkdir(run, 0777) == 0, failed = 0;
     if (!made && errno == ENOENT) {  // its parents first, then the folder itself
         char parent[4096];
         fc_folder_of(parent, sizeof parent, run);
         failed = fc_mkdir_p(parent, err, sizeof err);
-        made = !failed && mkdir(run, 0755) == 0;
+        made = !failed && mkdir(run, 0777) == 0;
     }
     if (made && fits) made_state = 1;
     if (!made && (failed || fc_mkdir_p(run, err, sizeof err))) {
@@ -291,6 +291,8 @@ FILE *run_folder_metrics(const char *run, int last) {
         }
         int read_error = fc_getline_error(in);
         free(line);
+        struct stat was;  // the rewrite keeps the file's permissions (a chmod 600 is not widened to the umask's)
+        if (!fstat(fileno(in), &was)) fchmod(fileno(out), was.st_mode & 07777);
         fclose(in);
         if (read_error) {  // the file stays as it is: a cut-back of what could be read would lose the rest
             fclose(out);

@@ -516,6 +516,12 @@ rc=$?
 expect prepare_long_name_leaves_no_folder $(( rc != 1 || $(grep -c "cannot create folder: File name too long" "$tmp/np.err") != 1 ||
     $(ls -d "$tmp/np" 2> /dev/null | wc -l) != 0 )) "status $rc: $(cut -c1-60 "$tmp/np.err")...; left: $(find "$tmp/np" 2> /dev/null | tr '\n' ' ' | cut -c1-100)"
 
+# The umask decides the dataset's permissions (a group's 002 leaves it group-writable)
+(umask 002; "$FC" --threads 1 prepare --input shapes:1:12 --out "$tmp/umask/data" --size 16 --clip-frames 12 > /dev/null 2>&1)
+modes=$(cd "$tmp/umask" && stat -c '%a' . data data/dataset.json data/manifest.tsv data/shard-00000.safetensors | tr '\n' ' ')
+[ "${modes#* }" = "775 664 664 664 " ]
+expect prepare_modes_follow_umask $? "under umask 002: the parent, the dataset's folder, dataset.json, manifest.tsv, a shard: $modes(want ... 775 664 664 664)"
+
 # A file system out of inodes, in a private mount namespace: the three folders of --out are made, the
 # prepare's lock file cannot be: one line, and the folders taken back.
 mkdir -p "$tmp/noinode"

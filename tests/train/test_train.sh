@@ -800,6 +800,17 @@ rc=$?
 grep -q "^framechain: warning: fast_fraction and crop_zoom: not used: they vary the footage of train --data, and this run trains on the built-in moving shapes$" "$tmp/fastshapes.log"
 expect train_footage_keys_on_shapes_said $(( rc != 0 || $? != 0 )) "status $rc: $(grep -m1 'not used' "$tmp/fastshapes.log" || echo 'no line')"
 
+# ---- permissions: the umask decides (a group's 002 leaves the run group-writable, its lock too), and
+# a resume's rewrite of metrics.jsonl keeps a chmod 600 ----
+(umask 002; "$FC" --threads 1 train --config "$TINY" --run "$tmp/umask/run" --steps 2 > /dev/null 2>&1)
+modes=$(cd "$tmp/umask" && stat -c '%a' run run/.lock run/metrics.jsonl run/ckpt-00000002.safetensors | tr '\n' ' ')
+chmod 600 "$tmp/umask/run/metrics.jsonl"
+(umask 022; "$FC" --threads 1 train --config "$TINY" --run "$tmp/umask/run" --extend --steps 3 > /dev/null 2>&1)
+rc=$?
+kept=$(stat -c '%a' "$tmp/umask/run/metrics.jsonl")
+expect train_modes_follow_umask $([ "$modes" = "775 664 664 664 " ] && [ $rc = 0 ] && [ "$kept" = 600 ]; echo $?) \
+    "under umask 002: folder, .lock, metrics.jsonl, checkpoint $modes(want 775 664 664 664); metrics.jsonl after a resume: $kept (chmod 600 before it), status $rc"
+
 # ---- 8-bit AdamW tracks fp32 AdamW on the tiny config ----
 for opt in adamw adamw8bit; do
     "$FC" --threads 2 train --config "$TINY" --run "$tmp/$opt" --set optimizer=$opt --set steps=200 --set warmup_steps=10 \
