@@ -92,6 +92,33 @@ int fc_fsync_parent(const char *dir) {
     return errno == EACCES || errno == EPERM ? 0 : -1;
 }
 
+int fc_path_not_folder(const char *path, char *err, size_t errlen) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s) continue;
+        char c = *s;
+        *s = 0;
+        struct stat st, lst;
+        int exists = !stat(p, &st), link = !lstat(p, &lst) && S_ISLNK(lst.st_mode);
+        if ((exists && !S_ISDIR(st.st_mode)) || (!exists && link)) {
+            char target[4096] = "";
+            ssize_t n = link ? readlink(p, target, sizeof target - 1) : -1;
+            target[n > 0 ? n : 0] = 0;
+            const char *what = !exists ? "a link to a path that does not exist" : S_ISREG(st.st_mode) ? "a file"
+                                                                                                     : "not a folder";
+            if (!exists && n > 0)
+                fc_errf(err, errlen, "%s: a link to %s, which does not exist%s%s", p, target, c ? ", in " : "",
+                        c ? path : "");
+            else
+                fc_errf(err, errlen, "%s: %s, not a folder%s%s", p, what, c ? ", in " : "", c ? path : "");
+            return 1;
+        }
+        if (!exists || !c) return 0;
+        *s = c;
+    }
+}
+
 int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
     char p[4096];
     if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return fc_errf(err, errlen, "%.200s...: path too long", dir);
@@ -100,6 +127,7 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
             char c = *s;
             *s = 0;
             if (mkdir(p, 0777)) {  // (the umask decides, as for every file: a group's 002 too)
+                if (errno == ENOTDIR && fc_path_not_folder(dir, err, errlen)) return -1;  // a file where a folder goes
                 if (errno != EEXIST) return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
             } else if (fc_fsync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
                 return fc_errf(err, errlen, "%s: fsync of the folder it is in failed: %s", p, strerror(errno));
@@ -109,7 +137,8 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
         }
     }
     struct stat st;
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return fc_errf(err, errlen, "%s: not a folder", dir);
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return fc_path_not_folder(dir, err, errlen) ? -1 : fc_errf(err, errlen, "%s: not a folder", dir);
     return 0;
 }
 

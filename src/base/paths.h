@@ -39,6 +39,9 @@ int fc_output_error(char *err, size_t errlen, const char *path);
 // mkdir -p: create the folder and any missing parents (each new one fsynced in its parent). 0, or -1 with one line in err naming the part
 // that could not be made, or the path when it exists but is not a folder.
 int fc_mkdir_p(const char *dir, char *err, size_t errlen);
+// Whether a part of path (path itself too) exists and is no folder, or is a link whose target does
+// not exist: 1 with one line naming it ("a/b: a file, not a folder, in a/b/c"), else 0.
+int fc_path_not_folder(const char *path, char *err, size_t errlen);
 // The outermost folder on dir's path that does not exist yet (dir itself, or the parent of it that
 // fc_mkdir_p would make first), malloc'ed; NULL when dir exists. What a command made for its output,
 // to be taken back when it stops before writing any (fc_rmdir_made).

@@ -43,6 +43,8 @@ int checkpoint_list(const char *run, int **steps) {
     DIR *d = opendir(run);
     if (!d) {  // no folder yet: no checkpoints; one that cannot be read must not look empty (a resume from scratch)
         if (errno == ENOENT) return 0;
+        char why[8400];
+        if (errno == ENOTDIR && fc_path_not_folder(run, why, sizeof why)) fc_die("%s", why);
         fc_die("%s: cannot list its checkpoints: %s", run, strerror(errno));
     }
     int n = 0, cap = 0;

@@ -773,6 +773,17 @@ expect train_long_path_says_why $(( rc != 1 || $(grep -c "^framechain: $deep: ca
     "status $rc (a path of ${#deep} bytes): ...$(grep -m1 '^framechain: ' "$tmp/deep.log" | tail -c 80)"
 [ ! -e "$tmp/deep" ]
 expect train_long_name_leaves_no_folder $? "left: $(find "$tmp/deep" 2> /dev/null | wc -l) folders"
+# --run under a file, or through a link whose target is gone: the line names the part that is no folder
+echo text > "$tmp/plainfile"
+ln -s "$tmp/gone" "$tmp/danglink"
+(train "$tmp/plainfile/run") > "$tmp/underfile.log" 2>&1
+rc=$?
+(train "$tmp/danglink") > "$tmp/dang.log" 2>&1
+rc2=$?
+expect train_run_under_a_file_named $(( rc != 1 || rc2 != 1 ||
+        $(grep -c "^framechain: $tmp/plainfile: a file, not a folder, in $tmp/plainfile/run$" "$tmp/underfile.log") != 1 ||
+        $(grep -c "^framechain: $tmp/danglink: a link to $tmp/gone, which does not exist$" "$tmp/dang.log") != 1 )) \
+    "status $rc: $(tail -1 "$tmp/underfile.log"); status $rc2: $(tail -1 "$tmp/dang.log")"
 # A file system out of inodes (a full disk of another kind), in a private mount namespace: the run's
 # folder and its parent are made, its lock file cannot be: one line, and both folders taken back.
 mkdir -p "$tmp/noinode"
