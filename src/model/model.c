@@ -237,17 +237,18 @@ static void fill_positions(real *pos, int n, int D) {
 // The sizes of a model with batch B, from its config alone.
 static Model *model_shape(const Config *cfg, const Backend *be, int B) {
     config_validate(cfg, "config");
-    Model *m = fc_calloc(1, sizeof(Model));
-    m->cfg = *cfg;
-    m->be = be;
     int n = cfg->frame_size / cfg->patch;
-    // the step's tokens times its widest row, in double before any of it is stored in an int
+    // the step's tokens times its widest row, in double before any of it is stored in an int (checked
+    // before the model is allocated: nothing is held when it ends the command)
     double tokens = (double)B * cfg->slots * n * n, widest = fmax(fmax((double)cfg->mlp_ratio, 3.0) * cfg->width,
                                                                   (double)cfg->patch * cfg->patch * 3 * cfg->channels);
     if (tokens * widest > 2e9)
         fc_die("config: a step of %d windows x %d slots x %d tokens, times its widest row (%.0f values), is %.3g "
                "values, over the 2e9 one step may hold: lower batch_size, frame_size, width or mlp_ratio, or raise "
                "patch", B, cfg->slots, n * n, widest, tokens * widest);
+    Model *m = fc_calloc(1, sizeof(Model));
+    m->cfg = *cfg;
+    m->be = be;
     m->B = B, m->F = cfg->slots, m->N = n * n, m->S = B * cfg->slots, m->T = m->S * m->N;
     m->D = cfg->width, m->H = cfg->heads, m->RD = cfg->mlp_ratio * cfg->width;
     m->PPC = cfg->patch * cfg->patch * cfg->channels;
