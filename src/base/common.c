@@ -78,6 +78,22 @@ char *fc_escaped_name(char *out, size_t outlen, const char *s) {
     return out;
 }
 
+char *fc_shell_word(char *out, size_t len, const char *s) {
+    if (s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=+,@%-") == strlen(s)) {
+        snprintf(out, len, "%s", s);
+        return out;
+    }
+    size_t n = 0;
+    if (n + 1 < len) out[n++] = '\'';
+    for (; *s && n + 5 < len; s++) {
+        if (*s == '\'') memcpy(out + n, "'\\''", 4), n += 4;  // close, an escaped quote, reopen
+        else out[n++] = *s;
+    }
+    if (n + 1 < len) out[n++] = '\'';
+    out[n < len ? n : len - 1] = 0;
+    return out;
+}
+
 // A message stays one line and leaves the terminal as it was, whatever a file's name holds: a line
 // break or tab becomes a space, any other control character (an escape sequence's ESC, the C1 CSI
 // U+009B, a bidirectional override) a '?', and so does each byte that is not part of valid UTF-8 (a

@@ -69,6 +69,10 @@ char *fc_escaped_name(char *out, size_t outlen, const char *s);
 // printf argument: printf("wrote %s\n", FC_ESCAPED(path)).
 #define FC_ESCAPED_LEN (4 * 4096 + 1)
 #define FC_ESCAPED(s) fc_escaped_name((char[FC_ESCAPED_LEN]){0}, FC_ESCAPED_LEN, (s))
+// One word of a command line for a shell, into out (len bytes; 4 strlen(s) + 3 hold any word whole):
+// as it is where no character needs quoting, else in single quotes (a path with a space, a quote or a
+// '$' in it), so that a line that quotes a command can be pasted as printed. Returns out.
+char *fc_shell_word(char *out, size_t len, const char *s);
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends

@@ -403,15 +403,10 @@ int config_key_shapes_network(const char *key) {
 // network, which a fork keeps).
 // " --set key=value" at the end of buf, quoted for a shell where the value needs it (a plan's spaces).
 static void append_set(char *buf, size_t len, const char *key, const char *value) {
+    char kv[600], word[4 * 600 + 3];  // a key and its value (config_get: 256 bytes)
+    snprintf(kv, sizeof kv, "%s=%s", key, value);
     size_t at = strlen(buf);
-    if (!strpbrk(value, " \t'\"$`\\;&|<>()*?[]#~")) {
-        snprintf(buf + at, len - at, " --set %s=%s", key, value);
-        return;
-    }
-    at += (size_t)snprintf(buf + at, len - at, " --set '%s=", key);
-    for (const char *v = value; *v && at + 5 < len; v++)
-        at += (size_t)snprintf(buf + at, len - at, *v == '\'' ? "'\\''" : "%c", *v);
-    if (at + 1 < len) snprintf(buf + at, len - at, "'");
+    snprintf(buf + at, len - at, " --set %s", fc_shell_word(word, sizeof word, kv));
 }
 
 static void keys_differ(const Config *theirs, const Config *c, const char *const *first, const char *path,

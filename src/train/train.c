@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/train.h"
+#include "train/train_internal.h"
 #include "base/address_space.h"
 #include "base/clock.h"
 #include "backend/registry.h"
@@ -30,13 +30,9 @@
 #include "train/lineage.h"
 #include "train/run_folder.h"
 
-// The lines the phases die with quote a path or two (4096 bytes each at most) beside why: a line cut
-// short loses the why.
-#define ERR_LEN 8400
-
 // Before the run ends, for whatever reason: the checkpoint being written is completed (a failed
 // write is the error to report: it came first).
-static void finish_or_die(CkptWriter *w) {
+void trainer_finish_or_die(CkptWriter *w) {
     char err[ERR_LEN];
     if (w && ckpt_writer_finish(w, NULL, err, sizeof err)) fc_die("%s", err);
 }
@@ -44,53 +40,6 @@ static void finish_or_die(CkptWriter *w) {
 // ----------------------------------------------------------------------------
 // the phases of a run, in the order train_run calls them
 
-// What the phases share: the run's inputs, what they build, and the loop's clocks.
-typedef struct {
-    const Config *c;
-    const char *run, *data;
-    const Backend *be;
-    int on_gpu, sync_checkpoints;
-    int rank, ranks, b0;  // this rank, of ranks; b0: the global index of its first window (dist.h)
-    int shard;            // ZeRO-1 (shard_optimizer on several ranks): o and ema are this rank's part
-    int nccl;             // GPU ranks: the sums and the all-gather by NCCL on device memory (else MPI, host)
-    int summing;          // the gradients go through the sum over the ranks (several ranks, or the test hook)
-    char collectives[300];  // how they are summed, for the log (choose_collectives)
-    size_t *part_start;   // (ranks + 1) where each rank's part of the flat parameters begins
-    CkptPartSender *sender;  // ZeRO-1, ranks but 0: their parts to rank 0's checkpoint writer
-    int preview_ranks;    // ZeRO-1 with previews: every rank takes part (the EMA is gathered for them)
-    Dataset *dataset;
-    uint8_t *excluded;  // (dataset clips) the exclude list as read once at the start, for the loader; NULL: none
-    int lock;  // the run folder's lock file (rank 0; -1 on the others)
-    MemPlan plan;
-    Model *m;
-    Optimizer *o;
-    real *ema;      // (n_params) EMA of the weights; ZeRO-1: (hi - lo), this rank's part
-    real *x0;       // (B, F, C, H, W) clean windows of the step
-    real *host_x0;  // the same, on the host
-    real *host_grads;  // (n_params) host: the gradients (and ZeRO-1's weights) on their way through MPI (GPU ranks)
-    TrainState st;
-    Loader *loader;
-    FILE *metrics;
-    CkptWriter *writer;
-    int tty;    // stdout is a terminal: the progress line is rewritten in place
-    int first;  // the first step this process runs
-    // The time the loop waited for checkpoints since the last metrics line: a submit comes after its
-    // step's line, so its time is on the next step's.
-    double ckpt_blocked_ms;
-    double t_start, t_last_line, t_timed;
-    double comm_timed;  // of t_timed: the time in the ranks' collectives (dist_comm_seconds)
-    int t_timed_steps;
-    const TrainHooks *hooks;
-    real *params_aside;  // (n_params) host: the trained weights while the EMA stands in for a preview
-    double preview_s;    // time the previews took, in all
-    int previews;
-} Trainer;
-
-// What one optimizer update measured, for its metrics line.
-typedef struct {
-    double loss, lr, t_data, t_step;
-    OptStepInfo info;
-} StepReport;
 
 // The data first: a --data that cannot serve this config ends the run before any work (-1 with err).
 static int open_data(Trainer *t, char *err, size_t errlen) {
@@ -245,7 +194,6 @@ static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_u
 }
 
 // The loader, the metrics file and the checkpoint writer: what only a run with steps to do needs.
-static void start_grad_sum(void *ctx, size_t lo, size_t hi);  // (below, with the step)
 
 // How the ranks' gradients are summed: NCCL started where the build has it (a run with steps to do;
 // the memory plan counted the host copy the others sum through: host_sums_planned).
@@ -279,7 +227,7 @@ static void start_services(Trainer *t, int fork_start) {
     if (t->summing) {
         const char *how = t->collectives;
         if (t->on_gpu && !t->nccl) t->host_grads = fc_malloc(sizeof(real) * t->m->n_params);  // (in the plan)
-        if (c->overlap_grads) t->m->grads_ready = start_grad_sum, t->m->grads_ready_ctx = t;
+        if (c->overlap_grads) t->m->grads_ready = trainer_start_grad_sum, t->m->grads_ready_ctx = t;
         printf("ranks: %d, %d windows of the batch of %d each; gradients summed by %s, %s%s\n", t->ranks, t->m->B,
                c->batch_size, how, c->overlap_grads ? "block by block during the backward" : "after the backward",
                t->shard ? "; optimizer state and EMA split over the ranks (ZeRO-1)" : "");
@@ -325,253 +273,6 @@ static void start_services(Trainer *t, int fork_start) {
 }
 
 // ----------------------------------------------------------------------------
-// one step of the hot loop
-
-// The clean windows of `step` into x0; returns the seconds that took (the loader's wait).
-static double load_batch(Trainer *t, int step, double t0) {
-    const Config *c = t->c;
-    size_t bytes = sizeof(real) * (size_t)t->m->S * t->m->E;
-    double t_data;
-    char err[ERR_LEN];
-    if (t->loader) {
-        const real *batch = loader_get(t->loader, step, &t_data, err, sizeof err);
-        if (!batch) {
-            finish_or_die(t->writer);
-            fc_die("step %d: %s", step, err);
-        }
-        memcpy(t->host_x0, batch, bytes);
-    } else {
-        shapes_batch(t->host_x0, c, t->m->B, t->b0, (uint64_t)c->seed, (uint32_t)step);
-        t_data = fc_now_s() - t0;
-    }
-    if (fc_test_hook("NAN_AT_STEP") == step) t->host_x0[0] = NAN;  // a corrupt sample, for the tests
-    flow_corrupt_context(c, t->m->B, t->b0, t->host_x0, (uint64_t)c->seed, (uint32_t)step);
-    flow_delta_targets(c, t->m->B, t->host_x0);
-    t->be->upload(t->x0, t->host_x0, bytes);
-    return t_data;
-}
-
-// One word of a command line for a shell: as it is where no character needs quoting, else in single
-// quotes (a path with a space, a quote or a '$' in it), so that the line can be pasted as printed.
-static void shell_word(char *out, size_t len, const char *s) {
-    if (s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=+,@%-") == strlen(s)) {
-        snprintf(out, len, "%s", s);
-        return;
-    }
-    size_t n = 0;
-    if (n + 1 < len) out[n++] = '\'';
-    for (; *s && n + 5 < len; s++) {
-        if (*s == '\'') memcpy(out + n, "'\\''", 4), n += 4;  // close, an escaped quote, reopen
-        else out[n++] = *s;
-    }
-    if (n + 1 < len) out[n++] = '\'';
-    out[n < len ? n : len - 1] = 0;
-}
-
-// A loss that is not finite ends the run, naming the checkpoint it leaves. Every rank sees the same
-// global loss; the others wait for rank 0 to finish its checkpoint and say so (its exit ends them).
-static void die_on_bad_loss(Trainer *t, int step, double loss) {
-    if (isfinite(loss)) return;
-    if (t->rank > 0) {
-        dist_barrier();
-        exit(1);
-    }
-    finish_or_die(t->writer);  // so that the checkpoint named below is the newest on disk
-    int *steps, n = checkpoint_list(t->run, &steps);
-    const char *what = isnan(loss) ? "NaN" : "infinite";
-    // The weights of the step just before are the ones whose forward gave this loss: a fork from them
-    // meets it again at any learning rate. The checkpoint named is an older one that a fork can start
-    // from: one that passes resume's checks (a step that blew up can leave values no fork takes).
-    char last[4096], from[4 * 4096 + 8], data[4 * 4096 + 16] = "", vae[4 * 4096 + 16] = "";  // a quote: 4 bytes
-    int k = 0, unusable = 0;
-    while (k < n && steps[k] >= step - 1) k++;
-    for (; k < n; k++) {
-        char why[1024];
-        checkpoint_path(last, sizeof last, t->run, steps[k]);
-        if (checkpoint_check(last, NULL, why, sizeof why) == CKPT_OK) break;
-        unusable++;
-    }
-    if (k == n) {
-        free(steps);
-        fc_die("the loss is %s at step %d: stopping; %s, so there is nothing to go on from: lower lr (or raise "
-               "warmup_steps) and train again", what, step,
-               unusable ? "the older checkpoints cannot be resumed from (inspect says why)"
-               : n ? "the only checkpoint holds the weights of the step just before, which give it at any learning rate"
-                   : "no checkpoint was written before it");
-    }
-    free(steps);
-    // the command goes on on the run's own data (a fork without --data trains on the built-in shapes),
-    // with its autoencoder (a run on latents refuses to draw previews without it)
-    shell_word(from, sizeof from, last);
-    if (t->data) {
-        memcpy(data, " --data ", 8);
-        shell_word(data + 8, sizeof data - 8, t->data);
-    }
-    if (t->hooks && t->hooks->vae) {
-        memcpy(vae, " --vae ", 7);
-        shell_word(vae + 7, sizeof vae - 7, t->hooks->vae);
-    }
-    fc_die("the loss is %s at step %d: stopping; the last good checkpoint, %s, is kept%s; to go on from it with a "
-           "lower learning rate: framechain train --from %s --run NEW_RUN%s%s --set lr=%g", what, step, last,
-           unusable ? " (the newer ones cannot be resumed from: inspect says why)"
-           : k ? " (the newer one holds the weights of the step just before, which give this loss at any learning rate)"
-               : "", from, data, vae, t->c->lr / 2);
-}
-
-// The sum over the ranks of the gradients [lo, hi), started as soon as the backward has made them
-// (model.h: grads_ready; overlap_grads), while the backward of the blocks before them goes on. On a
-// GPU without NCCL the part goes through host memory: its download waits for the kernels that made
-// it, not for the ones queued after.
-static void start_grad_sum(void *ctx, size_t lo, size_t hi) {
-    Trainer *t = ctx;
-    real *g = t->m->grads_mem + lo;
-    size_t n = hi - lo;
-#ifndef FC_DOUBLE  // the GPU is float only: NCCL never starts in the double build (tests/grad)
-    if (t->nccl) {
-        backend_cuda_nccl_sum_start(g, n);
-        return;
-    }
-#endif
-    if (t->on_gpu) t->be->download(t->host_grads + lo, g, sizeof(real) * n), g = t->host_grads + lo;
-    dist_sum_real_start(g, n);
-    dist_sum_progress();  // MPI moves the started sums on only inside its calls: one at each block
-}
-
-// The gradients of the global batch on every rank: each rank's are those of the mean over its own
-// windows, so the global mean is the sum over ranks / ranks. On a GPU they go through host memory
-// unless NCCL sums them. With overlap_grads the sums were started during the backward: wait for them.
-static void reduce_gradients(Trainer *t) {
-    if (!t->summing) return;
-    size_t n = t->m->n_params;
-    real *g = t->m->grads_mem;
-    int started = t->m->grads_ready != NULL;
-    if (t->nccl) {
-#ifndef FC_DOUBLE
-        if (started) backend_cuda_nccl_sum_finish();
-        else backend_cuda_nccl_sum(g, n);
-#endif
-        t->be->affine_fwd(g, g, n, (real)1 / (real)t->ranks, 0);
-        return;
-    }
-    if (t->on_gpu) {
-        if (!started) t->be->download(t->host_grads, g, sizeof(real) * n);
-        g = t->host_grads;
-    }
-    if (started) dist_sum_wait();
-    else dist_sum_real(g, n);
-    real scale = (real)1 / (real)t->ranks;
-    for (size_t i = 0; i < n; i++) g[i] *= scale;
-    if (t->on_gpu) t->be->upload(t->m->grads_mem, g, sizeof(real) * n);
-}
-
-// For the tests: FRAMECHAIN_TEST_GRADS_AT_STEP=s writes step s's gradients, as the optimizer gets
-// them (after the sum over ranks), to RUN/grads-s.bin (n_params host reals), from rank 0.
-static void dump_gradients(Trainer *t, int step) {
-    if (t->rank > 0 || fc_test_hook("GRADS_AT_STEP") != step) return;
-    size_t bytes = sizeof(real) * t->m->n_params;
-    real *g = fc_malloc(bytes);
-    t->be->download(g, t->m->grads_mem, bytes);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/grads-%d.bin", t->run, step);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(g, 1, bytes, f) != bytes || fclose(f)) fc_die("%s: cannot write", path);
-    free(g);
-}
-
-// ZeRO-1: every rank's part of src (backend memory, (hi - lo) values of the flat parameters from this
-// rank's lo; the part of m->params_mem itself after an update, or the EMA) gathered into m->params_mem
-// on every rank.
-static void gather_parts(Trainer *t, const real *src) {
-    size_t lo = t->o->lo, n = t->o->hi - lo;
-    real *own = t->m->params_mem + lo;
-    if (!t->on_gpu || t->nccl) {  // the CPU backend's memory is the host's; NCCL's the device's
-        if (src != own) t->be->copy(own, src, sizeof(real) * n);
-#ifndef FC_DOUBLE
-        if (t->nccl) backend_cuda_nccl_gather(t->m->params_mem, t->part_start);
-        else
-#endif
-            dist_allgather_real(t->m->params_mem, t->part_start);
-        return;
-    }
-    t->be->download(t->host_grads + lo, src, sizeof(real) * n);
-    dist_allgather_real(t->host_grads, t->part_start);
-    t->be->upload(t->m->params_mem, t->host_grads, sizeof(real) * t->m->n_params);
-}
-
-// Forward, backward and the optimizer step on the batch in x0.
-static void update_weights(Trainer *t, int step, StepReport *r) {
-    const Config *c = t->c;
-    char err[ERR_LEN];
-    flow_prepare_batch(t->m, t->x0, t->b0, (uint64_t)c->seed, (uint32_t)step);
-    model_forward(t->m);
-    r->loss = model_loss(t->m);
-    if (t->ranks > 1) {  // the mean over the global batch: every rank has as many windows
-        dist_sum_double(&r->loss, 1);
-        r->loss /= t->ranks;
-    }
-    die_on_bad_loss(t, step, r->loss);
-    model_backward(t->m);  // overwrites every parameter's gradient: no zeroing pass
-    reduce_gradients(t);
-    dump_gradients(t, step);
-    // The optimizer step and the EMA update write what the last checkpoint may still be copying.
-    if (t->writer && ckpt_writer_wait_copy(t->writer, &t->ckpt_blocked_ms, err, sizeof err)) fc_die("%s", err);
-    r->lr = lr_schedule(c, step);
-    // The EMA warms up: early on it averages over about step/10 steps, so that a short run's EMA is
-    // not mostly the zero-initialised weights it started from. It is updated in the optimizer's
-    // pass over the parameters (the same bytes as a separate ema_update, one read of them less).
-    double decay = fmin(c->ema_decay, (1.0 + step) / (10.0 + step));
-    r->info = optimizer_step(t->o, t->m, c, step, r->lr, t->ema, decay);
-    if (t->shard) gather_parts(t, t->m->params_mem + t->o->lo);  // each rank updated its part
-    t->st.step = step;
-    t->st.smooth_loss = step == 1 ? r->loss : 0.98 * t->st.smooth_loss + 0.02 * r->loss;
-}
-
-static void write_metrics(Trainer *t, int step, const StepReport *r) {
-    struct stat st;  // the file's length before the line (each line is flushed: none is in the buffer)
-    off_t before = fstat(fileno(t->metrics), &st) ? -1 : st.st_size;
-    fprintf(t->metrics,
-            "{\"step\":%d,\"loss\":%.7g,\"smooth_loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"nonfinite_grads\":%zu,"
-            "\"data_wait_ms\":%.3f,\"step_ms\":%.3f,\"ckpt_blocked_ms\":%.3f}\n",
-            step, r->loss, t->st.smooth_loss, r->lr, r->info.grad_norm, r->info.nonfinite, 1e3 * r->t_data,
-            1e3 * r->t_step, t->ckpt_blocked_ms);
-    // A line that cannot be written stops the run, as a checkpoint that cannot: a full disk is
-    // not a reason to go on without a record of the steps.
-    if (fflush(t->metrics) || ferror(t->metrics)) {
-        int e = errno;
-        // the part of the line that reached the file goes, and exit's flush writes none of the rest:
-        // the file ends at its last whole line, not in half a record the next start calls torn
-        __fpurge(t->metrics);
-        if (before >= 0 && ftruncate(fileno(t->metrics), before)) fc_warn("%s/metrics.jsonl: cannot cut back its "
-                                                                          "torn last line: %s", t->run, strerror(errno));
-        finish_or_die(t->writer);
-        fc_die("%s/metrics.jsonl: cannot write the line of step %d: %s; stopping (the checkpoints are whole: free "
-               "space and run the same command to go on)", t->run, step, strerror(e));
-    }
-    t->ckpt_blocked_ms = 0;
-}
-
-// On a terminal every step; otherwise the last step and one line per 10 seconds.
-static void print_progress(Trainer *t, int step, double loss, int last) {
-    const Config *c = t->c;
-    double now = fc_now_s(), rate = (step - t->first + 1) / (now - t->t_start);
-    if (!t->tty && !last && now - t->t_last_line <= 10) return;
-    char eta[32];
-    fc_format_duration(eta, sizeof eta, (c->steps - step) / rate);
-    char preview[64] = "";
-    if (t->previews)  // the previews' share of the time since this process started training
-        snprintf(preview, sizeof preview, "  previews %.1f s (%.1f%%)", t->preview_s,
-                 100 * t->preview_s / (now - t->t_start));
-    if (t->tty)  // rewritten in place, cut to the terminal's width; a message ends it first (common.h)
-        fc_progress(stdout, "step %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s", step, c->steps, loss,
-                    t->st.smooth_loss, rate, eta, preview);
-    else
-        printf("step %d/%d  loss %.4f  smooth %.4f  %.2f steps/s  ETA %s%s\n", step, c->steps, loss,
-               t->st.smooth_loss, rate, eta, preview);
-    fflush(stdout);
-    t->t_last_line = now;
-}
-
-// ----------------------------------------------------------------------------
 // the hot loop and the end of the run
 
 // A checkpoint of step s, once written, promises the run up to s: so the metrics lines of steps 1..s
@@ -580,7 +281,7 @@ static void submit_checkpoint(Trainer *t) {
     char err[ERR_LEN];
     if (fflush(t->metrics) || fdatasync(fileno(t->metrics))) {
         int e = errno;
-        finish_or_die(t->writer);
+        trainer_finish_or_die(t->writer);
         fc_die("%s/metrics.jsonl: cannot write it to disk before the checkpoint of step %d: %s; stopping (the earlier "
                "checkpoints are whole: run the same command to go on)", t->run, t->st.step, strerror(e));
     }
@@ -612,12 +313,12 @@ static void take_preview(Trainer *t, int step, int last) {
     if (t->writer && ckpt_writer_wait_copy(t->writer, &waited, err, sizeof err)) fc_die("%s", err);
     // RUN/samples of a folder renamed away would be another run's by now (as its checkpoints would)
     if (t->rank == 0 && run_folder_still_held(t->run, t->lock, err, sizeof err)) {
-        finish_or_die(t->writer);
+        trainer_finish_or_die(t->writer);
         fc_die("%s", err);
     }
     size_t bytes = sizeof(real) * t->m->n_params;
     be->download(t->params_aside, t->m->params_mem, bytes);
-    if (t->shard) gather_parts(t, t->ema);
+    if (t->shard) trainer_gather_parts(t, t->ema);
     else be->copy(t->m->params_mem, t->ema, bytes);
     if (t->rank == 0) t->hooks->preview(t->hooks->ctx, t->m, step);
     be->upload(t->m->params_mem, t->params_aside, bytes);
@@ -652,8 +353,8 @@ static int run_steps(Trainer *t) {
     for (int step = t->first; step <= c->steps; step++) {
         StepReport r;
         double t0 = fc_now_s(), comm0 = dist_comm_seconds();
-        r.t_data = load_batch(t, step, t0);
-        update_weights(t, step, &r);
+        r.t_data = trainer_load_batch(t, step, t0);
+        trainer_update_weights(t, step, &r);
         r.t_step = fc_now_s() - t0;
         if (step >= t->first + 2)
             t->t_timed += r.t_step, t->comm_timed += dist_comm_seconds() - comm0, t->t_timed_steps++;
@@ -661,8 +362,8 @@ static int run_steps(Trainer *t) {
         int sig = t->ranks > 1 ? dist_max_int(fc_stop_signal()) : fc_stop_signal();
         int last = step == c->steps, stop = sig != 0;
         if (t->rank == 0) {
-            write_metrics(t, step, &r);
-            print_progress(t, step, r.loss, last);
+            trainer_write_metrics(t, step, &r);
+            trainer_print_progress(t, step, r.loss, last);
         }
         if (step % c->checkpoint_every == 0 || last || stop) {
             fc_progress_end();
@@ -671,7 +372,7 @@ static int run_steps(Trainer *t) {
         int previews_here = t->rank == 0 ? previews_on(t) : t->preview_ranks;
         if (previews_here && !stop && (step % c->sample_every == 0 || last)) take_preview(t, step, last);
         if (stop) {
-            finish_or_die(t->writer);
+            trainer_finish_or_die(t->writer);
             dist_barrier();  // the checkpoint is on disk before any rank ends
             printf("stopped by %s at step %d; the checkpoint is written: run the same command to go on\n",
                    fc_signal_name(sig), step);
@@ -684,7 +385,7 @@ static int run_steps(Trainer *t) {
 // The run reached c->steps: the last checkpoint written, then its speed and memory.
 static void finish_run(Trainer *t) {
     const Config *c = t->c;
-    finish_or_die(t->writer);
+    trainer_finish_or_die(t->writer);
     dist_barrier();  // no rank ends before the last checkpoint is on disk
     printf("done: %s at step %d, smoothed loss %.4f\n", FC_ESCAPED(t->run), t->st.step, t->st.smooth_loss);
     if (t->t_timed_steps > 0) {  // the steady state: the first two steps of a process (set-up, caches) left out
