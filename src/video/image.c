@@ -373,7 +373,7 @@ static int load_square(const char *path, int size, int min_side, uint8_t *rgb, i
         }
         Scaler sc = {0};
         char msg[256];
-        ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, 1,
+        ret = scale_square(&sc, f->data, f->linesize, w, h, AV_PIX_FMT_RGB24, (AVRational){1, 1}, AVCOL_SPC_RGB, AVCOL_RANGE_JPEG,
                            turn[orient], mirrored[orient], size, rgb, msg, sizeof msg);
         if (ret < 0) fc_errf(err, errlen, "%s: %s", path, msg);
         scaler_free(&sc);

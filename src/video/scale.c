@@ -19,6 +19,7 @@ typedef struct {
     int flags;      // SWS_* scaling flags
     int cs, full;   // the YUV matrix (SWS_CS_*) and whether the samples use the full range
     int yuv;        // whether the source is YUV at all
+    int grey;       // whether it is Y alone (with alpha or not): a range, no matrix
 } ScalePlan;
 
 void scaler_free(Scaler *sc) {
@@ -72,13 +73,16 @@ static int yuv_matrix(int colorspace, int w, int h) {
 
 // How the crop becomes size x size RGB: area averaging to shrink, bicubic to enlarge.
 static void plan_conversion(const AVPixFmtDescriptor *d, enum AVPixelFormat fmt, int w, int h, int colorspace,
-                            int full_range, int size, ScalePlan *p) {
+                            int color_range, int size, ScalePlan *p) {
     p->flags = (p->cw > size || p->ch > size) ? SWS_AREA : SWS_BICUBIC;
     p->flags |= SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_FULL_CHR_H_INP;
-    p->yuv = d->nb_components >= 3 && !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
-    p->full = full_range || is_jpeg_range_format(fmt);
+    int luma = !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));  // YUV, or grey (Y alone)
+    p->yuv = luma && d->nb_components >= 3;
+    p->grey = luma && d->nb_components <= 2;
+    p->full = p->grey ? color_range != AVCOL_RANGE_MPEG : color_range == AVCOL_RANGE_JPEG || is_jpeg_range_format(fmt);
     p->cs = yuv_matrix(colorspace, w, h);
-    if (!p->yuv) p->cs = p->full = 0;
+    if (!p->yuv) p->cs = p->grey ? SWS_CS_DEFAULT : 0;
+    if (!p->yuv && !p->grey) p->full = 0;
 }
 
 // The planes' pointers moved to the crop's corner, each by its own subsampling and pixel step.
@@ -112,7 +116,7 @@ static int scaler_fit_context(Scaler *sc, const AVPixFmtDescriptor *d, enum AVPi
     sc->sws = sws_getContext(p->cw, p->ch, fmt, size, size, AV_PIX_FMT_RGB24, p->flags, NULL, NULL, NULL);
     if (!sc->sws)
         return fc_errf(why, whylen, "cannot convert %s %dx%d to %dx%d RGB", d->name, p->cw, p->ch, size, size);
-    if (p->yuv)
+    if (p->yuv || p->grey)
         sws_setColorspaceDetails(sc->sws, sws_getCoefficients(p->cs), p->full, sws_getCoefficients(SWS_CS_DEFAULT), 1,
                                  0, 1 << 16, 1 << 16);
     sc->cw = p->cw;
@@ -141,7 +145,7 @@ static int flatten_alpha(Scaler *sc, const AVPixFmtDescriptor *d, enum AVPixelFo
                                       NULL, NULL);
         sc->flat_w = sc->flat_sws && sc->flat ? p->cw : 0;  // a failure is made again next time
         if (!sc->flat_w) return fc_errf(why, whylen, "cannot convert %s %dx%d to RGBA", d->name, p->cw, p->ch);
-        if (p->yuv)
+        if (p->yuv || p->grey)
             sws_setColorspaceDetails(sc->flat_sws, sws_getCoefficients(p->cs), p->full,
                                      sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
         sc->flat_h = p->ch, sc->flat_fmt = fmt, sc->flat_cs = p->cs, sc->flat_full = p->full;
@@ -206,7 +210,7 @@ static void copy_rotated(const uint8_t *src, int stride, int size, int rot, int 
 }
 
 int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
-                 AVRational sar, int colorspace, int full_range, int rot, int mirror, int size, uint8_t *rgb,
+                 AVRational sar, int colorspace, int color_range, int rot, int mirror, int size, uint8_t *rgb,
                  char *why, size_t whylen) {
     const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(fmt);
     if (!d || (d->flags & AV_PIX_FMT_FLAG_HWACCEL) || !sws_isSupportedInput(fmt))
@@ -214,7 +218,7 @@ int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w,
     if (w < 1 || h < 1) return fc_errf(why, whylen, "bad picture size %dx%d", w, h);
     ScalePlan plan;
     plan_crop(d, w, h, sar, &plan);
-    plan_conversion(d, fmt, w, h, colorspace, full_range, size, &plan);
+    plan_conversion(d, fmt, w, h, colorspace, color_range, size, &plan);
     const uint8_t *src[4];
     int sstride[4] = {stride[0], stride[1], stride[2], stride[3]};
     crop_planes(d, data, stride, &plan, src);
@@ -224,7 +228,7 @@ int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w,
         d = av_pix_fmt_desc_get(fmt);
         src[0] = sc->flat, src[1] = src[2] = src[3] = NULL;
         sstride[0] = sc->flat_stride, sstride[1] = sstride[2] = sstride[3] = 0;
-        plan.yuv = plan.cs = plan.full = 0;
+        plan.yuv = plan.grey = plan.cs = plan.full = 0;
     }
     if (scaler_fit_context(sc, d, fmt, &plan, size, why, whylen) < 0) return -1;
     if (scaler_fit_output(sc, size, why, whylen) < 0) return -1;

@@ -28,11 +28,14 @@ void scaler_free(Scaler *sc);
 // aspect ratio sar) and resample it to size x size RGB24 in rgb, mirrored left to right when mirror
 // is set, then turned clockwise by rot degrees (0, 90, 180, 270: EXIF orientations 2, 4, 5 and 7, and a
 // video's display matrix that flips, are a mirror and a turn). colorspace is an AVColorSpace,
-// full_range whether YUV samples use the full 0..255 range. A format with alpha is composited over
+// color_range an AVColorRange: YUV samples use the full range only where it says so (or the format is
+// a yuvj one: an untagged video is limited, as the standards' default); grey samples are full unless
+// it says limited (AVCOL_RANGE_MPEG: a greyscale video tagged limited), as an untagged grey image or
+// video is read by everyone. A format with alpha is composited over
 // black (c * a / 255) before it is resampled, so the colour stored under transparent pixels never
 // shows. 0, or -1 with why.
 int scale_square(Scaler *sc, uint8_t *const data[4], const int stride[4], int w, int h, enum AVPixelFormat fmt,
-                 AVRational sar, int colorspace, int full_range, int rot, int mirror, int size, uint8_t *rgb,
+                 AVRational sar, int colorspace, int color_range, int rot, int mirror, int size, uint8_t *rgb,
                  char *why, size_t whylen);
 
 #endif

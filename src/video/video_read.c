@@ -420,7 +420,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
             char why[256];
             AVRational sar = av_guess_sample_aspect_ratio(v->fmt, v->fmt->streams[v->stream], f);
             if (scale_square(&v->sc, f->data, f->linesize, f->width, f->height, (enum AVPixelFormat)f->format, sar,
-                             f->colorspace, f->color_range == AVCOL_RANGE_JPEG, v->rotation, v->mirrored, size, rgb, why,
+                             f->colorspace, f->color_range, v->rotation, v->mirrored, size, rgb, why,
                              sizeof why) < 0)
                 return reader_fail(v, err, errlen, "frame %ld: %s", v->frames, why);
             double t = frame_time(v, f);

@@ -365,6 +365,11 @@ static void test_pixel_formats(void) {
         int r, g, b, tol;
     } fm[] = {
         {"gray.mkv", "-f lavfi -i color=c=0x808080:s=64x48:r=10:d=0.5 -pix_fmt gray -c:v ffv1", 128, 128, 128, 3},
+        // grey samples tagged limited range (16..235): 180 is (180 - 16) * 255 / 219 = 191 (the untagged
+        // grey above is full range, as images are)
+        {"gray_limited_range.mkv",
+         "-f lavfi -i nullsrc=s=64x48:r=10:d=0.5,format=gray,geq=lum=180 -pix_fmt gray -color_range tv -c:v ffv1", 191,
+         191, 191, 2},
         {"yuva420p.mkv", "-f lavfi -i color=c=0x3060C0:s=64x48:r=10:d=0.5 -pix_fmt yuva420p -c:v ffv1", 0x30, 0x60,
          0xC0, 4},
         {"yuv420p10.mkv", "-f lavfi -i color=c=0x3060C0:s=64x48:r=10:d=0.5 -pix_fmt yuv420p10le -c:v ffv1", 0x30,
