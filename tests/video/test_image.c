@@ -6,6 +6,7 @@
 // any check failed.
 #include "video_fixture.h"
 #include "base/philox.h"
+#include <zlib.h>
 
 // A w x h image with `comp` channels, every pixel `px` (comp values); alpha, where there is one, is
 // opaque (transparency: test_image_alpha).
@@ -261,6 +262,66 @@ static void test_image_alpha(void) {
           "load %d, %d; %d pixels not the colour over black%s %s", rc[0], rc[1], bad, first, err);
 }
 
+// A w x h PNG of 16 bits a sample (colour type 0 grey, 2 RGB or 6 RGBA: comp 1, 3 or 4), every pixel
+// px: written here, as stb_image_write writes 8 bits only.
+static int write_png16(const char *path, int w, int h, int comp, const uint16_t *px) {
+    size_t row = 1 + (size_t)w * comp * 2, raw_n = row * h;
+    uint8_t *raw = calloc(raw_n, 1), *z = malloc(compressBound(raw_n) + 64);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < comp; c++) {
+                uint8_t *o = raw + y * row + 1 + ((size_t)x * comp + c) * 2;
+                o[0] = (uint8_t)(px[c] >> 8), o[1] = (uint8_t)px[c];
+            }
+    uLongf zn = compressBound(raw_n);
+    int ok = compress(z, &zn, raw, raw_n) == Z_OK;
+    FILE *f = fopen(path, "wb");
+    ok = ok && f;
+    const uint8_t type = comp == 1 ? 0 : comp == 3 ? 2 : 6;
+    uint8_t ihdr[13] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w, (uint8_t)(h >> 24),
+                        (uint8_t)(h >> 16), (uint8_t)(h >> 8), (uint8_t)h, 16, type, 0, 0, 0};
+    const struct { const char *tag; const uint8_t *data; size_t n; } chunk[3] = {
+        {"IHDR", ihdr, 13}, {"IDAT", z, zn}, {"IEND", NULL, 0}};
+    if (ok) fwrite("\x89PNG\r\n\x1a\n", 1, 8, f);
+    for (int k = 0; ok && k < 3; k++) {
+        uint8_t be[4] = {(uint8_t)(chunk[k].n >> 24), (uint8_t)(chunk[k].n >> 16), (uint8_t)(chunk[k].n >> 8),
+                         (uint8_t)chunk[k].n};
+        uLong crc = crc32(crc32(0, (const Bytef *)chunk[k].tag, 4), chunk[k].data, (uInt)chunk[k].n);
+        uint8_t cb[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8), (uint8_t)crc};
+        ok = fwrite(be, 1, 4, f) == 4 && fwrite(chunk[k].tag, 1, 4, f) == 4 &&
+             (chunk[k].n == 0 || fwrite(chunk[k].data, 1, chunk[k].n, f) == chunk[k].n) && fwrite(cb, 1, 4, f) == 4;
+    }
+    if (f && fclose(f)) ok = 0;
+    free(raw), free(z);
+    return ok ? 0 : -1;
+}
+
+// 16-bit PNGs rounded to 8 bits, round(v * 255 / 65535), not cut to their high byte (which reads
+// 0x64FF as 100 where it is 100.6, 101): grey, RGB, and RGBA over black (round(c * a * 255 / 65535^2)).
+static void test_image_16bit(void) {
+    const struct {
+        const char *name;
+        int comp;
+        uint16_t px[4];
+        int want[3];
+    } im[] = {
+        {"deep_grey.png", 1, {0x64FF}, {101, 101, 101}},
+        {"deep_rgb.png", 3, {0x64FF, 0x32F0, 0xFAF0}, {101, 51, 250}},
+        // at alpha 0x64FF: 0x64FF 39.7, 0xFFFF 100.6 (the high bytes: 100 * 100 / 255 = 39.2, and 100)
+        {"deep_rgba.png", 4, {0x64FF, 0xFFFF, 0x0000, 0x64FF}, {40, 101, 0}},
+    };
+    for (size_t k = 0; k < sizeof im / sizeof im[0]; k++) {
+        char err[512] = "", cname[64];
+        uint8_t rgb[32 * 32 * 3];
+        snprintf(cname, sizeof cname, "image_16bit_%s", im[k].name);
+        int wrote = write_png16(tmp_path(im[k].name), 32, 32, im[k].comp, im[k].px);
+        int rc = wrote == 0 ? image_load_square(tmp_path(im[k].name), 32, rgb, err, sizeof err) : -1;
+        int dev = rc == 0 ? max_dev(rgb, 32, im[k].want[0], im[k].want[1], im[k].want[2]) : -1;
+        check(rc == 0 && dev == 0, cname, "written %d, loaded %d: (%d,%d,%d), want (%d,%d,%d) exactly %s", wrote, rc,
+              rgb[0], rgb[1], rgb[2], im[k].want[0], im[k].want[1], im[k].want[2], err);
+    }
+}
+
 // A JPEG with an APP1 Exif block right after SOI holding only Orientation = o, in big-endian (MM) or
 // little-endian (II) TIFF order; `damage` points IFD0 past the block's end instead.
 static int write_exif_jpeg(const char *path, const uint8_t *jpg, size_t n, int o, int le, int damage) {
@@ -354,6 +415,7 @@ static void test_images(void) {
     test_image_paths();
     test_image_min_side();
     test_image_alpha();
+    test_image_16bit();
     test_image_exif();
 }
 
