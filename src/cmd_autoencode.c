@@ -65,20 +65,23 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     int S = opt(opts, "--size")->count ? (int)parse_positive("--size", opt(opts, "--size")->value, 8192) : 256;
     // an image is one frame: its default; more of it is refused below, by name
     struct stat st;
-    int folder = stat(input, &st) == 0 && S_ISDIR(st.st_mode), image = is_image_path(input) && !folder;
-    int still = generate_is_still_path(input) && !folder;  // also the stills FFmpeg reads (BMP, TIFF, ...)
+    int folder = stat(input, &st) == 0 && S_ISDIR(st.st_mode);
+    int still = generate_is_still_path(input) && !folder;  // PNG, JPEG and the stills FFmpeg reads (BMP, TIFF, ...)
     int K = opt(opts, "--frames")->count ? (int)parse_positive("--frames", opt(opts, "--frames")->value, 100000)
                                          : still ? 1 : 8;
-    if (K > 1 && image)
+    if (K > 1 && still)
         usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video or a folder of frames)", K, input);
     if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
     if (overwrite && !out_path) usage_error("--overwrite: it goes with --out VIDEO (autoencode writes no other file)");
     double fps = opt(opts, "--fps")->count ? parse_number("--fps", opt(opts, "--fps")->value, 0.1, 1000) : 0;
-    if (fps && !(out_path && generate_is_video_path(out_path)))
-        usage_error("--fps %g: it goes with --out VIDEO, a video name (.mp4, .gif, ...): %s", fps,
-                    out_path ? "a folder of PNGs has no frame rate" : "autoencode writes no video without --out");
+    if (fps && !out_path)
+        usage_error("--fps %g: it goes with --out VIDEO, a video name (.mp4, .gif, ...): autoencode writes no video "
+                    "without --out", fps);
+    if (fps && !generate_is_video_path(out_path))  // as generate says it: a warning, the frames still written
+        fc_warn("--fps %g: %s is a folder of PNGs, which has no frame rate (a video name, .mp4 or another, has one)",
+                fps, out_path);
     const char *ext = out_path ? strrchr(out_path, '.') : NULL;
     int gif = ext && !strcasecmp(ext, ".gif");
     if (gif && fps > VIDEO_GIF_MAX_FPS)

@@ -88,6 +88,10 @@ int cmd_eval(int argc, char **argv, const Backend *be) {
     if (eo.frames && eo.given >= eo.frames)
         usage_error("--frames %d: not more than --given %d: the chain would make no frame to score", eo.frames,
                     eo.given);
+    if (eo.long_frames && eo.given >= eo.long_frames)
+        usage_error("--long %d%s: the drift run would make none of its frames from --given %d (give --long more than %d, "
+                    "or 0 for no drift run)", eo.long_frames, opt(opts, "--long")->count ? "" : " (the default)",
+                    eo.given, eo.given);
     if (opt(opts, "--tsv")->count) eo.tsv = opt(opts, "--tsv")->value;
     eo.overwrite = opt(opts, "--overwrite")->count > 0;
     if (eo.overwrite && !eo.tsv) usage_error("--overwrite: it goes with --tsv FILE (eval writes no other file)");

@@ -39,8 +39,8 @@ static const char *HELP_PREPARE =
     "latent channels and frame_size = N / factor. N must be a multiple of the factor. On a GPU\n"
     "(--device cuda) the encoder runs there. The latents are (mean - Z) S: by default the family's\n"
     "factors (4 channels: SD 1.x/2.x's S = 0.18215; SDXL's VAE has the same shapes and wants\n"
-    "--vae-scale 0.13025; 16 channels: SD3's 1.5305 and 0.0609, FLUX.1's 0.3611 and 0.1159; the tiny\n"
-    "autoencoders 1 and 0).\n";
+    "--vae-scale 0.13025; 16 channels: SD3's S = 1.5305 and Z = 0.0609, and FLUX.1's VAE, of the same\n"
+    "shapes, wants --vae-scale 0.3611 --vae-shift 0.1159; the tiny autoencoders 1 and 0).\n";
 
 int cmd_prepare(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},

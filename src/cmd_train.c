@@ -198,6 +198,10 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     if (origin.extend && from) usage_error("give either --extend or --from, not both");
     if (origin.extend && !opt(opts, "--steps")->count) usage_error("--extend needs --steps N, the run's new end");
     const char *run = required(opts, "--run");
+    // a value on the command line is checked before any file is read, as every command's is
+    double budget = opt(opts, "--vram-budget")->count
+                        ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
+                        : DEFAULT_VRAM_BUDGET_GIB;
     char err[4096], now[256];
     Config parent;
     if (from && lineage_read_parent(from, &parent, &origin, err, sizeof err)) {
@@ -262,9 +266,6 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     dist_fail_alike(refused, err);
     // a run this config cannot continue is refused now, before the plan and the lines about it
     if (dist_rank() == 0 && run_folder_precheck(run, &c, &origin, err, sizeof err)) fc_die("%s", err);
-    double budget = opt(opts, "--vram-budget")->count
-                        ? parse_number("--vram-budget", opt(opts, "--vram-budget")->value, 0.01, 1e6)
-                        : DEFAULT_VRAM_BUDGET_GIB;
     const char *vae = opt(opts, "--vae")->count ? opt(opts, "--vae")->value : NULL;
     Autoencoder *ae = NULL;
     if (vae && c.sample_every <= 0) usage_error("--vae %s: it decodes the previews, and sample_every is 0", vae);

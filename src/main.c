@@ -72,6 +72,7 @@ static CommandFn find_command(const char *name) {
 
 // A command's help, as `framechain CMD --help` gives it (for `framechain --help CMD`, `framechain help CMD`).
 static int command_help(int argc, char **argv, int i) {
+    while (i < argc && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) i++;  // help --help: the usage
     if (i >= argc) return fputs(USAGE, stdout), 0;
     if (i + 1 < argc) usage_error("unexpected argument '%s' after %s %s", argv[i + 1], argv[i - 1], argv[i]);
     CommandFn run = find_command(argv[i]);
@@ -117,10 +118,15 @@ int main(int argc, char **argv) {
         }
         i = parse_opt(argc, argv, i, globals);
     }
-    int threads = thread_count(&globals[0]);
+    // --help after the command wins over a bad global value (--threads 0, --device gpu), as a command's
+    // --help wins over its own bad options (cli.h: parse_opts): the help needs neither
+    int asks_help = 0;
+    for (int j = i; j < argc && strcmp(argv[j], "--"); j++) asks_help |= !strcmp(argv[j], "--help") || !strcmp(argv[j], "-h");
+    int threads = asks_help ? 1 : thread_count(&globals[0]);
     const char *device = globals[1].count ? globals[1].value : "auto";
     // A --device it does not know: a bad command line, whatever follows (--device is framechain's option).
-    if (!backend_device_known(device)) usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
+    if (!asks_help && !backend_device_known(device))
+        usage_error("--device %s: unknown device (cpu, cuda, cuda-fp32 or auto)", device);
     if (i >= argc) usage_error("no command given: prepare, train, generate, eval, inspect, plot, score or autoencode");
     if (!strcmp(argv[i], "help")) return fc_finish_stdout(command_help(argc, argv, i + 1));
     const char *cmd = argv[i];

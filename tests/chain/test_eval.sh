@@ -285,9 +285,13 @@ expect_refusal tsv_folder_takes_no_file 1 "--tsv /proc/framechain-eval.tsv: .* t
 expect_refusal given_all_frames 2 "not more than --given 7" "${RUNS[@]}" --data "$tmp/held32" --frames 7 --given 7 \
     --tsv "$tmp/bad.tsv"
 expect_refusal given_all_clip_frames 1 "none of the 24 frames" "${RUNS[@]}" --data "$tmp/held32" --given 24 --tsv "$tmp/bad.tsv"
-# a drift run no longer than the given frames would make none: refused, not a table of the real frames
-expect_refusal long_within_given 1 "--long 7: the drift run would make none of its frames from --given 7" "${RUNS[@]}" \
+# a drift run no longer than the given frames would make none: refused as a bad command line (both
+# values are on it), not a table of the real frames, and before the models and the data are read
+expect_refusal long_within_given 2 "--long 7: the drift run would make none of its frames from --given 7" "${RUNS[@]}" \
     --data "$tmp/held32" --frames 8 --given 7 --long 7 --tsv "$tmp/bad.tsv"
+expect_refusal long_within_given_first 2 "--long 7: the drift run" "${RUNS[@]}" --data "$tmp/nothing" --given 7 --long 7
+expect_refusal long_default_within_given 2 "--long 181 (the default): the drift run" "${RUNS[@]}" --data "$tmp/held32" \
+    --given 181
 expect_refusal levels_hex 2 "noise-aug 0x0.1: expected levels" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0x0.1 --tsv "$tmp/bad.tsv"
 expect_refusal levels_twice 2 "level 0.1 given twice" "${RUNS[@]}" --data "$tmp/held32" --noise-aug 0.1,0,0.1 --tsv "$tmp/bad.tsv"
 expect_refusal overwrite_without_tsv 2 "overwrite: it goes with --tsv" "${RUNS[@]}" --data "$tmp/held32" --overwrite

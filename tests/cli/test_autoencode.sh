@@ -207,6 +207,10 @@ rc=$?
 expect autoencode_original_safetensors_converted $? "converter: exit $rc, $(tail -1 "$tmp/conv.log"); $(tail -1 "$tmp/oc.log") (taesd.safetensors: $(tail -1 "$tmp/od.log"))"
 refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
     --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
+# a still FFmpeg reads (BMP) is one frame as a PNG is: refused by its name, before the autoencoder is read
+ffmpeg -v error -i "$tmp/first.png" "$tmp/first.bmp"
+refused autoencode_bmp_more_frames 2 "frames 3: .*first.bmp is an image, one frame" \
+    --vae "$tmp/no_such.safetensors" --input "$tmp/first.bmp" --size 64 --frames 3
 ffmpeg -v error -i "$VIDEO" -frames:v 3 -c:v ffv1 "$tmp/three.mkv"
 refused autoencode_clip_shorter 1 "three.mkv: the video has 3 frames, fewer than the 5 asked for" \
     --vae "$dir/taesd.safetensors" --input "$tmp/three.mkv" --size 64 --frames 5 --out "$tmp/none.gif"
@@ -238,6 +242,13 @@ expect autoencode_damaged_safetensors_not_pickle $? "status $rc: $(head -1 "$tmp
 refused autoencode_out_exists 1 "exists" --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --out "$tmp/rt"
 refused autoencode_fps_without_video 2 "fps 5: it goes with --out VIDEO" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --fps 5
+# --fps with a folder of PNGs as --out: said in a warning, as generate says it, and the frames written
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 64 --frames 2 --out "$tmp/fps_folder" --fps 5 \
+    > "$tmp/fpsf.out" 2> "$tmp/fpsf.err"
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c "warning: --fps 5: .*fps_folder is a folder of PNGs, which has no frame rate" "$tmp/fpsf.err")" = 1 ] &&
+    [ "$(ls "$tmp/fps_folder" | grep -c '^frame-.*png$')" -ge 2 ]
+expect autoencode_fps_folder_warns $? "exit $rc: $(head -2 "$tmp/fpsf.err"); $(ls "$tmp/fps_folder" 2>&1 | head -3 | tr '\n' ' ')"
 refused autoencode_overwrite_without_out 2 "overwrite: it goes with --out" --vae "$dir/taesd.safetensors" --input "$VIDEO" \
     --size 64 --overwrite
 

@@ -170,7 +170,8 @@ fi
 for cmd in prepare train generate inspect; do
     expect "${cmd}_help" 0 "usage: framechain $cmd" "$FC" "$cmd" --help
 done
-# a command's --help needs no device; a device it does not know is framechain's option, with or without a command
+# a command's --help needs no device; a device it does not know is framechain's option, with or without a
+# command (but a command's --help wins over it: help_after_unknown_device)
 expect help_without_device 0 "usage: framechain inspect" "$FC" --device cuda inspect --help
 # an unknown command is a bad command line, said before a device is opened (the CUDA library not loaded)
 FRAMECHAIN_TEST_ASSUME_NVIDIA_DRIVER=1 LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld_bogus" "$FC" --device cuda bogus \
@@ -229,6 +230,10 @@ expect steps_over_set_steps 0 "^--steps 2 stands over --set steps=6" "$FC" --thr
     --set checkpoint_every=100000 --set sample_every=0
 [ -f "$tmp/over/ckpt-00000002.safetensors" ] && echo "PASS cli_steps_over_set_steps_trained: step 2 written" ||
     echo "FAIL cli_steps_over_set_steps_trained: $(ls "$tmp/over" 2>&1 | tr '\n' ' ')"
+# --vram-budget's value is a bad command line before any file is read: not hidden behind the refusal
+# of an --extend to the run's own end (status 1) that reading the run would give
+expect vram_budget_before_the_run 2 "^framechain train: --vram-budget abc" "$FC" --threads 1 train \
+    --config configs/tiny/starter.conf --run "$tmp/over" --extend --steps 2 --vram-budget abc
 # the config is checked once --steps is in: a warmup past the file's steps (1000) but cut to --steps
 # is no refusal, in a fork neither (its parent's steps, 2); a bad --set steps is a bad command line
 # even where --steps stands over it, and makes no run folder
@@ -401,6 +406,12 @@ expect help_before_command 0 "usage: framechain train" "$FC" --help train
 expect help_command 0 "usage: framechain \[--threads N\]" "$FC" help
 expect help_command_of 0 "usage: framechain plot" "$FC" help plot
 expect help_command_unknown 2 "^framechain: unknown command 'bogus'" "$FC" help bogus
+# help of help is framechain's usage; a command's --help wins over a bad global value as over its own
+expect help_of_help 0 "usage: framechain \[--threads N\]" "$FC" help --help
+expect help_twice 0 "usage: framechain \[--threads N\]" "$FC" --help --help
+expect help_after_bad_threads 0 "usage: framechain train" "$FC" --threads 0 train --help
+expect help_after_unknown_device 0 "usage: framechain train" "$FC" --device gpu train --help
+expect bad_threads_without_help 2 "--threads 0: expected a whole number from 1 to 1024" "$FC" --threads 0 train --help2
 GEN=(generate --starter "$tmp/none" --extrapolate "$tmp/none" --interpolate "$tmp/none" --first-frame x.png
      --out "$tmp/gen.mp4")
 expect generate_six_frames 2 "--frames 6: expected a whole number from 7 to 1000000" "$FC" "${GEN[@]}" --frames 6
