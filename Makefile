@@ -20,7 +20,9 @@ CFLAGS  ?= $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-init
            -std=gnu11 -fopenmp -fno-trapping-math -ffp-contract=off
 LDLIBS  := -lm
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-BIN     ?= framechain
+# The program: ./framechain from the default build folder; from another (BUILD=dir), dir/framechain, so
+# that two build folders never take turns at one ./framechain that each then thinks up to date
+BIN     ?= $(if $(filter build build/,$(BUILD)),framechain,$(BUILD)/framechain)
 ifeq ($(SAN),1)
   BIN := $(BUILD)/framechain
   CFLAGS += $(SAN_FLAGS)
@@ -98,6 +100,9 @@ ifeq ($(HAVE_MPI),yes)
   CFLAGS     += -DFC_MPI $(MPI_CFLAGS)
   LDLIBS     += $(MPI_LIBS)
   MPI_STATUS := yes ($(shell pkg-config --modversion mpi-c 2>/dev/null || echo found))
+else ifeq ($(NO_MPI),1)
+  MPI_STATUS := no (NO_MPI=1)
+  CFLAGS     += -DFC_NO_MPI_ASKED
 else
   MPI_STATUS := no (one rank: apt-get install libopenmpi-dev openmpi-bin for mpirun)
 endif
@@ -147,6 +152,9 @@ ifneq ($(NVCC),)
     LDLIBS     += -lnccl
   endif
   CUDA_STATUS := yes ($(NVCC), CUDA $(NVCC_RELEASE), sm_$(subst $() $(),/sm_,$(strip $(CUDA_ARCH))); NCCL $(or $(HAVE_NCCL),no))
+else ifeq ($(NO_CUDA),1)
+  CUDA_STATUS := no (CPU-only build: NO_CUDA=1)
+  CFLAGS      += -DFC_NO_CUDA_ASKED
 else
   CUDA_STATUS := no (CPU-only build$(CUDA_NOTE))
 endif
@@ -193,6 +201,7 @@ help:
 	@echo "make demo, eval    the README's demo and quality table; bench, bench-cuda, bench-ops, bench-prepare: benchmarks"
 	@echo "make fuzz          libFuzzer targets (FUZZ_SECONDS); make clean: remove what the build made"
 	@echo "options: NO_CUDA=1 NO_MPI=1 NO_NCCL=1 NO_FFMPEG=1 NVCC=path CUDA_ARCH='86 89 90' OPT=-O3 SAN=1 BUILD=dir BIN=path"
+	@echo "         (BUILD=dir builds dir/framechain, not ./framechain, unless BIN says otherwise)"
 
 # ---- the build options in stamps ----
 # NO_MPI, NO_CUDA, NO_FFMPEG, OPT, SAN, CUDA_ARCH, NO_NCCL... change the flags, never the sources. Each
@@ -324,10 +333,10 @@ $(BUILD)/bench_gemm: tools/bench_gemm.c $(STAMP_c)
 
 # framechain against PyTorch, side by side in one run (BENCHMARKS.md): on the CPU, and on a GPU.
 bench: info $(BIN) $(BUILD)/bench_gemm
-	@BUILD='$(BUILD)' FC='./$(BIN)' PYTHON='$(PYTHON)' tools/bench.sh
+	@BUILD='$(BUILD)' FC='$(abspath $(BIN))' PYTHON='$(PYTHON)' tools/bench.sh
 
 bench-cuda: info $(BIN)
-	@tools/bench_cuda.sh
+	@FC='$(abspath $(BIN))' tools/bench_cuda.sh
 
 # The power-loss test's LD_PRELOAD library (tests/train/test_powerloss.sh): it records what train
 # writes. Plain flags, never the sanitizers': it is loaded into framechain, not linked with it.
@@ -352,16 +361,16 @@ test-cuda-emu: info $(TEST_EMU)
 
 # The README's main job: sample data, three small models trained, out/demo.mp4 and out/demo.gif.
 demo: info $(BIN)
-	FC='./$(BIN)' tools/demo.sh
+	FC='$(abspath $(BIN))' tools/demo.sh
 
 # The chain on scenes it never saw (README, "Quality"): the demo's three models trained on two
 # videos, scored on another, on synthetic pans and on moving shapes.
 eval: info $(BIN)
-	FC='./$(BIN)' tools/eval_unseen.sh out/eval-unseen $(EVAL_KEYS)
+	FC='$(abspath $(BIN))' tools/eval_unseen.sh out/eval-unseen $(EVAL_KEYS)
 
 # Benchmarks (not tests: they assert nothing). prepare's frames/s beside the ffmpeg command line.
 bench-prepare: $(BIN)
-	FC='./$(BIN)' tools/bench_prepare.sh
+	FC='$(abspath $(BIN))' tools/bench_prepare.sh
 
 # The sanitizer build: address and undefined behaviour, CPU only, the whole suite.
 sanitize test-sanitize:
@@ -373,7 +382,8 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
 FUZZ_SRC     := $(wildcard src/base/*.c src/formats/*.c)
-build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC)
+# (one command compiles them all: every header they may include is a prerequisite, not a .d file's few)
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(wildcard src/*/*.h tests/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(BLAS_CFLAGS) $< $(FUZZ_SRC) -o $@ $(BLAS_LIBS) -lz -lpthread -lm
 

@@ -149,7 +149,11 @@ __attribute__((weak)) void backend_cuda_fp8_probe(char *out, size_t n) {
 // take precedence at link time.
 __attribute__((weak)) const Backend *backend_cuda_precision(int bf16, const char **why) {
     (void)bf16;
+#ifdef FC_NO_CUDA_ASKED
+    if (why) *why = "this build has no CUDA backend (it was built with NO_CUDA=1)";
+#else
     if (why) *why = "this build has no CUDA backend (nvcc was not found when it was built)";
+#endif
     return NULL;
 }
 __attribute__((weak)) const Backend *backend_cuda(const char **why) { return backend_cuda_precision(1, why); }

@@ -251,17 +251,29 @@ void dist_allgather_real(real *buf, const size_t *start) {
 
 #else  // a build without MPI: one rank
 
+#ifdef FC_NO_MPI_ASKED  // make NO_MPI=1 (or SAN=1): MPI may well be installed
+#define WITHOUT_MPI "built without MPI (NO_MPI=1)"
+#define GET_MPI "run make without NO_MPI=1"
+#else
+#define WITHOUT_MPI "built without MPI"
+#define GET_MPI "install it (apt-get install libopenmpi-dev openmpi-bin) and run make again"
+#endif
+
 void dist_start(void) {
     int n = launcher_size();
     if (n > 1)
-        fc_die("started as one of %d ranks, but this framechain was built without MPI: install it (apt-get install "
-               "libopenmpi-dev openmpi-bin) and run make again, or run one framechain without mpirun", n);
+        fc_die("started as one of %d ranks, but this framechain was " WITHOUT_MPI ": " GET_MPI ", or run one "
+               "framechain without mpirun", n);
 }
 
 void dist_end(void) {}
 
 const char *dist_build_info(void) {
+#ifdef FC_NO_MPI_ASKED
+    return "one rank only (" WITHOUT_MPI ": make without it, for mpirun)";
+#else
     return "one rank only (built without MPI: apt-get install libopenmpi-dev openmpi-bin, then make, for mpirun)";
+#endif
 }
 
 void dist_sum_real(real *buf, size_t n) { (void)buf, (void)n; }

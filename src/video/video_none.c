@@ -25,6 +25,7 @@ int video_next_frame(VideoReader *v, int size, uint8_t *rgb, double *time_s, cha
     return fc_errf(err, errlen, "%s", NO_FFMPEG);
 }
 long video_frames_read(const VideoReader *v) { return v ? 0 : 0; }
+long video_frames_skipped(const VideoReader *v) { return v ? 0 : 0; }
 void video_close(VideoReader *v) { (void)v; }
 void video_set_decoder_threads(int n) { (void)n; }
 
