@@ -252,7 +252,7 @@ void dist_allgather_real(real *buf, const size_t *start) {
 #else  // a build without MPI: one rank
 
 #ifdef FC_NO_MPI_ASKED  // make NO_MPI=1 (or SAN=1): MPI may well be installed
-#define WITHOUT_MPI "built without MPI (NO_MPI=1)"
+#define WITHOUT_MPI "built without MPI, by NO_MPI=1"
 #define GET_MPI "run make without NO_MPI=1"
 #else
 #define WITHOUT_MPI "built without MPI"
