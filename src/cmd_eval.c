@@ -30,7 +30,7 @@ static const char *HELP_EVAL =
     "  --clips K          its first K clips (default 8)\n"
     "  --frames N         frames per clip, at least 7 (default and most: the dataset's clip length)\n"
     "  --long M           frames of the drift run, more than --given (default 181; 0: no drift run)\n"
-    "  --noise-aug LIST   the levels to compare, comma-separated, each 0 to 0.95 (default 0,0.1)\n"
+    "  --noise-aug LIST   the levels to compare, comma-separated, each 0 to 0.95, at most 18 (default 0,0.1)\n"
     "  --steps S          Euler steps per window (default: each model's sample_steps, 20 unless its\n"
     "                     config says otherwise)\n"
     "  --seed K           seed of the sampling noise (default 1); each clip gets its own, made from K and\n"

@@ -78,6 +78,18 @@ char *fc_escaped_name(char *out, size_t outlen, const char *s) {
     return out;
 }
 
+const char *fc_write_fix(int e) {
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT: return "free space";
+    case EACCES:
+    case EPERM: return "give this user write permission there";
+    case EROFS: return "make the file system writable";
+    case EFBIG: return "raise the limit on file sizes (ulimit -f)";
+    default: return "fix that";
+    }
+}
+
 char *fc_shell_word(char *out, size_t len, const char *s) {
     if (s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=+,@%-") == strlen(s)) {
         snprintf(out, len, "%s", s);

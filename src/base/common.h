@@ -73,6 +73,10 @@ char *fc_escaped_name(char *out, size_t outlen, const char *s);
 // as it is where no character needs quoting, else in single quotes (a path with a space, a quote or a
 // '$' in it), so that a line that quotes a command can be pasted as printed. Returns out.
 char *fc_shell_word(char *out, size_t len, const char *s);
+// What a user does about a write that failed with errno e, for the line that stops on it: "free space"
+// (a full disk or quota), "give this user write permission there", "make the file system writable",
+// "raise the limit on file sizes (ulimit -f)", else "fix that".
+const char *fc_write_fix(int e);
 
 // The one way a function reports a failure to its caller: one line into err (when err is not NULL),
 // newlines in it (a file name's) turned into spaces; returns -1 so that `return fc_errf(...)` ends

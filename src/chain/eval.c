@@ -121,9 +121,10 @@ static void print_clips(const Results *r, const double *levels) {
             n++, sum += d, sum2 += d * d, over += d > 0;
             lo = d < lo ? d : lo, hi = d > hi ? d : hi;
         }
-        double mean = sum / n, var = n > 1 ? (sum2 - n * mean * mean) / (n - 1) : NAN;
-        printf("%-10.15g %6d %8.2f %9.2f %8.2f %8.2f %4d of %d\n", levels[l], n, mean,
-               n > 1 ? sqrt(var > 0 ? var / n : 0) : NAN, lo, hi, over, n);
+        double mean = sum / n, var = n > 1 ? (sum2 - n * mean * mean) / (n - 1) : 0;
+        char se[32] = "n/a";  // of one clip: no spread to tell (as the drift table's columns past the clip)
+        if (n > 1) snprintf(se, sizeof se, "%.2f", sqrt(var > 0 ? var / n : 0));
+        printf("%-10.15g %6d %8.2f %9s %8.2f %8.2f %4d of %d\n", levels[l], n, mean, se, lo, hi, over, n);
     }
 }
 

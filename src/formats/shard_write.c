@@ -236,10 +236,13 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
     }
     // What a writer that was killed left: temporary files, and whole shards that no dataset.json lists
     // (written before the kill; this writer's would replace some of them and leave the rest lying about).
+    // A shard that cannot be removed (another user's, in a folder with the sticky bit) would fail this
+    // writer's rename onto its name once the input is decoded, or lie beside the new dataset unlisted:
+    // refused now, in one line naming it.
     DIR *dd = opendir(dir);
-    int orphans = 0;
+    int orphans = 0, stuck = 0;
     if (dd) {
-        for (struct dirent *e; (e = readdir(dd));) {
+        for (struct dirent *e; (e = readdir(dd)) && !stuck;) {
             const char *n = e->d_name;
             int temp = (!strncmp(n, "shard-", 6) && strstr(n, ".safetensors.tmp-")) ||
                        !strncmp(n, "dataset.json.tmp-", 17) || !strncmp(n, "manifest.tsv.tmp-", 17);
@@ -247,8 +250,19 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
             if (!temp && !orphan) continue;
             snprintf(path, sizeof path, "%s/%s", dir, n);
             if (!unlink(path)) orphans += orphan;
+            else if (orphan && errno != ENOENT)
+                stuck = fc_errf(err, errlen, "%s: a shard of an earlier prepare that was cut off (no dataset.json lists "
+                                "it), which cannot be removed: %s; remove it, or choose another folder", path,
+                                strerror(errno));
         }
         closedir(dd);
+    }
+    if (stuck) {
+        snprintf(path, sizeof path, "%s/.prepare.lock", dir);
+        unlink(path), close(lock);
+        if (made_top) fc_rmdir_made(dir, made_top);
+        free(made_top);
+        return NULL;
     }
     if (orphans)
         printf("%s: removed %d shard%s of an earlier prepare that was cut off (no dataset.json listed them)\n", dir,

@@ -354,7 +354,7 @@ int preview_missing(void *preview, int step) {
     return access(path, F_OK) != 0;
 }
 
-void preview_take(void *preview, Model *m, int step) {
+int preview_take(void *preview, Model *m, int step) {
     Preview *p = preview;
     size_t window = (size_t)p->c.slots * p->E;
     memcpy(p->made, p->truth, sizeof(real) * p->c.batch_size * window);
@@ -372,7 +372,10 @@ void preview_take(void *preview, Model *m, int step) {
         if (rc == 0) rc = record_windows(p, p->tsv, err, sizeof err);
         p->recorded = rc == 0;
     }
-    if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, 1, err, sizeof err))
+    if (rc || draw_preview(p, step, &cv, err, sizeof err) || canvas_save_png(&cv, path, 1, err, sizeof err)) {
         fc_line(stderr, "preview of step %d skipped: %s", step, err);
+        rc = -1;
+    }
     canvas_free(&cv);
+    return rc;
 }

@@ -42,8 +42,8 @@ Preview *preview_open(const Config *c, const char *run, const char *train_data, 
 
 // The preview of `step` (TrainHooks.preview): m holds the EMA weights, at c's batch size. The first
 // also makes RUN/samples and writes windows.tsv. An image (or the record) that cannot be written is
-// skipped with one line on stderr; the run goes on.
-void preview_take(void *preview, Model *m, int step);
+// skipped with one line on stderr (-1; else 0); the run goes on.
+int preview_take(void *preview, Model *m, int step);
 
 // 1 when the image of `step` is not in RUN/samples (TrainHooks.missing).
 int preview_missing(void *preview, int step);

@@ -173,7 +173,7 @@ CkptTable ckpt_layout_of(const Config *c) {
 // renamed RUN/ckpt-XXXXXXXX.safetensors.unusable (out of every listing) and named on stderr; why
 // starts with the path. An earlier file set aside under that name is never renamed over (that would
 // delete it): the next free name is taken, .unusable.1, .unusable.2, ...
-void checkpoint_set_aside(const char *path, const char *why) {
+int checkpoint_set_aside(const char *path, const char *why) {
     char aside[4200];
     int rc = -1;
     for (int k = 0; k < 10000; k++) {
@@ -195,8 +195,9 @@ void checkpoint_set_aside(const char *path, const char *why) {
         rc = rename(path, aside);
         break;
     }
-    if (rc) fc_warn("%s; could not rename it aside: %s", why, strerror(errno));
-    else fc_warn("%s; renamed to %s", why, aside);
+    if (rc) return -1;
+    fc_warn("%s; renamed to %s", why, aside);
+    return 0;
 }
 
 int checkpoint_cannot_open(const char *path, char *why, size_t whylen) {
@@ -272,7 +273,8 @@ static void prune(const char *run, int keep, int written) {
         if (kept < keep) {
             if (steps[i] == written || verified_whole(run, steps[i], path, why, sizeof why)) kept++;
             else if (checkpoint_cannot_open(path, why, sizeof why)) fc_warn("%s", why);  // left as it is, uncounted
-            else checkpoint_set_aside(path, why);
+            else if (checkpoint_set_aside(path, why))
+                fc_warn("%s; could not rename it aside: %s", why, strerror(errno));  // left, uncounted
         } else if (unlink(path)) {
             fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));
         }

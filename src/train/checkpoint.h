@@ -164,8 +164,9 @@ Model *checkpoint_load_for_generation(const char *run, const Backend *be, int B,
 
 // Rename a file named like a checkpoint that is not a whole one (why: one line starting with its
 // path) to PATH.unusable (PATH.unusable.1, ... where that name is taken), out of every listing, with a
-// warning: never deleted, never counted as kept.
-void checkpoint_set_aside(const char *path, const char *why);
+// warning: never deleted, never counted as kept. 0; or -1 with errno, nothing said, where it cannot be
+// renamed (a folder this user may not change: the caller says what that means for it).
+int checkpoint_set_aside(const char *path, const char *why);
 
 // The steps of RUN's checkpoints, newest first; returns how many (*steps is malloc'ed); 0 where RUN
 // does not exist, and the program ends with one line where it exists but cannot be read.

@@ -71,11 +71,17 @@ void lineage_append(char *lineage, size_t size, const char *line) {
 }
 
 // The header of run's newest whole checkpoint into f (its path in path): 1, or 0 when there is none.
-static int read_newest(const char *run, StFile *f, char *path, size_t pathlen) {
+// With err: -1 with one line in err at a newer file this user cannot open (no permission, the
+// process's limits: not damage, and what the resume would stop at), where without it is passed over.
+static int read_newest(const char *run, StFile *f, char *path, size_t pathlen, char *err, size_t errlen) {
     int *steps, n = checkpoint_list(run, &steps), found = 0, relisted = 0;
     char why[1024];
     for (int i = 0; i < n && !found; i++) {
         checkpoint_path(path, pathlen, run, steps[i]);
+        if (err && checkpoint_cannot_open(path, err, errlen)) {
+            free(steps);
+            return -1;
+        }
         found = checkpoint_read_checked(path, f, NULL, why, sizeof why) == 0;
         // gone since the listing: pruned by a train that writes the run (a newer one took its place),
         // not damaged: the folder listed again, a bounded number of times
@@ -161,8 +167,9 @@ int lineage_same_data(const char *a, const char *b) {
 int lineage_extend(Config *c, const char *run, TrainOrigin *o, char *err, size_t errlen) {
     char path[4096];
     StFile f;
-    int found = read_newest(run, &f, path, sizeof path), rc = 0;
+    int found = read_newest(run, &f, path, sizeof path, err, errlen), rc = 0;
     o->note[0] = 0;
+    if (found < 0) return -1;
     if (!found)
         return fc_errf(err, errlen, "%s: --extend: the run holds no whole checkpoint to extend (train it without "
                        "--extend first)", run);
@@ -217,7 +224,7 @@ int lineage_read_parent(const char *path, Config *parent_cfg, TrainOrigin *o, ch
 int lineage_resume_fork(const char *run, const char *from, Config *parent_cfg, TrainOrigin *o) {
     char path[4096], why[CONFIG_MAX_LINE + 512];
     StFile f;
-    if (!read_newest(run, &f, path, sizeof path)) return -1;
+    if (read_newest(run, &f, path, sizeof path, NULL, 0) != 1) return -1;
     const char *parent = st_meta(&f, "parent");
     int rc = -1;
     if (lineage_names_parent(parent, from) && !read_config(&f, path, parent_cfg, why, sizeof why)) {
@@ -255,7 +262,7 @@ int lineage_parent_replaced(const char *run, const TrainOrigin *o, char *recorde
 int lineage_fork_folder(const char *run, const TrainOrigin *o, char *err, size_t errlen) {
     char path[4096];
     StFile f;
-    if (!read_newest(run, &f, path, sizeof path)) return 0;
+    if (read_newest(run, &f, path, sizeof path, NULL, 0) != 1) return 0;
     const char *parent = st_meta(&f, "parent");
     int rc = 0;
     if (!lineage_is_fork_of(parent, o))

@@ -300,8 +300,8 @@ FILE *run_folder_metrics(const char *run, int last) {
             fc_die("%s: cannot read: %s", path, strerror(read_error));
         }
         if (fc_commit_file(out, tmp, path))  // the partial copy goes: on a full disk it holds space the rerun needs
-            fc_die("%s: cannot rewrite: %s; stopping (the checkpoints are whole: free space and run the same command "
-                   "to go on)", path, strerror(errno));
+            fc_die("%s: cannot rewrite: %s; stopping (the checkpoints are whole: %s, then run the same command to "
+                   "go on)", path, strerror(errno), fc_write_fix(errno));
         if (unread)
             fc_warn("%s: %ld line%s that %s no step's record (junk, or torn by a power cut) left out of its cut-back "
                     "to step %d: the first, line %ld: %s", path, unread, unread == 1 ? "" : "s",
@@ -444,6 +444,16 @@ static int trained_before(const char *run, const TrainOrigin *origin, const Conf
                    "out of %s", run, held, from, origin->from ? "its parent" : from, run);
 }
 
+// A newer file than the one the run resumes from, not a whole checkpoint of it, renamed aside; where it
+// cannot be (a folder this user may not change), the run stops before its first step: it would write
+// that step's checkpoint under the same name and fail there, after the steps to it, at every rerun.
+static void set_aside_or_die(const char *path, const char *why) {
+    if (!checkpoint_set_aside(path, why)) return;
+    fc_die("%s; cannot rename it aside: %s, and the run would fail writing its checkpoint of that step over it: move "
+           "it out of its folder (or run as a user who may rename it there) and run the same command again", why,
+           strerror(errno));
+}
+
 // Load the newest checkpoint that checks out; returns 1 (its path in `loaded`), or 0 when the folder
 // has none. A folder whose checkpoints are all damaged ends the program (trained_before: a fork's
 // would start again from its parent).
@@ -460,19 +470,19 @@ static int resume(const char *run, Model *m, real *ema, Optimizer *o, const Conf
             fc_die("%s", err);
         if (s == CKPT_REFUSED) {
             snprintf(err, sizeof err, "%s: its metadata names another step than its file name", path);
-            checkpoint_set_aside(path, err);
+            set_aside_or_die(path, err);
             continue;
         }
         // A newer file that is not a whole checkpoint of this run is set aside, so that pruning
         // never counts it as one of the checkpoints it keeps.
         if (s == CKPT_CORRUPT) {
             if (checkpoint_cannot_open(path, err, sizeof err)) fc_die("%s", err);
-            checkpoint_set_aside(path, err);
+            set_aside_or_die(path, err);
             continue;
         }
         if (st->step != steps[i]) {
             snprintf(err, sizeof err, "%s: its metadata says step %d", path, st->step);
-            checkpoint_set_aside(path, err);
+            set_aside_or_die(path, err);
             continue;
         }
         printf("resuming %s from step %d (%s)\n", FC_ESCAPED(run), st->step, FC_ESCAPED(path));

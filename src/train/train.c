@@ -320,7 +320,7 @@ static void take_preview(Trainer *t, int step, int last) {
     be->download(t->params_aside, t->m->params_mem, bytes);
     if (t->shard) trainer_gather_parts(t, t->ema);
     else be->copy(t->m->params_mem, t->ema, bytes);
-    if (t->rank == 0) t->hooks->preview(t->hooks->ctx, t->m, step);
+    if (t->rank == 0 && t->hooks->preview(t->hooks->ctx, t->m, step)) t->previews_skipped++;
     be->upload(t->m->params_mem, t->params_aside, bytes);
     t->preview_s += fc_now_s() - t0;
     t->previews++;
@@ -405,9 +405,12 @@ static void finish_run(Trainer *t) {
     if (windows)
         printf("data: %.2f MiB read from the shards for %ld windows, %.1f KiB a window\n", bytes / 1048576, windows,
                bytes / 1024 / windows);
+    char skipped[64] = "";  // (each said when it was skipped)
+    if (t->previews_skipped) snprintf(skipped, sizeof skipped, " written, %d skipped,", t->previews_skipped);
     if (t->previews)
-        printf("previews: %d in %.2f s, %.1f%% of the time this process trained (%s/samples)\n", t->previews,
-               t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start), FC_ESCAPED(t->run));
+        printf("previews: %d%s in %.2f s, %.1f%% of the time this process trained (%s/samples)\n",
+               t->previews - t->previews_skipped, skipped, t->preview_s, 100 * t->preview_s / (fc_now_s() - t->t_start),
+               FC_ESCAPED(t->run));
     // rank 0's peak against its plan (the machine named where the run spans several); three decimals: a
     // MiB, for the small configs; the ratio for any size
     if (t->be->memory_peak) {

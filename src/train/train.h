@@ -11,11 +11,12 @@
 // step, after the step's checkpoint was handed to the writer: the model then holds the EMA weights
 // (the weights it trains are put back when it returns, byte for byte, so previews change nothing the
 // run computes); it must not write the parameters. Its time is shown in the progress line and summed
-// at the end. A preview that cannot be made is the hook's to report; the run goes on. missing (NULL:
+// at the end. A preview that cannot be made is the hook's to report (it returns -1, else 0); the run
+// goes on, and its summary counts it apart from those written. missing (NULL:
 // never asked): whether the preview of `step` is not on disk; a run that resumes from a step whose
 // preview was due draws it first when it is (a stop by a signal skips its step's preview).
 typedef struct {
-    void (*preview)(void *ctx, Model *m, int step);
+    int (*preview)(void *ctx, Model *m, int step);
     void *ctx;
     double resident;  // backend memory the hooks hold for the whole run (the previews' autoencoder): planned
     double resident_loaded;  // the part of it already allocated when the plan is made (the autoencoder's

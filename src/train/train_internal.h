@@ -55,6 +55,7 @@ typedef struct {
     real *params_aside;  // (n_params) host: the trained weights while the EMA stands in for a preview
     double preview_s;    // time the previews took, in all
     int previews;
+    int previews_skipped;  // of them: the hook could not make them (said as they were)
 } Trainer;
 
 // What one optimizer update measured, for its metrics line.

@@ -216,8 +216,8 @@ void trainer_write_metrics(Trainer *t, int step, const StepReport *r) {
         if (before >= 0 && ftruncate(fileno(t->metrics), before)) fc_warn("%s/metrics.jsonl: cannot cut back its "
                                                                           "torn last line: %s", t->run, strerror(errno));
         trainer_finish_or_die(t->writer);
-        fc_die("%s/metrics.jsonl: cannot write the line of step %d: %s; stopping (the checkpoints are whole: free "
-               "space and run the same command to go on)", t->run, step, strerror(e));
+        fc_die("%s/metrics.jsonl: cannot write the line of step %d: %s; stopping (the checkpoints are whole: %s, "
+               "then run the same command to go on)", t->run, step, strerror(e), fc_write_fix(e));
     }
     t->ckpt_blocked_ms = 0;
 }

@@ -243,8 +243,14 @@ expect eval_sigint_in_background $(( rc != 130 || $(ls -a "$tmp" | grep -c 'int.
 long=$(printf 'n%.0s' $(seq 246)).tsv
 mkdir "$tmp/long"
 "$FC" --threads 2 eval "${RUNS[@]}" --data "$tmp/held32" --clips 1 --frames 8 --steps 1 --long 0 --noise-aug 0 \
-    --tsv "$tmp/long/$long" > /dev/null 2> "$tmp/long.err"
+    --tsv "$tmp/long/$long" > "$tmp/long.out" 2> "$tmp/long.err"
 rc=$?
+# one clip has no spread: its per-clip row says n/a for the standard error, no nan anywhere in the table
+row=$(awk '/^per clip/ { on = 1 } on && $1 == "0" && $2 == 1 { print $4 }' "$tmp/long.out")
+expect eval_one_clip_no_nan $(( rc != 0 || $(grep -ci 'nan' "$tmp/long.out") != 0 )) \
+    "status $rc; the one clip's std err: '$row'; lines with nan: $(grep -ci 'nan' "$tmp/long.out")"
+[ "$row" = "n/a" ]
+expect eval_one_clip_std_err_na $? "the one clip's std err: '$row'"
 expect eval_250_byte_tsv_name $(( rc != 0 || $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') != 1 || $(grep -c '^quality' "$tmp/long/$long" 2> /dev/null) < 1 )) \
     "status $rc: $(tail -1 "$tmp/long.err" | cut -c1-60); $(ls -a "$tmp/long" | grep -vc '^\.\.\?$') file(s) in its folder"
 rm -rf "$tmp/long"

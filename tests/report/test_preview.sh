@@ -128,6 +128,9 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '^preview of step 10 skipped: .*step-00000010.png' "$tmp/w.log" &&
     [ -f "$tmp/w/samples/step-00000020.png" ] && [ -f "$tmp/w/ckpt-00000020.safetensors" ]
 expect preview_unwritable_skipped $? "exit $rc; $(grep -m1 '^preview of step' "$tmp/w.log")"
+# the summary counts the one written apart from the one skipped (it counted both as taken)
+grep -q '^previews: 1 written, 1 skipped, in [0-9.]* s' "$tmp/w.log"
+expect preview_summary_counts_skipped $? "$(grep '^previews: [0-9]* .* s, ' "$tmp/w.log")"
 
 # ---- preview_data that cannot serve: one line, nothing written ----
 "$FC" train --config $TINY/starter.conf --run "$tmp/bad1" --steps 10 --set preview_budget=1 --set sample_every=5 \

@@ -620,13 +620,13 @@ rc=$?
 expect checkpoint_other_name_set_aside $(( rc != 0 || $(grep -c "ckpt-$(printf %08d $((STEPS + 4))).safetensors: its metadata says step $STEPS; renamed to" "$tmp/renamed.log") != 1 || $(grep -c "resuming .* from step $STEPS " "$tmp/renamed.log") != 1 )) \
     "status $rc, $(grep -m1 -o 'its metadata says step [0-9]*' "$tmp/renamed.log"), $(grep -m1 -o 'resuming.*from step [0-9]*' "$tmp/renamed.log")"
 
-# A metrics.jsonl that cannot be rewritten (a 4 KiB file-size limit standing in for a full disk): one
-# line, and no metrics.jsonl.tmp left behind.
+# A metrics.jsonl that cannot be rewritten (a 4 KiB file-size limit): one line, with what to do about
+# that error (not "free space" whatever the error), and no metrics.jsonl.tmp left behind.
 cp -r "$tmp/ref" "$tmp/mtmp"
 rm "$(final "$tmp/mtmp")"
 (trap '' XFSZ; ulimit -f 4; train "$tmp/mtmp") > "$tmp/mtmp.log" 2>&1
 rc=$?
-expect metrics_rewrite_failure_leaves_no_temp $(( rc == 0 || $(grep -c "metrics.jsonl: cannot rewrite: .*free space and run the same command" "$tmp/mtmp.log") != 1 ||
+expect metrics_rewrite_failure_leaves_no_temp $(( rc == 0 || $(grep -c "metrics.jsonl: cannot rewrite: File too large; .*whole: raise the limit on file sizes (ulimit -f), then run the same command" "$tmp/mtmp.log") != 1 ||
     $(ls "$tmp/mtmp" | grep -c 'metrics.jsonl.tmp') != 0 )) \
     "status $rc, $(grep -m1 -o 'metrics.jsonl: cannot rewrite.*' "$tmp/mtmp.log" | cut -c1-100); left: $(ls "$tmp/mtmp" | grep tmp)"
 

@@ -370,3 +370,46 @@ rc=$?
 [ $rc = 0 ] && [ ! -e "$D/samples/samples/step-00000002.png.tmp-$dead" ] && [ -e "$D/samples/samples/step-00000002.png.tmp-$$" ] &&
     grep -q "^removed $D/samples/samples/step-00000002.png.tmp-$dead, a preview write that was cut off$" "$tmp/samples.log"
 expect stale_preview_temp_removed $? "status $rc, left in samples/: $(ls "$D/samples/samples" | tr '\n' ' ')"
+
+# ---- another user's damaged newest checkpoint in a folder with the sticky bit (as /tmp has): this user
+# may not rename it aside, and the run would write its step's checkpoint over it. The run stops before
+# its first step, in one line naming it (it warned, trained the steps to it again and failed writing
+# that checkpoint, at every rerun). And --extend onto a run whose one checkpoint this user cannot read
+# names that file (it said "no whole checkpoint to extend"). As nobody when the suite runs as root. ----
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP damaged_not_renamable_stops: acting as another user needs root"
+else
+    as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+    other=$(mktemp -d)  # its own folder: the other user must reach it, the binary and the config
+    chmod 711 "$other"
+    cp "$FC" "$other/fc" && cp "$TINY" "$other/tiny.conf" && chmod 755 "$other/fc" && chmod 644 "$other/tiny.conf"
+    cp -r "$D/ref" "$other/run"
+    size=$(stat -c %s "$other/run/$ck4")
+    printf JUNKJUNK | dd of="$other/run/$ck4" bs=1 seek=$((size / 2)) conv=notrunc 2> /dev/null
+    chmod 1777 "$other/run" && chown 65534 "$other/run/metrics.jsonl" "$other/run/.lock"
+    before=$(cd "$other/run" && ls -A | tr '\n' ' ' && md5sum metrics.jsonl $ck2 $ck4 | cut -c1-32 | tr '\n' ' ')
+    if ! as_nobody "$other/fc" --version > /dev/null 2>&1; then
+        echo "SKIP damaged_not_renamable_stops: the other user cannot run a copy of $FC"
+    else
+        as_nobody "$other/fc" --threads 1 train --config "$other/tiny.conf" --run "$other/run" --set steps=4 \
+            --set checkpoint_every=2 --set warmup_steps=1 > "$other/out" 2> "$other/err"
+        rc=$?
+        after=$(cd "$other/run" && ls -A | tr '\n' ' ' && md5sum metrics.jsonl $ck2 $ck4 | cut -c1-32 | tr '\n' ' ')
+        expect damaged_not_renamable_stops $(( rc != 1 || $(wc -l < "$other/err") != 1 ||
+            $(grep -c "$ck4: .*cannot rename it aside: Operation not permitted, and the run would fail writing" "$other/err") != 1 ||
+            $(grep -c resuming "$other/out") != 0 )) \
+            "status $rc: $(head -c 300 "$other/err"); $(grep -c resuming "$other/out") resuming lines; the folder as it was: $([ "$before" = "$after" ] && echo yes || echo "no: $after")"
+        [ "$before" = "$after" ]
+        expect damaged_not_renamable_folder_kept $? "before: $before; after: $after"
+        # --extend onto an only checkpoint that cannot be read: that file named, not damage
+        mkdir -m 777 "$other/ext" && cp "$D/ref/$ck2" "$D/ref/metrics.jsonl" "$other/ext/" && chmod 666 "$other/ext/metrics.jsonl"
+        chmod 000 "$other/ext/$ck2"
+        as_nobody "$other/fc" --threads 1 train --config "$other/tiny.conf" --run "$other/ext" --set steps=4 \
+            --set checkpoint_every=2 --set warmup_steps=1 --extend --steps 6 > "$other/ext.out" 2> "$other/ext.err"
+        rc=$?
+        expect extend_unreadable_checkpoint_named $(( rc != 1 || $(wc -l < "$other/ext.err") != 1 ||
+            $(grep -c "$ck2: cannot open: Permission denied; not set aside" "$other/ext.err") != 1 )) \
+            "status $rc: $(head -c 300 "$other/ext.err")"
+    fi
+    rm -rf "$other"
+fi
