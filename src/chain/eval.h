@@ -14,7 +14,7 @@
 #include "backend/backend.h"
 #include "chain/sampler.h"
 
-#define EVAL_MAX_LEVELS 18  // as many as plot --eval tells apart (report/plot.h: PLOT_SERIES)
+#define EVAL_MAX_LEVELS 18  // as many as plot --eval tells apart (report/plot_eval.c asserts it)
 #define EVAL_DEFAULT_CLIPS 8
 #define EVAL_DEFAULT_LONG 181
 #define EVAL_DEFAULT_LEVELS "0,0.1"

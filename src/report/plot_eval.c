@@ -9,6 +9,7 @@
 
 #include "base/common.h"
 #include "base/paths.h"
+#include "chain/eval.h"
 #include "report/figures.h"
 #include "report/plot.h"
 
@@ -19,6 +20,7 @@ static const char *const COLS[NCOLS] = {"section",    "noise_aug", "frame",     
 #define REQUIRED_COLS 4  // section, noise_aug, frame, psnr_chain
 #define MAX_FIELDS 256
 #define MAX_LEVELS PLOT_SERIES  // each its own curve: a colour, or the colour again dashed
+_Static_assert(EVAL_MAX_LEVELS == MAX_LEVELS, "eval --noise-aug takes as many levels as plot --eval tells apart");
 
 static const Rgb HOLD0 = {0, 0, 0}, COPY = {150, 150, 150}, REAL = {0, 110, 110};
 
