@@ -35,7 +35,7 @@ static const char *HELP_AUTOENCODE =
     "  --input VIDEO  a video, a folder of PNG or JPEG frames (read as prepare reads one: in natural\n"
     "                 order of their names, stopping at a frame of another size), or a PNG or JPEG (one\n"
     "                 frame); at least N x N\n"
-    "  --size N       the frames' side, a multiple of 8 (default 256)\n"
+    "  --size N       the frames' side, a multiple of the autoencoder's factor (default 256)\n"
     "  --frames K     how many frames (default 8; a still image, .png, .jpg, .bmp, .tiff, ...: 1)\n"
     "  --out VIDEO    also write the decoded frames (.mp4/.mkv/.avi, .gif, or a folder of PNGs), as\n"
     "                 generate writes its output (temporary name, renamed when whole)\n"
@@ -71,7 +71,6 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
                                          : still ? 1 : 8;
     if (K > 1 && still)
         usage_error("--frames %d: %s is an image, one frame (leave --frames out, or give a video or a folder of frames)", K, input);
-    if (S % 8) usage_error("--size %d: the autoencoders take sides that are multiples of 8", S);
     const char *out_path = opt(opts, "--out")->count ? opt(opts, "--out")->value : NULL;
     int overwrite = opt(opts, "--overwrite")->count > 0;
     if (overwrite && !out_path) usage_error("--overwrite: it goes with --out VIDEO (autoencode writes no other file)");
@@ -93,8 +92,10 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     if (!ae) fc_die("%s", err);
     if (!autoencoder_has_encoder(ae) || !autoencoder_has_decoder(ae))
         fc_die("%s: %s: a round trip needs both the encoder and the decoder", vae, autoencoder_describe(ae));
+    // the file's own factor (8 for the tiny ones and SD's, 4 or 2 for smaller AutoencoderKLs), as prepare
+    // says it
     if (S % autoencoder_factor(ae))
-        fc_die("--size %d: %s takes sides that are multiples of %d", S, vae, autoencoder_factor(ae));
+        usage_error("--size %d: %s takes sides that are multiples of %d", S, vae, autoencoder_factor(ae));
     size_t E = (size_t)3 * S * S;
     int L = autoencoder_latent_channels(ae), h = S / autoencoder_factor(ae);
     real *frame = fc_malloc(sizeof(real) * E), *latent = fc_malloc(sizeof(real) * L * h * h),
@@ -115,10 +116,13 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     // the input's own rate unless --fps says otherwise (12, generate's, where the input has none); a
     // GIF holds at most VIDEO_GIF_MAX_FPS
     if (!fps) fps = first_frames_fps(frames) > 0 ? first_frames_fps(frames) : 12;
-    if (gif && fps > VIDEO_GIF_MAX_FPS) {
-        printf("autoencode: %s at %d frames a second, the most a GIF holds (the input has %g)\n", out_path,
-               VIDEO_GIF_MAX_FPS, fps);
-        fps = VIDEO_GIF_MAX_FPS;
+    // a GIF holds at most VIDEO_GIF_MAX_FPS, another video VIDEO_MAX_FPS (a high-speed camera's input
+    // was written at 25 without a word)
+    int most = gif ? VIDEO_GIF_MAX_FPS : VIDEO_MAX_FPS;
+    if (out_path && generate_is_video_path(out_path) && fps > most) {
+        printf("autoencode: %s at %d frames a second, the most a%s holds (the input has %g)\n", out_path, most,
+               gif ? " GIF" : " video", fps);
+        fps = most;
     }
     GenerateOutput *out = out_path ? generate_output_open(out_path, S, fps, overwrite, comment, err, sizeof err) : NULL;
     if (out_path && !out) fc_die("%s", err);

@@ -354,10 +354,10 @@ static int inspect_dataset(const char *dir) {
     int N = dataset_frame_size(d);
     if (lat)
         printf("dataset %s: %d clips of %d frames as latents (%d, %d, %d) of %dx%d frames, each frame also mirrored, "
-               "in %d shard%s\nautoencoder: %s, %dx, scale %g, shift %g, sha256 %s\n",
+               "in %d shard%s\nautoencoder: %s, %dx, scale %s, shift %s, sha256 %s\n",
                shown(dir), n, dataset_clip_frames(d), lat->channels, N, N, lat->image_size, lat->image_size,
-               dataset_shards(d), dataset_shards(d) == 1 ? "" : "s", shown(lat->family), lat->factor, lat->scale,
-               lat->shift, shown(lat->sha256));
+               dataset_shards(d), dataset_shards(d) == 1 ? "" : "s", shown(lat->family), lat->factor,
+               FC_NUMBER(lat->scale), FC_NUMBER(lat->shift), shown(lat->sha256));
     else
         printf("dataset %s: %d clips of %d frames of %dx%d in %d shard%s\n", shown(dir), n, dataset_clip_frames(d), N,
                N, dataset_shards(d), dataset_shards(d) == 1 ? "" : "s");
@@ -372,8 +372,12 @@ static int inspect_dataset(const char *dir) {
     clip_origin_reader_free(origins);
     free(clip);
     if (bad)
-        printf("%d of %d clips FAIL their check: training skips them and eval leaves them out; prepare the "
-               "dataset again from its sources (framechain prepare --input ... --out NEW_FOLDER)\n", bad, n);
+        printf(lat ? "%d of %d clips FAIL their check: training skips the windows that read a damaged frame, the "
+                     "rest of each clip still trains; prepare the dataset again from its sources (framechain prepare "
+                     "--vae FILE --input ... --out NEW_FOLDER)\n"
+                   : "%d of %d clips FAIL their check: training skips them and eval leaves them out; prepare the "
+                     "dataset again from its sources (framechain prepare --input ... --out NEW_FOLDER)\n",
+               bad, n);
     else
         printf("%d clips: every CRC checks\n", n);
     int disagree = check_manifest(d, dir);

@@ -21,7 +21,8 @@ resnet a stage), DIR/kl16.safetensors (16, no quant convs, 32/64, two), kl_origi
 weights under the original single file's names and first_stage_model.), kl_legacy.safetensors
 (diffusers' older attention names), bad_kl_missing.safetensors (an attention tensor left out),
 bad_kl_half_quant.safetensors (quant_conv without post_quant_conv), bad_kl_both_names.safetensors
-(kl's weights under both naming schemes at once); their
+(kl's weights under both naming schemes at once), bad_mixed_halves.safetensors (kl's encoder beside
+the tiny decoder); their
 inputs and outputs in io.safetensors as "kl.*" and "kl16.*" (frames of 16x16). TAEF2 (the tiny
 network with a GroupNorm pool in the encoder's last three blocks and the decoder's first three, 32
 latent channels): DIR/taef2.safetensors, its .pth pair taef2_encoder.pth and taef2_decoder.pth,
@@ -367,6 +368,9 @@ def make(args):
             both = to_np(w)
             both.update(to_np(kl_original_names(w, len(ch), "first_stage_model.")))
             write_safetensors(os.path.join(args.dir, "bad_kl_both_names.safetensors"), both)
+            mixed = {k: v for k, v in to_np(w).items() if k.startswith(("encoder.", "quant_conv."))}
+            mixed.update({k: v for k, v in to_np(w32).items() if k.startswith("decoder.")})
+            write_safetensors(os.path.join(args.dir, "bad_mixed_halves.safetensors"), mixed)
     # TAEF2: the tiny network with GroupNorm pools and 32 latent channels; its .pth pair; one pool tensor missing
     w = {k: v.double() for k, v in tiny_weights(args.width, 32, gen, pool=True).items()}
     write_safetensors(os.path.join(args.dir, "taef2.safetensors"), to_np(w))

@@ -90,6 +90,14 @@ const char *fc_write_fix(int e) {
     }
 }
 
+char *fc_double_text(char *buf, double v) {
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, FC_NUMBER_TEXT_LEN, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
 char *fc_shell_word(char *out, size_t len, const char *s) {
     if (s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=+,@%-") == strlen(s)) {
         snprintf(out, len, "%s", s);

@@ -73,6 +73,11 @@ char *fc_escaped_name(char *out, size_t outlen, const char *s);
 // as it is where no character needs quoting, else in single quotes (a path with a space, a quote or a
 // '$' in it), so that a line that quotes a command can be pasted as printed. Returns out.
 char *fc_shell_word(char *out, size_t len, const char *s);
+// v in the fewest significant digits that read back as v (0.18215, not %.17g's 0.18215000000000001;
+// 0.123456789, not %g's 0.123457), into buf (32 bytes hold any double). Returns buf.
+#define FC_NUMBER_TEXT_LEN 32
+char *fc_double_text(char *buf, double v);
+#define FC_NUMBER(v) fc_double_text((char[FC_NUMBER_TEXT_LEN]){0}, (v))
 // What a user does about a write that failed with errno e, for the line that stops on it: "free space"
 // (a full disk or quota), "give this user write permission there", "make the file system writable",
 // "raise the limit on file sizes (ulimit -f)", else "fix that".

@@ -393,10 +393,10 @@ static int place_folder(GenerateOutput *g) {
 
 int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
     int rc = 0;
-    struct stat old;
-    // a file or folder replaced keeps its permissions (a user's chmod 600 is not widened to the umask's)
-    if (g->overwrite && !stat(g->out, &old)) chmod(g->tmp, old.st_mode & 0777);
-    if (g->video) {
+    // a file or folder replaced keeps its permissions (a user's chmod 600 is not widened to the umask's),
+    // given once the new one is whole and flushed: closing an MP4 reads it back (faststart) and the
+    // fsync opens it, which a chmod 000 or 200 copied before made fail after all the sampling
+    if (g->video) {  // fc_place_output gives a file its mode
         rc = video_writer_close(g->vw, err, errlen) ? name_user_path(g, err, errlen) : 0;
         g->vw = NULL;
         if (rc == 0 && fc_fsync_path(g->tmp))
@@ -404,8 +404,10 @@ int generate_output_finish(GenerateOutput *g, char *err, size_t errlen) {
         if (rc == 0 && fc_place_output(g->tmp, g->out, g->overwrite))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
     } else {
+        struct stat old;
         if (fc_fsync_path(g->tmp))
             rc = fc_errf(err, errlen, "%s: cannot flush the folder to disk: %s", g->out, strerror(errno));
+        if (rc == 0 && g->overwrite && !stat(g->out, &old)) chmod(g->tmp, old.st_mode & 0777);
         if (rc == 0 && place_folder(g))
             rc = fc_errf(err, errlen, "%s: cannot rename %s into place: %s", g->out, g->tmp, strerror(errno));
     }

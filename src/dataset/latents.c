@@ -31,24 +31,21 @@ int latent_check_file(Autoencoder *ae, const char *path, const LatentIdentity *w
     if (strcmp(got.sha256, want->sha256))
         return fc_errf(err, errlen, "--vae %s: not the autoencoder %s (its sha256 %s, the one recorded %s)", path,
                        whose, got.sha256, want->sha256);
+    // the same file, so a record that says another family, factor or channel count was edited: its
+    // frame size would not be the decoder's (a preview buffer sized from the record overflowed)
+    if (strcmp(got.family, want->family) || got.factor != want->factor ||
+        (want->channels && got.channels != want->channels))
+        return fc_errf(err, errlen,
+                       "--vae %s: its sha256 is that of the autoencoder %s, but it is an %s of %d channels, %dx, "
+                       "where the record says %s of %d channels, %dx (the record was edited)",
+                       path, whose, got.family, got.channels, got.factor, want->family, want->channels, want->factor);
     autoencoder_set_scaling(ae, want->scale, want->shift);
     return 0;
 }
 
-// v in the fewest significant digits that read back as v (0.18215, not %.17g's 0.18215000000000001).
-static void shortest_double(double v, char buf[32]) {
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(buf, 32, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v) return;
-    }
-}
-
 void latent_identity_text(const LatentIdentity *id, char *buf, size_t len) {
-    char scale[32], shift[32];
-    shortest_double(id->scale, scale);
-    shortest_double(id->shift, shift);
     snprintf(buf, len, "%s, %d channels, %dx, frames of %d, scale %s, shift %s, sha256 %s", id->family, id->channels,
-             id->factor, id->image_size, scale, shift, id->sha256);
+             id->factor, id->image_size, FC_NUMBER(id->scale), FC_NUMBER(id->shift), id->sha256);
 }
 
 int latent_identity_same(const char *a, const char *b) {

@@ -470,8 +470,9 @@ int prepare_run(const PrepareOptions *o) {
         int n = o->size / id.factor;
         latent_bytes = (size_t)o->clip_frames * 2 * id.channels * n * n * 2;
         printf("prepare: latents through %s: %s\n  each frame and its mirror encoded once, stored as F16 (%d, %d, %d) "
-               "a frame; scale %g, shift %g; sha256 %.16s...\n",
-               o->vae, autoencoder_describe(o->ae), id.channels, n, n, id.scale, id.shift, id.sha256);
+               "a frame; scale %s, shift %s; sha256 %.16s...\n",
+               o->vae, autoencoder_describe(o->ae), id.channels, n, n, FC_NUMBER(id.scale), FC_NUMBER(id.shift),
+               id.sha256);
         fflush(stdout);  // before the first clip's encoding, minutes on a CPU: the line is seen in a log too
         w = shard_writer_open_latents(o->out, &id, n, o->clip_frames, o->max_shard_bytes, err, sizeof err);
     } else {

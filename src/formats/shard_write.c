@@ -30,10 +30,7 @@ static void shortest_text(double fps, char *buf, size_t len) {
         snprintf(buf, len, "%.0f", fps);
         return;
     }
-    for (int p = 1; p <= 17; p++) {
-        snprintf(buf, len, "%.*g", p, fps);
-        if (strtod(buf, NULL) == fps) return;
-    }
+    snprintf(buf, len, "%s", FC_NUMBER(fps));
 }
 
 // ---------------------------------------------------------------------------------------------

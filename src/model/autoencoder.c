@@ -264,9 +264,16 @@ Autoencoder *autoencoder_load(const char *path, const Backend *be, char *err, si
     int kl_prefixed = st_find(&f, "first_stage_model.encoder.conv_in.weight") ||
                       st_find(&f, "first_stage_model.decoder.conv_in.weight");
     if (tiny + kl + kl_prefixed > 1) {  // one would be read and the other ignored: which one was meant?
+        // each named by a half the file has (an encoder of one beside the decoder of the other, too)
+        const char *tiny_half = st_find(&f, "encoder.layers.0.weight") ? "encoder" : "decoder",
+                   *kl_half = st_find(&f, "encoder.conv_in.weight") ? "encoder" : "decoder";
+        char first[64], second[64];
+        if (tiny) snprintf(first, sizeof first, "a tiny autoencoder (%s.layers.*)", tiny_half);
+        else snprintf(first, sizeof first, "an AutoencoderKL (%s.conv_in.*)", kl_half);
+        if (kl_prefixed) snprintf(second, sizeof second, "an AutoencoderKL under first_stage_model.*");
+        else snprintf(second, sizeof second, "an AutoencoderKL (%s.conv_in.*)", kl_half);
         rc = fc_errf(err, errlen, "%s: holds the tensors of two autoencoders, %s and %s: a file must hold one", path,
-                     tiny ? "a tiny autoencoder (encoder.layers.*)" : "an AutoencoderKL (encoder.conv_in.*)",
-                     kl_prefixed ? "an AutoencoderKL under first_stage_model.*" : "an AutoencoderKL (encoder.conv_in.*)");
+                     first, second);
     } else if (tiny) {
         rc = ae_bind_tiny(ae, bd);
     } else if (kl || kl_prefixed) {

@@ -213,9 +213,14 @@ int checkpoint_cannot_open(const char *path, char *why, size_t whylen) {
 
 // checkpoint_check, for pruning: the writer thread verifies an older checkpoint in the memory of its
 // largest tensor, not of the whole file (a second copy of the staging buffer, which the memory plan
-// does not hold). 1 when whole, else 0 with why.
-static int checkpoint_whole(const char *path, char *why, size_t whylen) {
-    return checkpoint_check(path, NULL, why, whylen) == CKPT_OK;
+// does not hold). 1 when whole and of the step its name says (a copy under another step's name does
+// not load: a resume sets it aside, so pruning may not keep it in place of a real one), else 0 with why.
+static int checkpoint_whole(const char *path, int step, char *why, size_t whylen) {
+    int has = -1;
+    if (checkpoint_check(path, &has, why, whylen) != CKPT_OK) return 0;
+    if (has == step) return 1;
+    fc_errf(why, whylen, "%s: its metadata says step %d", path, has);
+    return 0;
 }
 
 // The checkpoints this process has written or read back whole (of one run folder at a time): each
@@ -255,7 +260,7 @@ static int verified_whole(const char *run, int step, const char *path, char *why
     if (!strcmp(verified.run, run))
         for (int i = 0; i < verified.n; i++)
             if (verified.steps[i] == step) return 1;
-    if (!checkpoint_whole(path, why, whylen)) return 0;
+    if (!checkpoint_whole(path, step, why, whylen)) return 0;
     remember_whole(run, step);
     return 1;
 }
@@ -281,6 +286,12 @@ static void prune(const char *run, int keep, int written) {
     }
     free(steps);
     fc_fsync_dir(run);  // a deletion that does not stick leaves an old checkpoint: nothing is lost
+}
+
+void checkpoint_prune_extra(const char *run, int keep, int resumed) {
+    int *steps, n = checkpoint_list(run, &steps);
+    free(steps);
+    if (n > keep) prune(run, keep, resumed);
 }
 
 size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {

@@ -65,6 +65,11 @@ typedef enum {
 // leaves every earlier checkpoint as it was.
 int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
                     const TrainState *s, char *err, size_t errlen);
+// A run resumed from its checkpoint of step `resumed` (read back whole): a kill between a checkpoint's
+// rename and the prune after it leaves one more than keep on disk, and each such kill one more. Where
+// the folder holds more than keep, they are pruned as checkpoint_save prunes, before the first step,
+// so that it never holds more than keep and the one being written.
+void checkpoint_prune_extra(const char *run, int keep, int resumed);
 
 // ---- the checkpoint writer (checkpoint_async.c): checkpoints that do not stall training ----
 // One staging buffer of host_alloc memory (page-locked on a GPU) for the whole checkpoint, allocated

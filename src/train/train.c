@@ -242,6 +242,8 @@ static void start_services(Trainer *t, int fork_start) {
     t->preview_ranks = t->shard && dist_max_int(previews_on(t));
     if (t->preview_ranks && t->rank > 0) t->params_aside = fc_malloc(sizeof(real) * t->m->n_params);
     if (t->shard && t->rank > 0) t->sender = ckpt_part_sender_start(t->m, t->ema, t->o);
+    // what kills left beyond keep_checkpoints goes first, so that the disk plan counts the folder as kept
+    if (t->rank == 0 && !fork_start && t->st.step > 0) checkpoint_prune_extra(t->run, c->keep_checkpoints, t->st.step);
     // The disk of rank 0's run folder: a run that could write no checkpoint ends before its first step
     int no_room = t->rank == 0 && run_folder_disk_plan(t->run, t->plan.staging, c->keep_checkpoints, err, sizeof err);
     if (dist_max_int(no_room)) {

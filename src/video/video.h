@@ -105,6 +105,8 @@ void frame_to_rgb(uint8_t *rgb, const real *src, int S);
 // A GIF's frame delays are whole hundredths of a second, and players show delays under 2 as 10: a .gif
 // plays at most 50 frames a second (video_writer_open refuses more).
 #define VIDEO_GIF_MAX_FPS 50
+// Any other container: at most 1000 frames a second (video_writer_open refuses more).
+#define VIDEO_MAX_FPS 1000
 
 typedef struct VideoWriter VideoWriter;
 // Encode width x height RGB24 frames at `fps` into `path`; the container comes from the extension:

@@ -211,12 +211,14 @@ static int reader_open_decoder(VideoReader *v, char *err, size_t errlen) {
     return 0;
 }
 
-// The stream's frame rate: the average, else the base rate, else 25 when neither is believable.
+// The stream's frame rate: the average (a high-speed camera's thousands too, up to the 1e6 a shard
+// records), else the base rate up to 1000 (above, it is a container's clock, a Matroska's 1 kHz or
+// MPEG's 90 kHz, not frames), else 25 when neither is believable.
 static double stream_fps(const AVStream *st) {
-    AVRational r = st->avg_frame_rate;
-    if (r.num <= 0 || r.den <= 0) r = st->r_frame_rate;
-    double fps = (r.num > 0 && r.den > 0) ? av_q2d(r) : 0;
-    return (fps > 0 && fps <= 1000) ? fps : 25;
+    AVRational a = st->avg_frame_rate, r = st->r_frame_rate;
+    double avg = (a.num > 0 && a.den > 0) ? av_q2d(a) : 0, base = (r.num > 0 && r.den > 0) ? av_q2d(r) : 0;
+    if (avg > 0 && avg <= 1e6) return avg;
+    return base > 0 && base <= VIDEO_MAX_FPS ? base : 25;
 }
 
 // How many frames the stream holds, by its count or its duration or the file's; -1 when unknown.

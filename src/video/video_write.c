@@ -227,8 +227,8 @@ static int writer_check_request(const char *path, int width, int height, double 
     if (width < 1 || height < 1 || width > 16384 || height > 16384 ||
         (kind->gif && (width > 65535 || height > 65535)))
         return fc_errf(err, errlen, "%s: frame size %dx%d is out of range", path, width, height);
-    if (!(fps > 0 && fps <= 1000))
-        return fc_errf(err, errlen, "%s: frame rate %g is out of range (0, 1000]", path, fps);
+    if (!(fps > 0 && fps <= VIDEO_MAX_FPS))
+        return fc_errf(err, errlen, "%s: frame rate %g is out of range (0, %d]", path, fps, VIDEO_MAX_FPS);
     if (kind->gif && fps > VIDEO_GIF_MAX_FPS)
         return fc_errf(err, errlen, "%s: frame rate %g: a GIF's frame delays are whole hundredths of a second, at "
                        "least 2, so at most %d frames a second", path, fps, VIDEO_GIF_MAX_FPS);

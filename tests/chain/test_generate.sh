@@ -554,6 +554,29 @@ else
         "status $rc: $(head -1 "$tmp/err"); left: $(ls -A "$tmp/ro" | tr '\n' ' ')"
     chmod u+w "$tmp/ro/frames"
 fi
+# A video its owner may not read (chmod 000, or 200), replaced with --overwrite: the new one keeps that
+# mode, given at the rename; copied before the writer closed, closing an MP4 (which reads it back) and
+# the fsync (which opens it) failed after all the sampling. (As a user: root reads anyway.)
+if [ $as_user_runs = 1 ]; then
+    for mode in 000 200; do
+        for ext in mp4 mkv; do
+            v="$tmp/ro/v$mode.$ext"
+            ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 1 \
+                --out "$v" > /dev/null 2>&1
+            chmod $mode "$v"
+            ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 9 --steps 1 \
+                --out "$v" --overwrite > "$tmp/out" 2> "$tmp/err"
+            rc=$?
+            got=$(stat -c %a "$v")
+            chmod 600 "$v"
+            n=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$v")
+            expect "generate_overwrite_keeps_mode_${mode}_$ext" $(( rc != 0 || n != 9 || 8#$got != 8#$mode )) \
+                "status $rc, mode $got, $n frames: $(head -1 "$tmp/err")"
+        done
+    done
+    [ "$(ls -A "$tmp/ro" | grep -vc '^v[02]00\.mp4$\|^v[02]00\.mkv$\|^frames$')" = 0 ]
+    expect generate_overwrite_keeps_mode_nothing_beside $? "left: $(ls -A "$tmp/ro" | tr '\n' ' ')"
+fi
 chmod -R u+w "$tmp/ro" 2> /dev/null
 rm -rf "$tmp/ro"
 # Another user's video or folder of frames in a folder with the sticky bit (as /tmp has): only its owner may

@@ -3,7 +3,8 @@
 # tools/autoencoder_reference.py, so the PSNR is low; test_autoencoder checks the numbers against
 # PyTorch): the lines it prints, the decoded frames written, the same output twice, the defaults (8
 # frames of 256x256); refusals in one
-# line: a misshapen tensor, a size that is no multiple of 8, a file with half an autoencoder, an
+# line: a misshapen tensor, a size that is no multiple of the file's factor (8, or 4 for the small
+# AutoencoderKL, whose 20 is taken), a file with half an autoencoder, an
 # existing --out, the original layout's halves as .safetensors (converted, the same round trip); an
 # autoencoder inside a whole checkpoint read without the rest of it; a PyTorch checkpoint named as such;
 # the frames streamed (the peak memory of 2 frames for 16), a clip shorter than asked for failing at its
@@ -113,6 +114,16 @@ rc1=$?
 [ $rc -eq 0 ] && tail -1 "$tmp/bmp.log" | grep -q 'over 1 frame (min' && [ $rc1 -eq 1 ] &&
     grep -q "one.mkv: one frame (a still image?), fewer than the 8 asked for$" "$tmp/one.log"
 expect autoencode_still_bmp_one_frame $? "first.bmp: exit $rc, $(tail -1 "$tmp/bmp.log"); one.mkv: exit $rc1, $(tail -1 "$tmp/one.log")"
+# a high-speed camera's 2000 frames a second: the output at 1000, the most a video holds, and a line
+# that says so (it was written at 25, 80 times slower, without a word)
+ffmpeg -v error -y -f lavfi -i testsrc=s=64x64:r=2000 -frames:v 6 -pix_fmt yuv420p "$tmp/fast.mp4"
+"$FC" autoencode --vae "$dir/taesd.safetensors" --input "$tmp/fast.mp4" --size 64 --frames 4 --out "$tmp/fast_rt.mp4" \
+    > "$tmp/fast.log" 2>&1
+rc=$?
+rate=$(ffprobe -v error -select_streams v:0 -show_entries stream=avg_frame_rate -of csv=p=0 "$tmp/fast_rt.mp4" 2> /dev/null)
+[ $rc -eq 0 ] && [ "$rate" = 1000/1 ] &&
+    grep -q "fast_rt.mp4 at 1000 frames a second, the most a video holds (the input has 2000)" "$tmp/fast.log"
+expect autoencode_fast_input_rate $? "exit $rc, rate $rate: $(grep 'frames a second' "$tmp/fast.log")"
 
 refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, no --out left
     local name=$1 want=$2 pattern=$3 rc
@@ -124,8 +135,16 @@ refused() {  # NAME STATUS PATTERN ARGS...: exit STATUS, one line matching PATTE
 }
 refused autoencode_bad_tensor 1 "tensor encoder.layers.6.weight is F32 (16, 15, 3, 3), expected" \
     --vae "$dir/bad_shape.safetensors" --input "$VIDEO" --size 64 --out "$tmp/none.gif"
-refused autoencode_bad_size 2 "size 60: the autoencoders take sides that are multiples of 8" \
+refused autoencode_bad_size 2 "size 60: $dir/taesd.safetensors takes sides that are multiples of 8" \
     --vae "$dir/taesd.safetensors" --input "$VIDEO" --size 60
+# the sides are the file's factor's multiples, as prepare takes them: 20 for the AutoencoderKL that
+# shrinks by 4 (it was refused as no multiple of 8, whatever the file)
+"$FC" autoencode --vae "$dir/kl.safetensors" --input "$VIDEO" --size 20 --frames 2 > "$tmp/kl20.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q 'latents (4, 5, 5)' "$tmp/kl20.log" && tail -1 "$tmp/kl20.log" | grep -q '^round trip: mean PSNR'
+expect autoencode_size_by_factor $? "exit $rc: $(head -3 "$tmp/kl20.log" | tr '\n' ' ')"
+refused autoencode_bad_size_kl 2 "size 18: $dir/kl.safetensors takes sides that are multiples of 4" \
+    --vae "$dir/kl.safetensors" --input "$VIDEO" --size 18
 "$PYTHON" - "$dir/taesd.safetensors" "$tmp/decoder_only.safetensors" <<'PY'
 import sys
 sys.path.insert(0, "tools")
@@ -208,7 +227,7 @@ expect autoencode_original_safetensors_converted $? "converter: exit $rc, $(tail
 refused autoencode_image_more_frames 2 "frames 3: .*first.png is an image, one frame" \
     --vae "$dir/taesd.safetensors" --input "$tmp/first.png" --size 64 --frames 3
 # a still FFmpeg reads (BMP) is one frame as a PNG is: refused by its name, before the autoencoder is read
-ffmpeg -v error -i "$tmp/first.png" "$tmp/first.bmp"
+ffmpeg -v error -y -i "$tmp/first.png" "$tmp/first.bmp"
 refused autoencode_bmp_more_frames 2 "frames 3: .*first.bmp is an image, one frame" \
     --vae "$tmp/no_such.safetensors" --input "$tmp/first.bmp" --size 64 --frames 3
 ffmpeg -v error -i "$VIDEO" -frames:v 3 -c:v ffv1 "$tmp/three.mkv"

@@ -42,6 +42,23 @@ rc=$?
     grep -q "^autoencoder: AutoencoderTiny, 8x, scale 1, shift 0, sha256 $(sha256sum "$dir/taesd.safetensors" | cut -c1-64)" "$tmp/i.log" &&
     grep -q 'every CRC checks' "$tmp/i.log"
 expect prepare_vae_inspect $? "exit $rc: $(tr '\n' ' ' < "$tmp/i.log")"
+# a damaged latent frame: inspect says what training does with it (the windows that read it are
+# skipped, the rest of the clip trains), not a frame dataset's whole-clip words
+cp -r "$tmp/lat_tiny" "$tmp/lat_damaged"
+shard=$(ls "$tmp/lat_damaged"/shard-*.safetensors | head -1)
+printf '\xff\xff\xff\xff' | dd of="$shard" bs=1 seek=$(( $(stat -c %s "$shard") - 100 )) conv=notrunc 2> /dev/null
+"$FC" inspect "$tmp/lat_damaged" > "$tmp/id.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q 'FAIL their check: training skips the windows that read a damaged frame, the rest of each clip still trains' "$tmp/id.log" &&
+    ! grep -q 'eval leaves them out' "$tmp/id.log"
+expect prepare_vae_inspect_damaged $? "exit $rc: $(grep -E 'FAIL|BAD' "$tmp/id.log" | head -2 | tr '\n' ' ')"
+# a scale of more digits than %g's six: prepare and inspect print it as recorded, so that the value
+# given again makes the same latent space (0.123457 made another, which generate refuses to mix)
+"$FC" --threads 1 prepare --vae "$dir/taesd.safetensors" --vae-scale 0.123456789 --input "$tmp/short.mkv" --out "$tmp/lat_digits" \
+    --size 64 --clip-frames 8 > "$tmp/pd.log" 2>&1
+"$FC" inspect "$tmp/lat_digits" > "$tmp/idg.log" 2>&1
+grep -q 'scale 0.123456789, shift 0;' "$tmp/pd.log" && grep -q '^autoencoder: AutoencoderTiny, 8x, scale 0.123456789, shift 0,' "$tmp/idg.log"
+expect prepare_vae_scale_digits $? "$(grep -o 'scale [^,;]*' "$tmp/pd.log" "$tmp/idg.log" | tr '\n' ' ')"
 
 # A tiny extrapolate model (a plan of 25 frames) on the latents (4 channels of 8x8: patch 2); clips of 25
 # and of 50 frames give the same bytes a window.
@@ -209,6 +226,17 @@ cp -r "$tmp/lat_25" "$tmp/lat_digit"
 perl -pi -e 's/("sha256": *"[0-9a-f]{63})([0-9a-f])"/$1 . ($2 eq "0" ? "1" : "0") . "\""/e' "$tmp/lat_digit/dataset.json"
 refused train_vae_refuses_last_digit 1 "not the autoencoder $tmp/lat_digit was made with" \
     "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_digit" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
+# dataset.json's record of the autoencoder edited, its digest still the file's: another factor (the
+# image_size to match) or another family is refused before a step (the previews were sized from the
+# record while the decoder made frames of its own size: a heap overflow at the first preview)
+cp -r "$tmp/lat_25" "$tmp/lat_factor"
+sed -i 's/"factor": 8/"factor": 4/; s/"image_size": 64/"image_size": 32/' "$tmp/lat_factor/dataset.json"
+refused train_vae_refuses_edited_factor 1 "an AutoencoderTiny of 4 channels, 8x, where the record says AutoencoderTiny of 4 channels, 4x (the record was edited)" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_factor" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
+cp -r "$tmp/lat_25" "$tmp/lat_family"
+sed -i 's/"AutoencoderTiny"/"AutoencoderKL"/' "$tmp/lat_family/dataset.json"
+refused train_vae_refuses_edited_family 1 "an AutoencoderTiny of 4 channels, 8x, where the record says AutoencoderKL of 4 channels, 8x" \
+    "$FC" train "${latent[@]}" --set sample_every=5 --data "$tmp/lat_family" --run "$tmp/none" --steps 1 --vae "$dir/taesd.safetensors"
 refused train_vae_refuses_frames 1 "holds frames: --vae is for the previews of a run on latents" \
     "$FC" train --config configs/tiny/extrapolate.conf --set sample_every=5 --data "$tmp/pix_tiny" --run "$tmp/none" --steps 1 \
     --set frame_size=64 --vae "$dir/taesd.safetensors"

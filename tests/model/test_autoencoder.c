@@ -182,6 +182,10 @@ int main(int argc, char **argv) {
     t_refused(argv[1], "bad_kl_both_names.safetensors",
               "holds the tensors of two autoencoders, an AutoencoderKL (encoder.conv_in.*) and an AutoencoderKL under "
               "first_stage_model.*");
+    // each named by the half the file has (the tiny one was named by an encoder it did not have)
+    t_refused(argv[1], "bad_mixed_halves.safetensors",
+              "holds the tensors of two autoencoders, a tiny autoencoder (decoder.layers.*) and an AutoencoderKL "
+              "(encoder.conv_in.*)");
     t_refused(argv[1], "bad_unknown.safetensors", "no autoencoder this version reads");
     t_refused(argv[1], "bad_taef2_missing.safetensors", "tensor decoder.layers.3.pool.1.bias (64) is missing");
     t_refused(argv[1], "no_such_file.safetensors", "no_such_file");

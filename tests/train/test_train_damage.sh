@@ -371,6 +371,32 @@ rc=$?
     grep -q "^removed $D/samples/samples/step-00000002.png.tmp-$dead, a preview write that was cut off$" "$tmp/samples.log"
 expect stale_preview_temp_removed $? "status $rc, left in samples/: $(ls "$D/samples/samples" | tr '\n' ' ')"
 
+# ---- pruning: what it keeps and when ----
+# a copy of ckpt-2 under step 3's name between the real ones (keep_checkpoints 3): pruning counted it as
+# whole and deleted the real ckpt-2, the fallback a resume would need; now it is set aside, as a
+# resume sets aside a file whose metadata names another step
+short "$tmp/pr_named" --set keep_checkpoints=3 > /dev/null 2>&1
+cp "$tmp/pr_named/ckpt-00000002.safetensors" "$tmp/pr_named/ckpt-00000003.safetensors"
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/pr_named" --extend --steps 6 > "$tmp/pr_named.log" 2>&1
+rc=$?
+kept=$(ls "$tmp/pr_named" | grep -E '^ckpt-[0-9]+\.safetensors$' | tr '\n' ' ')
+[ $rc -eq 0 ] && [ "$kept" = "ckpt-00000002.safetensors ckpt-00000004.safetensors ckpt-00000006.safetensors " ] &&
+    [ -f "$tmp/pr_named/ckpt-00000003.safetensors.unusable" ] &&
+    grep -q "ckpt-00000003.safetensors: its metadata says step 2" "$tmp/pr_named.log"
+expect prune_sets_aside_other_step $? "status $rc; kept: $kept; $(grep -m1 'metadata says' "$tmp/pr_named.log")"
+# a folder holding more whole checkpoints than keep_checkpoints (each kill -9 between a checkpoint's
+# rename and the prune after it left one more: the folder grew by one a kill, without end) is pruned
+# when the run resumes, before its first step: here a run of 6 kept, resumed with keep_checkpoints 2
+# and stopped at its first step by a NaN loss, before any checkpoint of its own
+short "$tmp/pr_extra" --set steps=6 --set checkpoint_every=1 --set keep_checkpoints=6 > /dev/null 2>&1
+(FRAMECHAIN_TEST_NAN_AT_STEP=7 exec "$FC" --threads 1 train --config "$TINY" --run "$tmp/pr_extra" --extend --steps 8 \
+    --set keep_checkpoints=2) > "$tmp/pr_extra.log" 2>&1
+rc=$?
+kept=$(ls "$tmp/pr_extra" | grep -E '^ckpt-[0-9]+\.safetensors$' | tr '\n' ' ')
+[ $rc -ne 0 ] && grep -q "resuming .* from step 6" "$tmp/pr_extra.log" &&
+    [ "$kept" = "ckpt-00000005.safetensors ckpt-00000006.safetensors " ]
+expect prune_extra_at_resume $? "status $rc; kept: $kept; $(tail -1 "$tmp/pr_extra.log" | cut -c1-120)"
+
 # ---- another user's damaged newest checkpoint in a folder with the sticky bit (as /tmp has): this user
 # may not rename it aside, and the run would write its step's checkpoint over it. The run stops before
 # its first step, in one line naming it (it warned, trained the steps to it again and failed writing
