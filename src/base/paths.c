@@ -105,8 +105,12 @@ int fc_path_not_folder(const char *path, char *err, size_t errlen) {
             char target[4096] = "";
             ssize_t n = link ? readlink(p, target, sizeof target - 1) : -1;
             target[n > 0 ? n : 0] = 0;
-            const char *what = !exists ? "a link to a path that does not exist" : S_ISREG(st.st_mode) ? "a file"
-                                                                                                     : "not a folder";
+            const char *what = !exists                                           ? "a link to a path that does not exist"
+                               : S_ISREG(st.st_mode)                             ? "a file"
+                               : S_ISFIFO(st.st_mode)                            ? "a FIFO"
+                               : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)      ? "a device"
+                               : S_ISSOCK(st.st_mode)                            ? "a socket"
+                                                                                 : "something else";
             if (!exists && n > 0)
                 fc_errf(err, errlen, "%s: a link to %s, which does not exist%s%s", p, target, c ? ", in " : "",
                         c ? path : "");
@@ -127,7 +131,8 @@ int fc_mkdir_p(const char *dir, char *err, size_t errlen) {
             char c = *s;
             *s = 0;
             if (mkdir(p, 0777)) {  // (the umask decides, as for every file: a group's 002 too)
-                if (errno == ENOTDIR && fc_path_not_folder(dir, err, errlen)) return -1;  // a file where a folder goes
+                // a file where a folder goes, or a link to nowhere on the way (ENOENT)
+                if ((errno == ENOTDIR || errno == ENOENT) && fc_path_not_folder(dir, err, errlen)) return -1;
                 if (errno != EEXIST) return fc_errf(err, errlen, "%s: cannot create folder: %s", p, strerror(errno));
             } else if (fc_fsync_parent(p)) {  // a folder made here must outlive a power cut with what goes in it
                 return fc_errf(err, errlen, "%s: fsync of the folder it is in failed: %s", p, strerror(errno));

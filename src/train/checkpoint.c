@@ -416,7 +416,7 @@ int config_key_shapes_network(const char *key) {
 // network, which a fork keeps).
 // " --set key=value" at the end of buf, quoted for a shell where the value needs it (a plan's spaces).
 static void append_set(char *buf, size_t len, const char *key, const char *value) {
-    char kv[600], word[4 * 600 + 3];  // a key and its value (config_get: 256 bytes)
+    char kv[1100], word[4 * 1100 + 3];  // a key and its value (as check_same_run reads it: 1024 bytes)
     snprintf(kv, sizeof kv, "%s=%s", key, value);
     size_t at = strlen(buf);
     snprintf(buf + at, len - at, " --set %s", fc_shell_word(word, sizeof word, kv));
@@ -424,10 +424,12 @@ static void append_set(char *buf, size_t len, const char *key, const char *value
 
 static void keys_differ(const Config *theirs, const Config *c, const char *const *first, const char *path,
                         CkptLoadMode mode, char *err, size_t errlen) {
-    char was[1024] = "", now[1024] = "", go_on[1024] = "", fork[1024] = "";
+    // whole values, as check_same_run compares them: a plan of 32 slots is over 300 bytes, and one cut
+    // short compared equal (no key named) or advised a --set that sets a broken plan
+    char was[4096] = "", now[4096] = "", go_on[4096] = "", fork[4096] = "";
     int network = 0;
     for (const char *const *k = first; *k; k++) {
-        char a[256], b[256];
+        char a[1024], b[1024];
         config_get(c, *k, a, sizeof a);
         config_get(theirs, *k, b, sizeof b);
         if (may_differ(*k, mode) || !strcmp(a, b) || !strcmp(*k, "steps") || !strcmp(*k, "schedule_end") ||

@@ -155,6 +155,10 @@ int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc
 // it aside and goes back to the checkpoint before) or CKPT_REFUSED (a resume stops at it) with one
 // line in why.
 CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whylen);
+// The CRC32 of a checkpoint's header (its length and JSON: every tensor's offsets and CRC, the step,
+// the config, the lineage), which tells two files apart as their bytes do: the ranks of a run check
+// that they read the same file. 0, or -1 with one line in err.
+int checkpoint_header_crc(const char *path, uint32_t *crc, char *err, size_t errlen);
 // The step a checkpoint's file name gives: "ckpt-XXXXXXXX.safetensors" exactly (8 digits, or the 9 or
 // 10 that checkpoint_path's %08d writes from step 100,000,000 on), no folder; -1 for any other name.
 int checkpoint_step_of_name(const char *name);

@@ -335,6 +335,14 @@ int checkpoint_read_checked(const char *path, StFile *f, unsigned long *file_crc
     return 0;
 }
 
+int checkpoint_header_crc(const char *path, uint32_t *crc, char *err, size_t errlen) {
+    StFile f;
+    if (st_read_header(path, &f, err, errlen)) return -1;
+    *crc = (uint32_t)crc32(0L, f.bytes, (uInt)f.data_start);
+    st_free(&f);
+    return 0;
+}
+
 CkptStatus checkpoint_check(const char *path, int *step, char *why, size_t whylen) {
     StFile f;
     if (st_read_header(path, &f, why, whylen)) return CKPT_CORRUPT;

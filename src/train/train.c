@@ -176,18 +176,28 @@ static void build_training_state(Trainer *t) {
 
 // Rank 0 chose where the run starts (its checkpoint, a fork's parent or step 0, the file `loaded` read
 // in `mode`): every other rank reads the same file into its own model, EMA and optimizer (or its part
-// of them), so that all start from the same bytes; the run state is rank 0's.
+// of them), so that all start from the same bytes; the run state is rank 0's. The same file, not one
+// at the same path: a rank whose path leads to another (a copy of its own of the run folder, stale, or
+// another run's checkpoint of that step) would train from other weights, silently.
 static void share_start(Trainer *t, char *loaded, CkptLoadMode mode, int *fork_unwritten) {
     if (t->ranks == 1) return;
     int m = (int)mode;
+    uint32_t want = 0, got = 0;
+    char err[ERR_LEN];
+    if (t->rank == 0 && loaded[0] && checkpoint_header_crc(loaded, &want, err, sizeof err)) fc_die("%s", err);
     dist_broadcast(loaded, 4096);
     dist_broadcast(&m, sizeof m);
+    dist_broadcast(&want, sizeof want);
     if (t->rank > 0 && loaded[0]) {
-        char err[ERR_LEN];
         TrainState st;
         if (checkpoint_load(loaded, t->m, t->ema, t->o, t->c, (CkptLoadMode)m, &st, err, sizeof err))
             fc_die("%s%s (every rank reads the checkpoint rank 0 starts from: the run folder must be on a "
                    "filesystem all of them see)", dist_rank_origin(), err);
+        if (checkpoint_header_crc(loaded, &got, err, sizeof err)) fc_die("%s%s", dist_rank_origin(), err);
+        if (got != want)
+            fc_die("%s%s: not the file rank 0 starts from (its header's crc32 %08x, rank 0's %08x): every rank reads "
+                   "the checkpoint rank 0 starts from, so the run folder (and a fork's parent) must be one all of them "
+                   "see, not a copy of their own", dist_rank_origin(), loaded, got, want);
     }
     dist_broadcast(&t->st, sizeof t->st);
     dist_broadcast(fork_unwritten, sizeof *fork_unwritten);

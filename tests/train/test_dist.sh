@@ -150,6 +150,21 @@ rc=$?
 expect extend_unshared_run_folder_said $(( rc == 0 || $(grep -c '^framechain' "$tmp/wd.log") != 1 ||
     $(grep -c '^framechain: rank 1: r: --extend: .*(other ranks found the run otherwise: every rank reads the run folder, which must be on a filesystem all of them see)$' "$tmp/wd.log") != 1 )) \
     "status $rc: $(grep -m1 '^framechain' "$tmp/wd.log" | cut -c1-240)"
+# each rank its own copy of the run folder, rank 1's checkpoint of step 4 another file (that run trained
+# to 2, then extended to 4): rank 1 loaded it by the path rank 0 sent and trained the two models' states
+# mixed, status 0. Refused by rank 1 before a step, naming the file; nothing written.
+mkdir -p "$tmp/wdE" "$tmp/wdF"
+(cd "$tmp/wdE" && "$FC" --threads 1 train --config "$OLDPWD/$TINY" --run r --steps 4 --set checkpoint_every=2 > /dev/null 2>&1)
+(cd "$tmp/wdF" && "$FC" --threads 1 train --config "$OLDPWD/$TINY" --run r --steps 2 --set checkpoint_every=2 > /dev/null 2>&1 &&
+    "$FC" --threads 1 train --config "$OLDPWD/$TINY" --run r --steps 4 --extend --set checkpoint_every=2 > /dev/null 2>&1)
+mpirun -np 1 -wdir "$tmp/wdE" "$FC" --threads 1 train --config "$PWD/$TINY" --run r --steps 8 --extend : \
+    -np 1 -wdir "$tmp/wdF" "$FC" --threads 1 train --config "$PWD/$TINY" --run r --steps 8 --extend > "$tmp/wdEF.log" 2>&1
+rc=$?
+[ -f "$tmp/wdF/r/ckpt-00000004.safetensors" ]
+expect ranks_read_other_checkpoint_refused $(( $? != 0 || rc == 0 ||
+    $(grep -c '^framechain: rank 1: r/ckpt-00000004.safetensors: not the file rank 0 starts from (its header.s crc32 [0-9a-f]*, rank 0.s [0-9a-f]*)' "$tmp/wdEF.log") != 1 ||
+    $(ls "$tmp/wdE/r" "$tmp/wdF/r" | grep -c 'ckpt-0000000[5-8]') != 0 )) \
+    "status $rc: $(grep -m1 '^framechain' "$tmp/wdEF.log" | cut -c1-240)"
 
 # ---- every other command runs as one process: started as several (N copies racing on the same
 # files) it is refused, once, before anything is written ----

@@ -522,6 +522,18 @@ rc3=$?
 expect refusal_names_every_key $(( rc == 0 || rc3 != 0 || $(grep -c "written with lr = 0.001, weight_decay = ${wd:-?}, but this run has lr = 0.002, weight_decay = 0.05; .*give --set lr=0.001 --set weight_decay=${wd:-?} to go on as it was; train --from .*ckpt-00000060.safetensors --run NEW --set lr=0.002 --set weight_decay=0.05 forks it)$" "$tmp/other2.log") != 1 ||
     $(grep -c 'nothing to do' "$tmp/other3.log") != 1 )) \
     "status $rc, $(tail -1 "$tmp/other2.log" | cut -c1-300); the --set given ('$go_on'): status $rc3, $(tail -1 "$tmp/other3.log")"
+# a value longer than 255 bytes (a plan of 32 slots) differing at its end: named whole, with a --set that
+# goes on when pasted (cut at 255 bytes, the two compared equal: a line that named no key)
+P1="anchor:0"; for i in $(seq 1 31); do P1="$P1 target:$i"; done
+P2="${P1% target:31} target:32"
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/longplan" --steps 1 --set sample_every=0 --set "plan=$P1" > /dev/null 2>&1
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/longplan" --steps 1 --set sample_every=0 --set "plan=$P2" > "$tmp/lp.log" 2>&1
+rc=$?
+pasted=$(grep -o "give --set 'plan=[^']*' to go on" "$tmp/lp.log" | sed "s/^give --set '//; s/' to go on$//")
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/longplan" --steps 1 --set sample_every=0 --set "$pasted" > "$tmp/lp2.log" 2>&1
+rc2=$?
+expect refusal_names_long_value $(( rc == 0 || rc2 != 0 || $(grep -cF "written with plan = $P1, but this run has plan = $P2;" "$tmp/lp.log") != 1 )) \
+    "status $rc: $(tail -1 "$tmp/lp.log" | tail -c 200); pasted: status $rc2, $(tail -1 "$tmp/lp2.log" | cut -c1-100)"
 cp -r "$tmp/ref" "$tmp/noopt"
 "$PYTHON" - "$(final "$tmp/noopt")" <<'PY'
 import sys
@@ -780,10 +792,17 @@ ln -s "$tmp/gone" "$tmp/danglink"
 rc=$?
 (train "$tmp/danglink") > "$tmp/dang.log" 2>&1
 rc2=$?
-expect train_run_under_a_file_named $(( rc != 1 || rc2 != 1 ||
+mkfifo "$tmp/fifo"
+(train "$tmp/fifo/run") > "$tmp/underfifo.log" 2>&1
+rc3=$?
+(train "$tmp/danglink/sub/run") > "$tmp/dangsub.log" 2>&1
+rc4=$?
+expect train_run_under_a_file_named $(( rc != 1 || rc2 != 1 || rc3 != 1 || rc4 != 1 ||
+        $(grep -c "^framechain: $tmp/fifo: a FIFO, not a folder, in $tmp/fifo/run$" "$tmp/underfifo.log") != 1 ||
+        $(grep -c "^framechain: $tmp/danglink: a link to $tmp/gone, which does not exist, in $tmp/danglink/sub$" "$tmp/dangsub.log") != 1 ||
         $(grep -c "^framechain: $tmp/plainfile: a file, not a folder, in $tmp/plainfile/run$" "$tmp/underfile.log") != 1 ||
         $(grep -c "^framechain: $tmp/danglink: a link to $tmp/gone, which does not exist$" "$tmp/dang.log") != 1 )) \
-    "status $rc: $(tail -1 "$tmp/underfile.log"); status $rc2: $(tail -1 "$tmp/dang.log")"
+    "status $rc: $(tail -1 "$tmp/underfile.log"); status $rc2: $(tail -1 "$tmp/dang.log"); status $rc3: $(tail -1 "$tmp/underfifo.log"); status $rc4: $(tail -1 "$tmp/dangsub.log")"
 # A file system out of inodes (a full disk of another kind), in a private mount namespace: the run's
 # folder and its parent are made, its lock file cannot be: one line, and both folders taken back.
 mkdir -p "$tmp/noinode"
