@@ -53,6 +53,7 @@ static void die_discarding(GenerateOutput *out, const char *err) {
 int cmd_autoencode(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--vae", 1}, {"--input", 1}, {"--size", 1}, {"--frames", 1}, {"--out", 1}, {"--fps", 1},
                   {"--overwrite", 0}, {NULL}};
+    fc_memory_hint("lower --size");
     if (parse_opts(argc, argv, 2, opts, NULL)) {
         fputs(HELP_AUTOENCODE, stdout);
         return 0;

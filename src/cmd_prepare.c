@@ -46,6 +46,7 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--input", 1, 1}, {"--out", 1}, {"--size", 1}, {"--clip-frames", 1}, {"--fps", 1},
                   {"--overlap", 1}, {"--shard-mb", 1}, {"--vae", 1}, {"--vae-scale", 1}, {"--vae-shift", 1},
                   {NULL}};
+    fc_memory_hint("lower --shard-mb (a shard's clips are held in memory until it is written) or --size");
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_PREPARE, stdout), 0;
     PrepareOptions o = {0};
     required(opts, "--input");

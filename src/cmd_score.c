@@ -49,6 +49,7 @@ static int top_clips(double top, int n) { return (int)ceil(top * n - 1e-9); }
 int cmd_score(int argc, char **argv, const Backend *be) {
     Opt opts[] = {{"--run", 1}, {"--data", 1}, {"--out", 1}, {"--reference", 1}, {"--levels", 1}, {"--top", 1},
                   {"--exclude-out", 1}, {"--batch", 1}, {"--overwrite", 0}, {NULL}};
+    fc_memory_hint("lower --batch");
     if (parse_opts(argc, argv, 2, opts, NULL)) return fputs(HELP_SCORE, stdout), 0;
     ScoreOptions so = {.run = required(opts, "--run"), .levels = SCORE_DEFAULT_LEVELS, .batch = SCORE_DEFAULT_BATCH};
     const char *data = required(opts, "--data"), *out = required(opts, "--out");

@@ -2,6 +2,7 @@
 // The global options, --help and --version, then the command (src/cmd_*.c) from the table.
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "base/address_space.h"
 #include "base/common.h"
@@ -82,6 +83,17 @@ static int command_help(int argc, char **argv, int i) {
     return run(3, help_argv, backend_cpu());
 }
 
+// A stack limit (ulimit -s) under what the commands take: one line, where a command crashed without one
+// (SIGSEGV: train's frames take about 350 KiB, generate's 150 KiB; a GPU's and MPI's libraries more).
+#define MIN_STACK_BYTES ((rlim_t)2 << 20)
+static void check_stack_limit(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_STACK, &r) || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= MIN_STACK_BYTES) return;
+    fc_die("the stack is limited to %.0f KiB (ulimit -s %.0f); framechain needs at least %.0f KiB: raise the limit "
+           "(ulimit -s %.0f, or 8192 as most systems start)", (double)r.rlim_cur / 1024, (double)r.rlim_cur / 1024,
+           (double)MIN_STACK_BYTES / 1024, (double)MIN_STACK_BYTES / 1024);
+}
+
 // --threads N, or all cores.
 static int thread_count(const Opt *threads) {
     return threads->count ? (int)parse_positive("--threads", threads->value, 1024) : fc_default_threads();
@@ -134,6 +146,7 @@ int main(int argc, char **argv) {
     int ci = command_index(cmd);
     if (ci < 0) usage_error("unknown command '%s'", cmd);
     CommandFn run = COMMANDS[ci].run;
+    if (!asks_help) check_stack_limit();
     fc_set_threads(threads);
     cli_set_command(cmd);
     cli_set_device(device);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -242,19 +243,44 @@ int fc_errf(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
+static const char *g_memory_hint = "lower batch_size or the frame size";
+
+void fc_memory_hint(const char *hint) { g_memory_hint = hint; }
+
+// The line of an allocation that failed: what to lower, and the address-space limit where one is set
+// (ulimit -v or -d: memory may be free while the limit is reached)
+static void out_of_memory(const char *what, const char *file, int line) {
+    char limit[160] = "";
+    static const struct {
+        int resource;
+        const char *name;
+    } LIMITS[] = {{RLIMIT_AS, "ulimit -v"}, {RLIMIT_DATA, "ulimit -d"}};
+    for (int i = 0; i < 2 && !limit[0]; i++) {
+        struct rlimit r;
+        if (!getrlimit(LIMITS[i].resource, &r) && r.rlim_cur != RLIM_INFINITY)
+            snprintf(limit, sizeof limit, "; the address space is limited to %.0f MiB (%s %.0f): raise the limit",
+                     (double)r.rlim_cur / 1048576, LIMITS[i].name, (double)r.rlim_cur / 1024);
+    }
+    fc_die("out of host memory: %s at %s:%d (hint: %s%s)", what, file, line, g_memory_hint, limit);
+}
+
 void *fc_malloc_check(size_t bytes, const char *file, int line) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        fc_die("out of host memory: %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for prepare "
-               "and autoencode)", bytes, file, line);
+    if (!p) {
+        char what[64];
+        snprintf(what, sizeof what, "%zu bytes", bytes);
+        out_of_memory(what, file, line);
+    }
     return p;
 }
 
 void *fc_calloc_check(size_t count, size_t size, const char *file, int line) {
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p)
-        fc_die("out of host memory: %zu x %zu bytes at %s:%d (hint: lower batch_size or the frame size; --size for "
-               "prepare and autoencode)", count, size, file, line);
+    if (!p) {
+        char what[64];
+        snprintf(what, sizeof what, "%zu x %zu bytes", count, size);
+        out_of_memory(what, file, line);
+    }
     return p;
 }
 

@@ -90,6 +90,9 @@ int fc_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((forma
 int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap);
 
 // malloc/calloc that report the file and line, the size and a hint when memory runs out.
+// What the command's user lowers when host memory runs out, for fc_malloc's line ("lower --shard-mb
+// or --size"); the default names batch_size and the frame size. A static string.
+void fc_memory_hint(const char *hint);
 void *fc_malloc_check(size_t bytes, const char *file, int line);
 void *fc_calloc_check(size_t count, size_t size, const char *file, int line);
 #define fc_malloc(bytes) fc_malloc_check((bytes), __FILE__, __LINE__)

@@ -395,11 +395,16 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
 }
 
 int fc_same_file_name(const char *a, const char *b) {
+    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+    if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b)) return 0;
     char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
     fc_folder_of(da, sizeof da, a), fc_folder_of(db, sizeof db, b);
-    if (!realpath(da, ra) || !realpath(db, rb) || strcmp(ra, rb)) return 0;
-    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
-    return !strcmp(na ? na + 1 : a, nb ? nb + 1 : b);
+    if (realpath(da, ra) && realpath(db, rb)) return !strcmp(ra, rb);
+    // a folder realpath cannot name (deeper than PATH_MAX: ENAMETOOLONG, which answered "another file"
+    // and let two outputs be written over each other): the same folder by its inode, else by its name
+    struct stat sa, sb;
+    if (!stat(da, &sa) && !stat(db, &sb)) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !strcmp(da, db);
 }
 
 static int same_inode(const char *a, const char *b) {

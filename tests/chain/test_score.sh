@@ -297,6 +297,26 @@ one_line_refusal score_out_same_as_exclude_out "name one file" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/same.tsv" --top 0.5 --exclude-out "$tmp/../$(basename "$tmp")/same.tsv"
 one_line_refusal score_exclude_out_no_folder "the folder .*nodir does not exist" \
     fc score --run "$run" --data "$tmp/mixed" --out "$tmp/s5.tsv" --top 0.5 --exclude-out "$tmp/nodir/x.txt"
+# in a working folder deeper than PATH_MAX (4096), where realpath fails: the same file still (its folder
+# compared by inode), refused before scoring; it was taken for two files, scored, and the exclude list
+# left under the name given to both
+deep="$tmp/deep_workdir"
+mkdir "$deep" && ln -s "$run" "$deep/run" && ln -s "$tmp/mixed" "$deep/mixed"
+part=$(printf 'd%.0s' $(seq 200))
+(
+    cd "$deep" || exit 1
+    for i in $(seq 22); do mkdir "$part" && cd "$part" || exit 1; done
+    ln -s "$deep/run" run && ln -s "$deep/mixed" mixed
+    "$FC" --threads 1 score --run run --data mixed --out same.tsv --top 0.5 --exclude-out ./same.tsv > /dev/null 2> "$deep/err"
+    echo $? > "$deep/rc"
+    [ ! -e same.tsv ] && echo none > "$deep/left"
+    echo "${#PWD}" > "$deep/len"
+)
+[ -e "$deep/left" ]
+expect score_same_file_in_deep_folder $(( $? != 0 || $(cat "$deep/rc") != 2 || $(cat "$deep/len") <= 4096 ||
+    $(grep -c "^framechain score: --out and --exclude-out name one file: same.tsv" "$deep/err") != 1 )) \
+    "status $(cat "$deep/rc") in a folder of $(cat "$deep/len") bytes: $(head -1 "$deep/err"); same.tsv left: $([ -e "$deep/left" ] && echo no || echo yes)"
+rm -rf "$deep"
 [ ! -e "$tmp/s5.tsv" ] && [ ! -e "$tmp/same.tsv" ]
 expect score_refusals_write_nothing $? "neither --out was written"
 one_line_refusal score_out_is_a_folder "is a folder" fc score --run "$run" --data "$tmp/mixed" --out "$tmp/bad" --overwrite

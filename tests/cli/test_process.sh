@@ -97,7 +97,27 @@ else
     steps=$(grep -c '"step":2' "$tmp/as_run/metrics.jsonl" 2> /dev/null)
     expect address_space_limit_as_asked_trains $(( rc != 0 || ${steps:-0} != 1 )) \
         "ulimit -v ${want:-?}: status $rc: $(grep -m1 framechain: "$tmp/as.log")"
+    # prepare under a limit that takes its start but not a shard of 256 MiB held until written: the line
+    # names what to lower (--shard-mb) and the limit (it said batch_size, the frame size, no limit)
+    (ulimit -v $(( ${one:-1} + 50000 )); exec timeout -s KILL 120 "$FC" --threads 1 prepare --input "$SAMPLES/vtest.avi" \
+        --out "$tmp/as_prep" --size 64 --clip-frames 64 --overlap 63) > "$tmp/as_prep.log" 2>&1
+    rc=$?
+    expect address_space_limit_prepare_hint $(( rc != 1 || $(grep -c "^framechain: out of host memory: .*(hint: lower --shard-mb (a shard's clips are held in memory until it is written) or --size; the address space is limited to [0-9]* MiB (ulimit -v $(( ${one:-1} + 50000 ))): raise the limit)$" "$tmp/as_prep.log") != 1 )) \
+        "status $rc: $(grep -m1 framechain: "$tmp/as_prep.log")"
+    [ ! -e "$tmp/as_prep" ]
+    expect address_space_limit_prepare_nothing_left $? "$(ls -A "$tmp/as_prep" 2> /dev/null | head -3 | tr '\n' ' ')"
 fi
+# a stack limit (ulimit -s) under what a command takes: one line, status 1, nothing made (train crashed
+# with SIGSEGV and no word at 300 KiB); a command's --help still prints
+(ulimit -s 256; exec "$FC" --threads 1 train --config "$TINY" --run "$tmp/stack_run" --steps 1) > "$tmp/stack.out" 2> "$tmp/stack.err"
+rc=$?
+(ulimit -s 256; exec "$FC" train --help) > "$tmp/stack_help.out" 2>&1
+rc2=$?
+expect stack_limit_said $(( rc != 1 || rc2 != 0 || $(wc -l < "$tmp/stack.err") != 1 ||
+    $(grep -c "^framechain: the stack is limited to 256 KiB (ulimit -s 256); framechain needs at least 2048 KiB" "$tmp/stack.err") != 1 )) \
+    "status $rc: $(cat "$tmp/stack.err"); --help: status $rc2"
+[ ! -e "$tmp/stack_run" ]
+expect stack_limit_nothing_made $? "$(ls -A "$tmp/stack_run" 2> /dev/null | tr '\n' ' ')"
 
 # prepare stopped part-way: what it wrote goes (the folder it made too), status 128 + the signal
 "$FC" prepare --input shapes:1:1000000 --out "$tmp/cut" --size 16 --clip-frames 8 --shard-mb 1 > "$tmp/cut.log" 2>&1 &
