@@ -106,6 +106,7 @@ __attribute__((section(".preinit_array"), used)) static void (*const preinit_che
 
 int main(int argc, char **argv) {
     fc_process_start();  // descriptors 0-2 open, SIGXFSZ a write error: before anything is opened
+    check_stack_limit();  // every command, its --help too: the help runs in the command's frame
     // parsed as a command's options are: --threads=N too, a repeat refused, a value that is an option refused
     Opt globals[] = {{"--threads", 1}, {"--device", 1}, {NULL}};
     int i = 1;
@@ -146,7 +147,6 @@ int main(int argc, char **argv) {
     int ci = command_index(cmd);
     if (ci < 0) usage_error("unknown command '%s'", cmd);
     CommandFn run = COMMANDS[ci].run;
-    if (!asks_help) check_stack_limit();
     fc_set_threads(threads);
     cli_set_command(cmd);
     cli_set_device(device);
