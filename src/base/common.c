@@ -1,5 +1,6 @@
 // common.c: error reporting, checked allocation, thread count, stop signals, the process start.
 #include "base/common.h"
+#include "base/address_space.h"
 
 #include <stdarg.h>
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -251,16 +251,11 @@ void fc_memory_hint(const char *hint) { g_memory_hint = hint; }
 // (ulimit -v or -d: memory may be free while the limit is reached)
 static void out_of_memory(const char *what, const char *file, int line) {
     char limit[160] = "";
-    static const struct {
-        int resource;
-        const char *name;
-    } LIMITS[] = {{RLIMIT_AS, "ulimit -v"}, {RLIMIT_DATA, "ulimit -d"}};
-    for (int i = 0; i < 2 && !limit[0]; i++) {
-        struct rlimit r;
-        if (!getrlimit(LIMITS[i].resource, &r) && r.rlim_cur != RLIM_INFINITY)
-            snprintf(limit, sizeof limit, "; the address space is limited to %.0f MiB (%s %.0f): raise the limit",
-                     (double)r.rlim_cur / 1048576, LIMITS[i].name, (double)r.rlim_cur / 1024);
-    }
+    double most, used;
+    const char *ulimit;
+    if (!fc_address_space_room(1e300, &most, &used, &ulimit))  // no room for everything: a limit is set
+        snprintf(limit, sizeof limit, "; the address space is limited to %.0f MiB (%s %.0f): raise the limit",
+                 most / 1048576, ulimit, most / 1024);
     fc_die("out of host memory: %s at %s:%d (hint: %s%s)", what, file, line, g_memory_hint, limit);
 }
 

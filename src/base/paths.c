@@ -394,6 +394,11 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     return fc_check_replaceable(shown, &sd, &sp, err, errlen);  // the new file could not take its name
 }
 
+static int same_inode(const char *a, const char *b) {
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int fc_same_file_name(const char *a, const char *b) {
     const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
     if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b)) return 0;
@@ -402,14 +407,7 @@ int fc_same_file_name(const char *a, const char *b) {
     if (realpath(da, ra) && realpath(db, rb)) return !strcmp(ra, rb);
     // a folder realpath cannot name (deeper than PATH_MAX: ENAMETOOLONG, which answered "another file"
     // and let two outputs be written over each other): the same folder by its inode, else by its name
-    struct stat sa, sb;
-    if (!stat(da, &sa) && !stat(db, &sb)) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return !strcmp(da, db);
-}
-
-static int same_inode(const char *a, const char *b) {
-    struct stat sa, sb;
-    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return same_inode(da, db) || !strcmp(da, db);
 }
 
 static int ends_with(const char *s, const char *end) {
