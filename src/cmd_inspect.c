@@ -447,7 +447,8 @@ static void print_config_memory(const Config *c, const ModelCounts *k, int ranks
     }
     // the disk a run folder needs (train says it again with what its file system has free)
     char needs[256];
-    run_folder_disk_needs(needs, sizeof needs, cpu.staging, c->keep_checkpoints);
+    run_folder_disk_needs(needs, sizeof needs, cpu.staging, c->keep_checkpoints, 0,
+                          run_folder_checkpoint_writes(1, c->steps, c->checkpoint_every));
     printf("%-28s %s\n", "disk", needs);
 }
 

@@ -637,14 +637,34 @@ void run_folder_explain_orphan(const char *run, const char *from, char *err, siz
 // ----------------------------------------------------------------------------
 // the disk a run folder needs
 
-void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep) {
-    const char *u1, *u2;
-    double one = fc_bytes_in_unit(ckpt_bytes, &u1), all = fc_bytes_in_unit((keep + 1) * ckpt_bytes, &u2);
-    snprintf(buf, len, "a checkpoint is %.2f %s; the run folder holds up to %d of them (keep_checkpoints %d and the one "
-             "being written): %.2f %s", one, u1, keep + 1, keep, all, u2);
+// How many checkpoints the folder holds at most: held ones and writes more, pruned to keep after each write
+// (so keep and the one being written where the run writes enough to fill it).
+static int disk_peak_count(int keep, int held_n, int writes) {
+    return held_n + writes < keep + 1 ? held_n + writes : keep + 1;
 }
 
-int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen) {
+int run_folder_checkpoint_writes(int first, int last, int every) {
+    if (first > last) return 0;
+    return last / every - (first - 1) / every + (last % every != 0);
+}
+
+void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep, int held_n, int writes) {
+    const char *u1, *u2;
+    int peak_n = disk_peak_count(keep, held_n, writes);
+    double one = fc_bytes_in_unit(ckpt_bytes, &u1), all = fc_bytes_in_unit(peak_n * ckpt_bytes, &u2);
+    char why[160];
+    if (peak_n == keep + 1)
+        snprintf(why, sizeof why, "keep_checkpoints %d and the one being written", keep);
+    else if (held_n)
+        snprintf(why, sizeof why, "the %d it holds and the %d this run writes; keep_checkpoints %d", held_n, writes,
+                 keep);
+    else
+        snprintf(why, sizeof why, "the %d this run writes; keep_checkpoints %d", writes, keep);
+    snprintf(buf, len, "a checkpoint is %.2f %s; the run folder holds up to %d of them (%s): %.2f %s", one, u1, peak_n,
+             why, all, u2);
+}
+
+int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, int writes, char *err, size_t errlen) {
     int *steps = NULL, n = checkpoint_list(run, &steps);
     double held = 0;
     for (int i = 0; i < n; i++) {
@@ -654,12 +674,15 @@ int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err
         if (!stat(path, &sb)) held += (double)sb.st_size;
     }
     free(steps);
-    // keep checkpoints on disk and the next one written beside them (prune drops the oldest after it);
-    // what the folder holds already counts, but the next checkpoint needs its whole size free
-    double peak = (keep + 1) * ckpt_bytes, more = peak - held > ckpt_bytes ? peak - held : ckpt_bytes;
+    // the checkpoints this run writes beside those held; where they fill the folder past keep, prune drops
+    // the oldest after each write: keep on disk and the next one beside them. What the folder holds already
+    // counts, but the next checkpoint needs its whole size free.
+    int peak_n = disk_peak_count(keep, n, writes);
+    double more = n + writes <= keep + 1 ? writes * ckpt_bytes : (keep + 1) * ckpt_bytes - held;
+    if (more < ckpt_bytes) more = ckpt_bytes;
     double free_bytes = fc_disk_free(run);
     char needs[256];
-    run_folder_disk_needs(needs, sizeof needs, ckpt_bytes, keep);
+    run_folder_disk_needs(needs, sizeof needs, ckpt_bytes, keep, n, writes);
     const char *u1, *u2, *u3, *u4;
     double v1 = fc_bytes_in_unit(ckpt_bytes, &u1), v3 = fc_bytes_in_unit(free_bytes > 0 ? free_bytes : 0, &u3);
     if (free_bytes < 0) {  // a file system that does not say: the writes will tell
@@ -677,8 +700,8 @@ int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err
         if (held > 0) snprintf(held_text, sizeof held_text, ", less the %.2f %s it holds", vh, u4);
         fc_warn("%s: %.2f %s free on its file system, less than the %.2f %s more its checkpoints will take (%d of "
                 "%.2f %s%s): a checkpoint write will fail with the disk full and stop the run (the earlier checkpoints "
-                "kept); free space%s", run, v3, u3, vm, u2, keep + 1, v1, u1, held_text,
-                keep > 1 ? ", or lower keep_checkpoints" : "");
+                "kept); free space%s", run, v3, u3, vm, u2, peak_n, v1, u1, held_text,
+                keep > 1 && peak_n == keep + 1 ? ", or lower keep_checkpoints" : "");
     }
     return 0;
 }

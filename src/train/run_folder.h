@@ -68,13 +68,16 @@ void run_folder_restart_point(const char *parent, int parent_step, char *out, si
 int run_folder_named_parent(const char *run, char *parent, size_t len, int *step);
 
 // The disk the run's checkpoints need (ckpt_bytes each, at least: their tensors): keep_checkpoints of
-// them and the next one written beside them, said in one line with what the run folder's file system
-// has free. 0, with a warning where it has room for the next checkpoint but not for all it will hold;
+// them and the next one written beside them, or fewer where the folder's and the writes more this run
+// makes (checkpoint_every's, the last step's) come to fewer, said in one line with what the run folder's
+// file system has free. 0, with a warning where it has room for the next checkpoint but not for all it will hold;
 // -1 with err where it has no room for even one (no checkpoint of the run could be written). Rank 0's,
 // before the first step.
-int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, char *err, size_t errlen);
-// The sentence of what the run's checkpoints take (ckpt_bytes each, keep of them and the one being
-// written), as train and inspect --config say it.
-void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep);
+int run_folder_disk_plan(const char *run, double ckpt_bytes, int keep, int writes, char *err, size_t errlen);
+// The sentence of what the run's checkpoints take (ckpt_bytes each; held_n in the folder and writes more,
+// at most keep of them and the one being written), as train and inspect --config say it.
+void run_folder_disk_needs(char *buf, size_t len, double ckpt_bytes, int keep, int held_n, int writes);
+// The checkpoints a run writes from step first to last: checkpoint_every's and the last step's.
+int run_folder_checkpoint_writes(int first, int last, int every);
 
 #endif

@@ -255,7 +255,9 @@ static void start_services(Trainer *t, int fork_start) {
     // what kills left beyond keep_checkpoints goes first, so that the disk plan counts the folder as kept
     if (t->rank == 0 && !fork_start && t->st.step > 0) checkpoint_prune_extra(t->run, c->keep_checkpoints, t->st.step);
     // The disk of rank 0's run folder: a run that could write no checkpoint ends before its first step
-    int no_room = t->rank == 0 && run_folder_disk_plan(t->run, t->plan.staging, c->keep_checkpoints, err, sizeof err);
+    int writes = run_folder_checkpoint_writes(t->first, c->steps, c->checkpoint_every) + (fork_start != 0);
+    int no_room = t->rank == 0 &&
+                  run_folder_disk_plan(t->run, t->plan.staging, c->keep_checkpoints, writes, err, sizeof err);
     if (dist_max_int(no_room)) {
         if (t->rank > 0) {  // rank 0 says it; its exit ends the run
             dist_barrier();

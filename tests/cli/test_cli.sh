@@ -116,6 +116,9 @@ expect step_too_large 1 "over the 2e9 one step may hold" "$FC" inspect --config 
 # the disk a run folder needs: keep_checkpoints checkpoints and the one being written beside them
 expect inspect_config_disk 0 "^disk  *a checkpoint is 2.30 MiB; the run folder holds up to 6 of them (keep_checkpoints 5 and the one being written): 13.81 MiB$" \
     "$FC" inspect --config configs/tiny/starter.conf --set keep_checkpoints=5
+# a run that writes fewer (150 steps, checkpoint_every 100: steps 100 and 150) holds those
+expect inspect_config_disk_short_run 0 "^disk  *a checkpoint is 2.30 MiB; the run folder holds up to 2 of them (the 2 this run writes; keep_checkpoints 5): 4.60 MiB$" \
+    "$FC" inspect --config configs/tiny/starter.conf --set keep_checkpoints=5 --set steps=150
 
 # The CUDA backend is a library the program opens when a command needs it (src/backend/registry.c):
 # a run on the CPU never loads the CUDA runtime or cuBLAS (glibc's LD_DEBUG lists what is loaded),

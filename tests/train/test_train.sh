@@ -94,8 +94,8 @@ grep -q "^disk: a checkpoint is 2.30 MiB; the run folder holds up to 4 of them (
 expect disk_plan_said $? "$(grep '^disk:' "$tmp/ref.log" || echo 'no disk line')"
 FRAMECHAIN_TEST_DISK_FREE_MIB=2 "$FC" --threads 1 train --config "$TINY" --run "$tmp/no_room" --steps 2 > "$tmp/no_room.log" 2> "$tmp/no_room.err"
 rc=$?
-FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/little_room" --steps 2 \
-    --set keep_checkpoints=3 > "$tmp/little_room.log" 2>&1
+FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/little_room" --steps 4 \
+    --set keep_checkpoints=3 --set checkpoint_every=1 > "$tmp/little_room.log" 2>&1
 rc2=$?
 cp -r "$tmp/ref" "$tmp/room_held"
 FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/room_held" "${SETS[@]}" --extend \
@@ -109,6 +109,14 @@ expect disk_plan_refuses_and_warns $(( rc != 1 || $(wc -l < "$tmp/no_room.err") 
     "2 MiB free: status $rc, $(head -c 120 "$tmp/no_room.err"), folder left: $([ -e "$tmp/no_room" ] && echo yes || echo no); 3 MiB: status $rc2, $(grep -c warning "$tmp/little_room.log") warning; 3 MiB beside 3 checkpoints: status $rc3, $(grep -c warning "$tmp/room_held.log") warnings"
 [ ! -e "$tmp/no_room" ]
 expect disk_plan_refusal_leaves_nothing $? "$(ls -a "$tmp/no_room" 2>&1 | tr '\n' ' ')"
+# A run that writes fewer checkpoints than keep_checkpoints and one (2 steps, checkpoint_every 100: the
+# last step's alone) needs room for those only: no warning where one fits.
+FRAMECHAIN_TEST_DISK_FREE_MIB=3 "$FC" --threads 1 train --config "$TINY" --run "$tmp/short_room" --steps 2 \
+    --set keep_checkpoints=3 > "$tmp/short_room.log" 2>&1
+rc=$?
+(( rc == 0 && $(grep -c warning "$tmp/short_room.log") == 0 )) &&
+    grep -q "^disk: a checkpoint is 2.30 MiB; the run folder holds up to 1 of them (the 1 this run writes; keep_checkpoints 3): 2.30 MiB; 3.00 MiB free there$" "$tmp/short_room.log"
+expect disk_plan_counts_the_checkpoints_written $? "status $rc: $(grep -E '^disk|warning' "$tmp/short_room.log" | head -c 400)"
 
 "$FC" inspect "$(final "$tmp/ref")" > "$tmp/inspect.log" 2>&1
 rc=$?
