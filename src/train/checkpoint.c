@@ -281,7 +281,14 @@ static void prune(const char *run, int keep, int written) {
             else if (checkpoint_set_aside(path, why))
                 fc_warn("%s; could not rename it aside: %s", why, strerror(errno));  // left, uncounted
         } else if (unlink(path)) {
-            fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(errno));
+            int e = errno;
+            struct stat sb;
+            if (!lstat(path, &sb) && S_ISDIR(sb.st_mode)) {  // not ours to delete, nor to warn of at every prune
+                snprintf(why, sizeof why, "%s: a folder under an old checkpoint's name, not a checkpoint", path);
+                if (checkpoint_set_aside(path, why)) fc_warn("%s; could not rename it aside: %s", why, strerror(errno));
+            } else {
+                fc_warn("%s: could not delete an old checkpoint: %s", path, strerror(e));
+            }
         }
     }
     free(steps);

@@ -396,6 +396,19 @@ kept=$(ls "$tmp/pr_extra" | grep -E '^ckpt-[0-9]+\.safetensors$' | tr '\n' ' ')
 [ $rc -ne 0 ] && grep -q "resuming .* from step 6" "$tmp/pr_extra.log" &&
     [ "$kept" = "ckpt-00000005.safetensors ckpt-00000006.safetensors " ]
 expect prune_extra_at_resume $? "status $rc; kept: $kept; $(tail -1 "$tmp/pr_extra.log" | cut -c1-120)"
+# a folder under an old checkpoint's name cannot be deleted: it is set aside once, as a resume sets aside
+# a newer one (it was warned of at every checkpoint, the run's whole life long)
+short "$tmp/pr_dir" --set checkpoint_every=1 --set keep_checkpoints=2 > /dev/null 2>&1
+mkdir "$tmp/pr_dir/ckpt-00000001.safetensors"
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/pr_dir" --extend --steps 8 --set checkpoint_every=1 \
+    --set keep_checkpoints=2 > "$tmp/pr_dir.log" 2>&1
+rc=$?
+kept=$(ls "$tmp/pr_dir" | grep -E '^ckpt-[0-9]+\.safetensors' | tr '\n' ' ')
+[ $rc -eq 0 ] && [ "$kept" = "ckpt-00000001.safetensors.unusable ckpt-00000007.safetensors ckpt-00000008.safetensors " ] &&
+    [ -d "$tmp/pr_dir/ckpt-00000001.safetensors.unusable" ] && [ "$(grep -c warning "$tmp/pr_dir.log")" = 1 ] &&
+    grep -q "ckpt-00000001.safetensors: a folder under an old checkpoint's name, not a checkpoint; renamed to .*unusable$" \
+        "$tmp/pr_dir.log"
+expect prune_sets_aside_folder_once $? "status $rc; left: $kept; $(grep -c warning "$tmp/pr_dir.log") warnings: $(grep -m1 warning "$tmp/pr_dir.log" | cut -c1-160)"
 
 # ---- another user's damaged newest checkpoint in a folder with the sticky bit (as /tmp has): this user
 # may not rename it aside, and the run would write its step's checkpoint over it. The run stops before
