@@ -149,6 +149,7 @@ fi
 run_suite cli tests/cli/test_cli.sh "$FC"
 run_suite process tests/cli/test_process.sh "$FC"
 run_suite training env PYTHON="$PYTHON" tests/train/test_train.sh "$FC"
+run_suite run_folder tests/train/test_run_folder.sh "$FC"
 run_suite train_damage env PYTHON="$PYTHON" tests/train/test_train_damage.sh "$FC"
 run_suite powerloss tests/train/test_powerloss.sh "$FC" "$BUILD"
 run_suite lineage env PYTHON="$PYTHON" tests/train/test_lineage.sh "$FC"
