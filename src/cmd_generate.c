@@ -256,11 +256,15 @@ static int generate(const GenerateRequest *g, ChainModels *cm, const ChainPlan *
     if (rc) generate_output_discard(out);
     else rc = generate_output_finish(out, err, sizeof err);
     if (!rc) fc_stdout_is_report();
-    fc_release_stop_signals();
+    if (!rc) fc_test_hold("FINISHED_DELAY_MS", "the output in place");
     if (rc) fprintf(stderr, "framechain: %s\n", err);
     else printf("generate: wrote %s (%d frames in %.2f s)\n", FC_ESCAPED(g->out), g->frames, fc_now_s() - t0);
     char note[512];
     if (!rc && chain_guards_note(cm, g->frames - g->given, note, sizeof note)) fc_warn("%s", note);
+    // only once the report is out: a stop between the rename and its line ended the process with the
+    // video in place and no word of it (a script took the status for a failure, and a rerun was refused)
+    fflush(stdout);
+    fc_release_stop_signals();
     free(first), free(pixels);
     return rc && fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

@@ -96,13 +96,15 @@ int cmd_plot(int argc, char **argv, const Backend *be) {
                               : canvas_save_png(&c, out, overwrite, err, sizeof err);
         canvas_free(&c);
     }
-    fc_release_stop_signals();
     if (rc) {
         fprintf(stderr, "framechain: %s\n", err);
     } else {
         fc_stdout_is_report();
+        fc_test_hold("FINISHED_DELAY_MS", "the output in place");
         printf("plot: wrote %s (%d x %d)\n", FC_ESCAPED(out), fo.width, fo.height);
     }
+    fflush(stdout);
+    fc_release_stop_signals();  // after the line: a stop between the rename and it ended plot without a word
     // a stop that came while the PNG was written: it is whole, the status still says the stop
     return fc_stop_signal() ? 128 + fc_stop_signal() : rc ? 1 : 0;
 }

@@ -166,6 +166,18 @@ int_while_starting "$tmp/stop.log" "$FC" generate "${RUNS[@]}" --first-frame "$t
 [ $rc = 130 ] && cmp -s "$tmp/stop/old.mp4" "$tmp/old_copy.mp4" && [ "$(ls -a "$tmp/stop" | grep -vc '^\.\.\?$')" = 1 ] &&
     grep -q "^framechain: stopped by SIGINT before the first frame: nothing written, $tmp/stop/old.mp4 kept as it was$" "$tmp/stop.log"
 expect generate_sigint_while_loading $? "status $rc, $(ls -a "$tmp/stop" | tr '\n' ' '): $(tail -1 "$tmp/stop.log")"
+# SIGINT once the video is in place, before its line (held there by a test hook): the signal's default
+# action ended generate with the video written and no word of it, status 130 (a script took it for a
+# failure, and its rerun was refused: "already exists"). The video is whole: its line, status 0
+(exec env FRAMECHAIN_TEST_FINISHED_DELAY_MS=5000 "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" \
+    --frames 9 --steps 1 --out "$tmp/stop/late.mp4" --quiet) > "$tmp/late.log" 2>&1 &
+pid=$!
+wait_until 60 $pid grep -q '^test hook: the output in place held' "$tmp/late.log"
+kill -INT $pid 2> /dev/null
+wait $pid
+rc=$?
+[ $rc = 0 ] && [ -s "$tmp/stop/late.mp4" ] && grep -q "^generate: wrote $tmp/stop/late.mp4 (9 frames" "$tmp/late.log"
+expect generate_sigint_after_rename_says_wrote $? "status $rc, $(ls "$tmp/stop" | tr '\n' ' '): $(tail -1 "$tmp/late.log")"
 
 # 1000 frames into a folder of PNGs from a JPEG; the first PNG is the input frame, the others are made
 if "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.jpg" --frames 1000 --steps 1 --out "$tmp/frames" > "$tmp/gen.log" 2>&1; then

@@ -456,6 +456,17 @@ rc=$?
 size=$(png_size "$tmp/stop/b.png" 2> /dev/null || echo "no PNG")
 expect plot_stopped_mid_write $(( rc != 143 || $(ls -a "$tmp/stop" | grep -vc '^\.\.\?$') != 1 ||
     $([ "$size" = 1200x900 ]; echo $?) )) "status $rc; left in the folder: $(ls "$tmp/stop" | tr '\n' ' ')($size)"
+# the same stop once the PNG is in place, before its line (held there by a test hook): the line said,
+# the status the stop's (the signal's default action ended plot there without a word)
+FRAMECHAIN_TEST_FINISHED_DELAY_MS=5000 "$FC" plot "$tmp/b" --out "$tmp/stop/late.png" > "$tmp/late.log" 2>&1 &
+pid=$!
+wait_until 60 $pid grep -q '^test hook: the output in place held' "$tmp/late.log"
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc = 143 ] && [ "$(png_size "$tmp/stop/late.png" 2> /dev/null)" = 1200x900 ] &&
+    grep -q "^plot: wrote $tmp/stop/late.png (1200 x 900)$" "$tmp/late.log"
+expect plot_stopped_after_rename_says_wrote $? "status $rc: $(tail -1 "$tmp/late.log")"
 
 # ---- a run still writing: its unfinished last line (no newline yet) is left out with a warning ----
 mkdir -p "$tmp/live"
