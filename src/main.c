@@ -1,6 +1,8 @@
 // main.c: the command line. framechain [--threads N] [--device D] <command> [options]
 // The global options, --help and --version, then the command (src/cmd_*.c) from the table.
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -94,9 +96,24 @@ static void check_stack_limit(void) {
            (double)MIN_STACK_BYTES / 1024, (double)MIN_STACK_BYTES / 1024);
 }
 
-// --threads N, or all cores.
+// --threads N, or OMP_NUM_THREADS's count, or all cores.
+#define MAX_THREADS 1024
 static int thread_count(const Opt *threads) {
-    return threads->count ? (int)parse_positive("--threads", threads->value, 1024) : fc_default_threads();
+    if (threads->count) return (int)parse_positive("--threads", threads->value, MAX_THREADS);
+    // the environment's count, held to the same bound (OpenMP's team of 99999 threads crashed at the
+    // first parallel region with no word, and a million planned TiBs of scratch)
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env) {
+        char *end;
+        errno = 0;
+        long n = strtol(env, &end, 10);
+        if (end != env && (errno == ERANGE || n > MAX_THREADS)) {
+            fprintf(stderr, "framechain: OMP_NUM_THREADS asks for more than the %d threads a command may run: give a "
+                    "smaller value, or --threads N\n", MAX_THREADS);
+            exit(1);
+        }
+    }
+    return fc_default_threads();
 }
 
 // Before any library starts (OpenBLAS reserves its buffers in its constructor): an address space

@@ -295,6 +295,8 @@ void fc_set_threads(int n) {
     // active parallel region, and OpenBLAS called from its one thread splits its GEMM over threads
     // the team never gets: the step waits for good. Teams are the size asked for, at most the limit.
     omp_set_dynamic(0);
+    // so is every region under OMP_MAX_ACTIVE_LEVELS=0, which hung the first GEMM of 2 threads
+    if (omp_get_max_active_levels() < 1) omp_set_max_active_levels(1);
     if (n > omp_get_thread_limit()) n = g_threads = omp_get_thread_limit();
     omp_set_num_threads(n);
 #endif

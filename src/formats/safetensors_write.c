@@ -239,10 +239,12 @@ static int place_temp(const char *tmp, const char *path, int place, char *err, s
         unlink(tmp);
         return -1;
     }
-    // make the rename itself durable (a failure here leaves the new file in place: the caller decides)
+    // make the rename itself durable (a failure here leaves the new file in place: the caller decides);
+    // a folder this process may write into but not read (mode 0300) cannot be opened to sync: left as
+    // it is, as every other output's folder is (the file was in place and the command said it failed)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
-    if (folder_fsync_fails(path) || fc_fsync_dir(dirname(dir))) {
+    if (folder_fsync_fails(path) || (fc_fsync_dir(dirname(dir)) && errno != EACCES && errno != EPERM)) {
         fail_errno(err, errlen, path, "fsync of the folder failed");
         return -1;
     }
