@@ -149,7 +149,14 @@ static void remove_what_a_refused_start_made(void) {
     int ours = made_metrics[0] && !stat(made_metrics, &st) && S_ISREG(st.st_mode) && st.st_size == 0 &&
                st.st_dev == made_metrics_id.st_dev && st.st_ino == made_metrics_id.st_ino;
     if (ours && !scan_folder(metrics_run, &checkpoint, &other) && !checkpoint) unlink(made_metrics);
-    if (!made_state || scan_folder(made_run, &checkpoint, &other) || other) return;
+    if (!made_state) return;
+    // a folder made unreadable to its maker (umask 777: its lock could not be made either) is still
+    // taken back where it is empty: rmdir removes nothing else
+    if (scan_folder(made_run, &checkpoint, &other)) {
+        if (made_state == 1 && errno == EACCES) fc_rmdir_made(made_run, made_top);
+        return;
+    }
+    if (other) return;
     if (made_state == 2) {
         char lock[4200];
         size_t n = strlen(made_run);

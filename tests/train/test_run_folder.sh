@@ -175,3 +175,19 @@ rc=$?
 kept=$(stat -c '%a' "$tmp/umask/run/metrics.jsonl")
 expect train_modes_follow_umask $([ "$modes" = "775 664 664 664 " ] && [ $rc = 0 ] && [ "$kept" = 600 ]; echo $?) \
     "under umask 002: folder, .lock, metrics.jsonl, checkpoint $modes(want 775 664 664 664); metrics.jsonl after a resume: $kept (chmod 600 before it), status $rc"
+# a umask that leaves its owner no access (777): the lock cannot be made, and the folder train made is
+# taken back (it was left, mode 000, and every later train refused it: "cannot list its checkpoints").
+# As nobody when the suite runs as root, which reads any folder.
+as_user=()
+[ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+mkdir -m 777 "$tmp/umask7" && chmod 711 "$tmp"
+(umask 777; exec ${as_user[@]+"${as_user[@]}"} "$FC" --threads 1 train --config "$TINY" --run "$tmp/umask7/run" \
+    --steps 2) > "$tmp/umask7.out" 2> "$tmp/umask7.err"
+rc=$?
+if [ $rc = 126 ] || [ $rc = 127 ]; then
+    echo "SKIP train_umask_777_leaves_no_folder: cannot run as another user than root: $(tail -1 "$tmp/umask7.err")"
+else
+    expect train_umask_777_leaves_no_folder $(( rc != 1 || $(wc -l < "$tmp/umask7.err") != 1 ||
+        $(grep -c "umask7/run/.lock: cannot open the run's lock file: Permission denied" "$tmp/umask7.err") != 1 ||
+        $(ls -A "$tmp/umask7" | wc -l) != 0 )) "status $rc: $(head -c 200 "$tmp/umask7.err"); left: $(ls -A "$tmp/umask7" | tr '\n' ' ')"
+fi
