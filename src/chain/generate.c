@@ -131,6 +131,15 @@ int generate_check_output(const char *out_arg, const char *input, const char *va
                        strrchr(out, '.'));
     struct stat sd, so, si, sp;
     if (fc_check_output_folder(out, out, dir, PATH_LEN, &sd, err, errlen)) return -1;
+    // a umask that takes its owner's own access (477, 777) makes a temporary video this process cannot
+    // read back (the MP4's faststart, the fsync) or a folder of frames it cannot write into: said now,
+    // not after the sampling (root reads and writes whatever the modes)
+    mode_t mask = umask(0);
+    umask(mask);
+    if ((mask & 0700) && geteuid() != 0)
+        return fc_errf(err, errlen, "%s: the umask %04o takes from its owner the access generate needs to its own "
+                       "output (the video read back, the frames written into their folder): set a umask such as 022 "
+                       "or 077", out, (unsigned)mask);
     remove_leftovers(out);  // first: an output a cut-off generate had moved aside is back before the checks
     if (stat(out, &so)) {
         if (errno != ENOENT) return fc_errf(err, errlen, "%s: %s", out, strerror(errno));

@@ -588,6 +588,19 @@ if [ $as_user_runs = 1 ]; then
     done
     [ "$(ls -A "$tmp/ro" | grep -vc '^v[02]00\.mp4$\|^v[02]00\.mkv$\|^frames$')" = 0 ]
     expect generate_overwrite_keeps_mode_nothing_beside $? "left: $(ls -A "$tmp/ro" | tr '\n' ' ')"
+    # a umask that takes the owner's own access (477: a video it cannot read back, a folder of frames it
+    # cannot write into) failed after all the sampling: refused before it, nothing written
+    mkdir -m 777 "$tmp/ro/um"
+    bad=""
+    for o in um.mp4 um.gif um_frames; do
+        (umask 477; exec ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" \
+            --frames 9 --steps 1 --out "$tmp/ro/um/$o") > "$tmp/out" 2> "$tmp/err"
+        rc=$?
+        [ $rc = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && ! grep -q "frames of" "$tmp/out" &&
+            grep -q "um/$o: the umask 0477 takes from its owner the access generate needs" "$tmp/err" || bad+="$o: status $rc, $(head -c 160 "$tmp/err"); "
+    done
+    [ -z "$bad" ] && [ "$(ls -A "$tmp/ro/um" | wc -l)" = 0 ]
+    expect generate_refuses_umask_without_owner_access $? "${bad:-refused before sampling, one line each}; left: $(ls -A "$tmp/ro/um" | tr '\n' ' ')"
 fi
 chmod -R u+w "$tmp/ro" 2> /dev/null
 rm -rf "$tmp/ro"
