@@ -65,14 +65,14 @@ rc=$?
 expect omp_thread_limit_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/limit/metrics.jsonl" 2> /dev/null) != 1 )) \
     "status $rc (124: it hung): $(tail -1 "$tmp/limit.log" | cut -c1-80)"
 # OMP_MAX_ACTIVE_LEVELS=0 makes every team inactive, the same wait for good (SIGTERM did not end it)
-OMP_MAX_ACTIVE_LEVELS=0 timeout -k 5 120 "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 \
-    --run "$tmp/levels" --steps 2 > "$tmp/levels.log" 2>&1
+(OMP_MAX_ACTIVE_LEVELS=0 timeout -k 5 120 "$FC" --threads 2 train --config "$TINY" --set warmup_steps=1 \
+    --run "$tmp/levels" --steps 2) > "$tmp/levels.log" 2>&1
 rc=$?
 expect omp_max_active_levels_trains $(( rc != 0 || $(grep -c '"step":2' "$tmp/levels/metrics.jsonl" 2> /dev/null) != 1 )) \
     "status $rc (124 or 137: it hung): $(tail -1 "$tmp/levels.log" | cut -c1-80)"
 # OMP_NUM_THREADS over the 1024 threads --threads takes: one line, status 1, no run folder (99999 threads
 # crashed with SIGSEGV at the first parallel region, the folder left holding its lock); --threads decides
-OMP_NUM_THREADS=99999 timeout -k 5 120 "$FC" train --config "$TINY" --run "$tmp/omp_many" --steps 2 > "$tmp/omp_many.out" \
+(OMP_NUM_THREADS=99999 timeout -k 5 120 "$FC" train --config "$TINY" --run "$tmp/omp_many" --steps 2) > "$tmp/omp_many.out" \
     2> "$tmp/omp_many.err"
 rc=$?
 OMP_NUM_THREADS=99999 timeout -k 5 120 "$FC" --threads 1 train --config "$TINY" --set warmup_steps=1 \
