@@ -9,11 +9,7 @@ PYTHON=${PYTHON:-python3}
 TINY=configs/tiny/starter.conf
 SETS=(--set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
 # Run framechain itself (not a shell function around it) in the background: the signals must reach it.
-train() {  # train RUN [extra args...]
-    local run=$1
-    shift
-    exec "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
-}
+. "$(dirname "$0")/train_lib.sh"  # train RUN ..., bg_train LOG RUN ...
 fork() {  # fork PARENT RUN [extra args...]
     local parent=$1 run=$2
     shift 2

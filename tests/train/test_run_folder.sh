@@ -6,17 +6,7 @@ set -u
 . "$(dirname "$0")/../lib.sh"
 TINY=configs/tiny/starter.conf
 SETS=(--set steps=60 --set checkpoint_every=4 --set keep_checkpoints=3 --set warmup_steps=5 --set lr=1e-3)
-# Run framechain itself (not a shell function around it) in the background: the signals must reach it.
-train() {  # train RUN [extra args...]
-    local run=$1
-    shift
-    exec "$FC" --threads 1 train --config "$TINY" --run "$run" "${SETS[@]}" "$@"
-}
-bg_train() {  # bg_train LOG RUN [extra args...]: start in the background, $! is framechain's pid
-    local log=$1
-    shift
-    (train "$@") > "$log" 2>&1 &
-}
+. "$(dirname "$0")/train_lib.sh"  # train RUN ..., bg_train LOG RUN ...
 
 # ---- one trainer per run folder ----
 # (the second started once the first has written a checkpoint, of another steps: the lock is said, not
