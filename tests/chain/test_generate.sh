@@ -679,6 +679,21 @@ else
     fail generate_memory_bounded "held '${held}'; peak RSS '$kb200' KB at 200 frames, '$kb2400' KB at 2400: $(grep memory "$tmp/mem.log")"
 fi
 rm -f "$tmp"/mem*.mkv
+# the header counts what an MP4 or an AVI keeps a frame in its index until it closes (Matroska, whose
+# index holds only keyframes, none: the line above); each stopped by SIGINT once it has said it
+index_line() {  # index_line EXT: the memory line of a generate of 100000 frames into a video of EXT
+    (exec "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 100000 --steps 1 \
+        --out "$tmp/idx.$1" --quiet) > "$tmp/idx.log" 2>&1 &
+    local pid=$!
+    wait_until 60 $pid grep -q "memory:" "$tmp/idx.log"
+    kill -INT $pid 2> /dev/null
+    wait $pid
+    grep "memory:" "$tmp/idx.log"
+}
+idx_mp4=$(index_line mp4 | grep -c ", 8.0 MB for the video's index (about 80 bytes a frame, held until it closes)$")
+idx_avi=$(index_line avi | grep -c ", 2.4 MB for the video's index (about 24 bytes a frame, held until it closes)$")
+(( idx_mp4 == 1 && idx_avi == 1 && $(grep -c "video's index" "$tmp/mem.log") == 0 ))
+expect generate_memory_counts_video_index $? "100000 frames: MP4 $idx_mp4, AVI $idx_avi index lines; MKV $(grep -c "video's index" "$tmp/mem.log")"
 
 # Streaming changes no frame: the PNGs are those of the chain holding every frame to the end, as
 # generate did before (FRAMECHAIN_TEST_HOLD_ALL_FRAMES=1)

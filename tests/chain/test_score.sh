@@ -75,6 +75,7 @@ rng.shuffle(order)
 folder("shuffled", [frames[i] for i in order])
 folder("white", [b"\xff" * (n * n * 3)] * F)
 folder("strobe", [(b"\xff" if i % 2 else b"\0") * (n * n * 3) for i in range(F)])  # black and white in turn
+folder("ramp", [bytes([10 * i]) * (n * n * 3) for i in range(F)])  # every pixel 10 brighter a frame
 PY
 BAD=(--input "$tmp/bad/noise-0" --input "$tmp/bad/noise-1" --input "$tmp/bad/noise-2" --input "$tmp/bad/noise-3"
      --input "$tmp/bad/frozen" --input "$tmp/bad/shuffled")
@@ -272,6 +273,12 @@ fc prepare --input "$tmp/bad/strobe" --out "$tmp/strobe" --size 32 --clip-frames
 fc score --run "$run" --data "$tmp/strobe" --out "$tmp/strobe.tsv" > /dev/null 2>&1
 row=$(sed -n 2p "$tmp/strobe.tsv" 2> /dev/null | cut -f7-)
 expect score_strobe_unordered $([ "$row" = "$(printf '255.0000\tinf\tunordered')" ]; echo $?) "motion, order, note: '$row'"
+# a steady change, 10 a frame: motion 10 (the mean change between neighbours), order 10 / 40 (their
+# change over the mean change 4 frames apart), no note
+fc prepare --input "$tmp/bad/ramp" --out "$tmp/ramp" --size 32 --clip-frames 16 > /dev/null 2>&1
+fc score --run "$run" --data "$tmp/ramp" --out "$tmp/ramp.tsv" > /dev/null 2>&1
+row=$(sed -n 2p "$tmp/ramp.tsv" 2> /dev/null | cut -f7-)
+expect score_ramp_motion_and_order $([ "$row" = "$(printf '10.0000\t0.2500\t')" ]; echo $?) "motion, order, note: '$row'"
 
 # ---- refusals: another frame size, a plan one frame longer than the clips, an existing --out ----
 fc prepare --input "$tmp/bad/white" --out "$tmp/small" --size 16 --clip-frames 16 > /dev/null 2>&1

@@ -197,6 +197,10 @@ expect config_unknown_key 1 "typo.conf:2: unknown key 'widht'" "$FC" train --con
 expect config_not_a_number 1 "nan.conf:1: width = sixty: not an integer" "$FC" inspect --config "$tmp/nan.conf"
 expect config_bad_combination 1 "frame_size 30 is not a multiple of patch 4" "$FC" inspect --config "$tmp/odd.conf"
 expect config_plan_without_target 1 "the plan has no target slot" "$FC" inspect --config "$tmp/notarget.conf"
+# a cosine schedule that would end inside the warmup (the rate dropped from its peak to its floor the
+# step after the warmup)
+expect config_schedule_end_before_warmup 1 "schedule_end 5 is before the end of warmup_steps 10" "$FC" inspect \
+    --config configs/tiny/starter.conf --set warmup_steps=10 --set schedule_end=5
 expect config_empty 1 "empty.conf: sets no key" "$FC" train --config "$tmp/empty.conf" --run "$tmp/r"
 expect config_without_role 1 "norole.conf: has no role = starter | extrapolate | interpolate" "$FC" inspect \
     --config "$tmp/norole.conf"

@@ -520,6 +520,15 @@ static void test_latent_nonfinite(const char *dir) {
     int checked = bytes ? shard_check_bytes(bytes, len, why, sizeof why) : 0;
     check(checked && one_line(why) && strstr(why, "frame 4: holds inf or NaN"), "latent_shard_check_nonfinite", "%s",
           why);
+    free(bytes);
+    // and the NaN of clip 3, the very first value of its unit (a check from the second value on passed it)
+    dataset_clip_location(d, 3, &loc);
+    snprintf(path, sizeof path, "%s/%s", dir, loc.shard);
+    why[0] = 0;
+    bytes = test_read_file(path, &len);
+    checked = bytes ? shard_check_bytes(bytes, len, why, sizeof why) : 0;
+    check(checked && one_line(why) && strstr(why, "frame 0 (mirrored): holds inf or NaN"),
+          "latent_shard_check_nonfinite_first_value", "%s", why);
     free(bytes), free(out), free(all);
     dataset_close(d);
 }

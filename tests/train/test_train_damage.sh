@@ -149,7 +149,7 @@ edit_then_resume() {
     cmp -s "$D/ref/$ck4" "$D/$1/$ck4"
     same=$?
 }
-for k in m_nan code_nan v_neg; do
+for k in m_nan code_nan v_neg mabs_neg_last w_nan_last; do
     fresh "$k"
     case $k in
         m_nan) edit="T=[[a,d,s,struct.pack('<f',float('nan'))*(len(by)//4) if a=='optim.patch_embed.weight.m' else by] for a,d,s,by in T]"
@@ -158,6 +158,12 @@ for k in m_nan code_nan v_neg; do
             want="tensor optim.code_signed holds NaN values: the optimizer state is unusable; renamed to" ;;
         v_neg) edit="T=[[a,d,s,struct.pack('<f',-1.0)+by[4:] if a=='optim.patch_embed.bias.v' else by] for a,d,s,by in T]"
             want="tensor optim.patch_embed.bias.v holds negative values: the optimizer state is unusable; renamed to" ;;
+        # a block maximum of the first moments, the last value of its tensor (read last: a check that
+        # stopped a value short passed it), then the weights' last value
+        mabs_neg_last) edit="T=[[a,d,s,by[:-4]+struct.pack('<f',-1.0) if a=='optim.t_embed.mlp.0.weight.m_absmax' else by] for a,d,s,by in T]"
+            want="tensor optim.t_embed.mlp.0.weight.m_absmax holds negative values: the optimizer state is unusable; renamed to" ;;
+        w_nan_last) edit="T=[[a,d,s,by[:-4]+struct.pack('<f',float('nan')) if a=='model.final.linear.bias' else by] for a,d,s,by in T]"
+            want="tensor model.final.linear.bias holds NaN values: the weights are unusable; renamed to" ;;
     esac
     edit_then_resume "$k" "$edit"
     expect "optimizer_state_${k}_set_aside" $(( rc != 0 || same != 0 || $(grep -c "$want" "$tmp/$k.log") != 1 ||
@@ -291,6 +297,17 @@ rc=$?
 expect later_revision_refused $(( rc != 1 || $(grep -c "$ck4: written by a later framechain (revision 2; this one knows up to 1)" "$tmp/laterrev.log") != 1 ||
     $(ls "$D/laterrev" | grep -c unusable) != 0 || $(grep -c '^revision  *1$' "$tmp/rev.inspect") != 1 )) \
     "status $rc, $(grep -m1 -o "written by a later.*" "$tmp/laterrev.log" | cut -c1-100); inspect: $(grep -m1 '^revision' "$tmp/rev.inspect")"
+
+# 8-bit moments in blocks of another size than this build's (a build with another ADAM8_BLOCK): their
+# block maxima would be read as the wrong blocks' (a tensor within one block either way loads shape for
+# shape): refused by name, not set aside
+fresh blocks
+stedit "$D/blocks/$ck4" crc "T=[[a,d,s,struct.pack('<i',128) if a=='optim.block_size' else by] for a,d,s,by in T]"
+short "$D/blocks" > "$tmp/blocks.log" 2>&1
+rc=$?
+expect other_block_size_refused $(( rc != 1 || $(grep -c "$ck4: 8-bit blocks of 128; this framechain uses 256" "$tmp/blocks.log") != 1 ||
+    $(ls "$D/blocks" | grep -c unusable) != 0 )) \
+    "status $rc, $(grep -m1 -o "8-bit blocks.*" "$tmp/blocks.log" | cut -c1-100); $(ls "$D/blocks" | grep -c unusable) set aside"
 
 # inspect of an earlier build's checkpoint names the keys its config does not set (added since) and
 # the defaults a resume or generation takes for them
