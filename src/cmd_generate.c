@@ -173,8 +173,16 @@ static void print_memory_plan(const GenerateRequest *g, const ChainModels *cm, c
     format_bytes(frames_mb, sizeof frames_mb, (double)held * cm->channels * S * S * sizeof(real));
     format_bytes(weights_mb, sizeof weights_mb, weights);
     format_bytes(plan_mb, sizeof plan_mb, planned);
+    // a video's container keeps its index in memory until it closes: a long video's share grows with it
+    int index_bytes = video_index_bytes_per_frame(g->out);
+    char index_mb[32], index_text[160] = "";
+    if (index_bytes) {
+        format_bytes(index_mb, sizeof index_mb, (double)index_bytes * g->frames);
+        snprintf(index_text, sizeof index_text, ", %s for the video's index (about %d bytes a frame, held until it "
+                 "closes)", index_mb, index_bytes);
+    }
     printf("generate: memory: at most %d of the %d frames held at once (%s of %dx%d frames), %s of model weights, "
-           "%s for the plan\n", held, g->frames, frames_mb, S, S, weights_mb, plan_mb);
+           "%s for the plan%s\n", held, g->frames, frames_mb, S, S, weights_mb, plan_mb, index_text);
     if (ae) {
         int P = S * autoencoder_factor(ae);
         char ae_mb[32], scratch_mb[32];

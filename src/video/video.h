@@ -117,6 +117,10 @@ typedef struct VideoWriter VideoWriter;
 // NULL with one line in err on failure.
 VideoWriter *video_writer_open(const char *path, int width, int height, double fps, const char *comment, char *err,
                                size_t errlen);
+// The memory the container's index takes a frame until the file closes (MP4 and MOV keep an entry a
+// frame, AVI a smaller one; Matroska indexes only keyframes, GIF nothing): bytes, as measured with
+// FFmpeg 5.1 over 40000 frames (78 and 20), rounded up. 0 for a path not a video's.
+int video_index_bytes_per_frame(const char *path);
 // The encoder's name ("libx264", "mpeg4", "gif").
 const char *video_writer_codec(const VideoWriter *w);
 // Add one frame (width*height*3 bytes). 0, or -1 with one line in err; after an error every later

@@ -51,6 +51,7 @@ VideoWriter *video_writer_open(const char *path, int width, int height, double f
     fc_errf(err, errlen, "%s: %s", path, NO_FFMPEG);
     return NULL;
 }
+int video_index_bytes_per_frame(const char *path) { return 0; }
 const char *video_writer_codec(const VideoWriter *w) { return "none"; }
 int video_writer_add(VideoWriter *w, const uint8_t *rgb, char *err, size_t errlen) {
     return fc_errf(err, errlen, "%s", NO_FFMPEG);

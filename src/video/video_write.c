@@ -215,6 +215,11 @@ static OutputKind output_kind(const char *ext) {
     return k;
 }
 
+int video_index_bytes_per_frame(const char *path) {
+    OutputKind k = output_kind(path_ext(path));
+    return k.mp4 ? 80 : k.avi ? 24 : 0;
+}
+
 // The request, checked before anything is made: a path with a known extension, a frame size and
 // a frame rate in range. 0 with its kind, or -1 with why.
 static int writer_check_request(const char *path, int width, int height, double fps, OutputKind *kind, char *err,
