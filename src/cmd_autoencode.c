@@ -97,6 +97,7 @@ int cmd_autoencode(int argc, char **argv, const Backend *be) {
     // says it
     if (S % autoencoder_factor(ae))
         usage_error("--size %d: %s takes sides that are multiples of %d", S, vae, autoencoder_factor(ae));
+    if (autoencoder_check_address_space(ae, vae, S, "--size", err, sizeof err)) fc_die("%s", err);
     size_t E = (size_t)3 * S * S;
     int L = autoencoder_latent_channels(ae), h = S / autoencoder_factor(ae);
     real *frame = fc_malloc(sizeof(real) * E), *latent = fc_malloc(sizeof(real) * L * h * h),

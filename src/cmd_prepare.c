@@ -92,6 +92,7 @@ int cmd_prepare(int argc, char **argv, const Backend *be) {
         autoencoder_set_scaling(o.ae, scale, shift);
         if (o.size % autoencoder_factor(o.ae))
             usage_error("--size %d: %s takes sides that are multiples of %d", o.size, o.vae, autoencoder_factor(o.ae));
+        if (autoencoder_check_address_space(o.ae, o.vae, o.size, "--size", err, sizeof err)) fc_die("%s", err);
     } else if (opt(opts, "--vae-scale")->count || opt(opts, "--vae-shift")->count)
         usage_error("--vae-scale and --vae-shift go with --vae");
     int rc = prepare_run(&o);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/address_space.h"
 #include "base/half.h"
 #include "base/sha256.h"
 #include "base/paths.h"
@@ -370,6 +371,20 @@ double autoencoder_scratch_bytes(const Autoencoder *ae, int H, int W) {
     double n = (double)(H / ae->factor) * (W / ae->factor);             // the mid block's tokens
     double need = conv > sizeof(real) * n * n ? conv : sizeof(real) * n * n;
     return need < tile ? need : tile;
+}
+
+int autoencoder_check_address_space(const Autoencoder *ae, const char *path, int P, const char *lower, char *err,
+                                    size_t errlen) {
+    if (strcmp(ae->be->name, "cpu")) return 0;
+    const double GiB = 1073741824.0;
+    double own = autoencoder_memory_bytes(ae, 1, P, P) + autoencoder_scratch_bytes(ae, P, P), limit, used;
+    double need = own + fc_address_space_to_come(fc_threads());
+    const char *ulimit;
+    if (fc_address_space_room(need, &limit, &used, &ulimit)) return 0;
+    return fc_errf(err, errlen, "%s: the autoencoder's %.2f GiB for a %dx%d frame and OpenBLAS's buffers for %d thread%s "
+                   "need %.2f GiB more address space, and the limit leaves %.2f GiB: raise it (%s %.0f or more) or "
+                   "lower %s", path, own / GiB, P, P, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB,
+                   (limit - used) / GiB, ulimit, fc_address_space_advice_kib(used + need), lower);
 }
 
 int autoencoder_encode(Autoencoder *ae, const real *frames, int B, int H, int W, real *latents, char *err,

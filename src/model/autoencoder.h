@@ -45,6 +45,12 @@ double autoencoder_memory_bytes(const Autoencoder *ae, int B, int H, int W);
 // chunk of the mid-block attention's scores, each at most the backend's tile (conv_tile_bytes: 32 MiB
 // on the CPU, 64 MiB on CUDA) and at most what the whole frame needs.
 double autoencoder_scratch_bytes(const Autoencoder *ae, int H, int W);
+// Whether a pass of one P x P frame fits the address-space limit (ulimit -v, -d) on the CPU, with the
+// OpenBLAS buffers its threads have yet to take (address_space.h: a thread that cannot take one at its
+// first GEMM spins for ever, deaf to SIGTERM): 0, or -1 with one line naming path, the figures and
+// `lower` (what the command can lower, e.g. "--size"). Always 0 on a GPU, whose passes are its own.
+int autoencoder_check_address_space(const Autoencoder *ae, const char *path, int P, const char *lower, char *err,
+                                    size_t errlen);
 // "TAESD: 4 latent channels, 8x, encoder and decoder, width 64, 1.22 M parameters"
 const char *autoencoder_describe(const Autoencoder *ae);
 // The latents are (the encoder's mean - shift) * scale: the factors the diffusion models of the family

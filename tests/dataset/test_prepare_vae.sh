@@ -138,8 +138,11 @@ wait $pid
 rc=$?
 [ $rc = 1 ] && grep -q "v.safetensors: the file changed since its weights were read" "$tmp/swap.err" && [ ! -e "$tmp/none/dataset.json" ]
 expect prepare_vae_file_replaced_while_loaded $? "status $rc: $(tail -1 "$tmp/swap.err" | cut -c1-200)"
-# out of memory in an encoder pass (512x512 frames through the AutoencoderKL under ulimit -v): the
-# command ends by fc_die, which left autoencode's partial --out and prepare's new folder with its lock
+# an address space too small for an encoder pass (512x512 frames through the AutoencoderKL under ulimit
+# -v): refused before the first frame, in one line with the limit to give (it ran out of host memory in
+# the pass, whose fc_die had left autoencode's partial --out and prepare's new folder with its lock); on
+# 2 threads where a thread's first GEMM found no room for OpenBLAS's buffer (the tiny autoencoder at
+# 256x256 under 800000 KiB) it had spun for ever, deaf to SIGTERM
 if (ulimit -v 4000000; "$FC" --version) 2>&1 | grep -q AddressSanitizer; then
     echo "SKIP vae_out_of_memory_leaves_nothing: the sanitizers' shadow memory does not run under ulimit -v"
 else
@@ -150,9 +153,14 @@ else
     (ulimit -v 700000; exec "$FC" --threads 1 prepare --vae "$dir/kl.safetensors" --input "$tmp/short.mkv" --size 512 \
         --clip-frames 2 --out "$tmp/oom_prep/data") > /dev/null 2> "$tmp/oom_prep.err"
     rc2=$?
-    [ $rc = 1 ] && [ $rc2 = 1 ] && grep -q "out of host memory" "$tmp/oom_ae.err" && grep -q "out of host memory" "$tmp/oom_prep.err" &&
+    (ulimit -v 800000; exec timeout -k 5 120 "$FC" --threads 2 autoencode --vae "$dir/taesd.safetensors" \
+        --input "$tmp/short.mkv" --size 256 --frames 2 --out "$tmp/oom_ae/two.mp4") > /dev/null 2> "$tmp/oom_two.err"
+    rc3=$?
+    want="safetensors: the autoencoder's [0-9.]* GiB for a [0-9]*x[0-9]* frame and OpenBLAS's buffers for [12] threads\? need [0-9.]* GiB more address space, and the limit leaves [0-9.]* GiB: raise it (ulimit -v [0-9]* or more) or lower --size$"
+    [ $rc = 1 ] && [ $rc2 = 1 ] && [ $rc3 = 1 ] && grep -q "$want" "$tmp/oom_ae.err" && grep -q "$want" "$tmp/oom_prep.err" &&
+        grep -q "$want" "$tmp/oom_two.err" && [ "$(cat "$tmp/oom_ae.err" "$tmp/oom_prep.err" "$tmp/oom_two.err" | wc -l)" = 3 ] &&
         [ -z "$(ls -A "$tmp/oom_ae")" ] && [ ! -e "$tmp/oom_prep" ]
-    expect vae_out_of_memory_leaves_nothing $? "status $rc and $rc2 ($(tail -1 "$tmp/oom_ae.err" | cut -c1-80)); left: $(ls -A "$tmp/oom_ae" | tr '\n' ' ')$(ls -A "$tmp/oom_prep" 2> /dev/null | tr '\n' ' ')"
+    expect vae_out_of_memory_leaves_nothing $? "status $rc, $rc2 and $rc3 (124 or 137: it hung; $(tail -1 "$tmp/oom_two.err" | cut -c1-160)); left: $(ls -A "$tmp/oom_ae" | tr '\n' ' ')$(ls -A "$tmp/oom_prep" 2> /dev/null | tr '\n' ' ')"
 fi
 refused prepare_vae_refuses_missing 1 "no-such.safetensors" \
     "$FC" prepare --vae "$tmp/no-such.safetensors" --input "$tmp/short.mkv" --out "$tmp/none" --size 64 --clip-frames 8
