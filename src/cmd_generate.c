@@ -305,7 +305,10 @@ int cmd_generate(int argc, char **argv, const Backend *be) {
     char unseen[512];
     if (chain_noise_aug_unseen(&cm, g.sample.noise_aug, g.given, unseen, sizeof unseen)) fc_warn("%s", unseen);
     Autoencoder *ae = NULL;
-    if (chain_load_autoencoder(&cm, g.vae, "generate", be, &ae, err, sizeof err)) {
+    if (chain_load_autoencoder(&cm, g.vae, "generate", be, &ae, err, sizeof err) ||
+        (ae && autoencoder_check_address_space(ae, g.vae, cm.size * autoencoder_factor(ae), "--threads", err,
+                                               sizeof err))) {
+        free_autoencoder(ae);
         fprintf(stderr, "framechain: %s\n", err);
         chain_free(&plan);
         chain_models_free(&cm);
