@@ -7,6 +7,12 @@ tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 SAMPLES=/usr/share/doc/opencv-doc/examples/data
 
+# as_user: the command prefix that runs a command as another user than root (nobody), for the tests of
+# permissions, which root passes whatever the modes: ${as_user[@]+"${as_user[@]}"} CMD... (empty when the
+# suite does not run as root: CMD runs as the suite's own user)
+as_user=()
+[ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+
 pass() { echo "PASS $1: $2"; }
 fail() { echo "FAIL $1: $2"; }
 expect() {  # expect NAME STATUS MESSAGE: PASS when STATUS is 0, else FAIL

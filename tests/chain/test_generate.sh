@@ -546,8 +546,6 @@ rm -rf "$tmp/mnt"
 # A folder of frames its owner cannot write (chmod a-w): once the new frames had its name, the old ones could
 # not be removed and were left beside it under the temporary name. Refused before sampling, the folder as it
 # was and nothing beside it. (As a user: root writes anyway; as nobody when the suite runs as root.)
-as_user=()
-[ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 mkdir -m 777 "$tmp/ro" && chmod 711 "$tmp"
 as_user_runs=0  # whether that user can run the program at all (its path may be closed to nobody)
 if ! ${as_user[@]+"${as_user[@]}"} "$FC" generate "${RUNS[@]}" --first-frame "$tmp/first.png" --frames 7 --steps 1 \
