@@ -114,7 +114,7 @@ int cmd_score(int argc, char **argv, const Backend *be) {
     int k = ex && !refused ? top_clips(top, scored) : 0;
     if (ex && !refused) {
         int *clips = malloc(sizeof(int) * (k ? k : 1));
-        if (!clips) fc_die("score: out of host memory");
+        if (!clips) FC_OUT_OF_MEMORY("the exclude list's clips");
         for (int i = 0; i < k; i++) clips[i] = s[i].clip;  // sorted: the scored clips come first
         text[1] = exclude_list_text(d, clips, k, &len[1], err, sizeof err);
         free(clips);

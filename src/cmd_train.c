@@ -232,8 +232,14 @@ int cmd_train(int argc, char **argv, const Backend *be) {
     Config c = train_config(opts, from ? &parent : NULL, &cut_warmup);
     const char *data = opt(opts, "--data")->count ? opt(opts, "--data")->value : NULL;
     c.dataset = data ? DATA_SHARDS : DATA_SHAPES;  // so a checkpoint made on other data is refused
-    if (c.exclude[0] && !data) usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)",
-                                           c.exclude);
+    if (c.exclude[0] && !data) {
+        // a value on the command line is a bad command line (status 2); one in a file, the file's (status 1)
+        if (set_value(opts, "exclude"))
+            usage_error("exclude = %s: an exclude list needs --data (it names clips of a dataset)", c.exclude);
+        const char *file = opt(opts, "--config")->count ? opt(opts, "--config")->value : from;
+        fc_die("%s: exclude = %s: an exclude list needs --data (it names clips of a dataset)",
+               file ? FC_ESCAPED(file) : "the config", c.exclude);
+    }
     // the list read before the run's data identity records its CRC32 (an unreadable one would be told as
     // other data than the run's)
     if (c.exclude[0] && exclude_list_check_file(c.exclude, err, sizeof err)) fc_die("exclude = %s", err);

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "base/address_space.h"
+#include "base/thread_start.h"
 #include "base/common.h"
 #include "base/commit.h"
 #include "backend/registry.h"
@@ -166,6 +167,9 @@ int main(int argc, char **argv) {
     CommandFn run = COMMANDS[ci].run;
     fc_set_threads(threads);
     cli_set_command(cmd);
+    // libgomp starts its team at the first parallel region, and where a thread cannot start it ends the
+    // process naming no limit: tried here, before the command makes anything
+    if (!asks_help) fc_threads_start_check(fc_threads());
     cli_set_device(device);
     // Training started by mpirun (or srun) is one rank of several (dist.h); each rank takes a GPU of
     // its machine by its local rank.

@@ -13,7 +13,8 @@
 
 #define MiB 1048576.0
 // What a small run takes beside OpenBLAS's buffers (the tiny config: 25-56 MiB, measured by bisecting
-// ulimit -v, and more where threads start in another order), and each thread's stack and malloc arena.
+// ulimit -v, and more where threads start in another order), and each thread's stack and malloc arena
+// at least (a thread's larger stack counts as its size: big_stacks).
 #define RUN_MARGIN (128 * MiB)
 #define THREAD_MARGIN (8 * MiB)
 
@@ -38,6 +39,13 @@ static double status_bytes(const char *field) {
     return at ? (double)strtoull(at + strlen(field), NULL, 10) * 1024 : 0;
 }
 
+static const char *env_value(char **envp, const char *name) {
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (!strncmp(*envp, name, n) && (*envp)[n] == '=') return *envp + n + 1;
+    return NULL;
+}
+
 double fc_address_space_advice_kib(double bytes) {
     long mib = (long)(bytes / MiB) + 1 + 16;
     return (double)mib * 1024;
@@ -58,19 +66,72 @@ int fc_address_space_room(double need, double *limit, double *used, const char *
 
 static int start_buffers;  // OpenBLAS's buffers at its start, as the check before it counted them
 
+// The stack each of libgomp's threads maps: OMP_STACKSIZE, else GOMP_STACKSIZE, read as libgomp reads
+// them (a number of KiB, or with a suffix B, K, M or G; spaces around it); else the C library's
+// default for a thread, the stack limit (ulimit -s), or 2 MiB where it is unlimited.
+static double thread_stack;
+static const char *thread_stack_source = "ulimit -s";
+
+static double parse_stack_size(const char *s) {
+    if (!s) return 0;
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s < '0' || *s > '9') return 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s) return 0;
+    for (const char *d = s; d < end; d++)
+        if (*d < '0' || *d > '9') return 0;  // digits only, as libgomp takes them
+    while (*end == ' ' || *end == '\t') end++;
+    double unit = 1024;
+    switch (*end) {
+    case 'b': case 'B': unit = 1, end++; break;
+    case 'k': case 'K': unit = 1024, end++; break;
+    case 'm': case 'M': unit = MiB, end++; break;
+    case 'g': case 'G': unit = 1024 * MiB, end++; break;
+    }
+    while (*end == ' ' || *end == '\t') end++;
+    return *end || v <= 0 ? 0 : v * unit;
+}
+
+static void find_thread_stack(char **envp) {
+    static const char *names[] = {"OMP_STACKSIZE", "GOMP_STACKSIZE"};
+    for (int i = 0; i < 2; i++) {
+        double v = parse_stack_size(env_value(envp, names[i]));
+        if (v > 0) {
+            thread_stack = v, thread_stack_source = names[i];
+            return;
+        }
+    }
+    struct rlimit r;
+    thread_stack = !getrlimit(RLIMIT_STACK, &r) && r.rlim_cur != RLIM_INFINITY ? (double)r.rlim_cur : 2 * MiB;
+    thread_stack_source = "ulimit -s";
+}
+
+// The stacks over the margin: libgomp's threads beside the main one, and where the stack limit sets
+// their size, also the checkpoint writer's (a thread of the C library's default stack)
+static int big_stacks(int threads) {
+    if (thread_stack <= THREAD_MARGIN) return 0;
+    return strcmp(thread_stack_source, "ulimit -s") ? threads - 1 : threads;
+}
+
+const char *fc_thread_stack_clause(char *buf, size_t n) {
+    buf[0] = 0;
+    if (thread_stack > THREAD_MARGIN && n)
+        snprintf(buf, n, " and their stacks of %.0f MiB (%s)", thread_stack / MiB, thread_stack_source);
+    return buf;
+}
+
+double fc_thread_stack_bytes(const char **source) {
+    if (source) *source = thread_stack_source;
+    return thread_stack;
+}
+
 // Measured: a run's threads take OpenBLAS's buffers from its start ones, one more than they are.
 static int buffers_for(int threads, int at_start) { return threads + 1 > at_start ? threads + 1 : at_start; }
 
 double fc_address_space_to_come(int threads) {
     return (buffers_for(threads, start_buffers) - start_buffers) * FC_BLAS_BUFFER_BYTES + RUN_MARGIN +
-           threads * THREAD_MARGIN;
-}
-
-static const char *env_value(char **envp, const char *name) {
-    size_t n = strlen(name);
-    for (; envp && *envp; envp++)
-        if (!strncmp(*envp, name, n) && (*envp)[n] == '=') return *envp + n + 1;
-    return NULL;
+           threads * THREAD_MARGIN + big_stacks(threads) * (thread_stack - THREAD_MARGIN);
 }
 
 static int positive(const char *s) {
@@ -89,6 +150,7 @@ void fc_address_space_check_start(int argc, char **argv, char **envp) {
     if (!blas) blas = positive(env_value(envp, "OMP_NUM_THREADS"));
     if (!blas || blas > procs) blas = procs;
     start_buffers = blas;
+    find_thread_stack(envp);
     // framechain's threads: --threads N among the options before the command, each of which takes a
     // value (main checks them), else fc_default_threads()'s choice
     int threads = 0;
@@ -107,13 +169,18 @@ void fc_address_space_check_start(int argc, char **argv, char **envp) {
     if (fc_address_space_room(need, &limit, &used, &ulimit)) return;
     // fewer threads help only where the run's buffers, not OpenBLAS's start ones, are over the limit
     int fewer = used + start + fc_address_space_to_come(1) <= limit;
-    char line[640];
+    // a stack over the margin is named, and what sets it: it may be what does not fit
+    char stack[160] = "";
+    if (thread_stack > THREAD_MARGIN)
+        snprintf(stack, sizeof stack, ", and each thread's stack is %.0f MiB (%s: a smaller one helps too)",
+                 thread_stack / MiB, thread_stack_source);
+    char line[900];
     int n = snprintf(line, sizeof line,
                      "framechain: the address space is limited to %.0f MiB (%s %.0f); with %d thread%s framechain "
                      "needs at least %.0f MiB, as OpenBLAS reserves 128 MiB a thread and stops responding where it "
-                     "cannot: raise the limit (%s %.0f, or unlimited)%s\n",
-                     limit / MiB, ulimit, limit / 1024, threads, threads == 1 ? "" : "s", (used + need) / MiB, ulimit,
-                     fc_address_space_advice_kib(used + need),
+                     "cannot%s: raise the limit (%s %.0f, or unlimited)%s\n",
+                     limit / MiB, ulimit, limit / 1024, threads, threads == 1 ? "" : "s", (used + need) / MiB, stack,
+                     ulimit, fc_address_space_advice_kib(used + need),
                      fewer ? " or run fewer threads (--threads)"
                            : " or start OpenBLAS with fewer threads (OPENBLAS_NUM_THREADS: at its start it takes "
                              "a buffer for each core)");

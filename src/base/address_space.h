@@ -18,6 +18,12 @@ int fc_address_space_room(double need, double *limit, double *used, const char *
 // What the address space must still take for a run of `threads` threads beside its memory plan: the
 // OpenBLAS buffers its threads will add to those of OpenBLAS's start, and a margin.
 double fc_address_space_to_come(int threads);
+// The stack each OpenMP thread maps, in bytes, and what sets it ("OMP_STACKSIZE", "GOMP_STACKSIZE" or
+// "ulimit -s"), as fc_address_space_check_start found them.
+double fc_thread_stack_bytes(const char **source);
+// " and their stacks of 512 MiB (OMP_STACKSIZE)" where a thread's stack counts for more than the margin
+// fc_address_space_to_come gives a thread, else "": said after "OpenBLAS's buffers for N threads".
+const char *fc_thread_stack_clause(char *buf, size_t n);
 // Before any library's start-up (main.c calls it from .preinit_array, with the process's arguments
 // and environment): where the limit cannot take OpenBLAS's buffers for the threads the command line
 // asks for and a margin for the program, one line on stderr and _exit(1).

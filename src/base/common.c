@@ -249,7 +249,7 @@ void fc_memory_hint(const char *hint) { g_memory_hint = hint; }
 
 // The line of an allocation that failed: what to lower, and the address-space limit where one is set
 // (ulimit -v or -d: memory may be free while the limit is reached)
-static void out_of_memory(const char *what, const char *file, int line) {
+void fc_out_of_memory(const char *what, const char *file, int line) {
     char limit[160] = "";
     double most, used;
     const char *ulimit;
@@ -264,7 +264,7 @@ void *fc_malloc_check(size_t bytes, const char *file, int line) {
     if (!p) {
         char what[64];
         snprintf(what, sizeof what, "%zu bytes", bytes);
-        out_of_memory(what, file, line);
+        fc_out_of_memory(what, file, line);
     }
     return p;
 }
@@ -274,7 +274,7 @@ void *fc_calloc_check(size_t count, size_t size, const char *file, int line) {
     if (!p) {
         char what[64];
         snprintf(what, sizeof what, "%zu x %zu bytes", count, size);
-        out_of_memory(what, file, line);
+        fc_out_of_memory(what, file, line);
     }
     return p;
 }

@@ -94,6 +94,10 @@ int fc_verrf(char *err, size_t errlen, const char *fmt, va_list ap);
 // or --size"); the default names batch_size and the frame size. A static string.
 void fc_memory_hint(const char *hint);
 void *fc_malloc_check(size_t bytes, const char *file, int line);
+// fc_malloc's line for an allocation made another way (realloc, a library's own): what ran out, the
+// hint and the address-space limit where one is set; exit(1).
+void fc_out_of_memory(const char *what, const char *file, int line) __attribute__((noreturn));
+#define FC_OUT_OF_MEMORY(what) fc_out_of_memory((what), __FILE__, __LINE__)
 void *fc_calloc_check(size_t count, size_t size, const char *file, int line);
 #define fc_malloc(bytes) fc_malloc_check((bytes), __FILE__, __LINE__)
 #define fc_calloc(count, size) fc_calloc_check((count), (size), __FILE__, __LINE__)

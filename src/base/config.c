@@ -364,9 +364,13 @@ static int parse_text(Config *c, const char *text, size_t len, const char *origi
     while (pos < len) {
         lineno++;
         const char *start = text + pos;
-        const char *nl = memchr(start, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - start) : len - pos;
-        pos += n + (nl != NULL);
+        // a line ends at LF, CRLF, or a CR alone (an old Mac editor's files, where the first '#' line
+        // would otherwise have taken the whole file as one comment)
+        size_t n = 0;
+        while (n < len - pos && start[n] != '\n' && start[n] != '\r') n++;
+        size_t end = n;
+        if (end < len - pos) end += start[end] == '\r' && end + 1 < len - pos && start[end + 1] == '\n' ? 2 : 1;
+        pos += end;
         if (n > CONFIG_MAX_LINE)
             return fc_errf(err, errlen, "%s:%ld: line longer than %d characters", origin, lineno, CONFIG_MAX_LINE);
         if (memchr(start, 0, n)) return fc_errf(err, errlen, "%s:%ld: NUL byte in the line", origin, lineno);

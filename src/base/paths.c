@@ -379,9 +379,15 @@ int fc_check_output_file(const char *flag, const char *path, int replace, char *
     // points to (/dev/stdout, a latest.png kept pointing at a run's), and a device, FIFO or socket by a file
     if (S_ISLNK(sp.st_mode)) {
         char real[PATH_MAX];
-        if (!realpath(path, real)) {  // its target is not there: what it says, for the user to see
+        if (!realpath(path, real)) {  // no name to resolve to: what the link says, for the user to see
             ssize_t k = readlink(path, real, sizeof real - 1);
             real[k > 0 ? k : 0] = 0;
+            struct stat st;
+            // a target that is there without a name (/dev/stdout on a pipe: /proc/self/fd/1 -> pipe:[N])
+            if (!stat(path, &st))
+                return fc_errf(err, errlen, "%s: is a symbolic link to %s (%s); a file is written only under its own "
+                               "name: give a file name", shown, real, S_ISFIFO(st.st_mode) ? "a pipe"
+                               : S_ISSOCK(st.st_mode) ? "a socket" : "which has no name to resolve to");
             return fc_errf(err, errlen, "%s: is a symbolic link to %s, which does not exist; remove the link or give "
                            "another name", shown, real);
         }

@@ -123,7 +123,7 @@ static void manifest_put(ShardWriter *w, const char *s, size_t n) {
         size_t cap = w->mcap ? w->mcap : 4096;
         while (cap < w->mlen + n + 1) cap *= 2;
         char *m = realloc(w->manifest, cap);
-        if (!m) fc_die("out of host memory for the dataset manifest (%zu bytes)", cap);
+        if (!m) FC_OUT_OF_MEMORY("the dataset manifest");
         w->manifest = m, w->mcap = cap;
     }
     memcpy(w->manifest + w->mlen, s, n);
@@ -132,6 +132,25 @@ static void manifest_put(ShardWriter *w, const char *s, size_t n) {
 }
 
 static void shard_name(int i, char *buf, size_t len) { snprintf(buf, len, "shard-%05d.safetensors", i); }
+
+// A name shard_name makes: "shard-", five digits or more, ".safetensors".
+static int shard_file_name(const char *n) {
+    if (strncmp(n, "shard-", 6)) return 0;
+    size_t digits = strspn(n + 6, "0123456789");
+    return digits >= 5 && !strcmp(n + 6 + digits, ".safetensors");
+}
+
+// Whether the file at path begins as this writer begins a shard: the header's length, then its
+// metadata first with the format first (safetensors_write keeps the order it is given).
+static int written_by_prepare(const char *path) {
+    static const char start[] = "{\"__metadata__\":{\"format\":\"framechain-shard\"";
+    char buf[8 + sizeof start - 1], why[64];
+    int fd = fc_open_regular(path, NULL, why, sizeof why);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    return n == (ssize_t)sizeof buf && !memcmp(buf + 8, start, sizeof start - 1);
+}
 
 // s as valid UTF-8: each byte that does not start a valid sequence becomes U+FFFD. malloc'ed.
 static char *utf8_fixed(const char *s) {
@@ -243,9 +262,16 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
             const char *n = e->d_name;
             int temp = (!strncmp(n, "shard-", 6) && strstr(n, ".safetensors.tmp-")) ||
                        !strncmp(n, "dataset.json.tmp-", 17) || !strncmp(n, "manifest.tsv.tmp-", 17);
-            int orphan = !strncmp(n, "shard-", 6) && strlen(n) > 18 && !strcmp(n + strlen(n) - 12, ".safetensors");
+            int orphan = shard_file_name(n);
             if (!temp && !orphan) continue;
             snprintf(path, sizeof path, "%s/%s", dir, n);
+            // a file of that name that is not prepare's (a user's, another tool's) is never removed; one
+            // whose name this writer may take is refused, as it would be written over
+            if (orphan && !written_by_prepare(path)) {
+                stuck = fc_errf(err, errlen, "%s: a file named as prepare names its shards, which is not one of "
+                                "them; move it, or choose another folder", path);
+                break;
+            }
             if (!unlink(path)) orphans += orphan;
             else if (orphan && errno != ENOENT)
                 stuck = fc_errf(err, errlen, "%s: a shard of an earlier prepare that was cut off (no dataset.json lists "
@@ -266,7 +292,7 @@ static ShardWriter *writer_open(const char *dir, int frame_size, int clip_frames
                orphans, orphans == 1 ? "" : "s");
     ShardWriter *w = fc_calloc(1, sizeof *w);
     w->dir = strdup(dir);
-    if (!w->dir) fc_die("out of host memory");
+    if (!w->dir) FC_OUT_OF_MEMORY("the dataset folder's name");
     w->N = frame_size, w->F = clip_frames, w->raw = raw, w->made_top = made_top, w->lock = lock;
     w->max_bytes = max_shard_bytes ? max_shard_bytes : SHARD_DEFAULT_BYTES;
     static const char head[] = "shard\tclip\tsource\tfirst_frame\tframes\tfps\n";
@@ -399,7 +425,7 @@ static void encode_clip(const ShardWriter *w, const uint8_t *clip, Pending *p) {
     uint8_t *zbuf = fc_malloc(bound);
     uLongf zlen = (uLongf)bound;
     int zr = compress2(zbuf, &zlen, clip, (uLong)w->raw, ZLIB_LEVEL);
-    if (zr == Z_MEM_ERROR) fc_die("out of host memory compressing a clip");
+    if (zr == Z_MEM_ERROR) FC_OUT_OF_MEMORY("zlib's state to compress a clip");
     memset(p, 0, sizeof *p);
     p->zlib = zr == Z_OK && (size_t)zlen * 10 <= w->raw * 9;  // at least 10% smaller
     p->stored = p->zlib ? (size_t)zlen : w->raw;

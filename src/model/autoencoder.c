@@ -381,10 +381,11 @@ int autoencoder_check_address_space(const Autoencoder *ae, const char *path, int
     double need = own + fc_address_space_to_come(fc_threads());
     const char *ulimit;
     if (fc_address_space_room(need, &limit, &used, &ulimit)) return 0;
-    return fc_errf(err, errlen, "%s: the autoencoder's %.2f GiB for a %dx%d frame and OpenBLAS's buffers for %d thread%s "
+    return fc_errf(err, errlen, "%s: the autoencoder's %.2f GiB for a %dx%d frame and OpenBLAS's buffers for %d thread%s%s "
                    "need %.2f GiB more address space, and the limit leaves %.2f GiB: raise it (%s %.0f or more) or "
-                   "lower %s", path, own / GiB, P, P, fc_threads(), fc_threads() == 1 ? "" : "s", need / GiB,
-                   (limit - used) / GiB, ulimit, fc_address_space_advice_kib(used + need), lower);
+                   "lower %s", path, own / GiB, P, P, fc_threads(), fc_threads() == 1 ? "" : "s",
+                   fc_thread_stack_clause((char[96]){0}, 96), need / GiB, (limit - used) / GiB, ulimit,
+                   fc_address_space_advice_kib(used + need), lower);
 }
 
 int autoencoder_encode(Autoencoder *ae, const real *frames, int B, int H, int W, real *latents, char *err,

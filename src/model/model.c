@@ -23,7 +23,7 @@ static void bind(Layout *L, real **field, const char *name, int rows, int cols, 
     if (L->record) {
         Model *m = L->m;
         m->info = realloc(m->info, sizeof(ParamInfo) * (m->n_tensors + 1));
-        if (!m->info) fc_die("out of host memory for the parameter table");
+        if (!m->info) FC_OUT_OF_MEMORY("the parameter table");
         ParamInfo *pi = &m->info[m->n_tensors++];
         memset(pi, 0, sizeof *pi);
         snprintf(pi->name, sizeof pi->name, "%s", name);
@@ -95,7 +95,7 @@ static void carve_bytes(Carve *cv, void **field, size_t bytes) {
         cv->cap = cv->cap ? 2 * cv->cap : 256;
         cv->field = realloc(cv->field, sizeof(*cv->field) * cv->cap);
         cv->bytes = realloc(cv->bytes, sizeof(*cv->bytes) * cv->cap);
-        if (!cv->field || !cv->bytes) fc_die("out of host memory laying out the activations");
+        if (!cv->field || !cv->bytes) FC_OUT_OF_MEMORY("the activations' layout");
     }
     cv->field[cv->n] = field, cv->bytes[cv->n] = bytes, cv->n++;
 }

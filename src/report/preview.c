@@ -154,9 +154,11 @@ static int dataset_windows(Preview *p, const char *folder, const char *key, char
 
 // windows.tsv as text: written when it is not there or says something else. 0, or -1 with err.
 static int record_windows(const Preview *p, const char *text, char *err, size_t errlen) {
-    char path[4300], tmp[4400];
+    char path[4300], tmp[4400], why[4400];
     snprintf(path, sizeof path, "%s/windows.tsv", p->dir);
-    FILE *f = fopen(path, "r");
+    // not a plain fopen: a FIFO at the name would hold the run at the open for good, deaf to SIGTERM
+    FILE *f = fc_fopen_regular(path, why, sizeof why);
+    if (!f && errno != ENOENT) return fc_errf(err, errlen, "%s", why);
     if (f) {
         char old[16384];
         size_t n = fread(old, 1, sizeof old - 1, f);
@@ -165,7 +167,8 @@ static int record_windows(const Preview *p, const char *text, char *err, size_t 
         if (!strcmp(old, text)) return 0;
         printf("previews: the windows differ from those %s names (the data changed): written again\n", path);
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    // the process's own temporary name, not one a link could wait at (run_folder.c removes a killed run's)
+    if (fc_temp_name(tmp, sizeof tmp, path, ".tmp-")) return fc_errf(err, errlen, "%.200s...: path too long", path);
     f = fopen(tmp, "w");
     if (f) fputs(text, f);  // a failure stays in ferror(f)
     if (!f || fc_commit_file(f, tmp, path)) return fc_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));

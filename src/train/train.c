@@ -146,10 +146,11 @@ static void check_memory_plan(Trainer *t, double vram_budget) {
     double need = own + fc_address_space_to_come(fc_threads());
     const char *ulimit;
     if (!fc_address_space_room(need, &limit, &used, &ulimit))
-        fc_die("%s%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s need %.2f GiB "
-               "more address space, and the limit leaves %.2f GiB: raise it (%s %.0f or more) or lower batch_size, "
+        fc_die("%s%s: the memory plan's %.2f GiB of host memory and OpenBLAS's buffers for %d thread%s%s need %.2f "
+               "GiB more address space, and the limit leaves %.2f GiB: raise it (%s %.0f or more) or lower batch_size, "
                "frame_size, width or depth", dist_rank_origin(), t->run, own / GiB, fc_threads(),
-               fc_threads() == 1 ? "" : "s", need / GiB, (limit - used) / GiB, ulimit, fc_address_space_advice_kib(used + need));
+               fc_threads() == 1 ? "" : "s", fc_thread_stack_clause((char[96]){0}, 96), need / GiB, (limit - used) / GiB,
+               ulimit, fc_address_space_advice_kib(used + need));
     if (speaker && available > 0 && host - held > available)
         fc_warn("%s%s: the memory plan's %.2f GiB of host memory%s are more than the %.2f GiB this machine has "
                 "available now: the run may swap, or be killed when memory runs out", dist_machine_origin(), t->run,

@@ -215,6 +215,31 @@ static void test_config_comments(void) {
           ok ? "read" : err, refused ? err2 : "cut short and taken");
 }
 
+// A config's lines end at LF, CRLF or a CR alone (an old Mac editor's): the same keys read each way, and
+// an error names the line it is on. With CR alone the first '#' line had taken the whole file as one
+// comment ("sets no key").
+static void test_config_line_endings(void) {
+    static const char *const ends[] = {"\n", "\r\n", "\r"};
+    int same = 1;
+    char err[512] = "";
+    for (int e = 0; e < 3; e++) {
+        char text[256];
+        snprintf(text, sizeof text, "# a comment%slr = 3e-4%s%sseed = 7%s", ends[e], ends[e], ends[e], ends[e]);
+        Config c;
+        config_defaults(&c);
+        same &= config_parse_text(&c, text, strlen(text), "test.conf", err, sizeof err) == 0 && c.lr == 3e-4 &&
+                c.seed == 7;
+    }
+    static const char bad[] = "# one\rlr = 3e-4\r\rwidth = x\r";
+    Config c;
+    config_defaults(&c);
+    char err2[512] = "";
+    int named = config_parse_text(&c, bad, sizeof bad - 1, "test.conf", err2, sizeof err2) != 0 &&
+                !strncmp(err2, "test.conf:4: width", 18);
+    check(same && named, "config_line_endings", "LF, CRLF and CR: %s; a bad value on line 4 of a CR file: %s",
+          same ? "the same keys" : err, err2);
+}
+
 // An error line built by fc_errf stays one printable line whatever a file's name holds: no line break
 // (a second line) and no control character (an escape sequence that recolours the terminal).
 static void test_error_lines_printable(void) {
@@ -344,5 +369,6 @@ int main(void) {
     test_config_roundtrip();
     test_config_refusals();
     test_config_comments();
+    test_config_line_endings();
     return g_failed ? 1 : 0;
 }

@@ -143,6 +143,13 @@ want=$(sed -n "2,7p" "$tmp/s1.tsv" | awk -F'\t' '{ print $1 " " $2 }')
 expect score_top_list $(( rc != 0 || lines != 6 )) "--top 0.1 of 55 clips: $lines lines (ceil(5.5) = 6)"
 expect score_top_list_content $([ "$(grep -v '^#' "$tmp/top.txt")" = "$want" ]; echo $?) \
     "the list names the first 6 rows of the TSV, as 'shard k'"
+# --out /dev/stdout on a pipe: a link to /proc/self/fd/1, there but with no name to resolve to (told as
+# a link to something that does not exist); refused before any clip is scored
+fc score --run "$run" --data "$tmp/mixed" --out /dev/stdout 2> "$tmp/err" | cat > /dev/null
+rc=${PIPESTATUS[0]}
+expect score_out_stdout_pipe $(( rc != 1 || $(wc -l < "$tmp/err") != 1 ||
+    $(grep -c -- "^framechain: --out /dev/stdout: is a symbolic link to /proc/self/fd/1 (a pipe); a file is written only under its own name: give a file name$" "$tmp/err") != 1 )) \
+    "status $rc: $(head -1 "$tmp/err")"
 # into a folder its user may write into but not read (mode 0300): the folder's fsync cannot open it,
 # which failed score after its TSV was in place, the exclude list never written (and a rerun was
 # refused: the TSV exists). Both written, status 0. (As nobody when the suite runs as root.)
@@ -434,3 +441,10 @@ one_line_refusal exclude_missing_file "missing.txt: cannot open the exclude list
     fc train --config $TINY --run "$tmp/bad3" --data "$tmp/mixed" --steps 2 --set exclude="$tmp/missing.txt"
 one_line_refusal exclude_without_data "an exclude list needs --data" \
     fc train --config $TINY --run "$tmp/bad4" --steps 2 --set exclude="$tmp/top.txt"
+rc_cli=$refusal_rc
+# the same key in the config file: the file's mistake (status 1, the file named), not the command line's
+# (status 2 and "see --help", as it was)
+(cat $TINY; echo "exclude = $tmp/top.txt") > "$tmp/excl.conf"
+one_line_refusal exclude_in_config_without_data "^framechain: $tmp/excl.conf: exclude = $tmp/top.txt: an exclude list needs --data (it names clips of a dataset)$" \
+    fc train --config "$tmp/excl.conf" --run "$tmp/bad4" --steps 2
+expect exclude_without_data_status $(( rc_cli != 2 || refusal_rc != 1 )) "--set: status $rc_cli (2 wanted); in the file: status $refusal_rc (1 wanted)"

@@ -97,6 +97,7 @@ else
         "status $rc (137: it hung): $(cat "$tmp/as.err")"
     (ulimit -v "${want:-1}"; exec timeout -s KILL 20 "$FC" --threads 2 --version) > "$tmp/as.out" 2> "$tmp/as.err"
     expect address_space_limit_as_asked_starts $? "ulimit -v ${want:-?}: $(head -1 "$tmp/as.err")"
+    two=$want
     # --threads after --device (whose value the check had taken for the command, counting every core)
     one=$( (ulimit -v 300000; "$FC" --threads 1 --version) 2>&1 | sed -n 's/.*raise the limit (ulimit -v \([0-9]*\), or unlimited).*/\1/p')
     (ulimit -v "${one:-1}"; exec timeout -s KILL 20 "$FC" --device cpu --threads 1 --version) > "$tmp/as.out" 2> "$tmp/as.err"
@@ -124,6 +125,29 @@ else
         "status $rc: $(grep -m1 framechain: "$tmp/as_prep.log")"
     [ ! -e "$tmp/as_prep" ]
     expect address_space_limit_prepare_nothing_left $? "$(ls -A "$tmp/as_prep" 2> /dev/null | head -3 | tr '\n' ' ')"
+    # libgomp's threads map the stack OMP_STACKSIZE asks for: at the limit that starts 2 threads of 8
+    # MiB, stacks of 512 MiB are counted and named (the check counted 8 MiB a thread, and a run under
+    # 1.1 GB stopped responding, deaf to SIGTERM, at a thread's first GEMM); the figure asked for starts,
+    # and train's plan under it counts the stacks too: refused naming them, or it trains
+    (ulimit -v "${two:-1}"; OMP_STACKSIZE=512m exec timeout -s KILL 20 "$FC" --threads 2 --version) > "$tmp/as.out" 2> "$tmp/as.err"
+    rc=$?
+    big=$(sed -n 's/.*raise the limit (ulimit -v \([0-9]*\), or unlimited).*/\1/p' "$tmp/as.err")
+    expect address_space_limit_counts_thread_stacks $(( rc != 1 || $(wc -l < "$tmp/as.err") != 1 ||
+        $(grep -c "and each thread's stack is 512 MiB (OMP_STACKSIZE: a smaller one helps too)" "$tmp/as.err") != 1 ||
+        ${big:-0} < ${two:-1} + 500000 )) "ulimit -v ${two:-?}: status $rc: $(cat "$tmp/as.err")"
+    (ulimit -v "${big:-1}"; OMP_STACKSIZE=512m exec timeout -s KILL 60 "$FC" --threads 2 train --config "$TINY" \
+        --run "$tmp/as_stack" --steps 2) > "$tmp/as_stack.log" 2>&1
+    rc=$?
+    if [ $rc = 1 ]; then
+        stack_said=$(grep -c "as_stack: the memory plan's .* and OpenBLAS's buffers for 2 threads and their stacks of 512 MiB (OMP_STACKSIZE) need" "$tmp/as_stack.log")
+        want=$(sed -n 's/.*raise it (ulimit -v \([0-9]*\) or more).*/\1/p' "$tmp/as_stack.log")
+        (ulimit -v "${want:-1}"; OMP_STACKSIZE=512m exec timeout -s KILL 120 "$FC" --threads 2 train --config "$TINY" \
+            --run "$tmp/as_stack" --steps 2) > "$tmp/as_stack.log" 2>&1
+        rc=$?
+    else stack_said=1; fi
+    steps=$(grep -c '"step":2' "$tmp/as_stack/metrics.jsonl" 2> /dev/null)
+    expect address_space_limit_thread_stacks_train $(( rc != 0 || stack_said != 1 || ${steps:-0} != 1 )) \
+        "status $rc (137: it hung): $(grep -m1 framechain: "$tmp/as_stack.log")"
 fi
 # a stack limit (ulimit -s) under what a command takes: one line, status 1, nothing made (train crashed
 # with SIGSEGV and no word at 300 KiB); a command's --help too, which runs in the command's frame
@@ -137,6 +161,22 @@ expect stack_limit_said $(( rc != 1 || rc2 != 1 || $(wc -l < "$tmp/stack.err") !
     "status $rc: $(cat "$tmp/stack.err"); --help: status $rc2"
 [ ! -e "$tmp/stack_run" ]
 expect stack_limit_nothing_made $? "$(ls -A "$tmp/stack_run" 2> /dev/null | tr '\n' ' ')"
+
+# a thread that cannot start (the processes a user may run, ulimit -u: a thread is one): one line naming
+# the limit and the --threads that can run, status 1, nothing made (libgomp ended the process at the
+# first parallel region: "Thread creation failed", no limit named). As nobody when the suite runs as
+# root, whom the limit does not bind.
+mkdir -m 777 "$tmp/nproc" && chmod 711 "$tmp"
+(ulimit -u 1; exec ${as_user[@]+"${as_user[@]}"} "$FC" --threads 2 train --config "$TINY" --run "$tmp/nproc/run" \
+    --steps 1) > "$tmp/nproc.out" 2> "$tmp/nproc.err"
+rc=$?
+if [ $rc = 126 ] || [ $rc = 127 ]; then
+    echo "SKIP thread_limit_said: cannot run as another user than root: $(tail -1 "$tmp/nproc.err")"
+else
+    expect thread_limit_said $(( rc != 1 || $(wc -l < "$tmp/nproc.err") != 1 ||
+        $(grep -c "^framechain: could not start thread 2 of 2 (Resource temporarily unavailable): each is a process under the limit of processes a user may run (ulimit -u 1), and maps a stack of [0-9]* MiB (.*): run fewer threads (--threads 1), or raise the limit$" "$tmp/nproc.err") != 1 ||
+        $(ls -A "$tmp/nproc" | wc -l) != 0 )) "status $rc: $(head -c 300 "$tmp/nproc.err"); left: $(ls -A "$tmp/nproc" | tr '\n' ' ')"
+fi
 
 # prepare stopped part-way: what it wrote goes (the folder it made too), status 128 + the signal
 "$FC" prepare --input shapes:1:1000000 --out "$tmp/cut" --size 16 --clip-frames 8 --shard-mb 1 > "$tmp/cut.log" 2>&1 &

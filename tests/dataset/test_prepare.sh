@@ -440,6 +440,21 @@ rc=$?
 after=$(ls "$tmp/cut" | grep -c '^shard-')
 expect prepare_removes_orphan_shards $(( rc != 0 || before < 3 || after != 1 || $(grep -c "removed $before shards of an earlier prepare that was cut off" "$tmp/cut.log") != 1 )) \
     "status $rc; $before shards no dataset.json listed, $after after the new prepare: $(head -1 "$tmp/cut.log" | cut -c1-120)"
+# files that are not prepare's shards are never removed: a name it does not make (shard-notes) stays
+# beside the new dataset; one it does make but whose bytes are not a shard's is refused in one line
+# before any input is read, and kept (both were removed as "shards of an earlier prepare": a user's file)
+mkdir -p "$tmp/notmine" && echo precious > "$tmp/notmine/shard-notes.safetensors"
+"$FC" prepare --input shapes:2:16 --out "$tmp/notmine" --size 16 --clip-frames 8 > "$tmp/notmine.log" 2>&1
+rc=$?
+mkdir -p "$tmp/notmine2" && echo precious > "$tmp/notmine2/shard-00000.safetensors"
+"$FC" prepare --input shapes:2:16 --out "$tmp/notmine2" --size 16 --clip-frames 8 > "$tmp/notmine2.out" 2> "$tmp/notmine2.err"
+rc2=$?
+expect prepare_keeps_files_not_its_shards $(( rc != 0 || $(clips "$tmp/notmine" 2> /dev/null || echo 0) != 2 ||
+    $(cat "$tmp/notmine/shard-notes.safetensors" 2> /dev/null | grep -cx precious) != 1 || $(grep -c removed "$tmp/notmine.log") != 0 ||
+    rc2 != 1 || $(wc -l < "$tmp/notmine2.err") != 1 ||
+    $(grep -c "notmine2/shard-00000.safetensors: a file named as prepare names its shards, which is not one of them; move it, or choose another folder" "$tmp/notmine2.err") != 1 ||
+    $(cat "$tmp/notmine2/shard-00000.safetensors" 2> /dev/null | grep -cx precious) != 1 || $(ls -A "$tmp/notmine2" | wc -l) != 1 )) \
+    "status $rc, $(cat "$tmp/notmine/shard-notes.safetensors" 2> /dev/null || echo shard-notes removed); status $rc2: $(head -c 200 "$tmp/notmine2.err"); left: $(ls -A "$tmp/notmine2" | tr '\n' ' ')"
 # one of them another user's, in a folder with the sticky bit (as /tmp has), which this user cannot
 # remove: refused before any input is read, in one line naming it (the input was decoded, then the
 # rename onto its name failed; a shard past the new ones was left beside them, unlisted, with status 0).

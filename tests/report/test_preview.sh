@@ -132,6 +132,23 @@ expect preview_unwritable_skipped $? "exit $rc; $(grep -m1 '^preview of step' "$
 grep -q '^previews: 1 written, 1 skipped, in [0-9.]* s' "$tmp/w.log"
 expect preview_summary_counts_skipped $? "$(grep '^previews: [0-9]* .* s, ' "$tmp/w.log")"
 
+# a FIFO where the windows' record goes (a plain open had held the run there for good, deaf to SIGTERM):
+# each preview skipped with a line naming it, the run trains to its end; the record's temporary name is
+# the process's own, which a later run removes where its writer was killed (it was windows.tsv.tmp,
+# which a link could wait at and nothing removed)
+mkdir -p "$tmp/fifo/samples" && mkfifo "$tmp/fifo/samples/windows.tsv"
+timeout -s KILL 120 "$FC" train --config $TINY/starter.conf --run "$tmp/fifo" --steps 4 --set preview_budget=1 \
+    --set sample_every=2 > "$tmp/fifo.log" 2>&1
+rc=$?
+dead=$(sh -c 'echo $$') && rm "$tmp/fifo/samples/windows.tsv" && echo cut > "$tmp/fifo/samples/windows.tsv.tmp-$dead"
+"$FC" train --config $TINY/starter.conf --run "$tmp/fifo" --extend --steps 6 --set preview_budget=1 --set sample_every=2 \
+    > "$tmp/fifo2.log" 2>&1
+rc2=$?
+expect preview_record_fifo_skipped $(( rc != 0 || $(grep -c "^preview of step [24] skipped: .*fifo/samples/windows.tsv: not a regular file (a FIFO)" "$tmp/fifo.log") != 2 ||
+    rc2 != 0 || $(grep -c "^removed .*windows.tsv.tmp-$dead, a preview write that was cut off" "$tmp/fifo2.log") != 1 ||
+    $(ls "$tmp/fifo/samples" | grep -c tmp) != 0 || $(grep -c '^[0-9]' "$tmp/fifo/samples/windows.tsv" 2> /dev/null || echo 0) != 2 )) \
+    "status $rc (137: it hung): $(grep -m1 '^preview of step' "$tmp/fifo.log" | cut -c1-200); status $rc2, left: $(ls "$tmp/fifo/samples" | tr '\n' ' ')"
+
 # ---- preview_data that cannot serve: one line, nothing written ----
 "$FC" train --config $TINY/starter.conf --run "$tmp/bad1" --steps 10 --set preview_budget=1 --set sample_every=5 \
     --set preview_data="$tmp/nowhere" > "$tmp/bad1.log" 2>&1
