@@ -117,6 +117,8 @@ static int frames_needed(const ChainPlan *p) {
 
 int main(void) {
     const char *dirs[] = {"configs/tiny", "configs/small", "configs"};
+    int idle = 0, idle_n11 = -1;
+    char idle_why[200] = "";
     for (int d = 0; d < 3; d++) {
         Config st = load(dirs[d], "starter"), ex = load(dirs[d], "extrapolate"), in = load(dirs[d], "interpolate");
         const Config *cfg[3] = {&st, &ex, &in};
@@ -136,6 +138,17 @@ int main(void) {
             const char *bad = walk(&p, cfg, N, 1, why, sizeof why);
             if (bad && !bad_count++) snprintf(first_bad, sizeof first_bad, "N=%d: %s", N, bad);
             if (N == 181) windows_181 = p.count;
+            // A starter or interpolate window whose targets all lie past N-1 makes nothing kept: the
+            // interpolate windows stop at the gap whose first frame is N or later. (An extrapolate
+            // window may keep none: its keyframes past N-1 are the far context of the last gaps.)
+            for (int k = 0; k < p.count; k++) {
+                const ChainWindow *w = &p.w[k];
+                int kept = 0;
+                for (int s = 0; s < w->slots; s++) kept += w->kind[s] == SLOT_TARGET && w->keep[s];
+                if (w->role != ROLE_EXTRAPOLATE && !kept && !idle++)
+                    snprintf(idle_why, sizeof idle_why, "%s: N=%d: %s window at n=%d keeps no frame", dirs[d], N,
+                             config_role_name(w->role), w->n);
+            }
             chain_free(&p);
         }
         char name[64];
@@ -144,6 +157,22 @@ int main(void) {
         check(bad_count == 0, name, "%d frame counts (7 to 4097): every frame made once, no read ahead, offsets as "
               "trained; 181 frames take %d windows%s%s", total, windows_181, bad_count ? "; " : "", first_bad);
     }
+    // 11 frames (the shipped plans: starter to 6, keyframes 10, 14, 18): frames 7-9 are the one gap
+    // interpolated; the gap after keyframe 10 (frames 11-13) is wholly past N-1 and gets no window
+    {
+        Config st = load("configs/tiny", "starter"), ex = load("configs/tiny", "extrapolate"),
+               in = load("configs/tiny", "interpolate");
+        ChainPlan p;
+        char err[256];
+        if (!chain_build(&p, &st, &ex, &in, 11, err, sizeof err)) {
+            idle_n11 = 0;
+            for (int k = 0; k < p.count; k++) idle_n11 += p.w[k].role == ROLE_INTERPOLATE;
+            chain_free(&p);
+        }
+    }
+    check(!idle && idle_n11 == 1, "chain_no_idle_windows", "every starter and interpolate window keeps a frame "
+          "below N, over the three plan sets' frame counts; 11 frames take %d interpolate windows (1)%s%s", idle_n11,
+          idle ? "; " : "", idle_why);
 
     // Plans that cannot chain are refused with a line naming the plan.
     Config st = load("configs/tiny", "starter"), ex = load("configs/tiny", "extrapolate"),
@@ -160,6 +189,12 @@ int main(void) {
         {"extrapolate with context after 0", "plan", "anchor:-12 context:0 context:2 target:4 target:8 target:12",
          "none after it", 1},
         {"other frame size", "frame_size", "64", "different sizes", 2},
+        // an offset between frames: no video frame sits there (truncated, 2.5 would pass as target 2)
+        {"fractional offset", "plan", "anchor:-8 context:-1 context:0 context:4 target:1 target:2.5 target:3",
+         "offset 2.5 is not a whole frame", 2},
+        // the starter starts from the first frame itself: an anchor before it is a frame the video lacks
+        {"starter anchor not at 0", "plan", "anchor:-1 target:1 target:2 target:3 target:4 target:5 target:6",
+         "anchor must be at offset 0", 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         Config c[3] = {st, ex, in};
@@ -176,6 +211,35 @@ int main(void) {
     }
     ChainPlan p;
     char err[256] = "";
+    // A context halfway across a gap (offset 2 of stride 4) when only the keyframes around the gap are
+    // known: frames n and n + 4 are equally near, and the tie goes to the earlier one, frame n, so that
+    // every such window reads the keyframe its own gap starts from (and walk's reading agrees).
+    {
+        Config mid = in;
+        config_set(&mid, "plan=anchor:-8 context:0 context:2 context:4 target:1 target:2 target:3", "test");
+        const Config *mcfg[3] = {&st, &ex, &mid};
+        int tie_bad = 0, ties = 0;
+        char tie_why[200] = "";
+        if (!chain_build(&p, &st, &ex, &mid, 181, err, sizeof err)) {
+            for (int k = 0; k < p.count; k++) {
+                const ChainWindow *w = &p.w[k];
+                if (w->role != ROLE_INTERPOLATE) continue;
+                for (int i = 0; i < w->slots; i++)
+                    if (w->kind[i] == SLOT_CONTEXT && mid.slot_offset[i] == 2) {
+                        ties++;
+                        if ((w->frame[i] != w->n || w->offset[i] != 0) && !tie_bad++)
+                            snprintf(tie_why, sizeof tie_why, "; window %d at n=%d reads frame %d (offset %g)", k,
+                                     w->n, w->frame[i], w->offset[i]);
+                    }
+            }
+            char walk_why[160];
+            const char *bad = walk(&p, mcfg, 181, 1, walk_why, sizeof walk_why);
+            if (bad && !tie_bad++) snprintf(tie_why, sizeof tie_why, "; %s", bad);
+            chain_free(&p);
+        } else tie_bad = 1, snprintf(tie_why, sizeof tie_why, "; %s", err);
+        check(!tie_bad && ties > 0, "chain_context_tie_to_earlier", "181 frames, a context at offset 2 of a gap 4 "
+              "wide: %d such slots, each reading the gap's first keyframe (frame n, offset 0)%s", ties, tie_why);
+    }
     int rc = chain_build(&p, &st, &ex, &in, 6, err, sizeof err);
     check(rc == -1 && strstr(err, "at least 7"), "chain_refuses_too_few_frames", "%s", rc ? err : "accepted");
 

@@ -148,6 +148,29 @@ int main(void) {
               !after_black.contrast_moved,
           "drift_guard_black_first_frame", "a speckled frame after a black frame 0 left byte for byte (sharpness "
           "%.4f against frame 0's %.4f)", drift_guard_sharpness(kept, S), drift_guard_sharpness(black, S));
+    // nor reported outside a band: a black frame 0 has no mean or contrast to be outside of
+    check(after_black.outside == 0, "drift_guard_black_first_frame_inside",
+          "a frame after a black frame 0 reported outside the bands: %d (0)", after_black.outside);
+
+    // nearly black, not black: frame 0 at -1 but for 1 pixel in 32 at 8-bit value 1 (1/255 in [0, 1]):
+    // mean (1/255)/32 = 1.2e-4 and contrast (1/255) sqrt(31)/32 = 6.8e-4 per channel, both above 0 yet
+    // under the guard's floor (1e-3), and sharpness ~8e-4, under it too: every guard stays off as for
+    // black (a mean held within 5% of 1.2e-4 would darken the frame to black), nothing is reported
+    static real dim[N];
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) dim[c * P + y * S + x] = x % 8 == 0 && y % 4 == 0 ? (real)(2.0 / 255 - 1) : -1;
+    for (int i = 0; i < N; i++) f[i] = (real)(anchor[i] + 0.4 * (uniform() - 0.5));
+    memcpy(kept, f, sizeof f);
+    double dim_m0, dim_sd0;
+    channel_stats(dim, &dim_m0, &dim_sd0);
+    DriftGuardAction after_dim = drift_guard_apply(f, dim, S, tol, tol);
+    check(dim_m0 > 0 && dim_m0 < 1e-3 && dim_sd0 < 1e-3 && memcmp(f, kept, sizeof f) == 0 && !after_dim.smoothed &&
+              !after_dim.mean_moved && !after_dim.contrast_moved && after_dim.outside == 0,
+          "drift_guard_dim_first_frame", "frame 0 mean %.2e, contrast %.2e, sharpness %.2e: a speckled frame after it "
+          "left byte for byte (%s), %d means and %d contrasts moved, outside %d (all 0)", dim_m0, dim_sd0,
+          drift_guard_sharpness(dim, S), memcmp(f, kept, sizeof f) ? "changed" : "kept", after_dim.mean_moved,
+          after_dim.contrast_moved, after_dim.outside);
 
     // a flat frame at frame 0's mean colour: no contrast to scale, so the colour guard leaves it byte
     // for byte and reports no channel moved (its contrast is out of the band, but nothing can bring it in)

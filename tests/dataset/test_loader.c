@@ -736,6 +736,23 @@ static void test_clip_window(void) {
                       strstr(err, "run R") && strstr(err, "not a whole number");
         check(refused, "clip_window_half_frame", "an offset of 1.5 frames: %s", err);
     }
+    {  // bytes to values: [0, 255] onto [-1, 1] exactly, v / 127.5 - 1: 0 is -1, 255 is 1 (not 0.992 as
+       // v / 128 - 1 gives), 128 is 128 / 127.5 - 1 (0.00392, the middle of the range falling between 127 and 128)
+        Config c = plan_config(N, "target:1 target:2 target:3");
+        size_t plane = (size_t)N * N;
+        static const uint8_t bytes[3] = {0, 255, 128};
+        const real want[3] = {-1, 1, (real)(128 / 127.5 - 1)};
+        uint8_t *clip = fc_malloc(3 * plane * 3);
+        real *w = fc_malloc(sizeof(real) * 3 * 3 * plane);
+        for (int f = 0; f < 3; f++) memset(clip + (size_t)f * plane * 3, bytes[f], plane * 3);
+        clip_first_window(&c, 1, clip, w);
+        int off = 0;
+        for (int f = 0; f < 3; f++)
+            for (size_t i = 0; i < 3 * plane; i++) off += w[(size_t)f * 3 * plane + i] != want[f];
+        check(off == 0, "clip_window_byte_scale", "bytes 0, 255, 128 read as %.7f, %.7f, %.7f (-1, 1, %.7f); %d "
+              "values off", (double)w[0], (double)w[3 * plane], (double)w[6 * plane], (double)want[2], off);
+        free(clip), free(w);
+    }
     {  // frames of another size, refused with the dataset's folder named
         Config c = plan_config(2 * N, "target:1 target:2");
         int lo = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "formats/shard_fixture.h"
@@ -219,7 +220,12 @@ static void test_refusals(void) {
                             {"pan::10", "pan:IMAGE:FRAMES"},
                             {"zoom::10", "zoom:IMAGE:FRAMES"},
                             {"zoom:/no/such/image.png:10", "/no/such/image.png"},
-                            {"zoom:x.png:-3", "zoom:IMAGE:FRAMES"}};
+                            {"zoom:x.png:-3", "zoom:IMAGE:FRAMES"},
+                            // one frame past SYNTHETIC_MAX_FRAMES (1000000)
+                            {"shapes:3:1000001", "FRAMES from 1"},
+                            // a clip number is digits only: strtoul alone would take a sign or a space
+                            {"shapes:+3:10", "clip number"},
+                            {"shapes: 3:10", "clip number"}};
     int ok = 1;
     char why[600] = "";
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -260,6 +266,63 @@ static void test_one_pixel(const char *dir) {
           FRAMES);
 }
 
+// synthetic_same, which prepare uses to refuse one input given twice: specs are the same input when they
+// make the same frames. A pan's motion is a function of its image's file name, so two hard links of one
+// image under different names are two inputs, while one name reached by another path is one; a
+// different frame count is another input; a clip number with a leading zero is the same clip.
+static void test_same(const char *dir) {
+    char a[600], b[600], spec[4][700];
+    snprintf(a, sizeof a, "%s/a.png", dir), snprintf(b, sizeof b, "%s/b.png", dir);
+    unlink(b);
+    if (write_ramp(a) || link(a, b)) {
+        check(0, "synthetic_same", "cannot write %s or link it as %s", a, b);
+        return;
+    }
+    snprintf(spec[0], sizeof spec[0], "pan:%s:20", a), snprintf(spec[1], sizeof spec[1], "pan:%s:20", b);
+    snprintf(spec[2], sizeof spec[2], "pan:%s/./a.png:20", dir), snprintf(spec[3], sizeof spec[3], "pan:%s:10", a);
+    int links = synthetic_same(spec[0], spec[1]), dot = synthetic_same(spec[0], spec[2]);
+    int pan_frames = synthetic_same(spec[0], spec[3]);
+    int shapes_frames = synthetic_same("shapes:1:40", "shapes:1:20"), zero = synthetic_same("shapes:1:40", "shapes:01:40");
+    check(links == 0 && dot == 1 && pan_frames == 0 && shapes_frames == 0 && zero == 1, "synthetic_same",
+          "hard links a.png and b.png: %d (0, two names); a.png and ./a.png: %d (1); a pan of 20 and of 10 frames: "
+          "%d (0); shapes:1:40 and shapes:1:20: %d (0); shapes:1:40 and shapes:01:40: %d (1)", links, dot, pan_frames,
+          shapes_frames, zero);
+}
+
+// A zoom's direction (in or out first) is a function of its image's name: over 12 names of the ramp
+// both appear. The crop's scale k is read off the ramp as in test_zoom, at frames 0 and 4: log k moves
+// 4 x SYNTHETIC_ZOOM_SPEED / (S / 2) = 0.125 in 4 frames, so where frame 0's log k is more than that
+// (and the reading's error, under 0.02) from both ends of [0, ln 2], no bounce comes between and k's
+// change has the zoom's sign; names whose zoom starts nearer an end are not counted.
+static void test_zoom_directions(const char *dir) {
+    char ramp[600], name[600], spec[700], err[512];
+    snprintf(ramp, sizeof ramp, "%s/ramp.png", dir);
+    int in = 0, out = 0, skipped = 0;
+    const double step = 4 * SYNTHETIC_ZOOM_SPEED / (S / 2.0), margin = step + 0.02;
+    for (int i = 0; i < 12; i++) {
+        snprintf(name, sizeof name, "%s/zoom%d.png", dir, i);
+        unlink(name);
+        if (link(ramp, name)) continue;
+        snprintf(spec, sizeof spec, "zoom:%s:%d", name, FRAMES);
+        SyntheticSource *s = synthetic_open(spec, S, err, sizeof err);
+        if (!s) continue;
+        uint8_t rgb[S * S * 3];
+        double k[2];
+        for (int j = 0; j < 2; j++) {
+            synthetic_frame(s, 4 * j, rgb);
+            k[j] = (rgb[3 * (S - 1)] / 8.0 - rgb[0] / 8.0) / (S - 1);
+        }
+        synthetic_close(s);
+        double u = log(k[0]);
+        if (u < margin || u > M_LN2 - margin) skipped++;
+        else if (k[1] > k[0]) out++;  // a wider crop: zooming out
+        else in++;
+    }
+    check(in > 0 && out > 0 && in + out + skipped == 12, "synthetic_zoom_directions",
+          "12 names of one image: %d zoom in first, %d out (both > 0), %d starting too near an end to tell", in, out,
+          skipped);
+}
+
 static void run_all(void) {
     char dir[512];
     folder(dir, sizeof dir, "synthetic");
@@ -271,6 +334,8 @@ static void run_all(void) {
     test_zoom(dir);
     test_one_pixel(dir);
     test_refusals();
+    test_same(dir);
+    test_zoom_directions(dir);
 }
 
 int main(void) { return run_in_scratch("synthetic", run_all); }

@@ -287,6 +287,10 @@ static void test_bad_json(void) {
     reject("json_utf8_surrogate", "{\"a\xed\xa0\x80\":{}}", 0, "invalid UTF-8");
     reject("json_utf8_beyond_10ffff", "{\"a\xf4\x90\x80\x80\":{}}", 0, "invalid UTF-8");
     reject("json_high_surrogate_then_non_low", "{\"\\ud800\\ue000\":{}}", 0, "unpaired high surrogate");
+    // a high surrogate followed by an escape below the low range (\u0041, 'A') pairs with nothing
+    reject("json_high_surrogate_then_ascii", "{\"\\ud800\\u0041\":{}}", 0, "unpaired high surrogate");
+    // 0x1f, the last control character: below 0x20 all must be escaped, not only those below 0x1f
+    reject("json_control_char_1f", "{\"a\x1f" "b\":{}}", 0, "control character 0x1f");
     reject("json_true", "{\"a\":{\"dtype\":true}}", 0, "dtype must be a string, got true");
     reject("json_null_tensor", "{\"a\":null}", 0, "tensor 'a': expected an object, got null");
     reject("json_nested_array", "{\"a\":{\"shape\":[[2]]}}", 0, "shape must hold integers, got an array");
@@ -432,6 +436,20 @@ static void test_json_reader(void) {
     r = json_reader("{\n\"a\nb\": 1}", arena, sizeof arena, err, sizeof err, "t.json");
     int rc = json_expect(&r, '{', "'{'") || json_string(&r, &out, "a key");
     check(rc && strstr(err, "t.json: line 2: control character 0x0a"), "json_error_line", "%s", err);
+
+    // a number too small for a double underflows to 0 and is read as 0 (a value, nearly exact); one too
+    // large for it overflows and is refused (no double is near it)
+    double tiny = 1, neg_tiny = 1, huge = 0;
+    r = json_reader("1e-400", arena, sizeof arena, err, sizeof err, NULL);
+    int tiny_rc = json_double(&r, &tiny, "a number");
+    r = json_reader("-1e-400", arena, sizeof arena, err, sizeof err, NULL);
+    int neg_tiny_rc = json_double(&r, &neg_tiny, "a number");
+    r = json_reader("1e400", arena, sizeof arena, err, sizeof err, NULL);
+    int huge_rc = json_double(&r, &huge, "a number");
+    check(tiny_rc == 0 && tiny == 0 && neg_tiny_rc == 0 && neg_tiny == 0 && huge_rc == -1 &&
+              strstr(err, "out of range"), "json_double_underflow",
+          "1e-400 read as %g (rc %d, 0), -1e-400 as %g (rc %d, 0); 1e400: rc %d (-1), %s", tiny, tiny_rc, neg_tiny,
+          neg_tiny_rc, huge_rc, err);
 
     static const struct {
         const char *bytes;

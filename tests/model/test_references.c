@@ -381,6 +381,38 @@ static void test_objects_details(void) {
           "pixels: %d object (1) of %d pixels (3); a square moved (6, 1): %d object, found at (%.4f, %.4f); two "
           "moving squares meeting: %d objects, the small one in front (%.3f, 0.9), the big one where it alone "
           "lands (%.3f, 0.2)", two_fifths, bg, specks, speck_size, far_count, dx[0], dy[0], carried, front, big);
+    // a speck joins the object it touches: a 5x5 square (columns 8-12, rows 12-16) at 0.6 with a speck of
+    // 2 pixels at 0.1 along its right edge (column 13, rows 13-14), 0.5 from both square and ground, so
+    // its own region, too small (under OBJECT_MIN) to be an object: both its pixels touch the square,
+    // and the one object is 25 + 2 = 27 pixels, the speck labelled as it (not left as ground)
+    for (size_t e = 0; e < E; e++) a[e] = -0.5;
+    draw_square(a, C, N, 8, 12, 5, 0.6);
+    for (int ch = 0; ch < C; ch++) a[((size_t)ch * N + 13) * N + 13] = a[((size_t)ch * N + 14) * N + 13] = 0.1f;
+    objects_segment(&s, a, C, N, 0.1);
+    int joined = s.count, joined_size = s.count > 0 ? s.size[0] : 0;
+    int speck_label = s.label[13 * N + 13], speck_label2 = s.label[14 * N + 13];
+    objects_free(&s);
+    check(joined == 1 && joined_size == 27 && speck_label == 0 && speck_label2 == 0, "objects_speck_joins",
+          "a 5x5 square with a 2-pixel speck on its edge: %d object (1) of %d pixels (27), the speck's pixels "
+          "labelled %d and %d (0, the square's)", joined, joined_size, speck_label, speck_label2);
+    // an object's shift is scored with the ground around it: a 3x3 square at 0.6 moved 3 right (columns
+    // 12-14 to 15-17, rows 12-14) above a still 5x5 square of the same value (columns 12-16, rows 18-22).
+    // On its own pixels alone the small square matches itself anywhere inside the big one (shifts
+    // (1..3, -8..-6), searched before (3, 0)); with the ground ring only (3, 0) matches. The big one is still.
+    for (size_t e = 0; e < E; e++) a[e] = b[e] = -0.5;
+    draw_square(a, C, N, 12, 12, 3, 0.6), draw_square(b, C, N, 15, 12, 3, 0.6);
+    draw_square(a, C, N, 12, 18, 5, 0.6), draw_square(b, C, N, 12, 18, 5, 0.6);
+    objects_segment(&s, b, C, N, 0.1);
+    double rdx[OBJECT_MAX] = {0}, rdy[OBJECT_MAX] = {0};
+    int pair = s.count, lone = -1, still = -1;
+    for (int k = 0; k < s.count; k++) lone = s.size[k] == 9 ? k : lone, still = s.size[k] == 25 ? k : still;
+    if (lone >= 0 && still >= 0) objects_shift(&s, a, b, C, rdx, rdy);
+    objects_free(&s);
+    check(pair == 2 && lone >= 0 && still >= 0 && rdx[lone] == 3 && rdy[lone] == 0 && rdx[still] == 0 &&
+              rdy[still] == 0, "objects_shift_ground_ring",
+          "a 3x3 square moved (3, 0) beside a still 5x5 one of its colour: %d objects (2), the small one found at "
+          "(%g, %g) (3, 0), the big one at (%g, %g) (0, 0)", pair, lone >= 0 ? rdx[lone] : NAN, lone >= 0 ? rdy[lone] : NAN,
+          still >= 0 ? rdx[still] : NAN, still >= 0 ? rdy[still] : NAN);
     // like colour is a difference under tol: a square 0.25 from the ground at tol 0.25 is an object
     for (size_t e = 0; e < E; e++) a[e] = -0.5;
     draw_square(a, C, N, 10, 10, 3, -0.25);
