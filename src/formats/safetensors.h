@@ -36,6 +36,17 @@ typedef struct {
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen);
 
+// st_write with a last check between the whole temporary file and its rename onto path: where
+// guard->check returns nonzero (its line in err) the temporary goes and path is untouched. A checkpoint's
+// writer asks there whether its run folder is still the one it locked (a folder renamed away meanwhile
+// leaves another's at the name). guard may be NULL.
+typedef struct {
+    int (*check)(void *ctx, char *err, size_t errlen);
+    void *ctx;
+} StGuard;
+int st_write_guarded(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta,
+                     const StGuard *guard, char *err, size_t errlen);
+
 // Write `len` bytes to `path` the way st_write writes a file (temporary file in the same folder, fsync,
 // rename, fsync of the folder; the same test hooks). For the small text files that go beside
 // safetensors files (a dataset's dataset.json and manifest.tsv). Returns 0, or -1 with a one-line reason.

@@ -251,15 +251,29 @@ static int place_temp(const char *tmp, const char *path, int place, char *err, s
     return 0;
 }
 
-static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place, char *err,
-                        size_t errlen) {
+static int write_atomic_guarded(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place,
+                                const StGuard *guard, char *err, size_t errlen) {
     char tmp[4096];
     if (write_temp(path, chunks, nchunks, delay_at, tmp, err, errlen)) return -1;
+    if (guard && guard->check(guard->ctx, err, errlen)) {  // the last look before the name is taken
+        unlink(tmp);
+        return -1;
+    }
     return place_temp(tmp, path, place, err, errlen);
+}
+
+static int write_atomic(const char *path, const Chunk *chunks, int nchunks, int delay_at, int place, char *err,
+                        size_t errlen) {
+    return write_atomic_guarded(path, chunks, nchunks, delay_at, place, NULL, err, errlen);
 }
 
 int st_write(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta, char *err,
              size_t errlen) {
+    return st_write_guarded(path, tensors, n, meta, nmeta, NULL, err, errlen);
+}
+
+int st_write_guarded(const char *path, const StTensor *tensors, int n, const StMeta *meta, int nmeta,
+                     const StGuard *guard, char *err, size_t errlen) {
     if (n < 0 || nmeta < 0) {
         snprintf(err, errlen, "%s: negative tensor or metadata count", path);
         return -1;
@@ -309,7 +323,7 @@ int st_write(const char *path, const StTensor *tensors, int n, const StMeta *met
         tensor_bytes(&tensors[order[i]], &bytes);
         chunks[2 + i] = (Chunk){tensors[order[i]].data, bytes};
     }
-    int rc = write_atomic(path, chunks, n + 2, n ? 2 + n / 2 : -1, -1, err, errlen);
+    int rc = write_atomic_guarded(path, chunks, n + 2, n ? 2 + n / 2 : -1, -1, guard, err, errlen);
     free(chunks);
     free(h.s);
     free(order);

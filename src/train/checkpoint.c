@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "train/checkpoint_internal.h"
+#include "train/run_folder.h"
 #include "backend/quant8.h"
 #include "formats/safetensors.h"
 #include "base/commit.h"
@@ -312,8 +313,21 @@ size_t ckpt_stage(CkptTable *tab, uint8_t *staging) {
     return off;
 }
 
-int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, const TrainState *s, char *err,
-                      size_t errlen) {
+typedef struct {
+    const char *run;
+    int lock;
+    int moved;
+} HeldRun;
+
+static int run_still_held(void *ctx, char *err, size_t errlen) {
+    HeldRun *h = ctx;
+    if (h->lock < 0 || !run_folder_still_held(h->run, h->lock, err, errlen)) return 0;
+    h->moved = 1;
+    return -1;
+}
+
+int ckpt_write_staged(const char *run, int run_lock, const CkptTable *tab, const Config *c, const TrainState *s,
+                      char *err, size_t errlen) {
     char path[4096];
     checkpoint_path(path, sizeof path, run, s->step);
     // A state that resume would refuse (NaN or infinite values: a step that blew up) is never written,
@@ -365,10 +379,16 @@ int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, co
     snprintf(meta_crc, sizeof meta_crc, "%08lx", ckpt_metadata_crc(meta, nm));
     meta[nm++] = (StMeta){CKPT_META_CRC, meta_crc};
 
-    int rc = st_write(path, st, tab->n, meta, nm, err, errlen);
-    if (rc == 0) prune(run, c->keep_checkpoints, s->step);
+    // the folder checked last before the rename and before the pruning: a checkpoint of gigabytes takes
+    // seconds to check and write, long enough for a folder renamed away to leave another's at RUN
+    long delay_ms = fc_test_hook("CKPT_STAGE_DELAY_MS");  // the time checking gigabytes takes, for the tests
+    if (delay_ms > 0) usleep((useconds_t)(delay_ms * 1000));
+    HeldRun held = {run, run_lock, 0};
+    StGuard guard = {run_still_held, &held};
+    int rc = st_write_guarded(path, st, tab->n, meta, nm, &guard, err, errlen);
+    if (rc == 0 && run_still_held(&held, err, errlen) == 0) prune(run, c->keep_checkpoints, s->step);
     free(st), free(meta), free(crc), free(config_text);
-    return rc;
+    return held.moved ? -2 : rc;
 }
 
 int checkpoint_save(const char *run, const Model *m, const real *ema, const Optimizer *o, const Config *c,
@@ -380,7 +400,7 @@ int checkpoint_save(const char *run, const Model *m, const real *ema, const Opti
     for (int i = 0; i < tab.n; i++)
         if (tab.t[i].device)
             m->be->download((uint8_t *)tab.t[i].host + tab.t[i].part_offset, tab.t[i].device, tab.t[i].part_bytes);
-    int rc = ckpt_write_staged(run, &tab, c, s, err, errlen);
+    int rc = ckpt_write_staged(run, -1, &tab, c, s, err, errlen);
     free(staging), free(tab.t);
     return rc;
 }

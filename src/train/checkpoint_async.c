@@ -99,7 +99,9 @@ static void *writer_main(void *arg) {
         char why[8300];
         // the folder renamed away: RUN may now be another run's, whose checkpoints the prune would delete
         int moved = w->run_lock >= 0 && run_folder_still_held(w->run, w->run_lock, why, sizeof why);
-        int rc = moved ? -1 : ckpt_write_staged(w->run, &w->tab, &w->c, &st, why, sizeof why);
+        // and again just before the rename and the pruning (-2: moved while the file was written)
+        int rc = moved ? -1 : ckpt_write_staged(w->run, w->run_lock, &w->tab, &w->c, &st, why, sizeof why);
+        moved |= rc == -2;
         double dt = fc_now_s() - t0;
 
         pthread_mutex_lock(&w->mu);

@@ -47,9 +47,12 @@ size_t ckpt_stage(CkptTable *tab, uint8_t *staging);
 // The checkpoint of state s from the staged bytes of tab: a CRC32 per tensor, the metadata, the
 // crash-safe write (temp file, fsync, rename, fsync the folder), then all but the newest
 // keep_checkpoints deleted. 0, or -1 with one line in err; a failure leaves every earlier
-// checkpoint as it was. Touches no backend memory (any thread may call it).
-int ckpt_write_staged(const char *run, const CkptTable *tab, const Config *c, const TrainState *s, char *err,
-                      size_t errlen);
+// checkpoint as it was. Touches no backend memory (any thread may call it). run_lock (run_folder_open's;
+// -1: none): RUN/.lock is checked to be still that file just before the rename and again before the
+// pruning, so that neither reaches a folder put at the name while the file was written; where it is
+// not, -2 with run_folder_still_held's line in err (nothing renamed, nothing pruned).
+int ckpt_write_staged(const char *run, int run_lock, const CkptTable *tab, const Config *c, const TrainState *s,
+                      char *err, size_t errlen);
 
 // The bytes of a rank's parts (ZeRO-1), from rank `from` into rank 0's staged table (its own parts
 // staged already): the ranks' tables are built alike, so a part is named by its entry's index.

@@ -57,6 +57,25 @@ expect renamed_run_folder_stops_the_train $(( rc != 1 || ${#waited} != 0 ||
     "status $rc: $(grep -m1 '^framechain: ' "$tmp/mv.log" | cut -c1-200)${waited:+ ($waited)}"
 [ "$(cat "$tmp/mv"/ckpt-*.safetensors | md5sum)" = "$other" ] && [ "$(ls -A "$tmp/mv" | tr '\n' ' ')" = ".lock ckpt-00000001.safetensors ckpt-00000002.safetensors ckpt-00000003.safetensors metrics.jsonl " ]
 expect renamed_run_folder_leaves_the_new_one_alone $? "the folder now at its name holds: $(ls -A "$tmp/mv" | tr '\n' ' ')"
+# the same while a checkpoint is being checked and written (the folder was checked once, before: a move
+# after it sent the file onto the other run's checkpoint of that step, and the pruning deleted its
+# others): checked again before the rename and the pruning, nothing of the other run touched.
+# FRAMECHAIN_TEST_CKPT_STAGE_DELAY_MS stands for the seconds a large checkpoint's checks take.
+"$FC" --threads 1 train --config "$TINY" --run "$tmp/mvw_other" "${QUICK[@]}" --set steps=3 --set checkpoint_every=1 \
+    --set keep_checkpoints=3 > /dev/null 2>&1
+other=$(cat "$tmp/mvw_other"/ckpt-*.safetensors | md5sum)
+FRAMECHAIN_TEST_CKPT_STAGE_DELAY_MS=4000 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mvw" "${QUICK[@]}" \
+    --set steps=3000 --set checkpoint_every=2 --set keep_checkpoints=1 > "$tmp/mvw.log" 2>&1 &
+pid=$!
+wait_until 60 $pid trained_past "$tmp/mvw" "$tmp/mvw.log" 3
+mv "$tmp/mvw" "$tmp/mvw_moved" && mv "$tmp/mvw_other" "$tmp/mvw"
+wait $pid
+rc=$?
+expect renamed_mid_checkpoint_stops_the_train $(( rc != 1 || ${#waited} != 0 ||
+    $(grep -c "^framechain: $tmp/mvw: the run folder was moved or replaced while this train ran: stopping; its checkpoints are in the folder it was moved to, $tmp/mvw_moved " "$tmp/mvw.log") != 1 )) \
+    "status $rc: $(grep -m1 '^framechain: ' "$tmp/mvw.log" | cut -c1-200)${waited:+ ($waited)}"
+[ "$(cat "$tmp/mvw"/ckpt-*.safetensors | md5sum)" = "$other" ] && [ "$(ls -A "$tmp/mvw" | tr '\n' ' ')" = ".lock ckpt-00000001.safetensors ckpt-00000002.safetensors ckpt-00000003.safetensors metrics.jsonl " ]
+expect renamed_mid_checkpoint_leaves_the_new_one_alone $? "the folder now at its name holds: $(ls -A "$tmp/mvw" | tr '\n' ' ')"
 # the same before a preview, which would go into RUN/samples
 mkdir "$tmp/other_pv"
 "$FC" --threads 1 train --config "$TINY" --run "$tmp/mv_pv" "${QUICK[@]}" --set steps=3000 --set checkpoint_every=1000 \
