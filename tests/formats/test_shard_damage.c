@@ -92,10 +92,17 @@ static void test_crash_safety(void) {
     mkdir(dir2, 0755);
     snprintf(path, sizeof path, "%s/shard-00003.safetensors.tmp-4242", dir2);
     write_text(path, "junk", 4);
-    // whole shards that no dataset.json lists (a writer killed before its dataset.json): removed too;
+    // whole shards that no dataset.json lists (a writer killed before its dataset.json; here a copy of
+    // the shard above, as only a file that begins as prepare's shards do is taken for one): removed too;
     // files that are no shard stay
+    char from[600];
+    snprintf(from, sizeof from, "%s/shard-00000.safetensors", dir);
     snprintf(path, sizeof path, "%s/shard-00007.safetensors", dir2);
-    write_text(path, "junk", 4);
+    FILE *src = fopen(from, "rb");
+    static char shard_bytes[1 << 20];
+    size_t shard_len = src ? fread(shard_bytes, 1, sizeof shard_bytes, src) : 0;
+    if (src) fclose(src);
+    write_text(path, shard_bytes, shard_len);
     snprintf(path, sizeof path, "%s/notes.txt", dir2);
     write_text(path, "mine", 4);
     w = shard_writer_open(dir2, N, F, 0, err, sizeof err);
